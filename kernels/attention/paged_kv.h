@@ -1,0 +1,30 @@
+// The paged KV cache as kernels see it: per layer, K and V arrays of fixed-size blocks.
+// Layout of one layer: k[num_blocks, Hkv, B, D], v the same; token slot s lives in block s / B at
+// offset s % B. The storage dtype may be F32, BF16 or F16; kernels convert on load and store.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace vlm {
+
+struct PagedKVLayer {
+  void* k = nullptr;  // [num_blocks, Hkv, B, D]
+  void* v = nullptr;  // [num_blocks, Hkv, B, D]
+  DType dtype = DType::F32;
+  int64_t num_blocks = 0;
+  int block_size = 16;    // B
+  int num_kv_heads = 0;   // Hkv
+  int head_dim = 0;       // D
+
+  int64_t head_stride() const { return static_cast<int64_t>(block_size) * head_dim; }
+  int64_t block_stride() const { return num_kv_heads * head_stride(); }
+};
+
+// Writes k[T, Hkv, D] and v[T, Hkv, D] (f32) to the slots slot_mapping[T] of the layer
+// (converted to its dtype). A slot of -1 skips that token. Slots must be < num_blocks * B.
+void write_kv(const PagedKVLayer& layer, const float* k /*[T,Hkv,D]*/,
+              const float* v /*[T,Hkv,D]*/, const int32_t* slot_mapping /*[T]*/, int64_t T);
+
+}  // namespace vlm

@@ -1,0 +1,60 @@
+// Rotary position embedding, HF style (rotate_half: the two halves of each head's rotary dims
+// are the pair), with the rope_scaling types Llama-3.x and Qwen2 checkpoints use.
+//   inv_freq[i] = 1 / theta^(2i / rotary_dim), i in [0, rotary_dim / 2), then per type:
+//   default  -  unchanged;
+//   linear   -  inv_freq / factor;
+//   llama3   -  Llama-3.1 wavelength bands (factor, low_freq_factor, high_freq_factor,
+//               original_max_position_embeddings);
+//   yarn     -  YaRN ramp between beta_fast/beta_slow over original_max_position_embeddings,
+//               and attention_factor (default 0.1 ln(factor) + 1) scaling cos and sin.
+// Angles are float(position) * inv_freq[i] in f32, as transformers computes them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vlm {
+
+enum class RopeType { Default, Linear, Llama3, Yarn };
+
+struct RopeConfig {
+  int head_dim = 0;
+  int rotary_dim = 0;  // rotated dims per head (== head_dim unless partial rotary)
+  double theta = 10000.0;
+  RopeType type = RopeType::Default;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;        // llama3
+  double high_freq_factor = 4.0;       // llama3
+  int64_t original_max_position = 0;   // llama3, yarn
+  double beta_fast = 32.0;             // yarn
+  double beta_slow = 1.0;              // yarn
+  double attention_factor = 0.0;       // yarn; 0 = derive from factor (and mscale, mscale_all_dim)
+  double mscale = 0.0;                 // yarn (DeepSeek style), 0 = unused
+  double mscale_all_dim = 0.0;         // yarn (DeepSeek style), 0 = unused
+  bool truncate = true;                // yarn: floor/ceil the correction range (HF default)
+};
+
+const char* rope_type_name(RopeType t);
+
+class RotaryEmbedding {
+ public:
+  explicit RotaryEmbedding(const RopeConfig& cfg);
+
+  const std::vector<float>& inv_freq() const { return inv_freq_; }  // [rotary_dim / 2]
+  float attention_scaling() const { return attention_scaling_; }     // multiplies cos and sin
+
+  // Rotates q[T, H, head_dim] and k[T, Hkv, head_dim] in place at positions[T].
+  void apply(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
+             const int32_t* positions, int64_t T) const;
+  // Naive reference of apply(): same math, computed per element in double-free plain loops.
+  void apply_ref(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
+                 const int32_t* positions, int64_t T) const;
+
+ private:
+  RopeConfig cfg_;
+  std::vector<float> inv_freq_;
+  float attention_scaling_ = 1.0f;
+};
+
+}  // namespace vlm
