@@ -1,0 +1,44 @@
+// ForwardBatch: one decoder step's flat inputs. Several sequences share it, each contributing a
+// run of consecutive tokens (a prefill chunk or one decode token); the engine's ModelRunner
+// fills it from a SchedulerOutput, tests and tools from SequenceChunk lists.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/attention/paged_attention.h"
+
+namespace vlm {
+
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;     // [T]
+  std::vector<int32_t> positions;     // [T] RoPE positions
+  std::vector<int32_t> slot_mapping;  // [T] cache slot written for each token
+  std::vector<int32_t> cu_seqlens_q;  // [S + 1] token ranges of the sequences
+  std::vector<int32_t> context_lens;  // [S] cached tokens after this step (this step's included)
+  std::vector<int32_t> block_tables;  // [S, max_blocks_per_seq], -1 padded
+  int max_blocks_per_seq = 0;
+  std::vector<int32_t> logits_indices;  // rows of the batch whose logits are returned, in order
+
+  int num_seqs() const { return static_cast<int>(context_lens.size()); }
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  AttentionBatch attention_batch() const;
+};
+
+enum class LogitsFor { None, Last, All };
+
+// One sequence's share of a step: tokens at positions [start_pos, start_pos + n) of the
+// sequence, whose KV goes into the blocks of block_table (cache position == RoPE position).
+struct SequenceChunk {
+  std::span<const int32_t> token_ids;    // [n]
+  int32_t start_pos = 0;                 // tokens already in the cache
+  std::span<const int32_t> block_table;  // block ids covering positions [0, start_pos + n)
+  LogitsFor logits = LogitsFor::Last;
+};
+
+// Flattens chunks into a ForwardBatch. Throws InternalError when a block table is too short for
+// its chunk or a chunk is empty.
+ForwardBatch make_forward_batch(std::span<const SequenceChunk> chunks, int block_size);
+
+}  // namespace vlm

@@ -1,0 +1,57 @@
+// LlmDecoder: LlamaForCausalLM / Qwen2ForCausalLM on the CPU, matching Hugging Face
+// transformers (f32 compute over weights kept in their stored dtype).
+// Per layer: x += o_proj(attn(rope(q, k), v)) over the paged KV cache, then
+// x += down(silu(gate(h)) * up(h)), each branch after an RMSNorm; a final norm and the LM head.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/paged_kv.h"
+#include "kernels/rope.h"
+#include "model/forward_batch.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace vlm {
+
+class LlmDecoder {
+ public:
+  // Loads DIR/config.json and the safetensors weights. Throws LoadError naming the file and the
+  // tensor for a missing tensor, a shape mismatch, an unknown dtype, a truncated file or an
+  // unsupported architecture.
+  static std::unique_ptr<LlmDecoder> load(const std::string& model_dir);
+  LlmDecoder(ModelConfig config, WeightStore weights);
+
+  const ModelConfig& config() const { return config_; }
+
+  // Runs every layer over the batch: writes each token's K/V to its slot of kv_layers[l], and
+  // returns the logits of the rows batch.logits_indices as logits[L, V] (resized).
+  // Preconditions: kv_layers.size() == num_layers, each with num_kv_heads and head_dim of the
+  // config; every token id < vocab_size (throws InternalError otherwise).
+  void forward(const ForwardBatch& batch, std::span<const PagedKVLayer> kv_layers,
+               std::vector<float>& logits) const;
+
+ private:
+  struct Layer {
+    TensorView input_norm;           // [C]
+    TensorView q, k, v, o;           // [H*D, C], [Hkv*D, C], [Hkv*D, C], [C, H*D]
+    TensorView q_bias, k_bias, v_bias, o_bias;  // empty when the family has none
+    TensorView post_norm;            // [C]
+    TensorView gate, up, down;       // [I, C], [I, C], [C, I]
+    TensorView gate_bias, up_bias, down_bias;
+  };
+
+  ModelConfig config_;
+  WeightStore weights_;
+  RotaryEmbedding rope_;
+  TensorView embed_;       // [V, C]
+  TensorView final_norm_;  // [C]
+  TensorView lm_head_;     // [V, C] (embed_ when tied)
+  std::vector<Layer> layers_;
+  std::vector<Tensor> bias_storage_;  // f32 copies of the biases
+};
+
+}  // namespace vlm

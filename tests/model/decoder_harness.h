@@ -1,0 +1,68 @@
+// Test harness: a fixture model with its Hugging Face references, a KV cache, and a tiny block
+// allocator handing out blocks in a shuffled order (so block tables are never contiguous).
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "model/llm_decoder.h"
+#include "model/safetensors.h"
+
+namespace vlm::testing {
+
+inline std::string fixture_model_dir(const std::string& name) {
+  return std::string(VLM_FIXTURES_DIR) + "/models/" + name;
+}
+
+// The recorded references of one fixture model (see tools/fixtures/make_decoder_fixtures.py).
+struct Reference {
+  std::unique_ptr<SafetensorsFile> file;
+  std::vector<int32_t> ids(int prompt) const { return ints("p" + std::to_string(prompt) + ".ids"); }
+  std::vector<int32_t> greedy(int prompt) const { return ints("p" + std::to_string(prompt) + ".greedy"); }
+  TensorView logits(int prompt) const { return file->tensors().at("p" + std::to_string(prompt) + ".logits"); }
+  int num_prompts() const;
+  std::vector<int32_t> ints(const std::string& name) const;
+};
+Reference load_reference(const std::string& model_name);
+
+// Max over rows of ||ours[r] - ref[r]|| / ||ref[r]||; ours and ref are [rows, V].
+double max_row_rel_error(const float* ours, const float* ref, int64_t rows, int64_t V);
+
+// One sequence being run through the decoder step by step.
+struct TestSequence {
+  std::vector<int32_t> tokens;   // prompt, then generated tokens
+  int32_t cached = 0;            // tokens whose KV is in the cache
+  std::vector<int32_t> blocks;   // block table
+  std::vector<float> logits;     // logits of every row computed so far, [cached, V]
+};
+
+class DecoderRunner {
+ public:
+  DecoderRunner(const std::string& model_name, int block_size, int64_t num_blocks,
+                DType kv_dtype = DType::F32, uint32_t shuffle_seed = 7);
+  const LlmDecoder& decoder() const { return *decoder_; }
+  int64_t vocab() const { return decoder_->config().vocab_size; }
+
+  // One forward step: sequence i feeds `counts[i]` uncached tokens (0 = not in this step).
+  // Logits of every fed row are appended to the sequence's logits.
+  void step(std::vector<TestSequence*> seqs, const std::vector<int32_t>& counts);
+  // Feeds a sequence's uncached tokens in chunks of `chunk` tokens.
+  void prefill(TestSequence& seq, int32_t chunk);
+  // Greedy decoding of n tokens after the prompt (prefilled first if needed).
+  std::vector<int32_t> greedy(TestSequence& seq, int n);
+
+ private:
+  void ensure_blocks(TestSequence& seq, int32_t total_tokens);
+
+  std::unique_ptr<LlmDecoder> decoder_;
+  std::unique_ptr<KVCache> cache_;
+  int block_size_;
+  std::vector<int32_t> free_blocks_;
+};
+
+}  // namespace vlm::testing
