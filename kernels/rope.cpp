@@ -169,32 +169,73 @@ RotaryEmbedding::RotaryEmbedding(const RopeConfig& cfg) : cfg_(cfg) {
   attention_scaling_ = static_cast<float>(attention);
 }
 
+namespace {
+
+// Tokens per thread-pool task: each token costs two trig calls per frequency (tens of ns each)
+// when cos/sin are computed, plus the rotations of all its heads.
+int64_t token_grain(int64_t heads, int64_t half, bool trig) {
+  const int64_t per_token = heads * 2 * half + (trig ? 64 * half : 0);
+  return std::max<int64_t>(1, 32 * 1024 / std::max<int64_t>(1, per_token));
+}
+
+template <typename Fn>
+void for_tokens(int64_t T, int64_t grain, const Fn& fn) {
+  if (T <= grain) {
+    fn(int64_t{0}, T);
+  } else {
+    global_thread_pool().parallel_for(T, fn, grain);
+  }
+}
+
+}  // namespace
+
 void RotaryEmbedding::apply(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
                             const int32_t* positions, int64_t T) const {
   VLM_CHECK(T >= 0 && num_q_heads >= 0 && num_k_heads >= 0, "rope apply T={} H={} Hkv={}", T,
             num_q_heads, num_k_heads);
-  if (T == 0) return;
-  const int64_t D = cfg_.head_dim;
-  const int64_t half = cfg_.rotary_dim / 2;
+  const int64_t D = cfg_.head_dim, half = cfg_.rotary_dim / 2;
   const RowKernels& kern = row_kernels();
-  auto run = [&](int64_t t0, int64_t t1) {
+  for_tokens(T, token_grain(num_q_heads + num_k_heads, half, true), [&](int64_t t0, int64_t t1) {
     std::vector<float> cs(static_cast<size_t>(2 * half));
     float* c = cs.data();
     float* s = c + half;
     for (int64_t t = t0; t < t1; ++t) {
       cos_sin(inv_freq_, attention_scaling_, positions[t], c, s);
-      for (int64_t h = 0; h < num_q_heads; ++h) kern.rotate_half(q + (t * num_q_heads + h) * D, c, s, half);
-      for (int64_t h = 0; h < num_k_heads; ++h) kern.rotate_half(k + (t * num_k_heads + h) * D, c, s, half);
+      for (int64_t h = 0; h < num_q_heads; ++h)
+        kern.rotate_half(q + (t * num_q_heads + h) * D, c, s, half);
+      for (int64_t h = 0; h < num_k_heads; ++h)
+        kern.rotate_half(k + (t * num_k_heads + h) * D, c, s, half);
     }
-  };
-  // Per token: two trig calls per frequency (~tens of ns each) plus the rotations.
-  const int64_t per_token = (num_q_heads + num_k_heads) * 2 * half + 64 * half;
-  const int64_t grain = std::max<int64_t>(1, 32 * 1024 / std::max<int64_t>(1, per_token));
-  if (T <= grain) {
-    run(0, T);
-  } else {
-    global_thread_pool().parallel_for(T, run, grain);
-  }
+  });
+}
+
+void RotaryEmbedding::cos_sin_table(const int32_t* positions, int64_t T, float* table) const {
+  VLM_CHECK(T >= 0, "rope cos_sin_table T={}", T);
+  const int64_t half = cfg_.rotary_dim / 2;
+  for_tokens(T, token_grain(0, half, true), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* row = table + t * 2 * half;
+      cos_sin(inv_freq_, attention_scaling_, positions[t], row, row + half);
+    }
+  });
+}
+
+void RotaryEmbedding::apply_cached(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
+                                   const float* table, int64_t T) const {
+  VLM_CHECK(T >= 0 && num_q_heads >= 0 && num_k_heads >= 0, "rope apply T={} H={} Hkv={}", T,
+            num_q_heads, num_k_heads);
+  const int64_t D = cfg_.head_dim, half = cfg_.rotary_dim / 2;
+  const RowKernels& kern = row_kernels();
+  for_tokens(T, token_grain(num_q_heads + num_k_heads, half, false), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* c = table + t * 2 * half;
+      const float* s = c + half;
+      for (int64_t h = 0; h < num_q_heads; ++h)
+        kern.rotate_half(q + (t * num_q_heads + h) * D, c, s, half);
+      for (int64_t h = 0; h < num_k_heads; ++h)
+        kern.rotate_half(k + (t * num_k_heads + h) * D, c, s, half);
+    }
+  });
 }
 
 void RotaryEmbedding::apply_ref(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,

@@ -52,6 +52,13 @@ class RotaryEmbedding {
   // Bit-identical to apply_ref() (neither fuses products into FMAs).
   void apply(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
              const int32_t* positions, int64_t T) const;
+  // The cos/sin that apply() uses, for positions[T], so one forward step can compute them once
+  // and share them across all layers (as transformers does): table[t, 0:R/2] = cos,
+  // table[t, R/2:R] = sin, attention_scaling included; R = rotary_dim.
+  void cos_sin_table(const int32_t* positions, int64_t T, float* table /*[T, R]*/) const;
+  // apply() with a table from cos_sin_table() for the same positions; bit-identical to apply().
+  void apply_cached(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
+                    const float* table /*[T, R]*/, int64_t T) const;
   // Naive reference of apply(): the same f32 arithmetic in plain loops, cos/sin recomputed for
   // every element.
   void apply_ref(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,

@@ -273,6 +273,14 @@ TEST(Rope, ApplyMatchesRefBitwise) {
                                  " T=" + std::to_string(T);
         ASSERT_EQ(0, std::memcmp(q.data(), q_ref.data(), q.size() * 4)) << "q " << what;
         ASSERT_EQ(0, std::memcmp(k.data(), k_ref.data(), k.size() * 4)) << "k " << what;
+        // The cached-table path gives the same bits.
+        const int R = c.rotary_dim;
+        std::vector<float> table(static_cast<size_t>(T * R));
+        rope.cos_sin_table(pos.data(), T, table.data());
+        std::vector<float> q_c = randn(T * h.q * c.head_dim, 11), k_c = randn(T * h.k * c.head_dim, 12);
+        rope.apply_cached(q_c.data(), h.q, k_c.data(), h.k, table.data(), T);
+        ASSERT_EQ(0, std::memcmp(q_c.data(), q_ref.data(), q.size() * 4)) << "cached q " << what;
+        ASSERT_EQ(0, std::memcmp(k_c.data(), k_ref.data(), k.size() * 4)) << "cached k " << what;
       }
     }
   }
