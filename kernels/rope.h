@@ -20,7 +20,7 @@ enum class RopeType { Default, Linear, Llama3, Yarn };
 
 struct RopeConfig {
   int head_dim = 0;
-  int rotary_dim = 0;  // rotated dims per head (== head_dim unless partial rotary)
+  int rotary_dim = 0;  // rotated dims per head (== head_dim unless partial rotary); 0 = head_dim
   double theta = 10000.0;
   RopeType type = RopeType::Default;
   double factor = 1.0;
@@ -39,15 +39,28 @@ const char* rope_type_name(RopeType t);
 
 class RotaryEmbedding {
  public:
+  // Checks the config (VLM_CHECK): head_dim > 0, rotary_dim even and <= head_dim, theta > 0 and
+  // != 1, factor > 0 for scaled types, original_max_position > 0 for llama3 and yarn,
+  // 0 < low_freq_factor < high_freq_factor for llama3.
   explicit RotaryEmbedding(const RopeConfig& cfg);
 
   const std::vector<float>& inv_freq() const { return inv_freq_; }  // [rotary_dim / 2]
   float attention_scaling() const { return attention_scaling_; }     // multiplies cos and sin
 
-  // Rotates q[T, H, head_dim] and k[T, Hkv, head_dim] in place at positions[T].
+  // Rotates q[T, H, head_dim] and k[T, Hkv, head_dim] in place at positions[T]. q and k are
+  // contiguous; only the first rotary_dim dims of each head change. T == 0 is a no-op.
+  // Bit-identical to apply_ref() (neither fuses products into FMAs).
   void apply(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
              const int32_t* positions, int64_t T) const;
-  // Naive reference of apply(): same math, computed per element in double-free plain loops.
+  // The cos/sin that apply() uses, for positions[T], so one forward step can compute them once
+  // and share them across all layers (as transformers does): table[t, 0:R/2] = cos,
+  // table[t, R/2:R] = sin, attention_scaling included; R = rotary_dim.
+  void cos_sin_table(const int32_t* positions, int64_t T, float* table /*[T, R]*/) const;
+  // apply() with a table from cos_sin_table() for the same positions; bit-identical to apply().
+  void apply_cached(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
+                    const float* table /*[T, R]*/, int64_t T) const;
+  // Naive reference of apply(): the same f32 arithmetic in plain loops, cos/sin recomputed for
+  // every element.
   void apply_ref(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
                  const int32_t* positions, int64_t T) const;
 
