@@ -1,5 +1,6 @@
 #include "model/llm_decoder.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/check.h"
@@ -95,6 +96,9 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
   Tensor up = Tensor::empty({T, I});
   float* xp = x.as<float>();
   float* hp = h.as<float>();
+  // cos/sin of every token's position, computed once for all layers.
+  Tensor rope_table = Tensor::empty({T, std::max<int64_t>(rope_.inv_freq().size() * 2, 1)});
+  rope_.cos_sin_table(batch.positions.data(), T, rope_table.as<float>());
 
   embedding_lookup(embed_, batch.token_ids.data(), T, xp);
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -107,7 +111,7 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
     linear(hp, T, L.q, f32_or_null(L.q_bias), q.as<float>());
     linear(hp, T, L.k, f32_or_null(L.k_bias), k.as<float>());
     linear(hp, T, L.v, f32_or_null(L.v_bias), v.as<float>());
-    rope_.apply(q.as<float>(), H, k.as<float>(), Hkv, batch.positions.data(), T);
+    rope_.apply_cached(q.as<float>(), H, k.as<float>(), Hkv, rope_table.as<float>(), T);
     write_kv(kv, k.as<float>(), v.as<float>(), batch.slot_mapping.data(), T);
     paged_attention(q.as<float>(), static_cast<int>(H), kv, ab, scale, attn.as<float>());
     linear(attn.as<float>(), T, L.o, f32_or_null(L.o_bias), hp);
