@@ -23,27 +23,31 @@ constexpr int KT = kKeyTile;
 
 // ---- loading -------------------------------------------------------------------------------
 
-// Converts one row of D stored elements to f32 into dst (D <= Dp; dst padding untouched).
-VLM_AVX512 void row_to_f32(const void* src, DType t, int D, float* dst) {
-  int d = 0;
-  for (; d < D; d += 16) {
-    const __mmask16 mk = D - d >= 16 ? __mmask16(0xffff) : __mmask16((1u << (D - d)) - 1);
-    __m512 x;
-    if (t == DType::F32) {
-      x = _mm512_maskz_loadu_ps(mk, static_cast<const float*>(src) + d);
-    } else {
-      const __m256i h = _mm256_maskz_loadu_epi16(mk, static_cast<const uint16_t*>(src) + d);
-      x = t == DType::BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-                           : _mm512_cvtph_ps(h);
-    }
-    _mm512_mask_storeu_ps(dst + d, mk, x);
+inline __mmask16 head_mask(int left) {  // lanes of a 16-chunk with `left` elements remaining
+  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max(left, 0)) - 1);
+}
+
+// 16 stored elements [d, d + 16) of a row as f32 (masked lanes read as 0).
+template <DType T>
+VLM_AVX512 inline __m512 load16(const uint8_t* row, int d, __mmask16 mk) {
+  if constexpr (T == DType::F32) {
+    return _mm512_maskz_loadu_ps(mk, reinterpret_cast<const float*>(row) + d);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(mk, reinterpret_cast<const uint16_t*>(row) + d);
+    if constexpr (T == DType::BF16)
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    else
+      return _mm512_cvtph_ps(h);
   }
 }
 
-// Transposes a 16x16 block: rows r of src (stride ss) become columns of dst (stride ds).
-VLM_AVX512 void transpose16(const float* src, int ss, float* dst, int ds) {
+// Transposes a 16x16 block: elements [d0, d0 + 16) of the 16 rows become the 16 rows
+// dst[x * ds + i] = rows[i][d0 + x] (masked elements give 0).
+template <DType T>
+VLM_AVX512 void transpose16(const uint8_t* const* rows, int d0, __mmask16 mk, float* dst,
+                            int ds) {
   __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ss);
+  for (int i = 0; i < 16; ++i) r[i] = load16<T>(rows[i], d0, mk);
   for (int i = 0; i < 8; ++i) {  // per 128-bit lane: interleave row pairs
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
@@ -67,27 +71,56 @@ VLM_AVX512 void transpose16(const float* src, int ss, float* dst, int ds) {
   }
 }
 
-VLM_AVX512 void load_kv_avx512(const PagedKVLayer& kv, const int32_t* block_row, int kvh, int k0,
-                               int n, int Dp, float* stage /*[KT,Dp]*/, float* kt /*[Dp,KT]*/,
-                               float* v /*[KT,Dp]*/) {
+template <DType T>
+VLM_AVX512 void load_kv_typed(const PagedKVLayer& kv, const int32_t* block_row, int kvh, int k0,
+                              int n, int Dp, float* kt, float* vbuf, const float** vrows) {
   const int D = kv.head_dim;
   const int B = kv.block_size;
-  const size_t esize = dtype_size(kv.dtype);
+  constexpr int64_t esize = T == DType::F32 ? 4 : 2;
   const auto* kb = static_cast<const uint8_t*>(kv.k);
   const auto* vb = static_cast<const uint8_t*>(kv.v);
+  const uint8_t* krows[KT];
+  const uint8_t* vsrc[KT];
   for (int j = 0; j < n;) {  // one run of consecutive slots of one block at a time
     const int pos = k0 + j;
     const int run = std::min(n - j, B - pos % B);
-    int64_t elem = block_row[pos / B] * kv.block_stride() + kvh * kv.head_stride() +
-                   static_cast<int64_t>(pos % B) * D;
-    for (int r = 0; r < run; ++r, ++j, elem += D) {
-      row_to_f32(kb + elem * esize, kv.dtype, D, stage + j * Dp);
-      row_to_f32(vb + elem * esize, kv.dtype, D, v + j * Dp);
+    const int64_t elem = block_row[pos / B] * kv.block_stride() + kvh * kv.head_stride() +
+                         static_cast<int64_t>(pos % B) * D;
+    for (int r = 0; r < run; ++r, ++j) {
+      krows[j] = kb + (elem + static_cast<int64_t>(r) * D) * esize;
+      vsrc[j] = vb + (elem + static_cast<int64_t>(r) * D) * esize;
     }
   }
+  const int n16 = (n + 15) / 16 * 16;
+  for (int j = n; j < n16; ++j) krows[j] = krows[n - 1];  // columns >= n are don't-care
   for (int j0 = 0; j0 < n; j0 += 16)
     for (int d0 = 0; d0 < Dp; d0 += 16)
-      transpose16(stage + j0 * Dp + d0, Dp, kt + d0 * KT + j0, KT);
+      transpose16<T>(krows + j0, d0, head_mask(D - d0), kt + d0 * KT + j0, KT);
+
+  if (T == DType::F32 && D == Dp) {  // whole 16-float chunks: read V in place
+    for (int j = 0; j < n; ++j) vrows[j] = reinterpret_cast<const float*>(vsrc[j]);
+    return;
+  }
+  for (int j = 0; j < n; ++j) {
+    float* dst = vbuf + j * Dp;
+    for (int d = 0; d < D; d += 16) {
+      const __mmask16 mk = head_mask(D - d);
+      _mm512_mask_storeu_ps(dst + d, mk, load16<T>(vsrc[j], d, mk));
+    }
+    vrows[j] = dst;
+  }
+}
+
+VLM_AVX512 void load_kv_avx512(const PagedKVLayer& kv, const int32_t* block_row, int kvh, int k0,
+                               int n, int Dp, float* kt /*[Dp,KT]*/, float* vbuf /*[KT,Dp]*/,
+                               const float** vrows /*[KT]*/) {
+  switch (kv.dtype) {
+    case DType::BF16: load_kv_typed<DType::BF16>(kv, block_row, kvh, k0, n, Dp, kt, vbuf, vrows);
+      break;
+    case DType::F16: load_kv_typed<DType::F16>(kv, block_row, kvh, k0, n, Dp, kt, vbuf, vrows);
+      break;
+    default: load_kv_typed<DType::F32>(kv, block_row, kvh, k0, n, Dp, kt, vbuf, vrows);
+  }
 }
 
 // ---- scores --------------------------------------------------------------------------------
@@ -157,54 +190,53 @@ VLM_AVX512 __m512 exp2_nonpos(__m512 x) {
 }
 
 VLM_AVX512 void softmax_avx512(float* s /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
-                               float* m_run /*[M]*/, float* l_run /*[M]*/,
+                               float* m_run /*[M]*/, float* l_run /*[M,kSumLanes]*/,
                                float* acc /*[M,Dp]*/) {
-  static_assert(KT == 32, "two 16-key chunks per tile row");
+  static_assert(KT == 32 && kSumLanes == 16, "two 16-key chunks per tile row, 16 sum lanes");
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
   for (int m = 0; m < M; ++m) {
     float* row = s + m * KT;
     const int nv = nvalid[m];
-    const __mmask16 k0 = nv >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max(nv, 0)) - 1);
-    const __mmask16 k1 = nv >= 32 ? __mmask16(0xffff)
-                                  : __mmask16((1u << std::clamp(nv - 16, 0, 16)) - 1);
-    if (nv <= 0) {
-      _mm512_storeu_ps(row, _mm512_setzero_ps());
-      _mm512_storeu_ps(row + 16, _mm512_setzero_ps());
-      continue;
+    const __mmask16 k0 = head_mask(nv), k1 = head_mask(nv - 16);
+    const __m512 s0 = _mm512_mask_loadu_ps(ninf, k0, row);  // masked keys read as -inf
+    const __m512 s1 = _mm512_mask_loadu_ps(ninf, k1, row + 16);
+    float m_ref = m_run[m];
+    const __m512 limit = _mm512_set1_ps(m_ref + kRescaleThreshold);
+    // Usually no valid score exceeds the reference by the threshold: no reduction needed.
+    if (nv > 0 && (_mm512_cmp_ps_mask(s0, limit, _CMP_GT_OQ) |
+                   _mm512_cmp_ps_mask(s1, limit, _CMP_GT_OQ))) {
+      const float mx = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+      const __m512 alpha = m_ref == -INFINITY ? _mm512_setzero_ps()
+                                              : exp2_nonpos(_mm512_set1_ps(m_ref - mx));
+      m_ref = m_run[m] = mx;
+      float* a = acc + m * Dp;
+      for (int d = 0; d < Dp; d += 16)
+        _mm512_storeu_ps(a + d, _mm512_mul_ps(alpha, _mm512_loadu_ps(a + d)));
+      float* l = l_run + m * kSumLanes;
+      _mm512_storeu_ps(l, _mm512_mul_ps(alpha, _mm512_loadu_ps(l)));
     }
-    const __m512 s0 = _mm512_maskz_loadu_ps(k0, row);
-    const __m512 s1 = _mm512_maskz_loadu_ps(k1, row + 16);
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    const float mx = _mm512_reduce_max_ps(
-        _mm512_max_ps(_mm512_mask_mov_ps(ninf, k0, s0), _mm512_mask_mov_ps(ninf, k1, s1)));
-    const float m_old = m_run[m];
-    const float m_new = std::max(m_old, mx);
-    const float alpha = m_old == -INFINITY ? 0.0f : std::exp2(m_old - m_new);
-    const __m512 mb = _mm512_set1_ps(m_new);
+    // exp2(-inf - m) = 0 for masked keys; a row with no valid key (m_ref may be -inf) gets 0.
+    const __m512 mb = _mm512_set1_ps(m_ref);
     const __m512 p0 = _mm512_maskz_mov_ps(k0, exp2_nonpos(_mm512_sub_ps(s0, mb)));
     const __m512 p1 = _mm512_maskz_mov_ps(k1, exp2_nonpos(_mm512_sub_ps(s1, mb)));
     _mm512_storeu_ps(row, p0);
     _mm512_storeu_ps(row + 16, p1);
-    m_run[m] = m_new;
-    l_run[m] = l_run[m] * alpha + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
-    if (alpha != 1.0f) {
-      const __m512 ab = _mm512_set1_ps(alpha);
-      float* a = acc + m * Dp;
-      for (int d = 0; d < Dp; d += 16)
-        _mm512_storeu_ps(a + d, _mm512_mul_ps(ab, _mm512_loadu_ps(a + d)));
-    }
+    float* l = l_run + m * kSumLanes;
+    _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), _mm512_add_ps(p0, p1)));
   }
 }
 
 // ---- p . v ---------------------------------------------------------------------------------
 
 template <int R, int C>
-VLM_AVX512 void pv_block(const float* p, int nk, int Dp, const float* v, float* acc) {
+VLM_AVX512 void pv_block(const float* p, int nk, int Dp, const float* const* vrows, int d0,
+                         float* acc) {
   __m512 a[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) a[r][c] = _mm512_loadu_ps(acc + r * Dp + 16 * c);
   for (int j = 0; j < nk; ++j) {
     __m512 vj[C];
-    for (int c = 0; c < C; ++c) vj[c] = _mm512_loadu_ps(v + j * Dp + 16 * c);
+    for (int c = 0; c < C; ++c) vj[c] = _mm512_loadu_ps(vrows[j] + d0 + 16 * c);
     for (int r = 0; r < R; ++r) {
       const __m512 pb = _mm512_set1_ps(p[r * KT + j]);
       for (int c = 0; c < C; ++c) a[r][c] = _mm512_fmadd_ps(pb, vj[c], a[r][c]);
@@ -215,19 +247,19 @@ VLM_AVX512 void pv_block(const float* p, int nk, int Dp, const float* v, float* 
 }
 
 template <int R>
-VLM_AVX512 void pv_rows(const float* p, int nk, int Dp, const float* v, float* acc) {
+VLM_AVX512 void pv_rows(const float* p, int nk, int Dp, const float* const* vrows, float* acc) {
   int d = 0;
-  for (; d + 64 <= Dp; d += 64) pv_block<R, 4>(p, nk, Dp, v + d, acc + d);
+  for (; d + 64 <= Dp; d += 64) pv_block<R, 4>(p, nk, Dp, vrows, d, acc + d);
   switch ((Dp - d) / 16) {
-    case 1: pv_block<R, 1>(p, nk, Dp, v + d, acc + d); break;
-    case 2: pv_block<R, 2>(p, nk, Dp, v + d, acc + d); break;
-    case 3: pv_block<R, 3>(p, nk, Dp, v + d, acc + d); break;
+    case 1: pv_block<R, 1>(p, nk, Dp, vrows, d, acc + d); break;
+    case 2: pv_block<R, 2>(p, nk, Dp, vrows, d, acc + d); break;
+    case 3: pv_block<R, 3>(p, nk, Dp, vrows, d, acc + d); break;
     default: break;
   }
 }
 
 VLM_AVX512 void pv_avx512(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
-                          const float* v /*[KT,Dp]*/, float* acc /*[M,Dp]*/) {
+                          const float* const* vrows /*[KT]*/, float* acc /*[M,Dp]*/) {
   constexpr int RM = 4;  // rows per register block: 4 x 4 chunks = 16 accumulators
   for (int m = 0; m < M; m += RM) {
     const int rows = std::min(RM, M - m);
@@ -237,10 +269,10 @@ VLM_AVX512 void pv_avx512(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, 
     const float* pm = p + m * KT;
     float* am = acc + m * Dp;
     switch (rows) {
-      case 1: pv_rows<1>(pm, nk, Dp, v, am); break;
-      case 2: pv_rows<2>(pm, nk, Dp, v, am); break;
-      case 3: pv_rows<3>(pm, nk, Dp, v, am); break;
-      default: pv_rows<4>(pm, nk, Dp, v, am); break;
+      case 1: pv_rows<1>(pm, nk, Dp, vrows, am); break;
+      case 2: pv_rows<2>(pm, nk, Dp, vrows, am); break;
+      case 3: pv_rows<3>(pm, nk, Dp, vrows, am); break;
+      default: pv_rows<4>(pm, nk, Dp, vrows, am); break;
     }
   }
 }

@@ -2,6 +2,7 @@
 // baseline instruction set). Used on CPUs without AVX-512 and as a second check in the tests.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/attention/paged_attention_internal.h"
 
@@ -11,20 +12,23 @@ namespace {
 constexpr int KT = kKeyTile;
 
 void load_kv_generic(const PagedKVLayer& kv, const int32_t* block_row, int kvh, int k0, int n,
-                     int Dp, float* stage /*[KT,Dp]*/, float* kt /*[Dp,KT]*/,
-                     float* v /*[KT,Dp]*/) {
+                     int Dp, float* kt /*[Dp,KT]*/, float* vbuf /*[KT,Dp]*/,
+                     const float** vrows /*[KT]*/) {
   const int D = kv.head_dim;
   const int B = kv.block_size;
   const size_t esize = dtype_size(kv.dtype);
+  thread_local std::vector<float> krow;
+  krow.resize(D);
   for (int j = 0; j < n; ++j) {
     const int pos = k0 + j;
     const int64_t elem = block_row[pos / B] * kv.block_stride() + kvh * kv.head_stride() +
                          static_cast<int64_t>(pos % B) * D;
-    convert_to_f32(static_cast<const uint8_t*>(kv.k) + elem * esize, kv.dtype, stage + j * Dp, D);
-    convert_to_f32(static_cast<const uint8_t*>(kv.v) + elem * esize, kv.dtype, v + j * Dp, D);
+    convert_to_f32(static_cast<const uint8_t*>(kv.k) + elem * esize, kv.dtype, krow.data(), D);
+    for (int d = 0; d < D; ++d) kt[d * KT + j] = krow[d];
+    convert_to_f32(static_cast<const uint8_t*>(kv.v) + elem * esize, kv.dtype, vbuf + j * Dp, D);
+    vrows[j] = vbuf + j * Dp;
   }
-  for (int d = 0; d < Dp; ++d)
-    for (int j = 0; j < n; ++j) kt[d * KT + j] = stage[j * Dp + d];
+  for (int d = D; d < Dp; ++d) std::fill(kt + d * KT, kt + d * KT + KT, 0.0f);
 }
 
 void scores_generic(const float* q /*[M,Dp]*/, int M, int Dp, const float* kt /*[Dp,KT]*/,
@@ -42,7 +46,8 @@ void scores_generic(const float* q /*[M,Dp]*/, int M, int Dp, const float* kt /*
 }
 
 void softmax_generic(float* s /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
-                     float* m_run /*[M]*/, float* l_run /*[M]*/, float* acc /*[M,Dp]*/) {
+                     float* m_run /*[M]*/, float* l_run /*[M,kSumLanes]*/,
+                     float* acc /*[M,Dp]*/) {
   for (int m = 0; m < M; ++m) {
     float* row = s + m * KT;
     const int nv = nvalid[m];
@@ -53,7 +58,7 @@ void softmax_generic(float* s /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int 
     float mx = row[0];
     for (int j = 1; j < nv; ++j) mx = std::max(mx, row[j]);
     const float m_old = m_run[m];
-    const float m_new = std::max(m_old, mx);
+    const float m_new = mx > m_old + kRescaleThreshold ? mx : m_old;
     const float alpha = m_old == -INFINITY ? 0.0f : std::exp2(m_old - m_new);
     float sum = 0.0f;
     for (int j = 0; j < nv; ++j) {
@@ -62,19 +67,20 @@ void softmax_generic(float* s /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int 
     }
     std::fill(row + nv, row + KT, 0.0f);
     m_run[m] = m_new;
-    l_run[m] = l_run[m] * alpha + sum;
+    float* l = l_run + m * kSumLanes;  // the sum lives in lane 0
+    l[0] = l[0] * alpha + sum;
     if (alpha != 1.0f)
       for (int d = 0; d < Dp; ++d) acc[m * Dp + d] *= alpha;
   }
 }
 
 void pv_generic(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
-                const float* v /*[KT,Dp]*/, float* acc /*[M,Dp]*/) {
+                const float* const* vrows /*[KT]*/, float* acc /*[M,Dp]*/) {
   for (int m = 0; m < M; ++m) {
     float* a = acc + m * Dp;
     for (int j = 0; j < nvalid[m]; ++j) {
       const float pj = p[m * KT + j];
-      const float* vj = v + j * Dp;
+      const float* vj = vrows[j];
       for (int d = 0; d < Dp; ++d) a[d] += pj * vj[d];
     }
   }

@@ -102,6 +102,23 @@ struct Ctx {
   int64_t partial_stride(int M) const { return static_cast<int64_t>(M) * (Dp + 2); }
 };
 
+// Asks the caches for keys [k0, k0 + n) of kv head kvh (K and V), so that the next key tile
+// streams in while this one is computed: blocks are scattered, which hardware prefetch misses.
+void prefetch_keys(const PagedKVLayer& kv, const int32_t* table, int kvh, int k0, int n) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(kv.dtype));
+  const int64_t row_bytes = kv.head_dim * esize;
+  for (int j = k0; j < k0 + n;) {  // one run of consecutive slots of one block at a time
+    const int run = std::min(k0 + n - j, kv.block_size - j % kv.block_size);
+    const int64_t off = (table[j / kv.block_size] * kv.block_stride() + kvh * kv.head_stride() +
+                         static_cast<int64_t>(j % kv.block_size) * kv.head_dim) * esize;
+    for (int64_t b = 0; b < run * row_bytes; b += 64) {
+      __builtin_prefetch(static_cast<const char*>(kv.k) + off + b);
+      __builtin_prefetch(static_cast<const char*>(kv.v) + off + b);
+    }
+    j += run;
+  }
+}
+
 void run_item(const Ctx& c, const WorkItem& it) {
   const int G = c.G, D = c.D, Dp = c.Dp, H = c.H;
   const int M = it.rows * G;
@@ -114,22 +131,22 @@ void run_item(const Ctx& c, const WorkItem& it) {
   Scratch& sc = tls_scratch;
   const size_t nq = round16(static_cast<size_t>(M) * Dp), ns = round16(static_cast<size_t>(M) * KT);
   const size_t nkv = static_cast<size_t>(KT) * Dp, nm = round16(M);
-  float* qt = sc.get(2 * nq + ns + 3 * nkv + 2 * nm);
+  const size_t nl = static_cast<size_t>(M) * kSumLanes;
+  float* qt = sc.get(2 * nq + ns + 2 * nkv + nm + nl);
   float* acc = qt + nq;
   float* s = acc + nq;
-  float* stage = s + ns;
-  float* kt = stage + nkv;
-  float* v = kt + nkv;
-  float* m_run = v + nkv;
+  float* kt = s + ns;
+  float* vbuf = kt + nkv;
+  float* m_run = vbuf + nkv;
   float* l_run = m_run + nm;
   sc.nvalid.resize(M);
   int* nvalid = sc.nvalid.data();
 
-  std::fill(stage, stage + nkv, 0.0f);  // zero head-dim padding
-  std::fill(v, v + nkv, 0.0f);
+  std::fill(vbuf, vbuf + nkv, 0.0f);  // zero head-dim padding
+  const float* vrows[KT];
   std::fill(acc, acc + static_cast<size_t>(M) * Dp, 0.0f);
   std::fill(m_run, m_run + M, -INFINITY);
-  std::fill(l_run, l_run + M, 0.0f);
+  std::fill(l_run, l_run + nl, 0.0f);
   for (int r = 0; r < it.rows; ++r)
     for (int g = 0; g < G; ++g) {
       const float* src = c.q + (static_cast<int64_t>(t0 + r) * H + it.kvh * G + g) * D;
@@ -144,17 +161,24 @@ void run_item(const Ctx& c, const WorkItem& it) {
       const int nv = std::clamp(first_pos + r - k0 + 1, 0, n);
       for (int g = 0; g < G; ++g) nvalid[r * G + g] = nv;
     }
-    c.ops.load_kv(c.kv, table, it.kvh, k0, n, Dp, stage, kt, v);
+    c.ops.load_kv(c.kv, table, it.kvh, k0, n, Dp, kt, vbuf, vrows);
+    if (k0 + KT < it.k_end)
+      prefetch_keys(c.kv, table, it.kvh, k0 + KT, std::min(KT, it.k_end - k0 - KT));
     c.ops.scores(qt, M, Dp, kt, n, s);
     c.ops.softmax(s, nvalid, M, Dp, m_run, l_run, acc);
-    c.ops.pv(s, nvalid, M, Dp, v, acc);
+    c.ops.pv(s, nvalid, M, Dp, vrows, acc);
   }
+  auto row_sum = [&](int m) {  // total of row m's partial sums
+    float sum = 0.0f;
+    for (int i = 0; i < kSumLanes; ++i) sum += l_run[m * kSumLanes + i];
+    return sum;
+  };
 
   if (it.partial < 0) {
     for (int r = 0; r < it.rows; ++r)
       for (int g = 0; g < G; ++g) {
         const int m = r * G + g;
-        const float inv = 1.0f / l_run[m];
+        const float inv = 1.0f / row_sum(m);
         float* o = c.out + (static_cast<int64_t>(t0 + r) * H + it.kvh * G + g) * D;
         for (int d = 0; d < D; ++d) o[d] = acc[static_cast<size_t>(m) * Dp + d] * inv;
       }
@@ -162,7 +186,7 @@ void run_item(const Ctx& c, const WorkItem& it) {
     float* p = c.partials + it.partial;
     std::copy(acc, acc + static_cast<size_t>(M) * Dp, p);
     std::copy(m_run, m_run + M, p + static_cast<size_t>(M) * Dp);
-    std::copy(l_run, l_run + M, p + static_cast<size_t>(M) * (Dp + 1));
+    for (int m = 0; m < M; ++m) p[static_cast<size_t>(M) * (Dp + 1) + m] = row_sum(m);
   }
 }
 

@@ -25,7 +25,9 @@ struct Case {
   std::vector<SeqSpec> seqs;
   int H, Hkv, D, B;
   DType dtype;
-  float kmag = 1.0f;  // key magnitude: larger gives peakier softmax rows
+  float kmag = 1.0f;   // key magnitude: larger gives peakier softmax rows
+  float kramp = 0.0f;  // adds kramp * j / ctx to every element of key j: scores drift along
+                       // the sequence (up or down by the sign of sum(q)), forcing rescales
 };
 
 uint16_t nan_bits(DType t) { return t == DType::BF16 ? 0x7fc0 : 0x7e00; }
@@ -89,9 +91,16 @@ struct PagedBatch {
       cu.push_back(cu.back() + c.seqs[s].q_len);
       ctx.push_back(c.seqs[s].ctx);
     }
-    for (int32_t sl : slots)
+    std::vector<float> ramp;  // per written token
+    for (int s = 0; s < n; ++s)
+      for (int j = 0; j < c.seqs[s].ctx; ++j) {
+        ramp.push_back(c.kramp * j / c.seqs[s].ctx);
+        if (j % 7 == 3) ramp.push_back(0.0f);
+      }
+    for (size_t t = 0; t < slots.size(); ++t)
       for (int i = 0; i < c.Hkv * c.D; ++i) {
-        kin.push_back(sl < 0 ? NAN : c.kmag * uni(rng));
+        const int32_t sl = slots[t];
+        kin.push_back(sl < 0 ? NAN : c.kmag * uni(rng) + ramp[t]);
         vin.push_back(sl < 0 ? NAN : uni(rng));
       }
     write_kv(kv, kin.data(), vin.data(), slots.data(), static_cast<int64_t>(slots.size()));
@@ -132,6 +141,8 @@ std::vector<Case> cases() {
       // peaky softmax rows stress the running-max rescaling
       {{{60, 150}, {1, 600}}, 4, 2, 64, 16, F32, 8.0f},
       {{{1, 300}, {20, 90}}, 8, 1, 16, 4, BF16, 12.0f},
+      {{{70, 400}, {1, 1000}}, 4, 2, 64, 16, F32, 1.0f, 20.0f},
+      {{{1, 2000}, {33, 70}}, 6, 3, 16, 4, F16, 1.0f, -30.0f},
       // long decode rows: split-K with its merge
       {{{1, 2500}}, 8, 1, 64, 16, F32},
       {{{1, 1500}, {1, 900}}, 6, 3, 80, 32, BF16},
