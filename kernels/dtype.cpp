@@ -1,6 +1,15 @@
 #include "kernels/dtype.h"
 
+// GCC 12 warns about the _mm512_undefined_*() placeholders inside its own intrinsic headers
+// (GCC bug 105593); the warnings point into the header, so they are silenced there only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
 #include "kernels/check.h"
+#include "kernels/cpu_features.h"
 
 namespace vlm {
 
@@ -53,7 +62,8 @@ float f16_to_f32(uint16_t h) {
   uint32_t man = h & 0x3ffu;
   uint32_t bits;
   if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);  // inf / nan
+    // inf, or NaN: quieted, payload kept (as F16C vcvtph2ps and GCC's _Float16 do)
+    bits = sign | 0x7f800000u | (man << 13) | (man != 0 ? 0x400000u : 0u);
   } else if (exp != 0) {
     bits = sign | ((exp + 112) << 23) | (man << 13);
   } else if (man == 0) {
@@ -73,14 +83,16 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&bits, &f, 4);
   uint32_t sign = (bits >> 16) & 0x8000u;
   uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // nan
+  if (abs > 0x7f800000u)  // NaN: quieted, top payload bits kept (as F16C vcvtps2ph does)
+    return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {  // result is subnormal or zero (|f| < 2^-14)
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 rounds to 0
     uint32_t exp = abs >> 23;
     uint32_t man = (abs & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - exp;  // 14 - (exp - 127) + 13 - 1 ... place at 2^-24 units
-    // value = man * 2^(exp-150); in units of 2^-24: man * 2^(exp-126) = man >> (126-exp)
+    // value = man * 2^(exp-150); in units of the smallest subnormal 2^-24 that is
+    // man * 2^(exp-126), i.e. man >> shift with shift = 126 - exp in [14, 24].
+    uint32_t shift = 126 - exp;
     uint32_t q = man >> shift;
     uint32_t rem = man & ((1u << shift) - 1);
     uint32_t half = 1u << (shift - 1);
@@ -93,18 +105,88 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | (v >> 13));
 }
 
+namespace {
+
+// ---- AVX-512 bulk conversions: bit-identical to the scalar functions above ----------------
+// Full 16-lane blocks, then one masked block for the n % 16 tail.
+
+inline __mmask16 tail_mask(int64_t left) { return static_cast<__mmask16>((1u << left) - 1u); }
+
+VLM_TARGET_AVX512 void bf16_to_f32_avx512(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_si512(dst + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  if (i < n) {
+    __mmask16 m = tail_mask(n - i);
+    __m256i h = _mm256_maskz_loadu_epi16(m, src + i);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+}
+
+// Same rounding as f32_to_bf16: bits + 0x7fff + lsb (nearest even); NaN -> (bits >> 16) | 0x40.
+VLM_TARGET_AVX512 inline __m512i f32_to_bf16_lanes(__m512 v) {
+  __m512i bits = _mm512_castps_si512(v);
+  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb);
+  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x400000));
+  return _mm512_srli_epi32(_mm512_mask_blend_epi32(nan, rounded, quiet), 16);
+}
+
+VLM_TARGET_AVX512 void f32_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i r = f32_to_bf16_lanes(_mm512_loadu_ps(src + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
+  }
+  if (i < n) {
+    __mmask16 m = tail_mask(n - i);
+    _mm512_mask_cvtepi32_storeu_epi16(dst + i, m, f32_to_bf16_lanes(_mm512_maskz_loadu_ps(m, src + i)));
+  }
+}
+
+VLM_TARGET_AVX512 void f16_to_f32_avx512(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i,
+                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  if (i < n) {
+    __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, src + i)));
+  }
+}
+
+VLM_TARGET_AVX512 void f32_to_f16_avx512(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  if (i < n) {
+    __mmask16 m = tail_mask(n - i);
+    __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_mask_storeu_epi16(dst + i, m, h);
+  }
+}
+
+}  // namespace
+
 void convert_to_f32(const void* src, DType t, float* dst, int64_t n) {
+  VLM_CHECK(n >= 0, "convert_to_f32 of {} elements", n);
   switch (t) {
     case DType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
     case DType::BF16: {
       const auto* s = static_cast<const uint16_t*>(src);
+      if (use_avx512()) return bf16_to_f32_avx512(s, dst, n);
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
       return;
     }
     case DType::F16: {
       const auto* s = static_cast<const uint16_t*>(src);
+      if (use_avx512()) return f16_to_f32_avx512(s, dst, n);
       for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
       return;
     }
@@ -114,17 +196,20 @@ void convert_to_f32(const void* src, DType t, float* dst, int64_t n) {
 }
 
 void convert_from_f32(const float* src, DType t, void* dst, int64_t n) {
+  VLM_CHECK(n >= 0, "convert_from_f32 of {} elements", n);
   switch (t) {
     case DType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
     case DType::BF16: {
       auto* d = static_cast<uint16_t*>(dst);
+      if (use_avx512()) return f32_to_bf16_avx512(src, d, n);
       for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
       return;
     }
     case DType::F16: {
       auto* d = static_cast<uint16_t*>(dst);
+      if (use_avx512()) return f32_to_f16_avx512(src, d, n);
       for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
       return;
     }

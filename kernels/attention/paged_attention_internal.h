@@ -1,0 +1,69 @@
+// Internals of paged_attention shared by its driver, its tile kernels and the tests; not part of
+// the kernel API (include kernels/attention/paged_attention.h instead).
+//
+// The driver works on tiles: M query vectors (a few query rows x the G query heads of one kv
+// head) against key tiles of at most kKeyTile keys of that kv head. All tile buffers are f32,
+// row-major, with the head dim padded to Dp = round_up(D, 16) (zero padding), so that kernels
+// see whole 16-float vectors only. Scores live in the log2 domain: q is pre-multiplied by
+// scale * log2(e) and probabilities are exp2(s - m).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention/paged_attention.h"
+
+namespace vlm::attn {
+
+constexpr int kKeyTile = 32;  // keys per key tile (KT)
+constexpr int kDimAlign = 16;
+
+inline int padded_head_dim(int D) { return (D + kDimAlign - 1) / kDimAlign * kDimAlign; }
+
+// A row's running max may lag its true max by up to this much (log2 units): the accumulator is
+// only rescaled when a new max exceeds the reference by more, so p = exp2(s - m) <= 2^8.
+constexpr float kRescaleThreshold = 8.0f;
+// A row's running sum is kept as kSumLanes partial sums (its total is the sum); implementations
+// may use any of the lanes.
+constexpr int kSumLanes = 16;
+
+// The four steps of one key tile; one implementation per instruction set.
+struct TileOps {
+  const char* name;
+  // Keys [k0, k0 + n) of kv head kvh (1 <= n <= kKeyTile), read through the sequence's block
+  // table row: K transposed into kt[Dp, KT] (f32; rows d >= D zero, columns >= n unspecified).
+  // V rows as pointers vrows[j] (j < n) to Dp f32 values whose padding d >= D is zero: either
+  // rows of vbuf (converted there, vbuf's padding must already be zero) or the cache itself.
+  void (*load_kv)(const PagedKVLayer& kv, const int32_t* block_row, int kvh, int k0, int n,
+                  int Dp, float* kt /*[Dp,KT]*/, float* vbuf /*[KT,Dp]*/,
+                  const float** vrows /*[KT]*/);
+  // s[m, j] = q[m, :] . kt[:, j] for m < M and j < n (columns >= n unspecified).
+  void (*scores)(const float* q /*[M,Dp]*/, int M, int Dp, const float* kt /*[Dp,KT]*/, int n,
+                 float* s /*[M,KT]*/);
+  // Online softmax step. Row m has nvalid[m] valid keys (the rest are masked). For a row with
+  // nvalid[m] > 0 whose valid max mx exceeds m_run[m] + kRescaleThreshold (always when m_run is
+  // -inf): m_run = mx, acc row and l_run row scaled by exp2(old - new). Then the s row becomes
+  // p = exp2(s - m_run) (0 for masked keys) and the l_run row's lanes gain sum p. Rows with
+  // nvalid[m] == 0 get p = 0 and keep their state. m_run starts at -inf, l_run and acc at 0.
+  void (*softmax)(float* s /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
+                  float* m_run /*[M]*/, float* l_run /*[M,kSumLanes]*/, float* acc /*[M,Dp]*/);
+  // acc[m, :] += sum_{j < nvalid[m]} p[m, j] * vrows[j][:]  (p is 0 beyond nvalid[m]).
+  void (*pv)(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
+             const float* const* vrows /*[KT]*/, float* acc /*[M,Dp]*/);
+};
+
+const TileOps& tile_ops_generic();
+// nullptr when the CPU lacks AVX-512 (or the build has no AVX-512 code).
+const TileOps* tile_ops_avx512();
+// The best implementation for this CPU (chosen once).
+const TileOps& tile_ops_best();
+
+// Throws InternalError unless the arguments meet paged_attention's preconditions.
+void check_attention_args(const float* q, int num_heads, const PagedKVLayer& kv,
+                          const AttentionBatch& batch, const float* out);
+
+// paged_attention with an explicit tile implementation (tests run every one).
+void paged_attention_with(const TileOps& ops, const float* q /*[T,H,D]*/, int num_heads,
+                          const PagedKVLayer& kv, const AttentionBatch& batch, float scale,
+                          float* out /*[T,H,D]*/);
+
+}  // namespace vlm::attn

@@ -1,0 +1,26 @@
+// The two paths behind linear() (kernels/gemm.h), exposed for tests and benchmarks; model code
+// calls linear(). Same preconditions as linear(), checked there, not here.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/tensor.h"
+
+namespace vlm::gemm_detail {
+
+// Rows of x handled together by one pass of the small-M kernel (larger M runs several passes).
+constexpr int64_t kMaxRowGroup = 8;
+
+// Streaming kernel: for each group of up to kMaxRowGroup rows of x, reads every weight row once
+// (converting 16-bit W to f32 in registers) and writes y[group, n] for all n; parallel over N.
+// AVX-512 when use_avx512(), portable code otherwise. Any M >= 1, K >= 1.
+void linear_small_m(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                    const float* bias /*[N] or null*/, float* y /*[M,N]*/);
+
+// OpenBLAS sgemm over N-panels of W, one panel per pool task. A 16-bit panel is first converted
+// into a thread-local f32 buffer of panel_rows * K floats. panel_rows = 0 picks a size from M
+// and K; F32 W is never copied. Any M >= 1, K >= 1.
+void linear_blas(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                 const float* bias /*[N] or null*/, float* y /*[M,N]*/, int64_t panel_rows = 0);
+
+}  // namespace vlm::gemm_detail
