@@ -154,6 +154,7 @@ int run(const Options& o) {
   std::string ids;
   for (size_t i = 0; i < generated.size(); ++i) ids += (i ? "," : "") + std::to_string(generated[i]);
   std::printf("generated: %s\n", ids.c_str());
+  std::fflush(stdout);
   std::fprintf(stderr, "prompt %zu tokens in %.3f s; %zu tokens generated in %.3f s\n", o.prompt.size(),
                prefill_s, generated.size(), total_s - prefill_s);
   return 0;
