@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 namespace vlm {
@@ -94,6 +96,31 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 
 SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(map_, size_);
+}
+
+}  // namespace vlm
+
+namespace vlm {
+
+void write_safetensors(const std::string& path, const std::map<std::string, TensorView>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    std::vector<int64_t> shape(t.shape.dims.begin(), t.shape.dims.begin() + t.shape.ndim);
+    const auto bytes = static_cast<uint64_t>(t.nbytes());
+    header[name] = {{"dtype", dtype_name(t.dtype)}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string h = header.dump();
+  h.resize((h.size() + 8 + 7) / 8 * 8 - 8, ' ');  // pad so the data starts 8-byte aligned
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw LoadError(path + ": cannot open for writing");
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((static_cast<uint64_t>(h.size()) >> (8 * i)) & 0xff);
+  out.write(len, 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const auto& [name, t] : tensors) out.write(static_cast<const char*>(t.data), t.nbytes());
+  if (!out) throw LoadError(path + ": write failed");
 }
 
 }  // namespace vlm

@@ -36,3 +36,11 @@ class SafetensorsFile {
 };
 
 }  // namespace vlm
+
+namespace vlm {
+
+// Writes `tensors` (name -> view) to `path` in the safetensors format, data 8-byte aligned, in
+// name order. Throws LoadError naming the file when it cannot be written.
+void write_safetensors(const std::string& path, const std::map<std::string, TensorView>& tensors);
+
+}  // namespace vlm

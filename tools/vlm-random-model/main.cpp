@@ -1,0 +1,129 @@
+// vlm-random-model: writes a Hugging Face-style checkpoint directory (config.json +
+// model.safetensors) with random weights in the shape of a real model, for benchmarks and
+// load tests without downloading anything.
+//   vlm-random-model --out DIR [--preset qwen2-0.5b|llama-3.2-1b|qwen2-7b] [--dtype bf16|f16|f32]
+//                    [--layers N] [--seed S]
+// Weights ~ N(0, 0.02) (norm scales 1): the numbers are meaningless, the shapes and bytes real.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "kernels/tensor.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+
+namespace {
+
+using nlohmann::json;
+
+json preset(const std::string& name) {
+  if (name == "qwen2-0.5b")
+    return {{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"}, {"vocab_size", 151936},
+            {"hidden_size", 896}, {"intermediate_size", 4864}, {"num_hidden_layers", 24},
+            {"num_attention_heads", 14}, {"num_key_value_heads", 2}, {"max_position_embeddings", 32768},
+            {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0}, {"tie_word_embeddings", true},
+            {"use_sliding_window", false}, {"hidden_act", "silu"}, {"bos_token_id", 151643},
+            {"eos_token_id", 151645}};
+  if (name == "qwen2-7b")
+    return {{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"}, {"vocab_size", 152064},
+            {"hidden_size", 3584}, {"intermediate_size", 18944}, {"num_hidden_layers", 28},
+            {"num_attention_heads", 28}, {"num_key_value_heads", 4}, {"max_position_embeddings", 32768},
+            {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0}, {"tie_word_embeddings", false},
+            {"use_sliding_window", false}, {"hidden_act", "silu"}, {"bos_token_id", 151643},
+            {"eos_token_id", 151645}};
+  if (name == "llama-3.2-1b")
+    return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 128256},
+            {"hidden_size", 2048}, {"intermediate_size", 8192}, {"num_hidden_layers", 16},
+            {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 64},
+            {"max_position_embeddings", 131072}, {"rms_norm_eps", 1e-5}, {"rope_theta", 500000.0},
+            {"tie_word_embeddings", true}, {"hidden_act", "silu"}, {"bos_token_id", 128000},
+            {"eos_token_id", {128001, 128008, 128009}},
+            {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}};
+  std::fprintf(stderr, "unknown preset '%s' (qwen2-0.5b, qwen2-7b, llama-3.2-1b)\n", name.c_str());
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out, preset_name = "qwen2-0.5b", dtype_name_arg = "bf16";
+  int layers = 0;
+  unsigned seed = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) { std::fprintf(stderr, "%s needs a value\n", a.c_str()); return 2; }
+    std::string v = argv[++i];
+    if (a == "--out") out = v;
+    else if (a == "--preset") preset_name = v;
+    else if (a == "--dtype") dtype_name_arg = v;
+    else if (a == "--layers") layers = std::atoi(v.c_str());
+    else if (a == "--seed") seed = static_cast<unsigned>(std::atoi(v.c_str()));
+    else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
+  }
+  vlm::DType dtype;
+  if (out.empty() || !vlm::parse_float_dtype_name(dtype_name_arg, &dtype)) {
+    std::fprintf(stderr, "usage: vlm-random-model --out DIR [--preset P] [--dtype bf16|f16|f32] [--layers N] [--seed S]\n");
+    return 2;
+  }
+  json cfg = preset(preset_name);
+  if (layers > 0) cfg["num_hidden_layers"] = layers;
+  cfg["torch_dtype"] = dtype == vlm::DType::F32 ? "float32" : dtype == vlm::DType::F16 ? "float16" : "bfloat16";
+  const vlm::ModelConfig c = vlm::ModelConfig::from_json(cfg, "preset " + preset_name);
+
+  std::map<std::string, vlm::Tensor> owned;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  auto add = [&](const std::string& name, vlm::Shape shape, bool ones = false) {
+    vlm::Tensor t = vlm::Tensor::empty(shape, dtype);
+    std::vector<float> row(static_cast<size_t>(shape[shape.ndim - 1]));
+    const int64_t rows = shape.numel() / static_cast<int64_t>(row.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& x : row) x = ones ? 1.0f : normal(rng);
+      vlm::convert_from_f32(row.data(), dtype,
+                            static_cast<char*>(t.data()) + r * static_cast<int64_t>(row.size()) * vlm::dtype_size(dtype),
+                            static_cast<int64_t>(row.size()));
+    }
+    owned.emplace(name, std::move(t));
+  };
+  const int64_t C = c.hidden_size, I = c.intermediate_size, QD = c.num_heads * c.head_dim,
+                KD = c.num_kv_heads * c.head_dim;
+  add("model.embed_tokens.weight", {c.vocab_size, C});
+  add("model.norm.weight", {C}, true);
+  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, C});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {C}, true);
+    add(p + "post_attention_layernorm.weight", {C}, true);
+    add(p + "self_attn.q_proj.weight", {QD, C});
+    add(p + "self_attn.k_proj.weight", {KD, C});
+    add(p + "self_attn.v_proj.weight", {KD, C});
+    add(p + "self_attn.o_proj.weight", {C, QD});
+    if (c.qkv_bias) {
+      add(p + "self_attn.q_proj.bias", {QD});
+      add(p + "self_attn.k_proj.bias", {KD});
+      add(p + "self_attn.v_proj.bias", {KD});
+    }
+    add(p + "mlp.gate_proj.weight", {I, C});
+    add(p + "mlp.up_proj.weight", {I, C});
+    add(p + "mlp.down_proj.weight", {C, I});
+  }
+  std::filesystem::create_directories(out);
+  std::map<std::string, vlm::TensorView> views;
+  int64_t bytes = 0;
+  for (const auto& [name, t] : owned) {
+    views.emplace(name, t.view());
+    bytes += t.nbytes();
+  }
+  vlm::write_safetensors(out + "/model.safetensors", views);
+  std::ofstream(out + "/config.json") << cfg.dump(2) << "\n";
+  std::printf("wrote %s: %s, %zu tensors, %.1f MiB\n", out.c_str(), preset_name.c_str(), views.size(),
+              static_cast<double>(bytes) / (1 << 20));
+  return 0;
+}
