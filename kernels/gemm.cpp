@@ -11,6 +11,7 @@
 #include <new>
 
 #include "kernels/check.h"
+#include "kernels/cpu_features.h"
 #include "kernels/gemm_internal.h"
 #include "kernels/thread_pool.h"
 
@@ -113,7 +114,7 @@ void linear(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
       for (int64_t n = 0; n < N; ++n) y[m * N + n] = bias ? bias[n] : 0.0f;
     return;
   }
-  if (M <= kSmallM)
+  if (M <= (use_avx512() ? kSmallM : kSmallMPortable))
     gemm_detail::linear_small_m(x, M, W, bias, y);
   else
     gemm_detail::linear_blas(x, M, W, bias, y);
