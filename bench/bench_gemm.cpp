@@ -138,6 +138,8 @@ void register_all() {
 int main(int argc, char** argv) {
   vlm::set_num_threads(kThreads);
   benchmark::Initialize(&argc, argv);
+  // OpenBLAS picks its kernels at run time; OPENBLAS_CORETYPE overrides (e.g. Haswell = AVX2).
+  benchmark::AddCustomContext("openblas_core", openblas_get_corename());
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   data();  // build the inputs outside the timed runs
   register_all();
