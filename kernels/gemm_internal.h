@@ -21,8 +21,8 @@ void linear_small_m(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[
                     const float* bias /*[N] or null*/, float* y /*[M,N]*/, int64_t row_group = 0);
 
 // OpenBLAS sgemm over N-panels of W, one panel per pool task. A 16-bit panel is first converted
-// into a thread-local f32 buffer of panel_rows * K floats. panel_rows = 0 picks a size from M
-// and K; F32 W is never copied. Any M >= 1, K >= 1.
+// into a thread-local f32 buffer of panel_rows * K floats (<= 256 rows, ~4 MB); panel_rows = 0
+// picks the size from N, K, the dtype and the thread count. F32 W is never copied. Any M, K >= 1.
 void linear_blas(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
                  const float* bias /*[N] or null*/, float* y /*[M,N]*/, int64_t panel_rows = 0);
 
