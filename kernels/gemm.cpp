@@ -11,6 +11,7 @@
 #include <new>
 
 #include "kernels/check.h"
+#include "kernels/cpu_features.h"
 #include "kernels/gemm_internal.h"
 #include "kernels/thread_pool.h"
 
@@ -103,6 +104,11 @@ void linear_blas(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K
 
 }  // namespace gemm_detail
 
+int64_t small_m_limit(DType w_dtype) {
+  if (!use_avx512()) return kSmallMPortable;
+  return w_dtype == DType::F32 ? kSmallM : kSmallM16Bit;
+}
+
 void linear(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
             const float* bias /*[N] or null*/, float* y /*[M,N]*/) {
   check_linear_args(x, M, W, bias, y);
@@ -113,7 +119,7 @@ void linear(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
       for (int64_t n = 0; n < N; ++n) y[m * N + n] = bias ? bias[n] : 0.0f;
     return;
   }
-  if (M <= kSmallM)
+  if (M <= small_m_limit(W.dtype))
     gemm_detail::linear_small_m(x, M, W, bias, y);
   else
     gemm_detail::linear_blas(x, M, W, bias, y);

@@ -116,13 +116,28 @@ TEST(Gemm, LinearMatchesReference) {
   for_each_problem([](const Problem& p) { check_against_ref(p, linear); });
 }
 
-TEST(Gemm, SmallMPathMatchesReferenceAtEveryM) {
-  for_each_problem([](const Problem& p) { check_against_ref(p, gemm_detail::linear_small_m); });
+TEST(Gemm, LinearWithoutAvx512MatchesReference) {
+  set_avx512_enabled(false);
+  for_each_problem([](const Problem& p) { check_against_ref(p, linear); });
+  set_avx512_enabled(true);
+}
+
+template <int64_t kGroup>
+void small_m_with_group(const float* x, int64_t M, const TensorView& W, const float* b, float* y) {
+  gemm_detail::linear_small_m(x, M, W, b, y, kGroup);
+}
+
+TEST(Gemm, SmallMPathMatchesReferenceAtEveryMAndRowGroup) {
+  for (Fn fn : {small_m_with_group<0>, small_m_with_group<1>, small_m_with_group<2>,
+                small_m_with_group<3>, small_m_with_group<5>, small_m_with_group<6>,
+                small_m_with_group<7>, small_m_with_group<8>})
+    for_each_problem([fn](const Problem& p) { check_against_ref(p, fn); });
 }
 
 TEST(Gemm, SmallMPortablePathMatchesReference) {
   set_avx512_enabled(false);
-  for_each_problem([](const Problem& p) { check_against_ref(p, gemm_detail::linear_small_m); });
+  for (Fn fn : {small_m_with_group<0>, small_m_with_group<8>})
+    for_each_problem([fn](const Problem& p) { check_against_ref(p, fn); });
   set_avx512_enabled(true);
 }
 
