@@ -5,6 +5,17 @@
 namespace vlm {
 
 namespace {
+std::atomic<bool> g_avx512_enabled{true};
+}  // namespace
+
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+#else
+  return false;
+#endif
+}
 
 bool cpu_has_avx512() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,10 +29,6 @@ bool cpu_has_avx512() {
   return false;
 #endif
 }
-
-std::atomic<bool> g_avx512_enabled{true};
-
-}  // namespace
 
 bool use_avx512() { return g_avx512_enabled.load(std::memory_order_relaxed) && cpu_has_avx512(); }
 

@@ -8,8 +8,13 @@ namespace vlm {
 // The attribute for functions that use AVX-512 F/BW/VL (and F16C) intrinsics.
 #define VLM_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma")))
 
-// True when the CPU (and OS) support AVX-512 F, BW and VL, and the path was not switched off
-// with set_avx512_enabled(false).
+// What the CPU (and OS) support: AVX-512 F/BW/VL with F16C and FMA; AVX2 with FMA.
+// Fixed for the process; checked once.
+bool cpu_has_avx512();
+bool cpu_has_avx2_fma();
+
+// True when cpu_has_avx512() and the path was not switched off with set_avx512_enabled(false).
+// Every kernel with an AVX-512 path asks this, so one switch selects the portable code everywhere.
 bool use_avx512();
 
 // Tests only: switches the AVX-512 paths off (false) or back on where the CPU has them (true),

@@ -1,6 +1,8 @@
 // Portable scalar row kernels and the run-time choice of the best table (see row_kernels.h).
 #include "kernels/row_kernels.h"
 
+#include "kernels/cpu_features.h"
+
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -74,23 +76,17 @@ const RowKernels* row_kernels_for(Isa isa) {
     case Isa::Scalar: return &kRowKernelsScalar;
 #if defined(__x86_64__) || defined(__i386__)
     case Isa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &kRowKernelsAvx2
-                                                                              : nullptr;
+      return cpu_has_avx2_fma() ? &kRowKernelsAvx2 : nullptr;
     case Isa::Avx512:
-      return __builtin_cpu_supports("avx512f") ? &kRowKernelsAvx512 : nullptr;
+      return cpu_has_avx512() ? &kRowKernelsAvx512 : nullptr;
 #endif
     default: return nullptr;
   }
 }
 
 const RowKernels& row_kernels() {
-  static const RowKernels* best = [] {
-    for (Isa isa : {Isa::Avx512, Isa::Avx2}) {
-      if (const RowKernels* k = row_kernels_for(isa)) return k;
-    }
-    return &kRowKernelsScalar;
-  }();
-  return *best;
+  if (use_avx512()) return kRowKernelsAvx512;
+  return cpu_has_avx2_fma() ? kRowKernelsAvx2 : kRowKernelsScalar;
 }
 
 }  // namespace vlm

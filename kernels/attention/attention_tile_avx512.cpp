@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "kernels/attention/paged_attention_internal.h"
+#include "kernels/cpu_features.h"
 
 #define VLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
@@ -281,10 +282,7 @@ VLM_AVX512 void pv_avx512(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, 
 
 const TileOps* tile_ops_avx512() {
   static const TileOps ops{"avx512", load_kv_avx512, scores_avx512, softmax_avx512, pv_avx512};
-  __builtin_cpu_init();
-  const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512vl");
-  return ok ? &ops : nullptr;
+  return cpu_has_avx512() ? &ops : nullptr;
 }
 
 }  // namespace vlm::attn

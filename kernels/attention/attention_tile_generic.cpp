@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/attention/paged_attention_internal.h"
+#include "kernels/cpu_features.h"
 
 namespace vlm::attn {
 namespace {
@@ -95,11 +96,8 @@ const TileOps& tile_ops_generic() {
 }
 
 const TileOps& tile_ops_best() {
-  static const TileOps* best = [] {
-    const TileOps* a = tile_ops_avx512();
-    return a ? a : &tile_ops_generic();
-  }();
-  return *best;
+  const TileOps* a = use_avx512() ? tile_ops_avx512() : nullptr;
+  return a ? *a : tile_ops_generic();
 }
 
 }  // namespace vlm::attn
