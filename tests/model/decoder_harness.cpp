@@ -3,8 +3,12 @@
 #include <cmath>
 
 #include "kernels/check.h"
+#include "kernels/log.h"
 
 namespace vlm::testing {
+
+// Keep test output readable: model loading logs at info level.
+[[maybe_unused]] static const bool kQuietLogs = (spdlog::set_level(spdlog::level::warn), true);
 
 int Reference::num_prompts() const {
   int n = 0;
