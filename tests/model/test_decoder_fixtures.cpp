@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu_features.h"
-#include "tests/model/decoder_harness.h"
+#include "tests/support/decoder_harness.h"
 
 namespace vlm::testing {
 namespace {

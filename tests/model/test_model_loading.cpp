@@ -12,7 +12,7 @@
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
-#include "tests/model/decoder_harness.h"
+#include "tests/support/decoder_harness.h"
 
 namespace vlm {
 namespace {

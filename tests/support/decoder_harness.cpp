@@ -1,4 +1,4 @@
-#include "tests/model/decoder_harness.h"
+#include "tests/support/decoder_harness.h"
 
 #include <cmath>
 
