@@ -1,0 +1,260 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "kernels/check.h"
+
+namespace vlm {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw RequestError(400, "invalid_request_error", message, param);
+}
+
+// Typed optional getters: absent or null -> nullopt; wrong type -> 400 naming the field.
+std::optional<double> get_number(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) bad(key, std::string("'") + key + "' must be a number");
+  const double v = it->get<double>();
+  if (!std::isfinite(v)) bad(key, std::string("'") + key + "' must be finite");
+  return v;
+}
+
+std::optional<int64_t> get_int(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    if (d != std::floor(d)) bad(key, std::string("'") + key + "' must be an integer");
+    return static_cast<int64_t>(d);
+  }
+  if (!it->is_number_integer()) bad(key, std::string("'") + key + "' must be an integer");
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    bad(key, std::string("'") + key + "' is out of range");
+  return it->get<int64_t>();
+}
+
+std::optional<bool> get_bool(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) bad(key, std::string("'") + key + "' must be a boolean");
+  return it->get<bool>();
+}
+
+std::optional<std::string> get_string(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) bad(key, std::string("'") + key + "' must be a string");
+  return it->get<std::string>();
+}
+
+int checked_int(const json& j, const char* key, int64_t lo, int64_t hi, int64_t fallback) {
+  const int64_t v = get_int(j, key).value_or(fallback);
+  if (v < lo || v > hi)
+    bad(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
+  return static_cast<int>(v);
+}
+
+std::vector<int32_t> token_ids(const json& arr, const std::string& param) {
+  std::vector<int32_t> ids;
+  for (const auto& v : arr) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+      bad(param, "'" + param + "' must hold non-negative token ids");
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  return ids;
+}
+
+void parse_sampling(const json& j, const SamplingDefaults& d, ApiKind kind, ApiRequest& r) {
+  SamplingParams& p = r.params;
+  p.n = checked_int(j, "n", 1, 128, 1);
+  p.temperature = static_cast<float>(get_number(j, "temperature").value_or(d.temperature.value_or(1.0)));
+  p.top_p = static_cast<float>(get_number(j, "top_p").value_or(d.top_p.value_or(1.0)));
+  p.top_k = static_cast<int>(get_int(j, "top_k").value_or(d.top_k.value_or(0)));
+  p.min_p = static_cast<float>(get_number(j, "min_p").value_or(d.min_p.value_or(0.0)));
+  p.repetition_penalty = static_cast<float>(get_number(j, "repetition_penalty").value_or(d.repetition_penalty.value_or(1.0)));
+  p.presence_penalty = static_cast<float>(get_number(j, "presence_penalty").value_or(0.0));
+  p.frequency_penalty = static_cast<float>(get_number(j, "frequency_penalty").value_or(0.0));
+  if (auto seed = get_int(j, "seed")) p.seed = static_cast<uint64_t>(*seed);
+  std::optional<int64_t> max_tokens = get_int(j, "max_tokens");
+  const char* max_field = "max_tokens";
+  if (kind == ApiKind::Chat) {
+    if (auto mct = get_int(j, "max_completion_tokens")) {
+      max_tokens = mct;
+      max_field = "max_completion_tokens";
+    }
+  }
+  if (max_tokens) {
+    if (*max_tokens < 1 || *max_tokens > INT32_MAX)
+      bad(max_field, std::string("'") + max_field + "' must be at least 1, got " + std::to_string(*max_tokens));
+    p.max_tokens = static_cast<int>(*max_tokens);
+  }
+  p.min_tokens = checked_int(j, "min_tokens", 0, INT32_MAX, 0);
+  p.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
+  p.skip_special_tokens = get_bool(j, "skip_special_tokens").value_or(true);
+  p.include_stop_str_in_output = get_bool(j, "include_stop_str_in_output").value_or(false);
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      p.stop.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      for (const auto& s : *it) {
+        if (!s.is_string()) bad("stop", "'stop' must be a string or a list of strings");
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or a list of strings");
+    }
+    for (const auto& s : p.stop)
+      if (s.empty()) bad("stop", "'stop' strings must not be empty");
+  }
+  if (auto it = j.find("stop_token_ids"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    p.stop_token_ids = token_ids(*it, "stop_token_ids");
+  }
+  if (kind == ApiKind::Chat) {
+    r.chat_logprobs = get_bool(j, "logprobs").value_or(false);
+    const int top = checked_int(j, "top_logprobs", 0, 20, 0);
+    if (top > 0 && !r.chat_logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (r.chat_logprobs) p.logprobs = top;
+  } else {
+    auto it = j.find("logprobs");
+    if (it != j.end() && !it->is_null()) {
+      if (it->is_boolean()) bad("logprobs", "'logprobs' must be an integer for completions");
+      p.logprobs = checked_int(j, "logprobs", 0, 20, 0);
+    }
+  }
+}
+
+void parse_messages(const json& j, ApiRequest& r) {
+  auto it = j.find("messages");
+  if (it == j.end()) bad("messages", "'messages' is required");
+  if (!it->is_array() || it->empty()) bad("messages", "'messages' must be a non-empty list");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) bad(where, where + " must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) bad(where + ".role", where + ".role must be a string");
+    const std::string rs = role->get<std::string>();
+    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer")
+      bad(where + ".role", "unknown role '" + rs + "' in " + where);
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (rs != "assistant") bad(where + ".content", where + ".content is required");
+      continue;
+    }
+    if (content->is_string()) continue;
+    if (!content->is_array()) bad(where + ".content", where + ".content must be a string or a list of parts");
+    for (size_t k = 0; k < content->size(); ++k) {
+      const json& part = (*content)[k];
+      const std::string pw = where + ".content[" + std::to_string(k) + "]";
+      if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+        bad(pw, pw + " must be an object with a 'type'");
+      const std::string type = part["type"].get<std::string>();
+      if (type == "text") {
+        if (!part.contains("text") || !part["text"].is_string()) bad(pw + ".text", pw + ".text must be a string");
+      } else if (type == "image_url" || type == "video_url") {
+        const json& u = part.contains(type) ? part[type] : json();
+        const bool ok = u.is_string() || (u.is_object() && u.contains("url") && u["url"].is_string());
+        if (!ok) bad(pw + "." + type, pw + "." + type + " must be a URL string or {\"url\": ...}");
+      } else {
+        bad(pw + ".type", "unsupported content part type '" + type + "' in " + pw);
+      }
+    }
+  }
+  r.messages = *it;
+}
+
+void parse_prompts(const json& j, ApiRequest& r) {
+  auto it = j.find("prompt");
+  if (it == j.end() || it->is_null()) bad("prompt", "'prompt' is required");
+  const json& p = *it;
+  if (p.is_string()) {
+    r.prompts.push_back({p.get<std::string>(), {}});
+  } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+    r.prompts.push_back({std::nullopt, token_ids(p, "prompt")});
+  } else if (p.is_array() && !p.empty()) {
+    for (const auto& e : p) {
+      if (e.is_string()) r.prompts.push_back({e.get<std::string>(), {}});
+      else if (e.is_array() && !e.empty()) r.prompts.push_back({std::nullopt, token_ids(e, "prompt")});
+      else bad("prompt", "'prompt' must be a string, a list of strings, token ids, or a list of token-id lists");
+    }
+  } else {
+    bad("prompt", "'prompt' must be a non-empty string, list of strings, or token ids");
+  }
+  for (const auto& cp : r.prompts)
+    if (cp.text && cp.text->empty()) bad("prompt", "'prompt' must not be empty");
+  if (r.prompts.size() > 64) bad("prompt", "at most 64 prompts per request");
+}
+
+}  // namespace
+
+SamplingDefaults SamplingDefaults::load(const std::string& model_dir) {
+  SamplingDefaults d;
+  const std::string path = model_dir + "/generation_config.json";
+  std::ifstream in(path);
+  if (!in) return d;
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw LoadError(path + ": invalid JSON: " + e.what());
+  }
+  auto num = [&](const char* k) -> std::optional<double> {
+    return j.contains(k) && j[k].is_number() ? std::optional<double>(j[k].get<double>()) : std::nullopt;
+  };
+  // transformers only samples when do_sample is true; greedy otherwise (vLLM reads the values
+  // regardless; we follow vLLM).
+  if (auto v = num("temperature")) d.temperature = static_cast<float>(*v);
+  if (auto v = num("top_p")) d.top_p = static_cast<float>(*v);
+  if (auto v = num("min_p")) d.min_p = static_cast<float>(*v);
+  if (auto v = num("repetition_penalty")) d.repetition_penalty = static_cast<float>(*v);
+  if (auto v = num("top_k")) d.top_k = static_cast<int>(*v);
+  return d;
+}
+
+ApiRequest parse_api_request(ApiKind kind, std::string_view body, const SamplingDefaults& defaults) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception&) {
+    bad("", "request body is not valid JSON");
+  }
+  if (!j.is_object()) bad("", "request body must be a JSON object");
+  ApiRequest r;
+  r.kind = kind;
+  r.model = get_string(j, "model").value_or("");
+  r.stream = get_bool(j, "stream").value_or(false);
+  if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!r.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+    if (!it->is_object()) bad("stream_options", "'stream_options' must be an object");
+    r.include_usage = get_bool(*it, "include_usage").value_or(false);
+  }
+  parse_sampling(j, defaults, kind, r);
+  if (kind == ApiKind::Chat) {
+    parse_messages(j, r);
+    r.add_generation_prompt = get_bool(j, "add_generation_prompt").value_or(true);
+    r.continue_final_message = get_bool(j, "continue_final_message").value_or(false);
+    if (r.add_generation_prompt && r.continue_final_message)
+      bad("continue_final_message", "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+    if (auto it = j.find("chat_template_kwargs"); it != j.end() && !it->is_null()) {
+      if (!it->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+      r.chat_template_kwargs = *it;
+    }
+  } else {
+    parse_prompts(j, r);
+    r.echo = get_bool(j, "echo").value_or(false);
+    r.suffix = get_string(j, "suffix").value_or("");
+    if (!r.suffix.empty()) bad("suffix", "'suffix' is not supported");
+    r.return_token_ids = get_bool(j, "return_token_ids").value_or(false);
+  }
+  if (r.stream && r.params.n > 1 && r.kind == ApiKind::Completion && r.prompts.size() > 1)
+    bad("n", "streaming several prompts with n > 1 is not supported");
+  return r;
+}
+
+}  // namespace vlm

@@ -1,0 +1,58 @@
+// OpenAI request bodies -> native requests. JSON stays in server/ (DESIGN.md, principle 2).
+// Field rules follow vLLM's OpenAI server: unknown fields are ignored; a field of the wrong type
+// or out of range is a 400 naming it; `stream_options` without `stream` is a 400.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampling_params.h"
+
+namespace vlm {
+
+enum class ApiKind { Chat, Completion };
+
+// Defaults from the checkpoint's generation_config.json (fields it sets), applied where the
+// request leaves a field out, as vLLM does with --generation-config auto.
+struct SamplingDefaults {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int> top_k;
+  // Reads DIR/generation_config.json; a missing file gives no defaults. Throws LoadError for
+  // an unreadable or invalid file.
+  static SamplingDefaults load(const std::string& model_dir);
+};
+
+// A prompt of /v1/completions: text, or token ids.
+struct CompletionPrompt {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
+struct ApiRequest {
+  ApiKind kind = ApiKind::Chat;
+  std::string model;  // may be empty: the served model
+  bool stream = false;
+  bool include_usage = false;       // stream_options.include_usage
+  SamplingParams params;
+  // Chat
+  nlohmann::json messages;          // validated: array of {role, content}
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+  bool chat_logprobs = false;       // chat: logprobs (bool) with top_logprobs
+  // Completions
+  std::vector<CompletionPrompt> prompts;
+  bool echo = false;
+  std::string suffix;
+  bool return_token_ids = false;    // vLLM extension: token ids in the response
+};
+
+// Parses and validates a request body. Throws RequestError(400, "invalid_request_error",
+// message, param) for invalid JSON, a wrong type, or an out-of-range value.
+ApiRequest parse_api_request(ApiKind kind, std::string_view body, const SamplingDefaults& defaults);
+
+}  // namespace vlm
