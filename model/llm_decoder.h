@@ -26,6 +26,7 @@ class LlmDecoder {
   LlmDecoder(ModelConfig config, WeightStore weights);
 
   const ModelConfig& config() const { return config_; }
+  const WeightStore& weights() const { return weights_; }
 
   // Runs every layer over the batch: writes each token's K/V to its slot of kv_layers[l], and
   // returns the logits of the rows batch.logits_indices as logits[L, V] (resized).

@@ -1,0 +1,300 @@
+#include "server/api_server.h"
+
+#include <chrono>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/check.h"
+#include "kernels/log.h"
+#include "server/completion_stream.h"
+
+namespace vlm {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message, int status = 400,
+                      const std::string& type = "invalid_request_error") {
+  throw RequestError(status, type, message, param);
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string random_hex(uint64_t salt) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ (salt * 0x9e3779b97f4a7c15ull));
+  return fmt::format("{:016x}", rng());
+}
+
+json parse_object(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception&) {
+    bad("", "request body is not valid JSON");
+  }
+  if (!j.is_object()) bad("", "request body must be a JSON object");
+  return j;
+}
+
+class TokenizerTextDecoder : public TextDecoder {
+ public:
+  TokenizerTextDecoder(const Tokenizer& tok, bool skip, std::span<const int32_t> prompt) : d_(tok, skip, prompt) {}
+  std::string push(int32_t id) override { return d_.push(id); }
+  std::string flush() override { return d_.flush(); }
+
+ private:
+  IncrementalDetokenizer d_;
+};
+
+class TokenizerTextDecoderFactory : public TextDecoderFactory {
+ public:
+  explicit TokenizerTextDecoderFactory(std::shared_ptr<const Tokenizer> t) : tok_(std::move(t)) {}
+  std::unique_ptr<TextDecoder> make(std::span<const int32_t> prompt_ids, bool skip_special) const override {
+    return std::make_unique<TokenizerTextDecoder>(*tok_, skip_special, prompt_ids);
+  }
+
+ private:
+  std::shared_ptr<const Tokenizer> tok_;
+};
+
+}  // namespace
+
+std::shared_ptr<const TextDecoderFactory> make_text_decoder_factory(std::shared_ptr<const Tokenizer> tokenizer) {
+  if (!tokenizer) return nullptr;
+  return std::make_shared<TokenizerTextDecoderFactory>(std::move(tokenizer));
+}
+
+ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_ptr<const Tokenizer> tokenizer,
+                     std::optional<ChatTemplate> chat_template, SamplingDefaults defaults)
+    : options_(std::move(options)), engine_(engine), tokenizer_(std::move(tokenizer)),
+      chat_template_(std::move(chat_template)), defaults_(defaults) {
+  using T = MetricsRegistry::Type;
+  auto& m = metrics_;
+  m.declare("vllm:num_requests_running", T::Gauge, "Number of requests in model execution batches.");
+  m.declare("vllm:num_requests_waiting", T::Gauge, "Number of requests waiting to be processed.");
+  m.declare("vllm:kv_cache_usage_perc", T::Gauge, "KV-cache usage. 1 means 100 percent usage.");
+  m.declare("vllm:prompt_tokens_total", T::Counter, "Number of prefill tokens processed.");
+  m.declare("vllm:generation_tokens_total", T::Counter, "Number of generation tokens processed.");
+  m.declare("vllm:num_preemptions_total", T::Counter, "Cumulative number of preemptions from the engine.");
+  m.declare("vllm:request_success_total", T::Counter, "Count of successfully processed requests.");
+  m.declare("vllm:time_to_first_token_seconds", T::Histogram, "Histogram of time to first token in seconds.",
+            MetricsRegistry::latency_buckets());
+  m.declare("vllm:inter_token_latency_seconds", T::Histogram, "Histogram of inter-token latency in seconds.",
+            MetricsRegistry::token_latency_buckets());
+  m.declare("vllm:e2e_request_latency_seconds", T::Histogram, "Histogram of e2e request latency in seconds.",
+            MetricsRegistry::latency_buckets());
+  m.declare("vllm:request_prompt_tokens", T::Histogram, "Number of prefill tokens processed.",
+            {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000});
+  m.declare("vllm:request_generation_tokens", T::Histogram, "Number of generation tokens processed.",
+            {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000});
+}
+
+void ApiServer::register_routes(Router& router) {
+  router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return chat(r); });
+  router.add("POST", "/v1/completions", [this](const HttpRequest& r) { return completions(r); });
+  router.add("GET", "/v1/models", [this](const HttpRequest& r) { return models(r); });
+  router.add("GET", "/health", [this](const HttpRequest& r) { return health(r); });
+  router.add("POST", "/tokenize", [this](const HttpRequest& r) { return tokenize(r); });
+  router.add("POST", "/detokenize", [this](const HttpRequest& r) { return detokenize(r); });
+  router.add("GET", "/metrics", [this](const HttpRequest& r) { return metrics_text(r); });
+  router.add("GET", "/version", [](const HttpRequest&) { return HttpReply::json(200, R"({"version":"0.1.0"})"); });
+}
+
+void ApiServer::admit(const HttpRequest& req, const std::string& model) const {
+  if (!options_.api_key.empty() && req.header("authorization") != "Bearer " + options_.api_key)
+    bad("", "invalid or missing API key", 401, "authentication_error");
+  if (!ready_ || draining_) bad("", draining_ ? "server is shutting down" : "model is loading", 503, "unavailable_error");
+  if (req.method == "POST") {
+    const std::string& ct = req.header("content-type");
+    if (ct.rfind("application/json", 0) != 0)
+      bad("", "Content-Type must be application/json, got '" + ct + "'", 415);
+  }
+  if (!model.empty() && model != options_.served_model_name)
+    bad("model", "The model '" + model + "' does not exist.", 404, "not_found_error");
+}
+
+const Tokenizer& ApiServer::need_tokenizer(const std::string& what) const {
+  if (!tokenizer_) bad("", what + " needs a tokenizer, and the model directory has no tokenizer.json");
+  return *tokenizer_;
+}
+
+std::vector<int32_t> ApiServer::render_chat(const ApiRequest& r) const {
+  const Tokenizer& tok = need_tokenizer("chat");
+  if (!chat_template_) bad("messages", "the model has no chat template; use /v1/completions");
+  for (const auto& m : r.messages)
+    if (m.contains("content") && m["content"].is_array())
+      for (const auto& part : m["content"])
+        if (part["type"] != "text")
+          bad("messages", "this model does not accept " + part["type"].get<std::string>() + " input");
+  json context = r.chat_template_kwargs;
+  context["add_generation_prompt"] = r.add_generation_prompt;
+  context["bos_token"] = tok.bos_token();
+  context["eos_token"] = tok.eos_token();
+  std::string prompt = chat_template_->render(r.messages, context);
+  if (r.continue_final_message) {
+    // Cut the rendering after the final message's text (as vLLM does).
+    const json& last = r.messages.back()["content"];
+    const std::string text = last.is_string() ? last.get<std::string>() : "";
+    const size_t at = text.empty() ? std::string::npos : prompt.rfind(text);
+    if (at != std::string::npos) prompt.resize(at + text.size());
+  }
+  // The template writes the special tokens itself (vLLM: add_special_tokens=false for chat).
+  return tok.encode(prompt, /*add_special_tokens=*/false);
+}
+
+HttpReply ApiServer::chat(const HttpRequest& req) {
+  ApiRequest r = parse_api_request(ApiKind::Chat, req.body, defaults_);
+  admit(req, r.model);
+  std::vector<std::vector<int32_t>> prompts{render_chat(r)};
+  return respond(r, std::move(prompts), {}, "chatcmpl-");
+}
+
+HttpReply ApiServer::completions(const HttpRequest& req) {
+  ApiRequest r = parse_api_request(ApiKind::Completion, req.body, defaults_);
+  admit(req, r.model);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echo;
+  for (const auto& p : r.prompts) {
+    if (p.text) prompts.push_back(need_tokenizer("a text prompt").encode(*p.text, true));
+    else prompts.push_back(p.ids);
+    if (r.echo) echo.push_back(p.text ? *p.text : (tokenizer_ ? tokenizer_->decode(p.ids) : ""));
+  }
+  return respond(r, std::move(prompts), std::move(echo), "cmpl-");
+}
+
+HttpReply ApiServer::respond(const ApiRequest& r, std::vector<std::vector<int32_t>> prompts,
+                             std::vector<std::string> echo_prefix, const std::string& id_prefix) {
+  ResponseMeta meta;
+  meta.kind = r.kind;
+  meta.id = id_prefix + random_hex(next_id_++);
+  meta.created = unix_now();
+  meta.model = options_.served_model_name;
+  meta.n = r.params.n;
+  meta.include_usage = r.include_usage;
+  meta.chat_logprobs = r.chat_logprobs;
+  meta.return_token_ids = r.return_token_ids;
+  meta.echo_prefix = std::move(echo_prefix);
+  if (tokenizer_) {
+    auto tok = tokenizer_;
+    meta.token_text = [tok](int32_t id) { return tok->decode(std::span<const int32_t>(&id, 1)); };
+  }
+  int64_t num_prompt_tokens = 0;
+  std::vector<RequestHandle> handles;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    if (prompts[p].empty()) bad("prompt", "the prompt is empty after tokenization");
+    num_prompt_tokens += static_cast<int64_t>(prompts[p].size());
+    GenerationRequest g;
+    g.id = meta.id + (prompts.size() > 1 ? "-" + std::to_string(p) : "");
+    g.prompt_ids = std::move(prompts[p]);
+    g.params = r.params;
+    try {
+      handles.push_back(engine_.submit(std::move(g)));
+    } catch (const RequestError& e) {
+      if (e.status() == 429) {
+        HttpReply reply = HttpReply::error(429, "rate_limit_exceeded", e.what());
+        reply.headers.emplace_back("Retry-After", "1");
+        return reply;  // handles already made are dropped: their requests are cancelled
+      }
+      throw;
+    }
+  }
+  const auto arrival = meta.arrival;
+  OutcomeHook hook = [this, arrival, num_prompt_tokens](const CompletionOutcome& o) {
+    record_outcome(o, std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count(), num_prompt_tokens);
+  };
+  if (r.stream) {
+    HttpReply reply;
+    reply.content_type = "text/event-stream";
+    reply.stream = CompletionStream::create(std::move(meta), std::move(handles), std::move(hook));
+    reply.heartbeat = ": ping\n\n";
+    return reply;
+  }
+  HttpReply reply;
+  reply.deferred = std::make_shared<CompletionCollector>(std::move(meta), std::move(handles), std::move(hook));
+  return reply;
+}
+
+void ApiServer::record_outcome(const CompletionOutcome& o, double e2e_s, int64_t num_prompt_tokens) {
+  const Labels model{{"model_name", options_.served_model_name}};
+  if (o.error) {
+    VLM_LOG_INFO("request failed: {} {}", o.error->status, o.error->message);
+    return;
+  }
+  for (const auto& reason : o.finish_reasons)
+    if (!reason.empty())
+      metrics_.inc("vllm:request_success_total", {{"model_name", options_.served_model_name}, {"finished_reason", reason}});
+  if (o.ttft_s >= 0) metrics_.observe("vllm:time_to_first_token_seconds", o.ttft_s, model);
+  for (double g : o.itl_s) metrics_.observe("vllm:inter_token_latency_seconds", g, model);
+  metrics_.observe("vllm:e2e_request_latency_seconds", e2e_s, model);
+  metrics_.observe("vllm:request_prompt_tokens", static_cast<double>(num_prompt_tokens), model);
+  metrics_.observe("vllm:request_generation_tokens", static_cast<double>(o.usage.completion_tokens), model);
+}
+
+HttpReply ApiServer::models(const HttpRequest& req) const {
+  if (!options_.api_key.empty() && req.header("authorization") != "Bearer " + options_.api_key)
+    return HttpReply::error(401, "authentication_error", "invalid or missing API key");
+  json m = {{"id", options_.served_model_name}, {"object", "model"}, {"created", unix_now()},
+            {"owned_by", "vlm-server"}, {"root", options_.model_root}, {"parent", nullptr},
+            {"max_model_len", engine_.engine().max_model_len()}};
+  return HttpReply::json(200, json{{"object", "list"}, {"data", json::array({m})}}.dump());
+}
+
+HttpReply ApiServer::health(const HttpRequest&) const {
+  if (!ready_) return HttpReply::error(503, "unavailable_error", "model is loading");
+  if (draining_) return HttpReply::error(503, "unavailable_error", "server is shutting down");
+  return HttpReply::json(200, R"({"status":"ok"})");
+}
+
+HttpReply ApiServer::tokenize(const HttpRequest& req) const {
+  json j = parse_object(req.body);
+  const Tokenizer& tok = need_tokenizer("/tokenize");
+  std::vector<int32_t> ids;
+  if (j.contains("messages")) {
+    ApiRequest r = parse_api_request(ApiKind::Chat, req.body, defaults_);
+    ids = render_chat(r);
+  } else {
+    if (!j.contains("prompt") || !j["prompt"].is_string()) bad("prompt", "'prompt' must be a string");
+    bool add_special = true;
+    if (j.contains("add_special_tokens")) {
+      if (!j["add_special_tokens"].is_boolean()) bad("add_special_tokens", "'add_special_tokens' must be a boolean");
+      add_special = j["add_special_tokens"].get<bool>();
+    }
+    ids = tok.encode(j["prompt"].get<std::string>(), add_special);
+  }
+  return HttpReply::json(200, json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.engine().max_model_len()}}.dump());
+}
+
+HttpReply ApiServer::detokenize(const HttpRequest& req) const {
+  json j = parse_object(req.body);
+  const Tokenizer& tok = need_tokenizer("/detokenize");
+  if (!j.contains("tokens") || !j["tokens"].is_array()) bad("tokens", "'tokens' must be a list of token ids");
+  std::vector<int32_t> ids;
+  for (const auto& t : j["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.vocab_size())
+      bad("tokens", "'tokens' must hold token ids in [0, " + std::to_string(tok.vocab_size()) + ")");
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return HttpReply::json(200, json{{"prompt", tok.decode(ids)}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+HttpReply ApiServer::metrics_text(const HttpRequest&) {
+  const EngineStats s = engine_.stats();
+  const Labels model{{"model_name", options_.served_model_name}};
+  metrics_.set("vllm:num_requests_running", s.num_running_seqs, model);
+  metrics_.set("vllm:num_requests_waiting", s.num_waiting_seqs, model);
+  metrics_.set("vllm:kv_cache_usage_perc", s.kv_usage, model);
+  auto counter_to = [&](const char* name, double total) {
+    const double cur = metrics_.value(name, model);
+    if (total > cur) metrics_.inc(name, model, total - cur);
+  };
+  counter_to("vllm:prompt_tokens_total", static_cast<double>(s.num_prompt_tokens));
+  counter_to("vllm:generation_tokens_total", static_cast<double>(s.num_generation_tokens));
+  counter_to("vllm:num_preemptions_total", static_cast<double>(s.num_preemptions));
+  return HttpReply::text(200, metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+}  // namespace vlm

@@ -1,0 +1,238 @@
+// vlm-server: the OpenAI-compatible HTTP server.
+//   vlm-server --model DIR [--served-model-name NAME] [--host 127.0.0.1] [--port 8000]
+//              [--api-key KEY] [--config FILE.json] [--max-num-seqs N] [--max-num-batched-tokens N]
+//              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
+//              [--kv-cache-dtype f32|bf16|f16] [--max-waiting N] [--threads N] [--log-level L]
+//              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
+// A --config file is a JSON object with the same names (dashes or underscores); flags override it.
+// SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "engine/engine_loop.h"
+#include "kernels/check.h"
+#include "kernels/log.h"
+#include "kernels/thread_pool.h"
+#include "server/api_server.h"
+#include "server/http_server.h"
+
+namespace {
+
+using nlohmann::json;
+
+const std::map<std::string, std::string> kFlags = {
+    {"model", "checkpoint directory (required)"}, {"served-model-name", "model id for clients"},
+    {"host", "bind address (default 127.0.0.1)"}, {"port", "port (default 8000)"},
+    {"api-key", "require 'Authorization: Bearer KEY'"}, {"config", "JSON file of flags"},
+    {"max-num-seqs", "running sequences (default 256)"}, {"max-num-batched-tokens", "tokens per step (default 2048)"},
+    {"max-model-len", "longest sequence (default: the model's)"}, {"block-size", "KV block size (default 16)"},
+    {"kv-cache-memory-gib", "KV cache size (default 1)"}, {"num-kv-blocks", "KV blocks (overrides memory)"},
+    {"kv-cache-dtype", "f32, bf16 (default) or f16"}, {"max-waiting", "waiting queue bound (default 1024)"},
+    {"threads", "compute threads (default: all cores)"}, {"log-level", "trace..off (default info)"},
+    {"allowed-media-domains", "comma-separated hosts media may come from"},
+    {"allowed-local-media-path", "directory file:// media may come from"},
+    {"drain-timeout", "seconds to finish requests on SIGTERM (default 30)"},
+};
+
+[[noreturn]] void usage(const std::string& error) {
+  std::fprintf(stderr, "error: %s\nusage: vlm-server --model DIR [flags]\n", error.c_str());
+  for (const auto& [k, v] : kFlags) std::fprintf(stderr, "  --%-26s %s\n", k.c_str(), v.c_str());
+  std::exit(2);
+}
+
+std::map<std::string, std::string> parse_flags(int argc, char** argv) {
+  std::map<std::string, std::string> flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") usage("help requested");
+    if (a.rfind("--", 0) != 0) usage("unexpected argument '" + a + "'");
+    a = a.substr(2);
+    std::string value;
+    if (auto eq = a.find('='); eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else {
+      if (i + 1 >= argc) usage("--" + a + " needs a value");
+      value = argv[++i];
+    }
+    if (!kFlags.count(a)) usage("unknown flag --" + a);
+    flags[a] = value;
+  }
+  if (flags.count("config")) {
+    std::ifstream in(flags["config"]);
+    if (!in) usage("cannot open --config " + flags["config"]);
+    json j;
+    try {
+      j = json::parse(in);
+    } catch (const json::exception& e) {
+      usage("--config " + flags["config"] + ": " + e.what());
+    }
+    if (!j.is_object()) usage("--config must hold a JSON object");
+    for (const auto& [k, v] : j.items()) {
+      std::string key = k;
+      for (auto& c : key) if (c == '_') c = '-';
+      if (!kFlags.count(key) || key == "config") usage("--config: unknown key '" + k + "'");
+      if (!flags.count(key)) flags[key] = v.is_string() ? v.get<std::string>() : v.dump();
+    }
+  }
+  if (!flags.count("model")) usage("--model is required");
+  return flags;
+}
+
+int64_t int_flag(const std::map<std::string, std::string>& f, const std::string& k, int64_t fallback, int64_t min) {
+  auto it = f.find(k);
+  if (it == f.end()) return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end || v < min) usage("--" + k + " needs an integer >= " + std::to_string(min));
+  return v;
+}
+
+double float_flag(const std::map<std::string, std::string>& f, const std::string& k, double fallback) {
+  auto it = f.find(k);
+  if (it == f.end()) return fallback;
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (it->second.empty() || *end || !(v > 0)) usage("--" + k + " needs a positive number");
+  return v;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s + ",") {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+// Reads every page of the mapped weights once, with a progress bar: the first requests then
+// do not pay for page faults, and a truncated or unreadable file shows up now.
+void warm_weights(const vlm::LlmDecoder& decoder) {
+  const auto& tensors = decoder.weights().tensors();
+  int64_t total = 0, done = 0;
+  for (const auto& [name, t] : tensors) total += t.nbytes();
+  const bool tty = isatty(2);
+  int last_pct = -1;
+  volatile unsigned char sink = 0;
+  for (const auto& [name, t] : tensors) {
+    const auto* p = static_cast<const unsigned char*>(t.data);
+    for (int64_t i = 0; i < t.nbytes(); i += 4096) sink = sink + p[i];
+    done += t.nbytes();
+    const int pct = total ? static_cast<int>(100 * done / total) : 100;
+    if (pct != last_pct && (tty || pct == 100)) {
+      const int bar = pct / 4;
+      std::fprintf(stderr, "\rloading weights [%.*s%*s] %3d%% (%.1f MiB)", bar, "#########################", 25 - bar, "",
+                   pct, static_cast<double>(done) / (1 << 20));
+      last_pct = pct;
+    }
+  }
+  std::fprintf(stderr, "\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto flags = parse_flags(argc, argv);
+  // Signals are taken by sigwait() in main only: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  try {
+    vlm::set_log_level(flags.count("log-level") ? flags.at("log-level") : "info");
+    if (flags.count("threads")) vlm::set_num_threads(static_cast<int>(int_flag(flags, "threads", 1, 1)));
+    const std::string model_dir = flags.at("model");
+
+    vlm::ApiServerOptions api;
+    api.model_root = model_dir;
+    api.served_model_name = flags.count("served-model-name") ? flags.at("served-model-name") : model_dir;
+    api.api_key = flags.count("api-key") ? flags.at("api-key") : "";
+    if (flags.count("allowed-media-domains")) api.media.allowed_domains = split_commas(flags.at("allowed-media-domains"));
+    if (flags.count("allowed-local-media-path")) api.media.allowed_local_path = flags.at("allowed-local-media-path");
+
+    vlm::HttpServerOptions http;
+    http.host = flags.count("host") ? flags.at("host") : "127.0.0.1";
+    http.port = static_cast<int>(int_flag(flags, "port", 8000, 0));
+    vlm::Router router;
+
+    // The HTTP side comes up first so /health answers 503 while the model loads.
+    std::unique_ptr<vlm::HttpServer> server;
+    vlm::EngineConfig ec;
+    ec.block_size = static_cast<int>(int_flag(flags, "block-size", 16, 1));
+    ec.num_kv_blocks = int_flag(flags, "num-kv-blocks", 0, 1);
+    ec.kv_cache_memory_gib = float_flag(flags, "kv-cache-memory-gib", 1.0);
+    ec.max_model_len = int_flag(flags, "max-model-len", 0, 1);
+    ec.scheduler.max_num_seqs = static_cast<int>(int_flag(flags, "max-num-seqs", 256, 1));
+    ec.scheduler.max_num_batched_tokens = static_cast<int>(int_flag(flags, "max-num-batched-tokens", 2048, 1));
+    ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
+    if (flags.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(flags.at("kv-cache-dtype"), &ec.kv_dtype))
+      usage("--kv-cache-dtype must be f32, bf16 or f16");
+
+    vlm::Router loading_router;
+    loading_router.add("GET", "/health", [](const vlm::HttpRequest&) {
+      return vlm::HttpReply::error(503, "unavailable_error", "model is loading");
+    });
+    auto loading = std::make_unique<vlm::HttpServer>(http, loading_router);
+    loading->start();
+    VLM_LOG_INFO("loading {} (health answers 503 until ready)", model_dir);
+
+    auto decoder = vlm::LlmDecoder::load(model_dir);
+    warm_weights(*decoder);
+    std::shared_ptr<const vlm::Tokenizer> tokenizer;
+    if (std::ifstream(model_dir + "/tokenizer.json")) tokenizer = vlm::Tokenizer::load(model_dir);
+    else VLM_LOG_WARN("{} has no tokenizer.json: only token-id prompts will work", model_dir);
+    std::optional<vlm::ChatTemplate> chat_template = vlm::ChatTemplate::load(model_dir);
+    auto engine = std::make_unique<vlm::Engine>(ec, std::move(decoder), vlm::make_text_decoder_factory(tokenizer));
+    vlm::EngineLoop loop(std::move(engine));
+    vlm::ApiServer api_server(api, loop, tokenizer, std::move(chat_template), vlm::SamplingDefaults::load(model_dir));
+    api_server.register_routes(router);
+
+    // Swap the loading server for the real one on the same port.
+    http.port = loading->port();
+    loading->stop();
+    loading.reset();
+    server = std::make_unique<vlm::HttpServer>(http, router);
+    server->start();
+    api_server.set_ready(true);
+    VLM_LOG_INFO("serving '{}' on http://{}:{}", api.served_model_name, http.host, server->port());
+    std::fprintf(stderr, "ready: http://%s:%d\n", http.host.c_str(), server->port());
+
+    int sig = 0;
+    sigwait(&signals, &sig);
+    VLM_LOG_INFO("signal {}: draining", sig);
+    api_server.set_draining(true);
+    server->stop_accepting();
+    const double grace = float_flag(flags, "drain-timeout", 30.0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);
+    while (server->active_requests() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (server->active_requests() > 0) VLM_LOG_WARN("{} requests still running after {} s; stopping", server->active_requests(), grace);
+    server->stop();
+    loop.stop();
+    VLM_LOG_INFO("stopped");
+    return 0;
+  } catch (const vlm::LoadError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 3;
+  }
+}
