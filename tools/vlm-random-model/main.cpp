@@ -1,8 +1,10 @@
 // vlm-random-model: writes a Hugging Face-style checkpoint directory (config.json +
 // model.safetensors) with random weights in the shape of a real model, for benchmarks and
 // load tests without downloading anything.
-//   vlm-random-model --out DIR [--preset qwen2-0.5b|llama-3.2-1b|qwen2-7b] [--dtype bf16|f16|f32]
-//                    [--layers N] [--seed S]
+//   vlm-random-model --out DIR [--preset tiny-qwen2|qwen2-0.5b|llama-3.2-1b|qwen2-7b]
+//                    [--dtype bf16|f16|f32] [--layers N] [--seed S] [--std X] [--tokenizer-from DIR]
+// --tokenizer-from copies tokenizer.json and tokenizer_config.json from DIR (e.g. the Qwen3
+// tokenizer that scripts/fetch_test_data.sh fetches), making a servable demo model.
 // Weights ~ N(0, 0.02) (norm scales 1): the numbers are meaningless, the shapes and bytes real.
 #include <cmath>
 #include <cstdio>
@@ -30,6 +32,13 @@ json preset(const std::string& name) {
             {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0}, {"tie_word_embeddings", true},
             {"use_sliding_window", false}, {"hidden_act", "silu"}, {"bos_token_id", 151643},
             {"eos_token_id", 151645}};
+  if (name == "tiny-qwen2")  // the demo and server-test model: Qwen2 vocabulary, tiny widths
+    return {{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"}, {"vocab_size", 151936},
+            {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
+            {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"max_position_embeddings", 4096},
+            {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0}, {"tie_word_embeddings", true},
+            {"use_sliding_window", false}, {"hidden_act", "silu"}, {"bos_token_id", 151643},
+            {"eos_token_id", 151645}};
   if (name == "qwen2-7b")
     return {{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"}, {"vocab_size", 152064},
             {"hidden_size", 3584}, {"intermediate_size", 18944}, {"num_hidden_layers", 28},
@@ -46,14 +55,15 @@ json preset(const std::string& name) {
             {"eos_token_id", {128001, 128008, 128009}},
             {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
                               {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}};
-  std::fprintf(stderr, "unknown preset '%s' (qwen2-0.5b, qwen2-7b, llama-3.2-1b)\n", name.c_str());
+  std::fprintf(stderr, "unknown preset '%s' (tiny-qwen2, qwen2-0.5b, qwen2-7b, llama-3.2-1b)\n", name.c_str());
   std::exit(2);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out, preset_name = "qwen2-0.5b", dtype_name_arg = "bf16";
+  std::string out, preset_name = "qwen2-0.5b", dtype_name_arg = "bf16", tokenizer_from;
+  float stddev = 0.02f;
   int layers = 0;
   unsigned seed = 0;
   for (int i = 1; i < argc; ++i) {
@@ -65,6 +75,8 @@ int main(int argc, char** argv) {
     else if (a == "--dtype") dtype_name_arg = v;
     else if (a == "--layers") layers = std::atoi(v.c_str());
     else if (a == "--seed") seed = static_cast<unsigned>(std::atoi(v.c_str()));
+    else if (a == "--std") stddev = static_cast<float>(std::atof(v.c_str()));
+    else if (a == "--tokenizer-from") tokenizer_from = v;
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
   vlm::DType dtype;
@@ -79,7 +91,7 @@ int main(int argc, char** argv) {
 
   std::map<std::string, vlm::Tensor> owned;
   std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::normal_distribution<float> normal(0.0f, stddev);
   auto add = [&](const std::string& name, vlm::Shape shape, bool ones = false) {
     vlm::Tensor t = vlm::Tensor::empty(shape, dtype);
     std::vector<float> row(static_cast<size_t>(shape[shape.ndim - 1]));
@@ -123,6 +135,10 @@ int main(int argc, char** argv) {
   }
   vlm::write_safetensors(out + "/model.safetensors", views);
   std::ofstream(out + "/config.json") << cfg.dump(2) << "\n";
+  if (!tokenizer_from.empty())
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      std::filesystem::copy_file(tokenizer_from + "/" + f, out + "/" + f,
+                                 std::filesystem::copy_options::overwrite_existing);
   std::printf("wrote %s: %s, %zu tensors, %.1f MiB\n", out.c_str(), preset_name.c_str(), views.size(),
               static_cast<double>(bytes) / (1 << 20));
   return 0;

@@ -1,0 +1,48 @@
+// Starts a real vlm-server (or any binary) as a child process for tests: loopback only, an
+// ephemeral port read from its "ready: http://HOST:PORT" line, stopped by process id
+// (SIGTERM, then SIGKILL after a grace period) in the destructor.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace vlm::testing {
+
+class ServerProcess {
+ public:
+  // Runs `binary args... --host 127.0.0.1 --port 0` with stderr to a log file; waits up to
+  // `ready_timeout_s` for the ready line. Throws std::runtime_error (with the log) on failure.
+  ServerProcess(const std::string& binary, std::vector<std::string> args, double ready_timeout_s = 60);
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string log() const;  // what the server wrote to stderr so far
+  // Sends SIGTERM and waits up to timeout_s; returns the exit status (or -1 on timeout/signal).
+  int terminate(double timeout_s = 30);
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string log_path_;
+};
+
+// A demo model directory: vlm-random-model --preset tiny-qwen2 with the Qwen3 tokenizer from
+// tests/data (fetched by scripts/fetch_test_data.sh). Created once per process under /tmp.
+std::string demo_model_dir();
+
+// Minimal HTTP client over libcurl for tests.
+struct HttpResult {
+  long status = 0;
+  std::string body;
+  std::string headers;
+};
+HttpResult http_request(const std::string& method, const std::string& url, const std::string& body = "",
+                        std::vector<std::string> headers = {"Content-Type: application/json"}, long timeout_ms = 60000);
+
+}  // namespace vlm::testing
