@@ -59,7 +59,6 @@ std::vector<BadCase> cases() {
       {"image_to_text_model", "POST", C, image_message("data:image/png;base64," + base64_encode("\x89PNG")), 400, "messages"},
       {"temperature_string", "POST", C, chat(R"("temperature":"hot")"), 400, "temperature"},
       {"temperature_negative", "POST", C, chat(R"("temperature":-1)"), 400, "temperature"},
-      {"temperature_huge", "POST", C, chat(R"("temperature":1e9)"), 400, "temperature"},
       {"top_p_zero", "POST", C, chat(R"("top_p":0)"), 400, "top_p"},
       {"top_p_above_one", "POST", C, chat(R"("top_p":1.5)"), 400, "top_p"},
       {"top_p_string", "POST", C, chat(R"("top_p":"x")"), 400, "top_p"},
