@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev
   libopenblas-dev libcurl4-openssl-dev
   libpcre2-dev libutf8proc-dev             # tokenizer: Unicode regexes, NFC
+  libjpeg62-turbo-dev libpng-dev           # image decoding (JPEG, PNG)
   openssl                                  # test data: integrity of the npm packages
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
