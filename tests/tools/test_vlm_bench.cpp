@@ -117,6 +117,16 @@ TEST(VlmBench, RandomChatAllAtOnce) {
   EXPECT_NE(text.find("</svg>"), std::string::npos);
 }
 
+TEST(VlmBench, HundredsOfConcurrentStreams) {
+  FakeOpenAiServer server([](int) { FakeBehaviour b; b.first_token_ms = 200; b.token_gap_ms = 20; return b; });
+  const BenchRun r = run_bench("--base-url " + server.base_url() + " --num-prompts 300 --input-len 8 --output-len 4", "many");
+  expect_clean(r, 300, 4);
+  EXPECT_GE(r.result["max_concurrent_requests"].get<int>(), 200);
+  // Chunks 20 ms apart are timed as such, even with 300 streams in flight.
+  EXPECT_GT(r.result["median_itl_ms"].get<double>(), 15.0);
+  EXPECT_LT(r.result["median_itl_ms"].get<double>(), 60.0);
+}
+
 TEST(VlmBench, CompletionsTokenIdsPoissonRate) {
   FakeOpenAiServer server;
   const BenchRun r = run_bench("--base-url " + server.base_url() + " --endpoint completions --prompt-ids --num-prompts 30 "
