@@ -1,5 +1,7 @@
 #include "engine/kv_cache.h"
 
+#include <cstring>
+
 #include "kernels/check.h"
 
 namespace vlm {
@@ -36,6 +38,22 @@ int64_t KVCache::total_bytes() const {
   int64_t n = 0;
   for (const auto& t : storage_) n += t.nbytes();
   return n;
+}
+
+}  // namespace vlm
+
+namespace vlm {
+
+void KVCache::copy_block(int32_t src, int32_t dst) {
+  VLM_CHECK(src >= 0 && src < shape_.num_blocks && dst >= 0 && dst < shape_.num_blocks && src != dst,
+            "copy block {} to {} of {}", src, dst, shape_.num_blocks);
+  for (const PagedKVLayer& l : layers_) {
+    const int64_t bytes = l.block_stride() * static_cast<int64_t>(dtype_size(l.dtype));
+    for (void* base : {l.k, l.v}) {
+      auto* p = static_cast<char*>(base);
+      std::memcpy(p + dst * bytes, p + src * bytes, static_cast<size_t>(bytes));
+    }
+  }
 }
 
 }  // namespace vlm

@@ -31,6 +31,8 @@ class KVCache {
   const KVCacheShape& shape() const { return shape_; }
   const std::vector<PagedKVLayer>& layers() const { return layers_; }
   int64_t total_bytes() const;
+  // Copies block src's K and V to block dst, in every layer (copy-on-write of shared blocks).
+  void copy_block(int32_t src, int32_t dst);
 
  private:
   KVCacheShape shape_;

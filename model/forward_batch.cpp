@@ -27,6 +27,8 @@ ForwardBatch make_forward_batch(std::span<const SequenceChunk> chunks, int block
     const SequenceChunk& c = chunks[s];
     const auto n = static_cast<int32_t>(c.token_ids.size());
     VLM_CHECK(n > 0, "sequence {} has an empty chunk", s);
+    VLM_CHECK(c.modalities.empty() || static_cast<int32_t>(c.modalities.size()) == n,
+              "sequence {}: {} modality tags for {} tokens", s, c.modalities.size(), n);
     const int32_t end = c.start_pos + n;
     const int64_t needed = (end + block_size - 1) / block_size;
     VLM_CHECK(static_cast<int64_t>(c.block_table.size()) >= needed,
@@ -36,6 +38,7 @@ ForwardBatch make_forward_batch(std::span<const SequenceChunk> chunks, int block
       fb.token_ids.push_back(c.token_ids[i]);
       fb.positions.push_back(pos);
       fb.slot_mapping.push_back(c.block_table[pos / block_size] * block_size + pos % block_size);
+      fb.modalities.push_back(c.modalities.empty() ? ModalityTag{} : c.modalities[i]);
     }
     const int32_t first = fb.cu_seqlens_q.back();
     if (c.logits == LogitsFor::All)
@@ -44,6 +47,7 @@ ForwardBatch make_forward_batch(std::span<const SequenceChunk> chunks, int block
       fb.logits_indices.push_back(first + n - 1);
     fb.cu_seqlens_q.push_back(first + n);
     fb.context_lens.push_back(end);
+    fb.finishes_prefill.push_back(c.finishes_prefill ? 1 : 0);
     std::copy(c.block_table.begin(), c.block_table.end(),
               fb.block_tables.begin() + static_cast<int64_t>(s) * fb.max_blocks_per_seq);
   }

@@ -8,18 +8,24 @@
 #include <vector>
 
 #include "kernels/attention/paged_attention.h"
+#include "model/modality.h"
 
 namespace vlm {
 
+// Positions and cache slots are separate: a sequence's RoPE position (logical length) can run
+// ahead of its cache length once its KV has been compacted (LOOK-M).
 struct ForwardBatch {
   std::vector<int32_t> token_ids;     // [T]
   std::vector<int32_t> positions;     // [T] RoPE positions
   std::vector<int32_t> slot_mapping;  // [T] cache slot written for each token
+  std::vector<ModalityTag> modalities;  // [T] text / image / video tag of each token
   std::vector<int32_t> cu_seqlens_q;  // [S + 1] token ranges of the sequences
   std::vector<int32_t> context_lens;  // [S] cached tokens after this step (this step's included)
   std::vector<int32_t> block_tables;  // [S, max_blocks_per_seq], -1 padded
   int max_blocks_per_seq = 0;
   std::vector<int32_t> logits_indices;  // rows of the batch whose logits are returned, in order
+  std::vector<uint8_t> finishes_prefill;  // [S] 1 when this step computes the sequence's last
+                                          // prefill token (LOOK-M and anchors hang on it)
 
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
@@ -35,6 +41,8 @@ struct SequenceChunk {
   int32_t start_pos = 0;                 // tokens already in the cache
   std::span<const int32_t> block_table;  // block ids covering positions [0, start_pos + n)
   LogitsFor logits = LogitsFor::Last;
+  std::span<const ModalityTag> modalities;  // [n], or empty: all text
+  bool finishes_prefill = false;
 };
 
 // Flattens chunks into a ForwardBatch. Throws InternalError when a block table is too short for

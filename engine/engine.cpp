@@ -1,0 +1,245 @@
+// Engine, part 1: construction and the step stages. Part 2 (engine_requests.cpp): the life of
+// a request.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "engine/engine_request.h"
+#include "kernels/check.h"
+#include "kernels/log.h"
+
+namespace vlm {
+
+namespace {
+
+// Runs f, adding its wall time to `seconds`.
+template <typename F>
+auto timed(double& seconds, F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Add {
+    double& s;
+    std::chrono::steady_clock::time_point t0;
+    ~Add() { s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  } add{seconds, t0};
+  return f();
+}
+
+int64_t resolve_max_model_len(const EngineConfig& c, const ModelConfig& m) {
+  return c.max_model_len > 0 ? c.max_model_len : m.max_position_embeddings;
+}
+
+KVCacheShape kv_shape(const EngineConfig& c, const ModelConfig& m) {
+  KVCacheShape s;
+  s.num_layers = m.num_layers;
+  s.block_size = c.block_size;
+  s.num_kv_heads = static_cast<int>(m.num_kv_heads);
+  s.head_dim = static_cast<int>(m.head_dim);
+  s.dtype = c.kv_dtype;
+  if (c.block_size < 1 || c.block_size > 1024) throw LoadError(fmt::format("engine config: block size {}", c.block_size));
+  s.num_blocks = c.num_kv_blocks > 0
+                     ? c.num_kv_blocks
+                     : static_cast<int64_t>(c.kv_cache_memory_gib * 1024.0 * 1024.0 * 1024.0) / s.bytes_per_block();
+  const int64_t max_len = resolve_max_model_len(c, m);
+  if (s.num_blocks * s.block_size < max_len)
+    throw LoadError(fmt::format(
+        "engine config: a KV cache of {} blocks of {} tokens ({:.3f} GiB, {} bytes per block) holds {} tokens, "
+        "less than one sequence of max_model_len {}; give the cache more memory or lower max_model_len",
+        s.num_blocks, s.block_size, static_cast<double>(s.num_blocks * s.bytes_per_block()) / (1 << 30),
+        s.bytes_per_block(), s.num_blocks * s.block_size, max_len));
+  return s;
+}
+
+std::vector<int32_t> eos_ids(const ModelConfig& m) {
+  std::vector<int32_t> ids;
+  for (int64_t id : m.eos_token_ids)
+    if (id >= 0 && id < m.vocab_size) ids.push_back(static_cast<int32_t>(id));
+  return ids;
+}
+
+}  // namespace
+
+Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder,
+               std::shared_ptr<const TextDecoderFactory> text_decoders)
+    : config_(config),
+      decoder_(std::move(decoder)),
+      text_decoders_(std::move(text_decoders)),
+      max_model_len_(resolve_max_model_len(config_, decoder_->config())),
+      eos_token_ids_(eos_ids(decoder_->config())),
+      cache_(std::make_unique<KVCache>(kv_shape(config_, decoder_->config()))),
+      blocks_(cache_->shape().num_blocks, config_.block_size),
+      scheduler_(config_.scheduler, blocks_),
+      runner_(*decoder_, *cache_),
+      sampler_(decoder_->config().vocab_size, eos_token_ids_) {
+  VLM_LOG_INFO("engine: KV cache {} blocks of {} tokens ({} tokens, {:.1f} MiB {}), max_model_len {}, "
+               "max_num_seqs {}, max_num_batched_tokens {}",
+               blocks_.num_blocks(), config_.block_size, blocks_.num_blocks() * config_.block_size,
+               static_cast<double>(cache_->total_bytes()) / (1 << 20), dtype_name(config_.kv_dtype), max_model_len_,
+               config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens);
+  if (max_model_len_ > decoder_->config().max_position_embeddings)
+    VLM_LOG_INFO("engine: max_model_len {} is beyond the model's max_position_embeddings {}", max_model_len_,
+                 decoder_->config().max_position_embeddings);
+  update_gauges();
+}
+
+Engine::~Engine() {
+  std::vector<std::string> ids;
+  for (const auto& [id, r] : requests_) ids.push_back(id);
+  for (const std::string& id : ids) abort_request(id);
+}
+
+// ---- step ----------------------------------------------------------------------------------
+
+void Engine::step() {
+  abort_cancelled();
+  StepTimings t;
+  const SchedulerOutput out = timed(t.schedule_s, [&] { return schedule(); });
+  if (!out.empty() && timed(t.run_s, [&] { return run(out); })) {
+    std::vector<Sampled> sampled = timed(t.sample_s, [&] { return sample(out); });
+    timed(t.postprocess_s, [&] { postprocess(sampled); });
+  }
+  if (config_.check_integrity_every_step) scheduler_.check_integrity();
+  ++stats_.num_steps;
+  stats_.last_step = t;
+  stats_.total_time += t;
+  stats_.last_step_num_tokens = out.num_batched_tokens;
+  stats_.last_step_num_decode_seqs = out.num_decode_seqs;
+  stats_.last_step_num_prefill_seqs = out.num_prefill_seqs;
+  stats_.num_computed_prefill_tokens += out.num_prefill_tokens;
+  update_gauges();
+}
+
+SchedulerOutput Engine::schedule() {
+  SchedulerOutput out = scheduler_.schedule();
+  stats_.num_preemptions += static_cast<int64_t>(out.preempted.size());
+  for (const Sequence* s : out.preempted)
+    VLM_LOG_DEBUG("preempted sequence {} ({} tokens) for lack of KV blocks", s->id, s->num_tokens());
+  return out;
+}
+
+bool Engine::run(const SchedulerOutput& out) {
+  try {
+    runner_.run(out, logits_);
+    return true;
+  } catch (const std::exception& e) {
+    // The whole step failed: its requests end with an error, the others go on.
+    VLM_LOG_ERROR("engine step failed: {}", e.what());
+    const RequestFailure failure{500, "server_error", std::string("internal error: ") + e.what(), ""};
+    std::vector<std::string> ids;
+    for (const ScheduledChunk& c : out.chunks) {
+      auto it = request_of_seq_.find(c.seq->id);
+      if (it != request_of_seq_.end() && std::find(ids.begin(), ids.end(), it->second->req.id) == ids.end())
+        ids.push_back(it->second->req.id);
+    }
+    for (const std::string& id : ids) fail_request(*requests_.at(id), failure);
+    return false;
+  }
+}
+
+std::vector<Engine::Sampled> Engine::sample(const SchedulerOutput& out) {
+  std::vector<Sampled> sampled;
+  const int64_t V = sampler_.vocab_size();
+  int64_t row = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.samples) continue;
+    const float* logits = logits_.data() + row++ * V;
+    Sequence* seq = c.seq;
+    Request& r = *request_of_seq_.at(seq->id);
+    const bool forks = seq->num_forks_pending > 0;
+    if (forks) fork_choices(r, seq);
+    sampled.push_back({seq, seq->id, sampler_.sample(logits, *seq)});
+    if (forks)  // the new choices sample from the parent's row, each with its own RNG
+      for (size_t i = 1; i < r.seqs.size(); ++i)
+        sampled.push_back({r.seqs[i].get(), r.seqs[i]->id, sampler_.sample(logits, *r.seqs[i])});
+  }
+  return sampled;
+}
+
+void Engine::postprocess(std::vector<Sampled>& sampled) {
+  for (Sampled& s : sampled) {
+    auto it = request_of_seq_.find(s.seq_id);
+    if (it == request_of_seq_.end()) continue;  // its request failed earlier in this loop
+    Request& r = *it->second;
+    try {
+      emit_token(r, *s.seq, s.result);
+    } catch (const std::exception& e) {
+      fail_request(r, {500, "server_error", std::string("internal error: ") + e.what(), ""});
+    }
+  }
+}
+
+void Engine::emit_token(Request& r, Sequence& seq, SampleResult& result) {
+  const SamplingParams& p = seq.params;
+  const int32_t tok = result.token_id;
+  seq.token_ids.push_back(tok);
+  ++stats_.num_generation_tokens;
+  RequestEvent ev;
+  ev.index = seq.index;
+  ev.token_ids.push_back(tok);
+  if (result.logprobs) ev.logprobs.push_back(std::move(*result.logprobs));
+
+  // vLLM's order: stop tokens (after min_tokens), then stop strings, then the length limits.
+  FinishReason reason = FinishReason::None;
+  bool stop_token = false;
+  if (seq.num_output_tokens() >= p.min_tokens) {
+    if (!p.ignore_eos && std::find(eos_token_ids_.begin(), eos_token_ids_.end(), tok) != eos_token_ids_.end()) {
+      stop_token = true;
+    } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end()) {
+      stop_token = true;
+      ev.stop_token_id = tok;
+    }
+    if (stop_token) reason = FinishReason::Stop;
+  }
+  OutputText& text = *r.texts[static_cast<size_t>(seq.index)];
+  if (!stop_token || p.include_stop_str_in_output) {  // a stop token's text is left out
+    OutputText::Delta d = text.push(tok);
+    ev.text = std::move(d.text);
+    if (d.stop && reason == FinishReason::None) {
+      reason = FinishReason::Stop;
+      ev.stop_string = std::move(d.stop);
+    }
+  }
+  if (reason == FinishReason::None && (seq.num_output_tokens() >= r.max_tokens || seq.num_tokens() >= max_model_len_))
+    reason = FinishReason::Length;
+  if (reason != FinishReason::None) {
+    ev.text += text.finish();
+    ev.finish_reason = reason;
+    scheduler_.finish(&seq, reason);
+    ++r.num_finished;
+  }
+  const bool done = r.num_finished == r.req.params.n;
+  if (done) {
+    ev.usage = r.usage();
+    ev.done = true;
+  }
+  r.channel->push(std::move(ev));
+  if (done) finish_request(r);
+}
+
+void Engine::update_gauges() {
+  stats_.num_requests = static_cast<int>(requests_.size());
+  stats_.num_waiting_seqs = scheduler_.num_waiting();
+  stats_.num_running_seqs = scheduler_.num_running();
+  stats_.num_kv_blocks = blocks_.num_blocks();
+  stats_.num_free_kv_blocks = blocks_.num_free_blocks();
+  stats_.kv_usage = blocks_.usage();
+}
+
+bool Engine::check_idle() {
+  try {
+    scheduler_.check_integrity();
+    if (!has_unfinished())
+      VLM_CHECK(blocks_.num_used_blocks() == 0 && !scheduler_.has_unfinished(),
+                "idle engine: {} KV blocks still in use, {} waiting and {} running sequences without a request",
+                blocks_.num_used_blocks(), scheduler_.num_waiting(), scheduler_.num_running());
+    return true;
+  } catch (const std::exception& e) {
+    ++stats_.num_integrity_failures;
+    VLM_LOG_ERROR("KV block integrity check failed: {}", e.what());
+    return false;
+  }
+}
+
+}  // namespace vlm

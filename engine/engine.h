@@ -1,0 +1,105 @@
+// Engine: continuous batching over one decoder, driven by step() on one thread (EngineLoop runs
+// it on its own thread; tests and tools call it directly).
+//   step() = schedule -> run -> sample -> postprocess, each a named, timed call.
+// Requests come in through add_request() with a RequestChannel for their events; a request that
+// fails (bad text, a failing step) ends with an error event and the engine goes on.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/engine_config.h"
+#include "engine/kv_cache.h"
+#include "engine/model_runner.h"
+#include "engine/output_text.h"
+#include "engine/request.h"
+#include "engine/request_channel.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/text_decoder.h"
+#include "model/llm_decoder.h"
+
+namespace vlm {
+
+class Engine {
+ public:
+  // Allocates the KV cache. Throws LoadError when the configuration cannot work (the cache
+  // cannot hold one max_model_len sequence, a bad block size) and std::bad_alloc when the cache
+  // does not fit in memory. text_decoders may be null: no text, and stop strings are refused.
+  Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder,
+         std::shared_ptr<const TextDecoderFactory> text_decoders = nullptr);
+  ~Engine();  // aborts every live request (its channel gets a final abort event)
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineConfig& config() const { return config_; }
+  int64_t max_model_len() const { return max_model_len_; }
+  const LlmDecoder& decoder() const { return *decoder_; }
+  const Scheduler& scheduler() const { return scheduler_; }
+  const BlockManager& block_manager() const { return blocks_; }
+  const EngineStats& stats() const { return stats_; }
+
+  // Checks a request without touching engine state (thread-safe): prompt ids within the
+  // vocabulary, modality tags, sampling params, prompt + max_tokens within max_model_len, stop
+  // strings only with a text decoder. Throws RequestError (400).
+  void validate(const GenerationRequest& request) const;
+  // Validates and queues the request; its events go to `channel`. Throws RequestError without
+  // queueing: 400 (validate, or an id already live), 429 (the waiting queue is full).
+  void add_request(GenerationRequest request, std::shared_ptr<RequestChannel> channel);
+  // Ends a live request in any state with finish_reason abort; false for an unknown id.
+  bool abort_request(const std::string& request_id);
+  // Ends every live request with an error event (status 500 or 503).
+  void fail_all(const RequestFailure& failure);
+
+  bool has_unfinished() const { return !requests_.empty(); }
+  int num_requests() const { return static_cast<int>(requests_.size()); }
+
+  // One engine step (a no-op when nothing is scheduled).
+  void step();
+
+  // For when the engine goes idle: the block integrity check, and no block may still be in use
+  // without a live request. Logs an error and returns false on a problem (counted in stats).
+  bool check_idle();
+
+ private:
+  struct Request;
+  struct Sampled {
+    Sequence* seq = nullptr;
+    int64_t seq_id = 0;  // looked up first: a failing request frees its sequences mid-loop
+    SampleResult result;
+  };
+
+  SchedulerOutput schedule();
+  bool run(const SchedulerOutput& out);
+  std::vector<Sampled> sample(const SchedulerOutput& out);
+  void postprocess(std::vector<Sampled>& sampled);
+
+  void emit_token(Request& r, Sequence& seq, SampleResult& result);
+  void abort_cancelled();
+  void fork_choices(Request& r, Sequence* parent);
+  void register_sequence(Request& r, std::unique_ptr<Sequence> seq);
+  void fail_request(Request& r, const RequestFailure& failure);
+  void finish_request(Request& r);
+  void update_gauges();
+
+  EngineConfig config_;
+  std::unique_ptr<LlmDecoder> decoder_;
+  std::shared_ptr<const TextDecoderFactory> text_decoders_;
+  int64_t max_model_len_ = 0;
+  std::vector<int32_t> eos_token_ids_;
+  std::unique_ptr<KVCache> cache_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
+  Sampler sampler_;
+  std::vector<float> logits_;  // [R, V] of the current step
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+  std::unordered_map<int64_t, Request*> request_of_seq_;
+  int64_t next_seq_id_ = 1;
+  EngineStats stats_;
+};
+
+}  // namespace vlm

@@ -1,0 +1,67 @@
+// EngineConfig: the knobs of one engine (the server's --flags map onto these).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/scheduler.h"
+#include "kernels/dtype.h"
+
+namespace vlm {
+
+struct EngineConfig {
+  // KV cache: num_kv_blocks when > 0, else as many blocks as fit in kv_cache_memory_gib.
+  int block_size = 16;               // B, tokens per block
+  int64_t num_kv_blocks = 0;
+  double kv_cache_memory_gib = 1.0;
+  DType kv_dtype = DType::BF16;      // F32 (exact), BF16 or F16 (half the bytes)
+  // Longest sequence (prompt + output); 0: the model's max_position_embeddings. The KV cache
+  // must hold at least one sequence this long (checked at start).
+  int64_t max_model_len = 0;
+  SchedulerConfig scheduler;
+  // Run Scheduler::check_integrity() after every step (tests; costs O(blocks) per step).
+  bool check_integrity_every_step = false;
+};
+
+// Time spent in each stage of Engine::step(), in seconds.
+struct StepTimings {
+  double schedule_s = 0;
+  double run_s = 0;
+  double sample_s = 0;
+  double postprocess_s = 0;
+  double total_s() const { return schedule_s + run_s + sample_s + postprocess_s; }
+  StepTimings& operator+=(const StepTimings& o) {
+    schedule_s += o.schedule_s;
+    run_s += o.run_s;
+    sample_s += o.sample_s;
+    postprocess_s += o.postprocess_s;
+    return *this;
+  }
+};
+
+// Gauges and counters of one engine, for /metrics (vLLM names in comments).
+struct EngineStats {
+  // Gauges, as of the end of the latest step.
+  int num_requests = 0;           // live requests
+  int num_waiting_seqs = 0;       // vllm:num_requests_waiting (sequences)
+  int num_running_seqs = 0;       // vllm:num_requests_running (sequences)
+  int64_t num_kv_blocks = 0;
+  int64_t num_free_kv_blocks = 0;
+  double kv_usage = 0;            // vllm:kv_cache_usage_perc (0-1)
+  // Counters since start.
+  int64_t num_steps = 0;
+  int64_t num_preemptions = 0;        // vllm:num_preemptions_total
+  int64_t num_prompt_tokens = 0;      // vllm:prompt_tokens_total (of admitted requests)
+  int64_t num_generation_tokens = 0;  // vllm:generation_tokens_total
+  int64_t num_computed_prefill_tokens = 0;  // prefill tokens run, recomputation included
+  int64_t num_requests_finished[5] = {};    // by FinishReason (None unused)
+  int64_t num_requests_rejected = 0;        // add_request refused (400, 429)
+  int64_t num_integrity_failures = 0;       // idle checks that found a problem
+  StepTimings total_time;
+  // The latest step.
+  StepTimings last_step;
+  int64_t last_step_num_tokens = 0;
+  int last_step_num_decode_seqs = 0;
+  int last_step_num_prefill_seqs = 0;
+};
+
+}  // namespace vlm

@@ -1,0 +1,62 @@
+// What crosses the boundary between the server and the engine: a GenerationRequest in, a stream
+// of RequestEvents out (through a RequestChannel, see request_channel.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "engine/sequence.h"
+#include "model/modality.h"
+
+namespace vlm {
+
+struct GenerationRequest {
+  std::string id;                          // unique among live requests (e.g. "chatcmpl-...")
+  std::vector<int32_t> prompt_ids;         // [P] tokenized prompt
+  std::vector<ModalityTag> prompt_modalities;  // [P], or empty for a text-only prompt
+  SamplingParams params;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;  // over all n choices
+  int64_t total_tokens() const { return prompt_tokens + completion_tokens; }
+};
+
+// An error that ended the request: the HTTP status and OpenAI error type it maps to.
+struct RequestFailure {
+  int status = 500;
+  std::string type = "server_error";
+  std::string message;
+  std::string param;
+};
+
+// One step's news for one choice of a request. The last event of a choice has finish_reason;
+// the last event of the request also has usage (and done). Token events never have an empty
+// token_ids; an error event (error set, done) may come at any time and ends the request.
+struct RequestEvent {
+  int index = 0;                        // choice index (0..n-1)
+  std::vector<int32_t> token_ids;       // new tokens of this choice
+  std::string text;                     // new text (may be empty: held back or no tokenizer)
+  std::vector<TokenLogprobs> logprobs;  // one per new token, when asked for
+  FinishReason finish_reason = FinishReason::None;
+  std::optional<std::string> stop_string;   // the stop string that ended the choice
+  std::optional<int32_t> stop_token_id;     // the stop token (not EOS) that ended it
+  std::optional<Usage> usage;               // on the request's last event
+  std::optional<RequestFailure> error;
+  bool done = false;                        // no more events for this request
+};
+
+// The final event of a request that failed.
+RequestEvent error_event(RequestFailure failure);
+
+// The number of output tokens a request may produce: max_tokens, or up to max_model_len when
+// unset. Throws RequestError(400, "invalid_request_error", param "max_tokens" or "messages")
+// when the prompt plus max_tokens exceeds max_model_len, with the message vLLM gives.
+int resolve_max_tokens(int64_t num_prompt_tokens, std::optional<int> max_tokens, int64_t max_model_len);
+
+}  // namespace vlm

@@ -1,0 +1,45 @@
+// RequestQueue: commands from any thread (HTTP sessions, dropped handles) to the engine thread.
+// The engine thread drains it between steps; when it has nothing to do it waits here.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/request_channel.h"
+
+namespace vlm {
+
+struct EngineCommand {
+  enum class Kind { Add, Abort };
+  Kind kind = Kind::Add;
+  GenerationRequest request;                // Add
+  std::shared_ptr<RequestChannel> channel;  // Add
+  std::string request_id;                   // Abort
+};
+
+class RequestQueue {
+ public:
+  void push_add(GenerationRequest request, std::shared_ptr<RequestChannel> channel);
+  void push_abort(std::string request_id);
+  // Takes every pending command. When none is pending and `wait` is set, waits up to `timeout`
+  // for one (or for shutdown()).
+  std::vector<EngineCommand> drain(bool wait, std::chrono::milliseconds timeout);
+  // Wakes a waiting drain(); later pushes are still accepted (and drained).
+  void wake();
+  size_t num_pending_adds() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<EngineCommand> pending_;
+  size_t num_adds_ = 0;
+  bool woken_ = false;
+};
+
+}  // namespace vlm
