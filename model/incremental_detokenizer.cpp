@@ -1,0 +1,66 @@
+#include "model/incremental_detokenizer.h"
+
+#include "model/utf8.h"
+
+namespace vlm {
+namespace {
+
+constexpr size_t kPromptContext = 6;  // prompt ids kept as context (more if they decode to "")
+
+bool ends_with_replacement(const std::string& s) { return s.ends_with(utf8::kReplacement); }
+
+}  // namespace
+
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens,
+                                               std::span<const int32_t> prompt_ids)
+    : tok_(tok), skip_special_(skip_special_tokens) {
+  if (prompt_ids.empty()) return;
+  size_t start = prompt_ids.size() > kPromptContext ? prompt_ids.size() - kPromptContext : 0;
+  std::string text = tok_.decode(prompt_ids.subspan(start), skip_special_);
+  while (text.empty() && start > 0) {
+    start = start > kPromptContext ? start - kPromptContext : 0;
+    text = tok_.decode(prompt_ids.subspan(start), skip_special_);
+  }
+  if (text.empty()) return;  // the prompt shows nothing: generated text starts the output
+  window_.assign(prompt_ids.begin() + static_cast<ptrdiff_t>(start), prompt_ids.end());
+  read_ = window_.size();
+  prefix_text_ = std::move(text);
+}
+
+std::string IncrementalDetokenizer::push(int32_t id) {
+  window_.push_back(id);
+  std::string text = tok_.decode(window_, skip_special_);
+  if (text.size() <= prefix_text_.size() || ends_with_replacement(text) || !text.starts_with(prefix_text_))
+    return "";
+  std::string out = text.substr(prefix_text_.size());
+  // Slide: the ids just emitted become the prefix, unless they decode to nothing on their own.
+  std::string emitted_alone = tok_.decode(std::span(window_).subspan(read_), skip_special_);
+  if (!emitted_alone.empty() && !ends_with_replacement(emitted_alone)) {
+    window_.erase(window_.begin(), window_.begin() + static_cast<ptrdiff_t>(read_));
+    prefix_text_ = std::move(emitted_alone);
+  } else {
+    prefix_text_ = std::move(text);
+  }
+  read_ = window_.size();
+  return out;
+}
+
+std::string IncrementalDetokenizer::flush() {
+  if (read_ == window_.size()) return "";
+  std::string text = tok_.decode(window_, skip_special_);
+  std::string out;
+  if (text.starts_with(prefix_text_)) {
+    out = text.substr(prefix_text_.size());
+  } else {  // not expected: emit what follows the common prefix, from a character boundary
+    size_t common = 0;
+    while (common < text.size() && common < prefix_text_.size() && text[common] == prefix_text_[common])
+      ++common;
+    while (common > 0 && (static_cast<uint8_t>(text[common]) & 0xC0) == 0x80) --common;
+    out = text.substr(common);
+  }
+  prefix_text_ = std::move(text);
+  read_ = window_.size();
+  return out;
+}
+
+}  // namespace vlm
