@@ -56,6 +56,47 @@ struct BpeModel::MergeTable {
   }
 };
 
+// Token string -> id: open addressing over (hash, id) slots, the strings themselves in
+// id_to_token_ (flat and cache-friendly; the vocabulary is looked up for every character of a
+// word not in the cache, and three times per merge at load).
+struct BpeModel::VocabIndex {
+  struct Slot {
+    uint32_t hash = 0;
+    int32_t id = -1;
+  };
+  std::vector<Slot> slots;
+  uint64_t mask = 0;
+  const std::vector<std::string>& names;
+
+  VocabIndex(size_t n, const std::vector<std::string>& names_) : names(names_) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    slots.resize(cap);
+    mask = cap - 1;
+  }
+  static uint64_t hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
+  // Inserts id (whose string is names[id]); false when the string is already present.
+  bool insert(int32_t id) {
+    const uint64_t h = hash(names[id]);
+    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+      if (slots[i].id < 0) {
+        slots[i] = {static_cast<uint32_t>(h >> 32), id};
+        return true;
+      }
+      if (slots[i].hash == static_cast<uint32_t>(h >> 32) && names[slots[i].id] == names[id]) return false;
+    }
+  }
+  int32_t find(std::string_view s) const {
+    const uint64_t h = hash(s);
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+      const Slot& slot = slots[i];
+      if (slot.id < 0) return -1;
+      if (slot.hash == tag && names[slot.id] == s) return slot.id;
+    }
+  }
+};
+
 BpeModel::BpeModel() = default;
 BpeModel::~BpeModel() = default;
 
@@ -86,19 +127,20 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const json& j, const std::string& 
   auto vocab = j.find("vocab");
   if (vocab == j.end() || !vocab->is_object()) fail(source, "missing 'vocab' object");
   int64_t max_id = -1;
-  m->vocab_.reserve(vocab->size());
   for (const auto& [token, id] : vocab->items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
       fail(source, "vocab entry '" + token + "' has an invalid id " + id.dump());
-    const auto v = static_cast<int32_t>(id.get<int64_t>());
-    m->vocab_.emplace(token, v);
-    max_id = std::max<int64_t>(max_id, v);
+    max_id = std::max<int64_t>(max_id, id.get<int64_t>());
   }
   m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
   m->id_known_.assign(static_cast<size_t>(max_id + 1), false);
-  for (const auto& [token, id] : m->vocab_) {
-    m->id_to_token_[id] = token;
-    m->id_known_[id] = true;
+  m->vocab_ = std::make_unique<VocabIndex>(vocab->size(), m->id_to_token_);
+  for (const auto& [token, id] : vocab->items()) {
+    const auto v = id.get<int32_t>();
+    if (m->id_known_[v]) fail(source, "vocab id " + std::to_string(v) + " is given to two tokens");
+    m->id_to_token_[v] = token;
+    m->id_known_[v] = true;
+    m->vocab_->insert(v);
   }
 
   m->continuing_subword_prefix_ = optional_string(j, "continuing_subword_prefix", source);
@@ -107,15 +149,14 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const json& j, const std::string& 
   m->byte_fallback_ = j.value("byte_fallback", false);
   m->ignore_merges_ = j.value("ignore_merges", false);
   if (auto unk = optional_string(j, "unk_token", source)) {
-    auto it = m->vocab_.find(*unk);
-    if (it == m->vocab_.end()) fail(source, "unk_token '" + *unk + "' is not in the vocabulary");
-    m->unk_id_ = it->second;
+    const int32_t id = m->vocab_->find(*unk);
+    if (id < 0) fail(source, "unk_token '" + *unk + "' is not in the vocabulary");
+    m->unk_id_ = id;
   }
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", b);
-    auto it = m->vocab_.find(std::string_view(name));
-    m->byte_ids_[b] = it == m->vocab_.end() ? -1 : it->second;
+    m->byte_ids_[b] = m->vocab_->find(name);
   }
 
   auto merges = j.find("merges");
@@ -137,22 +178,22 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const json& j, const std::string& 
     } else {
       fail(source, "merge " + merge.dump() + " is neither \"a b\" nor [\"a\", \"b\"]");
     }
-    auto ia = m->vocab_.find(a), ib = m->vocab_.find(b);
-    if (ia == m->vocab_.end()) fail(source, "merge part '" + a + "' is not in the vocabulary");
-    if (ib == m->vocab_.end()) fail(source, "merge part '" + b + "' is not in the vocabulary");
+    const int32_t ia = m->vocab_->find(a), ib = m->vocab_->find(b);
+    if (ia < 0) fail(source, "merge part '" + a + "' is not in the vocabulary");
+    if (ib < 0) fail(source, "merge part '" + b + "' is not in the vocabulary");
     if (b.size() < prefix_len) fail(source, "merge part '" + b + "' lacks the continuing_subword_prefix");
     const std::string merged = a + b.substr(prefix_len);
-    auto im = m->vocab_.find(merged);
-    if (im == m->vocab_.end()) fail(source, "merge result '" + merged + "' is not in the vocabulary");
-    m->merges_->insert(MergeTable::key(ia->second, ib->second), rank++, im->second);
+    const int32_t im = m->vocab_->find(merged);
+    if (im < 0) fail(source, "merge result '" + merged + "' is not in the vocabulary");
+    m->merges_->insert(MergeTable::key(ia, ib), rank++, im);
   }
   return m;
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  const int32_t id = vocab_->find(token);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
@@ -170,8 +211,8 @@ void BpeModel::clear_cache() const {
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
-    if (auto it = vocab_.find(word); it != vocab_.end()) {
-      out.push_back(it->second);
+    if (const int32_t id = vocab_->find(word); id >= 0) {
+      out.push_back(id);
       return;
     }
   }
@@ -214,7 +255,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   };
 
   // One symbol per character (with the subword prefix / word suffix where configured).
-  std::optional<int32_t> pending_unk;
+  int32_t pending_unk = -1;  // an unk symbol not yet added (fuse_unk extends it)
   size_t i = 0;
   while (i < word.size()) {
     const size_t start = i;
@@ -229,10 +270,10 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
       if (suffix) affixed += *end_of_word_suffix_;
       s = affixed;
     }
-    if (auto it = vocab_.find(s); it != vocab_.end()) {
-      if (pending_unk) add(*pending_unk);
-      pending_unk.reset();
-      add(it->second);
+    if (const int32_t id = vocab_->find(s); id >= 0) {
+      if (pending_unk >= 0) add(pending_unk);
+      pending_unk = -1;
+      add(id);
       continue;
     }
     if (byte_fallback_ &&
@@ -242,11 +283,11 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
       continue;
     }
     if (unk_id_) {
-      if (pending_unk && !fuse_unk_) add(*pending_unk);
+      if (pending_unk >= 0 && !fuse_unk_) add(pending_unk);
       pending_unk = *unk_id_;
     }
   }
-  if (pending_unk) add(*pending_unk);
+  if (pending_unk >= 0) add(pending_unk);
   if (symbols.empty()) return;
   symbols.back().next = -1;
 

@@ -52,6 +52,7 @@ class BpeModel {
  private:
   BpeModel();
   struct MergeTable;
+  struct VocabIndex;
   struct CacheShard {
     std::mutex mutex;
     StringMap<std::vector<int32_t>> words;
@@ -61,7 +62,7 @@ class BpeModel {
 
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 
-  StringMap<int32_t> vocab_;
+  std::unique_ptr<VocabIndex> vocab_;  // token string -> id, over id_to_token_
   std::vector<std::string> id_to_token_;
   std::vector<bool> id_known_;
   std::unique_ptr<MergeTable> merges_;
