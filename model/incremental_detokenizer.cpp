@@ -16,23 +16,41 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tok, bool skip_s
     : tok_(tok), skip_special_(skip_special_tokens) {
   if (prompt_ids.empty()) return;
   size_t start = prompt_ids.size() > kPromptContext ? prompt_ids.size() - kPromptContext : 0;
+  // The context must show some text and must not begin inside a character (a partial byte run
+  // decodes to U+FFFD).
   std::string text = tok_.decode(prompt_ids.subspan(start), skip_special_);
-  while (text.empty() && start > 0) {
+  while ((text.empty() || text.starts_with(utf8::kReplacement)) && start > 0) {
     start = start > kPromptContext ? start - kPromptContext : 0;
     text = tok_.decode(prompt_ids.subspan(start), skip_special_);
   }
   if (text.empty()) return;  // the prompt shows nothing: generated text starts the output
   window_.assign(prompt_ids.begin() + static_cast<ptrdiff_t>(start), prompt_ids.end());
   read_ = window_.size();
+  // A prompt ending inside a character (e.g. prompt + generated ids of a resumed sequence): its
+  // last ids count as not yet emitted, so the character comes out whole once completed.
+  while (ends_with_replacement(text) && read_ > 1) {
+    --read_;
+    text = tok_.decode(std::span(window_).first(read_), skip_special_);
+  }
   prefix_text_ = std::move(text);
 }
 
 std::string IncrementalDetokenizer::push(int32_t id) {
   window_.push_back(id);
   std::string text = tok_.decode(window_, skip_special_);
-  if (text.size() <= prefix_text_.size() || ends_with_replacement(text) || !text.starts_with(prefix_text_))
-    return "";
-  std::string out = text.substr(prefix_text_.size());
+  if (ends_with_replacement(text)) return "";  // a character may still be completed
+  std::string out;
+  if (text.starts_with(prefix_text_)) {
+    if (text.size() == prefix_text_.size()) return "";  // nothing new (e.g. a skipped token)
+    out = text.substr(prefix_text_.size());
+  } else {
+    // A run of byte-fallback tokens turned invalid after a character of it was emitted (the
+    // decoder then writes U+FFFD for every byte of the run, the emitted ones too): keep what
+    // was emitted and decode the rest on its own.
+    out = tok_.decode(std::span(window_).subspan(read_), skip_special_);
+    text = prefix_text_ + out;
+    if (out.empty()) return "";
+  }
   // Slide: the ids just emitted become the prefix, unless they decode to nothing on their own.
   std::string emitted_alone = tok_.decode(std::span(window_).subspan(read_), skip_special_);
   if (!emitted_alone.empty() && !ends_with_replacement(emitted_alone)) {
@@ -51,12 +69,9 @@ std::string IncrementalDetokenizer::flush() {
   std::string out;
   if (text.starts_with(prefix_text_)) {
     out = text.substr(prefix_text_.size());
-  } else {  // not expected: emit what follows the common prefix, from a character boundary
-    size_t common = 0;
-    while (common < text.size() && common < prefix_text_.size() && text[common] == prefix_text_[common])
-      ++common;
-    while (common > 0 && (static_cast<uint8_t>(text[common]) & 0xC0) == 0x80) --common;
-    out = text.substr(common);
+  } else {  // a byte run turned invalid after part of it was emitted: see push()
+    out = tok_.decode(std::span(window_).subspan(read_), skip_special_);
+    text = prefix_text_ + out;
   }
   prefix_text_ = std::move(text);
   read_ = window_.size();

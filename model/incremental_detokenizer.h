@@ -11,6 +11,10 @@
 // then those steps would act on the new text; the window keeps older ids instead.
 // Result: the concatenation of push() outputs and flush() equals
 // decode(prompt + generated)[len(decode(prompt)):], i.e. decode(generated) without a prompt.
+// One deliberate exception: when a run of byte-fallback tokens (<0xXX>) turns out invalid UTF-8
+// after a complete character of it was already emitted, a whole decode writes U+FFFD for every
+// byte of the run; the stream keeps the emitted character and writes U+FFFD for the rest (waiting
+// for the end of every byte run instead would hold back CJK text for whole sentences).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +29,8 @@ namespace vlm {
 class IncrementalDetokenizer {
  public:
   // `tok` must outlive this object. `prompt_ids`: the prompt, whose last tokens give the context
-  // the first generated token is decoded in (e.g. "▁Hello" after a prompt is " Hello").
+  // the first generated token is decoded in (e.g. "▁Hello" after a prompt is " Hello"). If the
+  // prompt ends inside a UTF-8 character, its bytes come out with the character that completes it.
   IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens,
                          std::span<const int32_t> prompt_ids = {});
 

@@ -270,6 +270,14 @@ TEST(IncrementalDetokenizer, ByteFallbackCharactersWaitForTheirLastByte) {
   chunks.clear();
   EXPECT_EQ(stream(*t, {12, 5, 6}, false, {}, &chunks), t->decode(Ids{12, 5, 6}));
   EXPECT_EQ(chunks.back(), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  // A prompt that ends inside a character: the character comes out whole.
+  chunks.clear();
+  EXPECT_EQ(stream(*t, {7, 22}, false, {12, 5, 6}, &chunks), "\xE4\xB8\xAD there");
+  // A byte run that turns invalid after a character of it was emitted (the documented exception):
+  // the stream keeps the character and goes on.
+  chunks.clear();
+  EXPECT_EQ(stream(*t, {5, 6, 7, 5, 22, 12}, false, {}, &chunks), "\xE4\xB8\xAD\xEF\xBF\xBD there Hi");
+  EXPECT_EQ(t->decode(Ids{5, 6, 7, 5, 22, 12}), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD there Hi");
   // A broken sequence followed by text is emitted as soon as the text arrives.
   chunks.clear();
   EXPECT_EQ(stream(*t, {5, 22}, false, {}, &chunks), t->decode(Ids{5, 22}));
