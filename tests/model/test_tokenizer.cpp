@@ -1,6 +1,7 @@
 // The real Llama-2, Llama-3 and Qwen3 tokenizers (tests/data/tokenizers, fetched by
 // scripts/fetch_test_data.sh) against the Hugging Face `tokenizers` references of
-// tests/fixtures/tokenizer/tokenizer_reference.json (tools/fixtures/make_tokenizer_fixtures.py):
+// tests/fixtures/tokenizer/tokenizer_reference.json (tools/fixtures/make_tokenizer_fixtures.py)
+// and tokenizer_fuzz_reference.json (tools/fixtures/make_tokenizer_fuzz_fixtures.py):
 // ids with and without special tokens, decode with and without skipping them, round trips, and
 // streaming detokenization equal to a whole decode, chunk by chunk valid UTF-8.
 #include <gtest/gtest.h>
@@ -65,6 +66,9 @@ std::string nfc(const std::string& s) {
 
 std::string show(const std::string& s) { return json(s).dump(); }
 
+std::string stream(const Tokenizer& tok, std::span<const int32_t> ids, bool skip,
+                   std::span<const int32_t> prompt = {});
+
 class RealTokenizer : public ::testing::TestWithParam<const char*> {
  protected:
   const Tokenizer& tok() const { return tokenizer(GetParam()); }
@@ -94,6 +98,25 @@ TEST_P(RealTokenizer, DecodeEqualsReference) {
   }
 }
 
+// 400 random strings of odd whitespace, combining marks, emoji sequences, control characters,
+// scripts and special-token strings (tools/fixtures/make_tokenizer_fuzz_fixtures.py).
+TEST_P(RealTokenizer, RandomTextsEqualReference) {
+  static const json fuzz =
+      read_json(std::string(VLM_FIXTURES_DIR) + "/tokenizer/tokenizer_fuzz_reference.json");
+  const json& texts = fuzz["texts"];
+  const json& r = fuzz[GetParam()];
+  ASSERT_EQ(texts.size(), 400u);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string text = texts[i];
+    const auto want = r["encode_plain"][i].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok().encode(text, false), want) << "text " << i << ": " << show(text);
+    EXPECT_EQ(tok().decode(want, false), r["decode"][i].get<std::string>()) << "text " << i;
+    EXPECT_EQ(tok().decode(want, true), r["decode_skip"][i].get<std::string>()) << "text " << i;
+    for (bool skip : {false, true})
+      EXPECT_EQ(stream(tok(), want, skip), tok().decode(want, skip)) << "text " << i << " skip " << skip;
+  }
+}
+
 // Byte-level tokenizers give back the text (Qwen3 up to its NFC normalizer); Llama-2 gives it
 // back unless an added token sits in the text (its normalizer prepends "▁" to every piece
 // between added tokens, and the decoder strips one leading space only).
@@ -113,7 +136,7 @@ TEST_P(RealTokenizer, RoundTripWhereLossless) {
 }
 
 std::string stream(const Tokenizer& tok, std::span<const int32_t> ids, bool skip,
-                   std::span<const int32_t> prompt = {}) {
+                   std::span<const int32_t> prompt) {
   IncrementalDetokenizer detok(tok, skip, prompt);
   std::string all;
   for (int32_t id : ids) {
