@@ -1,6 +1,8 @@
 // Normalizers of tokenizer.json ("normalizer"): NFC, NFD, NFKC, NFKD (utf8proc), Lowercase,
 // Strip, StripAccents, Replace, Prepend and Sequence, with the semantics of Hugging Face
 // tokenizers. Offsets are not tracked: the server needs ids, not alignments.
+// Known difference: Lowercase maps one code point to one (utf8proc_tolower), where Rust's
+// to_lowercase turns U+0130 'İ' into two ("i̇"); no tokenizer tested here lowercases.
 #pragma once
 
 #include <memory>
