@@ -5,6 +5,10 @@
 #include "model/jinja/error.h"
 #include "model/jinja/evaluator.h"
 
+
+// GCC 12 reports a false -Wrestrict inside std::string's operator+ ("x" + str) at -O3
+// (GCC bug 105329).
+#pragma GCC diagnostic ignored "-Wrestrict"
 namespace vlm::jinja {
 
 ArgBinder::ArgBinder(std::string_view function, CallArgs& args,
@@ -64,9 +68,10 @@ Value range_fn(Evaluator&, CallArgs& args) {
   return Value::list(std::move(out));
 }
 
-Value namespace_fn(Evaluator&, CallArgs& args) {
+Value namespace_fn(Evaluator& ev, CallArgs& args) {
   auto d = std::make_shared<Dict>();
   d->is_namespace = true;
+  ev.track_namespace(d);
   if (args.positional.size() > 1) render_error("namespace() takes at most 1 positional argument");
   if (!args.positional.empty()) {
     const Value& init = args.positional[0];

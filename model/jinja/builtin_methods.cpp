@@ -8,6 +8,10 @@
 #include "model/jinja/evaluator.h"
 #include "model/jinja/py_string.h"
 
+
+// GCC 12 reports a false -Wrestrict inside std::string's operator+ ("x" + str) at -O3
+// (GCC bug 105329).
+#pragma GCC diagnostic ignored "-Wrestrict"
 namespace vlm::jinja {
 namespace {
 

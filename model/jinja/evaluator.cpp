@@ -29,8 +29,21 @@ void Scope::set(std::string name, Value value) {
 
 std::string Evaluator::render(const Body& body, const std::shared_ptr<Scope>& root) {
   std::string out;
-  exec(body, root, out);
+  try {
+    exec(body, root, out);
+  } catch (...) {
+    release_cycles();
+    throw;
+  }
+  release_cycles();
   return out;
+}
+
+void Evaluator::release_cycles() {
+  for (const auto& scope : closure_scopes_) scope->vars.clear();
+  for (const auto& ns : namespaces_) ns->items.clear();
+  closure_scopes_.clear();
+  namespaces_.clear();
 }
 
 Evaluator::Flow Evaluator::exec(const Body& body, const std::shared_ptr<Scope>& scope, std::string& out) {
@@ -166,6 +179,7 @@ Evaluator::Flow Evaluator::exec_for(const ForStmt& s, const std::shared_ptr<Scop
 Value Evaluator::make_macro(const MacroStmt& m, const std::shared_ptr<Scope>& scope) {
   const MacroStmt* macro = &m;
   std::shared_ptr<Scope> defined_in = scope;
+  closure_scopes_.push_back(scope);
   return Value::function(m.name, [macro, defined_in](Evaluator& ev, CallArgs& args) -> Value {
     if (ev.depth_ >= kMaxMacroDepth) render_error("maximum macro recursion depth exceeded");
     auto call_scope = std::make_shared<Scope>(defined_in);

@@ -37,6 +37,9 @@ class Evaluator {
   // Applies a filter or test by name at run time (map('upper'), select('odd'), ...).
   Value apply_filter(std::string_view name, const Value& value, CallArgs& args);
   bool apply_test(std::string_view name, const Value& value, CallArgs& args);
+  // Namespaces are the only mutable values, so the only way to build a reference cycle (with
+  // macros, whose closures hold their scope): render() empties the tracked ones when it ends.
+  void track_namespace(std::shared_ptr<Dict> ns) { namespaces_.push_back(std::move(ns)); }
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
@@ -50,7 +53,11 @@ class Evaluator {
   CallArgs eval_args(const Arguments& a, const std::shared_ptr<Scope>& scope);
   Value eval_filter(const FilterExpr& f, Value operand, const std::shared_ptr<Scope>& scope);
 
+  void release_cycles();
+
   int depth_ = 0;  // nested macro calls, bounded to keep recursion off the stack limit
+  std::vector<std::shared_ptr<Scope>> closure_scopes_;  // scopes holding macros
+  std::vector<std::shared_ptr<Dict>> namespaces_;
 };
 
 }  // namespace vlm::jinja

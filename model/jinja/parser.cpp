@@ -93,6 +93,7 @@ Body Parser::parse_body(std::initializer_list<std::string_view> end_tags, const 
 }
 
 StmtPtr Parser::parse_statement() {
+  DepthGuard guard(*this, cur());
   const Token& tag = next();
   const std::string& name = tag.text;
   if (name == "if") return parse_if(tag);

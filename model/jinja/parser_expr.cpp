@@ -34,6 +34,7 @@ ExprPtr Parser::parse_tuple(bool with_condexpr, bool explicit_parens,
 }
 
 ExprPtr Parser::parse_expression(bool with_condexpr) {
+  DepthGuard guard(*this, cur());
   return with_condexpr ? parse_condexpr() : parse_or();
 }
 
@@ -142,6 +143,7 @@ ExprPtr Parser::parse_pow() {
 }
 
 ExprPtr Parser::parse_unary(bool with_filter) {
+  DepthGuard guard(*this, cur());
   ExprPtr node;
   if (is_op("-") || is_op("+")) {
     const Token& t = next();

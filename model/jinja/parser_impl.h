@@ -78,9 +78,23 @@ class Parser {
   ExprPtr parse_dict();
   Arguments parse_call_args();
 
+  // Bounds the recursion of nested expressions and blocks (the parser's stack).
+  class DepthGuard {
+   public:
+    DepthGuard(Parser& p, const Token& at) : p_(p) {
+      if (++p_.depth_ > kMaxDepth) p_.fail("template nested too deeply", at);
+    }
+    ~DepthGuard() { --p_.depth_; }
+
+   private:
+    Parser& p_;
+  };
+  static constexpr int kMaxDepth = 200;
+
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int loop_depth_ = 0;  // for break/continue outside a loop
+  int depth_ = 0;
 };
 
 }  // namespace vlm::jinja

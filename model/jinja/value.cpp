@@ -93,7 +93,16 @@ std::string to_str(const Value& v) {
   }
 }
 
-std::string repr(const Value& v) {
+namespace {
+constexpr int kMaxNesting = 256;  // repr / json.dumps of deeper (or cyclic) values fail
+std::string repr_at(const Value& v, int depth);
+}  // namespace
+
+std::string repr(const Value& v) { return repr_at(v, 0); }
+
+namespace {
+std::string repr_at(const Value& v, int depth) {
+  if (depth > kMaxNesting) render_error("value nested too deeply to print (a cycle?)");
   switch (v.kind()) {
     case Value::Kind::kUndefined: return "Undefined";
     case Value::Kind::kNone: return "None";
@@ -106,7 +115,7 @@ std::string repr(const Value& v) {
       std::string out = l.is_tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
-        out += repr(l.items[i]);
+        out += repr_at(l.items[i], depth + 1);
       }
       if (l.is_tuple && l.items.size() == 1) out += ",";
       out += l.is_tuple ? ")" : "]";
@@ -117,7 +126,7 @@ std::string repr(const Value& v) {
       std::string out = d.is_namespace ? "<Namespace {" : "{";
       for (size_t i = 0; i < d.items.size(); ++i) {
         if (i) out += ", ";
-        out += py::repr(d.items[i].first) + ": " + repr(d.items[i].second);
+        out += py::repr(d.items[i].first) + ": " + repr_at(d.items[i].second, depth + 1);
       }
       out += d.is_namespace ? "}>" : "}";
       return out;
@@ -126,6 +135,7 @@ std::string repr(const Value& v) {
   }
   return "";
 }
+}  // namespace
 
 bool equals(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
@@ -218,6 +228,7 @@ std::vector<Value> iterate(const Value& v) {
 namespace {
 
 void dump(std::string& out, const Value& v, const JsonOptions& o, int level) {
+  if (level > kMaxNesting) render_error("value nested too deeply for JSON (a cycle?)");
   auto newline = [&](int lvl) {
     if (!o.indent) return;
     out.push_back('\n');

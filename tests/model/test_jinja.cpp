@@ -106,6 +106,9 @@ TEST(JinjaErrors, SyntaxErrorsNameLineAndColumn) {
   EXPECT_EQ(e.line(), 1);
   EXPECT_EQ(e.column(), 4);
 
+  e = error_of("{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}");
+  EXPECT_NE(e.message().find("nested too deeply"), std::string::npos) << e.what();
+
   e = error_of("{{ '\\N{BULLET}' }}");
   EXPECT_EQ(e.kind(), ErrorKind::kSyntax);
 }
@@ -131,6 +134,9 @@ TEST(JinjaErrors, RenderErrorsNameTheFailingNode) {
 
   e = error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   EXPECT_NE(e.message().find("recursion"), std::string::npos) << e.what();
+
+  e = error_of("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}");
+  EXPECT_NE(e.message().find("nested too deeply"), std::string::npos) << e.what();
 
   e = error_of("{{ 'x' * 100000000 }}");
   EXPECT_NE(e.message().find("too large"), std::string::npos) << e.what();
