@@ -15,7 +15,7 @@ EngineLoop::EngineLoop(std::unique_ptr<Engine> engine)
 
 EngineLoop::~EngineLoop() { stop(); }
 
-RequestHandle EngineLoop::submit(GenerationRequest request) {
+RequestHandle EngineLoop::submit(GenerationRequest request, std::function<void()> notify) {
   if (stop_) throw RequestError(503, "unavailable_error", "the engine is shutting down");
   engine_->validate(request);  // const, reads only the configuration
   const int max_waiting = engine_->config().scheduler.max_waiting;
@@ -23,6 +23,7 @@ RequestHandle EngineLoop::submit(GenerationRequest request) {
     throw RequestError(429, "rate_limit_exceeded",
                        fmt::format("The server is busy: {} requests are already waiting. Retry later.", max_waiting));
   auto channel = std::make_shared<RequestChannel>();
+  if (notify) channel->set_notify(std::move(notify));
   std::string id = request.id;
   std::weak_ptr<RequestQueue> queue = queue_;
   queue_->push_add(std::move(request), channel);

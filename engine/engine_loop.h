@@ -28,7 +28,9 @@ class EngineLoop {
   // Checks the request at once (Engine::validate, and room in the waiting queue) and queues it.
   // Throws RequestError: 400 for a bad request, 429 when max_waiting requests already wait, 503
   // after stop(). Later problems (e.g. a duplicate id) arrive as an error event.
-  RequestHandle submit(GenerationRequest request);
+  // notify, if given, is called on the engine thread after each event is pushed (to wake an
+  // event loop); it must not block for long, since the engine waits for it.
+  RequestHandle submit(GenerationRequest request, std::function<void()> notify = nullptr);
   // Aborts a request by id (no-op when unknown or finished).
   void abort(const std::string& request_id);
 

@@ -57,10 +57,11 @@ struct Sequence {
   ModalityTag modality(int32_t pos) const {
     return pos < static_cast<int32_t>(prompt_modalities.size()) ? prompt_modalities[pos] : ModalityTag{};
   }
-  // Whether a chunk of n tokens starting at num_computed_tokens is prefill: it computes prompt
-  // tokens, or recomputes several tokens after a preemption (a single last token is a decode).
+  // Whether a chunk of n tokens starting at num_computed_tokens is prefill. A decode is exactly
+  // one token, the last one, past the prompt; anything else (prompt tokens, or the recompute of
+  // outputs after a preemption) is prefill.
   bool chunk_is_prefill(int32_t n) const {
-    return num_computed_tokens < num_prompt_tokens || n > 1;
+    return !(n == 1 && num_computed_tokens + 1 == num_tokens() && num_computed_tokens >= num_prompt_tokens);
   }
 };
 

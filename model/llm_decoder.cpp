@@ -17,21 +17,21 @@ std::unique_ptr<LlmDecoder> LlmDecoder::load(const std::string& model_dir) {
   return std::make_unique<LlmDecoder>(std::move(config), std::move(weights));
 }
 
-LlmDecoder::LlmDecoder(ModelConfig config, WeightStore weights)
+LlmDecoder::LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNames names)
     : config_(std::move(config)), weights_(std::move(weights)), rope_(config_.rope) {
   const ModelConfig& c = config_;
   const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t QD = c.num_heads * c.head_dim, KD = c.num_kv_heads * c.head_dim;
   const WeightStore& w = weights_;
-  embed_ = w.get("model.embed_tokens.weight", {V, C});
-  final_norm_ = w.get("model.norm.weight", {C});
+  embed_ = w.get(names.prefix + "embed_tokens.weight", {V, C});
+  final_norm_ = w.get(names.prefix + "norm.weight", {C});
   // Tied checkpoints usually omit lm_head.weight; some keep a copy. Follow the config.
-  lm_head_ = c.tie_word_embeddings ? embed_ : w.get("lm_head.weight", {V, C});
+  lm_head_ = c.tie_word_embeddings ? embed_ : w.get(names.lm_head, {V, C});
   auto bias = [&](bool present, const std::string& name, int64_t n) {
     return present ? w.get(name, {n}) : TensorView();
   };
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = names.prefix + "layers." + std::to_string(l) + ".";
     Layer L;
     L.input_norm = w.get(p + "input_layernorm.weight", {C});
     L.post_norm = w.get(p + "post_attention_layernorm.weight", {C});
@@ -71,7 +71,7 @@ const float* f32_or_null(const TensorView& t) { return t.empty() ? nullptr : t.a
 }  // namespace
 
 void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer> kv_layers,
-                         std::vector<float>& logits) const {
+                         std::vector<float>& logits, const EmbeddingOverride& override) const {
   const ModelConfig& c = config_;
   const int64_t T = batch.num_tokens();
   const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
@@ -100,7 +100,17 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
   Tensor rope_table = Tensor::empty({T, std::max<int64_t>(rope_.inv_freq().size() * 2, 1)});
   rope_.cos_sin_table(batch.positions.data(), T, rope_table.as<float>());
 
-  embedding_lookup(embed_, batch.token_ids.data(), T, xp);
+  if (override.use == nullptr) {
+    embedding_lookup(embed_, batch.token_ids.data(), T, xp);
+  } else {
+    VLM_CHECK(override.embeds != nullptr, "embedding override without embeddings");
+    std::vector<int32_t> ids(batch.token_ids);  // overridden rows look up row 0, then get replaced
+    for (int64_t t = 0; t < T; ++t)
+      if (override.use[t]) ids[t] = 0;
+    embedding_lookup(embed_, ids.data(), T, xp);
+    for (int64_t t = 0; t < T; ++t)
+      if (override.use[t]) std::copy(override.embeds + t * C, override.embeds + (t + 1) * C, xp + t * C);
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
     const PagedKVLayer& kv = kv_layers[l];

@@ -17,13 +17,28 @@
 
 namespace vlm {
 
+// Checkpoint names of the decoder's tensors: `prefix` + "embed_tokens.weight" / "layers.N...." /
+// "norm.weight", and the LM head. Defaults: a plain *ForCausalLM checkpoint. A multimodal
+// checkpoint nests the decoder (e.g. LLaVA: "model.language_model." or "language_model.model.").
+struct DecoderWeightNames {
+  std::string prefix = "model.";
+  std::string lm_head = "lm_head.weight";
+};
+
+// Optional input embeddings for some rows of a batch (e.g. image tokens spliced in by a VLM):
+// row t takes embeds[t, :] instead of the token embedding when use[t] != 0. Both null: none.
+struct EmbeddingOverride {
+  const float* embeds = nullptr;  // [T, C]
+  const uint8_t* use = nullptr;   // [T]
+};
+
 class LlmDecoder {
  public:
   // Loads DIR/config.json and the safetensors weights. Throws LoadError naming the file and the
   // tensor for a missing tensor, a shape mismatch, an unknown dtype, a truncated file or an
   // unsupported architecture.
   static std::unique_ptr<LlmDecoder> load(const std::string& model_dir);
-  LlmDecoder(ModelConfig config, WeightStore weights);
+  LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNames names = {});
 
   const ModelConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
@@ -31,9 +46,10 @@ class LlmDecoder {
   // Runs every layer over the batch: writes each token's K/V to its slot of kv_layers[l], and
   // returns the logits of the rows batch.logits_indices as logits[L, V] (resized).
   // Preconditions: kv_layers.size() == num_layers, each with num_kv_heads and head_dim of the
-  // config; every token id < vocab_size (throws InternalError otherwise).
+  // config; every token id < vocab_size (throws InternalError otherwise), except rows taken
+  // from `override`, whose ids are not looked up.
   void forward(const ForwardBatch& batch, std::span<const PagedKVLayer> kv_layers,
-               std::vector<float>& logits) const;
+               std::vector<float>& logits, const EmbeddingOverride& override = {}) const;
 
  private:
   struct Layer {

@@ -8,7 +8,9 @@ packages=(
   libboost-dev libboost-system-dev          # Beast / Asio (header-only, plus system)
   nlohmann-json3-dev libspdlog-dev libfmt-dev
   libopenblas-dev libcurl4-openssl-dev
+  zlib1g-dev                               # vlm-bench: PNG images
   libpcre2-dev libutf8proc-dev             # tokenizer: Unicode regexes, NFC
+  libjpeg62-turbo-dev libpng-dev           # image decoding (JPEG, PNG)
   openssl                                  # test data: integrity of the npm packages
   libgtest-dev libgmock-dev libbenchmark-dev
   python3

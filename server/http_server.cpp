@@ -223,8 +223,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // Completes when the peer sends bytes or closes; with nothing to read it has closed.
   void watch_disconnect() {
-    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-      if (ec || (!self->stream_src_ && !self->deferred_)) return;
+    // A wait left over from an earlier request on this keep-alive connection completes when the
+    // next request's bytes arrive; by then they may have been read, so it must not judge this one.
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), seq = num_requests_](beast::error_code ec) {
+      if (ec || seq != self->num_requests_ || (!self->stream_src_ && !self->deferred_)) return;
       boost::system::error_code aec;
       if (self->stream_.socket().available(aec) == 0 || aec) {
         VLM_LOG_DEBUG("client {} disconnected mid-request", self->remote_);

@@ -97,17 +97,17 @@ TEST(Sampler, TopPKeepsTokensWhileTheMassBeforeThemIsBelowP) {
 }
 
 TEST(Sampler, TopPOverALargeVocabulary) {
-  // 5000 tokens: the sorted prefix has to grow past its first guess.
-  const int V = 5000;
+  // 2000 tokens: the sorted prefix has to grow past its first guesses.
+  const int V = 2000;
   std::vector<double> probs(V, 1.0 / V);
   Sampler s(V, {});
   SamplingParams p = random_params();
   p.top_p = 0.5f;
-  const auto f = draw(s, log_probs(probs), p, 5000);
+  const auto f = draw(s, log_probs(probs), p, 1000);
   int32_t max_id = 0;
   for (const auto& [id, _] : f) max_id = std::max(max_id, id);
   EXPECT_LT(max_id, V / 2 + 1) << "equal probabilities: the lowest ids are kept first";
-  EXPECT_GT(f.size(), 1000u);
+  EXPECT_GT(f.size(), 400u);
 }
 
 TEST(Sampler, MinPDropsTokensBelowAFractionOfTheTop) {

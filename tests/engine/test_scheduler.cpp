@@ -31,6 +31,8 @@ struct Case {
   bool expect_preemption;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 // Drives a Scheduler with fake sampling (token = f(seq id, output index)) over a fake KV cache.
 class Sim {
  public:

@@ -46,6 +46,41 @@ TEST(VlmGenerate, PrintsHuggingFaceGreedyTokens) {
   }
 }
 
+// --parallel N: N sequences through the engine at once, prompts taken in turn; each sequence's
+// greedy tokens are still Hugging Face's.
+TEST(VlmGenerate, ParallelSequencesPrintHuggingFaceGreedyTokens) {
+  const std::string model = "llama_tiny";
+  Reference ref = load_reference(model);
+  const Result r = run("--model " + fixture_model_dir(model) + " --prompt-ids " + join(ref.ids(2)) +
+                       " --prompt-ids " + join(ref.ids(3)) + " --parallel 3 --max-tokens 16 --ignore-eos " +
+                       "--chunk-size 32 --no-logprobs --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> want = ref.greedy(i % 2 == 0 ? 2 : 3);
+    want.resize(16);
+    EXPECT_NE(r.output.find("[" + std::to_string(i) + "] generated: " + join(want) + "\n"), std::string::npos)
+        << r.output;
+  }
+  EXPECT_NE(r.output.find("decode steps (no prefill): "), std::string::npos) << r.output;
+}
+
+// Seeded sampling: sequence i of --parallel uses seed + i, so sequence 1 of a run with seed 5
+// equals a single run with seed 6.
+TEST(VlmGenerate, ParallelSeedsAreSeedPlusIndex) {
+  const std::string model = "qwen2_tiny";
+  const std::string base = "--model " + fixture_model_dir(model) + " --prompt-ids " +
+                           join(load_reference(model).ids(1)) + " --max-tokens 12 --ignore-eos --temperature 1 ";
+  const Result both = run(base + "--parallel 2 --seed 5");
+  const Result single = run(base + "--seed 6");
+  ASSERT_EQ(both.exit_code, 0) << both.output;
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const size_t at = single.output.find("generated: ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string line = single.output.substr(at, single.output.find('\n', at) - at);
+  EXPECT_NE(both.output.find("[1] " + line), std::string::npos) << both.output << "\n" << line;
+  EXPECT_EQ(both.output.find("[0] " + line), std::string::npos) << "seed 5 should differ";
+}
+
 TEST(VlmGenerate, BadArgumentsAreUsageErrors) {
   Result r = run("--prompt-ids 1,2");
   EXPECT_EQ(r.exit_code, 2);

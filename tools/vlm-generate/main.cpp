@@ -1,53 +1,75 @@
-// vlm-generate: one-shot greedy generation from token ids, for debugging the decoder.
-//   vlm-generate --model DIR --prompt-ids 1,2,3 [--max-tokens 16] [--top-logprobs 5]
-//                [--chunk-size 512] [--kv-dtype f32|bf16|f16] [--block-size 16]
-//                [--threads N] [--ignore-eos] [--log-level info]
-// Prints one line per generated token (id, logprob, the top alternatives) and a summary line.
+// vlm-generate: generation from token ids through the continuous-batching engine, for debugging
+// and benchmarks.
+//   vlm-generate --model DIR --prompt-ids 1,2,3 [--prompt-ids 4,5 ...] [--parallel N]
+//                [--max-tokens 16] [--top-logprobs 5 | --no-logprobs] [--chunk-size 512]
+//                [--kv-dtype f32|bf16|f16] [--block-size 16] [--threads N] [--ignore-eos]
+//                [--temperature 0] [--top-k K] [--top-p P] [--seed S] [--log-level warn]
+// --parallel N runs N sequences at once: sequence i takes the (i mod P)-th of the P prompts given
+// with --prompt-ids, and seed S + i when --seed is given (so equal prompts sample differently
+// unless greedy). All are submitted before the first step.
+// Output (stdout): a line per generated token ("token ID logprob LP  top: ID(LP) ...") and a line
+// "generated: IDS" per sequence; with N > 1 both carry the prefix "[i] " and come as each
+// sequence ends. A timing summary goes to stderr; "decode" counts the steps that ran no prefill.
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <numeric>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/kv_cache.h"
+#include <fmt/ranges.h>
+
+#include "engine/engine.h"
 #include "kernels/check.h"
 #include "kernels/log.h"
 #include "kernels/thread_pool.h"
-#include "model/llm_decoder.h"
 
 namespace {
 
 struct Options {
   std::string model;
-  std::vector<int32_t> prompt;
+  std::vector<std::vector<int32_t>> prompts;
+  int parallel = 1;
   int max_tokens = 16;
   int top_logprobs = 5;
+  bool logprobs = true;
   int chunk_size = 512;
   int block_size = 16;
   int threads = 0;
   vlm::DType kv_dtype = vlm::DType::F32;
   bool ignore_eos = false;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  std::optional<uint64_t> seed;
   std::string log_level = "warn";
 };
 
 [[noreturn]] void usage(const std::string& error) {
   std::fprintf(stderr,
-               "error: %s\nusage: vlm-generate --model DIR --prompt-ids 1,2,3 [--max-tokens N] "
-               "[--top-logprobs K] [--chunk-size N] [--kv-dtype f32|bf16|f16] [--block-size N] "
-               "[--threads N] [--ignore-eos] [--log-level LEVEL]\n",
+               "error: %s\nusage: vlm-generate --model DIR --prompt-ids 1,2,3 [--prompt-ids ...] [--parallel N] "
+               "[--max-tokens N] [--top-logprobs K | --no-logprobs] [--chunk-size N] [--kv-dtype f32|bf16|f16] "
+               "[--block-size N] [--threads N] [--ignore-eos] [--temperature T] [--top-k K] [--top-p P] "
+               "[--seed S] [--log-level LEVEL]\n",
                error.c_str());
   std::exit(2);
 }
 
-int parse_int(const std::string& flag, const std::string& value, int min) {
+long parse_long(const std::string& flag, const std::string& value, long min) {
   char* end = nullptr;
   long v = std::strtol(value.c_str(), &end, 10);
   if (value.empty() || *end != '\0' || v < min || v > 1'000'000'000)
     usage(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
-  return static_cast<int>(v);
+  return v;
+}
+int parse_int(const std::string& flag, const std::string& value, int min) {
+  return static_cast<int>(parse_long(flag, value, min));
+}
+float parse_float(const std::string& flag, const std::string& value) {
+  char* end = nullptr;
+  const float v = std::strtof(value.c_str(), &end);
+  if (value.empty() || *end != '\0') usage(flag + " needs a number, got '" + value + "'");
+  return v;
 }
 
 Options parse(int argc, char** argv) {
@@ -61,16 +83,20 @@ Options parse(int argc, char** argv) {
     if (a == "--model") o.model = value();
     else if (a == "--prompt-ids") {
       std::string s = value(), item;
+      std::vector<int32_t> prompt;
       for (size_t p = 0; p <= s.size(); ++p) {
         if (p == s.size() || s[p] == ',') {
-          o.prompt.push_back(parse_int("--prompt-ids", item, 0));
+          prompt.push_back(parse_int("--prompt-ids", item, 0));
           item.clear();
         } else {
           item += s[p];
         }
       }
-    } else if (a == "--max-tokens") o.max_tokens = parse_int(a, value(), 1);
+      o.prompts.push_back(std::move(prompt));
+    } else if (a == "--parallel") o.parallel = parse_int(a, value(), 1);
+    else if (a == "--max-tokens") o.max_tokens = parse_int(a, value(), 1);
     else if (a == "--top-logprobs") o.top_logprobs = parse_int(a, value(), 0);
+    else if (a == "--no-logprobs") o.logprobs = false;
     else if (a == "--chunk-size") o.chunk_size = parse_int(a, value(), 1);
     else if (a == "--block-size") o.block_size = parse_int(a, value(), 1);
     else if (a == "--threads") o.threads = parse_int(a, value(), 1);
@@ -78,24 +104,38 @@ Options parse(int argc, char** argv) {
       std::string v = value();
       if (!vlm::parse_float_dtype_name(v, &o.kv_dtype)) usage("--kv-dtype must be f32, bf16 or f16");
     } else if (a == "--ignore-eos") o.ignore_eos = true;
+    else if (a == "--temperature") o.temperature = parse_float(a, value());
+    else if (a == "--top-k") o.top_k = parse_int(a, value(), -1);
+    else if (a == "--top-p") o.top_p = parse_float(a, value());
+    else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_long(a, value(), 0));
     else if (a == "--log-level") o.log_level = value();
     else if (a == "--help" || a == "-h") usage("help requested");
     else usage("unknown argument '" + a + "'");
   }
   if (o.model.empty()) usage("--model is required");
-  if (o.prompt.empty()) usage("--prompt-ids is required");
+  if (o.prompts.empty()) usage("--prompt-ids is required");
   return o;
 }
 
-// log_softmax of one row, in double for the normalizer.
-std::vector<float> log_softmax(const float* x, int64_t n) {
-  const float m = *std::max_element(x, x + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i] - m));
-  const double lse = m + std::log(sum);
-  std::vector<float> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i] - lse);
-  return out;
+struct Output {
+  std::string prefix;
+  std::string lines;  // buffered token lines (N > 1: printed when the sequence ends)
+  std::vector<int32_t> generated;
+};
+
+void print_token(const Options& o, Output& out, const vlm::RequestEvent& ev, size_t i, bool buffer) {
+  std::string line = fmt::format("{}token {}", out.prefix, ev.token_ids[i]);
+  if (i < ev.logprobs.size()) {
+    const vlm::TokenLogprobs& lp = ev.logprobs[i];
+    line += fmt::format(" logprob {:.6f}", lp.logprob);
+    if (!lp.top.empty()) {
+      line += "  top:";
+      for (const vlm::TopLogprob& t : lp.top) line += fmt::format(" {}({:.4f})", t.token_id, t.logprob);
+    }
+  }
+  line += "\n";
+  if (buffer) out.lines += line;
+  else std::fputs(line.c_str(), stdout);
 }
 
 int run(const Options& o) {
@@ -103,60 +143,88 @@ int run(const Options& o) {
   if (o.threads > 0) vlm::set_num_threads(o.threads);
   auto decoder = vlm::LlmDecoder::load(o.model);
   const vlm::ModelConfig& c = decoder->config();
-  for (int32_t id : o.prompt)
-    if (id >= c.vocab_size) usage("prompt id " + std::to_string(id) + " >= vocab size " + std::to_string(c.vocab_size));
-
-  // One sequence, blocks 0..n-1 in order.
-  const int64_t total = static_cast<int64_t>(o.prompt.size()) + o.max_tokens;
-  vlm::KVCacheShape shape{c.num_layers, (total + o.block_size - 1) / o.block_size, o.block_size,
-                          static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim), o.kv_dtype};
-  vlm::KVCache cache(shape);
-  std::vector<int32_t> blocks(static_cast<size_t>(shape.num_blocks));
-  std::iota(blocks.begin(), blocks.end(), 0);
-
-  std::vector<int32_t> tokens = o.prompt, generated;
-  int32_t cached = 0;
-  std::vector<float> logits;
-  const auto t0 = std::chrono::steady_clock::now();
-  double prefill_s = 0;
-  while (true) {
-    // Feed what is not cached yet (prompt chunks, then one token per step).
-    const auto remaining = static_cast<int32_t>(tokens.size()) - cached;
-    const int32_t n = std::min(remaining, o.chunk_size);
-    vlm::SequenceChunk chunk{std::span<const int32_t>(tokens.data() + cached, n), cached, blocks,
-                             vlm::LogitsFor::Last};
-    vlm::ForwardBatch fb = vlm::make_forward_batch({&chunk, 1}, o.block_size);
-    decoder->forward(fb, cache.layers(), logits);
-    cached += n;
-    if (cached < static_cast<int32_t>(tokens.size())) continue;  // more prompt chunks
-    if (generated.empty())
-      prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-    std::vector<float> lp = log_softmax(logits.data(), c.vocab_size);
-    std::vector<int32_t> order(static_cast<size_t>(c.vocab_size));
-    std::iota(order.begin(), order.end(), 0);
-    const int k = std::min<int>(std::max(o.top_logprobs, 1), static_cast<int>(c.vocab_size));
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int32_t a, int32_t b) { return lp[a] > lp[b] || (lp[a] == lp[b] && a < b); });
-    const int32_t next = order[0];
-    std::printf("token %d logprob %.6f", next, lp[next]);
-    if (o.top_logprobs > 0) {
-      std::printf("  top:");
-      for (int i = 0; i < std::min(k, o.top_logprobs); ++i) std::printf(" %d(%.4f)", order[i], lp[order[i]]);
-    }
-    std::printf("\n");
-    generated.push_back(next);
-    tokens.push_back(next);
-    const bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), next) != c.eos_token_ids.end();
-    if (static_cast<int>(generated.size()) >= o.max_tokens || (eos && !o.ignore_eos)) break;
+  size_t longest = 0;
+  for (const auto& p : o.prompts) {
+    longest = std::max(longest, p.size());
+    for (int32_t id : p)
+      if (id >= c.vocab_size) usage("prompt id " + std::to_string(id) + " >= vocab size " + std::to_string(c.vocab_size));
   }
-  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::string ids;
-  for (size_t i = 0; i < generated.size(); ++i) ids += (i ? "," : "") + std::to_string(generated[i]);
-  std::printf("generated: %s\n", ids.c_str());
+
+  // A KV cache that holds every sequence at full length: no preemption in a benchmark.
+  vlm::EngineConfig ec;
+  ec.block_size = o.block_size;
+  ec.kv_dtype = o.kv_dtype;
+  ec.max_model_len = static_cast<int64_t>(longest) + o.max_tokens;
+  int64_t blocks = 0;
+  for (int i = 0; i < o.parallel; ++i)
+    blocks += (static_cast<int64_t>(o.prompts[i % o.prompts.size()].size()) + o.max_tokens + o.block_size - 1) /
+              o.block_size;
+  ec.num_kv_blocks = std::max(blocks, (ec.max_model_len + o.block_size - 1) / o.block_size) + o.parallel;
+  ec.scheduler.max_num_seqs = o.parallel;
+  ec.scheduler.max_waiting = o.parallel;
+  ec.scheduler.prefill_chunk_size = o.chunk_size;
+  ec.scheduler.max_num_batched_tokens = o.chunk_size + o.parallel;
+  vlm::Engine engine(ec, std::move(decoder));
+
+  std::vector<std::shared_ptr<vlm::RequestChannel>> channels;
+  std::vector<Output> outputs(static_cast<size_t>(o.parallel));
+  int64_t prompt_tokens = 0;
+  for (int i = 0; i < o.parallel; ++i) {
+    vlm::GenerationRequest r;
+    r.id = std::to_string(i);
+    r.prompt_ids = o.prompts[i % o.prompts.size()];
+    prompt_tokens += static_cast<int64_t>(r.prompt_ids.size());
+    r.params.max_tokens = o.max_tokens;
+    r.params.ignore_eos = o.ignore_eos;
+    r.params.temperature = o.temperature;
+    r.params.top_k = o.top_k;
+    r.params.top_p = o.top_p;
+    if (o.seed) r.params.seed = *o.seed + static_cast<uint64_t>(i);
+    if (o.logprobs) r.params.logprobs = o.top_logprobs;
+    channels.push_back(std::make_shared<vlm::RequestChannel>());
+    if (o.parallel > 1) outputs[i].prefix = fmt::format("[{}] ", i);
+    engine.add_request(std::move(r), channels.back());
+  }
+
+  double prefill_s = 0, decode_s = 0;
+  int64_t decode_tokens = 0, decode_steps = 0;
+  while (engine.has_unfinished()) {
+    engine.step();
+    const vlm::EngineStats& s = engine.stats();
+    if (s.last_step_num_prefill_seqs == 0) {
+      decode_s += s.last_step.total_s();
+      decode_tokens += s.last_step_num_decode_seqs;
+      ++decode_steps;
+    } else {
+      prefill_s += s.last_step.total_s();
+    }
+    for (int i = 0; i < o.parallel; ++i) {
+      Output& out = outputs[i];
+      while (auto ev = channels[i]->try_pop()) {
+        if (ev->error) throw vlm::RequestError(ev->error->status, ev->error->type, ev->error->message);
+        for (size_t k = 0; k < ev->token_ids.size(); ++k) {
+          print_token(o, out, *ev, k, o.parallel > 1);
+          out.generated.push_back(ev->token_ids[k]);
+        }
+        if (ev->finish_reason == vlm::FinishReason::None) continue;
+        std::fputs(fmt::format("{}{}generated: {}\n", out.lines, out.prefix, fmt::join(out.generated, ",")).c_str(),
+                   stdout);
+        out.lines.clear();
+      }
+    }
+  }
   std::fflush(stdout);
-  std::fprintf(stderr, "prompt %zu tokens in %.3f s; %zu tokens generated in %.3f s\n", o.prompt.size(),
-               prefill_s, generated.size(), total_s - prefill_s);
+  const vlm::EngineStats& s = engine.stats();
+  std::fprintf(stderr,
+               "%d sequence(s), %lld prompt tokens, %lld generated tokens, %lld steps (%.3f s)\n"
+               "prefill steps: %.3f s\n"
+               "decode steps (no prefill): %lld tokens in %.3f s over %lld steps = %.2f tokens/s\n",
+               o.parallel, static_cast<long long>(prompt_tokens), static_cast<long long>(s.num_generation_tokens),
+               static_cast<long long>(s.num_steps), s.total_time.total_s(), prefill_s,
+               static_cast<long long>(decode_tokens), decode_s, static_cast<long long>(decode_steps),
+               decode_s > 0 ? static_cast<double>(decode_tokens) / decode_s : 0.0);
+  std::fprintf(stderr, "stage totals: schedule %.4f s, run %.3f s, sample %.4f s, postprocess %.4f s\n",
+               s.total_time.schedule_s, s.total_time.run_s, s.total_time.sample_s, s.total_time.postprocess_s);
   return 0;
 }
 
@@ -169,6 +237,9 @@ int main(int argc, char** argv) {
   } catch (const vlm::LoadError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
+  } catch (const vlm::RequestError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "internal error: %s\n", e.what());
     return 3;

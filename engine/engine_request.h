@@ -1,0 +1,27 @@
+// Engine::Request: the engine's record of one live request (internal to engine*.cpp).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace vlm {
+
+struct Engine::Request {
+  GenerationRequest req;
+  std::shared_ptr<RequestChannel> channel;
+  int max_tokens = 0;
+  std::vector<std::unique_ptr<Sequence>> seqs;     // by choice index; children join at fork
+  std::vector<std::unique_ptr<OutputText>> texts;  // by choice index
+  int num_finished = 0;
+
+  Usage usage() const {
+    Usage u;
+    u.prompt_tokens = static_cast<int64_t>(req.prompt_ids.size());
+    for (const auto& s : seqs) u.completion_tokens += s->num_output_tokens();
+    return u;
+  }
+};
+
+}  // namespace vlm

@@ -1,0 +1,148 @@
+// Engine, part 2: the life of a request (validation, admission, choices, abort, failure).
+// Part 1 (engine.cpp): construction and the step stages.
+#include <random>
+
+#include <fmt/format.h>
+
+#include "engine/engine.h"
+#include "engine/engine_request.h"
+#include "kernels/check.h"
+#include "kernels/log.h"
+
+namespace vlm {
+
+namespace {
+[[noreturn]] void bad_request(const std::string& param, const std::string& message) {
+  throw RequestError(400, "invalid_request_error", message, param);
+}
+
+}  // namespace
+
+void Engine::validate(const GenerationRequest& request) const {
+  const int64_t V = decoder_->config().vocab_size;
+  const auto P = static_cast<int64_t>(request.prompt_ids.size());
+  if (P == 0) bad_request("messages", "the prompt is empty");
+  for (int32_t id : request.prompt_ids)
+    if (id < 0 || id >= V) bad_request("prompt", fmt::format("prompt token id {} is outside the vocabulary of {}", id, V));
+  if (!request.prompt_modalities.empty() && static_cast<int64_t>(request.prompt_modalities.size()) != P)
+    bad_request("messages", fmt::format("{} modality tags for {} prompt tokens", request.prompt_modalities.size(), P));
+  request.params.validate(V);
+  resolve_max_tokens(P, request.params.max_tokens, max_model_len_);
+  if (!request.params.stop.empty() && !text_decoders_)
+    bad_request("stop", "stop strings need a tokenizer, and this engine has none");
+  if (request.params.n > config_.scheduler.max_num_seqs)
+    bad_request("n", fmt::format("n = {} is more than the server runs at once ({})", request.params.n,
+                                 config_.scheduler.max_num_seqs));
+}
+
+void Engine::add_request(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
+  try {
+    validate(request);
+    if (requests_.count(request.id))
+      bad_request("request_id", fmt::format("request id '{}' is already in use", request.id));
+    if (scheduler_.waiting_full())
+      throw RequestError(429, "rate_limit_exceeded",
+                         fmt::format("The server is busy: {} requests are already waiting. Retry later.",
+                                     scheduler_.num_waiting()));
+  } catch (const RequestError&) {
+    ++stats_.num_requests_rejected;
+    throw;
+  }
+  auto r = std::make_unique<Request>();
+  r->max_tokens = resolve_max_tokens(static_cast<int64_t>(request.prompt_ids.size()), request.params.max_tokens,
+                                     max_model_len_);
+  r->channel = std::move(channel);
+  r->req = std::move(request);
+  r->seqs.reserve(static_cast<size_t>(r->req.params.n));
+  r->texts.resize(static_cast<size_t>(r->req.params.n));
+  auto seq = std::make_unique<Sequence>(next_seq_id_++, r->req.prompt_ids, r->req.params, r->req.prompt_modalities);
+  Request* raw = r.get();
+  stats_.num_prompt_tokens += static_cast<int64_t>(raw->req.prompt_ids.size());
+  requests_.emplace(raw->req.id, std::move(r));
+  register_sequence(*raw, std::move(seq));
+  scheduler_.add(raw->seqs[0].get());
+  update_gauges();
+}
+
+void Engine::register_sequence(Request& r, std::unique_ptr<Sequence> seq) {
+  const SamplingParams& p = r.req.params;
+  if (p.seed) {
+    seq->rng.seed(*p.seed + static_cast<uint64_t>(seq->index));
+  } else {
+    static thread_local std::mt19937_64 seeds{std::random_device{}()};
+    seq->rng.seed(seeds());
+  }
+  r.texts[static_cast<size_t>(seq->index)] = std::make_unique<OutputText>(
+      text_decoders_ ? text_decoders_->make(seq->prompt_ids(), p.skip_special_tokens) : nullptr, p.stop,
+      p.include_stop_str_in_output);
+  request_of_seq_[seq->id] = &r;
+  r.seqs.push_back(std::move(seq));
+}
+
+void Engine::fork_choices(Request& r, Sequence* parent) {
+  VLM_CHECK(parent->num_output_tokens() == 0 && parent->index == 0, "fork of sequence {} with {} outputs",
+            parent->id, parent->num_output_tokens());
+  while (parent->num_forks_pending > 0) {
+    auto child = std::make_unique<Sequence>(next_seq_id_++, std::vector<int32_t>(parent->token_ids), parent->params,
+                                            parent->prompt_modalities);
+    child->group_id = parent->group_id;
+    child->index = static_cast<int>(r.seqs.size());
+    Sequence* raw = child.get();
+    register_sequence(r, std::move(child));
+    scheduler_.fork(parent, raw);
+  }
+}
+
+bool Engine::abort_request(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  Request& r = *it->second;
+  for (auto& seq : r.seqs) {
+    if (seq->is_finished()) continue;
+    scheduler_.abort(seq.get(), FinishReason::Abort);
+    ++r.num_finished;
+  }
+  RequestEvent ev;
+  ev.finish_reason = FinishReason::Abort;
+  ev.usage = r.usage();
+  ev.done = true;
+  r.channel->push(std::move(ev));
+  finish_request(r);
+  update_gauges();
+  return true;
+}
+
+void Engine::fail_request(Request& r, const RequestFailure& failure) {
+  VLM_LOG_WARN("request {} failed ({}): {}", r.req.id, failure.status, failure.message);
+  for (auto& seq : r.seqs) scheduler_.abort(seq.get(), FinishReason::Error);
+  RequestEvent ev;
+  ev.finish_reason = FinishReason::Error;
+  ev.error = failure;
+  ev.usage = r.usage();
+  ev.done = true;
+  r.channel->push(std::move(ev));
+  r.seqs.front()->finish_reason = FinishReason::Error;
+  finish_request(r);
+}
+
+void Engine::fail_all(const RequestFailure& failure) {
+  std::vector<Request*> all;
+  for (auto& [id, r] : requests_) all.push_back(r.get());
+  for (Request* r : all) fail_request(*r, failure);
+  update_gauges();
+}
+
+void Engine::finish_request(Request& r) {
+  ++stats_.num_requests_finished[static_cast<int>(r.seqs.front()->finish_reason)];
+  for (const auto& s : r.seqs) request_of_seq_.erase(s->id);
+  requests_.erase(r.req.id);  // destroys r
+}
+
+void Engine::abort_cancelled() {
+  std::vector<std::string> gone;
+  for (const auto& [id, r] : requests_)
+    if (r->channel->cancelled()) gone.push_back(id);
+  for (const std::string& id : gone) abort_request(id);
+}
+
+}  // namespace vlm

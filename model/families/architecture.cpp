@@ -1,0 +1,35 @@
+#include "model/families/architecture.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/check.h"
+
+namespace vlm {
+
+ModelArchitecture detect_architecture(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) throw LoadError(path + ": cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw LoadError(path + ": invalid JSON: " + e.what());
+  }
+  std::string arch, model_type;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string())
+    arch = j["architectures"][0].get<std::string>();
+  if (j.contains("model_type") && j["model_type"].is_string()) model_type = j["model_type"].get<std::string>();
+  if (arch == "LlavaForConditionalGeneration" || (arch.empty() && model_type == "llava"))
+    return ModelArchitecture::Llava;
+  if (arch == "LlamaForCausalLM" || arch == "Qwen2ForCausalLM" ||
+      (arch.empty() && (model_type == "llama" || model_type == "qwen2")))
+    return ModelArchitecture::CausalLM;
+  throw LoadError(path + ": unsupported architecture '" + arch + "' (model_type '" + model_type +
+                  "'); supported: LlamaForCausalLM, Qwen2ForCausalLM, LlavaForConditionalGeneration");
+}
+
+}  // namespace vlm

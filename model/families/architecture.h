@@ -1,0 +1,15 @@
+// Which model class a checkpoint directory holds, from config.json's `architectures`.
+#pragma once
+
+#include <string>
+
+namespace vlm {
+
+enum class ModelArchitecture { CausalLM, Llava };
+
+// Reads DIR/config.json. Throws LoadError naming the file when it cannot be read, or when the
+// architecture is not one of LlamaForCausalLM, Qwen2ForCausalLM, LlavaForConditionalGeneration
+// (the message lists them).
+ModelArchitecture detect_architecture(const std::string& model_dir);
+
+}  // namespace vlm

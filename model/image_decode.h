@@ -1,0 +1,38 @@
+// Image bytes -> 8-bit RGB, the way Hugging Face processors see a PIL image after
+// `image.convert("RGB")` (transformers 5.17 convert_to_rgb): grayscale is replicated, palettes are
+// expanded, alpha is dropped (not composited), 16-bit PNG samples keep their high byte. EXIF
+// orientation is NOT applied: PIL's Image.open does not apply it and neither do HF's processors.
+// Formats: JPEG (libjpeg-turbo), PNG (libpng). WebP, GIF and others are rejected.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace vlm {
+
+struct RgbImage {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> pixels;  // [H, W, 3] row-major
+
+  const uint8_t* at(int y, int x) const { return pixels.data() + (static_cast<size_t>(y) * width + x) * 3; }
+  uint8_t* at(int y, int x) { return pixels.data() + (static_cast<size_t>(y) * width + x) * 3; }
+};
+
+struct ImageLimits {
+  int64_t max_bytes = 32ll << 20;       // encoded size
+  int64_t max_pixels = 64ll << 20;      // width * height, checked from the header before decoding
+};
+
+enum class ImageFormat { Unknown, Jpeg, Png, Webp, Gif };
+// Sniffs the magic bytes.
+ImageFormat sniff_image_format(std::span<const uint8_t> bytes);
+
+// Decodes `bytes`. Throws RequestError (400, invalid_request_error, param "image") for an empty
+// or oversized input, an unsupported format or color space, a corrupt or truncated file, or an
+// image over the pixel limit; the message says which.
+RgbImage decode_image(std::span<const uint8_t> bytes, const ImageLimits& limits = {});
+
+}  // namespace vlm

@@ -1,0 +1,172 @@
+// The engine against the decoder run alone: 16 sequences of different lengths, submitted at
+// staggered steps, generate (greedy) exactly the tokens each generates alone through the test
+// harness, and the Hugging Face greedy tokens where the fixture has them; also when the KV cache
+// is so small that sequences get preempted and recomputed, and for prefill chunks of 16, 64, 512.
+// Seeded sampling gives the same tokens whatever else runs in the batch.
+#include <gtest/gtest.h>
+
+#include "tests/engine/engine_test_util.h"
+
+namespace vlm::testing {
+namespace {
+
+struct Workload {
+  std::vector<Submission> subs;
+  std::map<std::string, std::vector<int32_t>> alone;  // greedy tokens of each request run alone
+  std::map<std::string, std::vector<int32_t>> hf;     // Hugging Face greedy tokens, where known
+};
+
+// 4 reference prompts (1-150 tokens) and 12 synthetic ones (2-129 tokens), arriving over ~40 steps.
+const Workload& workload(const std::string& model) {
+  static std::map<std::string, Workload> cache;
+  auto it = cache.find(model);
+  if (it != cache.end()) return it->second;
+  Workload w;
+  const Reference ref = load_reference(model);
+  DecoderRunner alone(model, 16, 512);
+  const int64_t V = alone.vocab();
+  const int lengths[12] = {2, 5, 12, 17, 23, 31, 40, 47, 64, 80, 100, 129};
+  uint32_t lcg = 12345;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<int32_t> prompt;
+    int max_tokens;
+    if (i % 4 == 0) {
+      const int p = i / 4;
+      prompt = ref.ids(p);
+      w.hf["r" + std::to_string(i)] = ref.greedy(p);
+      max_tokens = static_cast<int>(ref.greedy(p).size());
+    } else {
+      for (int k = 0; k < lengths[i - 1 - i / 4]; ++k) {
+        lcg = lcg * 1664525u + 1013904223u;
+        prompt.push_back(static_cast<int32_t>((lcg >> 8) % V));
+      }
+      max_tokens = 6 + (i * 7) % 19;
+    }
+    const std::string id = "r" + std::to_string(i);
+    TestSequence seq{prompt};
+    w.alone[id] = alone.greedy(seq, max_tokens);
+    w.subs.push_back({(i * 5) / 2, greedy_request(id, prompt, max_tokens)});
+  }
+  return cache.emplace(model, std::move(w)).first->second;
+}
+
+void expect_matches(const Workload& w, const std::map<std::string, RequestResult>& results) {
+  for (const auto& [id, want] : w.alone) {
+    const RequestResult& r = results.at(id);
+    ASSERT_TRUE(r.done) << id;
+    ASSERT_FALSE(r.error) << id << ": " << r.error->message;
+    EXPECT_EQ(r.choices.at(0).tokens, want) << id << " differs from its run alone";
+    EXPECT_EQ(r.choices.at(0).finish, FinishReason::Length) << id;
+    auto hf = w.hf.find(id);
+    if (hf != w.hf.end()) EXPECT_EQ(r.choices.at(0).tokens, hf->second) << id << " differs from Hugging Face";
+  }
+}
+
+class EngineFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineFixture, StaggeredSequencesMatchTheirRunsAlone) {
+  const Workload& w = workload(GetParam());
+  auto engine = make_engine(GetParam(), test_config(16, 256, 512));
+  expect_matches(w, run_engine(*engine, w.subs));
+  EXPECT_EQ(engine->stats().num_preemptions, 0);
+  EXPECT_EQ(engine->stats().num_requests_finished[static_cast<int>(FinishReason::Length)], 16);
+}
+
+TEST_P(EngineFixture, PreemptionAndRecomputeChangeNothing) {
+  const Workload& w = workload(GetParam());
+  EngineConfig c = test_config(8, 24, 128);  // 192 cache slots for 16 sequences of up to ~170 tokens
+  c.max_model_len = 192;
+  auto engine = make_engine(GetParam(), c);
+  expect_matches(w, run_engine(*engine, w.subs));
+  EXPECT_GT(engine->stats().num_preemptions, 0);
+  EXPECT_GT(engine->stats().num_computed_prefill_tokens, engine->stats().num_prompt_tokens)
+      << "recomputation runs some prefill twice";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineFixture,
+                         ::testing::Values("llama_tiny", "llama3_tiny", "llama_linear_f32", "qwen2_tiny",
+                                           "qwen2_yarn_f16"));
+
+class EngineChunks : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(EngineChunks, ChunkSizeChangesNothing) {
+  const auto& [model, chunk] = GetParam();
+  const Workload& w = workload(model);
+  EngineConfig c = test_config(16, 256, chunk);
+  c.scheduler.prefill_chunk_size = chunk;
+  auto engine = make_engine(model, c);
+  expect_matches(w, run_engine(*engine, w.subs));
+}
+
+INSTANTIATE_TEST_SUITE_P(Chunks, EngineChunks,
+                         ::testing::Combine(::testing::Values("llama_tiny", "llama3_tiny", "llama_linear_f32", "qwen2_tiny",
+                                                              "qwen2_yarn_f16"),
+                                            ::testing::Values(16, 64, 512)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_chunk" + std::to_string(std::get<1>(info.param));
+                         });
+
+GenerationRequest sampled_request(std::string id, std::vector<int32_t> prompt, uint64_t seed, int n = 1) {
+  GenerationRequest r = greedy_request(std::move(id), std::move(prompt), 20);
+  r.params.temperature = 0.9f;
+  r.params.top_k = 40;
+  r.params.top_p = 0.95f;
+  r.params.seed = seed;
+  r.params.n = n;
+  return r;
+}
+
+TEST(EngineSampling, SeededSamplingIsTheSameWhateverTheBatch) {
+  const std::string model = "qwen2_tiny";
+  const Reference ref = load_reference(model);
+  const std::vector<int32_t> prompt = ref.ids(2);
+  // Alone.
+  auto engine = make_engine(model, test_config());
+  auto alone = run_engine(*engine, {{0, sampled_request("x", prompt, 42)}});
+  const std::vector<int32_t> want = alone.at("x").choices.at(0).tokens;
+  ASSERT_EQ(want.size(), 20u);
+  // Among other requests (seeded and not, greedy and sampled), arriving before and after it.
+  std::vector<Submission> subs;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r = sampled_request("o" + std::to_string(i), ref.ids(i % 4), 1000 + i);
+    if (i % 3 == 0) r.params.seed.reset();
+    if (i % 3 == 1) r.params.temperature = 0;
+    subs.push_back({i, r});
+  }
+  subs.insert(subs.begin() + 3, {2, sampled_request("x", prompt, 42)});
+  auto engine2 = make_engine(model, test_config(16, 256, 32));
+  auto mixed = run_engine(*engine2, subs);
+  EXPECT_EQ(mixed.at("x").choices.at(0).tokens, want);
+  // Another seed gives other tokens (the test could fail).
+  auto other = run_engine(*engine, {{0, sampled_request("y", prompt, 43)}});
+  EXPECT_NE(other.at("y").choices.at(0).tokens, want);
+}
+
+// n choices share the prompt's blocks; choice i samples with seed + i, so it equals a single
+// request with that seed. A 70-token prompt ends inside a block: the first decode of each
+// choice copies that shared block.
+TEST(EngineSampling, ParallelChoicesShareThePromptAndMatchSingleRequests) {
+  const std::string model = "llama3_tiny";
+  const std::vector<int32_t> prompt = load_reference(model).ids(2);
+  auto engine = make_engine(model, test_config());
+  auto many = run_engine(*engine, {{0, sampled_request("n3", prompt, 7, 3)}});
+  const RequestResult& r = many.at("n3");
+  ASSERT_EQ(r.choices.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    auto single = run_engine(*engine, {{0, sampled_request("s", prompt, 7 + i)}});
+    EXPECT_EQ(r.choices.at(i).tokens, single.at("s").choices.at(0).tokens) << "choice " << i;
+  }
+  EXPECT_NE(r.choices.at(0).tokens, r.choices.at(1).tokens);
+  ASSERT_TRUE(r.usage);
+  EXPECT_EQ(r.usage->prompt_tokens, 70);
+  EXPECT_EQ(r.usage->completion_tokens, 60);
+  // Greedy choices are all the greedy continuation.
+  const std::vector<int32_t> hf = load_reference(model).greedy(2);
+  GenerationRequest g = greedy_request("g", prompt, static_cast<int>(hf.size()));
+  g.params.n = 4;
+  auto greedy = run_engine(*engine, {{0, g}});
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(greedy.at("g").choices.at(i).tokens, hf) << "choice " << i;
+}
+
+}  // namespace
+}  // namespace vlm::testing

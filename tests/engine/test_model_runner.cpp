@@ -1,0 +1,58 @@
+// ModelRunner::make_batch: what the decoder sees for a mixed step, including modality tags,
+// finishes_prefill, logits rows, and a sequence whose cache was trimmed (position != slot).
+#include <gtest/gtest.h>
+
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+
+namespace vlm {
+namespace {
+
+TEST(ModelRunner, FlattensAMixedStep) {
+  BlockManager bm(16, 4);
+  Scheduler sched(SchedulerConfig{8, 64, 0, 8}, bm);
+  std::vector<ModalityTag> tags(6);
+  tags[2] = tags[3] = ModalityTag{Modality::Image, 0};
+  tags[4] = ModalityTag{Modality::Video, 1};
+  Sequence a(1, {10, 11, 12, 13, 14, 15}, SamplingParams{}, tags);
+  Sequence b(2, {20, 21, 22, 23, 24, 25, 26, 27, 28, 29}, SamplingParams{});
+  sched.add(&a);
+  const ForwardBatch fa = ModelRunner::make_batch(sched.schedule(), 4);
+  EXPECT_EQ(fa.modalities[2], (ModalityTag{Modality::Image, 0}));
+  EXPECT_EQ(fa.modalities[4], (ModalityTag{Modality::Video, 1}));
+  EXPECT_EQ(fa.modalities[5], ModalityTag{});
+  EXPECT_EQ(fa.finishes_prefill, (std::vector<uint8_t>{1}));
+  a.token_ids.push_back(16);  // a sampled a token
+  // LOOK-M compacted a's 6 cache slots into 3.
+  bm.trim(a, 3);
+  sched.add(&b);
+  const SchedulerOutput out = sched.schedule();  // a decodes, b prefills
+  const ForwardBatch fb = ModelRunner::make_batch(out, 4);
+  ASSERT_EQ(fb.num_seqs(), 2);
+  EXPECT_EQ(fb.token_ids, (std::vector<int32_t>{16, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29}));
+  EXPECT_EQ(fb.positions[0], 6) << "RoPE position is the logical length";
+  EXPECT_EQ(fb.slot_mapping[0], a.block_table[0] * 4 + 3) << "the slot follows the compacted cache";
+  EXPECT_EQ(fb.context_lens, (std::vector<int32_t>{4, 10}));
+  EXPECT_EQ(fb.cu_seqlens_q, (std::vector<int32_t>{0, 1, 11}));
+  EXPECT_EQ(fb.logits_indices, (std::vector<int32_t>{0, 10}));
+  EXPECT_EQ(fb.finishes_prefill, (std::vector<uint8_t>{0, 1}));
+  for (int i = 1; i < 11; ++i) EXPECT_EQ(fb.slot_mapping[i], b.block_table[(i - 1) / 4] * 4 + (i - 1) % 4);
+  EXPECT_EQ(fb.modalities[0], ModalityTag{}) << "outputs are text";
+  sched.abort(&a);
+  sched.abort(&b);
+}
+
+TEST(ModelRunner, ChunkThatDoesNotSampleGetsNoLogitsRow) {
+  BlockManager bm(16, 4);
+  Scheduler sched(SchedulerConfig{8, 5, 0, 8}, bm);
+  Sequence a(1, std::vector<int32_t>(12, 3), SamplingParams{});
+  sched.add(&a);
+  const ForwardBatch fb = ModelRunner::make_batch(sched.schedule(), 4);
+  EXPECT_EQ(fb.num_tokens(), 5);
+  EXPECT_TRUE(fb.logits_indices.empty());
+  EXPECT_EQ(fb.finishes_prefill, (std::vector<uint8_t>{0}));
+  sched.abort(&a);
+}
+
+}  // namespace
+}  // namespace vlm
