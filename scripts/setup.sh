@@ -12,6 +12,7 @@ packages=(
   libpcre2-dev libutf8proc-dev             # tokenizer: Unicode regexes, NFC
   libjpeg62-turbo-dev libpng-dev           # image decoding (JPEG, PNG)
   openssl                                  # test data: integrity of the npm packages
+  prometheus                               # promtool checks the /metrics exposition in tests
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
 )

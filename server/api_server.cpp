@@ -130,14 +130,14 @@ std::vector<int32_t> ApiServer::render_chat(const ApiRequest& r) const {
       for (const auto& part : m["content"])
         if (part["type"] != "text")
           bad("messages", "this model does not accept " + part["type"].get<std::string>() + " input");
-  json context = r.chat_template_kwargs;
+  nlohmann::ordered_json context = r.chat_template_kwargs;
   context["add_generation_prompt"] = r.add_generation_prompt;
   context["bos_token"] = tok.bos_token();
   context["eos_token"] = tok.eos_token();
   std::string prompt = chat_template_->render(r.messages, context);
   if (r.continue_final_message) {
     // Cut the rendering after the final message's text (as vLLM does).
-    const json& last = r.messages.back()["content"];
+    const auto& last = r.messages.back()["content"];
     const std::string text = last.is_string() ? last.get<std::string>() : "";
     const size_t at = text.empty() ? std::string::npos : prompt.rfind(text);
     if (at != std::string::npos) prompt.resize(at + text.size());

@@ -13,6 +13,7 @@
 
 #include "engine/engine_loop.h"
 #include "model/chat_template.h"
+#include "model/incremental_detokenizer.h"
 #include "model/tokenizer.h"
 #include "server/media_fetch.h"
 #include "server/metrics.h"

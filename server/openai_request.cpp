@@ -8,7 +8,7 @@
 namespace vlm {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw RequestError(400, "invalid_request_error", message, param);

@@ -39,10 +39,10 @@ struct ApiRequest {
   bool include_usage = false;       // stream_options.include_usage
   SamplingParams params;
   // Chat
-  nlohmann::json messages;          // validated: array of {role, content}
+  nlohmann::ordered_json messages;  // validated: array of {role, content} (key order kept for tojson)
   bool add_generation_prompt = true;
   bool continue_final_message = false;
-  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool chat_logprobs = false;       // chat: logprobs (bool) with top_logprobs
   // Completions
   std::vector<CompletionPrompt> prompts;

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -246,7 +247,25 @@ TEST_F(ApiServerTest, MetricsAreValidPrometheusText) {
   if (std::system("command -v promtool > /dev/null 2>&1") != 0) GTEST_SKIP() << "promtool not installed";
   const std::string path = "/tmp/vlm_metrics_" + std::to_string(::getpid()) + ".txt";
   std::ofstream(path) << r.body;
-  EXPECT_EQ(std::system(("promtool check metrics < " + path + " > /dev/null 2>&1").c_str()), 0) << r.body;
+  // promtool parses the exposition and lints it. vLLM's names contain ':' (meant for recording
+  // rules), which the linter reports; we keep vLLM's names on purpose (dashboards scrape them), so
+  // that one finding is accepted and anything else fails.
+  FILE* p = popen(("promtool check metrics < " + path + " 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  std::istringstream lines(out);
+  std::string line;
+  int findings = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    ++findings;
+    EXPECT_NE(line.find("metric names should not contain ':'"), std::string::npos) << line;
+  }
+  EXPECT_TRUE(status == 0 || findings > 0) << out;
   std::remove(path.c_str());
 }
 

@@ -156,7 +156,7 @@ TEST_F(BadRequests, EachGetsTheRightStatusAndErrorShape) {
 
 TEST_F(BadRequests, AuthAndSlowClients) {
   ServerProcess keyed(std::string(VLM_BIN_DIR) + "/vlm-server",
-                      {"--model", demo_model_dir(), "--api-key", "sekret", "--max-model-len", "512", "--num-kv-blocks", "64"});
+                      {"--model", demo_model_dir(), "--served-model-name", "demo", "--api-key", "sekret", "--max-model-len", "512", "--num-kv-blocks", "64"});
   HttpResult r = http_request("POST", keyed.base_url() + "/v1/completions", comp(R"("max_tokens":2)"));
   EXPECT_EQ(r.status, 401);
   EXPECT_EQ(json::parse(r.body)["error"]["type"], "authentication_error");

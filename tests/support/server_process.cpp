@@ -96,6 +96,10 @@ std::string demo_model_dir() {
     const std::string cmd = std::string(VLM_BIN_DIR) + "/vlm-random-model --preset tiny-qwen2 --std 0.3 --seed 1 --out " +
                             dir + " --tokenizer-from " + VLM_FIXTURES_DIR + "/../data/tokenizers/qwen3 > /dev/null";
     if (std::system(cmd.c_str()) != 0) throw std::runtime_error("cannot build the demo model: " + cmd);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    });
   });
   return dir;
 }

@@ -143,16 +143,25 @@ void warm_weights(const vlm::LlmDecoder& decoder) {
   std::fprintf(stderr, "\n");
 }
 
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const auto flags = parse_flags(argc, argv);
-  // Signals are taken by sigwait() in main only: block them before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGINT/SIGTERM may land on any thread (libraries start threads of their own before main), so
+  // the handler only writes the signal number to a pipe that main waits on.
+  if (pipe(g_signal_pipe) != 0) return 3;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   try {
@@ -214,8 +223,9 @@ int main(int argc, char** argv) {
     VLM_LOG_INFO("serving '{}' on http://{}:{}", api.served_model_name, http.host, server->port());
     std::fprintf(stderr, "ready: http://%s:%d\n", http.host.c_str(), server->port());
 
-    int sig = 0;
-    sigwait(&signals, &sig);
+    unsigned char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) != 1) {
+    }
     VLM_LOG_INFO("signal {}: draining", sig);
     api_server.set_draining(true);
     server->stop_accepting();
