@@ -5,6 +5,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <chrono>
 #include <mutex>
 #include <set>
 
@@ -102,6 +103,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
     req.body = std::move(msg.body());
     req.remote = remote_;
+    log_method_ = req.method;
+    log_path_ = req.path;
+    log_start_ = std::chrono::steady_clock::now();
+    log_bytes_ = 0;
     keep_alive_ = msg.keep_alive() && num_requests_ < opt_.max_requests_per_connection;
     ++server_.active_requests;
     in_request_ = true;
@@ -122,7 +127,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       });
       return;
     }
+    log_status_ = reply.status;
     if (reply.stream) return start_stream(std::move(reply));
+    log_bytes_ = reply.body.size();
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(reply.status), 11);
     res->set(http::field::content_type, reply.content_type);
     for (const auto& [k, v] : reply.headers) res->set(k, v);
@@ -139,6 +146,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   void send_and_close(HttpReply reply) {
     keep_alive_ = false;
+    log_start_ = std::chrono::steady_clock::now();
     ++server_.active_requests;
     in_request_ = true;
     respond(std::move(reply));
@@ -213,6 +221,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       return;
     }
     auto data = std::make_shared<std::string>(std::move(*chunk));
+    log_bytes_ += data->size();
     writing_ = true;
     asio::async_write(stream_, http::make_chunk(asio::buffer(*data)), [self = shared_from_this(), data](beast::error_code ec, size_t) {
       self->writing_ = false;
@@ -236,9 +245,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     });
   }
 
+  // One structured access-log line per answered request (info level).
+  void log_access() const {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - log_start_).count();
+    VLM_LOG_INFO("access remote={} method={} path={} status={} bytes={} duration_ms={:.1f}{}", remote_,
+                 log_method_.empty() ? "-" : log_method_, log_path_.empty() ? "-" : log_path_, log_status_,
+                 log_bytes_, ms, closed_ ? " closed_early=1" : "");
+  }
+
   void request_done() {
     if (in_request_) {
       in_request_ = false;
+      log_access();
       --server_.active_requests;
     }
   }
@@ -273,6 +291,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   uint64_t pull_ticket_ = 0;
   bool writing_ = false;
   std::optional<std::optional<std::string>> pending_;
+  // Access log of the current request.
+  std::string log_method_, log_path_;
+  int log_status_ = 0;
+  size_t log_bytes_ = 0;
+  std::chrono::steady_clock::time_point log_start_ = std::chrono::steady_clock::now();
 };
 
 void HttpServer::Impl::accept() {
