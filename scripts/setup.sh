@@ -11,7 +11,7 @@ packages=(
   zlib1g-dev                               # vlm-bench: PNG images
   libpcre2-dev libutf8proc-dev             # tokenizer: Unicode regexes, NFC
   libjpeg62-turbo-dev libpng-dev           # image decoding (JPEG, PNG)
-  openssl                                  # test data: integrity of the npm packages
+  openssl curl                             # test data integrity; curl for health checks and examples
   prometheus                               # promtool checks the /metrics exposition in tests
   libgtest-dev libgmock-dev libbenchmark-dev
   python3

@@ -6,7 +6,12 @@
 #include <string>
 #include <sys/wait.h>
 
+#include <nlohmann/json.hpp>
+
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
 #include "tests/support/decoder_harness.h"
+#include "tests/support/server_process.h"
 
 namespace vlm::testing {
 namespace {
@@ -97,6 +102,37 @@ TEST(VlmGenerate, MissingModelIsALoadError) {
   const Result r = run("--model /nonexistent/dir --prompt-ids 1");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("/nonexistent/dir/config.json: cannot open"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace vlm::testing
+
+namespace vlm::testing {
+namespace {
+
+// --prompt tokenizes with the model's tokenizer (and --chat renders the chat template first):
+// the same tokens as the equivalent --prompt-ids.
+TEST(VlmGenerate, TextPromptsMatchTheirTokenIds) {
+  const std::string dir = demo_model_dir();
+  auto tok = Tokenizer::load(dir);
+  const Result by_text = run("--model " + dir + " --prompt 'Hello there' --max-tokens 6 --ignore-eos --no-logprobs");
+  ASSERT_EQ(by_text.exit_code, 0) << by_text.output;
+  const Result by_ids = run("--model " + dir + " --prompt-ids " + join(tok->encode("Hello there")) +
+                            " --max-tokens 6 --ignore-eos --no-logprobs");
+  ASSERT_EQ(by_ids.exit_code, 0) << by_ids.output;
+  const auto generated = [](const std::string& s) { return s.substr(s.find("generated: "), s.find('\n', s.find("generated: ")) - s.find("generated: ")); };
+  EXPECT_EQ(generated(by_text.output), generated(by_ids.output));
+  EXPECT_NE(by_text.output.find("text: \""), std::string::npos) << by_text.output;
+  auto tmpl = ChatTemplate::load(dir);
+  ASSERT_TRUE(tmpl.has_value());
+  const std::string rendered = tmpl->render(nlohmann::json::array({{{"role", "user"}, {"content", "Hi"}}}),
+                                            {{"add_generation_prompt", true}, {"bos_token", ""}, {"eos_token", tok->eos_token()}});
+  const Result chat = run("--model " + dir + " --prompt Hi --chat --max-tokens 3 --ignore-eos --no-logprobs");
+  const Result chat_ids = run("--model " + dir + " --prompt-ids " + join(tok->encode(rendered, false)) +
+                              " --max-tokens 3 --ignore-eos --no-logprobs");
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  EXPECT_EQ(generated(chat.output), generated(chat_ids.output));
+  EXPECT_EQ(run("--model " + dir + " --prompt-ids 1 --chat").exit_code, 2);
 }
 
 }  // namespace

@@ -96,6 +96,25 @@ TEST(VlmTokenize, BadInputIsAUsageError) {
   EXPECT_NE(r.err.find("token id 32000 outside the vocabulary (size 32000)"), std::string::npos) << r.err;
 }
 
+// --chat renders a conversation file with the model's own template: the ids equal
+// transformers' apply_chat_template + tokenize (tests/fixtures/tokenizer/template_reference.json).
+TEST(VlmTokenize, ChatFileMatchesApplyChatTemplate) {
+  const json& refs = fixture("template_reference.json");
+  const json& convs = fixture("conversations.json");
+  for (const char* name : {"qwen3", "llama3"}) {
+    const json& c = refs[name];
+    for (const auto& conv : convs) {
+      if (!c["renders"].contains(conv["name"].get<std::string>())) continue;
+      const std::string path = ::testing::TempDir() + "conv.json";
+      std::ofstream(path) << conv["messages"].dump();
+      const Result r = run("--model " + model_dir(c["tokenizer"]) + " --chat " + path, "");
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(json::parse(r.out), c["renders"][conv["name"].get<std::string>()]["gen_ids"]) << name << " " << conv["name"];
+    }
+  }
+  EXPECT_EQ(run("--model " + model_dir("llama3") + " --chat /nonexistent.json", "").exit_code, 2);
+}
+
 TEST(VlmTokenize, MissingModelIsALoadError) {
   const Result r = run("--model /nonexistent/dir", "x");
   EXPECT_EQ(r.exit_code, 1);

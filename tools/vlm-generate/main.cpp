@@ -1,6 +1,6 @@
 // vlm-generate: generation from token ids through the continuous-batching engine, for debugging
 // and benchmarks.
-//   vlm-generate --model DIR --prompt-ids 1,2,3 [--prompt-ids 4,5 ...] [--parallel N]
+//   vlm-generate --model DIR (--prompt-ids 1,2,3 | --prompt "text" [--chat]) [...] [--parallel N]
 //                [--max-tokens 16] [--top-logprobs 5 | --no-logprobs] [--chunk-size 512]
 //                [--kv-dtype f32|bf16|f16] [--block-size 16] [--threads N] [--ignore-eos]
 //                [--temperature 0] [--top-k K] [--top-p P] [--seed S] [--log-level warn]
@@ -18,17 +18,22 @@
 #include <vector>
 
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 #include "kernels/check.h"
 #include "kernels/log.h"
 #include "kernels/thread_pool.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
 
 namespace {
 
 struct Options {
   std::string model;
   std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> texts;  // --prompt: tokenized with the model's tokenizer
+  bool chat = false;               // --chat: each --prompt is a user message of the chat template
   int parallel = 1;
   int max_tokens = 16;
   int top_logprobs = 5;
@@ -47,7 +52,7 @@ struct Options {
 
 [[noreturn]] void usage(const std::string& error) {
   std::fprintf(stderr,
-               "error: %s\nusage: vlm-generate --model DIR --prompt-ids 1,2,3 [--prompt-ids ...] [--parallel N] "
+               "error: %s\nusage: vlm-generate --model DIR --prompt-ids 1,2,3 | --prompt TEXT [--chat] [more prompts] [--parallel N] "
                "[--max-tokens N] [--top-logprobs K | --no-logprobs] [--chunk-size N] [--kv-dtype f32|bf16|f16] "
                "[--block-size N] [--threads N] [--ignore-eos] [--temperature T] [--top-k K] [--top-p P] "
                "[--seed S] [--log-level LEVEL]\n",
@@ -93,7 +98,9 @@ Options parse(int argc, char** argv) {
         }
       }
       o.prompts.push_back(std::move(prompt));
-    } else if (a == "--parallel") o.parallel = parse_int(a, value(), 1);
+    } else if (a == "--prompt") o.texts.push_back(value());
+    else if (a == "--chat") o.chat = true;
+    else if (a == "--parallel") o.parallel = parse_int(a, value(), 1);
     else if (a == "--max-tokens") o.max_tokens = parse_int(a, value(), 1);
     else if (a == "--top-logprobs") o.top_logprobs = parse_int(a, value(), 0);
     else if (a == "--no-logprobs") o.logprobs = false;
@@ -113,7 +120,8 @@ Options parse(int argc, char** argv) {
     else usage("unknown argument '" + a + "'");
   }
   if (o.model.empty()) usage("--model is required");
-  if (o.prompts.empty()) usage("--prompt-ids is required");
+  if (o.prompts.empty() && o.texts.empty()) usage("--prompt-ids or --prompt is required");
+  if (o.chat && o.texts.empty()) usage("--chat applies to --prompt texts");
   return o;
 }
 
@@ -138,9 +146,33 @@ void print_token(const Options& o, Output& out, const vlm::RequestEvent& ev, siz
   else std::fputs(line.c_str(), stdout);
 }
 
-int run(const Options& o) {
+// Tokenizes the --prompt texts (through the chat template with --chat) and appends them to the
+// id prompts.
+std::shared_ptr<const vlm::Tokenizer> tokenize_texts(Options& o) {
+  if (o.texts.empty()) return nullptr;
+  std::shared_ptr<const vlm::Tokenizer> tok = vlm::Tokenizer::load(o.model);
+  std::optional<vlm::ChatTemplate> tmpl;
+  if (o.chat) {
+    tmpl = vlm::ChatTemplate::load(o.model);
+    if (!tmpl) usage(o.model + " has no chat template (drop --chat)");
+  }
+  for (const auto& text : o.texts) {
+    if (!tmpl) {
+      o.prompts.push_back(tok->encode(text, true));
+      continue;
+    }
+    nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
+    nlohmann::json context = {{"add_generation_prompt", true}, {"bos_token", tok->bos_token()},
+                              {"eos_token", tok->eos_token()}};
+    o.prompts.push_back(tok->encode(tmpl->render(messages, context), false));
+  }
+  return tok;
+}
+
+int run(Options o) {
   vlm::set_log_level(o.log_level);
   if (o.threads > 0) vlm::set_num_threads(o.threads);
+  const std::shared_ptr<const vlm::Tokenizer> tok = tokenize_texts(o);
   auto decoder = vlm::LlmDecoder::load(o.model);
   const vlm::ModelConfig& c = decoder->config();
   size_t longest = 0;
@@ -209,6 +241,9 @@ int run(const Options& o) {
         if (ev->finish_reason == vlm::FinishReason::None) continue;
         std::fputs(fmt::format("{}{}generated: {}\n", out.lines, out.prefix, fmt::join(out.generated, ",")).c_str(),
                    stdout);
+        if (tok) std::fputs(fmt::format("{}text: {}\n", out.prefix, nlohmann::json(tok->decode(out.generated, true)).dump(
+                                                                   -1, ' ', false, nlohmann::json::error_handler_t::replace)).c_str(),
+                            stdout);
         out.lines.clear();
       }
     }

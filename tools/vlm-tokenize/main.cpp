@@ -1,13 +1,18 @@
 // vlm-tokenize: the model's tokenizer from the command line, for scripting and debugging.
 //   vlm-tokenize --model DIR [--no-special]           text on stdin -> JSON array of ids
 //   vlm-tokenize --model DIR --decode [--skip-special] JSON array of ids on stdin -> text
+//   vlm-tokenize --model DIR --chat FILE.json [--no-generation-prompt] [--print-prompt]
+//       FILE holds a messages list (or {"messages": [...], other template variables}); the model's
+//       chat template renders it and the rendering is encoded without extra special tokens.
 // Encoding reads stdin byte for byte (`echo` adds a newline; `printf %s` does not) and prints
 // the ids on one line; --no-special leaves out the post-processor's special tokens (BOS/EOS).
 // Decoding prints the text exactly, without a trailing newline; --skip-special leaves special
 // tokens out. Exit codes: 0 ok, 1 load error, 2 usage or input error, 3 internal error.
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <optional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -15,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/check.h"
+#include "model/chat_template.h"
 #include "model/tokenizer.h"
 
 namespace {
@@ -24,8 +30,9 @@ struct Options {
   bool decode = false;
   bool no_special = false;    // encode: add_special_tokens = false
   bool skip_special = false;  // decode: skip_special_tokens = true
-  // Place for --chat FILE.json: render a messages list with the model's chat template
-  // (model/chat_template), then encode the rendered prompt. Added with the chat template.
+  std::string chat_file;         // --chat FILE.json: render these messages with the chat template
+  bool generation_prompt = true;  // --no-generation-prompt: add_generation_prompt = false
+  bool print_prompt = false;      // --print-prompt: print the rendered text instead of ids
 };
 
 [[noreturn]] void usage(const std::string& error) {
@@ -46,12 +53,19 @@ Options parse(int argc, char** argv) {
     } else if (a == "--decode") o.decode = true;
     else if (a == "--no-special") o.no_special = true;
     else if (a == "--skip-special") o.skip_special = true;
+    else if (a == "--chat") {
+      if (i + 1 >= argc) usage("--chat needs a file");
+      o.chat_file = argv[++i];
+    } else if (a == "--no-generation-prompt") o.generation_prompt = false;
+    else if (a == "--print-prompt") o.print_prompt = true;
     else if (a == "--help" || a == "-h") usage("help requested");
     else usage("unknown argument '" + a + "'");
   }
   if (o.model.empty()) usage("--model is required");
   if (o.decode && o.no_special) usage("--no-special is for encoding; decoding takes --skip-special");
   if (!o.decode && o.skip_special) usage("--skip-special is for --decode");
+  if (o.chat_file.empty() && (!o.generation_prompt || o.print_prompt)) usage("--no-generation-prompt and --print-prompt go with --chat");
+  if (!o.chat_file.empty() && (o.decode || o.no_special)) usage("--chat encodes a rendered conversation; no --decode or --no-special");
   return o;
 }
 
@@ -80,8 +94,37 @@ std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab_size) {
   return ids;
 }
 
+int render_chat(const Options& o, const vlm::Tokenizer& tok) {
+  std::optional<vlm::ChatTemplate> tmpl = vlm::ChatTemplate::load(o.model);
+  if (!tmpl) {
+    std::fprintf(stderr, "error: %s has no chat template\n", o.model.c_str());
+    return 1;
+  }
+  std::ifstream in(o.chat_file);
+  if (!in) usage("cannot open " + o.chat_file);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(in, nullptr, false);
+  if (j.is_discarded()) usage(o.chat_file + ": not valid JSON");
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  nlohmann::ordered_json messages = j;
+  if (j.is_object()) {
+    messages = j.value("messages", nlohmann::ordered_json());
+    context = j;
+    context.erase("messages");
+  }
+  if (!messages.is_array()) usage(o.chat_file + ": expected a messages list or {\"messages\": [...]}");
+  if (!context.contains("add_generation_prompt")) context["add_generation_prompt"] = o.generation_prompt;
+  if (!context.contains("bos_token")) context["bos_token"] = tok.bos_token();
+  if (!context.contains("eos_token")) context["eos_token"] = tok.eos_token();
+  const std::string prompt = tmpl->render(messages, context);
+  if (o.print_prompt) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  else std::printf("%s\n", nlohmann::json(tok.encode(prompt, false)).dump().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
 int run(const Options& o) {
   auto tok = vlm::Tokenizer::load(o.model);
+  if (!o.chat_file.empty()) return render_chat(o, *tok);
   const std::string input = read_stdin();
   if (o.decode) {
     const std::string text = tok->decode(parse_ids(input, tok->vocab_size()), o.skip_special);
@@ -103,6 +146,9 @@ int main(int argc, char** argv) {
   } catch (const vlm::LoadError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
+  } catch (const vlm::RequestError& e) {  // the template refused the conversation
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "internal error: %s\n", e.what());
     return 3;
