@@ -84,7 +84,6 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
             "batch arrays disagree on the token count {}", T);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const AttentionBatch ab = batch.attention_batch();
 
   Tensor x = Tensor::empty({T, C});     // residual stream [T, C]
   Tensor h = Tensor::empty({T, C});     // normed input / branch output [T, C]
@@ -122,8 +121,8 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
     linear(hp, T, L.k, f32_or_null(L.k_bias), k.as<float>());
     linear(hp, T, L.v, f32_or_null(L.v_bias), v.as<float>());
     rope_.apply_cached(q.as<float>(), H, k.as<float>(), Hkv, rope_table.as<float>(), T);
-    write_kv(kv, k.as<float>(), v.as<float>(), batch.slot_mapping.data(), T);
-    paged_attention(q.as<float>(), static_cast<int>(H), kv, ab, scale, attn.as<float>());
+    attention_.forward(static_cast<int>(l), q.as<float>(), k.as<float>(), v.as<float>(), static_cast<int>(H), kv, batch,
+                       scale, attn.as<float>());
     linear(attn.as<float>(), T, L.o, f32_or_null(L.o_bias), hp);
     add_inplace(xp, hp, T * C);
     // MLP branch.

@@ -11,6 +11,7 @@
 
 #include "kernels/attention/paged_kv.h"
 #include "kernels/rope.h"
+#include "model/attention_layer.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
 #include "model/weights.h"
@@ -64,6 +65,7 @@ class LlmDecoder {
   ModelConfig config_;
   WeightStore weights_;
   RotaryEmbedding rope_;
+  AttentionLayer attention_;  // the per-layer attention methods
   TensorView embed_;       // [V, C]
   TensorView final_norm_;  // [C]
   TensorView lm_head_;     // [V, C] (embed_ when tied)
