@@ -172,6 +172,25 @@ TEST_F(LlavaServerTest, ChatTemplateRendersTheFixturePromptsExactly) {
 
 TEST_F(LlavaServerTest, Base64ImageGivesHfGreedy) { expect_greedy(messages_p0(data_url("cat_crop.png")), fixture_prompt(0)); }
 
+TEST_F(LlavaServerTest, StreamingWithAnImageGivesTheSameTokens) {
+  const FixturePrompt want = fixture_prompt(0);
+  HttpResult r = post("/v1/chat/completions",
+                      {{"messages", messages_p0(data_url("cat_crop.png"))}, {"max_tokens", want.greedy.size()},
+                       {"temperature", 0}, {"ignore_eos", true}, {"return_token_ids", true}, {"stream", true},
+                       {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<int32_t> tokens;
+  json usage;
+  for (size_t pos = 0; (pos = r.body.find("data: {", pos)) != std::string::npos; ++pos) {
+    const json chunk = json::parse(r.body.substr(pos + 6, r.body.find("\n\n", pos) - pos - 6));
+    if (!chunk["usage"].is_null()) usage = chunk["usage"];
+    for (const auto& c : chunk["choices"])
+      if (c.contains("token_ids")) for (int32_t t : c["token_ids"]) tokens.push_back(t);
+  }
+  EXPECT_EQ(tokens, want.greedy);
+  EXPECT_EQ(usage["prompt_tokens"], want.ids.size());
+}
+
 TEST_F(LlavaServerTest, HttpImageGivesHfGreedy) {
   const int before = images_->requests_served();
   expect_greedy(messages_p0(images_->url("/cat.png")), fixture_prompt(0));
