@@ -92,15 +92,15 @@ void ModelRunner::encode_media(const SchedulerOutput& out) {
   encode_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-bool ModelRunner::gather_media(const SchedulerOutput& out) {
+bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
   const int64_t C = decoder_.config().hidden_size;
   bool any = false;
   int64_t row = 0;
   for (const ScheduledChunk& c : out.chunks) {
     if (chunk_has_media(c)) {
       if (!any) {
-        override_embeds_.resize(static_cast<size_t>(out.num_batched_tokens * C));
-        override_use_.assign(static_cast<size_t>(out.num_batched_tokens), 0);
+        override_embeds_.resize(static_cast<size_t>(num_rows * C));
+        override_use_.assign(static_cast<size_t>(num_rows), 0);
         any = true;
       }
       const Sequence& seq = *c.seq;
@@ -126,7 +126,7 @@ void ModelRunner::run(const SchedulerOutput& out, std::vector<float>& logits) {
   for (const BlockCopy& c : out.block_copies) cache_.copy_block(c.src, c.dst);
   const ForwardBatch fb = make_batch(out, cache_.shape().block_size);
   encode_media(out);
-  if (gather_media(out)) {
+  if (gather_media(out, fb.num_tokens())) {
     decoder_.forward(fb, cache_.layers(), logits, EmbeddingOverride{override_embeds_.data(), override_use_.data()});
   } else {
     decoder_.forward(fb, cache_.layers(), logits);

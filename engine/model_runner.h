@@ -39,8 +39,8 @@ class ModelRunner {
  private:
   // Encodes the images of chunks that reach image tokens and have no cached embeddings.
   void encode_media(const SchedulerOutput& out);
-  // Fills override_ rows for the batch's image tokens; false when the batch has none.
-  bool gather_media(const SchedulerOutput& out);
+  // Fills the override rows [num_rows] of the batch's image tokens; false when it has none.
+  bool gather_media(const SchedulerOutput& out, int64_t num_rows);
 
   const LlmDecoder& decoder_;
   KVCache& cache_;

@@ -218,7 +218,8 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> promp
     if (prompts[p].ids.empty()) bad("prompt", "the prompt is empty after tokenization");
     num_prompt_tokens += static_cast<int64_t>(prompts[p].ids.size());  // image tokens included (vLLM)
     GenerationRequest g;
-    g.id = meta.id + (prompts.size() > 1 ? "-" + std::to_string(p) : "");
+    g.id = meta.id;
+    if (prompts.size() > 1) g.id += fmt::format("-{}", p);
     g.prompt_ids = std::move(prompts[p].ids);
     g.prompt_modalities = std::move(prompts[p].modalities);
     g.images = std::move(prompts[p].images);
