@@ -59,19 +59,34 @@ std::vector<int32_t> eos_ids(const ModelConfig& m) {
   return ids;
 }
 
+const LlmDecoder* pick_decoder(const LlmDecoder* decoder, const MultimodalModel* model) {
+  VLM_CHECK((decoder != nullptr) != (model != nullptr), "an engine needs a decoder or a multimodal model");
+  return model ? &model->decoder() : decoder;
+}
+
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder,
                std::shared_ptr<const TextDecoderFactory> text_decoders)
+    : Engine(config, std::move(decoder), nullptr, std::move(text_decoders)) {}
+
+Engine::Engine(const EngineConfig& config, std::unique_ptr<MultimodalModel> model,
+               std::shared_ptr<const TextDecoderFactory> text_decoders)
+    : Engine(config, nullptr, std::move(model), std::move(text_decoders)) {}
+
+Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, std::unique_ptr<MultimodalModel> model,
+               std::shared_ptr<const TextDecoderFactory> text_decoders)
     : config_(config),
-      decoder_(std::move(decoder)),
+      owned_decoder_(std::move(decoder)),
+      multimodal_(std::move(model)),
+      decoder_(pick_decoder(owned_decoder_.get(), multimodal_.get())),
       text_decoders_(std::move(text_decoders)),
       max_model_len_(resolve_max_model_len(config_, decoder_->config())),
       eos_token_ids_(eos_ids(decoder_->config())),
       cache_(std::make_unique<KVCache>(kv_shape(config_, decoder_->config()))),
       blocks_(cache_->shape().num_blocks, config_.block_size),
       scheduler_(config_.scheduler, blocks_),
-      runner_(*decoder_, *cache_),
+      runner_(*decoder_, *cache_, multimodal_.get()),
       sampler_(decoder_->config().vocab_size, eos_token_ids_) {
   VLM_LOG_INFO("engine: KV cache {} blocks of {} tokens ({} tokens, {:.1f} MiB {}), max_model_len {}, "
                "max_num_seqs {}, max_num_batched_tokens {}",

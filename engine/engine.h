@@ -21,6 +21,7 @@
 #include "engine/scheduler.h"
 #include "engine/text_decoder.h"
 #include "model/llm_decoder.h"
+#include "model/multimodal_model.h"
 
 namespace vlm {
 
@@ -31,6 +32,9 @@ class Engine {
   // does not fit in memory. text_decoders may be null: no text, and stop strings are refused.
   Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder,
          std::shared_ptr<const TextDecoderFactory> text_decoders = nullptr);
+  // An engine on a vision-language model: requests may carry images (GenerationRequest::images).
+  Engine(const EngineConfig& config, std::unique_ptr<MultimodalModel> model,
+         std::shared_ptr<const TextDecoderFactory> text_decoders = nullptr);
   ~Engine();  // aborts every live request (its channel gets a final abort event)
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -38,12 +42,16 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   int64_t max_model_len() const { return max_model_len_; }
   const LlmDecoder& decoder() const { return *decoder_; }
+  const MultimodalModel* multimodal() const { return multimodal_.get(); }  // null: text only
+  const ModelRunner& runner() const { return runner_; }
   const Scheduler& scheduler() const { return scheduler_; }
   const BlockManager& block_manager() const { return blocks_; }
   const EngineStats& stats() const { return stats_; }
 
   // Checks a request without touching engine state (thread-safe): prompt ids within the
-  // vocabulary, modality tags, sampling params, prompt + max_tokens within max_model_len, stop
+  // vocabulary, modality tags and images (each image k of the encoder's size and tagged on
+  // exactly tokens_per_image consecutive prompt tokens; images only on a multimodal model),
+  // sampling params, prompt + max_tokens within max_model_len, stop
   // strings only with a text decoder. Throws RequestError (400).
   void validate(const GenerationRequest& request) const;
   // Validates and queues the request; its events go to `channel`. Throws RequestError without
@@ -85,8 +93,16 @@ class Engine {
   void finish_request(Request& r);
   void update_gauges();
 
+  Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, std::unique_ptr<MultimodalModel> model,
+         std::shared_ptr<const TextDecoderFactory> text_decoders);
+  // The request's images with their first prompt positions; null without images. Throws
+  // RequestError (400) as validate() documents.
+  std::shared_ptr<MediaInputs> check_media(const GenerationRequest& request) const;
+
   EngineConfig config_;
-  std::unique_ptr<LlmDecoder> decoder_;
+  std::unique_ptr<LlmDecoder> owned_decoder_;      // text-only engine
+  std::unique_ptr<MultimodalModel> multimodal_;    // multimodal engine (owns its decoder)
+  const LlmDecoder* decoder_ = nullptr;
   std::shared_ptr<const TextDecoderFactory> text_decoders_;
   int64_t max_model_len_ = 0;
   std::vector<int32_t> eos_token_ids_;

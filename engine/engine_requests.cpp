@@ -26,6 +26,7 @@ void Engine::validate(const GenerationRequest& request) const {
     if (id < 0 || id >= V) bad_request("prompt", fmt::format("prompt token id {} is outside the vocabulary of {}", id, V));
   if (!request.prompt_modalities.empty() && static_cast<int64_t>(request.prompt_modalities.size()) != P)
     bad_request("messages", fmt::format("{} modality tags for {} prompt tokens", request.prompt_modalities.size(), P));
+  check_media(request);
   request.params.validate(V);
   resolve_max_tokens(P, request.params.max_tokens, max_model_len_);
   if (!request.params.stop.empty() && !text_decoders_)
@@ -33,6 +34,46 @@ void Engine::validate(const GenerationRequest& request) const {
   if (request.params.n > config_.scheduler.max_num_seqs)
     bad_request("n", fmt::format("n = {} is more than the server runs at once ({})", request.params.n,
                                  config_.scheduler.max_num_seqs));
+}
+
+std::shared_ptr<MediaInputs> Engine::check_media(const GenerationRequest& request) const {
+  const auto N = static_cast<int32_t>(request.images.size());
+  int64_t num_tagged = 0;
+  for (const ModalityTag& t : request.prompt_modalities)
+    if (t.modality != Modality::Text) ++num_tagged;
+  if (N == 0 && num_tagged == 0) return nullptr;
+  if (!multimodal_) bad_request("messages", "this model does not accept image input");
+  const int64_t Ti = multimodal_->tokens_per_image();
+  const int S = multimodal_->image_size();
+  auto media = std::make_shared<MediaInputs>();
+  media->tokens_per_image = Ti;
+  media->first_token.assign(static_cast<size_t>(N), -1);
+  std::vector<int64_t> count(static_cast<size_t>(N), 0);
+  for (size_t pos = 0; pos < request.prompt_modalities.size(); ++pos) {
+    const ModalityTag& t = request.prompt_modalities[pos];
+    if (t.modality == Modality::Text) continue;
+    if (t.modality != Modality::Image)
+      bad_request("messages", fmt::format("this model does not accept {} input", modality_name(t.modality)));
+    if (t.media_index < 0 || t.media_index >= N)
+      bad_request("messages", fmt::format("prompt token {} is tagged image {}, and the request has {} images", pos,
+                                          t.media_index, N));
+    auto& first = media->first_token[static_cast<size_t>(t.media_index)];
+    if (first < 0) first = static_cast<int32_t>(pos);
+    if (static_cast<int64_t>(pos) != first + count[static_cast<size_t>(t.media_index)]++)
+      bad_request("messages", fmt::format("the tokens of image {} are not consecutive", t.media_index));
+  }
+  for (int32_t k = 0; k < N; ++k) {
+    if (count[static_cast<size_t>(k)] != Ti)
+      bad_request("messages", fmt::format("image {} has {} prompt tokens, the model takes {} per image", k,
+                                          count[static_cast<size_t>(k)], Ti));
+    if (k > 0 && media->first_token[static_cast<size_t>(k)] < media->first_token[static_cast<size_t>(k - 1)])
+      bad_request("messages", "images must appear in the prompt in order");
+    const ImagePixels& img = request.images[static_cast<size_t>(k)];
+    if (img.height != S || img.width != S || img.data.size() != static_cast<size_t>(3) * S * S)
+      bad_request("messages", fmt::format("image {} is {}x{} pixels ({} values); the model takes 3x{}x{}", k,
+                                          img.height, img.width, img.data.size(), S, S));
+  }
+  return media;
 }
 
 void Engine::add_request(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
@@ -49,6 +90,8 @@ void Engine::add_request(GenerationRequest request, std::shared_ptr<RequestChann
     throw;
   }
   auto r = std::make_unique<Request>();
+  std::shared_ptr<MediaInputs> media = check_media(request);
+  if (media) media->images = std::move(request.images);
   r->max_tokens = resolve_max_tokens(static_cast<int64_t>(request.prompt_ids.size()), request.params.max_tokens,
                                      max_model_len_);
   r->channel = std::move(channel);
@@ -56,6 +99,7 @@ void Engine::add_request(GenerationRequest request, std::shared_ptr<RequestChann
   r->seqs.reserve(static_cast<size_t>(r->req.params.n));
   r->texts.resize(static_cast<size_t>(r->req.params.n));
   auto seq = std::make_unique<Sequence>(next_seq_id_++, r->req.prompt_ids, r->req.params, r->req.prompt_modalities);
+  seq->media = std::move(media);
   Request* raw = r.get();
   stats_.num_prompt_tokens += static_cast<int64_t>(raw->req.prompt_ids.size());
   requests_.emplace(raw->req.id, std::move(r));
@@ -86,6 +130,7 @@ void Engine::fork_choices(Request& r, Sequence* parent) {
     auto child = std::make_unique<Sequence>(next_seq_id_++, std::vector<int32_t>(parent->token_ids), parent->params,
                                             parent->prompt_modalities);
     child->group_id = parent->group_id;
+    child->media = parent->media;
     child->index = static_cast<int>(r.seqs.size());
     Sequence* raw = child.get();
     register_sequence(r, std::move(child));

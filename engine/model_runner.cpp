@@ -1,12 +1,14 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "kernels/check.h"
 
 namespace vlm {
 
-ModelRunner::ModelRunner(const LlmDecoder& decoder, KVCache& cache) : decoder_(decoder), cache_(cache) {}
+ModelRunner::ModelRunner(const LlmDecoder& decoder, KVCache& cache, const MultimodalModel* multimodal)
+    : decoder_(decoder), cache_(cache), multimodal_(multimodal) {}
 
 ForwardBatch ModelRunner::make_batch(const SchedulerOutput& out, int block_size) {
   ForwardBatch fb;
@@ -45,10 +47,93 @@ ForwardBatch ModelRunner::make_batch(const SchedulerOutput& out, int block_size)
   return fb;
 }
 
+namespace {
+
+// Whether the chunk covers any of its sequence's image tokens.
+bool chunk_has_media(const ScheduledChunk& c) {
+  const MediaInputs* m = c.seq->media.get();
+  return m && m->num_images() > 0 && c.start < m->end() && c.start + c.num_tokens > m->begin();
+}
+
+}  // namespace
+
+void ModelRunner::encode_media(const SchedulerOutput& out) {
+  std::vector<Sequence*> todo;
+  int64_t num_images = 0;
+  for (const ScheduledChunk& c : out.chunks)
+    if (chunk_has_media(c) && !c.seq->media_embeds &&
+        std::find(todo.begin(), todo.end(), c.seq) == todo.end()) {
+      todo.push_back(c.seq);
+      num_images += c.seq->media->num_images();
+    }
+  if (todo.empty()) return;
+  VLM_CHECK(multimodal_ != nullptr, "sequence {} has images, and the model has no image encoder", todo[0]->id);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t S = multimodal_->image_size(), Ti = multimodal_->tokens_per_image();
+  const int64_t C = decoder_.config().hidden_size, per_image = 3 * S * S;
+  pixels_.resize(static_cast<size_t>(num_images * per_image));
+  int64_t k = 0;
+  for (const Sequence* seq : todo)
+    for (const ImagePixels& img : seq->media->images) {
+      VLM_CHECK(static_cast<int64_t>(img.data.size()) == per_image && img.height == S && img.width == S,
+                "sequence {}: image of {}x{} ({} values), the encoder takes 3x{}x{}", seq->id, img.height,
+                img.width, img.data.size(), S, S);
+      std::copy(img.data.begin(), img.data.end(), pixels_.begin() + k++ * per_image);
+    }
+  std::vector<float> all(static_cast<size_t>(num_images * Ti * C));
+  multimodal_->encode_images(pixels_.data(), num_images, all.data());
+  int64_t first = 0;
+  for (Sequence* seq : todo) {
+    const int64_t n = seq->media->num_images() * Ti * C;
+    seq->media_embeds = std::make_shared<const std::vector<float>>(all.begin() + first, all.begin() + first + n);
+    first += n;
+  }
+  num_images_encoded_ += num_images;
+  encode_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
+  const int64_t C = decoder_.config().hidden_size;
+  bool any = false;
+  int64_t row = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (chunk_has_media(c)) {
+      if (!any) {
+        override_embeds_.resize(static_cast<size_t>(num_rows * C));
+        override_use_.assign(static_cast<size_t>(num_rows), 0);
+        any = true;
+      }
+      const Sequence& seq = *c.seq;
+      const MediaInputs& m = *seq.media;
+      const int64_t Ti = m.tokens_per_image;
+      for (int32_t i = 0; i < c.num_tokens; ++i) {
+        const ModalityTag tag = seq.modality(c.start + i);
+        if (tag.modality != Modality::Image) continue;
+        const int64_t offset = c.start + i - m.first_token[static_cast<size_t>(tag.media_index)];
+        VLM_CHECK(offset >= 0 && offset < Ti, "sequence {}: token {} is row {} of image {}", seq.id, c.start + i,
+                  offset, tag.media_index);
+        const float* src = seq.media_embeds->data() + (tag.media_index * Ti + offset) * C;
+        std::copy(src, src + C, override_embeds_.begin() + (row + i) * C);
+        override_use_[static_cast<size_t>(row + i)] = 1;
+      }
+    }
+    row += c.num_tokens;
+  }
+  return any;
+}
+
 void ModelRunner::run(const SchedulerOutput& out, std::vector<float>& logits) {
   for (const BlockCopy& c : out.block_copies) cache_.copy_block(c.src, c.dst);
   const ForwardBatch fb = make_batch(out, cache_.shape().block_size);
-  decoder_.forward(fb, cache_.layers(), logits);
+  encode_media(out);
+  if (gather_media(out, fb.num_tokens())) {
+    decoder_.forward(fb, cache_.layers(), logits, EmbeddingOverride{override_embeds_.data(), override_use_.data()});
+  } else {
+    decoder_.forward(fb, cache_.layers(), logits);
+  }
+  // A sequence past its last image token needs its embeddings no more (until a recompute).
+  for (const ScheduledChunk& c : out.chunks)
+    if (c.seq->media_embeds && c.start + c.num_tokens >= c.seq->media->end()) c.seq->media_embeds.reset();
 }
 
 }  // namespace vlm

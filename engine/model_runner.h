@@ -1,6 +1,11 @@
 // ModelRunner: runs one scheduled step on the model. It reads only the SchedulerOutput, flattens
 // it once into a ForwardBatch, makes the copy-on-write block copies, and runs the decoder over
 // the paged KV cache, asking for logits only for the chunks that sample.
+// On a multimodal model it also encodes the images of sequences whose chunk reaches their image
+// tokens (all of a step's images in one encoder call), keeps the outputs on the sequence until
+// the chunk holding its last image token has run, and feeds image-token rows through the
+// decoder's EmbeddingOverride (a chunk may start or end inside an image's tokens). A step
+// without image tokens runs exactly the text-only path.
 #pragma once
 
 #include <vector>
@@ -9,13 +14,15 @@
 #include "engine/scheduler_output.h"
 #include "model/forward_batch.h"
 #include "model/llm_decoder.h"
+#include "model/multimodal_model.h"
 
 namespace vlm {
 
 class ModelRunner {
  public:
-  // Both must outlive the runner.
-  ModelRunner(const LlmDecoder& decoder, KVCache& cache);
+  // All must outlive the runner. multimodal: null for a text-only model, else the model whose
+  // decoder is `decoder`.
+  ModelRunner(const LlmDecoder& decoder, KVCache& cache, const MultimodalModel* multimodal = nullptr);
 
   // Token ids, RoPE positions (logical), cache slots (physical, through the block tables),
   // modality tags, cu_seqlens, context lengths, block tables and finishes_prefill of every
@@ -26,9 +33,23 @@ class ModelRunner {
   // throws (InternalError); the cache may then hold partial writes of this step.
   void run(const SchedulerOutput& out, std::vector<float>& logits);
 
+  int64_t num_images_encoded() const { return num_images_encoded_; }
+  double encode_seconds() const { return encode_s_; }
+
  private:
+  // Encodes the images of chunks that reach image tokens and have no cached embeddings.
+  void encode_media(const SchedulerOutput& out);
+  // Fills the override rows [num_rows] of the batch's image tokens; false when it has none.
+  bool gather_media(const SchedulerOutput& out, int64_t num_rows);
+
   const LlmDecoder& decoder_;
   KVCache& cache_;
+  const MultimodalModel* multimodal_ = nullptr;
+  std::vector<float> override_embeds_;  // [T, C]
+  std::vector<uint8_t> override_use_;   // [T]
+  std::vector<float> pixels_;           // [N, 3, S, S] staging for one encoder call
+  int64_t num_images_encoded_ = 0;
+  double encode_s_ = 0;
 };
 
 }  // namespace vlm

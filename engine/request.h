@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/media_inputs.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/sequence.h"
@@ -18,6 +19,9 @@ struct GenerationRequest {
   std::string id;                          // unique among live requests (e.g. "chatcmpl-...")
   std::vector<int32_t> prompt_ids;         // [P] tokenized prompt
   std::vector<ModalityTag> prompt_modalities;  // [P], or empty for a text-only prompt
+  // Images of a multimodal prompt (engine on a MultimodalModel): image k, [3, S, S], fills the
+  // model's tokens_per_image consecutive prompt tokens tagged {Image, k}.
+  std::vector<ImagePixels> images;
   SamplingParams params;
 };
 

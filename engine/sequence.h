@@ -8,10 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
 #include <vector>
 
+#include "engine/media_inputs.h"
 #include "engine/sampling_params.h"
 #include "model/modality.h"
 
@@ -34,6 +36,11 @@ struct Sequence {
   std::vector<int32_t> token_ids;     // [num_prompt_tokens + outputs]
   int32_t num_prompt_tokens = 0;
   std::vector<ModalityTag> prompt_modalities;  // [num_prompt_tokens] or empty (all text)
+  std::shared_ptr<const MediaInputs> media;  // null: no media; shared by the request's choices
+  // The encoder's outputs for `media` ([N, Ti, C]): set by the ModelRunner when a chunk needs
+  // them and dropped once the chunk holding the last media token has run (a recompute after a
+  // preemption encodes again).
+  std::shared_ptr<const std::vector<float>> media_embeds;
   int32_t num_computed_tokens = 0;    // logical length computed (next RoPE position)
   int32_t num_cached_tokens = 0;      // physical cache slots in use
   std::vector<int32_t> block_table;   // [ceil(num_cached_tokens / B)] block ids

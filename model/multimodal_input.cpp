@@ -43,15 +43,13 @@ MultimodalPrompt expand_image_tokens(std::span<const int32_t> ids, int32_t image
   for (int32_t id : ids) {
     if (id != image_token_id) {
       p.token_ids.push_back(id);
-      p.modality.push_back(TokenModality::Text);
-      p.media_index.push_back(-1);
+      p.modalities.push_back(ModalityTag{});
       p.media_offset.push_back(-1);
       continue;
     }
     for (int64_t r = 0; r < per_placeholder; ++r, ++seen) {
       p.token_ids.push_back(image_token_id);
-      p.modality.push_back(TokenModality::Image);
-      p.media_index.push_back(static_cast<int32_t>(seen / tokens_per_image));
+      p.modalities.push_back(ModalityTag{Modality::Image, static_cast<int32_t>(seen / tokens_per_image)});
       p.media_offset.push_back(static_cast<int32_t>(seen % tokens_per_image));
     }
   }
@@ -64,7 +62,7 @@ void gather_media_embeddings(const MultimodalPrompt& prompt, int64_t begin, int6
   VLM_CHECK(begin >= 0 && n >= 0 && begin + n <= prompt.size(), "rows [{}, {}) of a {}-token prompt",
             begin, begin + n, prompt.size());
   for (int64_t t = 0; t < n; ++t) {
-    const int32_t m = prompt.media_index[begin + t];
+    const int32_t m = prompt.modalities[begin + t].media_index;
     use[t] = m >= 0;
     if (m < 0) continue;
     VLM_CHECK(m < static_cast<int32_t>(media_embeds.size()), "media item {} of {}", m, media_embeds.size());

@@ -7,14 +7,13 @@
 #include <span>
 #include <vector>
 
-namespace vlm {
+#include "model/modality.h"
 
-enum class TokenModality : uint8_t { Text, Image, Video };
+namespace vlm {
 
 struct MultimodalPrompt {
   std::vector<int32_t> token_ids;        // [S]
-  std::vector<TokenModality> modality;   // [S]
-  std::vector<int32_t> media_index;      // [S] media item of the token (image k), -1 for text
+  std::vector<ModalityTag> modalities;   // [S] text, or image k (media_index k)
   std::vector<int32_t> media_offset;     // [S] row inside that item's embeddings, -1 for text
   int32_t num_media = 0;
 

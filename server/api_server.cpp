@@ -7,6 +7,7 @@
 
 #include "kernels/check.h"
 #include "kernels/log.h"
+#include "model/multimodal_input.h"
 #include "server/completion_stream.h"
 
 namespace vlm {
@@ -72,6 +73,8 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
                      std::optional<ChatTemplate> chat_template, SamplingDefaults defaults)
     : options_(std::move(options)), engine_(engine), tokenizer_(std::move(tokenizer)),
       chat_template_(std::move(chat_template)), defaults_(defaults) {
+  if (options_.images)
+    image_loader_.emplace(options_.media, options_.image_limits, options_.images->preprocess);
   using T = MetricsRegistry::Type;
   auto& m = metrics_;
   m.declare("vllm:num_requests_running", T::Gauge, "Number of requests in model execution batches.");
@@ -122,19 +125,35 @@ const Tokenizer& ApiServer::need_tokenizer(const std::string& what) const {
   return *tokenizer_;
 }
 
-std::vector<int32_t> ApiServer::render_chat(const ApiRequest& r) const {
+ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_images) const {
   const Tokenizer& tok = need_tokenizer("chat");
   if (!chat_template_) bad("messages", "the model has no chat template; use /v1/completions");
-  for (const auto& m : r.messages)
-    if (m.contains("content") && m["content"].is_array())
-      for (const auto& part : m["content"])
-        if (part["type"] != "text")
-          bad("messages", "this model does not accept " + part["type"].get<std::string>() + " input");
+  // Image parts become {"type": "image"} for the template (as Hugging Face's templates expect);
+  // their URLs are kept in order.
+  nlohmann::ordered_json messages = r.messages;
+  std::vector<std::pair<std::string, std::string>> urls;  // url, param
+  for (size_t i = 0; i < messages.size(); ++i) {
+    auto& m = messages[i];
+    if (!m.contains("content") || !m["content"].is_array()) continue;
+    for (size_t k = 0; k < m["content"].size(); ++k) {
+      auto& part = m["content"][k];
+      const std::string type = part["type"].get<std::string>();
+      if (type == "text") continue;
+      if (type != "image_url" || !options_.images) bad("messages", "this model does not accept " + type + " input");
+      const auto& u = part["image_url"];
+      urls.emplace_back(u.is_string() ? u.get<std::string>() : u["url"].get<std::string>(),
+                        fmt::format("messages[{}].content[{}].image_url", i, k));
+      part = nlohmann::ordered_json{{"type", "image"}};
+    }
+  }
+  if (static_cast<int>(urls.size()) > options_.max_images_per_request)
+    bad("messages", fmt::format("the request has {} images; at most {} are allowed per request", urls.size(),
+                                options_.max_images_per_request));
   nlohmann::ordered_json context = r.chat_template_kwargs;
   context["add_generation_prompt"] = r.add_generation_prompt;
   context["bos_token"] = tok.bos_token();
   context["eos_token"] = tok.eos_token();
-  std::string prompt = chat_template_->render(r.messages, context);
+  std::string prompt = chat_template_->render(messages, context);
   if (r.continue_final_message) {
     // Cut the rendering after the final message's text (as vLLM does).
     const auto& last = r.messages.back()["content"];
@@ -143,30 +162,41 @@ std::vector<int32_t> ApiServer::render_chat(const ApiRequest& r) const {
     if (at != std::string::npos) prompt.resize(at + text.size());
   }
   // The template writes the special tokens itself (vLLM: add_special_tokens=false for chat).
-  return tok.encode(prompt, /*add_special_tokens=*/false);
+  PromptInput in;
+  in.ids = tok.encode(prompt, /*add_special_tokens=*/false);
+  if (!options_.images) return in;
+  const ImageInputOptions& io = *options_.images;
+  MultimodalPrompt mp = expand_image_tokens(in.ids, io.image_token_id, io.tokens_per_image,
+                                            static_cast<int32_t>(urls.size()));
+  in.ids = std::move(mp.token_ids);
+  if (!urls.empty()) in.modalities = std::move(mp.modalities);
+  if (load_images)
+    for (const auto& [url, param] : urls) in.images.push_back(image_loader_->load(url, param));
+  return in;
 }
 
 HttpReply ApiServer::chat(const HttpRequest& req) {
   ApiRequest r = parse_api_request(ApiKind::Chat, req.body, defaults_);
   admit(req, r.model);
-  std::vector<std::vector<int32_t>> prompts{render_chat(r)};
+  std::vector<PromptInput> prompts;
+  prompts.push_back(render_chat(r, /*load_images=*/true));
   return respond(r, std::move(prompts), {}, "chatcmpl-");
 }
 
 HttpReply ApiServer::completions(const HttpRequest& req) {
   ApiRequest r = parse_api_request(ApiKind::Completion, req.body, defaults_);
   admit(req, r.model);
-  std::vector<std::vector<int32_t>> prompts;
+  std::vector<PromptInput> prompts;
   std::vector<std::string> echo;
   for (const auto& p : r.prompts) {
-    if (p.text) prompts.push_back(need_tokenizer("a text prompt").encode(*p.text, true));
-    else prompts.push_back(p.ids);
+    if (p.text) prompts.push_back({need_tokenizer("a text prompt").encode(*p.text, true), {}, {}});
+    else prompts.push_back({p.ids, {}, {}});
     if (r.echo) echo.push_back(p.text ? *p.text : (tokenizer_ ? tokenizer_->decode(p.ids) : ""));
   }
   return respond(r, std::move(prompts), std::move(echo), "cmpl-");
 }
 
-HttpReply ApiServer::respond(const ApiRequest& r, std::vector<std::vector<int32_t>> prompts,
+HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> prompts,
                              std::vector<std::string> echo_prefix, const std::string& id_prefix) {
   ResponseMeta meta;
   meta.kind = r.kind;
@@ -185,11 +215,14 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<std::vector<int32_
   int64_t num_prompt_tokens = 0;
   std::vector<RequestHandle> handles;
   for (size_t p = 0; p < prompts.size(); ++p) {
-    if (prompts[p].empty()) bad("prompt", "the prompt is empty after tokenization");
-    num_prompt_tokens += static_cast<int64_t>(prompts[p].size());
+    if (prompts[p].ids.empty()) bad("prompt", "the prompt is empty after tokenization");
+    num_prompt_tokens += static_cast<int64_t>(prompts[p].ids.size());  // image tokens included (vLLM)
     GenerationRequest g;
-    g.id = meta.id + (prompts.size() > 1 ? "-" + std::to_string(p) : "");
-    g.prompt_ids = std::move(prompts[p]);
+    g.id = meta.id;
+    if (prompts.size() > 1) g.id += fmt::format("-{}", p);
+    g.prompt_ids = std::move(prompts[p].ids);
+    g.prompt_modalities = std::move(prompts[p].modalities);
+    g.images = std::move(prompts[p].images);
     g.params = r.params;
     try {
       handles.push_back(engine_.submit(std::move(g)));
@@ -255,7 +288,7 @@ HttpReply ApiServer::tokenize(const HttpRequest& req) const {
   std::vector<int32_t> ids;
   if (j.contains("messages")) {
     ApiRequest r = parse_api_request(ApiKind::Chat, req.body, defaults_);
-    ids = render_chat(r);
+    ids = render_chat(r, /*load_images=*/false).ids;  // placeholders expanded, images not fetched
   } else {
     if (!j.contains("prompt") || !j["prompt"].is_string()) bad("prompt", "'prompt' must be a string");
     bool add_special = true;

@@ -1,6 +1,8 @@
 // ApiServer: the OpenAI-style endpoints over an EngineLoop, registered on a Router.
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
 //   POST /tokenize, POST /detokenize, GET /metrics, GET /version.
+// Chat messages may hold image_url parts when the model takes images (options.images): data:
+// URLs and http(s)/file URLs as options.media allows, at most max_images_per_request.
 // Handlers parse JSON into native requests (server/openai_request), tokenize (chat template
 // first for chat), submit to the engine, and answer with a CompletionStream (stream: true) or a
 // CompletionCollector (a deferred whole response). Errors use the OpenAI envelope.
@@ -12,9 +14,14 @@
 #include <string>
 
 #include "engine/engine_loop.h"
+#include "engine/media_inputs.h"
 #include "model/chat_template.h"
 #include "model/incremental_detokenizer.h"
 #include "model/tokenizer.h"
+#include "model/image_decode.h"
+#include "model/image_preprocess.h"
+#include "model/modality.h"
+#include "server/image_loader.h"
 #include "server/media_fetch.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -22,11 +29,22 @@
 
 namespace vlm {
 
+// How a multimodal model takes images: the chat template renders one placeholder token per
+// image part, which expands to tokens_per_image tokens tagged image k.
+struct ImageInputOptions {
+  ImagePreprocessConfig preprocess;  // the checkpoint's preprocessor_config.json
+  int32_t image_token_id = 0;
+  int64_t tokens_per_image = 0;
+};
+
 struct ApiServerOptions {
   std::string served_model_name;  // the id clients send as "model"
   std::string model_root;         // the checkpoint directory (reported as "root")
   std::string api_key;            // "" = no authentication
   MediaFetchOptions media;
+  std::optional<ImageInputOptions> images;  // none: a text-only model (image parts are a 400)
+  int max_images_per_request = 8;
+  ImageLimits image_limits;       // encoded bytes and decoded pixels of one image
   int heartbeat_ms = 5000;
 };
 
@@ -53,8 +71,17 @@ class ApiServer {
   // 401 / 503 / 415 / 404 checks shared by the generation endpoints; throws RequestError.
   void admit(const HttpRequest& req, const std::string& model) const;
   const Tokenizer& need_tokenizer(const std::string& what) const;
-  std::vector<int32_t> render_chat(const ApiRequest& r) const;
-  HttpReply respond(const ApiRequest& r, std::vector<std::vector<int32_t>> prompts,
+  // One prompt for the engine: token ids (image placeholders expanded), their modality tags
+  // (empty: all text) and the images.
+  struct PromptInput {
+    std::vector<int32_t> ids;
+    std::vector<ModalityTag> modalities;
+    std::vector<ImagePixels> images;
+  };
+  // Renders the chat template and tokenizes; with images, expands the placeholders and (when
+  // load_images) fetches, decodes and preprocesses the images. Throws RequestError (400).
+  PromptInput render_chat(const ApiRequest& r, bool load_images) const;
+  HttpReply respond(const ApiRequest& r, std::vector<PromptInput> prompts,
                     std::vector<std::string> echo_prefix, const std::string& id_prefix);
   void record_outcome(const struct CompletionOutcome& o, double e2e_s, int64_t num_prompt_tokens);
 
@@ -62,6 +89,7 @@ class ApiServer {
   EngineLoop& engine_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
+  std::optional<ImageLoader> image_loader_;
   SamplingDefaults defaults_;
   MetricsRegistry metrics_;
   std::atomic<bool> ready_{false};

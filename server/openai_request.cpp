@@ -250,8 +250,8 @@ ApiRequest parse_api_request(ApiKind kind, std::string_view body, const Sampling
     r.echo = get_bool(j, "echo").value_or(false);
     r.suffix = get_string(j, "suffix").value_or("");
     if (!r.suffix.empty()) bad("suffix", "'suffix' is not supported");
-    r.return_token_ids = get_bool(j, "return_token_ids").value_or(false);
   }
+  r.return_token_ids = get_bool(j, "return_token_ids").value_or(false);
   if (r.stream && r.params.n > 1 && r.kind == ApiKind::Completion && r.prompts.size() > 1)
     bad("n", "streaming several prompts with n > 1 is not supported");
   return r;

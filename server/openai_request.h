@@ -48,6 +48,7 @@ struct ApiRequest {
   std::vector<CompletionPrompt> prompts;
   bool echo = false;
   std::string suffix;
+  // Both kinds
   bool return_token_ids = false;    // vLLM extension: token ids in the response
 };
 

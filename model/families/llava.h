@@ -20,6 +20,7 @@
 #include "model/llm_decoder.h"
 #include "model/model_config.h"
 #include "model/multimodal_input.h"
+#include "model/multimodal_model.h"
 #include "model/projector.h"
 #include "model/weights.h"
 
@@ -41,20 +42,22 @@ struct LlavaConfig {
   static LlavaConfig load(const std::string& model_dir);
 };
 
-class LlavaModel {
+class LlavaModel : public MultimodalModel {
  public:
   // Loads DIR/config.json and the weights. Throws LoadError naming the file (and tensor).
   static std::unique_ptr<LlavaModel> load(const std::string& model_dir);
   LlavaModel(LlavaConfig config, WeightStore weights);
 
   const LlavaConfig& config() const { return config_; }
-  const LlmDecoder& decoder() const { return *decoder_; }
-  int64_t tokens_per_image() const { return config_.tokens_per_image(); }
+  const LlmDecoder& decoder() const override { return *decoder_; }
+  int64_t tokens_per_image() const override { return config_.tokens_per_image(); }
+  int image_size() const override { return static_cast<int>(config_.vision.image_size); }
+  int32_t image_token_id() const override { return config_.image_token_id; }
 
   // pixels[N, 3, S, S] -> selected vision features [N, tokens_per_image, Cv * num_feature_layers].
   void vision_features(const float* pixels, int64_t N, float* out) const;
   // pixels[N, 3, S, S] -> image embeddings [N, tokens_per_image, C] (projector output).
-  void encode_images(const float* pixels, int64_t N, float* out) const;
+  void encode_images(const float* pixels, int64_t N, float* out) const override;
 
   // The tagged prompt of token ids holding num_images images (see expand_image_tokens).
   MultimodalPrompt build_prompt(std::span<const int32_t> ids, int32_t num_images) const;

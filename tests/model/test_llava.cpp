@@ -302,17 +302,23 @@ TEST(LlavaLoad, AllCheckpointWeightLayouts) {
   std::filesystem::remove_all(dst);
 }
 
+std::vector<int32_t> media_indices(const MultimodalPrompt& p) {
+  std::vector<int32_t> out;
+  for (const ModalityTag& t : p.modalities) out.push_back(t.media_index);
+  return out;
+}
+
 TEST(MultimodalInput, ExpandsSinglePlaceholdersAndTagsTokens) {
   const std::vector<int32_t> collapsed = {1, 5, 9, 6, 9, 7};
   const MultimodalPrompt p = expand_image_tokens(collapsed, 9, 3, 2);
   EXPECT_EQ(p.token_ids, (std::vector<int32_t>{1, 5, 9, 9, 9, 6, 9, 9, 9, 7}));
-  EXPECT_EQ(p.media_index, (std::vector<int32_t>{-1, -1, 0, 0, 0, -1, 1, 1, 1, -1}));
+  EXPECT_EQ(media_indices(p), (std::vector<int32_t>{-1, -1, 0, 0, 0, -1, 1, 1, 1, -1}));
   EXPECT_EQ(p.media_offset, (std::vector<int32_t>{-1, -1, 0, 1, 2, -1, 0, 1, 2, -1}));
-  EXPECT_EQ(p.modality[3], TokenModality::Image);
-  EXPECT_EQ(p.modality[5], TokenModality::Text);
+  EXPECT_EQ(p.modalities[3], (ModalityTag{Modality::Image, 0}));
+  EXPECT_EQ(p.modalities[5], ModalityTag{});
   // The expanded form is kept as is; adjacent images split by count.
   const MultimodalPrompt q = expand_image_tokens(std::vector<int32_t>{1, 9, 9, 9, 9, 9, 9, 2}, 9, 3, 2);
-  EXPECT_EQ(q.media_index, (std::vector<int32_t>{-1, 0, 0, 0, 1, 1, 1, -1}));
+  EXPECT_EQ(media_indices(q), (std::vector<int32_t>{-1, 0, 0, 0, 1, 1, 1, -1}));
   EXPECT_THROW(expand_image_tokens(collapsed, 9, 3, 3), RequestError);
   EXPECT_THROW(expand_image_tokens(std::vector<int32_t>{9, 9, 1, 9, 9, 9, 9}, 9, 3, 2), RequestError);
 

@@ -4,6 +4,10 @@
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
 //              [--kv-cache-dtype f32|bf16|f16] [--max-waiting N] [--threads N] [--log-level L]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
+//              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
+// The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
+// Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
+// DIR/preprocessor_config.json).
 // A --config file is a JSON object with the same names (dashes or underscores); flags override it.
 // SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
 #include <signal.h>
@@ -21,6 +25,8 @@
 #include "kernels/check.h"
 #include "kernels/log.h"
 #include "kernels/thread_pool.h"
+#include "model/families/architecture.h"
+#include "model/families/llava.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
 
@@ -40,6 +46,9 @@ const std::map<std::string, std::string> kFlags = {
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
     {"drain-timeout", "seconds to finish requests on SIGTERM (default 30)"},
+    {"max-images-per-request", "images in one chat request (default 8)"},
+    {"max-image-bytes", "encoded bytes of one image (default 20 MiB)"},
+    {"max-image-pixels", "width x height of one image (default 64 Mi)"},
 };
 
 [[noreturn]] void usage(const std::string& error) {
@@ -175,6 +184,10 @@ int main(int argc, char** argv) {
     api.api_key = flags.count("api-key") ? flags.at("api-key") : "";
     if (flags.count("allowed-media-domains")) api.media.allowed_domains = split_commas(flags.at("allowed-media-domains"));
     if (flags.count("allowed-local-media-path")) api.media.allowed_local_path = flags.at("allowed-local-media-path");
+    api.max_images_per_request = static_cast<int>(int_flag(flags, "max-images-per-request", 8, 0));
+    api.image_limits.max_bytes = int_flag(flags, "max-image-bytes", api.media.max_bytes, 1);
+    api.image_limits.max_pixels = int_flag(flags, "max-image-pixels", api.image_limits.max_pixels, 1);
+    api.media.max_bytes = api.image_limits.max_bytes;
 
     vlm::HttpServerOptions http;
     http.host = flags.count("host") ? flags.at("host") : "127.0.0.1";
@@ -202,13 +215,35 @@ int main(int argc, char** argv) {
     loading->start();
     VLM_LOG_INFO("loading {} (health answers 503 until ready)", model_dir);
 
-    auto decoder = vlm::LlmDecoder::load(model_dir);
-    warm_weights(*decoder);
     std::shared_ptr<const vlm::Tokenizer> tokenizer;
     if (std::ifstream(model_dir + "/tokenizer.json")) tokenizer = vlm::Tokenizer::load(model_dir);
     else VLM_LOG_WARN("{} has no tokenizer.json: only token-id prompts will work", model_dir);
     std::optional<vlm::ChatTemplate> chat_template = vlm::ChatTemplate::load(model_dir);
-    auto engine = std::make_unique<vlm::Engine>(ec, std::move(decoder), vlm::make_text_decoder_factory(tokenizer));
+    std::unique_ptr<vlm::Engine> engine;
+    switch (vlm::detect_architecture(model_dir)) {
+      case vlm::ModelArchitecture::CausalLM: {
+        auto decoder = vlm::LlmDecoder::load(model_dir);
+        warm_weights(*decoder);
+        engine = std::make_unique<vlm::Engine>(ec, std::move(decoder), vlm::make_text_decoder_factory(tokenizer));
+        break;
+      }
+      case vlm::ModelArchitecture::Llava: {
+        auto model = vlm::LlavaModel::load(model_dir);
+        warm_weights(model->decoder());
+        vlm::ImageInputOptions images;
+        images.preprocess = vlm::ImagePreprocessConfig::load(model_dir);
+        images.image_token_id = model->image_token_id();
+        images.tokens_per_image = model->tokens_per_image();
+        const auto [h, w] = images.preprocess.output_size_for(1, 1);
+        if (h != model->image_size() || w != model->image_size())
+          throw vlm::LoadError(fmt::format("{}/preprocessor_config.json: images come out {}x{}, the vision tower takes {}x{}",
+                                           model_dir, h, w, model->image_size(), model->image_size()));
+        api.images = images;
+        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
+                                               vlm::make_text_decoder_factory(tokenizer));
+        break;
+      }
+    }
     vlm::EngineLoop loop(std::move(engine));
     vlm::ApiServer api_server(api, loop, tokenizer, std::move(chat_template), vlm::SamplingDefaults::load(model_dir));
     api_server.register_routes(router);
