@@ -19,6 +19,7 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_ids;         // [P] tokenized prompt
   std::vector<ModalityTag> prompt_modalities;  // [P], or empty for a text-only prompt
   SamplingParams params;
+  std::optional<LookMSetting> look_m;      // LOOK-M override; nullopt: the server's default
 };
 
 struct Usage {

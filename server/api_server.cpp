@@ -191,6 +191,7 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<std::vector<int32_
     g.id = meta.id + (prompts.size() > 1 ? "-" + std::to_string(p) : "");
     g.prompt_ids = std::move(prompts[p]);
     g.params = r.params;
+    g.look_m = r.look_m;
     try {
       handles.push_back(engine_.submit(std::move(g)));
     } catch (const RequestError& e) {

@@ -4,6 +4,8 @@
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
 //              [--kv-cache-dtype f32|bf16|f16] [--max-waiting N] [--threads N] [--log-level L]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
+//              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
+//              [--look-m-scores window|full] [--look-m-text-only 0|1]
 // A --config file is a JSON object with the same names (dashes or underscores); flags override it.
 // SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
 #include <signal.h>
@@ -40,6 +42,12 @@ const std::map<std::string, std::string> kFlags = {
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
     {"drain-timeout", "seconds to finish requests on SIGTERM (default 30)"},
+    {"look-m", "LOOK-M KV compression: off (default), text-prior-pivot, text-prior-avg, text-prior-weighted, "
+               "text-prior-h2o, pivot, avg, weighted, h2o"},
+    {"look-m-recent-ratio", "LOOK-M recent window share (default 0.1)"},
+    {"look-m-important-ratio", "LOOK-M important-token share (default 0.1)"},
+    {"look-m-scores", "LOOK-M scores: window (default) or full"},
+    {"look-m-text-only", "1: LOOK-M compresses text-only prompts too (default 0)"},
 };
 
 [[noreturn]] void usage(const std::string& error) {
@@ -193,6 +201,20 @@ int main(int argc, char** argv) {
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
     if (flags.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(flags.at("kv-cache-dtype"), &ec.kv_dtype))
       usage("--kv-cache-dtype must be f32, bf16 or f16");
+    if (flags.count("look-m") && flags.at("look-m") != "off") {
+      auto p = vlm::look_m_mode_from_name(flags.at("look-m"));
+      if (!p) usage("--look-m: unknown mode '" + flags.at("look-m") + "'");
+      ec.look_m = {true, *p};
+    }
+    ec.look_m.params.recent_ratio = float_flag(flags, "look-m-recent-ratio", ec.look_m.params.recent_ratio);
+    ec.look_m.params.important_ratio = float_flag(flags, "look-m-important-ratio", ec.look_m.params.important_ratio);
+    if (flags.count("look-m-scores")) {
+      auto s = vlm::look_m_scores_from_name(flags.at("look-m-scores"));
+      if (!s) usage("--look-m-scores must be window or full");
+      ec.look_m.params.scores = *s;
+    }
+    ec.look_m.params.text_only_prompts = int_flag(flags, "look-m-text-only", 0, 0) != 0;
+    if (const std::string e = vlm::look_m_params_error(ec.look_m.params); !e.empty()) usage("--look-m: " + e);
 
     vlm::Router loading_router;
     loading_router.add("GET", "/health", [](const vlm::HttpRequest&) {
