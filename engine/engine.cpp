@@ -87,7 +87,9 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, 
       blocks_(cache_->shape().num_blocks, config_.block_size),
       scheduler_(config_.scheduler, blocks_),
       runner_(*decoder_, *cache_, multimodal_.get()),
-      sampler_(decoder_->config().vocab_size, eos_token_ids_) {
+      sampler_(decoder_->config().vocab_size, eos_token_ids_),
+      kv_compressor_(static_cast<int>(decoder_->config().num_layers), static_cast<int>(decoder_->config().num_kv_heads)) {
+  if (config_.look_m.enabled) vlm::validate(config_.look_m.params);
   VLM_LOG_INFO("engine: KV cache {} blocks of {} tokens ({} tokens, {:.1f} MiB {}), max_model_len {}, "
                "max_num_seqs {}, max_num_batched_tokens {}",
                blocks_.num_blocks(), config_.block_size, blocks_.num_blocks() * config_.block_size,
@@ -112,6 +114,7 @@ void Engine::step() {
   StepTimings t;
   const SchedulerOutput out = timed(t.schedule_s, [&] { return schedule(); });
   if (!out.empty() && timed(t.run_s, [&] { return run(out); })) {
+    timed(t.run_s, [&] { compress_kv(out); });
     std::vector<Sampled> sampled = timed(t.sample_s, [&] { return sample(out); });
     timed(t.postprocess_s, [&] { postprocess(sampled); });
   }
@@ -136,6 +139,7 @@ SchedulerOutput Engine::schedule() {
 
 bool Engine::run(const SchedulerOutput& out) {
   try {
+    kv_compressor_.prepare(out);
     runner_.run(out, logits_);
     return true;
   } catch (const std::exception& e) {
@@ -183,6 +187,11 @@ void Engine::postprocess(std::vector<Sampled>& sampled) {
       fail_request(r, {500, "server_error", std::string("internal error: ") + e.what(), ""});
     }
   }
+}
+
+void Engine::compress_kv(const SchedulerOutput& out) {
+  const int64_t freed = kv_compressor_.apply(out, blocks_, stats_);
+  if (freed > 0) VLM_LOG_DEBUG("LOOK-M freed {} KV blocks", freed);
 }
 
 void Engine::emit_token(Request& r, Sequence& seq, SampleResult& result) {

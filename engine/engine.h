@@ -13,6 +13,7 @@
 #include "engine/block_manager.h"
 #include "engine/engine_config.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_compressor.h"
 #include "engine/model_runner.h"
 #include "engine/output_text.h"
 #include "engine/request.h"
@@ -84,6 +85,7 @@ class Engine {
   bool run(const SchedulerOutput& out);
   std::vector<Sampled> sample(const SchedulerOutput& out);
   void postprocess(std::vector<Sampled>& sampled);
+  void compress_kv(const SchedulerOutput& out);  // LOOK-M: trim compressed sequences' tables
 
   void emit_token(Request& r, Sequence& seq, SampleResult& result);
   void abort_cancelled();
@@ -111,6 +113,7 @@ class Engine {
   Scheduler scheduler_;
   ModelRunner runner_;
   Sampler sampler_;
+  KVCompressor kv_compressor_;
   std::vector<float> logits_;  // [R, V] of the current step
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::unordered_map<int64_t, Request*> request_of_seq_;

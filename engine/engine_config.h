@@ -5,6 +5,7 @@
 
 #include "engine/scheduler.h"
 #include "kernels/dtype.h"
+#include "kernels/kv_compression/look_m_params.h"
 
 namespace vlm {
 
@@ -20,6 +21,8 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   // Run Scheduler::check_integrity() after every step (tests; costs O(blocks) per step).
   bool check_integrity_every_step = false;
+  // LOOK-M KV compression at the end of prefill (default off); requests may override it.
+  LookMSetting look_m;
 };
 
 // Time spent in each stage of Engine::step(), in seconds.
@@ -56,6 +59,10 @@ struct EngineStats {
   int64_t num_requests_finished[5] = {};    // by FinishReason (None unused)
   int64_t num_requests_rejected = 0;        // add_request refused (400, 429)
   int64_t num_integrity_failures = 0;       // idle checks that found a problem
+  int64_t num_look_m_compressions = 0;      // sequences compressed by LOOK-M
+  int64_t look_m_kv_tokens_before = 0;      // their cache tokens before compression
+  int64_t look_m_kv_tokens_after = 0;       // and after
+  int64_t look_m_kv_blocks_freed = 0;       // blocks returned by the trims
   StepTimings total_time;
   // The latest step.
   StepTimings last_step;

@@ -100,6 +100,7 @@ void Engine::add_request(GenerationRequest request, std::shared_ptr<RequestChann
   r->texts.resize(static_cast<size_t>(r->req.params.n));
   auto seq = std::make_unique<Sequence>(next_seq_id_++, r->req.prompt_ids, r->req.params, r->req.prompt_modalities);
   seq->media = std::move(media);
+  seq->look_m = r->req.look_m.value_or(config_.look_m);
   Request* raw = r.get();
   stats_.num_prompt_tokens += static_cast<int64_t>(raw->req.prompt_ids.size());
   requests_.emplace(raw->req.id, std::move(r));
@@ -131,6 +132,7 @@ void Engine::fork_choices(Request& r, Sequence* parent) {
                                             parent->prompt_modalities);
     child->group_id = parent->group_id;
     child->media = parent->media;
+    child->look_m = parent->look_m;  // a recompute after preemption compresses again
     child->index = static_cast<int>(r.seqs.size());
     Sequence* raw = child.get();
     register_sequence(r, std::move(child));

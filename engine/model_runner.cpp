@@ -41,9 +41,14 @@ ForwardBatch ModelRunner::make_batch(const SchedulerOutput& out, int block_size)
     fb.cu_seqlens_q.push_back(first + c.num_tokens);
     fb.context_lens.push_back(cache_end);
     fb.finishes_prefill.push_back(c.finishes_prefill ? 1 : 0);
+    if (c.is_prefill && seq.look_m_state) {  // LOOK-M work for this chunk's layers
+      fb.look_m.resize(s, nullptr);
+      fb.look_m.push_back(seq.look_m_state.get());
+    }
     std::copy(seq.block_table.begin(), seq.block_table.end(),
               fb.block_tables.begin() + static_cast<int64_t>(s) * fb.max_blocks_per_seq);
   }
+  if (!fb.look_m.empty()) fb.look_m.resize(S, nullptr);
   return fb;
 }
 

@@ -23,6 +23,7 @@ struct GenerationRequest {
   // model's tokens_per_image consecutive prompt tokens tagged {Image, k}.
   std::vector<ImagePixels> images;
   SamplingParams params;
+  std::optional<LookMSetting> look_m;      // LOOK-M override; nullopt: the server's default
 };
 
 struct Usage {

@@ -15,6 +15,8 @@
 
 #include "engine/media_inputs.h"
 #include "engine/sampling_params.h"
+#include "kernels/kv_compression/look_m_params.h"
+#include "model/look_m_state.h"
 #include "model/modality.h"
 
 namespace vlm {
@@ -50,6 +52,10 @@ struct Sequence {
   std::mt19937_64 rng;                // this sequence's sampling RNG (seeded per request)
   int num_forks_pending = 0;          // children (n - 1) still to fork at the end of prefill
   int num_preemptions = 0;
+  LookMSetting look_m;                       // resolved: the request's override or the server's
+  std::unique_ptr<LookMState> look_m_state;  // while a LOOK-M prefill runs (KVCompressor)
+  int32_t look_m_kv_tokens_before = 0;       // cache tokens before / after the last compaction
+  int32_t look_m_kv_tokens_after = 0;        // (0: never compressed)
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -1,6 +1,7 @@
 #include "model/attention_layer.h"
 
 #include "kernels/attention/paged_attention.h"
+#include "model/look_m_state.h"
 
 namespace vlm {
 
@@ -9,6 +10,7 @@ void AttentionLayer::forward(int layer, const float* q, const float* k, const fl
   (void)layer;
   write_kv(kv, k, v, batch.slot_mapping.data(), batch.num_tokens());
   paged_attention(q, num_heads, kv, batch.attention_batch(), scale, out);
+  run_look_m(layer, q, num_heads, kv, batch, scale);  // after attention: prefill output stays exact
 }
 
 }  // namespace vlm

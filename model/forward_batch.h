@@ -12,6 +12,8 @@
 
 namespace vlm {
 
+struct LookMState;  // model/look_m_state.h
+
 // Positions and cache slots are separate: a sequence's RoPE position (logical length) can run
 // ahead of its cache length once its KV has been compacted (LOOK-M).
 struct ForwardBatch {
@@ -26,6 +28,7 @@ struct ForwardBatch {
   std::vector<int32_t> logits_indices;  // rows of the batch whose logits are returned, in order
   std::vector<uint8_t> finishes_prefill;  // [S] 1 when this step computes the sequence's last
                                           // prefill token (LOOK-M and anchors hang on it)
+  std::vector<LookMState*> look_m;  // [S] or empty: LOOK-M work of each prefill chunk (null: off)
 
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }

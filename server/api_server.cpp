@@ -224,6 +224,7 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> promp
     g.prompt_modalities = std::move(prompts[p].modalities);
     g.images = std::move(prompts[p].images);
     g.params = r.params;
+    g.look_m = r.look_m;
     try {
       handles.push_back(engine_.submit(std::move(g)));
     } catch (const RequestError& e) {

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "kernels/check.h"
+#include "server/look_m_option.h"
 
 namespace vlm {
 namespace {
@@ -235,6 +236,7 @@ ApiRequest parse_api_request(ApiKind kind, std::string_view body, const Sampling
     r.include_usage = get_bool(*it, "include_usage").value_or(false);
   }
   parse_sampling(j, defaults, kind, r);
+  r.look_m = parse_look_m_option(j);
   if (kind == ApiKind::Chat) {
     parse_messages(j, r);
     r.add_generation_prompt = get_bool(j, "add_generation_prompt").value_or(true);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampling_params.h"
+#include "kernels/kv_compression/look_m_params.h"
 
 namespace vlm {
 
@@ -50,6 +51,7 @@ struct ApiRequest {
   std::string suffix;
   // Both kinds
   bool return_token_ids = false;    // vLLM extension: token ids in the response
+  std::optional<LookMSetting> look_m;  // vlm_options.look_m (server/look_m_option.h)
 };
 
 // Parses and validates a request body. Throws RequestError(400, "invalid_request_error",

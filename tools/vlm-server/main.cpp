@@ -8,6 +8,8 @@
 // The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
 // Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
 // DIR/preprocessor_config.json).
+//              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
+//              [--look-m-scores window|full] [--look-m-text-only 0|1]
 // A --config file is a JSON object with the same names (dashes or underscores); flags override it.
 // SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
 #include <signal.h>
@@ -49,6 +51,12 @@ const std::map<std::string, std::string> kFlags = {
     {"max-images-per-request", "images in one chat request (default 8)"},
     {"max-image-bytes", "encoded bytes of one image (default 20 MiB)"},
     {"max-image-pixels", "width x height of one image (default 64 Mi)"},
+    {"look-m", "LOOK-M KV compression: off (default), text-prior-pivot, text-prior-avg, text-prior-weighted, "
+               "text-prior-h2o, pivot, avg, weighted, h2o"},
+    {"look-m-recent-ratio", "LOOK-M recent window share (default 0.1)"},
+    {"look-m-important-ratio", "LOOK-M important-token share (default 0.1)"},
+    {"look-m-scores", "LOOK-M scores: window (default) or full"},
+    {"look-m-text-only", "1: LOOK-M compresses text-only prompts too (default 0)"},
 };
 
 [[noreturn]] void usage(const std::string& error) {
@@ -206,6 +214,20 @@ int main(int argc, char** argv) {
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
     if (flags.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(flags.at("kv-cache-dtype"), &ec.kv_dtype))
       usage("--kv-cache-dtype must be f32, bf16 or f16");
+    if (flags.count("look-m") && flags.at("look-m") != "off") {
+      auto p = vlm::look_m_mode_from_name(flags.at("look-m"));
+      if (!p) usage("--look-m: unknown mode '" + flags.at("look-m") + "'");
+      ec.look_m = {true, *p};
+    }
+    ec.look_m.params.recent_ratio = float_flag(flags, "look-m-recent-ratio", ec.look_m.params.recent_ratio);
+    ec.look_m.params.important_ratio = float_flag(flags, "look-m-important-ratio", ec.look_m.params.important_ratio);
+    if (flags.count("look-m-scores")) {
+      auto s = vlm::look_m_scores_from_name(flags.at("look-m-scores"));
+      if (!s) usage("--look-m-scores must be window or full");
+      ec.look_m.params.scores = *s;
+    }
+    ec.look_m.params.text_only_prompts = int_flag(flags, "look-m-text-only", 0, 0) != 0;
+    if (const std::string e = vlm::look_m_params_error(ec.look_m.params); !e.empty()) usage("--look-m: " + e);
 
     vlm::Router loading_router;
     loading_router.add("GET", "/health", [](const vlm::HttpRequest&) {
