@@ -42,6 +42,10 @@ std::shared_ptr<MediaInputs> Engine::check_media(const GenerationRequest& reques
   for (const ModalityTag& t : request.prompt_modalities)
     if (t.modality != Modality::Text) ++num_tagged;
   if (N == 0 && num_tagged == 0) return nullptr;
+  // On a text-only model, modality tags without images carry no embeddings: they only steer the
+  // attention methods (LOOK-M's text prior, modality-aware sparse prefill), e.g. in tests and
+  // benchmarks on text checkpoints. Images themselves need a multimodal model.
+  if (!multimodal_ && N == 0) return nullptr;
   if (!multimodal_) bad_request("messages", "this model does not accept image input");
   const int64_t Ti = multimodal_->tokens_per_image();
   const int S = multimodal_->image_size();
