@@ -5,6 +5,7 @@
 
 #include "engine/scheduler.h"
 #include "kernels/dtype.h"
+#include "kernels/sink_router/sink_router_config.h"
 
 namespace vlm {
 
@@ -20,6 +21,10 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   // Run Scheduler::check_integrity() after every step (tests; costs O(blocks) per step).
   bool check_integrity_every_step = false;
+  // SinkRouter decode routing (approximate; ALGORITHMS.md §8): the default for requests that do
+  // not set SamplingParams::sink_router, and its knobs.
+  bool sink_router = false;
+  SinkRouterConfig sink_router_config;
 };
 
 // Time spent in each stage of Engine::step(), in seconds.
@@ -56,6 +61,9 @@ struct EngineStats {
   int64_t num_requests_finished[5] = {};    // by FinishReason (None unused)
   int64_t num_requests_rejected = 0;        // add_request refused (400, 429)
   int64_t num_integrity_failures = 0;       // idle checks that found a problem
+  int64_t sink_groups_routed = 0;           // SinkRouter decode (token, layer, kv group) decisions
+  int64_t sink_groups_skipped = 0;          // ... sink groups among them (KV not read)
+  int64_t sink_kv_bytes_skipped = 0;        // KV cache bytes those groups did not read
   StepTimings total_time;
   // The latest step.
   StepTimings last_step;

@@ -87,6 +87,7 @@ void Engine::fork_choices(Request& r, Sequence* parent) {
                                             parent->prompt_modalities);
     child->group_id = parent->group_id;
     child->index = static_cast<int>(r.seqs.size());
+    child->sink_anchors = parent->sink_anchors;  // same prefix, same anchors
     Sequence* raw = child.get();
     register_sequence(r, std::move(child));
     scheduler_.fork(parent, raw);

@@ -9,6 +9,8 @@
 #include "engine/scheduler_output.h"
 #include "model/forward_batch.h"
 #include "model/llm_decoder.h"
+#include "model/sink_anchors.h"
+#include "kernels/sink_router/sink_router_config.h"
 
 namespace vlm {
 
@@ -26,9 +28,19 @@ class ModelRunner {
   // throws (InternalError); the cache may then hold partial writes of this step.
   void run(const SchedulerOutput& out, std::vector<float>& logits);
 
+  // SinkRouter: routes the sequences whose SamplingParams::sink_router is true, or unset when
+  // default_on (their anchor stores go into the batch); off by default.
+  void set_sink_router(bool default_on, const SinkRouterConfig& config);
+  const SinkRouterCounters& sink_counters() const { return sink_counters_; }
+
  private:
+  void attach_sink_router(const SchedulerOutput& out, ForwardBatch& fb);
+
   const LlmDecoder& decoder_;
   KVCache& cache_;
+  bool sink_default_on_ = false;
+  SinkRouterConfig sink_config_;
+  SinkRouterCounters sink_counters_;
 };
 
 }  // namespace vlm

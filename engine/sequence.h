@@ -14,6 +14,7 @@
 
 #include "engine/sampling_params.h"
 #include "model/modality.h"
+#include "model/sink_anchors.h"
 
 namespace vlm {
 
@@ -43,6 +44,7 @@ struct Sequence {
   std::mt19937_64 rng;                // this sequence's sampling RNG (seeded per request)
   int num_forks_pending = 0;          // children (n - 1) still to fork at the end of prefill
   int num_preemptions = 0;
+  SinkAnchors sink_anchors;           // SinkRouter anchors and counters (empty unless routed)
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
