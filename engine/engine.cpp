@@ -90,6 +90,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, 
       sampler_(decoder_->config().vocab_size, eos_token_ids_),
       kv_compressor_(static_cast<int>(decoder_->config().num_layers), static_cast<int>(decoder_->config().num_kv_heads)) {
   if (config_.look_m.enabled) vlm::validate(config_.look_m.params);
+  runner_.set_sink_router(config_.sink_router, config_.sink_router_config);
   VLM_LOG_INFO("engine: KV cache {} blocks of {} tokens ({} tokens, {:.1f} MiB {}), max_model_len {}, "
                "max_num_seqs {}, max_num_batched_tokens {}",
                blocks_.num_blocks(), config_.block_size, blocks_.num_blocks() * config_.block_size,
@@ -246,6 +247,9 @@ void Engine::update_gauges() {
   stats_.num_requests = static_cast<int>(requests_.size());
   stats_.num_waiting_seqs = scheduler_.num_waiting();
   stats_.num_running_seqs = scheduler_.num_running();
+  stats_.sink_groups_routed = runner_.sink_counters().groups_routed;
+  stats_.sink_groups_skipped = runner_.sink_counters().groups_skipped;
+  stats_.sink_kv_bytes_skipped = runner_.sink_counters().kv_bytes_skipped;
   stats_.num_kv_blocks = blocks_.num_blocks();
   stats_.num_free_kv_blocks = blocks_.num_free_blocks();
   stats_.kv_usage = blocks_.usage();

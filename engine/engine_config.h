@@ -6,6 +6,7 @@
 #include "engine/scheduler.h"
 #include "kernels/dtype.h"
 #include "kernels/kv_compression/look_m_params.h"
+#include "kernels/sink_router/sink_router_config.h"
 
 namespace vlm {
 
@@ -23,6 +24,10 @@ struct EngineConfig {
   bool check_integrity_every_step = false;
   // LOOK-M KV compression at the end of prefill (default off); requests may override it.
   LookMSetting look_m;
+  // SinkRouter decode routing (approximate; ALGORITHMS.md §8): the default for requests that do
+  // not set SamplingParams::sink_router, and its knobs.
+  bool sink_router = false;
+  SinkRouterConfig sink_router_config;
 };
 
 // Time spent in each stage of Engine::step(), in seconds.
@@ -63,6 +68,9 @@ struct EngineStats {
   int64_t look_m_kv_tokens_before = 0;      // their cache tokens before compression
   int64_t look_m_kv_tokens_after = 0;       // and after
   int64_t look_m_kv_blocks_freed = 0;       // blocks returned by the trims
+  int64_t sink_groups_routed = 0;           // SinkRouter decode (token, layer, kv group) decisions
+  int64_t sink_groups_skipped = 0;          // ... sink groups among them (KV not read)
+  int64_t sink_kv_bytes_skipped = 0;        // KV cache bytes those groups did not read
   StepTimings total_time;
   // The latest step.
   StepTimings last_step;

@@ -138,6 +138,7 @@ void Engine::fork_choices(Request& r, Sequence* parent) {
     child->media = parent->media;
     child->look_m = parent->look_m;  // a recompute after preemption compresses again
     child->index = static_cast<int>(r.seqs.size());
+    child->sink_anchors = parent->sink_anchors;  // same prefix, same anchors
     Sequence* raw = child.get();
     register_sequence(r, std::move(child));
     scheduler_.fork(parent, raw);

@@ -129,7 +129,8 @@ bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
 
 void ModelRunner::run(const SchedulerOutput& out, std::vector<float>& logits) {
   for (const BlockCopy& c : out.block_copies) cache_.copy_block(c.src, c.dst);
-  const ForwardBatch fb = make_batch(out, cache_.shape().block_size);
+  ForwardBatch fb = make_batch(out, cache_.shape().block_size);
+  attach_sink_router(out, fb);
   encode_media(out);
   if (gather_media(out, fb.num_tokens())) {
     decoder_.forward(fb, cache_.layers(), logits, EmbeddingOverride{override_embeds_.data(), override_use_.data()});
@@ -139,6 +140,30 @@ void ModelRunner::run(const SchedulerOutput& out, std::vector<float>& logits) {
   // A sequence past its last image token needs its embeddings no more (until a recompute).
   for (const ScheduledChunk& c : out.chunks)
     if (c.seq->media_embeds && c.start + c.num_tokens >= c.seq->media->end()) c.seq->media_embeds.reset();
+}
+
+void ModelRunner::set_sink_router(bool default_on, const SinkRouterConfig& config) {
+  config.validate();
+  sink_default_on_ = default_on;
+  sink_config_ = config;
+}
+
+// Anchor stores of routed sequences, for the chunks that capture (finishing prefill) or route
+// (decode); mid-prefill chunks need neither. No routed sequence: the batch stays as it was.
+void ModelRunner::attach_sink_router(const SchedulerOutput& out, ForwardBatch& fb) {
+  std::vector<SinkAnchors*> stores(out.chunks.size(), nullptr);
+  bool any = false;
+  for (size_t s = 0; s < out.chunks.size(); ++s) {
+    const ScheduledChunk& c = out.chunks[s];
+    if (!c.seq->params.sink_router.value_or(sink_default_on_)) continue;
+    if (c.is_prefill && !c.finishes_prefill) continue;
+    stores[s] = &c.seq->sink_anchors;
+    any = true;
+  }
+  if (!any) return;
+  fb.sink_anchors = std::move(stores);
+  fb.sink_router = &sink_config_;
+  fb.sink_counters = &sink_counters_;
 }
 
 }  // namespace vlm

@@ -15,6 +15,8 @@
 #include "model/forward_batch.h"
 #include "model/llm_decoder.h"
 #include "model/multimodal_model.h"
+#include "model/sink_anchors.h"
+#include "kernels/sink_router/sink_router_config.h"
 
 namespace vlm {
 
@@ -35,12 +37,17 @@ class ModelRunner {
 
   int64_t num_images_encoded() const { return num_images_encoded_; }
   double encode_seconds() const { return encode_s_; }
+  // SinkRouter: routes the sequences whose SamplingParams::sink_router is true, or unset when
+  // default_on (their anchor stores go into the batch); off by default.
+  void set_sink_router(bool default_on, const SinkRouterConfig& config);
+  const SinkRouterCounters& sink_counters() const { return sink_counters_; }
 
  private:
   // Encodes the images of chunks that reach image tokens and have no cached embeddings.
   void encode_media(const SchedulerOutput& out);
   // Fills the override rows [num_rows] of the batch's image tokens; false when it has none.
   bool gather_media(const SchedulerOutput& out, int64_t num_rows);
+  void attach_sink_router(const SchedulerOutput& out, ForwardBatch& fb);
 
   const LlmDecoder& decoder_;
   KVCache& cache_;
@@ -50,6 +57,9 @@ class ModelRunner {
   std::vector<float> pixels_;           // [N, 3, S, S] staging for one encoder call
   int64_t num_images_encoded_ = 0;
   double encode_s_ = 0;
+  bool sink_default_on_ = false;
+  SinkRouterConfig sink_config_;
+  SinkRouterCounters sink_counters_;
 };
 
 }  // namespace vlm

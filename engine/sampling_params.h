@@ -29,6 +29,8 @@ struct SamplingParams {
   std::optional<int> logprobs;      // return the sampled token's logprob and this many top
                                     // alternatives (0: just the sampled one; -1: the whole vocab)
   bool skip_special_tokens = true;  // passed to the text decoder
+  std::optional<bool> sink_router;  // SinkRouter decode routing for this request; unset: the
+                                    // engine's default (EngineConfig::sink_router)
 
   static constexpr float kGreedyEpsilon = 1e-5f;
   bool greedy() const { return temperature < kGreedyEpsilon; }

@@ -18,6 +18,7 @@
 #include "kernels/kv_compression/look_m_params.h"
 #include "model/look_m_state.h"
 #include "model/modality.h"
+#include "model/sink_anchors.h"
 
 namespace vlm {
 
@@ -56,6 +57,7 @@ struct Sequence {
   std::unique_ptr<LookMState> look_m_state;  // while a LOOK-M prefill runs (KVCompressor)
   int32_t look_m_kv_tokens_before = 0;       // cache tokens before / after the last compaction
   int32_t look_m_kv_tokens_after = 0;        // (0: never compressed)
+  SinkAnchors sink_anchors;           // SinkRouter anchors and counters (empty unless routed)
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

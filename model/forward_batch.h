@@ -13,6 +13,9 @@
 namespace vlm {
 
 struct LookMState;  // model/look_m_state.h
+struct SinkAnchors;         // model/sink_anchors.h
+struct SinkRouterCounters;  // model/sink_anchors.h
+struct SinkRouterConfig;    // kernels/sink_router/sink_router_config.h
 
 // Positions and cache slots are separate: a sequence's RoPE position (logical length) can run
 // ahead of its cache length once its KV has been compacted (LOOK-M).
@@ -29,6 +32,12 @@ struct ForwardBatch {
   std::vector<uint8_t> finishes_prefill;  // [S] 1 when this step computes the sequence's last
                                           // prefill token (LOOK-M and anchors hang on it)
   std::vector<LookMState*> look_m;  // [S] or empty: LOOK-M work of each prefill chunk (null: off)
+  // SinkRouter (empty: off for the whole batch). [S] the sequence's anchor store when routing is
+  // on for it (anchors are captured when it finishes prefill, its decode rows are routed), else
+  // null. With stores, sink_router must be set; sink_counters (optional) gains the totals.
+  std::vector<SinkAnchors*> sink_anchors;
+  const SinkRouterConfig* sink_router = nullptr;
+  SinkRouterCounters* sink_counters = nullptr;
 
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }

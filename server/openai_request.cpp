@@ -98,6 +98,7 @@ void parse_sampling(const json& j, const SamplingDefaults& d, ApiKind kind, ApiR
   p.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
   p.skip_special_tokens = get_bool(j, "skip_special_tokens").value_or(true);
   p.include_stop_str_in_output = get_bool(j, "include_stop_str_in_output").value_or(false);
+  p.sink_router = get_bool(j, "sink_router");  // extension: SinkRouter on/off for this request
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {
       p.stop.push_back(it->get<std::string>());

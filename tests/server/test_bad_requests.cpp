@@ -89,6 +89,7 @@ std::vector<BadCase> cases() {
       {"stream_options_without_stream", "POST", C, chat(R"("stream_options":{"include_usage":true})"), 400, "stream_options"},
       {"stream_options_not_object", "POST", C, chat(R"("stream":true,"stream_options":3)"), 400, "stream_options"},
       {"ignore_eos_string", "POST", C, chat(R"("ignore_eos":"no")"), 400, "ignore_eos"},
+      {"sink_router_string", "POST", C, chat(R"("sink_router":"on")"), 400, "sink_router"},
       {"unknown_model", "POST", C, R"({"model":"gpt-9","messages":[{"role":"user","content":"hi"}]})", 404, "model"},
       {"model_not_string", "POST", C, R"({"model":3,"messages":[{"role":"user","content":"hi"}]})", 400, "model"},
       {"chat_template_kwargs_list", "POST", C, chat(R"("chat_template_kwargs":[1])"), 400, "chat_template_kwargs"},

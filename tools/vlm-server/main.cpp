@@ -2,7 +2,7 @@
 //   vlm-server --model DIR [--served-model-name NAME] [--host 127.0.0.1] [--port 8000]
 //              [--api-key KEY] [--config FILE.json] [--max-num-seqs N] [--max-num-batched-tokens N]
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
-//              [--kv-cache-dtype f32|bf16|f16] [--max-waiting N] [--threads N] [--log-level L]
+//              [--kv-cache-dtype f32|bf16|f16] [--sink-router off|on] [--max-waiting N] [--threads N] [--log-level L]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
 // The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
@@ -43,7 +43,8 @@ const std::map<std::string, std::string> kFlags = {
     {"max-num-seqs", "running sequences (default 256)"}, {"max-num-batched-tokens", "tokens per step (default 2048)"},
     {"max-model-len", "longest sequence (default: the model's)"}, {"block-size", "KV block size (default 16)"},
     {"kv-cache-memory-gib", "KV cache size (default 1)"}, {"num-kv-blocks", "KV blocks (overrides memory)"},
-    {"kv-cache-dtype", "f32, bf16 (default) or f16"}, {"max-waiting", "waiting queue bound (default 1024)"},
+    {"kv-cache-dtype", "f32, bf16 (default) or f16"},
+    {"sink-router", "off (default) or on: SinkRouter decode routing (per request: \"sink_router\")"}, {"max-waiting", "waiting queue bound (default 1024)"},
     {"threads", "compute threads (default: all cores)"}, {"log-level", "trace..off (default info)"},
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
@@ -228,6 +229,11 @@ int main(int argc, char** argv) {
     }
     ec.look_m.params.text_only_prompts = int_flag(flags, "look-m-text-only", 0, 0) != 0;
     if (const std::string e = vlm::look_m_params_error(ec.look_m.params); !e.empty()) usage("--look-m: " + e);
+    if (flags.count("sink-router")) {
+      const std::string& v = flags.at("sink-router");
+      if (v != "on" && v != "off") usage("--sink-router must be on or off");
+      ec.sink_router = v == "on";
+    }
 
     vlm::Router loading_router;
     loading_router.add("GET", "/health", [](const vlm::HttpRequest&) {
