@@ -84,6 +84,12 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
   m.declare("vllm:generation_tokens_total", T::Counter, "Number of generation tokens processed.");
   m.declare("vllm:num_preemptions_total", T::Counter, "Cumulative number of preemptions from the engine.");
   m.declare("vllm:request_success_total", T::Counter, "Count of successfully processed requests.");
+  // The seed methods (ours, not vLLM's).
+  m.declare("vlm:sink_router_groups_routed_total", T::Counter, "SinkRouter decode decisions (token, layer, kv group).");
+  m.declare("vlm:sink_router_groups_skipped_total", T::Counter, "SinkRouter groups skipped (KV not read).");
+  m.declare("vlm:sink_router_kv_bytes_skipped_total", T::Counter, "KV cache bytes SinkRouter did not read.");
+  m.declare("vlm:look_m_compressions_total", T::Counter, "Sequences whose KV cache LOOK-M compressed.");
+  m.declare("vlm:look_m_kv_blocks_freed_total", T::Counter, "KV blocks LOOK-M freed.");
   m.declare("vllm:time_to_first_token_seconds", T::Histogram, "Histogram of time to first token in seconds.",
             MetricsRegistry::latency_buckets());
   m.declare("vllm:inter_token_latency_seconds", T::Histogram, "Histogram of inter-token latency in seconds.",
@@ -316,6 +322,7 @@ HttpReply ApiServer::detokenize(const HttpRequest& req) const {
 }
 
 HttpReply ApiServer::metrics_text(const HttpRequest&) {
+  std::lock_guard<std::mutex> lock(metrics_mu_);
   const EngineStats s = engine_.stats();
   const Labels model{{"model_name", options_.served_model_name}};
   metrics_.set("vllm:num_requests_running", s.num_running_seqs, model);
@@ -328,6 +335,11 @@ HttpReply ApiServer::metrics_text(const HttpRequest&) {
   counter_to("vllm:prompt_tokens_total", static_cast<double>(s.num_prompt_tokens));
   counter_to("vllm:generation_tokens_total", static_cast<double>(s.num_generation_tokens));
   counter_to("vllm:num_preemptions_total", static_cast<double>(s.num_preemptions));
+  counter_to("vlm:sink_router_groups_routed_total", static_cast<double>(s.sink_groups_routed));
+  counter_to("vlm:sink_router_groups_skipped_total", static_cast<double>(s.sink_groups_skipped));
+  counter_to("vlm:sink_router_kv_bytes_skipped_total", static_cast<double>(s.sink_kv_bytes_skipped));
+  counter_to("vlm:look_m_compressions_total", static_cast<double>(s.num_look_m_compressions));
+  counter_to("vlm:look_m_kv_blocks_freed_total", static_cast<double>(s.look_m_kv_blocks_freed));
   return HttpReply::text(200, metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
 }
 

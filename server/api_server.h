@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -95,6 +96,7 @@ class ApiServer {
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{0};
+  std::mutex metrics_mu_;  // /metrics brings the engine's counters up to date one caller at a time
 };
 
 // The tokenizer as the engine's text decoder factory (incremental detokenization).
