@@ -48,7 +48,7 @@ std::vector<Grid> grids(const SafetensorsFile& f, const std::string& name) {
 // Media stored as U8 [H, W, 3] (images) or [T, H, W, 3] (videos).
 std::vector<RgbImage> frames(const SafetensorsFile& media, const std::string& name) {
   const TensorView& t = tensor(media, name);
-  const bool video = t.shape.size() == 4;
+  const bool video = t.shape.ndim == 4;
   const int64_t T = video ? t.dim(0) : 1, H = t.dim(video ? 1 : 0), W = t.dim(video ? 2 : 1);
   std::vector<RgbImage> out;
   const auto* p = static_cast<const uint8_t*>(t.data);
@@ -215,7 +215,7 @@ std::vector<int32_t> run(const Model& m, int k, int chunk, int n, std::vector<fl
   std::vector<float> logits;
   for (int64_t s = 0; s < L; s += chunk) {
     const int64_t len = std::min<int64_t>(chunk, L - s);
-    SequenceChunk sc{std::span<const int32_t>(seq.data() + s, len), static_cast<int32_t>(s), blocks, LogitsFor::All};
+    SequenceChunk sc{std::span<const int32_t>(seq.data() + s, len), static_cast<int32_t>(s), blocks, LogitsFor::All, {}, false};
     ForwardBatch batch = make_forward_batch(std::span(&sc, 1), kBlock);
     batch.mrope_positions.assign(pos.positions.begin() + s * 3, pos.positions.begin() + (s + len) * 3);
     model.decoder().forward(batch, cache.layers(), logits,
@@ -229,7 +229,7 @@ std::vector<int32_t> run(const Model& m, int k, int chunk, int n, std::vector<fl
     out.push_back(tok);
     seq.push_back(tok);
     const int32_t at = static_cast<int32_t>(seq.size() - 1);
-    SequenceChunk sc{std::span<const int32_t>(seq.data() + at, 1), at, blocks, LogitsFor::Last};
+    SequenceChunk sc{std::span<const int32_t>(seq.data() + at, 1), at, blocks, LogitsFor::Last, {}, false};
     ForwardBatch batch = make_forward_batch(std::span(&sc, 1), kBlock);
     batch.mrope_positions = pos.decode(at, 1);
     model.decoder().forward(batch, cache.layers(), logits);
