@@ -220,6 +220,29 @@ void RotaryEmbedding::cos_sin_table(const int32_t* positions, int64_t T, float* 
   });
 }
 
+void RotaryEmbedding::cos_sin_table_mrope(const int32_t* positions, int64_t T, float* table) const {
+  const int64_t half = cfg_.rotary_dim / 2;
+  VLM_CHECK(cfg_.mrope_section.size() == 3, "M-RoPE needs 3 sections, have {}", cfg_.mrope_section.size());
+  VLM_CHECK(cfg_.mrope_section[0] + cfg_.mrope_section[1] + cfg_.mrope_section[2] == half,
+            "mrope_section sums to {}, rotary_dim / 2 is {}",
+            cfg_.mrope_section[0] + cfg_.mrope_section[1] + cfg_.mrope_section[2], half);
+  std::vector<int> axis(static_cast<size_t>(half));
+  for (int64_t i = 0, a = 0, end = cfg_.mrope_section[0]; i < half; ++i) {
+    while (i >= end) end += cfg_.mrope_section[static_cast<size_t>(++a)];
+    axis[static_cast<size_t>(i)] = static_cast<int>(a);
+  }
+  for_tokens(T, token_grain(0, half, true), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* c = table + t * 2 * half;
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(positions[t * 3 + axis[static_cast<size_t>(i)]]) * inv_freq_[static_cast<size_t>(i)];
+        c[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_scaling_;
+        c[half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_scaling_;
+      }
+    }
+  });
+}
+
 void RotaryEmbedding::apply_cached(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
                                    const float* table, int64_t T) const {
   VLM_CHECK(T >= 0 && num_q_heads >= 0 && num_k_heads >= 0, "rope apply T={} H={} Hkv={}", T,

@@ -33,6 +33,9 @@ struct RopeConfig {
   double mscale = 0.0;                 // yarn (DeepSeek style), 0 = unused
   double mscale_all_dim = 0.0;         // yarn (DeepSeek style), 0 = unused
   bool truncate = true;                // yarn: floor/ceil the correction range (HF default)
+  // M-RoPE (Qwen2-VL): frequencies [0, s0) take the temporal position, the next s1 the height
+  // and the next s2 the width position (sections sum to rotary_dim / 2). Empty: 1-D RoPE.
+  std::vector<int> mrope_section;
 };
 
 const char* rope_type_name(RopeType t);
@@ -56,6 +59,9 @@ class RotaryEmbedding {
   // and share them across all layers (as transformers does): table[t, 0:R/2] = cos,
   // table[t, R/2:R] = sin, attention_scaling included; R = rotary_dim.
   void cos_sin_table(const int32_t* positions, int64_t T, float* table /*[T, R]*/) const;
+  // cos_sin_table() for 3-axis positions (M-RoPE): frequency i uses positions[t, a(i)], where
+  // a(i) is the mrope_section the frequency falls in (see RopeConfig). Requires mrope_section.
+  void cos_sin_table_mrope(const int32_t* positions /*[T, 3]*/, int64_t T, float* table /*[T, R]*/) const;
   // apply() with a table from cos_sin_table() for the same positions; bit-identical to apply().
   void apply_cached(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
                     const float* table /*[T, R]*/, int64_t T) const;

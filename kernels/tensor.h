@@ -14,7 +14,7 @@
 
 namespace vlm {
 
-constexpr int kMaxDims = 4;
+constexpr int kMaxDims = 5;  // 5: Conv3d weights (Qwen2-VL patch embedding)
 
 struct Shape {
   std::array<int64_t, kMaxDims> dims{};

@@ -24,6 +24,8 @@ struct ForwardBatch {
   std::vector<int32_t> positions;     // [T] RoPE positions
   std::vector<int32_t> slot_mapping;  // [T] cache slot written for each token
   std::vector<ModalityTag> modalities;  // [T] text / image / video tag of each token
+  std::vector<int32_t> mrope_positions;  // [T, 3] (t, h, w) M-RoPE positions, or empty: 1-D
+                                         // `positions` (Qwen2-VL decoders need them)
   std::vector<int32_t> cu_seqlens_q;  // [S + 1] token ranges of the sequences
   std::vector<int32_t> context_lens;  // [S] cached tokens after this step (this step's included)
   std::vector<int32_t> block_tables;  // [S, max_blocks_per_seq], -1 padded

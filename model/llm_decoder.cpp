@@ -97,7 +97,13 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
   float* hp = h.as<float>();
   // cos/sin of every token's position, computed once for all layers.
   Tensor rope_table = Tensor::empty({T, std::max<int64_t>(rope_.inv_freq().size() * 2, 1)});
-  rope_.cos_sin_table(batch.positions.data(), T, rope_table.as<float>());
+  if (!batch.mrope_positions.empty()) {
+    VLM_CHECK(static_cast<int64_t>(batch.mrope_positions.size()) == 3 * T, "{} M-RoPE positions for {} tokens",
+              batch.mrope_positions.size(), T);
+    rope_.cos_sin_table_mrope(batch.mrope_positions.data(), T, rope_table.as<float>());
+  } else {
+    rope_.cos_sin_table(batch.positions.data(), T, rope_table.as<float>());
+  }
 
   if (override.use == nullptr) {
     embedding_lookup(embed_, batch.token_ids.data(), T, xp);

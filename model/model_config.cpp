@@ -51,6 +51,14 @@ RopeConfig parse_rope(const json& j, const ModelConfig& c, const std::string& so
   r.rotary_dim = static_cast<int>(static_cast<double>(c.head_dim) * partial);
   r.theta = get_or<double>(params, "rope_theta", get_or<double>(j, "rope_theta", 10000.0));
   std::string type = get_or<std::string>(params, "rope_type", get_or<std::string>(params, "type", "default"));
+  if (params.contains("mrope_section") && params["mrope_section"].is_array()) {
+    r.mrope_section = params["mrope_section"].get<std::vector<int>>();
+    int sum = 0;
+    for (int s : r.mrope_section) sum += s;
+    if (r.mrope_section.size() != 3 || sum * 2 != r.rotary_dim)
+      fail(source, fmt::format("mrope_section must be 3 sections summing to rotary_dim / 2 = {}", r.rotary_dim / 2));
+    if (type == "mrope") type = "default";  // legacy Qwen2-VL configs: {"type": "mrope", ...}
+  }
   r.type = parse_rope_type(type, source);
   if (r.type == RopeType::Default) return r;
 

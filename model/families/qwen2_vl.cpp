@@ -1,0 +1,102 @@
+#include "model/families/qwen2_vl.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/check.h"
+#include "kernels/log.h"
+
+namespace vlm {
+
+using nlohmann::json;
+
+Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source) {
+  if (!j.is_object()) throw LoadError(source + ": not a JSON object");
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty())
+    arch = j["architectures"][0].get<std::string>();
+  const std::string model_type = j.value("model_type", std::string());
+  bool qwen25;
+  if (arch == "Qwen2VLForConditionalGeneration" || (arch.empty() && model_type == "qwen2_vl")) qwen25 = false;
+  else if (arch == "Qwen2_5_VLForConditionalGeneration" || (arch.empty() && model_type == "qwen2_5_vl")) qwen25 = true;
+  else throw LoadError(source + ": architecture '" + arch + "' is not Qwen2-VL or Qwen2.5-VL");
+  Qwen2VLConfig c;
+  // transformers 5: text_config; released checkpoints: text fields at the top level.
+  json t = j.contains("text_config") && j["text_config"].is_object() ? j["text_config"] : j;
+  for (const char* key : {"rope_scaling", "rope_parameters", "rope_theta", "dtype", "torch_dtype",
+                          "tie_word_embeddings", "vocab_size", "hidden_size"})
+    if (!t.contains(key) && j.contains(key)) t[key] = j[key];
+  t["architectures"] = json::array({"Qwen2ForCausalLM"});
+  t["model_type"] = "qwen2";
+  c.text = ModelConfig::from_json(t, source + " (text_config)");
+  if (c.text.rope.mrope_section.empty()) throw LoadError(source + ": text rope has no mrope_section");
+  c.vision = Qwen2VisionConfig::from_json(
+      j.contains("vision_config") && j["vision_config"].is_object() ? j["vision_config"] : json::object(), qwen25,
+      source);
+  if (c.vision.out_hidden_size != c.text.hidden_size)
+    throw LoadError(source + fmt::format(": vision merger width {} is not the text hidden size {}",
+                                         c.vision.out_hidden_size, c.text.hidden_size));
+  auto id = [&](const char* key, int32_t& dst) {
+    if (j.contains(key) && j[key].is_number_integer()) dst = j[key].get<int32_t>();
+  };
+  id("image_token_id", c.image_token_id);
+  id("video_token_id", c.video_token_id);
+  id("vision_start_token_id", c.vision_start_token_id);
+  id("vision_end_token_id", c.vision_end_token_id);
+  return c;
+}
+
+Qwen2VLConfig Qwen2VLConfig::load(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) throw LoadError(path + ": cannot open");
+  try {
+    return from_json(json::parse(in), path);
+  } catch (const json::exception& e) {
+    throw LoadError(path + ": " + e.what());
+  }
+}
+
+std::unique_ptr<Qwen2VLModel> Qwen2VLModel::load(const std::string& model_dir) {
+  return std::make_unique<Qwen2VLModel>(Qwen2VLConfig::load(model_dir), WeightStore::open(model_dir));
+}
+
+Qwen2VLModel::Qwen2VLModel(Qwen2VLConfig config, WeightStore weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  const WeightStore& w = weights_;
+  auto first_present = [&](std::initializer_list<const char*> prefixes, const std::string& probe) -> std::string {
+    for (const char* p : prefixes)
+      if (w.has(std::string(p) + probe)) return p;
+    throw LoadError("Qwen2-VL checkpoint: no tensor " + probe + " under any of the known prefixes");
+  };
+  DecoderWeightNames names;
+  names.prefix = first_present({"model.language_model.", "model."}, "embed_tokens.weight");
+  names.lm_head = "lm_head.weight";
+  decoder_ = std::make_unique<LlmDecoder>(config_.text, weights_, names);
+  const WeightLookup lookup = [&w](const std::string& name, const Shape& shape) { return w.get(name, shape); };
+  const std::string vp = first_present({"model.visual.", "visual."}, "patch_embed.proj.weight");
+  vision_ = std::make_unique<Qwen2VisionEncoder>(config_.vision, lookup, vp);
+  VLM_LOG_INFO("loaded {}: vision {} blocks width {}, image/video ids {}/{}",
+               config_.vision.qwen25 ? "Qwen2.5-VL" : "Qwen2-VL", config_.vision.depth, config_.vision.hidden_size,
+               config_.image_token_id, config_.video_token_id);
+}
+
+void Qwen2VLModel::encode(const float* pixels, std::span<const std::array<int32_t, 3>> grids, float* out) const {
+  vision_->encode(pixels, grids, out);
+}
+
+MropePositions Qwen2VLModel::positions(std::span<const int32_t> ids, std::span<const std::array<int32_t, 3>> image_grids,
+                                       std::span<const std::array<int32_t, 3>> video_grids,
+                                       std::span<const float> second_per_grid) const {
+  std::vector<int32_t> intervals;
+  if (config_.vision.qwen25)
+    for (size_t k = 0; k < video_grids.size(); ++k)
+      intervals.push_back(qwen25_video_time_interval(config_.vision.tokens_per_second,
+                                                     k < second_per_grid.size() ? second_per_grid[k] : 1.0f));
+  MropeInput in{config_.image_token_id, config_.video_token_id, config_.vision.spatial_merge_size, image_grids,
+                video_grids, intervals};
+  return compute_mrope_positions(ids, in);
+}
+
+}  // namespace vlm

@@ -1,0 +1,68 @@
+// Qwen2-VL (Qwen2VLForConditionalGeneration) and Qwen2.5-VL (Qwen2_5_VLForConditionalGeneration):
+// the Qwen2 vision tower (model/qwen2_vision.h) encodes each image / video into merged patch
+// embeddings spliced into the Qwen2 decoder at the <|image_pad|> / <|video_pad|> tokens; the
+// decoder rotates with M-RoPE (model/mrope_positions.h).
+//
+// Reads the transformers 5 config (text_config with rope_parameters.mrope_section, vision_config)
+// and the legacy flat one (text fields at the top, rope_scaling {"type": "mrope"}); weights
+// "model.language_model.*" / "model.visual.*" (5.x layout) or "model.*" / "visual.*" (the
+// released checkpoints, and what 5.17's save_pretrained writes), and "lm_head.weight" (or tied).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model/llm_decoder.h"
+#include "model/model_config.h"
+#include "model/mrope_positions.h"
+#include "model/qwen2_vision.h"
+#include "model/weights.h"
+
+namespace vlm {
+
+struct Qwen2VLConfig {
+  ModelConfig text;  // architecture Qwen2ForCausalLM, rope.mrope_section set
+  Qwen2VisionConfig vision;
+  int32_t image_token_id = 151655;
+  int32_t video_token_id = 151656;
+  int32_t vision_start_token_id = 151652;
+  int32_t vision_end_token_id = 151653;
+
+  // Throws LoadError naming `source` for missing/invalid fields, an architecture other than the
+  // two, a missing mrope_section, or a merger width unlike the text hidden size.
+  static Qwen2VLConfig from_json(const nlohmann::json& j, const std::string& source);
+  static Qwen2VLConfig load(const std::string& model_dir);
+};
+
+class Qwen2VLModel {
+ public:
+  // Loads DIR/config.json and the weights. Throws LoadError naming the file (and tensor).
+  static std::unique_ptr<Qwen2VLModel> load(const std::string& model_dir);
+  Qwen2VLModel(Qwen2VLConfig config, WeightStore weights);
+
+  const Qwen2VLConfig& config() const { return config_; }
+  const LlmDecoder& decoder() const { return *decoder_; }
+  const Qwen2VisionEncoder& vision() const { return *vision_; }
+
+  // Preprocessed patches of N items (images, or videos) -> embeddings [sum t*h*w / 4, C].
+  void encode(const float* pixels /*[P, K]*/, std::span<const std::array<int32_t, 3>> grids, float* out) const;
+
+  // M-RoPE positions of a prompt of token ids (get_rope_index). second_per_grid: per video
+  // (Qwen2.5-VL: temporal_patch_size / fps; empty = 1 s); ignored by Qwen2-VL.
+  MropePositions positions(std::span<const int32_t> ids, std::span<const std::array<int32_t, 3>> image_grids,
+                           std::span<const std::array<int32_t, 3>> video_grids,
+                           std::span<const float> second_per_grid = {}) const;
+
+ private:
+  Qwen2VLConfig config_;
+  WeightStore weights_;
+  std::unique_ptr<LlmDecoder> decoder_;
+  std::unique_ptr<Qwen2VisionEncoder> vision_;
+};
+
+}  // namespace vlm
