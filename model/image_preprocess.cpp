@@ -2,6 +2,7 @@
 // normalize_coeffs_8bpc, ImagingResampleInner); the post-resize arithmetic follows transformers
 // 5.17's torchvision image-processor backend (center_crop, fused rescale_and_normalize).
 #include "model/image_preprocess.h"
+#include "model/json_file.h"
 
 #include <algorithm>
 #include <cmath>
@@ -307,14 +308,7 @@ ImagePreprocessConfig ImagePreprocessConfig::from_json(const json& j, const std:
 }
 
 ImagePreprocessConfig ImagePreprocessConfig::load(const std::string& model_dir) {
-  const std::string path = model_dir + "/preprocessor_config.json";
-  std::ifstream in(path);
-  if (!in) throw LoadError(path + ": cannot open");
-  try {
-    return from_json(json::parse(in), path);
-  } catch (const json::exception& e) {
-    throw LoadError(path + ": " + e.what());
-  }
+  return parse_json_file(model_dir + "/preprocessor_config.json", from_json);
 }
 
 std::pair<int, int> ImagePreprocessConfig::output_size_for(int width, int height) const {

@@ -1,4 +1,5 @@
 #include "model/model_config.h"
+#include "model/json_file.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -151,20 +152,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
 }
 
 ModelConfig ModelConfig::load(const std::string& model_dir) {
-  std::string path = model_dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) throw LoadError(path + ": cannot open");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw LoadError(path + ": invalid JSON: " + e.what());
-  }
-  try {
-    return from_json(j, path);
-  } catch (const json::exception& e) {  // a field of the wrong type
-    throw LoadError(path + ": " + e.what());
-  }
+  return parse_json_file(model_dir + "/config.json", from_json);
 }
 
 }  // namespace vlm

@@ -1,4 +1,5 @@
 #include "model/tokenizer_json.h"
+#include "model/json_file.h"
 
 #include <filesystem>
 #include <fstream>
@@ -13,17 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-json read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw LoadError(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw LoadError(path + ": invalid JSON: " + e.what());
-  }
-}
+json read_json(const std::string& path) { return read_json_file(path); }
 
 AddedToken parse_added_token(const json& j, int32_t id, const std::string& source) {
   if (!j.is_object() || !j.contains("content") || !j["content"].is_string())

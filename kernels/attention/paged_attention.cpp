@@ -11,6 +11,7 @@
 
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/paged_attention_internal.h"
+#include "kernels/aligned_scratch.h"
 #include "kernels/check.h"
 #include "kernels/thread_pool.h"
 
@@ -70,20 +71,8 @@ struct MergeGroup {  // a query tile whose key range was split into parts
 };
 
 // Per-thread tile buffers, 64-byte aligned; grown on demand, kept across calls.
-struct Scratch {
-  float* data = nullptr;
-  size_t cap = 0;
+struct Scratch : AlignedScratch {
   std::vector<int> nvalid;
-  ~Scratch() { std::free(data); }
-  float* get(size_t n) {
-    if (n > cap) {
-      std::free(data);
-      cap = (n + 15) / 16 * 16;
-      data = static_cast<float*>(std::aligned_alloc(64, cap * sizeof(float)));
-      VLM_CHECK(data, "out of memory for attention scratch ({} floats)", cap);
-    }
-    return data;
-  }
 };
 thread_local Scratch tls_scratch;
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/attention/paged_attention_internal.h"
+#include "kernels/aligned_scratch.h"
 #include "kernels/check.h"
 #include "kernels/thread_pool.h"
 
@@ -32,20 +33,8 @@ struct Group {  // one active (sequence, kv group): its items are consecutive pa
   int num_parts;
 };
 
-struct Scratch {
-  float* data = nullptr;
-  size_t cap = 0;
+struct Scratch : AlignedScratch {
   std::vector<int> nvalid;
-  ~Scratch() { std::free(data); }
-  float* get(size_t n) {
-    if (n > cap) {
-      std::free(data);
-      cap = (n + 15) / 16 * 16;
-      data = static_cast<float*>(std::aligned_alloc(64, cap * sizeof(float)));
-      VLM_CHECK(data, "out of memory for decode scratch ({} floats)", cap);
-    }
-    return data;
-  }
 };
 thread_local Scratch tls_scratch;
 

@@ -1,4 +1,5 @@
 #include "model/families/architecture.h"
+#include "model/json_file.h"
 
 #include <fstream>
 
@@ -10,14 +11,7 @@ namespace vlm {
 
 ModelArchitecture detect_architecture(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) throw LoadError(path + ": cannot open");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw LoadError(path + ": invalid JSON: " + e.what());
-  }
+  const nlohmann::json j = read_json_file(path);
   std::string arch, model_type;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string())

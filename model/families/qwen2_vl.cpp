@@ -1,4 +1,5 @@
 #include "model/families/qwen2_vl.h"
+#include "model/json_file.h"
 
 #include <fstream>
 
@@ -48,14 +49,7 @@ Qwen2VLConfig Qwen2VLConfig::from_json(const json& j, const std::string& source)
 }
 
 Qwen2VLConfig Qwen2VLConfig::load(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) throw LoadError(path + ": cannot open");
-  try {
-    return from_json(json::parse(in), path);
-  } catch (const json::exception& e) {
-    throw LoadError(path + ": " + e.what());
-  }
+  return parse_json_file(model_dir + "/config.json", from_json);
 }
 
 std::unique_ptr<Qwen2VLModel> Qwen2VLModel::load(const std::string& model_dir) {
