@@ -34,42 +34,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// "USER: " + parts (text verbatim, an image as "<image>\n") + " " per message, then "ASSISTANT:".
-const char* kChatTemplate =
-    "{{ bos_token }}{% for message in messages %}{{ message['role'] | upper }}: "
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for part in message['content'] %}{% if part['type'] == 'image' %}{{ '<image>\\n' }}"
-    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %} {% endfor %}"
-    "{% if add_generation_prompt %}ASSISTANT:{% endif %}";
-
-// The servable model directory, built once per process under /tmp.
-const std::string& model_dir() {
-  static const std::string dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("vlm_llava_model_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    for (const char* f : {"config.json", "model.safetensors", "generation_config.json"})
-      fs::copy_file(kLlava + "/llava_small/" + f, d / f, fs::copy_options::overwrite_existing);
-    // llava_small's prompts went through the pad-to-square LlavaImageProcessor (summary.json).
-    fs::copy_file(kLlava + "/processors/clip56_pad/preprocessor_config.json", d / "preprocessor_config.json",
-                  fs::copy_options::overwrite_existing);
-    const std::string tok_dir = std::string(VLM_FIXTURES_DIR) + "/../data/tokenizers/llama2";
-    json tok = json::parse(read_file(tok_dir + "/tokenizer.json"));
-    // As tools/fixtures/make_llava_fixtures.py: add_tokens(<image>, special) and pad_token <pad>.
-    for (auto [id, content] : {std::pair{32000, "<image>"}, std::pair{32001, "<pad>"}})
-      tok["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                                     {"rstrip", false}, {"normalized", false}, {"special", true}});
-    std::ofstream(d / "tokenizer.json") << tok.dump();
-    fs::copy_file(tok_dir + "/tokenizer_config.json", d / "tokenizer_config.json", fs::copy_options::overwrite_existing);
-    std::ofstream(d / "chat_template.jinja") << kChatTemplate;
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove_all(fs::temp_directory_path() / ("vlm_llava_model_" + std::to_string(::getpid())), ec);
-    });
-    return d.string();
-  }();
-  return dir;
-}
-
 struct FixturePrompt {
   std::vector<int32_t> ids, greedy;
 };
@@ -114,11 +78,11 @@ class LlavaServerTest : public ::testing::Test {
         {"/coffee.jpg", [](const std::string&) { return TestResponse{200, "image/jpeg", read_file(kLlava + "/images/coffee.jpg")}; }},
     });
     server_ = new ServerProcess(std::string(VLM_BIN_DIR) + "/vlm-server",
-                                {"--model", model_dir(), "--served-model-name", "llava", "--kv-cache-dtype", "f32",
+                                {"--model", llava_model_dir(), "--served-model-name", "llava", "--kv-cache-dtype", "f32",
                                  "--num-kv-blocks", "256", "--max-model-len", "1024", "--threads", "2",
                                  "--log-level", "warn", "--allowed-media-domains", "127.0.0.1",
                                  "--max-images-per-request", "3", "--max-image-pixels", "100000"});
-    tok_ = Tokenizer::load(model_dir()).release();
+    tok_ = Tokenizer::load(llava_model_dir()).release();
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -220,7 +184,7 @@ TEST(LlavaServer, HttpImageWithoutAllowedDomainsIsRefused) {
                             return TestResponse{200, "image/png", read_file(kLlava + "/images/cat_crop.png")};
                           }}});
   ServerProcess server(std::string(VLM_BIN_DIR) + "/vlm-server",
-                       {"--model", model_dir(), "--num-kv-blocks", "64", "--max-model-len", "512", "--threads", "1",
+                       {"--model", llava_model_dir(), "--num-kv-blocks", "64", "--max-model-len", "512", "--threads", "1",
                         "--log-level", "warn"});
   HttpResult r = http_request("POST", server.base_url() + "/v1/chat/completions",
                               json{{"messages", messages_p0(images.url("/cat.png"))}, {"max_tokens", 2}}.dump());

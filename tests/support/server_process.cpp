@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -19,6 +20,8 @@
 extern char** environ;
 
 namespace vlm::testing {
+
+namespace fs = std::filesystem;
 
 ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args, double ready_timeout_s) {
   static std::atomic<int> counter{0};
@@ -101,6 +104,52 @@ std::string demo_model_dir() {
       std::filesystem::remove_all(dir, ec);
     });
   });
+  return dir;
+}
+
+namespace {
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+// "USER: " + parts (text verbatim, an image as "<image>\n") + " " per message, then "ASSISTANT:".
+const char* kChatTemplate =
+    "{{ bos_token }}{% for message in messages %}{{ message['role'] | upper }}: "
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}{{ '<image>\\n' }}"
+    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %} {% endfor %}"
+    "{% if add_generation_prompt %}ASSISTANT:{% endif %}";
+
+// The servable model directory, built once per process under /tmp.
+const std::string& llava_model_dir() {
+  static const std::string dir = [] {
+    const fs::path d = fs::temp_directory_path() / ("vlm_llava_model_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    for (const char* f : {"config.json", "model.safetensors", "generation_config.json"})
+      fs::copy_file(std::string(VLM_FIXTURES_DIR) + "/llava" + "/llava_small/" + f, d / f, fs::copy_options::overwrite_existing);
+    // llava_small's prompts went through the pad-to-square LlavaImageProcessor (summary.json).
+    fs::copy_file(std::string(VLM_FIXTURES_DIR) + "/llava" + "/processors/clip56_pad/preprocessor_config.json", d / "preprocessor_config.json",
+                  fs::copy_options::overwrite_existing);
+    const std::string tok_dir = std::string(VLM_FIXTURES_DIR) + "/../data/tokenizers/llama2";
+    nlohmann::json tok = nlohmann::json::parse(read_text_file(tok_dir + "/tokenizer.json"));
+    // As tools/fixtures/make_llava_fixtures.py: add_tokens(<image>, special) and pad_token <pad>.
+    for (auto [id, content] : {std::pair{32000, "<image>"}, std::pair{32001, "<pad>"}})
+      tok["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+    std::ofstream(d / "tokenizer.json") << tok.dump();
+    fs::copy_file(tok_dir + "/tokenizer_config.json", d / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+    std::ofstream(d / "chat_template.jinja") << kChatTemplate;
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(fs::temp_directory_path() / ("vlm_llava_model_" + std::to_string(::getpid())), ec);
+    });
+    return d.string();
+  }();
   return dir;
 }
 

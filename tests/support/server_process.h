@@ -36,6 +36,12 @@ class ServerProcess {
 // tests/data (fetched by scripts/fetch_test_data.sh). Created once per process under /tmp.
 std::string demo_model_dir();
 
+// A servable LLaVA directory from tests/fixtures/llava/llava_small (random weights): its config and
+// weights, the pad-to-square preprocessor the fixture used, the Llama-2 tokenizer with <image>
+// and <pad> added as the fixture's processor did, and a chat template rendering "ROLE: parts".
+// Created once per process under /tmp.
+const std::string& llava_model_dir();
+
 // Minimal HTTP client over libcurl for tests.
 struct HttpResult {
   long status = 0;
