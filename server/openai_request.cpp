@@ -98,7 +98,14 @@ void parse_sampling(const json& j, const SamplingDefaults& d, ApiKind kind, ApiR
   p.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
   p.skip_special_tokens = get_bool(j, "skip_special_tokens").value_or(true);
   p.include_stop_str_in_output = get_bool(j, "include_stop_str_in_output").value_or(false);
-  p.sink_router = get_bool(j, "sink_router");  // extension: SinkRouter on/off for this request
+  // Extension: SinkRouter on/off for this request, as "vlm_options": {"sink_router": bool} (with
+  // the other per-request method switches) or a top-level "sink_router".
+  p.sink_router = get_bool(j, "sink_router");
+  if (auto o = j.find("vlm_options"); o != j.end() && o->is_object() && o->contains("sink_router")) {
+    if (!(*o)["sink_router"].is_boolean())
+      bad("vlm_options.sink_router", "'vlm_options.sink_router' must be a boolean");
+    p.sink_router = (*o)["sink_router"].get<bool>();
+  }
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {
       p.stop.push_back(it->get<std::string>());
