@@ -5,6 +5,7 @@
 
 #include "engine/scheduler.h"
 #include "kernels/dtype.h"
+#include "kernels/sparse_prefill/sparse_prefill_config.h"
 
 namespace vlm {
 
@@ -18,6 +19,9 @@ struct EngineConfig {
   // must hold at least one sequence this long (checked at start).
   int64_t max_model_len = 0;
   SchedulerConfig scheduler;
+  // Sparse prefill, server-wide default (method Off: exact dense prefill); requests may
+  // override the method (SamplingParams::sparse_prefill).
+  SparsePrefillConfig sparse_prefill;
   // Run Scheduler::check_integrity() after every step (tests; costs O(blocks) per step).
   bool check_integrity_every_step = false;
 };

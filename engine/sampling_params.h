@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/sparse_prefill/sparse_prefill_config.h"
+
 namespace vlm {
 
 struct SamplingParams {
@@ -29,6 +31,9 @@ struct SamplingParams {
   std::optional<int> logprobs;      // return the sampled token's logprob and this many top
                                     // alternatives (0: just the sampled one; -1: the whole vocab)
   bool skip_special_tokens = true;  // passed to the text decoder
+  // Per-request override of the engine's sparse-prefill method (unset: the engine default;
+  // Off: the exact dense path). Not a sampling knob, but it travels with the request like one.
+  std::optional<SparsePrefillMethod> sparse_prefill;
 
   static constexpr float kGreedyEpsilon = 1e-5f;
   bool greedy() const { return temperature < kGreedyEpsilon; }
