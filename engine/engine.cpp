@@ -96,6 +96,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, 
                blocks_.num_blocks(), config_.block_size, blocks_.num_blocks() * config_.block_size,
                static_cast<double>(cache_->total_bytes()) / (1 << 20), dtype_name(config_.kv_dtype), max_model_len_,
                config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens);
+  runner_.set_sparse_prefill(config_.sparse_prefill);
   if (max_model_len_ > decoder_->config().max_position_embeddings)
     VLM_LOG_INFO("engine: max_model_len {} is beyond the model's max_position_embeddings {}", max_model_len_,
                  decoder_->config().max_position_embeddings);

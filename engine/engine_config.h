@@ -7,6 +7,7 @@
 #include "kernels/dtype.h"
 #include "kernels/kv_compression/look_m_params.h"
 #include "kernels/sink_router/sink_router_config.h"
+#include "kernels/sparse_prefill/sparse_prefill_config.h"
 
 namespace vlm {
 
@@ -20,6 +21,9 @@ struct EngineConfig {
   // must hold at least one sequence this long (checked at start).
   int64_t max_model_len = 0;
   SchedulerConfig scheduler;
+  // Sparse prefill, server-wide default (method Off: exact dense prefill); requests may
+  // override the method (SamplingParams::sparse_prefill).
+  SparsePrefillConfig sparse_prefill;
   // Run Scheduler::check_integrity() after every step (tests; costs O(blocks) per step).
   bool check_integrity_every_step = false;
   // LOOK-M KV compression at the end of prefill (default off); requests may override it.

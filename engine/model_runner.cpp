@@ -6,11 +6,33 @@
 #include "kernels/check.h"
 
 namespace vlm {
+namespace {
+
+void fill_sparse_prefill(const SchedulerOutput& out, const SparsePrefillConfig& dflt, ForwardBatch& fb) {
+  const size_t S = out.chunks.size();
+  for (size_t s = 0; s < S; ++s) {
+    const ScheduledChunk& c = out.chunks[s];
+    const Sequence& seq = *c.seq;
+    SparsePrefillConfig cfg = dflt;
+    cfg.method = seq.params.sparse_prefill.value_or(dflt.method);
+    if (!cfg.enabled() || c.num_tokens <= 1 || seq.num_prompt_tokens < cfg.min_prompt_len) continue;
+    if (fb.sparse_prefill.empty()) {
+      fb.sparse_prefill.assign(S, SparsePrefillConfig{});  // method Off
+      fb.prompt_lens.assign(S, 0);
+    }
+    fb.sparse_prefill[s] = cfg;
+    // the prompt's end in cache positions (cache and logical positions differ after compaction)
+    fb.prompt_lens[s] = seq.num_prompt_tokens - (c.start - c.cache_start);
+  }
+}
+
+}  // namespace
 
 ModelRunner::ModelRunner(const LlmDecoder& decoder, KVCache& cache, const MultimodalModel* multimodal)
     : decoder_(decoder), cache_(cache), multimodal_(multimodal) {}
 
-ForwardBatch ModelRunner::make_batch(const SchedulerOutput& out, int block_size) {
+ForwardBatch ModelRunner::make_batch(const SchedulerOutput& out, int block_size,
+                                     const SparsePrefillConfig* sparse) {
   ForwardBatch fb;
   const size_t S = out.chunks.size();
   for (const ScheduledChunk& c : out.chunks)
@@ -49,6 +71,7 @@ ForwardBatch ModelRunner::make_batch(const SchedulerOutput& out, int block_size)
               fb.block_tables.begin() + static_cast<int64_t>(s) * fb.max_blocks_per_seq);
   }
   if (!fb.look_m.empty()) fb.look_m.resize(S, nullptr);
+  if (sparse) fill_sparse_prefill(out, *sparse, fb);
   return fb;
 }
 
@@ -129,7 +152,7 @@ bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
 
 void ModelRunner::run(const SchedulerOutput& out, std::vector<float>& logits) {
   for (const BlockCopy& c : out.block_copies) cache_.copy_block(c.src, c.dst);
-  ForwardBatch fb = make_batch(out, cache_.shape().block_size);
+  ForwardBatch fb = make_batch(out, cache_.shape().block_size, &sparse_prefill_);
   attach_sink_router(out, fb);
   encode_media(out);
   if (gather_media(out, fb.num_tokens())) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/sparse_prefill/sparse_prefill_config.h"
+
 namespace vlm {
 
 struct SamplingParams {
@@ -31,6 +33,9 @@ struct SamplingParams {
   bool skip_special_tokens = true;  // passed to the text decoder
   std::optional<bool> sink_router;  // SinkRouter decode routing for this request; unset: the
                                     // engine's default (EngineConfig::sink_router)
+  // Per-request override of the engine's sparse-prefill method (unset: the engine default;
+  // Off: the exact dense path). Not a sampling knob, but it travels with the request like one.
+  std::optional<SparsePrefillMethod> sparse_prefill;
 
   static constexpr float kGreedyEpsilon = 1e-5f;
   bool greedy() const { return temperature < kGreedyEpsilon; }

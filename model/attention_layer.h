@@ -2,7 +2,9 @@
 // so the approximate methods (MMInference sparse prefill, LOOK-M compression at the end of
 // prefill, SinkRouter decode) plug in here rather than into the decoder loop.
 // Today: the exact path — write this step's K/V to their slots, then dense causal paged
-// attention for every row (prefill chunks and decode tokens alike).
+// attention for every row (prefill chunks and decode tokens alike); when the batch carries
+// sparse-prefill settings (ForwardBatch::sparse_prefill), those sequences' rows run the
+// block-sparse kernel with a plan per head (model/sparse_prefill_attention.h).
 #pragma once
 
 #include "kernels/attention/paged_kv.h"

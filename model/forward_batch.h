@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/attention/paged_attention.h"
+#include "kernels/sparse_prefill/sparse_prefill_config.h"
 #include "model/modality.h"
 
 namespace vlm {
@@ -40,6 +41,10 @@ struct ForwardBatch {
   std::vector<SinkAnchors*> sink_anchors;
   const SinkRouterConfig* sink_router = nullptr;
   SinkRouterCounters* sink_counters = nullptr;
+  // Sparse prefill: [S] each sequence's method for this step's rows, or empty when no sequence
+  // uses one (the exact dense path). The ModelRunner fills it (length gate, prefill rows only).
+  std::vector<SparsePrefillConfig> sparse_prefill;
+  std::vector<int32_t> prompt_lens;  // [S] with sparse_prefill: prompt length in cache positions
 
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }

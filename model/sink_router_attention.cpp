@@ -39,6 +39,22 @@ void dense_subset(const std::vector<int>& seqs, const float* q, int H, const Pag
 
 }  // namespace
 
+void SinkRouterAttention::capture_anchors(int layer, const PagedKVLayer& kv, const ForwardBatch& b) {
+  const int S = b.num_seqs();
+  VLM_CHECK(static_cast<int>(b.sink_anchors.size()) == S, "{} anchor stores for {} sequences",
+            b.sink_anchors.size(), S);
+  // Anchors: the first cached token of sequences finishing prefill (its K/V were written by
+  // this or an earlier chunk; compression, if any, comes later in the layer).
+  for (int s = 0; s < S; ++s) {
+    SinkAnchors* a = b.sink_anchors[s];
+    if (a == nullptr || !b.finishes_prefill[s]) continue;
+    a->ensure_layer(layer, kv.num_kv_heads, kv.head_dim);
+    load_first_token_kv(kv, b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq], a->k_layer(layer),
+                        a->v_layer(layer));
+    a->captured[static_cast<size_t>(layer)] = 1;
+  }
+}
+
 void SinkRouterAttention::forward(int layer, const float* q, int num_heads, const PagedKVLayer& kv,
                                   const ForwardBatch& b, float scale, float* out) {
   const int S = b.num_seqs();
@@ -48,16 +64,7 @@ void SinkRouterAttention::forward(int layer, const float* q, int num_heads, cons
   const SinkRouterConfig& cfg = *b.sink_router;
   const int Hkv = kv.num_kv_heads, D = kv.head_dim;
 
-  // Anchors: the first cached token of sequences finishing prefill (its K/V were written by
-  // this or an earlier chunk; compression, if any, comes later in the layer).
-  for (int s = 0; s < S; ++s) {
-    SinkAnchors* a = b.sink_anchors[s];
-    if (a == nullptr || !b.finishes_prefill[s]) continue;
-    a->ensure_layer(layer, Hkv, D);
-    load_first_token_kv(kv, b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq], a->k_layer(layer),
-                        a->v_layer(layer));
-    a->captured[static_cast<size_t>(layer)] = 1;
-  }
+  capture_anchors(layer, kv, b);
 
   std::vector<int> routed, dense;
   for (int s = 0; s < S; ++s) {

@@ -21,6 +21,9 @@ class SinkRouterAttention {
   // when batch.sink_anchors is non-empty (InternalError otherwise).
   static void forward(int layer, const float* q /*[T,H,D]*/, int num_heads, const PagedKVLayer& kv,
                       const ForwardBatch& batch, float scale, float* out /*[T,H,D]*/);
+  // Only the anchor capture of forward() (sequences finishing prefill), for steps whose
+  // attention runs another path (sparse prefill); their decode rows then run exact this step.
+  static void capture_anchors(int layer, const PagedKVLayer& kv, const ForwardBatch& batch);
 };
 
 }  // namespace vlm

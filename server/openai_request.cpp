@@ -70,6 +70,21 @@ std::vector<int32_t> token_ids(const json& arr, const std::string& param) {
   return ids;
 }
 
+// Extension: "sparse_prefill": "off"|"a_shape"|"tri_shape"|"vertical_slash" at the top level or
+// inside "vlm_options"; overrides the server's sparse-prefill method for this request.
+void parse_sparse_prefill(const json& j, SamplingParams& p) {
+  const json* v = nullptr;
+  if (auto it = j.find("sparse_prefill"); it != j.end() && !it->is_null()) v = &*it;
+  if (auto o = j.find("vlm_options"); o != j.end() && !o->is_null()) {
+    if (!o->is_object()) bad("vlm_options", "'vlm_options' must be an object");
+    if (auto it = o->find("sparse_prefill"); it != o->end() && !it->is_null()) v = &*it;
+  }
+  if (!v) return;
+  const auto m = v->is_string() ? parse_sparse_prefill_method(v->get<std::string>()) : std::nullopt;
+  if (!m) bad("sparse_prefill", "'sparse_prefill' must be one of \"off\", \"a_shape\", \"tri_shape\", \"vertical_slash\"");
+  p.sparse_prefill = *m;
+}
+
 void parse_sampling(const json& j, const SamplingDefaults& d, ApiKind kind, ApiRequest& r) {
   SamplingParams& p = r.params;
   p.n = checked_int(j, "n", 1, 128, 1);
@@ -124,6 +139,7 @@ void parse_sampling(const json& j, const SamplingDefaults& d, ApiKind kind, ApiR
     if (!it->is_array()) bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     p.stop_token_ids = token_ids(*it, "stop_token_ids");
   }
+  parse_sparse_prefill(j, p);
   if (kind == ApiKind::Chat) {
     r.chat_logprobs = get_bool(j, "logprobs").value_or(false);
     const int top = checked_int(j, "top_logprobs", 0, 20, 0);

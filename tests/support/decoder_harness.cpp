@@ -82,6 +82,14 @@ void DecoderRunner::step(std::vector<TestSequence*> seqs, const std::vector<int3
     fed.push_back(&s);
   }
   ForwardBatch fb = make_forward_batch(chunks, block_size_);
+  if (sparse_prefill) {
+    fb.sparse_prefill.assign(fed.size(), SparsePrefillConfig{});
+    fb.prompt_lens.assign(fed.size(), 0);
+    for (size_t i = 0; i < fed.size(); ++i) {
+      if (chunks[i].token_ids.size() > 1) fb.sparse_prefill[i] = *sparse_prefill;
+      fb.prompt_lens[i] = static_cast<int32_t>(fed[i]->tokens.size());
+    }
+  }
   std::vector<float> logits;
   decoder_->forward(fb, cache_->layers(), logits);
   const int64_t V = vocab();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,6 +56,10 @@ class DecoderRunner {
   void prefill(TestSequence& seq, int32_t chunk);
   // Greedy decoding of n tokens after the prompt (prefilled first if needed).
   std::vector<int32_t> greedy(TestSequence& seq, int n);
+
+  // When set, step() gives every fed chunk of more than one row this sparse-prefill setting
+  // (ForwardBatch::sparse_prefill, prompt length = the sequence's tokens); others stay dense.
+  std::optional<SparsePrefillConfig> sparse_prefill;
 
  private:
   void ensure_blocks(TestSequence& seq, int32_t total_tokens);

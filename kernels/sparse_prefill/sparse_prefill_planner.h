@@ -1,0 +1,31 @@
+// Builds the BlockSparsePlan of one sequence's prefill chunk from a SparsePrefillConfig: the
+// policy side of sparse prefill (block_sparse_attention is the mechanism). Estimating patterns
+// (vertical-slash) read the chunk's queries and the sequence's cached keys (post-RoPE).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention/block_sparse_plan.h"
+#include "kernels/attention/paged_kv.h"
+#include "kernels/sparse_prefill/sparse_prefill_config.h"
+
+namespace vlm {
+
+struct ChunkView {
+  const float* q = nullptr;         // [q_len, H, D] the chunk's query rows (post-RoPE)
+  int q_len = 0;
+  int num_keys = 0;                 // cached keys, the chunk's included
+  int prompt_len = 0;               // the whole prompt (>= num_keys); the tri-shape dense tail
+  const int32_t* block_table = nullptr;  // the sequence's block table row
+};
+
+// Precondition: cfg.enabled(); H % kv.num_kv_heads == 0. The plan has H heads, block_m =
+// block_n = cfg.block.
+BlockSparsePlan build_sparse_plan(const SparsePrefillConfig& cfg, const ChunkView& chunk,
+                                  int num_heads, const PagedKVLayer& kv, float scale);
+
+// Keys [0, n) of kv head kvh of a sequence, gathered to f32 rows: keys[n, D].
+void gather_head_keys(const PagedKVLayer& kv, const int32_t* block_table, int kvh, int n,
+                      float* keys /*[n,D]*/);
+
+}  // namespace vlm
