@@ -147,7 +147,7 @@ TEST_F(LlavaServerTest, StreamingWithAnImageGivesTheSameTokens) {
   json usage;
   for (size_t pos = 0; (pos = r.body.find("data: {", pos)) != std::string::npos; ++pos) {
     const json chunk = json::parse(r.body.substr(pos + 6, r.body.find("\n\n", pos) - pos - 6));
-    if (!chunk["usage"].is_null()) usage = chunk["usage"];
+    if (chunk.contains("usage") && !chunk["usage"].is_null()) usage = chunk["usage"];
     for (const auto& c : chunk["choices"])
       if (c.contains("token_ids")) for (int32_t t : c["token_ids"]) tokens.push_back(t);
   }
