@@ -24,7 +24,7 @@ RgbImage decode_png(std::span<const uint8_t> bytes, const ImageLimits& limits);
 RgbImage decode_webp(std::span<const uint8_t> bytes, const ImageLimits& limits);
 // The first frame of a GIF87a/GIF89a file.
 RgbImage decode_gif(std::span<const uint8_t> bytes, const ImageLimits& limits);
-// Windows BMP: 24/32-bit BI_RGB, 32-bit BI_BITFIELDS with byte-aligned 8-bit masks, 8-bit
+// Windows BMP: 24/32-bit BI_RGB, 24/32-bit BI_BITFIELDS with byte-aligned 8-bit masks, 8-bit
 // paletted BI_RGB; bottom-up or top-down. Written by hand (bmp_decode.cpp).
 RgbImage decode_bmp(std::span<const uint8_t> bytes, const ImageLimits& limits);
 

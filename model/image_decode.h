@@ -11,7 +11,7 @@
 //   its palette color, the transparent index included (transparency is dropped, not composited);
 //   canvas outside the frame gets the transparent index if the frame has one, else index 0;
 //   indices past the color map are black; no color map at all means gray (v, v, v).
-// - BMP (by hand, bmp_decode.cpp): 24/32-bit BI_RGB, 32-bit BI_BITFIELDS whose R/G/B masks are
+// - BMP (by hand, bmp_decode.cpp): 24/32-bit BI_RGB, 24/32-bit BI_BITFIELDS whose R/G/B masks are
 //   whole bytes, 8-bit paletted (indices past the palette are black); bottom-up or top-down;
 //   alpha dropped. RLE, 1/4/16-bit and other masks are rejected.
 #pragma once
