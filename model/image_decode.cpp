@@ -1,5 +1,6 @@
-// JPEG through libjpeg's classic API and PNG through libpng's classic API, both with setjmp
-// error recovery so a bad image fails only its request.
+// Format dispatch, plus JPEG through libjpeg's classic API and PNG through libpng's classic API,
+// both with setjmp error recovery so a bad image fails only its request. WebP, GIF and BMP live in
+// their own files (webp_decode.cpp, gif_decode.cpp, bmp_decode.cpp).
 #include "model/image_decode.h"
 
 #include <csetjmp>
@@ -10,11 +11,12 @@
 #include <png.h>
 
 #include "kernels/check.h"
+#include "model/image_codecs.h"
 
 namespace vlm {
-namespace {
+namespace image_codecs {
 
-[[noreturn]] void bad_image(const std::string& what) {
+void bad_image(const std::string& what) {
   throw RequestError(400, "invalid_request_error", "invalid image: " + what, "image");
 }
 
@@ -23,6 +25,8 @@ void check_pixels(int64_t w, int64_t h, const ImageLimits& limits) {
   if (w * h > limits.max_pixels)
     bad_image(fmt::format("{}x{} is over the limit of {} pixels", w, h, limits.max_pixels));
 }
+
+namespace {
 
 // ---- JPEG
 struct JpegError {
@@ -38,6 +42,8 @@ void jpeg_error_exit(j_common_ptr cinfo) {
 }
 
 void jpeg_quiet(j_common_ptr, int) {}
+
+}  // namespace
 
 RgbImage decode_jpeg(std::span<const uint8_t> bytes, const ImageLimits& limits) {
   jpeg_decompress_struct cinfo;
@@ -81,6 +87,8 @@ RgbImage decode_jpeg(std::span<const uint8_t> bytes, const ImageLimits& limits) 
   return img;
 }
 
+namespace {
+
 // ---- PNG
 struct PngSource {
   std::span<const uint8_t> bytes;
@@ -101,6 +109,8 @@ void png_error_fn(png_structp png, png_const_charp msg) {
 }
 
 void png_warning_fn(png_structp, png_const_charp) {}
+
+}  // namespace
 
 RgbImage decode_png(std::span<const uint8_t> bytes, const ImageLimits& limits) {
   std::string failure;
@@ -149,7 +159,7 @@ RgbImage decode_png(std::span<const uint8_t> bytes, const ImageLimits& limits) {
   return img;
 }
 
-}  // namespace
+}  // namespace image_codecs
 
 ImageFormat sniff_image_format(std::span<const uint8_t> b) {
   auto starts = [&](std::initializer_list<uint8_t> m, size_t at = 0) {
@@ -160,19 +170,22 @@ ImageFormat sniff_image_format(std::span<const uint8_t> b) {
   if (starts({0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A})) return ImageFormat::Png;
   if (starts({'R', 'I', 'F', 'F'}) && starts({'W', 'E', 'B', 'P'}, 8)) return ImageFormat::Webp;
   if (starts({'G', 'I', 'F', '8'})) return ImageFormat::Gif;
+  if (starts({'B', 'M'})) return ImageFormat::Bmp;
   return ImageFormat::Unknown;
 }
 
 RgbImage decode_image(std::span<const uint8_t> bytes, const ImageLimits& limits) {
+  using namespace image_codecs;
   if (bytes.empty()) bad_image("empty data");
   if (static_cast<int64_t>(bytes.size()) > limits.max_bytes)
     bad_image(fmt::format("{} bytes is over the limit of {} bytes", bytes.size(), limits.max_bytes));
   switch (sniff_image_format(bytes)) {
     case ImageFormat::Jpeg: return decode_jpeg(bytes, limits);
     case ImageFormat::Png: return decode_png(bytes, limits);
-    case ImageFormat::Webp: bad_image("WebP is not supported (JPEG and PNG are)");
-    case ImageFormat::Gif: bad_image("GIF is not supported (JPEG and PNG are)");
-    default: bad_image("unrecognized format (JPEG and PNG are supported)");
+    case ImageFormat::Webp: return decode_webp(bytes, limits);
+    case ImageFormat::Gif: return decode_gif(bytes, limits);
+    case ImageFormat::Bmp: return decode_bmp(bytes, limits);
+    default: bad_image("unrecognized format (JPEG, PNG, WebP, GIF and BMP are supported)");
   }
 }
 

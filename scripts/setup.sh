@@ -11,6 +11,7 @@ packages=(
   zlib1g-dev                               # vlm-bench: PNG images
   libpcre2-dev libutf8proc-dev             # tokenizer: Unicode regexes, NFC
   libjpeg62-turbo-dev libpng-dev           # image decoding (JPEG, PNG)
+  libwebp-dev libgif-dev                   # image decoding (WebP, GIF first frame)
   openssl curl                             # test data integrity; curl for health checks and examples
   prometheus                               # promtool checks the /metrics exposition in tests
   libgtest-dev libgmock-dev libbenchmark-dev
