@@ -45,7 +45,7 @@ TEST(SinkRouterEngine, PerRequestOnWithUnreachableThresholdKeepsTheTokens) {
     EXPECT_EQ(results.at("p" + std::to_string(p)).choices.at(0).tokens, ref.greedy(p)) << p;
     decode_rows += static_cast<int64_t>(ref.greedy(p).size()) - 1;  // the first token comes from prefill
   }
-  const ModelConfig& mc = LlmDecoder::load(fixture_model_dir(kModel))->config();
+  const ModelConfig mc = LlmDecoder::load(fixture_model_dir(kModel))->config();  // a copy: the decoder is a temporary
   EXPECT_EQ(engine->stats().sink_groups_routed, decode_rows * mc.num_layers * mc.num_kv_heads);
   EXPECT_EQ(engine->stats().sink_groups_skipped, 0);
   EXPECT_EQ(engine->stats().sink_kv_bytes_skipped, 0);
@@ -69,7 +69,7 @@ TEST(SinkRouterEngine, ServerDefaultOnSkipsAndRequestOffOptsOut) {
   // Both choices of every request decode routed (the fork copied the anchors): rows x 1 routed
   // layer x Hkv groups, summed over both choices.
   const Reference ref = load_reference(kModel);
-  const ModelConfig& mc = LlmDecoder::load(fixture_model_dir(kModel))->config();
+  const ModelConfig mc = LlmDecoder::load(fixture_model_dir(kModel))->config();  // a copy: the decoder is a temporary
   int64_t rows = 0;
   for (int p = 0; p < ref.num_prompts(); ++p) {
     const RequestResult& r = results.at("p" + std::to_string(p));
