@@ -9,7 +9,32 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/attention/paged_kv.h"
+
 namespace vlm {
+
+// One routed decode row of one layer, as SinkRouterAttention saw it: after the group scores
+// and the decision, before attention runs (the cache holds this step's K/V).
+struct SinkRoutedRow {
+  int layer = 0;
+  const float* q = nullptr;       // [H, D] the row's post-RoPE query
+  int num_heads = 0;              // H
+  const float* scores = nullptr;  // [Hkv] group scores (eq. 12)
+  const uint8_t* skip = nullptr;  // [Hkv] 1 = sink group
+  double tau = 0;                 // tau(context_len)
+  const PagedKVLayer* kv = nullptr;
+  const int32_t* block_table = nullptr;  // the sequence's blocks
+  int context_len = 0;            // cached tokens, this step's included
+  float scale = 0;                // multiplies q·k
+};
+
+// Observer of a sequence's routed decode rows (vlm-calibrate-sink records scores and the oracle
+// first-token mass through it). Called on the step's thread; must not keep the pointers.
+class SinkRouterProbe {
+ public:
+  virtual ~SinkRouterProbe() = default;
+  virtual void on_routed_row(const SinkRoutedRow& row) = 0;
+};
 
 struct SinkAnchors {
   int num_layers = 0, num_kv_heads = 0, head_dim = 0;
@@ -18,6 +43,7 @@ struct SinkAnchors {
   std::vector<uint8_t> captured;  // [L] 1 once layer l's anchor is stored
   int64_t groups_routed = 0;      // decode (token, layer, kv group) decisions taken
   int64_t groups_skipped = 0;     // ... of which sink groups (cache not read)
+  SinkRouterProbe* probe = nullptr;  // not owned; null except in calibration tools and tests
 
   // Makes room for layer `layer` (keeps the anchors stored so far; clears them all when Hkv or D
   // change, i.e. another model).

@@ -97,6 +97,12 @@ void SinkRouterAttention::forward(int layer, const float* q, int num_heads, cons
     sink_group_scores(q + static_cast<int64_t>(q_rows[i]) * num_heads * D, num_heads, a.k_layer(layer), Hkv, D,
                       cfg.aggregation, scores.data());
     const int n = sink_route_groups(scores.data(), Hkv, cfg.threshold(ctx[i]), skip.data() + static_cast<size_t>(i) * Hkv);
+    if (a.probe) {
+      const int64_t qoff = static_cast<int64_t>(q_rows[i]) * num_heads * D;
+      a.probe->on_routed_row({layer, q + qoff, num_heads, scores.data(), skip.data() + static_cast<size_t>(i) * Hkv,
+                              cfg.threshold(ctx[i]), &kv, tables.data() + static_cast<size_t>(i) * b.max_blocks_per_seq,
+                              ctx[i], scale});
+    }
     if (anchor_value) std::copy_n(a.v_layer(layer), Hkv * D, surrogate.data() + static_cast<size_t>(i) * Hkv * D);
     a.groups_routed += Hkv;
     a.groups_skipped += n;

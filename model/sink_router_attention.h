@@ -6,6 +6,7 @@
 //    layer >= num_dense_layers): each kv group is scored against its anchor (eq. 11-12) and
 //    compared with tau(context_len) (eq. 13); the group-skipping kernel runs them, with the
 //    surrogate for sink groups. Counters go to the store and to ForwardBatch::sink_counters.
+//    A store's probe (SinkAnchors::probe, calibration) sees each routed row before attention.
 //  - Every other row runs the exact dense paged attention (a sub-batch when some rows are
 //    routed; the whole batch, unchanged, when none is).
 #pragma once

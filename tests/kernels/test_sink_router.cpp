@@ -12,9 +12,11 @@
 #include "kernels/attention/paged_attention.h"
 #include "kernels/check.h"
 #include "kernels/sink_router/first_token_kv.h"
+#include "kernels/sink_router/first_token_mass.h"
 #include "kernels/sink_router/group_skip_decode.h"
 #include "kernels/sink_router/sink_router_config.h"
 #include "kernels/sink_router/sink_routing.h"
+#include "tests/support/planted_sinks.h"
 
 namespace vlm {
 namespace {
@@ -119,6 +121,10 @@ const std::vector<Shape>& shapes() {
       {8, 1, 64, 16, {513, 31}, DType::F16},               // G = 8 (MQA)
       {32, 8, 128, 16, {700, 1500}, DType::BF16},          // G = 4, D = 128
       {12, 4, 40, 8, {99, 250}, DType::F32},               // D not a multiple of 16
+      {6, 2, 24, 16, {129, 40}, DType::BF16},              // G = 3 (qwen2_yarn_f16's shape)
+      {3, 1, 16, 4, {77, 5}, DType::F32},                  // G = 3, one kv head (llama_linear_f32)
+      {12, 2, 32, 64, {200}, DType::F16},                  // G = 6, 64-token blocks
+      {16, 1, 32, 16, {90}, DType::F32},                   // G = 16
   };
   return t;
 }
@@ -133,7 +139,7 @@ TEST(GroupSkipDecode, NothingSkippedEqualsDensePagedAttention) {
   uint32_t seed = 1;
   for (const Shape& sh : shapes())
     for (int splits : {0, 1, 3, 7}) {
-      SCOPED_TRACE(testing::Message() << "H=" << sh.H << " Hkv=" << sh.Hkv << " D=" << sh.D << " B=" << sh.B
+      SCOPED_TRACE(::testing::Message() << "H=" << sh.H << " Hkv=" << sh.Hkv << " D=" << sh.D << " B=" << sh.B
                                       << " dtype=" << dtype_name(sh.dtype) << " splits=" << splits);
       DecodeSetup st(sh.H, sh.Hkv, sh.D, sh.B, sh.dtype, sh.ctx, seed++);
       const float scale = 1.0f / std::sqrt(static_cast<float>(sh.D));
@@ -161,7 +167,7 @@ TEST(GroupSkipDecode, SkippedGroupsNeverReadTheirCache) {
   for (const Shape& sh : shapes())
     for (SinkSurrogate sur : {SinkSurrogate::Zero, SinkSurrogate::AnchorValue})
       for (int splits : {0, 2}) {
-        SCOPED_TRACE(testing::Message() << "H=" << sh.H << " Hkv=" << sh.Hkv << " B=" << sh.B
+        SCOPED_TRACE(::testing::Message() << "H=" << sh.H << " Hkv=" << sh.Hkv << " B=" << sh.B
                                         << " surrogate=" << sink_surrogate_name(sur) << " splits=" << splits);
         DecodeSetup st(sh.H, sh.Hkv, sh.D, sh.B, sh.dtype, sh.ctx, seed++);
         const float scale = 1.0f / std::sqrt(static_cast<float>(sh.D));
@@ -364,6 +370,129 @@ TEST(SinkRouting, PlantedSinksAreSkippedWithinTheBound) {
     EXPECT_LE(err, bound) << "head " << h;
     for (int d = 0; d < D; ++d) ASSERT_EQ(out[(static_cast<size_t>(st.q_rows[0]) * H + h) * D + d], 0.0f);
   }
+}
+
+// The oracle: the f32 first-token mass equals the double reference and the softmax by hand.
+TEST(FirstTokenMass, MatchesReferenceAndAggregates) {
+  uint32_t seed = 300;
+  for (const Shape& sh : shapes()) {
+    SCOPED_TRACE(::testing::Message() << "H=" << sh.H << " Hkv=" << sh.Hkv << " B=" << sh.B << " dtype=" << dtype_name(sh.dtype));
+    DecodeSetup st(sh.H, sh.Hkv, sh.D, sh.B, sh.dtype, sh.ctx, seed++);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sh.D));
+    for (int s = 0; s < st.S(); ++s) {
+      const float* q = st.q.data() + static_cast<size_t>(st.q_rows[s]) * sh.H * sh.D;
+      const int32_t* table = st.tables.data() + static_cast<size_t>(s) * st.max_blocks;
+      std::vector<float> m(sh.H), r(sh.H);
+      first_token_attention_mass(q, sh.H, st.kv, table, st.ctx[s], scale, m.data());
+      first_token_attention_mass_ref(q, sh.H, st.kv, table, st.ctx[s], scale, r.data());
+      for (int h = 0; h < sh.H; ++h) {
+        EXPECT_NEAR(m[h], r[h], 1e-5 * std::max(1.0f, r[h])) << "head " << h;
+        EXPECT_GE(m[h], 0.0f);
+        EXPECT_LE(m[h], 1.0f);
+        if (st.ctx[s] == 1) {
+          EXPECT_NEAR(m[h], 1.0f, 1e-6);  // the only key takes all the mass
+        }
+      }
+      const int G = sh.H / sh.Hkv;
+      for (SinkAggregation agg : {SinkAggregation::Min, SinkAggregation::Mean, SinkAggregation::Max}) {
+        std::vector<float> gm(sh.Hkv);
+        aggregate_group_mass(r.data(), sh.H, sh.Hkv, agg, gm.data());
+        for (int g = 0; g < sh.Hkv; ++g) {
+          const float* b = r.data() + g * G;
+          const double want = agg == SinkAggregation::Min   ? *std::min_element(b, b + G)
+                              : agg == SinkAggregation::Max ? *std::max_element(b, b + G)
+                                                            : [&] { double t = 0; for (int i = 0; i < G; ++i) t += b[i]; return t / G; }();
+          EXPECT_NEAR(gm[g], want, 1e-6);
+        }
+      }
+    }
+  }
+  // By hand: two keys, one head: mass = e^{s0} / (e^{s0} + e^{s1}).
+  DecodeSetup st(1, 1, 16, 16, DType::F32, {2}, 5);
+  float m;
+  first_token_attention_mass_ref(st.q.data() + 16, 1, st.kv, st.tables.data(), 2, 0.5f, &m);
+  double s0 = 0, s1 = 0;
+  for (int d = 0; d < 16; ++d) {
+    s0 += double(st.q[16 + d]) * load_as_f32(st.kv.k, DType::F32, st.tables[0] * st.kv.block_stride() + d);
+    s1 += double(st.q[16 + d]) * load_as_f32(st.kv.k, DType::F32, st.tables[0] * st.kv.block_stride() + 16 + d);
+  }
+  EXPECT_NEAR(m, 1.0 / (1.0 + std::exp(0.5 * (s1 - s0))), 1e-7);
+}
+
+// Planted sinks at several context lengths, block sizes and both surrogates: in the planted
+// groups every query head is aligned with the anchor key (test support planted_sinks.h) and the
+// anchor's value is near zero. The router (min aggregation, tau 0.7) skips exactly the planted
+// groups; the kernel writes the surrogate there and the exact result elsewhere; and each
+// planted head's error stays within the paper's eq. 4 bound computed from its exact attention
+// weights a_j:
+//   zero surrogate:   ||o - 0||  <= sum_j a_j ||v_j||        <= a0 ||v0|| + (1 - a0) max_{j>0} ||v_j||
+//   anchor value:     ||o - v0|| <= sum_{j>0} a_j ||v_j - v0|| <= (1 - a0) max_{j>0} ||v_j - v0||
+TEST(SinkRouting, PlantedSinksAcrossLengthsAreSkippedWithinEq4Bound) {
+  const int Hkv = 4, G = 3, H = Hkv * G, D = 32;
+  const std::vector<float> alpha = {0.0f, 4.0f, 0.0f, 4.0f};  // groups 1 and 3 planted
+  auto norm = [&](const float* x, const float* minus = nullptr) {
+    double n = 0;
+    for (int d = 0; d < D; ++d) {
+      const double v = double(x[d]) - (minus ? minus[d] : 0.0);
+      n += v * v;
+    }
+    return std::sqrt(n);
+  };
+  uint32_t seed = 40;
+  for (int ctx : {33, 700, 2049})
+    for (int B : {8, 16})
+      for (SinkSurrogate sur : {SinkSurrogate::Zero, SinkSurrogate::AnchorValue}) {
+        SCOPED_TRACE(::testing::Message() << "ctx=" << ctx << " B=" << B << " surrogate=" << sink_surrogate_name(sur));
+        vlm::testing::PlantedCache pc(Hkv, D, B, ctx, seed++, 6.0f);
+        std::mt19937 rng(seed);
+        const std::vector<float> q = pc.query(G, alpha, rng);
+        std::vector<float> ak(Hkv * D), av(Hkv * D), scores(Hkv);
+        load_first_token_kv(pc.kv, pc.table[0], ak.data(), av.data());
+        sink_group_scores(q.data(), H, ak.data(), Hkv, D, SinkAggregation::Min, scores.data());
+        std::vector<uint8_t> skip(Hkv);
+        EXPECT_EQ(sink_route_groups(scores.data(), Hkv, 0.7, skip.data()), 2);
+        for (int g = 0; g < Hkv; ++g) EXPECT_EQ(skip[g], alpha[g] > 0 ? 1 : 0) << "group " << g << " score " << scores[g];
+
+        const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+        const int32_t row = 0, cu[2] = {0, 1};
+        const DecodeBatch db{1, &row, &ctx, pc.table.data(), static_cast<int>(pc.table.size())};
+        std::vector<float> out(q.size(), 9.0f), exact(q.size());
+        group_skip_decode_attention(q.data(), H, pc.kv, db, skip.data(),
+                                    sur == SinkSurrogate::Zero ? nullptr : av.data(), scale, out.data());
+        const AttentionBatch ab{1, cu, &ctx, pc.table.data(), static_cast<int>(pc.table.size())};
+        paged_attention_ref(q.data(), H, pc.kv, ab, scale, exact.data());
+        for (int h = 0; h < H; ++h) {
+          const int g = h / G;
+          const float* o = out.data() + static_cast<size_t>(h) * D;
+          const float* e = exact.data() + static_cast<size_t>(h) * D;
+          if (!skip[g]) {
+            EXPECT_LE(max_abs_diff(o, e, D), 1e-5) << "active head " << h;
+            continue;
+          }
+          // Exact weights of head h.
+          std::vector<double> a(ctx);
+          double mx = -INFINITY, sum = 0;
+          for (int j = 0; j < ctx; ++j) {
+            double dot = 0;
+            for (int d = 0; d < D; ++d) dot += double(q[static_cast<size_t>(h) * D + d]) * pc.key(j, g)[d];
+            mx = std::max(mx, a[j] = dot * scale);
+          }
+          for (int j = 0; j < ctx; ++j) sum += (a[j] = std::exp(a[j] - mx));
+          for (double& x : a) x /= sum;
+          EXPECT_GT(a[0], 0.9) << "head " << h << ": a planted head is sink-dominant (eq. 10)";
+          const float* v0 = pc.v0.data() + g * D;
+          double weighted = 0, vmax = 0;
+          for (int j = (sur == SinkSurrogate::Zero ? 0 : 1); j < ctx; ++j)
+            weighted += a[j] * norm(pc.value(j, g), sur == SinkSurrogate::Zero ? nullptr : v0);
+          for (int j = 1; j < ctx; ++j) vmax = std::max(vmax, norm(pc.value(j, g), sur == SinkSurrogate::Zero ? nullptr : v0));
+          const double bound = sur == SinkSurrogate::Zero ? a[0] * norm(v0) + (1 - a[0]) * vmax : (1 - a[0]) * vmax;
+          const double err = norm(e, sur == SinkSurrogate::Zero ? nullptr : v0);  // ||o_exact - surrogate||
+          for (int d = 0; d < D; ++d) ASSERT_EQ(o[d], sur == SinkSurrogate::Zero ? 0.0f : v0[d]);
+          EXPECT_LE(err, weighted * (1 + 1e-5) + 1e-6) << "head " << h;
+          EXPECT_LE(weighted, bound * (1 + 1e-9)) << "head " << h;
+          EXPECT_LT(bound, 0.5) << "head " << h << ": the planted sinks make the bound small";
+        }
+      }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 //   vlm-server --model DIR [--served-model-name NAME] [--host 127.0.0.1] [--port 8000]
 //              [--api-key KEY] [--config FILE.json] [--max-num-seqs N] [--max-num-batched-tokens N]
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
-//              [--kv-cache-dtype f32|bf16|f16] [--sink-router off|on] [--max-waiting N] [--threads N] [--log-level L]
+//              [--kv-cache-dtype f32|bf16|f16] [--sink-router off|on] [--sink-router-config FILE]
+//              [--max-waiting N] [--threads N] [--log-level L]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
 // The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
@@ -29,6 +30,7 @@
 #include "kernels/thread_pool.h"
 #include "model/families/architecture.h"
 #include "model/families/llava.h"
+#include "model/sink_router_config_file.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
 
@@ -44,7 +46,9 @@ const std::map<std::string, std::string> kFlags = {
     {"max-model-len", "longest sequence (default: the model's)"}, {"block-size", "KV block size (default 16)"},
     {"kv-cache-memory-gib", "KV cache size (default 1)"}, {"num-kv-blocks", "KV blocks (overrides memory)"},
     {"kv-cache-dtype", "f32, bf16 (default) or f16"},
-    {"sink-router", "off (default) or on: SinkRouter decode routing (per request: \"sink_router\")"}, {"max-waiting", "waiting queue bound (default 1024)"},
+    {"sink-router", "off (default) or on: SinkRouter decode routing (per request: \"sink_router\")"},
+    {"sink-router-config", "SinkRouter thresholds, e.g. configs/<model>/sink_router.json from vlm-calibrate-sink"},
+    {"max-waiting", "waiting queue bound (default 1024)"},
     {"threads", "compute threads (default: all cores)"}, {"log-level", "trace..off (default info)"},
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
@@ -234,6 +238,7 @@ int main(int argc, char** argv) {
       if (v != "on" && v != "off") usage("--sink-router must be on or off");
       ec.sink_router = v == "on";
     }
+    if (flags.count("sink-router-config")) ec.sink_router_config = vlm::load_sink_router_config(flags.at("sink-router-config"));
 
     vlm::Router loading_router;
     loading_router.add("GET", "/health", [](const vlm::HttpRequest&) {

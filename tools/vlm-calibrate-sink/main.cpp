@@ -1,0 +1,316 @@
+// vlm-calibrate-sink: fits SinkRouter's length-dependent threshold tau(L) for one model
+// (paper §4.2, Appendix A) and reports how well the cosine proxy predicts the oracle
+// first-token attention mass (Appendix C).
+//   vlm-calibrate-sink --model DIR --prompts FILE [--target-skip 0.6] [--out FILE]
+//                      [--lengths 1024,2048,...] [--layers-skip 2] [--decode-steps 8]
+//                      [--aggregation min|mean|max] [--surrogate zero|anchor_value]
+//                      [--oracle-mass 0.5] [--prompt-format text|ids] [--kv-cache-dtype bf16]
+//                      [--block-size 16] [--prefill-chunk 512] [--threads N]
+// --prompts: one prompt per non-empty line, text (tokenized with DIR/tokenizer.json) or, with
+// --prompt-format ids, token ids separated by spaces. Each prompt is cut or repeated to every
+// length (its first token kept once as the sink anchor), prefilled and decoded greedily for
+// --decode-steps tokens on the exact path; every (token, routed layer, kv group) is a sample.
+// --out (default configs/<basename of DIR>/sink_router.json) is what vlm-server
+// --sink-router-config reads (model/sink_router_config_file.h), with the report under
+// "calibration". Default lengths: powers of two from 256 up to min(32768, the model's
+// max_position_embeddings - decode steps), at most the 5 longest.
+// Exit status: 0 written, 2 bad arguments or inputs, 1 a model or file that cannot be loaded.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/check.h"
+#include "kernels/thread_pool.h"
+#include "model/families/architecture.h"
+#include "model/families/llava.h"
+#include "model/llm_decoder.h"
+#include "model/sink_router_config_file.h"
+#include "model/tokenizer.h"
+#include "tools/vlm-calibrate-sink/calibration_run.h"
+#include "tools/vlm-calibrate-sink/sink_calibration.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::map<std::string, std::string> kFlags = {
+    {"model", "checkpoint directory (required)"},
+    {"prompts", "file of prompts, one per line (required)"},
+    {"target-skip", "skip ratio to calibrate for, in [0, 1] (default 0.6)"},
+    {"out", "config file to write (default configs/<model>/sink_router.json)"},
+    {"lengths", "comma-separated context lengths (default: powers of two up to the model's limit)"},
+    {"layers-skip", "first layers never routed (default 2, the paper's)"},
+    {"decode-steps", "greedy decode tokens per prompt and length (default 8)"},
+    {"aggregation", "group score and mass aggregation: min (default), mean, max"},
+    {"surrogate", "written to the config: zero (default) or anchor_value"},
+    {"oracle-mass", "oracle sink label: group first-token mass >= this (default 0.5)"},
+    {"prompt-format", "text (default; needs DIR/tokenizer.json) or ids"},
+    {"kv-cache-dtype", "f32, bf16 (default, the server's) or f16"},
+    {"block-size", "KV block size (default 16)"},
+    {"prefill-chunk", "prefill chunk in tokens (default 512)"},
+    {"threads", "compute threads (default: all cores)"},
+};
+
+[[noreturn]] void usage(const std::string& error) {
+  std::fprintf(stderr, "error: %s\nusage: vlm-calibrate-sink --model DIR --prompts FILE [flags]\n", error.c_str());
+  for (const auto& [k, v] : kFlags) std::fprintf(stderr, "  --%-16s %s\n", k.c_str(), v.c_str());
+  std::exit(2);
+}
+
+[[noreturn]] void bad_input(const std::string& error) {
+  std::fprintf(stderr, "error: %s\n", error.c_str());
+  std::exit(2);
+}
+
+std::map<std::string, std::string> parse_flags(int argc, char** argv) {
+  std::map<std::string, std::string> f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") usage("help requested");
+    if (a.rfind("--", 0) != 0) usage("unexpected argument '" + a + "'");
+    a = a.substr(2);
+    std::string v;
+    if (auto eq = a.find('='); eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else {
+      if (i + 1 >= argc) usage("--" + a + " needs a value");
+      v = argv[++i];
+    }
+    if (!kFlags.count(a)) usage("unknown flag --" + a);
+    if (f.count(a)) usage("--" + a + " given twice");
+    f[a] = v;
+  }
+  for (const char* req : {"model", "prompts"})
+    if (!f.count(req)) usage(std::string("--") + req + " is required");
+  return f;
+}
+
+int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end || v < min) usage("--" + flag + " needs an integer >= " + std::to_string(min) + ", got '" + s + "'");
+  return v;
+}
+
+double parse_unit(const std::string& flag, const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end || !(v >= 0 && v <= 1)) usage("--" + flag + " needs a number in [0, 1], got '" + s + "'");
+  return v;
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) bad_input("cannot open --prompts " + path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") != std::string::npos) lines.push_back(line);
+  }
+  if (lines.empty()) bad_input("--prompts " + path + " has no prompts (one per non-empty line)");
+  return lines;
+}
+
+std::vector<std::vector<int32_t>> load_prompts(const std::string& path, const std::string& format,
+                                               const std::string& model_dir, int64_t vocab) {
+  const std::vector<std::string> lines = read_lines(path);
+  std::vector<std::vector<int32_t>> prompts;
+  std::unique_ptr<vlm::Tokenizer> tok;
+  if (format == "text") {
+    if (!std::ifstream(model_dir + "/tokenizer.json"))
+      bad_input(model_dir + " has no tokenizer.json: give token ids with --prompt-format ids");
+    tok = vlm::Tokenizer::load(model_dir);
+  } else if (format != "ids") {
+    usage("--prompt-format must be text or ids");
+  }
+  for (size_t n = 0; n < lines.size(); ++n) {
+    std::vector<int32_t> ids;
+    if (tok) {
+      ids = tok->encode(lines[n]);
+    } else {
+      std::istringstream ss(lines[n]);
+      std::string w;
+      while (ss >> w) {
+        char* end = nullptr;
+        const long long v = std::strtoll(w.c_str(), &end, 10);
+        if (*end || v < 0 || v >= vocab)
+          bad_input(fmt::format("{} line {}: '{}' is not a token id in [0, {})", path, n + 1, w, vocab));
+        ids.push_back(static_cast<int32_t>(v));
+      }
+    }
+    for (int32_t id : ids)
+      if (id < 0 || id >= vocab) bad_input(fmt::format("{} prompt {}: token id {} outside the vocabulary [0, {})", path, n + 1, id, vocab));
+    if (ids.size() < 2)
+      bad_input(fmt::format("{} prompt {} has {} token(s); a prompt needs at least 2 (a first token and text to repeat)",
+                            path, n + 1, ids.size()));
+    prompts.push_back(std::move(ids));
+  }
+  return prompts;
+}
+
+std::vector<int> parse_lengths(const std::string& s, int64_t max_positions, int decode_steps) {
+  std::vector<int> out;
+  std::set<int> seen;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const int64_t v = parse_int("lengths", item, 2);
+    if (v + decode_steps > max_positions)
+      usage(fmt::format("--lengths: {} plus {} decode step(s) exceeds the model's max_position_embeddings ({})", v,
+                        decode_steps, max_positions));
+    if (!seen.insert(static_cast<int>(v)).second) usage(fmt::format("--lengths: {} given twice", v));
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) usage("--lengths needs at least one length");
+  return out;
+}
+
+json reliability_json(const vlm::ProxyReliability& r) {
+  return {{"samples", r.n},         {"tp", r.tp},
+          {"fp", r.fp},             {"fn", r.fn},
+          {"tn", r.tn},             {"precision", r.precision},
+          {"recall", r.recall},     {"f1", r.f1},
+          {"auprc", r.auprc},       {"oracle_rate", r.oracle_rate},
+          {"mean_mass_skipped", r.mean_mass_skipped}, {"mean_mass_active", r.mean_mass_active}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto f = parse_flags(argc, argv);
+  try {
+    if (f.count("threads")) vlm::set_num_threads(static_cast<int>(parse_int("threads", f.at("threads"), 1)));
+    const std::string model_dir = f.at("model");
+    if (!fs::is_directory(model_dir)) bad_input("--model " + model_dir + " is not a directory");
+    const double target = f.count("target-skip") ? parse_unit("target-skip", f.at("target-skip")) : 0.6;
+    const double oracle_mass = f.count("oracle-mass") ? parse_unit("oracle-mass", f.at("oracle-mass")) : 0.5;
+
+    vlm::CalibrationRunOptions run;
+    run.decode_steps = static_cast<int>(f.count("decode-steps") ? parse_int("decode-steps", f.at("decode-steps"), 1) : 8);
+    run.block_size = static_cast<int>(f.count("block-size") ? parse_int("block-size", f.at("block-size"), 1) : 16);
+    run.prefill_chunk = static_cast<int>(f.count("prefill-chunk") ? parse_int("prefill-chunk", f.at("prefill-chunk"), 1) : 512);
+    run.num_dense_layers = static_cast<int>(f.count("layers-skip") ? parse_int("layers-skip", f.at("layers-skip"), 0) : 2);
+    if (f.count("aggregation") && !vlm::parse_sink_aggregation(f.at("aggregation"), &run.aggregation))
+      usage("--aggregation must be min, mean or max");
+    vlm::SinkRouterConfig base;
+    base.aggregation = run.aggregation;
+    base.num_dense_layers = run.num_dense_layers;
+    if (f.count("surrogate") && !vlm::parse_sink_surrogate(f.at("surrogate"), &base.surrogate))
+      usage("--surrogate must be zero or anchor_value");
+    if (f.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(f.at("kv-cache-dtype"), &run.kv_dtype))
+      usage("--kv-cache-dtype must be f32, bf16 or f16");
+
+    // The text decoder (a LLaVA checkpoint's language model: text prompts only).
+    std::unique_ptr<vlm::LlmDecoder> owned;
+    std::unique_ptr<vlm::LlavaModel> llava;
+    const vlm::LlmDecoder* dec = nullptr;
+    if (vlm::detect_architecture(model_dir) == vlm::ModelArchitecture::Llava) {
+      llava = vlm::LlavaModel::load(model_dir);
+      dec = &llava->decoder();
+    } else {
+      owned = vlm::LlmDecoder::load(model_dir);
+      dec = owned.get();
+    }
+    const vlm::ModelConfig& mc = dec->config();
+    if (run.num_dense_layers >= mc.num_layers)
+      usage(fmt::format("--layers-skip {}: the model has {} layers, none would be routed", run.num_dense_layers, mc.num_layers));
+    const int64_t limit = mc.max_position_embeddings - run.decode_steps;
+    if (f.count("lengths")) {
+      run.lengths = parse_lengths(f.at("lengths"), mc.max_position_embeddings, run.decode_steps);
+    } else {
+      for (int64_t l = 256; l <= std::min<int64_t>(limit, 32768); l *= 2) run.lengths.push_back(static_cast<int>(l));
+      if (run.lengths.empty()) usage(fmt::format("the model allows only {} positions: give --lengths", mc.max_position_embeddings));
+      if (run.lengths.size() > 5) run.lengths.erase(run.lengths.begin(), run.lengths.end() - 5);
+    }
+    const auto prompts = load_prompts(f.at("prompts"), f.count("prompt-format") ? f.at("prompt-format") : "text",
+                                      model_dir, mc.vocab_size);
+
+    std::string out = f.count("out") ? f.at("out") : "";
+    const std::string model_name = fs::path(model_dir).lexically_normal().filename().string().empty()
+                                       ? fs::path(model_dir).lexically_normal().parent_path().filename().string()
+                                       : fs::path(model_dir).lexically_normal().filename().string();
+    if (out.empty()) out = "configs/" + model_name + "/sink_router.json";
+
+    std::fprintf(stderr, "recording: %zu prompt(s) x %zu length(s) x %d decode step(s), layers %d..%lld routed\n",
+                 prompts.size(), run.lengths.size(), run.decode_steps, run.num_dense_layers,
+                 static_cast<long long>(mc.num_layers - 1));
+    const auto data = vlm::record_sink_samples(*dec, prompts, run);
+    vlm::CalibrationOptions co;
+    co.target_skip = target;
+    co.oracle_mass = oracle_mass;
+    const vlm::CalibrationResult res = vlm::calibrate_sink_threshold(data, co, base);
+
+    std::printf("SinkRouter calibration of %s: target skip %.3f, aggregation %s, layers >= %d routed\n",
+                model_dir.c_str(), target, vlm::sink_aggregation_name(base.aggregation), base.num_dense_layers);
+    std::printf("oracle sink = group first-token attention mass (%s over the group) >= %.3f\n",
+                vlm::sink_aggregation_name(base.aggregation), oracle_mass);
+    std::printf("%8s %8s %9s %7s %9s %7s %6s %6s %6s %6s %7s | %6s %6s\n", "length", "samples", "tau", "skip", "tau_fit",
+                "skip", "prec", "recall", "F1", "AUPRC", "oracle", "top-P", "top-R");
+    json lengths = json::array();
+    for (const auto& r : res.lengths) {
+      std::printf("%8lld %8lld %9.5f %7.4f %9.5f %7.4f %6.3f %6.3f %6.3f %6.3f %7.4f | %6.3f %6.3f\n",
+                  static_cast<long long>(r.context_len), static_cast<long long>(r.num_samples), r.tau, r.skip_at_tau,
+                  r.tau_fit, r.skip_at_fit, r.at_fit.precision, r.at_fit.recall, r.at_fit.f1, r.at_fit.auprc,
+                  r.at_fit.oracle_rate, r.top_at_fit.precision, r.top_at_fit.recall);
+      lengths.push_back({{"length", r.context_len}, {"samples", r.num_samples}, {"tau", r.tau},
+                         {"skip_at_tau", r.skip_at_tau}, {"tau_fit", r.tau_fit}, {"skip_at_fit", r.skip_at_fit},
+                         {"oracle_mass_threshold", reliability_json(r.at_fit)},
+                         {"oracle_top_fraction", reliability_json(r.top_at_fit)}});
+    }
+    const auto& o = res.overall;
+    std::printf("overall: precision %.3f recall %.3f F1 %.3f AUPRC %.3f (oracle rate %.4f); mean mass skipped %.4f, "
+                "active %.4f; top-fraction oracle: precision %.3f recall %.3f\n",
+                o.precision, o.recall, o.f1, o.auprc, o.oracle_rate, o.mean_mass_skipped, o.mean_mass_active,
+                res.overall_top.precision, res.overall_top.recall);
+    const auto& c = res.config;
+    std::printf("tau(L) = clamp(%.6g + %.6g x + %.6g x^2 + %.6g x^3, %.6g, %.6g), x = L / %.0f (degree %d); "
+                "max |skip - target| at the calibrated lengths: %.4f\n",
+                c.c0, c.c1, c.c2, c.c3, c.tau_min, c.tau_max, c.length_ref, res.degree, res.max_skip_error);
+
+    json j = vlm::sink_router_config_to_json(c);
+    j["model"] = model_name;
+    j["calibration"] = {
+        {"tool", "vlm-calibrate-sink"},
+        {"target_skip", target},
+        {"prompts", fs::path(f.at("prompts")).filename().string()},
+        {"num_prompts", prompts.size()},
+        {"decode_steps", run.decode_steps},
+        {"kv_cache_dtype", vlm::dtype_name(run.kv_dtype)},
+        {"oracle", fmt::format("group first-token attention mass ({} over the group) >= {}",
+                               vlm::sink_aggregation_name(base.aggregation), oracle_mass)},
+        {"fit_degree", res.degree},
+        {"max_skip_error", res.max_skip_error},
+        {"lengths", lengths},
+        {"overall_oracle_mass_threshold", reliability_json(res.overall)},
+        {"overall_oracle_top_fraction", reliability_json(res.overall_top)}};
+    const fs::path outp(out);
+    if (outp.has_parent_path()) {
+      std::error_code ec;
+      fs::create_directories(outp.parent_path(), ec);
+      if (ec) bad_input("cannot create " + outp.parent_path().string() + ": " + ec.message());
+    }
+    std::ofstream os(out);
+    if (!os) bad_input("cannot write --out " + out);
+    os << j.dump(2) << "\n";
+    if (!os) bad_input("cannot write --out " + out);
+    std::printf("wrote %s\n", out.c_str());
+    return 0;
+  } catch (const vlm::LoadError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 3;
+  }
+}
