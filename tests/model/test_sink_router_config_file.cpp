@@ -91,5 +91,24 @@ TEST(SinkRouterConfigFile, BadInputsNameTheFileAndTheKey) {
   EXPECT_THROW(load_sink_router_config("/nonexistent/sink_router.json"), LoadError);
 }
 
+// The calibrated configs committed under configs/ load, and their recorded fit agrees with the
+// curve they define at every calibrated length.
+TEST(SinkRouterConfigFile, CommittedConfigsLoad) {
+  const std::filesystem::path root = std::filesystem::path(VLM_FIXTURES_DIR) / ".." / ".." / "configs";
+  int n = 0;
+  for (const char* model : {"qwen2_tiny", "tiny-qwen2-demo"}) {
+    const std::string path = (root / model / "sink_router.json").string();
+    SCOPED_TRACE(path);
+    const SinkRouterConfig c = load_sink_router_config(path);
+    std::ifstream in(path);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    for (const auto& l : j.at("calibration").at("lengths")) {
+      EXPECT_NEAR(c.threshold(l.at("length").get<int64_t>()), l.at("tau_fit").get<double>(), 1e-12);
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 8);
+}
+
 }  // namespace
 }  // namespace vlm

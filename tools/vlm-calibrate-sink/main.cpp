@@ -40,7 +40,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // the file keeps the order written here
 
 const std::map<std::string, std::string> kFlags = {
     {"model", "checkpoint directory (required)"},
@@ -273,12 +273,19 @@ int main(int argc, char** argv) {
                 "active %.4f; top-fraction oracle: precision %.3f recall %.3f\n",
                 o.precision, o.recall, o.f1, o.auprc, o.oracle_rate, o.mean_mass_skipped, o.mean_mass_active,
                 res.overall_top.precision, res.overall_top.recall);
+    if (o.oracle_rate == 0)
+      std::printf("note: no sample reaches the oracle mass %.3f (a model without attention sinks?): precision and "
+                  "recall against it are 0 by definition; the top-fraction columns still rank the proxy\n",
+                  oracle_mass);
     const auto& c = res.config;
     std::printf("tau(L) = clamp(%.6g + %.6g x + %.6g x^2 + %.6g x^3, %.6g, %.6g), x = L / %.0f (degree %d); "
                 "max |skip - target| at the calibrated lengths: %.4f\n",
                 c.c0, c.c1, c.c2, c.c3, c.tau_min, c.tau_max, c.length_ref, res.degree, res.max_skip_error);
 
-    json j = vlm::sink_router_config_to_json(c);
+    json j;  // the config's keys first (sink_router_config_to_json's), then what it came from
+    const nlohmann::json cj = vlm::sink_router_config_to_json(c);
+    for (const char* k : {"aggregation", "surrogate", "num_dense_layers", "coefficients", "length_ref", "tau_min", "tau_max"})
+      j[k] = cj.at(k);
     j["model"] = model_name;
     j["calibration"] = {
         {"tool", "vlm-calibrate-sink"},

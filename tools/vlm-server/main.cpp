@@ -238,7 +238,14 @@ int main(int argc, char** argv) {
       if (v != "on" && v != "off") usage("--sink-router must be on or off");
       ec.sink_router = v == "on";
     }
-    if (flags.count("sink-router-config")) ec.sink_router_config = vlm::load_sink_router_config(flags.at("sink-router-config"));
+    if (flags.count("sink-router-config")) {
+      const auto& c = ec.sink_router_config = vlm::load_sink_router_config(flags.at("sink-router-config"));
+      VLM_LOG_INFO("SinkRouter config {} ({} by default): tau(L) = clamp({} + {} x + {} x^2 + {} x^3, {}, {}), x = L / {}; "
+                   "{} aggregation, {} surrogate, first {} layers dense",
+                   flags.at("sink-router-config"), ec.sink_router ? "on" : "off", c.c0, c.c1, c.c2, c.c3, c.tau_min,
+                   c.tau_max, c.length_ref, vlm::sink_aggregation_name(c.aggregation),
+                   vlm::sink_surrogate_name(c.surrogate), c.num_dense_layers);
+    }
 
     vlm::Router loading_router;
     loading_router.add("GET", "/health", [](const vlm::HttpRequest&) {
