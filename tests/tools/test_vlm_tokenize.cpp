@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -30,14 +31,16 @@ std::string slurp(const std::string& path) {
 }
 
 Result run(const std::string& args, const std::string& input) {
-  const std::string dir = ::testing::TempDir();
-  const std::string in = dir + "/vlm_tokenize_in", out = dir + "/vlm_tokenize_out",
-                    err = dir + "/vlm_tokenize_err";
+  // Named per process: test_tools of other checkouts may run at the same time on this machine.
+  const std::string dir = ::testing::TempDir() + "/vlm_tokenize_" + std::to_string(::getpid());
+  const std::string in = dir + "_in", out = dir + "_out", err = dir + "_err";
   std::ofstream(in, std::ios::binary) << input;
   const std::string cmd = std::string(VLM_BIN_DIR) + "/vlm-tokenize " + args + " < " + in + " > " +
                           out + " 2> " + err;
   const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  for (const std::string& f : {in, out, err}) std::filesystem::remove(f);
+  return r;
 }
 
 std::string model_dir(const std::string& name) {
