@@ -56,6 +56,7 @@ std::vector<Qwen2VLChatCase> qwen2vl_chat_cases(const std::string& model) {
     c.second_per_grid = j["second_per_grid_ts"].get<std::vector<float>>();
     c.generated = j["generated_ids"].get<std::vector<int32_t>>();
     c.min_margin = j["min_margin"].get<double>();
+    c.generated_text = j["generated_text"].get<std::string>();
     c.messages = ordered_json::array();
     for (const auto& m : j["messages"]) {
       ordered_json msg{{"role", m["role"]}};

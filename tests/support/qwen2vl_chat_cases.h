@@ -25,6 +25,7 @@ struct Qwen2VLChatCase {
   std::vector<std::array<int32_t, 3>> image_grids, video_grids;
   std::vector<float> second_per_grid;  // Qwen2.5-VL videos
   std::vector<int32_t> generated;      // HF generate(), greedy
+  std::string generated_text;          // tokenizer.decode(generated, skip_special_tokens=True)
   double min_margin = 0;
   int num_videos = 0;
 };
