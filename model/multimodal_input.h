@@ -20,7 +20,7 @@ struct MultimodalPrompt {
   std::vector<int32_t> media_offset;     // [S] row inside that item's embeddings, -1 for text
   int32_t num_media = 0;
   // [S] video tokens: the temporal grid index of the token's frame (media_offset /
-  // tokens_per_frame of its item); -1 for text and image tokens.
+  // tokens_per_frame of its item); -1 for text and image tokens. Empty from expand_image_tokens.
   std::vector<int32_t> frame;
   // [num_media] video: tokens per frame (rows x cols after the merger), what MMInference's grid
   // pattern needs; image: all of the item's tokens. Empty from expand_image_tokens.
