@@ -62,12 +62,12 @@ Tower& tower(bool qwen25, int depth) {
     return true;
   }();
   (void)threads;
-  auto& t = all[{qwen25, depth}];
-  if (!t) {
+  const std::pair<bool, int> key{qwen25, depth};
+  if (!all.count(key)) {
     all.clear();  // keep one tower in memory
-    t = std::make_unique<Tower>(qwen25, depth);
+    all[key] = std::make_unique<Tower>(qwen25, depth);
   }
-  return *all[{qwen25, depth}];
+  return *all[key];
 }
 
 // Args: qwen25 (0/1), depth (blocks), frames (1: the image; 8: the video).
