@@ -5,7 +5,9 @@
 // towers are built with 1 and 2 blocks: per-block time = t(2) - t(1), and the full tower is
 // estimated as t(1) + 31 x per-block (patch embed and merger are in t(1)). Qwen2.5-VL's timed
 // blocks are window-attention blocks (its fullatt_block_indexes are 7, 15, 23, 31).
-// Global pool of 2 threads (or VLM_BENCH_THREADS). Results: bench/RESULTS.md
+// Global pool of 2 threads (or VLM_BENCH_THREADS). CPU time is the process's (all threads): on a
+// loaded machine CPU / threads is a steadier estimate of the idle wall time than the wall time
+// itself. Results: bench/RESULTS.md
 // ("Vision encoder: Qwen2-VL").
 #include <benchmark/benchmark.h>
 
@@ -95,7 +97,7 @@ BENCHMARK(BM_Qwen2Vision)
     ->ArgNames({"qwen25", "depth", "frames"})
     ->Args({0, 1, 1})->Args({0, 2, 1})->Args({0, 1, 8})->Args({0, 2, 8})
     ->Args({1, 1, 1})->Args({1, 2, 1})->Args({1, 1, 8})->Args({1, 2, 8})
-    ->Iterations(2)->Unit(benchmark::kSecond)->UseRealTime();
+    ->Iterations(2)->Unit(benchmark::kSecond)->UseRealTime()->MeasureProcessCPUTime();
 
 }  // namespace
 
