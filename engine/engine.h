@@ -50,8 +50,10 @@ class Engine {
   const EngineStats& stats() const { return stats_; }
 
   // Checks a request without touching engine state (thread-safe): prompt ids within the
-  // vocabulary, modality tags and images (each image k of the encoder's size and tagged on
-  // exactly tokens_per_image consecutive prompt tokens; images only on a multimodal model),
+  // vocabulary, modality tags and media (each item k fits the encoder, is tagged with its own
+  // modality on exactly media_tokens(k) consecutive prompt tokens, items in prompt order;
+  // media only on a multimodal model, video only on one that accepts it; M-RoPE placeholders
+  // matching the items' grids),
   // sampling params, prompt + max_tokens within max_model_len, stop
   // strings only with a text decoder. Throws RequestError (400).
   void validate(const GenerationRequest& request) const;

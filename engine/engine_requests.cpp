@@ -47,36 +47,47 @@ std::shared_ptr<MediaInputs> Engine::check_media(const GenerationRequest& reques
   // benchmarks on text checkpoints. Images themselves need a multimodal model.
   if (!multimodal_ && N == 0) return nullptr;
   if (!multimodal_) bad_request("messages", "this model does not accept image input");
-  const int64_t Ti = multimodal_->tokens_per_image();
-  const int S = multimodal_->image_size();
   auto media = std::make_shared<MediaInputs>();
-  media->tokens_per_image = Ti;
   media->first_token.assign(static_cast<size_t>(N), -1);
   std::vector<int64_t> count(static_cast<size_t>(N), 0);
   for (size_t pos = 0; pos < request.prompt_modalities.size(); ++pos) {
     const ModalityTag& t = request.prompt_modalities[pos];
     if (t.modality == Modality::Text) continue;
-    if (t.modality != Modality::Image)
+    if (t.modality == Modality::Video && !multimodal_->accepts_video())
+      bad_request("messages", "this model does not accept video input");
+    if (t.modality != Modality::Image && t.modality != Modality::Video)
       bad_request("messages", fmt::format("this model does not accept {} input", modality_name(t.modality)));
     if (t.media_index < 0 || t.media_index >= N)
-      bad_request("messages", fmt::format("prompt token {} is tagged image {}, and the request has {} images", pos,
-                                          t.media_index, N));
+      bad_request("messages", fmt::format("prompt token {} is tagged {} {}, and the request has {} media items", pos,
+                                          modality_name(t.modality), t.media_index, N));
+    const MediaPixels& item = request.images[static_cast<size_t>(t.media_index)];
+    if (item.modality != t.modality)
+      bad_request("messages", fmt::format("prompt token {} is tagged {} {}, and media item {} is {}", pos,
+                                          modality_name(t.modality), t.media_index, t.media_index,
+                                          modality_name(item.modality)));
     auto& first = media->first_token[static_cast<size_t>(t.media_index)];
     if (first < 0) first = static_cast<int32_t>(pos);
     if (static_cast<int64_t>(pos) != first + count[static_cast<size_t>(t.media_index)]++)
-      bad_request("messages", fmt::format("the tokens of image {} are not consecutive", t.media_index));
+      bad_request("messages", fmt::format("the tokens of {} {} are not consecutive", modality_name(t.modality),
+                                          t.media_index));
   }
+  int64_t row = 0;
   for (int32_t k = 0; k < N; ++k) {
-    if (count[static_cast<size_t>(k)] != Ti)
-      bad_request("messages", fmt::format("image {} has {} prompt tokens, the model takes {} per image", k,
-                                          count[static_cast<size_t>(k)], Ti));
+    const MediaPixels& item = request.images[static_cast<size_t>(k)];
+    if (item.modality == Modality::Video && !multimodal_->accepts_video())
+      bad_request("messages", "this model does not accept video input");
+    const int64_t n = multimodal_->media_tokens(item, k);  // throws for pixels that do not fit
+    if (count[static_cast<size_t>(k)] != n)
+      bad_request("messages", fmt::format("{} {} has {} prompt tokens, the model takes {} for it", modality_name(item.modality),
+                                          k, count[static_cast<size_t>(k)], n));
     if (k > 0 && media->first_token[static_cast<size_t>(k)] < media->first_token[static_cast<size_t>(k - 1)])
-      bad_request("messages", "images must appear in the prompt in order");
-    const ImagePixels& img = request.images[static_cast<size_t>(k)];
-    if (img.height != S || img.width != S || img.data.size() != static_cast<size_t>(3) * S * S)
-      bad_request("messages", fmt::format("image {} is {}x{} pixels ({} values); the model takes 3x{}x{}", k,
-                                          img.height, img.width, img.data.size(), S, S));
+      bad_request("messages", "media items must appear in the prompt in order");
+    media->num_tokens.push_back(n);
+    media->embed_row.push_back(row);
+    media->tokens_per_frame.push_back(multimodal_->tokens_per_frame(item));
+    row += n;
   }
+  media->mrope = multimodal_->mrope_positions(request.prompt_ids, request.images);
   return media;
 }
 

@@ -26,6 +26,33 @@ void fill_sparse_prefill(const SchedulerOutput& out, const SparsePrefillConfig& 
   }
 }
 
+// M-RoPE (Qwen2-VL family): when a sequence of the batch carries the positions of its prompt,
+// every row gets three positions: a prompt token its computed (t, h, w); a later token (decode,
+// or an output recomputed after preemption) at logical position p gets p + rope_delta on all
+// three axes, as transformers' generate() does; sequences without them get (p, p, p), which is
+// what 1-D RoPE computes.
+void fill_mrope_positions(const SchedulerOutput& out, ForwardBatch& fb) {
+  bool any = false;
+  for (const ScheduledChunk& c : out.chunks) any = any || (c.seq->media && c.seq->media->mrope);
+  if (!any) return;
+  fb.mrope_positions.resize(3 * fb.positions.size());
+  size_t row = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    const MropePositions* m = c.seq->media ? (c.seq->media->mrope ? &*c.seq->media->mrope : nullptr) : nullptr;
+    const auto L = m ? static_cast<int32_t>(m->positions.size() / 3) : 0;
+    for (int32_t i = 0; i < c.num_tokens; ++i, ++row) {
+      const int32_t pos = c.start + i;
+      int32_t* dst = fb.mrope_positions.data() + 3 * row;
+      if (m && pos < L) {
+        std::copy_n(m->positions.data() + 3 * static_cast<size_t>(pos), 3, dst);
+      } else {
+        const int32_t p = pos + (m ? m->rope_delta : 0);
+        dst[0] = dst[1] = dst[2] = p;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(const LlmDecoder& decoder, KVCache& cache, const MultimodalModel* multimodal)
@@ -71,13 +98,14 @@ ForwardBatch ModelRunner::make_batch(const SchedulerOutput& out, int block_size,
               fb.block_tables.begin() + static_cast<int64_t>(s) * fb.max_blocks_per_seq);
   }
   if (!fb.look_m.empty()) fb.look_m.resize(S, nullptr);
+  fill_mrope_positions(out, fb);
   if (sparse) fill_sparse_prefill(out, *sparse, fb);
   return fb;
 }
 
 namespace {
 
-// Whether the chunk covers any of its sequence's image tokens.
+// Whether the chunk covers any of its sequence's media tokens.
 bool chunk_has_media(const ScheduledChunk& c) {
   const MediaInputs* m = c.seq->media.get();
   return m && m->num_images() > 0 && c.start < m->end() && c.start + c.num_tokens > m->begin();
@@ -87,36 +115,28 @@ bool chunk_has_media(const ScheduledChunk& c) {
 
 void ModelRunner::encode_media(const SchedulerOutput& out) {
   std::vector<Sequence*> todo;
-  int64_t num_images = 0;
+  std::vector<const MediaPixels*> items;
+  int64_t rows = 0;
   for (const ScheduledChunk& c : out.chunks)
     if (chunk_has_media(c) && !c.seq->media_embeds &&
         std::find(todo.begin(), todo.end(), c.seq) == todo.end()) {
       todo.push_back(c.seq);
-      num_images += c.seq->media->num_images();
+      for (const MediaPixels& item : c.seq->media->images) items.push_back(&item);
+      rows += c.seq->media->total_tokens();
     }
   if (todo.empty()) return;
-  VLM_CHECK(multimodal_ != nullptr, "sequence {} has images, and the model has no image encoder", todo[0]->id);
+  VLM_CHECK(multimodal_ != nullptr, "sequence {} has media, and the model has no media encoder", todo[0]->id);
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t S = multimodal_->image_size(), Ti = multimodal_->tokens_per_image();
-  const int64_t C = decoder_.config().hidden_size, per_image = 3 * S * S;
-  pixels_.resize(static_cast<size_t>(num_images * per_image));
-  int64_t k = 0;
-  for (const Sequence* seq : todo)
-    for (const ImagePixels& img : seq->media->images) {
-      VLM_CHECK(static_cast<int64_t>(img.data.size()) == per_image && img.height == S && img.width == S,
-                "sequence {}: image of {}x{} ({} values), the encoder takes 3x{}x{}", seq->id, img.height,
-                img.width, img.data.size(), S, S);
-      std::copy(img.data.begin(), img.data.end(), pixels_.begin() + k++ * per_image);
-    }
-  std::vector<float> all(static_cast<size_t>(num_images * Ti * C));
-  multimodal_->encode_images(pixels_.data(), num_images, all.data());
+  const int64_t C = decoder_.config().hidden_size;
+  std::vector<float> all(static_cast<size_t>(rows * C));  // [sum tokens, C]
+  multimodal_->encode_media(items, all.data());
   int64_t first = 0;
   for (Sequence* seq : todo) {
-    const int64_t n = seq->media->num_images() * Ti * C;
+    const int64_t n = seq->media->total_tokens() * C;
     seq->media_embeds = std::make_shared<const std::vector<float>>(all.begin() + first, all.begin() + first + n);
     first += n;
   }
-  num_images_encoded_ += num_images;
+  num_images_encoded_ += static_cast<int64_t>(items.size());
   encode_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -133,14 +153,14 @@ bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
       }
       const Sequence& seq = *c.seq;
       const MediaInputs& m = *seq.media;
-      const int64_t Ti = m.tokens_per_image;
       for (int32_t i = 0; i < c.num_tokens; ++i) {
         const ModalityTag tag = seq.modality(c.start + i);
-        if (tag.modality != Modality::Image) continue;
-        const int64_t offset = c.start + i - m.first_token[static_cast<size_t>(tag.media_index)];
-        VLM_CHECK(offset >= 0 && offset < Ti, "sequence {}: token {} is row {} of image {}", seq.id, c.start + i,
-                  offset, tag.media_index);
-        const float* src = seq.media_embeds->data() + (tag.media_index * Ti + offset) * C;
+        if (tag.modality == Modality::Text) continue;
+        const auto k = static_cast<size_t>(tag.media_index);
+        const int64_t offset = c.start + i - m.first_token[k];
+        VLM_CHECK(offset >= 0 && offset < m.num_tokens[k], "sequence {}: token {} is row {} of media item {}", seq.id,
+                  c.start + i, offset, tag.media_index);
+        const float* src = seq.media_embeds->data() + (m.embed_row[k] + offset) * C;
         std::copy(src, src + C, override_embeds_.begin() + (row + i) * C);
         override_use_[static_cast<size_t>(row + i)] = 1;
       }

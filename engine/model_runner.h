@@ -1,11 +1,14 @@
 // ModelRunner: runs one scheduled step on the model. It reads only the SchedulerOutput, flattens
 // it once into a ForwardBatch, makes the copy-on-write block copies, and runs the decoder over
 // the paged KV cache, asking for logits only for the chunks that sample.
-// On a multimodal model it also encodes the images of sequences whose chunk reaches their image
-// tokens (all of a step's images in one encoder call), keeps the outputs on the sequence until
-// the chunk holding its last image token has run, and feeds image-token rows through the
-// decoder's EmbeddingOverride (a chunk may start or end inside an image's tokens). A step
-// without image tokens runs exactly the text-only path.
+// On a multimodal model it also encodes the media (images, videos) of sequences whose chunk
+// reaches their media tokens (all of a step's items in one encoder call), keeps the outputs on
+// the sequence until the chunk holding its last media token has run, and feeds media-token rows
+// through the decoder's EmbeddingOverride (a chunk may start or end inside an item's tokens). A
+// step without media tokens runs exactly the text-only path. Sequences whose MediaInputs carry
+// M-RoPE positions (Qwen2-VL family) get ForwardBatch::mrope_positions for prefill and decode
+// rows. The videos' tokens per frame are on each chunk's sequence: c.seq->media->video_spans()
+// (engine/media_inputs.h), for the sparse-prefill grid pattern.
 #pragma once
 
 #include <vector>
@@ -29,6 +32,8 @@ class ModelRunner {
   // Token ids, RoPE positions (logical), cache slots (physical, through the block tables),
   // modality tags, cu_seqlens, context lengths, block tables and finishes_prefill of every
   // chunk, in chunk order; logits_indices = the last row of each chunk that samples.
+  // mrope_positions [T, 3] when any chunk's sequence has M-RoPE positions: prompt rows take
+  // the prompt's, later rows p + rope_delta on all axes, other sequences (p, p, p).
   // With `sparse` (the engine's sparse-prefill default), each prefill chunk (more than one row)
   // of a sequence whose effective method (its request's override, else sparse->method) is on
   // and whose prompt has at least sparse->min_prompt_len tokens gets a sparse_prefill entry;
@@ -43,7 +48,7 @@ class ModelRunner {
   // throws (InternalError); the cache may then hold partial writes of this step.
   void run(const SchedulerOutput& out, std::vector<float>& logits);
 
-  int64_t num_images_encoded() const { return num_images_encoded_; }
+  int64_t num_images_encoded() const { return num_images_encoded_; }  // media items (images, videos)
   double encode_seconds() const { return encode_s_; }
   // SinkRouter: routes the sequences whose SamplingParams::sink_router is true, or unset when
   // default_on (their anchor stores go into the batch); off by default.
@@ -62,7 +67,6 @@ class ModelRunner {
   const MultimodalModel* multimodal_ = nullptr;
   std::vector<float> override_embeds_;  // [T, C]
   std::vector<uint8_t> override_use_;   // [T]
-  std::vector<float> pixels_;           // [N, 3, S, S] staging for one encoder call
   int64_t num_images_encoded_ = 0;
   double encode_s_ = 0;
   bool sink_default_on_ = false;

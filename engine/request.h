@@ -19,9 +19,11 @@ struct GenerationRequest {
   std::string id;                          // unique among live requests (e.g. "chatcmpl-...")
   std::vector<int32_t> prompt_ids;         // [P] tokenized prompt
   std::vector<ModalityTag> prompt_modalities;  // [P], or empty for a text-only prompt
-  // Images of a multimodal prompt (engine on a MultimodalModel): image k, [3, S, S], fills the
-  // model's tokens_per_image consecutive prompt tokens tagged {Image, k}.
-  std::vector<ImagePixels> images;
+  // Media items of a multimodal prompt (engine on a MultimodalModel), images and videos in
+  // prompt order: item k fills the model's media_tokens(item k) consecutive prompt tokens tagged
+  // {item k's modality, k} (LLaVA: images [3, S, S], tokens_per_image each; Qwen2-VL family:
+  // patches with grid_thw, t*h*w / 4 tokens).
+  std::vector<MediaPixels> images;
   SamplingParams params;
   std::optional<LookMSetting> look_m;      // LOOK-M override; nullopt: the server's default
 };

@@ -75,6 +75,7 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
       chat_template_(std::move(chat_template)), defaults_(defaults) {
   if (options_.images)
     image_loader_.emplace(options_.media, options_.image_limits, options_.images->preprocess);
+  if (options_.qwen2vl) qwen2vl_loader_.emplace(options_.media, options_.image_limits, *options_.qwen2vl);
   using T = MetricsRegistry::Type;
   auto& m = metrics_;
   m.declare("vllm:num_requests_running", T::Gauge, "Number of requests in model execution batches.");
@@ -131,13 +132,45 @@ const Tokenizer& ApiServer::need_tokenizer(const std::string& what) const {
   return *tokenizer_;
 }
 
+namespace {
+
+// One image or video part of a chat request, in message order.
+struct MediaPart {
+  Modality modality = Modality::Image;
+  std::vector<std::string> urls;  // image: one; video: one per frame
+  bool video_file = false;        // video given as one URL (a video file)
+  double fps = 2.0;               // video: frames per second of the given frames
+  std::string param;              // e.g. messages[0].content[1].video_url
+};
+
+// video_url / video part -> its frame URLs and fps (parse_api_request validated the shapes).
+MediaPart video_part(const nlohmann::ordered_json& part, const std::string& type, const std::string& param) {
+  MediaPart m;
+  m.modality = Modality::Video;
+  m.param = param;
+  const auto& v = part[type];
+  const auto& u = v.is_object() ? v["url"] : v;
+  if (u.is_string()) {
+    m.urls.push_back(u.get<std::string>());
+    m.video_file = true;
+  } else {
+    for (const auto& e : u) m.urls.push_back(e.get<std::string>());
+  }
+  if (v.is_object() && v.contains("fps")) m.fps = v["fps"].get<double>();
+  else if (part.contains("fps")) m.fps = part["fps"].get<double>();
+  return m;
+}
+
+}  // namespace
+
 ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_images) const {
   const Tokenizer& tok = need_tokenizer("chat");
   if (!chat_template_) bad("messages", "the model has no chat template; use /v1/completions");
-  // Image parts become {"type": "image"} for the template (as Hugging Face's templates expect);
-  // their URLs are kept in order.
+  // Image parts become {"type": "image"}, video parts {"type": "video"} for the template (as
+  // Hugging Face's templates expect); their URLs are kept in order.
   nlohmann::ordered_json messages = r.messages;
-  std::vector<std::pair<std::string, std::string>> urls;  // url, param
+  std::vector<MediaPart> parts;
+  int num_images = 0;
   for (size_t i = 0; i < messages.size(); ++i) {
     auto& m = messages[i];
     if (!m.contains("content") || !m["content"].is_array()) continue;
@@ -145,16 +178,35 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
       auto& part = m["content"][k];
       const std::string type = part["type"].get<std::string>();
       if (type == "text") continue;
-      if (type != "image_url" || !options_.images) bad("messages", "this model does not accept " + type + " input");
-      const auto& u = part["image_url"];
-      urls.emplace_back(u.is_string() ? u.get<std::string>() : u["url"].get<std::string>(),
-                        fmt::format("messages[{}].content[{}].image_url", i, k));
-      part = nlohmann::ordered_json{{"type", "image"}};
+      const std::string param = fmt::format("messages[{}].content[{}].{}", i, k, type);
+      if (type == "image_url") {
+        if (!options_.images && !options_.qwen2vl) bad("messages", "this model does not accept image_url input");
+        const auto& u = part["image_url"];
+        parts.push_back({Modality::Image, {u.is_string() ? u.get<std::string>() : u["url"].get<std::string>()}, false,
+                         0.0, param});
+        ++num_images;
+        part = nlohmann::ordered_json{{"type", "image"}};
+      } else if (type == "video_url" || type == "video") {
+        if (!options_.qwen2vl || !options_.qwen2vl->accepts_video)
+          bad("messages", "this model does not accept video input (" + type + ")");
+        parts.push_back(video_part(part, type, param));
+        part = nlohmann::ordered_json{{"type", "video"}};
+      } else {
+        bad("messages", "this model does not accept " + type + " input");
+      }
     }
   }
-  if (static_cast<int>(urls.size()) > options_.max_images_per_request)
-    bad("messages", fmt::format("the request has {} images; at most {} are allowed per request", urls.size(),
+  if (num_images > options_.max_images_per_request)
+    bad("messages", fmt::format("the request has {} images; at most {} are allowed per request", num_images,
                                 options_.max_images_per_request));
+  const int num_videos = static_cast<int>(parts.size()) - num_images;
+  if (num_videos > options_.max_videos_per_request)
+    bad("messages", fmt::format("the request has {} videos; at most {} are allowed per request", num_videos,
+                                options_.max_videos_per_request));
+  for (const MediaPart& p : parts)
+    if (p.video_file)
+      bad(p.param, p.param + ": a single URL is a video file, and this server decodes no video files; send the "
+                             "frames as a list of image URLs (\"url\": [frame0, frame1, ...])");
   nlohmann::ordered_json context = r.chat_template_kwargs;
   context["add_generation_prompt"] = r.add_generation_prompt;
   context["bos_token"] = tok.bos_token();
@@ -170,14 +222,29 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   // The template writes the special tokens itself (vLLM: add_special_tokens=false for chat).
   PromptInput in;
   in.ids = tok.encode(prompt, /*add_special_tokens=*/false);
+  if (options_.qwen2vl) {
+    // Token counts depend on each item's size: the media are always loaded.
+    std::vector<MediaTokens> items;
+    for (const MediaPart& p : parts) {
+      in.images.push_back(p.modality == Modality::Video ? qwen2vl_loader_->load_video(p.urls, p.fps, p.param)
+                                                        : qwen2vl_loader_->load_image(p.urls[0], p.param));
+      items.push_back(qwen2vl_loader_->tokens(in.images.back()));
+    }
+    MultimodalPrompt mp = expand_media_tokens(in.ids, options_.qwen2vl->image_token_id,
+                                              options_.qwen2vl->video_token_id, items);
+    in.ids = std::move(mp.token_ids);
+    if (!parts.empty()) in.modalities = std::move(mp.modalities);
+    if (!load_images) in.images.clear();
+    return in;
+  }
   if (!options_.images) return in;
   const ImageInputOptions& io = *options_.images;
   MultimodalPrompt mp = expand_image_tokens(in.ids, io.image_token_id, io.tokens_per_image,
-                                            static_cast<int32_t>(urls.size()));
+                                            static_cast<int32_t>(parts.size()));
   in.ids = std::move(mp.token_ids);
-  if (!urls.empty()) in.modalities = std::move(mp.modalities);
+  if (!parts.empty()) in.modalities = std::move(mp.modalities);
   if (load_images)
-    for (const auto& [url, param] : urls) in.images.push_back(image_loader_->load(url, param));
+    for (const MediaPart& p : parts) in.images.push_back(image_loader_->load(p.urls[0], p.param));
   return in;
 }
 

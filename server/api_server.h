@@ -1,8 +1,12 @@
 // ApiServer: the OpenAI-style endpoints over an EngineLoop, registered on a Router.
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
 //   POST /tokenize, POST /detokenize, GET /metrics, GET /version.
-// Chat messages may hold image_url parts when the model takes images (options.images): data:
-// URLs and http(s)/file URLs as options.media allows, at most max_images_per_request.
+// Chat messages may hold image_url parts when the model takes images (options.images: LLaVA;
+// options.qwen2vl: the Qwen2-VL family): data: URLs and http(s)/file URLs as options.media
+// allows, at most max_images_per_request. With options.qwen2vl they may also hold videos as
+// frame lists: {"type": "video_url", "video_url": {"url": [frame URLs], "fps": F}} (or
+// "video_url": [frame URLs], fps on the part) and Qwen's {"type": "video", "video": [...]};
+// fps (default 2.0) is the rate of the given frames; see server/qwen2vl_media_loader.h.
 // Handlers parse JSON into native requests (server/openai_request), tokenize (chat template
 // first for chat), submit to the engine, and answer with a CompletionStream (stream: true) or a
 // CompletionCollector (a deferred whole response). Errors use the OpenAI envelope.
@@ -23,6 +27,7 @@
 #include "model/image_preprocess.h"
 #include "model/modality.h"
 #include "server/image_loader.h"
+#include "server/qwen2vl_media_loader.h"
 #include "server/media_fetch.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -43,8 +48,10 @@ struct ApiServerOptions {
   std::string model_root;         // the checkpoint directory (reported as "root")
   std::string api_key;            // "" = no authentication
   MediaFetchOptions media;
-  std::optional<ImageInputOptions> images;  // none: a text-only model (image parts are a 400)
+  std::optional<ImageInputOptions> images;  // LLaVA; none (and no qwen2vl): image parts are a 400
+  std::optional<Qwen2VLMediaOptions> qwen2vl;  // the Qwen2-VL family: images and videos
   int max_images_per_request = 8;
+  int max_videos_per_request = 4;
   ImageLimits image_limits;       // encoded bytes and decoded pixels of one image
   int heartbeat_ms = 5000;
 };
@@ -77,10 +84,11 @@ class ApiServer {
   struct PromptInput {
     std::vector<int32_t> ids;
     std::vector<ModalityTag> modalities;
-    std::vector<ImagePixels> images;
+    std::vector<MediaPixels> images;  // images and videos, prompt order
   };
-  // Renders the chat template and tokenizes; with images, expands the placeholders and (when
-  // load_images) fetches, decodes and preprocesses the images. Throws RequestError (400).
+  // Renders the chat template and tokenizes; with media, expands the placeholders and (when
+  // load_images, and always for the Qwen2-VL family, whose token counts depend on the sizes)
+  // fetches, decodes and preprocesses the images and videos. Throws RequestError (400).
   PromptInput render_chat(const ApiRequest& r, bool load_images) const;
   HttpReply respond(const ApiRequest& r, std::vector<PromptInput> prompts,
                     std::vector<std::string> echo_prefix, const std::string& id_prefix);
@@ -91,6 +99,7 @@ class ApiServer {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
   std::optional<ImageLoader> image_loader_;
+  std::optional<Qwen2VLMediaLoader> qwen2vl_loader_;
   SamplingDefaults defaults_;
   MetricsRegistry metrics_;
   std::atomic<bool> ready_{false};

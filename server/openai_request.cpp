@@ -182,10 +182,32 @@ void parse_messages(const json& j, ApiRequest& r) {
       const std::string type = part["type"].get<std::string>();
       if (type == "text") {
         if (!part.contains("text") || !part["text"].is_string()) bad(pw + ".text", pw + ".text must be a string");
-      } else if (type == "image_url" || type == "video_url") {
+      } else if (type == "image_url") {
         const json& u = part.contains(type) ? part[type] : json();
         const bool ok = u.is_string() || (u.is_object() && u.contains("url") && u["url"].is_string());
         if (!ok) bad(pw + "." + type, pw + "." + type + " must be a URL string or {\"url\": ...}");
+      } else if (type == "video_url" || type == "video") {
+        // video_url: a URL, a list of frame URLs, or {"url": either, "fps": F}; video (Qwen's
+        // format): a URL or a list of frame URLs. fps may also sit on the part.
+        auto url_or_list = [](const json& v) {
+          if (v.is_string()) return true;
+          if (!v.is_array() || v.empty()) return false;
+          for (const json& e : v)
+            if (!e.is_string()) return false;
+          return true;
+        };
+        const json& u = part.contains(type) ? part[type] : json();
+        const bool ok = url_or_list(u) || (type == "video_url" && u.is_object() && u.contains("url") && url_or_list(u["url"]));
+        if (!ok)
+          bad(pw + "." + type, pw + "." + type + (type == "video" ? " must be a URL string or a non-empty list of frame URLs"
+                                                                   : " must be a URL string, a non-empty list of frame "
+                                                                     "URLs, or {\"url\": ..., \"fps\": ...}"));
+        for (const json* holder : {&part, &u}) {
+          if (!holder->is_object() || !holder->contains("fps")) continue;
+          const json& f = (*holder)["fps"];
+          if (!f.is_number() || !(f.get<double>() > 0) || f.get<double>() > 1000)
+            bad(pw + ".fps", pw + ": fps must be a number in (0, 1000]");
+        }
       } else {
         bad(pw + ".type", "unsupported content part type '" + type + "' in " + pw);
       }

@@ -129,6 +129,31 @@ void LlavaModel::encode_images(const float* pixels, int64_t N, float* out) const
   projector_->forward(feats.as<float>(), rows, out);
 }
 
+int64_t LlavaModel::media_tokens(const MediaPixels& item, int k) const {
+  const int S = image_size();
+  if (item.modality != Modality::Image)
+    throw RequestError(400, "invalid_request_error",
+                       fmt::format("this model does not accept {} input", modality_name(item.modality)), "messages");
+  if (item.height != S || item.width != S || item.data.size() != static_cast<size_t>(3) * S * S)
+    throw RequestError(400, "invalid_request_error",
+                       fmt::format("image {} is {}x{} pixels ({} values); the model takes 3x{}x{}", k, item.height,
+                                   item.width, item.data.size(), S, S),
+                       "messages");
+  return tokens_per_image();
+}
+
+void LlavaModel::encode_media(std::span<const MediaPixels* const> items, float* out) const {
+  const int64_t S = image_size(), per_image = 3 * S * S, N = static_cast<int64_t>(items.size());
+  std::vector<float> pixels(static_cast<size_t>(N * per_image));  // [N, 3, S, S]
+  for (int64_t k = 0; k < N; ++k) {
+    const MediaPixels& img = *items[static_cast<size_t>(k)];
+    VLM_CHECK(static_cast<int64_t>(img.data.size()) == per_image && img.height == S && img.width == S,
+              "image of {}x{} ({} values), the encoder takes 3x{}x{}", img.height, img.width, img.data.size(), S, S);
+    std::copy(img.data.begin(), img.data.end(), pixels.begin() + k * per_image);
+  }
+  encode_images(pixels.data(), N, out);
+}
+
 MultimodalPrompt LlavaModel::build_prompt(std::span<const int32_t> ids, int32_t num_images) const {
   return expand_image_tokens(ids, config_.image_token_id, tokens_per_image(), num_images);
 }

@@ -50,14 +50,19 @@ class LlavaModel : public MultimodalModel {
 
   const LlavaConfig& config() const { return config_; }
   const LlmDecoder& decoder() const override { return *decoder_; }
-  int64_t tokens_per_image() const override { return config_.tokens_per_image(); }
-  int image_size() const override { return static_cast<int>(config_.vision.image_size); }
+  int64_t tokens_per_image() const { return config_.tokens_per_image(); }
+  // The side S of the square pixel input [3, S, S] encode_images() expects.
+  int image_size() const { return static_cast<int>(config_.vision.image_size); }
   int32_t image_token_id() const override { return config_.image_token_id; }
+
+  // MultimodalModel: images only; each [3, S, S] and tokens_per_image tokens.
+  int64_t media_tokens(const MediaPixels& item, int k) const override;
+  void encode_media(std::span<const MediaPixels* const> items, float* out) const override;
 
   // pixels[N, 3, S, S] -> selected vision features [N, tokens_per_image, Cv * num_feature_layers].
   void vision_features(const float* pixels, int64_t N, float* out) const;
   // pixels[N, 3, S, S] -> image embeddings [N, tokens_per_image, C] (projector output).
-  void encode_images(const float* pixels, int64_t N, float* out) const override;
+  void encode_images(const float* pixels, int64_t N, float* out) const;
 
   // The tagged prompt of token ids holding num_images images (see expand_image_tokens).
   MultimodalPrompt build_prompt(std::span<const int32_t> ids, int32_t num_images) const;

@@ -80,6 +80,60 @@ void Qwen2VLModel::encode(const float* pixels, std::span<const std::array<int32_
   vision_->encode(pixels, grids, out);
 }
 
+int64_t Qwen2VLModel::media_tokens(const MediaPixels& item, int k) const {
+  const auto& g = item.grid_thw;
+  const int m = config_.vision.spatial_merge_size;
+  auto bad = [&](const std::string& why) {
+    throw RequestError(400, "invalid_request_error",
+                       fmt::format("{} {}: {}", modality_name(item.modality), k, why), "messages");
+  };
+  if (item.modality != Modality::Image && item.modality != Modality::Video) bad("not an image or a video");
+  if (g[0] < 1 || g[1] < 1 || g[2] < 1 || g[1] % m != 0 || g[2] % m != 0)
+    bad(fmt::format("grid ({}, {}, {}) is not a positive multiple of the merge size {}", g[0], g[1], g[2], m));
+  if (item.modality == Modality::Image && g[0] != 1) bad(fmt::format("an image has grid t = {}, not 1", g[0]));
+  const int64_t P = static_cast<int64_t>(g[0]) * g[1] * g[2];
+  if (static_cast<int64_t>(item.data.size()) != P * config_.vision.patch_dim())
+    bad(fmt::format("{} values for {} patches of {}", item.data.size(), P, config_.vision.patch_dim()));
+  return P / (m * m);
+}
+
+int64_t Qwen2VLModel::tokens_per_frame(const MediaPixels& item) const {
+  const int m = config_.vision.spatial_merge_size;
+  return static_cast<int64_t>(item.grid_thw[1]) * item.grid_thw[2] / (m * m);
+}
+
+void Qwen2VLModel::encode_media(std::span<const MediaPixels* const> items, float* out) const {
+  std::vector<std::array<int32_t, 3>> grids;
+  size_t total = 0;
+  for (const MediaPixels* it : items) {
+    grids.push_back(it->grid_thw);
+    total += it->data.size();
+  }
+  if (items.size() == 1) {
+    vision_->encode(items[0]->data.data(), grids, out);
+    return;
+  }
+  std::vector<float> pixels;  // [sum P, K]
+  pixels.reserve(total);
+  for (const MediaPixels* it : items) pixels.insert(pixels.end(), it->data.begin(), it->data.end());
+  vision_->encode(pixels.data(), grids, out);
+}
+
+std::optional<MropePositions> Qwen2VLModel::mrope_positions(std::span<const int32_t> ids,
+                                                            std::span<const MediaPixels> items) const {
+  std::vector<std::array<int32_t, 3>> image_grids, video_grids;
+  std::vector<float> second_per_grid;
+  for (const MediaPixels& it : items) {
+    if (it.modality == Modality::Video) {
+      video_grids.push_back(it.grid_thw);
+      second_per_grid.push_back(it.second_per_grid);
+    } else {
+      image_grids.push_back(it.grid_thw);
+    }
+  }
+  return positions(ids, image_grids, video_grids, second_per_grid);
+}
+
 MropePositions Qwen2VLModel::positions(std::span<const int32_t> ids, std::span<const std::array<int32_t, 3>> image_grids,
                                        std::span<const std::array<int32_t, 3>> video_grids,
                                        std::span<const float> second_per_grid) const {

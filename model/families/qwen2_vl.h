@@ -19,6 +19,7 @@
 
 #include "model/llm_decoder.h"
 #include "model/model_config.h"
+#include "model/multimodal_model.h"
 #include "model/mrope_positions.h"
 #include "model/qwen2_vision.h"
 #include "model/weights.h"
@@ -39,15 +40,28 @@ struct Qwen2VLConfig {
   static Qwen2VLConfig load(const std::string& model_dir);
 };
 
-class Qwen2VLModel {
+class Qwen2VLModel : public MultimodalModel {
  public:
   // Loads DIR/config.json and the weights. Throws LoadError naming the file (and tensor).
   static std::unique_ptr<Qwen2VLModel> load(const std::string& model_dir);
   Qwen2VLModel(Qwen2VLConfig config, WeightStore weights);
 
   const Qwen2VLConfig& config() const { return config_; }
-  const LlmDecoder& decoder() const { return *decoder_; }
+  const LlmDecoder& decoder() const override { return *decoder_; }
   const Qwen2VisionEncoder& vision() const { return *vision_; }
+
+  // MultimodalModel. An item is MediaPixels with grid_thw set and data [t*h*w, patch_dim]
+  // (model/qwen2vl_preprocess); an image has t = 1. It takes t*h*w / merge^2 prompt tokens,
+  // h*w / merge^2 per temporal grid step (tokens_per_frame).
+  bool accepts_video() const override { return true; }
+  int32_t image_token_id() const override { return config_.image_token_id; }
+  int32_t video_token_id() const override { return config_.video_token_id; }
+  int64_t media_tokens(const MediaPixels& item, int k) const override;
+  int64_t tokens_per_frame(const MediaPixels& item) const override;
+  void encode_media(std::span<const MediaPixels* const> items, float* out) const override;
+  // positions() of the items' grids (videos: their second_per_grid).
+  std::optional<MropePositions> mrope_positions(std::span<const int32_t> ids,
+                                                std::span<const MediaPixels> items) const override;
 
   // Preprocessed patches of N items (images, or videos) -> embeddings [sum t*h*w / 4, C].
   void encode(const float* pixels /*[P, K]*/, std::span<const std::array<int32_t, 3>> grids, float* out) const;

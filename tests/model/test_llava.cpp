@@ -173,11 +173,15 @@ TEST(Architecture, DispatchAndClearError) {
   const auto dir = std::filesystem::temp_directory_path() / "vlm_arch_test";
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen2VLForConditionalGeneration"]})";
+  EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::Qwen2VL);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen2_5_VLForConditionalGeneration"]})";
+  EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::Qwen2VL);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["MllamaForConditionalGeneration"]})";
   try {
     detect_architecture(dir.string());
     ADD_FAILURE() << "no error";
   } catch (const LoadError& e) {
-    EXPECT_NE(std::string(e.what()).find("Qwen2VLForConditionalGeneration"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("MllamaForConditionalGeneration"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos);
   }
   std::filesystem::remove_all(dir);

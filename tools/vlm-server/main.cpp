@@ -6,11 +6,14 @@
 //              [--max-waiting N] [--threads N] [--log-level L]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
-// The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
-// Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
-// DIR/preprocessor_config.json).
+//              [--max-videos-per-request N] [--max-video-frames N]
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
 //              [--look-m-scores window|full] [--look-m-text-only 0|1]
+// The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
+// Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
+// DIR/preprocessor_config.json), Qwen2VLForConditionalGeneration and
+// Qwen2_5_VLForConditionalGeneration (images and videos as frame lists; DIR/preprocessor_config.json
+// and DIR/video_preprocessor_config.json, else the image one).
 // A --config file is a JSON object with the same names (dashes or underscores); flags override it.
 // SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
 #include <signal.h>
@@ -30,6 +33,7 @@
 #include "kernels/thread_pool.h"
 #include "model/families/architecture.h"
 #include "model/families/llava.h"
+#include "model/families/qwen2_vl.h"
 #include "model/sink_router_config_file.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
@@ -56,6 +60,8 @@ const std::map<std::string, std::string> kFlags = {
     {"max-images-per-request", "images in one chat request (default 8)"},
     {"max-image-bytes", "encoded bytes of one image (default 20 MiB)"},
     {"max-image-pixels", "width x height of one image (default 64 Mi)"},
+    {"max-videos-per-request", "videos in one chat request (default 4; Qwen2-VL family)"},
+    {"max-video-frames", "frames of one video (default 32; Qwen2-VL family)"},
     {"look-m", "LOOK-M KV compression: off (default), text-prior-pivot, text-prior-avg, text-prior-weighted, "
                "text-prior-h2o, pivot, avg, weighted, h2o"},
     {"look-m-recent-ratio", "LOOK-M recent window share (default 0.1)"},
@@ -198,6 +204,8 @@ int main(int argc, char** argv) {
     if (flags.count("allowed-media-domains")) api.media.allowed_domains = split_commas(flags.at("allowed-media-domains"));
     if (flags.count("allowed-local-media-path")) api.media.allowed_local_path = flags.at("allowed-local-media-path");
     api.max_images_per_request = static_cast<int>(int_flag(flags, "max-images-per-request", 8, 0));
+    api.max_videos_per_request = static_cast<int>(int_flag(flags, "max-videos-per-request", 4, 0));
+    const int max_video_frames = static_cast<int>(int_flag(flags, "max-video-frames", 32, 1));
     api.image_limits.max_bytes = int_flag(flags, "max-image-bytes", api.media.max_bytes, 1);
     api.image_limits.max_pixels = int_flag(flags, "max-image-pixels", api.image_limits.max_pixels, 1);
     api.media.max_bytes = api.image_limits.max_bytes;
@@ -279,6 +287,28 @@ int main(int argc, char** argv) {
           throw vlm::LoadError(fmt::format("{}/preprocessor_config.json: images come out {}x{}, the vision tower takes {}x{}",
                                            model_dir, h, w, model->image_size(), model->image_size()));
         api.images = images;
+        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
+                                               vlm::make_text_decoder_factory(tokenizer));
+        break;
+      }
+      case vlm::ModelArchitecture::Qwen2VL: {
+        auto model = vlm::Qwen2VLModel::load(model_dir);
+        warm_weights(model->decoder());
+        vlm::Qwen2VLMediaOptions media;
+        media.image = vlm::Qwen2VLPreprocessConfig::load(model_dir, /*video=*/false);
+        media.video = vlm::Qwen2VLPreprocessConfig::load(model_dir, /*video=*/true);
+        media.image_token_id = model->image_token_id();
+        media.video_token_id = model->video_token_id();
+        media.max_video_frames = max_video_frames;
+        const vlm::Qwen2VisionConfig& vc = model->config().vision;
+        for (const auto* p : {&media.image, &media.video})
+          if (p->patch_size != vc.patch_size || p->merge_size != vc.spatial_merge_size ||
+              p->temporal_patch_size != vc.temporal_patch_size)
+            throw vlm::LoadError(fmt::format("{}: the preprocessor's patch/merge/temporal sizes {}/{}/{} are not the "
+                                             "vision tower's {}/{}/{}",
+                                             model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
+                                             vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
+        api.qwen2vl = media;
         engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
                                                vlm::make_text_decoder_factory(tokenizer));
         break;
