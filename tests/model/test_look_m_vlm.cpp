@@ -11,7 +11,9 @@
 // are always exact; and, averaged over modes and prompts, evicting more (5%) moves the logits at
 // least as much as evicting less (50%).
 //
-// VLM_LOOK_M_FIDELITY_TABLE=1 (and optionally VLM_LOOK_M_FIDELITY_STEPS=N, default 16) enables
+// VLM_LOOK_M_FIDELITY_TABLE=1 (optionally VLM_LOOK_M_FIDELITY_STEPS=N, default 16;
+// VLM_LOOK_M_FIDELITY_BUDGETS=0.9,0.5 other budgets; VLM_LOOK_M_FIDELITY_ONLY=substring of
+// "model, prompt" one case) enables
 // LookMLlavaFidelity.FullTable, which prints the table of bench/RESULTS.md ("Fidelity on the
 // LLaVA fixture (real images)"): llava_small (16 tokens per image, the server tests' model),
 // llava_336 (576 tokens per image, LLaVA-1.5's span) and qwen2_vl_tiny, every mode, scores
@@ -431,8 +433,15 @@ TEST(LookMLlavaFidelity, FullTable) {
   };
   const char* modes[] = {"text-prior-pivot", "text-prior-avg", "text-prior-weighted", "text-prior-h2o",
                          "pivot", "avg", "weighted", "h2o"};
-  const double budgets[] = {0.50, 0.35, 0.20, 0.05};
+  std::vector<double> budgets = {0.50, 0.35, 0.20, 0.05};
+  if (const char* b = std::getenv("VLM_LOOK_M_FIDELITY_BUDGETS")) {  // e.g. "0.99,0.9"
+    budgets.clear();
+    std::istringstream in(b);
+    for (std::string x; std::getline(in, x, ',');) budgets.push_back(std::stod(x));
+  }
+  const char* only = std::getenv("VLM_LOOK_M_FIDELITY_ONLY");  // substring of "model, prompt"
   for (const Case& c : cases) {
+    if (only && (c.model + ", " + c.prompt).find(only) == std::string::npos) continue;
     const std::unique_ptr<VlmLookM> mp = c.make();
     VlmLookM& m = *mp;
     std::vector<int32_t> greedy;
@@ -446,7 +455,7 @@ TEST(LookMLlavaFidelity, FullTable) {
       for (double b : budgets) std::printf(" %d%% (%d kept) |", int(b * 100 + 0.5),
                                            look_m_budget(setting("h2o", scores, b).params, m.length()).kept());
       std::printf("\n| --- |");
-      for (size_t i = 0; i < std::size(budgets); ++i) std::printf(" ---: |");
+      for (size_t i = 0; i < budgets.size(); ++i) std::printf(" ---: |");
       std::printf("\n");
       for (const char* mode : modes) {
         std::printf("| %s |", mode);
