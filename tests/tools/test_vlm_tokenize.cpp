@@ -3,12 +3,14 @@
 // them); bad input is a usage error (exit 2), a missing model a load error naming the file (1).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -30,14 +32,17 @@ std::string slurp(const std::string& path) {
 }
 
 Result run(const std::string& args, const std::string& input) {
-  const std::string dir = ::testing::TempDir();
-  const std::string in = dir + "/vlm_tokenize_in", out = dir + "/vlm_tokenize_out",
-                    err = dir + "/vlm_tokenize_err";
+  // Per process: the test binaries of several checkouts may run at once on one machine.
+  const std::string dir = ::testing::TempDir(), tag = std::to_string(::getpid());
+  const std::string in = dir + "/vlm_tokenize_in_" + tag, out = dir + "/vlm_tokenize_out_" + tag,
+                    err = dir + "/vlm_tokenize_err_" + tag;
   std::ofstream(in, std::ios::binary) << input;
   const std::string cmd = std::string(VLM_BIN_DIR) + "/vlm-tokenize " + args + " < " + in + " > " +
                           out + " 2> " + err;
   const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  for (const std::string* f : {&in, &out, &err}) std::remove(f->c_str());
+  return r;
 }
 
 std::string model_dir(const std::string& name) {
