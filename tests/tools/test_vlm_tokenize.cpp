@@ -110,9 +110,10 @@ TEST(VlmTokenize, ChatFileMatchesApplyChatTemplate) {
     const json& c = refs[name];
     for (const auto& conv : convs) {
       if (!c["renders"].contains(conv["name"].get<std::string>())) continue;
-      const std::string path = ::testing::TempDir() + "conv.json";
+      const std::string path = ::testing::TempDir() + "conv_" + std::to_string(::getpid()) + ".json";
       std::ofstream(path) << conv["messages"].dump();
       const Result r = run("--model " + model_dir(c["tokenizer"]) + " --chat " + path, "");
+      std::remove(path.c_str());
       ASSERT_EQ(r.exit_code, 0) << r.err;
       EXPECT_EQ(json::parse(r.out), c["renders"][conv["name"].get<std::string>()]["gen_ids"]) << name << " " << conv["name"];
     }
