@@ -3,14 +3,12 @@
 // them); bad input is a usage error (exit 2), a missing model a load error naming the file (1).
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -32,17 +30,14 @@ std::string slurp(const std::string& path) {
 }
 
 Result run(const std::string& args, const std::string& input) {
-  // Per process: the test binaries of several checkouts may run at once on one machine.
-  const std::string dir = ::testing::TempDir(), tag = std::to_string(::getpid());
-  const std::string in = dir + "/vlm_tokenize_in_" + tag, out = dir + "/vlm_tokenize_out_" + tag,
-                    err = dir + "/vlm_tokenize_err_" + tag;
+  const std::string dir = ::testing::TempDir();
+  const std::string in = dir + "/vlm_tokenize_in", out = dir + "/vlm_tokenize_out",
+                    err = dir + "/vlm_tokenize_err";
   std::ofstream(in, std::ios::binary) << input;
   const std::string cmd = std::string(VLM_BIN_DIR) + "/vlm-tokenize " + args + " < " + in + " > " +
                           out + " 2> " + err;
   const int status = std::system(cmd.c_str());
-  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  for (const std::string* f : {&in, &out, &err}) std::remove(f->c_str());
-  return r;
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
 }
 
 std::string model_dir(const std::string& name) {
@@ -110,10 +105,9 @@ TEST(VlmTokenize, ChatFileMatchesApplyChatTemplate) {
     const json& c = refs[name];
     for (const auto& conv : convs) {
       if (!c["renders"].contains(conv["name"].get<std::string>())) continue;
-      const std::string path = ::testing::TempDir() + "conv_" + std::to_string(::getpid()) + ".json";
+      const std::string path = ::testing::TempDir() + "conv.json";
       std::ofstream(path) << conv["messages"].dump();
       const Result r = run("--model " + model_dir(c["tokenizer"]) + " --chat " + path, "");
-      std::remove(path.c_str());
       ASSERT_EQ(r.exit_code, 0) << r.err;
       EXPECT_EQ(json::parse(r.out), c["renders"][conv["name"].get<std::string>()]["gen_ids"]) << name << " " << conv["name"];
     }
