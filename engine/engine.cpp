@@ -193,6 +193,7 @@ void Engine::postprocess(std::vector<Sampled>& sampled) {
 
 void Engine::compress_kv(const SchedulerOutput& out) {
   const int64_t freed = kv_compressor_.apply(out, blocks_, stats_);
+  stats_.look_m_kv_bytes_freed += freed * cache_->shape().bytes_per_block();
   if (freed > 0) VLM_LOG_DEBUG("LOOK-M freed {} KV blocks", freed);
 }
 

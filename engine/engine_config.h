@@ -72,6 +72,7 @@ struct EngineStats {
   int64_t look_m_kv_tokens_before = 0;      // their cache tokens before compression
   int64_t look_m_kv_tokens_after = 0;       // and after
   int64_t look_m_kv_blocks_freed = 0;       // blocks returned by the trims
+  int64_t look_m_kv_bytes_freed = 0;        // their K+V bytes over all layers
   int64_t sink_groups_routed = 0;           // SinkRouter decode (token, layer, kv group) decisions
   int64_t sink_groups_skipped = 0;          // ... sink groups among them (KV not read)
   int64_t sink_kv_bytes_skipped = 0;        // KV cache bytes those groups did not read

@@ -31,6 +31,10 @@ struct GenerationRequest {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // over all n choices
+  // LOOK-M: the prompt's KV cache tokens before and after compression (both 0: not compressed).
+  // With n > 1 choices the prompt's cache is compressed once and shared: counted once.
+  int64_t look_m_kv_tokens_before = 0;
+  int64_t look_m_kv_tokens_kept = 0;
   int64_t total_tokens() const { return prompt_tokens + completion_tokens; }
 };
 

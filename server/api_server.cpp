@@ -91,6 +91,7 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
   m.declare("vlm:sink_router_kv_bytes_skipped_total", T::Counter, "KV cache bytes SinkRouter did not read.");
   m.declare("vlm:look_m_compressions_total", T::Counter, "Sequences whose KV cache LOOK-M compressed.");
   m.declare("vlm:look_m_kv_blocks_freed_total", T::Counter, "KV blocks LOOK-M freed.");
+  m.declare("vlm:look_m_kv_bytes_saved_total", T::Counter, "KV cache bytes LOOK-M returned to the pool.");
   m.declare("vllm:time_to_first_token_seconds", T::Histogram, "Histogram of time to first token in seconds.",
             MetricsRegistry::latency_buckets());
   m.declare("vllm:inter_token_latency_seconds", T::Histogram, "Histogram of inter-token latency in seconds.",
@@ -407,6 +408,7 @@ HttpReply ApiServer::metrics_text(const HttpRequest&) {
   counter_to("vlm:sink_router_kv_bytes_skipped_total", static_cast<double>(s.sink_kv_bytes_skipped));
   counter_to("vlm:look_m_compressions_total", static_cast<double>(s.num_look_m_compressions));
   counter_to("vlm:look_m_kv_blocks_freed_total", static_cast<double>(s.look_m_kv_blocks_freed));
+  counter_to("vlm:look_m_kv_bytes_saved_total", static_cast<double>(s.look_m_kv_bytes_freed));
   return HttpReply::text(200, metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
 }
 

@@ -35,8 +35,19 @@ void TokenClock::tick(const ResponseMeta& meta) {
 }
 
 json usage_json(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.total_tokens()}};
+  json j = {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.total_tokens()}};
+  if (u.look_m_kv_tokens_before > 0)
+    j["vlm"] = {{"look_m_kv_tokens_before", u.look_m_kv_tokens_before},
+                {"look_m_kv_tokens_kept", u.look_m_kv_tokens_kept}};
+  return j;
+}
+
+void add_usage(Usage& into, const Usage& u) {
+  into.prompt_tokens += u.prompt_tokens;
+  into.completion_tokens += u.completion_tokens;
+  into.look_m_kv_tokens_before += u.look_m_kv_tokens_before;
+  into.look_m_kv_tokens_kept += u.look_m_kv_tokens_kept;
 }
 
 json chat_logprobs_json(const std::vector<TokenLogprobs>& lps, const ResponseMeta& meta) {
@@ -147,10 +158,7 @@ std::string CompletionStream::drain_locked() {
       }
       out += event_chunks(*e, static_cast<int>(p));
       if (!e->token_ids.empty()) clock_.tick(meta_);
-      if (e->usage) {
-        usage_.prompt_tokens += e->usage->prompt_tokens;
-        usage_.completion_tokens += e->usage->completion_tokens;
-      }
+      if (e->usage) add_usage(usage_, *e->usage);
       if (e->done) finished_[p] = true;
     }
   }
@@ -252,10 +260,7 @@ void CompletionCollector::pump() {
         c.finish_reason = finish_reason_name(e->finish_reason);
         c.stop_reason = stop_reason_json(*e);
       }
-      if (e->usage) {
-        usage_.prompt_tokens += e->usage->prompt_tokens;
-        usage_.completion_tokens += e->usage->completion_tokens;
-      }
+      if (e->usage) add_usage(usage_, *e->usage);
       if (e->done) finished_[p] = true;
     }
   }

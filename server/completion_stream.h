@@ -116,7 +116,11 @@ class CompletionCollector : public DeferredReply, public std::enable_shared_from
 };
 
 // JSON pieces shared by both.
+// usage_json adds "vlm": {"look_m_kv_tokens_before", "look_m_kv_tokens_kept"} when LOOK-M
+// compressed a prompt of the response (summed over its prompts).
 nlohmann::json usage_json(const Usage& u);
+// Adds one engine request's usage into a response's total.
+void add_usage(Usage& into, const Usage& u);
 nlohmann::json chat_logprobs_json(const std::vector<TokenLogprobs>& lps, const ResponseMeta& meta);
 nlohmann::json completion_logprobs_json(const std::vector<TokenLogprobs>& lps, const ResponseMeta& meta,
                                         size_t text_offset);

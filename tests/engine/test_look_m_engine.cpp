@@ -72,6 +72,10 @@ TEST(LookMEngine, CompressesFreesBlocksAndKeepsDecoding) {
   EXPECT_EQ(engine->stats().look_m_kv_tokens_before, kPrompt);
   EXPECT_EQ(engine->stats().look_m_kv_tokens_after, kept);
   EXPECT_EQ(engine->stats().look_m_kv_blocks_freed, kPrompt / 8 - kept / 8);
+  // Freed bytes: the freed blocks' K and V in every layer, f32 cache (test_config).
+  const ModelConfig& mc = engine->decoder().config();
+  const int64_t block_bytes = 2 * mc.num_layers * mc.num_kv_heads * 8 * mc.head_dim * int64_t(sizeof(float));
+  EXPECT_EQ(engine->stats().look_m_kv_bytes_freed, (kPrompt / 8 - kept / 8) * block_bytes);
   EXPECT_EQ(engine->block_manager().num_used_blocks(), kept / 8);
   RequestResult res;
   while (engine->has_unfinished()) engine->step();
@@ -80,10 +84,13 @@ TEST(LookMEngine, CompressesFreesBlocksAndKeepsDecoding) {
   ASSERT_FALSE(res.error);
   EXPECT_EQ(res.choices.at(0).tokens.size(), 20u);
   EXPECT_EQ(res.usage->prompt_tokens, kPrompt);  // usage counts logical tokens
+  EXPECT_EQ(res.usage->look_m_kv_tokens_before, kPrompt);
+  EXPECT_EQ(res.usage->look_m_kv_tokens_kept, kept);
   EXPECT_TRUE(engine->check_idle());
   // A text-only prompt is left alone unless text_only_prompts is set.
-  run_engine(*engine, {{0, text_only}});
+  const auto plain = run_engine(*engine, {{0, text_only}});
   EXPECT_EQ(engine->stats().num_look_m_compressions, 1);
+  EXPECT_EQ(plain.at("text").usage->look_m_kv_tokens_before, 0);  // not compressed: not reported
   text_only.id = "text2";
   text_only.look_m = on();
   text_only.look_m->params.text_only_prompts = true;

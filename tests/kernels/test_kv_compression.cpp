@@ -268,6 +268,54 @@ TEST(LookMCompact, OptimizedMatchesReferenceInThePagedCache) {
   }
 }
 
+// The whole per-layer pipeline, every mode: optimized scores (sgemm, f32) + optimized
+// compaction against the naive one (dense attention matrix in double + explicit-set selection +
+// per-pair merges), for MHA and GQA, odd lengths, several images, both score sources. Random
+// continuous inputs keep the rankings free of near-ties, so both keep the same sets.
+TEST(LookMCompact, EveryModeEndToEndMatchesTheNaivePipeline) {
+  struct Shape { int L, H, Hkv, D, B, prefix, images, span; };
+  const Shape shapes[] = {{83, 4, 4, 16, 16, 5, 2, 30}, {157, 6, 2, 8, 8, 3, 4, 31}, {61, 7, 1, 32, 16, 0, 1, 40}};
+  for (const Shape& c : shapes) {
+    for (const char* mode : {"text-prior-pivot", "text-prior-avg", "text-prior-weighted", "text-prior-h2o", "pivot",
+                             "avg", "weighted", "h2o"}) {
+      for (LookMScores scores : {LookMScores::Full, LookMScores::Window}) {
+        OneSeqCache a(c.L, c.Hkv, c.D, c.B, DType::F32, 100 + c.L), b(c.L, c.Hkv, c.D, c.B, DType::F32, 100 + c.L);
+        const std::vector<float> q = random_q(c.L, c.H, c.D, 200 + c.L, 1.5f);
+        LookMParams p = *look_m_mode_from_name(mode);
+        p.scores = scores;
+        p.window = 19;
+        p.recent_ratio = 0.1;
+        p.important_ratio = 0.23;
+        const int first = scores == LookMScores::Full ? 0 : c.L - p.window;
+        std::vector<float> so(size_t(c.Hkv) * c.L, 0.f), sr(so);
+        // Optimized scores in two chunks (as prefill produces them), reference in one pass.
+        const int cut = first + (c.L - first) / 2;
+        accumulate_attention_scores(q.data() + size_t(first) * c.H * c.D, cut - first, c.H, a.kv, a.table.data(),
+                                    first, 0.35f, so.data(), c.L);
+        accumulate_attention_scores(q.data() + size_t(cut) * c.H * c.D, c.L - cut, c.H, a.kv, a.table.data(), cut,
+                                    0.35f, so.data(), c.L);
+        accumulate_attention_scores_ref(q.data() + size_t(first) * c.H * c.D, c.L - first, c.H, b.kv, b.table.data(),
+                                        first, 0.35f, sr.data(), c.L);
+        const std::vector<uint8_t> t = tags(c.L, c.prefix, c.images, c.span);
+        const int32_t na = compact_sequence_kv(a.kv, a.table.data(), c.L, so.data(), c.L, t.data(), p);
+        const int32_t nb = compact_sequence_kv_ref(b.kv, b.table.data(), c.L, sr.data(), c.L, t.data(), p);
+        ASSERT_EQ(na, nb);
+        EXPECT_EQ(na, int(0.1 * c.L) + int(0.23 * c.L)) << "budget met exactly";
+        std::vector<float> ka(size_t(c.L) * c.D), kb(ka.size()), va(ka.size()), vb(ka.size());
+        for (int h = 0; h < c.Hkv; ++h) {
+          gather_kv_head(a.kv, a.table.data(), na, h, ka.data(), va.data());
+          gather_kv_head(b.kv, b.table.data(), nb, h, kb.data(), vb.data());
+          for (int64_t i = 0; i < int64_t(na) * c.D; ++i) {
+            ASSERT_NEAR(ka[i], kb[i], 1e-5 * std::max(1.0f, std::abs(kb[i])))
+                << mode << " " << look_m_scores_name(scores) << " L=" << c.L << " h=" << h << " i=" << i;
+            ASSERT_NEAR(va[i], vb[i], 1e-5 * std::max(1.0f, std::abs(vb[i])));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(LookMParams, NamesAndBudget) {
   for (const char* n : {"text-prior-pivot", "text-prior-avg", "text-prior-weighted", "text-prior-h2o", "pivot", "avg",
                         "weighted", "h2o"}) {
