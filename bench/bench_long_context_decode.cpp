@@ -466,8 +466,8 @@ int main(int argc, char** argv) {
     std::printf("\nWhole decode step (LlmDecoder::forward, 1 token, logits; median of %d; weights read %.0f MiB):\n\n",
                 o.reps, weight_bytes / (1 << 20));
     std::printf("| L | variant | KV tokens | step ms (wall median) | wall min | CPU ms (median) | tokens/s (wall) | "
-                "x full (wall) | x full (CPU) | KV MiB read | skipped (routed groups) | tau | GB/s (KV + weights, wall) |\n"
-                "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+                "x full (wall) | x full (CPU) | KV MiB read | skipped (routed groups) | tau | GB/s (KV + weights, wall) | GB per CPU-s |\n"
+                "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (const Variant& v : vars) {
       const double m = median(v.step_s), mn = *std::min_element(v.step_s.begin(), v.step_s.end());
       const int64_t sk = v.routed ? v.step_skipped : 0;
@@ -479,17 +479,17 @@ int main(int argc, char** argv) {
         std::snprintf(tau, sizeof tau, "%.4f", v.tau);
       }
       const double mc = median(v.step_cpu);
-      std::printf("| %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %s | %s | %.1f |\n", L,
+      std::printf("| %d | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %s | %s | %.1f | %.1f |\n", L,
                   v.name.c_str(), v.seq->cache_len + 1, m * 1e3, mn * 1e3, mc * 1e3, 1.0 / m,
                   ref ? median(ref->step_s) / m : 0.0, ref ? median(ref->step_cpu) / mc : 0.0, bytes / (1 << 20), skip,
-                  tau, (bytes + weight_bytes) / m / 1e9);
+                  tau, (bytes + weight_bytes) / m / 1e9, (bytes + weight_bytes) / mc / 1e9);
     }
     std::printf("\nDecode-attention path (AttentionLayer::forward over %d layers, synthetic queries, planted sinks; "
                 "median of %d):\n\n",
                 NL, o.attention_reps);
     std::printf("| L | variant | attention ms (wall median) | wall min | CPU ms (median) | x full (wall) | x full (CPU) | "
-                "KV MiB read | skipped (routed groups) | GB/s (wall) |\n"
-                "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+                "KV MiB read | skipped (routed groups) | GB/s (wall) | GB per CPU-s |\n"
+                "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (const Variant& v : vars) {
       if (v.attn_s.empty()) continue;
       const double m = median(v.attn_s), mn = *std::min_element(v.attn_s.begin(), v.attn_s.end());
@@ -501,9 +501,9 @@ int main(int argc, char** argv) {
                       100.0 * sk / std::max(1, routed_groups));
       const double mc = median(v.attn_cpu);
       const bool r = ref && !ref->attn_s.empty();
-      std::printf("| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %s | %.1f |\n", L, v.name.c_str(), m * 1e3,
-                  mn * 1e3, mc * 1e3, r ? median(ref->attn_s) / m : 0.0, r ? median(ref->attn_cpu) / mc : 0.0,
-                  bytes / (1 << 20), skip, bytes / m / 1e9);
+      std::printf("| %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %s | %.1f | %.1f |\n", L, v.name.c_str(),
+                  m * 1e3, mn * 1e3, mc * 1e3, r ? median(ref->attn_s) / m : 0.0, r ? median(ref->attn_cpu) / mc : 0.0,
+                  bytes / (1 << 20), skip, bytes / m / 1e9, bytes / mc / 1e9);
     }
     std::fflush(stdout);
     if (o.check) {
