@@ -46,7 +46,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
