@@ -16,6 +16,7 @@ packages=(
   prometheus                               # promtool checks the /metrics exposition in tests
   libgtest-dev libgmock-dev libbenchmark-dev
   python3
+  nginx python3-yaml                       # replica test (tests/scaleout): load balancer, manifest check
 )
 # The test data comes from the npm registry: use the machine's npm, or Debian's.
 command -v npm >/dev/null 2>&1 || packages+=(npm)

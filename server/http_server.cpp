@@ -5,6 +5,9 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -236,12 +239,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     // next request's bytes arrive; by then they may have been read, so it must not judge this one.
     stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), seq = num_requests_](beast::error_code ec) {
       if (ec || seq != self->num_requests_ || (!self->stream_src_ && !self->deferred_)) return;
-      boost::system::error_code aec;
-      if (self->stream_.socket().available(aec) == 0 || aec) {
+      // Readiness alone does not mean the peer left: epoll is edge-triggered, and an edge from
+      // request bytes that the read already consumed can complete this wait afterwards (seen
+      // behind nginx under load: a live request closed, nginx answered 502). Peek: 0 = the peer
+      // closed; EAGAIN = nothing there, wait again; data = a pipelined request, read after this reply.
+      char byte;
+      const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->watch_disconnect();
+      if (n <= 0) {
         VLM_LOG_DEBUG("client {} disconnected mid-request", self->remote_);
         self->shutdown();
       }
-      // else: a pipelined request is waiting; it is read after this reply.
     });
   }
 

@@ -15,12 +15,19 @@
 // Qwen2_5_VLForConditionalGeneration (images and videos as frame lists; DIR/preprocessor_config.json
 // and DIR/video_preprocessor_config.json, else the image one).
 // A --config file is a JSON object with the same names (dashes or underscores); flags override it.
+// Every flag can also come from the environment as VLM_SERVER_<NAME> (upper case, '-' -> '_'), e.g.
+// VLM_SERVER_MODEL=/model, VLM_SERVER_DRAIN_TIMEOUT=60 (for containers): flags > environment > --config.
+// --listen-while-loading off: the port opens only once the model is loaded (connection refused until
+// then), for load balancers that only check passively (nginx max_fails): they then retry elsewhere
+// instead of handing requests to a replica that is still loading. Default on: /health answers 503.
 // SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
 #include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -57,6 +64,7 @@ const std::map<std::string, std::string> kFlags = {
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
     {"drain-timeout", "seconds to finish requests on SIGTERM (default 30)"},
+    {"listen-while-loading", "on (default): /health answers 503 while loading; off: the port opens when ready"},
     {"max-images-per-request", "images in one chat request (default 8)"},
     {"max-image-bytes", "encoded bytes of one image (default 20 MiB)"},
     {"max-image-pixels", "width x height of one image (default 64 Mi)"},
@@ -93,6 +101,11 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
     }
     if (!kFlags.count(a)) usage("unknown flag --" + a);
     flags[a] = value;
+  }
+  for (const auto& [k, help] : kFlags) {
+    std::string env = "VLM_SERVER_";
+    for (char c : k) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (const char* v = std::getenv(env.c_str()); v && !flags.count(k)) flags[k] = v;
   }
   if (flags.count("config")) {
     std::ifstream in(flags["config"]);
@@ -259,9 +272,16 @@ int main(int argc, char** argv) {
     loading_router.add("GET", "/health", [](const vlm::HttpRequest&) {
       return vlm::HttpReply::error(503, "unavailable_error", "model is loading");
     });
-    auto loading = std::make_unique<vlm::HttpServer>(http, loading_router);
-    loading->start();
-    VLM_LOG_INFO("loading {} (health answers 503 until ready)", model_dir);
+    const std::string listen_while_loading = flags.count("listen-while-loading") ? flags.at("listen-while-loading") : "on";
+    if (listen_while_loading != "on" && listen_while_loading != "off") usage("--listen-while-loading must be on or off");
+    std::unique_ptr<vlm::HttpServer> loading;
+    if (listen_while_loading == "on") {
+      loading = std::make_unique<vlm::HttpServer>(http, loading_router);
+      loading->start();
+      VLM_LOG_INFO("loading {} (health answers 503 until ready)", model_dir);
+    } else {
+      VLM_LOG_INFO("loading {} (the port opens when ready)", model_dir);
+    }
 
     std::shared_ptr<const vlm::Tokenizer> tokenizer;
     if (std::ifstream(model_dir + "/tokenizer.json")) tokenizer = vlm::Tokenizer::load(model_dir);
@@ -319,9 +339,11 @@ int main(int argc, char** argv) {
     api_server.register_routes(router);
 
     // Swap the loading server for the real one on the same port.
-    http.port = loading->port();
-    loading->stop();
-    loading.reset();
+    if (loading) {
+      http.port = loading->port();
+      loading->stop();
+      loading.reset();
+    }
     server = std::make_unique<vlm::HttpServer>(http, router);
     server->start();
     api_server.set_ready(true);
