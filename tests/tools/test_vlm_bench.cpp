@@ -122,9 +122,9 @@ TEST(VlmBench, HundredsOfConcurrentStreams) {
   const BenchRun r = run_bench("--base-url " + server.base_url() + " --num-prompts 300 --input-len 8 --output-len 4", "many");
   expect_clean(r, 300, 4);
   EXPECT_GE(r.result["max_concurrent_requests"].get<int>(), 200);
-  // Chunks 20 ms apart are timed as such, even with 300 streams in flight.
+  // Chunks sent at least 20 ms apart are never timed as closer (no upper bound: a loaded machine
+  // delays them, and tests assert no timings).
   EXPECT_GT(r.result["median_itl_ms"].get<double>(), 15.0);
-  EXPECT_LT(r.result["median_itl_ms"].get<double>(), 60.0);
 }
 
 TEST(VlmBench, CompletionsTokenIdsPoissonRate) {
