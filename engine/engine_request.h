@@ -19,7 +19,11 @@ struct Engine::Request {
   Usage usage() const {
     Usage u;
     u.prompt_tokens = static_cast<int64_t>(req.prompt_ids.size());
-    for (const auto& s : seqs) u.completion_tokens += s->num_output_tokens();
+    for (const auto& s : seqs) {
+      u.completion_tokens += s->num_output_tokens();
+      u.sink_groups_routed += s->sink_anchors.groups_routed;
+      u.sink_groups_skipped += s->sink_anchors.groups_skipped;
+    }
     if (!seqs.empty()) {  // choice 0 prefilled (and compressed) the prompt
       u.look_m_kv_tokens_before = seqs.front()->look_m_kv_tokens_before;
       u.look_m_kv_tokens_kept = seqs.front()->look_m_kv_tokens_after;

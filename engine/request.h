@@ -35,6 +35,9 @@ struct Usage {
   // With n > 1 choices the prompt's cache is compressed once and shared: counted once.
   int64_t look_m_kv_tokens_before = 0;
   int64_t look_m_kv_tokens_kept = 0;
+  // SinkRouter: decode (token, layer, kv group) decisions of all choices, and the skipped ones.
+  int64_t sink_groups_routed = 0;
+  int64_t sink_groups_skipped = 0;
   int64_t total_tokens() const { return prompt_tokens + completion_tokens; }
 };
 

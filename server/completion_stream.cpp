@@ -37,9 +37,17 @@ void TokenClock::tick(const ResponseMeta& meta) {
 json usage_json(const Usage& u) {
   json j = {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
             {"total_tokens", u.total_tokens()}};
-  if (u.look_m_kv_tokens_before > 0)
-    j["vlm"] = {{"look_m_kv_tokens_before", u.look_m_kv_tokens_before},
-                {"look_m_kv_tokens_kept", u.look_m_kv_tokens_kept}};
+  json vlm = json::object();
+  if (u.look_m_kv_tokens_before > 0) {
+    vlm["look_m_kv_tokens_before"] = u.look_m_kv_tokens_before;
+    vlm["look_m_kv_tokens_kept"] = u.look_m_kv_tokens_kept;
+  }
+  if (u.sink_groups_routed > 0) {
+    vlm["sink_groups_routed"] = u.sink_groups_routed;
+    vlm["sink_groups_skipped"] = u.sink_groups_skipped;
+    vlm["sink_groups_skipped_ratio"] = static_cast<double>(u.sink_groups_skipped) / u.sink_groups_routed;
+  }
+  if (!vlm.empty()) j["vlm"] = std::move(vlm);
   return j;
 }
 
@@ -48,6 +56,8 @@ void add_usage(Usage& into, const Usage& u) {
   into.completion_tokens += u.completion_tokens;
   into.look_m_kv_tokens_before += u.look_m_kv_tokens_before;
   into.look_m_kv_tokens_kept += u.look_m_kv_tokens_kept;
+  into.sink_groups_routed += u.sink_groups_routed;
+  into.sink_groups_skipped += u.sink_groups_skipped;
 }
 
 json chat_logprobs_json(const std::vector<TokenLogprobs>& lps, const ResponseMeta& meta) {

@@ -117,7 +117,8 @@ class CompletionCollector : public DeferredReply, public std::enable_shared_from
 
 // JSON pieces shared by both.
 // usage_json adds "vlm": {"look_m_kv_tokens_before", "look_m_kv_tokens_kept"} when LOOK-M
-// compressed a prompt of the response (summed over its prompts).
+// compressed a prompt of the response (summed over its prompts), and {"sink_groups_routed",
+// "sink_groups_skipped", "sink_groups_skipped_ratio"} when SinkRouter routed its decode steps.
 nlohmann::json usage_json(const Usage& u);
 // Adds one engine request's usage into a response's total.
 void add_usage(Usage& into, const Usage& u);

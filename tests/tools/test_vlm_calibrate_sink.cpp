@@ -172,6 +172,12 @@ TEST_F(VlmCalibrateSink, ServerRoutesWithTheCalibratedConfig) {
   EXPECT_EQ(routed, 15 * 2 * 2) << m;
   EXPECT_GE(skipped, 0) << m;
   EXPECT_LE(skipped, routed);
+  // The request's usage reports the same decisions (it was the only request).
+  const nlohmann::json usage = nlohmann::json::parse(c.body)["usage"];
+  ASSERT_TRUE(usage.contains("vlm")) << c.body;
+  EXPECT_EQ(usage["vlm"]["sink_groups_routed"].get<double>(), routed);
+  EXPECT_EQ(usage["vlm"]["sink_groups_skipped"].get<double>(), skipped);
+  EXPECT_DOUBLE_EQ(usage["vlm"]["sink_groups_skipped_ratio"].get<double>(), skipped / routed);
   std::printf("  served with the calibrated config: %g of %g groups skipped\n", skipped, routed);
   EXPECT_EQ(server.terminate(), 0);
 
