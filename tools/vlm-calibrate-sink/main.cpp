@@ -34,6 +34,7 @@
 #include "model/llm_decoder.h"
 #include "model/sink_router_config_file.h"
 #include "model/tokenizer.h"
+#include "tools/common/cli_flags.h"
 #include "tools/vlm-calibrate-sink/calibration_run.h"
 #include "tools/vlm-calibrate-sink/sink_calibration.h"
 
@@ -60,11 +61,12 @@ const std::map<std::string, std::string> kFlags = {
     {"threads", "compute threads (default: all cores)"},
 };
 
-[[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr, "error: %s\nusage: vlm-calibrate-sink --model DIR --prompts FILE [flags]\n", error.c_str());
-  for (const auto& [k, v] : kFlags) std::fprintf(stderr, "  --%-16s %s\n", k.c_str(), v.c_str());
-  std::exit(2);
+const vlm::cli::FlagParser& cli() {
+  static const vlm::cli::FlagParser parser("vlm-calibrate-sink --model DIR --prompts FILE [flags]", kFlags);
+  return parser;
 }
+
+[[noreturn]] void usage(const std::string& error) { cli().fail(error); }
 
 [[noreturn]] void bad_input(const std::string& error) {
   std::fprintf(stderr, "error: %s\n", error.c_str());
@@ -72,42 +74,15 @@ const std::map<std::string, std::string> kFlags = {
 }
 
 std::map<std::string, std::string> parse_flags(int argc, char** argv) {
-  std::map<std::string, std::string> f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") usage("help requested");
-    if (a.rfind("--", 0) != 0) usage("unexpected argument '" + a + "'");
-    a = a.substr(2);
-    std::string v;
-    if (auto eq = a.find('='); eq != std::string::npos) {
-      v = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    } else {
-      if (i + 1 >= argc) usage("--" + a + " needs a value");
-      v = argv[++i];
-    }
-    if (!kFlags.count(a)) usage("unknown flag --" + a);
-    if (f.count(a)) usage("--" + a + " given twice");
-    f[a] = v;
-  }
+  std::map<std::string, std::string> f = cli().parse(argc, argv, /*last_wins=*/false);
   for (const char* req : {"model", "prompts"})
     if (!f.count(req)) usage(std::string("--") + req + " is required");
   return f;
 }
 
-int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end || v < min) usage("--" + flag + " needs an integer >= " + std::to_string(min) + ", got '" + s + "'");
-  return v;
-}
+int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) { return cli().integer(flag, s, min); }
 
-double parse_unit(const std::string& flag, const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end || !(v >= 0 && v <= 1)) usage("--" + flag + " needs a number in [0, 1], got '" + s + "'");
-  return v;
-}
+double parse_unit(const std::string& flag, const std::string& s) { return cli().number(flag, s, 0.0, 1.0); }
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path);

@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -43,6 +44,7 @@
 #include "model/families/qwen2_vl.h"
 #include "model/sink_router_config_file.h"
 #include "server/api_server.h"
+#include "tools/common/cli_flags.h"
 #include "server/http_server.h"
 
 namespace {
@@ -78,30 +80,15 @@ const std::map<std::string, std::string> kFlags = {
     {"look-m-text-only", "1: LOOK-M compresses text-only prompts too (default 0)"},
 };
 
-[[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr, "error: %s\nusage: vlm-server --model DIR [flags]\n", error.c_str());
-  for (const auto& [k, v] : kFlags) std::fprintf(stderr, "  --%-26s %s\n", k.c_str(), v.c_str());
-  std::exit(2);
+const vlm::cli::FlagParser& cli() {
+  static const vlm::cli::FlagParser parser("vlm-server --model DIR [flags]", kFlags);
+  return parser;
 }
 
+[[noreturn]] void usage(const std::string& error) { cli().fail(error); }
+
 std::map<std::string, std::string> parse_flags(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") usage("help requested");
-    if (a.rfind("--", 0) != 0) usage("unexpected argument '" + a + "'");
-    a = a.substr(2);
-    std::string value;
-    if (auto eq = a.find('='); eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    } else {
-      if (i + 1 >= argc) usage("--" + a + " needs a value");
-      value = argv[++i];
-    }
-    if (!kFlags.count(a)) usage("unknown flag --" + a);
-    flags[a] = value;
-  }
+  std::map<std::string, std::string> flags = cli().parse(argc, argv, /*last_wins=*/true);
   for (const auto& [k, help] : kFlags) {
     std::string env = "VLM_SERVER_";
     for (char c : k) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -130,20 +117,12 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const std::string& k, int64_t fallback, int64_t min) {
   auto it = f.find(k);
-  if (it == f.end()) return fallback;
-  char* end = nullptr;
-  const long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end || v < min) usage("--" + k + " needs an integer >= " + std::to_string(min));
-  return v;
+  return it == f.end() ? fallback : cli().integer(k, it->second, min);
 }
 
 double float_flag(const std::map<std::string, std::string>& f, const std::string& k, double fallback) {
   auto it = f.find(k);
-  if (it == f.end()) return fallback;
-  char* end = nullptr;
-  const double v = std::strtod(it->second.c_str(), &end);
-  if (it->second.empty() || *end || !(v > 0)) usage("--" + k + " needs a positive number");
-  return v;
+  return it == f.end() ? fallback : cli().number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
