@@ -112,12 +112,16 @@ void for_each_problem(Body body) {
   }
 }
 
+// The exact paths (f32 activations); the bf16 dot-product path has its own tests
+// (test_gemm_bf16.cpp).
 TEST(Gemm, LinearMatchesReference) {
+  set_bf16_activations(false);
   for_each_problem([](const Problem& p) { check_against_ref(p, linear); });
+  set_bf16_activations(true);
 }
 
 TEST(Gemm, LinearWithoutAvx512MatchesReference) {
-  set_avx512_enabled(false);
+  set_avx512_enabled(false);  // also switches the bf16 dot-product path off
   for_each_problem([](const Problem& p) { check_against_ref(p, linear); });
   set_avx512_enabled(true);
 }
@@ -160,8 +164,10 @@ TEST(Gemm, ThreadCounts) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int threads : {1, 3}) {
     set_num_threads(threads);
-    for (int64_t M : {1, 4, 17})
+    set_bf16_activations(false);
+    for (int64_t M : {1, 4, 17, 40})
       for (DType dt : {DType::F32, DType::BF16}) check_against_ref(Problem(M, 129, 257, dt, true), linear);
+    set_bf16_activations(true);
   }
   set_num_threads(hw);
 }
