@@ -187,7 +187,7 @@ void register_all() {
 #endif
   }
   // Where the bf16 path takes over from the small-M kernel (kBf16DotMinM).
-  for (int64_t M : {16, 24, 32, 48, 64, 128})
+  for (int64_t M : {4, 8, 12, 16, 24, 32, 48, 64, 128})
     for (Path path : {Path::kBf16Dot}) {
       Shape s{4864, 896};
       timing(benchmark::RegisterBenchmark(("crossover/" + shape_name(s) + "/bf16_dot").c_str(),

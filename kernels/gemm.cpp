@@ -106,7 +106,7 @@ void linear_blas(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K
 }  // namespace gemm_detail
 
 namespace {
-std::atomic<bool> g_bf16_activations{true};
+std::atomic<bool> g_bf16_activations{false};
 }  // namespace
 
 void set_bf16_activations(bool enabled) { g_bf16_activations.store(enabled); }

@@ -7,13 +7,16 @@
 //  - small M (decode and small batches; M <= small_m_limit(W.dtype)): a kernel that reads each
 //    weight byte from memory once for all M rows (AVX-512 when the CPU has it, portable code
 //    otherwise);
-//  - larger M, BF16 W, CPU with AVX512-BF16 and bf16 activations allowed (the default, see
-//    set_bf16_activations): x is rounded to bf16 once and a blocked vdpbf16ps kernel sums the
-//    products in f32 (kernels/gemm_bf16.cpp). This is what a bf16 checkpoint runs in PyTorch
-//    (bf16 inputs, f32 accumulation); it is not bit-compatible with the f32 paths;
+//  - M >= kBf16DotMinM, BF16 W, CPU with AVX512-BF16, and bf16 activations switched on
+//    (set_bf16_activations; off by default): x is rounded to bf16 once and a blocked vdpbf16ps
+//    kernel sums the products in f32 (kernels/gemm_bf16.cpp), ~3x the OpenBLAS f32 path. This
+//    is what a bf16 checkpoint runs in PyTorch (bf16 inputs, f32 accumulation), but it is an
+//    approximation of the f32 compute the HF-equality fixtures (bf16 weights, f32 reference)
+//    check, and results then depend on how many rows share a call (batch composition);
 //  - otherwise, larger M: OpenBLAS sgemm on N-panels of W (converted to f32 panel by panel for
 //    16-bit W), the panels split over the global thread pool.
-// F32 and F16 W never round x (F32 checkpoints, which the HF-equality fixtures use, stay exact).
+// Default for every W dtype: f32 activations (exact up to f32 summation order). F32 and F16 W
+// never round x.
 // Both run on the global thread pool (kernels/thread_pool.h); OpenBLAS itself runs 1 thread.
 #pragma once
 
@@ -33,10 +36,11 @@ constexpr int64_t kSmallMPortable = 4;   // any W, no AVX-512
 int64_t small_m_limit(DType w_dtype);   // the one of the above that applies on this CPU
 // Smallest M that takes the bf16 dot-product path (BF16 W): from there on it beats the small-M
 // kernel (bench/RESULTS.md, "GEMM").
-constexpr int64_t kBf16DotMinM = 33;
+constexpr int64_t kBf16DotMinM = 16;
 
-// Process-wide switch for the bf16 dot-product path (default on). Off: BF16 W always runs with
-// f32 activations (small-M kernel or OpenBLAS), the exact path. Not safe while kernels run.
+// Process-wide switch for the bf16 dot-product path (default off: BF16 W runs with f32
+// activations, small-M kernel or OpenBLAS, the exact path). Servers expose it as
+// --gemm-activations bf16|f32. Not safe while kernels run.
 void set_bf16_activations(bool enabled);
 bool bf16_activations();
 // Whether linear() runs the bf16 dot-product path for this W dtype and M on this CPU now.

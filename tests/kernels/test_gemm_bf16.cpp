@@ -122,10 +122,13 @@ TEST(GemmBf16, DotPathErrorAgainstExactF32IsBounded) {
   }
 }
 
-// linear() takes the bf16 path for BF16 W from kBf16DotMinM rows on, unless switched off or
-// without AVX-512; then it is exact again.
+// linear() takes the bf16 path for BF16 W from kBf16DotMinM rows on when switched on (off by
+// default), not without AVX-512; otherwise it is exact.
 TEST(GemmBf16, LinearChoosesThePathAndCanBeSwitchedOff) {
   const int64_t M = kBf16DotMinM + 3;
+  EXPECT_FALSE(bf16_activations());  // the default: exact
+  EXPECT_FALSE(uses_bf16_dot(DType::BF16, M));
+  set_bf16_activations(true);
   Case c(M, 100, 70, true);
   std::vector<float> ref_bf16(M * c.N), ref_f32(M * c.N);
   linear_ref(c.x.data(), M, c.W.view(), c.bias_ptr(), ref_f32.data());
@@ -143,14 +146,13 @@ TEST(GemmBf16, LinearChoosesThePathAndCanBeSwitchedOff) {
     for (int64_t i = 0; i < M * c.N; ++i) max_err = std::max(max_err, std::fabs(double(y[i]) - ref_f32[i]));
     EXPECT_GT(max_err, 1e-4);
   }
-  set_bf16_activations(false);
-  EXPECT_FALSE(uses_bf16_dot(DType::BF16, M));
-  check(c, ref_f32, 1e-5, linear);
-  set_bf16_activations(true);
-  set_avx512_enabled(false);
+  set_avx512_enabled(false);  // the fallback on a CPU without AVX-512 (and so without BF16)
   EXPECT_FALSE(uses_bf16_dot(DType::BF16, M));
   check(c, ref_f32, 1e-5, linear);
   set_avx512_enabled(true);
+  set_bf16_activations(false);
+  EXPECT_FALSE(uses_bf16_dot(DType::BF16, M));
+  check(c, ref_f32, 1e-5, linear);
 }
 
 TEST(GemmBf16, ThreadCounts) {
