@@ -4,7 +4,7 @@
 // Layout (each u32 holds a pair of bf16 along K, the element k = 2p in the low half):
 //  - A (x): packed once per call into panels of kMR rows, [panel][p][kMR] u32, zero-padded in M
 //    and K, shared by all tasks;
-//  - B (W): each task owns kNc columns of W; per chunk of K it packs them into
+//  - B (W): each task owns a block of columns of W (at most kMaxNc); per chunk of K it packs them into
 //    [micro-panel of kNR columns][p][kNR] u32 (a 16x16 u32 transpose of W's rows) in a
 //    thread-local buffer that stays in L2 while every A panel passes over it.
 // Micro-kernel: kMR x kNR outputs (8 x 48) in 3*kMR zmm accumulators; per pair p three loads of B, kMR
