@@ -142,7 +142,8 @@ VLM_TARGET_BF16 void pack_a_panel(const float* x, int64_t M, int64_t K, int64_t 
 VLM_TARGET_BF16 void micro_kernel(const uint32_t* a /*[pc][kMR]*/, const uint32_t* b /*[pc][kNR]*/,
                                   int64_t pc, float* y, int64_t ldy, int rows, int cols,
                                   bool accumulate, const float* bias,
-                                  const uint32_t* a_next /*[pc][kMR] or null*/) {
+                                  const uint32_t* a_next /*[pc][kMR] or null*/,
+                                  const float* y_next /*the next tile of y, or null*/) {
   __m512 acc[kMR][kNV];
   __mmask16 cmask[kNV];
   for (int v = 0; v < kNV; ++v) {
@@ -159,6 +160,9 @@ VLM_TARGET_BF16 void micro_kernel(const uint32_t* a /*[pc][kMR]*/, const uint32_
   for (int64_t p = 0; p < pc; ++p) {
     // The next A panel into L2 (one line per 64 bytes of it).
     if (a_next && (p & 3) == 0) _mm_prefetch(reinterpret_cast<const char*>(a_next + p * kMR), _MM_HINT_T1);
+    // The next tile of y (kMR rows of kNV lines) into L1, one line per pair at the start.
+    if (y_next && p < kMR * kNV)
+      _mm_prefetch(reinterpret_cast<const char*>(y_next + (p / kNV) * ldy + (p % kNV) * 16), _MM_HINT_T0);
     __m512bh bv[kNV];
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v)
@@ -243,9 +247,15 @@ void linear_bf16_dot(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*
         for (int64_t j = 0; j < num_micro; ++j) {
           const int cols = static_cast<int>(std::min<int64_t>(kNR, ncols - j * kNR));
           const int64_t col = n0 + j * kNR;
+          // Only full tiles are prefetched (a partial one may end at the end of y).
+          const float* y_next = nullptr;
+          if (j + 1 < num_micro && (j + 2) * kNR <= ncols && rows == kMR)
+            y_next = y + panel * kMR * N + col + kNR;
+          else if (j + 1 == num_micro && (panel + 2) * kMR <= M && kNR <= ncols)
+            y_next = y + (panel + 1) * kMR * N + n0;
           micro_kernel(ap, b + j * pc * kNR, pc, y + panel * kMR * N + col, N, rows, cols,
                        p0 > 0, last && bias ? bias + col : nullptr,
-                       j == 0 && panel + 1 < num_panels ? ap + P * kMR : nullptr);
+                       j == 0 && panel + 1 < num_panels ? ap + P * kMR : nullptr, y_next);
         }
       }
     }
