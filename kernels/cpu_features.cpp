@@ -30,6 +30,15 @@ bool cpu_has_avx512() {
 #endif
 }
 
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+  return has;
+#else
+  return false;
+#endif
+}
+
 bool use_avx512() { return g_avx512_enabled.load(std::memory_order_relaxed) && cpu_has_avx512(); }
 
 void set_avx512_enabled(bool enabled) { g_avx512_enabled.store(enabled, std::memory_order_relaxed); }

@@ -12,6 +12,8 @@ namespace vlm {
 // Fixed for the process; checked once.
 bool cpu_has_avx512();
 bool cpu_has_avx2_fma();
+// AVX-512 (as above) plus AVX512-BF16 (vdpbf16ps, vcvtne2ps2bf16).
+bool cpu_has_avx512_bf16();
 
 // True when cpu_has_avx512() and the path was not switched off with set_avx512_enabled(false).
 // Every kernel with an AVX-512 path asks this, so one switch selects the portable code everywhere.

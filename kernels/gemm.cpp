@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -104,6 +105,18 @@ void linear_blas(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K
 
 }  // namespace gemm_detail
 
+namespace {
+std::atomic<bool> g_bf16_activations{false};
+}  // namespace
+
+void set_bf16_activations(bool enabled) { g_bf16_activations.store(enabled); }
+bool bf16_activations() { return g_bf16_activations.load(std::memory_order_relaxed); }
+
+bool uses_bf16_dot(DType w_dtype, int64_t M) {
+  return w_dtype == DType::BF16 && M >= kBf16DotMinM && bf16_activations() &&
+         gemm_detail::bf16_dot_supported();
+}
+
 int64_t small_m_limit(DType w_dtype) {
   if (!use_avx512()) return kSmallMPortable;
   return w_dtype == DType::F32 ? kSmallM : kSmallM16Bit;
@@ -119,7 +132,9 @@ void linear(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
       for (int64_t n = 0; n < N; ++n) y[m * N + n] = bias ? bias[n] : 0.0f;
     return;
   }
-  if (M <= small_m_limit(W.dtype))
+  if (uses_bf16_dot(W.dtype, M))
+    gemm_detail::linear_bf16_dot(x, M, W, bias, y);
+  else if (M <= small_m_limit(W.dtype))
     gemm_detail::linear_small_m(x, M, W, bias, y);
   else
     gemm_detail::linear_blas(x, M, W, bias, y);

@@ -26,4 +26,17 @@ void linear_small_m(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[
 void linear_blas(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
                  const float* bias /*[N] or null*/, float* y /*[M,N]*/, int64_t panel_rows = 0);
 
+// bf16 dot-product path (kernels/gemm_bf16.cpp), BF16 W only: x is rounded to bf16 once per call
+// (round to nearest even), products are summed in f32 by vdpbf16ps over packed, cache-blocked
+// tiles, parallel over column blocks of W. Needs bf16_dot_supported(). Any M, K >= 1.
+// chunk_pairs > 0 caps the K chunk (in bf16 pairs, rounded up to 16) for tests; 0 sizes it for L2.
+bool bf16_dot_supported();  // use_avx512() and the CPU has AVX512-BF16
+void linear_bf16_dot(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                     const float* bias /*[N] or null*/, float* y /*[M,N]*/,
+                     int64_t chunk_pairs = 0);
+// Its naive reference: y = bf16(x) · W^T (+ bias) with double accumulation, bf16(x) rounded to
+// nearest even as f32_to_bf16 does. BF16 W only.
+void linear_bf16_ref(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                     const float* bias /*[N] or null*/, float* y /*[M,N]*/);
+
 }  // namespace vlm::gemm_detail

@@ -112,12 +112,23 @@ void for_each_problem(Body body) {
   }
 }
 
+// Sets the bf16-activation switch for a scope (kernels/gemm.h).
+struct Bf16ActivationsScope {
+  bool old = bf16_activations();
+  explicit Bf16ActivationsScope(bool on) { set_bf16_activations(on); }
+  ~Bf16ActivationsScope() { set_bf16_activations(old); }
+};
+
+// The exact paths (f32 activations, the default); the bf16 dot-product path has its own tests
+// (test_gemm_bf16.cpp).
 TEST(Gemm, LinearMatchesReference) {
+  EXPECT_FALSE(bf16_activations());  // the default
+  Bf16ActivationsScope exact(false);
   for_each_problem([](const Problem& p) { check_against_ref(p, linear); });
 }
 
 TEST(Gemm, LinearWithoutAvx512MatchesReference) {
-  set_avx512_enabled(false);
+  set_avx512_enabled(false);  // also switches the bf16 dot-product path off
   for_each_problem([](const Problem& p) { check_against_ref(p, linear); });
   set_avx512_enabled(true);
 }
@@ -160,7 +171,8 @@ TEST(Gemm, ThreadCounts) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int threads : {1, 3}) {
     set_num_threads(threads);
-    for (int64_t M : {1, 4, 17})
+    Bf16ActivationsScope exact(false);
+    for (int64_t M : {1, 4, 17, 40})
       for (DType dt : {DType::F32, DType::BF16}) check_against_ref(Problem(M, 129, 257, dt, true), linear);
   }
   set_num_threads(hw);

@@ -22,6 +22,7 @@
 
 #include "engine/engine.h"
 #include "kernels/check.h"
+#include "kernels/gemm.h"
 #include "kernels/log.h"
 #include "kernels/thread_pool.h"
 #include "model/chat_template.h"
@@ -41,6 +42,7 @@ struct Options {
   int chunk_size = 512;
   int block_size = 16;
   int threads = 0;
+  bool bf16_activations = false;  // --gemm-activations f32|bf16 (kernels/gemm.h)
   vlm::DType kv_dtype = vlm::DType::F32;
   bool ignore_eos = false;
   float temperature = 0.0f;
@@ -54,7 +56,7 @@ struct Options {
   std::fprintf(stderr,
                "error: %s\nusage: vlm-generate --model DIR --prompt-ids 1,2,3 | --prompt TEXT [--chat] [more prompts] [--parallel N] "
                "[--max-tokens N] [--top-logprobs K | --no-logprobs] [--chunk-size N] [--kv-dtype f32|bf16|f16] "
-               "[--block-size N] [--threads N] [--ignore-eos] [--temperature T] [--top-k K] [--top-p P] "
+               "[--block-size N] [--threads N] [--gemm-activations f32|bf16] [--ignore-eos] [--temperature T] [--top-k K] [--top-p P] "
                "[--seed S] [--log-level LEVEL]\n",
                error.c_str());
   std::exit(2);
@@ -107,6 +109,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--chunk-size") o.chunk_size = parse_int(a, value(), 1);
     else if (a == "--block-size") o.block_size = parse_int(a, value(), 1);
     else if (a == "--threads") o.threads = parse_int(a, value(), 1);
+    else if (a == "--gemm-activations") {
+      const std::string v = value();
+      if (v != "bf16" && v != "f32") usage("--gemm-activations must be bf16 or f32");
+      o.bf16_activations = v == "bf16";
+    }
     else if (a == "--kv-dtype") {
       std::string v = value();
       if (!vlm::parse_float_dtype_name(v, &o.kv_dtype)) usage("--kv-dtype must be f32, bf16 or f16");
@@ -172,6 +179,7 @@ std::shared_ptr<const vlm::Tokenizer> tokenize_texts(Options& o) {
 int run(Options o) {
   vlm::set_log_level(o.log_level);
   if (o.threads > 0) vlm::set_num_threads(o.threads);
+  vlm::set_bf16_activations(o.bf16_activations);
   const std::shared_ptr<const vlm::Tokenizer> tok = tokenize_texts(o);
   auto decoder = vlm::LlmDecoder::load(o.model);
   const vlm::ModelConfig& c = decoder->config();

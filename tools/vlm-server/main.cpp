@@ -37,6 +37,7 @@
 
 #include "engine/engine_loop.h"
 #include "kernels/check.h"
+#include "kernels/gemm.h"
 #include "kernels/log.h"
 #include "kernels/thread_pool.h"
 #include "model/families/architecture.h"
@@ -63,6 +64,8 @@ const std::map<std::string, std::string> kFlags = {
     {"sink-router-config", "SinkRouter thresholds, e.g. configs/<model>/sink_router.json from vlm-calibrate-sink"},
     {"max-waiting", "waiting queue bound (default 1024)"},
     {"threads", "compute threads (default: all cores)"}, {"log-level", "trace..off (default info)"},
+    {"gemm-activations", "f32 (default, exact) or bf16: bf16 weights multiply bf16-rounded activations "
+                         "where the CPU has AVX512-BF16, from 16 rows on (~3x faster prefill, approximate)"},
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
     {"drain-timeout", "seconds to finish requests on SIGTERM (default 30)"},
@@ -187,6 +190,11 @@ int main(int argc, char** argv) {
   try {
     vlm::set_log_level(flags.count("log-level") ? flags.at("log-level") : "info");
     if (flags.count("threads")) vlm::set_num_threads(static_cast<int>(int_flag(flags, "threads", 1, 1)));
+    if (flags.count("gemm-activations")) {
+      const std::string& g = flags.at("gemm-activations");
+      if (g != "bf16" && g != "f32") usage("--gemm-activations must be bf16 or f32");
+      vlm::set_bf16_activations(g == "bf16");
+    }
     const std::string model_dir = flags.at("model");
 
     vlm::ApiServerOptions api;
