@@ -10,6 +10,7 @@
 // DIR/preprocessor_config.json).
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
 //              [--look-m-scores window|full] [--look-m-text-only 0|1]
+//              [--sparse-prefill METHOD] [--sparse-prefill-config FILE] [--sparse-prefill-min-len N]
 // A --config file is a JSON object with the same names (dashes or underscores); flags override it.
 // SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -29,6 +31,7 @@
 #include "kernels/thread_pool.h"
 #include "model/families/architecture.h"
 #include "model/families/llava.h"
+#include "model/sparse_patterns_file.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
 
@@ -58,6 +61,10 @@ const std::map<std::string, std::string> kFlags = {
     {"look-m-important-ratio", "LOOK-M important-token share (default 0.1)"},
     {"look-m-scores", "LOOK-M scores: window (default) or full"},
     {"look-m-text-only", "1: LOOK-M compresses text-only prompts too (default 0)"},
+    {"sparse-prefill", "off (default), a_shape, tri_shape, vertical_slash, grid, xattention, mminference "
+                       "(per request: \"vlm_options\": {\"sparse_prefill\": ...})"},
+    {"sparse-prefill-config", "per-head pattern file (tools/vlm-search-patterns); implies mminference"},
+    {"sparse-prefill-min-len", "prompts shorter than this stay dense (default 4096)"},
 };
 
 [[noreturn]] void usage(const std::string& error) {
@@ -234,6 +241,18 @@ int main(int argc, char** argv) {
       if (v != "on" && v != "off") usage("--sink-router must be on or off");
       ec.sink_router = v == "on";
     }
+    if (flags.count("sparse-prefill")) {
+      const auto m = vlm::parse_sparse_prefill_method(flags.at("sparse-prefill"));
+      if (!m) usage("--sparse-prefill: unknown method '" + flags.at("sparse-prefill") + "'");
+      ec.sparse_prefill.method = *m;
+    }
+    if (flags.count("sparse-prefill-config")) {
+      ec.sparse_prefill.head_patterns = std::make_shared<const vlm::SparseHeadPatterns>(
+          vlm::load_sparse_patterns(flags.at("sparse-prefill-config")));
+      if (!flags.count("sparse-prefill")) ec.sparse_prefill.method = vlm::SparsePrefillMethod::MMInference;
+    }
+    ec.sparse_prefill.min_prompt_len =
+        static_cast<int>(int_flag(flags, "sparse-prefill-min-len", ec.sparse_prefill.min_prompt_len, 0));
 
     vlm::Router loading_router;
     loading_router.add("GET", "/health", [](const vlm::HttpRequest&) {
