@@ -156,6 +156,22 @@ int main(int argc, char** argv) {
     }
   }
   static const int32_t kKnown[] = {kFrame};
+  // VLM_BENCH_PATTERNS=a,b: only the patterns whose names start with one of these (and dense;
+  // "all-blocks" names the all-blocks plan run).
+  auto wanted = [](const std::string& name) {
+    const char* env = std::getenv("VLM_BENCH_PATTERNS");
+    if (!env) return true;
+    const std::string list = std::string(",") + env + ",";
+    for (size_t i = 0; i < list.size();) {
+      const size_t j = list.find(',', i + 1);
+      if (j == std::string::npos) break;
+      const std::string pre = list.substr(i + 1, j - i - 1);
+      if (!pre.empty() && name.rfind(pre, 0) == 0) return true;
+      i = j;
+    }
+    return false;
+  };
+  std::erase_if(patterns, [&](const Pattern& p) { return !wanted(p.name); });
   const float scale = 1.0f / std::sqrt(static_cast<float>(kD));
   std::printf("| S | method | plan | kernel | total | speedup vs dense | block density | output rel. error |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -166,7 +182,8 @@ int main(int argc, char** argv) {
     vlm::paged_attention(su.q.data(), kH, su.kv, su.batch, scale, dense.data());
     const double t_dense = now() - t0;
     std::printf("| %d | dense (paged_attention) | - | %.3f s | %.3f s | 1.00x | 1.000 | 0 |\n", S, t_dense, t_dense);
-    {  // the mechanism's overhead: an all-blocks plan through the block-sparse kernel
+    std::fflush(stdout);
+    if (wanted("all-blocks")) {  // the mechanism's overhead: an all-blocks plan through the block-sparse kernel
       const vlm::BlockSparsePlan p = vlm::dense_plan(S, S, kH);
       const vlm::BlockSparsePlan* pp = &p;
       t0 = now();
