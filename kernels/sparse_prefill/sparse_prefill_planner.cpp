@@ -85,7 +85,9 @@ HeadPlan build_head_plan(const HeadPattern& pat, const ChunkView& c, int H, int 
     case HeadPatternType::XAttention: {
       const auto blk = xattention_block_scores(c.q, H, h, c.q_len, keys, c.num_keys, D, scale, block,
                                                pat.xattention.stride);
-      return xattention_select(blk, c.q_len, c.num_keys, block, pat.xattention.threshold);
+      const int prompt_len = std::max(c.prompt_len, c.num_keys);
+      return xattention_select(blk, c.q_len, c.num_keys, block, pat.xattention.threshold,
+                               prompt_len - std::max(0, pat.xattention.n_last));
     }
   }
   return dense_head_plan(c.q_len, c.num_keys, block, block);

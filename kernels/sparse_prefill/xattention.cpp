@@ -53,7 +53,8 @@ std::vector<float> xattention_block_scores(const float* q, int H, int head, int 
   return blk;
 }
 
-HeadPlan xattention_select(const std::vector<float>& blk, int q_len, int N, int B, float threshold) {
+HeadPlan xattention_select(const std::vector<float>& blk, int q_len, int N, int B, float threshold,
+                           int dense_from) {
   const int off = N - q_len, nqb = (q_len + B - 1) / B, nkb = (N + B - 1) / B;
   VLM_CHECK(static_cast<int>(blk.size()) == nqb * nkb, "xattention scores {} for {}x{} blocks", blk.size(), nqb, nkb);
   if (threshold >= 1.0f) return dense_head_plan(q_len, N, B, B);
@@ -63,6 +64,11 @@ HeadPlan xattention_select(const std::vector<float>& blk, int q_len, int N, int 
   for (int I = 0; I < nqb; ++I) {
     const float* row = blk.data() + static_cast<size_t>(I) * nkb;
     const int d0 = (off + I * B) / B, d1 = (off + std::min(q_len, (I + 1) * B) - 1) / B;
+    if (off + std::min(q_len, (I + 1) * B) - 1 >= dense_from) {  // the dense prompt tail
+      for (int J = 0; J <= d1; ++J) hp.blocks.push_back(J * B);
+      hp.block_ptr[I + 1] = static_cast<int32_t>(hp.blocks.size());
+      continue;
+    }
     double total = 0;
     for (int J = 0; J <= d1; ++J) total += row[J];
     const double required = threshold * total;

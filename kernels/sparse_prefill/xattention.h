@@ -24,6 +24,7 @@ namespace vlm {
 struct XAttentionParams {
   int stride = 8;          // S (OpenVINO xattention_stride)
   float threshold = 0.8f;  // tau (OpenVINO xattention_threshold)
+  int n_last = 100;        // dense prompt tail (OpenVINO num_last_dense_tokens_in_prefill)
 };
 
 // q_chunk[q_len, H, D] (head `head`), keys[num_keys, D] of its kv head. Returns blk[nqb, nkb]
@@ -33,7 +34,12 @@ std::vector<float> xattention_block_scores(const float* q_chunk, int num_heads, 
                                            int block, int stride);
 
 // The selection above over blk[nqb, nkb] -> a plan of aligned blocks (no permutation).
+// dense_from: query blocks holding a row at position >= dense_from attend every causal block
+// (OpenVINO's dense prompt tail, num_last_dense_tokens_in_prefill: the planner passes
+// prompt_len - n_last; INT_MAX: none). The tail rows are dense in whichever chunk they fall (the
+// docs' intent; OpenVINO's scheduler decides per chunk from the remaining prompt tokens and
+// leaves the final chunk sparse, ALGORITHMS.md §6.3).
 HeadPlan xattention_select(const std::vector<float>& blk, int q_len, int num_keys, int block,
-                           float threshold);
+                           float threshold, int dense_from = 2147483647);
 
 }  // namespace vlm

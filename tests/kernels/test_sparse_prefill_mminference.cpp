@@ -442,6 +442,19 @@ TEST(XAttentionPattern, ScoresAndSelectionMatchTheDefinition) {
     }
     const auto dense = one_head(xattention_select(blk, q_len, N, B, 1.0f), q_len, N, B);
     EXPECT_EQ(dense.heads[0].blocks, dense_head_plan(q_len, N, B, B).blocks);
+    // Dense tail: query blocks reaching position N - 40 keep every causal block, the others
+    // are unchanged.
+    const auto tail = one_head(xattention_select(blk, q_len, N, B, 0.5f, N - 40), q_len, N, B);
+    const auto plain = one_head(xattention_select(blk, q_len, N, B, 0.5f), q_len, N, B);
+    const auto full = dense_head_plan(q_len, N, B, B);
+    for (int I = 0; I < nqb; ++I) {
+      const bool in_tail = off + std::min(q_len, (I + 1) * B) - 1 >= N - 40;
+      const HeadPlan& want = in_tail ? full : plain.heads[0];
+      EXPECT_EQ(std::vector<int32_t>(tail.heads[0].blocks.begin() + tail.heads[0].block_ptr[I],
+                                     tail.heads[0].blocks.begin() + tail.heads[0].block_ptr[I + 1]),
+                std::vector<int32_t>(want.blocks.begin() + want.block_ptr[I], want.blocks.begin() + want.block_ptr[I + 1]))
+          << I;
+    }
   }
 }
 
