@@ -4,7 +4,11 @@
 // Input is structured like real heads (sink keys, a rotary-like local band, far vertical keys)
 // so the output error is meaningful. Per pattern: plan time (estimation included), kernel time,
 // total, speedup over dense, kept-block density, relative L2 output error vs dense.
-// Usage: bench_sparse_prefill [S ...]   (default 8192 16384 32768); VLM_BENCH_THREADS=n.
+// Usage: bench_sparse_prefill [--video] [S ...]   (default 8192 16384 32768); VLM_BENCH_THREADS=n.
+// --video: video-structured input instead (a 200-token text prefix, then frames of 256 tokens,
+// Qwen2-VL's tokens per frame at 448x448: each spatial index carries its own direction, so a
+// query attends the same spatial index in every earlier frame; 4 sink keys; one salient spatial
+// index every query likes), and the patterns add grid, XAttention and MMInference.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,7 +31,20 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+bool g_video = false;
+constexpr int kPrefix = 200, kFrame = 256, kSalient = 77;
+std::vector<float> g_dirs;  // [kFrame, 32] unit directions of the spatial indices
+
+float video_structure(int pos, int d, bool is_key) {
+  if (pos < kPrefix) return d < 8 && (!is_key || pos < 4) ? 2.5f : 0.0f;
+  const int x = (pos - kPrefix) % kFrame;
+  if (d < 8) return is_key ? (x == kSalient ? 2.0f : 0.0f) : 2.5f;
+  if (d < 40) return 10.0f * g_dirs[x * 32 + d - 8];
+  return 0.0f;
+}
+
 float structure(int pos, int d, bool is_key) {
+  if (g_video) return video_structure(pos, d, is_key);
   if (d < 8) return !is_key || pos < 4 || pos % 1021 == 7 ? 2.5f : 0.0f;
   if (d < 40) {
     const int pair = (d - 8) / 2;
@@ -93,7 +110,20 @@ int main(int argc, char** argv) {
   const char* th = std::getenv("VLM_BENCH_THREADS");
   vlm::set_num_threads(th ? std::atoi(th) : 2);
   std::vector<int> lengths;
-  for (int i = 1; i < argc; ++i) lengths.push_back(std::atoi(argv[i]));
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--video") g_video = true;
+    else lengths.push_back(std::atoi(argv[i]));
+  }
+  {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> g(0, 1);
+    g_dirs.resize(kFrame * 32);
+    for (int x = 0; x < kFrame; ++x) {
+      double n = 0;
+      for (int d = 0; d < 32; ++d) n += std::pow(g_dirs[x * 32 + d] = g(rng), 2);
+      for (int d = 0; d < 32; ++d) g_dirs[x * 32 + d] /= static_cast<float>(std::sqrt(n));
+    }
+  }
   if (lengths.empty()) lengths = {8192, 16384, 32768};
 
   struct Pattern {
@@ -112,7 +142,36 @@ int main(int argc, char** argv) {
     c.vertical_size = 500;
     c.slash_size = 1024;
     patterns.push_back({"vertical_slash(500, 1024)", c});
+    if (g_video) {
+      vlm::SparsePrefillConfig x;
+      x.method = vlm::SparsePrefillMethod::XAttention;
+      x.xattention.threshold = 0.9f;
+      patterns.push_back({"xattention(S 8, tau 0.9)", x});
+      vlm::SparsePrefillConfig gcfg;
+      gcfg.method = vlm::SparsePrefillMethod::Grid;
+      patterns.push_back({"grid(stride search 16..1024, band 1)", gcfg});
+      vlm::SparsePrefillConfig mm;
+      mm.method = vlm::SparsePrefillMethod::MMInference;  // default head: grid, + known stride
+      patterns.push_back({"mminference(grid heads, known 256 tok/frame)", mm});
+    }
   }
+  static const int32_t kKnown[] = {kFrame};
+  // VLM_BENCH_PATTERNS=a,b: only the patterns whose names start with one of these (and dense;
+  // "all-blocks" names the all-blocks plan run).
+  auto wanted = [](const std::string& name) {
+    const char* env = std::getenv("VLM_BENCH_PATTERNS");
+    if (!env) return true;
+    const std::string list = std::string(",") + env + ",";
+    for (size_t i = 0; i < list.size();) {
+      const size_t j = list.find(',', i + 1);
+      if (j == std::string::npos) break;
+      const std::string pre = list.substr(i + 1, j - i - 1);
+      if (!pre.empty() && name.rfind(pre, 0) == 0) return true;
+      i = j;
+    }
+    return false;
+  };
+  std::erase_if(patterns, [&](const Pattern& p) { return !wanted(p.name); });
   const float scale = 1.0f / std::sqrt(static_cast<float>(kD));
   std::printf("| S | method | plan | kernel | total | speedup vs dense | block density | output rel. error |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -123,7 +182,8 @@ int main(int argc, char** argv) {
     vlm::paged_attention(su.q.data(), kH, su.kv, su.batch, scale, dense.data());
     const double t_dense = now() - t0;
     std::printf("| %d | dense (paged_attention) | - | %.3f s | %.3f s | 1.00x | 1.000 | 0 |\n", S, t_dense, t_dense);
-    {  // the mechanism's overhead: an all-blocks plan through the block-sparse kernel
+    std::fflush(stdout);
+    if (wanted("all-blocks")) {  // the mechanism's overhead: an all-blocks plan through the block-sparse kernel
       const vlm::BlockSparsePlan p = vlm::dense_plan(S, S, kH);
       const vlm::BlockSparsePlan* pp = &p;
       t0 = now();
@@ -133,7 +193,8 @@ int main(int argc, char** argv) {
                   t, t_dense / t, rel_l2(out, dense));
     }
     for (const auto& pat : patterns) {
-      vlm::ChunkView cv{su.q.data(), S, S, S, su.table.data()};
+      vlm::ChunkView cv{su.q.data(), S, S, S, su.table.data(), 0, nullptr, {}};
+      if (pat.cfg.method == vlm::SparsePrefillMethod::MMInference) cv.frame_strides = kKnown;
       t0 = now();
       const vlm::BlockSparsePlan plan = vlm::build_sparse_plan(pat.cfg, cv, kH, su.kv, scale);
       const double t_plan = now() - t0;

@@ -85,6 +85,8 @@ std::shared_ptr<MediaInputs> Engine::check_media(const GenerationRequest& reques
     media->num_tokens.push_back(n);
     media->embed_row.push_back(row);
     media->tokens_per_frame.push_back(multimodal_->tokens_per_frame(item));
+    if (item.modality == Modality::Video)
+      media->video_frame_tokens.push_back(static_cast<int32_t>(media->tokens_per_frame.back()));
     row += n;
   }
   media->mrope = multimodal_->mrope_positions(request.prompt_ids, request.images);

@@ -30,6 +30,8 @@ struct MediaInputs {
   std::vector<int64_t> embed_row;      // [N] row of item k's first embedding in the encoder output
   std::vector<int64_t> tokens_per_frame;  // [N] video: tokens per temporal step; image: num_tokens[k]
   std::optional<MropePositions> mrope;    // M-RoPE positions of the prompt (Qwen2-VL family), else none
+  std::vector<int32_t> video_frame_tokens;  // [videos] tokens per frame of each video, prompt order
+                                            // (the grid pattern's known strides)
 
   int32_t num_images() const { return static_cast<int32_t>(images.size()); }  // media items, all kinds
   int64_t total_tokens() const { return num_tokens.empty() ? 0 : embed_row.back() + num_tokens.back(); }

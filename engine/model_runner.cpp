@@ -19,8 +19,15 @@ void fill_sparse_prefill(const SchedulerOutput& out, const SparsePrefillConfig& 
     if (fb.sparse_prefill.empty()) {
       fb.sparse_prefill.assign(S, SparsePrefillConfig{});  // method Off
       fb.prompt_lens.assign(S, 0);
+      fb.prompt_modalities.assign(S, {});
+      fb.frame_strides.assign(S, {});
     }
     fb.sparse_prefill[s] = cfg;
+    // cache position i holds prompt token i while the prompt is being prefilled (LOOK-M
+    // compacts only once prefill is over)
+    if (c.cache_start == c.start) fb.prompt_modalities[s] = seq.prompt_modalities;
+    // the grid pattern's known strides: tokens per frame of each video of the prompt
+    if (seq.media) fb.frame_strides[s] = seq.media->video_frame_tokens;
     // the prompt's end in cache positions (cache and logical positions differ after compaction)
     fb.prompt_lens[s] = seq.num_prompt_tokens - (c.start - c.cache_start);
   }

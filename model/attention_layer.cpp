@@ -10,9 +10,10 @@ namespace vlm {
 void AttentionLayer::forward(int layer, const float* q, const float* k, const float* v, int num_heads,
                              const PagedKVLayer& kv, const ForwardBatch& batch, float scale, float* out) const {
   write_kv(kv, k, v, batch.slot_mapping.data(), batch.num_tokens());
+  if (batch.attention_probe) batch.attention_probe(layer, q, num_heads, kv, scale);
   if (!batch.sparse_prefill.empty()) {  // some sequence's prefill rows run block-sparse
     if (!batch.sink_anchors.empty()) SinkRouterAttention::capture_anchors(layer, kv, batch);
-    sparse_prefill_attention(q, num_heads, kv, batch, scale, out);
+    sparse_prefill_attention(layer, q, num_heads, kv, batch, scale, out);
   } else if (!batch.sink_anchors.empty()) {  // SinkRouter: anchors at the end of prefill, routed decode
     SinkRouterAttention::forward(layer, q, num_heads, kv, batch, scale, out);
   } else {

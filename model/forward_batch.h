@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -45,6 +46,18 @@ struct ForwardBatch {
   // uses one (the exact dense path). The ModelRunner fills it (length gate, prefill rows only).
   std::vector<SparsePrefillConfig> sparse_prefill;
   std::vector<int32_t> prompt_lens;  // [S] with sparse_prefill: prompt length in cache positions
+  // [S] with sparse_prefill (or empty: all text): the modality tags of the sequence's prompt
+  // (cache position i <-> tag i; positions past the span count as text). The boundary heads of
+  // MMInference permute by them; the spans point into the sequences (valid for the step).
+  std::vector<std::span<const ModalityTag>> prompt_modalities;
+  // [S] with sparse_prefill (or empty): tokens per frame of each video of the sequence's prompt
+  // (the grid pattern's known strides), empty spans when unknown.
+  std::vector<std::span<const int32_t>> frame_strides;
+
+  // Optional probe (tools: vlm-search-patterns): called by every layer's attention after this
+  // step's K/V are written and before attention runs, with q[T, H, D] post-RoPE and the scale.
+  std::function<void(int layer, const float* q, int num_heads, const PagedKVLayer& kv, float scale)>
+      attention_probe;
 
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }

@@ -11,7 +11,7 @@
 
 namespace vlm {
 
-void sparse_prefill_attention(const float* q, int H, const PagedKVLayer& kv,
+void sparse_prefill_attention(int layer, const float* q, int H, const PagedKVLayer& kv,
                               const ForwardBatch& batch, float scale, float* out) {
   const int S = batch.num_seqs();
   VLM_CHECK(static_cast<int>(batch.sparse_prefill.size()) == S, "{} sparse-prefill entries for {} sequences",
@@ -20,6 +20,7 @@ void sparse_prefill_attention(const float* q, int H, const PagedKVLayer& kv,
   const AttentionBatch ab = batch.attention_batch();
   std::vector<std::optional<BlockSparsePlan>> plans(S);
   std::vector<const BlockSparsePlan*> plan_ptrs(S, nullptr);
+  std::vector<uint8_t> codes;  // modality codes of the keys of the sequence being planned
   // Dense sub-batch: the rows of every sequence without a plan, packed.
   std::vector<int32_t> cu{0}, ctx, tables, rows_of;  // rows_of: dense sequence -> its batch seq
   for (int s = 0; s < S; ++s) {
@@ -31,6 +32,15 @@ void sparse_prefill_attention(const float* q, int H, const PagedKVLayer& kv,
       cv.num_keys = batch.context_lens[s];
       cv.prompt_len = batch.prompt_lens.empty() ? cv.num_keys : batch.prompt_lens[s];
       cv.block_table = ab.block_tables + static_cast<int64_t>(s) * ab.max_blocks_per_seq;
+      cv.layer = layer;
+      if (s < static_cast<int>(batch.prompt_modalities.size()) && !batch.prompt_modalities[s].empty()) {
+        const auto tags = batch.prompt_modalities[s];
+        codes.assign(cv.num_keys, static_cast<uint8_t>(Modality::Text));
+        for (int j = 0; j < std::min<int>(cv.num_keys, static_cast<int>(tags.size())); ++j)
+          codes[j] = static_cast<uint8_t>(tags[j].modality);
+        cv.modalities = codes.data();
+      }
+      if (s < static_cast<int>(batch.frame_strides.size())) cv.frame_strides = batch.frame_strides[s];
       plans[s] = build_sparse_plan(batch.sparse_prefill[s], cv, H, kv, scale);
       plan_ptrs[s] = &*plans[s];
     } else if (q_len > 0) {

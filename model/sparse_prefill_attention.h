@@ -11,7 +11,8 @@ namespace vlm {
 
 // Preconditions: the step's K/V are already written; batch.sparse_prefill has num_seqs entries.
 // q[T, H, D], out[T, H, D] as in AttentionLayer::forward.
-void sparse_prefill_attention(const float* q /*[T,H,D]*/, int num_heads, const PagedKVLayer& kv,
+// `layer` selects the per-head patterns of method MMInference.
+void sparse_prefill_attention(int layer, const float* q /*[T,H,D]*/, int num_heads, const PagedKVLayer& kv,
                               const ForwardBatch& batch, float scale, float* out /*[T,H,D]*/);
 
 }  // namespace vlm

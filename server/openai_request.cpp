@@ -70,7 +70,7 @@ std::vector<int32_t> token_ids(const json& arr, const std::string& param) {
   return ids;
 }
 
-// Extension: "sparse_prefill": "off"|"a_shape"|"tri_shape"|"vertical_slash" at the top level or
+// Extension: "sparse_prefill": "off"|"a_shape"|"tri_shape"|"vertical_slash"|"grid"|"xattention"|"mminference" at the top level or
 // inside "vlm_options"; overrides the server's sparse-prefill method for this request.
 void parse_sparse_prefill(const json& j, SamplingParams& p) {
   const json* v = nullptr;
@@ -81,7 +81,7 @@ void parse_sparse_prefill(const json& j, SamplingParams& p) {
   }
   if (!v) return;
   const auto m = v->is_string() ? parse_sparse_prefill_method(v->get<std::string>()) : std::nullopt;
-  if (!m) bad("sparse_prefill", "'sparse_prefill' must be one of \"off\", \"a_shape\", \"tri_shape\", \"vertical_slash\"");
+  if (!m) bad("sparse_prefill", "'sparse_prefill' must be one of \"off\", \"a_shape\", \"tri_shape\", \"vertical_slash\", \"grid\", \"xattention\", \"mminference\"");
   p.sparse_prefill = *m;
 }
 

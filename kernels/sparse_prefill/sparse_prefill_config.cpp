@@ -1,15 +1,24 @@
 #include "kernels/sparse_prefill/sparse_prefill_config.h"
 
 namespace vlm {
-
-std::optional<SparsePrefillMethod> parse_sparse_prefill_method(std::string_view name) {
+namespace {
+std::string underscored(std::string_view name) {
   std::string n(name);
   for (char& c : n)
     if (c == '-') c = '_';
+  return n;
+}
+}  // namespace
+
+std::optional<SparsePrefillMethod> parse_sparse_prefill_method(std::string_view name) {
+  const std::string n = underscored(name);
   if (n == "off" || n == "dense") return SparsePrefillMethod::Off;
   if (n == "a_shape") return SparsePrefillMethod::AShape;
   if (n == "tri_shape") return SparsePrefillMethod::TriShape;
   if (n == "vertical_slash") return SparsePrefillMethod::VerticalSlash;
+  if (n == "grid") return SparsePrefillMethod::Grid;
+  if (n == "xattention") return SparsePrefillMethod::XAttention;
+  if (n == "mminference") return SparsePrefillMethod::MMInference;
   return std::nullopt;
 }
 
@@ -19,8 +28,32 @@ const char* sparse_prefill_method_name(SparsePrefillMethod m) {
     case SparsePrefillMethod::AShape: return "a_shape";
     case SparsePrefillMethod::TriShape: return "tri_shape";
     case SparsePrefillMethod::VerticalSlash: return "vertical_slash";
+    case SparsePrefillMethod::Grid: return "grid";
+    case SparsePrefillMethod::XAttention: return "xattention";
+    case SparsePrefillMethod::MMInference: return "mminference";
   }
   return "?";
+}
+
+const char* head_pattern_type_name(HeadPatternType t) {
+  switch (t) {
+    case HeadPatternType::Dense: return "dense";
+    case HeadPatternType::AShape: return "a_shape";
+    case HeadPatternType::VerticalSlash: return "vertical_and_slash";
+    case HeadPatternType::Grid: return "grid";
+    case HeadPatternType::XAttention: return "xattention";
+  }
+  return "?";
+}
+
+std::optional<HeadPatternType> parse_head_pattern_type(std::string_view name) {
+  const std::string n = underscored(name);
+  if (n == "dense") return HeadPatternType::Dense;
+  if (n == "a_shape" || n == "stream_llm") return HeadPatternType::AShape;
+  if (n == "vertical_and_slash" || n == "vertical_slash") return HeadPatternType::VerticalSlash;
+  if (n == "grid") return HeadPatternType::Grid;
+  if (n == "xattention") return HeadPatternType::XAttention;
+  return std::nullopt;
 }
 
 }  // namespace vlm

@@ -2,17 +2,53 @@
 // parameters (defaults from shared/ALGORITHMS.md §1-§5). Method Off is the exact dense path.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "kernels/sparse_prefill/grid.h"
+#include "kernels/sparse_prefill/modality_boundary.h"
+#include "kernels/sparse_prefill/xattention.h"
 
 namespace vlm {
 
-enum class SparsePrefillMethod { Off, AShape, TriShape, VerticalSlash };
+// MMInference: every head its own pattern (HeadPattern, from a per-model file, else the default
+// head pattern); the others: one pattern for every head.
+enum class SparsePrefillMethod { Off, AShape, TriShape, VerticalSlash, Grid, XAttention, MMInference };
 
-// "off" (or "dense"), "a_shape", "tri_shape", "vertical_slash" (also with '-' for '_').
+// "off" (or "dense"), "a_shape", "tri_shape", "vertical_slash", "grid", "xattention",
+// "mminference" (also with '-' for '_').
 std::optional<SparsePrefillMethod> parse_sparse_prefill_method(std::string_view name);
 const char* sparse_prefill_method_name(SparsePrefillMethod m);
+
+// One head's pattern (ALGORITHMS.md §4.6). Dense: every causal block (exact).
+enum class HeadPatternType { Dense, AShape, VerticalSlash, Grid, XAttention };
+const char* head_pattern_type_name(HeadPatternType t);  // "dense", "a_shape", "vertical_and_slash", "grid", "xattention"
+std::optional<HeadPatternType> parse_head_pattern_type(std::string_view name);  // also "stream_llm"
+
+struct HeadPattern {
+  HeadPatternType type = HeadPatternType::Grid;
+  // None: the intra-modality pattern over the whole sequence (No-/K-boundary heads). Q / TwoD:
+  // modality-permuted vertical-slash with (vertical_size, slash_size) per modality (pair); they
+  // fall back to the intra pattern when the keys hold one modality only.
+  BoundaryKind boundary = BoundaryKind::None;
+  int n_init = 128, n_local = 3968;              // AShape
+  int vertical_size = 1000, slash_size = 6096;   // VerticalSlash and the boundary heads
+  GridParams grid;                               // Grid (grid.stride 0: online search)
+  XAttentionParams xattention;                   // XAttention
+};
+
+// Per layer, per query head (a missing layer or head takes SparsePrefillConfig::default_head).
+struct SparseHeadPatterns {
+  std::vector<std::vector<HeadPattern>> layers;
+  const HeadPattern* find(int layer, int head) const {
+    if (layer < 0 || layer >= static_cast<int>(layers.size())) return nullptr;
+    const auto& l = layers[layer];
+    return head >= 0 && head < static_cast<int>(l.size()) ? &l[head] : nullptr;
+  }
+};
 
 struct SparsePrefillConfig {
   SparsePrefillMethod method = SparsePrefillMethod::Off;
@@ -26,6 +62,11 @@ struct SparsePrefillConfig {
   int vertical_size = 1000;
   int slash_size = 6096;
   int last_q = 64;
+  GridParams grid;              // method Grid
+  XAttentionParams xattention;  // method XAttention (block = `block`, OpenVINO's default 64)
+  // Method MInference: per-head patterns (shared, immutable; null: default_head everywhere).
+  std::shared_ptr<const SparseHeadPatterns> head_patterns;
+  HeadPattern default_head;     // grid with online stride search
 
   bool enabled() const { return method != SparsePrefillMethod::Off; }
 };

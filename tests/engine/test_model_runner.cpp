@@ -2,6 +2,8 @@
 // finishes_prefill, logits rows, and a sequence whose cache was trimmed (position != slot).
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 
@@ -52,6 +54,32 @@ TEST(ModelRunner, ChunkThatDoesNotSampleGetsNoLogitsRow) {
   EXPECT_TRUE(fb.logits_indices.empty());
   EXPECT_EQ(fb.finishes_prefill, (std::vector<uint8_t>{0}));
   sched.abort(&a);
+}
+
+TEST(ModelRunner, SparsePrefillChunksCarryPromptTagsAndVideoFrameStrides) {
+  BlockManager bm(16, 4);
+  Scheduler sched(SchedulerConfig{8, 64, 0, 8}, bm);
+  std::vector<ModalityTag> tags(10);
+  for (int i = 2; i < 8; ++i) tags[i] = ModalityTag{Modality::Video, 0};
+  Sequence a(1, std::vector<int32_t>(10, 5), SamplingParams{}, tags);
+  auto media = std::make_shared<MediaInputs>();
+  media->video_frame_tokens = {3};  // one video of 2 frames x 3 tokens
+  a.media = media;
+  Sequence b(2, std::vector<int32_t>(6, 7), SamplingParams{});  // text: no known strides
+  sched.add(&a);
+  sched.add(&b);
+  SparsePrefillConfig sparse;
+  sparse.method = SparsePrefillMethod::Grid;
+  sparse.min_prompt_len = 0;
+  const ForwardBatch fb = ModelRunner::make_batch(sched.schedule(), 4, &sparse);
+  ASSERT_EQ(fb.sparse_prefill.size(), 2u);
+  ASSERT_EQ(fb.frame_strides.size(), 2u);
+  EXPECT_EQ(std::vector<int32_t>(fb.frame_strides[0].begin(), fb.frame_strides[0].end()), std::vector<int32_t>{3});
+  EXPECT_TRUE(fb.frame_strides[1].empty());
+  ASSERT_EQ(fb.prompt_modalities[0].size(), 10u);
+  EXPECT_EQ(fb.prompt_modalities[0][2], (ModalityTag{Modality::Video, 0}));
+  sched.abort(&a);
+  sched.abort(&b);
 }
 
 }  // namespace

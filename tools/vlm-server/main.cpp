@@ -9,6 +9,7 @@
 //              [--max-videos-per-request N] [--max-video-frames N]
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
 //              [--look-m-scores window|full] [--look-m-text-only 0|1]
+//              [--sparse-prefill METHOD] [--sparse-prefill-config FILE] [--sparse-prefill-min-len N]
 // The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
 // Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
 // DIR/preprocessor_config.json), Qwen2VLForConditionalGeneration and
@@ -31,6 +32,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -44,6 +46,7 @@
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
 #include "model/sink_router_config_file.h"
+#include "model/sparse_patterns_file.h"
 #include "server/api_server.h"
 #include "tools/common/cli_flags.h"
 #include "server/http_server.h"
@@ -81,6 +84,10 @@ const std::map<std::string, std::string> kFlags = {
     {"look-m-important-ratio", "LOOK-M important-token share (default 0.1)"},
     {"look-m-scores", "LOOK-M scores: window (default) or full"},
     {"look-m-text-only", "1: LOOK-M compresses text-only prompts too (default 0)"},
+    {"sparse-prefill", "off (default), a_shape, tri_shape, vertical_slash, grid, xattention, mminference "
+                       "(per request: \"vlm_options\": {\"sparse_prefill\": ...})"},
+    {"sparse-prefill-config", "per-head pattern file (tools/vlm-search-patterns); implies mminference"},
+    {"sparse-prefill-min-len", "prompts shorter than this stay dense (default 4096)"},
 };
 
 const vlm::cli::FlagParser& cli() {
@@ -254,6 +261,18 @@ int main(int argc, char** argv) {
                    c.tau_max, c.length_ref, vlm::sink_aggregation_name(c.aggregation),
                    vlm::sink_surrogate_name(c.surrogate), c.num_dense_layers);
     }
+    if (flags.count("sparse-prefill")) {
+      const auto m = vlm::parse_sparse_prefill_method(flags.at("sparse-prefill"));
+      if (!m) usage("--sparse-prefill: unknown method '" + flags.at("sparse-prefill") + "'");
+      ec.sparse_prefill.method = *m;
+    }
+    if (flags.count("sparse-prefill-config")) {
+      ec.sparse_prefill.head_patterns = std::make_shared<const vlm::SparseHeadPatterns>(
+          vlm::load_sparse_patterns(flags.at("sparse-prefill-config")));
+      if (!flags.count("sparse-prefill")) ec.sparse_prefill.method = vlm::SparsePrefillMethod::MMInference;
+    }
+    ec.sparse_prefill.min_prompt_len =
+        static_cast<int>(int_flag(flags, "sparse-prefill-min-len", ec.sparse_prefill.min_prompt_len, 0));
 
     vlm::Router loading_router;
     loading_router.add("GET", "/health", [](const vlm::HttpRequest&) {
