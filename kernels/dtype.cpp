@@ -1,12 +1,6 @@
 #include "kernels/dtype.h"
 
-// GCC 12 warns about the _mm512_undefined_*() placeholders inside its own intrinsic headers
-// (GCC bug 105593); the warnings point into the header, so they are silenced there only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "kernels/x86_intrinsics.h"
 
 #include "kernels/check.h"
 #include "kernels/cpu_features.h"

@@ -11,11 +11,7 @@
 // broadcasts of A, 3*kMR vdpbf16ps (8 x 48 beat 12 x 32 and 6 x 64 here). Chunks of K after
 // the first accumulate into y.
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "kernels/x86_intrinsics.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -7,13 +7,7 @@
 // by a 16-bit shift of each u32 lane and the odd ones by a mask (no shuffles), against a copy of
 // x with the same pair split. The K tail uses masked loads (zeros).
 
-// GCC 12 warns about the _mm512_undefined_*() placeholders inside its own intrinsic headers
-// (GCC bug 105593); the warnings point into the header, so they are silenced there only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "kernels/x86_intrinsics.h"
 
 #include <algorithm>
 #include <vector>

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "kernels/check.h"
+#include "kernels/sparse_prefill/top_k.h"
 #include "kernels/sparse_prefill/last_q_attention.h"
 
 namespace vlm {
@@ -54,17 +55,6 @@ struct KeyGroups {
   int position(int g, int b) const { return codes[g] < 0 ? b : order[start[g] + b]; }
 };
 
-std::vector<int32_t> top_k(const std::vector<float>& score, int k) {
-  std::vector<int32_t> idx(score.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  k = std::min<int>(k, static_cast<int>(idx.size()));
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) {
-    return score[a] > score[b] || (score[a] == score[b] && a < b);
-  });
-  idx.resize(k);
-  return idx;
-}
-
 std::vector<int32_t> modality_row_order(const uint8_t* code, int off, int q_len) {
   std::vector<int32_t> order(q_len);
   std::iota(order.begin(), order.end(), 0);
@@ -113,8 +103,8 @@ BoundaryLines estimate_boundary_lines(BoundaryKind kind, const uint8_t* code, co
       PairLines pl;
       pl.mq = mq;
       pl.mk = kg.codes[g];
-      pl.vertical = top_k(vert, std::min(n, prm.vertical_size));
-      pl.slash = top_k(slash, std::min(n, prm.slash_size));
+      pl.vertical = top_k_indices(vert, std::min(n, prm.vertical_size));
+      pl.slash = top_k_indices(slash, std::min(n, prm.slash_size));
       std::sort(pl.vertical.begin(), pl.vertical.end());
       std::sort(pl.slash.begin(), pl.slash.end(), std::greater<>());
       out.pairs.push_back(std::move(pl));

@@ -5,23 +5,9 @@
 #include <numeric>
 
 #include "kernels/check.h"
+#include "kernels/sparse_prefill/top_k.h"
 
 namespace vlm {
-namespace {
-
-// Indices of the k largest scores (ties: smaller index first).
-std::vector<int32_t> top_k(const std::vector<float>& score, int k) {
-  std::vector<int32_t> idx(score.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  k = std::min<int>(k, static_cast<int>(idx.size()));
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) {
-    return score[a] > score[b] || (score[a] == score[b] && a < b);
-  });
-  idx.resize(k);
-  return idx;
-}
-
-}  // namespace
 
 VerticalSlashIndices estimate_vertical_slash(const float* q_last, int last_q, const float* keys,
                                              int N, int D, float scale,
@@ -53,8 +39,8 @@ VerticalSlashIndices estimate_vertical_slash(const float* q_last, int last_q, co
   for (int j = 0; j < std::min(N, prm.forced_verticals); ++j) vert[j] = INFINITY;
   for (int o = 0; o < std::min(N, prm.forced_slashes); ++o) slash[o] = INFINITY;
   VerticalSlashIndices out;
-  out.vertical = top_k(vert, v_sz);
-  out.slash = top_k(slash, s_sz);
+  out.vertical = top_k_indices(vert, v_sz);
+  out.slash = top_k_indices(slash, s_sz);
   std::sort(out.vertical.begin(), out.vertical.end());
   std::sort(out.slash.begin(), out.slash.end(), std::greater<>());
   return out;
