@@ -15,6 +15,7 @@ packages=(
   openssl curl                             # test data integrity; curl for health checks and examples
   prometheus                               # promtool checks the /metrics exposition in tests
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang-14 libclang-rt-14-dev llvm-14     # scripts/sanitize.sh: ASan/UBSan/TSan, libFuzzer, symbolizer
   python3
 )
 # The test data comes from the npm registry: use the machine's npm, or Debian's.

@@ -6,3 +6,8 @@ cd "$(dirname "$0")/.."
 ./scripts/fetch_test_data.sh
 ./scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+# In CI also the short sanitizer and fuzz suites (docs/RELIABILITY.md): ASan+UBSan on the
+# model, engine and server tests, and every fuzzer for 20 s. Locally: scripts/sanitize.sh.
+if [ "${CI:-}" = "true" ]; then
+  ./scripts/sanitize.sh --short
+fi
