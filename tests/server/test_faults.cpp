@@ -1,4 +1,5 @@
 // Fault cases of the hardening issue not covered elsewhere (docs/RELIABILITY.md lists them all):
+//  - local media paths: symlinks and sibling directories cannot escape the allowed root;
 //  - media fetches from local servers that trickle, send an oversized body with no length,
 //    redirect in a loop, or sit behind a host name that resolves to an internal address (the
 //    address check runs on the address curl connects to, so a second lookup cannot slip past);
@@ -15,6 +16,8 @@
 
 #include <csignal>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -93,6 +96,28 @@ TEST_F(MediaFetchFaults, HostNameResolvingToLoopbackIsRefusedAtConnect) {
   }}}};
   EXPECT_NE(fetch_error(hop.url("/to_private"), listed).find("'10.255.255.1' is not in the allowed media domains"),
             std::string::npos);
+}
+
+TEST(MediaFetchLocal, SymlinkOutOfTheRootIsRefused) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("vlm_faults_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "root");
+  std::ofstream(dir / "secret.png") << "secret";
+  std::ofstream(dir / "root" / "ok.png") << "PNG";
+  fs::create_symlink(dir / "secret.png", dir / "root" / "link.png");
+  fs::create_directory_symlink(dir, dir / "root" / "up");
+  MediaFetchOptions o;
+  o.allowed_local_path = (dir / "root").string();
+  EXPECT_EQ(fetch_media("file://" + (dir / "root" / "ok.png").string(), o).data, "PNG");
+  EXPECT_NE(fetch_error("file://" + (dir / "root" / "link.png").string(), o).find("outside"), std::string::npos);
+  EXPECT_NE(fetch_error("file://" + (dir / "root" / "up" / "secret.png").string(), o).find("outside"), std::string::npos);
+  EXPECT_NE(fetch_error("file://" + (dir / "root" / "%2e%2e" / "secret.png").string(), o).find("not found"),
+            std::string::npos);
+  // A root given as a prefix of a sibling directory's name does not admit the sibling.
+  fs::create_directories(dir / "rootx");
+  std::ofstream(dir / "rootx" / "a.png") << "x";
+  EXPECT_NE(fetch_error("file://" + (dir / "rootx" / "a.png").string(), o).find("outside"), std::string::npos);
+  fs::remove_all(dir);
 }
 
 // --- the real server ---
