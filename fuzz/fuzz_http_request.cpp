@@ -82,7 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
       }
       if (parser.is_done()) break;
-      if (p == end) {  // the peer closed
+      if (p == end) {  // the peer closed (Beast's read: end_of_stream before any byte)
+        if (!parser.got_some()) return 0;
         parser.put_eof(ec);
         if (ec || !parser.is_done()) return 0;
         break;

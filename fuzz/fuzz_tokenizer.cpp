@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "fuzz/fuzz_util.h"
 #include "model/normalizer.h"
 #include "model/tokenizer.h"
@@ -24,7 +26,7 @@ const vlm::Tokenizer& tokenizer() {
   return *t;
 }
 const vlm::Normalizer& nfc() {
-  static std::unique_ptr<vlm::Normalizer> n = vlm::Normalizer::from_json({{"type", "NFC"}}, "fuzz");
+  static std::unique_ptr<vlm::Normalizer> n = vlm::Normalizer::from_json(nlohmann::json{{"type", "NFC"}}, "fuzz");
   return *n;
 }
 }  // namespace

@@ -137,40 +137,6 @@ double metric(const std::string& text, const std::string& name) {
   return std::stod(text.substr(sp + 1, text.find('\n', sp) - sp - 1));
 }
 
-TEST(ServerFaults, KvExhaustionPreemptsOrRefusesAndFreesEveryBlock) {
-  // 16 blocks of 16 tokens: two of the eight 100-token requests fit at once, so decoding runs
-  // out of blocks (preemption) and the waiting queue of 3 overflows (429).
-  ServerProcess server(std::string(VLM_BIN_DIR) + "/vlm-server", args(16, 3));
-  constexpr int kN = 8;
-  std::vector<HttpResult> results(kN);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kN; ++i)
-    clients.emplace_back([&, i] {
-      results[i] = http_request("POST", server.base_url() + "/v1/completions",
-                                json{{"prompt", "Count " + std::to_string(i)}, {"max_tokens", 100},
-                                     {"ignore_eos", true}}.dump());
-    });
-  for (auto& t : clients) t.join();
-  int ok = 0, refused = 0;
-  for (int i = 0; i < kN; ++i) {
-    if (results[i].status == 429) {
-      ++refused;
-      EXPECT_NE(results[i].body.find("rate_limit_exceeded"), std::string::npos) << results[i].body;
-      continue;
-    }
-    ASSERT_EQ(results[i].status, 200) << i << ": " << results[i].body << "\n" << server.log();
-    EXPECT_EQ(json::parse(results[i].body)["usage"]["completion_tokens"], 100) << i;
-    ++ok;
-  }
-  const std::string m = http_request("GET", server.base_url() + "/metrics").body;
-  EXPECT_GT(ok, 0);
-  EXPECT_GT(metric(m, "vllm:num_preemptions_total") + refused, 0) << m;
-  EXPECT_EQ(metric(m, "vllm:kv_cache_usage_perc"), 0) << m;
-  EXPECT_EQ(metric(m, "vllm:num_requests_running"), 0) << m;
-  EXPECT_EQ(http_request("GET", server.base_url() + "/health").status, 200);
-  EXPECT_EQ(server.terminate(30), 0) << server.log();
-}
-
 // A blocking client socket to 127.0.0.1:port (receive timeout 60 s so a bug cannot hang ctest).
 int connect_to(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -207,6 +173,49 @@ std::string exchange(int fd, const std::string& method, const std::string& path,
     in.append(buf, static_cast<size_t>(n));
   }
   return in;
+}
+
+TEST(ServerFaults, KvExhaustionPreemptsOrRefusesAndFreesEveryBlock) {
+  // 16 blocks of 16 tokens: two of the eight 100-token requests fit at once, so decoding runs
+  // out of blocks (preemption) and the waiting queue of 3 overflows (429).
+  ServerProcess server(std::string(VLM_BIN_DIR) + "/vlm-server", args(16, 3));
+  constexpr int kN = 8;
+  std::vector<HttpResult> results(kN);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kN; ++i)
+    clients.emplace_back([&, i] {
+      results[i] = http_request("POST", server.base_url() + "/v1/completions",
+                                json{{"prompt", "Count " + std::to_string(i)}, {"max_tokens", 100},
+                                     {"ignore_eos", true}}.dump());
+    });
+  for (auto& t : clients) t.join();
+  int ok = 0, refused = 0;
+  for (int i = 0; i < kN; ++i) {
+    if (results[i].status == 429) {
+      ++refused;
+      EXPECT_NE(results[i].body.find("rate_limit_exceeded"), std::string::npos) << results[i].body;
+      continue;
+    }
+    ASSERT_EQ(results[i].status, 200) << i << ": " << results[i].body << "\n" << server.log();
+    EXPECT_EQ(json::parse(results[i].body)["usage"]["completion_tokens"], 100) << i;
+    ++ok;
+  }
+  // A path that is not UTF-8 is a 404 in the error envelope (it used to throw from the JSON
+  // serializer on the I/O thread and end the process; fuzz/regressions/http_request).
+  const int fd = connect_to(server.port());
+  ASSERT_GE(fd, 0);
+  const std::string r404 = exchange(fd, "GET", "/v1/\xe3\xff", "");
+  close(fd);
+  EXPECT_EQ(r404.rfind("HTTP/1.1 404", 0), 0u) << r404;
+  EXPECT_NE(r404.find("no route for GET /v1/\xef\xbf\xbd"), std::string::npos) << r404;
+
+  const std::string m = http_request("GET", server.base_url() + "/metrics").body;
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(metric(m, "vllm:num_preemptions_total") + refused, 0) << m;
+  EXPECT_EQ(metric(m, "vllm:kv_cache_usage_perc"), 0) << m;
+  EXPECT_EQ(metric(m, "vllm:num_requests_running"), 0) << m;
+  EXPECT_EQ(http_request("GET", server.base_url() + "/health").status, 200);
+  EXPECT_EQ(server.terminate(30), 0) << server.log();
 }
 
 TEST(ServerFaults, SigtermUnderLoadDrainsRefusesThenRestartsHealthy) {
