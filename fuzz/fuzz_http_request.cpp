@@ -71,6 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     boost::beast::error_code ec;
     while (!parser.is_done()) {
       if (buffer.size() > 0) {
+        // As Beast's reads: async_read_header parses lazily, async_read (the body) eagerly.
+        parser.eager(parser.is_header_done());
         size_t used = parser.put(buffer.data(), ec);
         buffer.consume(used);
         if (ec == http::error::need_more) {

@@ -122,9 +122,9 @@ TEST(MediaFetchLocal, SymlinkOutOfTheRootIsRefused) {
 
 // --- the real server ---
 
-std::vector<std::string> args(int kv_blocks, int max_waiting) {
+std::vector<std::string> args(int kv_blocks, int max_waiting, int max_model_len = 256) {
   return {"--model", demo_model_dir(), "--served-model-name", "demo", "--kv-cache-dtype", "f32",
-          "--num-kv-blocks", std::to_string(kv_blocks), "--max-model-len", "256", "--max-waiting",
+          "--num-kv-blocks", std::to_string(kv_blocks), "--max-model-len", std::to_string(max_model_len), "--max-waiting",
           std::to_string(max_waiting), "--threads", "2", "--log-level", "warn"};
 }
 
@@ -219,7 +219,8 @@ TEST(ServerFaults, KvExhaustionPreemptsOrRefusesAndFreesEveryBlock) {
 }
 
 TEST(ServerFaults, SigtermUnderLoadDrainsRefusesThenRestartsHealthy) {
-  auto server = std::make_unique<ServerProcess>(std::string(VLM_BIN_DIR) + "/vlm-server", args(512, 64));
+  // Streams long enough (600 tokens) to still be running when the late request comes.
+  auto server = std::make_unique<ServerProcess>(std::string(VLM_BIN_DIR) + "/vlm-server", args(512, 64, 1024));
   // A keep-alive connection opened (and served once) before the signal.
   const int kept = connect_to(server->port());
   ASSERT_GE(kept, 0);
@@ -231,7 +232,7 @@ TEST(ServerFaults, SigtermUnderLoadDrainsRefusesThenRestartsHealthy) {
   for (int i = 0; i < kN; ++i)
     clients.emplace_back([&, i] {
       results[i] = http_request("POST", server->base_url() + "/v1/completions",
-                                json{{"prompt", "Go on " + std::to_string(i)}, {"max_tokens", 150},
+                                json{{"prompt", "Go on " + std::to_string(i)}, {"max_tokens", 600},
                                      {"ignore_eos", true}, {"stream", true}}.dump());
     });
   for (int i = 0; i < 2000; ++i) {

@@ -13,10 +13,11 @@ then runs at the same time
 Afterwards it checks, and exits 1 if any fails:
   - the server process is alive and /health is 200;
   - vllm:kv_cache_usage_perc == 0 and no request running or waiting (polled, bounded);
-  - accounting: every request the server accepted ended exactly once: the sum over
-    finished_reason of vllm:request_success_total equals the 200-answered requests (bench
-    completed + misbehaving requests that got a 200 status line), no malformed request got a
-    5xx, no stream carried two [DONE];
+  - accounting: every request the server accepted ended exactly once: finished (the sum over
+    finished_reason of vllm:request_success_total) + aborted (log lines "request failed: 499",
+    a client that left) + failed (other "request failed") equals the accepted requests (bench
+    completed + misbehaving requests that got a 200 status line or were sent whole and
+    abandoned + warm-up); no malformed request got a 5xx; no stream carried two [DONE];
   - resident memory: final RSS - RSS after warm-up <= --rss-bound-mib;
   - SIGTERM ends the server with status 0.
 Every process it starts it stops by pid; every wait is bounded.
@@ -200,7 +201,7 @@ def main():
     log = open(os.path.join(tmp, "server.log"), "w+")
     server = subprocess.Popen([os.path.join(a.bin_dir, "vlm-server"), "--model", model, "--served-model-name", "demo",
                                "--host", "127.0.0.1", "--port", "0", "--kv-cache-dtype", "f32", "--num-kv-blocks", "2048",
-                               "--max-model-len", "512", "--threads", "2", "--log-level", "warn"],
+                               "--max-model-len", "512", "--threads", "2", "--log-level", "info"],
                               stderr=log, stdout=subprocess.DEVNULL)
     failures = []
     result = {}
@@ -238,10 +239,10 @@ def main():
         bench_json = os.path.join(tmp, "bench.json")
         t0 = time.time()
         bench = subprocess.Popen([os.path.join(a.bin_dir, "vlm-bench"), "--base-url", f"http://127.0.0.1:{port}",
-                                  "--endpoint", "/v1/chat/completions", "--model", "demo", "--dataset", "random",
+                                  "--endpoint", "chat", "--model", "demo", "--dataset", "random",
                                   "--num-prompts", str(a.requests), "--max-concurrency", str(a.concurrency),
                                   "--input-len", "32", "--output-len", str(a.output_len), "--no-progress",
-                                  "--seed", str(a.seed), "--result-json", bench_json],
+                                  "--seed", str(a.seed), "--timeout", "3500", "--result-json", bench_json],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         mis = Misbehaver(port, a.misbehave, a.seed)
         mis.run()
@@ -269,11 +270,18 @@ def main():
         rss_final = rss_mib(server.pid)
         health, _ = http(port, "GET", "/health")
         accepted = completed + mis.accepted + 20  # + warm-up
+        # Requests that ended without a finish reason are logged once each at info level:
+        # 499 for a client that left, other statuses for failures.
+        log.seek(0)
+        server_log = log.read()
+        aborted = server_log.count("request failed: 499 ")
+        failed_other = server_log.count("request failed: ") - aborted
         result = {
             "requests_bench": a.requests, "bench_completed": completed, "bench_failed": failed,
             "misbehaving_actions": mis.counts, "misbehaving_accepted": mis.accepted,
             "malformed_5xx": mis.bad_5xx, "double_done": mis.double_done,
-            "server_finished_total": finished, "finished_by_reason": reasons, "accepted_total": accepted,
+            "server_finished_total": finished, "finished_by_reason": reasons, "server_aborted_499": aborted,
+            "server_failed_other": failed_other, "accepted_total": accepted,
             "kv_cache_usage_perc_end": kv, "rss_mib_after_warmup": round(rss_base, 1),
             "rss_mib_peak": round(rss_peak[0], 1), "rss_mib_final": round(rss_final, 1), "wall_s": round(wall, 1),
             "health_end": health,
@@ -288,8 +296,9 @@ def main():
             failures.append(f"{mis.bad_5xx} malformed requests got a 5xx")
         if mis.double_done:
             failures.append(f"{mis.double_done} streams carried two [DONE]")
-        if finished != accepted:
-            failures.append(f"the server ended {finished} requests, {accepted} were accepted")
+        if finished + aborted + failed_other != accepted:
+            failures.append(f"the server ended {finished} + aborted {aborted} + failed {failed_other} requests, "
+                            f"{accepted} were accepted")
         if rss_final - rss_base > a.rss_bound_mib:
             failures.append(f"RSS grew {rss_final - rss_base:.1f} MiB (bound {a.rss_bound_mib})")
     finally:
