@@ -33,6 +33,12 @@ const nlohmann::ordered_json& fixed_messages() {
 }
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  qwen3();
+  fixed_messages();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string rest(reinterpret_cast<const char*>(data + 1), size - 1);

@@ -31,6 +31,13 @@ const vlm::Normalizer& nfc() {
 }
 }  // namespace
 
+// The tokenizer loads once, here, outside the per-input timeout (seconds under ASan).
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  tokenizer();
+  nfc();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto& tok = tokenizer();
   std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 ./scripts/fetch_test_data.sh
 ./scripts/build.sh
 ctest --test-dir build --output-on-failure -j "$(nproc)"
-# In CI also the short sanitizer and fuzz suites (docs/RELIABILITY.md): ASan+UBSan on the
-# model, engine and server tests, and every fuzzer for 20 s. Locally: scripts/sanitize.sh.
+# In CI also the short hardening suite (docs/RELIABILITY.md): the libFuzzer targets (clang,
+# ASan+UBSan) replay their regression inputs and fuzz 20 s each; any finding fails CI.
+# Locally, and for the full ASan/UBSan and TSan test suites: scripts/sanitize.sh.
 if [ "${CI:-}" = "true" ]; then
   ./scripts/sanitize.sh --short
 fi
