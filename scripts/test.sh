@@ -9,6 +9,9 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 # In CI also the short hardening suite (docs/RELIABILITY.md): the libFuzzer targets (clang,
 # ASan+UBSan) replay their regression inputs and fuzz 20 s each; any finding fails CI.
 # Locally, and for the full ASan/UBSan and TSan test suites: scripts/sanitize.sh.
+# Then a short soak: 200 streaming requests plus 100 misbehaving clients against the demo model
+# (tools/soak/soak.py: no crash, 0 KV blocks in use, each request ended once, RSS bound).
 if [ "${CI:-}" = "true" ]; then
   ./scripts/sanitize.sh --short
+  python3 tools/soak/soak.py --bin-dir build/bin --requests 200 --concurrency 16 --misbehave 100
 fi

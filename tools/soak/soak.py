@@ -202,7 +202,7 @@ def main():
     server = subprocess.Popen([os.path.join(a.bin_dir, "vlm-server"), "--model", model, "--served-model-name", "demo",
                                "--host", "127.0.0.1", "--port", "0", "--kv-cache-dtype", "f32", "--num-kv-blocks", "2048",
                                "--max-model-len", "512", "--threads", "2", "--log-level", "info"],
-                              stderr=log, stdout=subprocess.DEVNULL)
+                              stderr=log, stdout=log)
     failures = []
     result = {}
     try:
