@@ -180,7 +180,9 @@ std::string exchange(int fd, const std::string& method, const std::string& path,
 TEST(ServerFaults, KvExhaustionPreemptsOrRefusesAndFreesEveryBlock) {
   // 16 blocks of 16 tokens: two of the eight 100-token requests fit at once, so decoding runs
   // out of blocks (preemption) and the waiting queue of 3 overflows (429).
-  ServerProcess server(std::string(VLM_BIN_DIR) + "/vlm-server", args(16, 3));
+  std::vector<std::string> a = args(16, 3);
+  a.insert(a.end(), {"--max-body-bytes", "65536"});  // a limit flag taking effect (docs/RELIABILITY.md)
+  ServerProcess server(std::string(VLM_BIN_DIR) + "/vlm-server", a);
   constexpr int kN = 8;
   std::vector<HttpResult> results(kN);
   std::vector<std::thread> clients;
@@ -211,7 +213,16 @@ TEST(ServerFaults, KvExhaustionPreemptsOrRefusesAndFreesEveryBlock) {
   EXPECT_EQ(r404.rfind("HTTP/1.1 404", 0), 0u) << r404;
   EXPECT_NE(r404.find("no route for GET /v1/\xef\xbf\xbd"), std::string::npos) << r404;
 
-  const std::string m = http_request("GET", server.base_url() + "/metrics").body;
+  EXPECT_EQ(http_request("POST", server.base_url() + "/v1/completions", std::string(70000, ' ')).status, 413);
+
+  // The engine publishes its gauges after each step, a moment after the last reply went out:
+  // wait (bounded) for the snapshot with nothing running or waiting, then read it.
+  std::string m;
+  for (int i = 0; i < 400; ++i) {
+    m = http_request("GET", server.base_url() + "/metrics").body;
+    if (metric(m, "vllm:num_requests_running") == 0 && metric(m, "vllm:num_requests_waiting") == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_GT(ok, 0);
   EXPECT_GT(metric(m, "vllm:num_preemptions_total") + refused, 0) << m;
   EXPECT_EQ(metric(m, "vllm:kv_cache_usage_perc"), 0) << m;
