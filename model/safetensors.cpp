@@ -61,7 +61,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") continue;
-    auto bad = [&](const std::string& what) { fail(path, "tensor '" + name + "': " + what); };
+    const std::string& tensor = name;  // clang 14 cannot capture a structured binding
+    auto bad = [&](const std::string& what) { fail(path, "tensor '" + tensor + "': " + what); };
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") ||
         !info.contains("data_offsets"))
       bad("entry needs dtype, shape and data_offsets");

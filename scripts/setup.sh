@@ -15,6 +15,7 @@ packages=(
   openssl curl                             # test data integrity; curl for health checks and examples
   prometheus                               # promtool checks the /metrics exposition in tests
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang-14 libclang-rt-14-dev llvm-14     # scripts/sanitize.sh: ASan/UBSan/TSan, libFuzzer, symbolizer
   python3
   nginx python3-yaml                       # replica test (tests/scaleout): load balancer, manifest check
 )

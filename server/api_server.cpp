@@ -9,6 +9,7 @@
 #include "kernels/log.h"
 #include "model/multimodal_input.h"
 #include "server/completion_stream.h"
+#include "server/constant_time.h"
 
 namespace vlm {
 
@@ -116,7 +117,7 @@ void ApiServer::register_routes(Router& router) {
 }
 
 void ApiServer::admit(const HttpRequest& req, const std::string& model) const {
-  if (!options_.api_key.empty() && req.header("authorization") != "Bearer " + options_.api_key)
+  if (!options_.api_key.empty() && !constant_time_equals(req.header("authorization"), "Bearer " + options_.api_key))
     bad("", "invalid or missing API key", 401, "authentication_error");
   if (!ready_ || draining_) bad("", draining_ ? "server is shutting down" : "model is loading", 503, "unavailable_error");
   if (req.method == "POST") {
@@ -343,7 +344,7 @@ void ApiServer::record_outcome(const CompletionOutcome& o, double e2e_s, int64_t
 }
 
 HttpReply ApiServer::models(const HttpRequest& req) const {
-  if (!options_.api_key.empty() && req.header("authorization") != "Bearer " + options_.api_key)
+  if (!options_.api_key.empty() && !constant_time_equals(req.header("authorization"), "Bearer " + options_.api_key))
     return HttpReply::error(401, "authentication_error", "invalid or missing API key");
   json m = {{"id", options_.served_model_name}, {"object", "model"}, {"created", unix_now()},
             {"owned_by", "vlm-server"}, {"root", options_.model_root}, {"parent", nullptr},

@@ -313,12 +313,16 @@ HttpReply CompletionCollector::build() const {
 
 void CompletionCollector::cancel() {
   std::lock_guard<std::mutex> lock(mu_);
+  // The reply may already be built and on its way (the client left between pump() and the
+  // write): its outcome was recorded then, so record none here (each request ends once).
+  const bool already_delivered = delivered_;
   delivered_ = true;
   for (auto& h : handles_) {
     h.channel().set_notify(nullptr);
     h.cancel();
   }
-  if (hook_) hook_(CompletionOutcome{usage_, clock_.ttft_s, clock_.itl_s, {}, RequestFailure{499, "client_closed", "client disconnected", ""}});
+  if (hook_ && !already_delivered)
+    hook_(CompletionOutcome{usage_, clock_.ttft_s, clock_.itl_s, {}, RequestFailure{499, "client_closed", "client disconnected", ""}});
 }
 
 }  // namespace vlm

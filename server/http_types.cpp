@@ -31,7 +31,9 @@ HttpReply HttpReply::error(int status, const std::string& type, const std::strin
   if (!param.empty()) e["param"] = param;
   if (!code.empty()) e["code"] = code;
   else e["code"] = status;
-  return json(status, nlohmann::json{{"error", e}}.dump());
+  // Messages can quote raw request bytes (the path of a 404): invalid UTF-8 becomes U+FFFD
+  // rather than a throw from dump() (fuzz_http_request found that crashing the I/O thread).
+  return json(status, nlohmann::json{{"error", e}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 }  // namespace vlm

@@ -17,7 +17,8 @@ Value get_path(const Value& item, const Value& attribute) {
   if (!attribute.is_string()) return get_item(item, attribute);
   Value v = item;
   for (const std::string& part : py::split(attribute.as_string(), std::string("."), -1)) {
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    // At most 18 digits: an index that fits int64 (a longer one cannot match an item).
+    bool digits = !part.empty() && part.size() <= 18 && std::all_of(part.begin(), part.end(), ::isdigit);
     v = get_item(v, digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
   }
   return v;

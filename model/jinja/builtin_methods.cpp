@@ -2,6 +2,7 @@
 // tool.items(), ...), with Python's semantics. Mutating methods are refused like jinja2's
 // ImmutableSandboxedEnvironment (HF's renderer) refuses them.
 #include <algorithm>
+#include <cstdint>
 
 #include "model/jinja/builtins.h"
 #include "model/jinja/error.h"
@@ -77,7 +78,7 @@ std::string str_format(const std::string& fmt, CallArgs& args) {
     }
     const Value* v = nullptr;
     if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
-      size_t idx = field.empty() ? auto_index++ : std::stoul(field);
+      size_t idx = field.empty() ? auto_index++ : field.size() > 18 ? SIZE_MAX : std::stoul(field);
       if (idx >= args.positional.size()) render_error("Replacement index " + std::to_string(idx) + " out of range for positional args tuple");
       v = &args.positional[idx];
     } else {

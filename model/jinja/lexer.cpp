@@ -1,6 +1,7 @@
 #include "model/jinja/lexer.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "model/jinja/error.h"
@@ -235,7 +236,11 @@ class Lexer {
       std::string ds;
       for (size_t i = s; i < pos_; ++i)
         if (src_[i] != '_') ds.push_back(src_[i]);
-      push_number(b, false, std::stoll(ds, nullptr, base), 0.0);
+      try {
+        push_number(b, false, std::stoll(ds, nullptr, base), 0.0);
+      } catch (const std::out_of_range&) {
+        fail("integer literal too large", b);
+      }
       return;
     }
     digits(is_digit);
@@ -255,7 +260,7 @@ class Lexer {
     for (size_t i = b; i < pos_; ++i)
       if (src_[i] != '_') text.push_back(src_[i]);
     if (is_float) {
-      push_number(b, true, 0, std::stod(text));
+      push_number(b, true, 0, std::strtod(text.c_str(), nullptr));  // overflow: inf, as Python's float()
     } else {
       try {
         push_number(b, false, std::stoll(text), 0.0);

@@ -281,6 +281,9 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     }
     if (next >= list.size()) render_error("not enough arguments for format string");
     const Value& v = list[next++];
+    // Widths and precisions beyond a million are refused rather than allocated (a template
+    // could otherwise ask for gigabytes); snprintf below writes at most 512 bytes.
+    if (width.size() > 6 || precision.size() > 6) render_error("format width or precision too large");
     std::string spec = "%" + flags + width + (precision.empty() ? "" : "." + precision);
     char buf[512];
     if (conv == 's' || conv == 'r') {
@@ -295,6 +298,8 @@ std::string percent_format(const std::string& fmt, const Value& args) {
       out += flags.find('-') != std::string::npos ? s + pad : pad + s;
     } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {
       if (!v.is_number()) render_error("%" + std::string(1, conv) + " format: a real number is required, not " + type_name(v));
+      if (v.is_float() && !(std::fabs(v.as_double()) < 9.2e18))  // Python: OverflowError / big int
+        render_error("%" + std::string(1, conv) + " format: number out of range");
       long long n = v.is_float() ? static_cast<long long>(v.as_double()) : v.as_int();
       std::snprintf(buf, sizeof buf, (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), n);
       out += buf;

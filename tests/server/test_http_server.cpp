@@ -90,7 +90,9 @@ class HttpServerTest : public ::testing::Test {
     router_.add("GET", "/stream", [this](const HttpRequest&) {
       HttpReply r;
       r.content_type = "text/event-stream";
-      r.stream = stream_ = std::make_shared<TestStream>(3, gap_);
+      auto st = std::make_shared<TestStream>(3, gap_);
+      std::atomic_store(&stream_, st);  // read by the test thread (TSan found the plain write)
+      r.stream = st;
       r.heartbeat = ": keep-alive\n\n";
       return r;
     });
@@ -192,9 +194,11 @@ TEST_F(HttpServerTest, DisconnectMidStreamCancels) {
     asio::write(s, asio::buffer(std::string("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")));
     std::this_thread::sleep_for(50ms);
   }  // closes the socket
-  for (int i = 0; i < 100 && !(stream_ && stream_->cancelled); ++i) std::this_thread::sleep_for(5ms);
-  ASSERT_TRUE(stream_);
-  EXPECT_TRUE(stream_->cancelled) << "the stream must be cancelled within 0.5 s of the disconnect";
+  std::shared_ptr<TestStream> stream;
+  for (int i = 0; i < 100 && !((stream = std::atomic_load(&stream_)) && stream->cancelled); ++i)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(stream);
+  EXPECT_TRUE(stream->cancelled) << "the stream must be cancelled within 0.5 s of the disconnect";
   for (int i = 0; i < 100 && server_->active_requests() > 0; ++i) std::this_thread::sleep_for(5ms);
   EXPECT_EQ(server_->active_requests(), 0);
 }

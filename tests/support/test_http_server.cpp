@@ -6,6 +6,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <thread>
 
 namespace vlm::testing {
 
@@ -19,6 +20,23 @@ struct TestHttpServer::Impl {
   std::map<std::string, Handler> routes;
   std::atomic<bool> stop{false};
 };
+
+namespace {
+// A raw HTTP/1.0-style reply: headers with no Content-Length, then the body a byte at a time.
+void trickle(tcp::socket& sock, const TestResponse& r) {
+  boost::system::error_code ec;
+  std::string head = "HTTP/1.1 " + std::to_string(r.status) + " X\r\nContent-Type: " + r.content_type +
+                     "\r\nConnection: close\r\n";
+  for (const auto& [k, v] : r.headers) head += k + ": " + v + "\r\n";
+  head += "\r\n";
+  asio::write(sock, asio::buffer(head), ec);
+  for (size_t i = 0; i < r.body.size() && !ec; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(r.trickle_ms));
+    asio::write(sock, asio::buffer(&r.body[i], 1), ec);
+  }
+  sock.shutdown(tcp::socket::shutdown_both, ec);
+}
+}  // namespace
 
 TestHttpServer::TestHttpServer(std::map<std::string, Handler> routes) : impl_(std::make_unique<Impl>()) {
   impl_->routes = std::move(routes);
@@ -49,6 +67,11 @@ TestHttpServer::TestHttpServer(std::map<std::string, Handler> routes) : impl_(st
         r = it->second(target);
       }
       if (r.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(r.delay_ms));
+      if (r.trickle_ms > 0) {
+        trickle(sock, r);
+        ++served_;
+        continue;
+      }
       http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
       res.set(http::field::content_type, r.content_type);
       for (const auto& [k, v] : r.headers) res.set(k, v);

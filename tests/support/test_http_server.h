@@ -20,6 +20,9 @@ struct TestResponse {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
   int delay_ms = 0;  // sleep before answering
+  // > 0: send the headers without Content-Length (the body ends when the connection closes),
+  // then the body one byte every trickle_ms, stopping early when the client goes away.
+  int trickle_ms = 0;
 };
 
 class TestHttpServer {

@@ -9,6 +9,9 @@
 //              [--max-videos-per-request N] [--max-video-frames N]
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
 //              [--look-m-scores window|full] [--look-m-text-only 0|1]
+//              [--max-body-bytes N] [--max-header-bytes N] [--read-timeout-ms MS] [--idle-timeout-ms MS]
+//              [--write-timeout-ms MS] [--max-requests-per-connection N] [--media-connect-timeout-ms MS]
+//              [--media-timeout-ms MS] [--max-media-redirects N]   (docs/RELIABILITY.md lists every limit)
 //              [--sparse-prefill METHOD] [--sparse-prefill-config FILE] [--sparse-prefill-min-len N]
 // The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
 // Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
@@ -78,6 +81,15 @@ const std::map<std::string, std::string> kFlags = {
     {"max-image-pixels", "width x height of one image (default 64 Mi)"},
     {"max-videos-per-request", "videos in one chat request (default 4; Qwen2-VL family)"},
     {"max-video-frames", "frames of one video (default 32; Qwen2-VL family)"},
+    {"max-body-bytes", "request body (default 32 MiB; larger: 413)"},
+    {"max-header-bytes", "request headers (default 16 KiB; larger: 431)"},
+    {"read-timeout-ms", "to read one request (default 30000)"},
+    {"idle-timeout-ms", "between keep-alive requests (default 60000)"},
+    {"write-timeout-ms", "for one write to a slow reader (default 60000)"},
+    {"max-requests-per-connection", "keep-alive requests per connection (default 1000)"},
+    {"media-connect-timeout-ms", "connecting to a media URL (default 5000)"},
+    {"media-timeout-ms", "whole media fetch (default 20000)"},
+    {"max-media-redirects", "redirects per media fetch (default 3)"},
     {"look-m", "LOOK-M KV compression: off (default), text-prior-pivot, text-prior-avg, text-prior-weighted, "
                "text-prior-h2o, pivot, avg, weighted, h2o"},
     {"look-m-recent-ratio", "LOOK-M recent window share (default 0.1)"},
@@ -216,10 +228,20 @@ int main(int argc, char** argv) {
     api.image_limits.max_bytes = int_flag(flags, "max-image-bytes", api.media.max_bytes, 1);
     api.image_limits.max_pixels = int_flag(flags, "max-image-pixels", api.image_limits.max_pixels, 1);
     api.media.max_bytes = api.image_limits.max_bytes;
+    api.media.connect_timeout_ms = static_cast<int>(int_flag(flags, "media-connect-timeout-ms", api.media.connect_timeout_ms, 1));
+    api.media.total_timeout_ms = static_cast<int>(int_flag(flags, "media-timeout-ms", api.media.total_timeout_ms, 1));
+    api.media.max_redirects = static_cast<int>(int_flag(flags, "max-media-redirects", api.media.max_redirects, 0));
 
     vlm::HttpServerOptions http;
     http.host = flags.count("host") ? flags.at("host") : "127.0.0.1";
     http.port = static_cast<int>(int_flag(flags, "port", 8000, 0));
+    http.max_body_bytes = static_cast<size_t>(int_flag(flags, "max-body-bytes", static_cast<int64_t>(http.max_body_bytes), 1));
+    http.max_header_bytes = static_cast<size_t>(int_flag(flags, "max-header-bytes", static_cast<int64_t>(http.max_header_bytes), 1));
+    http.read_timeout_ms = static_cast<int>(int_flag(flags, "read-timeout-ms", http.read_timeout_ms, 1));
+    http.idle_timeout_ms = static_cast<int>(int_flag(flags, "idle-timeout-ms", http.idle_timeout_ms, 1));
+    http.write_timeout_ms = static_cast<int>(int_flag(flags, "write-timeout-ms", http.write_timeout_ms, 1));
+    http.max_requests_per_connection =
+        static_cast<int>(int_flag(flags, "max-requests-per-connection", http.max_requests_per_connection, 1));
     vlm::Router router;
 
     // The HTTP side comes up first so /health answers 503 while the model loads.
