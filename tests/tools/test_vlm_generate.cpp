@@ -2,7 +2,10 @@
 // give a usage error (exit 2), and a broken model directory a load error naming the file (exit 1).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <sys/wait.h>
 
@@ -49,6 +52,20 @@ TEST(VlmGenerate, PrintsHuggingFaceGreedyTokens) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("generated: " + join(want) + "\n"), std::string::npos) << r.output;
   }
+  // --prompt-ids @FILE: the same prompt from a file, ids separated by newlines and spaces.
+  Reference ref = load_reference("qwen2_tiny");
+  const std::vector<int32_t> want = ref.greedy(2);
+  const std::string file = ::testing::TempDir() + "vlm_generate_ids_" + std::to_string(::getpid());
+  {
+    std::ofstream out(file);
+    for (int32_t id : ref.ids(2)) out << id << (id % 2 ? "\n" : " ");
+  }
+  const Result r = run("--model " + fixture_model_dir("qwen2_tiny") + " --prompt-ids @" + file + " --max-tokens " +
+                       std::to_string(want.size()) + " --ignore-eos --threads 2");
+  std::remove(file.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("generated: " + join(want) + "\n"), std::string::npos) << r.output;
+  EXPECT_EQ(run("--model x --prompt-ids @/nonexistent/ids").exit_code, 2);
 }
 
 // --parallel N: N sequences through the engine at once, prompts taken in turn; each sequence's

@@ -1,6 +1,6 @@
 // vlm-generate: generation from token ids through the continuous-batching engine, for debugging
 // and benchmarks.
-//   vlm-generate --model DIR (--prompt-ids 1,2,3 | --prompt "text" [--chat]) [...] [--parallel N]
+//   vlm-generate --model DIR (--prompt-ids 1,2,3 | --prompt-ids @FILE | --prompt "text" [--chat]) [...] [--parallel N]
 //                [--max-tokens 16] [--top-logprobs 5 | --no-logprobs] [--chunk-size 512]
 //                [--kv-dtype f32|bf16|f16] [--block-size 16] [--threads N] [--ignore-eos]
 //                [--temperature 0] [--top-k K] [--top-p P] [--seed S] [--log-level warn]
@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +92,13 @@ Options parse(int argc, char** argv) {
     if (a == "--model") o.model = value();
     else if (a == "--prompt-ids") {
       std::string s = value(), item;
+      if (!s.empty() && s[0] == '@') {  // @FILE: the ids in a file (long prompts exceed argv limits)
+        std::ifstream in(s.substr(1));
+        if (!in) usage("--prompt-ids: cannot read " + s.substr(1));
+        s.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        for (char& c : s) if (c == '\n' || c == '\r' || c == ' ' || c == '\t') c = ',';
+        while (!s.empty() && s.back() == ',') s.pop_back();
+      }
       std::vector<int32_t> prompt;
       for (size_t p = 0; p <= s.size(); ++p) {
         if (p == s.size() || s[p] == ',') {
