@@ -3,7 +3,9 @@
 // the in-process decoder run with the same per-head plans, and an all-dense file (target error
 // 0) gives exactly the dense server's tokens.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -73,8 +75,9 @@ std::vector<int32_t> server_greedy(const std::vector<std::string>& extra, const 
 }
 
 TEST(SearchPatterns, FileLoadsAndDrivesTheServer) {
-  const std::string searched = search("/tmp/vlm_search_patterns_searched.json", 0.6);
-  const std::string all_dense = search("/tmp/vlm_search_patterns_dense.json", 0.0);
+  const std::string tmp = ::testing::TempDir() + "vlm_search_patterns_" + std::to_string(::getpid());
+  const std::string searched = search(tmp + "_searched.json", 0.6);
+  const std::string all_dense = search(tmp + "_dense.json", 0.0);
   auto decoder = LlmDecoder::load(demo_model_dir());
   const auto& c = decoder->config();
   const SparseHeadPatterns pats = load_sparse_patterns(searched), dense = load_sparse_patterns(all_dense);
@@ -104,6 +107,10 @@ TEST(SearchPatterns, FileLoadsAndDrivesTheServer) {
   EXPECT_EQ(dense_server, local_greedy(prompt, n, nullptr));
   EXPECT_EQ(server_greedy({"--sparse-prefill-config", all_dense, "--sparse-prefill-min-len", "1"}, prompt, n),
             dense_server);
+  // Prompts shorter than --sparse-prefill-min-len (default 4096) stay on the exact path.
+  EXPECT_EQ(server_greedy({"--sparse-prefill-config", searched}, prompt, n), dense_server);
+  std::remove(searched.c_str());
+  std::remove(all_dense.c_str());
 }
 
 TEST(SearchPatterns, LoaderReadsMInferenceListsAndRejectsBadFiles) {
