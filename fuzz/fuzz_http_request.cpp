@@ -16,6 +16,7 @@
 #include <boost/beast/http.hpp>
 
 #include "fuzz/fuzz_util.h"
+#include "server/beast_request.h"
 #include "server/http_server.h"
 #include "server/openai_request.h"
 #include "server/router.h"
@@ -40,21 +41,6 @@ const vlm::Router& router() {
   return r;
 }
 
-// http_server.cpp's Connection::on_read, minus the socket.
-vlm::HttpRequest to_request(http::request<http::string_body>& msg) {
-  vlm::HttpRequest req;
-  req.method = std::string(msg.method_string());
-  req.target = std::string(msg.target());
-  req.path = req.target.substr(0, req.target.find('?'));
-  for (const auto& f : msg) {
-    std::string name(f.name_string());
-    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    req.headers[name] = std::string(f.value());
-  }
-  req.body = std::move(msg.body());
-  req.remote = "127.0.0.1:1";
-  return req;
-}
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -97,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       p += n;
     }
     auto msg = parser.release();
-    vlm::HttpRequest req = to_request(msg);
+    vlm::HttpRequest req = vlm::to_http_request(msg, "127.0.0.1:1");
     vlm::HttpReply reply = router().dispatch(req);
     if (reply.status >= 500) {
       std::fprintf(stderr, "fuzz: %d for %s %s: %s\n", reply.status, req.method.c_str(),

@@ -14,6 +14,7 @@
 
 #include "kernels/check.h"
 #include "kernels/log.h"
+#include "server/beast_request.h"
 
 namespace vlm {
 
@@ -95,17 +96,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (ec) return on_read_error(ec);
     ++num_requests_;
     auto& msg = parser_->get();
-    HttpRequest req;
-    req.method = std::string(msg.method_string());
-    req.target = std::string(msg.target());
-    req.path = req.target.substr(0, req.target.find('?'));
-    for (const auto& f : msg) {
-      std::string name(f.name_string());
-      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      req.headers[name] = std::string(f.value());
-    }
-    req.body = std::move(msg.body());
-    req.remote = remote_;
+    HttpRequest req = to_http_request(msg, remote_);
     log_method_ = req.method;
     log_path_ = req.path;
     log_start_ = std::chrono::steady_clock::now();
