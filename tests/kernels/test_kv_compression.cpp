@@ -158,7 +158,9 @@ TEST(LookMSelect, OptimizedMatchesReferenceAndBudgetIsExact) {
       if (c.text_prior) {
         // Text is evicted only when text alone exceeds the important budget.
         EXPECT_EQ(text_kept, std::min(text_cand, b.important));
-        if (text_cand >= b.important) EXPECT_EQ(image_kept, 0);
+        if (text_cand >= b.important) {
+          EXPECT_EQ(image_kept, 0);
+        }
       } else {
         for (int j = 0; j < std::min({p.num_sink_tokens, b.important, cand}); ++j)
           EXPECT_TRUE(std::binary_search(opt.begin(), opt.end(), j)) << "sink " << j;
@@ -198,9 +200,13 @@ TEST(LookMMerge, OptimizedMatchesReference) {
           EXPECT_NEAR(ko[i], kr[i], 1e-5) << "L=" << L << " D=" << D << " mode " << int(m);
           EXPECT_NEAR(vo[i], vr[i], 1e-5);
         }
-        if (m == KVMerge::None)
-          for (size_t c = 0; c < C; ++c)
-            for (int d = 0; d < D; ++d) EXPECT_EQ(ko[c * D + d], k[size_t(kept[c]) * D + d]);
+        if (m == KVMerge::None) {
+          for (size_t c = 0; c < C; ++c) {
+            for (int d = 0; d < D; ++d) {
+              EXPECT_EQ(ko[c * D + d], k[size_t(kept[c]) * D + d]);
+            }
+          }
+        }
       }
     }
   }
