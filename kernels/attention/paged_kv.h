@@ -3,8 +3,10 @@
 // offset s % B. The storage dtype may be F32, BF16 or F16; kernels convert on load and store.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
+#include "kernels/check.h"
 #include "kernels/dtype.h"
 
 namespace vlm {
@@ -26,5 +28,20 @@ struct PagedKVLayer {
 // (converted to its dtype). A slot of -1 skips that token. Slots must be < num_blocks * B.
 void write_kv(const PagedKVLayer& layer, const float* k /*[T,Hkv,D]*/,
               const float* v /*[T,Hkv,D]*/, const int32_t* slot_mapping /*[T]*/, int64_t T);
+
+// Walks KV head h's first n cached rows of a sequence, one block at a time: calls
+// fn(byte_offset, first_row, rows) where byte_offset locates the block's rows of head h in k (and
+// in v: same layout), contiguous [rows, D] in the layer's dtype. Throws InternalError for a
+// block id outside [0, num_blocks).
+template <class Fn>
+void for_each_head_block(const PagedKVLayer& kv, const int32_t* block_table, int32_t n, int h, Fn&& fn) {
+  const int B = kv.block_size;
+  const int64_t esize = static_cast<int64_t>(dtype_size(kv.dtype));
+  for (int32_t j0 = 0; j0 < n; j0 += B) {
+    const int32_t block = block_table[j0 / B];
+    VLM_CHECK(block >= 0 && block < kv.num_blocks, "block {} outside [0, {})", block, kv.num_blocks);
+    fn((block * kv.block_stride() + h * kv.head_stride()) * esize, j0, std::min(B, n - j0));
+  }
+}
 
 }  // namespace vlm

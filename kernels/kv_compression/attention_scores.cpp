@@ -24,17 +24,11 @@ void check_score_args(const float* q, int32_t R, int H, const PagedKVLayer& kv, 
 
 void gather_kv_head(const PagedKVLayer& kv, const int32_t* block_table, int32_t n, int h, float* k_out,
                     float* v_out) {
-  const int B = kv.block_size, D = kv.head_dim;
-  const size_t esize = dtype_size(kv.dtype);
-  for (int32_t j0 = 0; j0 < n; j0 += B) {
-    const int32_t block = block_table[j0 / B];
-    VLM_CHECK(block >= 0 && block < kv.num_blocks, "block {} outside [0, {})", block, kv.num_blocks);
-    const int32_t cnt = std::min(B, n - j0);
-    const int64_t off = (block * kv.block_stride() + h * kv.head_stride()) * static_cast<int64_t>(esize);
-    // A block's rows of one head are contiguous: [B, D].
+  const int D = kv.head_dim;
+  for_each_head_block(kv, block_table, n, h, [&](int64_t off, int32_t j0, int32_t cnt) {
     if (k_out) convert_to_f32(static_cast<const uint8_t*>(kv.k) + off, kv.dtype, k_out + int64_t(j0) * D, int64_t(cnt) * D);
     if (v_out) convert_to_f32(static_cast<const uint8_t*>(kv.v) + off, kv.dtype, v_out + int64_t(j0) * D, int64_t(cnt) * D);
-  }
+  });
 }
 
 void accumulate_attention_scores(const float* q, int32_t R, int num_heads, const PagedKVLayer& kv,

@@ -13,16 +13,11 @@ namespace vlm {
 
 void scatter_kv_head(const PagedKVLayer& kv, const int32_t* block_table, int32_t n, int h, const float* k,
                      const float* v) {
-  const int B = kv.block_size, D = kv.head_dim;
-  const size_t esize = dtype_size(kv.dtype);
-  for (int32_t j0 = 0; j0 < n; j0 += B) {
-    const int32_t block = block_table[j0 / B];
-    VLM_CHECK(block >= 0 && block < kv.num_blocks, "block {} outside [0, {})", block, kv.num_blocks);
-    const int32_t cnt = std::min(B, n - j0);
-    const int64_t off = (block * kv.block_stride() + h * kv.head_stride()) * static_cast<int64_t>(esize);
+  const int D = kv.head_dim;
+  for_each_head_block(kv, block_table, n, h, [&](int64_t off, int32_t j0, int32_t cnt) {
     convert_from_f32(k + int64_t(j0) * D, kv.dtype, static_cast<uint8_t*>(kv.k) + off, int64_t(cnt) * D);
     convert_from_f32(v + int64_t(j0) * D, kv.dtype, static_cast<uint8_t*>(kv.v) + off, int64_t(cnt) * D);
-  }
+  });
 }
 
 namespace {

@@ -250,13 +250,8 @@ TEST_F(ApiServerTest, MetricsAreValidPrometheusText) {
   // promtool parses the exposition and lints it. vLLM's names contain ':' (meant for recording
   // rules), which the linter reports; we keep vLLM's names on purpose (dashboards scrape them), so
   // that one finding is accepted and anything else fails.
-  FILE* p = popen(("promtool check metrics < " + path + " 2>&1").c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
+  const CommandResult check = run_command("promtool check metrics < " + path + " 2>&1");
+  const std::string& out = check.output;
   std::istringstream lines(out);
   std::string line;
   int findings = 0;
@@ -265,7 +260,7 @@ TEST_F(ApiServerTest, MetricsAreValidPrometheusText) {
     ++findings;
     EXPECT_NE(line.find("metric names should not contain ':'"), std::string::npos) << line;
   }
-  EXPECT_TRUE(status == 0 || findings > 0) << out;
+  EXPECT_TRUE(check.exit_code == 0 || findings > 0) << out;
   std::remove(path.c_str());
 }
 

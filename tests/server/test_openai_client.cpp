@@ -19,14 +19,9 @@ TEST(OpenAiClient, ChatStreamingCompletionsAndModels) {
                        {"--model", demo_model_dir(), "--served-model-name", "demo", "--max-model-len", "1024",
                         "--num-kv-blocks", "256", "--log-level", "warn"});
   const std::string cmd = "node " + tests_dir + "/server/openai_client.mjs " + server.base_url() + " demo 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out << "\nserver log:\n" << server.log();
+  const CommandResult r = run_command(cmd);
+  const std::string& out = r.output;
+  EXPECT_EQ(r.exit_code, 0) << out << "\nserver log:\n" << server.log();
   EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
 }
 

@@ -42,6 +42,14 @@ std::string demo_model_dir();
 // Created once per process under /tmp.
 const std::string& llava_model_dir();
 
+// Runs `cmd` through the shell to completion (popen) and returns its exit status (-1: it did not
+// exit normally) and its stdout (add " 2>&1" to the command for stderr too).
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+CommandResult run_command(const std::string& cmd);
+
 // Minimal HTTP client over libcurl for tests.
 struct HttpResult {
   long status = 0;

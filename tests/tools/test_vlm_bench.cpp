@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "server/base64.h"
+#include "tests/support/server_process.h"
 #include "tests/tools/fake_openai_server.h"
 #include "tools/vlm-bench/png_encoder.h"
 
@@ -36,14 +37,8 @@ BenchRun run_bench(const std::string& args, const std::string& name) {
   std::filesystem::remove(json_path);
   const std::string cmd = std::string(VLM_BIN_DIR) + "/vlm-bench --no-progress --result-json " + json_path + " " + args + " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  BenchRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, nullptr,
+  CommandResult c = run_command(cmd);
+  BenchRun r{c.exit_code, std::move(c.output), nullptr,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   std::ifstream f(json_path);
   if (f) r.result = json::parse(f);

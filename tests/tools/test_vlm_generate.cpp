@@ -19,22 +19,9 @@
 namespace vlm::testing {
 namespace {
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using Result = CommandResult;  // output: stdout and stderr
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(VLM_BIN_DIR) + "/vlm-generate " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Result run(const std::string& args) { return run_command(std::string(VLM_BIN_DIR) + "/vlm-generate " + args + " 2>&1"); }
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;
