@@ -11,14 +11,18 @@ ImageLoader::ImageLoader(MediaFetchOptions fetch, ImageLimits limits, ImagePrepr
   fetch_.max_bytes = std::min(fetch_.max_bytes, limits_.max_bytes);
 }
 
-ImagePixels ImageLoader::load(const std::string& url, const std::string& param) const {
-  const MediaBytes bytes = fetch_media(url, fetch_, param);
-  RgbImage rgb;
+RgbImage fetch_image(const std::string& url, const MediaFetchOptions& fetch, const ImageLimits& limits,
+                     const std::string& param) {
+  const MediaBytes bytes = fetch_media(url, fetch, param);
   try {
-    rgb = decode_image({reinterpret_cast<const uint8_t*>(bytes.data.data()), bytes.data.size()}, limits_);
+    return decode_image({reinterpret_cast<const uint8_t*>(bytes.data.data()), bytes.data.size()}, limits);
   } catch (const RequestError& e) {
     throw RequestError(e.status(), e.type(), e.what(), param);
   }
+}
+
+ImagePixels ImageLoader::load(const std::string& url, const std::string& param) const {
+  const RgbImage rgb = fetch_image(url, fetch_, limits_, param);
   const auto [h, w] = preprocessor_.config().output_size_for(rgb.width, rgb.height);
   ImagePixels out;
   out.data = preprocessor_.preprocess(rgb);

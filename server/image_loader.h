@@ -13,6 +13,12 @@
 
 namespace vlm {
 
+// Fetches `url` and decodes it within `limits`. Throws RequestError (400, param `param`) for a
+// URL that cannot be fetched, bytes that are not a supported image, or an image over the byte or
+// pixel limits. Shared by the LLaVA and the Qwen2-VL loaders.
+RgbImage fetch_image(const std::string& url, const MediaFetchOptions& fetch, const ImageLimits& limits,
+                     const std::string& param);
+
 class ImageLoader {
  public:
   ImageLoader(MediaFetchOptions fetch, ImageLimits limits, ImagePreprocessConfig preprocess);

@@ -6,21 +6,13 @@
 #include <fmt/format.h>
 
 #include "kernels/check.h"
+#include "server/image_loader.h"
 
 namespace vlm {
 
 Qwen2VLMediaLoader::Qwen2VLMediaLoader(MediaFetchOptions fetch, ImageLimits limits, Qwen2VLMediaOptions options)
     : fetch_(std::move(fetch)), limits_(limits), options_(std::move(options)) {
   fetch_.max_bytes = std::min(fetch_.max_bytes, limits_.max_bytes);
-}
-
-RgbImage Qwen2VLMediaLoader::fetch_decode(const std::string& url, const std::string& param) const {
-  const MediaBytes bytes = fetch_media(url, fetch_, param);
-  try {
-    return decode_image({reinterpret_cast<const uint8_t*>(bytes.data.data()), bytes.data.size()}, limits_);
-  } catch (const RequestError& e) {
-    throw RequestError(e.status(), e.type(), e.what(), param);
-  }
 }
 
 namespace {
@@ -48,7 +40,7 @@ auto with_param(const std::string& param, F&& f) {
 }  // namespace
 
 MediaPixels Qwen2VLMediaLoader::load_image(const std::string& url, const std::string& param) const {
-  const RgbImage rgb = fetch_decode(url, param);
+  const RgbImage rgb = fetch_image(url, fetch_, limits_, param);
   return with_param(param, [&] {
     return to_media(qwen2vl_preprocess(std::span<const RgbImage>(&rgb, 1), options_.image), Modality::Image,
                     options_.image);
@@ -67,7 +59,7 @@ MediaPixels Qwen2VLMediaLoader::load_video(const std::vector<std::string>& frame
   std::vector<RgbImage> rgb;
   rgb.reserve(frames.size());
   for (size_t f = 0; f < frames.size(); ++f) {
-    rgb.push_back(fetch_decode(frames[f], param));
+    rgb.push_back(fetch_image(frames[f], fetch_, limits_, param));
     if (rgb.back().width != rgb.front().width || rgb.back().height != rgb.front().height)
       throw bad(fmt::format("video frame {} is {}x{} pixels, frame 0 is {}x{}: all frames must have one size", f,
                             rgb.back().width, rgb.back().height, rgb.front().width, rgb.front().height));

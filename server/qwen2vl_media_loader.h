@@ -49,8 +49,6 @@ class Qwen2VLMediaLoader {
   MediaTokens tokens(const MediaPixels& item) const;
 
  private:
-  RgbImage fetch_decode(const std::string& url, const std::string& param) const;
-
   MediaFetchOptions fetch_;
   ImageLimits limits_;
   Qwen2VLMediaOptions options_;
