@@ -17,7 +17,7 @@
 
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/paged_attention_internal.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/thread_pool.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// linear() (kernels/gemm.h) at N = K = 4096 for F32 and BF16 weights, side by side with plain
+// linear() (kernels/gemm/gemm.h) at N = K = 4096 for F32 and BF16 weights, side by side with plain
 // OpenBLAS cblas_sgemm on its own threads as the machine's reference rate; then the two internal
 // paths of linear() at the same M, which set kSmallM.
 // Counters (per second): GFLOP = 2*M*N*K / time; W_GB = weight bytes read per call / time (the
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/gemm.h"
-#include "kernels/gemm_internal.h"
-#include "kernels/tensor.h"
-#include "kernels/thread_pool.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "kernels/core/tensor.h"
+#include "kernels/core/thread_pool.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // linear() on the Qwen2-0.5B shapes (W[N,K]: q/o 896x896, gate/up 4864x896, down 896x4864,
 // LM head 151936x896), 2 threads.
-//  - prefill/<path>/N/K/M, M = 512 and 2048: the bf16 dot-product path (kernels/gemm_bf16.cpp)
+//  - prefill/<path>/N/K/M, M = 512 and 2048: the bf16 dot-product path (kernels/gemm/gemm_bf16.cpp)
 //    beside the OpenBLAS f32 panel path with the same BF16 W (converted per panel) and with F32
 //    W (no conversion), and oneDNN's bf16 matmul when the build found it (VLM_HAVE_DNNL: x
 //    converted to bf16 by oneDNN inside the timed call; W either prepacked once outside the
@@ -21,10 +21,10 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/gemm.h"
-#include "kernels/gemm_internal.h"
-#include "kernels/tensor.h"
-#include "kernels/thread_pool.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_internal.h"
+#include "kernels/core/tensor.h"
+#include "kernels/core/thread_pool.h"
 
 #ifdef VLM_HAVE_DNNL
 #include <dnnl.hpp>

@@ -2,7 +2,7 @@
 //
 // Prefilling 8K-128K tokens through a 0.5B model on two cores takes minutes to hours, and decode
 // speed does not depend on how the cache was filled. So for each context L this harness:
-//  1. allocates the paged KV cache as the engine does (engine/kv_cache.h; the engine's default
+//  1. allocates the paged KV cache as the engine does (engine/scheduling/kv_cache.h; the engine's default
 //     block size and KV dtype, EngineConfig: 16 and bf16), one sequence per variant, its blocks
 //     in a shuffled order (an engine after some churn);
 //  2. fills every layer's K/V for L prompt tokens with synthetic data (uniform in [-1, 1), a fast
@@ -54,19 +54,19 @@
 #include <vector>
 
 #include "engine/engine_config.h"
-#include "engine/kv_cache.h"
+#include "engine/scheduling/kv_cache.h"
 #include "kernels/attention/paged_attention.h"
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "kernels/kv_compression/attention_scores.h"
 #include "kernels/kv_compression/kv_compaction.h"
 #include "kernels/kv_compression/look_m_params.h"
 #include "kernels/sink_router/sink_router_config.h"
-#include "kernels/thread_pool.h"
-#include "model/attention_layer.h"
-#include "model/forward_batch.h"
-#include "model/llm_decoder.h"
-#include "model/sink_anchors.h"
-#include "model/sink_router_attention.h"
+#include "kernels/core/thread_pool.h"
+#include "model/decoder/attention_layer.h"
+#include "model/decoder/forward_batch.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/methods/sink_anchors.h"
+#include "model/methods/sink_router_attention.h"
 
 using namespace vlm;
 

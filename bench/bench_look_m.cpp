@@ -19,7 +19,7 @@
 #include "kernels/attention/paged_attention.h"
 #include "kernels/kv_compression/attention_scores.h"
 #include "kernels/kv_compression/kv_compaction.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/thread_pool.h"
 
 using namespace vlm;
 

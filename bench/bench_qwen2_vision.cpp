@@ -1,5 +1,5 @@
 // Vision encoder throughput of the Qwen2-VL-7B and Qwen2.5-VL-7B vision towers (random bf16
-// weights, f32 compute; model/qwen2_vision.h) on a 448x448 image (grid 1x32x32: 1024 patches,
+// weights, f32 compute; model/vision/qwen2_vision.h) on a 448x448 image (grid 1x32x32: 1024 patches,
 // 256 merged tokens) and an 8-frame 448x448 video (grid 4x32x32: 4096 patches, 1024 tokens;
 // attention within each temporal step). The full 32-block towers take minutes on 2 cores, so the
 // towers are built with 1 and 2 blocks: per-block time = t(2) - t(1), and the full tower is
@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dtype.h"
-#include "kernels/thread_pool.h"
-#include "model/qwen2_vision.h"
+#include "kernels/core/dtype.h"
+#include "kernels/core/thread_pool.h"
+#include "model/vision/qwen2_vision.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include "kernels/sink_router/group_skip_decode.h"
 #include "kernels/sink_router/sink_router_config.h"
 #include "kernels/sink_router/sink_routing.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/thread_pool.h"
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include "kernels/attention/block_sparse_attention.h"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/thread_pool.h"
 
 namespace {
 

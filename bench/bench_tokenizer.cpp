@@ -1,4 +1,4 @@
-// Tokenizer::encode throughput (model/tokenizer.h) on English text, one thread, for the three
+// Tokenizer::encode throughput (model/tokenizer/tokenizer.h) on English text, one thread, for the three
 // real tokenizers of tests/data/tokenizers (scripts/fetch_test_data.sh): Llama-2 (SentencePiece
 // style BPE, no pre-tokenizer: each paragraph is one word), Llama-3 and Qwen3 (byte-level BPE
 // with a regex pre-tokenizer and the word cache).
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace {
 

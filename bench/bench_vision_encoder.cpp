@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dtype.h"
-#include "kernels/thread_pool.h"
-#include "model/clip_vision.h"
-#include "model/projector.h"
+#include "kernels/core/dtype.h"
+#include "kernels/core/thread_pool.h"
+#include "model/vision/clip_vision.h"
+#include "model/vision/projector.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "engine/engine_request.h"
-#include "kernels/check.h"
-#include "kernels/log.h"
+#include "kernels/core/check.h"
+#include "kernels/core/log.h"
 
 namespace vlm {
 

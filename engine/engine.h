@@ -10,19 +10,19 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/block_manager.h"
+#include "engine/scheduling/block_manager.h"
 #include "engine/engine_config.h"
-#include "engine/kv_cache.h"
+#include "engine/scheduling/kv_cache.h"
 #include "engine/kv_compressor.h"
 #include "engine/model_runner.h"
-#include "engine/output_text.h"
+#include "engine/sampling/output_text.h"
 #include "engine/request.h"
 #include "engine/request_channel.h"
-#include "engine/sampler.h"
-#include "engine/scheduler.h"
+#include "engine/sampling/sampler.h"
+#include "engine/scheduling/scheduler.h"
 #include "engine/text_decoder.h"
-#include "model/llm_decoder.h"
-#include "model/multimodal_model.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/families/multimodal_model.h"
 
 namespace vlm {
 

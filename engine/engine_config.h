@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "engine/scheduler.h"
-#include "kernels/dtype.h"
+#include "engine/scheduling/scheduler.h"
+#include "kernels/core/dtype.h"
 #include "kernels/kv_compression/look_m_params.h"
 #include "kernels/sink_router/sink_router_config.h"
 #include "kernels/sparse_prefill/sparse_prefill_config.h"

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "kernels/check.h"
-#include "kernels/log.h"
+#include "kernels/core/check.h"
+#include "kernels/core/log.h"
 
 namespace vlm {
 

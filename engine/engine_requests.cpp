@@ -6,8 +6,8 @@
 
 #include "engine/engine.h"
 #include "engine/engine_request.h"
-#include "kernels/check.h"
-#include "kernels/log.h"
+#include "kernels/core/check.h"
+#include "kernels/core/log.h"
 
 namespace vlm {
 

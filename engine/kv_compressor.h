@@ -10,9 +10,9 @@
 
 #include <cstdint>
 
-#include "engine/block_manager.h"
+#include "engine/scheduling/block_manager.h"
 #include "engine/engine_config.h"
-#include "engine/scheduler_output.h"
+#include "engine/scheduling/scheduler_output.h"
 
 namespace vlm {
 

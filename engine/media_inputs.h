@@ -7,8 +7,8 @@
 #include <optional>
 #include <vector>
 
-#include "model/media_pixels.h"
-#include "model/mrope_positions.h"
+#include "model/media/media_pixels.h"
+#include "model/decoder/mrope_positions.h"
 
 namespace vlm {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 namespace {

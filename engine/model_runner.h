@@ -13,12 +13,12 @@
 
 #include <vector>
 
-#include "engine/kv_cache.h"
-#include "engine/scheduler_output.h"
-#include "model/forward_batch.h"
-#include "model/llm_decoder.h"
-#include "model/multimodal_model.h"
-#include "model/sink_anchors.h"
+#include "engine/scheduling/kv_cache.h"
+#include "engine/scheduling/scheduler_output.h"
+#include "model/decoder/forward_batch.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/families/multimodal_model.h"
+#include "model/methods/sink_anchors.h"
 #include "kernels/sink_router/sink_router_config.h"
 
 namespace vlm {

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "engine/media_inputs.h"
-#include "engine/sampler.h"
-#include "engine/sampling_params.h"
-#include "engine/sequence.h"
-#include "model/modality.h"
+#include "engine/sampling/sampler.h"
+#include "engine/sampling/sampling_params.h"
+#include "engine/scheduling/sequence.h"
+#include "model/decoder/modality.h"
 
 namespace vlm {
 

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
-#include "server/base64.h"
-#include "server/media_fetch.h"
+#include "server/http/base64.h"
+#include "server/media/media_fetch.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string in(reinterpret_cast<const char*>(data), size);

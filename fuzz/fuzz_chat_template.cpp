@@ -1,4 +1,4 @@
-// Fuzzes chat templates (model/jinja through model/chat_template), two ways chosen by the
+// Fuzzes chat templates (model/chat/jinja through model/chat_template), two ways chosen by the
 // first byte:
 //  - even: the rest is a template's source (from a model directory: operator input), parsed
 //    and, when it parses, rendered with a fixed conversation;
@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz/fuzz_util.h"
-#include "model/chat_template.h"
+#include "model/chat/chat_template.h"
 #include "server/openai_request.h"
 
 namespace {

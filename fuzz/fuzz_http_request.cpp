@@ -16,10 +16,10 @@
 #include <boost/beast/http.hpp>
 
 #include "fuzz/fuzz_util.h"
-#include "server/beast_request.h"
-#include "server/http_server.h"
+#include "server/http/beast_request.h"
+#include "server/http/http_server.h"
 #include "server/openai_request.h"
-#include "server/router.h"
+#include "server/http/router.h"
 
 namespace http = boost::beast::http;
 

@@ -4,7 +4,7 @@
 #include <span>
 
 #include "fuzz/fuzz_util.h"
-#include "model/image_decode.h"
+#include "model/media/image_decode.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   vlm::ImageLimits limits;

@@ -13,8 +13,8 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
-#include "model/model_config.h"
-#include "model/safetensors.h"
+#include "model/decoder/model_config.h"
+#include "model/decoder/safetensors.h"
 
 namespace {
 const std::string& temp_path() {

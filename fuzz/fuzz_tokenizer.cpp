@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz/fuzz_util.h"
-#include "model/normalizer.h"
-#include "model/tokenizer.h"
-#include "model/utf8.h"
+#include "model/tokenizer/components/normalizer.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/utf8.h"
 
 namespace {
 const vlm::Tokenizer& tokenizer() {

@@ -10,7 +10,7 @@
 #include <exception>
 #include <string>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm::fuzz {
 

@@ -5,11 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/check.h"
-#include "kernels/log.h"
-#include "model/multimodal_input.h"
+#include "kernels/core/check.h"
+#include "kernels/core/log.h"
+#include "model/families/multimodal_input.h"
 #include "server/completion_stream.h"
-#include "server/constant_time.h"
+#include "server/http/constant_time.h"
 
 namespace vlm {
 

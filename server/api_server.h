@@ -6,7 +6,7 @@
 // allows, at most max_images_per_request. With options.qwen2vl they may also hold videos as
 // frame lists: {"type": "video_url", "video_url": {"url": [frame URLs], "fps": F}} (or
 // "video_url": [frame URLs], fps on the part) and Qwen's {"type": "video", "video": [...]};
-// fps (default 2.0) is the rate of the given frames; see server/qwen2vl_media_loader.h.
+// fps (default 2.0) is the rate of the given frames; see server/media/qwen2vl_media_loader.h.
 // Handlers parse JSON into native requests (server/openai_request), tokenize (chat template
 // first for chat), submit to the engine, and answer with a CompletionStream (stream: true) or a
 // CompletionCollector (a deferred whole response). Errors use the OpenAI envelope.
@@ -20,18 +20,18 @@
 
 #include "engine/engine_loop.h"
 #include "engine/media_inputs.h"
-#include "model/chat_template.h"
-#include "model/incremental_detokenizer.h"
-#include "model/tokenizer.h"
-#include "model/image_decode.h"
-#include "model/image_preprocess.h"
-#include "model/modality.h"
-#include "server/image_loader.h"
-#include "server/qwen2vl_media_loader.h"
-#include "server/media_fetch.h"
+#include "model/chat/chat_template.h"
+#include "model/tokenizer/incremental_detokenizer.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/media/image_decode.h"
+#include "model/media/image_preprocess.h"
+#include "model/decoder/modality.h"
+#include "server/media/image_loader.h"
+#include "server/media/qwen2vl_media_loader.h"
+#include "server/media/media_fetch.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
-#include "server/router.h"
+#include "server/http/router.h"
 
 namespace vlm {
 

@@ -1,6 +1,6 @@
 #include "server/completion_stream.h"
 
-#include "engine/sequence.h"
+#include "engine/scheduling/sequence.h"
 
 namespace vlm {
 

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request_channel.h"
-#include "server/http_types.h"
+#include "server/http/http_types.h"
 #include "server/openai_request.h"
 
 namespace vlm {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 

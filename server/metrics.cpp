@@ -3,7 +3,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "server/look_m_option.h"
 
 namespace vlm {

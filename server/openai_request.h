@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/sampling_params.h"
+#include "engine/sampling/sampling_params.h"
 #include "kernels/kv_compression/look_m_params.h"
 
 namespace vlm {

@@ -13,7 +13,7 @@
 #include <cmath>
 
 #include "kernels/attention/paged_attention_internal.h"
-#include "kernels/cpu_features.h"
+#include "kernels/core/cpu_features.h"
 
 #define VLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 

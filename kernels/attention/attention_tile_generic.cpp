@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels/attention/paged_attention_internal.h"
-#include "kernels/cpu_features.h"
+#include "kernels/core/cpu_features.h"
 
 namespace vlm::attn {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "kernels/attention/block_sparse_attention.h"
 #include "kernels/attention/paged_attention_internal.h"
-#include "kernels/check.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/check.h"
+#include "kernels/core/thread_pool.h"
 
 namespace vlm {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 namespace {

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/check.h"
-#include "kernels/row_kernels.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/check.h"
+#include "kernels/ops/row_kernels.h"
+#include "kernels/core/thread_pool.h"
 
 namespace vlm {
 

@@ -1,7 +1,7 @@
 #include "kernels/attention/paged_kv.h"
 
-#include "kernels/check.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/check.h"
+#include "kernels/core/thread_pool.h"
 
 namespace vlm {
 

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/check.h"
-#include "kernels/dtype.h"
+#include "kernels/core/check.h"
+#include "kernels/core/dtype.h"
 
 namespace vlm {
 

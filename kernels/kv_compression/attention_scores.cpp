@@ -6,8 +6,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/check.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/check.h"
+#include "kernels/core/thread_pool.h"
 
 namespace vlm {
 

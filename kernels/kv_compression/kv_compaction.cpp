@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "kernels/kv_compression/attention_scores.h"
 #include "kernels/kv_compression/kv_merge.h"
 #include "kernels/kv_compression/token_selection.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/thread_pool.h"
 
 namespace vlm {
 

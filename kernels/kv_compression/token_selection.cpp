@@ -4,7 +4,7 @@
 #include <numeric>
 #include <set>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 

@@ -1,6 +1,6 @@
 #include "kernels/sink_router/first_token_kv.h"
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 

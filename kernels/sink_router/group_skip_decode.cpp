@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "kernels/attention/paged_attention_internal.h"
-#include "kernels/aligned_scratch.h"
-#include "kernels/check.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/aligned_scratch.h"
+#include "kernels/core/check.h"
+#include "kernels/core/thread_pool.h"
 
 namespace vlm {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 

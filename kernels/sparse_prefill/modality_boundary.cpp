@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "kernels/sparse_prefill/top_k.h"
 #include "kernels/sparse_prefill/last_q_attention.h"
 

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "kernels/sparse_prefill/a_shape.h"
 #include "kernels/sparse_prefill/last_q_attention.h"
 #include "kernels/sparse_prefill/vertical_slash.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/thread_pool.h"
 
 namespace vlm {
 

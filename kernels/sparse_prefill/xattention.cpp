@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 

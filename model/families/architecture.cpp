@@ -1,11 +1,11 @@
 #include "model/families/architecture.h"
-#include "model/json_file.h"
+#include "model/decoder/json_file.h"
 
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 

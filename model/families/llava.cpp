@@ -1,12 +1,12 @@
 #include "model/families/llava.h"
-#include "model/json_file.h"
+#include "model/decoder/json_file.h"
 
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/check.h"
-#include "kernels/log.h"
+#include "kernels/core/check.h"
+#include "kernels/core/log.h"
 
 namespace vlm {
 namespace {

@@ -16,13 +16,13 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "model/clip_vision.h"
-#include "model/llm_decoder.h"
-#include "model/model_config.h"
-#include "model/multimodal_input.h"
-#include "model/multimodal_model.h"
-#include "model/projector.h"
-#include "model/weights.h"
+#include "model/vision/clip_vision.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/decoder/model_config.h"
+#include "model/families/multimodal_input.h"
+#include "model/families/multimodal_model.h"
+#include "model/vision/projector.h"
+#include "model/decoder/weights.h"
 
 namespace vlm {
 

@@ -1,7 +1,7 @@
 // Qwen2-VL (Qwen2VLForConditionalGeneration) and Qwen2.5-VL (Qwen2_5_VLForConditionalGeneration):
-// the Qwen2 vision tower (model/qwen2_vision.h) encodes each image / video into merged patch
+// the Qwen2 vision tower (model/vision/qwen2_vision.h) encodes each image / video into merged patch
 // embeddings spliced into the Qwen2 decoder at the <|image_pad|> / <|video_pad|> tokens; the
-// decoder rotates with M-RoPE (model/mrope_positions.h).
+// decoder rotates with M-RoPE (model/decoder/mrope_positions.h).
 //
 // Reads the transformers 5 config (text_config with rope_parameters.mrope_section, vision_config)
 // and the legacy flat one (text fields at the top, rope_scaling {"type": "mrope"}); weights
@@ -17,12 +17,12 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "model/llm_decoder.h"
-#include "model/model_config.h"
-#include "model/multimodal_model.h"
-#include "model/mrope_positions.h"
-#include "model/qwen2_vision.h"
-#include "model/weights.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/decoder/model_config.h"
+#include "model/families/multimodal_model.h"
+#include "model/decoder/mrope_positions.h"
+#include "model/vision/qwen2_vision.h"
+#include "model/decoder/weights.h"
 
 namespace vlm {
 

@@ -5,9 +5,9 @@
 // recomputed (images encoded again). Requests with bad media are refused with a 400.
 #include <gtest/gtest.h>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "model/families/llava.h"
-#include "model/safetensors.h"
+#include "model/decoder/safetensors.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace vlm::testing {

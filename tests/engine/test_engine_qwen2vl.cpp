@@ -7,7 +7,7 @@
 // assembly (rendered text, expanded ids, grids, video frame tags) equals the HF processor's.
 #include <gtest/gtest.h>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
 #include "tests/engine/engine_test_util.h"

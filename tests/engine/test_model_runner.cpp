@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "engine/model_runner.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace vlm {
 namespace {

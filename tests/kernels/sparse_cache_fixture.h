@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/attention/paged_attention.h"
-#include "kernels/dtype.h"
+#include "kernels/core/dtype.h"
 
 namespace vlm::testing_sparse {
 

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/kv_cache.h"
-#include "model/llm_decoder.h"
-#include "model/tokenizer.h"
+#include "engine/scheduling/kv_cache.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/support/server_process.h"
 
 namespace vlm::testing {

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "server/base64.h"
+#include "server/http/base64.h"
 #include "tests/support/server_process.h"
 
 namespace vlm::testing {

@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/check.h"
-#include "server/media_fetch.h"
+#include "kernels/core/check.h"
+#include "server/media/media_fetch.h"
 #include "tests/support/server_process.h"
 #include "tests/support/test_http_server.h"
 

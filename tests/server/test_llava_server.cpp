@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/safetensors.h"
-#include "model/tokenizer.h"
-#include "server/base64.h"
+#include "model/decoder/safetensors.h"
+#include "model/tokenizer/tokenizer.h"
+#include "server/http/base64.h"
 #include "tests/support/server_process.h"
 #include "tests/support/test_http_server.h"
 

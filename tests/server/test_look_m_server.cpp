@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/check.h"
-#include "model/safetensors.h"
-#include "server/base64.h"
+#include "kernels/core/check.h"
+#include "model/decoder/safetensors.h"
+#include "server/http/base64.h"
 #include "server/look_m_option.h"
 #include "tests/support/server_process.h"
 

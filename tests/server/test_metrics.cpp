@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "server/metrics.h"
 
 namespace vlm {

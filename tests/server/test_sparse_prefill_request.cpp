@@ -2,7 +2,7 @@
 // "vlm_options" reaches SamplingParams; an unknown value is a 400 naming the field.
 #include <gtest/gtest.h>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "server/openai_request.h"
 
 namespace vlm {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv_cache.h"
-#include "model/llm_decoder.h"
-#include "model/safetensors.h"
+#include "engine/scheduling/kv_cache.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/decoder/safetensors.h"
 
 namespace vlm::testing {
 

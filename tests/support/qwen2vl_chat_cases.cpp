@@ -9,11 +9,11 @@
 #include <memory>
 #include <sstream>
 
-#include "model/chat_template.h"
+#include "model/chat/chat_template.h"
 #include "model/families/qwen2_vl.h"
-#include "model/tokenizer.h"
-#include "server/base64.h"
-#include "server/qwen2vl_media_loader.h"
+#include "model/tokenizer/tokenizer.h"
+#include "server/http/base64.h"
+#include "server/media/qwen2vl_media_loader.h"
 
 namespace vlm::testing {
 namespace {

@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/media_pixels.h"
-#include "model/modality.h"
-#include "model/multimodal_input.h"
+#include "model/media/media_pixels.h"
+#include "model/decoder/modality.h"
+#include "model/families/multimodal_input.h"
 
 namespace vlm::testing {
 

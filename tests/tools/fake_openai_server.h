@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "server/http_server.h"
-#include "server/router.h"
+#include "server/http/http_server.h"
+#include "server/http/router.h"
 
 namespace vlm::testing {
 

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "engine/kv_cache.h"
-#include "model/llm_decoder.h"
-#include "model/sparse_patterns_file.h"
+#include "engine/scheduling/kv_cache.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/methods/sparse_patterns_file.h"
 #include "tests/support/server_process.h"
 
 namespace vlm::testing {

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "kernels/sink_router/first_token_kv.h"
 #include "kernels/sink_router/first_token_mass.h"
 #include "kernels/sink_router/sink_routing.h"

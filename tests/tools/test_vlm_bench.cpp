@@ -11,7 +11,7 @@
 #include <set>
 #include <fstream>
 
-#include "server/base64.h"
+#include "server/http/base64.h"
 #include "tests/support/server_process.h"
 #include "tests/tools/fake_openai_server.h"
 #include "tools/vlm-bench/png_encoder.h"

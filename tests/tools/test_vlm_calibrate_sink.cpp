@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/sink_router_config_file.h"
+#include "model/methods/sink_router_config_file.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/server_process.h"
 

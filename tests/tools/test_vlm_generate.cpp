@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
+#include "model/chat/chat_template.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/server_process.h"
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <sstream>
 
-#include "server/base64.h"
+#include "server/http/base64.h"
 #include "tools/vlm-bench/png_encoder.h"
 
 namespace vlm::bench {

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <memory>
 
-#include "engine/kv_cache.h"
-#include "kernels/check.h"
+#include "engine/scheduling/kv_cache.h"
+#include "kernels/core/check.h"
 #include "kernels/sink_router/first_token_mass.h"
-#include "model/forward_batch.h"
-#include "model/sink_anchors.h"
+#include "model/decoder/forward_batch.h"
+#include "model/methods/sink_anchors.h"
 
 namespace vlm {
 namespace {

@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/dtype.h"
+#include "kernels/core/dtype.h"
 #include "kernels/sink_router/sink_router_config.h"
-#include "model/llm_decoder.h"
+#include "model/decoder/llm_decoder.h"
 #include "tools/vlm-calibrate-sink/sink_calibration.h"
 
 namespace vlm {

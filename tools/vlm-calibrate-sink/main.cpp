@@ -11,7 +11,7 @@
 // length (its first token kept once as the sink anchor), prefilled and decoded greedily for
 // --decode-steps tokens on the exact path; every (token, routed layer, kv group) is a sample.
 // --out (default configs/<basename of DIR>/sink_router.json) is what vlm-server
-// --sink-router-config reads (model/sink_router_config_file.h), with the report under
+// --sink-router-config reads (model/methods/sink_router_config_file.h), with the report under
 // "calibration". Default lengths: powers of two from 256 up to min(32768, the model's
 // max_position_embeddings - decode steps), at most the 5 longest.
 // Exit status: 0 written, 2 bad arguments or inputs, 1 a model or file that cannot be loaded.
@@ -27,13 +27,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/check.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/check.h"
+#include "kernels/core/thread_pool.h"
 #include "model/families/architecture.h"
 #include "model/families/llava.h"
-#include "model/llm_decoder.h"
-#include "model/sink_router_config_file.h"
-#include "model/tokenizer.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/methods/sink_router_config_file.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tools/common/cli_flags.h"
 #include "tools/vlm-calibrate-sink/calibration_run.h"
 #include "tools/vlm-calibrate-sink/sink_calibration.h"

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 
 namespace vlm {
 namespace {

@@ -23,12 +23,12 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
-#include "kernels/check.h"
-#include "kernels/gemm.h"
-#include "kernels/log.h"
-#include "kernels/thread_pool.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
+#include "kernels/core/check.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/core/log.h"
+#include "kernels/core/thread_pool.h"
+#include "model/chat/chat_template.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace {
 
@@ -44,7 +44,7 @@ struct Options {
   int chunk_size = 512;
   int block_size = 16;
   int threads = 0;
-  bool bf16_activations = false;  // --gemm-activations f32|bf16 (kernels/gemm.h)
+  bool bf16_activations = false;  // --gemm-activations f32|bf16 (kernels/gemm/gemm.h)
   vlm::DType kv_dtype = vlm::DType::F32;
   bool ignore_eos = false;
   float temperature = 0.0f;

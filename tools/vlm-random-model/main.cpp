@@ -16,9 +16,9 @@
 #include <random>
 #include <string>
 
-#include "kernels/tensor.h"
-#include "model/model_config.h"
-#include "model/safetensors.h"
+#include "kernels/core/tensor.h"
+#include "model/decoder/model_config.h"
+#include "model/decoder/safetensors.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // query head measures every candidate pattern's attention-output error against dense attention
 // and its kept-block density, then picks the cheapest candidate (lowest density) whose error is
 // at most --target-error (dense when none is: exactness first). Writes the per-head file of
-// model/sparse_patterns_file.h, which vlm-server reads with --sparse-prefill-config.
+// model/methods/sparse_patterns_file.h, which vlm-server reads with --sparse-prefill-config.
 //
 //   vlm-search-patterns --model DIR --out FILE [--calibration IDS_FILE | --length N] [--seed S]
 //                       [--video START:LEN]... [--target-error E] [--block B] [--threads N]
@@ -28,11 +28,11 @@
 
 #include "kernels/attention/block_sparse_attention.h"
 #include "kernels/attention/paged_attention.h"
-#include "kernels/check.h"
+#include "kernels/core/check.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
-#include "kernels/thread_pool.h"
-#include "model/llm_decoder.h"
-#include "model/sparse_patterns_file.h"
+#include "kernels/core/thread_pool.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/methods/sparse_patterns_file.h"
 
 namespace {
 

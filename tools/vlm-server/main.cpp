@@ -41,18 +41,18 @@
 #include <thread>
 
 #include "engine/engine_loop.h"
-#include "kernels/check.h"
-#include "kernels/gemm.h"
-#include "kernels/log.h"
-#include "kernels/thread_pool.h"
+#include "kernels/core/check.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/core/log.h"
+#include "kernels/core/thread_pool.h"
 #include "model/families/architecture.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
-#include "model/sink_router_config_file.h"
-#include "model/sparse_patterns_file.h"
+#include "model/methods/sink_router_config_file.h"
+#include "model/methods/sparse_patterns_file.h"
 #include "server/api_server.h"
 #include "tools/common/cli_flags.h"
-#include "server/http_server.h"
+#include "server/http/http_server.h"
 
 namespace {
 

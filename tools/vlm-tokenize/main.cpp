@@ -19,9 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/check.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
+#include "kernels/core/check.h"
+#include "model/chat/chat_template.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace {
 

@@ -1,0 +1,83 @@
+// Scheduler: decides each step which sequences run and how many tokens each feeds, under
+// max_num_seqs and max_num_batched_tokens; executes the decision through the BlockManager and
+// returns it as one SchedulerOutput. The sequences are owned by the caller (the Engine, or a
+// test); the scheduler holds pointers between add() and finish()/abort().
+//
+// One step (schedule()):
+//  1. Decodes: every running sequence with one uncomputed token, oldest first.
+//  2. Prefill chunks of running sequences (chunked prefill), oldest first, up to the budget and
+//     prefill_chunk_size per sequence.
+//  3. Waiting sequences are admitted (FCFS, preempted ones first) while budgets, max_num_seqs
+//     (counting the n choices a request will fork into) and free blocks allow, unless a
+//     preemption happened in this step.
+// Out of blocks in 1 or 2: the newest running sequence not yet scheduled in this step is
+// preempted (its blocks freed, recomputed from scratch later) until the sequence fits or is
+// itself the newest.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/scheduling/block_manager.h"
+#include "engine/scheduling/scheduler_output.h"
+#include "engine/scheduling/sequence.h"
+
+namespace vlm {
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;              // running sequences at once
+  int max_num_batched_tokens = 2048;   // tokens per step (decodes + prefill chunks)
+  int prefill_chunk_size = 0;          // most prompt tokens of one sequence per step; 0: budget
+  int max_waiting = 1024;              // waiting sequences; add() beyond it is a 429
+};
+
+class Scheduler {
+ public:
+  // Throws InternalError for a non-positive budget.
+  Scheduler(const SchedulerConfig& config, BlockManager& blocks);
+
+  const SchedulerConfig& config() const { return config_; }
+
+  // Queues a new sequence (status Waiting, no blocks). Throws RequestError(429,
+  // "rate_limit_exceeded") when max_waiting sequences already wait; the sequence is not queued.
+  void add(Sequence* seq);
+  // Whether add() would refuse a sequence now.
+  bool waiting_full() const { return static_cast<int>(waiting_.size()) >= config_.max_waiting; }
+
+  SchedulerOutput schedule();
+
+  // A running sequence is done: frees its blocks, status Finished with `reason`.
+  void finish(Sequence* seq, FinishReason reason);
+  // Ends a sequence in any state (waiting, running, already finished: no-op), freeing its blocks.
+  void abort(Sequence* seq, FinishReason reason = FinishReason::Abort);
+  // A new running sequence sharing the parent's blocks (n > 1), placed right after the parent.
+  void fork(Sequence* parent, Sequence* child);
+
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
+  const std::vector<Sequence*>& running() const { return running_; }
+  BlockManager& block_manager() { return blocks_; }
+  const BlockManager& block_manager() const { return blocks_; }
+
+  // BlockManager::check_integrity over the running sequences, plus: waiting sequences hold no
+  // blocks and have nothing computed; running ones are Running, waiting ones Waiting.
+  void check_integrity() const;
+
+ private:
+  // Frees the newest unscheduled running sequence; false when only `keep` (or nothing) is left.
+  bool preempt_newest(SchedulerOutput& out, const std::vector<uint8_t>& scheduled_ids, size_t keep_index);
+  void preempt(Sequence* seq, SchedulerOutput& out);
+  ScheduledChunk make_chunk(Sequence* seq, int32_t n);
+
+  SchedulerConfig config_;
+  BlockManager& blocks_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // admission order: oldest first
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace vlm

@@ -1,0 +1,42 @@
+// The two paths behind linear() (kernels/gemm/gemm.h), exposed for tests and benchmarks; model code
+// calls linear(). Same preconditions as linear(), checked there, not here.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/core/tensor.h"
+
+namespace vlm::gemm_detail {
+
+// Rows of x handled together by one pass of the small-M kernel over a block of W (larger M runs
+// several passes over each L2-resident block): the default and the largest supported.
+constexpr int64_t kDefaultRowGroup = 4;
+constexpr int64_t kMaxRowGroup = 8;
+
+// Streaming kernel: reads every weight row once from memory (converting 16-bit W to f32 in
+// registers) for groups of up to kMaxRowGroup rows of x (an L2-sized block of W rows serves all
+// groups before the next block); parallel over N. row_group = 0 picks kDefaultRowGroup.
+// AVX-512 when use_avx512(), portable code otherwise. Any M >= 1, K >= 1.
+void linear_small_m(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                    const float* bias /*[N] or null*/, float* y /*[M,N]*/, int64_t row_group = 0);
+
+// OpenBLAS sgemm over N-panels of W, one panel per pool task. A 16-bit panel is first converted
+// into a thread-local f32 buffer of panel_rows * K floats (<= 256 rows, ~4 MB); panel_rows = 0
+// picks the size from N, K, the dtype and the thread count. F32 W is never copied. Any M, K >= 1.
+void linear_blas(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                 const float* bias /*[N] or null*/, float* y /*[M,N]*/, int64_t panel_rows = 0);
+
+// bf16 dot-product path (kernels/gemm/gemm_bf16.cpp), BF16 W only: x is rounded to bf16 once per call
+// (round to nearest even), products are summed in f32 by vdpbf16ps over packed, cache-blocked
+// tiles, parallel over column blocks of W. Needs bf16_dot_supported(). Any M, K >= 1.
+// chunk_pairs > 0 caps the K chunk (in bf16 pairs, rounded up to 16) for tests; 0 sizes it for L2.
+bool bf16_dot_supported();  // use_avx512() and the CPU has AVX512-BF16
+void linear_bf16_dot(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                     const float* bias /*[N] or null*/, float* y /*[M,N]*/,
+                     int64_t chunk_pairs = 0);
+// Its naive reference: y = bf16(x) · W^T (+ bias) with double accumulation, bf16(x) rounded to
+// nearest even as f32_to_bf16 does. BF16 W only.
+void linear_bf16_ref(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                     const float* bias /*[N] or null*/, float* y /*[M,N]*/);
+
+}  // namespace vlm::gemm_detail

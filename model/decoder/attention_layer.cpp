@@ -1,0 +1,25 @@
+#include "model/decoder/attention_layer.h"
+
+#include "kernels/attention/paged_attention.h"
+#include "model/methods/look_m_state.h"
+#include "model/methods/sink_router_attention.h"
+#include "model/methods/sparse_prefill_attention.h"
+
+namespace vlm {
+
+void AttentionLayer::forward(int layer, const float* q, const float* k, const float* v, int num_heads,
+                             const PagedKVLayer& kv, const ForwardBatch& batch, float scale, float* out) const {
+  write_kv(kv, k, v, batch.slot_mapping.data(), batch.num_tokens());
+  if (batch.attention_probe) batch.attention_probe(layer, q, num_heads, kv, scale);
+  if (!batch.sparse_prefill.empty()) {  // some sequence's prefill rows run block-sparse
+    if (!batch.sink_anchors.empty()) SinkRouterAttention::capture_anchors(layer, kv, batch);
+    sparse_prefill_attention(layer, q, num_heads, kv, batch, scale, out);
+  } else if (!batch.sink_anchors.empty()) {  // SinkRouter: anchors at the end of prefill, routed decode
+    SinkRouterAttention::forward(layer, q, num_heads, kv, batch, scale, out);
+  } else {
+    paged_attention(q, num_heads, kv, batch.attention_batch(), scale, out);
+  }
+  run_look_m(layer, q, num_heads, kv, batch, scale);  // after attention: prefill output stays exact
+}
+
+}  // namespace vlm

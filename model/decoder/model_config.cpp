@@ -1,0 +1,158 @@
+#include "model/decoder/model_config.h"
+#include "model/decoder/json_file.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kernels/core/check.h"
+
+namespace vlm {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& source, const std::string& what) {
+  throw LoadError(source + ": " + what);
+}
+
+int64_t get_int(const json& j, const char* key, const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer())
+    fail(source, std::string("missing or non-integer field '") + key + "'");
+  int64_t v = it->get<int64_t>();
+  if (v <= 0) fail(source, std::string("field '") + key + "' must be positive, got " + std::to_string(v));
+  return v;
+}
+
+template <typename T>
+T get_or(const json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  return it->get<T>();
+}
+
+RopeType parse_rope_type(const std::string& name, const std::string& source) {
+  if (name == "default") return RopeType::Default;
+  if (name == "linear") return RopeType::Linear;
+  if (name == "llama3") return RopeType::Llama3;
+  if (name == "yarn") return RopeType::Yarn;
+  fail(source, "unsupported rope type '" + name + "' (supported: default, linear, llama3, yarn)");
+}
+
+RopeConfig parse_rope(const json& j, const ModelConfig& c, const std::string& source) {
+  // transformers >= 5 keeps everything in rope_parameters; older configs split it.
+  json params = json::object();
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) params = j["rope_parameters"];
+  else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) params = j["rope_scaling"];
+
+  RopeConfig r;
+  r.head_dim = static_cast<int>(c.head_dim);
+  double partial = get_or<double>(params, "partial_rotary_factor",
+                                  get_or<double>(j, "partial_rotary_factor", 1.0));
+  r.rotary_dim = static_cast<int>(static_cast<double>(c.head_dim) * partial);
+  r.theta = get_or<double>(params, "rope_theta", get_or<double>(j, "rope_theta", 10000.0));
+  std::string type = get_or<std::string>(params, "rope_type", get_or<std::string>(params, "type", "default"));
+  if (params.contains("mrope_section") && params["mrope_section"].is_array()) {
+    r.mrope_section = params["mrope_section"].get<std::vector<int>>();
+    int sum = 0;
+    for (int s : r.mrope_section) sum += s;
+    if (r.mrope_section.size() != 3 || sum * 2 != r.rotary_dim)
+      fail(source, fmt::format("mrope_section must be 3 sections summing to rotary_dim / 2 = {}", r.rotary_dim / 2));
+    if (type == "mrope") type = "default";  // legacy Qwen2-VL configs: {"type": "mrope", ...}
+  }
+  r.type = parse_rope_type(type, source);
+  if (r.type == RopeType::Default) return r;
+
+  int64_t original = get_or<int64_t>(params, "original_max_position_embeddings", c.max_position_embeddings);
+  if (j.contains("original_max_position_embeddings") && j["original_max_position_embeddings"].is_number())
+    original = j["original_max_position_embeddings"].get<int64_t>();
+  r.original_max_position = original;
+
+  auto factor = params.find("factor");
+  bool has_factor = factor != params.end() && factor->is_number();
+  if (r.type == RopeType::Yarn && !has_factor) {
+    r.factor = static_cast<double>(c.max_position_embeddings) / static_cast<double>(original);
+  } else {
+    if (!has_factor) fail(source, "rope type '" + type + "' needs a numeric 'factor'");
+    r.factor = factor->get<double>();
+  }
+  if (r.factor <= 0) fail(source, "rope factor must be positive");
+  if (r.type == RopeType::Llama3) {
+    r.low_freq_factor = get_or<double>(params, "low_freq_factor", 1.0);
+    r.high_freq_factor = get_or<double>(params, "high_freq_factor", 4.0);
+    if (r.high_freq_factor <= r.low_freq_factor)
+      fail(source, "llama3 rope needs high_freq_factor > low_freq_factor");
+  }
+  if (r.type == RopeType::Yarn) {
+    // transformers: `beta_fast or 32`, `beta_slow or 1` (a 0 means the default too).
+    double bf = get_or<double>(params, "beta_fast", 0.0), bs = get_or<double>(params, "beta_slow", 0.0);
+    r.beta_fast = bf != 0.0 ? bf : 32.0;
+    r.beta_slow = bs != 0.0 ? bs : 1.0;
+    r.attention_factor = get_or<double>(params, "attention_factor", 0.0);
+    r.mscale = get_or<double>(params, "mscale", 0.0);
+    r.mscale_all_dim = get_or<double>(params, "mscale_all_dim", 0.0);
+    r.truncate = get_or<bool>(params, "truncate", true);
+  }
+  return r;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
+  if (!j.is_object()) fail(source, "not a JSON object");
+  ModelConfig c;
+  std::string model_type = get_or<std::string>(j, "model_type", "");
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty())
+    c.architecture = j["architectures"][0].get<std::string>();
+  if (c.architecture == "LlamaForCausalLM" || (c.architecture.empty() && model_type == "llama")) {
+    c.family = DecoderFamily::Llama;
+  } else if (c.architecture == "Qwen2ForCausalLM" || (c.architecture.empty() && model_type == "qwen2")) {
+    c.family = DecoderFamily::Qwen2;
+  } else {
+    fail(source, "unsupported architecture '" + c.architecture + "' (model_type '" + model_type +
+                     "'); supported: LlamaForCausalLM, Qwen2ForCausalLM");
+  }
+  c.vocab_size = get_int(j, "vocab_size", source);
+  c.hidden_size = get_int(j, "hidden_size", source);
+  c.intermediate_size = get_int(j, "intermediate_size", source);
+  c.num_layers = get_int(j, "num_hidden_layers", source);
+  c.num_heads = get_int(j, "num_attention_heads", source);
+  c.num_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                       ? get_int(j, "num_key_value_heads", source)
+                       : c.num_heads;
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? get_int(j, "head_dim", source)
+                                                                   : c.hidden_size / c.num_heads;
+  if (c.num_heads % c.num_kv_heads != 0)
+    fail(source, fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                             c.num_heads, c.num_kv_heads));
+  c.max_position_embeddings = get_or<int64_t>(j, "max_position_embeddings", 4096);
+  c.rms_norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false);
+  std::string act = get_or<std::string>(j, "hidden_act", "silu");
+  if (act != "silu") fail(source, "unsupported hidden_act '" + act + "' (supported: silu)");
+  if (c.family == DecoderFamily::Qwen2) {
+    c.qkv_bias = true;
+    if (get_or<bool>(j, "use_sliding_window", false))
+      fail(source, "use_sliding_window=true is not supported");
+  } else {
+    c.qkv_bias = c.o_bias = get_or<bool>(j, "attention_bias", false);
+    c.mlp_bias = get_or<bool>(j, "mlp_bias", false);
+  }
+  c.rope = parse_rope(j, c, source);
+  std::string dtype = get_or<std::string>(j, "dtype", get_or<std::string>(j, "torch_dtype", "bfloat16"));
+  if (!parse_float_dtype_name(dtype, &c.dtype)) fail(source, "unknown dtype '" + dtype + "'");
+  c.bos_token_id = get_or<int64_t>(j, "bos_token_id", -1);
+  if (j.contains("eos_token_id")) {
+    const json& e = j["eos_token_id"];
+    if (e.is_number_integer()) c.eos_token_ids.push_back(e.get<int64_t>());
+    else if (e.is_array())
+      for (const auto& x : e) c.eos_token_ids.push_back(x.get<int64_t>());
+  }
+  return c;
+}
+
+ModelConfig ModelConfig::load(const std::string& model_dir) {
+  return parse_json_file(model_dir + "/config.json", from_json);
+}
+
+}  // namespace vlm

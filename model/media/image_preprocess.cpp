@@ -1,0 +1,347 @@
+// Resampling facts follow Pillow's src/libImaging/Resample.c (precompute_coeffs,
+// normalize_coeffs_8bpc, ImagingResampleInner); the post-resize arithmetic follows transformers
+// 5.17's torchvision image-processor backend (center_crop, fused rescale_and_normalize).
+#include "model/media/image_preprocess.h"
+#include "model/decoder/json_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/core/check.h"
+#include "kernels/core/thread_pool.h"
+
+namespace vlm {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kPrecisionBits = 32 - 8 - 2;  // PIL: 8-bit result, 2 bits of headroom
+
+double bicubic(double x) {  // a = -0.5
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+// One output sample's taps: input range [first, first + count) and fixed-point weights.
+struct Taps {
+  int first = 0;
+  int count = 0;
+  const int32_t* w = nullptr;
+};
+
+// Coefficients of one output sample xx, in floating point then fixed point (PIL's arithmetic).
+int sample_taps(int in_size, int out_size, int xx, int32_t* w /*[ksize]*/, int* first) {
+  const double scale = static_cast<double>(static_cast<float>(in_size)) / out_size;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = 2.0 * filterscale;
+  const double center = (xx + 0.5) * scale;
+  const double ss = 1.0 / filterscale;
+  int xmin = static_cast<int>(center - support + 0.5);
+  if (xmin < 0) xmin = 0;
+  int xmax = static_cast<int>(center + support + 0.5);
+  if (xmax > in_size) xmax = in_size;
+  xmax -= xmin;
+  const int ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  std::vector<double> k(static_cast<size_t>(ksize), 0.0);
+  double ww = 0.0;
+  for (int x = 0; x < xmax; ++x) {
+    k[x] = bicubic((x + xmin - center + 0.5) * ss);
+    ww += k[x];
+  }
+  for (int x = 0; x < xmax; ++x)
+    if (ww != 0.0) k[x] /= ww;
+  for (int x = 0; x < ksize; ++x)
+    w[x] = k[x] < 0 ? static_cast<int32_t>(-0.5 + k[x] * (1 << kPrecisionBits))
+                    : static_cast<int32_t>(0.5 + k[x] * (1 << kPrecisionBits));
+  *first = xmin;
+  return xmax;
+}
+
+int kernel_size(int in_size, int out_size) {
+  const double scale = static_cast<double>(static_cast<float>(in_size)) / out_size;
+  return static_cast<int>(std::ceil(2.0 * std::max(scale, 1.0))) * 2 + 1;
+}
+
+struct AxisCoeffs {
+  int ksize = 0;
+  std::vector<int> first, count;  // [out]
+  std::vector<int32_t> w;         // [out, ksize]
+  Taps taps(int i) const { return {first[i], count[i], w.data() + static_cast<size_t>(i) * ksize}; }
+};
+
+AxisCoeffs axis_coeffs(int in_size, int out_size) {
+  AxisCoeffs c;
+  c.ksize = kernel_size(in_size, out_size);
+  c.first.resize(out_size);
+  c.count.resize(out_size);
+  c.w.resize(static_cast<size_t>(out_size) * c.ksize);
+  for (int i = 0; i < out_size; ++i)
+    c.count[i] = sample_taps(in_size, out_size, i, c.w.data() + static_cast<size_t>(i) * c.ksize, &c.first[i]);
+  return c;
+}
+
+inline uint8_t clip8(int32_t acc) {
+  const int32_t v = acc >> kPrecisionBits;
+  return static_cast<uint8_t>(std::clamp(v, 0, 255));
+}
+
+// Horizontal pass over input rows [y0, y0 + rows) into out[rows, out_w, 3].
+void resample_rows(const RgbImage& in, int y0, int rows, const AxisCoeffs& c, RgbImage& out) {
+  const int out_w = static_cast<int>(c.first.size());
+  global_thread_pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int xx = 0; xx < out_w; ++xx) {
+        const Taps t = c.taps(xx);
+        int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+        const uint8_t* p = in.at(y0 + static_cast<int>(r), t.first);
+        for (int x = 0; x < t.count; ++x, p += 3) {
+          s0 += p[0] * t.w[x];
+          s1 += p[1] * t.w[x];
+          s2 += p[2] * t.w[x];
+        }
+        uint8_t* o = out.at(static_cast<int>(r), xx);
+        o[0] = clip8(s0), o[1] = clip8(s1), o[2] = clip8(s2);
+      }
+    }
+  }, 8);
+}
+
+// Vertical pass: out row yy reads input rows first[yy] - shift ...
+void resample_cols(const RgbImage& in, int shift, const AxisCoeffs& c, RgbImage& out) {
+  const int out_h = static_cast<int>(c.first.size());
+  const int W = in.width;
+  global_thread_pool().parallel_for(out_h, [&](int64_t y0, int64_t y1) {
+    std::vector<int32_t> acc(static_cast<size_t>(W) * 3);
+    for (int64_t yy = y0; yy < y1; ++yy) {
+      const Taps t = c.taps(static_cast<int>(yy));
+      std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
+      for (int y = 0; y < t.count; ++y) {
+        const uint8_t* p = in.at(t.first - shift + y, 0);
+        const int32_t k = t.w[y];
+        for (int i = 0; i < W * 3; ++i) acc[i] += p[i] * k;
+      }
+      uint8_t* o = out.at(static_cast<int>(yy), 0);
+      for (int i = 0; i < W * 3; ++i) o[i] = clip8(acc[i]);
+    }
+  }, 4);
+}
+
+RgbImage blank(int w, int h) {
+  RgbImage r;
+  r.width = w;
+  r.height = h;
+  r.pixels.resize(static_cast<size_t>(w) * h * 3);
+  return r;
+}
+
+[[noreturn]] void fail(const std::string& source, const std::string& what) {
+  throw LoadError(source + ": " + what);
+}
+
+int positive_int(const json& j, const char* key, const std::string& source) {
+  if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int>() <= 0)
+    fail(source, std::string("missing or invalid '") + key + "'");
+  return j[key].get<int>();
+}
+
+}  // namespace
+
+std::pair<int, int> shortest_edge_size(int width, int height, int short_side) {
+  if (width <= height)
+    return {short_side, static_cast<int>(static_cast<double>(short_side) * height / width)};
+  return {static_cast<int>(static_cast<double>(short_side) * width / height), short_side};
+}
+
+RgbImage pad_to_square(const RgbImage& img, std::array<uint8_t, 3> color) {
+  if (img.width == img.height) return img;
+  const int side = std::max(img.width, img.height);
+  RgbImage out = blank(side, side);
+  for (size_t i = 0; i < out.pixels.size(); i += 3)
+    out.pixels[i] = color[0], out.pixels[i + 1] = color[1], out.pixels[i + 2] = color[2];
+  const int x0 = (side - img.width) / 2, y0 = (side - img.height) / 2;
+  for (int y = 0; y < img.height; ++y)
+    std::copy(img.at(y, 0), img.at(y, 0) + img.width * 3, out.at(y0 + y, x0));
+  return out;
+}
+
+RgbImage resize_bicubic(const RgbImage& img, int out_w, int out_h) {
+  VLM_CHECK(out_w > 0 && out_h > 0 && img.width > 0 && img.height > 0, "resize {}x{} -> {}x{}",
+            img.width, img.height, out_w, out_h);
+  if (out_w == img.width && out_h == img.height) return img;  // PIL returns a copy
+  const AxisCoeffs cv = axis_coeffs(img.height, out_h);
+  const int y_first = cv.first.front();
+  const int y_last = cv.first.back() + cv.count.back();
+  const RgbImage* src = &img;
+  RgbImage tmp;
+  int shift = 0;
+  if (out_w != img.width) {
+    const AxisCoeffs ch = axis_coeffs(img.width, out_w);
+    tmp = blank(out_w, y_last - y_first);
+    resample_rows(img, y_first, y_last - y_first, ch, tmp);
+    src = &tmp;
+    shift = y_first;
+  }
+  if (out_h == img.height) return tmp;  // only the horizontal pass (all rows were used)
+  RgbImage out = blank(src->width, out_h);
+  resample_cols(*src, shift, cv, out);
+  return out;
+}
+
+RgbImage resize_bicubic_ref(const RgbImage& img, int out_w, int out_h) {
+  VLM_CHECK(out_w > 0 && out_h > 0 && img.width > 0 && img.height > 0, "resize {}x{} -> {}x{}",
+            img.width, img.height, out_w, out_h);
+  if (out_w == img.width && out_h == img.height) return img;
+  RgbImage mid = img;
+  if (out_w != img.width) {
+    mid = blank(out_w, img.height);
+    std::vector<int32_t> w(static_cast<size_t>(kernel_size(img.width, out_w)));
+    for (int xx = 0; xx < out_w; ++xx) {
+      int first = 0;
+      const int n = sample_taps(img.width, out_w, xx, w.data(), &first);
+      for (int y = 0; y < img.height; ++y)
+        for (int c = 0; c < 3; ++c) {
+          int32_t s = 1 << (kPrecisionBits - 1);
+          for (int x = 0; x < n; ++x) s += img.at(y, first + x)[c] * w[x];
+          mid.at(y, xx)[c] = clip8(s);
+        }
+    }
+  }
+  if (out_h == img.height) return mid;
+  RgbImage out = blank(mid.width, out_h);
+  std::vector<int32_t> w(static_cast<size_t>(kernel_size(img.height, out_h)));
+  for (int yy = 0; yy < out_h; ++yy) {
+    int first = 0;
+    const int n = sample_taps(img.height, out_h, yy, w.data(), &first);
+    for (int x = 0; x < mid.width; ++x)
+      for (int c = 0; c < 3; ++c) {
+        int32_t s = 1 << (kPrecisionBits - 1);
+        for (int y = 0; y < n; ++y) s += mid.at(first + y, x)[c] * w[y];
+        out.at(yy, x)[c] = clip8(s);
+      }
+  }
+  return out;
+}
+
+RgbImage center_crop(const RgbImage& img, int crop_w, int crop_h) {
+  VLM_CHECK(crop_w > 0 && crop_h > 0, "crop {}x{}", crop_w, crop_h);
+  const RgbImage* src = &img;
+  RgbImage padded;
+  if (crop_w > img.width || crop_h > img.height) {  // torchvision: zero padding, left/top floored
+    const int pw = std::max(crop_w, img.width), ph = std::max(crop_h, img.height);
+    padded = blank(pw, ph);
+    const int x0 = crop_w > img.width ? (crop_w - img.width) / 2 : 0;
+    const int y0 = crop_h > img.height ? (crop_h - img.height) / 2 : 0;
+    for (int y = 0; y < img.height; ++y)
+      std::copy(img.at(y, 0), img.at(y, 0) + img.width * 3, padded.at(y0 + y, x0));
+    src = &padded;
+  }
+  const int top = (src->height - crop_h) / 2, left = (src->width - crop_w) / 2;
+  RgbImage out = blank(crop_w, crop_h);
+  for (int y = 0; y < crop_h; ++y)
+    std::copy(src->at(top + y, left), src->at(top + y, left) + crop_w * 3, out.at(y, 0));
+  return out;
+}
+
+void normalize_to_chw(const RgbImage& img, const ImagePreprocessConfig& cfg, float* out) {
+  const int64_t HW = static_cast<int64_t>(img.width) * img.height;
+  float sub[3], div[3], mul = 1.0f;
+  for (int c = 0; c < 3; ++c) {
+    sub[c] = 0.0f, div[c] = 1.0f;
+    if (cfg.do_normalize) {
+      // transformers fuses the rescale into mean and std: f32(mean) * f32(1 / rescale_factor).
+      const float inv = cfg.do_rescale ? static_cast<float>(1.0 / cfg.rescale_factor) : 1.0f;
+      sub[c] = cfg.mean[c] * inv;
+      div[c] = cfg.std[c] * inv;
+    }
+  }
+  if (cfg.do_rescale && !cfg.do_normalize) mul = static_cast<float>(cfg.rescale_factor);
+  for (int c = 0; c < 3; ++c) {
+    float* o = out + c * HW;
+    for (int64_t i = 0; i < HW; ++i) {
+      const float x = static_cast<float>(img.pixels[static_cast<size_t>(i) * 3 + c]);
+      o[i] = cfg.do_normalize ? (x - sub[c]) / div[c] : x * mul;
+    }
+  }
+}
+
+ImagePreprocessConfig ImagePreprocessConfig::from_json(const json& j, const std::string& source) {
+  if (!j.is_object()) fail(source, "not a JSON object");
+  ImagePreprocessConfig c;
+  auto flag = [&](const char* key, bool fallback) {
+    return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
+  };
+  c.do_pad = flag("do_pad", false);
+  c.do_resize = flag("do_resize", true);
+  c.do_center_crop = flag("do_center_crop", true);
+  c.do_rescale = flag("do_rescale", true);
+  c.do_normalize = flag("do_normalize", true);
+  if (j.contains("resample") && j["resample"].is_number_integer()) c.resample = j["resample"].get<int>();
+  if (c.do_resize && c.resample != 3)
+    fail(source, fmt::format("resample {} is not supported (only 3, bicubic)", c.resample));
+  if (c.do_resize) {
+    if (!j.contains("size") || !j["size"].is_object()) fail(source, "missing 'size'");
+    const json& s = j["size"];
+    if (s.contains("shortest_edge")) c.shortest_edge = positive_int(s, "shortest_edge", source);
+    else c.resize_h = positive_int(s, "height", source), c.resize_w = positive_int(s, "width", source);
+  }
+  if (c.do_center_crop) {
+    if (!j.contains("crop_size") || !j["crop_size"].is_object()) fail(source, "missing 'crop_size'");
+    c.crop_h = positive_int(j["crop_size"], "height", source);
+    c.crop_w = positive_int(j["crop_size"], "width", source);
+  }
+  if (j.contains("rescale_factor") && j["rescale_factor"].is_number())
+    c.rescale_factor = j["rescale_factor"].get<double>();
+  for (const char* key : {"image_mean", "image_std"}) {
+    if (!j.contains(key)) continue;
+    const json& v = j[key];
+    if (!v.is_array() || v.size() != 3) fail(source, std::string("'") + key + "' must hold 3 numbers");
+    auto& dst = std::string(key) == "image_mean" ? c.mean : c.std;
+    for (int i = 0; i < 3; ++i) dst[i] = static_cast<float>(v[i].get<double>());
+  }
+  return c;
+}
+
+ImagePreprocessConfig ImagePreprocessConfig::load(const std::string& model_dir) {
+  return parse_json_file(model_dir + "/preprocessor_config.json", from_json);
+}
+
+std::pair<int, int> ImagePreprocessConfig::output_size_for(int width, int height) const {
+  if (do_pad) width = height = std::max(width, height);
+  if (do_resize) {
+    if (shortest_edge > 0) std::tie(width, height) = shortest_edge_size(width, height, shortest_edge);
+    else width = resize_w, height = resize_h;
+  }
+  if (do_center_crop) width = crop_w, height = crop_h;
+  return {height, width};
+}
+
+RgbImage ImagePreprocessor::prepare(const RgbImage& img) const {
+  RgbImage cur = img;
+  if (cfg_.do_pad) {
+    std::array<uint8_t, 3> color{};
+    for (int c = 0; c < 3; ++c) color[c] = static_cast<uint8_t>(static_cast<int>(cfg_.mean[c] * 255.0));
+    cur = pad_to_square(cur, color);
+  }
+  if (cfg_.do_resize) {
+    auto [w, h] = cfg_.shortest_edge > 0 ? shortest_edge_size(cur.width, cur.height, cfg_.shortest_edge)
+                                         : std::pair<int, int>{cfg_.resize_w, cfg_.resize_h};
+    cur = resize_bicubic(cur, w, h);
+  }
+  if (cfg_.do_center_crop) cur = center_crop(cur, cfg_.crop_w, cfg_.crop_h);
+  return cur;
+}
+
+std::vector<float> ImagePreprocessor::preprocess(const RgbImage& img) const {
+  const RgbImage ready = prepare(img);
+  std::vector<float> out(static_cast<size_t>(ready.width) * ready.height * 3);
+  normalize_to_chw(ready, cfg_, out.data());
+  return out;
+}
+
+}  // namespace vlm

@@ -1,0 +1,60 @@
+// Qwen2VLImageProcessor / Qwen2VLVideoProcessor (transformers 5.17) on the CPU, from a
+// checkpoint's preprocessor_config.json (or video_preprocessor_config.json): smart_resize to a
+// multiple of patch_size * merge_size within [min_pixels, max_pixels], bicubic resize (PIL's, as
+// image_preprocess.h; 5.17 resizes with torchvision: within 1 level of PIL on the fixtures),
+// rescale + normalize (bit-exact with 5.17 after the resize), frames padded to a multiple of
+// temporal_patch_size by repeating the last one (an image is one frame), then patchified:
+// rows ordered (t, h / m, w / m, m, m), columns (channel, temporal, 14, 14) — the Conv3d weight's
+// layout. Video frames are given already sampled (no fps-based sampling here).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model/media/image_decode.h"
+
+namespace vlm {
+
+struct Qwen2VLPreprocessConfig {
+  int64_t min_pixels = 56 * 56;         // size.shortest_edge
+  int64_t max_pixels = 28 * 28 * 1280;  // size.longest_edge
+  int patch_size = 14;
+  int temporal_patch_size = 2;
+  int merge_size = 2;
+  bool do_resize = true;
+  bool do_rescale = true;
+  double rescale_factor = 1.0 / 255.0;
+  bool do_normalize = true;
+  std::array<float, 3> mean{0.48145466f, 0.4578275f, 0.40821073f};
+  std::array<float, 3> std{0.26862954f, 0.26130258f, 0.27577711f};
+
+  int64_t patch_dim() const { return 3LL * temporal_patch_size * patch_size * patch_size; }  // K
+
+  // Reads size.{shortest,longest}_edge, or min_pixels/max_pixels. Throws LoadError naming
+  // `source` for a non-bicubic resample or invalid sizes.
+  static Qwen2VLPreprocessConfig from_json(const nlohmann::json& j, const std::string& source);
+  // DIR/preprocessor_config.json (video: DIR/video_preprocessor_config.json, falling back to the
+  // image one). Throws LoadError naming the file.
+  static Qwen2VLPreprocessConfig load(const std::string& model_dir, bool video);
+};
+
+// transformers smart_resize: {height, width}, each a multiple of `factor`. Rounds half to even
+// (Python round). Throws RequestError (400) for a side under 10 pixels or an aspect ratio over 200.
+std::pair<int, int> smart_resize(int height, int width, int factor, int64_t min_pixels, int64_t max_pixels);
+
+struct VisionPatches {
+  std::vector<float> pixels;        // [P, K] P = t * h * w
+  std::array<int32_t, 3> grid_thw;  // (t, h, w) in patches
+};
+
+// Preprocesses one image (one frame) or one video (frames of equal size). Throws RequestError
+// (400) for no frames, frames of different sizes, or a size smart_resize refuses.
+VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg);
+
+}  // namespace vlm

@@ -1,0 +1,46 @@
+// LookMState: one sequence's LOOK-M work while its prompt is prefilled. The engine creates it at
+// the sequence's first prefill chunk and hands it to the step through ForwardBatch::look_m; the
+// attention layer (run_look_m) accumulates importance scores per layer and, in the chunk that
+// finishes prefill, compacts each layer's KV into the sequence's first compressed_len slots.
+// The engine then trims the block table to compressed_len.
+//
+// Prefill's own outputs always use the uncompressed cache: compaction runs after that layer's
+// attention. A preempted sequence is recomputed from its tokens and compressed again (a fresh
+// state).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention/paged_kv.h"
+#include "kernels/kv_compression/look_m_params.h"
+#include "model/decoder/modality.h"
+
+namespace vlm {
+
+struct ForwardBatch;
+
+struct LookMState {
+  // prefill_len: cache tokens once prefill ends (L); tags[L] (empty: all text).
+  LookMState(const LookMParams& params, int num_layers, int num_kv_heads, int32_t prefill_len,
+             const std::vector<ModalityTag>& tags);
+
+  LookMParams params;
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int32_t prefill_len = 0;       // L
+  std::vector<uint8_t> is_text;  // [L]
+  std::vector<float> scores;     // [num_layers, Hkv, L]
+  int32_t compressed_len = -1;   // cache length after compaction (-1: not yet); same for all layers
+
+  float* layer_scores(int layer) { return scores.data() + static_cast<size_t>(layer) * num_kv_heads * prefill_len; }
+};
+
+// For each sequence s of the batch with batch.look_m[s] set (its chunk is prefill, cache position
+// == token position): accumulates this layer's scores ("full": every row; "window": the last W
+// rows of the finishing chunk) and, when the chunk finishes prefill, compacts the layer's KV.
+// q[T, H, D] post-RoPE. Call after this layer's attention output is computed.
+void run_look_m(int layer, const float* q /*[T,H,D]*/, int num_heads, const PagedKVLayer& kv,
+                const ForwardBatch& batch, float scale);
+
+}  // namespace vlm

@@ -1,0 +1,80 @@
+// CLIPVisionModel (transformers modeling_clip) on the CPU: patch embedding (the stride-p conv as a
+// GEMM over unfolded patches), class token, learned positions, pre-LayerNorm, then pre-LN encoder
+// layers (bidirectional attention, fc1 -> quick_gelu/gelu -> fc2). Returns the hidden states the
+// caller selects (HF hidden_states[i]: i = 0 is the pre-LayerNorm output, i = l after layer l), so
+// only the layers up to the deepest selected one run. post_layernorm is never needed by LLaVA.
+// f32 compute over weights kept in their stored dtype.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "kernels/core/tensor.h"
+
+namespace vlm {
+
+enum class VisionActivation { QuickGelu, Gelu };
+
+struct ClipVisionConfig {  // defaults: transformers CLIPVisionConfig
+  int64_t hidden_size = 768;         // Cv
+  int64_t intermediate_size = 3072;  // Iv
+  int64_t num_layers = 12;
+  int64_t num_heads = 12;
+  int64_t num_channels = 3;
+  int64_t image_size = 224;          // S
+  int64_t patch_size = 32;           // p
+  double layer_norm_eps = 1e-5;
+  VisionActivation act = VisionActivation::QuickGelu;
+
+  int64_t grid() const { return image_size / patch_size; }
+  int64_t num_patches() const { return grid() * grid(); }  // P
+  int64_t head_dim() const { return hidden_size / num_heads; }
+
+  // Missing fields take CLIPVisionConfig's defaults. Throws LoadError (naming `source`) for an
+  // unsupported hidden_act, a hidden size not divisible by the heads, or an image size not
+  // divisible by the patch size.
+  static ClipVisionConfig from_json(const nlohmann::json& j, const std::string& source);
+};
+
+// Returns the checkpoint tensor `name`, checked against `expected`; throws LoadError otherwise.
+using WeightLookup = std::function<TensorView(const std::string& name, const Shape& expected)>;
+
+class ClipVisionEncoder {
+ public:
+  // Loads `prefix` + "embeddings.*", "pre_layrnorm.*" and "encoder.layers.{0..num_layers_used-1}.*".
+  ClipVisionEncoder(const ClipVisionConfig& config, const WeightLookup& weights,
+                    const std::string& prefix, int64_t num_layers_used);
+
+  const ClipVisionConfig& config() const { return config_; }
+
+  // pixels[N, 3, S, S] -> out[N, P + 1 - drop_cls, Cv * layers.size()]: hidden states `layers`
+  // (indices in [0, num_layers_used]) concatenated along the feature dim, in the given order, with
+  // the class-token row dropped when drop_cls. All N images run through each layer together.
+  void encode(const float* pixels, int64_t N, std::span<const int> layers, bool drop_cls,
+              float* out) const;
+
+ private:
+  struct Layer {
+    TensorView ln1_w, ln1_b, ln2_w, ln2_b;  // [Cv]
+    TensorView q, k, v, o;                  // [Cv, Cv]
+    TensorView q_b, k_b, v_b, o_b;          // [Cv] f32 copies
+    TensorView fc1, fc2;                    // [Iv, Cv], [Cv, Iv]
+    TensorView fc1_b, fc2_b;                // [Iv], [Cv] f32 copies
+  };
+  TensorView f32_copy(const TensorView& t);
+
+  ClipVisionConfig config_;
+  TensorView patch_w_;            // [Cv, 3 * p * p] (the conv weight, flattened)
+  std::vector<float> class_emb_;  // [Cv]
+  std::vector<float> pos_emb_;    // [P + 1, Cv]
+  TensorView pre_ln_w_, pre_ln_b_;
+  std::vector<Layer> layers_;
+  std::vector<Tensor> storage_;   // f32 bias copies
+};
+
+}  // namespace vlm

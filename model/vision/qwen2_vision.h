@@ -1,0 +1,83 @@
+// The Qwen2-VL / Qwen2.5-VL vision tower (transformers 5.17 Qwen2VisionTransformerPretrainedModel,
+// Qwen2_5_VisionTransformerPretrainedModel) on the CPU, f32 compute over stored weights:
+//   patch embed: the Conv3d (3 x tp x 14 x 14, stride = kernel, no bias) as a GEMM over the
+//                preprocessed patch rows [P, K];
+//   2-D rotary:  per head, frequencies [0, D/4) rotate by the patch row, [D/4, D/2) by the patch
+//                column (theta 10000 over D/2 dims), rotate_half style;
+//   blocks:      x += proj(attn(rope(qkv(norm1 x)))), x += mlp(norm2 x). Qwen2-VL: LayerNorm,
+//                fc1 -> quick_gelu -> fc2. Qwen2.5-VL: RMSNorm, down(silu(gate) * up).
+//                Attention is bidirectional within one frame (t slice) of one item; Qwen2.5-VL
+//                blocks outside fullatt_block_indexes attend within windows of
+//                window_size / patch_size patches (rows reordered window by window, restored
+//                after the merger);
+//   merger:      norm (LayerNorm / RMSNorm) over each patch, 2x2 groups of consecutive rows
+//                concatenated, Linear -> GELU (erf) -> Linear to the text width.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "kernels/ops/rope.h"
+#include "kernels/core/tensor.h"
+#include "model/vision/clip_vision.h"  // WeightLookup
+
+namespace vlm {
+
+struct Qwen2VisionConfig {
+  bool qwen25 = false;              // Qwen2.5-VL variant (RMSNorm, SwiGLU, window attention)
+  int64_t hidden_size = 1280;       // Cv (Qwen2-VL: embed_dim)
+  int64_t intermediate_size = 5120; // Iv (Qwen2-VL: embed_dim * mlp_ratio)
+  int64_t out_hidden_size = 3584;   // C, the merger's output (Qwen2-VL: hidden_size)
+  int64_t depth = 32;
+  int64_t num_heads = 16;
+  int patch_size = 14;
+  int temporal_patch_size = 2;
+  int spatial_merge_size = 2;
+  int64_t window_size = 112;              // Qwen2.5-VL, pixels
+  std::vector<int> fullatt_block_indexes; // Qwen2.5-VL
+  double tokens_per_second = 2.0;         // Qwen2.5-VL (video temporal positions)
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+
+  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t patch_dim() const { return 3LL * temporal_patch_size * patch_size * patch_size; }
+
+  // vision_config of a Qwen2VLConfig (qwen25 = false) or Qwen2_5_VLConfig. Throws LoadError
+  // naming `source` for an unsupported activation or inconsistent sizes.
+  static Qwen2VisionConfig from_json(const nlohmann::json& j, bool qwen25, const std::string& source);
+};
+
+class Qwen2VisionEncoder {
+ public:
+  // Loads `prefix` + "patch_embed.*", "blocks.N.*", "merger.*".
+  Qwen2VisionEncoder(const Qwen2VisionConfig& config, const WeightLookup& weights, const std::string& prefix);
+  const Qwen2VisionConfig& config() const { return config_; }
+
+  // pixels[P, K] of items with grids[N] (P = sum t*h*w) -> out[P / merge^2, C], item by item.
+  void encode(const float* pixels, std::span<const std::array<int32_t, 3>> grids, float* out) const;
+
+ private:
+  struct Block {
+    TensorView norm1_w, norm1_b, norm2_w, norm2_b;  // [Cv] (biases: Qwen2-VL only)
+    TensorView qkv, qkv_b, proj, proj_b;            // [3Cv, Cv], [3Cv], [Cv, Cv], [Cv]
+    TensorView fc1, fc1_b, fc2, fc2_b;              // Qwen2-VL: [Iv, Cv], [Iv], [Cv, Iv], [Cv]
+    TensorView gate, gate_b, up, up_b, down, down_b;  // Qwen2.5-VL
+  };
+  TensorView f32(const TensorView& t);
+  void norm(const float* x, const TensorView& w, const TensorView& b, int64_t T, float* y) const;
+
+  Qwen2VisionConfig config_;
+  TensorView patch_w_;  // [Cv, K]
+  std::vector<Block> blocks_;
+  TensorView merge_norm_w_, merge_norm_b_, mlp0_, mlp0_b_, mlp2_, mlp2_b_;  // [Cv], [4Cv,4Cv], [C,4Cv]
+  RotaryEmbedding rope_;        // applies the [T, D] cos/sin tables (head_dim D)
+  std::vector<float> inv_freq_; // [D / 4]
+  std::vector<Tensor> storage_; // f32 copies of biases and norms
+};
+
+}  // namespace vlm

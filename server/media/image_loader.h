@@ -1,0 +1,36 @@
+// ImageLoader: an image part of a request (its URL) -> pixel_values for the model. Fetches the
+// bytes (server/media_fetch: data: URLs, http(s) with its address checks and limits, allowed
+// local files), decodes them (model/image_decode, with byte and pixel limits) and preprocesses
+// them as the checkpoint's preprocessor_config.json says (model/image_preprocess).
+#pragma once
+
+#include <string>
+
+#include "engine/media_inputs.h"
+#include "model/media/image_decode.h"
+#include "model/media/image_preprocess.h"
+#include "server/media/media_fetch.h"
+
+namespace vlm {
+
+// Fetches `url` and decodes it within `limits`. Throws RequestError (400, param `param`) for a
+// URL that cannot be fetched, bytes that are not a supported image, or an image over the byte or
+// pixel limits. Shared by the LLaVA and the Qwen2-VL loaders.
+RgbImage fetch_image(const std::string& url, const MediaFetchOptions& fetch, const ImageLimits& limits,
+                     const std::string& param);
+
+class ImageLoader {
+ public:
+  ImageLoader(MediaFetchOptions fetch, ImageLimits limits, ImagePreprocessConfig preprocess);
+
+  // Throws RequestError (400, param `param`) for a URL that cannot be fetched, bytes that are
+  // not a supported image, or an image over the byte or pixel limits; the message says which.
+  ImagePixels load(const std::string& url, const std::string& param) const;
+
+ private:
+  MediaFetchOptions fetch_;
+  ImageLimits limits_;
+  ImagePreprocessor preprocessor_;
+};
+
+}  // namespace vlm

@@ -1,0 +1,57 @@
+// Qwen2VLMediaLoader: the image and video parts of a chat request -> MediaPixels for the
+// Qwen2-VL family (model/families/qwen2_vl.h). Fetches each URL (server/media_fetch: data: URLs,
+// http(s) and allowed local files, with its limits), decodes it as an image (model/image_decode,
+// byte and pixel limits) and preprocesses it as the checkpoint's preprocessor_config.json /
+// video_preprocessor_config.json say (model/qwen2vl_preprocess: smart_resize, normalize,
+// patchify).
+//
+// A video is a list of frame URLs (images of one size), taken as given, as transformers'
+// Qwen2VLVideoProcessor does with do_sample_frames false: an odd count is padded to a multiple of
+// temporal_patch_size by repeating the last frame (transformers 5.17 `pad = -num_frames %
+// temporal_patch_size`, `videos[:, -1:]` repeated). `fps` is the rate of the given frames;
+// second_per_grid = temporal_patch_size / fps (Qwen2.5-VL's temporal M-RoPE spacing).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/media/image_decode.h"
+#include "model/media/media_pixels.h"
+#include "model/families/multimodal_input.h"
+#include "model/media/qwen2vl_preprocess.h"
+#include "server/media/media_fetch.h"
+
+namespace vlm {
+
+struct Qwen2VLMediaOptions {
+  Qwen2VLPreprocessConfig image;  // preprocessor_config.json
+  Qwen2VLPreprocessConfig video;  // video_preprocessor_config.json (else the image one)
+  int32_t image_token_id = 151655;
+  int32_t video_token_id = 151656;
+  bool accepts_video = true;      // the model takes videos
+  int max_video_frames = 32;      // frames of one video (before padding)
+};
+
+class Qwen2VLMediaLoader {
+ public:
+  Qwen2VLMediaLoader(MediaFetchOptions fetch, ImageLimits limits, Qwen2VLMediaOptions options);
+  const Qwen2VLMediaOptions& options() const { return options_; }
+
+  // Throws RequestError (400, param `param`) for a URL that cannot be fetched, bytes that are
+  // not a supported image, an image over the byte or pixel limits, or a size smart_resize
+  // refuses (a side under 10 pixels, aspect ratio over 200).
+  MediaPixels load_image(const std::string& url, const std::string& param) const;
+  // frames: one URL per frame. Throws RequestError (400, param `param`) as load_image, and for
+  // no frames, more than max_video_frames, frames of different sizes, or fps not in (0, 1000].
+  MediaPixels load_video(const std::vector<std::string>& frames, double fps, const std::string& param) const;
+
+  // The prompt tokens of an item loaded here (grid t*h*w / merge^2, per frame h*w / merge^2).
+  MediaTokens tokens(const MediaPixels& item) const;
+
+ private:
+  MediaFetchOptions fetch_;
+  ImageLimits limits_;
+  Qwen2VLMediaOptions options_;
+};
+
+}  // namespace vlm
