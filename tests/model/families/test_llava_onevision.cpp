@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -112,18 +113,20 @@ TEST(OnevisionPreprocess, TilesAndLevelsMatchHf) {
     const MediaPixels m = f.media(*c)[0];
     const TensorView& pil = f.t(std::string(name) + ".levels_pil");
     const TensorView& tv = f.t(std::string(name) + ".levels_tv");
+    ASSERT_EQ(pil.dtype, DType::U8);
     ASSERT_EQ(static_cast<int64_t>(m.data.size()), pil.dim(1) * tile) << name << ": tile count";
     EXPECT_EQ((*c)["image_sizes"][0], (std::vector<int>{m.height, m.width})) << name;
     const std::vector<int> ours = levels(m.data.data(), m.data.size());
     int max_pil = 0, max_tv = 0;
     for (size_t i = 0; i < ours.size(); ++i) {
-      max_pil = std::max(max_pil, std::abs(ours[i] - pil.as<const uint8_t>()[i]));
-      max_tv = std::max(max_tv, std::abs(ours[i] - tv.as<const uint8_t>()[i]));
+      max_pil = std::max(max_pil, std::abs(ours[i] - static_cast<const uint8_t*>(pil.data)[i]));
+      max_tv = std::max(max_tv, std::abs(ours[i] - static_cast<const uint8_t*>(tv.data)[i]));
     }
     EXPECT_LE(max_pil, 1) << name << " vs the PIL-backend processor";  // the Done-when bound
     EXPECT_EQ(max_pil, 0) << name << " (PIL's bicubic is reproduced bit for bit)";
     EXPECT_LE(max_tv, 3) << name << " vs the torchvision backend";
-    RecordProperty(std::string(name) + "_max_levels_vs_torchvision", max_tv);
+    std::printf("  %-6s %2zu tiles: max level difference %d vs PIL backend, %d vs torchvision backend\n", name,
+                m.data.size() / static_cast<size_t>(tile), max_pil, max_tv);
   }
   // The normalisation arithmetic, value for value.
   const MediaPixels wide = preprocess_onevision_image(load_png("wide.png"), f.image);
@@ -158,7 +161,9 @@ TEST(LlavaOnevision, TowerAndPackedFeaturesMatchHf) {
     }
     const TensorView& rt = f.t(name + ".tower");
     ASSERT_EQ(static_cast<int64_t>(tower.size()), rt.numel()) << name;
-    EXPECT_LE(rel_err(tower.data(), rt.as<const float>(), rt.numel() / Cv, Cv), 1e-4) << name << ": tower";
+    const double e_tower = rel_err(tower.data(), rt.as<const float>(), rt.numel() / Cv, Cv);
+    EXPECT_LE(e_tower, 1e-4) << name << ": tower";
+    std::printf("  %-10s tower %.2e", name.c_str(), e_tower);
     for (auto [key, ours] : {std::pair{".image_feats", &image_feats}, std::pair{".video_feats", &video_feats}}) {
       if (!f.has(name + key)) {
         EXPECT_TRUE(ours->empty()) << name << key;
@@ -166,8 +171,11 @@ TEST(LlavaOnevision, TowerAndPackedFeaturesMatchHf) {
       }
       const TensorView& r = f.t(name + key);
       ASSERT_EQ(static_cast<int64_t>(ours->size()), r.numel()) << name << key;
-      EXPECT_LE(rel_err(ours->data(), r.as<const float>(), r.numel() / C, C), 1e-4) << name << key;
+      const double e = rel_err(ours->data(), r.as<const float>(), r.numel() / C, C);
+      EXPECT_LE(e, 1e-4) << name << key;
+      std::printf("  %s %.2e (%lld rows)", key + 1, e, static_cast<long long>(r.numel() / C));
     }
+    std::printf("\n");
   }
 }
 
@@ -218,7 +226,8 @@ TEST(LlavaOnevision, LogitsAndGreedyMatchHf) {
     const TensorView& lid = f.t(name + ".logit_ids");
     std::vector<float> sel;
     for (int64_t i = 0; i < lid.numel(); ++i) sel.push_back(logits[static_cast<size_t>(lid.as<const int32_t>()[i])]);
-    EXPECT_LE(rel_err(sel.data(), f.t(name + ".logits").as<const float>(), 1, lid.numel()), 1e-4) << name;
+    const double e_logits = rel_err(sel.data(), f.t(name + ".logits").as<const float>(), 1, lid.numel());
+    EXPECT_LE(e_logits, 1e-4) << name;
     std::vector<int32_t> ours;
     for (size_t i = 0; i < greedy.size(); ++i) {
       const int32_t tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + V) - logits.begin());
@@ -230,6 +239,9 @@ TEST(LlavaOnevision, LogitsAndGreedyMatchHf) {
       dec.forward(batch, cache.layers(), logits);
     }
     EXPECT_EQ(ours, greedy) << name << " (HF min margin " << c["min_margin"] << ")";
+    std::printf("  %-10s %3lld tokens: last-row logits %.2e (%lld vocab ids), greedy %s\n", name.c_str(),
+                static_cast<long long>(prompt.size()), e_logits, static_cast<long long>(lid.numel()),
+                ours == greedy ? "equal" : "DIFFERENT");
     EXPECT_EQ(ours, c["generated_ids"].get<std::vector<int32_t>>()) << name;
   }
 }
