@@ -97,7 +97,7 @@ Case assemble(const json& hf) {
         videos.push_back(loader.load_video(frames, 2.0, "video_url"));
         msg["content"].push_back({{"type", "video"}});
       } else {
-        msg["content"].push_back(p);
+        msg["content"].push_back(ordered_json{{"type", "text"}, {"text", p["text"].get<std::string>()}});
       }
     }
     plain.push_back(msg);
