@@ -29,6 +29,10 @@ LlavaOnevisionConfig LlavaOnevisionConfig::from_json(const json& j, const std::s
   if (!patched.contains("vision_feature_select_strategy")) patched["vision_feature_select_strategy"] = "full";
   if (!patched.contains("vision_feature_layer")) patched["vision_feature_layer"] = -1;
   if (!patched.contains("image_token_id") && !patched.contains("image_token_index")) patched["image_token_id"] = 151646;
+  // A tie flag written only at the top level (the composite config) holds for the text model.
+  if (j.contains("tie_word_embeddings") && patched.contains("text_config") && patched["text_config"].is_object() &&
+      !patched["text_config"].contains("tie_word_embeddings"))
+    patched["text_config"]["tie_word_embeddings"] = j["tie_word_embeddings"];
   if (patched.contains("vision_config") && patched["vision_config"].is_object() &&
       !patched["vision_config"].contains("model_type"))
     patched["vision_config"]["model_type"] = "siglip_vision_model";

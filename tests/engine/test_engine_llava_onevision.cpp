@@ -7,56 +7,21 @@
 // generate() did, alone and all together under prefill chunks that cut media runs.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
 #include "model/chat/chat_template.h"
 #include "model/families/llava_onevision.h"
 #include "model/tokenizer/tokenizer.h"
-#include "server/http/base64.h"
 #include "server/media/onevision_media_loader.h"
 #include "tests/engine/engine_test_util.h"
+#include "tests/support/onevision_fixture.h"
 
 namespace vlm::testing {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-const std::string kRoot = std::string(VLM_FIXTURES_DIR) + "/llava_onevision";
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The fixture model with the real tokenizer beside it.
-const std::string& model_dir() {
-  static const std::string dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("vlm_ov_engine_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    for (const auto& e : fs::directory_iterator(kRoot + "/ov_tiny"))
-      fs::copy_file(e.path(), d / e.path().filename(), fs::copy_options::overwrite_existing);
-    const std::string tok = std::string(VLM_FIXTURES_DIR) + "/../data/tokenizers/qwen3";
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-      fs::copy_file(tok + "/" + f, d / f, fs::copy_options::overwrite_existing);
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove_all(fs::temp_directory_path() / ("vlm_ov_engine_" + std::to_string(::getpid())), ec);
-    });
-    return d.string();
-  }();
-  return dir;
-}
-
 const LlavaOnevisionModel& model() {
-  static const auto m = LlavaOnevisionModel::load(model_dir());
+  static const auto m = LlavaOnevisionModel::load(onevision_model_dir());
   return *m;
 }
 
@@ -69,7 +34,7 @@ struct Case {
 
 // What the server does for a chat: render, tokenize, load the media, expand the placeholders.
 Case assemble(const json& hf) {
-  const std::string dir = model_dir();
+  const std::string dir = onevision_model_dir();
   static const auto tok = Tokenizer::load(dir);
   static const auto tmpl = ChatTemplate::load(dir);
   OnevisionMediaOptions o;
@@ -80,7 +45,6 @@ Case assemble(const json& hf) {
   o.grid = model().grid();
   o.max_num_patches = model().config().max_num_patches;
   const OnevisionMediaLoader loader(MediaFetchOptions{}, ImageLimits{}, o);
-  auto url = [](const std::string& f) { return "data:image/png;base64," + base64_encode(slurp(kRoot + "/media/" + f)); };
   Case c;
   c.hf = hf;
   ordered_json plain = ordered_json::array();
@@ -89,11 +53,11 @@ Case assemble(const json& hf) {
     ordered_json msg{{"role", m["role"]}, {"content", ordered_json::array()}};
     for (const auto& p : m["content"]) {
       if (p["type"] == "image") {
-        images.push_back(loader.load_image(url(p["media"][0]), "image_url"));
+        images.push_back(loader.load_image(onevision_data_url(p["media"][0]), "image_url"));
         msg["content"].push_back({{"type", "image"}});
       } else if (p["type"] == "video") {
         std::vector<std::string> frames;
-        for (const auto& f : p["media"]) frames.push_back(url(f));
+        for (const auto& f : p["media"]) frames.push_back(onevision_data_url(f));
         videos.push_back(loader.load_video(frames, 2.0, "video_url"));
         msg["content"].push_back({{"type", "video"}});
       } else {
@@ -115,7 +79,7 @@ Case assemble(const json& hf) {
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = [] {
     std::vector<Case> v;
-    for (const auto& c : json::parse(slurp(kRoot + "/ov_tiny/cases.json"))) v.push_back(assemble(c));
+    for (const auto& c : onevision_cases()) v.push_back(assemble(c));
     return v;
   }();
   return all;
@@ -139,7 +103,7 @@ void expect_hf(const std::map<std::string, RequestResult>& results, const std::s
 }
 
 std::unique_ptr<Engine> ov_engine(const EngineConfig& c) {
-  return std::make_unique<Engine>(c, std::unique_ptr<MultimodalModel>(LlavaOnevisionModel::load(model_dir())));
+  return std::make_unique<Engine>(c, std::unique_ptr<MultimodalModel>(LlavaOnevisionModel::load(onevision_model_dir())));
 }
 
 TEST(EngineLlavaOnevision, PromptAssemblyMatchesHfProcessor) {

@@ -5,57 +5,19 @@
 // the HF processor's input_ids. The prefill is chunked (16 tokens) so chunks cut media runs.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "server/http/base64.h"
+#include "tests/support/onevision_fixture.h"
 #include "tests/support/server_process.h"
 
 namespace vlm::testing {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 using nlohmann::ordered_json;
-
-const std::string kRoot = std::string(VLM_FIXTURES_DIR) + "/llava_onevision";
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string data_url(const std::string& media) {
-  return "data:image/png;base64," + base64_encode(slurp(kRoot + "/media/" + media));
-}
-
-// The fixture model with the real tokenizer beside it, in a temporary directory.
-const std::string& model_dir() {
-  static const std::string dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("vlm_ov_tiny_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    for (const auto& e : fs::directory_iterator(kRoot + "/ov_tiny"))
-      fs::copy_file(e.path(), d / e.path().filename(), fs::copy_options::overwrite_existing);
-    const std::string tok = std::string(VLM_FIXTURES_DIR) + "/../data/tokenizers/qwen3";
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-      fs::copy_file(tok + "/" + f, d / f, fs::copy_options::overwrite_existing);
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove_all(fs::temp_directory_path() / ("vlm_ov_tiny_" + std::to_string(::getpid())), ec);
-    });
-    return d.string();
-  }();
-  return dir;
-}
 
 // cases.json messages -> OpenAI messages (image_url / video_url parts with data URLs).
 ordered_json openai_messages(const json& c) {
@@ -64,10 +26,10 @@ ordered_json openai_messages(const json& c) {
     ordered_json msg{{"role", m["role"]}, {"content", ordered_json::array()}};
     for (const auto& p : m["content"]) {
       if (p["type"] == "image") {
-        msg["content"].push_back({{"type", "image_url"}, {"image_url", {{"url", data_url(p["media"][0])}}}});
+        msg["content"].push_back({{"type", "image_url"}, {"image_url", {{"url", onevision_data_url(p["media"][0])}}}});
       } else if (p["type"] == "video") {
         ordered_json frames = ordered_json::array();
-        for (const auto& f : p["media"]) frames.push_back(data_url(f));
+        for (const auto& f : p["media"]) frames.push_back(onevision_data_url(f));
         msg["content"].push_back({{"type", "video_url"}, {"video_url", {{"url", frames}}}});
       } else {
         msg["content"].push_back({{"type", "text"}, {"text", p["text"]}});
@@ -82,14 +44,14 @@ class LlavaOnevisionServerTest : public ::testing::Test {
  protected:
   static ServerProcess& server() {
     static ServerProcess s(std::string(VLM_BIN_DIR) + "/vlm-server",
-                           std::vector<std::string>{"--model", model_dir(), "--served-model-name", "ov",
+                           std::vector<std::string>{"--model", onevision_model_dir(), "--served-model-name", "ov",
                                                     "--kv-cache-dtype", "f32", "--num-kv-blocks", "128",
                                                     "--max-model-len", "1024", "--threads", "2", "--log-level",
                                                     "warn", "--max-video-frames", "6",
                                                     "--max-num-batched-tokens", "16"});
     return s;
   }
-  static json cases() { return json::parse(slurp(kRoot + "/ov_tiny/cases.json")); }
+  static json cases() { return onevision_cases(); }
   HttpResult post(const std::string& path, const ordered_json& body) {
     return http_request("POST", server().base_url() + path, body.dump());
   }
@@ -163,13 +125,13 @@ TEST_F(LlavaOnevisionServerTest, PartsFollowTheTemplatesPlaceholderOrder) {
 
 TEST_F(LlavaOnevisionServerTest, BadVideosAnswer400) {
   ordered_json frames = ordered_json::array();
-  for (int i = 0; i < 7; ++i) frames.push_back(data_url("clip4_0.png"));
+  for (int i = 0; i < 7; ++i) frames.push_back(onevision_data_url("clip4_0.png"));
   ordered_json m = ordered_json::array(
       {{{"role", "user"}, {"content", {{{"type", "video_url"}, {"video_url", {{"url", frames}}}}}}}});
   HttpResult r = post("/v1/chat/completions", {{"messages", m}, {"max_tokens", 2}});
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("at most 6"), std::string::npos) << r.body;
-  frames = ordered_json::array({data_url("clip4_0.png"), data_url("wide.png")});
+  frames = ordered_json::array({onevision_data_url("clip4_0.png"), onevision_data_url("wide.png")});
   m[0]["content"][0]["video_url"]["url"] = frames;
   r = post("/v1/chat/completions", {{"messages", m}, {"max_tokens", 2}});
   EXPECT_EQ(r.status, 400) << r.body;

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -23,22 +22,17 @@
 #include "model/families/llava_onevision.h"
 #include "model/media/onevision_preprocess.h"
 #include "tests/support/decoder_harness.h"
+#include "tests/support/onevision_fixture.h"
 
 namespace vlm {
 namespace {
 
-const std::string kRoot = std::string(VLM_FIXTURES_DIR) + "/llava_onevision";
+using testing::read_whole_file;
+const std::string kRoot = testing::onevision_fixture_root();
 const std::string kModel = kRoot + "/ov_tiny";
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 RgbImage load_png(const std::string& name) {
-  const std::string b = slurp(kRoot + "/media/" + name);
+  const std::string b = read_whole_file(kRoot + "/media/" + name);
   return decode_image({reinterpret_cast<const uint8_t*>(b.data()), b.size()});
 }
 
@@ -48,7 +42,7 @@ struct Fixture {
   OnevisionPreprocessConfig image = OnevisionPreprocessConfig::load(kModel, false);
   OnevisionPreprocessConfig video = OnevisionPreprocessConfig::load(kModel, true);
   std::unique_ptr<SafetensorsFile> ref = SafetensorsFile::open(kRoot + "/reference.safetensors");
-  nlohmann::json cases = nlohmann::json::parse(slurp(kModel + "/cases.json"));
+  nlohmann::json cases = nlohmann::json::parse(read_whole_file(kModel + "/cases.json"));
 
   const TensorView& t(const std::string& name) const { return ref->tensors().at(name); }
   bool has(const std::string& name) const { return ref->tensors().count(name) > 0; }
@@ -250,7 +244,7 @@ TEST(OnevisionPreprocess, ReadsBothProcessorLayouts) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("ov_layouts_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const nlohmann::json combined = nlohmann::json::parse(slurp(kModel + "/processor_config.json"));
+  const nlohmann::json combined = nlohmann::json::parse(read_whole_file(kModel + "/processor_config.json"));
   // transformers 5: only processor_config.json, the sections nested.
   std::ofstream(dir / "processor_config.json") << combined.dump();
   EXPECT_EQ(OnevisionPreprocessConfig::load(dir.string(), false).grid_pinpoints.size(), 9u);
