@@ -6,7 +6,8 @@
 //              [--max-waiting N] [--threads N] [--log-level L]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
-//              [--max-videos-per-request N] [--max-video-frames N]
+//              [--max-videos-per-request N] [--max-video-frames N] [--max-video-bytes N]
+//              [--max-video-seconds S] [--max-video-file-frames N] [--video-decode-timeout-ms MS]
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
 //              [--look-m-scores window|full] [--look-m-text-only 0|1]
 //              [--max-body-bytes N] [--max-header-bytes N] [--read-timeout-ms MS] [--idle-timeout-ms MS]
@@ -81,6 +82,10 @@ const std::map<std::string, std::string> kFlags = {
     {"max-image-pixels", "width x height of one image (default 64 Mi)"},
     {"max-videos-per-request", "videos in one chat request (default 4; Qwen2-VL family)"},
     {"max-video-frames", "frames of one video (default 32; Qwen2-VL family)"},
+    {"max-video-bytes", "encoded bytes of one video file (default 64 MiB)"},
+    {"max-video-seconds", "duration of one video file (default 600)"},
+    {"max-video-file-frames", "frames in one video file, before sampling (default 7200)"},
+    {"video-decode-timeout-ms", "to probe and decode one video file (default 30000)"},
     {"max-body-bytes", "request body (default 32 MiB; larger: 413)"},
     {"max-header-bytes", "request headers (default 16 KiB; larger: 431)"},
     {"read-timeout-ms", "to read one request (default 30000)"},
@@ -228,6 +233,12 @@ int main(int argc, char** argv) {
     api.image_limits.max_bytes = int_flag(flags, "max-image-bytes", api.media.max_bytes, 1);
     api.image_limits.max_pixels = int_flag(flags, "max-image-pixels", api.image_limits.max_pixels, 1);
     api.media.max_bytes = api.image_limits.max_bytes;
+    vlm::VideoLimits video_limits;
+    video_limits.max_bytes = int_flag(flags, "max-video-bytes", video_limits.max_bytes, 1);
+    video_limits.max_pixels = api.image_limits.max_pixels;
+    video_limits.max_seconds = static_cast<double>(int_flag(flags, "max-video-seconds", 600, 1));
+    video_limits.max_frames = int_flag(flags, "max-video-file-frames", video_limits.max_frames, 1);
+    video_limits.timeout_ms = int_flag(flags, "video-decode-timeout-ms", video_limits.timeout_ms, 1);
     api.media.connect_timeout_ms = static_cast<int>(int_flag(flags, "media-connect-timeout-ms", api.media.connect_timeout_ms, 1));
     api.media.total_timeout_ms = static_cast<int>(int_flag(flags, "media-timeout-ms", api.media.total_timeout_ms, 1));
     api.media.max_redirects = static_cast<int>(int_flag(flags, "max-media-redirects", api.media.max_redirects, 0));
@@ -348,6 +359,8 @@ int main(int argc, char** argv) {
         media.image_token_id = model->image_token_id();
         media.video_token_id = model->video_token_id();
         media.max_video_frames = max_video_frames;
+        media.sampling = vlm::VideoSamplingParams::load(model_dir);
+        media.video_limits = video_limits;
         const vlm::Qwen2VisionConfig& vc = model->config().vision;
         for (const auto* p : {&media.image, &media.video})
           if (p->patch_size != vc.patch_size || p->merge_size != vc.spatial_merge_size ||
