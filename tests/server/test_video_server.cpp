@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/http/base64.h"
+#include "server/media/qwen2vl_media_loader.h"
 #include "tests/support/qwen2vl_chat_cases.h"
 #include "tests/support/server_process.h"
 
@@ -126,6 +127,38 @@ TEST_P(VideoFileServerTest, AnswersWithHfGreedyTokensAndLogprobs) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, VideoFileServerTest,
                          ::testing::Values(std::string("qwen2_vl_chat"), std::string("qwen2_5_vl_chat")));
+
+// The loader alone: the video grid, Qwen2.5-VL's second_per_grid_ts and the preprocessed pixels
+// (their sum) as transformers' processor gave them, also when min_frames raises the count (the
+// "probe": fps 1.0 on a 2 s clip takes 4 frames, sampled at 2.0 fps, so 2 / 2.0 = 1.0).
+TEST(VideoFileLoader, GridSecondPerGridAndPixelsAsHf) {
+  int checked = 0;
+  for (const auto& rec : oracle()["models"]) {
+    const std::string dir = std::string(VLM_FIXTURES_DIR) + "/qwen2vl_server/" + rec["model"].get<std::string>();
+    const std::string clip = rec["clip"];
+    SCOPED_TRACE(rec["model"].get<std::string>() + " " + clip);
+    Qwen2VLMediaOptions o;
+    o.image = Qwen2VLPreprocessConfig::load(dir, false);
+    o.video = Qwen2VLPreprocessConfig::load(dir, true);
+    o.sampling = VideoSamplingParams::load(dir);
+    const Qwen2VLMediaLoader loader(MediaFetchOptions{}, ImageLimits{}, o);
+    VideoSamplingParams p = o.sampling;
+    if (rec.contains("probe")) p.fps = 1.0;
+    const MediaPixels m = loader.load_video_file(data_url(clip), p, "v");
+    const auto grid = rec["video_grid_thw"][0].get<std::vector<int32_t>>();
+    EXPECT_EQ(std::vector<int32_t>(m.grid_thw.begin(), m.grid_thw.end()), grid);
+    EXPECT_EQ(m.num_frames, 4);
+    if (rec["model"] == "qwen2_5_vl_chat") EXPECT_FLOAT_EQ(m.second_per_grid, rec["second_per_grid_ts"][0].get<float>());
+    if (rec.contains("pixel_values_videos_sum")) {
+      double sum = 0;
+      for (float v : m.data) sum += v;
+      const double want = rec["pixel_values_videos_sum"].get<double>();
+      EXPECT_NEAR(sum, want, 1e-4 * std::max(1.0, std::abs(want)));
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
+}
 
 // Makes `name` in media_dir() with ffmpeg (arguments before the output); false when it fails.
 bool ffmpeg(const std::string& args, const std::string& name) {
