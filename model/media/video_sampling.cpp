@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "kernels/core/check.h"
-#include "model/decoder/json_file.h"
 
 namespace vlm {
 
@@ -41,7 +41,13 @@ VideoSamplingParams VideoSamplingParams::from_json(const nlohmann::json& j, cons
 VideoSamplingParams VideoSamplingParams::load(const std::string& model_dir) {
   const std::string path = model_dir + "/video_preprocessor_config.json";
   if (!std::filesystem::exists(path)) return {};
-  return parse_json_file(path, [](const nlohmann::json& j, const std::string& src) { return from_json(j, src); });
+  std::ifstream in(path);
+  if (!in) throw LoadError(path + ": cannot open");
+  try {
+    return from_json(nlohmann::json::parse(in), path);
+  } catch (const nlohmann::json::exception& e) {
+    throw LoadError(path + ": " + e.what());
+  }
 }
 
 FrameSample sample_frames(int64_t total_frames, double video_fps, const VideoSamplingParams& p) {

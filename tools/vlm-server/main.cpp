@@ -107,15 +107,12 @@ const std::map<std::string, std::string> kFlags = {
     {"sparse-prefill-min-len", "prompts shorter than this stay dense (default 4096)"},
 };
 
-const vlm::cli::FlagParser& cli() {
-  static const vlm::cli::FlagParser parser("vlm-server --model DIR [flags]", kFlags);
-  return parser;
-}
+const vlm::cli::FlagParser kCli("vlm-server --model DIR [flags]", kFlags);
 
-[[noreturn]] void usage(const std::string& error) { cli().fail(error); }
+[[noreturn]] void usage(const std::string& error) { kCli.fail(error); }
 
 std::map<std::string, std::string> parse_flags(int argc, char** argv) {
-  std::map<std::string, std::string> flags = cli().parse(argc, argv, /*last_wins=*/true);
+  std::map<std::string, std::string> flags = kCli.parse(argc, argv, /*last_wins=*/true);
   for (const auto& [k, help] : kFlags) {
     std::string env = "VLM_SERVER_";
     for (char c : k) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -144,12 +141,12 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const std::string& k, int64_t fallback, int64_t min) {
   auto it = f.find(k);
-  return it == f.end() ? fallback : cli().integer(k, it->second, min);
+  return it == f.end() ? fallback : kCli.integer(k, it->second, min);
 }
 
 double float_flag(const std::map<std::string, std::string>& f, const std::string& k, double fallback) {
   auto it = f.find(k);
-  return it == f.end() ? fallback : cli().number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
+  return it == f.end() ? fallback : kCli.number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
