@@ -45,14 +45,19 @@ std::string data_url(const std::string& clip) {
   return "data:" + mime + ";base64," + base64_encode(slurp(kClips + "/" + clip));
 }
 
-// Where the tests' files live (--allowed-local-media-path): one directory per process.
+// Where the tests' files live (--allowed-local-media-path): one directory per process, removed
+// at exit.
 const std::string& media_dir() {
-  static const std::string dir = [] {
-    const std::string d = "/tmp/vlm_video_test_" + std::to_string(getpid());
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  struct TempDir {
+    std::string path;
+    TempDir() : path("/tmp/vlm_video_test_" + std::to_string(getpid())) { fs::create_directories(path); }
+    ~TempDir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const TempDir dir;
+  return dir.path;
 }
 
 ServerProcess& server(const std::string& model, const std::vector<std::string>& extra = {}) {
