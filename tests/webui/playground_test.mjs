@@ -13,8 +13,9 @@
 //   4. LOOK-M and SinkRouter switched on, a video (made in the browser with MediaRecorder and
 //      dropped on the page) is cut into frames: the request carries vlm_options and the frame
 //      list, and the answer shows usage.vlm as bars with the server's figures.
-//   5. Model output with HTML in it (<img src=x onerror=...>, <script>) is shown as text. The tiny
-//      model cannot be made to write that, so this one answer is replaced in the browser
+//   5. An image pasted into the message box goes with the next message. Model output with HTML
+//      in it (<img src=x onerror=...>, <script>) is shown as text. The tiny random-weight model
+//      cannot be made to write that, so this one answer is replaced in the browser
 //      (playwright's page.route fulfils the POST with a hand-written SSE stream): what is tested
 //      is the page's rendering of whatever a model writes, not the server.
 //   6. After a reload the conversation comes back from localStorage, still as text.
@@ -253,8 +254,20 @@ try {
   const fake = evil.map((t) => `data: ${JSON.stringify({ object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: t } }] })}\n\n`).join("") +
     `data: ${JSON.stringify({ object: "chat.completion.chunk", choices: [], usage: { prompt_tokens: 1, completion_tokens: 4, total_tokens: 5 } })}\n\ndata: [DONE]\n\n`;
   await page.route("**/v1/chat/completions", (route) => route.fulfill({ status: 200, contentType: "text/event-stream", body: fake }));
+  await page.evaluate((b64) => {  // an image pasted into the message box
+    const dt = new DataTransfer();
+    dt.items.add(new File([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], "pasted.png", { type: "image/png" }));
+    document.getElementById("prompt").dispatchEvent(new ClipboardEvent("paste", { clipboardData: dt, bubbles: true, cancelable: true }));
+  }, fs.readFileSync(path.join(FIXTURES, "qwen2vl_server/media/tall.png")).toString("base64"));
+  await page.waitForSelector("#attachments li");
   await page.fill("#prompt", "Say <i>hi</i>");
-  await page.click("#send");
+  const [req3] = await Promise.all([
+    page.waitForRequest((r) => r.url().endsWith("/v1/chat/completions")),
+    page.click("#send"),
+  ]);
+  const pasted = req3.postDataJSON().messages.at(-1).content[0];
+  check(pasted.type === "image_url" && pasted.image_url.url === `data:image/png;base64,${fs.readFileSync(path.join(FIXTURES, "qwen2vl_server/media/tall.png")).toString("base64")}`,
+        "a pasted image goes as a data: URL of its bytes");
   const answer3 = page.locator("#messages .msg.assistant").nth(2);
   await answer3.locator(".usage").waitFor();
   await page.unroute("**/v1/chat/completions");
@@ -271,8 +284,8 @@ try {
   await page.waitForSelector("#messages .msg.assistant >> nth=2");
   check((await page.locator("#messages .msg").count()) === 6 && (await page.locator("#messages .msg.assistant").nth(2).locator(".text").textContent()) === evil.join(""),
         "after a reload the conversation is back from local storage, still as text");
-  check((await page.locator("#messages .msg.user img").count()) >= 2 && (await page.locator("#conversations li").count()) === 1,
-        "with its image and video thumbnails and its entry in the list");
+  check((await page.locator("#messages .msg.user img").count()) === 3 && (await page.locator("#conversations li").count()) === 1,
+        "with its image, video and pasted-image thumbnails and its entry in the list");
   check(JSON.stringify(await injected()) === JSON.stringify({ img: 0, tags: 0 }), "and nothing injected after the reload");
 
   const origin = new URL(base).origin;

@@ -29,6 +29,10 @@ async function videoFrames(file, fps, maxFrames, maxSide = 448) {
     video.preload = "auto";
     video.src = url;
     await once(video, "loadeddata");
+    if (video.duration === Infinity) {  // recordings (MediaRecorder) may not state it: seek past the end
+      video.currentTime = 1e9;
+      await once(video, "seeked");
+    }
     const duration = Number.isFinite(video.duration) && video.duration > 0 ? video.duration : 1 / fps;
     const count = Math.max(1, Math.min(maxFrames, Math.floor(duration * fps)));
     const rate = count / duration < fps ? count / duration : fps;
