@@ -108,6 +108,7 @@ function parseSse(body) {
 }
 
 const KEY = "playground-test-key";
+const problems = [];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "vlm_playground_"));
 const server = startServer(modelDir(tmp), KEY);
 let browser = null;
@@ -126,9 +127,10 @@ try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   const page = await context.newPage();
   page.setDefaultTimeout(120_000);
-  const requests = [], problems = [];
+  const requests = [];
   page.on("request", (r) => requests.push(r.url()));
-  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  // A script error fails the test at once: closing the page ends every wait on it.
+  page.on("pageerror", (e) => { problems.push(`page error: ${e.message}`); page.close().catch(() => {}); });
   page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
 
   // 1-2. The page, its headers; the key.
@@ -294,7 +296,7 @@ try {
   check(problems.length === 0, `no page errors or CSP violations${problems.length ? `: ${problems.join("; ")}` : ""}`);
 } catch (e) {
   failed = true;
-  console.error(`FAIL: ${e.stack || e}`);
+  console.error(`FAIL: ${e.stack || e}${problems.length ? `\npage problems: ${problems.join("; ")}` : ""}`);
   console.error(`server log:\n${server.log()}`);
 } finally {
   if (browser) await browser.close().catch(() => {});
