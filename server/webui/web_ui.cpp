@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <utility>
 
 namespace vlm {
 namespace {
@@ -26,7 +27,8 @@ Router::Handler asset_handler(const WebAsset& a) {
   const std::string type = web_content_type(a.name);
   return [&a, etag, type](const HttpRequest& req) {
     const bool fresh = req.header("if-none-match") == *etag;
-    HttpReply r = HttpReply::text(fresh ? 304 : 200, fresh ? "" : std::string(reinterpret_cast<const char*>(a.data), a.size), type);
+    std::string body = fresh ? "" : std::string(reinterpret_cast<const char*>(a.data), a.size);
+    HttpReply r = HttpReply::text(fresh ? 304 : 200, std::move(body), type);
     r.headers = {{"Content-Security-Policy", kContentSecurityPolicy},
                  {"X-Content-Type-Options", "nosniff"},
                  {"X-Frame-Options", "DENY"},
