@@ -326,7 +326,7 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> promp
   };
   if (r.stream) {
     HttpReply reply;
-    reply.content_type = "text/event-stream";
+    reply.content_type = "text/event-stream; charset=utf-8";  // as OpenAI sends it
     reply.stream = CompletionStream::create(std::move(meta), std::move(handles), std::move(hook));
     reply.heartbeat = ": ping\n\n";
     return reply;
