@@ -10,7 +10,7 @@
 namespace vlm::cuda {
 namespace {
 
-constexpr int kNaiveMaxContext = 12288;  // scores of one row in 48 KB of shared memory
+constexpr int kNaiveMaxContext = 12000;  // scores of one row within 48 KB of static shared memory
 constexpr int kNaiveThreads = 128;
 
 __global__ void kv_write_naive_kernel(KVView kv, DType cache, const void* k, const void* v, DType act,

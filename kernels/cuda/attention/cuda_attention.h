@@ -65,14 +65,15 @@ void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads
 // q[num_seqs, H, D] and out[num_seqs, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;
 // H / Hkv <= 16. workspace: device memory of paged_decode_workspace_bytes(...) bytes (partial
 // outputs and softmax statistics of the splits), reusable across layers.
-size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int head_dim, int max_context_len);
+size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
+                                    int max_context_len);
 void paged_decode_attention(const void* q /*[S,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                             const CudaAttentionBatch& batch, float scale, void* out /*[S,H,D]*/,
                             void* workspace, cudaStream_t stream);
 
 // ---- naive reference for both (any D <= 256, any q_len) ----
 // One thread block per (query row, head); scores of the row in shared memory (context up to
-// 12K tokens), max, sum of exp, then P·V; f32 throughout.
+// 12000 tokens), max, sum of exp, then P·V; f32 throughout.
 void paged_attention_naive(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                            const CudaAttentionBatch& batch, float scale, void* out /*[T,H,D]*/,
                            cudaStream_t stream);
