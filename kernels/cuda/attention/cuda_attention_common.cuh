@@ -44,13 +44,22 @@ struct KVView {
   int64_t block_stride;  // elements per block: Hkv * B * D
   int64_t head_stride;   // elements per head of a block: B * D
   int block_size, num_kv_heads, head_dim;
+  int block_shift;  // log2(block_size) when it is a power of two, else -1
   // Element offset of row `off` of head h in block `block`.
   __device__ __forceinline__ int64_t offset(int64_t block, int h, int off) const {
     return block * block_stride + h * head_stride + int64_t(off) * head_dim;
   }
+  // Element offset of a sequence's token `pos` of head h, through its block table (power-of-two
+  // block sizes only: shifts, not divisions, in the tile loaders).
+  __device__ __forceinline__ int64_t token_offset(const int32_t* table, int h, int pos) const {
+    return offset(table[pos >> block_shift], h, pos & (block_size - 1));
+  }
 };
 inline KVView kv_view(const PagedKVLayer& kv) {
-  return {kv.k, kv.v, kv.block_stride(), kv.head_stride(), kv.block_size, kv.num_kv_heads, kv.head_dim};
+  int shift = -1;
+  for (int b = 0; b < 31; ++b)
+    if (kv.block_size == (1 << b)) shift = b;
+  return {kv.k, kv.v, kv.block_stride(), kv.head_stride(), kv.block_size, kv.num_kv_heads, kv.head_dim, shift};
 }
 
 template <class Tag> using ElemOf = typename Elem<Tag::value>::type;  // ElemOf<decltype(tag)>
