@@ -105,9 +105,9 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key0 + warp * 16 + j * 8 + 2 * t4 + (e & 1);
-        sc[0][j][e] = key >= k_end ? -INFINITY : sc[0][j][e] * scale_log2;
+        if (key >= k_end) sc[0][j][e] = -INFINITY;
       }
-    tile::online_softmax<D, 2>(sc[0], m, l, o[0]);
+    tile::online_softmax<D, 2>(sc[0], m, l, o[0], scale_log2);
     tile::pv_tile<D, 2, 1>(o, sc, sv(n & 1), warp * 16, lane);
     __syncthreads();
   }

@@ -176,27 +176,37 @@ __device__ __forceinline__ void pv_tile(float (&o)[MT][D / 8][4], const float (&
   }
 }
 
+// 2^x in one MUFU instruction (flushes denormals; max relative error about 2^-22).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Online softmax step for one warp's 16 rows (this thread: rows g and g+8, index 0 and 1).
-// s holds scores already in log2 units (scale * log2 e applied) and masked to -inf; on return s
-// holds exp2(s - m_new), l and o are rescaled, m updated.
+// s holds raw scores q·k, masked ones -inf; scale_log2 = scale * log2(e); m is the running max in
+// scaled log2 units. On return s holds exp2(s * scale_log2 - m_new) (one FFMA and one MUFU per
+// score), l and o are rescaled, m updated.
 template <int D, int NK>
-__device__ __forceinline__ void online_softmax(float (&s)[NK][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4]) {
+__device__ __forceinline__ void online_softmax(float (&s)[NK][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
+                                               float scale_log2) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = m[r];
+    float mx = -INFINITY;
 #pragma unroll
     for (int n = 0; n < NK; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[r], mx * scale_log2);
     // A row with no visible key yet keeps m = -inf; use 0 as its base so no inf - inf appears.
-    const float base = mx == -INFINITY ? 0.f : mx;
-    const float corr = exp2f(m[r] - base);
-    m[r] = mx;
+    const float base = m_new == -INFINITY ? 0.f : m_new;
+    const float corr = fast_exp2(m[r] - base);
+    m[r] = m_new;
     float sum = 0.f;
 #pragma unroll
     for (int n = 0; n < NK; ++n) {
-      s[n][2 * r] = exp2f(s[n][2 * r] - base);
-      s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - base);
+      s[n][2 * r] = fast_exp2(fmaf(s[n][2 * r], scale_log2, -base));
+      s[n][2 * r + 1] = fast_exp2(fmaf(s[n][2 * r + 1], scale_log2, -base));
       sum += s[n][2 * r] + s[n][2 * r + 1];
     }
     l[r] = l[r] * corr + sum;  // per-thread partial; the quad's sum is taken at the end

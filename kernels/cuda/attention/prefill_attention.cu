@@ -86,16 +86,16 @@ prefill_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch ba
       tile::qk_tile_smem<D, kBN / 8, kMT>(sc, sq, warp * kWarpRows, sk(n & 1), 0, lane);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        const bool diag = key0 + kBN - 1 > warp_pos + mt * 16;
+        if (key0 + kBN - 1 > warp_pos + mt * 16) {  // the causal diagonal crosses this slab
 #pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
+          for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + j * 8 + 2 * t4 + (e & 1);
-            const int row_pos = warp_pos + mt * 16 + g + 8 * (e >> 1);
-            sc[mt][j][e] = diag && key > row_pos ? -INFINITY : sc[mt][j][e] * scale_log2;
-          }
-        tile::online_softmax<D, kBN / 8>(sc[mt], m[mt], l[mt], o[mt]);
+            for (int e = 0; e < 4; ++e) {
+              const int key = key0 + j * 8 + 2 * t4 + (e & 1);
+              if (key > warp_pos + mt * 16 + g + 8 * (e >> 1)) sc[mt][j][e] = -INFINITY;
+            }
+        }
+        tile::online_softmax<D, kBN / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
       }
       tile::pv_tile<D, kBN / 8, kMT>(o, sc, sv(n & 1), 0, lane);
     }
