@@ -73,23 +73,26 @@ __global__ void rope_table_kernel(const int32_t* positions, const int32_t* mrope
   }
 }
 
+// grid (T, H + 2 Hkv): one block per (token, head); heads [0, H) are q, then k, then v.
 template <typename T>
-__device__ void rotate(T* x, const float* cs, int64_t half) {
-  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-    const float c = cs[i], s = cs[half + i];
-    const float x1 = to_f32(x[i]), x2 = to_f32(x[half + i]);
-    x[i] = from_f32<T>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-    x[half + i] = from_f32<T>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
-  }
-}
-
-// grid (T, H + Hkv): one block per (token, head).
-template <typename T>
-__global__ void rope_kernel(T* q, int64_t q_stride, int64_t H, T* k, int64_t k_stride, int64_t D, const float* table,
-                            int64_t R) {
+__global__ void rope_split_kernel(const T* qkv, int64_t H, int64_t Hkv, int64_t D, const float* table, int64_t R,
+                                  T* q, T* k, T* v) {
   const int64_t t = blockIdx.x, h = blockIdx.y;
-  T* x = h < H ? q + t * q_stride + h * D : k + t * k_stride + (h - H) * D;
-  rotate(x, table + t * R, R / 2);
+  const T* x = qkv + (t * (H + 2 * Hkv) + h) * D;
+  T* y = h < H ? q + (t * H + h) * D : (h < H + Hkv ? k + (t * Hkv + h - H) * D : v + (t * Hkv + h - H - Hkv) * D);
+  const int64_t half = h < H + Hkv ? R / 2 : 0;  // v: no rotation
+  const float* cs = table + t * R;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    if (i < half) {
+      const float c = cs[i], s = cs[half + i];
+      y[i] = from_f32<T>(__fsub_rn(__fmul_rn(to_f32(x[i]), c), __fmul_rn(to_f32(x[half + i]), s)));
+    } else if (i < 2 * half) {
+      const float c = cs[i - half], s = cs[i];
+      y[i] = from_f32<T>(__fadd_rn(__fmul_rn(to_f32(x[i]), c), __fmul_rn(to_f32(x[i - half]), s)));
+    } else {
+      y[i] = x[i];
+    }
+  }
 }
 
 int threads_for(int64_t n) { return n >= 1024 ? 1024 : (n >= 256 ? 256 : 128); }
@@ -133,13 +136,14 @@ void rope_table(const int32_t* positions, const int32_t* mrope_positions, int se
   VLM_CUDA_CHECK_LAUNCH();
 }
 
-void rope_apply(void* q, int64_t q_stride, int64_t H, void* k, int64_t k_stride, int64_t Hkv, int64_t D,
-                const float* table, int64_t R, int64_t T, DType dt, cudaStream_t s) {
+void rope_split_qkv(const void* qkv, int64_t T, int64_t H, int64_t Hkv, int64_t D, const float* table, int64_t R,
+                    void* q, void* k, void* v, DType dt, cudaStream_t s) {
   if (T == 0) return;
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
-    const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H + Hkv));
-    rope_kernel<E><<<grid, 64, 0, s>>>(static_cast<E*>(q), q_stride, H, static_cast<E*>(k), k_stride, D, table, R);
+    const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H + 2 * Hkv));
+    rope_split_kernel<E><<<grid, 64, 0, s>>>(static_cast<const E*>(qkv), H, Hkv, D, table, R, static_cast<E*>(q),
+                                             static_cast<E*>(k), static_cast<E*>(v));
   });
   VLM_CUDA_CHECK_LAUNCH();
 }

@@ -34,10 +34,11 @@ void silu_mul(const void* gu, int64_t T, int64_t I, void* out, DType dt, cudaStr
 void rope_table(const int32_t* positions, const int32_t* mrope_positions, int sec0, int sec1, const float* inv_freq,
                 int half, float scaling, int64_t T, float* table, cudaStream_t s);
 
-// Rotates heads in place, HF rotate_half style, as RotaryEmbedding::apply_cached: for each of
-// the first R dims (x1 | x2 halves) -> (x1 c - x2 s, x2 c + x1 s), products rounded before the
-// sum (no FMA). q: T rows of stride q_stride elements, H heads of D; k likewise (Hkv heads).
-void rope_apply(void* q, int64_t q_stride, int64_t H, void* k, int64_t k_stride, int64_t Hkv, int64_t D,
-                const float* table, int64_t R, int64_t T, DType dt, cudaStream_t s);
+// Splits the fused projection qkv [T, (H + 2 Hkv) D] (dt; per row q heads, then k, then v) into
+// q [T, H, D], k [T, Hkv, D] and v [T, Hkv, D] (dt), rotating q and k as
+// RotaryEmbedding::apply_cached does: for the first R dims of a head (halves x1 | x2),
+// (x1 c - x2 s, x2 c + x1 s) with products rounded before the sum (no FMA); v is copied.
+void rope_split_qkv(const void* qkv, int64_t T, int64_t H, int64_t Hkv, int64_t D, const float* table, int64_t R,
+                    void* q, void* k, void* v, DType dt, cudaStream_t s);
 
 }  // namespace vlm::cuda

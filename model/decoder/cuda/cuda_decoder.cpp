@@ -144,13 +144,14 @@ void CudaDecoder::allocate_cache() {
   VLM_CUDA_CHECK(cudaMemsetAsync(kv_.get(), 0, kv_.bytes(), stream_));
   const int64_t layer_bytes = num_blocks_ * per_block / (2 * c.num_layers);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    cuda::PagedKVView v;
+    PagedKVLayer v;
     v.k = kv_.as<char>() + (2 * l) * layer_bytes;
     v.v = kv_.as<char>() + (2 * l + 1) * layer_bytes;
+    v.dtype = opt_.dtype;
+    v.num_blocks = num_blocks_;
+    v.block_size = opt_.block_size;
     v.num_kv_heads = static_cast<int>(c.num_kv_heads);
     v.head_dim = static_cast<int>(c.head_dim);
-    v.block_size = opt_.block_size;
-    v.dtype = opt_.dtype;
     kv_layers_.push_back(v);
   }
   VLM_LOG_INFO("GPU: KV cache {} blocks of {} tokens ({} tokens, {:.2f} GiB {}), weights {:.2f} GiB", num_blocks_,
@@ -160,7 +161,7 @@ void CudaDecoder::allocate_cache() {
 
 void CudaDecoder::copy_block(int32_t src, int32_t dst) {
   const int64_t layer_block = kv_bytes_per_block() / (2 * config().num_layers);
-  for (const cuda::PagedKVView& v : kv_layers_)
+  for (const PagedKVLayer& v : kv_layers_)
     for (void* base : {v.k, v.v})
       VLM_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(base) + dst * layer_block,
                                      static_cast<char*>(base) + src * layer_block, static_cast<size_t>(layer_block),
@@ -179,6 +180,9 @@ void CudaDecoder::reserve_activations(int64_t T, int64_t R) {
   x_.resize(static_cast<size_t>(T * C * 4));
   h_.resize(static_cast<size_t>(T * C * e));
   qkv_.resize(static_cast<size_t>(T * (QD + 2 * KD) * e));
+  q_.resize(static_cast<size_t>(T * QD * e));
+  k_.resize(static_cast<size_t>(T * KD * e));
+  v_.resize(static_cast<size_t>(T * KD * e));
   attn_.resize(static_cast<size_t>(T * QD * e));
   gu_.resize(static_cast<size_t>(T * 2 * I * e));
   act_.resize(static_cast<size_t>(T * I * e));
@@ -252,21 +256,34 @@ void CudaDecoder::embed(const ForwardBatch& b, const EmbeddingOverride& override
   }
 }
 
-void CudaDecoder::run_layer(int l, int64_t T, const cuda::AttentionMeta& meta) {
+void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
+  const ModelConfig& c = config();
+  const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
+  const int H = static_cast<int>(c.num_heads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
+  const bool fast = c.head_dim == 64 || c.head_dim == 128;  // the tensor-core kernels' sizes
+  if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
+    cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), decode_ws_.get(), stream_);
+  } else if (fast) {
+    cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
+  } else {
+    cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
+  }
+}
+
+void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
   const ModelConfig& c = config();
   const Layer& L = *layers_[static_cast<size_t>(l)];
   const DType dt = opt_.dtype;
   const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
-  const int64_t QD = H * D, KD = Hkv * D, W = QD + 2 * KD;
+  const int64_t QD = H * D, W = QD + 2 * Hkv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const size_t e = dtype_size(dt);
-  char* qkv = qkv_.as<char>();
   cuda::rms_norm(x_.as<float>(), nullptr, L.input_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
-  gemm_.linear(h_.get(), L.qkv.get(), dt, L.qkv_bias.get(), qkv, dt, 0.0f, T, W, C, stream_);
-  cuda::rope_apply(qkv, W, H, qkv + QD * e, W, Hkv, D, rope_table_.as<float>(), 2 * rope_half_, T, dt, stream_);
-  const cuda::PagedKVView& kv = kv_layers_[static_cast<size_t>(l)];
-  cuda::paged_kv_write(qkv + QD * e, qkv + (QD + KD) * e, W, d_slots_, T, kv, stream_);
-  cuda::paged_attention_naive(qkv, W, H, kv, meta, 1.0f / std::sqrt(static_cast<float>(D)), attn_.get(), stream_);
+  gemm_.linear(h_.get(), L.qkv.get(), dt, L.qkv_bias.get(), qkv_.get(), dt, 0.0f, T, W, C, stream_);
+  cuda::rope_split_qkv(qkv_.get(), T, H, Hkv, D, rope_table_.as<float>(), 2 * rope_half_, q_.get(), k_.get(), v_.get(),
+                       dt, stream_);
+  attention(l, T, meta);
   gemm_.linear(attn_.get(), L.o.get(), dt, L.o_bias.get(), x_.get(), DType::F32, 1.0f, T, C, QD, stream_);
   cuda::rms_norm(x_.as<float>(), nullptr, L.post_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
   gemm_.linear(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), gu_.get(), dt, 0.0f, T, 2 * I, C, stream_);
@@ -289,13 +306,23 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   cuda::rope_table(d_pos_, d_mrope_, mrope_sec0_, mrope_sec1_, inv_freq_.as<float>(), rope_half_, rope_scaling_, T,
                    rope_table_.as<float>(), stream_);
   embed(b, override);
-  cuda::AttentionMeta meta;
+  cuda::CudaAttentionBatch meta;
+  meta.num_seqs = static_cast<int>(S);
   meta.cu_seqlens_q = d_cu_;
   meta.context_lens = d_ctx_;
   meta.block_tables = d_tables_;
   meta.max_blocks_per_seq = b.max_blocks_per_seq;
-  meta.num_seqs = static_cast<int>(S);
-  meta.num_tokens = T;
+  for (int64_t s = 0; s < S; ++s) {
+    meta.max_q_len = std::max(meta.max_q_len, b.cu_seqlens_q[s + 1] - b.cu_seqlens_q[s]);
+    meta.max_context_len = std::max(meta.max_context_len, b.context_lens[s]);
+  }
+  all_decode_ = meta.max_q_len == 1;
+  if (all_decode_) {
+    const ModelConfig& m = config();
+    decode_ws_.reserve(cuda::paged_decode_workspace_bytes(static_cast<int>(S), static_cast<int>(m.num_heads),
+                                                          static_cast<int>(m.num_kv_heads), static_cast<int>(m.head_dim),
+                                                          meta.max_context_len));
+  }
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
   num_logit_rows_ = R;
   if (R == 0) return;

@@ -4,7 +4,8 @@
 // runs a ForwardBatch with one metadata upload, every layer on one stream and no host sync; the
 // logits of the batch's logits_indices rows stay on the GPU for the sampler.
 // Per layer: h = rms_norm(x); qkv = h Wqkv^T + b (one GEMM); RoPE on q, k; K/V into the cache;
-// attention over the cache; x += attn Wo^T (the residual add in the GEMM, x in f32);
+// attention over the cache (kernels/cuda/attention: tensor-core prefill, split-K decode, the
+// naive kernel for head sizes those do not cover); x += attn Wo^T (the residual add in the GEMM, x in f32);
 // h = rms_norm(x); gu = h [Wgate; Wup]^T; x += (silu(g) * u) Wdown^T. Then the final norm and
 // the LM head on the logits rows only.
 // Not on the GPU yet (issues 21-23): sparse prefill, LOOK-M, SinkRouter, attention probes; a
@@ -19,7 +20,7 @@
 
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
-#include "kernels/cuda/ops/paged_attention_naive.h"
+#include "kernels/cuda/attention/cuda_attention.h"
 #include "model/decoder/llm_decoder.h"
 
 namespace vlm {
@@ -71,7 +72,8 @@ class CudaDecoder {
   void reserve_activations(int64_t T, int64_t R);
   int64_t upload_metadata(const ForwardBatch& b);  // returns the number of sequences
   void embed(const ForwardBatch& b, const EmbeddingOverride& override);
-  void run_layer(int l, int64_t T, const cuda::AttentionMeta& meta);
+  void run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
+  void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
 
   const LlmDecoder& host_;
   CudaDecoderOptions opt_;
@@ -86,11 +88,12 @@ class CudaDecoder {
   // KV cache: one allocation, layer l's K at kv_[l * 2], V at kv_[l * 2 + 1] blocks.
   cuda::DeviceBuffer kv_;
   int64_t num_blocks_ = 0;
-  std::vector<cuda::PagedKVView> kv_layers_;
+  std::vector<PagedKVLayer> kv_layers_;  // device pointers
   // Step buffers (grown on demand).
   cuda::PinnedBuffer meta_host_;
   cuda::DeviceBuffer meta_dev_;
-  cuda::DeviceBuffer x_, h_, qkv_, attn_, gu_, act_, rope_table_, sel_, logits_;
+  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, gu_, act_, rope_table_, sel_, logits_, decode_ws_;
+  bool all_decode_ = false;  // every sequence of the step has one row
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
   int64_t num_logit_rows_ = 0;
   // Device views into meta_dev_ for the current step.

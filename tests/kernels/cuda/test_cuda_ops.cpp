@@ -1,16 +1,13 @@
-// The GPU row kernels (kernels/cuda/ops), cuBLASLt linear and the plain paged attention against
-// their CPU references, on fresh random inputs, outputs poisoned (NaN) before each run so an
+// The GPU row kernels (kernels/cuda/ops) and cuBLASLt linear against their CPU references
+// (attention: tests/kernels/cuda/test_cuda_attention.cpp), on fresh random inputs, outputs poisoned (NaN) before each run so an
 // unwritten element fails. Skips where no GPU is visible.
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <numeric>
 
-#include "kernels/attention/paged_attention.h"
-#include "kernels/attention/paged_kv.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
-#include "kernels/cuda/ops/paged_attention_naive.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/ops/ops_ref.h"
 #include "kernels/ops/rope.h"
@@ -20,7 +17,6 @@
 namespace vlm::testing {
 namespace {
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 cuda::DeviceBuffer poisoned(size_t bytes) {
   cuda::DeviceBuffer b(bytes);
@@ -119,9 +115,9 @@ TEST_P(CudaOps, RopeMatchesCpuForEveryScaling) {
       pos[t] = static_cast<int32_t>(t * 37 + 3);
       for (int a = 0; a < 3; ++a) mpos[3 * t + a] = static_cast<int32_t>(t * (a + 1) + 5 * a);
     }
-    const int64_t W = (H + Hkv) * D + 16;  // rows with a gap, as in the fused qkv buffer
-    const auto qk = round_to(random_vector(T * W, 10 + static_cast<uint32_t>(ci)), dt);
-    auto d_qk = to_device(encode(qk, dt));
+    const int64_t W = (H + 2 * Hkv) * D;  // the fused qkv row: q heads, k heads, v heads
+    const auto qkv = round_to(random_vector(T * W, 10 + static_cast<uint32_t>(ci)), dt);
+    auto d_qkv = to_device(encode(qkv, dt));
     auto d_pos = to_device(pos);
     auto d_mpos = to_device(mpos);
     auto d_inv = to_device(rope.inv_freq());
@@ -130,24 +126,22 @@ TEST_P(CudaOps, RopeMatchesCpuForEveryScaling) {
     cuda::rope_table(d_pos.as<int32_t>(), mrope ? d_mpos.as<int32_t>() : nullptr, 8, 12, d_inv.as<float>(), half,
                      rope.attention_scaling(), T, d_table.as<float>(), nullptr);
     const size_t e = dtype_size(dt);
-    cuda::rope_apply(d_qk.get(), W, H, d_qk.as<char>() + H * D * e, W, Hkv, D, d_table.as<float>(), 2 * half, T, dt,
-                     nullptr);
-    std::vector<float> table(T * 2 * half), q(T * H * D), k(T * Hkv * D);
+    auto d_q = poisoned(T * H * D * e), d_k = poisoned(T * Hkv * D * e), d_v = poisoned(T * Hkv * D * e);
+    cuda::rope_split_qkv(d_qkv.get(), T, H, Hkv, D, d_table.as<float>(), 2 * half, d_q.get(), d_k.get(), d_v.get(), dt,
+                         nullptr);
+    std::vector<float> table(T * 2 * half), q(T * H * D), k(T * Hkv * D), v(T * Hkv * D);
     if (mrope) rope.cos_sin_table_mrope(mpos.data(), T, table.data());
     else rope.cos_sin_table(pos.data(), T, table.data());
     EXPECT_LE(rel_error(to_host<float>(d_table, table.size()), table), 1e-7) << "config " << ci;
     for (int64_t t = 0; t < T; ++t) {
-      std::copy(qk.begin() + t * W, qk.begin() + t * W + H * D, q.begin() + t * H * D);
-      std::copy(qk.begin() + t * W + H * D, qk.begin() + t * W + (H + Hkv) * D, k.begin() + t * Hkv * D);
+      std::copy(qkv.begin() + t * W, qkv.begin() + t * W + H * D, q.begin() + t * H * D);
+      std::copy(qkv.begin() + t * W + H * D, qkv.begin() + t * W + (H + Hkv) * D, k.begin() + t * Hkv * D);
+      std::copy(qkv.begin() + t * W + (H + Hkv) * D, qkv.begin() + (t + 1) * W, v.begin() + t * Hkv * D);
     }
     rope.apply_cached(q.data(), H, k.data(), Hkv, table.data(), T);
-    const auto got = decode(to_host<uint8_t>(d_qk, T * W * e), dt);
-    std::vector<float> got_q(T * H * D), got_k(T * Hkv * D);
-    for (int64_t t = 0; t < T; ++t) {
-      std::copy(got.begin() + t * W, got.begin() + t * W + H * D, got_q.begin() + t * H * D);
-      std::copy(got.begin() + t * W + H * D, got.begin() + t * W + (H + Hkv) * D, got_k.begin() + t * Hkv * D);
-      for (int64_t i = (H + Hkv) * D; i < W; ++i) EXPECT_EQ(got[t * W + i], qk[t * W + i]);  // the gap untouched
-    }
+    const auto got_q = decode(to_host<uint8_t>(d_q, T * H * D * e), dt);
+    const auto got_k = decode(to_host<uint8_t>(d_k, T * Hkv * D * e), dt);
+    EXPECT_EQ(decode(to_host<uint8_t>(d_v, T * Hkv * D * e), dt), v) << "config " << ci;  // v copied as is
     EXPECT_LE(rel_error(got_q, q), std::max(tol(), 1e-6)) << "config " << ci;
     EXPECT_LE(rel_error(got_k, k), std::max(tol(), 1e-6)) << "config " << ci;
   }
@@ -181,59 +175,6 @@ TEST_P(CudaOps, CublasLtLinearWithBiasAndAccumulateMatchesCpu) {
     for (size_t i = 0; i < r.size(); ++i) r[i] += want[i];
     EXPECT_LE(rel_error(to_host<float>(d_r, M * N), r), dt == DType::F32 ? 1e-6 : 2e-3) << "M " << M;
   }
-}
-
-// Paged KV write + the plain paged attention against the CPU write_kv + paged_attention_ref:
-// three sequences (a prefill chunk against earlier cached context, a decode row, a fresh
-// prompt), GQA, shuffled blocks.
-TEST_P(CudaOps, PagedAttentionMatchesCpu) {
-  const DType dt = GetParam();
-  const int H = 8, Hkv = 2, D = 128, B = 16, NB = 64;
-  const std::vector<int32_t> q_lens = {20, 1, 37}, ctx = {70, 129, 37};
-  const int S = 3, MB = 10;
-  std::vector<int32_t> cu = {0}, tables(S * MB, -1), blocks(NB);
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(3));
-  int next = 0;
-  for (int s = 0; s < S; ++s) {
-    cu.push_back(cu.back() + q_lens[s]);
-    for (int b = 0; b * B < ctx[s]; ++b) tables[s * MB + b] = blocks[next++];
-  }
-  const int T = cu.back();
-  // Every cached token of every sequence (context and this step's rows) gets K/V.
-  int total = 0;
-  std::vector<int32_t> slots;
-  for (int s = 0; s < S; ++s)
-    for (int p = 0; p < ctx[s]; ++p, ++total) slots.push_back(tables[s * MB + p / B] * B + p % B);
-  const auto k = round_to(random_vector(total * Hkv * D, 30), dt), v = round_to(random_vector(total * Hkv * D, 31), dt);
-  const auto q = round_to(random_vector(T * H * D, 32), dt);
-  // CPU cache (f32) and reference.
-  std::vector<float> kc(NB * Hkv * B * D, 0), vc(NB * Hkv * B * D, 0);
-  PagedKVLayer layer{kc.data(), vc.data(), DType::F32, NB, B, Hkv, D};
-  write_kv(layer, k.data(), v.data(), slots.data(), total);
-  AttentionBatch ab{S, cu.data(), ctx.data(), tables.data(), MB};
-  std::vector<float> want(T * H * D);
-  paged_attention_ref(q.data(), H, layer, ab, 0.088f, want.data());
-  // GPU.
-  const size_t e = dtype_size(dt);
-  auto d_kc = poisoned(kc.size() * e), d_vc = poisoned(vc.size() * e);
-  cuda::PagedKVView view{d_kc.get(), d_vc.get(), Hkv, D, B, dt};
-  // K and V rows interleaved in one buffer of stride 2 * Hkv * D, as in the fused qkv output.
-  std::vector<float> kv_rows(total * 2 * Hkv * D);
-  for (int t = 0; t < total; ++t) {
-    std::copy(k.begin() + t * Hkv * D, k.begin() + (t + 1) * Hkv * D, kv_rows.begin() + t * 2 * Hkv * D);
-    std::copy(v.begin() + t * Hkv * D, v.begin() + (t + 1) * Hkv * D, kv_rows.begin() + t * 2 * Hkv * D + Hkv * D);
-  }
-  auto d_kv = to_device(encode(kv_rows, dt));
-  auto d_slots = to_device(slots);
-  cuda::paged_kv_write(d_kv.get(), d_kv.as<char>() + Hkv * D * e, 2 * Hkv * D, d_slots.as<int32_t>(), total, view,
-                       nullptr);
-  auto d_q = to_device(encode(q, dt));
-  auto d_cu = to_device(cu), d_ctx = to_device(ctx), d_tables = to_device(tables);
-  cuda::AttentionMeta meta{d_cu.as<int32_t>(), d_ctx.as<int32_t>(), d_tables.as<int32_t>(), MB, S, T};
-  auto d_out = poisoned(T * H * D * e);
-  cuda::paged_attention_naive(d_q.get(), H * D, H, view, meta, 0.088f, d_out.get(), nullptr);
-  EXPECT_LE(rel_error(decode(to_host<uint8_t>(d_out, T * H * D * e), dt), want), dt == DType::F32 ? 1e-6 : tol());
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOps, ::testing::Values(DType::F32, DType::BF16, DType::F16),
