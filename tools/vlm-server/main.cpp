@@ -51,6 +51,7 @@
 #include "model/methods/sink_router_config_file.h"
 #include "model/methods/sparse_patterns_file.h"
 #include "server/api_server.h"
+#include "tools/common/backend_flags.h"
 #include "tools/common/cli_flags.h"
 #include "server/http/http_server.h"
 
@@ -103,7 +104,11 @@ const std::map<std::string, std::string> kFlags = {
 };
 
 const vlm::cli::FlagParser& cli() {
-  static const vlm::cli::FlagParser parser("vlm-server --model DIR [flags]", kFlags);
+  static const vlm::cli::FlagParser parser("vlm-server --model DIR [flags]", [] {
+    vlm::cli::FlagTable t = kFlags;
+    vlm::cli::add_backend_flags(t);
+    return t;
+  }());
   return parser;
 }
 
@@ -254,6 +259,7 @@ int main(int argc, char** argv) {
     ec.scheduler.max_num_seqs = static_cast<int>(int_flag(flags, "max-num-seqs", 256, 1));
     ec.scheduler.max_num_batched_tokens = static_cast<int>(int_flag(flags, "max-num-batched-tokens", 2048, 1));
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
+    vlm::cli::apply_backend_flags(flags, cli(), ec);
     if (flags.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(flags.at("kv-cache-dtype"), &ec.kv_dtype))
       usage("--kv-cache-dtype must be f32, bf16 or f16");
     if (flags.count("look-m") && flags.at("look-m") != "off") {
