@@ -80,7 +80,4 @@ void paged_attention_naive(const void* q /*[T,H,D]*/, DType act, int num_heads, 
                            const CudaAttentionBatch& batch, float scale, void* out /*[T,H,D]*/,
                            cudaStream_t stream);
 
-// Number of CUDA devices visible (0 when none or when the driver is missing); for tests to skip.
-int visible_device_count();
-
 }  // namespace vlm::cuda

@@ -205,11 +205,8 @@ template <int D, class T, class TQ>
 void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                    void* out, void* workspace, cudaStream_t stream) {
   constexpr int smem = decode_smem_bytes<D, T>();
-  static const bool attr_set = [] {
-    VLM_CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<D, T, TQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    return true;
-  }();
-  (void)attr_set;
+  static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ>, smem);
+  (void)smem_ok;
   static const int blocks_per_sm = [] {
     int n = 0;
     VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<D, T, TQ>, kThreads, smem));
@@ -240,24 +237,15 @@ size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_head
 void paged_decode_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
                             const CudaAttentionBatch& batch, float scale, void* out, void* workspace,
                             cudaStream_t stream) {
-  VLM_CHECK(num_heads % kv.num_kv_heads == 0, "H {} not a multiple of Hkv {}", num_heads, kv.num_kv_heads);
+  check_tiled_attention(kv, num_heads, "decode attention");
   VLM_CHECK(num_heads / kv.num_kv_heads <= kRows, "decode attention: group {} > {}", num_heads / kv.num_kv_heads, kRows);
-  VLM_CHECK((kv.block_size & (kv.block_size - 1)) == 0, "attention: block size {} not a power of two", kv.block_size);
-  VLM_CHECK(kv.head_dim == 64 || kv.head_dim == 128, "decode attention: D {} not 64/128", kv.head_dim);
   if (batch.num_seqs == 0) return;
   if (kv.dtype == DType::F32) {
     attention_f32(q, act, num_heads, kv, batch, scale, out, /*decode=*/true, stream);
     return;
   }
-  dispatch_float_dtype(act, [&](auto a) {
-    using TQ = ElemOf<decltype(a)>;
-    const auto run = [&](auto c) {
-      using T = ElemOf<decltype(c)>;
-      if (kv.head_dim == 64) launch_decode<64, T, TQ>(q, num_heads, kv, batch, scale, out, workspace, stream);
-      else launch_decode<128, T, TQ>(q, num_heads, kv, batch, scale, out, workspace, stream);
-    };
-    if (kv.dtype == DType::BF16) run(std::integral_constant<DType, DType::BF16>{});
-    else run(std::integral_constant<DType, DType::F16>{});
+  dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
+    launch_decode<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, scale, out, workspace, stream);
   });
 }
 

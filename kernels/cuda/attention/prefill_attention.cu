@@ -123,11 +123,8 @@ template <int D, int kBN, class T, class TQ>
 void launch_prefill_bn(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                        void* out, cudaStream_t stream) {
   constexpr int smem = prefill_smem_bytes<D, kBN, T>();
-  static const bool attr_set = [] {
-    VLM_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<D, kBN, T, TQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    return true;
-  }();
-  (void)attr_set;
+  static const bool smem_ok = allow_dynamic_smem(prefill_kernel<D, kBN, T, TQ>, smem);
+  (void)smem_ok;
   const dim3 grid((batch.max_q_len + kBM - 1) / kBM, H, batch.num_seqs);
   prefill_kernel<D, kBN, T, TQ><<<grid, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch,
                                                              scale * float(M_LOG2E), static_cast<TQ*>(out));
@@ -150,23 +147,14 @@ void launch_prefill(const void* q, int H, const PagedKVLayer& kv, const CudaAtte
 
 void paged_prefill_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
                              const CudaAttentionBatch& batch, float scale, void* out, cudaStream_t stream) {
-  VLM_CHECK(num_heads % kv.num_kv_heads == 0, "H {} not a multiple of Hkv {}", num_heads, kv.num_kv_heads);
-  VLM_CHECK((kv.block_size & (kv.block_size - 1)) == 0, "attention: block size {} not a power of two", kv.block_size);
-  VLM_CHECK(kv.head_dim == 64 || kv.head_dim == 128, "prefill attention: D {} not 64/128", kv.head_dim);
+  check_tiled_attention(kv, num_heads, "prefill attention");
   if (batch.num_seqs == 0 || batch.max_q_len == 0) return;
   if (kv.dtype == DType::F32) {
     attention_f32(q, act, num_heads, kv, batch, scale, out, /*decode=*/false, stream);
     return;
   }
-  dispatch_float_dtype(act, [&](auto a) {
-    using TQ = ElemOf<decltype(a)>;
-    const auto run = [&](auto c) {
-      using T = ElemOf<decltype(c)>;
-      if (kv.head_dim == 64) launch_prefill<64, T, TQ>(q, num_heads, kv, batch, scale, out, stream);
-      else launch_prefill<128, T, TQ>(q, num_heads, kv, batch, scale, out, stream);
-    };
-    if (kv.dtype == DType::BF16) run(std::integral_constant<DType, DType::BF16>{});
-    else run(std::integral_constant<DType, DType::F16>{});
+  dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
+    launch_prefill<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, scale, out, stream);
   });
 }
 
