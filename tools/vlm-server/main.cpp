@@ -55,6 +55,7 @@
 #include "model/methods/sink_router_config_file.h"
 #include "model/methods/sparse_patterns_file.h"
 #include "server/api_server.h"
+#include "tools/common/backend_flags.h"
 #include "tools/common/cli_flags.h"
 #include "server/http/http_server.h"
 #include "server/webui/web_ui.h"
@@ -112,9 +113,16 @@ const std::map<std::string, std::string> kFlags = {
     {"no-webui", "no web playground at / (a bare --no-webui, or 1/0)"},
 };
 
-const vlm::cli::FlagParser kCli("vlm-server --model DIR [flags]", kFlags);
+const vlm::cli::FlagParser& cli() {
+  static const vlm::cli::FlagParser parser("vlm-server --model DIR [flags]", [] {
+    vlm::cli::FlagTable t = kFlags;
+    vlm::cli::add_backend_flags(t);
+    return t;
+  }());
+  return parser;
+}
 
-[[noreturn]] void usage(const std::string& error) { kCli.fail(error); }
+[[noreturn]] void usage(const std::string& error) { cli().fail(error); }
 
 std::map<std::string, std::string> parse_flags(int argc, char** argv) {
   // --no-webui may come bare (llama.cpp's spelling): give it the value 1.
@@ -125,7 +133,7 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
   std::vector<char*> arg_ptrs;
   for (auto& a : args) arg_ptrs.push_back(a.data());
   std::map<std::string, std::string> flags =
-      kCli.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), /*last_wins=*/true);
+      cli().parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), /*last_wins=*/true);
   for (const auto& [k, help] : kFlags) {
     std::string env = "VLM_SERVER_";
     for (char c : k) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -154,12 +162,12 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const std::string& k, int64_t fallback, int64_t min) {
   auto it = f.find(k);
-  return it == f.end() ? fallback : kCli.integer(k, it->second, min);
+  return it == f.end() ? fallback : cli().integer(k, it->second, min);
 }
 
 double float_flag(const std::map<std::string, std::string>& f, const std::string& k, double fallback) {
   auto it = f.find(k);
-  return it == f.end() ? fallback : kCli.number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
+  return it == f.end() ? fallback : cli().number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
 }
 
 bool bool_flag(const std::map<std::string, std::string>& f, const std::string& k) {
@@ -283,6 +291,7 @@ int main(int argc, char** argv) {
     ec.scheduler.max_num_seqs = static_cast<int>(int_flag(flags, "max-num-seqs", 256, 1));
     ec.scheduler.max_num_batched_tokens = static_cast<int>(int_flag(flags, "max-num-batched-tokens", 2048, 1));
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
+    vlm::cli::apply_backend_flags(flags, cli(), ec);
     if (flags.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(flags.at("kv-cache-dtype"), &ec.kv_dtype))
       usage("--kv-cache-dtype must be f32, bf16 or f16");
     if (flags.count("look-m") && flags.at("look-m") != "off") {
