@@ -12,6 +12,7 @@
 #include "model/families/multimodal_input.h"
 #include "model/media/image_decode.h"
 #include "model/media/media_pixels.h"
+#include "model/media/video_sampling.h"
 #include "server/media/media_fetch.h"
 
 namespace vlm {
@@ -23,6 +24,12 @@ class MediaItemLoader {
   virtual MediaPixels load_image(const std::string& url, const std::string& param) const = 0;
   virtual MediaPixels load_video(const std::vector<std::string>& frames, double fps,
                                  const std::string& param) const = 0;
+  // One video file (a single URL), frames sampled per `sampling` (the request's keys over
+  // default_sampling()).
+  virtual MediaPixels load_video_file(const std::string& url, const VideoSamplingParams& sampling,
+                                      const std::string& param) const = 0;
+  // The checkpoint's frame-sampling defaults for video files.
+  virtual VideoSamplingParams default_sampling() const = 0;
   // The prompt tokens of an item loaded here.
   virtual MediaTokens tokens(const MediaPixels& item) const = 0;
   virtual int32_t image_token_id() const = 0;

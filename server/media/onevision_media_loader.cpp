@@ -21,6 +21,14 @@ MediaPixels OnevisionMediaLoader::load_video(const std::vector<std::string>& fra
       fetch_video_frames(frames, fps, options_.max_video_frames, fetch_, limits_, param), options_.video);
 }
 
+MediaPixels OnevisionMediaLoader::load_video_file(const std::string&, const VideoSamplingParams&,
+                                                  const std::string& param) const {
+  throw RequestError(400, "invalid_request_error",
+                     param + ": this model takes a video as a list of frame URLs (\"url\": [frame0, frame1, ...]); "
+                             "video files are decoded for the Qwen2-VL family only",
+                     param);
+}
+
 MediaTokens OnevisionMediaLoader::tokens(const MediaPixels& item) const {
   if (item.modality == Modality::Video) {
     const int64_t per_frame = pooled_frame_tokens(options_.grid);

@@ -5,7 +5,7 @@
 // videos). Every image takes the AnyRes path: transformers 5.17's processor, given a chat's images
 // as one flat list, counts one image per batch entry (batch_num_images 1 each), so several images
 // in a request are each tiled. A video is a list of frame URLs taken as given (fps is accepted and
-// checked, and changes nothing: the model has no temporal positions).
+// checked, and changes nothing: the model has no temporal positions); video files are refused.
 #pragma once
 
 #include <string>
@@ -32,6 +32,11 @@ class OnevisionMediaLoader : public MediaItemLoader {
 
   MediaPixels load_image(const std::string& url, const std::string& param) const override;
   MediaPixels load_video(const std::vector<std::string>& frames, double fps, const std::string& param) const override;
+  // Video files are not taken yet (LlavaOnevisionVideoProcessor's frame sampling has no oracle
+  // here): a 400 asking for the frames.
+  MediaPixels load_video_file(const std::string& url, const VideoSamplingParams& sampling,
+                              const std::string& param) const override;
+  VideoSamplingParams default_sampling() const override { return {}; }
   // image: the AnyRes layout's tokens; video: frames * ceil(g/2)^2 + 1 (the newline), per frame ceil(g/2)^2.
   MediaTokens tokens(const MediaPixels& item) const override;
   int32_t image_token_id() const override { return options_.image_token_id; }
