@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/core/check.h"
 #include "server/media/image_loader.h"
 
 namespace vlm {

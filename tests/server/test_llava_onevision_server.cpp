@@ -3,6 +3,7 @@
 // ratios, two images, a video (frame lists) and a mix return the tokens transformers 5.17's
 // processor + generate() gave, with top-5 log-probabilities within 1e-4 of HF's; /tokenize gives
 // the HF processor's input_ids. The prefill is chunked (16 tokens) so chunks cut media runs.
+// Bad frame lists and video files (not taken by this family yet) answer 400.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -136,6 +137,10 @@ TEST_F(LlavaOnevisionServerTest, BadVideosAnswer400) {
   r = post("/v1/chat/completions", {{"messages", m}, {"max_tokens", 2}});
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("all frames must have one size"), std::string::npos) << r.body;
+  m[0]["content"][0]["video_url"]["url"] = onevision_data_url("clip4_0.png");  // one URL: a video file
+  r = post("/v1/chat/completions", {{"messages", m}, {"max_tokens", 2}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("list of frame URLs"), std::string::npos) << r.body;
 }
 
 }  // namespace
