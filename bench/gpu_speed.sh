@@ -18,7 +18,7 @@ echo "# bench/gpu_speed.sh $(date -u '+%Y-%m-%d %H:%M UTC'); $(nvidia-smi --quer
 if [[ $sections == *0* && ! -f $model/config.json ]]; then
   t0=$(date +%s)
   tok=(); [ -f tokenizer/tokenizer.json ] && tok=(--tokenizer-from tokenizer)
-  bin/vlm-random-model --out "$model" --preset qwen2-7b --dtype bf16 "${tok[@]}" || exit 1
+  bin/vlm-random-model --out "$model" --preset qwen2-7b --dtype bf16 --threads "$(nproc)" "${tok[@]}" || exit 1
   echo "model written in $(( $(date +%s) - t0 )) s: $(du -sh "$model" | cut -f1)"
 fi
 if [[ $sections == *1* ]]; then
