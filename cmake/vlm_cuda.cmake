@@ -41,12 +41,22 @@ function(vlm_cuda_libraries)
   if(NOT VLM_HAVE_CUDA)
     return()
   endif()
+  set(cuda_opts $<$<COMPILE_LANGUAGE:CUDA>:${VLM_CUDA_GENCODE} --expt-relaxed-constexpr -lineinfo -Xcompiler=-fno-math-errno>)
   file(GLOB_RECURSE ksrcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/kernels/cuda/*.cpp)
-  add_library(vlm_cuda_kernels STATIC ${ksrcs})
+  # The attention kernels take PagedKVLayer (kernels/attention/paged_kv.h, which reaches fmt through
+  # VLM_CHECK); nvcc 13's host pass rejects fmt 9's constexpr code in C++20 mode, so they compile
+  # as C++17, in an object library of their own.
+  file(GLOB_RECURSE asrcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cuda/attention/*.cu)
+  list(REMOVE_ITEM ksrcs ${asrcs})
+  add_library(vlm_cuda_attention OBJECT ${asrcs})
+  set_target_properties(vlm_cuda_attention PROPERTIES CUDA_STANDARD 17)
+  target_include_directories(vlm_cuda_attention PUBLIC ${CMAKE_SOURCE_DIR})
+  target_link_libraries(vlm_cuda_attention PUBLIC vlm_kernels CUDA::cudart)
+  target_compile_options(vlm_cuda_attention PRIVATE ${cuda_opts})
+  add_library(vlm_cuda_kernels STATIC ${ksrcs} $<TARGET_OBJECTS:vlm_cuda_attention>)
   target_include_directories(vlm_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR})
   target_link_libraries(vlm_cuda_kernels PUBLIC vlm_kernels CUDA::cudart CUDA::cublasLt)
-  target_compile_options(vlm_cuda_kernels PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:${VLM_CUDA_GENCODE} --expt-relaxed-constexpr -lineinfo -Xcompiler=-fno-math-errno>)
+  target_compile_options(vlm_cuda_kernels PRIVATE ${cuda_opts})
   target_compile_definitions(vlm_cuda_kernels PUBLIC VLM_HAVE_CUDA=1)
 
   file(GLOB_RECURSE msrcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/model/*/cuda/*.cpp)

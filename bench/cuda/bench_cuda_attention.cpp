@@ -1,7 +1,8 @@
 // Times the CUDA attention kernels on one layer of Qwen2-7B attention (28 query heads, 4 KV heads,
 // D = 128, bf16 activations and cache, block size 16, blocks shuffled): causal prefill of one
 // sequence at 8K and 32K tokens, and decode of 1 and 64 sequences at 1K, 32K and 128K context.
-// Device events around each call, warm-up first, median of the repeats; decode rotates among
+// Device events around each call (decode: around 10 calls queued back to back), warm-up first,
+// median of the repeats; decode rotates among
 // enough cache copies that the working set exceeds the L2. Run beside bench/cuda/sdpa_attention.py
 // (torch SDPA, FlashAttention backend) in the same call: bench/cuda/run_attention_bench.sh.
 // Output: one line per shape, "ours <kind> ... ms=<median> <rate>".
@@ -52,8 +53,10 @@ int32_t* upload(const std::vector<int32_t>& v) {
   return p;
 }
 
+// Median over reps of the time per call, each rep timing `batch` calls queued back to back (so a
+// short kernel's time is the device's, not the host's launch latency).
 template <class Fn>
-double median_ms(int warmup, int reps, Fn&& fn) {
+double median_ms(int warmup, int reps, int batch, Fn&& fn) {
   cudaEvent_t a, b;
   ok(cudaEventCreate(&a), "event");
   ok(cudaEventCreate(&b), "event");
@@ -61,10 +64,11 @@ double median_ms(int warmup, int reps, Fn&& fn) {
   std::vector<float> ms(reps);
   for (int i = 0; i < reps; ++i) {
     ok(cudaEventRecord(a), "record");
-    fn(i);
+    for (int j = 0; j < batch; ++j) fn(i * batch + j);
     ok(cudaEventRecord(b), "record");
     ok(cudaEventSynchronize(b), "sync");
     ok(cudaEventElapsedTime(&ms[i], a, b), "elapsed");
+    ms[i] /= batch;
   }
   ok(cudaGetLastError(), "launch");
   std::sort(ms.begin(), ms.end());
@@ -120,7 +124,7 @@ void bench_prefill(int n) {
   void* out = random_bf16(size_t(n) * kH * kD, 4);
   const vlm::PagedKVLayer kv = layer(k, v, batch.num_blocks);
   const float scale = 1.f / std::sqrt(float(kD));
-  const double ms = median_ms(3, n <= 8192 ? 20 : 7, [&](int) {
+  const double ms = median_ms(3, n <= 8192 ? 20 : 7, 1, [&](int) {
     vlm::cuda::paged_prefill_attention(q, DType::BF16, kH, kv, batch.b, scale, out, nullptr);
   });
   const double flops = 2.0 * double(n) * n * kD * kH;  // causal: half of 4 N^2 D H
@@ -143,7 +147,7 @@ void bench_decode(int seqs, int ctx) {
   void* ws = nullptr;
   ok(cudaMalloc(&ws, vlm::cuda::paged_decode_workspace_bytes(seqs, kH, kHkv, kD, ctx)), "malloc");
   const float scale = 1.f / std::sqrt(float(kD));
-  const double ms = median_ms(5, 50, [&](int i) {
+  const double ms = median_ms(5, 30, 10, [&](int i) {
     const vlm::PagedKVLayer kv = layer(ks[i % copies], vs[i % copies], batch.num_blocks);
     vlm::cuda::paged_decode_attention(q, DType::BF16, kH, kv, batch.b, scale, out, ws, nullptr);
   });
@@ -155,11 +159,14 @@ void bench_decode(int seqs, int ctx) {
 
 }  // namespace
 
-int main() {
+// Argument "prefill": the prefill shapes only.
+int main(int argc, char** argv) {
+  const bool prefill_only = argc > 1 && std::string(argv[1]) == "prefill";
   cudaDeviceProp prop{};
   ok(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   for (int n : {8192, 32768}) bench_prefill(n);
+  if (prefill_only) return 0;
   for (int seqs : {1, 64})
     for (int ctx : {1024, 32768, 131072}) bench_decode(seqs, ctx);
   return 0;

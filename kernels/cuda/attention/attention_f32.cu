@@ -109,11 +109,8 @@ template <int D, class TQ>
 void launch_f32(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale, void* out,
                 bool decode, cudaStream_t stream) {
   constexpr int smem = f32_smem_bytes<D>();
-  static const bool attr_set = [] {
-    VLM_CUDA_CHECK(cudaFuncSetAttribute(attention_f32_kernel<D, TQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    return true;
-  }();
-  (void)attr_set;
+  static const bool smem_ok = allow_dynamic_smem(attention_f32_kernel<D, TQ>, smem);
+  (void)smem_ok;
   const int rows = decode ? 1 : batch.max_q_len;
   const dim3 grid((rows + kRows - 1) / kRows, H, batch.num_seqs);
   attention_f32_kernel<D, TQ><<<grid, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch,
@@ -126,8 +123,8 @@ void launch_f32(const void* q, int H, const PagedKVLayer& kv, const CudaAttentio
 void attention_f32(const void* q, DType act, int num_heads, const PagedKVLayer& kv, const CudaAttentionBatch& batch,
                    float scale, void* out, bool decode, cudaStream_t stream) {
   VLM_CHECK(kv.dtype == DType::F32, "attention_f32: cache dtype {}", dtype_name(kv.dtype));
-  dispatch_float_dtype(act, [&](auto a) {
-    using TQ = ElemOf<decltype(a)>;
+  dispatch_float(act, [&](auto a) {
+    using TQ = decltype(a);
     if (kv.head_dim == 64) launch_f32<64, TQ>(q, num_heads, kv, batch, scale, out, decode, stream);
     else launch_f32<128, TQ>(q, num_heads, kv, batch, scale, out, decode, stream);
   });

@@ -102,13 +102,4 @@ void paged_attention_naive(const void* q, DType act, int num_heads, const PagedK
   VLM_CUDA_CHECK_LAUNCH();
 }
 
-int visible_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
-
 }  // namespace vlm::cuda

@@ -56,15 +56,17 @@ void paged_kv_write_naive(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/,
                           int64_t T, cudaStream_t stream);
 
 // ---- prefill (any q_len; mixed prefill chunks and decode rows allowed) ----
-// q[T, H, D] and out[T, H, D] in dtype act. D in {64, 128}; H % Hkv == 0.
+// q[T, H, D] and out[T, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;
+// kv.block_size a power of two.
 void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                              const CudaAttentionBatch& batch, float scale, void* out /*[T,H,D]*/,
                              cudaStream_t stream);
 
 // ---- decode (q_len == 1 for every sequence; cu_seqlens_q is not read) ----
 // q[num_seqs, H, D] and out[num_seqs, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;
-// H / Hkv <= 16. workspace: device memory of paged_decode_workspace_bytes(...) bytes (partial
-// outputs and softmax statistics of the splits), reusable across layers.
+// H / Hkv <= 16; kv.block_size a power of two. workspace: device memory of
+// paged_decode_workspace_bytes(...) bytes (partial outputs and softmax statistics of the splits),
+// reusable across layers (calls on one stream).
 size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                                     int max_context_len);
 void paged_decode_attention(const void* q /*[S,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
@@ -77,8 +79,5 @@ void paged_decode_attention(const void* q /*[S,H,D]*/, DType act, int num_heads,
 void paged_attention_naive(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                            const CudaAttentionBatch& batch, float scale, void* out /*[T,H,D]*/,
                            cudaStream_t stream);
-
-// Number of CUDA devices visible (0 when none or when the driver is missing); for tests to skip.
-int visible_device_count();
 
 }  // namespace vlm::cuda

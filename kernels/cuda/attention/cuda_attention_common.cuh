@@ -1,5 +1,6 @@
-// Device helpers shared by the attention kernels: element loads/stores of F32/BF16/F16 as f32,
-// launch checking, run-time dtype dispatch.
+// Device helpers shared by the attention kernels: the paged cache as device code reads it, and
+// run-time-dtype element loads/stores for the naive references (element types, dispatch and error
+// checks: kernels/cuda/core).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,30 +13,10 @@
 #include "kernels/attention/paged_kv.h"
 #include "kernels/core/check.h"
 #include "kernels/core/dtype.h"
+#include "kernels/cuda/core/cuda_check.h"
+#include "kernels/cuda/core/element.cuh"
 
 namespace vlm::cuda {
-
-#define VLM_CUDA_CHECK(expr)                                                     \
-  do {                                                                           \
-    cudaError_t err_ = (expr);                                                   \
-    VLM_CHECK(err_ == cudaSuccess, "CUDA: {} ({})", cudaGetErrorString(err_), #expr); \
-  } while (0)
-#define VLM_CUDA_CHECK_LAUNCH() VLM_CUDA_CHECK(cudaGetLastError())
-
-// dtype tags as template parameters.
-template <DType T> struct Elem;  // Elem<DType::BF16>::type = __nv_bfloat16 ...
-template <> struct Elem<DType::F32> { using type = float; };
-template <> struct Elem<DType::BF16> { using type = __nv_bfloat16; };
-template <> struct Elem<DType::F16> { using type = __half; };
-
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-
-template <class T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
 
 // PagedKVLayer as device code reads it (its stride helpers are host functions).
 struct KVView {
@@ -44,16 +25,23 @@ struct KVView {
   int64_t block_stride;  // elements per block: Hkv * B * D
   int64_t head_stride;   // elements per head of a block: B * D
   int block_size, num_kv_heads, head_dim;
+  int block_shift;  // log2(block_size) when it is a power of two, else -1
   // Element offset of row `off` of head h in block `block`.
   __device__ __forceinline__ int64_t offset(int64_t block, int h, int off) const {
     return block * block_stride + h * head_stride + int64_t(off) * head_dim;
   }
+  // Element offset of a sequence's token `pos` of head h, through its block table (power-of-two
+  // block sizes only: shifts, not divisions, in the tile loaders).
+  __device__ __forceinline__ int64_t token_offset(const int32_t* table, int h, int pos) const {
+    return offset(table[pos >> block_shift], h, pos & (block_size - 1));
+  }
 };
 inline KVView kv_view(const PagedKVLayer& kv) {
-  return {kv.k, kv.v, kv.block_stride(), kv.head_stride(), kv.block_size, kv.num_kv_heads, kv.head_dim};
+  int shift = -1;
+  for (int b = 0; b < 31; ++b)
+    if (kv.block_size == (1 << b)) shift = b;
+  return {kv.k, kv.v, kv.block_stride(), kv.head_stride(), kv.block_size, kv.num_kv_heads, kv.head_dim, shift};
 }
-
-template <class Tag> using ElemOf = typename Elem<Tag::value>::type;  // ElemOf<decltype(tag)>
 
 // Run-time dtype load/store, for naive code.
 __device__ __forceinline__ float load_f32(const void* p, DType t, int64_t i) {
@@ -71,16 +59,33 @@ __device__ __forceinline__ void store_f32(void* p, DType t, int64_t i, float x) 
   }
 }
 
-// Calls fn(std::integral_constant<DType, t>{}) for the run-time dtype t (F32, BF16 or F16); the
-// callee reads it back as a constant with decltype(tag)::value.
+// Raises a kernel's dynamic shared-memory limit to `bytes`; returns true, so a launcher calls it
+// once per kernel through a function-local static.
+template <class Kernel>
+bool allow_dynamic_smem(Kernel* kernel, int bytes) {
+  VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  return true;
+}
+
+// The shape preconditions of the tiled kernels (prefill and decode), named after `what`.
+inline void check_tiled_attention(const PagedKVLayer& kv, int num_heads, const char* what) {
+  VLM_CHECK(num_heads % kv.num_kv_heads == 0, "{}: H {} not a multiple of Hkv {}", what, num_heads, kv.num_kv_heads);
+  VLM_CHECK((kv.block_size & (kv.block_size - 1)) == 0, "{}: block size {} not a power of two", what, kv.block_size);
+  VLM_CHECK(kv.head_dim == 64 || kv.head_dim == 128, "{}: D {} not 64/128", what, kv.head_dim);
+}
+
+// For a BF16/F16 cache: calls fn(d, c, a) with d = std::integral_constant<int, D> (64 or 128),
+// c a value of the cache's element type and a of the activations' (F32, BF16 or F16).
 template <class Fn>
-void dispatch_float_dtype(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::F32: fn(std::integral_constant<DType, DType::F32>{}); break;
-    case DType::BF16: fn(std::integral_constant<DType, DType::BF16>{}); break;
-    case DType::F16: fn(std::integral_constant<DType, DType::F16>{}); break;
-    default: VLM_CHECK(false, "attention: dtype {} is not F32/BF16/F16", dtype_name(t));
-  }
+void dispatch_tensor_core(const PagedKVLayer& kv, DType act, Fn&& fn) {
+  dispatch_float(act, [&](auto a) {
+    const auto run = [&](auto c) {
+      if (kv.head_dim == 64) fn(std::integral_constant<int, 64>{}, c, a);
+      else fn(std::integral_constant<int, 128>{}, c, a);
+    };
+    if (kv.dtype == DType::BF16) run(__nv_bfloat16{});
+    else run(__half{});
+  });
 }
 
 }  // namespace vlm::cuda

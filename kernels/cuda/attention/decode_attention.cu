@@ -1,7 +1,7 @@
 // Decode attention split along the context (FlashDecoding) on tensor cores.
-// Plan (host, from the batch's maxima and the SM count): a partition length P (a multiple of 64
-// keys) so that num_seqs * Hkv * splits fills the GPU about four CTAs per SM; sequence s has
-// ceil(context_lens[s] / P) splits. Split kernel, grid (max_splits, Hkv, num_seqs), 4 warps: the
+// Plan (host, from the batch's maxima, the SM count and the kernel's occupancy): a partition length
+// P (a multiple of 64 keys) so that num_seqs * Hkv * splits fills the GPU in one wave; sequence s
+// has ceil(context_lens[s] / P) splits. Split kernel, grid (max_splits, Hkv, num_seqs), 4 warps: the
 // G = H / Hkv query heads of the group are the 16 rows of one mma tile (rows past G are zero), so
 // every K/V element is loaded once per group; each warp takes 16 keys of every 64-key tile with its
 // own online softmax, and the 4 warps are merged in shared memory. With one split in all the kernel
@@ -27,7 +27,11 @@ struct DecodePlan {
   int max_splits = 0;  // splits of the longest sequence
 };
 
-DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len) {
+// One wave: splits per (sequence, KV head) = resident CTA slots / pairs (at least 1), so the grid
+// fits the GPU at once (a second, partial wave would idle most SMs at the end); partitions of at
+// least 128 keys. blocks_per_sm: the split kernel's occupancy (at most kMaxBlocksPerSm).
+constexpr int kMaxBlocksPerSm = 4;
+DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int blocks_per_sm) {
   static const int sms = [] {
     int dev = 0, n = 0;
     VLM_CUDA_CHECK(cudaGetDevice(&dev));
@@ -35,7 +39,7 @@ DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len) {
     return n;
   }();
   const int pairs = std::max(1, num_seqs * num_kv_heads);
-  const int want = std::max(1, (4 * sms + pairs - 1) / pairs);
+  const int want = std::max(1, sms * std::min(blocks_per_sm, kMaxBlocksPerSm) / pairs);
   const int ctx = std::max(1, max_context_len);
   int partition = (ctx + want - 1) / want;
   partition = std::max(128, (partition + kBN - 1) / kBN * kBN);
@@ -84,7 +88,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   for (int kk = 0; kk < D / 16; ++kk)
     tile::ldmatrix_x4(qf[kk], sq + tile::swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8));
 
-  float o[D / 8][4] = {};
+  float o[1][D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const int t4 = lane % 4, g = lane / 4;
   for (int n = 0; n < num_tiles; ++n) {
@@ -94,17 +98,17 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
     tile::cp_async_commit();
     tile::cp_async_wait<1>();
     __syncthreads();
-    float sc[2][4] = {};
-    tile::qk_tile<D, 2>(sc, qf, sk(n & 1), warp * 16, lane);
+    float sc[1][2][4] = {};
+    tile::qk_tile<D, 2>(sc[0], qf, sk(n & 1), warp * 16, lane);
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key0 + warp * 16 + j * 8 + 2 * t4 + (e & 1);
-        sc[j][e] = key >= k_end ? -INFINITY : sc[j][e] * scale_log2;
+        if (key >= k_end) sc[0][j][e] = -INFINITY;
       }
-    tile::online_softmax<D, 2>(sc, m, l, o);
-    tile::pv_tile<D, 2>(o, sc, sv(n & 1), warp * 16, lane);
+    tile::online_softmax<D, 2>(sc[0], m, l, o[0], scale_log2);
+    tile::pv_tile<D, 2, 1>(o, sc, sv(n & 1), warp * 16, lane);
     __syncthreads();
   }
 
@@ -118,8 +122,8 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
     float* dst = at(warp, row);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      dst[n * 8 + 2 * t4] = o[n][2 * r];
-      dst[n * 8 + 2 * t4 + 1] = o[n][2 * r + 1];
+      dst[n * 8 + 2 * t4] = o[0][n][2 * r];
+      dst[n * 8 + 2 * t4 + 1] = o[0][n][2 * r + 1];
     }
     if (t4 == 0) {
       dst[D] = m[r];
@@ -155,22 +159,45 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   }
 }
 
-// grid (num_seqs, H), block D threads: merges sequence s's splits of head h.
+// Max (is_max) or sum of x over the block (blockDim.x a multiple of 32, at most 1024 threads).
+__device__ float block_reduce(float x, bool is_max, float* red) {
+  for (int o = 16; o > 0; o /= 2) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, o);
+    x = is_max ? fmaxf(x, y) : x + y;
+  }
+  __syncthreads();  // red may still be read from a previous call
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = red[0];
+  for (int w = 1; w < int(blockDim.x / 32); ++w) x = is_max ? fmaxf(x, red[w]) : x + red[w];
+  return x;
+}
+
+// grid (num_seqs, H), block D threads, dynamic shared memory max_splits floats: merges sequence
+// s's splits of head h. The splits' weights exp2(m_i - M) are computed once, in parallel, into
+// shared memory; then thread d sums its column over the splits (independent loads).
 template <class TQ>
 __global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D, int max_splits, int partition,
                                      int num_seqs, const int32_t* __restrict__ context_lens, TQ* __restrict__ out) {
+  extern __shared__ float weight[];
+  __shared__ float red[32];
   const int s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int splits = (context_lens[s] + partition - 1) / partition;
   const int64_t qh = int64_t(s) * H + h;
   const float* ml = ws + int64_t(num_seqs) * H * max_splits * D + qh * max_splits * 2;
   float mx = -INFINITY;
-  for (int i = 0; i < splits; ++i) mx = fmaxf(mx, ml[2 * i]);
-  float acc = 0.f, lsum = 0.f;
-  for (int i = 0; i < splits; ++i) {
-    const float f = exp2f(ml[2 * i] - mx);
-    acc += f * ws[(qh * max_splits + i) * D + d];
-    lsum += f * ml[2 * i + 1];
+  for (int i = d; i < splits; i += blockDim.x) mx = fmaxf(mx, ml[2 * i]);
+  mx = block_reduce(mx, true, red);
+  float lsum = 0.f;
+  for (int i = d; i < splits; i += blockDim.x) {
+    weight[i] = exp2f(ml[2 * i] - mx);
+    lsum += weight[i] * ml[2 * i + 1];
   }
+  lsum = block_reduce(lsum, false, red);  // its barriers also publish weight[]
+  const float* col = ws + qh * max_splits * D + d;
+  float acc = 0.f;
+#pragma unroll 8
+  for (int i = 0; i < splits; ++i) acc += weight[i] * col[int64_t(i) * D];
   out[qh * D + d] = from_f32<TQ>(acc / lsum);
 }
 
@@ -178,12 +205,14 @@ template <int D, class T, class TQ>
 void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                    void* out, void* workspace, cudaStream_t stream) {
   constexpr int smem = decode_smem_bytes<D, T>();
-  static const bool attr_set = [] {
-    VLM_CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<D, T, TQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    return true;
+  static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ>, smem);
+  (void)smem_ok;
+  static const int blocks_per_sm = [] {
+    int n = 0;
+    VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<D, T, TQ>, kThreads, smem));
+    return std::max(1, n);
   }();
-  (void)attr_set;
-  const DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len);
+  const DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm);
   float* ws = plan.max_splits > 1 ? static_cast<float*>(workspace) : nullptr;
   const dim3 grid(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
   decode_split_kernel<D, T, TQ><<<grid, kThreads, smem, stream>>>(
@@ -191,7 +220,7 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
       static_cast<TQ*>(out));
   VLM_CUDA_CHECK_LAUNCH();
   if (ws == nullptr) return;
-  decode_reduce_kernel<TQ><<<dim3(batch.num_seqs, H), D, 0, stream>>>(
+  decode_reduce_kernel<TQ><<<dim3(batch.num_seqs, H), D, plan.max_splits * sizeof(float), stream>>>(
       ws, H, D, plan.max_splits, plan.partition, batch.num_seqs, batch.context_lens, static_cast<TQ*>(out));
   VLM_CUDA_CHECK_LAUNCH();
 }
@@ -200,30 +229,23 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
 
 size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                                     int max_context_len) {
-  const DecodePlan plan = plan_decode(num_seqs, num_kv_heads, max_context_len);
+  // The most splits any occupancy gives (plan_decode's splits grow with blocks_per_sm).
+  const DecodePlan plan = plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm);
   return size_t(num_seqs) * num_heads * plan.max_splits * (head_dim + 2) * sizeof(float);
 }
 
 void paged_decode_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
                             const CudaAttentionBatch& batch, float scale, void* out, void* workspace,
                             cudaStream_t stream) {
-  VLM_CHECK(num_heads % kv.num_kv_heads == 0, "H {} not a multiple of Hkv {}", num_heads, kv.num_kv_heads);
+  check_tiled_attention(kv, num_heads, "decode attention");
   VLM_CHECK(num_heads / kv.num_kv_heads <= kRows, "decode attention: group {} > {}", num_heads / kv.num_kv_heads, kRows);
-  VLM_CHECK(kv.head_dim == 64 || kv.head_dim == 128, "decode attention: D {} not 64/128", kv.head_dim);
   if (batch.num_seqs == 0) return;
   if (kv.dtype == DType::F32) {
     attention_f32(q, act, num_heads, kv, batch, scale, out, /*decode=*/true, stream);
     return;
   }
-  dispatch_float_dtype(act, [&](auto a) {
-    using TQ = ElemOf<decltype(a)>;
-    const auto run = [&](auto c) {
-      using T = ElemOf<decltype(c)>;
-      if (kv.head_dim == 64) launch_decode<64, T, TQ>(q, num_heads, kv, batch, scale, out, workspace, stream);
-      else launch_decode<128, T, TQ>(q, num_heads, kv, batch, scale, out, workspace, stream);
-    };
-    if (kv.dtype == DType::BF16) run(std::integral_constant<DType, DType::BF16>{});
-    else run(std::integral_constant<DType, DType::F16>{});
+  dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
+    launch_decode<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, scale, out, workspace, stream);
   });
 }
 

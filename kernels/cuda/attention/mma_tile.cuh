@@ -78,21 +78,22 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 
 // Loads keys [key0, key0 + ROWS) of KV head h (K and V) from the paged cache into swizzled
 // shared tiles sk, sv [ROWS][D] with cp.async; keys at or beyond key_end are zero-filled (so a
-// masked P of 0 never meets garbage V). NT threads share the work.
+// masked P of 0 never meets garbage V). NT threads share the work. kv.block_size must be a power
+// of two.
 template <int ROWS, int D, int NT, class T>
 __device__ __forceinline__ void load_kv_tile(const KVView& kv, const int32_t* table, int h, int key0, int key_end,
                                              T* sk, T* sv, int tid) {
   constexpr int kChunks = D / 8;
   const T* kbase = static_cast<const T*>(kv.k);
   const T* vbase = static_cast<const T*>(kv.v);
-#pragma unroll
+#pragma unroll 2
   for (int i = tid; i < ROWS * kChunks; i += NT) {
     const int r = i / kChunks, c = i % kChunks;
     const int key = key0 + r;
     int64_t off = 0;
     int bytes = 0;
     if (key < key_end) {
-      off = kv.offset(table[key / kv.block_size], h, key % kv.block_size) + c * 8;
+      off = kv.token_offset(table, h, key) + c * 8;
       bytes = 16;
     }
     const int s = swz<D>(r, c * 8);
@@ -118,48 +119,94 @@ __device__ __forceinline__ void qk_tile(float (&s)[NK][4], const uint32_t (&qf)[
   }
 }
 
-// O[16 x D] += P[16 x 8*NK] V[8*NK x D] for one warp: P from the S fragments (already
-// exponentiated), V rows key_base.. of the swizzled tile sv.
-template <int D, int NK, class T>
-__device__ __forceinline__ void pv_tile(float (&o)[D / 8][4], const float (&p)[NK][4], const T* sv,
+// S[MT*16 x 8*NK] += Q K^T for one warp whose MT 16-row slabs of Q start at row q_row of the
+// swizzled Q tile sq (Q re-read from shared memory per call: its fragments would not fit in
+// registers beside MT slabs of O); each K fragment loaded feeds MT mma.
+template <int D, int NK, int MT, class T>
+__device__ __forceinline__ void qk_tile_smem(float (&s)[MT][NK][4], const T* sq, int q_row, const T* sk,
+                                             int key_base, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk += 2) {
+    uint32_t qa[MT][2][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int k2 = 0; k2 < 2; ++k2)
+        ldmatrix_x4(qa[mt][k2], sq + swz<D>(q_row + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                            (kk + k2) * 16 + (lane >> 4) * 8));
+#pragma unroll
+    for (int n = 0; n < NK; ++n) {
+      uint32_t b[4];  // b[0],b[1]: d step kk; b[2],b[3]: d step kk+1
+      ldmatrix_x4(b, sk + swz<D>(key_base + n * 8 + (lane & 7), kk * 16 + (lane >> 3) * 8));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma<T>(s[mt][n], qa[mt][0], b[0], b[1]);
+        mma<T>(s[mt][n], qa[mt][1], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// O[MT*16 x D] += P[MT*16 x 8*NK] V[8*NK x D] for one warp: P from the S fragments (already
+// exponentiated), V rows key_base.. of the swizzled tile sv; each V fragment feeds MT mma.
+template <int D, int NK, int MT, class T>
+__device__ __forceinline__ void pv_tile(float (&o)[MT][D / 8][4], const float (&p)[MT][NK][4], const T* sv,
                                         int key_base, int lane) {
 #pragma unroll
   for (int kk = 0; kk < NK / 2; ++kk) {
-    const uint32_t a[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
-                           pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                           pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      a[mt][0] = pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+      a[mt][1] = pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+      a[mt][2] = pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+      a[mt][3] = pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+    }
     const int key = key_base + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int n = 0; n < D / 8; n += 2) {
       uint32_t b[4];  // b[0],b[1]: d tile n; b[2],b[3]: d tile n+1
       ldmatrix_x4_trans(b, sv + swz<D>(key, n * 8 + (lane >> 4) * 8));
-      mma<T>(o[n], a, b[0], b[1]);
-      mma<T>(o[n + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma<T>(o[mt][n], a[mt], b[0], b[1]);
+        mma<T>(o[mt][n + 1], a[mt], b[2], b[3]);
+      }
     }
   }
 }
 
+// 2^x in one MUFU instruction (flushes denormals; max relative error about 2^-22).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Online softmax step for one warp's 16 rows (this thread: rows g and g+8, index 0 and 1).
-// s holds scores already in log2 units (scale * log2 e applied) and masked to -inf; on return s
-// holds exp2(s - m_new), l and o are rescaled, m updated.
+// s holds raw scores q·k, masked ones -inf; scale_log2 = scale * log2(e); m is the running max in
+// scaled log2 units. On return s holds exp2(s * scale_log2 - m_new) (one FFMA and one MUFU per
+// score), l and o are rescaled, m updated.
 template <int D, int NK>
-__device__ __forceinline__ void online_softmax(float (&s)[NK][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4]) {
+__device__ __forceinline__ void online_softmax(float (&s)[NK][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
+                                               float scale_log2) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = m[r];
+    float mx = -INFINITY;
 #pragma unroll
     for (int n = 0; n < NK; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[r], mx * scale_log2);
     // A row with no visible key yet keeps m = -inf; use 0 as its base so no inf - inf appears.
-    const float base = mx == -INFINITY ? 0.f : mx;
-    const float corr = exp2f(m[r] - base);
-    m[r] = mx;
+    const float base = m_new == -INFINITY ? 0.f : m_new;
+    const float corr = fast_exp2(m[r] - base);
+    m[r] = m_new;
     float sum = 0.f;
 #pragma unroll
     for (int n = 0; n < NK; ++n) {
-      s[n][2 * r] = exp2f(s[n][2 * r] - base);
-      s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - base);
+      s[n][2 * r] = fast_exp2(fmaf(s[n][2 * r], scale_log2, -base));
+      s[n][2 * r + 1] = fast_exp2(fmaf(s[n][2 * r + 1], scale_log2, -base));
       sum += s[n][2 * r] + s[n][2 * r + 1];
     }
     l[r] = l[r] * corr + sum;  // per-thread partial; the quad's sum is taken at the end

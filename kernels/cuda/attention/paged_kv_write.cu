@@ -45,10 +45,10 @@ void paged_kv_write(const PagedKVLayer& kv, const void* k, const void* v, DType 
   const int64_t chunks = T * kv.num_kv_heads * (kv.head_dim / 8);
   const int threads = 256;
   const unsigned blocks = unsigned((chunks + threads - 1) / threads);
-  dispatch_float_dtype(act, [&](auto a) {
-    dispatch_float_dtype(kv.dtype, [&](auto c) {
-      using TIn = ElemOf<decltype(a)>;
-      using TOut = ElemOf<decltype(c)>;
+  dispatch_float(act, [&](auto a) {
+    dispatch_float(kv.dtype, [&](auto c) {
+      using TIn = decltype(a);
+      using TOut = decltype(c);
       kv_write_kernel<TIn, TOut><<<blocks, threads, 0, stream>>>(
           kv_view(kv), static_cast<const TIn*>(k), static_cast<const TIn*>(v), slot_mapping, T);
     });

@@ -2,10 +2,9 @@
 // against write_kv (bytes equal), paged_prefill_attention / paged_decode_attention and their naive
 // CUDA reference against paged_attention_ref, over a table of batches (varlen, GQA 1/4/7, D 64/128,
 // B 16/32, chunks over cached context, f32/bf16/f16 caches, f32/bf16 activations).
-// Skips with a message when the build has no CUDA or no GPU is visible.
+// Built only with the CUDA backend (test_cuda); skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
-#ifdef VLM_HAVE_CUDA
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 
 #include "kernels/attention/paged_attention.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "tests/support/gpu_test.h"
 
 namespace vlm {
 namespace {
@@ -199,12 +199,10 @@ void run_case(const Case& c, uint32_t seed) {
   }
 }
 
-bool have_gpu() { return cuda::visible_device_count() > 0; }
-
 constexpr DType F32 = DType::F32, BF16 = DType::BF16, F16 = DType::F16;
 
 TEST(CudaAttention, PrefillMatchesCpuReference) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible: CUDA attention tests skipped";
+  VLM_REQUIRE_GPU();
   const std::vector<Case> cases = {
       {"varlen G4 D128 B16 bf16", {{37, 37}, {64, 64}, {130, 130}, {1, 1}}, 8, 2, 128, 16, BF16, BF16},
       {"G1 D64 B32 bf16", {{100, 100}, {65, 65}}, 4, 4, 64, 32, BF16, BF16},
@@ -221,7 +219,7 @@ TEST(CudaAttention, PrefillMatchesCpuReference) {
 }
 
 TEST(CudaAttention, DecodeMatchesCpuReference) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible: CUDA attention tests skipped";
+  VLM_REQUIRE_GPU();
   std::vector<Seq> many;
   for (int i = 0; i < 64; ++i) many.push_back({1, 1 + 37 * i});
   const std::vector<Case> cases = {
@@ -239,10 +237,3 @@ TEST(CudaAttention, DecodeMatchesCpuReference) {
 
 }  // namespace
 }  // namespace vlm
-
-#else  // no CUDA in this build
-
-TEST(CudaAttention, PrefillMatchesCpuReference) { GTEST_SKIP() << "built without CUDA (nvcc not found): skipped"; }
-TEST(CudaAttention, DecodeMatchesCpuReference) { GTEST_SKIP() << "built without CUDA (nvcc not found): skipped"; }
-
-#endif
