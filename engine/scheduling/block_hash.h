@@ -14,7 +14,9 @@
 //     image sent as a URL or as base64 matches), its grid and modality (M-RoPE positions follow
 //     from these and the tokens).
 // The hash is not cryptographic: a collision would silently reuse the wrong K/V. With 128 bits
-// the chance for honest traffic is negligible (vLLM's default builtin hash is 64-bit).
+// the chance for honest traffic is negligible, but a client able to craft collisions could
+// poison another tenant's prefix; vLLM hashes with sha256 by default for that reason
+// (shared/SERVING.md), and cache_salt isolates tenants either way.
 #pragma once
 
 #include <cstddef>
