@@ -104,12 +104,9 @@ const std::map<std::string, std::string> kFlags = {
     {"sparse-prefill-min-len", "prompts shorter than this stay dense (default 4096)"},
 };
 
-const vlm::cli::FlagParser& cli() {
-  static const vlm::cli::FlagParser parser("vlm-server --model DIR [flags]", kFlags);
-  return parser;
-}
+const vlm::cli::FlagParser kCli("vlm-server --model DIR [flags]", kFlags);
 
-[[noreturn]] void usage(const std::string& error) { cli().fail(error); }
+[[noreturn]] void usage(const std::string& error) { kCli.fail(error); }
 
 // vLLM's boolean switches: `--NAME` / `--no-NAME` without a value become `--NAME=1` / `--NAME=0`.
 std::vector<std::string> expand_switches(int argc, char** argv) {
@@ -126,14 +123,14 @@ bool bool_flag(const std::map<std::string, std::string>& f, const std::string& k
   const std::string& v = it->second;
   if (v == "1" || v == "true" || v == "on") return true;
   if (v == "0" || v == "false" || v == "off") return false;
-  cli().fail("--" + k + " must be 1/true/on or 0/false/off, got '" + v + "'");
+  kCli.fail("--" + k + " must be 1/true/on or 0/false/off, got '" + v + "'");
 }
 
 std::map<std::string, std::string> parse_flags(int argc, char** argv) {
   std::vector<std::string> args = expand_switches(argc, argv);
   std::vector<char*> ptrs;
   for (std::string& a : args) ptrs.push_back(a.data());
-  std::map<std::string, std::string> flags = cli().parse(argc, ptrs.data(), /*last_wins=*/true);
+  std::map<std::string, std::string> flags = kCli.parse(argc, ptrs.data(), /*last_wins=*/true);
   for (const auto& [k, help] : kFlags) {
     std::string env = "VLM_SERVER_";
     for (char c : k) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -162,12 +159,12 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const std::string& k, int64_t fallback, int64_t min) {
   auto it = f.find(k);
-  return it == f.end() ? fallback : cli().integer(k, it->second, min);
+  return it == f.end() ? fallback : kCli.integer(k, it->second, min);
 }
 
 double float_flag(const std::map<std::string, std::string>& f, const std::string& k, double fallback) {
   auto it = f.find(k);
-  return it == f.end() ? fallback : cli().number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
+  return it == f.end() ? fallback : kCli.number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
