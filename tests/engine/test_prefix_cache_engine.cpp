@@ -110,6 +110,33 @@ TEST(PrefixCacheEngine, MixedWorkloadMatchesCacheOff) {
   EXPECT_LT(on->stats().num_computed_prefill_tokens, off->stats().num_computed_prefill_tokens);
 }
 
+// SinkRouter: a request that hits the cache still captures its anchors (from the cached first
+// block, at its last prefill chunk) and routes its decode exactly as without the cache.
+TEST(PrefixCacheEngine, SinkRouterAnchorsOnAHit) {
+  const Reference ref = load_reference("qwen2_tiny");
+  const int p = ref.num_prompts() - 1;  // the longest prompt
+  auto run = [&](bool cache, int times) {
+    EngineConfig c = test_config(4, 256, 512);
+    c.enable_prefix_caching = cache;
+    c.sink_router = true;
+    c.sink_router_config.c0 = -2.0;  // every group of the routed layer is a sink group: anchors decide
+    auto engine = make_engine("qwen2_tiny", c);
+    RequestResult last;
+    for (int i = 0; i < times; ++i) {
+      GenerationRequest r = greedy_request("s", ref.ids(p), 6);
+      r.params.logprobs = 1;
+      last = run_engine(*engine, {{0, r}}).at("s");
+    }
+    return last;
+  };
+  const RequestResult off = run(false, 1), on = run(true, 2);
+  EXPECT_GT(on.usage->cached_tokens, 0);
+  EXPECT_GT(on.usage->sink_groups_routed, 0);
+  EXPECT_EQ(on.usage->sink_groups_routed, off.usage->sink_groups_routed);
+  EXPECT_EQ(on.usage->sink_groups_skipped, off.usage->sink_groups_skipped);
+  expect_same_outputs(on, off, "routed");
+}
+
 // ---- LLaVA: media identity -------------------------------------------------------------------
 
 const std::string kLlava = std::string(VLM_FIXTURES_DIR) + "/llava/llava_small";
