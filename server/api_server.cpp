@@ -78,6 +78,11 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
   m.declare("vllm:generation_tokens_total", T::Counter, "Number of generation tokens processed.");
   m.declare("vllm:num_preemptions_total", T::Counter, "Cumulative number of preemptions from the engine.");
   m.declare("vllm:request_success_total", T::Counter, "Count of successfully processed requests.");
+  m.declare("vllm:prefix_cache_queries_total", T::Counter,
+            "Prefix cache queries, in terms of number of queried tokens.");
+  m.declare("vllm:prefix_cache_hits_total", T::Counter, "Prefix cache hits, in terms of number of cached tokens.");
+  m.declare("vlm:prefix_cache_blocks", T::Gauge, "KV blocks holding a cached prefix (in use or evictable).");
+  m.declare("vlm:media_items_encoded_total", T::Counter, "Media items (images, videos) run through the encoder.");
   // The seed methods (ours, not vLLM's).
   m.declare("vlm:sink_router_groups_routed_total", T::Counter, "SinkRouter decode decisions (token, layer, kv group).");
   m.declare("vlm:sink_router_groups_skipped_total", T::Counter, "SinkRouter groups skipped (KV not read).");
@@ -105,14 +110,15 @@ void ApiServer::register_routes(Router& router) {
   router.add("POST", "/tokenize", [this](const HttpRequest& r) { return tokenize(r); });
   router.add("POST", "/detokenize", [this](const HttpRequest& r) { return detokenize(r); });
   router.add("GET", "/metrics", [this](const HttpRequest& r) { return metrics_text(r); });
+  router.add("POST", "/reset_prefix_cache", [this](const HttpRequest& r) { return reset_prefix_cache(r); });
   router.add("GET", "/version", [](const HttpRequest&) { return HttpReply::json(200, R"({"version":"0.1.0"})"); });
 }
 
-void ApiServer::admit(const HttpRequest& req, const std::string& model) const {
+void ApiServer::admit(const HttpRequest& req, const std::string& model, bool json_body) const {
   if (!options_.api_key.empty() && !constant_time_equals(req.header("authorization"), "Bearer " + options_.api_key))
     bad("", "invalid or missing API key", 401, "authentication_error");
   if (!ready_ || draining_) bad("", draining_ ? "server is shutting down" : "model is loading", 503, "unavailable_error");
-  if (req.method == "POST") {
+  if (req.method == "POST" && json_body) {
     const std::string& ct = req.header("content-type");
     if (ct.rfind("application/json", 0) != 0)
       bad("", "Content-Type must be application/json, got '" + ct + "'", 415);
@@ -335,6 +341,7 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> promp
     g.images = std::move(prompts[p].images);
     g.params = r.params;
     g.look_m = r.look_m;
+    g.cache_salt = r.cache_salt;
     try {
       handles.push_back(engine_.submit(std::move(g)));
     } catch (const RequestError& e) {
@@ -425,6 +432,12 @@ HttpReply ApiServer::detokenize(const HttpRequest& req) const {
   return HttpReply::json(200, json{{"prompt", tok.decode(ids)}}.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
+HttpReply ApiServer::reset_prefix_cache(const HttpRequest& req) {
+  admit(req, "", /*json_body=*/false);
+  engine_.reset_prefix_cache();  // done by the engine thread before its next step
+  return HttpReply::text(200, "", "text/plain; charset=utf-8");
+}
+
 HttpReply ApiServer::metrics_text(const HttpRequest&) {
   std::lock_guard<std::mutex> lock(metrics_mu_);
   const EngineStats s = engine_.stats();
@@ -439,6 +452,10 @@ HttpReply ApiServer::metrics_text(const HttpRequest&) {
   counter_to("vllm:prompt_tokens_total", static_cast<double>(s.num_prompt_tokens));
   counter_to("vllm:generation_tokens_total", static_cast<double>(s.num_generation_tokens));
   counter_to("vllm:num_preemptions_total", static_cast<double>(s.num_preemptions));
+  counter_to("vllm:prefix_cache_queries_total", static_cast<double>(s.prefix_cache_queries));
+  counter_to("vllm:prefix_cache_hits_total", static_cast<double>(s.prefix_cache_hits));
+  counter_to("vlm:media_items_encoded_total", static_cast<double>(s.num_media_items_encoded));
+  metrics_.set("vlm:prefix_cache_blocks", static_cast<double>(s.num_cached_kv_blocks), model);
   counter_to("vlm:sink_router_groups_routed_total", static_cast<double>(s.sink_groups_routed));
   counter_to("vlm:sink_router_groups_skipped_total", static_cast<double>(s.sink_groups_skipped));
   counter_to("vlm:sink_router_kv_bytes_skipped_total", static_cast<double>(s.sink_kv_bytes_skipped));

@@ -80,9 +80,10 @@ class ApiServer {
   HttpReply tokenize(const HttpRequest& req) const;
   HttpReply detokenize(const HttpRequest& req) const;
   HttpReply metrics_text(const HttpRequest& req);
+  HttpReply reset_prefix_cache(const HttpRequest& req);  // POST /reset_prefix_cache (vLLM)
 
   // 401 / 503 / 415 / 404 checks shared by the generation endpoints; throws RequestError.
-  void admit(const HttpRequest& req, const std::string& model) const;
+  void admit(const HttpRequest& req, const std::string& model, bool json_body = true) const;
   const Tokenizer& need_tokenizer(const std::string& what) const;
   // One prompt for the engine: token ids (image placeholders expanded), their modality tags
   // (empty: all text) and the images.

@@ -3,7 +3,7 @@
 //              [--api-key KEY] [--config FILE.json] [--max-num-seqs N] [--max-num-batched-tokens N]
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
 //              [--kv-cache-dtype f32|bf16|f16] [--sink-router off|on] [--sink-router-config FILE]
-//              [--max-waiting N] [--threads N] [--log-level L]
+//              [--max-waiting N] [--threads N] [--log-level L] [--[no-]enable-prefix-caching]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
 //              [--max-videos-per-request N] [--max-video-frames N] [--max-video-bytes N]
@@ -78,6 +78,8 @@ const std::map<std::string, std::string> kFlags = {
     {"sink-router", "off (default) or on: SinkRouter decode routing (per request: \"sink_router\")"},
     {"sink-router-config", "SinkRouter thresholds, e.g. configs/<model>/sink_router.json from vlm-calibrate-sink"},
     {"max-waiting", "waiting queue bound (default 1024)"},
+    {"enable-prefix-caching", "reuse the KV of cached prompt prefixes (default on, as vLLM's V1 engine; "
+                              "--no-enable-prefix-caching turns it off; per request: \"cache_salt\")"},
     {"threads", "compute threads (default: all cores)"}, {"log-level", "trace..off (default info)"},
     {"gemm-activations", "f32 (default, exact) or bf16: bf16 weights multiply bf16-rounded activations "
                          "where the CPU has AVX512-BF16, from 16 rows on (~3x faster prefill, approximate)"},
@@ -127,9 +129,28 @@ const vlm::cli::FlagParser& cli() {
 
 [[noreturn]] void usage(const std::string& error) { cli().fail(error); }
 
-std::map<std::string, std::string> parse_flags(int argc, char** argv) {
-  // --no-webui may come bare (llama.cpp's spelling): give it the value 1.
+// vLLM's boolean switches: `--NAME` / `--no-NAME` without a value become `--NAME=1` / `--NAME=0`.
+std::vector<std::string> expand_switches(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args)
+    if (a == "--enable-prefix-caching") a += "=1";
+    else if (a == "--no-enable-prefix-caching") a = "--enable-prefix-caching=0";
+  return args;
+}
+
+bool bool_flag(const std::map<std::string, std::string>& f, const std::string& k, bool fallback) {
+  auto it = f.find(k);
+  if (it == f.end()) return fallback;
+  const std::string& v = it->second;
+  if (v == "1" || v == "true" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "off") return false;
+  cli().fail("--" + k + " must be 1/true/on or 0/false/off, got '" + v + "'");
+}
+
+std::map<std::string, std::string> parse_flags(int argc, char** argv) {
+  // --no-webui may come bare (llama.cpp's spelling): give it the value 1; vLLM's switches
+  // --[no-]enable-prefix-caching become --enable-prefix-caching=1/0 (expand_switches).
+  std::vector<std::string> args = expand_switches(argc, argv);
   for (size_t i = 1; i < args.size(); ++i)
     if (args[i] == "--no-webui" && (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0))
       args.insert(args.begin() + static_cast<std::ptrdiff_t>(++i), "1");
@@ -294,6 +315,7 @@ int main(int argc, char** argv) {
     ec.scheduler.max_num_seqs = static_cast<int>(int_flag(flags, "max-num-seqs", 256, 1));
     ec.scheduler.max_num_batched_tokens = static_cast<int>(int_flag(flags, "max-num-batched-tokens", 2048, 1));
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
+    ec.enable_prefix_caching = bool_flag(flags, "enable-prefix-caching", true);
     vlm::cli::apply_backend_flags(flags, cli(), ec);
     if (flags.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(flags.at("kv-cache-dtype"), &ec.kv_dtype))
       usage("--kv-cache-dtype must be f32, bf16 or f16");
