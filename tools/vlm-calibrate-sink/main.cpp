@@ -161,7 +161,7 @@ json reliability_json(const vlm::ProxyReliability& r) {
 
 int main(int argc, char** argv) {
   const auto f = parse_flags(argc, argv);
-  try {
+  return vlm::cli::run_tool([&]() -> int {
     if (f.count("threads")) vlm::set_num_threads(static_cast<int>(parse_int("threads", f.at("threads"), 1)));
     const std::string model_dir = f.at("model");
     if (!fs::is_directory(model_dir)) bad_input("--model " + model_dir + " is not a directory");
@@ -285,11 +285,5 @@ int main(int argc, char** argv) {
     if (!os) bad_input("cannot write --out " + out);
     std::printf("wrote %s\n", out.c_str());
     return 0;
-  } catch (const vlm::LoadError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 3;
-  }
+  });
 }

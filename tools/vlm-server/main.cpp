@@ -261,7 +261,7 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  try {
+  return vlm::cli::run_tool([&]() -> int {
     vlm::set_log_level(flags.count("log-level") ? flags.at("log-level") : "info");
     if (flags.count("threads")) vlm::set_num_threads(static_cast<int>(int_flag(flags, "threads", 1, 1)));
     if (flags.count("gemm-activations")) {
@@ -479,11 +479,5 @@ int main(int argc, char** argv) {
     loop.stop();
     VLM_LOG_INFO("stopped");
     return 0;
-  } catch (const vlm::LoadError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 3;
-  }
+  });
 }
