@@ -10,6 +10,7 @@
 #include "engine/engine_request.h"
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
+#include "kernels/core/thread_pool.h"
 
 namespace vlm {
 
@@ -87,9 +88,13 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, 
       blocks_(cache_->shape().num_blocks, config_.block_size),
       scheduler_(config_.scheduler, blocks_),
       runner_(*decoder_, *cache_, multimodal_.get()),
-      sampler_(decoder_->config().vocab_size, eos_token_ids_),
       kv_compressor_(static_cast<int>(decoder_->config().num_layers), static_cast<int>(decoder_->config().num_kv_heads)) {
   if (config_.look_m.enabled) vlm::validate(config_.look_m.params);
+  for (int i = 0; i < global_thread_pool().num_threads(); ++i)
+    samplers_.emplace_back(decoder_->config().vocab_size, eos_token_ids_);
+  const ComputeDType dtype = resolve_compute_dtype(config_.dtype, decoder_->weight_dtype());
+  VLM_LOG_INFO("engine: --dtype {} ({} weights) -> {}", compute_dtype_name(config_.dtype),
+               dtype_name(decoder_->weight_dtype()), apply_cpu_compute_dtype(dtype));
   runner_.set_sink_router(config_.sink_router, config_.sink_router_config);
   VLM_LOG_INFO("engine: KV cache {} blocks of {} tokens ({} tokens, {:.1f} MiB {}), max_model_len {}, "
                "max_num_seqs {}, max_num_batched_tokens {}",
@@ -160,8 +165,12 @@ bool Engine::run(const SchedulerOutput& out) {
 }
 
 std::vector<Engine::Sampled> Engine::sample(const SchedulerOutput& out) {
-  std::vector<Sampled> sampled;
-  const int64_t V = sampler_.vocab_size();
+  struct Draw {
+    const float* logits;  // [V]
+    Sequence* seq;
+  };
+  std::vector<Draw> draws;
+  const int64_t V = decoder_->config().vocab_size;
   int64_t row = 0;
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.samples) continue;
@@ -170,11 +179,18 @@ std::vector<Engine::Sampled> Engine::sample(const SchedulerOutput& out) {
     Request& r = *request_of_seq_.at(seq->id);
     const bool forks = seq->num_forks_pending > 0;
     if (forks) fork_choices(r, seq);
-    sampled.push_back({seq, seq->id, sampler_.sample(logits, *seq)});
+    draws.push_back({logits, seq});
     if (forks)  // the new choices sample from the parent's row, each with its own RNG
-      for (size_t i = 1; i < r.seqs.size(); ++i)
-        sampled.push_back({r.seqs[i].get(), r.seqs[i]->id, sampler_.sample(logits, *r.seqs[i])});
+      for (size_t i = 1; i < r.seqs.size(); ++i) draws.push_back({logits, r.seqs[i].get()});
   }
+  // Each sequence draws from its own RNG, so the order (and the thread) does not matter.
+  std::vector<Sampled> sampled(draws.size());
+  const auto n = static_cast<int64_t>(draws.size());
+  const int64_t tasks = std::min<int64_t>(n, static_cast<int64_t>(samplers_.size()));
+  global_thread_pool().run_tasks(tasks, [&](int64_t t) {
+    for (int64_t i = t; i < n; i += tasks)
+      sampled[i] = {draws[i].seq, draws[i].seq->id, samplers_[t].sample(draws[i].logits, *draws[i].seq)};
+  });
   return sampled;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "engine/compute_dtype.h"
 #include "engine/scheduling/scheduler.h"
 #include "kernels/core/dtype.h"
 #include "kernels/kv_compression/look_m_params.h"
@@ -12,6 +13,11 @@
 namespace vlm {
 
 struct EngineConfig {
+  // Activation dtype of the model's matrix products (--dtype). Auto: the checkpoint's dtype
+  // (bf16 activations for a bf16 checkpoint where the CPU has AVX512-BF16); Float32: the exact
+  // path. The engine applies it when it is built (process-wide on the CPU: the last engine built
+  // decides; engine/compute_dtype.h).
+  ComputeDType dtype = ComputeDType::Auto;
   // KV cache: num_kv_blocks when > 0, else as many blocks as fit in kv_cache_memory_gib.
   int block_size = 16;               // B, tokens per block
   int64_t num_kv_blocks = 0;

@@ -43,6 +43,8 @@ class LlmDecoder {
 
   const ModelConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
+  // The dtype of the layers' matrix weights (the checkpoint's dtype; what --dtype auto runs).
+  DType weight_dtype() const { return layers_.empty() ? embed_.dtype : layers_.front().q.dtype; }
 
   // Runs every layer over the batch: writes each token's K/V to its slot of kv_layers[l], and
   // returns the logits of the rows batch.logits_indices as logits[L, V] (resized).

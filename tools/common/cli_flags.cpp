@@ -17,6 +17,31 @@ std::string format_number(double v) {
 }
 }  // namespace
 
+const char kDtypeHelp[] =
+    "activation dtype of the matrix products: auto (default: the checkpoint's dtype, so a bf16 checkpoint runs "
+    "bf16 activations where the CPU has AVX512-BF16), bfloat16, float16, or float32 (the exact path)";
+const char kGemmActivationsHelp[] = "older alias of --dtype: f32 = float32, bf16 = bfloat16";
+
+std::optional<ComputeDType> compute_dtype_from_flags(const std::string& dtype_text, const std::string& gemm_text,
+                                                     std::string* error) {
+  if (!dtype_text.empty() && !gemm_text.empty()) {
+    *error = "give --dtype or its alias --gemm-activations, not both";
+    return std::nullopt;
+  }
+  if (!gemm_text.empty()) {
+    if (gemm_text == "f32") return ComputeDType::Float32;
+    if (gemm_text == "bf16") return ComputeDType::BFloat16;
+    *error = "--gemm-activations must be f32 or bf16 (an alias of --dtype float32|bfloat16), got '" + gemm_text + "'";
+    return std::nullopt;
+  }
+  ComputeDType d = ComputeDType::Auto;
+  if (!dtype_text.empty() && !parse_compute_dtype(dtype_text, &d)) {
+    *error = "--dtype must be auto, bfloat16, float16 or float32, got '" + dtype_text + "'";
+    return std::nullopt;
+  }
+  return d;
+}
+
 FlagParser::FlagParser(std::string synopsis, FlagTable table) : synopsis_(std::move(synopsis)), table_(std::move(table)) {}
 
 void FlagParser::fail(const std::string& error) const {

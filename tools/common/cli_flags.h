@@ -5,9 +5,23 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
+#include "engine/compute_dtype.h"
+
 namespace vlm::cli {
+
+// Help lines of --dtype (vlm-server, vlm-generate; vLLM's flag) and of its older alias
+// --gemm-activations (f32 = float32, bf16 = bfloat16).
+extern const char kDtypeHelp[];
+extern const char kGemmActivationsHelp[];
+
+// The --dtype value of `dtype_text` (when non-empty) or of the alias --gemm-activations
+// `gemm_text` (when non-empty; "f32" or "bf16"), Auto when both are empty. nullopt with `error`
+// set for an unknown value or both flags given.
+std::optional<ComputeDType> compute_dtype_from_flags(const std::string& dtype_text, const std::string& gemm_text,
+                                                     std::string* error);
 
 using FlagTable = std::map<std::string, std::string>;  // name without "--" -> help line
 

@@ -3,6 +3,7 @@
 //   vlm-generate --model DIR (--prompt-ids 1,2,3 | --prompt-ids @FILE | --prompt "text" [--chat]) [...] [--parallel N]
 //                [--max-tokens 16] [--top-logprobs 5 | --no-logprobs] [--chunk-size 512]
 //                [--kv-dtype f32|bf16|f16] [--block-size 16] [--threads N] [--ignore-eos]
+//                [--dtype auto|bfloat16|float16|float32]  (--gemm-activations f32|bf16: older alias)
 //                [--temperature 0] [--top-k K] [--top-p P] [--seed S] [--log-level warn]
 // --parallel N runs N sequences at once: sequence i takes the (i mod P)-th of the P prompts given
 // with --prompt-ids, and seed S + i when --seed is given (so equal prompts sample differently
@@ -24,11 +25,11 @@
 
 #include "engine/engine.h"
 #include "kernels/core/check.h"
-#include "kernels/gemm/gemm.h"
 #include "kernels/core/log.h"
 #include "kernels/core/thread_pool.h"
 #include "model/chat/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tools/common/cli_flags.h"
 
 namespace {
 
@@ -44,7 +45,7 @@ struct Options {
   int chunk_size = 512;
   int block_size = 16;
   int threads = 0;
-  bool bf16_activations = false;  // --gemm-activations f32|bf16 (kernels/gemm/gemm.h)
+  vlm::ComputeDType dtype = vlm::ComputeDType::Auto;  // --dtype (engine/compute_dtype.h)
   vlm::DType kv_dtype = vlm::DType::F32;
   bool ignore_eos = false;
   float temperature = 0.0f;
@@ -58,7 +59,7 @@ struct Options {
   std::fprintf(stderr,
                "error: %s\nusage: vlm-generate --model DIR --prompt-ids 1,2,3 | --prompt TEXT [--chat] [more prompts] [--parallel N] "
                "[--max-tokens N] [--top-logprobs K | --no-logprobs] [--chunk-size N] [--kv-dtype f32|bf16|f16] "
-               "[--block-size N] [--threads N] [--gemm-activations f32|bf16] [--ignore-eos] [--temperature T] [--top-k K] [--top-p P] "
+               "[--block-size N] [--threads N] [--dtype auto|bfloat16|float16|float32] [--ignore-eos] [--temperature T] [--top-k K] [--top-p P] "
                "[--seed S] [--log-level LEVEL]\n",
                error.c_str());
   std::exit(2);
@@ -83,6 +84,7 @@ float parse_float(const std::string& flag, const std::string& value) {
 
 Options parse(int argc, char** argv) {
   Options o;
+  std::string dtype_text, gemm_text;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -118,11 +120,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--chunk-size") o.chunk_size = parse_int(a, value(), 1);
     else if (a == "--block-size") o.block_size = parse_int(a, value(), 1);
     else if (a == "--threads") o.threads = parse_int(a, value(), 1);
-    else if (a == "--gemm-activations") {
-      const std::string v = value();
-      if (v != "bf16" && v != "f32") usage("--gemm-activations must be bf16 or f32");
-      o.bf16_activations = v == "bf16";
-    }
+    else if (a == "--dtype") dtype_text = value();
+    else if (a == "--gemm-activations") gemm_text = value();
     else if (a == "--kv-dtype") {
       std::string v = value();
       if (!vlm::parse_float_dtype_name(v, &o.kv_dtype)) usage("--kv-dtype must be f32, bf16 or f16");
@@ -136,6 +135,10 @@ Options parse(int argc, char** argv) {
     else usage("unknown argument '" + a + "'");
   }
   if (o.model.empty()) usage("--model is required");
+  std::string dtype_error;
+  const auto dtype = vlm::cli::compute_dtype_from_flags(dtype_text, gemm_text, &dtype_error);
+  if (!dtype) usage(dtype_error);
+  o.dtype = *dtype;
   if (o.prompts.empty() && o.texts.empty()) usage("--prompt-ids or --prompt is required");
   if (o.chat && o.texts.empty()) usage("--chat applies to --prompt texts");
   return o;
@@ -188,7 +191,6 @@ std::shared_ptr<const vlm::Tokenizer> tokenize_texts(Options& o) {
 int run(Options o) {
   vlm::set_log_level(o.log_level);
   if (o.threads > 0) vlm::set_num_threads(o.threads);
-  vlm::set_bf16_activations(o.bf16_activations);
   const std::shared_ptr<const vlm::Tokenizer> tok = tokenize_texts(o);
   auto decoder = vlm::LlmDecoder::load(o.model);
   const vlm::ModelConfig& c = decoder->config();
@@ -201,6 +203,7 @@ int run(Options o) {
 
   // A KV cache that holds every sequence at full length: no preemption in a benchmark.
   vlm::EngineConfig ec;
+  ec.dtype = o.dtype;
   ec.block_size = o.block_size;
   ec.kv_dtype = o.kv_dtype;
   ec.max_model_len = static_cast<int64_t>(longest) + o.max_tokens;

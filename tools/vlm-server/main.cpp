@@ -3,7 +3,7 @@
 //              [--api-key KEY] [--config FILE.json] [--max-num-seqs N] [--max-num-batched-tokens N]
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
 //              [--kv-cache-dtype f32|bf16|f16] [--sink-router off|on] [--sink-router-config FILE]
-//              [--max-waiting N] [--threads N] [--log-level L]
+//              [--max-waiting N] [--threads N] [--log-level L] [--dtype auto|bfloat16|float16|float32]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
 //              [--max-videos-per-request N] [--max-video-frames N]
@@ -42,7 +42,6 @@
 
 #include "engine/engine_loop.h"
 #include "kernels/core/check.h"
-#include "kernels/gemm/gemm.h"
 #include "kernels/core/log.h"
 #include "kernels/core/thread_pool.h"
 #include "model/families/architecture.h"
@@ -70,8 +69,7 @@ const std::map<std::string, std::string> kFlags = {
     {"sink-router-config", "SinkRouter thresholds, e.g. configs/<model>/sink_router.json from vlm-calibrate-sink"},
     {"max-waiting", "waiting queue bound (default 1024)"},
     {"threads", "compute threads (default: all cores)"}, {"log-level", "trace..off (default info)"},
-    {"gemm-activations", "f32 (default, exact) or bf16: bf16 weights multiply bf16-rounded activations "
-                         "where the CPU has AVX512-BF16, from 16 rows on (~3x faster prefill, approximate)"},
+    {"dtype", vlm::cli::kDtypeHelp}, {"gemm-activations", vlm::cli::kGemmActivationsHelp},
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
     {"drain-timeout", "seconds to finish requests on SIGTERM (default 30)"},
@@ -209,11 +207,11 @@ int main(int argc, char** argv) {
   try {
     vlm::set_log_level(flags.count("log-level") ? flags.at("log-level") : "info");
     if (flags.count("threads")) vlm::set_num_threads(static_cast<int>(int_flag(flags, "threads", 1, 1)));
-    if (flags.count("gemm-activations")) {
-      const std::string& g = flags.at("gemm-activations");
-      if (g != "bf16" && g != "f32") usage("--gemm-activations must be bf16 or f32");
-      vlm::set_bf16_activations(g == "bf16");
-    }
+    std::string dtype_error;
+    const auto dtype = vlm::cli::compute_dtype_from_flags(flags.count("dtype") ? flags.at("dtype") : "",
+                                                          flags.count("gemm-activations") ? flags.at("gemm-activations") : "",
+                                                          &dtype_error);
+    if (!dtype) usage(dtype_error);
     const std::string model_dir = flags.at("model");
 
     vlm::ApiServerOptions api;
@@ -247,6 +245,7 @@ int main(int argc, char** argv) {
     // The HTTP side comes up first so /health answers 503 while the model loads.
     std::unique_ptr<vlm::HttpServer> server;
     vlm::EngineConfig ec;
+    ec.dtype = *dtype;
     ec.block_size = static_cast<int>(int_flag(flags, "block-size", 16, 1));
     ec.num_kv_blocks = int_flag(flags, "num-kv-blocks", 0, 1);
     ec.kv_cache_memory_gib = float_flag(flags, "kv-cache-memory-gib", 1.0);
