@@ -6,7 +6,9 @@ Written from the public GGUF specification (ggml's docs/gguf.md): little-endian 
 version 3, tensor count, metadata count; metadata key/value pairs; tensor infos (name, dims with
 the fastest-varying first, ggml type, offset into the data section); the data section aligned to
 32 bytes. Tensor bytes are copied unchanged (BF16 -> ggml type 30, F16 -> 1, F32 -> 0), so the
-GGUF holds exactly the checkpoint's weights. Tensor and key names follow llama.cpp's "qwen2"
+GGUF holds exactly the checkpoint's weights, except that 1-D tensors (norm weights, biases) are
+widened to F32 as llama.cpp's own converter stores them (its CPU ops add an f32 activation to an
+f32 bias or scale, not to a bf16 one). Tensor and key names follow llama.cpp's "qwen2"
 architecture. No vocabulary is written (tokenizer.ggml.model = "none" with qwen2.vocab_size):
 llama-bench and llama-batched-bench draw random token ids and never tokenize text.
 
@@ -96,8 +98,9 @@ def main():
         if info["dtype"] not in GGML_TYPES:
             sys.exit(f"hf_to_gguf.py: {name} has dtype {info['dtype']}")
         begin, end = info["data_offsets"]
-        tensors.append((gname, list(reversed(info["shape"])), GGML_TYPES[info["dtype"]],
-                        base + begin, end - begin))
+        widen = len(info["shape"]) == 1 and info["dtype"] != "F32"
+        tensors.append((gname, list(reversed(info["shape"])), GGML_TYPES["F32" if widen else info["dtype"]],
+                        base + begin, end - begin, info["dtype"] if widen else None))
     tensors.sort(key=lambda t: t[0])
 
     arch = "qwen2"
@@ -119,7 +122,8 @@ def main():
     infos = b""
     offset = 0
     data_offsets = []
-    for gname, dims, gtype, _, nbytes in tensors:
+    for gname, dims, gtype, _, nbytes, widen in tensors:
+        nbytes = nbytes * 2 if widen else nbytes
         infos += gguf_str(gname) + struct.pack("<I", len(dims))
         infos += b"".join(struct.pack("<Q", d) for d in dims)
         infos += struct.pack("<IQ", gtype, offset)
@@ -131,9 +135,17 @@ def main():
     tmp = out_path + ".tmp"
     with open(st_path, "rb") as src, open(tmp, "wb") as out:
         out.write(head)
-        for (gname, _, _, src_off, nbytes), doff in zip(tensors, data_offsets):
+        for (gname, _, _, src_off, nbytes, widen), doff in zip(tensors, data_offsets):
             out.write(b"\0" * (len(head) + doff - out.tell()))
             src.seek(src_off)
+            if widen:  # a small 1-D tensor: 16-bit -> f32
+                raw = src.read(nbytes)
+                vals = struct.unpack(f"<{nbytes // 2}e", raw) if widen == "F16" else None
+                if widen == "BF16":
+                    out.write(b"".join(b"\0\0" + raw[i:i + 2] for i in range(0, nbytes, 2)))
+                else:
+                    out.write(struct.pack(f"<{len(vals)}f", *vals))
+                continue
             left = nbytes
             while left:
                 chunk = src.read(min(left, 1 << 24))

@@ -66,36 +66,55 @@ lb() { "$llama/bin/llama-bench" -m "$gguf" -t "$threads" -o json "$@" 2>>"$out/l
 lb -p 512,4096 -n 0 -r 2 >"$out/lb_pp.json"
 lb -p 0 -n 128 -r 3 >"$out/lb_tg.json"
 lb -p 0 -n 32 -d 4096 -r 1 >"$out/lb_tg4k.json"
-[ "$long" = 1 ] && lb -p 0 -n 32 -d 32736 -r 1 >"$out/lb_tg32k.json"
 "$llama/bin/llama-batched-bench" -m "$gguf" -t "$threads" -c 4096 -npp 32 -ntg 64 -npl 16 \
   --output-format jsonl >"$out/lbb.jsonl" 2>"$out/lbb.err"
 echo "- load average after llama.cpp: $(load)"
 
 # ---- ours: the server with its defaults, driven by vlm-bench ----
-build/bin/vlm-server --model "$model" --served-model-name peer --port "$port" --threads "$threads" \
-  --max-model-len 32768 --kv-cache-memory-gib 1.5 --log-level warn 2>"$out/server.log" &
-server_pid=$!
-trap 'kill "$server_pid" 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  sleep 1
-done
+server_pid=
+start_server() {
+  build/bin/vlm-server --model "$model" --served-model-name peer --port "$port" --threads "$threads" \
+    --max-model-len 32768 --kv-cache-memory-gib 1.5 --log-level warn 2>>"$out/server.log" &
+  server_pid=$!
+  for _ in $(seq 1 300); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  echo "vlm-server did not come up (see $out/server.log)" >&2
+  return 1
+}
+stop_server() { kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; }
+trap stop_server EXIT
 vb() {  # NAME ARGS... -> $out/NAME.json
   local name=$1; shift
   build/bin/vlm-bench --base-url "http://127.0.0.1:$port" --endpoint completions --prompt-ids --seed 1 \
     --no-progress --result-json "$out/$name.json" "$@" >"$out/$name.txt" 2>&1
 }
+start_server
 vb warmup --input-len 64 --output-len 4 --num-prompts 1
 vb pp512 --input-len 512 --output-len 1 --num-prompts 3 --max-concurrency 1
 vb pp4096 --input-len 4096 --output-len 1 --num-prompts 2 --max-concurrency 1
 vb tg --input-len 16 --output-len 128 --num-prompts 3 --max-concurrency 1
 vb tg4k --input-len 4096 --output-len 32 --num-prompts 1
-[ "$long" = 1 ] && vb tg32k --input-len 32736 --output-len 32 --num-prompts 1 --timeout 1200 --request-timeout 1200
 vb par16 --input-len 32 --output-len 64 --num-prompts 16 --max-concurrency 16
-kill "$server_pid"; wait "$server_pid" 2>/dev/null || true
+echo "- load average after ours: $(load)"
+
+# ---- 32K context last (minutes of prefill each), the server stopped while llama.cpp runs ----
+if [ "$long" = 1 ]; then
+  stop_server
+  lb -p 0 -n 32 -d 32736 -r 1 >"$out/lb_tg32k.json"
+  start_server
+  vb tg32k --input-len 32736 --output-len 32 --num-prompts 1 --timeout 1800 --request-timeout 1800
+fi
+stop_server
 trap - EXIT
+# The read rate again at the end: the roofline is the better of the two runs' best.
+build/bin/bench_memory_read --threads "$threads" --mib 1024 --reps 10 >"$out/memory_end.txt"
+read_best_end=$(sed -n 's/^read GB\/s: best \([0-9.]*\).*/\1/p' "$out/memory_end.txt")
+read_best=$(python3 -c "print(max($read_best, $read_best_end))")
 echo "- load average at the end: $(load)"
-echo "- memory read rate ($threads threads, 1 GiB, 10 reps): median $read_median GB/s, best $read_best GB/s (the roofline below uses the best);" \
+echo "- memory read rate ($threads threads, 1 GiB, 10 reps): at the start median $read_median GB/s;" \
+     "best of start and end $read_best GB/s (start $(sed -n 's/^read GB\/s: best \([0-9.]*\).*/\1/p' "$out/memory.txt"), end $read_best_end; the roofline below);" \
      "the model's weights: $weights_gb GB"
 echo
 

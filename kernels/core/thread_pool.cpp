@@ -19,6 +19,7 @@ extern "C" void openblas_set_num_threads(int num_threads);
 namespace vlm {
 
 namespace {
+constexpr int kPauseSpins = 512;  // polls with a pause instruction before polls with a yield
 uint32_t generation_of(uint64_t state) { return static_cast<uint32_t>(state >> 32); }
 int64_t task_of(uint64_t state) { return static_cast<int64_t>(state & 0xffffffffu); }
 }  // namespace
@@ -71,9 +72,15 @@ void ThreadPool::worker_loop(int /*index*/) {
     // Poll for a new job for up to kSpinMicros, then sleep until one is published.
     const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_micros_);
     uint32_t gen = generation_of(state_.load());
+    // Pause-spin briefly, then yield between polls: on a machine with more runnable threads
+    // than cores a pure spin would hold the core the caller needs.
     for (int i = 0; gen == seen && !stop_.load(std::memory_order_relaxed); ++i) {
-      VLM_CPU_RELAX();
-      if ((i & 63) == 63 && std::chrono::steady_clock::now() > spin_until) break;
+      if (i < kPauseSpins) {
+        VLM_CPU_RELAX();
+      } else {
+        std::this_thread::yield();
+        if (std::chrono::steady_clock::now() > spin_until) break;
+      }
       gen = generation_of(state_.load());
     }
     if (gen == seen && !stop_.load()) {
@@ -111,7 +118,7 @@ void ThreadPool::run_tasks(int64_t num_tasks, const std::function<void(int64_t)>
   work_on(gen);
   // The last tasks may still run on workers.
   for (int i = 0; tasks_done_.load() < num_tasks; ++i) {
-    if (i < 4096) VLM_CPU_RELAX();
+    if (i < kPauseSpins) VLM_CPU_RELAX();
     else std::this_thread::yield();
   }
   std::exception_ptr err;

@@ -4,9 +4,10 @@
 // calling thread.
 //
 // Hand-off: a decode step issues a few hundred short jobs (one per matrix product), so a job
-// is published through one atomic word (generation << 32 | next task) that idle workers spin
-// on for up to kSpinMicros before they sleep on a condition variable; the caller spins for
-// the last tasks to finish. Workers claim tasks with a compare-and-swap on that word, so a
+// is published through one atomic word (generation << 32 | next task) that idle workers poll
+// for up to kSpinMicros (a few hundred polls with a pause instruction, then polls that yield
+// the core) before they sleep on a condition variable; the caller polls the same way for the
+// last tasks to finish. Workers claim tasks with a compare-and-swap on that word, so a
 // worker that wakes late can never claim a task of a later job.
 #pragma once
 

@@ -4,7 +4,9 @@
 // itself is checked against linear_ref in test_gemm.cpp.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/core/cpu_features.h"
@@ -28,6 +30,13 @@ Weight random_weight(int64_t N, int64_t K, DType dt, uint32_t seed) {
   convert_from_f32(w.data(), dt, r.W.data(), N * K);
   for (float& v : r.bias) v = u(rng);
   return r;
+}
+
+// Weights of shapes {N, K} (Tensor is move-only, so no initializer list of Weight).
+std::vector<Weight> weights(std::initializer_list<std::pair<int64_t, int64_t>> shapes, DType dt, uint32_t seed) {
+  std::vector<Weight> ws;
+  for (const auto& [N, K] : shapes) ws.push_back(random_weight(N, K, dt, seed++));
+  return ws;
 }
 
 // Runs linear_multi over `ws` (every other one with a bias) and compares each output with
@@ -62,9 +71,8 @@ TEST(GemmMulti, QkvAndGateUpShapesEqualSeparateProducts) {
     for (DType dt : {DType::BF16, DType::F32, DType::F16}) {
       const int64_t K = 72;
       // q/k/v-like (N 96, 24, 24) and gate/up-like (N 200, 200), odd sizes to hit the tails.
-      const std::vector<Weight> qkv = {random_weight(96, K, dt, 1), random_weight(24, K, dt, 2),
-                                       random_weight(24, K, dt, 3)};
-      const std::vector<Weight> gate_up = {random_weight(200, K, dt, 4), random_weight(200, K, dt, 5)};
+      const std::vector<Weight> qkv = weights({{96, K}, {24, K}, {24, K}}, dt, 1);
+      const std::vector<Weight> gate_up = weights({{200, K}, {200, K}}, dt, 4);
       for (int64_t M : {1, 3, 8, 16, 33, 200}) {
         check_multi_equals_single(M, qkv, K);
         check_multi_equals_single(M, gate_up, K);
@@ -76,14 +84,15 @@ TEST(GemmMulti, QkvAndGateUpShapesEqualSeparateProducts) {
 
 TEST(GemmMulti, MixedDtypesFallBackToOneProductEach) {
   const int64_t K = 40;
-  const std::vector<Weight> ws = {random_weight(32, K, DType::BF16, 6), random_weight(16, K, DType::F32, 7)};
+  std::vector<Weight> ws = weights({{32, K}}, DType::BF16, 6);
+  ws.push_back(random_weight(16, K, DType::F32, 7));
   for (int64_t M : {1, 20}) check_multi_equals_single(M, ws, K);
 }
 
 TEST(GemmMulti, PortableSmallMPathToo) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "the default path is already portable";
   set_avx512_enabled(false);
-  const std::vector<Weight> ws = {random_weight(40, 50, DType::BF16, 8), random_weight(8, 50, DType::BF16, 9)};
+  const std::vector<Weight> ws = weights({{40, 50}, {8, 50}}, DType::BF16, 8);
   for (int64_t M : {1, 2}) check_multi_equals_single(M, ws, 50);
   set_avx512_enabled(true);
 }
