@@ -52,7 +52,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "# bench/peer_llamacpp.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD), threads $threads"
 echo
 echo "- CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; flags: $(grep -o -w -E 'avx512f|avx512_bf16|avx512_vnni|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-echo "- llama.cpp: $("$llama/bin/llama-bench" --version 2>&1 | head -1 || true)"
+echo "- llama.cpp: commit ${LLAMA_COMMIT:-$(git -C "$llama/.." rev-parse --short HEAD 2>/dev/null || echo "unknown (not a git checkout; set LLAMA_COMMIT)")}, $llama"
 echo "- load average at start: $(load)"
 
 # ---- memory read rate (the roofline) ----
