@@ -2,8 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
-#include "engine/compute_dtype.h"
 #include "engine/scheduling/scheduler.h"
 #include "kernels/core/dtype.h"
 #include "kernels/kv_compression/look_m_params.h"
@@ -12,12 +12,20 @@
 
 namespace vlm {
 
+// Where the model runs (vLLM's --device): Auto is cuda when the build has the CUDA backend and a
+// GPU is visible, else cpu.
+enum class Device { Auto, Cpu, Cuda };
+
 struct EngineConfig {
-  // Activation dtype of the model's matrix products (--dtype). Auto: the checkpoint's dtype
-  // (bf16 activations for a bf16 checkpoint where the CPU has AVX512-BF16); Float32: the exact
-  // path. The engine applies it when it is built (process-wide on the CPU: the last engine built
-  // decides; engine/compute_dtype.h).
-  ComputeDType dtype = ComputeDType::Auto;
+  Device device = Device::Auto;
+  // Model dtype (vLLM's --dtype): weights and activations; unset = auto (the checkpoint's). On
+  // the GPU it is also the KV cache's dtype (F32 is the exact path: f32 GEMMs without TF32).
+  // On the CPU (engine/compute_dtype.h) BF16 runs bf16-rounded activations where the CPU has
+  // AVX512-BF16 and F32 is the exact path; applied process-wide when the engine is built.
+  std::optional<DType> dtype;
+  // GPU: the fraction of the GPU's memory this engine may use; the KV cache takes what the
+  // weights and activations leave (num_kv_blocks > 0 overrides it). The CPU ignores it.
+  double gpu_memory_utilization = 0.9;
   // KV cache: num_kv_blocks when > 0, else as many blocks as fit in kv_cache_memory_gib.
   int block_size = 16;               // B, tokens per block
   int64_t num_kv_blocks = 0;

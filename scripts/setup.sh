@@ -12,12 +12,15 @@ packages=(
   libpcre2-dev libutf8proc-dev             # tokenizer: Unicode regexes, NFC
   libjpeg62-turbo-dev libpng-dev           # image decoding (JPEG, PNG)
   libwebp-dev libgif-dev                   # image decoding (WebP, GIF first frame)
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # video files (MP4/WebM/MKV/GIF)
+  ffmpeg                                   # tests: makes the bad-file table's clips
   openssl curl                             # test data integrity; curl for health checks and examples
   prometheus                               # promtool checks the /metrics exposition in tests
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev llvm-14     # scripts/sanitize.sh: ASan/UBSan/TSan, libFuzzer, symbolizer
   python3
   nginx python3-yaml                       # replica test (tests/scaleout): load balancer, manifest check
+  chromium                                 # web playground test (tests/webui): headless browser
 )
 # The test data comes from the npm registry: use the machine's npm, or Debian's.
 command -v npm >/dev/null 2>&1 || packages+=(npm)

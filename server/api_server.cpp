@@ -31,17 +31,6 @@ std::string random_hex(uint64_t salt) {
   return fmt::format("{:016x}", rng());
 }
 
-json parse_object(const std::string& body) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception&) {
-    bad("", "request body is not valid JSON");
-  }
-  if (!j.is_object()) bad("", "request body must be a JSON object");
-  return j;
-}
-
 class TokenizerTextDecoder : public TextDecoder {
  public:
   TokenizerTextDecoder(const Tokenizer& tok, bool skip, std::span<const int32_t> prompt) : d_(tok, skip, prompt) {}
@@ -143,10 +132,33 @@ struct MediaPart {
   bool video_file = false;        // video given as one URL (a video file)
   double fps = 2.0;               // video: frames per second of the given frames
   std::string param;              // e.g. messages[0].content[1].video_url
+  VideoSamplingParams sampling;   // video file: the request's fps / num_frames / min, max frames
 };
 
+// The sampling keys of a video file's part ({"url", "fps", "num_frames", "min_frames",
+// "max_frames"} in video_url, or on the part) over the model's defaults.
+VideoSamplingParams file_sampling(const nlohmann::ordered_json& part, const nlohmann::ordered_json& v,
+                                  VideoSamplingParams p) {
+  for (const auto* holder : {&part, &v}) {
+    if (!holder->is_object()) continue;
+    const auto& h = *holder;
+    if (h.contains("fps")) {
+      p.fps = h["fps"].get<double>();
+      p.num_frames.reset();
+    }
+    if (h.contains("num_frames")) {
+      p.num_frames = h["num_frames"].get<int64_t>();
+      p.fps.reset();
+    }
+    if (h.contains("min_frames")) p.min_frames = h["min_frames"].get<int64_t>();
+    if (h.contains("max_frames")) p.max_frames = h["max_frames"].get<int64_t>();
+  }
+  return p;
+}
+
 // video_url / video part -> its frame URLs and fps (parse_api_request validated the shapes).
-MediaPart video_part(const nlohmann::ordered_json& part, const std::string& type, const std::string& param) {
+MediaPart video_part(const nlohmann::ordered_json& part, const std::string& type, const std::string& param,
+                     const VideoSamplingParams& defaults) {
   MediaPart m;
   m.modality = Modality::Video;
   m.param = param;
@@ -160,6 +172,7 @@ MediaPart video_part(const nlohmann::ordered_json& part, const std::string& type
   }
   if (v.is_object() && v.contains("fps")) m.fps = v["fps"].get<double>();
   else if (part.contains("fps")) m.fps = part["fps"].get<double>();
+  if (m.video_file) m.sampling = file_sampling(part, v, defaults);
   return m;
 }
 
@@ -191,7 +204,7 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
       } else if (type == "video_url" || type == "video") {
         if (!options_.qwen2vl || !options_.qwen2vl->accepts_video)
           bad("messages", "this model does not accept video input (" + type + ")");
-        parts.push_back(video_part(part, type, param));
+        parts.push_back(video_part(part, type, param, options_.qwen2vl->sampling));
         part = nlohmann::ordered_json{{"type", "video"}};
       } else {
         bad("messages", "this model does not accept " + type + " input");
@@ -205,14 +218,9 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   if (num_videos > options_.max_videos_per_request)
     bad("messages", fmt::format("the request has {} videos; at most {} are allowed per request", num_videos,
                                 options_.max_videos_per_request));
-  for (const MediaPart& p : parts)
-    if (p.video_file)
-      bad(p.param, p.param + ": a single URL is a video file, and this server decodes no video files; send the "
-                             "frames as a list of image URLs (\"url\": [frame0, frame1, ...])");
   nlohmann::ordered_json context = r.chat_template_kwargs;
   context["add_generation_prompt"] = r.add_generation_prompt;
-  context["bos_token"] = tok.bos_token();
-  context["eos_token"] = tok.eos_token();
+  ChatTemplate::add_tokenizer_defaults(context, tok, r.add_generation_prompt);
   std::string prompt = chat_template_->render(messages, context);
   if (r.continue_final_message) {
     // Cut the rendering after the final message's text (as vLLM does).
@@ -228,8 +236,9 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
     // Token counts depend on each item's size: the media are always loaded.
     std::vector<MediaTokens> items;
     for (const MediaPart& p : parts) {
-      in.images.push_back(p.modality == Modality::Video ? qwen2vl_loader_->load_video(p.urls, p.fps, p.param)
-                                                        : qwen2vl_loader_->load_image(p.urls[0], p.param));
+      if (p.modality == Modality::Image) in.images.push_back(qwen2vl_loader_->load_image(p.urls[0], p.param));
+      else if (p.video_file) in.images.push_back(qwen2vl_loader_->load_video_file(p.urls[0], p.sampling, p.param));
+      else in.images.push_back(qwen2vl_loader_->load_video(p.urls, p.fps, p.param));
       items.push_back(qwen2vl_loader_->tokens(in.images.back()));
     }
     MultimodalPrompt mp = expand_media_tokens(in.ids, options_.qwen2vl->image_token_id,
@@ -317,7 +326,7 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> promp
   };
   if (r.stream) {
     HttpReply reply;
-    reply.content_type = "text/event-stream";
+    reply.content_type = "text/event-stream; charset=utf-8";  // as OpenAI sends it
     reply.stream = CompletionStream::create(std::move(meta), std::move(handles), std::move(hook));
     reply.heartbeat = ": ping\n\n";
     return reply;
@@ -359,7 +368,7 @@ HttpReply ApiServer::health(const HttpRequest&) const {
 }
 
 HttpReply ApiServer::tokenize(const HttpRequest& req) const {
-  json j = parse_object(req.body);
+  json j = parse_json_object(req.body);
   const Tokenizer& tok = need_tokenizer("/tokenize");
   std::vector<int32_t> ids;
   if (j.contains("messages")) {
@@ -378,7 +387,7 @@ HttpReply ApiServer::tokenize(const HttpRequest& req) const {
 }
 
 HttpReply ApiServer::detokenize(const HttpRequest& req) const {
-  json j = parse_object(req.body);
+  json j = parse_json_object(req.body);
   const Tokenizer& tok = need_tokenizer("/detokenize");
   if (!j.contains("tokens") || !j["tokens"].is_array()) bad("tokens", "'tokens' must be a list of token ids");
   std::vector<int32_t> ids;

@@ -202,12 +202,25 @@ void parse_messages(const json& j, ApiRequest& r) {
           bad(pw + "." + type, pw + "." + type + (type == "video" ? " must be a URL string or a non-empty list of frame URLs"
                                                                    : " must be a URL string, a non-empty list of frame "
                                                                      "URLs, or {\"url\": ..., \"fps\": ...}"));
+        bool has_fps = false, has_num_frames = false;
         for (const json* holder : {&part, &u}) {
-          if (!holder->is_object() || !holder->contains("fps")) continue;
-          const json& f = (*holder)["fps"];
-          if (!f.is_number() || !(f.get<double>() > 0) || f.get<double>() > 1000)
-            bad(pw + ".fps", pw + ": fps must be a number in (0, 1000]");
+          if (!holder->is_object()) continue;
+          if (holder->contains("fps")) {
+            const json& f = (*holder)["fps"];
+            if (!f.is_number() || !(f.get<double>() > 0) || f.get<double>() > 1000)
+              bad(pw + ".fps", pw + ": fps must be a number in (0, 1000]");
+            has_fps = true;
+          }
+          // Video files: vLLM's num_frames, Qwen's min_frames / max_frames.
+          for (const char* key : {"num_frames", "min_frames", "max_frames"}) {
+            if (!holder->contains(key)) continue;
+            const json& n = (*holder)[key];
+            if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > 100000)
+              bad(pw + "." + key, pw + ": " + key + " must be an integer in [1, 100000]");
+            has_num_frames = has_num_frames || std::string(key) == "num_frames";
+          }
         }
+        if (has_fps && has_num_frames) bad(pw + ".num_frames", pw + ": give fps or num_frames, not both");
       } else {
         bad(pw + ".type", "unsupported content part type '" + type + "' in " + pw);
       }
@@ -264,7 +277,7 @@ SamplingDefaults SamplingDefaults::load(const std::string& model_dir) {
   return d;
 }
 
-ApiRequest parse_api_request(ApiKind kind, std::string_view body, const SamplingDefaults& defaults) {
+json parse_json_object(std::string_view body) {
   json j;
   try {
     j = json::parse(body);
@@ -272,6 +285,11 @@ ApiRequest parse_api_request(ApiKind kind, std::string_view body, const Sampling
     bad("", "request body is not valid JSON");
   }
   if (!j.is_object()) bad("", "request body must be a JSON object");
+  return j;
+}
+
+ApiRequest parse_api_request(ApiKind kind, std::string_view body, const SamplingDefaults& defaults) {
+  const json j = parse_json_object(body);
   ApiRequest r;
   r.kind = kind;
   r.model = get_string(j, "model").value_or("");

@@ -1,4 +1,4 @@
-// --dtype (engine/compute_dtype.h): parsing, Auto's resolution to the checkpoint's dtype, what an
+// --dtype on the CPU (engine/compute_dtype.h): auto's resolution to the checkpoint's dtype, what an
 // Engine switches on for it, and the default path's logit error against the exact path (float32)
 // on the bf16-weight fixtures, measured and recorded as a test property.
 #include <gtest/gtest.h>
@@ -15,21 +15,12 @@
 namespace vlm::testing {
 namespace {
 
-TEST(ComputeDType, ParsesNamesAndResolvesAutoToTheCheckpointDtype) {
-  ComputeDType d = ComputeDType::Float32;
-  for (const char* s : {"auto", "bfloat16", "bf16", "float16", "half", "float32", "float", "f32"}) {
-    ASSERT_TRUE(parse_compute_dtype(s, &d)) << s;
-    ComputeDType again = ComputeDType::Auto;
-    ASSERT_TRUE(parse_compute_dtype(compute_dtype_name(d), &again));
-    EXPECT_EQ(again, d) << s;
-  }
-  EXPECT_FALSE(parse_compute_dtype("int8", &d));
-  EXPECT_FALSE(parse_compute_dtype("", &d));
-  EXPECT_EQ(resolve_compute_dtype(ComputeDType::Auto, DType::BF16), ComputeDType::BFloat16);
-  EXPECT_EQ(resolve_compute_dtype(ComputeDType::Auto, DType::F16), ComputeDType::Float16);
-  EXPECT_EQ(resolve_compute_dtype(ComputeDType::Auto, DType::F32), ComputeDType::Float32);
-  EXPECT_EQ(resolve_compute_dtype(ComputeDType::Float32, DType::BF16), ComputeDType::Float32);
-  EXPECT_EQ(EngineConfig{}.dtype, ComputeDType::Auto);
+TEST(ComputeDType, AutoResolvesToTheCheckpointDtype) {
+  EXPECT_EQ(resolve_dtype(std::nullopt, DType::BF16), DType::BF16);
+  EXPECT_EQ(resolve_dtype(std::nullopt, DType::F16), DType::F16);
+  EXPECT_EQ(resolve_dtype(std::nullopt, DType::F32), DType::F32);
+  EXPECT_EQ(resolve_dtype(DType::F32, DType::BF16), DType::F32);
+  EXPECT_FALSE(EngineConfig{}.dtype.has_value());  // the default is auto
 }
 
 // Restores the exact path whatever a test switched on.
@@ -40,13 +31,14 @@ struct ExactPathAfter {
 TEST(ComputeDType, EngineAppliesItsDtype) {
   ExactPathAfter restore;
   EngineConfig c = test_config();
-  c.dtype = ComputeDType::Auto;  // bf16 checkpoint: bf16 activations where the CPU can
+  c.device = Device::Cpu;
+  c.dtype.reset();  // auto, bf16 checkpoint: bf16 activations where the CPU can
   auto e = make_engine("qwen2_tiny", c);
   EXPECT_EQ(bf16_activations(), gemm_detail::bf16_dot_supported());
-  c.dtype = ComputeDType::Float32;
+  c.dtype = DType::F32;
   e = make_engine("qwen2_tiny", c);
   EXPECT_FALSE(bf16_activations());
-  c.dtype = ComputeDType::Auto;  // f32 checkpoint: f32 activations
+  c.dtype.reset();  // auto, f32 checkpoint: f32 activations
   e = make_engine("llama_linear_f32", c);
   EXPECT_FALSE(bf16_activations());
 }
@@ -63,9 +55,9 @@ TEST_P(DefaultDtypeFixture, PrefillLogitErrorAgainstExactIsMeasured) {
   DecoderRunner runner(GetParam(), 16, 64);
   TestSequence exact{ref.ids(p)}, fast{ref.ids(p)};
   ASSERT_GE(static_cast<int64_t>(exact.tokens.size()), kBf16DotMinM);
-  apply_cpu_compute_dtype(ComputeDType::Float32);
+  apply_cpu_dtype(DType::F32);
   runner.prefill(exact, 64);
-  apply_cpu_compute_dtype(resolve_compute_dtype(ComputeDType::Auto, runner.decoder().weight_dtype()));
+  apply_cpu_dtype(resolve_dtype(std::nullopt, runner.decoder().weight_dtype()));
   DecoderRunner runner2(GetParam(), 16, 64);
   runner2.prefill(fast, 64);
   const int64_t V = runner.decoder().config().vocab_size;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "kernels/core/check.h"
+
 namespace vlm::cli {
 
 namespace {
@@ -16,31 +18,6 @@ std::string format_number(double v) {
   return buf;
 }
 }  // namespace
-
-const char kDtypeHelp[] =
-    "activation dtype of the matrix products: auto (default: the checkpoint's dtype, so a bf16 checkpoint runs "
-    "bf16 activations where the CPU has AVX512-BF16), bfloat16, float16, or float32 (the exact path)";
-const char kGemmActivationsHelp[] = "older alias of --dtype: f32 = float32, bf16 = bfloat16";
-
-std::optional<ComputeDType> compute_dtype_from_flags(const std::string& dtype_text, const std::string& gemm_text,
-                                                     std::string* error) {
-  if (!dtype_text.empty() && !gemm_text.empty()) {
-    *error = "give --dtype or its alias --gemm-activations, not both";
-    return std::nullopt;
-  }
-  if (!gemm_text.empty()) {
-    if (gemm_text == "f32") return ComputeDType::Float32;
-    if (gemm_text == "bf16") return ComputeDType::BFloat16;
-    *error = "--gemm-activations must be f32 or bf16 (an alias of --dtype float32|bfloat16), got '" + gemm_text + "'";
-    return std::nullopt;
-  }
-  ComputeDType d = ComputeDType::Auto;
-  if (!dtype_text.empty() && !parse_compute_dtype(dtype_text, &d)) {
-    *error = "--dtype must be auto, bfloat16, float16 or float32, got '" + dtype_text + "'";
-    return std::nullopt;
-  }
-  return d;
-}
 
 FlagParser::FlagParser(std::string synopsis, FlagTable table) : synopsis_(std::move(synopsis)), table_(std::move(table)) {}
 
@@ -53,8 +30,8 @@ void FlagParser::fail(const std::string& error) const {
   std::exit(2);
 }
 
-std::map<std::string, std::string> FlagParser::parse(int argc, char** argv, bool last_wins) const {
-  std::map<std::string, std::string> flags;
+std::vector<Flag> FlagParser::parse_list(int argc, char** argv, const std::set<std::string>& switches) const {
+  std::vector<Flag> flags;
   for (int i = 1; i < argc; ++i) {
     std::string name = argv[i];
     if (name == "-h" || name == "--help") fail("help requested");
@@ -64,13 +41,22 @@ std::map<std::string, std::string> FlagParser::parse(int argc, char** argv, bool
     if (const auto eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
-    } else {
+      if (switches.count(name)) fail("--" + name + " takes no value");
+    } else if (!switches.count(name)) {
       if (i + 1 >= argc) fail("--" + name + " needs a value");
       value = argv[++i];
     }
     if (!known(name)) fail("unknown flag --" + name);
-    if (!last_wins && flags.count(name)) fail("--" + name + " given twice");
-    flags[name] = value;
+    flags.push_back({std::move(name), std::move(value)});
+  }
+  return flags;
+}
+
+std::map<std::string, std::string> FlagParser::parse(int argc, char** argv, bool last_wins) const {
+  std::map<std::string, std::string> flags;
+  for (Flag& f : parse_list(argc, argv)) {
+    if (!last_wins && flags.count(f.name)) fail("--" + f.name + " given twice");
+    flags[f.name] = std::move(f.value);
   }
   return flags;
 }
@@ -95,6 +81,21 @@ double FlagParser::number(const std::string& flag, const std::string& text, doub
     fail("--" + flag + " needs a number " + range + ", got '" + text + "'");
   }
   return v;
+}
+
+int run_tool(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const LoadError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const RequestError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 3;
+  }
 }
 
 }  // namespace vlm::cli

@@ -4,26 +4,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
-#include <optional>
+#include <set>
 #include <string>
-
-#include "engine/compute_dtype.h"
+#include <vector>
 
 namespace vlm::cli {
 
-// Help lines of --dtype (vlm-server, vlm-generate; vLLM's flag) and of its older alias
-// --gemm-activations (f32 = float32, bf16 = bfloat16).
-extern const char kDtypeHelp[];
-extern const char kGemmActivationsHelp[];
-
-// The --dtype value of `dtype_text` (when non-empty) or of the alias --gemm-activations
-// `gemm_text` (when non-empty; "f32" or "bf16"), Auto when both are empty. nullopt with `error`
-// set for an unknown value or both flags given.
-std::optional<ComputeDType> compute_dtype_from_flags(const std::string& dtype_text, const std::string& gemm_text,
-                                                     std::string* error);
-
 using FlagTable = std::map<std::string, std::string>;  // name without "--" -> help line
+
+struct Flag {
+  std::string name;   // without "--"
+  std::string value;  // "" for a switch
+};
 
 class FlagParser {
  public:
@@ -39,6 +33,11 @@ class FlagParser {
   // a name not in the table, and a name given twice unless last_wins (then the last one counts).
   std::map<std::string, std::string> parse(int argc, char** argv, bool last_wins) const;
 
+  // Every flag in command-line order, repeats kept (for flags a tool may give several times,
+  // such as --prompt). Names in `switches` take no value (`--chat`); the rest as parse().
+  // fail()s as parse() does, except on repeats.
+  std::vector<Flag> parse_list(int argc, char** argv, const std::set<std::string>& switches = {}) const;
+
   // The whole of `text` as a base-10 integer >= min, else fail("--FLAG needs an integer >= MIN, got 'TEXT'").
   int64_t integer(const std::string& flag, const std::string& text, int64_t min) const;
   // The whole of `text` as a finite number in [lo, hi] ((lo, hi] with lo_open), else fail() naming
@@ -49,5 +48,10 @@ class FlagParser {
   std::string synopsis_;
   FlagTable table_;
 };
+
+// Runs a tool's body and maps the three error tiers to its exit status: LoadError 1
+// ("error: ..."), RequestError 2 (input the tool refuses), any other exception 3
+// ("internal error: ..."). Returns the body's status otherwise.
+int run_tool(const std::function<int()>& body);
 
 }  // namespace vlm::cli

@@ -3,8 +3,8 @@
 //   vlm-generate --model DIR (--prompt-ids 1,2,3 | --prompt-ids @FILE | --prompt "text" [--chat]) [...] [--parallel N]
 //                [--max-tokens 16] [--top-logprobs 5 | --no-logprobs] [--chunk-size 512]
 //                [--kv-dtype f32|bf16|f16] [--block-size 16] [--threads N] [--ignore-eos]
-//                [--dtype auto|bfloat16|float16|float32]  (--gemm-activations f32|bf16: older alias)
 //                [--temperature 0] [--top-k K] [--top-p P] [--seed S] [--log-level warn]
+//                [--dtype auto|bfloat16|float16|float32] [--device auto|cpu|cuda]  (tools/common/backend_flags.h)
 // --parallel N runs N sequences at once: sequence i takes the (i mod P)-th of the P prompts given
 // with --prompt-ids, and seed S + i when --seed is given (so equal prompts sample differently
 // unless greedy). All are submitted before the first step.
@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +31,7 @@
 #include "kernels/core/thread_pool.h"
 #include "model/chat/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tools/common/backend_flags.h"
 #include "tools/common/cli_flags.h"
 
 namespace {
@@ -45,7 +48,7 @@ struct Options {
   int chunk_size = 512;
   int block_size = 16;
   int threads = 0;
-  vlm::ComputeDType dtype = vlm::ComputeDType::Auto;  // --dtype (engine/compute_dtype.h)
+  std::map<std::string, std::string> backend;  // --device, --dtype (default auto), ... (backend_flags.h)
   vlm::DType kv_dtype = vlm::DType::F32;
   bool ignore_eos = false;
   float temperature = 0.0f;
@@ -55,90 +58,96 @@ struct Options {
   std::string log_level = "warn";
 };
 
-[[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr,
-               "error: %s\nusage: vlm-generate --model DIR --prompt-ids 1,2,3 | --prompt TEXT [--chat] [more prompts] [--parallel N] "
-               "[--max-tokens N] [--top-logprobs K | --no-logprobs] [--chunk-size N] [--kv-dtype f32|bf16|f16] "
-               "[--block-size N] [--threads N] [--dtype auto|bfloat16|float16|float32] [--ignore-eos] [--temperature T] [--top-k K] [--top-p P] "
-               "[--seed S] [--log-level LEVEL]\n",
-               error.c_str());
-  std::exit(2);
+vlm::cli::FlagTable with_backend_flags(vlm::cli::FlagTable t) {
+  vlm::cli::add_backend_flags(t);
+  return t;
 }
 
-long parse_long(const std::string& flag, const std::string& value, long min) {
-  char* end = nullptr;
-  long v = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || v < min || v > 1'000'000'000)
-    usage(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
-  return v;
-}
+const vlm::cli::FlagParser kCli(
+    "vlm-generate --model DIR --prompt-ids 1,2,3 | --prompt TEXT [--chat] [more prompts] [flags]",
+    with_backend_flags({{"model", "DIR: a Hugging Face checkpoint directory (required)"},
+     {"prompt-ids", "1,2,3 or @FILE: one prompt as token ids (repeatable)"},
+     {"prompt", "TEXT: one prompt as text, tokenized with the model's tokenizer (repeatable)"},
+     {"chat", "(switch) each --prompt is a user message rendered with the chat template"},
+     {"parallel", "N: sequences at once, round-robin over the prompts (default 1)"},
+     {"max-tokens", "N: tokens to generate per sequence (default 16)"},
+     {"top-logprobs", "K: top logprobs per token (default 5)"},
+     {"no-logprobs", "(switch) print no logprobs"},
+     {"chunk-size", "N: prefill chunk (max batched tokens, default 512)"},
+     {"block-size", "N: KV block size (default 16)"},
+     {"threads", "N: compute threads (default: all cores)"},
+     {"kv-dtype", "f32|bf16|f16: KV cache dtype (default f32)"},
+     {"ignore-eos", "(switch) keep generating past EOS"},
+     {"temperature", "T (default 0: greedy)"},
+     {"top-k", "K (default 0: off; -1 also off)"},
+     {"top-p", "P (default 1)"},
+     {"seed", "S: sampling seed (sequence i takes S + i)"},
+     {"log-level", "LEVEL (default warn)"}}));
+
+[[noreturn]] void usage(const std::string& error) { kCli.fail(error); }
+
 int parse_int(const std::string& flag, const std::string& value, int min) {
-  return static_cast<int>(parse_long(flag, value, min));
+  const int64_t v = kCli.integer(flag, value, min);
+  if (v > 1'000'000'000) usage("--" + flag + " needs an integer <= 1000000000, got '" + value + "'");
+  return static_cast<int>(v);
 }
 float parse_float(const std::string& flag, const std::string& value) {
-  char* end = nullptr;
-  const float v = std::strtof(value.c_str(), &end);
-  if (value.empty() || *end != '\0') usage(flag + " needs a number, got '" + value + "'");
-  return v;
+  const double inf = std::numeric_limits<double>::infinity();
+  return static_cast<float>(kCli.number(flag, value, -inf, inf));
+}
+
+// --prompt-ids: "1,2,3", or "@FILE" with the ids in a file (long prompts exceed argv limits).
+std::vector<int32_t> parse_ids(std::string s) {
+  if (!s.empty() && s[0] == '@') {
+    std::ifstream in(s.substr(1));
+    if (!in) usage("--prompt-ids: cannot read " + s.substr(1));
+    s.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    for (char& c : s) if (c == '\n' || c == '\r' || c == ' ' || c == '\t') c = ',';
+    while (!s.empty() && s.back() == ',') s.pop_back();
+  }
+  std::vector<int32_t> prompt;
+  std::string item;
+  for (size_t p = 0; p <= s.size(); ++p) {
+    if (p == s.size() || s[p] == ',') {
+      prompt.push_back(parse_int("prompt-ids", item, 0));
+      item.clear();
+    } else {
+      item += s[p];
+    }
+  }
+  return prompt;
 }
 
 Options parse(int argc, char** argv) {
   Options o;
-  std::string dtype_text, gemm_text;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--model") o.model = value();
-    else if (a == "--prompt-ids") {
-      std::string s = value(), item;
-      if (!s.empty() && s[0] == '@') {  // @FILE: the ids in a file (long prompts exceed argv limits)
-        std::ifstream in(s.substr(1));
-        if (!in) usage("--prompt-ids: cannot read " + s.substr(1));
-        s.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        for (char& c : s) if (c == '\n' || c == '\r' || c == ' ' || c == '\t') c = ',';
-        while (!s.empty() && s.back() == ',') s.pop_back();
-      }
-      std::vector<int32_t> prompt;
-      for (size_t p = 0; p <= s.size(); ++p) {
-        if (p == s.size() || s[p] == ',') {
-          prompt.push_back(parse_int("--prompt-ids", item, 0));
-          item.clear();
-        } else {
-          item += s[p];
-        }
-      }
-      o.prompts.push_back(std::move(prompt));
-    } else if (a == "--prompt") o.texts.push_back(value());
-    else if (a == "--chat") o.chat = true;
-    else if (a == "--parallel") o.parallel = parse_int(a, value(), 1);
-    else if (a == "--max-tokens") o.max_tokens = parse_int(a, value(), 1);
-    else if (a == "--top-logprobs") o.top_logprobs = parse_int(a, value(), 0);
-    else if (a == "--no-logprobs") o.logprobs = false;
-    else if (a == "--chunk-size") o.chunk_size = parse_int(a, value(), 1);
-    else if (a == "--block-size") o.block_size = parse_int(a, value(), 1);
-    else if (a == "--threads") o.threads = parse_int(a, value(), 1);
-    else if (a == "--dtype") dtype_text = value();
-    else if (a == "--gemm-activations") gemm_text = value();
-    else if (a == "--kv-dtype") {
-      std::string v = value();
+  for (const auto& [a, v] : kCli.parse_list(argc, argv, {"chat", "no-logprobs", "ignore-eos"})) {
+    if (a == "model") o.model = v;
+    else if (a == "prompt-ids") o.prompts.push_back(parse_ids(v));
+    else if (a == "prompt") o.texts.push_back(v);
+    else if (a == "chat") o.chat = true;
+    else if (a == "parallel") o.parallel = parse_int(a, v, 1);
+    else if (a == "max-tokens") o.max_tokens = parse_int(a, v, 1);
+    else if (a == "top-logprobs") o.top_logprobs = parse_int(a, v, 0);
+    else if (a == "no-logprobs") o.logprobs = false;
+    else if (a == "chunk-size") o.chunk_size = parse_int(a, v, 1);
+    else if (a == "block-size") o.block_size = parse_int(a, v, 1);
+    else if (a == "threads") o.threads = parse_int(a, v, 1);
+    else if (a == "device" || a == "dtype" || a == "gpu-memory-utilization" || a == "gemm-activations")
+      o.backend[a] = v;
+    else if (a == "kv-dtype") {
       if (!vlm::parse_float_dtype_name(v, &o.kv_dtype)) usage("--kv-dtype must be f32, bf16 or f16");
-    } else if (a == "--ignore-eos") o.ignore_eos = true;
-    else if (a == "--temperature") o.temperature = parse_float(a, value());
-    else if (a == "--top-k") o.top_k = parse_int(a, value(), -1);
-    else if (a == "--top-p") o.top_p = parse_float(a, value());
-    else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_long(a, value(), 0));
-    else if (a == "--log-level") o.log_level = value();
-    else if (a == "--help" || a == "-h") usage("help requested");
-    else usage("unknown argument '" + a + "'");
+    } else if (a == "ignore-eos") o.ignore_eos = true;
+    else if (a == "temperature") o.temperature = parse_float(a, v);
+    else if (a == "top-k") o.top_k = parse_int(a, v, -1);
+    else if (a == "top-p") o.top_p = parse_float(a, v);
+    else if (a == "seed") o.seed = static_cast<uint64_t>(kCli.integer(a, v, 0));
+    else if (a == "log-level") o.log_level = v;
+  }
+  {  // bad backend flag values are usage errors before anything loads
+    vlm::EngineConfig scratch;
+    vlm::cli::apply_backend_flags(o.backend, kCli, scratch);
   }
   if (o.model.empty()) usage("--model is required");
-  std::string dtype_error;
-  const auto dtype = vlm::cli::compute_dtype_from_flags(dtype_text, gemm_text, &dtype_error);
-  if (!dtype) usage(dtype_error);
-  o.dtype = *dtype;
   if (o.prompts.empty() && o.texts.empty()) usage("--prompt-ids or --prompt is required");
   if (o.chat && o.texts.empty()) usage("--chat applies to --prompt texts");
   return o;
@@ -180,9 +189,9 @@ std::shared_ptr<const vlm::Tokenizer> tokenize_texts(Options& o) {
       o.prompts.push_back(tok->encode(text, true));
       continue;
     }
-    nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
-    nlohmann::json context = {{"add_generation_prompt", true}, {"bos_token", tok->bos_token()},
-                              {"eos_token", tok->eos_token()}};
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
+    nlohmann::ordered_json context = nlohmann::ordered_json::object();
+    vlm::ChatTemplate::add_tokenizer_defaults(context, *tok, true);
     o.prompts.push_back(tok->encode(tmpl->render(messages, context), false));
   }
   return tok;
@@ -203,7 +212,7 @@ int run(Options o) {
 
   // A KV cache that holds every sequence at full length: no preemption in a benchmark.
   vlm::EngineConfig ec;
-  ec.dtype = o.dtype;
+  vlm::cli::apply_backend_flags(o.backend, kCli, ec);
   ec.block_size = o.block_size;
   ec.kv_dtype = o.kv_dtype;
   ec.max_model_len = static_cast<int64_t>(longest) + o.max_tokens;
@@ -287,16 +296,5 @@ int run(Options o) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  try {
-    return run(o);
-  } catch (const vlm::LoadError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const vlm::RequestError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 3;
-  }
+  return vlm::cli::run_tool([&] { return run(o); });
 }

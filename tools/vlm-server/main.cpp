@@ -6,13 +6,15 @@
 //              [--max-waiting N] [--threads N] [--log-level L] [--dtype auto|bfloat16|float16|float32]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
-//              [--max-videos-per-request N] [--max-video-frames N]
+//              [--max-videos-per-request N] [--max-video-frames N] [--max-video-bytes N]
+//              [--max-video-seconds S] [--max-video-file-frames N] [--video-decode-timeout-ms MS]
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
 //              [--look-m-scores window|full] [--look-m-text-only 0|1]
 //              [--max-body-bytes N] [--max-header-bytes N] [--read-timeout-ms MS] [--idle-timeout-ms MS]
 //              [--write-timeout-ms MS] [--max-requests-per-connection N] [--media-connect-timeout-ms MS]
 //              [--media-timeout-ms MS] [--max-media-redirects N]   (docs/RELIABILITY.md lists every limit)
 //              [--sparse-prefill METHOD] [--sparse-prefill-config FILE] [--sparse-prefill-min-len N]
+//              [--no-webui]
 // The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
 // Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
 // DIR/preprocessor_config.json), Qwen2VLForConditionalGeneration and
@@ -24,6 +26,7 @@
 // --listen-while-loading off: the port opens only once the model is loaded (connection refused until
 // then), for load balancers that only check passively (nginx max_fails): they then retry elsewhere
 // instead of handing requests to a replica that is still loading. Default on: /health answers 503.
+// GET / serves the web playground (server/webui) unless --no-webui (a bare flag, or 1/0, true/false).
 // SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
 #include <signal.h>
 #include <unistd.h>
@@ -39,6 +42,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/engine_loop.h"
 #include "kernels/core/check.h"
@@ -50,8 +54,10 @@
 #include "model/methods/sink_router_config_file.h"
 #include "model/methods/sparse_patterns_file.h"
 #include "server/api_server.h"
+#include "tools/common/backend_flags.h"
 #include "tools/common/cli_flags.h"
 #include "server/http/http_server.h"
+#include "server/webui/web_ui.h"
 
 namespace {
 
@@ -69,7 +75,6 @@ const std::map<std::string, std::string> kFlags = {
     {"sink-router-config", "SinkRouter thresholds, e.g. configs/<model>/sink_router.json from vlm-calibrate-sink"},
     {"max-waiting", "waiting queue bound (default 1024)"},
     {"threads", "compute threads (default: all cores)"}, {"log-level", "trace..off (default info)"},
-    {"dtype", vlm::cli::kDtypeHelp}, {"gemm-activations", vlm::cli::kGemmActivationsHelp},
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
     {"drain-timeout", "seconds to finish requests on SIGTERM (default 30)"},
@@ -79,6 +84,10 @@ const std::map<std::string, std::string> kFlags = {
     {"max-image-pixels", "width x height of one image (default 64 Mi)"},
     {"max-videos-per-request", "videos in one chat request (default 4; Qwen2-VL family)"},
     {"max-video-frames", "frames of one video (default 32; Qwen2-VL family)"},
+    {"max-video-bytes", "encoded bytes of one video file (default 64 MiB)"},
+    {"max-video-seconds", "duration of one video file (default 600)"},
+    {"max-video-file-frames", "frames in one video file, before sampling (default 7200)"},
+    {"video-decode-timeout-ms", "to probe and decode one video file (default 30000)"},
     {"max-body-bytes", "request body (default 32 MiB; larger: 413)"},
     {"max-header-bytes", "request headers (default 16 KiB; larger: 431)"},
     {"read-timeout-ms", "to read one request (default 30000)"},
@@ -98,17 +107,30 @@ const std::map<std::string, std::string> kFlags = {
                        "(per request: \"vlm_options\": {\"sparse_prefill\": ...})"},
     {"sparse-prefill-config", "per-head pattern file (tools/vlm-search-patterns); implies mminference"},
     {"sparse-prefill-min-len", "prompts shorter than this stay dense (default 4096)"},
+    {"no-webui", "no web playground at / (a bare --no-webui, or 1/0)"},
 };
 
 const vlm::cli::FlagParser& cli() {
-  static const vlm::cli::FlagParser parser("vlm-server --model DIR [flags]", kFlags);
+  static const vlm::cli::FlagParser parser("vlm-server --model DIR [flags]", [] {
+    vlm::cli::FlagTable t = kFlags;
+    vlm::cli::add_backend_flags(t);
+    return t;
+  }());
   return parser;
 }
 
 [[noreturn]] void usage(const std::string& error) { cli().fail(error); }
 
 std::map<std::string, std::string> parse_flags(int argc, char** argv) {
-  std::map<std::string, std::string> flags = cli().parse(argc, argv, /*last_wins=*/true);
+  // --no-webui may come bare (llama.cpp's spelling): give it the value 1.
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i)
+    if (args[i] == "--no-webui" && (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0))
+      args.insert(args.begin() + static_cast<std::ptrdiff_t>(++i), "1");
+  std::vector<char*> arg_ptrs;
+  for (auto& a : args) arg_ptrs.push_back(a.data());
+  std::map<std::string, std::string> flags =
+      cli().parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), /*last_wins=*/true);
   for (const auto& [k, help] : kFlags) {
     std::string env = "VLM_SERVER_";
     for (char c : k) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -143,6 +165,14 @@ int64_t int_flag(const std::map<std::string, std::string>& f, const std::string&
 double float_flag(const std::map<std::string, std::string>& f, const std::string& k, double fallback) {
   auto it = f.find(k);
   return it == f.end() ? fallback : cli().number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
+}
+
+bool bool_flag(const std::map<std::string, std::string>& f, const std::string& k) {
+  auto it = f.find(k);
+  if (it == f.end()) return false;
+  if (it->second == "1" || it->second == "true" || it->second == "on") return true;
+  if (it->second == "0" || it->second == "false" || it->second == "off") return false;
+  usage("--" + k + " takes 1/0 (or true/false, on/off), got '" + it->second + "'");
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -207,11 +237,6 @@ int main(int argc, char** argv) {
   try {
     vlm::set_log_level(flags.count("log-level") ? flags.at("log-level") : "info");
     if (flags.count("threads")) vlm::set_num_threads(static_cast<int>(int_flag(flags, "threads", 1, 1)));
-    std::string dtype_error;
-    const auto dtype = vlm::cli::compute_dtype_from_flags(flags.count("dtype") ? flags.at("dtype") : "",
-                                                          flags.count("gemm-activations") ? flags.at("gemm-activations") : "",
-                                                          &dtype_error);
-    if (!dtype) usage(dtype_error);
     const std::string model_dir = flags.at("model");
 
     vlm::ApiServerOptions api;
@@ -226,6 +251,12 @@ int main(int argc, char** argv) {
     api.image_limits.max_bytes = int_flag(flags, "max-image-bytes", api.media.max_bytes, 1);
     api.image_limits.max_pixels = int_flag(flags, "max-image-pixels", api.image_limits.max_pixels, 1);
     api.media.max_bytes = api.image_limits.max_bytes;
+    vlm::VideoLimits video_limits;
+    video_limits.max_bytes = int_flag(flags, "max-video-bytes", video_limits.max_bytes, 1);
+    video_limits.max_pixels = api.image_limits.max_pixels;
+    video_limits.max_seconds = static_cast<double>(int_flag(flags, "max-video-seconds", 600, 1));
+    video_limits.max_frames = int_flag(flags, "max-video-file-frames", video_limits.max_frames, 1);
+    video_limits.timeout_ms = int_flag(flags, "video-decode-timeout-ms", video_limits.timeout_ms, 1);
     api.media.connect_timeout_ms = static_cast<int>(int_flag(flags, "media-connect-timeout-ms", api.media.connect_timeout_ms, 1));
     api.media.total_timeout_ms = static_cast<int>(int_flag(flags, "media-timeout-ms", api.media.total_timeout_ms, 1));
     api.media.max_redirects = static_cast<int>(int_flag(flags, "max-media-redirects", api.media.max_redirects, 0));
@@ -245,7 +276,6 @@ int main(int argc, char** argv) {
     // The HTTP side comes up first so /health answers 503 while the model loads.
     std::unique_ptr<vlm::HttpServer> server;
     vlm::EngineConfig ec;
-    ec.dtype = *dtype;
     ec.block_size = static_cast<int>(int_flag(flags, "block-size", 16, 1));
     ec.num_kv_blocks = int_flag(flags, "num-kv-blocks", 0, 1);
     ec.kv_cache_memory_gib = float_flag(flags, "kv-cache-memory-gib", 1.0);
@@ -253,6 +283,7 @@ int main(int argc, char** argv) {
     ec.scheduler.max_num_seqs = static_cast<int>(int_flag(flags, "max-num-seqs", 256, 1));
     ec.scheduler.max_num_batched_tokens = static_cast<int>(int_flag(flags, "max-num-batched-tokens", 2048, 1));
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
+    vlm::cli::apply_backend_flags(flags, cli(), ec);
     if (flags.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(flags.at("kv-cache-dtype"), &ec.kv_dtype))
       usage("--kv-cache-dtype must be f32, bf16 or f16");
     if (flags.count("look-m") && flags.at("look-m") != "off") {
@@ -347,6 +378,8 @@ int main(int argc, char** argv) {
         media.image_token_id = model->image_token_id();
         media.video_token_id = model->video_token_id();
         media.max_video_frames = max_video_frames;
+        media.sampling = vlm::VideoSamplingParams::load(model_dir);
+        media.video_limits = video_limits;
         const vlm::Qwen2VisionConfig& vc = model->config().vision;
         for (const auto* p : {&media.image, &media.video})
           if (p->patch_size != vc.patch_size || p->merge_size != vc.spatial_merge_size ||
@@ -364,6 +397,7 @@ int main(int argc, char** argv) {
     vlm::EngineLoop loop(std::move(engine));
     vlm::ApiServer api_server(api, loop, tokenizer, std::move(chat_template), vlm::SamplingDefaults::load(model_dir));
     api_server.register_routes(router);
+    if (!bool_flag(flags, "no-webui")) vlm::register_web_ui(router);
 
     // Swap the loading server for the real one on the same port.
     if (loading) {

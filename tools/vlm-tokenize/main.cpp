@@ -22,6 +22,7 @@
 #include "kernels/core/check.h"
 #include "model/chat/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tools/common/cli_flags.h"
 
 namespace {
 
@@ -112,9 +113,7 @@ int render_chat(const Options& o, const vlm::Tokenizer& tok) {
     context.erase("messages");
   }
   if (!messages.is_array()) usage(o.chat_file + ": expected a messages list or {\"messages\": [...]}");
-  if (!context.contains("add_generation_prompt")) context["add_generation_prompt"] = o.generation_prompt;
-  if (!context.contains("bos_token")) context["bos_token"] = tok.bos_token();
-  if (!context.contains("eos_token")) context["eos_token"] = tok.eos_token();
+  vlm::ChatTemplate::add_tokenizer_defaults(context, tok, o.generation_prompt);
   const std::string prompt = tmpl->render(messages, context);
   if (o.print_prompt) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   else std::printf("%s\n", nlohmann::json(tok.encode(prompt, false)).dump().c_str());
@@ -141,16 +140,5 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  try {
-    return run(o);
-  } catch (const vlm::LoadError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const vlm::RequestError& e) {  // the template refused the conversation
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 3;
-  }
+  return vlm::cli::run_tool([&] { return run(o); });
 }
