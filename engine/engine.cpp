@@ -64,18 +64,19 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, 
       max_model_len_(resolve_max_model_len(config_, decoder_->config())),
       eos_token_ids_(eos_ids(decoder_->config())),
       backend_(make_step_backend(config_, *decoder_, eos_token_ids_, max_model_len_)),
-      blocks_(backend_->num_kv_blocks(), config_.block_size),
+      blocks_(backend_->num_kv_blocks(), config_.block_size, config_.enable_prefix_caching),
       scheduler_(config_.scheduler, blocks_),
       runner_(*decoder_, *backend_, config_.block_size, multimodal_.get()),
       kv_compressor_(static_cast<int>(decoder_->config().num_layers), static_cast<int>(decoder_->config().num_kv_heads)) {
   if (config_.look_m.enabled) vlm::validate(config_.look_m.params);
   runner_.set_sink_router(config_.sink_router, config_.sink_router_config);
   VLM_LOG_INFO("engine: KV cache {} blocks of {} tokens ({} tokens, {:.1f} MiB {}), max_model_len {}, "
-               "max_num_seqs {}, max_num_batched_tokens {}",
+               "max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}",
                blocks_.num_blocks(), config_.block_size, blocks_.num_blocks() * config_.block_size,
                static_cast<double>(blocks_.num_blocks() * backend_->kv_bytes_per_block()) / (1 << 20),
                dtype_name(backend_->kv_dtype()), max_model_len_,
-               config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens);
+               config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens,
+               config_.enable_prefix_caching ? "on" : "off");
   runner_.set_sparse_prefill(config_.sparse_prefill);
   if (max_model_len_ > decoder_->config().max_position_embeddings)
     VLM_LOG_INFO("engine: max_model_len {} is beyond the model's max_position_embeddings {}", max_model_len_,
@@ -96,6 +97,7 @@ void Engine::step() {
   StepTimings t;
   const SchedulerOutput out = timed(t.schedule_s, [&] { return schedule(); });
   if (!out.empty() && timed(t.run_s, [&] { return run(out); })) {
+    for (const ScheduledChunk& c : out.chunks) blocks_.cache_full_blocks(*c.seq);  // K/V now computed
     timed(t.run_s, [&] { compress_kv(out); });
     std::vector<Sampled> sampled = timed(t.sample_s, [&] { return sample(out); });
     timed(t.postprocess_s, [&] { postprocess(sampled); });
@@ -237,6 +239,17 @@ void Engine::update_gauges() {
   stats_.num_kv_blocks = blocks_.num_blocks();
   stats_.num_free_kv_blocks = blocks_.num_free_blocks();
   stats_.kv_usage = blocks_.usage();
+  stats_.prefix_cache_queries = blocks_.prefix_cache_stats().queries;
+  stats_.prefix_cache_hits = blocks_.prefix_cache_stats().hits;
+  stats_.num_cached_kv_blocks = blocks_.num_cached_blocks();
+  stats_.num_media_items_encoded = runner_.num_images_encoded();
+}
+
+int64_t Engine::reset_prefix_cache() {
+  const int64_t n = blocks_.reset_prefix_cache();
+  VLM_LOG_INFO("prefix cache reset: {} cached blocks forgotten", n);
+  update_gauges();
+  return n;
 }
 
 bool Engine::check_idle() {

@@ -68,6 +68,12 @@ class Engine {
   bool has_unfinished() const { return !requests_.empty(); }
   int num_requests() const { return static_cast<int>(requests_.size()); }
 
+  // Forgets every cached prefix block (POST /reset_prefix_cache); returns how many were cached.
+  int64_t reset_prefix_cache();
+  // Fills request.media_keys (media_item_key of each item) unless already there; thread-safe,
+  // so that EngineLoop::submit hashes the pixels off the engine thread.
+  static void fill_media_keys(GenerationRequest& request);
+
   // One engine step (a no-op when nothing is scheduled).
   void step();
 
@@ -93,6 +99,8 @@ class Engine {
   void abort_cancelled();
   void fork_choices(Request& r, Sequence* parent);
   void register_sequence(Request& r, std::unique_ptr<Sequence> seq);
+  // The sequence's prefix-cache policy (Sequence::reads_prefix_cache and publish limit, seed).
+  void set_prefix_cache_policy(Sequence& seq, const std::string& cache_salt) const;
   void fail_request(Request& r, const RequestFailure& failure);
   void finish_request(Request& r);
   void update_gauges();

@@ -38,6 +38,9 @@ struct EngineConfig {
   // Sparse prefill, server-wide default (method Off: exact dense prefill); requests may
   // override the method (SamplingParams::sparse_prefill).
   SparsePrefillConfig sparse_prefill;
+  // Automatic prefix caching (BlockManager): on by default, as in vLLM's V1 engine
+  // (--enable-prefix-caching / --no-enable-prefix-caching).
+  bool enable_prefix_caching = true;
   // Run Scheduler::check_integrity() after every step (tests; costs O(blocks) per step).
   bool check_integrity_every_step = false;
   // LOOK-M KV compression at the end of prefill (default off); requests may override it.
@@ -90,6 +93,10 @@ struct EngineStats {
   int64_t sink_groups_routed = 0;           // SinkRouter decode (token, layer, kv group) decisions
   int64_t sink_groups_skipped = 0;          // ... sink groups among them (KV not read)
   int64_t sink_kv_bytes_skipped = 0;        // KV cache bytes those groups did not read
+  int64_t prefix_cache_queries = 0;         // vllm:prefix_cache_queries_total (tokens)
+  int64_t prefix_cache_hits = 0;            // vllm:prefix_cache_hits_total (tokens)
+  int64_t num_cached_kv_blocks = 0;         // gauge: blocks holding a published hash
+  int64_t num_media_items_encoded = 0;      // media items run through the encoder
   StepTimings total_time;
   // The latest step.
   StepTimings last_step;

@@ -18,6 +18,7 @@ EngineLoop::~EngineLoop() { stop(); }
 RequestHandle EngineLoop::submit(GenerationRequest request, std::function<void()> notify) {
   if (stop_) throw RequestError(503, "unavailable_error", "the engine is shutting down");
   engine_->validate(request);  // const, reads only the configuration
+  Engine::fill_media_keys(request);  // hashes the pixels here, not on the engine thread
   const int max_waiting = engine_->config().scheduler.max_waiting;
   if (num_waiting_.load() + static_cast<int64_t>(queue_->num_pending_adds()) >= max_waiting)
     throw RequestError(429, "rate_limit_exceeded",
@@ -34,6 +35,8 @@ RequestHandle EngineLoop::submit(GenerationRequest request, std::function<void()
 
 void EngineLoop::abort(const std::string& request_id) { queue_->push_abort(request_id); }
 
+void EngineLoop::reset_prefix_cache() { queue_->push_reset_prefix_cache(); }
+
 EngineStats EngineLoop::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_;
@@ -48,6 +51,10 @@ void EngineLoop::stop() {
 void EngineLoop::handle(EngineCommand& c) {
   if (c.kind == EngineCommand::Kind::Abort) {
     engine_->abort_request(c.request_id);
+    return;
+  }
+  if (c.kind == EngineCommand::Kind::ResetPrefixCache) {
+    engine_->reset_prefix_cache();
     return;
   }
   try {

@@ -33,6 +33,8 @@ class EngineLoop {
   RequestHandle submit(GenerationRequest request, std::function<void()> notify = nullptr);
   // Aborts a request by id (no-op when unknown or finished).
   void abort(const std::string& request_id);
+  // Asks the engine thread to forget every cached prefix block (before its next step).
+  void reset_prefix_cache();
 
   // A snapshot of the engine's stats after its latest step.
   EngineStats stats() const;

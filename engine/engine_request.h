@@ -1,6 +1,7 @@
 // Engine::Request: the engine's record of one live request (internal to engine*.cpp).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct Engine::Request {
       u.sink_groups_skipped += s->sink_anchors.groups_skipped;
     }
     if (!seqs.empty()) {  // choice 0 prefilled (and compressed) the prompt
+      u.cached_tokens = std::max<int64_t>(0, seqs.front()->num_prefix_cached_tokens);
       u.look_m_kv_tokens_before = seqs.front()->look_m_kv_tokens_before;
       u.look_m_kv_tokens_kept = seqs.front()->look_m_kv_tokens_after;
     }

@@ -108,7 +108,11 @@ void Engine::add_request(GenerationRequest request, std::shared_ptr<RequestChann
   }
   auto r = std::make_unique<Request>();
   std::shared_ptr<MediaInputs> media = check_media(request);
-  if (media) media->images = std::move(request.images);
+  if (media) {
+    fill_media_keys(request);
+    media->item_keys = std::move(request.media_keys);
+    media->images = std::move(request.images);
+  }
   r->max_tokens = resolve_max_tokens(static_cast<int64_t>(request.prompt_ids.size()), request.params.max_tokens,
                                      max_model_len_);
   r->channel = std::move(channel);
@@ -118,12 +122,34 @@ void Engine::add_request(GenerationRequest request, std::shared_ptr<RequestChann
   auto seq = std::make_unique<Sequence>(next_seq_id_++, r->req.prompt_ids, r->req.params, r->req.prompt_modalities);
   seq->media = std::move(media);
   seq->look_m = r->req.look_m.value_or(config_.look_m);
+  set_prefix_cache_policy(*seq, r->req.cache_salt);
   Request* raw = r.get();
   stats_.num_prompt_tokens += static_cast<int64_t>(raw->req.prompt_ids.size());
   requests_.emplace(raw->req.id, std::move(r));
   register_sequence(*raw, std::move(seq));
   scheduler_.add(raw->seqs[0].get());
   update_gauges();
+}
+
+void Engine::fill_media_keys(GenerationRequest& request) {
+  if (request.media_keys.size() == request.images.size()) return;
+  request.media_keys.clear();
+  for (const MediaPixels& item : request.images) request.media_keys.push_back(media_item_key(item));
+}
+
+void Engine::set_prefix_cache_policy(Sequence& seq, const std::string& cache_salt) const {
+  seq.prefix_cache_seed = prefix_cache_seed(cache_salt);
+  if (KVCompressor::applies(seq)) {  // compacted in place; its scores need the whole prompt
+    seq.reads_prefix_cache = false;
+    seq.prefix_cache_publish_limit = 0;
+    return;
+  }
+  const SparsePrefillConfig& sp = config_.sparse_prefill;
+  const bool sparse = seq.params.sparse_prefill.value_or(sp.method) != SparsePrefillMethod::Off &&
+                      seq.num_prompt_tokens >= sp.min_prompt_len;
+  if (sparse) seq.prefix_cache_publish_limit = 0;  // reads exact blocks, publishes no approximate ones
+  else if (seq.params.sink_router.value_or(config_.sink_router))
+    seq.prefix_cache_publish_limit = seq.num_prompt_tokens;  // prefill is dense; routed decode is not
 }
 
 void Engine::register_sequence(Request& r, std::unique_ptr<Sequence> seq) {
@@ -152,6 +178,11 @@ void Engine::fork_choices(Request& r, Sequence* parent) {
     child->look_m = parent->look_m;  // a recompute after preemption compresses again
     child->index = static_cast<int>(r.seqs.size());
     child->sink_anchors = parent->sink_anchors;  // same prefix, same anchors
+    child->reads_prefix_cache = parent->reads_prefix_cache;
+    child->prefix_cache_publish_limit = parent->prefix_cache_publish_limit;
+    child->prefix_cache_seed = parent->prefix_cache_seed;
+    child->block_hashes = parent->block_hashes;
+    child->num_prefix_cached_tokens = parent->num_prefix_cached_tokens;
     Sequence* raw = child.get();
     register_sequence(r, std::move(child));
     scheduler_.fork(parent, raw);

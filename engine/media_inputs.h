@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/scheduling/block_hash.h"
 #include "model/media/media_pixels.h"
 #include "model/decoder/mrope_positions.h"
 
@@ -30,6 +31,7 @@ struct MediaInputs {
   std::vector<int64_t> embed_row;      // [N] row of item k's first embedding in the encoder output
   std::vector<int64_t> tokens_per_frame;  // [N] video: tokens per temporal step; image: num_tokens[k]
   std::optional<MropePositions> mrope;    // M-RoPE positions of the prompt (Qwen2-VL family), else none
+  std::vector<BlockHash> item_keys;     // [N] media_item_key of item k (prefix caching)
   std::vector<int32_t> video_frame_tokens;  // [videos] tokens per frame of each video, prompt order
                                             // (the grid pattern's known strides)
 

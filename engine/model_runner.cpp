@@ -122,26 +122,35 @@ bool chunk_has_media(const ScheduledChunk& c) {
 }  // namespace
 
 void ModelRunner::encode_media(const SchedulerOutput& out) {
-  std::vector<Sequence*> todo;
+  // Per sequence: the first item it still needs. Items wholly before the chunk are in the cache
+  // already (a prefix-cache hit, or earlier chunks): they are not encoded again.
+  std::vector<std::pair<Sequence*, size_t>> todo;
   std::vector<const MediaPixels*> items;
   int64_t rows = 0;
   for (const ScheduledChunk& c : out.chunks)
     if (chunk_has_media(c) && !c.seq->media_embeds &&
-        std::find(todo.begin(), todo.end(), c.seq) == todo.end()) {
-      todo.push_back(c.seq);
-      for (const MediaPixels& item : c.seq->media->images) items.push_back(&item);
-      rows += c.seq->media->total_tokens();
+        std::none_of(todo.begin(), todo.end(), [&](const auto& t) { return t.first == c.seq; })) {
+      const MediaInputs& m = *c.seq->media;
+      size_t k0 = 0;
+      while (m.first_token[k0] + m.num_tokens[k0] <= c.start) ++k0;  // chunk_has_media: some item ends later
+      todo.emplace_back(c.seq, k0);
+      for (size_t k = k0; k < m.images.size(); ++k) items.push_back(&m.images[k]);
+      rows += m.total_tokens() - m.embed_row[k0];
     }
   if (todo.empty()) return;
-  VLM_CHECK(multimodal_ != nullptr, "sequence {} has media, and the model has no media encoder", todo[0]->id);
+  VLM_CHECK(multimodal_ != nullptr, "sequence {} has media, and the model has no media encoder", todo[0].first->id);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t C = decoder_.config().hidden_size;
   std::vector<float> all(static_cast<size_t>(rows * C));  // [sum tokens, C]
   multimodal_->encode_media(items, all.data());
   int64_t first = 0;
-  for (Sequence* seq : todo) {
-    const int64_t n = seq->media->total_tokens() * C;
-    seq->media_embeds = std::make_shared<const std::vector<float>>(all.begin() + first, all.begin() + first + n);
+  for (const auto& [seq, k0] : todo) {
+    // [total_tokens, C] as gather_media indexes it; the rows of skipped items stay zero (unread).
+    const MediaInputs& m = *seq->media;
+    auto embeds = std::make_shared<std::vector<float>>(static_cast<size_t>(m.total_tokens() * C));
+    const int64_t n = (m.total_tokens() - m.embed_row[k0]) * C;
+    std::copy(all.begin() + first, all.begin() + first + n, embeds->begin() + m.embed_row[k0] * C);
+    seq->media_embeds = std::move(embeds);
     first += n;
   }
   num_images_encoded_ += static_cast<int64_t>(items.size());

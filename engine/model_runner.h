@@ -58,7 +58,8 @@ class ModelRunner {
   const SinkRouterCounters& sink_counters() const { return sink_counters_; }
 
  private:
-  // Encodes the images of chunks that reach image tokens and have no cached embeddings.
+  // Encodes the media of chunks that reach media tokens and have no embeddings yet: the items
+  // not wholly before the chunk (those are in the KV cache: a prefix hit skips their encoding).
   void encode_media(const SchedulerOutput& out);
   // Fills the override rows [num_rows] of the batch's image tokens; false when it has none.
   bool gather_media(const SchedulerOutput& out, int64_t num_rows);

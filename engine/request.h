@@ -26,11 +26,15 @@ struct GenerationRequest {
   std::vector<MediaPixels> images;
   SamplingParams params;
   std::optional<LookMSetting> look_m;      // LOOK-M override; nullopt: the server's default
+  // Prefix caching: requests with different salts never share cached blocks (vLLM's cache_salt).
+  std::string cache_salt;
+  std::vector<BlockHash> media_keys;       // [images.size()] or empty: Engine::fill_media_keys
 };
 
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // over all n choices
+  int64_t cached_tokens = 0;      // prompt tokens taken from the prefix cache (prompt_tokens_details)
   // LOOK-M: the prompt's KV cache tokens before and after compression (both 0: not compressed).
   // With n > 1 choices the prompt's cache is compressed once and shared: counted once.
   int64_t look_m_kv_tokens_before = 0;

@@ -26,6 +26,16 @@ void RequestQueue::push_abort(std::string request_id) {
   cv_.notify_one();
 }
 
+void RequestQueue::push_reset_prefix_cache() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    EngineCommand c;
+    c.kind = EngineCommand::Kind::ResetPrefixCache;
+    pending_.push_back(std::move(c));
+  }
+  cv_.notify_one();
+}
+
 std::vector<EngineCommand> RequestQueue::drain(bool wait, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   if (wait && pending_.empty() && !woken_) cv_.wait_for(lock, timeout, [&] { return !pending_.empty() || woken_; });

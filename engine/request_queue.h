@@ -16,7 +16,7 @@
 namespace vlm {
 
 struct EngineCommand {
-  enum class Kind { Add, Abort };
+  enum class Kind { Add, Abort, ResetPrefixCache };
   Kind kind = Kind::Add;
   GenerationRequest request;                // Add
   std::shared_ptr<RequestChannel> channel;  // Add
@@ -27,6 +27,7 @@ class RequestQueue {
  public:
   void push_add(GenerationRequest request, std::shared_ptr<RequestChannel> channel);
   void push_abort(std::string request_id);
+  void push_reset_prefix_cache();
   // Takes every pending command. When none is pending and `wait` is set, waits up to `timeout`
   // for one (or for shutdown()).
   std::vector<EngineCommand> drain(bool wait, std::chrono::milliseconds timeout);

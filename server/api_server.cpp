@@ -65,7 +65,10 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
       chat_template_(std::move(chat_template)), defaults_(defaults) {
   if (options_.images)
     image_loader_.emplace(options_.media, options_.image_limits, options_.images->preprocess);
-  if (options_.qwen2vl) qwen2vl_loader_.emplace(options_.media, options_.image_limits, *options_.qwen2vl);
+  if (options_.qwen2vl)
+    media_loader_ = std::make_unique<Qwen2VLMediaLoader>(options_.media, options_.image_limits, *options_.qwen2vl);
+  else if (options_.onevision)
+    media_loader_ = std::make_unique<OnevisionMediaLoader>(options_.media, options_.image_limits, *options_.onevision);
   using T = MetricsRegistry::Type;
   auto& m = metrics_;
   m.declare("vllm:num_requests_running", T::Gauge, "Number of requests in model execution batches.");
@@ -75,6 +78,11 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
   m.declare("vllm:generation_tokens_total", T::Counter, "Number of generation tokens processed.");
   m.declare("vllm:num_preemptions_total", T::Counter, "Cumulative number of preemptions from the engine.");
   m.declare("vllm:request_success_total", T::Counter, "Count of successfully processed requests.");
+  m.declare("vllm:prefix_cache_queries_total", T::Counter,
+            "Prefix cache queries, in terms of number of queried tokens.");
+  m.declare("vllm:prefix_cache_hits_total", T::Counter, "Prefix cache hits, in terms of number of cached tokens.");
+  m.declare("vlm:prefix_cache_blocks", T::Gauge, "KV blocks holding a cached prefix (in use or evictable).");
+  m.declare("vlm:media_items_encoded_total", T::Counter, "Media items (images, videos) run through the encoder.");
   // The seed methods (ours, not vLLM's).
   m.declare("vlm:sink_router_groups_routed_total", T::Counter, "SinkRouter decode decisions (token, layer, kv group).");
   m.declare("vlm:sink_router_groups_skipped_total", T::Counter, "SinkRouter groups skipped (KV not read).");
@@ -102,14 +110,15 @@ void ApiServer::register_routes(Router& router) {
   router.add("POST", "/tokenize", [this](const HttpRequest& r) { return tokenize(r); });
   router.add("POST", "/detokenize", [this](const HttpRequest& r) { return detokenize(r); });
   router.add("GET", "/metrics", [this](const HttpRequest& r) { return metrics_text(r); });
+  router.add("POST", "/reset_prefix_cache", [this](const HttpRequest& r) { return reset_prefix_cache(r); });
   router.add("GET", "/version", [](const HttpRequest&) { return HttpReply::json(200, R"({"version":"0.1.0"})"); });
 }
 
-void ApiServer::admit(const HttpRequest& req, const std::string& model) const {
+void ApiServer::admit(const HttpRequest& req, const std::string& model, bool json_body) const {
   if (!options_.api_key.empty() && !constant_time_equals(req.header("authorization"), "Bearer " + options_.api_key))
     bad("", "invalid or missing API key", 401, "authentication_error");
   if (!ready_ || draining_) bad("", draining_ ? "server is shutting down" : "model is loading", 503, "unavailable_error");
-  if (req.method == "POST") {
+  if (req.method == "POST" && json_body) {
     const std::string& ct = req.header("content-type");
     if (ct.rfind("application/json", 0) != 0)
       bad("", "Content-Type must be application/json, got '" + ct + "'", 415);
@@ -176,6 +185,27 @@ MediaPart video_part(const nlohmann::ordered_json& part, const std::string& type
   return m;
 }
 
+// A chat template may render a message's media in another order than its parts (HF's
+// LLaVA-OneVision template writes a message's images, then its videos): with one placeholder
+// token per part, the parts are taken in the placeholders' order (the k-th image placeholder is
+// the k-th image part). Any other count leaves the order as it is (expand_media_tokens judges).
+std::vector<MediaPart> in_placeholder_order(std::vector<MediaPart> parts, const std::vector<int32_t>& ids,
+                                            int32_t image_id, int32_t video_id) {
+  std::vector<Modality> seen;
+  for (int32_t id : ids)
+    if (id == image_id || id == video_id) seen.push_back(id == video_id ? Modality::Video : Modality::Image);
+  if (seen.size() != parts.size()) return parts;
+  std::vector<MediaPart> out;
+  size_t next[2] = {0, 0};  // next part of each modality (image, video)
+  for (Modality m : seen) {
+    size_t& i = next[m == Modality::Video];
+    while (i < parts.size() && parts[i].modality != m) ++i;
+    if (i == parts.size()) return parts;
+    out.push_back(parts[i++]);
+  }
+  return out;
+}
+
 }  // namespace
 
 ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_images) const {
@@ -195,16 +225,16 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
       if (type == "text") continue;
       const std::string param = fmt::format("messages[{}].content[{}].{}", i, k, type);
       if (type == "image_url") {
-        if (!options_.images && !options_.qwen2vl) bad("messages", "this model does not accept image_url input");
+        if (!options_.images && !media_loader_) bad("messages", "this model does not accept image_url input");
         const auto& u = part["image_url"];
         parts.push_back({Modality::Image, {u.is_string() ? u.get<std::string>() : u["url"].get<std::string>()}, false,
                          0.0, param});
         ++num_images;
         part = nlohmann::ordered_json{{"type", "image"}};
       } else if (type == "video_url" || type == "video") {
-        if (!options_.qwen2vl || !options_.qwen2vl->accepts_video)
+        if (!media_loader_ || !media_loader_->accepts_video())
           bad("messages", "this model does not accept video input (" + type + ")");
-        parts.push_back(video_part(part, type, param, options_.qwen2vl->sampling));
+        parts.push_back(video_part(part, type, param, media_loader_->default_sampling()));
         part = nlohmann::ordered_json{{"type", "video"}};
       } else {
         bad("messages", "this model does not accept " + type + " input");
@@ -232,17 +262,19 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   // The template writes the special tokens itself (vLLM: add_special_tokens=false for chat).
   PromptInput in;
   in.ids = tok.encode(prompt, /*add_special_tokens=*/false);
-  if (options_.qwen2vl) {
+  if (media_loader_) {
     // Token counts depend on each item's size: the media are always loaded.
+    parts = in_placeholder_order(std::move(parts), in.ids, media_loader_->image_token_id(),
+                                 media_loader_->video_token_id());
     std::vector<MediaTokens> items;
     for (const MediaPart& p : parts) {
-      if (p.modality == Modality::Image) in.images.push_back(qwen2vl_loader_->load_image(p.urls[0], p.param));
-      else if (p.video_file) in.images.push_back(qwen2vl_loader_->load_video_file(p.urls[0], p.sampling, p.param));
-      else in.images.push_back(qwen2vl_loader_->load_video(p.urls, p.fps, p.param));
-      items.push_back(qwen2vl_loader_->tokens(in.images.back()));
+      if (p.modality == Modality::Image) in.images.push_back(media_loader_->load_image(p.urls[0], p.param));
+      else if (p.video_file) in.images.push_back(media_loader_->load_video_file(p.urls[0], p.sampling, p.param));
+      else in.images.push_back(media_loader_->load_video(p.urls, p.fps, p.param));
+      items.push_back(media_loader_->tokens(in.images.back()));
     }
-    MultimodalPrompt mp = expand_media_tokens(in.ids, options_.qwen2vl->image_token_id,
-                                              options_.qwen2vl->video_token_id, items);
+    MultimodalPrompt mp = expand_media_tokens(in.ids, media_loader_->image_token_id(),
+                                              media_loader_->video_token_id(), items);
     in.ids = std::move(mp.token_ids);
     if (!parts.empty()) in.modalities = std::move(mp.modalities);
     if (!load_images) in.images.clear();
@@ -309,6 +341,7 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> promp
     g.images = std::move(prompts[p].images);
     g.params = r.params;
     g.look_m = r.look_m;
+    g.cache_salt = r.cache_salt;
     try {
       handles.push_back(engine_.submit(std::move(g)));
     } catch (const RequestError& e) {
@@ -399,6 +432,12 @@ HttpReply ApiServer::detokenize(const HttpRequest& req) const {
   return HttpReply::json(200, json{{"prompt", tok.decode(ids)}}.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
+HttpReply ApiServer::reset_prefix_cache(const HttpRequest& req) {
+  admit(req, "", /*json_body=*/false);
+  engine_.reset_prefix_cache();  // done by the engine thread before its next step
+  return HttpReply::text(200, "", "text/plain; charset=utf-8");
+}
+
 HttpReply ApiServer::metrics_text(const HttpRequest&) {
   std::lock_guard<std::mutex> lock(metrics_mu_);
   const EngineStats s = engine_.stats();
@@ -413,6 +452,10 @@ HttpReply ApiServer::metrics_text(const HttpRequest&) {
   counter_to("vllm:prompt_tokens_total", static_cast<double>(s.num_prompt_tokens));
   counter_to("vllm:generation_tokens_total", static_cast<double>(s.num_generation_tokens));
   counter_to("vllm:num_preemptions_total", static_cast<double>(s.num_preemptions));
+  counter_to("vllm:prefix_cache_queries_total", static_cast<double>(s.prefix_cache_queries));
+  counter_to("vllm:prefix_cache_hits_total", static_cast<double>(s.prefix_cache_hits));
+  counter_to("vlm:media_items_encoded_total", static_cast<double>(s.num_media_items_encoded));
+  metrics_.set("vlm:prefix_cache_blocks", static_cast<double>(s.num_cached_kv_blocks), model);
   counter_to("vlm:sink_router_groups_routed_total", static_cast<double>(s.sink_groups_routed));
   counter_to("vlm:sink_router_groups_skipped_total", static_cast<double>(s.sink_groups_skipped));
   counter_to("vlm:sink_router_kv_bytes_skipped_total", static_cast<double>(s.sink_kv_bytes_skipped));

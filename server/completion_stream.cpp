@@ -36,7 +36,8 @@ void TokenClock::tick(const ResponseMeta& meta) {
 
 json usage_json(const Usage& u) {
   json j = {{"prompt_tokens", u.prompt_tokens}, {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.total_tokens()}};
+            {"total_tokens", u.total_tokens()},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
   json vlm = json::object();
   if (u.look_m_kv_tokens_before > 0) {
     vlm["look_m_kv_tokens_before"] = u.look_m_kv_tokens_before;
@@ -54,6 +55,7 @@ json usage_json(const Usage& u) {
 void add_usage(Usage& into, const Usage& u) {
   into.prompt_tokens += u.prompt_tokens;
   into.completion_tokens += u.completion_tokens;
+  into.cached_tokens += u.cached_tokens;
   into.look_m_kv_tokens_before += u.look_m_kv_tokens_before;
   into.look_m_kv_tokens_kept += u.look_m_kv_tokens_kept;
   into.sink_groups_routed += u.sink_groups_routed;

@@ -301,6 +301,11 @@ ApiRequest parse_api_request(ApiKind kind, std::string_view body, const Sampling
   }
   parse_sampling(j, defaults, kind, r);
   r.look_m = parse_look_m_option(j);
+  if (auto it = j.find("cache_salt"); it != j.end() && !it->is_null()) {  // vLLM's prefix-cache isolation
+    if (!it->is_string() || it->get<std::string>().empty())
+      bad("cache_salt", "'cache_salt' must be a non-empty string if provided");
+    r.cache_salt = it->get<std::string>();
+  }
   if (kind == ApiKind::Chat) {
     parse_messages(j, r);
     r.add_generation_prompt = get_bool(j, "add_generation_prompt").value_or(true);

@@ -52,6 +52,7 @@ struct ApiRequest {
   // Both kinds
   bool return_token_ids = false;    // vLLM extension: token ids in the response
   std::optional<LookMSetting> look_m;  // vlm_options.look_m (server/look_m_option.h)
+  std::string cache_salt;              // vLLM: requests share cached prefixes only with the same salt
 };
 
 // Parses and validates a request body. Throws RequestError(400, "invalid_request_error",

@@ -100,9 +100,13 @@ SchedulerOutput Scheduler::schedule() {
   while (out.preempted.empty() && !waiting_.empty() && budget > 0) {
     Sequence* seq = waiting_.front();
     if (static_cast<int>(running_.size()) + 1 + seq->num_forks_pending > config_.max_num_seqs) break;
-    const auto n = static_cast<int32_t>(std::min<int64_t>({seq->num_uncomputed_tokens(), budget, chunk_cap}));
-    if (!blocks_.can_allocate(*seq, n)) break;
-    blocks_.allocate(*seq, n);
+    // Prefix caching: the cached leading blocks count as computed; only the rest is prefilled.
+    const int32_t hits = blocks_.match_prefix(*seq);
+    const int64_t todo = seq->num_tokens() - static_cast<int64_t>(hits) * blocks_.block_size();
+    const auto n = static_cast<int32_t>(std::min<int64_t>({todo, budget, chunk_cap}));
+    if (!blocks_.can_allocate(*seq, n, hits)) break;
+    blocks_.allocate(*seq, n, hits);
+    if (seq->num_prefix_cached_tokens < 0) seq->num_prefix_cached_tokens = seq->num_computed_tokens;
     waiting_.pop_front();
     seq->status = SequenceStatus::Running;
     running_.push_back(seq);

@@ -9,7 +9,9 @@
 //     prefill_chunk_size per sequence.
 //  3. Waiting sequences are admitted (FCFS, preempted ones first) while budgets, max_num_seqs
 //     (counting the n choices a request will fork into) and free blocks allow, unless a
-//     preemption happened in this step.
+//     preemption happened in this step. With prefix caching, an admitted sequence first takes
+//     its cached leading blocks (BlockManager::match_prefix): they count as computed, cost no
+//     budget, and its first chunk starts after them (a recompute after preemption hits too).
 // Out of blocks in 1 or 2: the newest running sequence not yet scheduled in this step is
 // preempted (its blocks freed, recomputed from scratch later) until the sequence fits or is
 // itself the newest.

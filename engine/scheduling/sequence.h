@@ -8,12 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <memory>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "engine/media_inputs.h"
+#include "engine/scheduling/block_hash.h"
 #include "engine/sampling/sampling_params.h"
 #include "kernels/kv_compression/look_m_params.h"
 #include "model/methods/look_m_state.h"
@@ -58,6 +60,17 @@ struct Sequence {
   int32_t look_m_kv_tokens_before = 0;       // cache tokens before / after the last compaction
   int32_t look_m_kv_tokens_after = 0;        // (0: never compressed)
   SinkAnchors sink_anchors;           // SinkRouter anchors and counters (empty unless routed)
+  // Prefix caching (BlockManager; block_hash.h). The engine sets the policy from the request:
+  // a sequence whose K/V is not the exact path's for its tokens (LOOK-M compacts it; sparse
+  // prefill and SinkRouter-routed decode approximate it) never publishes those blocks, and a
+  // LOOK-M sequence does not read the cache either (its scores need the whole prompt).
+  bool reads_prefix_cache = true;
+  int32_t prefix_cache_publish_limit = INT32_MAX;  // only blocks wholly below this token may be published
+  BlockHash prefix_cache_seed;        // the chain's seed (prefix_cache_seed(cache_salt))
+  std::vector<BlockHash> block_hashes;  // [full blocks of token_ids hashed so far]
+  int32_t num_published_blocks = 0;   // leading table blocks already offered to the cache
+  int32_t num_prefix_cached_tokens = -1;  // tokens taken from the cache at the first admission
+                                          // (usage cached_tokens); -1 until admitted
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -177,6 +177,36 @@ TEST(VlmBench, RandomMmBurstyWithConcurrencyCap) {
     EXPECT_NEAR(q["prompt_tokens"].get<int>(), 16 + 4 * FakeOpenAiServer::kImageTokens, 2);
 }
 
+// Multi-turn: 5 conversations x 3 turns sent in waves; every turn resends the history with the
+// server's own answers, the image only in turn 1; the report has TTFT by turn (the fake server
+// has no prefix-cache counters, which the report says).
+TEST(VlmBench, MultiTurnResendsHistoryWithTheServersAnswers) {
+  FakeOpenAiServer server;
+  const BenchRun r = run_bench("--base-url " + server.base_url() + " --dataset multi-turn --num-prompts 5 "
+                          "--num-turns 3 --input-len 40 --turn-len 8 --output-len 4 --image-size 32 --max-concurrency 2",
+                          "multi_turn");
+  expect_clean(r, 15, 4);
+  const std::vector<std::string> bodies = server.bodies();
+  ASSERT_EQ(bodies.size(), 15u);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const json m = json::parse(bodies[i])["messages"];
+    const size_t turn = i / 5 + 1;  // waves: all of turn 1 before any of turn 2
+    ASSERT_EQ(m.size(), 2 * turn - 1) << bodies[i];
+    EXPECT_EQ(m[0]["content"][0]["type"], "image_url");
+    for (size_t k = 1; k < m.size(); ++k) {
+      EXPECT_EQ(m[k]["role"], k % 2 ? "assistant" : "user");
+      EXPECT_TRUE(m[k]["content"].is_string()) << "no image after turn 1";
+    }
+    if (turn > 1) {  // the history is the previous turn's body plus the answer it got
+      const json prev = json::parse(bodies[i - 5])["messages"];
+      EXPECT_EQ(json(std::vector<json>(m.begin(), m.begin() + static_cast<long>(prev.size()))), prev);
+      EXPECT_FALSE(m[prev.size()]["content"].get<std::string>().empty());
+    }
+  }
+  EXPECT_NE(r.output.find("Multi-turn (TTFT by turn)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exports no vllm:prefix_cache_* counters"), std::string::npos) << r.output;
+}
+
 TEST(VlmBench, JsonlWithImagePathsWithoutStreaming) {
   FakeOpenAiServer server;
   const std::string dir = temp_path("jsonl_dir");

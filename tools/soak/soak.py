@@ -191,6 +191,9 @@ def main():
     ap.add_argument("--rss-bound-mib", type=float, default=64.0)
     ap.add_argument("--result", default="")
     ap.add_argument("--seed", type=int, default=1)
+    # Prefix caching is on (the server's default); a small cache adds preemptions and evictions.
+    ap.add_argument("--num-kv-blocks", type=int, default=2048)
+    ap.add_argument("--server-args", default="", help="extra vlm-server flags, space separated")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="vlm_soak_")
@@ -200,8 +203,8 @@ def main():
                    check=True, stdout=subprocess.DEVNULL)
     log = open(os.path.join(tmp, "server.log"), "w+")
     server = subprocess.Popen([os.path.join(a.bin_dir, "vlm-server"), "--model", model, "--served-model-name", "demo",
-                               "--host", "127.0.0.1", "--port", "0", "--kv-cache-dtype", "f32", "--num-kv-blocks", "2048",
-                               "--max-model-len", "512", "--threads", "2", "--log-level", "info"],
+                               "--host", "127.0.0.1", "--port", "0", "--kv-cache-dtype", "f32", "--num-kv-blocks", str(a.num_kv_blocks),
+                               "--max-model-len", "512", "--threads", "2", "--log-level", "info"] + a.server_args.split(),
                               stderr=log, stdout=log)
     failures = []
     result = {}
@@ -285,11 +288,17 @@ def main():
             "kv_cache_usage_perc_end": kv, "rss_mib_after_warmup": round(rss_base, 1),
             "rss_mib_peak": round(rss_peak[0], 1), "rss_mib_final": round(rss_final, 1), "wall_s": round(wall, 1),
             "health_end": health,
+            "preemptions": metric_sum(metrics, "vllm:num_preemptions_total"),
+            "prefix_cache_queries": metric_sum(metrics, "vllm:prefix_cache_queries_total"),
+            "prefix_cache_hits": metric_sum(metrics, "vllm:prefix_cache_hits_total"),
+            "integrity_errors_logged": server_log.count("integrity check failed"),
         }
         if health != 200:
             failures.append(f"/health answered {health}")
         if kv != 0:
             failures.append(f"kv_cache_usage_perc is {kv} at the end")
+        if result["integrity_errors_logged"]:
+            failures.append(f"the server logged {result['integrity_errors_logged']} block integrity problems")
         if failed != 0:
             failures.append(f"vlm-bench saw {failed} failed requests")
         if mis.bad_5xx:

@@ -81,7 +81,11 @@ Target:
   --api-key KEY             default: $OPENAI_API_KEY
   --no-stream               non-streaming requests (TTFT = E2EL)
 Workload:
-  --dataset random|random-mm|jsonl   --dataset-path FILE (jsonl)
+  --dataset random|random-mm|jsonl|multi-turn   --dataset-path FILE (jsonl)
+  --num-turns N (3)  --turn-len N (64)   multi-turn: --num-prompts conversations, each resending
+                            its history (the server's own answers) plus a new user turn of
+                            --turn-len tokens; turn 1 has --input-len tokens and
+                            --images-per-request images; turns are sent in waves
   --num-prompts N (1000)    --warmup N (0)     --seed N (0)
   --input-len N (1024)      --output-len N (128)   --range-ratio R (0)
   --prompt-ids              completions: send prompts as token-id lists (needs /tokenize)
@@ -121,12 +125,14 @@ BenchOptions parse_bench_options(int argc, const char* const* argv) {
     else if (a == "--no-stream") o.stream = false;
     else if (a == "--dataset") {
       o.dataset = value();
-      if (o.dataset != "random" && o.dataset != "random-mm" && o.dataset != "jsonl")
-        throw UsageError("--dataset is random, random-mm or jsonl, got '" + o.dataset + "'");
+      if (o.dataset != "random" && o.dataset != "random-mm" && o.dataset != "jsonl" && o.dataset != "multi-turn")
+        throw UsageError("--dataset is random, random-mm, jsonl or multi-turn, got '" + o.dataset + "'");
     } else if (a == "--dataset-path") o.dataset_path = value();
     else if (a == "--num-prompts") o.num_prompts = parse_int(a, value(), 1);
     else if (a == "--warmup") o.warmup = parse_int(a, value(), 0);
     else if (a == "--input-len") o.input_len = parse_int(a, value(), 1);
+    else if (a == "--num-turns") o.num_turns = parse_int(a, value(), 1);
+    else if (a == "--turn-len") o.turn_len = parse_int(a, value(), 1);
     else if (a == "--output-len") o.output_len = parse_int(a, value(), 1);
     else if (a == "--range-ratio") {
       o.range_ratio = parse_double(a, value(), 0.0);
@@ -175,8 +181,8 @@ BenchOptions parse_bench_options(int argc, const char* const* argv) {
     else throw UsageError("unknown option '" + a + "'");
   }
   if (o.dataset == "jsonl" && o.dataset_path.empty()) throw UsageError("--dataset jsonl needs --dataset-path FILE");
-  if (o.dataset == "random-mm" && o.endpoint != "chat")
-    throw UsageError("--dataset random-mm needs --endpoint chat (images go in chat messages)");
+  if ((o.dataset == "random-mm" || o.dataset == "multi-turn") && o.endpoint != "chat")
+    throw UsageError("--dataset " + o.dataset + " needs --endpoint chat (images and turns go in chat messages)");
   if (o.prompt_ids && o.endpoint != "completions") throw UsageError("--prompt-ids needs --endpoint completions");
   if (!o.allow_remote && !is_loopback_url(o.base_url))
     throw UsageError("--base-url " + o.base_url + " is not a loopback address; pass --allow-remote to load a remote server");

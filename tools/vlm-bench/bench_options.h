@@ -25,7 +25,7 @@ struct BenchOptions {
   bool stream = true;
 
   // Workload.
-  std::string dataset = "random";  // random | random-mm | jsonl
+  std::string dataset = "random";  // random | random-mm | jsonl | multi-turn
   std::string dataset_path;        // jsonl only
   int num_prompts = 1000;
   int warmup = 0;                  // requests sent before the measured run, not counted
@@ -36,6 +36,8 @@ struct BenchOptions {
   int images_per_request = 1;      // random-mm
   int image_width = 512, image_height = 512;
   int video_frames = 0;            // random-mm: frames sent as consecutive image parts
+  int num_turns = 3;               // multi-turn: turns per conversation (num_prompts conversations)
+  int turn_len = 64;               // multi-turn: tokens of each user turn after the first
   unsigned long long seed = 0;
 
   // Arrivals.

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,7 @@
 #include "tools/vlm-bench/bench_options.h"
 #include "tools/vlm-bench/report/bench_report.h"
 #include "tools/vlm-bench/load_runner.h"
+#include "tools/vlm-bench/multi_turn.h"
 #include "tools/vlm-bench/prompt_builder.h"
 #include "tools/vlm-bench/simple_http_client.h"
 #include "tools/vlm-bench/report/svg_plot.h"
@@ -67,8 +69,10 @@ int run_bench(const BenchOptions& o) {
     std::fprintf(stderr, "note: %s did not answer; prompt lengths assume one token per word\n",
                  o.url("/tokenize").c_str());
   }
+  const bool multi_turn = o.dataset == "multi-turn";
   const std::vector<PreparedRequest> warmup = build_workload(o, info.model, prompts, o.warmup, 7777);
-  const std::vector<PreparedRequest> requests = build_workload(o, info.model, prompts, o.num_prompts, 0);
+  const std::vector<PreparedRequest> requests =
+      multi_turn ? std::vector<PreparedRequest>{} : build_workload(o, info.model, prompts, o.num_prompts, 0);
 
   const bool show_progress = !o.no_progress && (o.progress || isatty(STDERR_FILENO));
   LoadRunner runner(o);
@@ -81,16 +85,29 @@ int run_bench(const BenchOptions& o) {
     for (const RequestSample& s : w.samples) failed += !s.success;
     if (failed) std::fprintf(stderr, "warning: %d of %zu warmup requests failed\n", failed, w.samples.size());
   }
-  const std::vector<double> schedule = arrival_schedule(o.num_prompts, o.request_rate, o.burstiness, o.seed);
   ProgressLine bar(show_progress, "bench");
-  const RunResult run = runner.run(requests, schedule, o.max_concurrency, std::max(0.0, remaining_s()),
-                                   [&](const RunProgress& p) { bar.update(p); });
+  std::optional<MultiTurnResult> turns;
+  RunResult run;
+  if (multi_turn) {
+    MultiTurnWorkload workload(o, info.model, prompts);
+    auto metrics = [&] {
+      const HttpResult m = http.get(o.url("/metrics"));
+      return m.status == 200 ? m.body : std::string();
+    };
+    turns = workload.run(runner, std::max(0.0, remaining_s()), metrics, [&](const RunProgress& p) { bar.update(p); });
+    run = turns->run;
+  } else {
+    const std::vector<double> schedule = arrival_schedule(o.num_prompts, o.request_rate, o.burstiness, o.seed);
+    run = runner.run(requests, schedule, o.max_concurrency, std::max(0.0, remaining_s()),
+                     [&](const RunProgress& p) { bar.update(p); });
+  }
   bar.close();
   info.hit_deadline = run.hit_deadline;
 
   const GoodputSlo slo{o.goodput_ttft_ms, o.goodput_tpot_ms, o.goodput_e2el_ms};
   const BenchSummary summary = summarize(run.samples, o.percentiles, slo, run.duration_s, o.endpoint == "chat" && o.stream);
   std::fputs(format_table(summary, o, info).c_str(), stdout);
+  if (turns) std::fputs(MultiTurnWorkload::format(*turns).c_str(), stdout);
   std::fflush(stdout);
   if (!o.result_json.empty()) write_result_json(o.result_json, summary, run.samples, o, info);
   if (!o.plot_svg.empty()) {

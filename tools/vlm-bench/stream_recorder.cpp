@@ -90,6 +90,8 @@ void StreamRecorder::on_json(const std::string& payload, double now_s, bool stre
     sample_.usage_seen = true;
     sample_.prompt_tokens = usage->value("prompt_tokens", 0);
     sample_.output_tokens = usage->value("completion_tokens", 0);
+    if (auto d = usage->find("prompt_tokens_details"); d != usage->end() && d->is_object())
+      sample_.cached_tokens = d->value("cached_tokens", 0);
   }
   auto choices = j.find("choices");
   if (choices == j.end() || !choices->is_array() || choices->empty()) return;

@@ -124,6 +124,16 @@ std::vector<PreparedRequest> build_jsonl(const BenchOptions& o, const std::strin
 
 }  // namespace
 
+nlohmann::json random_image_part(const BenchOptions& o, uint64_t seed) {
+  const std::string png =
+      encode_png_rgb(random_image_rgb(o.image_width, o.image_height, seed), o.image_width, o.image_height);
+  return {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + base64_encode(png)}}}};
+}
+
+void finish_request_body(nlohmann::json& body, const BenchOptions& o, const std::string& model, int output_len) {
+  finish_body(body, o, model, output_len);
+}
+
 std::vector<PreparedRequest> build_workload(const BenchOptions& o, const std::string& model,
                                             PromptBuilder& prompts, int count, uint64_t seed_salt) {
   std::vector<PreparedRequest> out;
@@ -147,13 +157,7 @@ std::vector<PreparedRequest> build_workload(const BenchOptions& o, const std::st
         } else {
           json content = json::array({{{"type", "text"}, {"text", text}}});
           r.num_images = o.images_per_request + o.video_frames;
-          for (int k = 0; k < r.num_images; ++k) {
-            const uint64_t image_seed = rng();
-            const std::string png = encode_png_rgb(random_image_rgb(o.image_width, o.image_height, image_seed),
-                                                   o.image_width, o.image_height);
-            content.push_back({{"type", "image_url"},
-                               {"image_url", {{"url", "data:image/png;base64," + base64_encode(png)}}}});
-          }
+          for (int k = 0; k < r.num_images; ++k) content.push_back(random_image_part(o, rng()));
           body["messages"] = json::array({{{"role", "user"}, {"content", content}}});
         }
       }

@@ -12,6 +12,9 @@
 // when the line has none. The same seed gives the same requests.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,11 @@ struct PreparedRequest {
   int output_len = 0;      // max_tokens
   int num_images = 0;      // image parts (frames included)
 };
+
+// A chat content part holding a generated PNG image (image_width x image_height) as a data: URL.
+nlohmann::json random_image_part(const BenchOptions& options, uint64_t seed);
+// Adds model, stream (+ include_usage), and max_tokens/ignore_eos unless the body has them.
+void finish_request_body(nlohmann::json& body, const BenchOptions& options, const std::string& model, int output_len);
 
 // Builds `count` requests (index offset first_index; seed_salt separates warmup from the run).
 // Throws UsageError for a jsonl file that cannot be read or a bad line (naming file:line).

@@ -18,6 +18,7 @@
 #include <iterator>
 #include <map>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,7 @@ struct Options {
   float top_p = 1.0f;
   std::optional<uint64_t> seed;
   std::string log_level = "warn";
+  std::map<std::string, std::string> backend;  // --device, --dtype, --gpu-memory-utilization
 };
 
 vlm::cli::FlagTable with_backend_flags(vlm::cli::FlagTable t) {

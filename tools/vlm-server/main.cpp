@@ -3,7 +3,8 @@
 //              [--api-key KEY] [--config FILE.json] [--max-num-seqs N] [--max-num-batched-tokens N]
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
 //              [--kv-cache-dtype f32|bf16|f16] [--sink-router off|on] [--sink-router-config FILE]
-//              [--max-waiting N] [--threads N] [--log-level L] [--dtype auto|bfloat16|float16|float32]
+//              [--max-waiting N] [--threads N] [--log-level L] [--[no-]enable-prefix-caching]
+//              [--dtype auto|bfloat16|float16|float32] [--device auto|cpu|cuda]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
 //              [--max-videos-per-request N] [--max-video-frames N] [--max-video-bytes N]
@@ -19,7 +20,9 @@
 // Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
 // DIR/preprocessor_config.json), Qwen2VLForConditionalGeneration and
 // Qwen2_5_VLForConditionalGeneration (images and videos as frame lists; DIR/preprocessor_config.json
-// and DIR/video_preprocessor_config.json, else the image one).
+// and DIR/video_preprocessor_config.json, else the image one), LlavaOnevisionForConditionalGeneration
+// (images and videos; the processor files in either layout: preprocessor_config.json and
+// video_preprocessor_config.json, or transformers 5's processor_config.json).
 // A --config file is a JSON object with the same names (dashes or underscores); flags override it.
 // Every flag can also come from the environment as VLM_SERVER_<NAME> (upper case, '-' -> '_'), e.g.
 // VLM_SERVER_MODEL=/model, VLM_SERVER_DRAIN_TIMEOUT=60 (for containers): flags > environment > --config.
@@ -49,6 +52,7 @@
 #include "kernels/core/log.h"
 #include "kernels/core/thread_pool.h"
 #include "model/families/architecture.h"
+#include "model/families/llava_onevision.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
 #include "model/methods/sink_router_config_file.h"
@@ -74,6 +78,8 @@ const std::map<std::string, std::string> kFlags = {
     {"sink-router", "off (default) or on: SinkRouter decode routing (per request: \"sink_router\")"},
     {"sink-router-config", "SinkRouter thresholds, e.g. configs/<model>/sink_router.json from vlm-calibrate-sink"},
     {"max-waiting", "waiting queue bound (default 1024)"},
+    {"enable-prefix-caching", "reuse the KV of cached prompt prefixes (default on, as vLLM's V1 engine; "
+                              "--no-enable-prefix-caching turns it off; per request: \"cache_salt\")"},
     {"threads", "compute threads (default: all cores)"}, {"log-level", "trace..off (default info)"},
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
@@ -121,9 +127,28 @@ const vlm::cli::FlagParser& cli() {
 
 [[noreturn]] void usage(const std::string& error) { cli().fail(error); }
 
-std::map<std::string, std::string> parse_flags(int argc, char** argv) {
-  // --no-webui may come bare (llama.cpp's spelling): give it the value 1.
+// vLLM's boolean switches: `--NAME` / `--no-NAME` without a value become `--NAME=1` / `--NAME=0`.
+std::vector<std::string> expand_switches(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args)
+    if (a == "--enable-prefix-caching") a += "=1";
+    else if (a == "--no-enable-prefix-caching") a = "--enable-prefix-caching=0";
+  return args;
+}
+
+bool bool_flag(const std::map<std::string, std::string>& f, const std::string& k, bool fallback) {
+  auto it = f.find(k);
+  if (it == f.end()) return fallback;
+  const std::string& v = it->second;
+  if (v == "1" || v == "true" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "off") return false;
+  cli().fail("--" + k + " must be 1/true/on or 0/false/off, got '" + v + "'");
+}
+
+std::map<std::string, std::string> parse_flags(int argc, char** argv) {
+  // --no-webui may come bare (llama.cpp's spelling): give it the value 1; vLLM's switches
+  // --[no-]enable-prefix-caching become --enable-prefix-caching=1/0 (expand_switches).
+  std::vector<std::string> args = expand_switches(argc, argv);
   for (size_t i = 1; i < args.size(); ++i)
     if (args[i] == "--no-webui" && (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0))
       args.insert(args.begin() + static_cast<std::ptrdiff_t>(++i), "1");
@@ -283,6 +308,7 @@ int main(int argc, char** argv) {
     ec.scheduler.max_num_seqs = static_cast<int>(int_flag(flags, "max-num-seqs", 256, 1));
     ec.scheduler.max_num_batched_tokens = static_cast<int>(int_flag(flags, "max-num-batched-tokens", 2048, 1));
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
+    ec.enable_prefix_caching = bool_flag(flags, "enable-prefix-caching", true);
     vlm::cli::apply_backend_flags(flags, cli(), ec);
     if (flags.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(flags.at("kv-cache-dtype"), &ec.kv_dtype))
       usage("--kv-cache-dtype must be f32, bf16 or f16");
@@ -389,6 +415,26 @@ int main(int argc, char** argv) {
                                              model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
                                              vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
         api.qwen2vl = media;
+        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
+                                               vlm::make_text_decoder_factory(tokenizer));
+        break;
+      }
+      case vlm::ModelArchitecture::LlavaOnevision: {
+        auto model = vlm::LlavaOnevisionModel::load(model_dir);
+        warm_weights(model->decoder());
+        vlm::OnevisionMediaOptions media;
+        media.image = vlm::OnevisionPreprocessConfig::load(model_dir, /*video=*/false);
+        media.video = vlm::OnevisionPreprocessConfig::load(model_dir, /*video=*/true);
+        media.image_token_id = model->image_token_id();
+        media.video_token_id = model->video_token_id();
+        media.grid = model->grid();
+        media.max_num_patches = model->config().max_num_patches;
+        media.max_video_frames = max_video_frames;
+        for (const auto* p : {&media.image, &media.video})
+          if (p->size != model->tile_size())
+            throw vlm::LoadError(fmt::format("{}: the processor makes {}px tiles, the vision tower takes {}px", model_dir,
+                                             p->size, model->tile_size()));
+        api.onevision = media;
         engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
                                                vlm::make_text_decoder_factory(tokenizer));
         break;

@@ -32,6 +32,7 @@ struct RequestSample {
   std::vector<double> itl_s;  // gaps between choice chunks
   std::vector<double> content_chunk_s;  // arrival of every chunk with non-empty text (from run start)
   int prompt_tokens = 0;      // from usage (0 if absent)
+  int cached_tokens = 0;      // usage.prompt_tokens_details.cached_tokens (0 if absent)
   int output_tokens = 0;      // usage.completion_tokens, else the count of content chunks
   int content_chunks = 0;     // chunks that carried text
   bool usage_seen = false;

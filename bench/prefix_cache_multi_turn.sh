@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Multi-turn TTFT with the prefix cache on and off (issue 25), one server after the other on the
+# same model, same workload: vlm-bench --dataset multi-turn (each conversation resends its history
+# with the server's answers plus a new turn). Prints vlm-bench's tables; the server is stopped by pid.
+#   [SERVER_ARGS="..."] bench/prefix_cache_multi_turn.sh MODEL_DIR PORT [vlm-bench flags...]
+# (a prefill longer than a minute needs SERVER_ARGS="--write-timeout-ms 900000": the server's
+# write timeout also runs while a stream waits for its first token)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=$1 port=$2
+shift 2
+for mode in enable no-enable; do
+  build/bin/vlm-server --model "$model" --served-model-name m --port "$port" --threads 2 \
+    --num-kv-blocks 4096 --max-model-len 4096 --log-level warn ${SERVER_ARGS:-} --"$mode"-prefix-caching 2>"/tmp/pc_server_$mode.log" &
+  pid=$!
+  for _ in $(seq 600); do grep -q "ready:" "/tmp/pc_server_$mode.log" && break; sleep 0.5; done
+  echo "=== --$mode-prefix-caching (load: $(cut -d' ' -f1-3 /proc/loadavg)) ==="
+  build/bin/vlm-bench --base-url "http://127.0.0.1:$port" --model m --dataset multi-turn --no-progress "$@" || true
+  kill "$pid"
+  wait "$pid" || true
+done

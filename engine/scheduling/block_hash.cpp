@@ -1,0 +1,88 @@
+#include "engine/scheduling/block_hash.h"
+
+#include <cstring>
+
+#include "engine/scheduling/sequence.h"
+#include "kernels/core/check.h"
+#include "model/media/media_pixels.h"
+
+namespace vlm {
+namespace {
+
+uint64_t mix(uint64_t x) {  // a 64-bit finalizer: every input bit reaches every output bit
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return x;
+}
+
+}  // namespace
+
+Hasher128& Hasher128::add(uint64_t word) {
+  a_ = mix(a_ ^ word) + 0x9E3779B97F4A7C15ull;
+  b_ = mix(b_ + (word ^ 0xD6E8FEB86659FD93ull)) ^ (a_ >> 17);
+  ++n_;
+  return *this;
+}
+
+Hasher128& Hasher128::add_bytes(const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  add(n);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    add(w);
+  }
+  if (i < n) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i);
+    add(w);
+  }
+  return *this;
+}
+
+BlockHash Hasher128::digest() const { return {mix(a_ ^ n_), mix(b_ + a_)}; }
+
+BlockHash prefix_cache_seed(std::string_view cache_salt) {
+  Hasher128 h;
+  h.add(0x70726566697863ull);  // "prefixc"
+  if (!cache_salt.empty()) h.add_bytes(cache_salt.data(), cache_salt.size());
+  return h.digest();
+}
+
+BlockHash media_item_key(const MediaPixels& item) {
+  Hasher128 h;
+  h.add(static_cast<uint64_t>(item.modality));
+  h.add(static_cast<uint64_t>(item.height)).add(static_cast<uint64_t>(item.width));
+  for (int32_t g : item.grid_thw) h.add(static_cast<uint64_t>(static_cast<uint32_t>(g)));
+  uint32_t spg = 0;
+  std::memcpy(&spg, &item.second_per_grid, sizeof spg);
+  h.add(spg).add(static_cast<uint64_t>(item.num_frames));
+  h.add_bytes(item.data.data(), item.data.size() * sizeof(float));
+  return h.digest();
+}
+
+void extend_block_hashes(Sequence& seq, int block_size) {
+  const int32_t B = block_size;
+  const MediaInputs* m = seq.media.get();
+  VLM_CHECK(!m || m->item_keys.size() == m->first_token.size(), "sequence {}: {} media keys for {} items", seq.id,
+            m ? m->item_keys.size() : 0, m ? m->first_token.size() : 0);
+  const auto full = static_cast<size_t>(seq.num_tokens() / B);
+  while (seq.block_hashes.size() < full) {
+    const auto j = static_cast<int32_t>(seq.block_hashes.size());
+    const int32_t begin = j * B, end = begin + B;
+    Hasher128 h;
+    h.add(j == 0 ? seq.prefix_cache_seed : seq.block_hashes.back());
+    h.add_bytes(seq.token_ids.data() + begin, static_cast<size_t>(B) * sizeof(int32_t));
+    if (m)
+      for (size_t k = 0; k < m->first_token.size(); ++k)
+        if (m->first_token[k] < end && m->first_token[k] + m->num_tokens[k] > begin)
+          h.add(m->item_keys[k]);
+    seq.block_hashes.push_back(h.digest());
+  }
+}
+
+}  // namespace vlm
