@@ -49,7 +49,6 @@ struct Options {
   int chunk_size = 512;
   int block_size = 16;
   int threads = 0;
-  std::map<std::string, std::string> backend;  // --device, --dtype (default auto), ... (backend_flags.h)
   vlm::DType kv_dtype = vlm::DType::F32;
   bool ignore_eos = false;
   float temperature = 0.0f;
