@@ -2,10 +2,10 @@
 # CPU speed of the whole engine (issue 12) on a Qwen2-0.5B-shaped model with random bf16 weights
 # (tools/vlm-random-model --preset qwen2-0.5b --dtype bf16), through tools/vlm-generate:
 #  1. prompt tokens/s at 512, 2048 and 8192 tokens (prefill in chunks of 512, one generated
-#     token) with --gemm-activations bf16 (opt-in: the AVX512-BF16 dot-product GEMM) and, at
-#     512/2048, with the default --gemm-activations f32 (exact: OpenBLAS on f32-converted
+#     token) with --dtype bfloat16 (the default --dtype auto for this bf16 checkpoint: the AVX512-BF16 dot-product GEMM) and, at
+#     512/2048, with --dtype float32 (exact: OpenBLAS on f32-converted
 #     panels), side by side;
-#  Sections 2 and 3 run with --gemm-activations bf16 too (at M >= 16 rows: the 16-sequence row).
+#  Sections 2 and 3 run with --dtype bfloat16 too (at M >= 16 rows: the 16-sequence row).
 #  2. generation tokens/s after a prompt of ~0 (8 tokens), 4096 and 32736 tokens (32 tokens
 #     generated, so the last one sees the model's whole 32768-token window; only steps without
 #     prefill count);
@@ -45,10 +45,10 @@ if [[ $sections == *1* ]]; then
   lens="512 2048"; [ "$long" = 1 ] && lens="$lens 8192"
   for len in $lens; do
     p=$(ids "$len" "$len")
-    out_b=$(gen --prompt-ids "$p" --max-tokens 1 --gemm-activations bf16)
+    out_b=$(gen --prompt-ids "$p" --max-tokens 1 --dtype bfloat16)
     rb=$(prefill_rate "$len" "$out_b"); sb=$(awk '/^prefill steps:/ { print $3 }' <<<"$out_b")
     if [ "$len" -le 2048 ]; then
-      out_f=$(gen --prompt-ids "$p" --max-tokens 1 --gemm-activations f32)
+      out_f=$(gen --prompt-ids "$p" --max-tokens 1 --dtype float32)
       rf=$(prefill_rate "$len" "$out_f"); sf=$(awk '/^prefill steps:/ { print $3 }' <<<"$out_f")
     else
       rf="-"; sf="-"
@@ -65,7 +65,7 @@ if [[ $sections == *2* ]]; then
   ids_file=$(mktemp); trap 'rm -f "$ids_file"' EXIT
   for ctx in $ctxs; do
     ids "$ctx" "$((ctx + 1))" >"$ids_file"  # a file: 32K ids exceed one argument's size limit
-    out=$(gen --prompt-ids "@$ids_file" --max-tokens 32 --gemm-activations bf16)
+    out=$(gen --prompt-ids "@$ids_file" --max-tokens 32 --dtype bfloat16)
     echo "| $ctx | $(decode_rate "$out") | $(awk '/^prefill steps:/ { print $3 }' <<<"$out") |"
   done
 fi
@@ -74,12 +74,12 @@ if [[ $sections == *3* ]]; then
   prompt_args=()
   for s in $(seq 1 16); do prompt_args+=(--prompt-ids "$(ids 32 "$s")"); done
   echo
-  echo "| parallel sequences | aggregate generation tokens/s | per sequence | same with --gemm-activations f32 |"
+  echo "| parallel sequences | aggregate generation tokens/s | per sequence | same with --dtype float32 |"
   echo "| ---: | ---: | ---: | ---: |"
   for n in 1 4 16; do
-    r=$(decode_rate "$(gen "${prompt_args[@]}" --parallel "$n" --max-tokens 64 --gemm-activations bf16)")
+    r=$(decode_rate "$(gen "${prompt_args[@]}" --parallel "$n" --max-tokens 64 --dtype bfloat16)")
     rf="same path"  # fewer than kBf16DotMinM = 16 rows never take the bf16 path
-    [ "$n" -ge 16 ] && rf=$(decode_rate "$(gen "${prompt_args[@]}" --parallel "$n" --max-tokens 64 --gemm-activations f32)")
+    [ "$n" -ge 16 ] && rf=$(decode_rate "$(gen "${prompt_args[@]}" --parallel "$n" --max-tokens 64 --dtype float32)")
     echo "| $n | $r | $(awk -v r="$r" -v n="$n" 'BEGIN { if (r + 0 > 0) printf "%.1f", r / n; else print "n/a" }') | $rf |"
   done
 fi

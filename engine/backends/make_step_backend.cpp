@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/backends/cpu_backend.h"
+#include "engine/compute_dtype.h"
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
 #if VLM_HAVE_CUDA
@@ -72,6 +73,8 @@ std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const LlmD
                        : static_cast<int64_t>(c.kv_cache_memory_gib * 1024.0 * 1024.0 * 1024.0) / s.bytes_per_block();
     check_holds_one_sequence(s.num_blocks, s.block_size, s.bytes_per_block(), max_model_len);
     backend = std::make_unique<CpuBackend>(decoder, s, std::move(eos_token_ids));
+    VLM_LOG_INFO("engine: --dtype {} ({} weights) -> {}", c.dtype ? dtype_name(*c.dtype) : "auto",
+                 dtype_name(decoder.weight_dtype()), apply_cpu_dtype(resolve_dtype(c.dtype, decoder.weight_dtype())));
   } else {
 #if VLM_HAVE_CUDA
     backend = make_cuda_backend(c, decoder, std::move(eos_token_ids));

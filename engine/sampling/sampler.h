@@ -63,6 +63,7 @@ class Sampler {
   std::vector<uint8_t> seen_;    // [V] prompt or output token, zero between calls
   std::vector<int32_t> kept_;    // candidate ids
   std::vector<double> probs_;    // [V] unnormalized probabilities
+  std::vector<float> soft_;      // [V] softmax of the scaled logits (vectorized exp)
 };
 
 // A uniform double in [0, 1) from one 64-bit draw.

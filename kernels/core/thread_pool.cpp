@@ -1,86 +1,133 @@
 #include "kernels/core/thread_pool.h"
 
 #include <algorithm>
-#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <memory>
 
 #include "kernels/core/check.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define VLM_CPU_RELAX() _mm_pause()
+#else
+#define VLM_CPU_RELAX() std::this_thread::yield()
+#endif
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace vlm {
 
+namespace {
+constexpr int kPauseSpins = 512;  // polls with a pause instruction before polls with a yield
+uint32_t generation_of(uint64_t state) { return static_cast<uint32_t>(state >> 32); }
+int64_t task_of(uint64_t state) { return static_cast<int64_t>(state & 0xffffffffu); }
+}  // namespace
+
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+  if (const char* env = std::getenv("VLM_POOL_SPIN_US")) spin_micros_ = std::max(0L, std::strtol(env, nullptr, 10));
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::worker_loop(int /*index*/) {
-  uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mu_);
+void ThreadPool::record_error() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!error_) error_ = std::current_exception();
+}
+
+int64_t ThreadPool::work_on(uint32_t gen) {
+  int64_t ran = 0;
+  uint64_t s = state_.load();
   while (true) {
-    work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    while (job_ && next_task_ < job_tasks_) {
-      int64_t task = next_task_++;
-      const auto* job = job_;
-      lock.unlock();
-      try {
-        (*job)(task);
-      } catch (...) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (!error_) error_ = std::current_exception();
-      }
-      lock.lock();
-      if (++tasks_done_ == job_tasks_) done_cv_.notify_all();
+    if (generation_of(s) != gen) return ran;
+    // Read the job before claiming: a successful claim below proves these belong to `gen`
+    // (the job cannot change while a task of it is unclaimed).
+    const auto* job = job_.load();
+    const int64_t n = job_tasks_.load();
+    const int64_t t = task_of(s);
+    if (t >= n) return ran;
+    if (!state_.compare_exchange_weak(s, s + 1)) continue;  // s reloaded
+    try {
+      (*job)(t);
+    } catch (...) {
+      record_error();
     }
+    ++ran;
+    tasks_done_.fetch_add(1);
+    s = state_.load();
+  }
+}
+
+void ThreadPool::worker_loop(int /*index*/) {
+  uint32_t seen = 0;
+  while (true) {
+    // Poll for a new job for up to kSpinMicros, then sleep until one is published.
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_micros_);
+    uint32_t gen = generation_of(state_.load());
+    // Pause-spin briefly, then yield between polls: on a machine with more runnable threads
+    // than cores a pure spin would hold the core the caller needs.
+    for (int i = 0; gen == seen && !stop_.load(std::memory_order_relaxed); ++i) {
+      if (i < kPauseSpins) {
+        VLM_CPU_RELAX();
+      } else {
+        std::this_thread::yield();
+        if (std::chrono::steady_clock::now() > spin_until) break;
+      }
+      gen = generation_of(state_.load());
+    }
+    if (gen == seen && !stop_.load()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      sleepers_.fetch_add(1);
+      work_cv_.wait(lock, [&] { return stop_.load() || generation_of(state_.load()) != seen; });
+      sleepers_.fetch_sub(1);
+      gen = generation_of(state_.load());
+    }
+    if (stop_.load()) return;
+    seen = gen;
+    work_on(gen);
   }
 }
 
 void ThreadPool::run_tasks(int64_t num_tasks, const std::function<void(int64_t)>& fn) {
   if (num_tasks <= 0) return;
-  std::unique_lock<std::mutex> lock(mu_);
-  if (in_job_ || num_threads_ == 1 || num_tasks == 1) {
-    // Nested call or nothing to share: run inline.
-    lock.unlock();
+  bool expected = false;
+  if (num_threads_ == 1 || num_tasks == 1 || !in_job_.compare_exchange_strong(expected, true)) {
+    // Nothing to share, or a nested call (or another thread's job is running): run inline.
     for (int64_t t = 0; t < num_tasks; ++t) fn(t);
     return;
   }
-  in_job_ = true;
-  job_ = &fn;
-  job_tasks_ = num_tasks;
-  next_task_ = 0;
-  tasks_done_ = 0;
-  error_ = nullptr;
-  ++generation_;
-  work_cv_.notify_all();
-  while (next_task_ < job_tasks_) {
-    int64_t task = next_task_++;
-    lock.unlock();
-    try {
-      fn(task);
-    } catch (...) {
-      std::lock_guard<std::mutex> g(mu_);
-      if (!error_) error_ = std::current_exception();
-    }
-    lock.lock();
-    ++tasks_done_;
+  VLM_CHECK(num_tasks < (int64_t{1} << 32), "{} tasks in one job", num_tasks);
+  // No task can be claimed now (the previous job's are all taken), so the job may change.
+  job_.store(&fn);
+  job_tasks_.store(num_tasks);
+  tasks_done_.store(0);
+  const uint32_t gen = generation_of(state_.load()) + 1;
+  state_.store(static_cast<uint64_t>(gen) << 32);
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }  // a worker between its check and its wait
+    work_cv_.notify_all();
   }
-  done_cv_.wait(lock, [&] { return tasks_done_ == job_tasks_; });
-  job_ = nullptr;
-  in_job_ = false;
-  std::exception_ptr err = error_;
-  error_ = nullptr;
-  lock.unlock();
+  work_on(gen);
+  // The last tasks may still run on workers.
+  for (int i = 0; tasks_done_.load() < num_tasks; ++i) {
+    if (i < kPauseSpins) VLM_CPU_RELAX();
+    else std::this_thread::yield();
+  }
+  std::exception_ptr err;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    err = error_;
+    error_ = nullptr;
+  }
+  in_job_.store(false);
   if (err) std::rethrow_exception(err);
 }
 
@@ -103,14 +150,17 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 namespace {
 std::mutex g_pool_mu;
 std::unique_ptr<ThreadPool> g_pool;
+std::atomic<ThreadPool*> g_pool_ptr{nullptr};  // g_pool.get(): the lock-free fast path
 }  // namespace
 
 ThreadPool& global_thread_pool() {
+  if (ThreadPool* p = g_pool_ptr.load(std::memory_order_acquire)) return *p;
   std::lock_guard<std::mutex> lock(g_pool_mu);
   if (!g_pool) {
     openblas_set_num_threads(1);
     g_pool = std::make_unique<ThreadPool>(
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    g_pool_ptr.store(g_pool.get(), std::memory_order_release);
   }
   return *g_pool;
 }
@@ -119,7 +169,9 @@ void set_num_threads(int n) {
   VLM_CHECK(n >= 1, "thread count {}", n);
   std::lock_guard<std::mutex> lock(g_pool_mu);
   openblas_set_num_threads(1);
+  g_pool_ptr.store(nullptr);
   g_pool = std::make_unique<ThreadPool>(n);
+  g_pool_ptr.store(g_pool.get(), std::memory_order_release);
 }
 
 }  // namespace vlm

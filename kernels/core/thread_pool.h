@@ -1,8 +1,17 @@
 // A fixed pool of worker threads for compute inside one engine step. The calling thread takes
 // part in the work, so a pool of N threads uses N-1 workers. parallel_for is not re-entrant:
-// calls from inside a task run serially on the calling thread.
+// calls from inside a task (or from another thread while a job runs) run serially on the
+// calling thread.
+//
+// Hand-off: a decode step issues a few hundred short jobs (one per matrix product), so a job
+// is published through one atomic word (generation << 32 | next task) that idle workers poll
+// for up to kSpinMicros (a few hundred polls with a pause instruction, then polls that yield
+// the core) before they sleep on a condition variable; the caller polls the same way for the
+// last tasks to finish. Workers claim tasks with a compare-and-swap on that word, so a
+// worker that wakes late can never claim a task of a later job.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -31,21 +40,32 @@ class ThreadPool {
   void run_tasks(int64_t num_tasks, const std::function<void(int64_t)>& fn);
 
  private:
+  // How long an idle worker polls for the next job before it sleeps (a decode step's jobs
+  // come every few to few hundred microseconds; between steps the workers sleep). The
+  // environment variable VLM_POOL_SPIN_US overrides it (0: sleep at once, for A/B runs).
+  static constexpr int64_t kSpinMicros = 300;
+  int64_t spin_micros_ = kSpinMicros;
+
   void worker_loop(int index);
+  // Claims and runs tasks of the job of generation `gen` until none is left; returns how many
+  // this thread ran.
+  int64_t work_on(uint32_t gen);
+  void record_error();
 
   int num_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
+  // (generation << 32) | next unclaimed task of the current job.
+  std::atomic<uint64_t> state_{0};
+  // The current job; written only while no task of any job can be claimed.
+  std::atomic<const std::function<void(int64_t)>*> job_{nullptr};
+  std::atomic<int64_t> job_tasks_{0};
+  std::atomic<int64_t> tasks_done_{0};
+  std::atomic<bool> in_job_{false};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;                 // guards the sleep/wake hand-shake and error_
   std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  const std::function<void(int64_t)>* job_ = nullptr;
-  int64_t job_tasks_ = 0;
-  int64_t next_task_ = 0;
-  int64_t tasks_done_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
   std::exception_ptr error_;
-  bool in_job_ = false;
 };
 
 // The process-wide pool used by kernels. Created on first use with

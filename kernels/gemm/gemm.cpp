@@ -140,6 +140,22 @@ void linear(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
     gemm_detail::linear_blas(x, M, W, bias, y);
 }
 
+void linear_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets) {
+  if (targets.empty()) return;
+  const TensorView& W0 = *targets[0].W;
+  bool same = W0.ndim() == 2;
+  for (const LinearTarget& t : targets) {
+    check_linear_args(x, M, *t.W, t.bias, t.y);
+    same = same && t.W->dtype == W0.dtype && t.W->dim(1) == W0.dim(1) && t.W->dim(0) > 0;
+  }
+  if (M == 0) return;
+  if (same && W0.dim(1) > 0) {
+    if (uses_bf16_dot(W0.dtype, M)) return gemm_detail::linear_bf16_dot_multi(x, M, targets);
+    if (M <= small_m_limit(W0.dtype)) return gemm_detail::linear_small_m_multi(x, M, targets);
+  }
+  for (const LinearTarget& t : targets) linear(x, M, *t.W, t.bias, t.y);
+}
+
 void linear_ref(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
                 const float* bias /*[N] or null*/, float* y /*[M,N]*/) {
   check_linear_args(x, M, W, bias, y);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/core/tensor.h"
 
@@ -50,6 +51,19 @@ bool uses_bf16_dot(DType w_dtype, int64_t M);
 // bias is null or has N floats; y does not alias x. M may be 0 (no-op).
 void linear(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
             const float* bias /*[N] or null*/, float* y /*[M,N]*/);
+
+// One product of linear_multi(): y[M, N] = x · W^T (+ bias), W [N, K] as for linear().
+struct LinearTarget {
+  const TensorView* W;   // [N, K]
+  const float* bias;     // [N] or null
+  float* y;              // [M, N]
+};
+
+// Several products of the same x (a layer's q/k/v, or gate/up) with the results of linear()
+// for each: one pool hand-off and one conversion of x for all of them where they take the same
+// path (same K and W dtype: the small-M and bf16 dot-product paths), else one linear() each.
+// Preconditions: those of linear() for every target; no y overlaps x or another y.
+void linear_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets);
 
 // Naive reference: double accumulation, one output at a time.
 void linear_ref(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,

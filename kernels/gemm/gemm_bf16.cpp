@@ -198,13 +198,73 @@ uint32_t* scratch_u32(std::unique_ptr<uint32_t, U32Deleter>& buf, int64_t& cap, 
 
 bool bf16_dot_supported() { return use_avx512() && cpu_has_avx512_bf16(); }
 
-void linear_bf16_dot(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
-                     const float* bias /*[N] or null*/, float* y /*[M,N]*/,
-                     int64_t chunk_pairs) {
-  VLM_CHECK(W.dtype == DType::BF16, "linear_bf16_dot: W dtype {}", dtype_name(W.dtype));
+namespace {
+
+// How linear_bf16_dot splits one W: column blocks of nc (one per task), K in chunks of pc_even pairs.
+struct DotPlan {
+  int64_t nc = 0;
+  int64_t num_tasks = 0;
+  int64_t pc_even = 0;
+};
+
+DotPlan plan_dot(int64_t N, int64_t P, int num_threads, int64_t chunk_pairs) {
+  DotPlan d;
+  // Tasks: column blocks of W, at least two per thread when N allows (dynamic balance).
+  const int64_t per_task = (N + 2 * num_threads - 1) / (2 * num_threads);
+  d.nc = std::clamp<int64_t>((per_task + kNR - 1) / kNR * kNR, kNR, kMaxNc);
+  d.num_tasks = (N + d.nc - 1) / d.nc;
+  const int64_t pc_max = chunk_pairs > 0 ? (chunk_pairs + 15) / 16 * 16
+                                         : std::max<int64_t>(16, kBBudget / (d.nc * 4) / 16 * 16);
+  const int64_t num_chunks = (P + pc_max - 1) / pc_max;
+  d.pc_even = ((P + num_chunks - 1) / num_chunks + 15) / 16 * 16;
+  return d;
+}
+
+// Column block t of one W: packs it chunk by chunk and runs every A panel over it.
+VLM_TARGET_BF16 void dot_task(const uint32_t* a /*[panels][P][kMR]*/, int64_t M, int64_t P, const uint16_t* w,
+                              int64_t N, int64_t K, const DotPlan& d, int64_t t, const float* bias, float* y) {
+  thread_local std::unique_ptr<uint32_t, U32Deleter> b_buf;
+  thread_local int64_t b_cap = 0;
+  const int64_t num_panels = (M + kMR - 1) / kMR;
+  const int64_t nc = d.nc, pc_even = d.pc_even;
+  const int64_t n0 = t * nc, ncols = std::min(nc, N - n0);
+  const int64_t num_micro = (ncols + kNR - 1) / kNR;
+  uint32_t* b = scratch_u32(b_buf, b_cap, num_micro * pc_even * kNR);
+  for (int64_t p0 = 0; p0 < P; p0 += pc_even) {
+    const int64_t pc = std::min(pc_even, P - p0);
+    pack_b(w, N, K, n0, ncols, p0, pc, b);
+    const bool last = p0 + pc == P;
+    for (int64_t panel = 0; panel < num_panels; ++panel) {
+      const uint32_t* ap = a + panel * P * kMR + p0 * kMR;
+      const int rows = static_cast<int>(std::min<int64_t>(kMR, M - panel * kMR));
+      for (int64_t j = 0; j < num_micro; ++j) {
+        const int cols = static_cast<int>(std::min<int64_t>(kNR, ncols - j * kNR));
+        const int64_t col = n0 + j * kNR;
+        // Only full tiles are prefetched (a partial one may end at the end of y).
+        const float* y_next = nullptr;
+        if (j + 1 < num_micro && (j + 2) * kNR <= ncols && rows == kMR)
+          y_next = y + panel * kMR * N + col + kNR;
+        else if (j + 1 == num_micro && (panel + 2) * kMR <= M && kNR <= ncols)
+          y_next = y + (panel + 1) * kMR * N + n0;
+        micro_kernel(ap, b + j * pc * kNR, pc, y + panel * kMR * N + col, N, rows, cols,
+                     p0 > 0, last && bias ? bias + col : nullptr,
+                     j == 0 && panel + 1 < num_panels ? ap + P * kMR : nullptr, y_next);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void linear_bf16_dot_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets,
+                           int64_t chunk_pairs) {
   VLM_CHECK(bf16_dot_supported(), "linear_bf16_dot: no AVX512-BF16 on this CPU (or switched off)");
-  const int64_t N = W.dim(0), K = W.dim(1);
-  if (M == 0 || N == 0 || K == 0) return;  // linear() handles K = 0
+  if (targets.empty() || M == 0) return;
+  const int64_t K = targets[0].W->dim(1);
+  for (const LinearTarget& t : targets)
+    VLM_CHECK(t.W->dtype == DType::BF16 && t.W->dim(1) == K, "linear_bf16_dot: W {} {} (want BF16, K {})",
+              t.W->shape.str(), dtype_name(t.W->dtype), K);
+  if (K == 0) return;                       // linear() handles K = 0
   const int64_t P = (K + 1) / 2;            // bf16 pairs per row
   const int64_t num_panels = (M + kMR - 1) / kMR;
   ThreadPool& pool = global_thread_pool();
@@ -217,45 +277,29 @@ void linear_bf16_dot(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*
     for (int64_t i = b; i < e; ++i) pack_a_panel(x, M, K, i, a + i * P * kMR);
   });
 
-  // Tasks: column blocks of W, at least two per thread when N allows (dynamic balance).
-  const int64_t per_task = (N + 2 * pool.num_threads() - 1) / (2 * pool.num_threads());
-  const int64_t nc = std::clamp<int64_t>((per_task + kNR - 1) / kNR * kNR, kNR, kMaxNc);
-  const int64_t num_tasks = (N + nc - 1) / nc;
-  const int64_t pc_max = chunk_pairs > 0 ? (chunk_pairs + 15) / 16 * 16
-                                         : std::max<int64_t>(16, kBBudget / (nc * 4) / 16 * 16);
-  const int64_t num_chunks = (P + pc_max - 1) / pc_max;
-  const int64_t pc_even = ((P + num_chunks - 1) / num_chunks + 15) / 16 * 16;
-  const auto* w = static_cast<const uint16_t*>(W.data);
-
-  pool.run_tasks(num_tasks, [&](int64_t t) {
-    thread_local std::unique_ptr<uint32_t, U32Deleter> b_buf;
-    thread_local int64_t b_cap = 0;
-    const int64_t n0 = t * nc, ncols = std::min(nc, N - n0);
-    const int64_t num_micro = (ncols + kNR - 1) / kNR;
-    uint32_t* b = scratch_u32(b_buf, b_cap, num_micro * pc_even * kNR);
-    for (int64_t p0 = 0; p0 < P; p0 += pc_even) {
-      const int64_t pc = std::min(pc_even, P - p0);
-      pack_b(w, N, K, n0, ncols, p0, pc, b);
-      const bool last = p0 + pc == P;
-      for (int64_t panel = 0; panel < num_panels; ++panel) {
-        const uint32_t* ap = a + panel * P * kMR + p0 * kMR;
-        const int rows = static_cast<int>(std::min<int64_t>(kMR, M - panel * kMR));
-        for (int64_t j = 0; j < num_micro; ++j) {
-          const int cols = static_cast<int>(std::min<int64_t>(kNR, ncols - j * kNR));
-          const int64_t col = n0 + j * kNR;
-          // Only full tiles are prefetched (a partial one may end at the end of y).
-          const float* y_next = nullptr;
-          if (j + 1 < num_micro && (j + 2) * kNR <= ncols && rows == kMR)
-            y_next = y + panel * kMR * N + col + kNR;
-          else if (j + 1 == num_micro && (panel + 2) * kMR <= M && kNR <= ncols)
-            y_next = y + (panel + 1) * kMR * N + n0;
-          micro_kernel(ap, b + j * pc * kNR, pc, y + panel * kMR * N + col, N, rows, cols,
-                       p0 > 0, last && bias ? bias + col : nullptr,
-                       j == 0 && panel + 1 < num_panels ? ap + P * kMR : nullptr, y_next);
-        }
-      }
-    }
+  std::vector<DotPlan> plans;
+  std::vector<int64_t> first_task;  // prefix sums of the targets' task counts
+  int64_t total = 0;
+  for (const LinearTarget& t : targets) {
+    plans.push_back(plan_dot(t.W->dim(0), P, pool.num_threads(), chunk_pairs));
+    first_task.push_back(total);
+    total += plans.back().num_tasks;
+  }
+  pool.run_tasks(total, [&](int64_t task) {
+    const size_t i = static_cast<size_t>(std::upper_bound(first_task.begin(), first_task.end(), task) -
+                                         first_task.begin()) - 1;
+    const LinearTarget& t = targets[i];
+    if (t.W->dim(0) == 0) return;
+    dot_task(a, M, P, static_cast<const uint16_t*>(t.W->data), t.W->dim(0), K, plans[i], task - first_task[i],
+             t.bias, t.y);
   });
+}
+
+void linear_bf16_dot(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                     const float* bias /*[N] or null*/, float* y /*[M,N]*/,
+                     int64_t chunk_pairs) {
+  const LinearTarget t{&W, bias, y};
+  linear_bf16_dot_multi(x, M, std::span<const LinearTarget>(&t, 1), chunk_pairs);
 }
 
 void linear_bf16_ref(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,

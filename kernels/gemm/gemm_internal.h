@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/core/tensor.h"
+#include "kernels/gemm/gemm.h"
 
 namespace vlm::gemm_detail {
 
@@ -19,6 +21,9 @@ constexpr int64_t kMaxRowGroup = 8;
 // AVX-512 when use_avx512(), portable code otherwise. Any M >= 1, K >= 1.
 void linear_small_m(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
                     const float* bias /*[N] or null*/, float* y /*[M,N]*/, int64_t row_group = 0);
+// The same for several W of one K and dtype in one pool job (x converted once).
+void linear_small_m_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets,
+                          int64_t row_group = 0);
 
 // OpenBLAS sgemm over N-panels of W, one panel per pool task. A 16-bit panel is first converted
 // into a thread-local f32 buffer of panel_rows * K floats (<= 256 rows, ~4 MB); panel_rows = 0
@@ -34,6 +39,9 @@ bool bf16_dot_supported();  // use_avx512() and the CPU has AVX512-BF16
 void linear_bf16_dot(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
                      const float* bias /*[N] or null*/, float* y /*[M,N]*/,
                      int64_t chunk_pairs = 0);
+// The same for several BF16 W of one K in one pool job (x packed once).
+void linear_bf16_dot_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets,
+                           int64_t chunk_pairs = 0);
 // Its naive reference: y = bf16(x) · W^T (+ bias) with double accumulation, bf16(x) rounded to
 // nearest even as f32_to_bf16 does. BF16 W only.
 void linear_bf16_ref(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,

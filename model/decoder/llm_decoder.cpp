@@ -123,9 +123,10 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
               kv.num_kv_heads, kv.head_dim, Hkv, D);
     // Attention branch.
     rms_norm(xp, L.input_norm, eps, T, hp);
-    linear(hp, T, L.q, f32_or_null(L.q_bias), q.as<float>());
-    linear(hp, T, L.k, f32_or_null(L.k_bias), k.as<float>());
-    linear(hp, T, L.v, f32_or_null(L.v_bias), v.as<float>());
+    const LinearTarget qkv[] = {{&L.q, f32_or_null(L.q_bias), q.as<float>()},
+                                {&L.k, f32_or_null(L.k_bias), k.as<float>()},
+                                {&L.v, f32_or_null(L.v_bias), v.as<float>()}};
+    linear_multi(hp, T, qkv);  // one pass over h for q, k and v
     rope_.apply_cached(q.as<float>(), H, k.as<float>(), Hkv, rope_table.as<float>(), T);
     attention_.forward(static_cast<int>(l), q.as<float>(), k.as<float>(), v.as<float>(), static_cast<int>(H), kv, batch,
                        scale, attn.as<float>());
@@ -133,8 +134,9 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
     add_inplace(xp, hp, T * C);
     // MLP branch.
     rms_norm(xp, L.post_norm, eps, T, hp);
-    linear(hp, T, L.gate, f32_or_null(L.gate_bias), gate.as<float>());
-    linear(hp, T, L.up, f32_or_null(L.up_bias), up.as<float>());
+    const LinearTarget gate_up[] = {{&L.gate, f32_or_null(L.gate_bias), gate.as<float>()},
+                                    {&L.up, f32_or_null(L.up_bias), up.as<float>()}};
+    linear_multi(hp, T, gate_up);
     silu_mul(gate.as<float>(), up.as<float>(), T, I, gate.as<float>());
     linear(gate.as<float>(), T, L.down, f32_or_null(L.down_bias), hp);
     add_inplace(xp, hp, T * C);

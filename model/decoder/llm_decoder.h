@@ -53,6 +53,8 @@ class LlmDecoder {
 
   const ModelConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
+  // The dtype of the layers' matrix weights (the checkpoint's dtype; what --dtype auto runs).
+  DType weight_dtype() const { return layers_.empty() ? embed_.dtype : layers_.front().q.dtype; }
   // The weights by role (views valid while the decoder lives), e.g. for a GPU backend's copy.
   const TensorView& embed_weight() const { return embed_; }        // [V, C]
   const TensorView& final_norm_weight() const { return final_norm_; }  // [C]

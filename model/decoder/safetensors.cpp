@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -19,6 +21,23 @@ namespace {
 }
 
 }  // namespace
+
+// Replaces the file mapping by a copy in 2 MiB-aligned anonymous memory advised for
+// transparent huge pages; keeps the file mapping when that memory cannot be had.
+void SafetensorsFile::copy_to_huge_pages(SafetensorsFile& f) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t len = (f.size_ + kHuge - 1) / kHuge * kHuge + kHuge;
+  void* a = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (a == MAP_FAILED) return;
+  auto* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(a) + kHuge - 1) / kHuge * kHuge);
+  ::madvise(base, len - kHuge, MADV_HUGEPAGE);  // advice only: the copy works without it
+  std::memcpy(base, f.map_, f.size_);
+  ::mprotect(a, len, PROT_READ);
+  ::munmap(f.map_, f.size_);
+  f.map_ = base;
+  f.unmap_ = a;
+  f.unmap_len_ = len;
+}
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
@@ -41,8 +60,11 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   ::close(fd);
   if (m == MAP_FAILED) fail(path, std::string("mmap failed: ") + std::strerror(map_err));
   f->map_ = m;
+  f->unmap_ = m;
+  f->unmap_len_ = f->size_;
+  if (f->size_ >= kHugePageCopyBytes && !std::getenv("VLM_WEIGHTS_MMAP")) copy_to_huge_pages(*f);
 
-  const auto* bytes = static_cast<const unsigned char*>(m);
+  const auto* bytes = static_cast<const unsigned char*>(f->map_);
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
   if (header_len > f->size_ - 8)
@@ -96,7 +118,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 }
 
 SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, size_);
+  if (unmap_) ::munmap(unmap_, unmap_len_);
 }
 
 }  // namespace vlm

@@ -35,6 +35,7 @@ struct RequestResult {
 
 inline EngineConfig test_config(int block_size = 16, int64_t num_blocks = 256, int budget = 512) {
   EngineConfig c;
+  c.dtype = DType::F32;  // the exact path: the fixtures' Hugging Face parity
   c.block_size = block_size;
   c.num_kv_blocks = num_blocks;
   c.kv_dtype = DType::F32;

@@ -12,7 +12,8 @@ namespace vlm::testing {
 
 class ServerProcess {
  public:
-  // Runs `binary args... --host 127.0.0.1 --port 0` with stderr to a log file; waits up to
+  // Runs `binary args... --host 127.0.0.1 --port 0` with stderr to a log file (a vlm-server gets
+  // `--dtype float32`, the exact path, unless args choose a dtype); waits up to
   // `ready_timeout_s` for the ready line. Throws std::runtime_error (with the log) on failure.
   ServerProcess(const std::string& binary, std::vector<std::string> args, double ready_timeout_s = 60);
   ~ServerProcess();

@@ -21,7 +21,11 @@ namespace {
 
 using Result = CommandResult;  // output: stdout and stderr
 
-Result run(const std::string& args) { return run_command(std::string(VLM_BIN_DIR) + "/vlm-generate " + args + " 2>&1"); }
+// The exact path (--dtype float32: Hugging Face parity) unless args choose a dtype.
+Result run(const std::string& args) {
+  const bool dtype_given = args.find("--dtype") != std::string::npos || args.find("--gemm-activations") != std::string::npos;
+  return run_command(std::string(VLM_BIN_DIR) + "/vlm-generate " + args + (dtype_given ? "" : " --dtype float32") + " 2>&1");
+}
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;

@@ -6,7 +6,10 @@ namespace vlm::cli {
 
 void add_backend_flags(FlagTable& table) {
   table["device"] = "auto (default: cuda when built with CUDA and a GPU is visible), cuda or cpu";
-  table["dtype"] = "auto (default: the checkpoint's), bfloat16, float16 or float32 (the exact GPU path)";
+  table["dtype"] =
+      "auto (default: the checkpoint's; a bf16 checkpoint on a CPU with AVX512-BF16 runs bf16 activations), "
+      "bfloat16, float16 or float32 (the exact path, CPU and GPU)";
+  table["gemm-activations"] = "older alias of --dtype: f32 = float32, bf16 = bfloat16";
   table["gpu-memory-utilization"] = "fraction of GPU memory to use; the KV cache takes the rest (default 0.9)";
 }
 
@@ -16,6 +19,12 @@ void apply_backend_flags(const std::map<std::string, std::string>& flags, const 
     const auto d = parse_device(it->second);
     if (!d) parser.fail("--device must be auto, cuda or cpu, got '" + it->second + "'");
     config.device = *d;
+  }
+  if (auto it = flags.find("gemm-activations"); it != flags.end()) {
+    if (flags.count("dtype")) parser.fail("give --dtype or its alias --gemm-activations, not both");
+    if (it->second == "f32") config.dtype = DType::F32;
+    else if (it->second == "bf16") config.dtype = DType::BF16;
+    else parser.fail("--gemm-activations must be f32 or bf16 (an alias of --dtype float32|bfloat16), got '" + it->second + "'");
   }
   if (auto it = flags.find("dtype"); it != flags.end()) {
     const std::string& v = it->second;

@@ -3,6 +3,7 @@
 //   --dtype auto|bfloat16|float16|float32   (auto: the checkpoint's; float32 on the GPU is the
 //                                     exact path)
 //   --gpu-memory-utilization F      (0.9; the KV cache takes what weights and activations leave)
+//   --gemm-activations f32|bf16     (the older CPU flag: an alias of --dtype float32|bfloat16)
 #pragma once
 
 #include <map>
@@ -13,10 +14,10 @@
 
 namespace vlm::cli {
 
-// Adds the three flags' help lines to `table`.
+// Adds the flags' help lines to `table`.
 void add_backend_flags(FlagTable& table);
 
-// Applies whichever of the three are in `flags` to `config`; parser.fail()s on a bad value.
+// Applies whichever of them are in `flags` to `config`; parser.fail()s on a bad value.
 void apply_backend_flags(const std::map<std::string, std::string>& flags, const FlagParser& parser,
                          EngineConfig& config);
 

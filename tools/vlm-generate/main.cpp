@@ -4,6 +4,7 @@
 //                [--max-tokens 16] [--top-logprobs 5 | --no-logprobs] [--chunk-size 512]
 //                [--kv-dtype f32|bf16|f16] [--block-size 16] [--threads N] [--ignore-eos]
 //                [--temperature 0] [--top-k K] [--top-p P] [--seed S] [--log-level warn]
+//                [--dtype auto|bfloat16|float16|float32] [--device auto|cpu|cuda]  (tools/common/backend_flags.h)
 // --parallel N runs N sequences at once: sequence i takes the (i mod P)-th of the P prompts given
 // with --prompt-ids, and seed S + i when --seed is given (so equal prompts sample differently
 // unless greedy). All are submitted before the first step.
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <limits>
 #include <map>
 #include <memory>
@@ -26,7 +28,6 @@
 
 #include "engine/engine.h"
 #include "kernels/core/check.h"
-#include "kernels/gemm/gemm.h"
 #include "kernels/core/log.h"
 #include "kernels/core/thread_pool.h"
 #include "model/chat/chat_template.h"
@@ -48,7 +49,6 @@ struct Options {
   int chunk_size = 512;
   int block_size = 16;
   int threads = 0;
-  bool bf16_activations = false;  // --gemm-activations f32|bf16 (kernels/gemm/gemm.h)
   vlm::DType kv_dtype = vlm::DType::F32;
   bool ignore_eos = false;
   float temperature = 0.0f;
@@ -77,7 +77,6 @@ const vlm::cli::FlagParser kCli(
      {"chunk-size", "N: prefill chunk (max batched tokens, default 512)"},
      {"block-size", "N: KV block size (default 16)"},
      {"threads", "N: compute threads (default: all cores)"},
-     {"gemm-activations", "f32|bf16: GEMM activation precision (default f32)"},
      {"kv-dtype", "f32|bf16|f16: KV cache dtype (default f32)"},
      {"ignore-eos", "(switch) keep generating past EOS"},
      {"temperature", "T (default 0: greedy)"},
@@ -134,11 +133,9 @@ Options parse(int argc, char** argv) {
     else if (a == "chunk-size") o.chunk_size = parse_int(a, v, 1);
     else if (a == "block-size") o.block_size = parse_int(a, v, 1);
     else if (a == "threads") o.threads = parse_int(a, v, 1);
-    else if (a == "device" || a == "dtype" || a == "gpu-memory-utilization") o.backend[a] = v;
-    else if (a == "gemm-activations") {
-      if (v != "bf16" && v != "f32") usage("--gemm-activations must be bf16 or f32");
-      o.bf16_activations = v == "bf16";
-    } else if (a == "kv-dtype") {
+    else if (a == "device" || a == "dtype" || a == "gpu-memory-utilization" || a == "gemm-activations")
+      o.backend[a] = v;
+    else if (a == "kv-dtype") {
       if (!vlm::parse_float_dtype_name(v, &o.kv_dtype)) usage("--kv-dtype must be f32, bf16 or f16");
     } else if (a == "ignore-eos") o.ignore_eos = true;
     else if (a == "temperature") o.temperature = parse_float(a, v);
@@ -146,6 +143,10 @@ Options parse(int argc, char** argv) {
     else if (a == "top-p") o.top_p = parse_float(a, v);
     else if (a == "seed") o.seed = static_cast<uint64_t>(kCli.integer(a, v, 0));
     else if (a == "log-level") o.log_level = v;
+  }
+  {  // bad backend flag values are usage errors before anything loads
+    vlm::EngineConfig scratch;
+    vlm::cli::apply_backend_flags(o.backend, kCli, scratch);
   }
   if (o.model.empty()) usage("--model is required");
   if (o.prompts.empty() && o.texts.empty()) usage("--prompt-ids or --prompt is required");
@@ -200,7 +201,6 @@ std::shared_ptr<const vlm::Tokenizer> tokenize_texts(Options& o) {
 int run(Options o) {
   vlm::set_log_level(o.log_level);
   if (o.threads > 0) vlm::set_num_threads(o.threads);
-  vlm::set_bf16_activations(o.bf16_activations);
   const std::shared_ptr<const vlm::Tokenizer> tok = tokenize_texts(o);
   auto decoder = vlm::LlmDecoder::load(o.model);
   const vlm::ModelConfig& c = decoder->config();

@@ -4,6 +4,7 @@
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
 //              [--kv-cache-dtype f32|bf16|f16] [--sink-router off|on] [--sink-router-config FILE]
 //              [--max-waiting N] [--threads N] [--log-level L] [--[no-]enable-prefix-caching]
+//              [--dtype auto|bfloat16|float16|float32] [--device auto|cpu|cuda]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
 //              [--max-videos-per-request N] [--max-video-frames N] [--max-video-bytes N]
@@ -48,7 +49,6 @@
 
 #include "engine/engine_loop.h"
 #include "kernels/core/check.h"
-#include "kernels/gemm/gemm.h"
 #include "kernels/core/log.h"
 #include "kernels/core/thread_pool.h"
 #include "model/families/architecture.h"
@@ -81,8 +81,6 @@ const std::map<std::string, std::string> kFlags = {
     {"enable-prefix-caching", "reuse the KV of cached prompt prefixes (default on, as vLLM's V1 engine; "
                               "--no-enable-prefix-caching turns it off; per request: \"cache_salt\")"},
     {"threads", "compute threads (default: all cores)"}, {"log-level", "trace..off (default info)"},
-    {"gemm-activations", "f32 (default, exact) or bf16: bf16 weights multiply bf16-rounded activations "
-                         "where the CPU has AVX512-BF16, from 16 rows on (~3x faster prefill, approximate)"},
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
     {"drain-timeout", "seconds to finish requests on SIGTERM (default 30)"},
@@ -264,11 +262,6 @@ int main(int argc, char** argv) {
   return vlm::cli::run_tool([&]() -> int {
     vlm::set_log_level(flags.count("log-level") ? flags.at("log-level") : "info");
     if (flags.count("threads")) vlm::set_num_threads(static_cast<int>(int_flag(flags, "threads", 1, 1)));
-    if (flags.count("gemm-activations")) {
-      const std::string& g = flags.at("gemm-activations");
-      if (g != "bf16" && g != "f32") usage("--gemm-activations must be bf16 or f32");
-      vlm::set_bf16_activations(g == "bf16");
-    }
     const std::string model_dir = flags.at("model");
 
     vlm::ApiServerOptions api;

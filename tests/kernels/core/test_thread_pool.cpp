@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <stdexcept>
 #include <vector>
 
@@ -37,6 +39,18 @@ TEST(ThreadPool, RunTasksManyRoundsAndNested) {
   }
   // Per round: sum over t of (20 t + 1) = 20 * 21 + 7 = 427.
   EXPECT_EQ(sum.load(), 200 * 427);
+}
+
+// Jobs published while the workers spin, and after they fell asleep (the spin lasts
+// ThreadPool::kSpinMicros): every task runs once either way.
+TEST(ThreadPool, JobsAfterSpinningAndAfterSleepingWorkers) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 40; ++round) {
+    std::vector<std::atomic<int>> hits(37);
+    pool.run_tasks(37, [&](int64_t t) { hits[t]++; });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << round;
+    if (round % 4 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
 }
 
 TEST(ThreadPool, ExceptionPropagatesAndPoolStaysUsable) {
