@@ -141,7 +141,9 @@ struct MediaPart {
   Modality modality = Modality::Image;
   std::vector<std::string> urls;  // image: one; video: one per frame
   bool video_file = false;        // video given as one URL (a video file)
-  double fps = 2.0;               // video: frames per second of the given frames
+  // video: frames per second of the given frames. Without an fps, HF's default for frames that
+  // come without video metadata (transformers 5.17 VideoMetadata.sampled_fps: `self.fps or 24`).
+  double fps = 24.0;
   std::string param;              // e.g. messages[0].content[1].video_url
 };
 
@@ -221,9 +223,9 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
     const size_t at = text.empty() ? std::string::npos : prompt.rfind(text);
     if (at != std::string::npos) prompt.resize(at + text.size());
   }
-  // The template writes the special tokens itself (vLLM: add_special_tokens=false for chat).
+  // HF processors' tokenization: BOS added unless the template wrote it (never two).
   PromptInput in;
-  in.ids = tok.encode(prompt, /*add_special_tokens=*/false);
+  in.ids = tok.encode_chat(prompt);
   if (options_.qwen2vl) {
     // Token counts depend on each item's size: the media are always loaded.
     std::vector<MediaTokens> items;

@@ -180,7 +180,7 @@ std::shared_ptr<const vlm::Tokenizer> tokenize_texts(Options& o) {
     nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
     nlohmann::json context = {{"add_generation_prompt", true}, {"bos_token", tok->bos_token()},
                               {"eos_token", tok->eos_token()}};
-    o.prompts.push_back(tok->encode(tmpl->render(messages, context), false));
+    o.prompts.push_back(tok->encode_chat(tmpl->render(messages, context)));
   }
   return tok;
 }

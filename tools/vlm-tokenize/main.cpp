@@ -117,7 +117,7 @@ int render_chat(const Options& o, const vlm::Tokenizer& tok) {
   if (!context.contains("eos_token")) context["eos_token"] = tok.eos_token();
   const std::string prompt = tmpl->render(messages, context);
   if (o.print_prompt) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  else std::printf("%s\n", nlohmann::json(tok.encode(prompt, false)).dump().c_str());
+  else std::printf("%s\n", nlohmann::json(tok.encode_chat(prompt)).dump().c_str());
   std::fflush(stdout);
   return 0;
 }
