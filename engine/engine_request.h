@@ -27,6 +27,8 @@ struct Engine::Request {
     if (!seqs.empty()) {  // choice 0 prefilled (and compressed) the prompt
       u.look_m_kv_tokens_before = seqs.front()->look_m_kv_tokens_before;
       u.look_m_kv_tokens_kept = seqs.front()->look_m_kv_tokens_after;
+      u.prefill_blocks_computed = seqs.front()->sparse_prefill_blocks.computed;
+      u.prefill_blocks_causal = seqs.front()->sparse_prefill_blocks.causal;
     }
     return u;
   }

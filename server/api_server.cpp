@@ -103,6 +103,9 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
             {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000});
   m.declare("vllm:request_generation_tokens", T::Histogram, "Number of generation tokens processed.",
             {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000});
+  m.declare("vlm:prefill_attention_density", T::Histogram,
+            "Computed / causal key blocks of a request's sparse-prefilled prompt (dense prompts not observed).",
+            {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0});
 }
 
 void ApiServer::register_routes(Router& router) {
@@ -343,6 +346,9 @@ void ApiServer::record_outcome(const CompletionOutcome& o, double e2e_s, int64_t
   metrics_.observe("vllm:e2e_request_latency_seconds", e2e_s, model);
   metrics_.observe("vllm:request_prompt_tokens", static_cast<double>(num_prompt_tokens), model);
   metrics_.observe("vllm:request_generation_tokens", static_cast<double>(o.usage.completion_tokens), model);
+  if (o.usage.prefill_blocks_causal > 0)
+    metrics_.observe("vlm:prefill_attention_density", o.usage.prefill_blocks_computed / o.usage.prefill_blocks_causal,
+                     model);
 }
 
 HttpReply ApiServer::models(const HttpRequest& req) const {

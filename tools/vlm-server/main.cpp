@@ -310,6 +310,7 @@ int main(int argc, char** argv) {
       loading = std::make_unique<vlm::HttpServer>(http, loading_router);
       loading->start();
       VLM_LOG_INFO("loading {} (health answers 503 until ready)", model_dir);
+      std::fprintf(stderr, "loading: http://%s:%d\n", http.host.c_str(), loading->port());
     } else {
       VLM_LOG_INFO("loading {} (the port opens when ready)", model_dir);
     }
