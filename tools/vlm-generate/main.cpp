@@ -29,6 +29,7 @@
 #include "kernels/core/thread_pool.h"
 #include "model/chat/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tools/common/cli_flags.h"
 
 namespace {
 
@@ -54,13 +55,14 @@ struct Options {
   std::string log_level = "warn";
 };
 
+const char* const kUsage =
+    "usage: vlm-generate --model DIR --prompt-ids 1,2,3 | --prompt TEXT [--chat] [more prompts] [--parallel N] "
+    "[--max-tokens N] [--top-logprobs K | --no-logprobs] [--chunk-size N] [--kv-dtype f32|bf16|f16] "
+    "[--block-size N] [--threads N] [--gemm-activations f32|bf16] [--ignore-eos] [--temperature T] [--top-k K] [--top-p P] "
+    "[--seed S] [--log-level LEVEL]\n";
+
 [[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr,
-               "error: %s\nusage: vlm-generate --model DIR --prompt-ids 1,2,3 | --prompt TEXT [--chat] [more prompts] [--parallel N] "
-               "[--max-tokens N] [--top-logprobs K | --no-logprobs] [--chunk-size N] [--kv-dtype f32|bf16|f16] "
-               "[--block-size N] [--threads N] [--gemm-activations f32|bf16] [--ignore-eos] [--temperature T] [--top-k K] [--top-p P] "
-               "[--seed S] [--log-level LEVEL]\n",
-               error.c_str());
+  std::fprintf(stderr, "error: %s\n%s", error.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -132,7 +134,6 @@ Options parse(int argc, char** argv) {
     else if (a == "--top-p") o.top_p = parse_float(a, value());
     else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_long(a, value(), 0));
     else if (a == "--log-level") o.log_level = value();
-    else if (a == "--help" || a == "-h") usage("help requested");
     else usage("unknown argument '" + a + "'");
   }
   if (o.model.empty()) usage("--model is required");
@@ -283,6 +284,10 @@ int run(Options o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (vlm::cli::help_requested(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   const Options o = parse(argc, argv);
   try {
     return run(o);

@@ -33,14 +33,16 @@
 #include "kernels/core/thread_pool.h"
 #include "model/decoder/llm_decoder.h"
 #include "model/methods/sparse_patterns_file.h"
+#include "tools/common/cli_flags.h"
 
 namespace {
 
+const char* const kUsage =
+    "usage: vlm-search-patterns --model DIR --out FILE [--calibration IDS_FILE | --length N]\n"
+    "         [--seed S] [--video START:LEN]... [--target-error E] [--block B] [--threads N]\n";
+
 [[noreturn]] void usage(const std::string& e) {
-  std::fprintf(stderr,
-               "error: %s\nusage: vlm-search-patterns --model DIR --out FILE [--calibration IDS_FILE | --length N]\n"
-               "         [--seed S] [--video START:LEN]... [--target-error E] [--block B] [--threads N]\n",
-               e.c_str());
+  std::fprintf(stderr, "error: %s\n%s", e.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -97,6 +99,10 @@ std::vector<Candidate> candidates(int N, bool mixed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (vlm::cli::help_requested(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   std::map<std::string, std::string> flags;
   std::vector<std::pair<int, int>> videos;
   for (int i = 1; i < argc; ++i) {

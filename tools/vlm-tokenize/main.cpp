@@ -22,6 +22,7 @@
 #include "kernels/core/check.h"
 #include "model/chat/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tools/common/cli_flags.h"
 
 namespace {
 
@@ -35,11 +36,12 @@ struct Options {
   bool print_prompt = false;      // --print-prompt: print the rendered text instead of ids
 };
 
+const char* const kUsage =
+    "usage: vlm-tokenize --model DIR [--no-special]   (text on stdin)\n"
+    "       vlm-tokenize --model DIR --decode [--skip-special]   (JSON ids on stdin)\n";
+
 [[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr,
-               "error: %s\nusage: vlm-tokenize --model DIR [--no-special]   (text on stdin)\n"
-               "       vlm-tokenize --model DIR --decode [--skip-special]   (JSON ids on stdin)\n",
-               error.c_str());
+  std::fprintf(stderr, "error: %s\n%s", error.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -58,7 +60,6 @@ Options parse(int argc, char** argv) {
       o.chat_file = argv[++i];
     } else if (a == "--no-generation-prompt") o.generation_prompt = false;
     else if (a == "--print-prompt") o.print_prompt = true;
-    else if (a == "--help" || a == "-h") usage("help requested");
     else usage("unknown argument '" + a + "'");
   }
   if (o.model.empty()) usage("--model is required");
@@ -140,6 +141,10 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (vlm::cli::help_requested(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   const Options o = parse(argc, argv);
   try {
     return run(o);
