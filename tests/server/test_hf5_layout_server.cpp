@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/http/base64.h"
 #include "tests/support/hf5_layout_cases.h"
 #include "tests/support/server_process.h"
 
@@ -125,8 +126,9 @@ TEST(Hf5LayoutBos, LlavaPromptIdsEqualHfProcessor) {
     std::ofstream(dir + "/chat_template.json") << json{{"chat_template", c["template"]}}.dump();
     auto srv = start_server(dir);
     json messages = c["messages"];
-    const std::string url = hf5_layout_cases("llava")[0].messages[0]["content"][0]["image_url"]["url"];  // cat_crop
-    messages[0]["content"][0] = {{"type", "image_url"}, {"image_url", {{"url", url}}}};
+    std::ifstream png(std::string(VLM_FIXTURES_DIR) + "/llava/images/cat_crop.png", std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(png)), std::istreambuf_iterator<char>());
+    messages[0]["content"][0] = {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + base64_encode(bytes)}}}};
     HttpResult r = http_request("POST", srv->base_url() + "/tokenize", json{{"messages", messages}}.dump());
     ASSERT_EQ(r.status, 200) << r.body;
     const auto ids = json::parse(r.body)["tokens"].get<std::vector<int32_t>>();

@@ -27,7 +27,7 @@ std::string slurp(const std::string& path) {
 }
 
 std::string media_url(const std::string& model, const std::string& file) {
-  const std::string dir = std::string(VLM_FIXTURES_DIR) + (model == "llava" ? "/llava/images/" : "/qwen2vl_server/media/");
+  const std::string dir = std::string(VLM_FIXTURES_DIR) + (model == "llava" ? "/hf5_layout/llava_media/" : "/qwen2vl_server/media/");
   const std::string mime = file.ends_with(".jpg") ? "image/jpeg" : "image/png";
   return "data:" + mime + ";base64," + base64_encode(slurp(dir + file));
 }
