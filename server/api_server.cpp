@@ -105,7 +105,7 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
             {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000});
   m.declare("vlm:prefill_attention_density", T::Histogram,
             "Computed / causal key blocks of a request's sparse-prefilled prompt (dense prompts not observed).",
-            {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0});
+            {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0});
 }
 
 void ApiServer::register_routes(Router& router) {

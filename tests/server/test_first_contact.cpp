@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -75,15 +76,32 @@ TEST(FirstContact, ModelsAnswers503WhileLoading) {
   fs::remove_all(dir);
 }
 
+// Every head of the demo model runs A-shape with one sink block and a 64-key local window
+// (blocks of 64): over a 400-token prompt (7 query blocks, the last partial) query block m
+// computes min(m + 1, 3) key blocks of its m + 1 causal ones, 1 + 2 + 5 * 3 = 18 of 28.
 class DensityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    const json cfg = json::parse(std::ifstream(demo_model_dir() + "/config.json"));
+    json layers = json::array();
+    for (int l = 0; l < cfg["num_hidden_layers"].get<int>(); ++l) {
+      json heads = json::object();
+      for (int h = 0; h < cfg["num_attention_heads"].get<int>(); ++h)
+        heads[std::to_string(h)] = {{"boundary", "none"}, {"pattern", {"a_shape", 64, 64}}};
+      layers.push_back(heads);
+    }
+    patterns_ = (fs::temp_directory_path() / ("vlm_density_patterns_" + std::to_string(::getpid()) + ".json")).string();
+    std::ofstream(patterns_) << json{{"version", 1}, {"model", "demo"}, {"layers", layers}}.dump();
     server_ = new ServerProcess(server_bin(), {"--model", demo_model_dir(), "--served-model-name", "demo",
                                                "--num-kv-blocks", "128", "--max-model-len", "1024",
-                                               "--sparse-prefill-min-len", "64", "--threads", "2",
+                                               "--sparse-prefill-min-len", "64", "--sparse-prefill-config",
+                                               patterns_, "--sparse-prefill", "off", "--threads", "2",
                                                "--log-level", "warn"});
   }
-  static void TearDownTestSuite() { delete server_; }
+  static void TearDownTestSuite() {
+    delete server_;
+    fs::remove(patterns_);
+  }
   static json complete(const std::string& method, bool stream) {
     std::vector<int> prompt;
     for (int i = 0; i < 400; ++i) prompt.push_back(1000 + (i * 37) % 5000);
@@ -107,17 +125,18 @@ class DensityTest : public ::testing::Test {
     return std::regex_search(text, m, count) ? std::stod(m[1]) : 0.0;
   }
   static ServerProcess* server_;
+  static std::string patterns_;
 };
 ServerProcess* DensityTest::server_ = nullptr;
+std::string DensityTest::patterns_;
 
 TEST_F(DensityTest, SparsePrefillReportsDensityInUsageAndMetric) {
   const double before = histogram_count();
-  const json u = complete("a_shape", false);
+  const json u = complete("mminference", false);
   ASSERT_TRUE(u.contains("vlm")) << u.dump();
   const double d = u["vlm"]["prefill_attention_density"].get<double>();
-  EXPECT_GT(d, 0.0);
-  EXPECT_LT(d, 1.0) << "A-shape over 400 tokens (7 key blocks of 64) skips blocks";
-  const json us = complete("a_shape", true);  // the final streaming usage chunk carries it too
+  EXPECT_DOUBLE_EQ(d, 18.0 / 28.0);
+  const json us = complete("mminference", true);  // the final streaming usage chunk carries it too
   ASSERT_TRUE(us.contains("vlm")) << us.dump();
   EXPECT_DOUBLE_EQ(us["vlm"]["prefill_attention_density"].get<double>(), d);
   EXPECT_EQ(histogram_count(), before + 2);

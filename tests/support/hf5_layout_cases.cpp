@@ -95,6 +95,7 @@ std::string hf5_layout_model_dir(const std::string& model, const std::vector<std
     fs::copy_file(std::string(VLM_FIXTURES_DIR) + "/../data/tokenizers/qwen3/tokenizer.json", d / "tokenizer.json",
                   fs::copy_options::overwrite_existing);
   static std::once_flag once;
+  made_dirs();  // constructed before the exit hook is registered, so destroyed after it ran
   std::call_once(once, [] {
     std::atexit([] {
       for (const auto& dir : made_dirs()) {

@@ -20,19 +20,19 @@ namespace {
 
 using nlohmann::json;
 
-struct Run {
+struct BenchRun {
   int exit_code;
   std::string output;
   json result;
 };
 
-Run bench(const std::string& args) {
+BenchRun bench(const std::string& args) {
   const std::string path =
       (std::filesystem::path(::testing::TempDir()) / ("vlm_bench_tok_" + std::to_string(::getpid()) + ".json")).string();
   std::filesystem::remove(path);
   CommandResult c = run_command(std::string(VLM_BIN_DIR) + "/vlm-bench --no-progress --result-json " + path + " " +
                                 args + " 2>&1");
-  Run r{c.exit_code, std::move(c.output), nullptr};
+  BenchRun r{c.exit_code, std::move(c.output), nullptr};
   std::ifstream f(path);
   if (f) r.result = json::parse(f);
   return r;
@@ -46,7 +46,7 @@ std::string prompt_text(const json& body) {
 
 TEST(VlmBenchTokenizers, LlamaCppTokenizeShape) {
   FakeOpenAiServer server({}, FakeTokenize::LlamaCpp);
-  const Run r = bench("--base-url " + server.base_url() + " --num-prompts 6 --input-len 40 --output-len 4");
+  const BenchRun r = bench("--base-url " + server.base_url() + " --num-prompts 6 --input-len 40 --output-len 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.result["prompt_calibration"], "matched via /tokenize (llama.cpp)");
   for (const json& q : r.result["requests"]) EXPECT_NEAR(q["prompt_tokens"].get<int>(), 40, 2);
@@ -55,7 +55,7 @@ TEST(VlmBenchTokenizers, LlamaCppTokenizeShape) {
 TEST(VlmBenchTokenizers, NoTokenizeUsesLocalTokenizer) {
   FakeOpenAiServer server({}, FakeTokenize::None);
   const std::string tok_dir = std::string(VLM_FIXTURES_DIR) + "/../data/tokenizers/qwen3";
-  const Run r = bench("--base-url " + server.base_url() + " --endpoint completions --num-prompts 5 --input-len 300 "
+  const BenchRun r = bench("--base-url " + server.base_url() + " --endpoint completions --num-prompts 5 --input-len 300 "
                       "--output-len 4 --tokenizer " + tok_dir);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.result["prompt_calibration"], "matched via --tokenizer");
@@ -67,7 +67,7 @@ TEST(VlmBenchTokenizers, NoTokenizeUsesLocalTokenizer) {
     EXPECT_NEAR(n, 300, 1) << "the prompt as the local tokenizer counts it";
   }
   // --prompt-ids takes its ids from the local tokenizer too: exact lengths.
-  const Run ids = bench("--base-url " + server.base_url() + " --endpoint completions --prompt-ids --num-prompts 3 "
+  const BenchRun ids = bench("--base-url " + server.base_url() + " --endpoint completions --prompt-ids --num-prompts 3 "
                         "--input-len 64 --output-len 2 --tokenizer " + tok_dir);
   ASSERT_EQ(ids.exit_code, 0) << ids.output;
   const auto all = server.bodies();
@@ -76,7 +76,7 @@ TEST(VlmBenchTokenizers, NoTokenizeUsesLocalTokenizer) {
 
 TEST(VlmBenchTokenizers, NoTokenizeEstimatesAndSaysSo) {
   FakeOpenAiServer server({}, FakeTokenize::None);
-  const Run r = bench("--base-url " + server.base_url() + " --num-prompts 2 --input-len 16 --output-len 2");
+  const BenchRun r = bench("--base-url " + server.base_url() + " --num-prompts 2 --input-len 16 --output-len 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.result["prompt_calibration"], "estimated (no /tokenize)");
   EXPECT_NE(r.output.find("did not answer"), std::string::npos) << r.output;
