@@ -19,7 +19,7 @@ TEST(ToolHelp, HelpGoesToStdoutAndExitsZero) {
       const CommandResult r = run_command(bin + " " + flag + " 2>/dev/null");
       EXPECT_EQ(r.exit_code, 0) << tool << " " << flag;
       EXPECT_NE(r.output.find("usage"), std::string::npos) << tool << " " << flag << ": " << r.output;
-      EXPECT_EQ(r.output.find("error"), std::string::npos) << tool << " " << flag << ": " << r.output;
+      EXPECT_EQ(r.output.rfind("error:", 0), std::string::npos) << tool << " " << flag << ": " << r.output;
       const CommandResult err = run_command(bin + " " + flag + " 2>&1 >/dev/null");
       EXPECT_EQ(err.output, "") << tool << " " << flag << " wrote to stderr";
     }
