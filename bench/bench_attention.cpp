@@ -15,6 +15,8 @@
 #include <random>
 #include <vector>
 
+#include "bench/common/bench_util.h"
+#include "bench/common/shuffled_cache.h"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/paged_attention_internal.h"
 #include "kernels/core/thread_pool.h"
@@ -29,42 +31,27 @@ enum class Impl { Best, Generic, Ref };
 
 // One sequence of `ctx` cached tokens in shuffled blocks, with the last q_len tokens as queries.
 struct Setup {
-  std::vector<uint8_t> kbuf, vbuf;
-  vlm::PagedKVLayer kv;
-  std::vector<int32_t> table;
+  std::mt19937 rng{42};
+  vlm::bench::ShuffledCache cache;
+  vlm::PagedKVLayer& kv = cache.kv;
   int32_t cu[2], ctx_len[1];
   std::vector<float> q, out;
   vlm::AttentionBatch batch;
 
-  Setup(int q_len, int ctx, DType dtype) {
-    std::mt19937 rng(42);
+  Setup(int q_len, int ctx, DType dtype) : cache(ctx, kB, kHkv, kD, dtype, rng) {
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-    const int nb = (ctx + kB - 1) / kB;
-    kv.dtype = dtype;
-    kv.num_blocks = nb;
-    kv.block_size = kB;
-    kv.num_kv_heads = kHkv;
-    kv.head_dim = kD;
-    kbuf.resize(static_cast<size_t>(nb) * kv.block_stride() * vlm::dtype_size(dtype));
-    vbuf.resize(kbuf.size());
-    kv.k = kbuf.data();
-    kv.v = vbuf.data();
-    table.resize(nb);
-    for (int i = 0; i < nb; ++i) table[i] = i;
-    std::shuffle(table.begin(), table.end(), rng);
-    std::vector<int32_t> slots(ctx);
-    for (int j = 0; j < ctx; ++j) slots[j] = table[j / kB] * kB + j % kB;
+    const int nb = static_cast<int>(cache.table.size());
     std::vector<float> k(static_cast<size_t>(ctx) * kHkv * kD), v(k.size());
     for (auto& x : k) x = uni(rng);
     for (auto& x : v) x = uni(rng);
-    vlm::write_kv(kv, k.data(), v.data(), slots.data(), ctx);
+    vlm::write_kv(kv, k.data(), v.data(), cache.slots.data(), ctx);
     q.resize(static_cast<size_t>(q_len) * kH * kD);
     for (auto& x : q) x = uni(rng);
     out.resize(q.size());
     cu[0] = 0;
     cu[1] = q_len;
     ctx_len[0] = ctx;
-    batch = {1, cu, ctx_len, table.data(), nb};
+    batch = {1, cu, ctx_len, cache.table.data(), nb};
   }
 
   void run(Impl impl) {
@@ -141,12 +128,4 @@ BENCHMARK_CAPTURE(BM_Decode, generic_tiles_f32, Impl::Generic, DType::F32)->Arg(
 BENCHMARK_CAPTURE(BM_Decode, reference_f32, Impl::Ref, DType::F32)->Arg(4096)
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-int main(int argc, char** argv) {
-  const char* threads = std::getenv("VLM_BENCH_THREADS");  // default 2
-  vlm::set_num_threads(threads ? std::max(1, std::atoi(threads)) : 2);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return vlm::bench::run_google_benchmarks(argc, argv); }

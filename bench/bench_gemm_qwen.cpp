@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench/common/bench_util.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "kernels/core/tensor.h"
@@ -208,12 +209,8 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  vlm::set_num_threads(kThreads);
-  benchmark::Initialize(&argc, argv);
-  benchmark::AddCustomContext("openblas_core", openblas_get_corename());
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  register_all();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  // OpenBLAS picks its kernels at run time; OPENBLAS_CORETYPE overrides (e.g. Haswell = AVX2).
+  return vlm::bench::run_google_benchmarks(argc, argv, kThreads, {{"openblas_core", openblas_get_corename()}}, [] {
+    register_all();
+  });
 }

@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/common/bench_util.h"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/sink_router/first_token_kv.h"
 #include "kernels/sink_router/group_skip_decode.h"
@@ -133,12 +134,4 @@ void lengths(benchmark::internal::Benchmark* b, bool routed) {
 BENCHMARK(BM_Dense)->Apply([](auto* b) { lengths(b, false); })->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_Routed)->Apply([](auto* b) { lengths(b, true); })->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-int main(int argc, char** argv) {
-  const char* threads = std::getenv("VLM_BENCH_THREADS");  // default 2
-  vlm::set_num_threads(threads ? std::max(1, std::atoi(threads)) : 2);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return vlm::bench::run_google_benchmarks(argc, argv); }

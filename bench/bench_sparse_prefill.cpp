@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/shuffled_cache.h"
 #include "kernels/attention/block_sparse_attention.h"
 #include "kernels/attention/paged_attention.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
@@ -55,28 +56,20 @@ float structure(int pos, int d, bool is_key) {
 }
 
 struct Setup {
-  std::vector<float> kbuf, vbuf, q;
-  vlm::PagedKVLayer kv;
-  std::vector<int32_t> table;
+  std::mt19937 rng{42};
+  vlm::bench::ShuffledCache cache;
+  vlm::PagedKVLayer& kv = cache.kv;
+  std::vector<int32_t>& table = cache.table;
+  std::vector<float> q;
   int32_t cu[2], ctx[1];
   vlm::AttentionBatch batch;
 
-  explicit Setup(int S) {
-    std::mt19937 rng(42);
+  explicit Setup(int S) : cache(S, kB, kHkv, kD, vlm::DType::F32, rng) {
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-    const int nb = (S + kB - 1) / kB;
-    kv = vlm::PagedKVLayer{nullptr, nullptr, vlm::DType::F32, nb, kB, kHkv, kD};
-    kbuf.resize(static_cast<size_t>(nb) * kv.block_stride());
-    vbuf.resize(kbuf.size());
-    kv.k = kbuf.data();
-    kv.v = vbuf.data();
-    table.resize(nb);
-    for (int i = 0; i < nb; ++i) table[i] = i;
-    std::shuffle(table.begin(), table.end(), rng);
-    std::vector<int32_t> slots(S);
+    const int nb = static_cast<int>(table.size());
+    const std::vector<int32_t>& slots = cache.slots;
     std::vector<float> k(static_cast<size_t>(S) * kHkv * kD), v(k.size());
     for (int j = 0; j < S; ++j) {
-      slots[j] = table[j / kB] * kB + j % kB;
       for (int h = 0; h < kHkv; ++h)
         for (int d = 0; d < kD; ++d) {
           k[(static_cast<size_t>(j) * kHkv + h) * kD + d] = 0.5f * uni(rng) + structure(j, d, true);

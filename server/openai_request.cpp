@@ -264,7 +264,7 @@ SamplingDefaults SamplingDefaults::load(const std::string& model_dir) {
   return d;
 }
 
-ApiRequest parse_api_request(ApiKind kind, std::string_view body, const SamplingDefaults& defaults) {
+json parse_json_object(std::string_view body) {
   json j;
   try {
     j = json::parse(body);
@@ -272,6 +272,11 @@ ApiRequest parse_api_request(ApiKind kind, std::string_view body, const Sampling
     bad("", "request body is not valid JSON");
   }
   if (!j.is_object()) bad("", "request body must be a JSON object");
+  return j;
+}
+
+ApiRequest parse_api_request(ApiKind kind, std::string_view body, const SamplingDefaults& defaults) {
+  const json j = parse_json_object(body);
   ApiRequest r;
   r.kind = kind;
   r.model = get_string(j, "model").value_or("");

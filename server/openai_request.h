@@ -58,4 +58,8 @@ struct ApiRequest {
 // message, param) for invalid JSON, a wrong type, or an out-of-range value.
 ApiRequest parse_api_request(ApiKind kind, std::string_view body, const SamplingDefaults& defaults);
 
+// A request body that must be one JSON object (every endpoint's). Throws RequestError(400,
+// "invalid_request_error") for invalid JSON or another JSON type.
+nlohmann::ordered_json parse_json_object(std::string_view body);
+
 }  // namespace vlm

@@ -2,7 +2,8 @@
 // sequence, one kv head, a tile of query rows (x its G query heads) and a range of keys. Items
 // run on the global thread pool; an item whose key range was split (split-K, for long contexts
 // with few items, e.g. a single decode row) leaves a partial (m, l, acc) that a second pass
-// merges. The per-key-tile math lives in TileOps (attention_tile_*.cpp).
+// merges. The per-key-tile math lives in TileOps (attention_tile_*.cpp), the loop over a key
+// range and the merge in key_range.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -11,7 +12,7 @@
 
 #include "kernels/attention/paged_attention.h"
 #include "kernels/attention/paged_attention_internal.h"
-#include "kernels/core/aligned_scratch.h"
+#include "kernels/attention/key_range.h"
 #include "kernels/core/check.h"
 #include "kernels/core/thread_pool.h"
 
@@ -70,14 +71,6 @@ struct MergeGroup {  // a query tile whose key range was split into parts
   int num_parts;
 };
 
-// Per-thread tile buffers, 64-byte aligned; grown on demand, kept across calls.
-struct Scratch : AlignedScratch {
-  std::vector<int> nvalid;
-};
-thread_local Scratch tls_scratch;
-
-inline size_t round16(size_t n) { return (n + 15) / 16 * 16; }
-
 struct Ctx {
   const TileOps& ops;
   const float* q;
@@ -88,121 +81,32 @@ struct Ctx {
   float qscale;  // scale * log2(e): scores in the log2 domain
   float* partials;
 
-  int64_t partial_stride(int M) const { return static_cast<int64_t>(M) * (Dp + 2); }
+  float* out_row(int64_t t, int kvh, int m) const {  // query vector m of a tile starting at row t
+    return out + ((t + m / G) * H + kvh * G + m % G) * D;
+  }
 };
 
-// Asks the caches for keys [k0, k0 + n) of kv head kvh (K and V), so that the next key tile
-// streams in while this one is computed: blocks are scattered, which hardware prefetch misses.
-void prefetch_keys(const PagedKVLayer& kv, const int32_t* table, int kvh, int k0, int n) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(kv.dtype));
-  const int64_t row_bytes = kv.head_dim * esize;
-  for (int j = k0; j < k0 + n;) {  // one run of consecutive slots of one block at a time
-    const int run = std::min(k0 + n - j, kv.block_size - j % kv.block_size);
-    const int64_t off = (table[j / kv.block_size] * kv.block_stride() + kvh * kv.head_stride() +
-                         static_cast<int64_t>(j % kv.block_size) * kv.head_dim) * esize;
-    for (int64_t b = 0; b < run * row_bytes; b += 64) {
-      __builtin_prefetch(static_cast<const char*>(kv.k) + off + b);
-      __builtin_prefetch(static_cast<const char*>(kv.v) + off + b);
-    }
-    j += run;
-  }
-}
-
 void run_item(const Ctx& c, const WorkItem& it) {
-  const int G = c.G, D = c.D, Dp = c.Dp, H = c.H;
-  const int M = it.rows * G;
   const int q_len = c.batch.cu_seqlens_q[it.seq + 1] - c.batch.cu_seqlens_q[it.seq];
-  const int t0 = c.batch.cu_seqlens_q[it.seq] + it.row0;
+  const int64_t t0 = c.batch.cu_seqlens_q[it.seq] + it.row0;
   const int first_pos = c.batch.context_lens[it.seq] - q_len + it.row0;
   const int32_t* table =
       c.batch.block_tables + static_cast<int64_t>(it.seq) * c.batch.max_blocks_per_seq;
-
-  Scratch& sc = tls_scratch;
-  const size_t nq = round16(static_cast<size_t>(M) * Dp), ns = round16(static_cast<size_t>(M) * KT);
-  const size_t nkv = static_cast<size_t>(KT) * Dp, nm = round16(M);
-  const size_t nl = static_cast<size_t>(M) * kSumLanes;
-  float* qt = sc.get(2 * nq + ns + 2 * nkv + nm + nl);
-  float* acc = qt + nq;
-  float* s = acc + nq;
-  float* kt = s + ns;
-  float* vbuf = kt + nkv;
-  float* m_run = vbuf + nkv;
-  float* l_run = m_run + nm;
-  sc.nvalid.resize(M);
-  int* nvalid = sc.nvalid.data();
-
-  std::fill(vbuf, vbuf + nkv, 0.0f);  // zero head-dim padding
-  const float* vrows[KT];
-  std::fill(acc, acc + static_cast<size_t>(M) * Dp, 0.0f);
-  std::fill(m_run, m_run + M, -INFINITY);
-  std::fill(l_run, l_run + nl, 0.0f);
-  for (int r = 0; r < it.rows; ++r)
-    for (int g = 0; g < G; ++g) {
-      const float* src = c.q + (static_cast<int64_t>(t0 + r) * H + it.kvh * G + g) * D;
-      float* dst = qt + static_cast<size_t>(r * G + g) * Dp;
-      for (int d = 0; d < D; ++d) dst[d] = src[d] * c.qscale;
-      std::fill(dst + D, dst + Dp, 0.0f);
-    }
-
-  for (int k0 = it.k_begin; k0 < it.k_end; k0 += KT) {
-    const int n = std::min(KT, it.k_end - k0);
-    for (int r = 0; r < it.rows; ++r) {  // causal mask: row r sees keys <= first_pos + r
-      const int nv = std::clamp(first_pos + r - k0 + 1, 0, n);
-      for (int g = 0; g < G; ++g) nvalid[r * G + g] = nv;
-    }
-    c.ops.load_kv(c.kv, table, it.kvh, k0, n, Dp, kt, vbuf, vrows);
-    if (k0 + KT < it.k_end)
-      prefetch_keys(c.kv, table, it.kvh, k0 + KT, std::min(KT, it.k_end - k0 - KT));
-    c.ops.scores(qt, M, Dp, kt, n, s);
-    c.ops.softmax(s, nvalid, M, Dp, m_run, l_run, acc);
-    c.ops.pv(s, nvalid, M, Dp, vrows, acc);
-  }
-  auto row_sum = [&](int m) {  // total of row m's partial sums
-    float sum = 0.0f;
-    for (int i = 0; i < kSumLanes; ++i) sum += l_run[m * kSumLanes + i];
-    return sum;
-  };
-
+  KeyRangeState st = begin_key_range(c.q, c.H, c.D, c.Dp, t0, it.rows, it.kvh, c.G, c.qscale);
+  run_key_range(c.ops, c.kv, table, it.kvh, it.k_begin, it.k_end, c.G, first_pos, st);
   if (it.partial < 0) {
-    for (int r = 0; r < it.rows; ++r)
-      for (int g = 0; g < G; ++g) {
-        const int m = r * G + g;
-        const float inv = 1.0f / row_sum(m);
-        float* o = c.out + (static_cast<int64_t>(t0 + r) * H + it.kvh * G + g) * D;
-        for (int d = 0; d < D; ++d) o[d] = acc[static_cast<size_t>(m) * Dp + d] * inv;
-      }
+    for (int m = 0; m < st.M; ++m) store_normalized(st, m, c.D, c.out_row(t0, it.kvh, m));
   } else {
-    float* p = c.partials + it.partial;
-    std::copy(acc, acc + static_cast<size_t>(M) * Dp, p);
-    std::copy(m_run, m_run + M, p + static_cast<size_t>(M) * Dp);
-    for (int m = 0; m < M; ++m) p[static_cast<size_t>(M) * (Dp + 1) + m] = row_sum(m);
+    store_partial(st, c.partials + it.partial);
   }
 }
 
 void merge_group(const Ctx& c, const MergeGroup& mg) {
-  const int G = c.G, D = c.D, Dp = c.Dp, H = c.H;
-  const int M = mg.rows * G;
-  const int t0 = c.batch.cu_seqlens_q[mg.seq] + mg.row0;
-  const int64_t stride = c.partial_stride(M);
-  const float* base = c.partials + mg.first_partial;
-  for (int m = 0; m < M; ++m) {
-    float mt = -INFINITY;
-    for (int p = 0; p < mg.num_parts; ++p)
-      mt = std::max(mt, base[p * stride + static_cast<int64_t>(M) * Dp + m]);
-    float l = 0.0f;
-    float* o = c.out + (static_cast<int64_t>(t0 + m / G) * H + mg.kvh * G + m % G) * D;
-    std::fill(o, o + D, 0.0f);
-    for (int p = 0; p < mg.num_parts; ++p) {
-      const float* part = base + p * stride;
-      const float mp = part[static_cast<int64_t>(M) * Dp + m];
-      if (mp == -INFINITY) continue;  // no valid key of this row in this part
-      const float w = std::exp2(mp - mt);
-      l += w * part[static_cast<int64_t>(M) * (Dp + 1) + m];
-      for (int d = 0; d < D; ++d) o[d] += w * part[static_cast<int64_t>(m) * Dp + d];
-    }
-    const float inv = 1.0f / l;
-    for (int d = 0; d < D; ++d) o[d] *= inv;
-  }
+  const int M = mg.rows * c.G;
+  const int64_t t0 = c.batch.cu_seqlens_q[mg.seq] + mg.row0;
+  for (int m = 0; m < M; ++m)
+    merge_partials(c.partials + mg.first_partial, mg.num_parts, M, c.Dp, c.D, m,
+                   c.out_row(t0, mg.kvh, m));
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/attention/paged_attention_internal.h"
-#include "kernels/core/aligned_scratch.h"
+#include "kernels/attention/key_range.h"
 #include "kernels/core/check.h"
 #include "kernels/core/thread_pool.h"
 
@@ -33,13 +33,6 @@ struct Group {  // one active (sequence, kv group): its items are consecutive pa
   int num_parts;
 };
 
-struct Scratch : AlignedScratch {
-  std::vector<int> nvalid;
-};
-thread_local Scratch tls_scratch;
-
-inline size_t round16(size_t n) { return (n + 15) / 16 * 16; }
-
 struct Ctx {
   const attn::TileOps& ops;
   const float* q;
@@ -50,95 +43,20 @@ struct Ctx {
   float* partials;
 };
 
-// Asks the caches for keys [k0, k0 + n) of kv head kvh (K and V) while the current tile is
-// computed: the blocks are scattered, which the hardware prefetcher misses.
-void prefetch_keys(const PagedKVLayer& kv, const int32_t* table, int kvh, int k0, int n) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(kv.dtype));
-  const int64_t row_bytes = kv.head_dim * esize;
-  for (int j = k0; j < k0 + n;) {
-    const int run = std::min(k0 + n - j, kv.block_size - j % kv.block_size);
-    const int64_t off = (table[j / kv.block_size] * kv.block_stride() + kvh * kv.head_stride() +
-                         static_cast<int64_t>(j % kv.block_size) * kv.head_dim) * esize;
-    for (int64_t b = 0; b < run * row_bytes; b += 64) {
-      __builtin_prefetch(static_cast<const char*>(kv.k) + off + b);
-      __builtin_prefetch(static_cast<const char*>(kv.v) + off + b);
-    }
-    j += run;
-  }
-}
-
 // Partial of one item: acc[G, Dp], m[G], l[G] (log2 domain).
 void run_item(const Ctx& c, const Item& it) {
-  const int G = c.G, D = c.D, Dp = c.Dp;
-  const int t = c.batch.q_rows[it.seq];
   const int32_t* table = c.batch.block_tables + static_cast<int64_t>(it.seq) * c.batch.max_blocks_per_seq;
-  Scratch& sc = tls_scratch;
-  const size_t nq = round16(static_cast<size_t>(G) * Dp), ns = round16(static_cast<size_t>(G) * KT);
-  const size_t nkv = static_cast<size_t>(KT) * Dp, nm = round16(G);
-  const size_t nl = static_cast<size_t>(G) * attn::kSumLanes;
-  float* qt = sc.get(2 * nq + ns + 2 * nkv + nm + nl);
-  float* acc = qt + nq;
-  float* s = acc + nq;
-  float* kt = s + ns;
-  float* vbuf = kt + nkv;
-  float* m_run = vbuf + nkv;
-  float* l_run = m_run + nm;
-  sc.nvalid.resize(G);
-  int* nvalid = sc.nvalid.data();
-
-  std::fill(vbuf, vbuf + nkv, 0.0f);
-  std::fill(acc, acc + static_cast<size_t>(G) * Dp, 0.0f);
-  std::fill(m_run, m_run + G, -INFINITY);
-  std::fill(l_run, l_run + nl, 0.0f);
-  for (int g = 0; g < G; ++g) {  // the group's G heads are consecutive in q
-    const float* src = c.q + (static_cast<int64_t>(t) * c.H + it.kvh * G + g) * D;
-    float* dst = qt + static_cast<size_t>(g) * Dp;
-    for (int d = 0; d < D; ++d) dst[d] = src[d] * c.qscale;
-    std::fill(dst + D, dst + Dp, 0.0f);
-  }
-  const float* vrows[KT];
-  for (int k0 = it.k_begin; k0 < it.k_end; k0 += KT) {
-    const int n = std::min(KT, it.k_end - k0);
-    std::fill(nvalid, nvalid + G, n);  // a decode row sees every cached key
-    c.ops.load_kv(c.kv, table, it.kvh, k0, n, Dp, kt, vbuf, vrows);
-    if (k0 + KT < it.k_end) prefetch_keys(c.kv, table, it.kvh, k0 + KT, std::min(KT, it.k_end - k0 - KT));
-    c.ops.scores(qt, G, Dp, kt, n, s);
-    c.ops.softmax(s, nvalid, G, Dp, m_run, l_run, acc);
-    c.ops.pv(s, nvalid, G, Dp, vrows, acc);
-  }
-  float* p = c.partials + it.partial;
-  std::copy(acc, acc + static_cast<size_t>(G) * Dp, p);
-  for (int g = 0; g < G; ++g) {
-    float sum = 0.0f;
-    for (int i = 0; i < attn::kSumLanes; ++i) sum += l_run[g * attn::kSumLanes + i];
-    p[static_cast<size_t>(G) * Dp + g] = m_run[g];
-    p[static_cast<size_t>(G) * (Dp + 1) + g] = sum;
-  }
+  attn::KeyRangeState st =
+      attn::begin_key_range(c.q, c.H, c.D, c.Dp, c.batch.q_rows[it.seq], 1, it.kvh, c.G, c.qscale);
+  attn::run_key_range(c.ops, c.kv, table, it.kvh, it.k_begin, it.k_end, c.G, -1, st);  // every key
+  attn::store_partial(st, c.partials + it.partial);
 }
 
-// M = max_p m_p, l = sum_p l_p 2^(m_p - M), o = sum_p acc_p 2^(m_p - M) / l, all in f32.
 void merge_group(const Ctx& c, const Group& gr, float* out) {
-  const int G = c.G, D = c.D, Dp = c.Dp;
-  const int64_t stride = static_cast<int64_t>(G) * (Dp + 2);
-  const float* base = c.partials + gr.first_partial;
-  const int t = c.batch.q_rows[gr.seq];
-  for (int g = 0; g < G; ++g) {
-    float mt = -INFINITY;
-    for (int p = 0; p < gr.num_parts; ++p) mt = std::max(mt, base[p * stride + static_cast<int64_t>(G) * Dp + g]);
-    float* o = out + (static_cast<int64_t>(t) * c.H + gr.kvh * G + g) * D;
-    std::fill(o, o + D, 0.0f);
-    float l = 0.0f;
-    for (int p = 0; p < gr.num_parts; ++p) {
-      const float* part = base + p * stride;
-      const float mp = part[static_cast<int64_t>(G) * Dp + g];
-      if (mp == -INFINITY) continue;
-      const float w = std::exp2(mp - mt);
-      l += w * part[static_cast<int64_t>(G) * (Dp + 1) + g];
-      for (int d = 0; d < D; ++d) o[d] += w * part[static_cast<int64_t>(g) * Dp + d];
-    }
-    const float inv = 1.0f / l;
-    for (int d = 0; d < D; ++d) o[d] *= inv;
-  }
+  const int64_t t = c.batch.q_rows[gr.seq];
+  for (int g = 0; g < c.G; ++g)
+    attn::merge_partials(c.partials + gr.first_partial, gr.num_parts, c.G, c.Dp, c.D, g,
+                         out + (t * c.H + gr.kvh * c.G + g) * c.D);
 }
 
 void check_args(const float* q, int H, const PagedKVLayer& kv, const DecodeBatch& b,

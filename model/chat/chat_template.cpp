@@ -7,6 +7,7 @@
 #include "kernels/core/check.h"
 #include "model/chat/jinja/error.h"
 #include "model/chat/jinja/json_value.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace vlm {
 namespace {
@@ -144,6 +145,13 @@ std::string ChatTemplate::render(const ordered_json& messages, const ordered_jso
 
 std::string ChatTemplate::render(const nlohmann::json& messages, const nlohmann::json& context) const {
   return render_impl(messages, context);
+}
+
+void ChatTemplate::add_tokenizer_defaults(nlohmann::ordered_json& context, const Tokenizer& tok,
+                                          bool add_generation_prompt) {
+  if (!context.contains("add_generation_prompt")) context["add_generation_prompt"] = add_generation_prompt;
+  if (!context.contains("bos_token")) context["bos_token"] = tok.bos_token();
+  if (!context.contains("eos_token")) context["eos_token"] = tok.eos_token();
 }
 
 }  // namespace vlm

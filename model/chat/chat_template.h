@@ -13,6 +13,8 @@
 
 namespace vlm {
 
+class Tokenizer;
+
 class ChatTemplate {
  public:
   // Finds the template in model_dir in Hugging Face's order of precedence:
@@ -33,6 +35,12 @@ class ChatTemplate {
   // additional_special_tokens. An empty object when the file is absent. Throws LoadError
   // when the file is not valid JSON.
   static nlohmann::ordered_json special_tokens(const std::string& model_dir);
+
+  // The variables HF's apply_chat_template takes from the tokenizer, each set only where
+  // `context` lacks it: bos_token and eos_token (the tokenizer's; "" when it has none) and
+  // add_generation_prompt. The one place the server and the tools build a template's context.
+  static void add_tokenizer_defaults(nlohmann::ordered_json& context, const Tokenizer& tok,
+                                     bool add_generation_prompt);
 
   // Renders messages (the OpenAI-style JSON array: role, content as a string or a list of
   // parts, tool_calls, ...). context holds add_generation_prompt, the special tokens and any

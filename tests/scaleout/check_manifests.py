@@ -51,7 +51,7 @@ def server_facts():
     api = read("server", "api_server.cpp")
     routes = set(re.findall(r'router\.add\("GET",\s*"([^"]+)"', api))
     metrics = set(re.findall(r'declare\("([a-z_:]+)"', api))
-    http_h = read("server", "http_server.h")
+    http_h = read("server", "http", "http_server.h")
     m = re.search(r"max_body_bytes\s*=\s*(\d+)u?\s*<<\s*(\d+)", http_h)
     body = int(m.group(1)) << int(m.group(2)) if m else None
     return {"flags": flags, "routes": routes, "metrics": metrics, "max_body_bytes": body}

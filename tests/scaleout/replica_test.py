@@ -6,7 +6,8 @@ rewritten for loopback ports and a temporary directory) and checks:
   1. streaming passes through nginx intact: the first SSE event reaches the client while the
      generation is still running on a replica (nginx does not buffer), events are well-formed,
      end with [DONE], and the text equals the same greedy request sent to a replica directly;
-  2. non-streaming requests through nginx all succeed (vlm-bench --no-stream);
+  2. non-streaming requests through nginx all succeed (vlm-bench --no-stream), and the web
+     playground's page and files arrive through nginx as a replica serves them;
   3. failover: vlm-bench streams through nginx while one replica is killed (SIGKILL, by pid) and
      restarted: the only failed requests are ones that were in flight on the killed replica
      (counted from nginx's access log), every request that started after the kill succeeds,
@@ -299,6 +300,29 @@ def stream_check(front_port, replicas, max_tokens):
     return len(events)
 
 
+def webui_check(front_port, replicas):
+    """The web playground (server/webui) through nginx: the page and its files arrive as a replica
+    serves them, security headers included; the page calls the API with relative URLs only."""
+    def get(port, path):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            c.request("GET", path)
+            r = c.getresponse()
+            return r.status, r.read(), r.getheader("Content-Security-Policy"), r.getheader("Content-Type")
+        finally:
+            c.close()
+    page = get(front_port, "/")
+    check(page[0] == 200 and page[1] == get(replicas[0].port, "/")[1],
+          "the playground page through nginx equals a replica's")
+    files = re.findall(rb'(?:src|href)="(ui/[a-z_]+\.[a-z]+)"', page[1])
+    for f in files:
+        via, direct = get(front_port, "/" + f.decode()), get(replicas[0].port, "/" + f.decode())
+        check(via == direct and via[0] == 200 and via[2] and "script-src 'self'" in via[2],
+              f"/{f.decode()} through nginx: 200, {via[3]}, the same bytes and Content-Security-Policy")
+    check(len(files) >= 3 and b"http://" not in page[1] and b"https://" not in page[1],
+          f"the page links {len(files)} files of its own and no absolute URL")
+
+
 def run_bench(args, front_port, result_json, extra, timeout_s):
     cmd = [os.path.join(args.bin_dir, "vlm-bench"), "--base-url", f"http://127.0.0.1:{front_port}",
            "--endpoint", "chat", "--model", "demo", "--dataset", "random", "--seed", "1",
@@ -485,6 +509,7 @@ def main():
         # 1. Streaming passes through intact.
         first_event_check(front.port, replicas)
         figures["stream_events"] = stream_check(front.port, replicas, 400 if args.full else 200)
+        webui_check(front.port, replicas)
         # A request over the body limit stops at nginx with a 413.
         c = http.client.HTTPConnection("127.0.0.1", front.port, timeout=30)
         c.request("POST", "/v1/chat/completions", b"x" * (33 << 20), {"Content-Type": "application/json"})

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "tools/vlm-bench/arrival_schedule.h"
-#include "tools/vlm-bench/bench_metrics.h"
+#include "tools/vlm-bench/report/bench_metrics.h"
 #include "tools/vlm-bench/bench_options.h"
 #include "tools/vlm-bench/png_encoder.h"
 #include "tools/vlm-bench/stream_recorder.h"

@@ -7,6 +7,8 @@
 #include <limits>
 #include <string_view>
 
+#include "kernels/core/check.h"
+
 namespace vlm::cli {
 
 namespace {
@@ -45,8 +47,8 @@ void FlagParser::help() const {
   std::exit(0);
 }
 
-std::map<std::string, std::string> FlagParser::parse(int argc, char** argv, bool last_wins) const {
-  std::map<std::string, std::string> flags;
+std::vector<Flag> FlagParser::parse_list(int argc, char** argv, const std::set<std::string>& switches) const {
+  std::vector<Flag> flags;
   for (int i = 1; i < argc; ++i) {
     std::string name = argv[i];
     if (name == "-h" || name == "--help") help();
@@ -56,13 +58,22 @@ std::map<std::string, std::string> FlagParser::parse(int argc, char** argv, bool
     if (const auto eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
-    } else {
+      if (switches.count(name)) fail("--" + name + " takes no value");
+    } else if (!switches.count(name)) {
       if (i + 1 >= argc) fail("--" + name + " needs a value");
       value = argv[++i];
     }
     if (!known(name)) fail("unknown flag --" + name);
-    if (!last_wins && flags.count(name)) fail("--" + name + " given twice");
-    flags[name] = value;
+    flags.push_back({std::move(name), std::move(value)});
+  }
+  return flags;
+}
+
+std::map<std::string, std::string> FlagParser::parse(int argc, char** argv, bool last_wins) const {
+  std::map<std::string, std::string> flags;
+  for (Flag& f : parse_list(argc, argv)) {
+    if (!last_wins && flags.count(f.name)) fail("--" + f.name + " given twice");
+    flags[f.name] = std::move(f.value);
   }
   return flags;
 }
@@ -87,6 +98,21 @@ double FlagParser::number(const std::string& flag, const std::string& text, doub
     fail("--" + flag + " needs a number " + range + ", got '" + text + "'");
   }
   return v;
+}
+
+int run_tool(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const LoadError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const RequestError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 3;
+  }
 }
 
 }  // namespace vlm::cli

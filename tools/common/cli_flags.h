@@ -5,8 +5,11 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
+#include <vector>
 
 namespace vlm::cli {
 
@@ -14,6 +17,11 @@ using FlagTable = std::map<std::string, std::string>;  // name without "--" -> h
 
 // True when an argument is -h or --help (tools print their usage to stdout and exit 0).
 bool help_requested(int argc, char** argv);
+
+struct Flag {
+  std::string name;   // without "--"
+  std::string value;  // "" for a switch
+};
 
 class FlagParser {
  public:
@@ -31,6 +39,11 @@ class FlagParser {
   // a name not in the table, and a name given twice unless last_wins (then the last one counts).
   std::map<std::string, std::string> parse(int argc, char** argv, bool last_wins) const;
 
+  // Every flag in command-line order, repeats kept (for flags a tool may give several times,
+  // such as --prompt). Names in `switches` take no value (`--chat`); the rest as parse().
+  // fail()s as parse() does, except on repeats.
+  std::vector<Flag> parse_list(int argc, char** argv, const std::set<std::string>& switches = {}) const;
+
   // The whole of `text` as a base-10 integer >= min, else fail("--FLAG needs an integer >= MIN, got 'TEXT'").
   int64_t integer(const std::string& flag, const std::string& text, int64_t min) const;
   // The whole of `text` as a finite number in [lo, hi] ((lo, hi] with lo_open), else fail() naming
@@ -42,5 +55,10 @@ class FlagParser {
   std::string synopsis_;
   FlagTable table_;
 };
+
+// Runs a tool's body and maps the three error tiers to its exit status: LoadError 1
+// ("error: ..."), RequestError 2 (input the tool refuses), any other exception 3
+// ("internal error: ..."). Returns the body's status otherwise.
+int run_tool(const std::function<int()>& body);
 
 }  // namespace vlm::cli

@@ -12,13 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/vlm-bench/arrival_schedule.h"
-#include "tools/vlm-bench/bench_metrics.h"
+#include "tools/vlm-bench/report/bench_metrics.h"
 #include "tools/vlm-bench/bench_options.h"
-#include "tools/vlm-bench/bench_report.h"
+#include "tools/vlm-bench/report/bench_report.h"
 #include "tools/vlm-bench/load_runner.h"
 #include "tools/vlm-bench/prompt_builder.h"
 #include "tools/vlm-bench/simple_http_client.h"
-#include "tools/vlm-bench/svg_plot.h"
+#include "tools/vlm-bench/report/svg_plot.h"
 #include "tools/vlm-bench/workload.h"
 #include "model/tokenizer/tokenizer.h"
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "tools/vlm-bench/bench_metrics.h"
+#include "tools/vlm-bench/report/bench_metrics.h"
 
 namespace vlm::bench {
 

@@ -61,12 +61,9 @@ const std::map<std::string, std::string> kFlags = {
     {"threads", "compute threads (default: all cores)"},
 };
 
-const vlm::cli::FlagParser& cli() {
-  static const vlm::cli::FlagParser parser("vlm-calibrate-sink --model DIR --prompts FILE [flags]", kFlags);
-  return parser;
-}
+const vlm::cli::FlagParser kCli("vlm-calibrate-sink --model DIR --prompts FILE [flags]", kFlags);
 
-[[noreturn]] void usage(const std::string& error) { cli().fail(error); }
+[[noreturn]] void usage(const std::string& error) { kCli.fail(error); }
 
 [[noreturn]] void bad_input(const std::string& error) {
   std::fprintf(stderr, "error: %s\n", error.c_str());
@@ -74,15 +71,15 @@ const vlm::cli::FlagParser& cli() {
 }
 
 std::map<std::string, std::string> parse_flags(int argc, char** argv) {
-  std::map<std::string, std::string> f = cli().parse(argc, argv, /*last_wins=*/false);
+  std::map<std::string, std::string> f = kCli.parse(argc, argv, /*last_wins=*/false);
   for (const char* req : {"model", "prompts"})
     if (!f.count(req)) usage(std::string("--") + req + " is required");
   return f;
 }
 
-int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) { return cli().integer(flag, s, min); }
+int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) { return kCli.integer(flag, s, min); }
 
-double parse_unit(const std::string& flag, const std::string& s) { return cli().number(flag, s, 0.0, 1.0); }
+double parse_unit(const std::string& flag, const std::string& s) { return kCli.number(flag, s, 0.0, 1.0); }
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path);

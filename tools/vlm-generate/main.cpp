@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,86 +56,87 @@ struct Options {
   std::string log_level = "warn";
 };
 
-const char* const kUsage =
-    "usage: vlm-generate --model DIR --prompt-ids 1,2,3 | --prompt TEXT [--chat] [more prompts] [--parallel N] "
-    "[--max-tokens N] [--top-logprobs K | --no-logprobs] [--chunk-size N] [--kv-dtype f32|bf16|f16] "
-    "[--block-size N] [--threads N] [--gemm-activations f32|bf16] [--ignore-eos] [--temperature T] [--top-k K] [--top-p P] "
-    "[--seed S] [--log-level LEVEL]\n";
+const vlm::cli::FlagParser kCli(
+    "vlm-generate --model DIR --prompt-ids 1,2,3 | --prompt TEXT [--chat] [more prompts] [flags]",
+    {{"model", "DIR: a Hugging Face checkpoint directory (required)"},
+     {"prompt-ids", "1,2,3 or @FILE: one prompt as token ids (repeatable)"},
+     {"prompt", "TEXT: one prompt as text, tokenized with the model's tokenizer (repeatable)"},
+     {"chat", "(switch) each --prompt is a user message rendered with the chat template"},
+     {"parallel", "N: sequences at once, round-robin over the prompts (default 1)"},
+     {"max-tokens", "N: tokens to generate per sequence (default 16)"},
+     {"top-logprobs", "K: top logprobs per token (default 5)"},
+     {"no-logprobs", "(switch) print no logprobs"},
+     {"chunk-size", "N: prefill chunk (max batched tokens, default 512)"},
+     {"block-size", "N: KV block size (default 16)"},
+     {"threads", "N: compute threads (default: all cores)"},
+     {"gemm-activations", "f32|bf16: GEMM activation precision (default f32)"},
+     {"kv-dtype", "f32|bf16|f16: KV cache dtype (default f32)"},
+     {"ignore-eos", "(switch) keep generating past EOS"},
+     {"temperature", "T (default 0: greedy)"},
+     {"top-k", "K (default 0: off; -1 also off)"},
+     {"top-p", "P (default 1)"},
+     {"seed", "S: sampling seed (sequence i takes S + i)"},
+     {"log-level", "LEVEL (default warn)"}});
 
-[[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr, "error: %s\n%s", error.c_str(), kUsage);
-  std::exit(2);
-}
+[[noreturn]] void usage(const std::string& error) { kCli.fail(error); }
 
-long parse_long(const std::string& flag, const std::string& value, long min) {
-  char* end = nullptr;
-  long v = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || v < min || v > 1'000'000'000)
-    usage(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
-  return v;
-}
 int parse_int(const std::string& flag, const std::string& value, int min) {
-  return static_cast<int>(parse_long(flag, value, min));
+  const int64_t v = kCli.integer(flag, value, min);
+  if (v > 1'000'000'000) usage("--" + flag + " needs an integer <= 1000000000, got '" + value + "'");
+  return static_cast<int>(v);
 }
 float parse_float(const std::string& flag, const std::string& value) {
-  char* end = nullptr;
-  const float v = std::strtof(value.c_str(), &end);
-  if (value.empty() || *end != '\0') usage(flag + " needs a number, got '" + value + "'");
-  return v;
+  const double inf = std::numeric_limits<double>::infinity();
+  return static_cast<float>(kCli.number(flag, value, -inf, inf));
+}
+
+// --prompt-ids: "1,2,3", or "@FILE" with the ids in a file (long prompts exceed argv limits).
+std::vector<int32_t> parse_ids(std::string s) {
+  if (!s.empty() && s[0] == '@') {
+    std::ifstream in(s.substr(1));
+    if (!in) usage("--prompt-ids: cannot read " + s.substr(1));
+    s.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    for (char& c : s) if (c == '\n' || c == '\r' || c == ' ' || c == '\t') c = ',';
+    while (!s.empty() && s.back() == ',') s.pop_back();
+  }
+  std::vector<int32_t> prompt;
+  std::string item;
+  for (size_t p = 0; p <= s.size(); ++p) {
+    if (p == s.size() || s[p] == ',') {
+      prompt.push_back(parse_int("prompt-ids", item, 0));
+      item.clear();
+    } else {
+      item += s[p];
+    }
+  }
+  return prompt;
 }
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--model") o.model = value();
-    else if (a == "--prompt-ids") {
-      std::string s = value(), item;
-      if (!s.empty() && s[0] == '@') {  // @FILE: the ids in a file (long prompts exceed argv limits)
-        std::ifstream in(s.substr(1));
-        if (!in) usage("--prompt-ids: cannot read " + s.substr(1));
-        s.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        for (char& c : s) if (c == '\n' || c == '\r' || c == ' ' || c == '\t') c = ',';
-        while (!s.empty() && s.back() == ',') s.pop_back();
-      }
-      std::vector<int32_t> prompt;
-      for (size_t p = 0; p <= s.size(); ++p) {
-        if (p == s.size() || s[p] == ',') {
-          prompt.push_back(parse_int("--prompt-ids", item, 0));
-          item.clear();
-        } else {
-          item += s[p];
-        }
-      }
-      o.prompts.push_back(std::move(prompt));
-    } else if (a == "--prompt") o.texts.push_back(value());
-    else if (a == "--chat") o.chat = true;
-    else if (a == "--parallel") o.parallel = parse_int(a, value(), 1);
-    else if (a == "--max-tokens") o.max_tokens = parse_int(a, value(), 1);
-    else if (a == "--top-logprobs") o.top_logprobs = parse_int(a, value(), 0);
-    else if (a == "--no-logprobs") o.logprobs = false;
-    else if (a == "--chunk-size") o.chunk_size = parse_int(a, value(), 1);
-    else if (a == "--block-size") o.block_size = parse_int(a, value(), 1);
-    else if (a == "--threads") o.threads = parse_int(a, value(), 1);
-    else if (a == "--gemm-activations") {
-      const std::string v = value();
+  for (const auto& [a, v] : kCli.parse_list(argc, argv, {"chat", "no-logprobs", "ignore-eos"})) {
+    if (a == "model") o.model = v;
+    else if (a == "prompt-ids") o.prompts.push_back(parse_ids(v));
+    else if (a == "prompt") o.texts.push_back(v);
+    else if (a == "chat") o.chat = true;
+    else if (a == "parallel") o.parallel = parse_int(a, v, 1);
+    else if (a == "max-tokens") o.max_tokens = parse_int(a, v, 1);
+    else if (a == "top-logprobs") o.top_logprobs = parse_int(a, v, 0);
+    else if (a == "no-logprobs") o.logprobs = false;
+    else if (a == "chunk-size") o.chunk_size = parse_int(a, v, 1);
+    else if (a == "block-size") o.block_size = parse_int(a, v, 1);
+    else if (a == "threads") o.threads = parse_int(a, v, 1);
+    else if (a == "gemm-activations") {
       if (v != "bf16" && v != "f32") usage("--gemm-activations must be bf16 or f32");
       o.bf16_activations = v == "bf16";
-    }
-    else if (a == "--kv-dtype") {
-      std::string v = value();
+    } else if (a == "kv-dtype") {
       if (!vlm::parse_float_dtype_name(v, &o.kv_dtype)) usage("--kv-dtype must be f32, bf16 or f16");
-    } else if (a == "--ignore-eos") o.ignore_eos = true;
-    else if (a == "--temperature") o.temperature = parse_float(a, value());
-    else if (a == "--top-k") o.top_k = parse_int(a, value(), -1);
-    else if (a == "--top-p") o.top_p = parse_float(a, value());
-    else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_long(a, value(), 0));
-    else if (a == "--log-level") o.log_level = value();
-    else usage("unknown argument '" + a + "'");
+    } else if (a == "ignore-eos") o.ignore_eos = true;
+    else if (a == "temperature") o.temperature = parse_float(a, v);
+    else if (a == "top-k") o.top_k = parse_int(a, v, -1);
+    else if (a == "top-p") o.top_p = parse_float(a, v);
+    else if (a == "seed") o.seed = static_cast<uint64_t>(kCli.integer(a, v, 0));
+    else if (a == "log-level") o.log_level = v;
   }
   if (o.model.empty()) usage("--model is required");
   if (o.prompts.empty() && o.texts.empty()) usage("--prompt-ids or --prompt is required");
@@ -178,9 +180,9 @@ std::shared_ptr<const vlm::Tokenizer> tokenize_texts(Options& o) {
       o.prompts.push_back(tok->encode(text, true));
       continue;
     }
-    nlohmann::json messages = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
-    nlohmann::json context = {{"add_generation_prompt", true}, {"bos_token", tok->bos_token()},
-                              {"eos_token", tok->eos_token()}};
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
+    nlohmann::ordered_json context = nlohmann::ordered_json::object();
+    vlm::ChatTemplate::add_tokenizer_defaults(context, *tok, true);
     o.prompts.push_back(tok->encode_chat(tmpl->render(messages, context)));
   }
   return tok;
@@ -284,21 +286,6 @@ int run(Options o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (vlm::cli::help_requested(argc, argv)) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
   const Options o = parse(argc, argv);
-  try {
-    return run(o);
-  } catch (const vlm::LoadError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const vlm::RequestError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 3;
-  }
+  return vlm::cli::run_tool([&] { return run(o); });
 }

@@ -37,14 +37,19 @@
 
 namespace {
 
-const char* const kUsage =
-    "usage: vlm-search-patterns --model DIR --out FILE [--calibration IDS_FILE | --length N]\n"
-    "         [--seed S] [--video START:LEN]... [--target-error E] [--block B] [--threads N]\n";
+const vlm::cli::FlagParser kCli(
+    "vlm-search-patterns --model DIR --out FILE [--calibration IDS_FILE | --length N] [flags]",
+    {{"model", "DIR: a Hugging Face checkpoint directory (required)"},
+     {"out", "FILE: the per-head pattern file to write (required)"},
+     {"calibration", "IDS_FILE: whitespace-separated token ids of the calibration prompt"},
+     {"length", "N: without --calibration, N random ids (default 2048)"},
+     {"seed", "S: seed of the random ids (default 1)"},
+     {"video", "START:LEN: positions tagged as video tokens (repeatable)"},
+     {"target-error", "E: the largest attention-output error a pattern may have (default 0.05)"},
+     {"block", "B: block size of the sparse plans (default 64)"},
+     {"threads", "N: compute threads (default: all cores)"}});
 
-[[noreturn]] void usage(const std::string& e) {
-  std::fprintf(stderr, "error: %s\n%s", e.c_str(), kUsage);
-  std::exit(2);
-}
+[[noreturn]] void usage(const std::string& e) { kCli.fail(e); }
 
 struct Candidate {
   std::string name;
@@ -99,28 +104,22 @@ std::vector<Candidate> candidates(int N, bool mixed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (vlm::cli::help_requested(argc, argv)) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
+  const vlm::cli::FlagParser& fp = kCli;
   std::map<std::string, std::string> flags;
   std::vector<std::pair<int, int>> videos;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k.rfind("--", 0) != 0 || i + 1 >= argc) usage("bad argument '" + k + "'");
-    k = k.substr(2);
-    const std::string v = argv[++i];
+  for (const auto& [k, v] : fp.parse_list(argc, argv)) {
     if (k == "video") {
       const auto colon = v.find(':');
-      if (colon == std::string::npos) usage("--video START:LEN");
-      videos.push_back({std::atoi(v.substr(0, colon).c_str()), std::atoi(v.substr(colon + 1).c_str())});
+      if (colon == std::string::npos) usage("--video needs START:LEN, got '" + v + "'");
+      videos.push_back({static_cast<int>(fp.integer(k, v.substr(0, colon), 0)),
+                        static_cast<int>(fp.integer(k, v.substr(colon + 1), 0))});
     } else {
-      flags[k] = v;
+      flags[k] = v;  // the last one counts
     }
   }
   if (!flags.count("model") || !flags.count("out")) usage("--model and --out are required");
   try {
-    if (flags.count("threads")) vlm::set_num_threads(std::atoi(flags["threads"].c_str()));
+    if (flags.count("threads")) vlm::set_num_threads(static_cast<int>(fp.integer("threads", flags["threads"], 1)));
     const auto decoder = vlm::LlmDecoder::load(flags["model"]);
     const auto& cfg = decoder->config();
     const int L = static_cast<int>(cfg.num_layers), H = static_cast<int>(cfg.num_heads),
@@ -131,8 +130,8 @@ int main(int argc, char** argv) {
       if (!in) throw vlm::LoadError(flags["calibration"] + ": cannot open");
       for (long long x; in >> x;) ids.push_back(static_cast<int32_t>(x));
     } else {
-      const int n = flags.count("length") ? std::atoi(flags["length"].c_str()) : 2048;
-      std::mt19937 rng(flags.count("seed") ? std::atoi(flags["seed"].c_str()) : 1);
+      const int n = flags.count("length") ? static_cast<int>(fp.integer("length", flags["length"], 2)) : 2048;
+      std::mt19937 rng(flags.count("seed") ? static_cast<uint32_t>(fp.integer("seed", flags["seed"], 0)) : 1);
       std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(cfg.vocab_size) - 1);
       for (int i = 0; i < n; ++i) ids.push_back(u(rng));
     }
@@ -148,8 +147,8 @@ int main(int argc, char** argv) {
         codes[j] = 2;
       }
     const bool mixed = std::any_of(codes.begin(), codes.end(), [&](uint8_t c) { return c != codes[0]; });
-    const double target = flags.count("target-error") ? std::atof(flags["target-error"].c_str()) : 0.05;
-    const int block = flags.count("block") ? std::atoi(flags["block"].c_str()) : 64;
+    const double target = flags.count("target-error") ? fp.number("target-error", flags["target-error"], 0, 1e9) : 0.05;
+    const int block = flags.count("block") ? static_cast<int>(fp.integer("block", flags["block"], 1)) : 64;
 
     // A paged f32 cache of one sequence (identity block table).
     const int B = 16, nb = (N + B - 1) / B;

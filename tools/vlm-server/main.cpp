@@ -13,6 +13,7 @@
 //              [--write-timeout-ms MS] [--max-requests-per-connection N] [--media-connect-timeout-ms MS]
 //              [--media-timeout-ms MS] [--max-media-redirects N]   (docs/RELIABILITY.md lists every limit)
 //              [--sparse-prefill METHOD] [--sparse-prefill-config FILE] [--sparse-prefill-min-len N]
+//              [--no-webui]
 // The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
 // Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
 // DIR/preprocessor_config.json), Qwen2VLForConditionalGeneration and
@@ -25,6 +26,7 @@
 // --listen-while-loading off: the port opens only once the model is loaded (connection refused until
 // then), for load balancers that only check passively (nginx max_fails): they then retry elsewhere
 // instead of handing requests to a replica that is still loading. Default on: /health answers 503.
+// GET / serves the web playground (server/webui) unless --no-webui (a bare flag, or 1/0, true/false).
 // SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
 #include <signal.h>
 #include <unistd.h>
@@ -40,6 +42,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/engine_loop.h"
 #include "kernels/core/check.h"
@@ -54,6 +57,7 @@
 #include "server/api_server.h"
 #include "tools/common/cli_flags.h"
 #include "server/http/http_server.h"
+#include "server/webui/web_ui.h"
 
 namespace {
 
@@ -101,17 +105,23 @@ const std::map<std::string, std::string> kFlags = {
                        "(per request: \"vlm_options\": {\"sparse_prefill\": ...})"},
     {"sparse-prefill-config", "per-head pattern file (tools/vlm-search-patterns); implies mminference"},
     {"sparse-prefill-min-len", "prompts shorter than this stay dense (default 4096)"},
+    {"no-webui", "no web playground at / (a bare --no-webui, or 1/0)"},
 };
 
-const vlm::cli::FlagParser& cli() {
-  static const vlm::cli::FlagParser parser("vlm-server --model DIR [flags]", kFlags);
-  return parser;
-}
+const vlm::cli::FlagParser kCli("vlm-server --model DIR [flags]", kFlags);
 
-[[noreturn]] void usage(const std::string& error) { cli().fail(error); }
+[[noreturn]] void usage(const std::string& error) { kCli.fail(error); }
 
 std::map<std::string, std::string> parse_flags(int argc, char** argv) {
-  std::map<std::string, std::string> flags = cli().parse(argc, argv, /*last_wins=*/true);
+  // --no-webui may come bare (llama.cpp's spelling): give it the value 1.
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i)
+    if (args[i] == "--no-webui" && (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0))
+      args.insert(args.begin() + static_cast<std::ptrdiff_t>(++i), "1");
+  std::vector<char*> arg_ptrs;
+  for (auto& a : args) arg_ptrs.push_back(a.data());
+  std::map<std::string, std::string> flags =
+      kCli.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), /*last_wins=*/true);
   for (const auto& [k, help] : kFlags) {
     std::string env = "VLM_SERVER_";
     for (char c : k) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -140,12 +150,20 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const std::string& k, int64_t fallback, int64_t min) {
   auto it = f.find(k);
-  return it == f.end() ? fallback : cli().integer(k, it->second, min);
+  return it == f.end() ? fallback : kCli.integer(k, it->second, min);
 }
 
 double float_flag(const std::map<std::string, std::string>& f, const std::string& k, double fallback) {
   auto it = f.find(k);
-  return it == f.end() ? fallback : cli().number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
+  return it == f.end() ? fallback : kCli.number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
+}
+
+bool bool_flag(const std::map<std::string, std::string>& f, const std::string& k) {
+  auto it = f.find(k);
+  if (it == f.end()) return false;
+  if (it->second == "1" || it->second == "true" || it->second == "on") return true;
+  if (it->second == "0" || it->second == "false" || it->second == "off") return false;
+  usage("--" + k + " takes 1/0 (or true/false, on/off), got '" + it->second + "'");
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -369,6 +387,7 @@ int main(int argc, char** argv) {
     vlm::EngineLoop loop(std::move(engine));
     vlm::ApiServer api_server(api, loop, tokenizer, std::move(chat_template), vlm::SamplingDefaults::load(model_dir));
     api_server.register_routes(router);
+    if (!bool_flag(flags, "no-webui")) vlm::register_web_ui(router);
 
     // Swap the loading server for the real one on the same port.
     if (loading) {

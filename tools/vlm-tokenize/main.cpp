@@ -3,7 +3,8 @@
 //   vlm-tokenize --model DIR --decode [--skip-special] JSON array of ids on stdin -> text
 //   vlm-tokenize --model DIR --chat FILE.json [--no-generation-prompt] [--print-prompt]
 //       FILE holds a messages list (or {"messages": [...], other template variables}); the model's
-//       chat template renders it and the rendering is encoded without extra special tokens.
+//       chat template renders it and the rendering is encoded as the server does (BOS added
+//       unless the template wrote it; Tokenizer::encode_chat).
 // Encoding reads stdin byte for byte (`echo` adds a newline; `printf %s` does not) and prints
 // the ids on one line; --no-special leaves out the post-processor's special tokens (BOS/EOS).
 // Decoding prints the text exactly, without a trailing newline; --skip-special leaves special
@@ -113,9 +114,7 @@ int render_chat(const Options& o, const vlm::Tokenizer& tok) {
     context.erase("messages");
   }
   if (!messages.is_array()) usage(o.chat_file + ": expected a messages list or {\"messages\": [...]}");
-  if (!context.contains("add_generation_prompt")) context["add_generation_prompt"] = o.generation_prompt;
-  if (!context.contains("bos_token")) context["bos_token"] = tok.bos_token();
-  if (!context.contains("eos_token")) context["eos_token"] = tok.eos_token();
+  vlm::ChatTemplate::add_tokenizer_defaults(context, tok, o.generation_prompt);
   const std::string prompt = tmpl->render(messages, context);
   if (o.print_prompt) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   else std::printf("%s\n", nlohmann::json(tok.encode_chat(prompt)).dump().c_str());
@@ -146,16 +145,5 @@ int main(int argc, char** argv) {
     return 0;
   }
   const Options o = parse(argc, argv);
-  try {
-    return run(o);
-  } catch (const vlm::LoadError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const vlm::RequestError& e) {  // the template refused the conversation
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "internal error: %s\n", e.what());
-    return 3;
-  }
+  return vlm::cli::run_tool([&] { return run(o); });
 }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/vlm-bench/bench_metrics.h"
+#include "tools/vlm-bench/report/bench_metrics.h"
 
 namespace vlm::bench {
 

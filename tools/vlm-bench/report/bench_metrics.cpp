@@ -1,4 +1,4 @@
-#include "tools/vlm-bench/bench_metrics.h"
+#include "tools/vlm-bench/report/bench_metrics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "tools/vlm-bench/svg_plot.h"
+#include "tools/vlm-bench/report/svg_plot.h"
 
 #include <fmt/format.h>
 

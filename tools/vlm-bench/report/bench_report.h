@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/vlm-bench/bench_metrics.h"
+#include "tools/vlm-bench/report/bench_metrics.h"
 #include "tools/vlm-bench/bench_options.h"
 #include "tools/vlm-bench/load_runner.h"
 

@@ -1,4 +1,4 @@
-#include "tools/vlm-bench/bench_report.h"
+#include "tools/vlm-bench/report/bench_report.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
