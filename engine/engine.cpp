@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/backends/make_step_backend.h"
 #include "engine/engine_request.h"
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
@@ -29,27 +30,6 @@ auto timed(double& seconds, F&& f) {
 
 int64_t resolve_max_model_len(const EngineConfig& c, const ModelConfig& m) {
   return c.max_model_len > 0 ? c.max_model_len : m.max_position_embeddings;
-}
-
-KVCacheShape kv_shape(const EngineConfig& c, const ModelConfig& m) {
-  KVCacheShape s;
-  s.num_layers = m.num_layers;
-  s.block_size = c.block_size;
-  s.num_kv_heads = static_cast<int>(m.num_kv_heads);
-  s.head_dim = static_cast<int>(m.head_dim);
-  s.dtype = c.kv_dtype;
-  if (c.block_size < 1 || c.block_size > 1024) throw LoadError(fmt::format("engine config: block size {}", c.block_size));
-  s.num_blocks = c.num_kv_blocks > 0
-                     ? c.num_kv_blocks
-                     : static_cast<int64_t>(c.kv_cache_memory_gib * 1024.0 * 1024.0 * 1024.0) / s.bytes_per_block();
-  const int64_t max_len = resolve_max_model_len(c, m);
-  if (s.num_blocks * s.block_size < max_len)
-    throw LoadError(fmt::format(
-        "engine config: a KV cache of {} blocks of {} tokens ({:.3f} GiB, {} bytes per block) holds {} tokens, "
-        "less than one sequence of max_model_len {}; give the cache more memory or lower max_model_len",
-        s.num_blocks, s.block_size, static_cast<double>(s.num_blocks * s.bytes_per_block()) / (1 << 30),
-        s.bytes_per_block(), s.num_blocks * s.block_size, max_len));
-  return s;
 }
 
 std::vector<int32_t> eos_ids(const ModelConfig& m) {
@@ -83,18 +63,18 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, 
       text_decoders_(std::move(text_decoders)),
       max_model_len_(resolve_max_model_len(config_, decoder_->config())),
       eos_token_ids_(eos_ids(decoder_->config())),
-      cache_(std::make_unique<KVCache>(kv_shape(config_, decoder_->config()))),
-      blocks_(cache_->shape().num_blocks, config_.block_size),
+      backend_(make_step_backend(config_, *decoder_, eos_token_ids_, max_model_len_)),
+      blocks_(backend_->num_kv_blocks(), config_.block_size),
       scheduler_(config_.scheduler, blocks_),
-      runner_(*decoder_, *cache_, multimodal_.get()),
-      sampler_(decoder_->config().vocab_size, eos_token_ids_),
+      runner_(*decoder_, *backend_, config_.block_size, multimodal_.get()),
       kv_compressor_(static_cast<int>(decoder_->config().num_layers), static_cast<int>(decoder_->config().num_kv_heads)) {
   if (config_.look_m.enabled) vlm::validate(config_.look_m.params);
   runner_.set_sink_router(config_.sink_router, config_.sink_router_config);
   VLM_LOG_INFO("engine: KV cache {} blocks of {} tokens ({} tokens, {:.1f} MiB {}), max_model_len {}, "
                "max_num_seqs {}, max_num_batched_tokens {}",
                blocks_.num_blocks(), config_.block_size, blocks_.num_blocks() * config_.block_size,
-               static_cast<double>(cache_->total_bytes()) / (1 << 20), dtype_name(config_.kv_dtype), max_model_len_,
+               static_cast<double>(blocks_.num_blocks() * backend_->kv_bytes_per_block()) / (1 << 20),
+               dtype_name(backend_->kv_dtype()), max_model_len_,
                config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens);
   runner_.set_sparse_prefill(config_.sparse_prefill);
   if (max_model_len_ > decoder_->config().max_position_embeddings)
@@ -142,7 +122,7 @@ SchedulerOutput Engine::schedule() {
 bool Engine::run(const SchedulerOutput& out) {
   try {
     kv_compressor_.prepare(out);
-    runner_.run(out, logits_);
+    runner_.run(out);
     return true;
   } catch (const std::exception& e) {
     // The whole step failed: its requests end with an error, the others go on.
@@ -161,20 +141,22 @@ bool Engine::run(const SchedulerOutput& out) {
 
 std::vector<Engine::Sampled> Engine::sample(const SchedulerOutput& out) {
   std::vector<Sampled> sampled;
-  const int64_t V = sampler_.vocab_size();
+  sample_tasks_.clear();
   int64_t row = 0;
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.samples) continue;
-    const float* logits = logits_.data() + row++ * V;
     Sequence* seq = c.seq;
     Request& r = *request_of_seq_.at(seq->id);
     const bool forks = seq->num_forks_pending > 0;
     if (forks) fork_choices(r, seq);
-    sampled.push_back({seq, seq->id, sampler_.sample(logits, *seq)});
+    sample_tasks_.push_back({seq, row});
     if (forks)  // the new choices sample from the parent's row, each with its own RNG
-      for (size_t i = 1; i < r.seqs.size(); ++i)
-        sampled.push_back({r.seqs[i].get(), r.seqs[i]->id, sampler_.sample(logits, *r.seqs[i])});
+      for (size_t i = 1; i < r.seqs.size(); ++i) sample_tasks_.push_back({r.seqs[i].get(), row});
+    ++row;
   }
+  backend_->sample(sample_tasks_, sample_results_);
+  for (size_t i = 0; i < sample_tasks_.size(); ++i)
+    sampled.push_back({sample_tasks_[i].seq, sample_tasks_[i].seq->id, std::move(sample_results_[i])});
   return sampled;
 }
 
@@ -193,7 +175,7 @@ void Engine::postprocess(std::vector<Sampled>& sampled) {
 
 void Engine::compress_kv(const SchedulerOutput& out) {
   const int64_t freed = kv_compressor_.apply(out, blocks_, stats_);
-  stats_.look_m_kv_bytes_freed += freed * cache_->shape().bytes_per_block();
+  stats_.look_m_kv_bytes_freed += freed * backend_->kv_bytes_per_block();
   if (freed > 0) VLM_LOG_DEBUG("LOOK-M freed {} KV blocks", freed);
 }
 

@@ -10,15 +10,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/backends/step_backend.h"
 #include "engine/scheduling/block_manager.h"
 #include "engine/engine_config.h"
-#include "engine/scheduling/kv_cache.h"
 #include "engine/kv_compressor.h"
 #include "engine/model_runner.h"
 #include "engine/sampling/output_text.h"
 #include "engine/request.h"
 #include "engine/request_channel.h"
-#include "engine/sampling/sampler.h"
 #include "engine/scheduling/scheduler.h"
 #include "engine/text_decoder.h"
 #include "model/decoder/llm_decoder.h"
@@ -45,6 +44,7 @@ class Engine {
   const LlmDecoder& decoder() const { return *decoder_; }
   const MultimodalModel* multimodal() const { return multimodal_.get(); }  // null: text only
   const ModelRunner& runner() const { return runner_; }
+  const StepBackend& backend() const { return *backend_; }
   const Scheduler& scheduler() const { return scheduler_; }
   const BlockManager& block_manager() const { return blocks_; }
   const EngineStats& stats() const { return stats_; }
@@ -110,13 +110,13 @@ class Engine {
   std::shared_ptr<const TextDecoderFactory> text_decoders_;
   int64_t max_model_len_ = 0;
   std::vector<int32_t> eos_token_ids_;
-  std::unique_ptr<KVCache> cache_;
+  std::unique_ptr<StepBackend> backend_;  // owns the KV cache
   BlockManager blocks_;
   Scheduler scheduler_;
   ModelRunner runner_;
-  Sampler sampler_;
   KVCompressor kv_compressor_;
-  std::vector<float> logits_;  // [R, V] of the current step
+  std::vector<SampleTask> sample_tasks_;     // the current step's, reused
+  std::vector<SampleResult> sample_results_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::unordered_map<int64_t, Request*> request_of_seq_;
   int64_t next_seq_id_ = 1;

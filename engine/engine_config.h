@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "engine/scheduling/scheduler.h"
 #include "kernels/core/dtype.h"
@@ -11,7 +12,18 @@
 
 namespace vlm {
 
+// Where the model runs (vLLM's --device): Auto is cuda when the build has the CUDA backend and a
+// GPU is visible, else cpu.
+enum class Device { Auto, Cpu, Cuda };
+
 struct EngineConfig {
+  Device device = Device::Auto;
+  // Model dtype (vLLM's --dtype): weights and activations; unset = auto (the checkpoint's). On
+  // the GPU it is also the KV cache's dtype (F32 is the exact path: f32 GEMMs without TF32).
+  std::optional<DType> dtype;
+  // GPU: the fraction of the GPU's memory this engine may use; the KV cache takes what the
+  // weights and activations leave (num_kv_blocks > 0 overrides it). The CPU ignores it.
+  double gpu_memory_utilization = 0.9;
   // KV cache: num_kv_blocks when > 0, else as many blocks as fit in kv_cache_memory_gib.
   int block_size = 16;               // B, tokens per block
   int64_t num_kv_blocks = 0;

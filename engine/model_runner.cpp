@@ -64,8 +64,9 @@ void fill_mrope_positions(const SchedulerOutput& out, ForwardBatch& fb) {
 
 }  // namespace
 
-ModelRunner::ModelRunner(const LlmDecoder& decoder, KVCache& cache, const MultimodalModel* multimodal)
-    : decoder_(decoder), cache_(cache), multimodal_(multimodal) {}
+ModelRunner::ModelRunner(const LlmDecoder& decoder, StepBackend& backend, int block_size,
+                         const MultimodalModel* multimodal)
+    : decoder_(decoder), backend_(backend), block_size_(block_size), multimodal_(multimodal) {}
 
 ForwardBatch ModelRunner::make_batch(const SchedulerOutput& out, int block_size,
                                      const SparsePrefillConfig* sparse) {
@@ -179,15 +180,15 @@ bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
   return any;
 }
 
-void ModelRunner::run(const SchedulerOutput& out, std::vector<float>& logits) {
-  for (const BlockCopy& c : out.block_copies) cache_.copy_block(c.src, c.dst);
-  ForwardBatch fb = make_batch(out, cache_.shape().block_size, &sparse_prefill_);
+void ModelRunner::run(const SchedulerOutput& out) {
+  for (const BlockCopy& c : out.block_copies) backend_.copy_block(c.src, c.dst);
+  ForwardBatch fb = make_batch(out, block_size_, &sparse_prefill_);
   attach_sink_router(out, fb);
   encode_media(out);
   if (gather_media(out, fb.num_tokens())) {
-    decoder_.forward(fb, cache_.layers(), logits, EmbeddingOverride{override_embeds_.data(), override_use_.data()});
+    backend_.forward(fb, EmbeddingOverride{override_embeds_.data(), override_use_.data()});
   } else {
-    decoder_.forward(fb, cache_.layers(), logits);
+    backend_.forward(fb, EmbeddingOverride{});
   }
   // A sequence past its last image token needs its embeddings no more (until a recompute).
   for (const ScheduledChunk& c : out.chunks)

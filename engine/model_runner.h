@@ -13,7 +13,7 @@
 
 #include <vector>
 
-#include "engine/scheduling/kv_cache.h"
+#include "engine/backends/step_backend.h"
 #include "engine/scheduling/scheduler_output.h"
 #include "model/decoder/forward_batch.h"
 #include "model/decoder/llm_decoder.h"
@@ -25,9 +25,11 @@ namespace vlm {
 
 class ModelRunner {
  public:
-  // All must outlive the runner. multimodal: null for a text-only model, else the model whose
+  // All must outlive the runner. The backend runs the decoder (it owns the KV cache of
+  // block_size-token blocks); multimodal: null for a text-only model, else the model whose
   // decoder is `decoder`.
-  ModelRunner(const LlmDecoder& decoder, KVCache& cache, const MultimodalModel* multimodal = nullptr);
+  ModelRunner(const LlmDecoder& decoder, StepBackend& backend, int block_size,
+              const MultimodalModel* multimodal = nullptr);
 
   // Token ids, RoPE positions (logical), cache slots (physical, through the block tables),
   // modality tags, cu_seqlens, context lengths, block tables and finishes_prefill of every
@@ -44,9 +46,9 @@ class ModelRunner {
   // The engine's sparse-prefill default (method Off unless set).
   void set_sparse_prefill(const SparsePrefillConfig& cfg) { sparse_prefill_ = cfg; }
 
-  // logits[R, V]: one row per sampling chunk, in chunk order (resized). Throws what the decoder
-  // throws (InternalError); the cache may then hold partial writes of this step.
-  void run(const SchedulerOutput& out, std::vector<float>& logits);
+  // Runs the step on the backend, which keeps one logits row per sampling chunk, in chunk order.
+  // Throws what the backend throws (InternalError); the cache may then hold partial writes.
+  void run(const SchedulerOutput& out);
 
   int64_t num_images_encoded() const { return num_images_encoded_; }  // media items (images, videos)
   double encode_seconds() const { return encode_s_; }
@@ -63,7 +65,8 @@ class ModelRunner {
   void attach_sink_router(const SchedulerOutput& out, ForwardBatch& fb);
 
   const LlmDecoder& decoder_;
-  KVCache& cache_;
+  StepBackend& backend_;
+  int block_size_;
   const MultimodalModel* multimodal_ = nullptr;
   std::vector<float> override_embeds_;  // [T, C]
   std::vector<uint8_t> override_use_;   // [T]

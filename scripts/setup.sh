@@ -12,6 +12,8 @@ packages=(
   libpcre2-dev libutf8proc-dev             # tokenizer: Unicode regexes, NFC
   libjpeg62-turbo-dev libpng-dev           # image decoding (JPEG, PNG)
   libwebp-dev libgif-dev                   # image decoding (WebP, GIF first frame)
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # video files (MP4/WebM/MKV/GIF)
+  ffmpeg                                   # tests: makes the bad-file table's clips
   openssl curl                             # test data integrity; curl for health checks and examples
   prometheus                               # promtool checks the /metrics exposition in tests
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -137,10 +137,33 @@ struct MediaPart {
   // come without video metadata (transformers 5.17 VideoMetadata.sampled_fps: `self.fps or 24`).
   double fps = 24.0;
   std::string param;              // e.g. messages[0].content[1].video_url
+  VideoSamplingParams sampling;   // video file: the request's fps / num_frames / min, max frames
 };
 
+// The sampling keys of a video file's part ({"url", "fps", "num_frames", "min_frames",
+// "max_frames"} in video_url, or on the part) over the model's defaults.
+VideoSamplingParams file_sampling(const nlohmann::ordered_json& part, const nlohmann::ordered_json& v,
+                                  VideoSamplingParams p) {
+  for (const auto* holder : {&part, &v}) {
+    if (!holder->is_object()) continue;
+    const auto& h = *holder;
+    if (h.contains("fps")) {
+      p.fps = h["fps"].get<double>();
+      p.num_frames.reset();
+    }
+    if (h.contains("num_frames")) {
+      p.num_frames = h["num_frames"].get<int64_t>();
+      p.fps.reset();
+    }
+    if (h.contains("min_frames")) p.min_frames = h["min_frames"].get<int64_t>();
+    if (h.contains("max_frames")) p.max_frames = h["max_frames"].get<int64_t>();
+  }
+  return p;
+}
+
 // video_url / video part -> its frame URLs and fps (parse_api_request validated the shapes).
-MediaPart video_part(const nlohmann::ordered_json& part, const std::string& type, const std::string& param) {
+MediaPart video_part(const nlohmann::ordered_json& part, const std::string& type, const std::string& param,
+                     const VideoSamplingParams& defaults) {
   MediaPart m;
   m.modality = Modality::Video;
   m.param = param;
@@ -154,6 +177,7 @@ MediaPart video_part(const nlohmann::ordered_json& part, const std::string& type
   }
   if (v.is_object() && v.contains("fps")) m.fps = v["fps"].get<double>();
   else if (part.contains("fps")) m.fps = part["fps"].get<double>();
+  if (m.video_file) m.sampling = file_sampling(part, v, defaults);
   return m;
 }
 
@@ -185,7 +209,7 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
       } else if (type == "video_url" || type == "video") {
         if (!options_.qwen2vl || !options_.qwen2vl->accepts_video)
           bad("messages", "this model does not accept video input (" + type + ")");
-        parts.push_back(video_part(part, type, param));
+        parts.push_back(video_part(part, type, param, options_.qwen2vl->sampling));
         part = nlohmann::ordered_json{{"type", "video"}};
       } else {
         bad("messages", "this model does not accept " + type + " input");
@@ -199,10 +223,6 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   if (num_videos > options_.max_videos_per_request)
     bad("messages", fmt::format("the request has {} videos; at most {} are allowed per request", num_videos,
                                 options_.max_videos_per_request));
-  for (const MediaPart& p : parts)
-    if (p.video_file)
-      bad(p.param, p.param + ": a single URL is a video file, and this server decodes no video files; send the "
-                             "frames as a list of image URLs (\"url\": [frame0, frame1, ...])");
   nlohmann::ordered_json context = r.chat_template_kwargs;
   context["add_generation_prompt"] = r.add_generation_prompt;
   ChatTemplate::add_tokenizer_defaults(context, tok, r.add_generation_prompt);
@@ -221,8 +241,9 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
     // Token counts depend on each item's size: the media are always loaded.
     std::vector<MediaTokens> items;
     for (const MediaPart& p : parts) {
-      in.images.push_back(p.modality == Modality::Video ? qwen2vl_loader_->load_video(p.urls, p.fps, p.param)
-                                                        : qwen2vl_loader_->load_image(p.urls[0], p.param));
+      if (p.modality == Modality::Image) in.images.push_back(qwen2vl_loader_->load_image(p.urls[0], p.param));
+      else if (p.video_file) in.images.push_back(qwen2vl_loader_->load_video_file(p.urls[0], p.sampling, p.param));
+      else in.images.push_back(qwen2vl_loader_->load_video(p.urls, p.fps, p.param));
       items.push_back(qwen2vl_loader_->tokens(in.images.back()));
     }
     MultimodalPrompt mp = expand_media_tokens(in.ids, options_.qwen2vl->image_token_id,

@@ -7,6 +7,8 @@
 // frame lists: {"type": "video_url", "video_url": {"url": [frame URLs], "fps": F}} (or
 // "video_url": [frame URLs], fps on the part) and Qwen's {"type": "video", "video": [...]};
 // fps (default 24, as HF assumes for bare frames) is the rate of the given frames; see server/media/qwen2vl_media_loader.h.
+// A single URL there is a video file (MP4/MOV, WebM/MKV, GIF), sampled at "fps" (or
+// "num_frames", with "min_frames"/"max_frames") over the checkpoint's video processor defaults.
 // Handlers parse JSON into native requests (server/openai_request), tokenize (chat template
 // first for chat), submit to the engine, and answer with a CompletionStream (stream: true) or a
 // CompletionCollector (a deferred whole response). Errors use the OpenAI envelope.

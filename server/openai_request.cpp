@@ -202,12 +202,25 @@ void parse_messages(const json& j, ApiRequest& r) {
           bad(pw + "." + type, pw + "." + type + (type == "video" ? " must be a URL string or a non-empty list of frame URLs"
                                                                    : " must be a URL string, a non-empty list of frame "
                                                                      "URLs, or {\"url\": ..., \"fps\": ...}"));
+        bool has_fps = false, has_num_frames = false;
         for (const json* holder : {&part, &u}) {
-          if (!holder->is_object() || !holder->contains("fps")) continue;
-          const json& f = (*holder)["fps"];
-          if (!f.is_number() || !(f.get<double>() > 0) || f.get<double>() > 1000)
-            bad(pw + ".fps", pw + ": fps must be a number in (0, 1000]");
+          if (!holder->is_object()) continue;
+          if (holder->contains("fps")) {
+            const json& f = (*holder)["fps"];
+            if (!f.is_number() || !(f.get<double>() > 0) || f.get<double>() > 1000)
+              bad(pw + ".fps", pw + ": fps must be a number in (0, 1000]");
+            has_fps = true;
+          }
+          // Video files: vLLM's num_frames, Qwen's min_frames / max_frames.
+          for (const char* key : {"num_frames", "min_frames", "max_frames"}) {
+            if (!holder->contains(key)) continue;
+            const json& n = (*holder)[key];
+            if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > 100000)
+              bad(pw + "." + key, pw + ": " + key + " must be an integer in [1, 100000]");
+            has_num_frames = has_num_frames || std::string(key) == "num_frames";
+          }
         }
+        if (has_fps && has_num_frames) bad(pw + ".num_frames", pw + ": give fps or num_frames, not both");
       } else {
         bad(pw + ".type", "unsupported content part type '" + type + "' in " + pw);
       }

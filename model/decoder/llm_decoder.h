@@ -33,6 +33,16 @@ struct EmbeddingOverride {
   const uint8_t* use = nullptr;   // [T]
 };
 
+// One decoder layer's weights as views into the checkpoint (biases: f32 copies).
+struct DecoderLayerWeights {
+  TensorView input_norm;           // [C]
+  TensorView q, k, v, o;           // [H*D, C], [Hkv*D, C], [Hkv*D, C], [C, H*D]
+  TensorView q_bias, k_bias, v_bias, o_bias;  // empty when the family has none
+  TensorView post_norm;            // [C]
+  TensorView gate, up, down;       // [I, C], [I, C], [C, I]
+  TensorView gate_bias, up_bias, down_bias;
+};
+
 class LlmDecoder {
  public:
   // Loads DIR/config.json and the safetensors weights. Throws LoadError naming the file and the
@@ -43,6 +53,11 @@ class LlmDecoder {
 
   const ModelConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
+  // The weights by role (views valid while the decoder lives), e.g. for a GPU backend's copy.
+  const TensorView& embed_weight() const { return embed_; }        // [V, C]
+  const TensorView& final_norm_weight() const { return final_norm_; }  // [C]
+  const TensorView& lm_head_weight() const { return lm_head_; }    // [V, C] (embed_ when tied)
+  const DecoderLayerWeights& layer_weights(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
 
   // Runs every layer over the batch: writes each token's K/V to its slot of kv_layers[l], and
   // returns the logits of the rows batch.logits_indices as logits[L, V] (resized).
@@ -53,14 +68,7 @@ class LlmDecoder {
                std::vector<float>& logits, const EmbeddingOverride& override = {}) const;
 
  private:
-  struct Layer {
-    TensorView input_norm;           // [C]
-    TensorView q, k, v, o;           // [H*D, C], [Hkv*D, C], [Hkv*D, C], [C, H*D]
-    TensorView q_bias, k_bias, v_bias, o_bias;  // empty when the family has none
-    TensorView post_norm;            // [C]
-    TensorView gate, up, down;       // [I, C], [I, C], [C, I]
-    TensorView gate_bias, up_bias, down_bias;
-  };
+  using Layer = DecoderLayerWeights;
 
   ModelConfig config_;
   WeightStore weights_;

@@ -72,6 +72,40 @@ MediaPixels Qwen2VLMediaLoader::load_video(const std::vector<std::string>& frame
   return m;
 }
 
+MediaPixels Qwen2VLMediaLoader::load_video_file(const std::string& url, const VideoSamplingParams& sampling,
+                                                const std::string& param) const {
+  if (!options_.accepts_video)
+    throw RequestError(400, "invalid_request_error", "this model does not accept video input", param);
+  VideoSamplingParams p = sampling;
+  p.temporal_patch_size = options_.video.temporal_patch_size;
+  if (p.num_frames && *p.num_frames > options_.max_video_frames)
+    throw RequestError(400, "invalid_request_error",
+                       fmt::format("num_frames is {}; at most {} frames of a video are allowed (--max-video-frames)",
+                                   *p.num_frames, options_.max_video_frames),
+                       param);
+  p.max_frames = std::min<int64_t>(p.max_frames, options_.max_video_frames);
+  MediaFetchOptions fetch = fetch_;
+  fetch.max_bytes = options_.video_limits.max_bytes;
+  const MediaBytes bytes = fetch_media(url, fetch, param);
+  return with_param(param, [&] {
+    FrameSample sample;
+    const DecodedVideo video = decode_video(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data.data()), bytes.data.size()),
+        options_.video_limits, [&](const VideoInfo& info) {
+          sample = sample_frames(info.num_frames, info.fps, p);
+          return sample.indices;
+        });
+    Qwen2VLPreprocessConfig cfg = options_.video;
+    cfg.max_pixels = std::min(cfg.max_pixels,
+                              video_frame_max_pixels(cfg.min_pixels, cfg.max_pixels, options_.video_total_pixels,
+                                                     static_cast<int64_t>(video.frames.size()), cfg.temporal_patch_size));
+    MediaPixels m = to_media(qwen2vl_preprocess(video.frames, cfg), Modality::Video, cfg);
+    m.num_frames = static_cast<int32_t>(video.frames.size());
+    m.second_per_grid = static_cast<float>(cfg.temporal_patch_size / sample.sampled_fps);
+    return m;
+  });
+}
+
 MediaTokens Qwen2VLMediaLoader::tokens(const MediaPixels& item) const {
   const Qwen2VLPreprocessConfig& cfg = item.modality == Modality::Video ? options_.video : options_.image;
   const int64_t mm = static_cast<int64_t>(cfg.merge_size) * cfg.merge_size;

@@ -10,6 +10,14 @@
 // temporal_patch_size by repeating the last frame (transformers 5.17 `pad = -num_frames %
 // temporal_patch_size`, `videos[:, -1:]` repeated). `fps` is the rate of the given frames;
 // second_per_grid = temporal_patch_size / fps (Qwen2.5-VL's temporal M-RoPE spacing).
+//
+// A video file (one URL: MP4/MOV, WebM/MKV, animated GIF) is fetched within the video byte limit,
+// decoded with FFmpeg (model/media/video_decode: allow-lists, limits, time limit), sampled as
+// transformers' Qwen2VLVideoProcessor.sample_frames does (model/media/video_sampling: fps 2.0 by
+// default, min/max frames, counts rounded to temporal_patch_size, at most max_video_frames),
+// each frame capped by qwen-vl-utils' total-pixel budget, then preprocessed as frame lists are;
+// second_per_grid = temporal_patch_size / the sampled rate (transformers 5.17's
+// VideoMetadata.sampled_fps), so Qwen2.5-VL's temporal positions follow the real time.
 #pragma once
 
 #include <string>
@@ -19,6 +27,8 @@
 #include "model/media/media_pixels.h"
 #include "model/families/multimodal_input.h"
 #include "model/media/qwen2vl_preprocess.h"
+#include "model/media/video_decode.h"
+#include "model/media/video_sampling.h"
 #include "server/media/media_fetch.h"
 
 namespace vlm {
@@ -29,7 +39,10 @@ struct Qwen2VLMediaOptions {
   int32_t image_token_id = 151655;
   int32_t video_token_id = 151656;
   bool accepts_video = true;      // the model takes videos
-  int max_video_frames = 32;      // frames of one video (before padding)
+  int max_video_frames = 32;      // frames of one video (before padding; files: after sampling)
+  VideoSamplingParams sampling;   // video files: video_preprocessor_config.json's fps, min/max frames
+  VideoLimits video_limits;       // video files: bytes, pixels, seconds, frames, decode time
+  int64_t video_total_pixels = 90316800;  // qwen-vl-utils VIDEO_TOTAL_PIXELS (128000 * 28 * 28 * 0.9)
 };
 
 class Qwen2VLMediaLoader {
@@ -44,6 +57,12 @@ class Qwen2VLMediaLoader {
   // frames: one URL per frame. Throws RequestError (400, param `param`) as load_image, and for
   // no frames, more than max_video_frames, frames of different sizes, or fps not in (0, 1000].
   MediaPixels load_video(const std::vector<std::string>& frames, double fps, const std::string& param) const;
+  // One video file. `sampling`: the request's fps or num_frames and min/max frames over the
+  // model's defaults (options().sampling); max_frames is further capped at max_video_frames, and a
+  // num_frames over it is refused. Throws RequestError (400, param `param`) as load_image, and for
+  // a file video_decode or sample_frames refuses (the message says why).
+  MediaPixels load_video_file(const std::string& url, const VideoSamplingParams& sampling,
+                              const std::string& param) const;
 
   // The prompt tokens of an item loaded here (grid t*h*w / merge^2, per frame h*w / merge^2).
   MediaTokens tokens(const MediaPixels& item) const;

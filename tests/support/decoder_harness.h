@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -60,6 +61,10 @@ class DecoderRunner {
   // When set, step() gives every fed chunk of more than one row this sparse-prefill setting
   // (ForwardBatch::sparse_prefill, prompt length = the sequence's tokens); others stay dense.
   std::optional<SparsePrefillConfig> sparse_prefill;
+
+  // When set, step() runs the batch through this instead of the CPU decoder (e.g. a GPU backend
+  // with a cache of its own): it must return the logits of the batch's logits_indices rows.
+  std::function<void(const ForwardBatch&, std::vector<float>& logits)> forward_override;
 
  private:
   void ensure_blocks(TestSequence& seq, int32_t total_tokens);

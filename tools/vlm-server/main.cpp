@@ -6,7 +6,8 @@
 //              [--max-waiting N] [--threads N] [--log-level L]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
-//              [--max-videos-per-request N] [--max-video-frames N]
+//              [--max-videos-per-request N] [--max-video-frames N] [--max-video-bytes N]
+//              [--max-video-seconds S] [--max-video-file-frames N] [--video-decode-timeout-ms MS]
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
 //              [--look-m-scores window|full] [--look-m-text-only 0|1]
 //              [--max-body-bytes N] [--max-header-bytes N] [--read-timeout-ms MS] [--idle-timeout-ms MS]
@@ -55,6 +56,7 @@
 #include "model/methods/sink_router_config_file.h"
 #include "model/methods/sparse_patterns_file.h"
 #include "server/api_server.h"
+#include "tools/common/backend_flags.h"
 #include "tools/common/cli_flags.h"
 #include "server/http/http_server.h"
 #include "server/webui/web_ui.h"
@@ -86,6 +88,10 @@ const std::map<std::string, std::string> kFlags = {
     {"max-image-pixels", "width x height of one image (default 64 Mi)"},
     {"max-videos-per-request", "videos in one chat request (default 4; Qwen2-VL family)"},
     {"max-video-frames", "frames of one video (default 32; Qwen2-VL family)"},
+    {"max-video-bytes", "encoded bytes of one video file (default 64 MiB)"},
+    {"max-video-seconds", "duration of one video file (default 600)"},
+    {"max-video-file-frames", "frames in one video file, before sampling (default 7200)"},
+    {"video-decode-timeout-ms", "to probe and decode one video file (default 30000)"},
     {"max-body-bytes", "request body (default 32 MiB; larger: 413)"},
     {"max-header-bytes", "request headers (default 16 KiB; larger: 431)"},
     {"read-timeout-ms", "to read one request (default 30000)"},
@@ -108,9 +114,16 @@ const std::map<std::string, std::string> kFlags = {
     {"no-webui", "no web playground at / (a bare --no-webui, or 1/0)"},
 };
 
-const vlm::cli::FlagParser kCli("vlm-server --model DIR [flags]", kFlags);
+const vlm::cli::FlagParser& cli() {
+  static const vlm::cli::FlagParser parser("vlm-server --model DIR [flags]", [] {
+    vlm::cli::FlagTable t = kFlags;
+    vlm::cli::add_backend_flags(t);
+    return t;
+  }());
+  return parser;
+}
 
-[[noreturn]] void usage(const std::string& error) { kCli.fail(error); }
+[[noreturn]] void usage(const std::string& error) { cli().fail(error); }
 
 std::map<std::string, std::string> parse_flags(int argc, char** argv) {
   // --no-webui may come bare (llama.cpp's spelling): give it the value 1.
@@ -121,7 +134,7 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
   std::vector<char*> arg_ptrs;
   for (auto& a : args) arg_ptrs.push_back(a.data());
   std::map<std::string, std::string> flags =
-      kCli.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), /*last_wins=*/true);
+      cli().parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data(), /*last_wins=*/true);
   for (const auto& [k, help] : kFlags) {
     std::string env = "VLM_SERVER_";
     for (char c : k) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -150,12 +163,12 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
 
 int64_t int_flag(const std::map<std::string, std::string>& f, const std::string& k, int64_t fallback, int64_t min) {
   auto it = f.find(k);
-  return it == f.end() ? fallback : kCli.integer(k, it->second, min);
+  return it == f.end() ? fallback : cli().integer(k, it->second, min);
 }
 
 double float_flag(const std::map<std::string, std::string>& f, const std::string& k, double fallback) {
   auto it = f.find(k);
-  return it == f.end() ? fallback : kCli.number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
+  return it == f.end() ? fallback : cli().number(k, it->second, 0.0, std::numeric_limits<double>::infinity(), true);
 }
 
 bool bool_flag(const std::map<std::string, std::string>& f, const std::string& k) {
@@ -247,6 +260,12 @@ int main(int argc, char** argv) {
     api.image_limits.max_bytes = int_flag(flags, "max-image-bytes", api.media.max_bytes, 1);
     api.image_limits.max_pixels = int_flag(flags, "max-image-pixels", api.image_limits.max_pixels, 1);
     api.media.max_bytes = api.image_limits.max_bytes;
+    vlm::VideoLimits video_limits;
+    video_limits.max_bytes = int_flag(flags, "max-video-bytes", video_limits.max_bytes, 1);
+    video_limits.max_pixels = api.image_limits.max_pixels;
+    video_limits.max_seconds = static_cast<double>(int_flag(flags, "max-video-seconds", 600, 1));
+    video_limits.max_frames = int_flag(flags, "max-video-file-frames", video_limits.max_frames, 1);
+    video_limits.timeout_ms = int_flag(flags, "video-decode-timeout-ms", video_limits.timeout_ms, 1);
     api.media.connect_timeout_ms = static_cast<int>(int_flag(flags, "media-connect-timeout-ms", api.media.connect_timeout_ms, 1));
     api.media.total_timeout_ms = static_cast<int>(int_flag(flags, "media-timeout-ms", api.media.total_timeout_ms, 1));
     api.media.max_redirects = static_cast<int>(int_flag(flags, "max-media-redirects", api.media.max_redirects, 0));
@@ -273,6 +292,7 @@ int main(int argc, char** argv) {
     ec.scheduler.max_num_seqs = static_cast<int>(int_flag(flags, "max-num-seqs", 256, 1));
     ec.scheduler.max_num_batched_tokens = static_cast<int>(int_flag(flags, "max-num-batched-tokens", 2048, 1));
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
+    vlm::cli::apply_backend_flags(flags, cli(), ec);
     if (flags.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(flags.at("kv-cache-dtype"), &ec.kv_dtype))
       usage("--kv-cache-dtype must be f32, bf16 or f16");
     if (flags.count("look-m") && flags.at("look-m") != "off") {
@@ -370,6 +390,8 @@ int main(int argc, char** argv) {
         media.image_token_id = model->image_token_id();
         media.video_token_id = model->video_token_id();
         media.max_video_frames = max_video_frames;
+        media.sampling = vlm::VideoSamplingParams::load(model_dir);
+        media.video_limits = video_limits;
         const vlm::Qwen2VisionConfig& vc = model->config().vision;
         for (const auto* p : {&media.image, &media.video})
           if (p->patch_size != vc.patch_size || p->merge_size != vc.spatial_merge_size ||

@@ -1,0 +1,173 @@
+// Times the CUDA attention kernels on one layer of Qwen2-7B attention (28 query heads, 4 KV heads,
+// D = 128, bf16 activations and cache, block size 16, blocks shuffled): causal prefill of one
+// sequence at 8K and 32K tokens, and decode of 1 and 64 sequences at 1K, 32K and 128K context.
+// Device events around each call (decode: around 10 calls queued back to back), warm-up first,
+// median of the repeats; decode rotates among
+// enough cache copies that the working set exceeds the L2. Run beside bench/cuda/sdpa_attention.py
+// (torch SDPA, FlashAttention backend) in the same call: bench/cuda/run_attention_bench.sh.
+// Output: one line per shape, "ours <kind> ... ms=<median> <rate>".
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/attention/cuda_attention.h"
+
+namespace {
+
+using vlm::DType;
+constexpr int kH = 28, kHkv = 4, kD = 128, kB = 16;
+
+void ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Device buffer of n bf16 values, filled from a random host pattern (not zeros).
+void* random_bf16(size_t n, uint32_t seed) {
+  void* p = nullptr;
+  ok(cudaMalloc(&p, n * 2), "malloc");
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  const size_t pat = std::min<size_t>(n, size_t(1) << 22);
+  std::vector<uint16_t> h(pat);
+  for (auto& x : h) x = vlm::f32_to_bf16(uni(rng));
+  for (size_t i = 0; i < n; i += pat)
+    ok(cudaMemcpy(static_cast<uint16_t*>(p) + i, h.data(), std::min(pat, n - i) * 2, cudaMemcpyHostToDevice), "fill");
+  return p;
+}
+
+int32_t* upload(const std::vector<int32_t>& v) {
+  int32_t* p = nullptr;
+  ok(cudaMalloc(&p, v.size() * 4), "malloc");
+  ok(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "copy");
+  return p;
+}
+
+// Median over reps of the time per call, each rep timing `batch` calls queued back to back (so a
+// short kernel's time is the device's, not the host's launch latency).
+template <class Fn>
+double median_ms(int warmup, int reps, int batch, Fn&& fn) {
+  cudaEvent_t a, b;
+  ok(cudaEventCreate(&a), "event");
+  ok(cudaEventCreate(&b), "event");
+  for (int i = 0; i < warmup; ++i) fn(i);
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    ok(cudaEventRecord(a), "record");
+    for (int j = 0; j < batch; ++j) fn(i * batch + j);
+    ok(cudaEventRecord(b), "record");
+    ok(cudaEventSynchronize(b), "sync");
+    ok(cudaEventElapsedTime(&ms[i], a, b), "elapsed");
+    ms[i] /= batch;
+  }
+  ok(cudaGetLastError(), "launch");
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms[reps / 2];
+}
+
+// The batch of `seqs` sequences, each with q_len rows over ctx cached tokens in shuffled blocks.
+struct Batch {
+  vlm::cuda::CudaAttentionBatch b;
+  int64_t num_blocks = 0;
+  std::vector<int32_t*> owned;
+  Batch(int seqs, int q_len, int ctx, uint32_t seed) {
+    const int per = (ctx + kB - 1) / kB;
+    num_blocks = int64_t(seqs) * per;
+    std::vector<int32_t> table(num_blocks), cu(seqs + 1), lens(seqs, ctx);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(seed));
+    for (int s = 0; s <= seqs; ++s) cu[s] = s * q_len;
+    owned = {upload(cu), upload(lens), upload(table)};
+    b.num_seqs = seqs;
+    b.cu_seqlens_q = owned[0];
+    b.context_lens = owned[1];
+    b.block_tables = owned[2];
+    b.max_blocks_per_seq = per;
+    b.max_q_len = q_len;
+    b.max_context_len = ctx;
+  }
+  ~Batch() {
+    for (int32_t* p : owned) cudaFree(p);
+  }
+};
+
+vlm::PagedKVLayer layer(void* k, void* v, int64_t num_blocks) {
+  vlm::PagedKVLayer kv;
+  kv.k = k;
+  kv.v = v;
+  kv.dtype = DType::BF16;
+  kv.num_blocks = num_blocks;
+  kv.block_size = kB;
+  kv.num_kv_heads = kHkv;
+  kv.head_dim = kD;
+  return kv;
+}
+
+void bench_prefill(int n) {
+  Batch batch(1, n, n, 7);
+  const size_t cache = size_t(batch.num_blocks) * kHkv * kB * kD;
+  void* k = random_bf16(cache, 1);
+  void* v = random_bf16(cache, 2);
+  void* q = random_bf16(size_t(n) * kH * kD, 3);
+  void* out = random_bf16(size_t(n) * kH * kD, 4);
+  const vlm::PagedKVLayer kv = layer(k, v, batch.num_blocks);
+  const float scale = 1.f / std::sqrt(float(kD));
+  const double ms = median_ms(3, n <= 8192 ? 20 : 7, 1, [&](int) {
+    vlm::cuda::paged_prefill_attention(q, DType::BF16, kH, kv, batch.b, scale, out, nullptr);
+  });
+  const double flops = 2.0 * double(n) * n * kD * kH;  // causal: half of 4 N^2 D H
+  std::printf("ours prefill tokens=%d ms=%.3f tflops=%.1f\n", n, ms, flops / ms * 1e-9);
+  for (void* p : {k, v, q, out}) cudaFree(p);
+}
+
+void bench_decode(int seqs, int ctx) {
+  Batch batch(seqs, 1, ctx, 11);
+  const size_t cache = size_t(batch.num_blocks) * kHkv * kB * kD;
+  const double bytes = 2.0 * cache * 2;  // K and V, bf16
+  const int copies = int(std::clamp(std::ceil(256e6 / bytes), 1.0, 64.0));  // beyond the 50 MB L2
+  std::vector<void*> ks, vs;
+  for (int c = 0; c < copies; ++c) {
+    ks.push_back(random_bf16(cache, 20 + c));
+    vs.push_back(random_bf16(cache, 90 + c));
+  }
+  void* q = random_bf16(size_t(seqs) * kH * kD, 5);
+  void* out = random_bf16(size_t(seqs) * kH * kD, 6);
+  void* ws = nullptr;
+  ok(cudaMalloc(&ws, vlm::cuda::paged_decode_workspace_bytes(seqs, kH, kHkv, kD, ctx)), "malloc");
+  const float scale = 1.f / std::sqrt(float(kD));
+  const double ms = median_ms(5, 30, 10, [&](int i) {
+    const vlm::PagedKVLayer kv = layer(ks[i % copies], vs[i % copies], batch.num_blocks);
+    vlm::cuda::paged_decode_attention(q, DType::BF16, kH, kv, batch.b, scale, out, ws, nullptr);
+  });
+  std::printf("ours decode seqs=%d ctx=%d ms=%.4f gbps=%.0f\n", seqs, ctx, ms, bytes / ms * 1e-6);
+  for (void* p : ks) cudaFree(p);
+  for (void* p : vs) cudaFree(p);
+  for (void* p : {q, out, ws}) cudaFree(p);
+}
+
+}  // namespace
+
+// Argument "prefill": the prefill shapes only.
+int main(int argc, char** argv) {
+  const bool prefill_only = argc > 1 && std::string(argv[1]) == "prefill";
+  cudaDeviceProp prop{};
+  ok(cudaGetDeviceProperties(&prop, 0), "properties");
+  std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  for (int n : {8192, 32768}) bench_prefill(n);
+  if (prefill_only) return 0;
+  for (int seqs : {1, 64})
+    for (int ctx : {1024, 32768, 131072}) bench_decode(seqs, ctx);
+  return 0;
+}

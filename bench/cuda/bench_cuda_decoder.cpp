@@ -1,0 +1,164 @@
+// bench_cuda_decoder: the GPU decoder's speed on a checkpoint (bench/gpu_speed.sh runs it on a
+// Qwen2-7B-shaped random bf16 model beside transformers):
+//   decode: B sequences at `context` tokens each (prefilled first), then `steps` decode steps of
+//           B rows each, every step = forward + GPU sampling (greedy) + ids back to the host;
+//           reports ms/step and tokens/s (median of the steps after 3 warm-up steps);
+//   prefill: one sequence of L tokens as one chunk (logits of its last row, sampled); tokens/s
+//           of the median of `reps` runs after one warm-up run.
+// Usage: bench_cuda_decoder --model DIR [--dtype bfloat16|float16|float32] [--batches 1,64]
+//          [--context 1024] [--steps 64] [--prefill 8192,32768] [--reps 3]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/cuda_backend.h"
+#include "kernels/core/log.h"
+#include "kernels/cuda/core/cuda_check.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int64_t> list(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t j = s.find(',', i);
+    out.push_back(std::stoll(s.substr(i, j == std::string::npos ? std::string::npos : j - i)));
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> blocks;
+  int32_t cached = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> f = {{"dtype", "bfloat16"}, {"batches", "1,64"}, {"context", "1024"},
+                                          {"steps", "64"}, {"prefill", "8192,32768"}, {"reps", "3"}};
+  for (int i = 1; i + 1 < argc; i += 2) f[std::string(argv[i]).substr(2)] = argv[i + 1];
+  if (!f.count("model")) {
+    std::fprintf(stderr, "usage: bench_cuda_decoder --model DIR [--dtype ..] [--batches 1,64] [--context 1024] "
+                         "[--steps 64] [--prefill 8192,32768] [--reps 3]\n");
+    return 2;
+  }
+  try {
+    vlm::set_log_level("info");
+    const auto batches = list(f["batches"]), prefills = f["prefill"] == "0" ? std::vector<int64_t>{} : list(f["prefill"]);
+    const int64_t context = std::stoll(f["context"]), steps = std::stoll(f["steps"]), reps = std::stoll(f["reps"]);
+    const int B = 16;
+    int64_t max_prefill = 8192;
+    for (int64_t p : prefills) max_prefill = std::max(max_prefill, p);
+    int64_t max_batch = 1;
+    for (int64_t b : batches) max_batch = std::max(max_batch, b);
+    int64_t blocks_needed = max_batch * ((context + steps + 8 + B - 1) / B + 1);
+    blocks_needed = std::max(blocks_needed, (max_prefill + B - 1) / B + 1);
+
+    auto host = vlm::LlmDecoder::load(f["model"]);
+    vlm::CudaDecoderOptions o;
+    o.dtype = f["dtype"] == "float32" ? vlm::DType::F32 : (f["dtype"] == "float16" ? vlm::DType::F16 : vlm::DType::BF16);
+    o.block_size = B;
+    o.num_kv_blocks = blocks_needed;
+    o.max_tokens_per_step = max_prefill;
+    o.max_logit_rows = std::max<int64_t>(max_batch, 64);
+    const auto t_load = Clock::now();
+    vlm::CudaBackend backend(*host, o, {});
+    std::printf("load: %.1f s (%.2f GiB of weights on %s)\n",
+                std::chrono::duration<double>(Clock::now() - t_load).count(),
+                static_cast<double>(backend.decoder().weight_bytes()) / (1 << 30), vlm::cuda::describe_gpu(0).c_str());
+    const int64_t V = host->config().vocab_size;
+    std::mt19937 rng(1);
+    int32_t next_block = 0;
+    auto new_seq = [&](int64_t len) {
+      Seq s;
+      for (int64_t i = 0; i < len; ++i) s.tokens.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(V)));
+      return s;
+    };
+    vlm::SamplingParams greedy;
+    greedy.temperature = 0;
+    vlm::Sequence sampler_seq(0, {0}, greedy);
+    // Runs one step: each seq feeds n[i] tokens; samples the last row of each; returns seconds.
+    auto step = [&](std::vector<Seq*> seqs, const std::vector<int64_t>& n) {
+      std::vector<vlm::SequenceChunk> chunks;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        Seq& s = *seqs[i];
+        while (static_cast<int64_t>(s.blocks.size()) * B < s.cached + n[i]) s.blocks.push_back(next_block++);
+        vlm::SequenceChunk c;
+        c.token_ids = std::span<const int32_t>(s.tokens.data() + s.cached, static_cast<size_t>(n[i]));
+        c.start_pos = s.cached;
+        c.block_table = s.blocks;
+        chunks.push_back(c);
+      }
+      const auto t0 = Clock::now();
+      backend.forward(vlm::make_forward_batch(chunks, B), vlm::EmbeddingOverride{});
+      std::vector<vlm::SampleTask> tasks;
+      for (size_t i = 0; i < seqs.size(); ++i) tasks.push_back({&sampler_seq, static_cast<int64_t>(i)});
+      std::vector<vlm::SampleResult> out;
+      backend.sample(tasks, out);  // synchronizes: ids are on the host
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        seqs[i]->cached += static_cast<int32_t>(n[i]);
+        if (seqs[i]->cached == static_cast<int32_t>(seqs[i]->tokens.size())) seqs[i]->tokens.push_back(out[i].token_id);
+      }
+      return dt;
+    };
+
+    for (int64_t batch : batches) {
+      next_block = 0;
+      std::vector<Seq> seqs;
+      for (int64_t i = 0; i < batch; ++i) seqs.push_back(new_seq(context));
+      // Prefill in groups that fit a step.
+      const int64_t per_step = std::max<int64_t>(1, max_prefill / context);
+      for (int64_t i = 0; i < batch; i += per_step) {
+        std::vector<Seq*> group;
+        std::vector<int64_t> n;
+        for (int64_t j = i; j < std::min(batch, i + per_step); ++j) {
+          group.push_back(&seqs[j]);
+          n.push_back(context);
+        }
+        step(group, n);
+      }
+      std::vector<Seq*> all;
+      for (Seq& s : seqs) all.push_back(&s);
+      std::vector<double> times;
+      for (int64_t k = 0; k < steps + 3; ++k) {
+        const double dt = step(all, std::vector<int64_t>(all.size(), 1));
+        if (k >= 3) times.push_back(dt);
+      }
+      const double ms = 1e3 * median(times);
+      std::printf("decode batch %ld context %ld: %.3f ms/step, %.1f tokens/s\n", static_cast<long>(batch),
+                  static_cast<long>(context), ms, 1e3 * static_cast<double>(batch) / ms);
+    }
+    for (int64_t len : prefills) {
+      std::vector<double> times;
+      for (int64_t r = 0; r < reps + 1; ++r) {
+        next_block = 0;
+        Seq s = new_seq(len);
+        const double dt = step({&s}, {len});
+        if (r > 0) times.push_back(dt);
+      }
+      const double t = median(times);
+      std::printf("prefill %ld tokens: %.3f s, %.0f tokens/s\n", static_cast<long>(len), t,
+                  static_cast<double>(len) / t);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda_decoder: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

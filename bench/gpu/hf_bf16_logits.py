@@ -1,0 +1,36 @@
+"""HF transformers' own bf16 logits on the committed fixture models (tests/fixtures/models), for
+the bf16 criterion of tests/model/decoder/cuda/test_cuda_decoder_fixtures.cpp: loads each model
+in bfloat16 on the GPU, runs each reference prompt (reference.safetensors p<i>.ids) and writes
+OUT/<model>.safetensors with p<i>.logits as float32 [len, V]. Run on the GPU machine:
+  python3 bench/gpu/hf_bf16_logits.py tests/fixtures/models OUT"""
+import os
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+
+def main():
+    root, out = sys.argv[1], sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    for name in sorted(os.listdir(root)):
+        ref_path = os.path.join(root, name, "reference.safetensors")
+        if not os.path.exists(ref_path):
+            continue
+        ref = load_file(ref_path)
+        model = AutoModelForCausalLM.from_pretrained(os.path.join(root, name), dtype=torch.bfloat16,
+                                                     attn_implementation="eager").cuda().eval()
+        res = {}
+        with torch.inference_mode():
+            i = 0
+            while f"p{i}.ids" in ref:
+                ids = ref[f"p{i}.ids"].to(torch.long).cuda()[None]
+                res[f"p{i}.logits"] = model(input_ids=ids).logits[0].float().cpu().contiguous()
+                i += 1
+        save_file(res, os.path.join(out, name + ".safetensors"))
+        print(f"hf bf16 logits: {name}, {i} prompts", flush=True)
+
+
+if __name__ == "__main__":
+    main()

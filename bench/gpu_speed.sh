@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# GPU speed of the CUDA backend (issue 20) beside Hugging Face transformers, in one run on one GPU:
+#  0. a Qwen2-7B-shaped checkpoint with random bf16 weights (vlm-random-model --preset qwen2-7b,
+#     15.2 GB), made here, with the Qwen3 tokenizer for the served run;
+#  1. bench_cuda_decoder: decode of 1 and 64 sequences at 1K context (ms/step, tokens/s), prefill
+#     of 8K and 32K tokens (tokens/s);
+#  2. bench/gpu/hf_speed.py: transformers (bf16, SDPA) on the same checkpoint and shapes;
+#  3. served: vlm-server --device cuda, vlm-bench 256 prompts of 1024 tokens in / 128 out at
+#     concurrency 64 (throughput, TTFT/TPOT percentiles).
+# Run from an unpacked scripts/gpu_bundle.sh archive (README.md, "On a GPU"):
+#   cd vlm && LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64 bench/gpu_speed.sh [OUTDIR] [sections=0123]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-/tmp/vlm-gpu-speed}; sections=${2:-0123}
+mkdir -p "$out"
+model=/tmp/vlm-qwen2-7b-bf16
+echo "# bench/gpu_speed.sh $(date -u '+%Y-%m-%d %H:%M UTC'); $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
+if [[ $sections == *0* && ! -f $model/config.json ]]; then
+  t0=$(date +%s)
+  tok=(); [ -f tokenizer/tokenizer.json ] && tok=(--tokenizer-from tokenizer)
+  bin/vlm-random-model --out "$model" --preset qwen2-7b --dtype bf16 "${tok[@]}" || exit 1
+  echo "model written in $(( $(date +%s) - t0 )) s: $(du -sh "$model" | cut -f1)"
+fi
+if [[ $sections == *1* ]]; then
+  timeout 400 bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
+    --prefill 8192,32768 --reps 2 2>&1 | tee "$out/vlm_speed.txt" | grep -v "^\[" || echo "bench_cuda_decoder failed"
+fi
+if [[ $sections == *2* ]]; then
+  timeout 400 python3 bench/gpu/hf_speed.py --model "$model" --batches 1,64 --context 1024 --steps 32 \
+    --prefill 8192,32768 --reps 2 2>&1 | tee "$out/hf_speed.txt" | grep -v Warning || echo "hf_speed failed"
+fi
+if [[ $sections == *3* ]]; then
+  port=8019
+  bin/vlm-server --model "$model" --device cuda --dtype bfloat16 --port $port --max-num-seqs 64 \
+    --max-num-batched-tokens 8192 --max-model-len 4096 --gpu-memory-utilization 0.9 --log-level warn \
+    > "$out/server.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 240); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 1
+  done
+  timeout 300 bin/vlm-bench --base-url "http://127.0.0.1:$port" --endpoint completions --prompt-ids \
+    --dataset random --num-prompts 256 --input-len 1024 --output-len 128 --max-concurrency 64 --warmup 4 \
+    --percentiles 50,90,99 --result-json "$out/served.json" --no-progress 2>&1 | tee "$out/served.txt"
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  tail -5 "$out/server.log"
+fi

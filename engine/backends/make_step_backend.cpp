@@ -1,0 +1,85 @@
+#include "engine/backends/make_step_backend.h"
+
+#include <fmt/format.h>
+
+#include "engine/backends/cpu_backend.h"
+#include "kernels/core/check.h"
+#include "kernels/core/log.h"
+#if VLM_HAVE_CUDA
+#include "engine/cuda/cuda_backend.h"
+#include "kernels/cuda/core/cuda_check.h"
+#endif
+
+namespace vlm {
+
+std::optional<Device> parse_device(const std::string& name) {
+  if (name == "auto") return Device::Auto;
+  if (name == "cpu") return Device::Cpu;
+  if (name == "cuda") return Device::Cuda;
+  return std::nullopt;
+}
+
+const char* device_name(Device d) {
+  switch (d) {
+    case Device::Auto: return "auto";
+    case Device::Cpu: return "cpu";
+    case Device::Cuda: return "cuda";
+  }
+  return "?";
+}
+
+bool cuda_available(std::string* why) {
+#if VLM_HAVE_CUDA
+  return cuda::visible_gpus(why) > 0;
+#else
+  if (why) *why = "this build has no CUDA backend (configure with VLM_CUDA=ON)";
+  return false;
+#endif
+}
+
+namespace {
+
+void check_holds_one_sequence(int64_t num_blocks, int block_size, int64_t bytes_per_block, int64_t max_len) {
+  if (num_blocks * block_size >= max_len) return;
+  throw LoadError(fmt::format(
+      "engine config: a KV cache of {} blocks of {} tokens ({:.3f} GiB, {} bytes per block) holds {} tokens, "
+      "less than one sequence of max_model_len {}; give the cache more memory or lower max_model_len",
+      num_blocks, block_size, static_cast<double>(num_blocks * bytes_per_block) / (1 << 30), bytes_per_block,
+      num_blocks * block_size, max_len));
+}
+
+}  // namespace
+
+std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const LlmDecoder& decoder,
+                                               std::vector<int32_t> eos_token_ids, int64_t max_model_len) {
+  if (c.block_size < 1 || c.block_size > 1024) throw LoadError(fmt::format("engine config: block size {}", c.block_size));
+  Device device = c.device;
+  std::string why;
+  if (device == Device::Auto) device = cuda_available(&why) ? Device::Cuda : Device::Cpu;
+  else if (device == Device::Cuda && !cuda_available(&why))
+    throw LoadError("--device cuda: " + why);
+  std::unique_ptr<StepBackend> backend;
+  if (device == Device::Cpu) {
+    const ModelConfig& m = decoder.config();
+    KVCacheShape s;
+    s.num_layers = m.num_layers;
+    s.block_size = c.block_size;
+    s.num_kv_heads = static_cast<int>(m.num_kv_heads);
+    s.head_dim = static_cast<int>(m.head_dim);
+    s.dtype = c.kv_dtype;
+    s.num_blocks = c.num_kv_blocks > 0
+                       ? c.num_kv_blocks
+                       : static_cast<int64_t>(c.kv_cache_memory_gib * 1024.0 * 1024.0 * 1024.0) / s.bytes_per_block();
+    check_holds_one_sequence(s.num_blocks, s.block_size, s.bytes_per_block(), max_model_len);
+    backend = std::make_unique<CpuBackend>(decoder, s, std::move(eos_token_ids));
+  } else {
+#if VLM_HAVE_CUDA
+    backend = make_cuda_backend(c, decoder, std::move(eos_token_ids));
+    check_holds_one_sequence(backend->num_kv_blocks(), c.block_size, backend->kv_bytes_per_block(), max_model_len);
+#endif
+  }
+  VLM_LOG_INFO("engine: device {}", backend->device());
+  return backend;
+}
+
+}  // namespace vlm

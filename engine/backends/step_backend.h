@@ -1,0 +1,48 @@
+// StepBackend: the seam between the engine and the device that runs the model (shared/DESIGN.md,
+// "The GPU backend"). The engine (requests, scheduler, block manager, sampling parameters) stays
+// on the host and never learns which backend runs; a backend owns the paged KV cache in its
+// memory (block ids mean the same on both sides; only the backend touches KV bytes) and
+// implements "run this ForwardBatch" and "give me each sequence's sampled token (and asked-for
+// logprobs)" with the Sampler's semantics (engine/sampling/sampler.h).
+//   CpuBackend  (engine/backends/cpu_backend.h): LlmDecoder + KVCache + Sampler, the exact path.
+//   CudaBackend (engine/cuda/cuda_backend.h): CudaDecoder + sampling on the GPU.
+// make_step_backend() (engine/backends/make_step_backend.h) picks one from EngineConfig.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/sampling/sampler.h"
+#include "engine/scheduling/sequence.h"
+#include "model/decoder/forward_batch.h"
+#include "model/decoder/llm_decoder.h"
+
+namespace vlm {
+
+// One token to pick: `seq`'s next token from row `row` of the last forward's logits (rows in
+// logits_indices order). Several tasks may share a row (the n choices of one request).
+struct SampleTask {
+  Sequence* seq = nullptr;
+  int64_t row = 0;
+};
+
+class StepBackend {
+ public:
+  virtual ~StepBackend() = default;
+  virtual std::string device() const = 0;  // "cpu", or "cuda:0 (NVIDIA H100 ...)"
+  virtual int64_t num_kv_blocks() const = 0;
+  virtual int64_t kv_bytes_per_block() const = 0;  // K + V over all layers
+  virtual DType kv_dtype() const = 0;
+  // Copies block src's KV to block dst in every layer (copy-on-write of shared blocks).
+  virtual void copy_block(int32_t src, int32_t dst) = 0;
+  // Runs the decoder over the batch, writing its KV; keeps the logits of its logits_indices rows
+  // for sample(). Throws what the decoder throws; the cache may then hold partial writes.
+  virtual void forward(const ForwardBatch& batch, const EmbeddingOverride& override) = 0;
+  // results[i] = the token for tasks[i] (resized); advances each non-greedy sequence's RNG by
+  // exactly one draw, as Sampler::sample does.
+  virtual void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) = 0;
+};
+
+}  // namespace vlm

@@ -1,0 +1,149 @@
+#include "engine/cuda/cuda_backend.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels/core/check.h"
+#include "kernels/cuda/core/cuda_check.h"
+
+namespace vlm {
+
+CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options,
+                         std::vector<int32_t> eos_token_ids)
+    : gpu_(decoder, options),
+      eos_token_ids_(eos_token_ids),
+      host_sampler_(decoder.config().vocab_size, std::move(eos_token_ids)) {
+  const auto V = static_cast<size_t>(decoder.config().vocab_size);
+  counts_.assign(V, 0);
+  seen_.assign(V, 0);
+}
+
+std::string CudaBackend::device() const {
+  return fmt::format("cuda:{} ({}), {}", 0, cuda::describe_gpu(0), dtype_name(gpu_.dtype()));
+}
+
+void CudaBackend::add_job(const SampleTask& task, int num_top) {
+  const Sequence& seq = *task.seq;
+  const SamplingParams& p = seq.params;
+  cuda::SampleJob j;
+  j.row = static_cast<int32_t>(task.row);
+  j.temperature = p.temperature;
+  j.top_k = p.top_k;
+  j.top_p = p.top_p;
+  j.min_p = p.min_p;
+  j.repetition_penalty = p.repetition_penalty;
+  j.presence_penalty = p.presence_penalty;
+  j.frequency_penalty = p.frequency_penalty;
+  j.num_top = num_top;
+  // Penalty entries: each distinct token once, with its count in the output.
+  j.penalty_begin = static_cast<int32_t>(pen_tok_.size());
+  const bool rep = p.repetition_penalty != 1.0f, freq = p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+  if (rep || freq) {
+    for (int32_t t : seq.output_ids()) ++counts_[t];
+    auto add = [&](int32_t t) {
+      if (seen_[t]) return;
+      seen_[t] = 1;
+      pen_tok_.push_back(t);
+      pen_cnt_.push_back(freq ? counts_[t] : 0);
+    };
+    if (rep) {
+      for (int32_t t : seq.token_ids) add(t);
+    } else {
+      for (int32_t t : seq.output_ids()) add(t);
+    }
+    for (size_t i = static_cast<size_t>(j.penalty_begin); i < pen_tok_.size(); ++i) seen_[pen_tok_[i]] = 0;
+    for (int32_t t : seq.output_ids()) counts_[t] = 0;
+  }
+  j.penalty_end = static_cast<int32_t>(pen_tok_.size());
+  j.mask_begin = static_cast<int32_t>(mask_.size());
+  if (seq.num_output_tokens() < p.min_tokens) {
+    const int64_t V = gpu_.config().vocab_size;
+    for (int32_t t : p.stop_token_ids) mask_.push_back(t);
+    if (!p.ignore_eos)
+      for (int32_t t : eos_token_ids_)
+        if (t >= 0 && t < V) mask_.push_back(t);
+  }
+  j.mask_end = static_cast<int32_t>(mask_.size());
+  if (!p.greedy()) j.u = uniform01(task.seq->rng);  // the one draw of this sample
+  jobs_.push_back(j);
+}
+
+void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) {
+  const int64_t V = gpu_.config().vocab_size;
+  results.assign(tasks.size(), SampleResult{});
+  jobs_.clear();
+  pen_tok_.clear();
+  pen_cnt_.clear();
+  mask_.clear();
+  std::vector<size_t> on_gpu, on_host;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const auto& lp = tasks[i].seq->params.logprobs;
+    if (lp && (*lp < 0 || *lp > cuda::kMaxTopLogprobs)) {
+      on_host.push_back(i);
+      continue;
+    }
+    on_gpu.push_back(i);
+    add_job(tasks[i], lp ? *lp : -1);
+  }
+  cudaStream_t s = gpu_.stream();
+  const int J = static_cast<int>(jobs_.size());
+  if (J > 0) {
+    // One upload: jobs, penalty tokens, penalty counts, mask tokens.
+    const size_t jobs_b = jobs_.size() * sizeof(cuda::SampleJob);
+    const size_t P = pen_tok_.size(), M = mask_.size();
+    const size_t total = jobs_b + (2 * P + M + 1) * sizeof(int32_t);
+    up_host_.reserve(total);
+    up_dev_.reserve(total);
+    char* h = up_host_.as<char>();
+    std::memcpy(h, jobs_.data(), jobs_b);
+    auto* ints = reinterpret_cast<int32_t*>(h + jobs_b);
+    if (P) std::memcpy(ints, pen_tok_.data(), P * 4);
+    if (P) std::memcpy(ints + P, pen_cnt_.data(), P * 4);
+    if (M) std::memcpy(ints + 2 * P, mask_.data(), M * 4);
+    VLM_CUDA_CHECK(cudaMemcpyAsync(up_dev_.get(), h, total, cudaMemcpyHostToDevice, s));
+    const auto* d_ints = reinterpret_cast<const int32_t*>(up_dev_.as<char>() + jobs_b);
+    work_.reserve(static_cast<size_t>(J) * static_cast<size_t>(V) * 4);
+    out_dev_.reserve(static_cast<size_t>(J) * sizeof(cuda::SampleOut));
+    out_host_.reserve(static_cast<size_t>(J) * sizeof(cuda::SampleOut));
+    cuda::sample_rows(gpu_.logits(), V, up_dev_.as<cuda::SampleJob>(), J, d_ints, d_ints + P, d_ints + 2 * P,
+                      work_.as<float>(), out_dev_.as<cuda::SampleOut>(), s);
+    VLM_CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), out_dev_.get(), static_cast<size_t>(J) * sizeof(cuda::SampleOut),
+                                   cudaMemcpyDeviceToHost, s));
+  }
+  VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  for (int k = 0; k < J; ++k) {
+    const cuda::SampleOut& o = out_host_.as<cuda::SampleOut>()[k];
+    SampleResult& r = results[on_gpu[static_cast<size_t>(k)]];
+    r.token_id = o.token;
+    if (jobs_[static_cast<size_t>(k)].num_top >= 0) {
+      TokenLogprobs lp;
+      lp.token_id = o.token;
+      lp.logprob = o.logprob;
+      lp.rank = o.rank;
+      for (int i = 0; i < jobs_[static_cast<size_t>(k)].num_top && i < V; ++i)
+        lp.top.push_back({o.top_ids[i], o.top_logprobs[i]});
+      r.logprobs = std::move(lp);
+    }
+  }
+  for (size_t i : on_host) {
+    row_.resize(static_cast<size_t>(V));
+    VLM_CUDA_CHECK(cudaMemcpy(row_.data(), gpu_.logits() + tasks[i].row * V, static_cast<size_t>(V) * 4,
+                              cudaMemcpyDeviceToHost));
+    results[i] = host_sampler_.sample(row_.data(), *tasks[i].seq);
+  }
+}
+
+std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmDecoder& decoder,
+                                               std::vector<int32_t> eos_token_ids) {
+  CudaDecoderOptions o;
+  o.dtype = c.dtype.value_or(decoder.config().dtype);
+  o.block_size = c.block_size;
+  o.num_kv_blocks = c.num_kv_blocks;
+  o.gpu_memory_utilization = c.gpu_memory_utilization;
+  o.max_tokens_per_step = c.scheduler.max_num_batched_tokens;
+  o.max_logit_rows = c.scheduler.max_num_seqs;
+  return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids));
+}
+
+}  // namespace vlm

@@ -1,0 +1,55 @@
+// CudaBackend: the StepBackend of one GPU. The CudaDecoder runs the step (weights and KV cache
+// in GPU memory); sampling runs on the GPU too (kernels/cuda/sampling/gpu_sampler.h), so only
+// token ids and the asked-for logprobs come back: per step one upload of the sampling jobs (with
+// each job's penalty tokens, min_tokens mask and the uniform draw taken from the sequence's RNG
+// on the host, one draw per non-greedy sample as on the CPU) and one download of the results.
+// A request for more than kMaxTopLogprobs top logprobs (or the whole vocabulary) is sampled on
+// the host from a copy of its logits row with the CPU Sampler.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/backends/step_backend.h"
+#include "engine/engine_config.h"
+#include "kernels/cuda/core/device_buffer.h"
+#include "kernels/cuda/sampling/gpu_sampler.h"
+#include "model/decoder/cuda/cuda_decoder.h"
+
+namespace vlm {
+
+class CudaBackend : public StepBackend {
+ public:
+  CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options, std::vector<int32_t> eos_token_ids);
+
+  std::string device() const override;
+  int64_t num_kv_blocks() const override { return gpu_.num_kv_blocks(); }
+  int64_t kv_bytes_per_block() const override { return gpu_.kv_bytes_per_block(); }
+  DType kv_dtype() const override { return gpu_.dtype(); }
+  void copy_block(int32_t src, int32_t dst) override { gpu_.copy_block(src, dst); }
+  void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override { gpu_.forward(batch, override); }
+  void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) override;
+
+  CudaDecoder& decoder() { return gpu_; }
+
+ private:
+  // Adds task's job (penalties, mask, draw) to the host arrays.
+  void add_job(const SampleTask& task, int num_top);
+
+  CudaDecoder gpu_;
+  std::vector<int32_t> eos_token_ids_;
+  Sampler host_sampler_;  // the fallback for large logprobs requests
+  std::vector<cuda::SampleJob> jobs_;
+  std::vector<int32_t> pen_tok_, pen_cnt_, mask_;  // [P], [P], [M], built per step
+  std::vector<int32_t> counts_;  // [V] scratch, zero between jobs
+  std::vector<uint8_t> seen_;    // [V] scratch, zero between jobs
+  cuda::PinnedBuffer up_host_, out_host_;
+  cuda::DeviceBuffer up_dev_, work_, out_dev_;
+  std::vector<float> row_;       // [V] a logits row for the fallback
+};
+
+// Options from the engine config (dtype: config's, else the checkpoint's) and the backend.
+std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& config, const LlmDecoder& decoder,
+                                               std::vector<int32_t> eos_token_ids);
+
+}  // namespace vlm

@@ -1,0 +1,83 @@
+// Attention on the GPU over the paged KV cache (CUDA). The same layout and block ids as the CPU
+// (kernels/attention/paged_kv.h): per layer k, v [num_blocks, Hkv, B, D]; token slot s lives in
+// block s / B at offset s % B. Only the pointers differ: here every array is in device memory.
+//
+// Contract common to every function below:
+//  - All pointers are device pointers (PagedKVLayer::k/v too); host-side ints are marked "host".
+//  - Work is enqueued on `stream`; nothing synchronizes with the host and nothing allocates.
+//    Launch errors are raised as InternalError (VLM_CHECK on cudaGetLastError()).
+//  - Activations (q, k, v, out) are F32, BF16 or F16 (`act`); the cache dtype is kv.dtype (F32,
+//    BF16 or F16); arithmetic is f32 (accumulators, softmax), tensor-core inputs are bf16/f16.
+//  - The batch (CudaAttentionBatch) means what AttentionBatch means on the CPU
+//    (kernels/attention/paged_attention.h): sequence s owns query rows [cu_seqlens_q[s],
+//    cu_seqlens_q[s+1]) and its cache holds context_lens[s] tokens, this step's included (written
+//    with paged_kv_write first); query row i of q_len sits at position context_lens[s] - q_len + i
+//    and attends keys [0, that position] (causal; a chunk sees the earlier cached context).
+//    Query head h reads KV head h / (H / Hkv) (GQA). scale multiplies q·k.
+//
+// Kernel choice (no flags): prefill attention uses tensor cores (mma.sync m16n8k16, FlashAttention-2
+// style: a 64-row query tile per warp group, K/V tiles streamed through shared memory, online
+// softmax) when kv.dtype is BF16/F16 (q is rounded to kv.dtype on load); when kv.dtype is F32 it
+// runs the same tiling with f32 FMA (no TF32): the exact path. Decode attention is split along the
+// context (FlashDecoding): one CTA per (sequence, KV head, context split) computes the G = H / Hkv
+// query heads of the group from one load of K/V, then a reduce kernel merges the splits.
+// Each optimized kernel has a naive reference beside it (*_naive: one thread block per query row
+// and head, plain two-pass softmax), used by the tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/attention/paged_attention.h"
+#include "kernels/attention/paged_kv.h"
+#include "kernels/core/dtype.h"
+
+// The CUDA runtime's own spelling, so this header needs no CUDA include path.
+typedef struct CUstream_st* cudaStream_t;
+
+namespace vlm::cuda {
+
+// AttentionBatch with device pointers, plus the host-side maxima that size the grids.
+struct CudaAttentionBatch : AttentionBatch {
+  // cu_seqlens_q [num_seqs+1], context_lens [num_seqs], block_tables [num_seqs, max_blocks_per_seq]:
+  // device pointers (inherited fields).
+  int max_q_len = 0;        // host: max over s of q_len(s)
+  int max_context_len = 0;  // host: max over s of context_lens[s]
+};
+
+// ---- paged KV write ----
+// Writes k[T, Hkv, D], v[T, Hkv, D] (dtype act) to the slots slot_mapping[T] of the layer,
+// converted to kv.dtype (round to nearest even). A slot of -1 skips that token.
+// Preconditions: slots < kv.num_blocks * kv.block_size; D % 8 == 0.
+void paged_kv_write(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/, const void* v /*[T,Hkv,D]*/,
+                    DType act, const int32_t* slot_mapping /*[T]*/, int64_t T, cudaStream_t stream);
+void paged_kv_write_naive(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/,
+                          const void* v /*[T,Hkv,D]*/, DType act, const int32_t* slot_mapping /*[T]*/,
+                          int64_t T, cudaStream_t stream);
+
+// ---- prefill (any q_len; mixed prefill chunks and decode rows allowed) ----
+// q[T, H, D] and out[T, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;
+// kv.block_size a power of two.
+void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
+                             const CudaAttentionBatch& batch, float scale, void* out /*[T,H,D]*/,
+                             cudaStream_t stream);
+
+// ---- decode (q_len == 1 for every sequence; cu_seqlens_q is not read) ----
+// q[num_seqs, H, D] and out[num_seqs, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;
+// H / Hkv <= 16; kv.block_size a power of two. workspace: device memory of
+// paged_decode_workspace_bytes(...) bytes (partial outputs and softmax statistics of the splits),
+// reusable across layers (calls on one stream).
+size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
+                                    int max_context_len);
+void paged_decode_attention(const void* q /*[S,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
+                            const CudaAttentionBatch& batch, float scale, void* out /*[S,H,D]*/,
+                            void* workspace, cudaStream_t stream);
+
+// ---- naive reference for both (any D <= 256, any q_len) ----
+// One thread block per (query row, head); scores of the row in shared memory (context up to
+// 12000 tokens), max, sum of exp, then P·V; f32 throughout.
+void paged_attention_naive(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
+                           const CudaAttentionBatch& batch, float scale, void* out /*[T,H,D]*/,
+                           cudaStream_t stream);
+
+}  // namespace vlm::cuda

@@ -1,0 +1,91 @@
+// Device helpers shared by the attention kernels: the paged cache as device code reads it, and
+// run-time-dtype element loads/stores for the naive references (element types, dispatch and error
+// checks: kernels/cuda/core).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/attention/paged_kv.h"
+#include "kernels/core/check.h"
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/core/cuda_check.h"
+#include "kernels/cuda/core/element.cuh"
+
+namespace vlm::cuda {
+
+// PagedKVLayer as device code reads it (its stride helpers are host functions).
+struct KVView {
+  void* k;
+  void* v;
+  int64_t block_stride;  // elements per block: Hkv * B * D
+  int64_t head_stride;   // elements per head of a block: B * D
+  int block_size, num_kv_heads, head_dim;
+  int block_shift;  // log2(block_size) when it is a power of two, else -1
+  // Element offset of row `off` of head h in block `block`.
+  __device__ __forceinline__ int64_t offset(int64_t block, int h, int off) const {
+    return block * block_stride + h * head_stride + int64_t(off) * head_dim;
+  }
+  // Element offset of a sequence's token `pos` of head h, through its block table (power-of-two
+  // block sizes only: shifts, not divisions, in the tile loaders).
+  __device__ __forceinline__ int64_t token_offset(const int32_t* table, int h, int pos) const {
+    return offset(table[pos >> block_shift], h, pos & (block_size - 1));
+  }
+};
+inline KVView kv_view(const PagedKVLayer& kv) {
+  int shift = -1;
+  for (int b = 0; b < 31; ++b)
+    if (kv.block_size == (1 << b)) shift = b;
+  return {kv.k, kv.v, kv.block_stride(), kv.head_stride(), kv.block_size, kv.num_kv_heads, kv.head_dim, shift};
+}
+
+// Run-time dtype load/store, for naive code.
+__device__ __forceinline__ float load_f32(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::F16: return __half2float(static_cast<const __half*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+__device__ __forceinline__ void store_f32(void* p, DType t, int64_t i, float x) {
+  switch (t) {
+    case DType::BF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x); break;
+    case DType::F16: static_cast<__half*>(p)[i] = __float2half_rn(x); break;
+    default: static_cast<float*>(p)[i] = x;
+  }
+}
+
+// Raises a kernel's dynamic shared-memory limit to `bytes`; returns true, so a launcher calls it
+// once per kernel through a function-local static.
+template <class Kernel>
+bool allow_dynamic_smem(Kernel* kernel, int bytes) {
+  VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  return true;
+}
+
+// The shape preconditions of the tiled kernels (prefill and decode), named after `what`.
+inline void check_tiled_attention(const PagedKVLayer& kv, int num_heads, const char* what) {
+  VLM_CHECK(num_heads % kv.num_kv_heads == 0, "{}: H {} not a multiple of Hkv {}", what, num_heads, kv.num_kv_heads);
+  VLM_CHECK((kv.block_size & (kv.block_size - 1)) == 0, "{}: block size {} not a power of two", what, kv.block_size);
+  VLM_CHECK(kv.head_dim == 64 || kv.head_dim == 128, "{}: D {} not 64/128", what, kv.head_dim);
+}
+
+// For a BF16/F16 cache: calls fn(d, c, a) with d = std::integral_constant<int, D> (64 or 128),
+// c a value of the cache's element type and a of the activations' (F32, BF16 or F16).
+template <class Fn>
+void dispatch_tensor_core(const PagedKVLayer& kv, DType act, Fn&& fn) {
+  dispatch_float(act, [&](auto a) {
+    const auto run = [&](auto c) {
+      if (kv.head_dim == 64) fn(std::integral_constant<int, 64>{}, c, a);
+      else fn(std::integral_constant<int, 128>{}, c, a);
+    };
+    if (kv.dtype == DType::BF16) run(__nv_bfloat16{});
+    else run(__half{});
+  });
+}
+
+}  // namespace vlm::cuda

@@ -1,0 +1,252 @@
+// Decode attention split along the context (FlashDecoding) on tensor cores.
+// Plan (host, from the batch's maxima, the SM count and the kernel's occupancy): a partition length
+// P (a multiple of 64 keys) so that num_seqs * Hkv * splits fills the GPU in one wave; sequence s
+// has ceil(context_lens[s] / P) splits. Split kernel, grid (max_splits, Hkv, num_seqs), 4 warps: the
+// G = H / Hkv query heads of the group are the 16 rows of one mma tile (rows past G are zero), so
+// every K/V element is loaded once per group; each warp takes 16 keys of every 64-key tile with its
+// own online softmax, and the 4 warps are merged in shared memory. With one split in all the kernel
+// writes the output; otherwise it writes unnormalized partials (O, max, sum) to the workspace and
+// the reduce kernel (grid (num_seqs, H), D threads) merges the splits.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/attention/attention_f32.cuh"
+#include "kernels/cuda/attention/cuda_attention.h"
+#include "kernels/cuda/attention/cuda_attention_common.cuh"
+#include "kernels/cuda/attention/mma_tile.cuh"
+
+namespace vlm::cuda {
+namespace {
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps, kBN = 64, kRows = 16;
+
+struct DecodePlan {
+  int partition = 0;   // keys per split
+  int max_splits = 0;  // splits of the longest sequence
+};
+
+// One wave: splits per (sequence, KV head) = resident CTA slots / pairs (at least 1), so the grid
+// fits the GPU at once (a second, partial wave would idle most SMs at the end); partitions of at
+// least 128 keys. blocks_per_sm: the split kernel's occupancy (at most kMaxBlocksPerSm).
+constexpr int kMaxBlocksPerSm = 4;
+DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int blocks_per_sm) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    VLM_CUDA_CHECK(cudaGetDevice(&dev));
+    VLM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  const int pairs = std::max(1, num_seqs * num_kv_heads);
+  const int want = std::max(1, sms * std::min(blocks_per_sm, kMaxBlocksPerSm) / pairs);
+  const int ctx = std::max(1, max_context_len);
+  int partition = (ctx + want - 1) / want;
+  partition = std::max(128, (partition + kBN - 1) / kBN * kBN);
+  return {partition, (ctx + partition - 1) / partition};
+}
+
+template <int D, class T>
+constexpr int decode_smem_bytes() {
+  return std::max((kRows * D + 2 * 2 * kBN * D) * int(sizeof(T)),
+                  kRows * D * int(sizeof(T)) + kWarps * kRows * (D + 2) * 4);
+}
+
+template <int D, class T, class TQ>
+__global__ void __launch_bounds__(kThreads)
+decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
+                    int partition, float* __restrict__ ws, TQ* __restrict__ out) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sq = reinterpret_cast<T*>(smem_raw);
+  // Stage i: K at kv_smem + i * 2 * kBN * D, V right after it (no arrays: they would live in
+  // local memory when indexed by the loop counter).
+  T* const kv_smem = sq + kRows * D;
+  auto sk = [&](int i) { return kv_smem + i * 2 * kBN * D; };
+  auto sv = [&](int i) { return kv_smem + i * 2 * kBN * D + kBN * D; };
+  const int split = blockIdx.x, hk = blockIdx.y, s = blockIdx.z;
+  const int ctx = batch.context_lens[s];
+  const int k_begin = split * partition;
+  if (k_begin >= ctx) return;
+  const int k_end = min(ctx, k_begin + partition);
+  const int G = H / kv.num_kv_heads;
+  const int32_t* table = batch.block_tables + int64_t(s) * batch.max_blocks_per_seq;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int num_tiles = (k_end - k_begin + kBN - 1) / kBN;
+
+  tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, k_begin, k_end, sk(0), sv(0), tid);
+  tile::cp_async_commit();
+  for (int i = tid; i < kRows * D / 8; i += kThreads) {
+    const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+    T* dst = sq + tile::swz<D>(r, c);
+    const TQ* src = q + (int64_t(s) * H + hk * G + r) * D + c;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dst[e] = from_f32<T>(r < G ? to_f32(src[e]) : 0.f);
+  }
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    tile::ldmatrix_x4(qf[kk], sq + tile::swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8));
+
+  float o[1][D / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const int t4 = lane % 4, g = lane / 4;
+  for (int n = 0; n < num_tiles; ++n) {
+    const int key0 = k_begin + n * kBN;
+    if (n + 1 < num_tiles)
+      tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, key0 + kBN, k_end, sk((n + 1) & 1), sv((n + 1) & 1), tid);
+    tile::cp_async_commit();
+    tile::cp_async_wait<1>();
+    __syncthreads();
+    float sc[1][2][4] = {};
+    tile::qk_tile<D, 2>(sc[0], qf, sk(n & 1), warp * 16, lane);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + warp * 16 + j * 8 + 2 * t4 + (e & 1);
+        if (key >= k_end) sc[0][j][e] = -INFINITY;
+      }
+    tile::online_softmax<D, 2>(sc[0], m, l, o[0], scale_log2);
+    tile::pv_tile<D, 2, 1>(o, sc, sv(n & 1), warp * 16, lane);
+    __syncthreads();
+  }
+
+  // Merge the 4 warps: per warp and row its max, sum and O [kRows][D] (f32), in the K/V space.
+  float* red = reinterpret_cast<float*>(sq + kRows * D);  // [kWarps][kRows][D + 2]: O, then m, l
+  auto at = [&](int w, int row) { return red + (w * kRows + row) * (D + 2); };
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    const float lsum = tile::quad_sum(l[r]);
+    float* dst = at(warp, row);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      dst[n * 8 + 2 * t4] = o[0][n][2 * r];
+      dst[n * 8 + 2 * t4 + 1] = o[0][n][2 * r + 1];
+    }
+    if (t4 == 0) {
+      dst[D] = m[r];
+      dst[D + 1] = lsum;
+    }
+  }
+  __syncthreads();
+  const int h0 = hk * G;
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int row = i / D, d = i % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, at(w, row)[D]);
+    float acc = 0.f, lsum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2f(at(w, row)[D] - mx);  // 0 for a warp that saw no key
+      acc += f * at(w, row)[d];
+      lsum += f * at(w, row)[D + 1];
+    }
+    const int64_t qh = int64_t(s) * H + h0 + row;
+    if (ws == nullptr) {  // one split in all: the result
+      out[qh * D + d] = from_f32<TQ>(acc / lsum);
+    } else {
+      // Workspace: O [S*H, max_splits, D], then (m, l) [S*H, max_splits, 2].
+      ws[(qh * gridDim.x + split) * D + d] = acc;
+      if (d == 0) {
+        float* ml = ws + int64_t(gridDim.z) * H * gridDim.x * D;
+        ml[(qh * gridDim.x + split) * 2] = mx;
+        ml[(qh * gridDim.x + split) * 2 + 1] = lsum;
+      }
+    }
+  }
+}
+
+// Max (is_max) or sum of x over the block (blockDim.x a multiple of 32, at most 1024 threads).
+__device__ float block_reduce(float x, bool is_max, float* red) {
+  for (int o = 16; o > 0; o /= 2) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, o);
+    x = is_max ? fmaxf(x, y) : x + y;
+  }
+  __syncthreads();  // red may still be read from a previous call
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = red[0];
+  for (int w = 1; w < int(blockDim.x / 32); ++w) x = is_max ? fmaxf(x, red[w]) : x + red[w];
+  return x;
+}
+
+// grid (num_seqs, H), block D threads, dynamic shared memory max_splits floats: merges sequence
+// s's splits of head h. The splits' weights exp2(m_i - M) are computed once, in parallel, into
+// shared memory; then thread d sums its column over the splits (independent loads).
+template <class TQ>
+__global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D, int max_splits, int partition,
+                                     int num_seqs, const int32_t* __restrict__ context_lens, TQ* __restrict__ out) {
+  extern __shared__ float weight[];
+  __shared__ float red[32];
+  const int s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const int splits = (context_lens[s] + partition - 1) / partition;
+  const int64_t qh = int64_t(s) * H + h;
+  const float* ml = ws + int64_t(num_seqs) * H * max_splits * D + qh * max_splits * 2;
+  float mx = -INFINITY;
+  for (int i = d; i < splits; i += blockDim.x) mx = fmaxf(mx, ml[2 * i]);
+  mx = block_reduce(mx, true, red);
+  float lsum = 0.f;
+  for (int i = d; i < splits; i += blockDim.x) {
+    weight[i] = exp2f(ml[2 * i] - mx);
+    lsum += weight[i] * ml[2 * i + 1];
+  }
+  lsum = block_reduce(lsum, false, red);  // its barriers also publish weight[]
+  const float* col = ws + qh * max_splits * D + d;
+  float acc = 0.f;
+#pragma unroll 8
+  for (int i = 0; i < splits; ++i) acc += weight[i] * col[int64_t(i) * D];
+  out[qh * D + d] = from_f32<TQ>(acc / lsum);
+}
+
+template <int D, class T, class TQ>
+void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
+                   void* out, void* workspace, cudaStream_t stream) {
+  constexpr int smem = decode_smem_bytes<D, T>();
+  static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ>, smem);
+  (void)smem_ok;
+  static const int blocks_per_sm = [] {
+    int n = 0;
+    VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<D, T, TQ>, kThreads, smem));
+    return std::max(1, n);
+  }();
+  const DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm);
+  float* ws = plan.max_splits > 1 ? static_cast<float*>(workspace) : nullptr;
+  const dim3 grid(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
+  decode_split_kernel<D, T, TQ><<<grid, kThreads, smem, stream>>>(
+      static_cast<const TQ*>(q), H, kv_view(kv), batch, scale * float(M_LOG2E), plan.partition, ws,
+      static_cast<TQ*>(out));
+  VLM_CUDA_CHECK_LAUNCH();
+  if (ws == nullptr) return;
+  decode_reduce_kernel<TQ><<<dim3(batch.num_seqs, H), D, plan.max_splits * sizeof(float), stream>>>(
+      ws, H, D, plan.max_splits, plan.partition, batch.num_seqs, batch.context_lens, static_cast<TQ*>(out));
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
+                                    int max_context_len) {
+  // The most splits any occupancy gives (plan_decode's splits grow with blocks_per_sm).
+  const DecodePlan plan = plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm);
+  return size_t(num_seqs) * num_heads * plan.max_splits * (head_dim + 2) * sizeof(float);
+}
+
+void paged_decode_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
+                            const CudaAttentionBatch& batch, float scale, void* out, void* workspace,
+                            cudaStream_t stream) {
+  check_tiled_attention(kv, num_heads, "decode attention");
+  VLM_CHECK(num_heads / kv.num_kv_heads <= kRows, "decode attention: group {} > {}", num_heads / kv.num_kv_heads, kRows);
+  if (batch.num_seqs == 0) return;
+  if (kv.dtype == DType::F32) {
+    attention_f32(q, act, num_heads, kv, batch, scale, out, /*decode=*/true, stream);
+    return;
+  }
+  dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
+    launch_decode<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, scale, out, workspace, stream);
+  });
+}
+
+}  // namespace vlm::cuda

@@ -1,0 +1,108 @@
+#include "kernels/cuda/gemm/cublaslt_gemm.h"
+
+#include <cublasLt.h>
+#include <fmt/format.h>
+
+#include "kernels/core/check.h"
+
+namespace vlm::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;
+
+void check_lt(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw InternalError(fmt::format("cuBLASLt {} failed: cublasStatus_t {}", what, static_cast<int>(st)));
+}
+
+cudaDataType_t cuda_type(DType dt) {
+  switch (dt) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: unsupported_dtype(dt);
+  }
+}
+
+}  // namespace
+
+// One shape's descriptors and chosen algorithm. Row-major y[M,N] = x[M,K] w[N,K]^T is, in
+// cuBLAS's column-major terms, y^T[N,M] = op_T(w)[N,K] . x^T[K,M] (a "TN" GEMM).
+struct CublasLtGemm::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+CublasLtGemm::CublasLtGemm() : workspace_(kWorkspaceBytes) {
+  cublasLtHandle_t h = nullptr;
+  check_lt(cublasLtCreate(&h), "create");
+  handle_ = h;
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  const auto [M, N, K, in_i, out_i, has_bias, accumulate] = key;
+  const DType in_dt = static_cast<DType>(in_i), out_dt = static_cast<DType>(out_i);
+  auto p = std::make_unique<Plan>();
+  const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // never TF32: exact on f32 inputs
+  check_lt(cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F), "matmul desc");
+  const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)), "transa");
+  check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)), "transb");
+  if (has_bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+    const cudaDataType_t bt = cuda_type(out_dt);
+    check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), "bias type");
+  }
+  check_lt(cublasLtMatrixLayoutCreate(&p->a, cuda_type(in_dt), K, N, K), "layout w");
+  check_lt(cublasLtMatrixLayoutCreate(&p->b, cuda_type(in_dt), K, M, K), "layout x");
+  check_lt(cublasLtMatrixLayoutCreate(&p->c, cuda_type(out_dt), N, M, N), "layout y");
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  const size_t ws = workspace_.bytes();
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+           "preference workspace");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,
+                                                           p->c, p->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  check_lt(st, "heuristic");
+  if (found == 0)
+    throw InternalError(fmt::format("cuBLASLt has no algorithm for {}x{}x{} {} -> {}{}", M, N, K, dtype_name(in_dt),
+                                    dtype_name(out_dt), has_bias ? " with bias" : ""));
+  p->algo = result.algo;
+  (void)accumulate;
+  return *plans_.emplace(key, std::move(p)).first->second;
+}
+
+void CublasLtGemm::linear(const void* x, const void* w, DType in_dt, const void* bias, void* y, DType out_dt,
+                          float beta, int64_t M, int64_t N, int64_t K, cudaStream_t s) {
+  if (M == 0) return;
+  Plan& p = plan(Key{M, N, K, static_cast<int>(in_dt), static_cast<int>(out_dt), bias != nullptr, beta != 0.0f});
+  if (bias)
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+             "bias pointer");
+  const float alpha = 1.0f;
+  check_lt(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
+                          &p.algo, workspace_.get(), workspace_.bytes(), s),
+           "matmul");
+}
+
+}  // namespace vlm::cuda
+

@@ -1,0 +1,44 @@
+// Linear layers on the GPU through cuBLASLt: y[M, N] = x[M, K] . w[N, K]^T (+ bias[N]) (+ beta * y),
+// row-major, as kernels/gemm's linear() on the CPU. Inputs x and w share one type (F32, BF16,
+// F16); y is that type or F32 (bf16/f16 inputs accumulate in f32 either way). beta = 1 adds into
+// y (the residual add fused into the GEMM); bias has y's type.
+// The f32 path uses CUBLAS_COMPUTE_32F (no TF32: the exact path); 16-bit inputs use the tensor
+// cores. Algorithms come from cuBLASLt's heuristic, cached per shape. Not thread-safe: one
+// CublasLtGemm per stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/core/device_buffer.h"
+
+namespace vlm::cuda {
+
+class CublasLtGemm {
+ public:
+  CublasLtGemm();
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  // Enqueues y = x . w^T (+ bias) (+ beta * y) on `s`. M == 0 is a no-op. Throws InternalError
+  // when cuBLASLt has no algorithm for the shape/types.
+  void linear(const void* x /*[M, K]*/, const void* w /*[N, K]*/, DType in_dt, const void* bias /*[N] or null*/,
+              void* y /*[M, N]*/, DType out_dt, float beta, int64_t M, int64_t N, int64_t K, cudaStream_t s);
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, bool, bool>;
+  Plan& plan(const Key& key);
+
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  DeviceBuffer workspace_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace vlm::cuda

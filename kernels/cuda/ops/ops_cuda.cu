@@ -1,0 +1,151 @@
+#include "kernels/cuda/ops/ops_cuda.h"
+
+#include "kernels/cuda/core/element.cuh"
+
+namespace vlm::cuda {
+
+namespace {
+
+template <typename T>
+__global__ void embedding_kernel(const T* table, const int32_t* ids, int64_t C, float* x) {
+  const int64_t t = blockIdx.x;
+  const T* row = table + static_cast<int64_t>(ids[t]) * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) x[t * C + c] = to_f32(row[c]);
+}
+
+// Block-wide sum of one float per thread (blockDim.x a multiple of 32, at most 1024).
+__device__ float block_sum(float v) {
+  __shared__ float part[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // part[] may still be read by a previous call
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  const int nw = blockDim.x / 32;
+  v = lane < nw ? part[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T>
+__global__ void rms_norm_kernel(float* x, const T* residual, const float* w, float eps, const int32_t* rows, int64_t C,
+                                T* out) {
+  const int64_t r = blockIdx.x;
+  float* xr = x + (rows ? rows[r] : r) * C;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float v = xr[c];
+    if (residual) {
+      v = __fadd_rn(v, to_f32(residual[r * C + c]));
+      xr[c] = v;
+    }
+    ss = fmaf(v, v, ss);
+  }
+  ss = block_sum(ss);
+  const float inv = rsqrtf(ss / static_cast<float>(C) + eps);
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    out[r * C + c] = from_f32<T>(__fmul_rn(w[c], __fmul_rn(xr[c], inv)));
+}
+
+template <typename T>
+__global__ void silu_mul_kernel(const T* gu, int64_t I, T* out) {
+  const int64_t t = blockIdx.y;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= I) return;
+  const float g = to_f32(gu[t * 2 * I + i]), u = to_f32(gu[t * 2 * I + I + i]);
+  out[t * I + i] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+}
+
+__global__ void rope_table_kernel(const int32_t* positions, const int32_t* mrope, int sec0, int sec1,
+                                  const float* inv_freq, int half, float scaling, float* table) {
+  const int64_t t = blockIdx.x;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    int32_t p;
+    if (mrope) {
+      const int axis = i < sec0 ? 0 : (i < sec0 + sec1 ? 1 : 2);
+      p = mrope[t * 3 + axis];
+    } else {
+      p = positions[t];
+    }
+    const double angle = __fmul_rn(static_cast<float>(p), inv_freq[i]);
+    table[t * 2 * half + i] = __fmul_rn(static_cast<float>(cos(angle)), scaling);
+    table[t * 2 * half + half + i] = __fmul_rn(static_cast<float>(sin(angle)), scaling);
+  }
+}
+
+// grid (T, H + 2 Hkv): one block per (token, head); heads [0, H) are q, then k, then v.
+template <typename T>
+__global__ void rope_split_kernel(const T* qkv, int64_t H, int64_t Hkv, int64_t D, const float* table, int64_t R,
+                                  T* q, T* k, T* v) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const T* x = qkv + (t * (H + 2 * Hkv) + h) * D;
+  T* y = h < H ? q + (t * H + h) * D : (h < H + Hkv ? k + (t * Hkv + h - H) * D : v + (t * Hkv + h - H - Hkv) * D);
+  const int64_t half = h < H + Hkv ? R / 2 : 0;  // v: no rotation
+  const float* cs = table + t * R;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    if (i < half) {
+      const float c = cs[i], s = cs[half + i];
+      y[i] = from_f32<T>(__fsub_rn(__fmul_rn(to_f32(x[i]), c), __fmul_rn(to_f32(x[half + i]), s)));
+    } else if (i < 2 * half) {
+      const float c = cs[i - half], s = cs[i];
+      y[i] = from_f32<T>(__fadd_rn(__fmul_rn(to_f32(x[i]), c), __fmul_rn(to_f32(x[i - half]), s)));
+    } else {
+      y[i] = x[i];
+    }
+  }
+}
+
+int threads_for(int64_t n) { return n >= 1024 ? 1024 : (n >= 256 ? 256 : 128); }
+
+}  // namespace
+
+void embedding(const void* table, DType dt, const int32_t* ids, int64_t T, int64_t C, float* x, cudaStream_t s) {
+  if (T == 0) return;
+  dispatch_float(dt, [&](auto tag) {
+    using E = decltype(tag);
+    embedding_kernel<E><<<T, threads_for(C / 4), 0, s>>>(static_cast<const E*>(table), ids, C, x);
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void rms_norm(float* x, const void* residual, const float* w, float eps, const int32_t* rows, int64_t R, int64_t C,
+              void* out, DType dt, cudaStream_t s) {
+  if (R == 0) return;
+  dispatch_float(dt, [&](auto tag) {
+    using E = decltype(tag);
+    rms_norm_kernel<E><<<R, threads_for(C / 4), 0, s>>>(x, static_cast<const E*>(residual), w, eps, rows, C,
+                                                        static_cast<E*>(out));
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul(const void* gu, int64_t T, int64_t I, void* out, DType dt, cudaStream_t s) {
+  if (T == 0) return;
+  dispatch_float(dt, [&](auto tag) {
+    using E = decltype(tag);
+    const dim3 grid(static_cast<unsigned>((I + 255) / 256), static_cast<unsigned>(T));
+    silu_mul_kernel<E><<<grid, 256, 0, s>>>(static_cast<const E*>(gu), I, static_cast<E*>(out));
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void rope_table(const int32_t* positions, const int32_t* mrope_positions, int sec0, int sec1, const float* inv_freq,
+                int half, float scaling, int64_t T, float* table, cudaStream_t s) {
+  if (T == 0) return;
+  rope_table_kernel<<<T, 64, 0, s>>>(positions, mrope_positions, sec0, sec1, inv_freq, half, scaling, table);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void rope_split_qkv(const void* qkv, int64_t T, int64_t H, int64_t Hkv, int64_t D, const float* table, int64_t R,
+                    void* q, void* k, void* v, DType dt, cudaStream_t s) {
+  if (T == 0) return;
+  dispatch_float(dt, [&](auto tag) {
+    using E = decltype(tag);
+    const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H + 2 * Hkv));
+    rope_split_kernel<E><<<grid, 64, 0, s>>>(static_cast<const E*>(qkv), H, Hkv, D, table, R, static_cast<E*>(q),
+                                             static_cast<E*>(k), static_cast<E*>(v));
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace vlm::cuda

@@ -1,0 +1,110 @@
+// CudaDecoder: the decoder of an LlmDecoder (Llama / Qwen2 families) on one GPU. It owns a copy
+// of the weights in GPU memory (in `dtype`: F32 for the exact path, BF16 or F16) and the paged
+// KV cache (same dtype, [num_blocks, Hkv, B, D] per layer and K/V, the CPU cache's layout), and
+// runs a ForwardBatch with one metadata upload, every layer on one stream and no host sync; the
+// logits of the batch's logits_indices rows stay on the GPU for the sampler.
+// Per layer: h = rms_norm(x); qkv = h Wqkv^T + b (one GEMM); RoPE on q, k; K/V into the cache;
+// attention over the cache (kernels/cuda/attention: tensor-core prefill, split-K decode, the
+// naive kernel for head sizes those do not cover); x += attn Wo^T (the residual add in the GEMM, x in f32);
+// h = rms_norm(x); gu = h [Wgate; Wup]^T; x += (silu(g) * u) Wdown^T. Then the final norm and
+// the LM head on the logits rows only.
+// Not on the GPU yet (issues 21-23): sparse prefill, LOOK-M, SinkRouter, attention probes; a
+// batch asking for one throws InternalError.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/core/device_buffer.h"
+#include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "kernels/cuda/attention/cuda_attention.h"
+#include "model/decoder/llm_decoder.h"
+
+namespace vlm {
+
+struct CudaDecoderOptions {
+  DType dtype = DType::BF16;            // weights, activations and KV cache: F32, BF16 or F16
+  int block_size = 16;                  // B
+  int64_t num_kv_blocks = 0;            // > 0: exactly this many; else sized by memory_utilization
+  double gpu_memory_utilization = 0.9;  // fraction of the GPU's memory this process may use
+  int64_t max_tokens_per_step = 8192;   // activations reserved before sizing the KV cache
+  int64_t max_logit_rows = 256;         // logits rows reserved (sampling rows per step)
+  int device = 0;
+};
+
+class CudaDecoder {
+ public:
+  // Uploads the host decoder's weights (converted to options.dtype; progress in the log) and
+  // allocates the KV cache. Throws LoadError when the GPU lacks the memory for the weights or
+  // for one block of cache, InternalError on a CUDA failure.
+  CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& options);
+  ~CudaDecoder();
+  CudaDecoder(const CudaDecoder&) = delete;
+  CudaDecoder& operator=(const CudaDecoder&) = delete;
+
+  const ModelConfig& config() const { return host_.config(); }
+  DType dtype() const { return opt_.dtype; }
+  int block_size() const { return opt_.block_size; }
+  int64_t num_kv_blocks() const { return num_blocks_; }
+  int64_t kv_bytes_per_block() const;  // K + V over all layers
+  int64_t weight_bytes() const { return weight_bytes_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // Copies block src's K and V to dst in every layer (copy-on-write), on the stream.
+  void copy_block(int32_t src, int32_t dst);
+
+  // Runs the batch (enqueued; returns before the GPU finishes). Preconditions as
+  // LlmDecoder::forward (token ids < V are checked on the host). After it, logits() holds
+  // [num_logit_rows(), V] f32 on the device until the next forward.
+  void forward(const ForwardBatch& batch, const EmbeddingOverride& override = {});
+  const float* logits() const { return logits_.as<float>(); }
+  int64_t num_logit_rows() const { return num_logit_rows_; }
+  // Waits for the stream and copies the logits to the host as [rows, V] (tests, tools).
+  void download_logits(std::vector<float>& out) const;
+
+ private:
+  struct Layer;
+  void upload_weights();
+  void allocate_cache();
+  void reserve_activations(int64_t T, int64_t R);
+  int64_t upload_metadata(const ForwardBatch& b);  // returns the number of sequences
+  void embed(const ForwardBatch& b, const EmbeddingOverride& override);
+  void run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
+  void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
+
+  const LlmDecoder& host_;
+  CudaDecoderOptions opt_;
+  cudaStream_t stream_ = nullptr;
+  cuda::CublasLtGemm gemm_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  cuda::DeviceBuffer embed_, final_norm_, lm_head_, inv_freq_;
+  bool lm_head_tied_ = false;
+  int64_t weight_bytes_ = 0;
+  float rope_scaling_ = 1.0f;
+  int rope_half_ = 0, mrope_sec0_ = 0, mrope_sec1_ = 0;
+  // KV cache: one allocation, layer l's K at kv_[l * 2], V at kv_[l * 2 + 1] blocks.
+  cuda::DeviceBuffer kv_;
+  int64_t num_blocks_ = 0;
+  std::vector<PagedKVLayer> kv_layers_;  // device pointers
+  // Step buffers (grown on demand).
+  cuda::PinnedBuffer meta_host_;
+  cuda::DeviceBuffer meta_dev_;
+  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, gu_, act_, rope_table_, sel_, logits_, decode_ws_;
+  bool all_decode_ = false;  // every sequence of the step has one row
+  int64_t cap_tokens_ = 0, cap_rows_ = 0;
+  int64_t num_logit_rows_ = 0;
+  // Device views into meta_dev_ for the current step.
+  const int32_t* d_ids_ = nullptr;
+  const int32_t* d_pos_ = nullptr;
+  const int32_t* d_mrope_ = nullptr;
+  const int32_t* d_slots_ = nullptr;
+  const int32_t* d_cu_ = nullptr;
+  const int32_t* d_ctx_ = nullptr;
+  const int32_t* d_tables_ = nullptr;
+  const int32_t* d_rows_ = nullptr;
+};
+
+}  // namespace vlm

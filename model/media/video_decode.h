@@ -1,0 +1,66 @@
+// Video file bytes -> the RGB frames a sampler picks, decoded with FFmpeg's libraries (Debian's
+// libavformat / libavcodec / libswscale).
+//
+// Safety (users send arbitrary files):
+// - Input only from our own memory buffer (a custom AVIOContext); libav never opens a URL or a
+//   file itself (io_open refuses every nested open, e.g. MOV data references).
+// - Allow-lists: containers MP4/MOV (demuxer "mov"), WebM/Matroska ("matroska") and GIF ("gif");
+//   codecs H.264 ("h264"), H.265 ("hevc"), VP8, VP9, AV1 (libdav1d) and GIF. Anything else is
+//   refused by name before a decoder opens.
+// - Limits before decoding: bytes; width * height from the headers (max_pixels, also given to
+//   the decoder); duration from the headers (max_seconds); frames, counted by a demux-only pass
+//   over the packets (max_frames), which also re-checks the duration from the timestamps.
+// - A time limit (timeout_ms) over probing, demuxing and decoding, checked between packets and
+//   by libav's interrupt callback.
+// Every refusal is a RequestError (400, invalid_request_error) whose message says what was wrong.
+//
+// Frames are counted as packets of the video stream (one per frame for these codecs; what
+// transformers' readers report for them); the frame rate is the stream's average frame rate
+// (avg_frame_rate), else frames / duration. Conversion to RGB is swscale's with SWS_BICUBIC, as
+// OpenCV's reader does: within 2 levels of transformers' OpenCV frames on the committed clips
+// (tests/model/media/test_video_decode.cpp), exact for GIF and lossless RGB H.264.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/media/image_decode.h"
+
+namespace vlm {
+
+struct VideoLimits {
+  int64_t max_bytes = 64ll << 20;    // encoded size
+  int64_t max_pixels = 64ll << 20;   // width * height of a frame
+  double max_seconds = 600;          // duration
+  int64_t max_frames = 7200;         // frames in the file (before sampling)
+  int64_t timeout_ms = 30000;        // probing + demuxing + decoding
+};
+
+struct VideoInfo {
+  std::string container;  // demuxer: "mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm", "gif"
+  std::string codec;      // decoder: "h264", "hevc", "vp8", "vp9", "libdav1d", "gif"
+  int width = 0;
+  int height = 0;
+  int64_t num_frames = 0;  // video packets in the file
+  double fps = 0;          // average frame rate
+  double duration_s = 0;   // from the timestamps of the packets
+};
+
+struct DecodedVideo {
+  VideoInfo info;
+  std::vector<int64_t> indices;  // [n] the picked frame indices, increasing
+  std::vector<RgbImage> frames;  // [n] their RGB frames, all of one size
+};
+
+// Picks the frames to decode once the file's frames are counted: increasing indices in
+// [0, info.num_frames). May throw RequestError.
+using FramePicker = std::function<std::vector<int64_t>(const VideoInfo&)>;
+
+// Throws RequestError (400) for an empty, truncated or corrupt file, a container or codec not on
+// the allow-lists, no video stream, a file over a limit, or a decode over the time limit.
+DecodedVideo decode_video(std::span<const uint8_t> bytes, const VideoLimits& limits, const FramePicker& pick);
+
+}  // namespace vlm

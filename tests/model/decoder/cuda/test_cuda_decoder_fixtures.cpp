@@ -1,0 +1,147 @@
+// The GPU decoder against Hugging Face transformers on the committed fixture models, as
+// tests/model/decoder/test_decoder_fixtures.cpp checks the CPU one:
+//  - exact path (--dtype float32: f32 weights, f32 GEMMs without TF32, f32 KV): prefill logits
+//    to 1e-4 relative, chunked prefill (1, 7, 64), greedy continuations token for token, and two
+//    sequences sharing every step (prefill chunks mixed with decode rows);
+//  - bf16 path: logits at least as close to HF's f32 logits as HF's own bf16 run (error <= 1.5x
+//    HF-bf16's), where VLM_HF_BF16_DIR holds HF's bf16 logits (bench/gpu/hf_bf16_logits.py
+//    writes <dir>/<model>.safetensors with p<i>.logits); skipped otherwise.
+// Skips where no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "model/decoder/cuda/cuda_decoder.h"
+#include "tests/support/decoder_harness.h"
+#include "tests/support/gpu_test.h"
+
+namespace vlm::testing {
+namespace {
+
+constexpr double kTol = 1e-4;
+
+// A DecoderRunner whose steps run on the GPU (its own cache of the same block count).
+struct GpuRunner {
+  GpuRunner(const std::string& model, int block_size, int64_t num_blocks, DType dtype, uint32_t seed = 7)
+      : runner(model, block_size, num_blocks, DType::F32, seed) {
+    CudaDecoderOptions o;
+    o.dtype = dtype;
+    o.block_size = block_size;
+    o.num_kv_blocks = num_blocks;
+    o.max_tokens_per_step = 256;
+    o.max_logit_rows = 256;
+    gpu = std::make_unique<CudaDecoder>(runner.decoder(), o);
+    runner.forward_override = [this](const ForwardBatch& fb, std::vector<float>& logits) {
+      gpu->forward(fb);
+      gpu->download_logits(logits);
+    };
+  }
+  DecoderRunner runner;
+  std::unique_ptr<CudaDecoder> gpu;
+};
+
+class CudaDecoderFixture : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    VLM_REQUIRE_GPU();
+    ref_ = load_reference(GetParam());
+  }
+  Reference ref_;
+};
+
+TEST_P(CudaDecoderFixture, ExactPrefillLogitsMatchHuggingFace) {
+  GpuRunner g(GetParam(), 16, 64, DType::F32);
+  for (int p = 0; p < ref_.num_prompts(); ++p) {
+    TestSequence seq{ref_.ids(p)};
+    g.runner.prefill(seq, static_cast<int32_t>(seq.tokens.size()));
+    const TensorView want = ref_.logits(p);
+    ASSERT_EQ(static_cast<int64_t>(seq.logits.size()), want.numel());
+    const double err = max_row_rel_error(seq.logits.data(), want.as<const float>(), want.dim(0), want.dim(1));
+    EXPECT_LE(err, kTol) << "prompt " << p << " of " << seq.tokens.size() << " tokens";
+    RecordProperty("exact_err_p" + std::to_string(p), std::to_string(err));
+    std::printf("[ exact f32 ] %s prompt %d: max row rel error %.3g\n", GetParam().c_str(), p, err);
+  }
+}
+
+TEST_P(CudaDecoderFixture, ExactChunkedPrefillMatchesHuggingFace) {
+  for (int32_t chunk : {1, 7, 64}) {
+    GpuRunner g(GetParam(), 16, 64, DType::F32, 100 + chunk);
+    for (int p = 0; p < ref_.num_prompts(); ++p) {
+      TestSequence seq{ref_.ids(p)};
+      g.runner.prefill(seq, chunk);
+      const TensorView want = ref_.logits(p);
+      const double err = max_row_rel_error(seq.logits.data(), want.as<const float>(), want.dim(0), want.dim(1));
+      EXPECT_LE(err, kTol) << "chunk " << chunk << ", prompt " << p;
+    }
+  }
+}
+
+TEST_P(CudaDecoderFixture, ExactGreedyContinuationMatchesHuggingFace) {
+  GpuRunner g(GetParam(), 16, 64, DType::F32);
+  for (int p = 0; p < ref_.num_prompts(); ++p) {
+    TestSequence seq{ref_.ids(p)};
+    const std::vector<int32_t> want = ref_.greedy(p);
+    EXPECT_EQ(g.runner.greedy(seq, static_cast<int>(want.size())), want) << "prompt " << p;
+  }
+}
+
+// Two sequences share every step: the longer one prefills in chunks of 24 while the shorter one
+// finishes its prompt and decodes, so steps mix prefill and decode rows.
+TEST_P(CudaDecoderFixture, ExactMixedBatchMatchesHuggingFace) {
+  GpuRunner g(GetParam(), 4, 256, DType::F32);
+  const int a_prompt = 1, b_prompt = ref_.num_prompts() - 1;
+  TestSequence a{ref_.ids(a_prompt)}, b{ref_.ids(b_prompt)};
+  const std::vector<int32_t> a_want = ref_.greedy(a_prompt), b_want = ref_.greedy(b_prompt);
+  const int64_t V = g.runner.vocab();
+  const size_t a_len = a.tokens.size(), b_len = b.tokens.size();
+  while (a.tokens.size() < a_len + a_want.size() || b.tokens.size() < b_len + b_want.size()) {
+    std::vector<int32_t> counts(2, 0);
+    TestSequence* s[2] = {&a, &b};
+    for (int i = 0; i < 2; ++i) {
+      const auto uncached = static_cast<int32_t>(s[i]->tokens.size()) - s[i]->cached;
+      counts[i] = std::min<int32_t>(uncached, 24);
+    }
+    g.runner.step({&a, &b}, counts);
+    const size_t lens[2] = {a_len, b_len}, wants[2] = {a_want.size(), b_want.size()};
+    for (int i = 0; i < 2; ++i) {
+      if (s[i]->cached < static_cast<int32_t>(s[i]->tokens.size()) || s[i]->tokens.size() >= lens[i] + wants[i])
+        continue;
+      const float* last = s[i]->logits.data() + (static_cast<int64_t>(s[i]->cached) - 1) * V;
+      s[i]->tokens.push_back(static_cast<int32_t>(std::max_element(last, last + V) - last));
+    }
+  }
+  EXPECT_EQ(std::vector<int32_t>(a.tokens.begin() + static_cast<int64_t>(a_len), a.tokens.end()), a_want);
+  EXPECT_EQ(std::vector<int32_t>(b.tokens.begin() + static_cast<int64_t>(b_len), b.tokens.end()), b_want);
+  // The prompt rows' logits too (prefill chunks computed beside decode rows).
+  const TensorView want = ref_.logits(b_prompt);
+  EXPECT_LE(max_row_rel_error(b.logits.data(), want.as<const float>(), want.dim(0), want.dim(1)), kTol);
+}
+
+TEST_P(CudaDecoderFixture, Bf16IsAsCloseToHfF32AsHfBf16) {
+  const char* dir = std::getenv("VLM_HF_BF16_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "VLM_HF_BF16_DIR not set (bench/gpu/hf_bf16_logits.py writes it)";
+  const std::string path = std::string(dir) + "/" + GetParam() + ".safetensors";
+  if (!std::ifstream(path)) GTEST_SKIP() << "no " << path;
+  auto hf = SafetensorsFile::open(path);
+  GpuRunner g(GetParam(), 16, 64, DType::BF16);
+  for (int p = 0; p < ref_.num_prompts(); ++p) {
+    TestSequence seq{ref_.ids(p)};
+    g.runner.prefill(seq, static_cast<int32_t>(seq.tokens.size()));
+    const TensorView want = ref_.logits(p);
+    const TensorView hf_bf16 = hf->tensors().at("p" + std::to_string(p) + ".logits");
+    ASSERT_EQ(hf_bf16.numel(), want.numel());
+    const double ours = max_row_rel_error(seq.logits.data(), want.as<const float>(), want.dim(0), want.dim(1));
+    const double theirs = max_row_rel_error(hf_bf16.as<const float>(), want.as<const float>(), want.dim(0), want.dim(1));
+    std::printf("[ bf16 ] %s prompt %d: ours %.4g, HF bf16 %.4g (ratio %.2f)\n", GetParam().c_str(), p, ours, theirs,
+                ours / theirs);
+    EXPECT_LE(ours, 1.5 * theirs) << "prompt " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaDecoderFixture,
+                         ::testing::Values("llama_tiny", "llama3_tiny", "llama_linear_f32", "qwen2_tiny",
+                                           "qwen2_yarn_f16"));
+
+}  // namespace
+}  // namespace vlm::testing
