@@ -4,11 +4,15 @@
 // Input is structured like real heads (sink keys, a rotary-like local band, far vertical keys)
 // so the output error is meaningful. Per pattern: plan time (estimation included), kernel time,
 // total, speedup over dense, kept-block density, relative L2 output error vs dense.
-// Usage: bench_sparse_prefill [--video] [S ...]   (default 8192 16384 32768); VLM_BENCH_THREADS=n.
+// Usage: bench_sparse_prefill [--video [--frame-tokens N]] [S ...]   (default 8192 16384 32768);
+// VLM_BENCH_THREADS=n.
 // --video: video-structured input instead (a 200-token text prefix, then frames of 256 tokens,
 // Qwen2-VL's tokens per frame at 448x448: each spatial index carries its own direction, so a
 // query attends the same spatial index in every earlier frame; 4 sink keys; one salient spatial
 // index every query likes), and the patterns add grid, XAttention and MMInference.
+// --frame-tokens N: frames of N tokens instead, e.g. 196 for LLaVA-OneVision / LLaVA-Video
+// (384x384 SigLIP frames: 27x27 patches pooled 2x2 to 14x14; the 0.5B model's decoder is
+// Qwen2-0.5B, the shapes above); MMInference gets N as its known stride.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,12 +37,13 @@ double now() {
 }
 
 bool g_video = false;
-constexpr int kPrefix = 200, kFrame = 256, kSalient = 77;
-std::vector<float> g_dirs;  // [kFrame, 32] unit directions of the spatial indices
+constexpr int kPrefix = 200, kSalient = 77;
+int g_frame = 256;          // tokens per frame (--frame-tokens)
+std::vector<float> g_dirs;  // [g_frame, 32] unit directions of the spatial indices
 
 float video_structure(int pos, int d, bool is_key) {
   if (pos < kPrefix) return d < 8 && (!is_key || pos < 4) ? 2.5f : 0.0f;
-  const int x = (pos - kPrefix) % kFrame;
+  const int x = (pos - kPrefix) % g_frame;
   if (d < 8) return is_key ? (x == kSalient ? 2.0f : 0.0f) : 2.5f;
   if (d < 40) return 10.0f * g_dirs[x * 32 + d - 8];
   return 0.0f;
@@ -105,13 +110,18 @@ int main(int argc, char** argv) {
   std::vector<int> lengths;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--video") g_video = true;
+    else if (std::string(argv[i]) == "--frame-tokens" && i + 1 < argc) g_frame = std::atoi(argv[++i]);
     else lengths.push_back(std::atoi(argv[i]));
   }
   {
     std::mt19937 rng(5);
     std::normal_distribution<float> g(0, 1);
-    g_dirs.resize(kFrame * 32);
-    for (int x = 0; x < kFrame; ++x) {
+    if (g_frame <= kSalient) {
+      std::fprintf(stderr, "--frame-tokens must exceed %d\n", kSalient);
+      return 2;
+    }
+    g_dirs.resize(static_cast<size_t>(g_frame) * 32);
+    for (int x = 0; x < g_frame; ++x) {
       double n = 0;
       for (int d = 0; d < 32; ++d) n += std::pow(g_dirs[x * 32 + d] = g(rng), 2);
       for (int d = 0; d < 32; ++d) g_dirs[x * 32 + d] /= static_cast<float>(std::sqrt(n));
@@ -145,10 +155,10 @@ int main(int argc, char** argv) {
       patterns.push_back({"grid(stride search 16..1024, band 1)", gcfg});
       vlm::SparsePrefillConfig mm;
       mm.method = vlm::SparsePrefillMethod::MMInference;  // default head: grid, + known stride
-      patterns.push_back({"mminference(grid heads, known 256 tok/frame)", mm});
+      patterns.push_back({"mminference(grid heads, known " + std::to_string(g_frame) + " tok/frame)", mm});
     }
   }
-  static const int32_t kKnown[] = {kFrame};
+  const int32_t known[] = {g_frame};
   // VLM_BENCH_PATTERNS=a,b: only the patterns whose names start with one of these (and dense;
   // "all-blocks" names the all-blocks plan run).
   auto wanted = [](const std::string& name) {
@@ -187,7 +197,7 @@ int main(int argc, char** argv) {
     }
     for (const auto& pat : patterns) {
       vlm::ChunkView cv{su.q.data(), S, S, S, su.table.data(), 0, nullptr, {}};
-      if (pat.cfg.method == vlm::SparsePrefillMethod::MMInference) cv.frame_strides = kKnown;
+      if (pat.cfg.method == vlm::SparsePrefillMethod::MMInference) cv.frame_strides = known;
       t0 = now();
       const vlm::BlockSparsePlan plan = vlm::build_sparse_plan(pat.cfg, cv, kH, su.kv, scale);
       const double t_plan = now() - t0;

@@ -18,16 +18,16 @@ echo "# bench/gpu_speed.sh $(date -u '+%Y-%m-%d %H:%M UTC'); $(nvidia-smi --quer
 if [[ $sections == *0* && ! -f $model/config.json ]]; then
   t0=$(date +%s)
   tok=(); [ -f tokenizer/tokenizer.json ] && tok=(--tokenizer-from tokenizer)
-  bin/vlm-random-model --out "$model" --preset qwen2-7b --dtype bf16 "${tok[@]}" || exit 1
+  bin/vlm-random-model --out "$model" --preset qwen2-7b --dtype bf16 --threads "$(nproc)" "${tok[@]}" || exit 1
   echo "model written in $(( $(date +%s) - t0 )) s: $(du -sh "$model" | cut -f1)"
 fi
 if [[ $sections == *1* ]]; then
-  timeout 400 bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
+  timeout ${VLM_BENCH_TIMEOUT:-150} bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
     --prefill 8192,32768 --reps 2 2>&1 | tee "$out/vlm_speed.txt" | grep -v "^\[" || echo "bench_cuda_decoder failed"
 fi
 if [[ $sections == *2* ]]; then
-  timeout 400 python3 bench/gpu/hf_speed.py --model "$model" --batches 1,64 --context 1024 --steps 32 \
-    --prefill 8192,32768 --reps 2 2>&1 | tee "$out/hf_speed.txt" | grep -v Warning || echo "hf_speed failed"
+  timeout ${VLM_BENCH_TIMEOUT:-150} python3 bench/gpu/hf_speed.py --model "$model" --batches 1,64 --context 1024 --steps 16 \
+    --prefill 8192,32768 --reps 1 2>&1 | tee "$out/hf_speed.txt" | grep -v Warning || echo "hf_speed failed"
 fi
 if [[ $sections == *3* ]]; then
   port=8019
@@ -35,14 +35,14 @@ if [[ $sections == *3* ]]; then
     --max-num-batched-tokens 8192 --max-model-len 4096 --gpu-memory-utilization 0.9 --log-level warn \
     > "$out/server.log" 2>&1 &
   pid=$!
-  for _ in $(seq 1 240); do
+  for _ in $(seq 1 120); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
     kill -0 $pid 2>/dev/null || break
     sleep 1
   done
-  timeout 300 bin/vlm-bench --base-url "http://127.0.0.1:$port" --endpoint completions --prompt-ids \
+  timeout ${VLM_BENCH_TIMEOUT:-150} bin/vlm-bench --base-url "http://127.0.0.1:$port" --endpoint completions --prompt-ids \
     --dataset random --num-prompts 256 --input-len 1024 --output-len 128 --max-concurrency 64 --warmup 4 \
-    --percentiles 50,90,99 --result-json "$out/served.json" --no-progress 2>&1 | tee "$out/served.txt"
+    --percentiles 50,90,99 --timeout 140 --result-json "$out/served.json" --no-progress 2>&1 | tee "$out/served.txt"
   kill $pid 2>/dev/null; wait $pid 2>/dev/null
   tail -5 "$out/server.log"
 fi

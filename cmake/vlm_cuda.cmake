@@ -20,11 +20,11 @@ endif()
 
 if(VLM_HAVE_CUDA)
   set(CMAKE_CUDA_ARCHITECTURES OFF)  # the -gencode flags below name them
+  # .cu files are C++17: CMake 3.25 knows no C++20 flag for nvcc 13, and fmt's consteval format
+  # strings (kernels/core/check.h) do not compile under nvcc's C++20.
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   enable_language(CUDA)
-  # CMake 3.25 does not know nvcc 13's C++20 flag; tell it.
-  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
-  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
-  set(CMAKE_CUDA_STANDARD 20)
   if(CCACHE_PROGRAM)
     set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
   endif()

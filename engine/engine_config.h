@@ -19,7 +19,8 @@ enum class Device { Auto, Cpu, Cuda };
 struct EngineConfig {
   Device device = Device::Auto;
   // Model dtype (vLLM's --dtype): weights and activations; unset = auto (the checkpoint's). On
-  // the GPU it is also the KV cache's dtype (F32 is the exact path: f32 GEMMs without TF32).
+  // the GPU it is also the KV cache's dtype (F32 is the exact path: f32 GEMMs without TF32). The
+  // CPU backend does not read it yet (it computes in f32 over the stored weights; kv_dtype).
   std::optional<DType> dtype;
   // GPU: the fraction of the GPU's memory this engine may use; the KV cache takes what the
   // weights and activations leave (num_kv_blocks > 0 overrides it). The CPU ignores it.

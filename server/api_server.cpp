@@ -65,7 +65,10 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
       chat_template_(std::move(chat_template)), defaults_(defaults) {
   if (options_.images)
     image_loader_.emplace(options_.media, options_.image_limits, options_.images->preprocess);
-  if (options_.qwen2vl) qwen2vl_loader_.emplace(options_.media, options_.image_limits, *options_.qwen2vl);
+  if (options_.qwen2vl)
+    media_loader_ = std::make_unique<Qwen2VLMediaLoader>(options_.media, options_.image_limits, *options_.qwen2vl);
+  else if (options_.onevision)
+    media_loader_ = std::make_unique<OnevisionMediaLoader>(options_.media, options_.image_limits, *options_.onevision);
   using T = MetricsRegistry::Type;
   auto& m = metrics_;
   m.declare("vllm:num_requests_running", T::Gauge, "Number of requests in model execution batches.");
@@ -181,6 +184,27 @@ MediaPart video_part(const nlohmann::ordered_json& part, const std::string& type
   return m;
 }
 
+// A chat template may render a message's media in another order than its parts (HF's
+// LLaVA-OneVision template writes a message's images, then its videos): with one placeholder
+// token per part, the parts are taken in the placeholders' order (the k-th image placeholder is
+// the k-th image part). Any other count leaves the order as it is (expand_media_tokens judges).
+std::vector<MediaPart> in_placeholder_order(std::vector<MediaPart> parts, const std::vector<int32_t>& ids,
+                                            int32_t image_id, int32_t video_id) {
+  std::vector<Modality> seen;
+  for (int32_t id : ids)
+    if (id == image_id || id == video_id) seen.push_back(id == video_id ? Modality::Video : Modality::Image);
+  if (seen.size() != parts.size()) return parts;
+  std::vector<MediaPart> out;
+  size_t next[2] = {0, 0};  // next part of each modality (image, video)
+  for (Modality m : seen) {
+    size_t& i = next[m == Modality::Video];
+    while (i < parts.size() && parts[i].modality != m) ++i;
+    if (i == parts.size()) return parts;
+    out.push_back(parts[i++]);
+  }
+  return out;
+}
+
 }  // namespace
 
 ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_images) const {
@@ -200,16 +224,16 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
       if (type == "text") continue;
       const std::string param = fmt::format("messages[{}].content[{}].{}", i, k, type);
       if (type == "image_url") {
-        if (!options_.images && !options_.qwen2vl) bad("messages", "this model does not accept image_url input");
+        if (!options_.images && !media_loader_) bad("messages", "this model does not accept image_url input");
         const auto& u = part["image_url"];
         parts.push_back({Modality::Image, {u.is_string() ? u.get<std::string>() : u["url"].get<std::string>()}, false,
                          0.0, param});
         ++num_images;
         part = nlohmann::ordered_json{{"type", "image"}};
       } else if (type == "video_url" || type == "video") {
-        if (!options_.qwen2vl || !options_.qwen2vl->accepts_video)
+        if (!media_loader_ || !media_loader_->accepts_video())
           bad("messages", "this model does not accept video input (" + type + ")");
-        parts.push_back(video_part(part, type, param, options_.qwen2vl->sampling));
+        parts.push_back(video_part(part, type, param, media_loader_->default_sampling()));
         part = nlohmann::ordered_json{{"type", "video"}};
       } else {
         bad("messages", "this model does not accept " + type + " input");
@@ -236,18 +260,25 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   }
   // HF processors' tokenization: BOS added unless the template wrote it (never two).
   PromptInput in;
+<<<<<<< HEAD
   in.ids = tok.encode_chat(prompt);
   if (options_.qwen2vl) {
+=======
+  in.ids = tok.encode(prompt, /*add_special_tokens=*/false);
+  if (media_loader_) {
+>>>>>>> main
     // Token counts depend on each item's size: the media are always loaded.
+    parts = in_placeholder_order(std::move(parts), in.ids, media_loader_->image_token_id(),
+                                 media_loader_->video_token_id());
     std::vector<MediaTokens> items;
     for (const MediaPart& p : parts) {
-      if (p.modality == Modality::Image) in.images.push_back(qwen2vl_loader_->load_image(p.urls[0], p.param));
-      else if (p.video_file) in.images.push_back(qwen2vl_loader_->load_video_file(p.urls[0], p.sampling, p.param));
-      else in.images.push_back(qwen2vl_loader_->load_video(p.urls, p.fps, p.param));
-      items.push_back(qwen2vl_loader_->tokens(in.images.back()));
+      if (p.modality == Modality::Image) in.images.push_back(media_loader_->load_image(p.urls[0], p.param));
+      else if (p.video_file) in.images.push_back(media_loader_->load_video_file(p.urls[0], p.sampling, p.param));
+      else in.images.push_back(media_loader_->load_video(p.urls, p.fps, p.param));
+      items.push_back(media_loader_->tokens(in.images.back()));
     }
-    MultimodalPrompt mp = expand_media_tokens(in.ids, options_.qwen2vl->image_token_id,
-                                              options_.qwen2vl->video_token_id, items);
+    MultimodalPrompt mp = expand_media_tokens(in.ids, media_loader_->image_token_id(),
+                                              media_loader_->video_token_id(), items);
     in.ids = std::move(mp.token_ids);
     if (!parts.empty()) in.modalities = std::move(mp.modalities);
     if (!load_images) in.images.clear();

@@ -2,8 +2,9 @@
 //   POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
 //   POST /tokenize, POST /detokenize, GET /metrics, GET /version.
 // Chat messages may hold image_url parts when the model takes images (options.images: LLaVA;
-// options.qwen2vl: the Qwen2-VL family): data: URLs and http(s)/file URLs as options.media
-// allows, at most max_images_per_request. With options.qwen2vl they may also hold videos as
+// options.qwen2vl: the Qwen2-VL family; options.onevision: LLaVA-OneVision): data: URLs and
+// http(s)/file URLs as options.media allows, at most max_images_per_request. With
+// options.qwen2vl or options.onevision they may also hold videos as
 // frame lists: {"type": "video_url", "video_url": {"url": [frame URLs], "fps": F}} (or
 // "video_url": [frame URLs], fps on the part) and Qwen's {"type": "video", "video": [...]};
 // fps (default 24, as HF assumes for bare frames) is the rate of the given frames; see server/media/qwen2vl_media_loader.h.
@@ -29,6 +30,7 @@
 #include "model/media/image_preprocess.h"
 #include "model/decoder/modality.h"
 #include "server/media/image_loader.h"
+#include "server/media/onevision_media_loader.h"
 #include "server/media/qwen2vl_media_loader.h"
 #include "server/media/media_fetch.h"
 #include "server/metrics.h"
@@ -52,6 +54,7 @@ struct ApiServerOptions {
   MediaFetchOptions media;
   std::optional<ImageInputOptions> images;  // LLaVA; none (and no qwen2vl): image parts are a 400
   std::optional<Qwen2VLMediaOptions> qwen2vl;  // the Qwen2-VL family: images and videos
+  std::optional<OnevisionMediaOptions> onevision;  // LLaVA-OneVision: images (AnyRes) and videos
   int max_images_per_request = 8;
   int max_videos_per_request = 4;
   ImageLimits image_limits;       // encoded bytes and decoded pixels of one image
@@ -89,7 +92,8 @@ class ApiServer {
     std::vector<MediaPixels> images;  // images and videos, prompt order
   };
   // Renders the chat template and tokenizes; with media, expands the placeholders and (when
-  // load_images, and always for the Qwen2-VL family, whose token counts depend on the sizes)
+  // load_images, and always for the families with a MediaItemLoader, whose token counts depend
+  // on the sizes)
   // fetches, decodes and preprocesses the images and videos. Throws RequestError (400).
   PromptInput render_chat(const ApiRequest& r, bool load_images) const;
   HttpReply respond(const ApiRequest& r, std::vector<PromptInput> prompts,
@@ -101,7 +105,7 @@ class ApiServer {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
   std::optional<ImageLoader> image_loader_;
-  std::optional<Qwen2VLMediaLoader> qwen2vl_loader_;
+  std::unique_ptr<MediaItemLoader> media_loader_;  // qwen2vl or onevision: images and videos
   SamplingDefaults defaults_;
   MetricsRegistry metrics_;
   std::atomic<bool> ready_{false};

@@ -136,6 +136,10 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
 
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmDecoder& decoder,
                                                std::vector<int32_t> eos_token_ids) {
+  // The three methods run on the CPU only for now (issues 21-23): refuse them at start, not per step.
+  if (c.look_m.enabled || c.sink_router || c.sparse_prefill.method != SparsePrefillMethod::Off)
+    throw LoadError("--device cuda: LOOK-M, SinkRouter and sparse prefill do not run on the GPU yet; "
+                    "turn them off or use --device cpu");
   CudaDecoderOptions o;
   o.dtype = c.dtype.value_or(decoder.config().dtype);
   o.block_size = c.block_size;

@@ -89,6 +89,57 @@ void gelu_erf_ref(float* x, int64_t n) {
   }
 }
 
+void gelu_tanh(float* x, int64_t n) {
+  VLM_CHECK(n >= 0, "gelu_tanh n={}", n);
+  constexpr float k = 0.79788456080286535588f;  // sqrt(2 / pi)
+  for_chunks(n, kMinElemsPerTask, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float v = x[i];
+      x[i] = 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v)));
+    }
+  });
+}
+
+void gelu_tanh_ref(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    x[i] = static_cast<float>(0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
+  }
+}
+
+void bilinear_resize(const float* in, int64_t H, int64_t W, int64_t C, int64_t oh, int64_t ow, float* out) {
+  VLM_CHECK(H > 0 && W > 0 && C > 0 && oh > 0 && ow > 0, "bilinear {}x{}x{} -> {}x{}", H, W, C, oh, ow);
+  struct Tap {
+    int64_t i0, i1;
+    float l0, l1;
+  };
+  auto taps = [](int64_t in_size, int64_t out_size) {
+    const float scale = static_cast<float>(in_size) / static_cast<float>(out_size);
+    std::vector<Tap> t(static_cast<size_t>(out_size));
+    for (int64_t d = 0; d < out_size; ++d) {
+      float src = scale * (static_cast<float>(d) + 0.5f) - 0.5f;
+      if (src < 0) src = 0;
+      const auto i0 = static_cast<int64_t>(src);
+      const float l1 = src - static_cast<float>(i0);
+      t[d] = {i0, i0 + (i0 < in_size - 1 ? 1 : 0), 1.0f - l1, l1};
+    }
+    return t;
+  };
+  const std::vector<Tap> ty = taps(H, oh), tx = taps(W, ow);
+  for (int64_t y = 0; y < oh; ++y)
+    for (int64_t x = 0; x < ow; ++x) {
+      const Tap& a = ty[y];
+      const Tap& b = tx[x];
+      const float* p00 = in + (a.i0 * W + b.i0) * C;
+      const float* p01 = in + (a.i0 * W + b.i1) * C;
+      const float* p10 = in + (a.i1 * W + b.i0) * C;
+      const float* p11 = in + (a.i1 * W + b.i1) * C;
+      float* o = out + (y * ow + x) * C;
+      for (int64_t c = 0; c < C; ++c)
+        o[c] = a.l0 * (b.l0 * p00[c] + b.l1 * p01[c]) + a.l1 * (b.l0 * p10[c] + b.l1 * p11[c]);
+    }
+}
+
 void quick_gelu(float* x, int64_t n) {
   VLM_CHECK(n >= 0, "quick_gelu n={}", n);
   for_chunks(n, kMinElemsPerTask, [&](int64_t b, int64_t e) {

@@ -22,12 +22,15 @@ ModelArchitecture detect_architecture(const std::string& model_dir) {
   if (arch == "Qwen2VLForConditionalGeneration" || arch == "Qwen2_5_VLForConditionalGeneration" ||
       (arch.empty() && (model_type == "qwen2_vl" || model_type == "qwen2_5_vl")))
     return ModelArchitecture::Qwen2VL;
+  if (arch == "LlavaOnevisionForConditionalGeneration" || (arch.empty() && model_type == "llava_onevision"))
+    return ModelArchitecture::LlavaOnevision;
   if (arch == "LlamaForCausalLM" || arch == "Qwen2ForCausalLM" ||
       (arch.empty() && (model_type == "llama" || model_type == "qwen2")))
     return ModelArchitecture::CausalLM;
   throw LoadError(path + ": unsupported architecture '" + arch + "' (model_type '" + model_type +
                   "'); supported: LlamaForCausalLM, Qwen2ForCausalLM, LlavaForConditionalGeneration, "
-                  "Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration");
+                  "Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
+                  "LlavaOnevisionForConditionalGeneration");
 }
 
 }  // namespace vlm

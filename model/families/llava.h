@@ -34,7 +34,7 @@ struct LlavaConfig {
   bool drop_cls = true;             // vision_feature_select_strategy "default" (vs "full")
   bool projector_bias = true;
 
-  int64_t tokens_per_image() const { return vision.num_patches() + (drop_cls ? 0 : 1); }
+  int64_t tokens_per_image() const { return vision.num_positions() - (drop_cls ? 1 : 0); }
 
   // Throws LoadError naming `source` for a missing/invalid text or vision config, an unsupported
   // projector activation or select strategy, or a feature layer out of range.
@@ -49,6 +49,7 @@ class LlavaModel : public MultimodalModel {
   LlavaModel(LlavaConfig config, WeightStore weights);
 
   const LlavaConfig& config() const { return config_; }
+  const WeightStore& weights() const { return weights_; }
   const LlmDecoder& decoder() const override { return *decoder_; }
   int64_t tokens_per_image() const { return config_.tokens_per_image(); }
   // The side S of the square pixel input [3, S, S] encode_images() expects.

@@ -63,7 +63,8 @@ MultimodalPrompt expand_media_tokens(std::span<const int32_t> ids, int32_t image
   int64_t expected = 0;
   for (const MediaTokens& it : items) {
     VLM_CHECK(it.num_tokens > 0 && (it.modality == Modality::Image || it.modality == Modality::Video) &&
-                  it.tokens_per_frame > 0 && it.num_tokens % it.tokens_per_frame == 0,
+                  it.tokens_per_frame > 0 && it.num_tokens >= it.tokens_per_frame &&
+                  (it.modality == Modality::Video || it.num_tokens == it.tokens_per_frame),
               "media item of {} tokens, {} per frame", it.num_tokens, it.tokens_per_frame);
     expected += it.num_tokens;
   }
@@ -130,7 +131,11 @@ MultimodalPrompt expand_media_tokens(std::span<const int32_t> ids, int32_t image
       p.token_ids.push_back(id);
       p.modalities.push_back(ModalityTag{it.modality, static_cast<int32_t>(k)});
       p.media_offset.push_back(static_cast<int32_t>(done));
-      p.frame.push_back(it.modality == Modality::Video ? static_cast<int32_t>(done / it.tokens_per_frame) : -1);
+      // Tokens after the last whole frame (LLaVA-OneVision's newline) count to the last frame.
+      const int64_t last = it.num_tokens / it.tokens_per_frame - 1;
+      p.frame.push_back(it.modality == Modality::Video
+                            ? static_cast<int32_t>(std::min(done / it.tokens_per_frame, last))
+                            : -1);
     }
     if (done == items[k].num_tokens) {
       ++k;

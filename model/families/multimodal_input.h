@@ -41,7 +41,9 @@ MultimodalPrompt expand_image_tokens(std::span<const int32_t> ids, int32_t image
 struct MediaTokens {
   Modality modality = Modality::Image;  // Image or Video
   int64_t num_tokens = 0;               // prompt tokens (> 0)
-  int64_t tokens_per_frame = 0;         // video: per temporal step (divides num_tokens); image: num_tokens
+  int64_t tokens_per_frame = 0;         // video: per temporal step; num_tokens holds whole frames and
+                                        // possibly a tail (LLaVA-OneVision's newline, tagged to the
+                                        // last frame); image: num_tokens
 };
 
 // Builds the tagged prompt of `ids` whose placeholders (image_token_id for images,

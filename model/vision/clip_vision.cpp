@@ -15,6 +15,8 @@ namespace vlm {
 
 ClipVisionConfig ClipVisionConfig::from_json(const nlohmann::json& j, const std::string& source) {
   ClipVisionConfig c;
+  c.siglip = j.contains("model_type") && j["model_type"] == "siglip_vision_model";
+  if (c.siglip) c.patch_size = 16, c.layer_norm_eps = 1e-6;
   auto num = [&](const char* key, int64_t& dst) {
     if (!j.contains(key) || j[key].is_null()) return;
     if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
@@ -29,10 +31,15 @@ ClipVisionConfig ClipVisionConfig::from_json(const nlohmann::json& j, const std:
   num("image_size", c.image_size);
   num("patch_size", c.patch_size);
   if (j.contains("layer_norm_eps") && j["layer_norm_eps"].is_number()) c.layer_norm_eps = j["layer_norm_eps"].get<double>();
-  const std::string act = j.contains("hidden_act") && j["hidden_act"].is_string() ? j["hidden_act"].get<std::string>() : "quick_gelu";
+  const std::string act = j.contains("hidden_act") && j["hidden_act"].is_string() ? j["hidden_act"].get<std::string>()
+                          : c.siglip                                               ? "gelu_pytorch_tanh"
+                                                                                   : "quick_gelu";
   if (act == "quick_gelu") c.act = VisionActivation::QuickGelu;
   else if (act == "gelu") c.act = VisionActivation::Gelu;
-  else throw LoadError(source + ": unsupported vision hidden_act '" + act + "' (supported: quick_gelu, gelu)");
+  else if (act == "gelu_pytorch_tanh") c.act = VisionActivation::GeluTanh;
+  else
+    throw LoadError(source + ": unsupported vision hidden_act '" + act +
+                    "' (supported: quick_gelu, gelu, gelu_pytorch_tanh)");
   if (c.hidden_size % c.num_heads != 0)
     throw LoadError(source + fmt::format(": vision hidden_size {} is not a multiple of num_attention_heads {}",
                                          c.hidden_size, c.num_heads));
@@ -55,20 +62,25 @@ ClipVisionEncoder::ClipVisionEncoder(const ClipVisionConfig& config, const Weigh
                                      const std::string& prefix, int64_t num_layers_used)
     : config_(config) {
   const int64_t C = config.hidden_size, I = config.intermediate_size, p = config.patch_size;
-  const int64_t P = config.num_patches();
+  const int64_t L = config.num_positions();
   VLM_CHECK(num_layers_used >= 0 && num_layers_used <= config.num_layers, "{} of {} vision layers",
             num_layers_used, config.num_layers);
   const std::string e = prefix + "embeddings.";
   TensorView conv = w(e + "patch_embedding.weight", {C, 3, p, p});
   patch_w_ = TensorView(conv.data, conv.dtype, {C, 3 * p * p});
-  TensorView cls = w(e + "class_embedding", {C});
-  class_emb_.resize(static_cast<size_t>(C));
-  convert_to_f32(cls.data, cls.dtype, class_emb_.data(), C);
-  TensorView pos = w(e + "position_embedding.weight", {P + 1, C});
-  pos_emb_.resize(static_cast<size_t>((P + 1) * C));
-  convert_to_f32(pos.data, pos.dtype, pos_emb_.data(), (P + 1) * C);
-  pre_ln_w_ = w(prefix + "pre_layrnorm.weight", {C});
-  pre_ln_b_ = w(prefix + "pre_layrnorm.bias", {C});
+  auto f32 = [&](const std::string& name, const Shape& shape, std::vector<float>& dst) {
+    TensorView t = w(name, shape);
+    dst.resize(static_cast<size_t>(t.numel()));
+    convert_to_f32(t.data, t.dtype, dst.data(), t.numel());
+  };
+  if (config.siglip) {
+    f32(e + "patch_embedding.bias", {C}, patch_b_);
+  } else {
+    f32(e + "class_embedding", {C}, class_emb_);
+    pre_ln_w_ = w(prefix + "pre_layrnorm.weight", {C});
+    pre_ln_b_ = w(prefix + "pre_layrnorm.bias", {C});
+  }
+  f32(e + "position_embedding.weight", {L, C}, pos_emb_);
   for (int64_t l = 0; l < num_layers_used; ++l) {
     const std::string lp = prefix + "encoder.layers." + std::to_string(l) + ".";
     Layer L;
@@ -96,10 +108,12 @@ void ClipVisionEncoder::encode(const float* pixels, int64_t N, std::span<const i
                                bool drop_cls, float* out) const {
   const ClipVisionConfig& c = config_;
   const int64_t C = c.hidden_size, I = c.intermediate_size, p = c.patch_size, S = c.image_size;
-  const int64_t G = c.grid(), P = c.num_patches(), L = P + 1, T = N * L;
+  const int64_t G = c.grid(), P = c.num_patches(), L = c.num_positions(), T = N * L;
+  const int64_t cls = L - P;  // 1 (CLIP's class token) or 0 (SigLIP)
   const int H = static_cast<int>(c.num_heads), D = static_cast<int>(c.head_dim());
   const float eps = static_cast<float>(c.layer_norm_eps);
   VLM_CHECK(N > 0 && !layers.empty(), "encode N={} with {} layers", N, layers.size());
+  VLM_CHECK(!drop_cls || cls == 1, "drop_cls on a tower without a class token");
   int deepest = 0;
   for (int l : layers) {
     VLM_CHECK(l >= 0 && l <= static_cast<int>(layers_.size()), "hidden state {} of {} loaded layers", l,
@@ -121,17 +135,18 @@ void ClipVisionEncoder::encode(const float* pixels, int64_t N, std::span<const i
           }
       }
   Tensor pe = Tensor::empty({N * P, C});
-  linear(pp, N * P, patch_w_, nullptr, pe.as<float>());
+  linear(pp, N * P, patch_w_, patch_b_.empty() ? nullptr : patch_b_.data(), pe.as<float>());
 
   Tensor x = Tensor::empty({T, C});  // residual stream [N * L, Cv]
   float* xp = x.as<float>();
   for (int64_t n = 0; n < N; ++n) {
-    for (int64_t i = 0; i < C; ++i) xp[n * L * C + i] = class_emb_[i] + pos_emb_[i];
-    for (int64_t t = 1; t < L; ++t)
+    if (cls)
+      for (int64_t i = 0; i < C; ++i) xp[n * L * C + i] = class_emb_[i] + pos_emb_[i];
+    for (int64_t t = cls; t < L; ++t)
       for (int64_t i = 0; i < C; ++i)
-        xp[(n * L + t) * C + i] = pe.as<float>()[(n * P + t - 1) * C + i] + pos_emb_[t * C + i];
+        xp[(n * L + t) * C + i] = pe.as<float>()[(n * P + t - cls) * C + i] + pos_emb_[t * C + i];
   }
-  layer_norm(xp, pre_ln_w_, pre_ln_b_, eps, T, xp);
+  if (!c.siglip) layer_norm(xp, pre_ln_w_, pre_ln_b_, eps, T, xp);
 
   const int64_t first = drop_cls ? 1 : 0, rows = L - first;
   const int64_t out_c = C * static_cast<int64_t>(layers.size());
@@ -162,6 +177,7 @@ void ClipVisionEncoder::encode(const float* pixels, int64_t N, std::span<const i
     layer_norm(xp, Ly.ln2_w, Ly.ln2_b, eps, T, hp);
     linear(hp, T, Ly.fc1, Ly.fc1_b.as<const float>(), f.as<float>());
     if (c.act == VisionActivation::QuickGelu) quick_gelu(f.as<float>(), T * I);
+    else if (c.act == VisionActivation::GeluTanh) gelu_tanh(f.as<float>(), T * I);
     else gelu_erf(f.as<float>(), T * I);
     linear(f.as<float>(), T, Ly.fc2, Ly.fc2_b.as<const float>(), hp);
     add_inplace(xp, hp, T * C);

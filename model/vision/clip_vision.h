@@ -1,6 +1,9 @@
 // CLIPVisionModel (transformers modeling_clip) on the CPU: patch embedding (the stride-p conv as a
 // GEMM over unfolded patches), class token, learned positions, pre-LayerNorm, then pre-LN encoder
-// layers (bidirectional attention, fc1 -> quick_gelu/gelu -> fc2). Returns the hidden states the
+// layers (bidirectional attention, fc1 -> quick_gelu/gelu -> fc2). SiglipVisionModel
+// (modeling_siglip, config.siglip) is the same encoder without the class token and the
+// pre-LayerNorm, with a bias on the patch conv and gelu_pytorch_tanh: hidden_states[0] is the patch
+// embeddings plus positions. Returns the hidden states the
 // caller selects (HF hidden_states[i]: i = 0 is the pre-LayerNorm output, i = l after layer l), so
 // only the layers up to the deepest selected one run. post_layernorm is never needed by LLaVA.
 // f32 compute over weights kept in their stored dtype.
@@ -18,9 +21,9 @@
 
 namespace vlm {
 
-enum class VisionActivation { QuickGelu, Gelu };
+enum class VisionActivation { QuickGelu, Gelu, GeluTanh };
 
-struct ClipVisionConfig {  // defaults: transformers CLIPVisionConfig
+struct ClipVisionConfig {  // defaults: transformers CLIPVisionConfig (SiglipVisionConfig's when siglip)
   int64_t hidden_size = 768;         // Cv
   int64_t intermediate_size = 3072;  // Iv
   int64_t num_layers = 12;
@@ -30,12 +33,15 @@ struct ClipVisionConfig {  // defaults: transformers CLIPVisionConfig
   int64_t patch_size = 32;           // p
   double layer_norm_eps = 1e-5;
   VisionActivation act = VisionActivation::QuickGelu;
+  bool siglip = false;  // model_type siglip_vision_model: no class token, no pre-LayerNorm, conv bias
 
   int64_t grid() const { return image_size / patch_size; }
   int64_t num_patches() const { return grid() * grid(); }  // P
+  int64_t num_positions() const { return num_patches() + (siglip ? 0 : 1); }  // L: tokens per image
   int64_t head_dim() const { return hidden_size / num_heads; }
 
-  // Missing fields take CLIPVisionConfig's defaults. Throws LoadError (naming `source`) for an
+  // Missing fields take CLIPVisionConfig's defaults (SiglipVisionConfig's for model_type
+  // "siglip_vision_model"). Throws LoadError (naming `source`) for an
   // unsupported hidden_act, a hidden size not divisible by the heads, or an image size not
   // divisible by the patch size.
   static ClipVisionConfig from_json(const nlohmann::json& j, const std::string& source);
@@ -46,15 +52,16 @@ using WeightLookup = std::function<TensorView(const std::string& name, const Sha
 
 class ClipVisionEncoder {
  public:
-  // Loads `prefix` + "embeddings.*", "pre_layrnorm.*" and "encoder.layers.{0..num_layers_used-1}.*".
+  // Loads `prefix` + "embeddings.*", "pre_layrnorm.*" (CLIP) and "encoder.layers.{0..num_layers_used-1}.*".
   ClipVisionEncoder(const ClipVisionConfig& config, const WeightLookup& weights,
                     const std::string& prefix, int64_t num_layers_used);
 
   const ClipVisionConfig& config() const { return config_; }
 
-  // pixels[N, 3, S, S] -> out[N, P + 1 - drop_cls, Cv * layers.size()]: hidden states `layers`
+  // pixels[N, 3, S, S] -> out[N, L - drop_cls, Cv * layers.size()]: hidden states `layers`
   // (indices in [0, num_layers_used]) concatenated along the feature dim, in the given order, with
-  // the class-token row dropped when drop_cls. All N images run through each layer together.
+  // the first row (CLIP's class token) dropped when drop_cls. All N images run through each layer
+  // together.
   void encode(const float* pixels, int64_t N, std::span<const int> layers, bool drop_cls,
               float* out) const;
 
@@ -70,8 +77,9 @@ class ClipVisionEncoder {
 
   ClipVisionConfig config_;
   TensorView patch_w_;            // [Cv, 3 * p * p] (the conv weight, flattened)
-  std::vector<float> class_emb_;  // [Cv]
-  std::vector<float> pos_emb_;    // [P + 1, Cv]
+  std::vector<float> patch_b_;    // [Cv] (SigLIP), else empty
+  std::vector<float> class_emb_;  // [Cv] (CLIP), else empty
+  std::vector<float> pos_emb_;    // [L, Cv]
   TensorView pre_ln_w_, pre_ln_b_;
   std::vector<Layer> layers_;
   std::vector<Tensor> storage_;   // f32 bias copies

@@ -1,7 +1,6 @@
 #include "server/media/qwen2vl_media_loader.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include <fmt/format.h>
 
@@ -49,21 +48,9 @@ MediaPixels Qwen2VLMediaLoader::load_image(const std::string& url, const std::st
 
 MediaPixels Qwen2VLMediaLoader::load_video(const std::vector<std::string>& frames, double fps,
                                            const std::string& param) const {
-  auto bad = [&](const std::string& msg) { return RequestError(400, "invalid_request_error", msg, param); };
-  if (!options_.accepts_video) throw bad("this model does not accept video input");
-  if (frames.empty()) throw bad("a video needs at least one frame");
-  if (static_cast<int64_t>(frames.size()) > options_.max_video_frames)
-    throw bad(fmt::format("the video has {} frames; at most {} are allowed (--max-video-frames)", frames.size(),
-                          options_.max_video_frames));
-  if (!(std::isfinite(fps) && fps > 0 && fps <= 1000)) throw bad(fmt::format("fps must be in (0, 1000], got {}", fps));
-  std::vector<RgbImage> rgb;
-  rgb.reserve(frames.size());
-  for (size_t f = 0; f < frames.size(); ++f) {
-    rgb.push_back(fetch_image(frames[f], fetch_, limits_, param));
-    if (rgb.back().width != rgb.front().width || rgb.back().height != rgb.front().height)
-      throw bad(fmt::format("video frame {} is {}x{} pixels, frame 0 is {}x{}: all frames must have one size", f,
-                            rgb.back().width, rgb.back().height, rgb.front().width, rgb.front().height));
-  }
+  if (!options_.accepts_video)
+    throw RequestError(400, "invalid_request_error", "this model does not accept video input", param);
+  const std::vector<RgbImage> rgb = fetch_video_frames(frames, fps, options_.max_video_frames, fetch_, limits_, param);
   MediaPixels m = with_param(param, [&] {
     return to_media(qwen2vl_preprocess(rgb, options_.video), Modality::Video, options_.video);
   });

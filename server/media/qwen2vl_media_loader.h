@@ -30,6 +30,7 @@
 #include "model/media/video_decode.h"
 #include "model/media/video_sampling.h"
 #include "server/media/media_fetch.h"
+#include "server/media/media_item_loader.h"
 
 namespace vlm {
 
@@ -45,7 +46,7 @@ struct Qwen2VLMediaOptions {
   int64_t video_total_pixels = 90316800;  // qwen-vl-utils VIDEO_TOTAL_PIXELS (128000 * 28 * 28 * 0.9)
 };
 
-class Qwen2VLMediaLoader {
+class Qwen2VLMediaLoader : public MediaItemLoader {
  public:
   Qwen2VLMediaLoader(MediaFetchOptions fetch, ImageLimits limits, Qwen2VLMediaOptions options);
   const Qwen2VLMediaOptions& options() const { return options_; }
@@ -53,19 +54,23 @@ class Qwen2VLMediaLoader {
   // Throws RequestError (400, param `param`) for a URL that cannot be fetched, bytes that are
   // not a supported image, an image over the byte or pixel limits, or a size smart_resize
   // refuses (a side under 10 pixels, aspect ratio over 200).
-  MediaPixels load_image(const std::string& url, const std::string& param) const;
+  MediaPixels load_image(const std::string& url, const std::string& param) const override;
   // frames: one URL per frame. Throws RequestError (400, param `param`) as load_image, and for
   // no frames, more than max_video_frames, frames of different sizes, or fps not in (0, 1000].
-  MediaPixels load_video(const std::vector<std::string>& frames, double fps, const std::string& param) const;
+  MediaPixels load_video(const std::vector<std::string>& frames, double fps, const std::string& param) const override;
   // One video file. `sampling`: the request's fps or num_frames and min/max frames over the
   // model's defaults (options().sampling); max_frames is further capped at max_video_frames, and a
   // num_frames over it is refused. Throws RequestError (400, param `param`) as load_image, and for
   // a file video_decode or sample_frames refuses (the message says why).
   MediaPixels load_video_file(const std::string& url, const VideoSamplingParams& sampling,
-                              const std::string& param) const;
+                              const std::string& param) const override;
 
   // The prompt tokens of an item loaded here (grid t*h*w / merge^2, per frame h*w / merge^2).
-  MediaTokens tokens(const MediaPixels& item) const;
+  MediaTokens tokens(const MediaPixels& item) const override;
+  int32_t image_token_id() const override { return options_.image_token_id; }
+  int32_t video_token_id() const override { return options_.video_token_id; }
+  bool accepts_video() const override { return options_.accepts_video; }
+  VideoSamplingParams default_sampling() const override { return options_.sampling; }
 
  private:
   MediaFetchOptions fetch_;

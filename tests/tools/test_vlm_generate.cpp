@@ -100,6 +100,18 @@ TEST(VlmGenerate, BadArgumentsAreUsageErrors) {
   r = run("--model " + fixture_model_dir("qwen2_tiny") + " --prompt-ids 1,99999");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("prompt id 99999 >= vocab size 384"), std::string::npos) << r.output;
+  r = run("--model " + fixture_model_dir("qwen2_tiny") + " --prompt-ids 1,2 --device tpu");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--device must be auto, cuda or cpu"), std::string::npos) << r.output;
+  r = run("--model " + fixture_model_dir("qwen2_tiny") + " --prompt-ids 1,2 --dtype double");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--dtype must be auto, bfloat16, float16 or float32"), std::string::npos) << r.output;
+}
+
+// --device cpu (and --dtype auto) run on the CPU backend whatever the build has.
+TEST(VlmGenerate, DeviceCpuRunsTheCpuBackend) {
+  const Result r = run("--model " + fixture_model_dir("qwen2_tiny") + " --prompt-ids 1,2,3 --device cpu --dtype auto");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST(VlmGenerate, MissingModelIsALoadError) {

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "kernels/core/thread_pool.h"
 #include "model/chat/chat_template.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tools/common/backend_flags.h"
 #include "tools/common/cli_flags.h"
 
 namespace {
@@ -54,11 +56,17 @@ struct Options {
   float top_p = 1.0f;
   std::optional<uint64_t> seed;
   std::string log_level = "warn";
+  std::map<std::string, std::string> backend;  // --device, --dtype, --gpu-memory-utilization
 };
+
+vlm::cli::FlagTable with_backend_flags(vlm::cli::FlagTable t) {
+  vlm::cli::add_backend_flags(t);
+  return t;
+}
 
 const vlm::cli::FlagParser kCli(
     "vlm-generate --model DIR --prompt-ids 1,2,3 | --prompt TEXT [--chat] [more prompts] [flags]",
-    {{"model", "DIR: a Hugging Face checkpoint directory (required)"},
+    with_backend_flags({{"model", "DIR: a Hugging Face checkpoint directory (required)"},
      {"prompt-ids", "1,2,3 or @FILE: one prompt as token ids (repeatable)"},
      {"prompt", "TEXT: one prompt as text, tokenized with the model's tokenizer (repeatable)"},
      {"chat", "(switch) each --prompt is a user message rendered with the chat template"},
@@ -76,7 +84,7 @@ const vlm::cli::FlagParser kCli(
      {"top-k", "K (default 0: off; -1 also off)"},
      {"top-p", "P (default 1)"},
      {"seed", "S: sampling seed (sequence i takes S + i)"},
-     {"log-level", "LEVEL (default warn)"}});
+     {"log-level", "LEVEL (default warn)"}}));
 
 [[noreturn]] void usage(const std::string& error) { kCli.fail(error); }
 
@@ -126,6 +134,7 @@ Options parse(int argc, char** argv) {
     else if (a == "chunk-size") o.chunk_size = parse_int(a, v, 1);
     else if (a == "block-size") o.block_size = parse_int(a, v, 1);
     else if (a == "threads") o.threads = parse_int(a, v, 1);
+    else if (a == "device" || a == "dtype" || a == "gpu-memory-utilization") o.backend[a] = v;
     else if (a == "gemm-activations") {
       if (v != "bf16" && v != "f32") usage("--gemm-activations must be bf16 or f32");
       o.bf16_activations = v == "bf16";
@@ -204,6 +213,7 @@ int run(Options o) {
 
   // A KV cache that holds every sequence at full length: no preemption in a benchmark.
   vlm::EngineConfig ec;
+  vlm::cli::apply_backend_flags(o.backend, kCli, ec);
   ec.block_size = o.block_size;
   ec.kv_dtype = o.kv_dtype;
   ec.max_model_len = static_cast<int64_t>(longest) + o.max_tokens;

@@ -19,8 +19,9 @@
 // Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
 // DIR/preprocessor_config.json), Qwen2VLForConditionalGeneration and
 // Qwen2_5_VLForConditionalGeneration (images and videos as frame lists; DIR/preprocessor_config.json
-// and DIR/video_preprocessor_config.json, else the image one). Checkpoints saved by transformers >= 5
-// keep the processors' settings in DIR/processor_config.json instead; both layouts load.
+// and DIR/video_preprocessor_config.json, else the image one), LlavaOnevisionForConditionalGeneration
+// (images and videos; the processor files in either layout: preprocessor_config.json and
+// video_preprocessor_config.json, or transformers 5's processor_config.json).
 // A --config file is a JSON object with the same names (dashes or underscores); flags override it.
 // Every flag can also come from the environment as VLM_SERVER_<NAME> (upper case, '-' -> '_'), e.g.
 // VLM_SERVER_MODEL=/model, VLM_SERVER_DRAIN_TIMEOUT=60 (for containers): flags > environment > --config.
@@ -51,6 +52,7 @@
 #include "kernels/core/log.h"
 #include "kernels/core/thread_pool.h"
 #include "model/families/architecture.h"
+#include "model/families/llava_onevision.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
 #include "model/methods/sink_router_config_file.h"
@@ -401,6 +403,26 @@ int main(int argc, char** argv) {
                                              model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
                                              vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
         api.qwen2vl = media;
+        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
+                                               vlm::make_text_decoder_factory(tokenizer));
+        break;
+      }
+      case vlm::ModelArchitecture::LlavaOnevision: {
+        auto model = vlm::LlavaOnevisionModel::load(model_dir);
+        warm_weights(model->decoder());
+        vlm::OnevisionMediaOptions media;
+        media.image = vlm::OnevisionPreprocessConfig::load(model_dir, /*video=*/false);
+        media.video = vlm::OnevisionPreprocessConfig::load(model_dir, /*video=*/true);
+        media.image_token_id = model->image_token_id();
+        media.video_token_id = model->video_token_id();
+        media.grid = model->grid();
+        media.max_num_patches = model->config().max_num_patches;
+        media.max_video_frames = max_video_frames;
+        for (const auto* p : {&media.image, &media.video})
+          if (p->size != model->tile_size())
+            throw vlm::LoadError(fmt::format("{}: the processor makes {}px tiles, the vision tower takes {}px", model_dir,
+                                             p->size, model->tile_size()));
+        api.onevision = media;
         engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
                                                vlm::make_text_decoder_factory(tokenizer));
         break;

@@ -116,15 +116,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     if (job.min_p > 0.0f) cut = m + logf(job.min_p);
     if (job.top_k > 0 && job.top_k < V) {
       // The k-th largest value: the largest key c with count(w >= c) >= k.
-      uint32_t lo = 0, hi = 0xffffffffu;
+      // Keys in 64 bits: hi - lo + 1 overflows 32 (and a key wrapping below 0 never ends the loop).
+      // Finite values only (the keys outside are NaNs).
+      uint64_t lo = key_of(-FLT_MAX), hi = key_of(FLT_MAX);
       while (lo < hi) {
-        const uint32_t mid = lo + (hi - lo + 1) / 2;
-        const float c = float_of(mid);
+        const uint64_t mid = lo + (hi - lo + 1) / 2;
+        const float c = float_of(static_cast<uint32_t>(mid));
         long long n = 0;
         for (int64_t i = threadIdx.x; i < V; i += kThreads) n += w[i] >= c;
         if (block_count(n, sh, &i_result) >= job.top_k) lo = mid; else hi = mid - 1;
       }
-      cut = fmaxf(cut, float_of(lo));
+      cut = fmaxf(cut, float_of(static_cast<uint32_t>(lo)));
     }
     // w becomes the unnormalized probability of each kept token (0 for the others).
     double total = 0;

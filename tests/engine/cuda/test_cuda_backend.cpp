@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <numeric>
 
@@ -42,6 +43,7 @@ class CudaBackendTest : public ::testing::Test {
     }
     backend_->forward(make_forward_batch(chunks, 16), EmbeddingOverride{});
     backend_->decoder().download_logits(logits_);
+    std::fprintf(stderr, "[ cuda backend ] forward of 3 prompts done\n");
     V_ = decoder_->config().vocab_size;
   }
 
@@ -103,6 +105,8 @@ TEST_F(CudaBackendTest, GpuSamplingMatchesTheCpuSampler) {
       for (size_t i = 0; i < gpu_seqs.size(); ++i) tasks.push_back({&gpu_seqs[i], static_cast<int64_t>(i)});
       tasks.push_back({&gpu_seqs[0], 2});  // two tasks may share a sequence's RNG stream... and rows
       std::vector<SampleResult> got;
+      std::fprintf(stderr, "[ cuda backend ] sampling case %d seed %llu\n", case_index,
+                   static_cast<unsigned long long>(seed));
       backend_->sample(tasks, got);
       ASSERT_EQ(got.size(), tasks.size());
       std::vector<SampleResult> want;

@@ -54,9 +54,12 @@ TEST(VisionOps, LayerNormMatchesRef) {
 TEST(VisionOps, ActivationsMatchRef) {
   for (int64_t n : {1, 17, 40000, 100003}) {
     const std::vector<float> x = randn(static_cast<size_t>(n), 4.0f, 9);
-    std::vector<float> a = x, ar = x, q = x, qr = x;
+    std::vector<float> a = x, ar = x, q = x, qr = x, t = x, tr = x;
     gelu_erf(a.data(), n);
     gelu_erf_ref(ar.data(), n);
+    gelu_tanh(t.data(), n);
+    gelu_tanh_ref(tr.data(), n);
+    EXPECT_LE(max_rel(t, tr), 2e-6) << n;
     quick_gelu(q.data(), n);
     quick_gelu_ref(qr.data(), n);
     EXPECT_LE(max_rel(a, ar), 1e-6) << n;
@@ -67,6 +70,10 @@ TEST(VisionOps, ActivationsMatchRef) {
   EXPECT_FLOAT_EQ(v[0], 0.0f);
   EXPECT_NEAR(v[1], 0.8413447f, 1e-6);
   EXPECT_NEAR(v[2], -0.1586553f, 1e-6);
+  float w[2] = {1.0f, -1.0f};  // torch.nn.functional.gelu(x, approximate="tanh")
+  gelu_tanh(w, 2);
+  EXPECT_NEAR(w[0], 0.8411920f, 1e-6);
+  EXPECT_NEAR(w[1], -0.1588080f, 1e-6);
 }
 
 TEST(DenseAttention, MatchesRef) {
