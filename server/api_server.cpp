@@ -260,13 +260,8 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   }
   // HF processors' tokenization: BOS added unless the template wrote it (never two).
   PromptInput in;
-<<<<<<< HEAD
   in.ids = tok.encode_chat(prompt);
-  if (options_.qwen2vl) {
-=======
-  in.ids = tok.encode(prompt, /*add_special_tokens=*/false);
   if (media_loader_) {
->>>>>>> main
     // Token counts depend on each item's size: the media are always loaded.
     parts = in_placeholder_order(std::move(parts), in.ids, media_loader_->image_token_id(),
                                  media_loader_->video_token_id());
