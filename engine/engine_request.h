@@ -29,6 +29,8 @@ struct Engine::Request {
       u.cached_tokens = std::max<int64_t>(0, seqs.front()->num_prefix_cached_tokens);
       u.look_m_kv_tokens_before = seqs.front()->look_m_kv_tokens_before;
       u.look_m_kv_tokens_kept = seqs.front()->look_m_kv_tokens_after;
+      u.prefill_blocks_computed = seqs.front()->sparse_prefill_blocks.computed;
+      u.prefill_blocks_causal = seqs.front()->sparse_prefill_blocks.causal;
     }
     return u;
   }

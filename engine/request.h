@@ -42,6 +42,10 @@ struct Usage {
   // SinkRouter: decode (token, layer, kv group) decisions of all choices, and the skipped ones.
   int64_t sink_groups_routed = 0;
   int64_t sink_groups_skipped = 0;
+  // Sparse prefill: key blocks computed and causal key blocks over the prompt's sparse-prefilled
+  // chunks, all layers and heads (both 0: the prompt ran dense). Density = computed / causal.
+  double prefill_blocks_computed = 0;
+  double prefill_blocks_causal = 0;
   int64_t total_tokens() const { return prompt_tokens + completion_tokens; }
 };
 

@@ -100,6 +100,9 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
             {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000});
   m.declare("vllm:request_generation_tokens", T::Histogram, "Number of generation tokens processed.",
             {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000});
+  m.declare("vlm:prefill_attention_density", T::Histogram,
+            "Computed / causal key blocks of a request's sparse-prefilled prompt (dense prompts not observed).",
+            {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0});
 }
 
 void ApiServer::register_routes(Router& router) {
@@ -139,7 +142,9 @@ struct MediaPart {
   Modality modality = Modality::Image;
   std::vector<std::string> urls;  // image: one; video: one per frame
   bool video_file = false;        // video given as one URL (a video file)
-  double fps = 2.0;               // video: frames per second of the given frames
+  // video: frames per second of the given frames. Without an fps, HF's default for frames that
+  // come without video metadata (transformers 5.17 VideoMetadata.sampled_fps: `self.fps or 24`).
+  double fps = 24.0;
   std::string param;              // e.g. messages[0].content[1].video_url
   VideoSamplingParams sampling;   // video file: the request's fps / num_frames / min, max frames
 };
@@ -259,9 +264,9 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
     const size_t at = text.empty() ? std::string::npos : prompt.rfind(text);
     if (at != std::string::npos) prompt.resize(at + text.size());
   }
-  // The template writes the special tokens itself (vLLM: add_special_tokens=false for chat).
+  // HF processors' tokenization: BOS added unless the template wrote it (never two).
   PromptInput in;
-  in.ids = tok.encode(prompt, /*add_special_tokens=*/false);
+  in.ids = tok.encode_chat(prompt);
   if (media_loader_) {
     // Token counts depend on each item's size: the media are always loaded.
     parts = in_placeholder_order(std::move(parts), in.ids, media_loader_->image_token_id(),
@@ -383,6 +388,9 @@ void ApiServer::record_outcome(const CompletionOutcome& o, double e2e_s, int64_t
   metrics_.observe("vllm:e2e_request_latency_seconds", e2e_s, model);
   metrics_.observe("vllm:request_prompt_tokens", static_cast<double>(num_prompt_tokens), model);
   metrics_.observe("vllm:request_generation_tokens", static_cast<double>(o.usage.completion_tokens), model);
+  if (o.usage.prefill_blocks_causal > 0)
+    metrics_.observe("vlm:prefill_attention_density", o.usage.prefill_blocks_computed / o.usage.prefill_blocks_causal,
+                     model);
 }
 
 HttpReply ApiServer::models(const HttpRequest& req) const {

@@ -7,7 +7,7 @@
 // options.qwen2vl or options.onevision they may also hold videos as
 // frame lists: {"type": "video_url", "video_url": {"url": [frame URLs], "fps": F}} (or
 // "video_url": [frame URLs], fps on the part) and Qwen's {"type": "video", "video": [...]};
-// fps (default 2.0) is the rate of the given frames; see server/media/qwen2vl_media_loader.h.
+// fps (default 24, as HF assumes for bare frames) is the rate of the given frames; see server/media/qwen2vl_media_loader.h.
 // A single URL there is a video file (MP4/MOV, WebM/MKV, GIF), sampled at "fps" (or
 // "num_frames", with "min_frames"/"max_frames") over the checkpoint's video processor defaults.
 // Handlers parse JSON into native requests (server/openai_request), tokenize (chat template

@@ -48,6 +48,8 @@ json usage_json(const Usage& u) {
     vlm["sink_groups_skipped"] = u.sink_groups_skipped;
     vlm["sink_groups_skipped_ratio"] = static_cast<double>(u.sink_groups_skipped) / u.sink_groups_routed;
   }
+  if (u.prefill_blocks_causal > 0)
+    vlm["prefill_attention_density"] = u.prefill_blocks_computed / u.prefill_blocks_causal;
   if (!vlm.empty()) j["vlm"] = std::move(vlm);
   return j;
 }
@@ -60,6 +62,8 @@ void add_usage(Usage& into, const Usage& u) {
   into.look_m_kv_tokens_kept += u.look_m_kv_tokens_kept;
   into.sink_groups_routed += u.sink_groups_routed;
   into.sink_groups_skipped += u.sink_groups_skipped;
+  into.prefill_blocks_computed += u.prefill_blocks_computed;
+  into.prefill_blocks_causal += u.prefill_blocks_causal;
 }
 
 json chat_logprobs_json(const std::vector<TokenLogprobs>& lps, const ResponseMeta& meta) {

@@ -118,7 +118,9 @@ class CompletionCollector : public DeferredReply, public std::enable_shared_from
 // JSON pieces shared by both.
 // usage_json adds "vlm": {"look_m_kv_tokens_before", "look_m_kv_tokens_kept"} when LOOK-M
 // compressed a prompt of the response (summed over its prompts), and {"sink_groups_routed",
-// "sink_groups_skipped", "sink_groups_skipped_ratio"} when SinkRouter routed its decode steps.
+// "sink_groups_skipped", "sink_groups_skipped_ratio"} when SinkRouter routed its decode steps, and
+// "prefill_attention_density" (computed / causal key blocks over the sparse-prefilled chunks,
+// all layers and heads) when a prompt ran sparse prefill; absent when every prompt ran dense.
 nlohmann::json usage_json(const Usage& u);
 // Adds one engine request's usage into a response's total.
 void add_usage(Usage& into, const Usage& u);

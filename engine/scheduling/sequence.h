@@ -17,6 +17,7 @@
 #include "engine/media_inputs.h"
 #include "engine/scheduling/block_hash.h"
 #include "engine/sampling/sampling_params.h"
+#include "kernels/attention/block_sparse_plan.h"
 #include "kernels/kv_compression/look_m_params.h"
 #include "model/methods/look_m_state.h"
 #include "model/decoder/modality.h"
@@ -59,6 +60,7 @@ struct Sequence {
   std::unique_ptr<LookMState> look_m_state;  // while a LOOK-M prefill runs (KVCompressor)
   int32_t look_m_kv_tokens_before = 0;       // cache tokens before / after the last compaction
   int32_t look_m_kv_tokens_after = 0;        // (0: never compressed)
+  BlockCounts sparse_prefill_blocks;         // key blocks of its sparse-prefilled chunks (all layers)
   SinkAnchors sink_anchors;           // SinkRouter anchors and counters (empty unless routed)
   // Prefix caching (BlockManager; block_hash.h). The engine sets the policy from the request:
   // a sequence whose K/V is not the exact path's for its tokens (LOOK-M compacts it; sparse

@@ -126,16 +126,19 @@ double head_plan_token_density(const BlockSparsePlan& p, int head) {
   return causal > 0 ? kept / causal : 1.0;
 }
 
-double plan_block_density(const BlockSparsePlan& p) {
-  double kept = 0;
+BlockCounts plan_block_counts(const BlockSparsePlan& p) {
+  BlockCounts c;
   for (const HeadPlan& hp : p.heads)
-    kept += static_cast<double>(hp.blocks.size()) +
-            static_cast<double>(hp.cols.size()) / p.block_n;
-  double causal = 0;
+    c.computed += static_cast<double>(hp.blocks.size()) + static_cast<double>(hp.cols.size()) / p.block_n;
   for (int m = 0; m < p.num_qblocks(); ++m)
-    causal += (p.offset() + std::min(p.q_len, (m + 1) * p.block_m) - 1) / p.block_n + 1;
-  causal *= static_cast<double>(p.heads.size());
-  return causal > 0 ? kept / causal : 1.0;
+    c.causal += (p.offset() + std::min(p.q_len, (m + 1) * p.block_m) - 1) / p.block_n + 1;
+  c.causal *= static_cast<double>(p.heads.size());
+  return c;
+}
+
+double plan_block_density(const BlockSparsePlan& p) {
+  const BlockCounts c = plan_block_counts(p);
+  return c.causal > 0 ? c.computed / c.causal : 1.0;
 }
 
 }  // namespace vlm

@@ -68,8 +68,18 @@ std::vector<uint8_t> head_plan_mask(const BlockSparsePlan& plan, int head);
 double head_plan_token_density(const BlockSparsePlan& plan, int head);
 
 // Computed key blocks / causal key blocks over all heads, counted without building masks: a
-// listed block (or 64 gathered columns) counts one; the causal count is that of the dense plan.
-// This is the "kept-block density" the benches and the usage report quote.
-double plan_block_density(const BlockSparsePlan& plan);
+// listed block (or block_n gathered columns) counts one; the causal count is that of the dense
+// plan. This is the "kept-block density" the benches and the usage report quote.
+struct BlockCounts {
+  double computed = 0;  // key blocks computed (gathered columns in block_n units), all heads
+  double causal = 0;    // key blocks of the dense causal plan, all heads
+  BlockCounts& operator+=(const BlockCounts& o) {
+    computed += o.computed;
+    causal += o.causal;
+    return *this;
+  }
+};
+BlockCounts plan_block_counts(const BlockSparsePlan& plan);
+double plan_block_density(const BlockSparsePlan& plan);  // computed / causal (1 when no causal block)
 
 }  // namespace vlm

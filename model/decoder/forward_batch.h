@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/attention/paged_attention.h"
+#include "kernels/attention/block_sparse_plan.h"
 #include "kernels/sparse_prefill/sparse_prefill_config.h"
 #include "model/decoder/modality.h"
 
@@ -53,6 +54,9 @@ struct ForwardBatch {
   // [S] with sparse_prefill (or empty): tokens per frame of each video of the sequence's prompt
   // (the grid pattern's known strides), empty spans when unknown.
   std::vector<std::span<const int32_t>> frame_strides;
+  // [S] with sparse_prefill (or empty): where each sequence's sparse-prefilled chunks add their
+  // plans' computed and causal key blocks (every layer); null: not counted.
+  std::vector<BlockCounts*> sparse_block_counts;
 
   // Optional probe (tools: vlm-search-patterns): called by every layer's attention after this
   // step's K/V are written and before attention runs, with q[T, H, D] post-RoPE and the scale.

@@ -3,6 +3,7 @@
 // 5.17's torchvision image-processor backend (center_crop, fused rescale_and_normalize).
 #include "model/media/image_preprocess.h"
 #include "model/decoder/json_file.h"
+#include "model/media/processor_config.h"
 
 #include <algorithm>
 #include <cmath>
@@ -308,7 +309,12 @@ ImagePreprocessConfig ImagePreprocessConfig::from_json(const json& j, const std:
 }
 
 ImagePreprocessConfig ImagePreprocessConfig::load(const std::string& model_dir) {
-  return parse_json_file(model_dir + "/preprocessor_config.json", from_json);
+  const ProcessorSettings s = image_processor_settings(model_dir);
+  try {
+    return from_json(s.json, s.source);
+  } catch (const nlohmann::json::exception& e) {
+    throw LoadError(s.source + ": " + e.what());
+  }
 }
 
 std::pair<int, int> ImagePreprocessConfig::output_size_for(int width, int height) const {

@@ -40,7 +40,8 @@ struct ImagePreprocessConfig {
   // Parses preprocessor_config.json content; `source` names the file in errors. Throws LoadError
   // for an unsupported resample mode or a missing/invalid size.
   static ImagePreprocessConfig from_json(const nlohmann::json& j, const std::string& source);
-  // Reads DIR/preprocessor_config.json. Throws LoadError naming the file.
+  // Reads DIR/preprocessor_config.json, else transformers 5's DIR/processor_config.json
+  // "image_processor" (model/media/processor_config.h). Throws LoadError naming the file.
   static ImagePreprocessConfig load(const std::string& model_dir);
 
   // Output height and width of preprocess().

@@ -1,4 +1,5 @@
 #include "model/media/onevision_preprocess.h"
+#include "model/media/processor_config.h"
 
 #include <algorithm>
 #include <fstream>
@@ -15,7 +16,6 @@ using nlohmann::json;
 
 [[noreturn]] void fail(const std::string& source, const std::string& what) { throw LoadError(source + ": " + what); }
 
-bool exists(const std::string& path) { return static_cast<bool>(std::ifstream(path)); }
 
 void append_tile(const RgbImage& tile, const ImagePreprocessConfig& norm, std::vector<float>& data) {
   const size_t at = data.size();
@@ -34,14 +34,9 @@ RgbImage crop(const RgbImage& img, int x0, int y0, int w, int h) {
 }  // namespace
 
 json read_processor_section(const std::string& model_dir, const std::string& key) {
-  const std::string separate =
-      model_dir + (key == "video_processor" ? "/video_preprocessor_config.json" : "/preprocessor_config.json");
-  if (exists(separate)) return read_json_file(separate);
-  const std::string combined = model_dir + "/processor_config.json";
-  if (exists(combined)) {
-    const json j = read_json_file(combined);
-    if (j.contains(key) && j[key].is_object()) return j[key];
-  }
+  const std::string file = key == "video_processor" ? "video_preprocessor_config.json" : "preprocessor_config.json";
+  if (auto s = find_processor_settings(model_dir, file, key)) return std::move(s->json);
+  const std::string separate = model_dir + "/" + file, combined = model_dir + "/processor_config.json";
   throw LoadError(fmt::format("{}: no {} (neither {} nor a \"{}\" section in {})", model_dir, key, separate, key,
                               combined));
 }

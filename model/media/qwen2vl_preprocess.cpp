@@ -3,13 +3,13 @@
 #include "model/media/qwen2vl_preprocess.h"
 
 #include <cmath>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "kernels/core/check.h"
 #include "model/media/image_preprocess.h"
+#include "model/media/processor_config.h"
 
 namespace vlm {
 
@@ -44,17 +44,13 @@ Qwen2VLPreprocessConfig Qwen2VLPreprocessConfig::from_json(const nlohmann::json&
 }
 
 Qwen2VLPreprocessConfig Qwen2VLPreprocessConfig::load(const std::string& model_dir, bool video) {
-  std::string path = model_dir + (video ? "/video_preprocessor_config.json" : "/preprocessor_config.json");
-  std::ifstream in(path);
-  if (!in && video) {
-    path = model_dir + "/preprocessor_config.json";
-    in.open(path);
-  }
-  if (!in) throw LoadError(path + ": cannot open");
+  std::optional<ProcessorSettings> s;
+  if (video) s = find_processor_settings(model_dir, "video_preprocessor_config.json", "video_processor");
+  if (!s) s = image_processor_settings(model_dir);
   try {
-    return from_json(nlohmann::json::parse(in), path);
+    return from_json(s->json, s->source);
   } catch (const nlohmann::json::exception& e) {
-    throw LoadError(path + ": " + e.what());
+    throw LoadError(s->source + ": " + e.what());
   }
 }
 

@@ -40,7 +40,8 @@ struct Qwen2VLPreprocessConfig {
   // `source` for a non-bicubic resample or invalid sizes.
   static Qwen2VLPreprocessConfig from_json(const nlohmann::json& j, const std::string& source);
   // DIR/preprocessor_config.json (video: DIR/video_preprocessor_config.json, falling back to the
-  // image one). Throws LoadError naming the file.
+  // image one), or transformers 5's DIR/processor_config.json "image_processor" / "video_processor"
+  // (model/media/processor_config.h). Throws LoadError naming the file.
   static Qwen2VLPreprocessConfig load(const std::string& model_dir, bool video);
 };
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/core/check.h"
+#include "model/media/processor_config.h"
 
 namespace vlm {
 
@@ -39,14 +40,13 @@ VideoSamplingParams VideoSamplingParams::from_json(const nlohmann::json& j, cons
 }
 
 VideoSamplingParams VideoSamplingParams::load(const std::string& model_dir) {
-  const std::string path = model_dir + "/video_preprocessor_config.json";
-  if (!std::filesystem::exists(path)) return {};
-  std::ifstream in(path);
-  if (!in) throw LoadError(path + ": cannot open");
+  // video_preprocessor_config.json, or transformers 5's processor_config.json "video_processor".
+  const auto s = find_processor_settings(model_dir, "video_preprocessor_config.json", "video_processor");
+  if (!s) return {};
   try {
-    return from_json(nlohmann::json::parse(in), path);
+    return from_json(s->json, s->source);
   } catch (const nlohmann::json::exception& e) {
-    throw LoadError(path + ": " + e.what());
+    throw LoadError(s->source + ": " + e.what());
   }
 }
 

@@ -43,6 +43,8 @@ void sparse_prefill_attention(int layer, const float* q, int H, const PagedKVLay
       if (s < static_cast<int>(batch.frame_strides.size())) cv.frame_strides = batch.frame_strides[s];
       plans[s] = build_sparse_plan(batch.sparse_prefill[s], cv, H, kv, scale);
       plan_ptrs[s] = &*plans[s];
+      if (s < static_cast<int>(batch.sparse_block_counts.size()) && batch.sparse_block_counts[s])
+        *batch.sparse_block_counts[s] += plan_block_counts(*plans[s]);
     } else if (q_len > 0) {
       rows_of.push_back(s);
       cu.push_back(cu.back() + q_len);

@@ -43,6 +43,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
       parse_tokenizer_parts(tok, config ? &*config : nullptr, source, config_source))));
 }
 
+std::vector<int32_t> Tokenizer::encode_chat(std::string_view prompt) const {
+  const bool has_bos = !bos_token_.empty() && prompt.substr(0, bos_token_.size()) == bos_token_;
+  return encode(prompt, /*add_special_tokens=*/!has_bos);
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::string repaired;
   if (!utf8::is_valid(text)) {

@@ -41,6 +41,12 @@ class Tokenizer {
   // U+FFFD). add_special_tokens runs the post-processor (BOS/EOS); added and special tokens
   // written in the text are matched either way.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  // Token ids of a rendered chat prompt, as Hugging Face's processors tokenize it: the
+  // post-processor's special tokens (BOS) added, unless the text already begins with the BOS
+  // token, which a template wrote ({{ bos_token }}); then nothing is added. Never two BOS from
+  // the two sources. (HF's processor(text=...) would add a second BOS there; its
+  // apply_chat_template(tokenize=True) does not.)
+  std::vector<int32_t> encode_chat(std::string_view prompt) const;
   // Text of `ids` (valid UTF-8). Ids the tokenizer does not know are skipped; with
   // skip_special_tokens, so are special added tokens.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;

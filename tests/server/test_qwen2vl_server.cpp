@@ -66,8 +66,8 @@ TEST_P(Qwen2VLServerTest, TokenizeGivesHfInputIds) {
   }
 }
 
-// The same video as Qwen's {"type": "video", "video": [...]} part, and as a bare list with the
-// default fps (2.0, what the "video" case used).
+// The same video as Qwen's {"type": "video", "video": [...]} part, and as a bare list with fps
+// on the part (2.0, what the "video" case used; without fps the frames count as 24 fps).
 TEST_P(Qwen2VLServerTest, VideoPartForms) {
   const auto cases = qwen2vl_chat_cases(GetParam());
   const Qwen2VLChatCase& c = cases[2];
@@ -76,7 +76,7 @@ TEST_P(Qwen2VLServerTest, VideoPartForms) {
   const ordered_json frames = m[0]["content"][0]["video_url"]["url"];
   m[0]["content"][0] = {{"type", "video"}, {"video", frames}, {"fps", 2.0}};
   expect_hf(m, c);
-  m[0]["content"][0] = {{"type", "video_url"}, {"video_url", frames}};
+  m[0]["content"][0] = {{"type", "video_url"}, {"video_url", frames}, {"fps", 2.0}};
   expect_hf(m, c);
 }
 

@@ -24,7 +24,8 @@ namespace vlm::testing {
 
 namespace fs = std::filesystem;
 
-ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args, double ready_timeout_s) {
+ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args, double ready_timeout_s,
+                             const std::string& ready_word) {
   static std::atomic<int> counter{0};
   log_path_ = std::filesystem::temp_directory_path() /
               ("vlm_server_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".log");
@@ -45,7 +46,7 @@ ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string>
   const int rc = posix_spawn(&pid_, binary.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw std::runtime_error("cannot start " + binary);
-  const std::regex ready(R"(ready: http://127\.0\.0\.1:(\d+))");
+  const std::regex ready(ready_word + R"(: http://127\.0\.0\.1:(\d+))");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(ready_timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
     std::smatch m;

@@ -14,8 +14,11 @@ class ServerProcess {
  public:
   // Runs `binary args... --host 127.0.0.1 --port 0` with stderr to a log file (a vlm-server gets
   // `--dtype float32`, the exact path, unless args choose a dtype); waits up to
-  // `ready_timeout_s` for the ready line. Throws std::runtime_error (with the log) on failure.
-  ServerProcess(const std::string& binary, std::vector<std::string> args, double ready_timeout_s = 60);
+  // `ready_timeout_s` for the line "WORD: http://127.0.0.1:PORT" (vlm-server writes "loading: ..."
+  // once its port answers 503 during the load, "ready: ..." once it serves). Throws
+  // std::runtime_error (with the log) on failure.
+  ServerProcess(const std::string& binary, std::vector<std::string> args, double ready_timeout_s = 60,
+                const std::string& ready_word = "ready");
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;

@@ -40,7 +40,8 @@ int FakeOpenAiServer::count_tokens(const std::string& text) {
   return n;
 }
 
-FakeOpenAiServer::FakeOpenAiServer(std::function<FakeBehaviour(int)> plan) : plan_(std::move(plan)) {
+FakeOpenAiServer::FakeOpenAiServer(std::function<FakeBehaviour(int)> plan, FakeTokenize tokenize)
+    : plan_(std::move(plan)) {
   timer_thread_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
@@ -63,16 +64,19 @@ FakeOpenAiServer::FakeOpenAiServer(std::function<FakeBehaviour(int)> plan) : pla
   router_.add("GET", "/v1/models", [](const HttpRequest&) {
     return HttpReply::json(200, R"({"object":"list","data":[{"id":"fake-model","object":"model","owned_by":"test"}]})");
   });
-  router_.add("POST", "/tokenize", [](const HttpRequest& r) {
+  if (tokenize != FakeTokenize::None) router_.add("POST", "/tokenize", [tokenize](const HttpRequest& r) {
     const json req = json::parse(r.body);
+    const char* field = tokenize == FakeTokenize::Vllm ? "prompt" : "content";
+    if (!req.contains(field)) return HttpReply::error(400, "invalid_request_error", std::string("no '") + field + "'");
     json tokens = json::array();
-    std::istringstream in(req.at("prompt").get<std::string>());
+    std::istringstream in(req.at(field).get<std::string>());
     std::string w;
     while (in >> w) {
       const int id = static_cast<int>(std::hash<std::string>()(w) % 1000) + 5;
       tokens.push_back(id);
       if (w.size() > 5) tokens.push_back(id + 1000);
     }
+    if (tokenize == FakeTokenize::LlamaCpp) return HttpReply::json(200, json{{"tokens", tokens}}.dump());
     return HttpReply::json(200, json{{"tokens", tokens}, {"count", tokens.size()}, {"max_model_len", 4096}}.dump());
   });
   router_.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return complete(r, true); });

@@ -1,8 +1,8 @@
 // FakeOpenAiServer: an OpenAI-compatible server for vlm-bench's tests, on the project's HttpServer
 // and Router (127.0.0.1, ephemeral port). It streams chunks the way vLLM does (a role chunk with
 // empty content, one chunk per token, finish_reason on the last token, then the usage chunk with
-// empty choices and `data: [DONE]`), serves GET /v1/models and a vLLM-style POST /tokenize, and
-// can be told, per request, to fail with a status or to stall.
+// empty choices and `data: [DONE]`), serves GET /v1/models and a vLLM-style POST /tokenize (or
+// llama.cpp's shape, or none), and can be told, per request, to fail with a status or to stall.
 // Its tokenizer: whitespace-separated words; a word longer than five characters is two tokens;
 // an image part counts kImageTokens; a prompt given as a list of ids counts its length.
 #pragma once
@@ -29,11 +29,15 @@ struct FakeBehaviour {
   bool error_mid_stream = false;  // after two tokens, an {"error":...} event and [DONE]
 };
 
+// POST /tokenize: vLLM's {"model","prompt"} -> {"tokens","count","max_model_len"}, llama.cpp's
+// {"content"} -> {"tokens"}, or no such route (404).
+enum class FakeTokenize { Vllm, LlamaCpp, None };
+
 class FakeOpenAiServer {
  public:
   static constexpr int kImageTokens = 10;
   // plan(n): how to answer the n-th completion request (0-based, in arrival order).
-  explicit FakeOpenAiServer(std::function<FakeBehaviour(int)> plan = {});
+  explicit FakeOpenAiServer(std::function<FakeBehaviour(int)> plan = {}, FakeTokenize tokenize = FakeTokenize::Vllm);
   ~FakeOpenAiServer();
 
   std::string base_url() const;

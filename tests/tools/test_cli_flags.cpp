@@ -33,8 +33,13 @@ TEST(CliFlags, UsageErrorsExitTwoWithTheTable) {
   EXPECT_EXIT(parse({"--modle", "x"}), usage, "unknown flag --modle(.|\n)*--model +model directory");
   EXPECT_EXIT(parse({"--model"}), usage, "--model needs a value");
   EXPECT_EXIT(parse({"stray"}), usage, "unexpected argument 'stray'");
-  EXPECT_EXIT(parse({"--help"}), usage, "usage: tool --model DIR");
   EXPECT_EXIT(parse({"--model", "a", "--model", "b"}), usage, "--model given twice");
+}
+
+TEST(CliFlags, HelpPrintsToStdoutAndExitsZero) {
+  // stderr stays empty (the usage goes to stdout; tests/tools/test_help.cpp reads it there).
+  EXPECT_EXIT(parse({"--help"}), ::testing::ExitedWithCode(0), "^$");
+  EXPECT_EXIT(parse({"--model", "a", "-h"}), ::testing::ExitedWithCode(0), "^$");
 }
 
 TEST(CliFlags, NumbersAreWholeAndInRange) {

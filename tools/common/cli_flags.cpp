@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include "kernels/core/check.h"
 
@@ -21,20 +22,36 @@ std::string format_number(double v) {
 
 FlagParser::FlagParser(std::string synopsis, FlagTable table) : synopsis_(std::move(synopsis)), table_(std::move(table)) {}
 
-void FlagParser::fail(const std::string& error) const {
+bool help_requested(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "-h" || std::string_view(argv[i]) == "--help") return true;
+  return false;
+}
+
+void FlagParser::print_usage(std::FILE* out) const {
   std::size_t width = 0;
   for (const auto& [name, help] : table_) width = std::max(width, name.size());
-  std::fprintf(stderr, "error: %s\nusage: %s\n", error.c_str(), synopsis_.c_str());
+  std::fprintf(out, "usage: %s\n", synopsis_.c_str());
   for (const auto& [name, help] : table_)
-    std::fprintf(stderr, "  --%-*s  %s\n", static_cast<int>(width), name.c_str(), help.c_str());
+    std::fprintf(out, "  --%-*s  %s\n", static_cast<int>(width), name.c_str(), help.c_str());
+}
+
+void FlagParser::fail(const std::string& error) const {
+  std::fprintf(stderr, "error: %s\n", error.c_str());
+  print_usage(stderr);
   std::exit(2);
+}
+
+void FlagParser::help() const {
+  print_usage(stdout);
+  std::exit(0);
 }
 
 std::vector<Flag> FlagParser::parse_list(int argc, char** argv, const std::set<std::string>& switches) const {
   std::vector<Flag> flags;
   for (int i = 1; i < argc; ++i) {
     std::string name = argv[i];
-    if (name == "-h" || name == "--help") fail("help requested");
+    if (name == "-h" || name == "--help") help();
     if (name.rfind("--", 0) != 0) fail("unexpected argument '" + name + "'");
     name = name.substr(2);
     std::string value;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <set>
@@ -13,6 +14,9 @@
 namespace vlm::cli {
 
 using FlagTable = std::map<std::string, std::string>;  // name without "--" -> help line
+
+// True when an argument is -h or --help (tools print their usage to stdout and exit 0).
+bool help_requested(int argc, char** argv);
 
 struct Flag {
   std::string name;   // without "--"
@@ -28,8 +32,10 @@ class FlagParser {
 
   // Prints "error: ERROR", "usage: SYNOPSIS" and the flag table to stderr; exits 2.
   [[noreturn]] void fail(const std::string& error) const;
+  // Prints "usage: SYNOPSIS" and the flag table to stdout; exits 0 (-h / --help).
+  [[noreturn]] void help() const;
 
-  // name -> value. fail()s on -h/--help, an argument that is not a flag, a flag without a value,
+  // name -> value. help()s on -h/--help; fail()s on an argument that is not a flag, a flag without a value,
   // a name not in the table, and a name given twice unless last_wins (then the last one counts).
   std::map<std::string, std::string> parse(int argc, char** argv, bool last_wins) const;
 
@@ -45,6 +51,7 @@ class FlagParser {
   double number(const std::string& flag, const std::string& text, double lo, double hi, bool lo_open = false) const;
 
  private:
+  void print_usage(std::FILE* out) const;
   std::string synopsis_;
   FlagTable table_;
 };

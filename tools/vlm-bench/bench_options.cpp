@@ -88,7 +88,11 @@ Workload:
                             --images-per-request images; turns are sent in waves
   --num-prompts N (1000)    --warmup N (0)     --seed N (0)
   --input-len N (1024)      --output-len N (128)   --range-ratio R (0)
-  --prompt-ids              completions: send prompts as token-id lists (needs /tokenize)
+  --prompt-ids              completions: send prompts as token-id lists (needs a tokenizer)
+  --tokenizer DIR           size prompts with this Hugging Face tokenizer directory
+                            (tokenizer.json); default: the server's /tokenize (vLLM's or
+                            llama.cpp's shape), else an estimate of one token per word
+  --ignore-eos | --no-ignore-eos   ask for exactly --output-len tokens (default) or stop at EOS
   --images-per-request N (1)  --image-size WxH|N (512x512)  --video-frames N (0)
 Arrivals:
   --request-rate inf|R      requests/s, Poisson (default inf: all at t=0)
@@ -138,6 +142,9 @@ BenchOptions parse_bench_options(int argc, const char* const* argv) {
       o.range_ratio = parse_double(a, value(), 0.0);
       if (o.range_ratio >= 1.0) throw UsageError("--range-ratio must be < 1");
     } else if (a == "--prompt-ids") o.prompt_ids = true;
+    else if (a == "--ignore-eos") o.ignore_eos = true;
+    else if (a == "--no-ignore-eos") o.ignore_eos = false;
+    else if (a == "--tokenizer") o.tokenizer_dir = value();
     else if (a == "--images-per-request") o.images_per_request = parse_int(a, value(), 0);
     else if (a == "--image-size") {
       const std::string v = value();

@@ -30,7 +30,9 @@ struct BenchOptions {
   int num_prompts = 1000;
   int warmup = 0;                  // requests sent before the measured run, not counted
   int input_len = 1024;            // tokens (random, random-mm)
-  int output_len = 128;            // tokens asked for with ignore_eos
+  int output_len = 128;            // tokens asked for (with ignore_eos unless --no-ignore-eos)
+  bool ignore_eos = true;          // --ignore-eos (default, as vLLM bench's flag) / --no-ignore-eos
+  std::string tokenizer_dir;       // --tokenizer DIR: count prompt tokens with this HF tokenizer
   double range_ratio = 0.0;        // lengths uniform in [len*(1-r), len*(1+r)]
   bool prompt_ids = false;         // completions only: send prompts as token-id lists
   int images_per_request = 1;      // random-mm

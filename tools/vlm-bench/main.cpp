@@ -22,6 +22,7 @@
 #include "tools/vlm-bench/simple_http_client.h"
 #include "tools/vlm-bench/report/svg_plot.h"
 #include "tools/vlm-bench/workload.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace vlm::bench {
 namespace {
@@ -60,10 +61,12 @@ int run_bench(const BenchOptions& o) {
 
   // Prompts: calibrated against the server's /tokenize when it has one (jsonl needs none).
   const bool random = o.dataset != "jsonl";
-  PromptBuilder prompts(random ? &http : nullptr, o.url("/tokenize"), info.model);
+  std::unique_ptr<Tokenizer> local;
+  if (!o.tokenizer_dir.empty()) local = Tokenizer::load(o.tokenizer_dir);  // LoadError names the file
+  PromptBuilder prompts(random ? &http : nullptr, o.url("/tokenize"), info.model, local.get());
   if (!random) info.prompt_calibration = "from the file";
   else if (o.prompt_ids) info.prompt_calibration = "exact (token ids)";
-  else if (prompts.calibrated()) info.prompt_calibration = "matched via /tokenize";
+  else if (prompts.calibrated()) info.prompt_calibration = "matched via " + prompts.counter();
   else {
     info.prompt_calibration = "estimated (no /tokenize)";
     std::fprintf(stderr, "note: %s did not answer; prompt lengths assume one token per word\n",

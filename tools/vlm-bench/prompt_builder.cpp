@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/tokenizer/tokenizer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -31,8 +33,9 @@ constexpr int kCalibrationWords = 1000;
 
 }  // namespace
 
-PromptBuilder::PromptBuilder(SimpleHttpClient* client, std::string tokenize_url, std::string model)
-    : client_(client), tokenize_url_(std::move(tokenize_url)), model_(std::move(model)) {
+PromptBuilder::PromptBuilder(SimpleHttpClient* client, std::string tokenize_url, std::string model,
+                             const Tokenizer* local)
+    : client_(client), local_(local), tokenize_url_(std::move(tokenize_url)), model_(std::move(model)) {
   std::mt19937_64 rng(12345);
   const int n = count_tokens(words(kCalibrationWords, rng), &id_pool_);
   if (n > 0) {
@@ -51,17 +54,43 @@ std::string PromptBuilder::words(int n, std::mt19937_64& rng) const {
   return s;
 }
 
-int PromptBuilder::count_tokens(const std::string& prompt, std::vector<int64_t>* ids) {
-  if (!client_) return -1;
-  nlohmann::json req = {{"model", model_}, {"prompt", prompt}, {"add_special_tokens", false}};
+std::string PromptBuilder::counter() const {
+  if (!calibrated_) return "";
+  if (local_) return "--tokenizer";
+  return shape_ == Shape::LlamaCpp ? "/tokenize (llama.cpp)" : "/tokenize";
+}
+
+int PromptBuilder::count_remote(const nlohmann::json& req, std::vector<int64_t>* ids) {
   const HttpResult r = client_->post_json(tokenize_url_, req.dump());
   if (r.status != 200) return -1;
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) return -1;
-  if (ids)
-    for (const auto& t : j["tokens"])
-      if (t.is_number_integer()) ids->push_back(t.get<int64_t>());
-  return j.value("count", static_cast<int>(j["tokens"].size()));
+  std::vector<int64_t> got;
+  for (const auto& t : j["tokens"]) {
+    if (!t.is_number_integer()) return -1;  // llama.cpp's with_pieces form is not asked for
+    got.push_back(t.get<int64_t>());
+  }
+  if (ids) ids->insert(ids->end(), got.begin(), got.end());
+  return static_cast<int>(got.size());
+}
+
+int PromptBuilder::count_tokens(const std::string& prompt, std::vector<int64_t>* ids) {
+  if (local_) {
+    const std::vector<int32_t> got = local_->encode(prompt, /*add_special_tokens=*/false);
+    if (ids) ids->insert(ids->end(), got.begin(), got.end());
+    return static_cast<int>(got.size());
+  }
+  if (!client_) return -1;
+  if (shape_ != Shape::LlamaCpp) {
+    const int n = count_remote({{"model", model_}, {"prompt", prompt}, {"add_special_tokens", false}}, ids);
+    if (n >= 0 || shape_ == Shape::Vllm) {
+      if (n >= 0) shape_ = Shape::Vllm;
+      return n;
+    }
+  }
+  const int n = count_remote({{"content", prompt}, {"add_special", false}}, ids);
+  if (n >= 0) shape_ = Shape::LlamaCpp;
+  return n;
 }
 
 std::string PromptBuilder::text(int num_tokens, std::mt19937_64& rng) {
@@ -98,7 +127,7 @@ std::string PromptBuilder::text(int num_tokens, std::mt19937_64& rng) {
 
 std::vector<int64_t> PromptBuilder::ids(int num_tokens, std::mt19937_64& rng) {
   if (id_pool_.empty())
-    throw std::runtime_error("--prompt-ids needs the server's POST /tokenize (" + tokenize_url_ +
+    throw std::runtime_error("--prompt-ids needs --tokenizer DIR or the server's POST /tokenize (" + tokenize_url_ +
                              ") to learn valid token ids; it did not answer");
   std::uniform_int_distribution<size_t> pick(0, id_pool_.size() - 1);
   std::vector<int64_t> out(static_cast<size_t>(num_tokens));

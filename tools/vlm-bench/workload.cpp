@@ -28,7 +28,7 @@ void finish_body(json& body, const BenchOptions& o, const std::string& model, in
   if (!body.contains("model")) body["model"] = model;
   if (!body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
     body["max_tokens"] = output_len;
-    body["ignore_eos"] = true;
+    if (o.ignore_eos) body["ignore_eos"] = true;
   }
   body["stream"] = o.stream;
   if (o.stream) body["stream_options"] = {{"include_usage", true}};

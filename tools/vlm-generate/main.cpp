@@ -193,7 +193,7 @@ std::shared_ptr<const vlm::Tokenizer> tokenize_texts(Options& o) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
     nlohmann::ordered_json context = nlohmann::ordered_json::object();
     vlm::ChatTemplate::add_tokenizer_defaults(context, *tok, true);
-    o.prompts.push_back(tok->encode(tmpl->render(messages, context), false));
+    o.prompts.push_back(tok->encode_chat(tmpl->render(messages, context)));
   }
   return tok;
 }

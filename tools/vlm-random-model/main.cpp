@@ -26,6 +26,7 @@
 #include "kernels/core/tensor.h"
 #include "model/decoder/model_config.h"
 #include "model/decoder/safetensors.h"
+#include "tools/common/cli_flags.h"
 
 namespace {
 
@@ -66,9 +67,17 @@ json preset(const std::string& name) {
   std::exit(2);
 }
 
+const char* const kUsage =
+    "usage: vlm-random-model --out DIR [--preset tiny-qwen2|qwen2-0.5b|qwen2-7b|llama-3.2-1b] [--dtype bf16|f16|f32]\n"
+    "         [--layers N] [--seed S] [--std SIGMA] [--tokenizer-from DIR]\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (vlm::cli::help_requested(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   std::string out, preset_name = "qwen2-0.5b", dtype_name_arg = "bf16", tokenizer_from;
   float stddev = 0.02f;
   int layers = 0, threads = 1;
@@ -89,7 +98,7 @@ int main(int argc, char** argv) {
   }
   vlm::DType dtype;
   if (out.empty() || !vlm::parse_float_dtype_name(dtype_name_arg, &dtype)) {
-    std::fprintf(stderr, "usage: vlm-random-model --out DIR [--preset P] [--dtype bf16|f16|f32] [--layers N] [--seed S]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   json cfg = preset(preset_name);

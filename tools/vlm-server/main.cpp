@@ -353,9 +353,11 @@ int main(int argc, char** argv) {
         static_cast<int>(int_flag(flags, "sparse-prefill-min-len", ec.sparse_prefill.min_prompt_len, 0));
 
     vlm::Router loading_router;
-    loading_router.add("GET", "/health", [](const vlm::HttpRequest&) {
-      return vlm::HttpReply::error(503, "unavailable_error", "model is loading");
-    });
+    // Until the model is ready, /health and /v1/models answer 503 (clients poll either).
+    for (const char* path : {"/health", "/v1/models"})
+      loading_router.add("GET", path, [](const vlm::HttpRequest&) {
+        return vlm::HttpReply::error(503, "unavailable_error", "model is loading");
+      });
     const std::string listen_while_loading = flags.count("listen-while-loading") ? flags.at("listen-while-loading") : "on";
     if (listen_while_loading != "on" && listen_while_loading != "off") usage("--listen-while-loading must be on or off");
     std::unique_ptr<vlm::HttpServer> loading;
@@ -363,6 +365,7 @@ int main(int argc, char** argv) {
       loading = std::make_unique<vlm::HttpServer>(http, loading_router);
       loading->start();
       VLM_LOG_INFO("loading {} (health answers 503 until ready)", model_dir);
+      std::fprintf(stderr, "loading: http://%s:%d\n", http.host.c_str(), loading->port());
     } else {
       VLM_LOG_INFO("loading {} (the port opens when ready)", model_dir);
     }
@@ -388,7 +391,7 @@ int main(int argc, char** argv) {
         images.tokens_per_image = model->tokens_per_image();
         const auto [h, w] = images.preprocess.output_size_for(1, 1);
         if (h != model->image_size() || w != model->image_size())
-          throw vlm::LoadError(fmt::format("{}/preprocessor_config.json: images come out {}x{}, the vision tower takes {}x{}",
+          throw vlm::LoadError(fmt::format("{}: the image processor's images come out {}x{}, the vision tower takes {}x{}",
                                            model_dir, h, w, model->image_size(), model->image_size()));
         api.images = images;
         engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),

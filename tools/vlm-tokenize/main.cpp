@@ -3,7 +3,8 @@
 //   vlm-tokenize --model DIR --decode [--skip-special] JSON array of ids on stdin -> text
 //   vlm-tokenize --model DIR --chat FILE.json [--no-generation-prompt] [--print-prompt]
 //       FILE holds a messages list (or {"messages": [...], other template variables}); the model's
-//       chat template renders it and the rendering is encoded without extra special tokens.
+//       chat template renders it and the rendering is encoded as the server does (BOS added
+//       unless the template wrote it; Tokenizer::encode_chat).
 // Encoding reads stdin byte for byte (`echo` adds a newline; `printf %s` does not) and prints
 // the ids on one line; --no-special leaves out the post-processor's special tokens (BOS/EOS).
 // Decoding prints the text exactly, without a trailing newline; --skip-special leaves special
@@ -36,11 +37,12 @@ struct Options {
   bool print_prompt = false;      // --print-prompt: print the rendered text instead of ids
 };
 
+const char* const kUsage =
+    "usage: vlm-tokenize --model DIR [--no-special]   (text on stdin)\n"
+    "       vlm-tokenize --model DIR --decode [--skip-special]   (JSON ids on stdin)\n";
+
 [[noreturn]] void usage(const std::string& error) {
-  std::fprintf(stderr,
-               "error: %s\nusage: vlm-tokenize --model DIR [--no-special]   (text on stdin)\n"
-               "       vlm-tokenize --model DIR --decode [--skip-special]   (JSON ids on stdin)\n",
-               error.c_str());
+  std::fprintf(stderr, "error: %s\n%s", error.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -59,7 +61,6 @@ Options parse(int argc, char** argv) {
       o.chat_file = argv[++i];
     } else if (a == "--no-generation-prompt") o.generation_prompt = false;
     else if (a == "--print-prompt") o.print_prompt = true;
-    else if (a == "--help" || a == "-h") usage("help requested");
     else usage("unknown argument '" + a + "'");
   }
   if (o.model.empty()) usage("--model is required");
@@ -116,7 +117,7 @@ int render_chat(const Options& o, const vlm::Tokenizer& tok) {
   vlm::ChatTemplate::add_tokenizer_defaults(context, tok, o.generation_prompt);
   const std::string prompt = tmpl->render(messages, context);
   if (o.print_prompt) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  else std::printf("%s\n", nlohmann::json(tok.encode(prompt, false)).dump().c_str());
+  else std::printf("%s\n", nlohmann::json(tok.encode_chat(prompt)).dump().c_str());
   std::fflush(stdout);
   return 0;
 }
@@ -139,6 +140,10 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (vlm::cli::help_requested(argc, argv)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   const Options o = parse(argc, argv);
   return vlm::cli::run_tool([&] { return run(o); });
 }
