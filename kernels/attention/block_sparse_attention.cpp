@@ -51,15 +51,8 @@ void load_kv_gather(const PagedKVLayer& kv, const int32_t* table, int kvh, const
   for (int d = D; d < Dp; ++d) std::fill(kt + d * KT, kt + d * KT + KT, 0.0f);
 }
 
-struct Ctx {
-  const TileOps& ops;
-  const float* q;
-  float* out;
-  const PagedKVLayer& kv;
-  const AttentionBatch& batch;
+struct Ctx : attn::AttentionCall {
   std::span<const BlockSparsePlan* const> plans;
-  int H, G, D, Dp;
-  float qscale;
 };
 
 void run_item(const Ctx& c, const Item& it) {
@@ -193,9 +186,9 @@ void block_sparse_attention(const float* q, int num_heads, const PagedKVLayer& k
   if (items.empty()) return;
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.cost > b.cost; });
-  const Ctx c{attn::tile_ops_best(), q, out, kv, batch, plans, num_heads,
-              num_heads / kv.num_kv_heads, kv.head_dim, attn::padded_head_dim(kv.head_dim),
-              scale * std::numbers::log2e_v<float>};
+  const Ctx c{{attn::tile_ops_best(), q, out, kv, batch, num_heads, num_heads / kv.num_kv_heads, kv.head_dim,
+               attn::padded_head_dim(kv.head_dim), scale * std::numbers::log2e_v<float>},
+              plans};
   global_thread_pool().run_tasks(static_cast<int64_t>(items.size()),
                                  [&](int64_t i) { run_item(c, items[i]); });
 }

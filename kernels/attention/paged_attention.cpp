@@ -71,14 +71,7 @@ struct MergeGroup {  // a query tile whose key range was split into parts
   int num_parts;
 };
 
-struct Ctx {
-  const TileOps& ops;
-  const float* q;
-  float* out;
-  const PagedKVLayer& kv;
-  const AttentionBatch& batch;
-  int H, G, D, Dp;
-  float qscale;  // scale * log2(e): scores in the log2 domain
+struct Ctx : AttentionCall {
   float* partials;
 
   float* out_row(int64_t t, int kvh, int m) const {  // query vector m of a tile starting at row t
@@ -175,8 +168,8 @@ void paged_attention_with(const TileOps& ops, const float* q /*[T,H,D]*/, int nu
                    [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
 
   std::vector<float> partials(static_cast<size_t>(partial_floats));
-  const Ctx c{ops, q, out, kv, batch, num_heads, G, kv.head_dim, Dp,
-              scale * std::numbers::log2e_v<float>, partials.data()};
+  const Ctx c{{ops, q, out, kv, batch, num_heads, G, kv.head_dim, Dp, scale * std::numbers::log2e_v<float>},
+              partials.data()};
   pool.run_tasks(static_cast<int64_t>(items.size()), [&](int64_t i) { run_item(c, items[i]); });
   if (!groups.empty())
     pool.run_tasks(static_cast<int64_t>(groups.size()),

@@ -57,6 +57,17 @@ const TileOps* tile_ops_avx512();
 // The best implementation for this CPU (chosen once).
 const TileOps& tile_ops_best();
 
+// What every CPU attention driver (paged, block-sparse) hands its work items.
+struct AttentionCall {
+  const TileOps& ops;
+  const float* q;  // [T, H, D]
+  float* out;      // [T, H, D]
+  const PagedKVLayer& kv;
+  const AttentionBatch& batch;
+  int H, G, D, Dp;  // query heads, group size H / Hkv, head dim, padded head dim
+  float qscale;     // scale * log2(e): scores in the log2 domain
+};
+
 // Throws InternalError unless the arguments meet paged_attention's preconditions.
 void check_attention_args(const float* q, int num_heads, const PagedKVLayer& kv,
                           const AttentionBatch& batch, const float* out);

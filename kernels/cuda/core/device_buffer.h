@@ -12,13 +12,16 @@
 
 namespace vlm::cuda {
 
-class DeviceBuffer {
+// One allocation made by Alloc and freed by Free on destruction or reallocation; move-only.
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*)>
+class CudaAllocation {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) { resize(bytes); }
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  CudaAllocation() = default;
+  explicit CudaAllocation(size_t bytes) { resize(bytes); }
+  ~CudaAllocation() { reset(); }
+  CudaAllocation(CudaAllocation&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  CudaAllocation& operator=(CudaAllocation&& o) noexcept {
     if (this != &o) {
       reset();
       ptr_ = std::exchange(o.ptr_, nullptr);
@@ -26,8 +29,8 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  CudaAllocation(const CudaAllocation&) = delete;
+  CudaAllocation& operator=(const CudaAllocation&) = delete;
 
   // Reallocates (contents lost) when `bytes` is larger than the current size.
   void reserve(size_t bytes) {
@@ -35,11 +38,11 @@ class DeviceBuffer {
   }
   void resize(size_t bytes) {
     reset();
-    if (bytes) VLM_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+    if (bytes) VLM_CUDA_CHECK(Alloc(&ptr_, bytes));
     bytes_ = bytes;
   }
   void reset() {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) Free(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -53,28 +56,7 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() {
-    if (ptr_) cudaFreeHost(ptr_);
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  void reserve(size_t bytes) {
-    if (bytes <= bytes_) return;
-    if (ptr_) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    VLM_CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
-    bytes_ = bytes;
-  }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = CudaAllocation<cudaMalloc, cudaFree>;
+using PinnedBuffer = CudaAllocation<cudaMallocHost, cudaFreeHost>;
 
 }  // namespace vlm::cuda
