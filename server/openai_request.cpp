@@ -31,6 +31,7 @@ std::optional<int64_t> get_int(const json& j, const char* key) {
   if (it->is_number_float()) {
     const double d = it->get<double>();
     if (d != std::floor(d)) bad(key, std::string("'") + key + "' must be an integer");
+    if (!(d >= -9.2e18 && d <= 9.2e18)) bad(key, std::string("'") + key + "' is out of range");  // int64 holds it
     return static_cast<int64_t>(d);
   }
   if (!it->is_number_integer()) bad(key, std::string("'") + key + "' must be an integer");
