@@ -6,16 +6,18 @@
 # /usr/local/cuda/lib64), bench/gpu_speed.sh with its Python peers, and the Qwen3 tokenizer the
 # served benchmark uses (tests/data/tokenizers/qwen3, from scripts/fetch_test_data.sh) into
 # build/vlm-gpu-bundle.tar.xz (must stay under 60 MiB; ~15 MiB). README.md ("On a GPU") says how to run it.
-# Usage: scripts/gpu_bundle.sh [build-dir]
+# Usage: scripts/gpu_bundle.sh [build-dir] [out-archive]
+#   VLM_BUNDLE_BINS="test_cuda bench_cuda_attention" packs only those executables of build/bin
+#   (a smaller archive for one test or benchmark; the FFmpeg libraries alone are ~40 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-out="$build/vlm-gpu-bundle.tar.xz"
+out=${2:-$build/vlm-gpu-bundle.tar.xz}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/vlm/bin" "$stage/vlm/lib" "$stage/vlm/bench/gpu" "$stage/vlm/tokenizer"
 bins=()
-for b in vlm-server vlm-bench vlm-generate vlm-random-model bench_cuda_decoder test_cuda; do
+for b in ${VLM_BUNDLE_BINS:-vlm-server vlm-bench vlm-generate vlm-random-model bench_cuda_decoder test_cuda}; do
   [ -x "$build/bin/$b" ] && bins+=("$build/bin/$b")
 done
 [ ${#bins[@]} -gt 0 ] || { echo "gpu_bundle: no executables in $build/bin (build first)" >&2; exit 1; }
