@@ -26,6 +26,11 @@ struct EngineConfig {
   // GPU: the fraction of the GPU's memory this engine may use; the KV cache takes what the
   // weights and activations leave (num_kv_blocks > 0 overrides it). The CPU ignores it.
   double gpu_memory_utilization = 0.9;
+  // GPU: encoder rows (patches; LLaVA: image tokens) one vision-encoder call may hold; their
+  // activations are reserved inside gpu_memory_utilization before the KV cache (the default fits
+  // a 64-frame 448x448 video of Qwen2-VL: 32768 patches). A step's media beyond it encode in
+  // several calls; one item beyond it is refused with a 400.
+  int64_t max_media_patches = 32768;
   // KV cache: num_kv_blocks when > 0, else as many blocks as fit in kv_cache_memory_gib.
   int block_size = 16;               // B, tokens per block
   int64_t num_kv_blocks = 0;

@@ -77,6 +77,7 @@ std::shared_ptr<MediaInputs> Engine::check_media(const GenerationRequest& reques
     if (item.modality == Modality::Video && !multimodal_->accepts_video())
       bad_request("messages", "this model does not accept video input");
     const int64_t n = multimodal_->media_tokens(item, k);  // throws for pixels that do not fit
+    backend_->check_media(item, k);                        // throws for media beyond the memory plan
     if (count[static_cast<size_t>(k)] != n)
       bad_request("messages", fmt::format("{} {} has {} prompt tokens, the model takes {} for it", modality_name(item.modality),
                                           k, count[static_cast<size_t>(k)], n));

@@ -130,7 +130,7 @@ void ModelRunner::encode_media(const SchedulerOutput& out) {
   std::vector<const MediaPixels*> items;
   int64_t rows = 0;
   for (const ScheduledChunk& c : out.chunks)
-    if (chunk_has_media(c) && !c.seq->media_embeds &&
+    if (chunk_has_media(c) && !c.seq->media_embeds && !c.seq->media_embeds_device &&
         std::none_of(todo.begin(), todo.end(), [&](const auto& t) { return t.first == c.seq; })) {
       const MediaInputs& m = *c.seq->media;
       size_t k0 = 0;
@@ -143,6 +143,20 @@ void ModelRunner::encode_media(const SchedulerOutput& out) {
   VLM_CHECK(multimodal_ != nullptr, "sequence {} has media, and the model has no media encoder", todo[0].first->id);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t C = decoder_.config().hidden_size;
+  if (backend_.encodes_media()) {  // rows stay in the backend's memory
+    std::shared_ptr<const DeviceEmbeddings> dev = backend_.encode_media(items);
+    VLM_CHECK(dev && dev->rows == rows, "backend encoded {} media rows, {} expected", dev ? dev->rows : -1, rows);
+    int64_t first = 0;
+    for (const auto& [seq, k0] : todo) {
+      const MediaInputs& m = *seq->media;
+      seq->media_embeds_device = dev;
+      seq->media_device_shift = first - m.embed_row[k0];
+      first += m.total_tokens() - m.embed_row[k0];
+    }
+    num_images_encoded_ += static_cast<int64_t>(items.size());
+    encode_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return;
+  }
   std::vector<float> all(static_cast<size_t>(rows * C));  // [sum tokens, C]
   multimodal_->encode_media(items, all.data());
   int64_t first = 0;
@@ -162,10 +176,32 @@ void ModelRunner::encode_media(const SchedulerOutput& out) {
 bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
   const int64_t C = decoder_.config().hidden_size;
   bool any = false;
+  host_rows_ = false;
+  device_runs_.clear();
   int64_t row = 0;
   for (const ScheduledChunk& c : out.chunks) {
-    if (chunk_has_media(c)) {
-      if (!any) {
+    if (chunk_has_media(c) && c.seq->media_embeds_device) {  // runs of rows in the backend's memory
+      any = true;
+      const Sequence& seq = *c.seq;
+      const MediaInputs& m = *seq.media;
+      for (int32_t i = 0; i < c.num_tokens; ++i) {
+        const ModalityTag tag = seq.modality(c.start + i);
+        if (tag.modality == Modality::Text) continue;
+        const auto k = static_cast<size_t>(tag.media_index);
+        const int64_t offset = c.start + i - m.first_token[k];
+        VLM_CHECK(offset >= 0 && offset < m.num_tokens[k], "sequence {}: token {} is row {} of media item {}", seq.id,
+                  c.start + i, offset, tag.media_index);
+        const int64_t src_row = m.embed_row[k] + offset + seq.media_device_shift;
+        VLM_CHECK(src_row >= 0 && src_row < seq.media_embeds_device->rows, "device media row {} of {}", src_row,
+                  seq.media_embeds_device->rows);
+        const float* src = seq.media_embeds_device->data + src_row * C;
+        DeviceRowRun* last = device_runs_.empty() ? nullptr : &device_runs_.back();
+        if (last && last->row + last->n == row + i && last->src + last->n * C == src) ++last->n;
+        else device_runs_.push_back({row + i, src, 1});
+      }
+    } else if (chunk_has_media(c)) {
+      if (!host_rows_) {
+        host_rows_ = true;
         override_embeds_.resize(static_cast<size_t>(num_rows * C));
         override_use_.assign(static_cast<size_t>(num_rows), 0);
         any = true;
@@ -194,14 +230,22 @@ void ModelRunner::run(const SchedulerOutput& out) {
   ForwardBatch fb = make_batch(out, block_size_, &sparse_prefill_);
   attach_sink_router(out, fb);
   encode_media(out);
+  EmbeddingOverride ov;
   if (gather_media(out, fb.num_tokens())) {
-    backend_.forward(fb, EmbeddingOverride{override_embeds_.data(), override_use_.data()});
-  } else {
-    backend_.forward(fb, EmbeddingOverride{});
+    if (host_rows_) {
+      ov.embeds = override_embeds_.data();
+      ov.use = override_use_.data();
+    }
+    ov.device_runs = device_runs_.data();
+    ov.num_device_runs = static_cast<int64_t>(device_runs_.size());
   }
+  backend_.forward(fb, ov);
   // A sequence past its last image token needs its embeddings no more (until a recompute).
   for (const ScheduledChunk& c : out.chunks)
-    if (c.seq->media_embeds && c.start + c.num_tokens >= c.seq->media->end()) c.seq->media_embeds.reset();
+    if (c.seq->media && c.start + c.num_tokens >= c.seq->media->end()) {
+      c.seq->media_embeds.reset();
+      c.seq->media_embeds_device.reset();
+    }
 }
 
 void ModelRunner::set_sink_router(bool default_on, const SinkRouterConfig& config) {

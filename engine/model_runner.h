@@ -5,7 +5,9 @@
 // reaches their media tokens (all of a step's items in one encoder call), keeps the outputs on
 // the sequence until the chunk holding its last media token has run, and feeds media-token rows
 // through the decoder's EmbeddingOverride (a chunk may start or end inside an item's tokens). A
-// step without media tokens runs exactly the text-only path. Sequences whose MediaInputs carry
+// step without media tokens runs exactly the text-only path. A backend that encodes media itself
+// (StepBackend::encodes_media: the GPU) keeps the outputs in its memory and gets runs of device
+// rows instead (no host round trip). Sequences whose MediaInputs carry
 // M-RoPE positions (Qwen2-VL family) get ForwardBatch::mrope_positions for prefill and decode
 // rows. The videos' tokens per frame are on each chunk's sequence: c.seq->media->video_spans()
 // (engine/media_inputs.h), for the sparse-prefill grid pattern.
@@ -71,6 +73,8 @@ class ModelRunner {
   const MultimodalModel* multimodal_ = nullptr;
   std::vector<float> override_embeds_;  // [T, C]
   std::vector<uint8_t> override_use_;   // [T]
+  bool host_rows_ = false;              // override_embeds_ holds rows this step
+  std::vector<DeviceRowRun> device_runs_;  // rows in the backend's memory (GPU-encoded media)
   int64_t num_images_encoded_ = 0;
   double encode_s_ = 0;
   bool sink_default_on_ = false;

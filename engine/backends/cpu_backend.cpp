@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/core/check.h"
 #include "kernels/core/thread_pool.h"
 
 namespace vlm {
@@ -24,6 +25,11 @@ void CpuBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRes
   global_thread_pool().run_tasks(workers, [&](int64_t w) {
     for (int64_t i = w; i < n; i += workers) results[i] = samplers_[w].sample(logits_.data() + tasks[i].row * V, *tasks[i].seq);
   });
+}
+
+std::shared_ptr<const DeviceEmbeddings> StepBackend::encode_media(std::span<const MediaPixels* const> /*items*/) {
+  VLM_CHECK(false, "this backend does not encode media (encodes_media() is false)");
+  return nullptr;
 }
 
 }  // namespace vlm

@@ -8,6 +8,7 @@
 
 #include "engine/backends/step_backend.h"
 #include "engine/engine_config.h"
+#include "model/families/multimodal_model.h"
 
 namespace vlm {
 
@@ -23,7 +24,10 @@ bool cuda_available(std::string* why = nullptr);
 // kv_cache_memory_gib) blocks, the CUDA one sized by gpu_memory_utilization. Throws LoadError
 // for device cuda without the backend or a GPU, a bad block size, or a cache that cannot hold one
 // sequence of max_model_len tokens.
+// With `multimodal` (the model whose decoder is `decoder`), the CUDA backend also puts the
+// model's vision encoder on the GPU where it has one there.
 std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& config, const LlmDecoder& decoder,
-                                               std::vector<int32_t> eos_token_ids, int64_t max_model_len);
+                                               std::vector<int32_t> eos_token_ids, int64_t max_model_len,
+                                               const MultimodalModel* multimodal = nullptr);
 
 }  // namespace vlm

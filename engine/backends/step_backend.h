@@ -18,6 +18,7 @@
 #include "engine/scheduling/sequence.h"
 #include "model/decoder/forward_batch.h"
 #include "model/decoder/llm_decoder.h"
+#include "model/media/media_pixels.h"
 
 namespace vlm {
 
@@ -43,6 +44,17 @@ class StepBackend {
   // results[i] = the token for tasks[i] (resized); advances each non-greedy sequence's RNG by
   // exactly one draw, as Sampler::sample does.
   virtual void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) = 0;
+
+  // Media on the backend's device. encodes_media(): the backend encodes the model's media itself
+  // (the CUDA backend with the model's vision tower on the GPU); otherwise the ModelRunner encodes
+  // on the host (MultimodalModel::encode_media) and passes host rows.
+  virtual bool encodes_media() const { return false; }
+  // items (each passed the model's media_tokens() and check_media()) -> their embeddings
+  // [sum tokens, C] in the backend's memory, item after item; ordered before the next forward.
+  virtual std::shared_ptr<const DeviceEmbeddings> encode_media(std::span<const MediaPixels* const> items);
+  // Throws RequestError (400, param "messages") when item k cannot be encoded within the
+  // backend's memory plan (never an out-of-memory failure later).
+  virtual void check_media(const MediaPixels& /*item*/, int /*k*/) const {}
 };
 
 }  // namespace vlm

@@ -10,8 +10,9 @@
 namespace vlm {
 
 CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options,
-                         std::vector<int32_t> eos_token_ids)
-    : gpu_(decoder, options),
+                         std::vector<int32_t> eos_token_ids, std::unique_ptr<CudaMediaEncoder> media)
+    : media_(std::move(media)),
+      gpu_(decoder, options),
       eos_token_ids_(eos_token_ids),
       host_sampler_(decoder.config().vocab_size, std::move(eos_token_ids)) {
   const auto V = static_cast<size_t>(decoder.config().vocab_size);
@@ -135,7 +136,8 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
 }
 
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmDecoder& decoder,
-                                               std::vector<int32_t> eos_token_ids) {
+                                               std::vector<int32_t> eos_token_ids,
+                                               const MultimodalModel* multimodal) {
   // The three methods run on the CPU only for now (issues 21-23): refuse them at start, not per step.
   if (c.look_m.enabled || c.sink_router || c.sparse_prefill.method != SparsePrefillMethod::Off)
     throw LoadError("--device cuda: LOOK-M, SinkRouter and sparse prefill do not run on the GPU yet; "
@@ -147,7 +149,9 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmD
   o.gpu_memory_utilization = c.gpu_memory_utilization;
   o.max_tokens_per_step = c.scheduler.max_num_batched_tokens;
   o.max_logit_rows = c.scheduler.max_num_seqs;
-  return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids));
+  std::unique_ptr<CudaMediaEncoder> media;
+  if (multimodal) media = CudaMediaEncoder::make(*multimodal, o.dtype, c.max_media_patches);
+  return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), std::move(media));
 }
 
 }  // namespace vlm

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/backends/step_backend.h"
+#include "engine/cuda/cuda_media_encoder.h"
 #include "engine/engine_config.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/sampling/gpu_sampler.h"
@@ -20,7 +21,11 @@ namespace vlm {
 
 class CudaBackend : public StepBackend {
  public:
-  CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options, std::vector<int32_t> eos_token_ids);
+  // media: the model's vision encoder on this GPU (CudaMediaEncoder::make), or null (media
+  // encode on the host). Built before the decoder, so its reservation counts against
+  // options.gpu_memory_utilization before the KV cache is sized.
+  CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options, std::vector<int32_t> eos_token_ids,
+              std::unique_ptr<CudaMediaEncoder> media = nullptr);
 
   std::string device() const override;
   int64_t num_kv_blocks() const override { return gpu_.num_kv_blocks(); }
@@ -29,6 +34,13 @@ class CudaBackend : public StepBackend {
   void copy_block(int32_t src, int32_t dst) override { gpu_.copy_block(src, dst); }
   void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override { gpu_.forward(batch, override); }
   void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) override;
+  bool encodes_media() const override { return media_ != nullptr; }
+  std::shared_ptr<const DeviceEmbeddings> encode_media(std::span<const MediaPixels* const> items) override {
+    return media_->encode(items, gpu_.stream());
+  }
+  void check_media(const MediaPixels& item, int k) const override {
+    if (media_) media_->check(item, k);
+  }
 
   CudaDecoder& decoder() { return gpu_; }
 
@@ -36,6 +48,7 @@ class CudaBackend : public StepBackend {
   // Adds task's job (penalties, mask, draw) to the host arrays.
   void add_job(const SampleTask& task, int num_top);
 
+  std::unique_ptr<CudaMediaEncoder> media_;  // first: allocated before the KV cache
   CudaDecoder gpu_;
   std::vector<int32_t> eos_token_ids_;
   Sampler host_sampler_;  // the fallback for large logprobs requests
@@ -48,9 +61,11 @@ class CudaBackend : public StepBackend {
   std::vector<float> row_;       // [V] a logits row for the fallback
 };
 
-// Options from the engine config (dtype: config's, else the checkpoint's) and the backend.
+// Options from the engine config (dtype: config's, else the checkpoint's) and the backend; with
+// `multimodal`, its vision encoder on the GPU where the family has one there.
 // Throws LoadError when the config turns on LOOK-M, SinkRouter or sparse prefill (CPU only yet).
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& config, const LlmDecoder& decoder,
-                                               std::vector<int32_t> eos_token_ids);
+                                               std::vector<int32_t> eos_token_ids,
+                                               const MultimodalModel* multimodal = nullptr);
 
 }  // namespace vlm

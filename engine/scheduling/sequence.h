@@ -25,6 +25,8 @@
 
 namespace vlm {
 
+struct DeviceEmbeddings;  // model/decoder/llm_decoder.h
+
 enum class SequenceStatus { Waiting, Running, Finished };
 
 // Why a sequence ended (the OpenAI finish_reason, plus abort and error).
@@ -47,6 +49,10 @@ struct Sequence {
   // them and dropped once the chunk holding the last media token has run (a recompute after a
   // preemption encodes again).
   std::shared_ptr<const std::vector<float>> media_embeds;
+  // The same, encoded on the backend's device (StepBackend::encodes_media): host row r of the
+  // layout above is device row r + media_device_shift of media_embeds_device.
+  std::shared_ptr<const DeviceEmbeddings> media_embeds_device;
+  int64_t media_device_shift = 0;
   int32_t num_computed_tokens = 0;    // logical length computed (next RoPE position)
   int32_t num_cached_tokens = 0;      // physical cache slots in use
   std::vector<int32_t> block_table;   // [ceil(num_cached_tokens / B)] block ids

@@ -105,6 +105,7 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
     rope_.cos_sin_table(batch.positions.data(), T, rope_table.as<float>());
   }
 
+  VLM_CHECK(override.num_device_runs == 0, "device-memory media rows given to the CPU decoder");
   if (override.use == nullptr) {
     embedding_lookup(embed_, batch.token_ids.data(), T, xp);
   } else {

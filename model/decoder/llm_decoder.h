@@ -28,9 +28,27 @@ struct DecoderWeightNames {
 
 // Optional input embeddings for some rows of a batch (e.g. image tokens spliced in by a VLM):
 // row t takes embeds[t, :] instead of the token embedding when use[t] != 0. Both null: none.
+// A backend may instead hold the media rows in its own memory (the GPU's): device_runs lists
+// runs of rows [row, row + n) of the batch taking src[0 .. n) ([n, C] f32 in that memory); only a
+// backend that made them reads them (the CPU decoder rejects them).
+struct DeviceRowRun {
+  int64_t row = 0;
+  const float* src = nullptr;
+  int64_t n = 0;
+};
 struct EmbeddingOverride {
   const float* embeds = nullptr;  // [T, C]
   const uint8_t* use = nullptr;   // [T]
+  const DeviceRowRun* device_runs = nullptr;
+  int64_t num_device_runs = 0;
+};
+
+// Media embeddings a backend encoded into its own memory: rows [rows, C] f32 at data (device
+// memory), freed with the object.
+struct DeviceEmbeddings {
+  virtual ~DeviceEmbeddings() = default;
+  const float* data = nullptr;
+  int64_t rows = 0;
 };
 
 // One decoder layer's weights as views into the checkpoint (biases: f32 copies).

@@ -55,6 +55,8 @@ class LlavaModel : public MultimodalModel {
   // The side S of the square pixel input [3, S, S] encode_images() expects.
   int image_size() const { return static_cast<int>(config_.vision.image_size); }
   int32_t image_token_id() const override { return config_.image_token_id; }
+  const ClipVisionEncoder& vision() const { return *vision_; }
+  const LlavaProjector& projector() const { return *projector_; }
 
   // MultimodalModel: images only; each [3, S, S] and tokens_per_image tokens.
   int64_t media_tokens(const MediaPixels& item, int k) const override;

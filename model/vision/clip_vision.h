@@ -65,7 +65,7 @@ class ClipVisionEncoder {
   void encode(const float* pixels, int64_t N, std::span<const int> layers, bool drop_cls,
               float* out) const;
 
- private:
+  // The weights, for a copy on another device (model/vision/cuda).
   struct Layer {
     TensorView ln1_w, ln1_b, ln2_w, ln2_b;  // [Cv]
     TensorView q, k, v, o;                  // [Cv, Cv]
@@ -73,6 +73,15 @@ class ClipVisionEncoder {
     TensorView fc1, fc2;                    // [Iv, Cv], [Cv, Iv]
     TensorView fc1_b, fc2_b;                // [Iv], [Cv] f32 copies
   };
+  const std::vector<Layer>& layers() const { return layers_; }
+  const TensorView& patch_weight() const { return patch_w_; }             // [Cv, 3 * p * p]
+  const std::vector<float>& patch_bias() const { return patch_b_; }       // [Cv] (SigLIP), else empty
+  const std::vector<float>& class_embedding() const { return class_emb_; }  // [Cv] (CLIP), else empty
+  const std::vector<float>& position_embedding() const { return pos_emb_; }  // [L, Cv]
+  const TensorView& pre_ln_weight() const { return pre_ln_w_; }           // [Cv] (CLIP)
+  const TensorView& pre_ln_bias() const { return pre_ln_b_; }
+
+ private:
   TensorView f32_copy(const TensorView& t);
 
   ClipVisionConfig config_;

@@ -20,6 +20,12 @@ class LlavaProjector {
   // x[M, Fin] -> y[M, C].
   void forward(const float* x, int64_t M, float* y) const;
 
+  // The weights, for a copy on another device (model/vision/cuda).
+  const TensorView& w1() const { return w1_; }  // [C, Fin]
+  const TensorView& w2() const { return w2_; }  // [C, C]
+  const std::vector<float>& b1() const { return b1_; }  // [C] or empty
+  const std::vector<float>& b2() const { return b2_; }
+
  private:
   int64_t in_, out_;
   TensorView w1_, w2_;

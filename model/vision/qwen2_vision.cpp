@@ -125,78 +125,92 @@ void Qwen2VisionEncoder::norm(const float* x, const TensorView& w, const TensorV
   else layer_norm(x, w, b, eps, T, y);
 }
 
+bool Qwen2VisionEncoder::full_attention(int64_t l) const {
+  const auto& f = config_.fullatt_block_indexes;
+  return !config_.qwen25 || std::find(f.begin(), f.end(), l) != f.end();
+}
+
+Qwen2VisionLayout Qwen2VisionEncoder::layout(std::span<const std::array<int32_t, 3>> grids) const {
+  const Qwen2VisionConfig& c = config_;
+  const int64_t ms = c.spatial_merge_size, unit = ms * ms;
+  Qwen2VisionLayout L;
+  for (const auto& g : grids) {
+    VLM_CHECK(g[0] > 0 && g[1] % ms == 0 && g[2] % ms == 0, "vision grid {}x{}x{} (merge {})", g[0], g[1], g[2], ms);
+    L.num_patches += static_cast<int64_t>(g[0]) * g[1] * g[2];
+  }
+  VLM_CHECK(L.num_patches > 0, "no patches");
+  const int64_t U = L.num_patches / unit;
+  L.order.resize(static_cast<size_t>(U));
+  L.frame_cu = {0};
+  L.window_cu = {0};
+  std::vector<std::pair<int32_t, int32_t>> unit_yx(static_cast<size_t>(U));  // merged row, column per prompt unit
+  int64_t base = 0, j = 0;
+  const int64_t vm = c.qwen25 ? c.window_size / ms / c.patch_size : 0;
+  for (const auto& g : grids) {
+    const int64_t lh = g[1] / ms, lw = g[2] / ms;
+    for (int64_t t = 0; t < g[0]; ++t) {
+      L.frame_cu.push_back(L.frame_cu.back() + lh * lw * unit);
+      for (int64_t i = 0; i < lh * lw; ++i)
+        unit_yx[static_cast<size_t>(base + t * lh * lw + i)] = {static_cast<int32_t>(i / lw), static_cast<int32_t>(i % lw)};
+      if (!c.qwen25) {
+        for (int64_t i = 0; i < lh * lw; ++i) L.order[static_cast<size_t>(j++)] = base + t * lh * lw + i;
+        continue;
+      }
+      const int64_t nwh = (lh + vm - lh % vm) / vm, nww = (lw + vm - lw % vm) / vm;  // HF pads a full vm
+      for (int64_t wy = 0; wy < nwh; ++wy)
+        for (int64_t wx = 0; wx < nww; ++wx) {
+          int64_t n = 0;
+          for (int64_t y = wy * vm; y < std::min(lh, wy * vm + vm); ++y)
+            for (int64_t x = wx * vm; x < std::min(lw, wx * vm + vm); ++x, ++n)
+              L.order[static_cast<size_t>(j++)] = base + t * lh * lw + y * lw + x;
+          if (n > 0) L.window_cu.push_back(L.window_cu.back() + n * unit);
+        }
+    }
+    base += static_cast<int64_t>(g[0]) * lh * lw;
+  }
+  // Patch (my, mx) of merged unit (by, bx) sits at row by * ms + my, column bx * ms + mx.
+  L.pos_hw.resize(static_cast<size_t>(2 * L.num_patches));
+  for (int64_t u = 0; u < U; ++u) {
+    const auto [by, bx] = unit_yx[static_cast<size_t>(L.order[static_cast<size_t>(u)])];
+    for (int64_t m = 0; m < unit; ++m) {
+      L.pos_hw[static_cast<size_t>(2 * (u * unit + m))] = static_cast<int32_t>(by * ms + m / ms);
+      L.pos_hw[static_cast<size_t>(2 * (u * unit + m) + 1)] = static_cast<int32_t>(bx * ms + m % ms);
+    }
+  }
+  return L;
+}
+
 void Qwen2VisionEncoder::encode(const float* pixels, std::span<const std::array<int32_t, 3>> grids, float* out) const {
   const Qwen2VisionConfig& c = config_;
   const int64_t C = c.hidden_size, I = c.intermediate_size, D = c.head_dim();
   const int64_t ms = c.spatial_merge_size, unit = ms * ms, M = C * unit;
   const int H = static_cast<int>(c.num_heads);
-  int64_t P = 0;
-  for (const auto& g : grids) {
-    VLM_CHECK(g[0] > 0 && g[1] % ms == 0 && g[2] % ms == 0, "vision grid {}x{}x{} (merge {})", g[0], g[1], g[2], ms);
-    P += static_cast<int64_t>(g[0]) * g[1] * g[2];
-  }
-  VLM_CHECK(P > 0, "no patches");
-  const int64_t U = P / unit;  // merged units
+  const Qwen2VisionLayout lay = layout(grids);
+  const int64_t P = lay.num_patches, U = P / unit;
+  const std::vector<int64_t>& order = lay.order;
 
-  // Order of the merged units (Qwen2.5-VL: window by window), window and frame segments (patches).
-  std::vector<int64_t> order(static_cast<size_t>(U));
-  std::vector<int64_t> frame_cu{0}, window_cu{0};
-  {
-    int64_t base = 0, j = 0;
-    const int64_t vm = c.qwen25 ? c.window_size / ms / c.patch_size : 0;
-    for (const auto& g : grids) {
-      const int64_t lh = g[1] / ms, lw = g[2] / ms;
-      for (int64_t t = 0; t < g[0]; ++t) {
-        frame_cu.push_back(frame_cu.back() + lh * lw * unit);
-        if (!c.qwen25) {
-          for (int64_t i = 0; i < lh * lw; ++i) order[static_cast<size_t>(j++)] = base + t * lh * lw + i;
-          continue;
-        }
-        const int64_t nwh = (lh + vm - lh % vm) / vm, nww = (lw + vm - lw % vm) / vm;  // HF pads a full vm
-        for (int64_t wy = 0; wy < nwh; ++wy)
-          for (int64_t wx = 0; wx < nww; ++wx) {
-            int64_t n = 0;
-            for (int64_t y = wy * vm; y < std::min(lh, wy * vm + vm); ++y)
-              for (int64_t x = wx * vm; x < std::min(lw, wx * vm + vm); ++x, ++n)
-                order[static_cast<size_t>(j++)] = base + t * lh * lw + y * lw + x;
-            if (n > 0) window_cu.push_back(window_cu.back() + n * unit);
-          }
-      }
-      base += static_cast<int64_t>(g[0]) * lh * lw;
+  // Rotary table per patch in the run order: [P, D] (cos D/2, sin D/2).
+  const int64_t q4 = D / 4, half = D / 2;
+  std::vector<float> rope_table(static_cast<size_t>(P * D));
+  for (int64_t row = 0; row < P; ++row) {
+    const float hp = static_cast<float>(lay.pos_hw[static_cast<size_t>(2 * row)]);
+    const float wp = static_cast<float>(lay.pos_hw[static_cast<size_t>(2 * row + 1)]);
+    float* cs = rope_table.data() + row * D;
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = (i < q4 ? hp : wp) * inv_freq_[static_cast<size_t>(i % q4)];
+      cs[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      cs[half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
     }
   }
 
-  // Rotary table per patch in the original order: [P, D] (cos D/2, sin D/2).
-  const int64_t q4 = D / 4, half = D / 2;
-  std::vector<float> table(static_cast<size_t>(P * D));
-  {
-    int64_t row = 0;
-    for (const auto& g : grids)
-      for (int64_t t = 0; t < g[0]; ++t)
-        for (int64_t by = 0; by < g[1] / ms; ++by)
-          for (int64_t bx = 0; bx < g[2] / ms; ++bx)
-            for (int64_t my = 0; my < ms; ++my)
-              for (int64_t mx = 0; mx < ms; ++mx, ++row) {
-                const float hp = static_cast<float>(by * ms + my), wp = static_cast<float>(bx * ms + mx);
-                float* cs = table.data() + row * D;
-                for (int64_t i = 0; i < half; ++i) {
-                  const float angle = (i < q4 ? hp : wp) * inv_freq_[static_cast<size_t>(i % q4)];
-                  cs[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-                  cs[half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
-                }
-              }
-  }
-
-  // Patch embedding, then rows (and rotary rows) into the unit order.
+  // Patch embedding, then rows into the unit order.
   Tensor pe = Tensor::empty({P, C});
   linear(pixels, P, patch_w_, nullptr, pe.as<float>());
   Tensor x = Tensor::empty({P, C});
   float* xp = x.as<float>();
-  std::vector<float> rope_table(table.size());
   for (int64_t j = 0; j < U; ++j) {
     const int64_t src = order[static_cast<size_t>(j)];
     std::copy(pe.as<float>() + src * unit * C, pe.as<float>() + (src + 1) * unit * C, xp + j * unit * C);
-    std::copy(table.data() + src * unit * D, table.data() + (src + 1) * unit * D, rope_table.data() + j * unit * D);
   }
 
   Tensor h = Tensor::empty({P, C}), qkv = Tensor::empty({P, 3 * C}), q = Tensor::empty({P, C});
@@ -206,9 +220,7 @@ void Qwen2VisionEncoder::encode(const float* pixels, std::span<const std::array<
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int64_t l = 0; l < c.depth; ++l) {
     const Block& B = blocks_[static_cast<size_t>(l)];
-    const bool full = !c.qwen25 || std::find(c.fullatt_block_indexes.begin(), c.fullatt_block_indexes.end(), l) !=
-                                       c.fullatt_block_indexes.end();
-    const std::vector<int64_t>& cu = full ? frame_cu : window_cu;
+    const std::vector<int64_t>& cu = full_attention(l) ? lay.frame_cu : lay.window_cu;
     norm(xp, B.norm1_w, B.norm1_b, P, hp);
     linear(hp, P, B.qkv, B.qkv_b.as<const float>(), qkv.as<float>());
     for (int64_t t = 0; t < P; ++t) {

@@ -52,8 +52,32 @@ struct Qwen2VisionConfig {
   static Qwen2VisionConfig from_json(const nlohmann::json& j, bool qwen25, const std::string& source);
 };
 
+// The host-side layout of one encoder call over items with grids[N] (P patches, U = P / merge^2
+// merged units): the order the blocks run the units in (Qwen2.5-VL: window by window, else the
+// prompt order), the segments of full attention (one per frame) and of window attention (one per
+// window, Qwen2.5-VL) in patches of that order, and each patch's (row, column) in its frame, in
+// that order too (the 2-D rotary positions).
+struct Qwen2VisionLayout {
+  int64_t num_patches = 0;                 // P
+  std::vector<int64_t> order;              // [U]: unit j of the run order is unit order[j] of the prompt
+  std::vector<int64_t> frame_cu, window_cu;  // cumulative patch counts, [frames + 1], [windows + 1]
+  std::vector<int32_t> pos_hw;             // [P, 2] in run order
+};
+
 class Qwen2VisionEncoder {
  public:
+  struct Block {
+    TensorView norm1_w, norm1_b, norm2_w, norm2_b;  // [Cv] (biases: Qwen2-VL only)
+    TensorView qkv, qkv_b, proj, proj_b;            // [3Cv, Cv], [3Cv], [Cv, Cv], [Cv]
+    TensorView fc1, fc1_b, fc2, fc2_b;              // Qwen2-VL: [Iv, Cv], [Iv], [Cv, Iv], [Cv]
+    TensorView gate, gate_b, up, up_b, down, down_b;  // Qwen2.5-VL
+  };
+  struct Merger {
+    TensorView norm_w, norm_b;  // [Cv] (bias: Qwen2-VL only)
+    TensorView mlp0, mlp0_b;    // [4Cv, 4Cv], [4Cv]
+    TensorView mlp2, mlp2_b;    // [C, 4Cv], [C]
+  };
+
   // Loads `prefix` + "patch_embed.*", "blocks.N.*", "merger.*".
   Qwen2VisionEncoder(const Qwen2VisionConfig& config, const WeightLookup& weights, const std::string& prefix);
   const Qwen2VisionConfig& config() const { return config_; }
@@ -61,13 +85,18 @@ class Qwen2VisionEncoder {
   // pixels[P, K] of items with grids[N] (P = sum t*h*w) -> out[P / merge^2, C], item by item.
   void encode(const float* pixels, std::span<const std::array<int32_t, 3>> grids, float* out) const;
 
+  // The layout of a call over `grids` (checks each grid: t > 0, h and w multiples of the merge).
+  Qwen2VisionLayout layout(std::span<const std::array<int32_t, 3>> grids) const;
+  // Whether block l attends over whole frames (else within windows: Qwen2.5-VL).
+  bool full_attention(int64_t l) const;
+
+  // The weights, for a copy on another device (model/vision/cuda).
+  const TensorView& patch_weight() const { return patch_w_; }  // [Cv, K]
+  const std::vector<Block>& blocks() const { return blocks_; }
+  Merger merger() const { return {merge_norm_w_, merge_norm_b_, mlp0_, mlp0_b_, mlp2_, mlp2_b_}; }
+  const std::vector<float>& inv_freq() const { return inv_freq_; }  // [D / 4]
+
  private:
-  struct Block {
-    TensorView norm1_w, norm1_b, norm2_w, norm2_b;  // [Cv] (biases: Qwen2-VL only)
-    TensorView qkv, qkv_b, proj, proj_b;            // [3Cv, Cv], [3Cv], [Cv, Cv], [Cv]
-    TensorView fc1, fc1_b, fc2, fc2_b;              // Qwen2-VL: [Iv, Cv], [Iv], [Cv, Iv], [Cv]
-    TensorView gate, gate_b, up, up_b, down, down_b;  // Qwen2.5-VL
-  };
   TensorView f32(const TensorView& t);
   void norm(const float* x, const TensorView& w, const TensorView& b, int64_t T, float* y) const;
 

@@ -1,5 +1,6 @@
 #include "kernels/cuda/ops/ops_cuda.h"
 
+#include "kernels/cuda/core/block_reduce.cuh"
 #include "kernels/cuda/core/element.cuh"
 
 namespace vlm::cuda {
@@ -11,20 +12,6 @@ __global__ void embedding_kernel(const T* table, const int32_t* ids, int64_t C, 
   const int64_t t = blockIdx.x;
   const T* row = table + static_cast<int64_t>(ids[t]) * C;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) x[t * C + c] = to_f32(row[c]);
-}
-
-// Block-wide sum of one float per thread (blockDim.x a multiple of 32, at most 1024).
-__device__ float block_sum(float v) {
-  __shared__ float part[32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // part[] may still be read by a previous call
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  const int nw = blockDim.x / 32;
-  v = lane < nw ? part[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 template <typename T>

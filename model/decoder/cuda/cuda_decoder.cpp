@@ -240,6 +240,12 @@ int64_t CudaDecoder::upload_metadata(const ForwardBatch& b) {
 void CudaDecoder::embed(const ForwardBatch& b, const EmbeddingOverride& override) {
   const int64_t T = b.num_tokens(), C = config().hidden_size;
   cuda::embedding(embed_.get(), opt_.dtype, d_ids_, T, C, x_.as<float>(), stream_);
+  for (int64_t i = 0; i < override.num_device_runs; ++i) {  // media rows encoded on this GPU
+    const DeviceRowRun& r = override.device_runs[i];
+    VLM_CHECK(r.row >= 0 && r.n >= 0 && r.row + r.n <= T, "device embedding run [{}, +{}) of {} rows", r.row, r.n, T);
+    VLM_CUDA_CHECK(cudaMemcpyAsync(x_.as<float>() + r.row * C, r.src, static_cast<size_t>(r.n * C) * 4,
+                                   cudaMemcpyDeviceToDevice, stream_));
+  }
   if (override.use == nullptr) return;
   VLM_CHECK(override.embeds != nullptr, "embedding override without embeddings");
   // Media rows: copy each run of overridden rows (media steps only; pageable host memory).

@@ -1,0 +1,78 @@
+#include "engine/cuda/cuda_media_encoder.h"
+
+#include <fmt/format.h>
+
+#include "kernels/core/check.h"
+#include "kernels/core/log.h"
+#include "kernels/cuda/core/device_buffer.h"
+#include "model/families/llava.h"
+#include "model/families/qwen2_vl.h"
+#include "model/vision/cuda/cuda_clip_vision.h"
+#include "model/vision/cuda/cuda_qwen2_vision.h"
+
+namespace vlm {
+
+namespace {
+
+struct GpuEmbeddings : DeviceEmbeddings {
+  cuda::DeviceBuffer buf;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaMediaEncoder> CudaMediaEncoder::make(const MultimodalModel& model, DType dt,
+                                                         int64_t max_media_patches) {
+  std::unique_ptr<CudaVisionTower> tower;
+  int64_t max_cost = max_media_patches;
+  if (const auto* llava = dynamic_cast<const LlavaModel*>(&model)) {
+    const LlavaConfig& c = llava->config();
+    tower = std::make_unique<CudaClipVision>(llava->vision(), llava->projector(), c.feature_layers, c.drop_cls, dt);
+    max_cost = max_media_patches / c.vision.num_positions();  // images
+  } else if (const auto* qwen = dynamic_cast<const Qwen2VLModel*>(&model)) {
+    tower = std::make_unique<CudaQwen2Vision>(qwen->vision(), dt);
+  } else {
+    return nullptr;
+  }
+  if (max_cost < 1)
+    throw LoadError(fmt::format("--max-media-patches {} holds no image of this model", max_media_patches));
+  tower->reserve(max_cost);
+  VLM_LOG_INFO("GPU: vision encoder {:.2f} GiB of weights, {:.2f} GiB of activations reserved for {} encoder rows",
+               static_cast<double>(tower->weight_bytes()) / (1 << 30),
+               static_cast<double>(tower->workspace_bytes(max_cost)) / (1 << 30), max_media_patches);
+  return std::make_unique<CudaMediaEncoder>(std::move(tower));
+}
+
+void CudaMediaEncoder::check(const MediaPixels& item, int k) const {
+  check_vision_fits(*tower_, item, k);
+}
+
+std::shared_ptr<const DeviceEmbeddings> CudaMediaEncoder::encode(std::span<const MediaPixels* const> items,
+                                                                 cudaStream_t s) {
+  int64_t rows = 0;
+  for (const MediaPixels* it : items) rows += tower_->out_rows(*it);
+  auto e = std::make_shared<GpuEmbeddings>();
+  const int64_t C = tower_->out_features();
+  e->buf.resize(static_cast<size_t>(rows * C) * 4);
+  e->data = e->buf.as<float>();
+  e->rows = rows;
+  // Consecutive items in calls of at most the reserved cost.
+  size_t i = 0;
+  int64_t row = 0;
+  while (i < items.size()) {
+    size_t j = i;
+    int64_t cost = 0, n = 0;
+    while (j < items.size() && cost + tower_->cost(*items[j]) <= tower_->reserved_cost()) {
+      cost += tower_->cost(*items[j]);
+      n += tower_->out_rows(*items[j]);
+      ++j;
+    }
+    VLM_CHECK(j > i, "media item of {} encoder rows > the {} reserved (admission lets none through)",
+              tower_->cost(*items[i]), tower_->reserved_cost());
+    tower_->encode(items.subspan(i, j - i), e->buf.as<float>() + row * C, s);
+    row += n;
+    i = j;
+  }
+  return e;
+}
+
+}  // namespace vlm

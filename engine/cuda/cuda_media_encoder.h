@@ -1,0 +1,37 @@
+// CudaMediaEncoder: a multimodal model's media encoder on the GPU for the CudaBackend: picks the
+// model's tower (LLaVA: CudaClipVision; Qwen2-VL / Qwen2.5-VL: CudaQwen2Vision; none for other
+// families, whose media the ModelRunner encodes on the host), reserves its activations for
+// max_media_patches encoder rows (before the KV cache is sized, so inside
+// --gpu-memory-utilization), refuses items beyond that with a 400 at admission, and encodes a
+// step's items into one device allocation of their rows (several tower calls when the items
+// together exceed the reservation), on the decoder's stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <span>
+
+#include "model/families/multimodal_model.h"
+#include "model/vision/cuda/cuda_vision_tower.h"
+
+namespace vlm {
+
+class CudaMediaEncoder {
+ public:
+  // Null when the model has no GPU tower. dt: the decoder's GPU dtype. Throws LoadError when
+  // max_media_patches cannot hold one item of the model's smallest kind (LLaVA: one image).
+  static std::unique_ptr<CudaMediaEncoder> make(const MultimodalModel& model, DType dt, int64_t max_media_patches);
+  explicit CudaMediaEncoder(std::unique_ptr<CudaVisionTower> tower) : tower_(std::move(tower)) {}
+
+  // RequestError (400, "messages") when item k alone exceeds the reservation.
+  void check(const MediaPixels& item, int k) const;
+  // items -> [sum out_rows, C] f32 in one new device allocation, enqueued on s.
+  std::shared_ptr<const DeviceEmbeddings> encode(std::span<const MediaPixels* const> items, cudaStream_t s);
+  const CudaVisionTower& tower() const { return *tower_; }
+
+ private:
+  std::unique_ptr<CudaVisionTower> tower_;
+};
+
+}  // namespace vlm

@@ -1,0 +1,179 @@
+#include "model/vision/cuda/cuda_clip_vision.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/core/check.h"
+#include "kernels/cuda/attention/varlen_attention.h"
+#include "kernels/cuda/core/cuda_check.h"
+#include "kernels/cuda/core/device_upload.h"
+#include "kernels/cuda/ops/vision_ops_cuda.h"
+
+namespace vlm {
+
+using cuda::f32_view;
+using cuda::upload_converted;
+
+struct CudaClipVision::Layer {
+  cuda::DeviceBuffer ln1_w, ln1_b, ln2_w, ln2_b;  // [Cv] f32
+  cuda::DeviceBuffer qkv, qkv_b;                  // [3Cv, Cv] dt, [3Cv] dt
+  cuda::DeviceBuffer o, o_b;                      // [Cv, Cv] dt, [Cv] f32
+  cuda::DeviceBuffer fc1, fc1_b, fc2, fc2_b;      // [Iv, Cv] dt, [Iv] dt, [Cv, Iv] dt, [Cv] f32
+};
+
+int64_t clip_vision_workspace_bytes(const ClipVisionConfig& c, int64_t num_features, int64_t out_features, int64_t N,
+                                    bool drop_cls, DType dt) {
+  const auto e = static_cast<int64_t>(dtype_size(dt));
+  const int64_t C = c.hidden_size, I = c.intermediate_size, p = c.patch_size, S = c.image_size;
+  const int64_t P = c.num_patches(), L = c.num_positions(), rows = L - (drop_cls ? 1 : 0);
+  return N * 3 * S * S * 4 + N * P * 3 * p * p * e +  // pixels, patches
+         N * P * C * 4 + N * L * C * 4 +              // patch embeddings, x
+         N * L * C * e * 5 + N * L * I * e +          // h, qkv (3), attn; fc1
+         N * rows * C * num_features * e + N * rows * out_features * e +  // projector input, hidden
+         2 * N * rows * 4 + (N + 1) * 4 * 2;          // metadata (device and pinned host)
+}
+
+CudaClipVision::CudaClipVision(const ClipVisionEncoder& host, const LlavaProjector& projector,
+                               std::vector<int> feature_layers, bool drop_cls, DType dt)
+    : host_(host), projector_(projector), feature_layers_(std::move(feature_layers)), drop_cls_(drop_cls), dt_(dt) {
+  VLM_CHECK(dt == DType::F32 || dt == DType::BF16 || dt == DType::F16, "GPU vision dtype {}", dtype_name(dt));
+  const ClipVisionConfig& c = host.config();
+  VLM_CHECK(!feature_layers_.empty(), "no vision feature layers");
+  for (int l : feature_layers_)
+    VLM_CHECK(l >= 0 && l <= static_cast<int>(host.layers().size()), "hidden state {} of {} loaded layers", l,
+              host.layers().size());
+  VLM_CHECK(!drop_cls || !c.siglip, "drop_cls on a tower without a class token");
+  VLM_CHECK(projector.in_features() == c.hidden_size * static_cast<int64_t>(feature_layers_.size()),
+            "projector input {} for {} hidden states of {}", projector.in_features(), feature_layers_.size(),
+            c.hidden_size);
+  rows_ = c.num_positions() - (drop_cls ? 1 : 0);
+  int64_t& b = weight_bytes_;
+  patch_w_ = upload_converted({host.patch_weight()}, dt, &b);
+  if (!host.patch_bias().empty()) patch_b_ = upload_converted({f32_view(host.patch_bias())}, DType::F32, &b);
+  if (!host.class_embedding().empty()) class_emb_ = upload_converted({f32_view(host.class_embedding())}, DType::F32, &b);
+  pos_emb_ = upload_converted({f32_view(host.position_embedding())}, DType::F32, &b);
+  if (!c.siglip) {
+    pre_ln_w_ = upload_converted({host.pre_ln_weight()}, DType::F32, &b);
+    pre_ln_b_ = upload_converted({host.pre_ln_bias()}, DType::F32, &b);
+  }
+  const int deepest = *std::max_element(feature_layers_.begin(), feature_layers_.end());
+  for (int l = 0; l < deepest; ++l) {
+    const ClipVisionEncoder::Layer& L = host.layers()[static_cast<size_t>(l)];
+    auto g = std::make_unique<Layer>();
+    g->ln1_w = upload_converted({L.ln1_w}, DType::F32, &b);
+    g->ln1_b = upload_converted({L.ln1_b}, DType::F32, &b);
+    g->ln2_w = upload_converted({L.ln2_w}, DType::F32, &b);
+    g->ln2_b = upload_converted({L.ln2_b}, DType::F32, &b);
+    g->qkv = upload_converted({L.q, L.k, L.v}, dt, &b);
+    g->qkv_b = upload_converted({L.q_b, L.k_b, L.v_b}, dt, &b);
+    g->o = upload_converted({L.o}, dt, &b);
+    g->o_b = upload_converted({L.o_b}, DType::F32, &b);
+    g->fc1 = upload_converted({L.fc1}, dt, &b);
+    g->fc1_b = upload_converted({L.fc1_b}, dt, &b);
+    g->fc2 = upload_converted({L.fc2}, dt, &b);
+    g->fc2_b = upload_converted({L.fc2_b}, DType::F32, &b);
+    layers_.push_back(std::move(g));
+  }
+  w1_ = upload_converted({projector.w1()}, dt, &b);
+  w2_ = upload_converted({projector.w2()}, dt, &b);
+  if (!projector.b1().empty()) b1_ = upload_converted({f32_view(projector.b1())}, dt, &b);
+  if (!projector.b2().empty()) b2_ = upload_converted({f32_view(projector.b2())}, DType::F32, &b);
+}
+
+CudaClipVision::~CudaClipVision() = default;
+
+int64_t CudaClipVision::workspace_bytes(int64_t N) const {
+  return clip_vision_workspace_bytes(host_.config(), static_cast<int64_t>(feature_layers_.size()),
+                                     projector_.out_features(), N, drop_cls_, dt_);
+}
+
+void CudaClipVision::reserve(int64_t N) {
+  const ClipVisionConfig& c = host_.config();
+  const auto e = dtype_size(dt_);
+  const auto n = static_cast<size_t>(N);
+  const auto C = static_cast<size_t>(c.hidden_size), I = static_cast<size_t>(c.intermediate_size);
+  const auto P = static_cast<size_t>(c.num_patches()), L = static_cast<size_t>(c.num_positions());
+  const auto S = static_cast<size_t>(c.image_size), p = static_cast<size_t>(c.patch_size);
+  const auto rows = static_cast<size_t>(rows_);
+  meta_host_.resize((n * rows + n + 1) * 4);
+  meta_dev_.resize(meta_host_.bytes());
+  pixels_.resize(n * 3 * S * S * 4);
+  patches_.resize(n * P * 3 * p * p * e);
+  pe_.resize(n * P * C * 4);
+  x_.resize(n * L * C * 4);
+  h_.resize(n * L * C * e);
+  qkv_.resize(n * L * 3 * C * e);
+  attn_.resize(n * L * C * e);
+  f_.resize(n * L * I * e);
+  feats_.resize(n * rows * C * feature_layers_.size() * e);
+  p1_.resize(n * rows * static_cast<size_t>(projector_.out_features()) * e);
+  reserved_ = N;
+}
+
+// The selected hidden state `hidden_index` (if selected) into its columns of the projector input.
+void CudaClipVision::emit(int hidden_index, int64_t N, cudaStream_t s) {
+  const int64_t C = host_.config().hidden_size, nf = static_cast<int64_t>(feature_layers_.size());
+  for (int64_t j = 0; j < nf; ++j)
+    if (feature_layers_[static_cast<size_t>(j)] == hidden_index)
+      cuda::gather_rows(x_.get(), DType::F32, meta_dev_.as<int32_t>(), N * rows_, C, feats_.get(), dt_, C * nf, j * C,
+                        s);
+}
+
+void CudaClipVision::encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  const ClipVisionConfig& c = host_.config();
+  const auto N = static_cast<int64_t>(items.size());
+  VLM_CHECK(N > 0 && N <= reserved_, "vision call of {} images, {} reserved", N, reserved_);
+  const int64_t C = c.hidden_size, I = c.intermediate_size, S = c.image_size, p = c.patch_size;
+  const int64_t P = c.num_patches(), L = c.num_positions(), T = N * L, first = drop_cls_ ? 1 : 0;
+  const int H = static_cast<int>(c.num_heads), D = static_cast<int>(c.head_dim());
+  const auto eps = static_cast<float>(c.layer_norm_eps);
+
+  // Metadata: the rows of x the projector reads [N * rows], then the images' cu_seqlens [N + 1].
+  VLM_CUDA_CHECK(cudaStreamSynchronize(s));  // meta_host_ may still be in an earlier copy
+  auto* mh = meta_host_.as<int32_t>();
+  for (int64_t r = 0; r < N * rows_; ++r) mh[r] = static_cast<int32_t>((r / rows_) * L + first + r % rows_);
+  for (int64_t n = 0; n <= N; ++n) mh[N * rows_ + n] = static_cast<int32_t>(n * L);
+  VLM_CUDA_CHECK(cudaMemcpyAsync(meta_dev_.get(), mh, static_cast<size_t>(N * rows_ + N + 1) * 4,
+                                 cudaMemcpyHostToDevice, s));
+  const int32_t* d_cu = meta_dev_.as<int32_t>() + N * rows_;
+
+  for (int64_t n = 0; n < N; ++n) {
+    const MediaPixels& it = *items[static_cast<size_t>(n)];
+    VLM_CHECK(static_cast<int64_t>(it.data.size()) == 3 * S * S, "image of {} values, the tower takes 3x{}x{}",
+              it.data.size(), S, S);
+    VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<float>() + n * 3 * S * S, it.data.data(), it.data.size() * 4,
+                                   cudaMemcpyHostToDevice, s));
+  }
+  cuda::unfold_patches(pixels_.as<float>(), N, S, p, patches_.get(), dt_, s);
+  gemm_.linear(patches_.get(), patch_w_.get(), dt_, nullptr, pe_.get(), DType::F32, 0.0f, N * P, C, 3 * p * p, s);
+  cuda::clip_embed(pe_.as<float>(), class_emb_.as<float>(), patch_b_.as<float>(), pos_emb_.as<float>(), N, P, L, C,
+                   x_.as<float>(), s);
+  if (!c.siglip) cuda::layer_norm(x_.as<float>(), pre_ln_w_.as<float>(), pre_ln_b_.as<float>(), eps, T, C, x_.get(), DType::F32, s);
+  emit(0, N, s);
+
+  const cuda::Activation act = c.act == VisionActivation::QuickGelu ? cuda::Activation::QuickGelu
+                               : c.act == VisionActivation::GeluTanh ? cuda::Activation::GeluTanh
+                                                                     : cuda::Activation::GeluErf;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const size_t e = dtype_size(dt_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& Ly = *layers_[l];
+    cuda::layer_norm(x_.as<float>(), Ly.ln1_w.as<float>(), Ly.ln1_b.as<float>(), eps, T, C, h_.get(), dt_, s);
+    gemm_.linear(h_.get(), Ly.qkv.get(), dt_, Ly.qkv_b.get(), qkv_.get(), dt_, 0.0f, T, 3 * C, C, s);
+    const char* qkv = qkv_.as<char>();
+    cuda::varlen_attention(qkv, qkv + C * e, qkv + 2 * C * e, 3 * C, dt_, H, D, d_cu, static_cast<int>(N),
+                           static_cast<int>(L), scale, attn_.get(), s);
+    gemm_.linear(attn_.get(), Ly.o.get(), dt_, Ly.o_b.get(), x_.get(), DType::F32, 1.0f, T, C, C, s);
+    cuda::layer_norm(x_.as<float>(), Ly.ln2_w.as<float>(), Ly.ln2_b.as<float>(), eps, T, C, h_.get(), dt_, s);
+    gemm_.linear(h_.get(), Ly.fc1.get(), dt_, Ly.fc1_b.get(), f_.get(), dt_, 0.0f, T, I, C, s);
+    cuda::activation(f_.get(), dt_, T * I, act, s);
+    gemm_.linear(f_.get(), Ly.fc2.get(), dt_, Ly.fc2_b.get(), x_.get(), DType::F32, 1.0f, T, C, I, s);
+    emit(static_cast<int>(l) + 1, N, s);
+  }
+  const int64_t R = N * rows_, Ct = projector_.out_features(), Fin = projector_.in_features();
+  gemm_.linear(feats_.get(), w1_.get(), dt_, b1_.get(), p1_.get(), dt_, 0.0f, R, Ct, Fin, s);
+  cuda::activation(p1_.get(), dt_, R * Ct, cuda::Activation::GeluErf, s);
+  gemm_.linear(p1_.get(), w2_.get(), dt_, b2_.get(), out, DType::F32, 0.0f, R, Ct, Ct, s);
+}
+
+}  // namespace vlm

@@ -1,0 +1,59 @@
+// The Qwen2-VL / Qwen2.5-VL vision tower on the GPU (the CPU twin: model/vision/qwen2_vision.h).
+// Per call: the host layout (Qwen2VisionEncoder::layout: run order, frame and window segments,
+// 2-D positions) goes up in one pinned copy; pixel rows are gathered into the run order and
+// converted to dt, then
+//   patch embed: the Conv3d as one GEMM [P, K] x [Cv, K]^T -> x (f32 residual stream);
+//   2-D rotary:  the [P, D] cos/sin table built on the GPU from the positions;
+//   blocks:      norm1 (LayerNorm / RMSNorm) -> fused qkv GEMM -> rotary on q, k in place ->
+//                varlen attention of every frame (full) or window (Qwen2.5-VL) in one launch ->
+//                proj GEMM adding into x; norm2 -> fc1 -> quick_gelu -> fc2 (Qwen2-VL) or the
+//                fused [gate; up] GEMM -> silu * up -> down (Qwen2.5-VL), adding into x;
+//   merger:      norm, 2x2 units as rows of 4 Cv, Linear -> GELU -> Linear (f32 out), rows
+//                scattered back to the prompt order straight into the caller's output.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/core/device_buffer.h"
+#include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "model/vision/cuda/cuda_vision_tower.h"
+#include "model/vision/qwen2_vision.h"
+
+namespace vlm {
+
+// Bytes of the activations of a call over `patches` patches (the plan CudaQwen2Vision reserves).
+int64_t qwen2_vision_workspace_bytes(const Qwen2VisionConfig& c, int64_t patches, DType dt);
+
+class CudaQwen2Vision : public CudaVisionTower {
+ public:
+  // Uploads host's weights as dt (F32, BF16 or F16). host must outlive this.
+  CudaQwen2Vision(const Qwen2VisionEncoder& host, DType dt);
+  ~CudaQwen2Vision() override;
+
+  int64_t cost(const MediaPixels& item) const override;
+  int64_t out_rows(const MediaPixels& item) const override;
+  int64_t out_features() const override { return host_.config().out_hidden_size; }
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  int64_t workspace_bytes(int64_t max_cost) const override;
+  void reserve(int64_t max_cost) override;
+  void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
+
+ private:
+  struct Block;
+  void norm(const cuda::DeviceBuffer& w, const cuda::DeviceBuffer& b, int64_t P, cudaStream_t s);
+
+  const Qwen2VisionEncoder& host_;
+  DType dt_;
+  cuda::CublasLtGemm gemm_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  cuda::DeviceBuffer patch_w_, inv_freq_;
+  cuda::DeviceBuffer mnorm_w_, mnorm_b_, mlp0_, mlp0_b_, mlp2_, mlp2_b_;
+  int64_t weight_bytes_ = 0;
+  // Workspace (reserve()).
+  cuda::PinnedBuffer meta_host_;
+  cuda::DeviceBuffer meta_dev_, pixels_, patches_, x_, h_, qkv_, attn_, f_, act_, table_, m1_, m2_;
+  cudaEvent_t meta_done_ = nullptr;  // the last metadata upload (meta_host_ is free after it)
+};
+
+}  // namespace vlm

@@ -1,0 +1,22 @@
+#include "model/vision/cuda/cuda_vision_tower.h"
+
+#include <fmt/format.h>
+
+#include "kernels/core/check.h"
+
+namespace vlm {
+
+void check_vision_fits(const CudaVisionTower& tower, const MediaPixels& item, int k) {
+  const int64_t cost = tower.cost(item), reserved = tower.reserved_cost();
+  if (cost <= reserved) return;
+  const double need = static_cast<double>(tower.workspace_bytes(cost)) / (1 << 30);
+  const double have = static_cast<double>(tower.workspace_bytes(reserved)) / (1 << 30);
+  throw RequestError(400, "invalid_request_error",
+                     fmt::format("{} {} needs {} vision-encoder rows ({:.2f} GiB of GPU activations); the server "
+                                 "reserves {} rows ({:.2f} GiB) for the encoder (--max-media-patches): send fewer "
+                                 "frames or a smaller resolution",
+                                 modality_name(item.modality), k, cost, need, reserved, have),
+                     "messages");
+}
+
+}  // namespace vlm

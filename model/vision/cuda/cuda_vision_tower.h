@@ -1,0 +1,52 @@
+// CudaVisionTower: a vision encoder (tower + projector / merger) on one GPU, the twin of the CPU
+// encoders of model/vision: CudaClipVision (LLaVA: CLIP / SigLIP ViT, the MLP projector) and
+// CudaQwen2Vision (the Qwen2-VL / Qwen2.5-VL ViT with its merger). Weights are copied to the GPU
+// in the decoder's dtype (F32: the exact path, f32 GEMMs without TF32; BF16 / F16: tensor cores);
+// the residual stream stays f32 and the output rows are f32, written where the caller says (the
+// decoder's input embeddings take them without a host round trip).
+//
+// Memory: every activation buffer is sized once, by reserve(max_cost), for calls whose items
+// cost (encoder rows: patches, or image tokens) at most max_cost in all; encode() never allocates
+// (the owner calls it before sizing the KV cache, so the reservation sits inside
+// --gpu-memory-utilization). vision_workspace_bytes() states the plan without a GPU.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+
+#include "model/media/media_pixels.h"
+
+namespace vlm {
+
+class CudaVisionTower {
+ public:
+  virtual ~CudaVisionTower() = default;
+  // Encoder rows of an item (its share of the reservation). Preconditions: the item passed the
+  // model's media_tokens() check.
+  virtual int64_t cost(const MediaPixels& item) const = 0;
+  virtual int64_t out_rows(const MediaPixels& item) const = 0;  // the item's prompt tokens
+  virtual int64_t out_features() const = 0;                     // C, the decoder's hidden size
+  virtual int64_t weight_bytes() const = 0;
+  virtual int64_t workspace_bytes(int64_t max_cost) const = 0;  // what reserve(max_cost) takes
+  virtual void reserve(int64_t max_cost) = 0;
+  int64_t reserved_cost() const { return reserved_; }
+
+  // items (total cost <= reserved_cost()) -> out [sum out_rows, C] f32 (device), item after item;
+  // enqueued on s. Pixels are uploaded once (pageable copies into the reserved buffer).
+  virtual void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) = 0;
+
+ protected:
+  int64_t reserved_ = 0;
+};
+
+}  // namespace vlm
+
+namespace vlm {
+
+// Throws RequestError (400, param "messages") naming the sizes when item k costs more than the
+// tower's reservation (its activations would not fit the memory planned for the encoder).
+void check_vision_fits(const CudaVisionTower& tower, const MediaPixels& item, int k);
+
+}  // namespace vlm

@@ -1,0 +1,188 @@
+// The engine on the GPU with media (--device cuda): LLaVA-1.5 and Qwen2-VL / Qwen2.5-VL fixture
+// prompts (an image, a video, two images and a video; HF's input_ids and pixel_values) encode their media
+// on the GPU (CudaMediaEncoder; the rows go to the decoder's input embeddings on the device) and
+// generate exactly transformers 5.17's greedy tokens on the exact path (--dtype float32): each
+// alone, and all together with a text request under prefill chunks that cut through media runs.
+// A video beyond the encoder's reservation is refused with a 400 and the engine keeps serving.
+// Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include "kernels/core/check.h"
+#include "model/decoder/safetensors.h"
+#include "model/families/llava.h"
+#include "model/families/qwen2_vl.h"
+#include "tests/engine/engine_test_util.h"
+#include "tests/support/gpu_test.h"
+#include "model/families/multimodal_input.h"
+
+namespace vlm::testing {
+namespace {
+
+EngineConfig gpu_config(int block_size, int64_t blocks, int budget) {
+  EngineConfig c = test_config(block_size, blocks, budget);
+  c.device = Device::Cuda;
+  return c;
+}
+
+// A Qwen2-VL fixture prompt (tests/fixtures/qwen2vl/<model>/reference.safetensors: HF's expanded
+// input_ids and greedy tokens; HF's pixel_values from preprocess.safetensors), items in prompt order.
+struct QwenPrompt {
+  GenerationRequest request;
+  std::vector<int32_t> greedy;
+};
+
+std::vector<QwenPrompt> qwen_prompts(const std::string& model) {
+  const std::string dir = std::string(VLM_FIXTURES_DIR) + "/qwen2vl/";
+  const auto cfg = Qwen2VLConfig::load(dir + model);
+  const auto ref = SafetensorsFile::open(dir + model + "/reference.safetensors");
+  const auto pre = SafetensorsFile::open(dir + "preprocess.safetensors");
+  auto ints = [&](const SafetensorsFile& f, const std::string& name) {
+    const TensorView& t = f.tensors().at(name);
+    return std::vector<int32_t>(t.as<const int32_t>(), t.as<const int32_t>() + t.numel());
+  };
+  const std::vector<std::vector<std::string>> images = {{"cat"}, {}, {"synth", "rocket"}};
+  const std::vector<std::vector<std::string>> videos = {{}, {"shapes4"}, {"shapes4"}};
+  std::vector<QwenPrompt> out;
+  for (size_t k = 0; k < images.size(); ++k) {
+    const std::string p = "p" + std::to_string(k);
+    QwenPrompt q;
+    q.greedy = ints(*ref, p + ".greedy");
+    q.request = greedy_request(p, ints(*ref, p + ".ids"), static_cast<int>(q.greedy.size()));
+    const std::vector<int32_t>& ids = q.request.prompt_ids;
+    size_t ni = 0, nv = 0;
+    std::vector<MediaTokens> toks;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const bool im = ids[t] == cfg.image_token_id, vi = ids[t] == cfg.video_token_id;
+      if ((!im && !vi) || (t > 0 && ids[t - 1] == ids[t])) continue;  // the first token of a run
+      const std::string key = im ? "img_small." + images[k].at(ni++) : "vid_small." + videos[k].at(nv++);
+      MediaPixels m;
+      const TensorView& px = pre->tensors().at(key + ".pixels");
+      m.data.assign(px.as<const float>(), px.as<const float>() + px.numel());
+      const auto g = ints(*pre, key + ".grid");
+      m.grid_thw = {g[0], g[1], g[2]};
+      m.modality = im ? Modality::Image : Modality::Video;
+      const int64_t per_frame = int64_t(g[1]) * g[2] / 4;
+      toks.push_back({m.modality, g[0] * per_frame, per_frame});
+      q.request.images.push_back(std::move(m));
+    }
+    q.request.prompt_modalities = expand_media_tokens(ids, cfg.image_token_id, cfg.video_token_id, toks).modalities;
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+std::unique_ptr<Engine> qwen_engine(const std::string& model, const EngineConfig& c) {
+  return std::make_unique<Engine>(
+      c, std::unique_ptr<MultimodalModel>(Qwen2VLModel::load(std::string(VLM_FIXTURES_DIR) + "/qwen2vl/" + model)));
+}
+
+void expect_tokens(const std::map<std::string, RequestResult>& results, const std::string& id,
+                   const std::vector<int32_t>& want) {
+  const RequestResult& r = results.at(id);
+  ASSERT_TRUE(r.done) << id;
+  ASSERT_FALSE(r.error) << id << ": " << r.error->message;
+  EXPECT_EQ(r.choices.at(0).tokens, want) << id << " differs from Hugging Face";
+}
+
+class CudaEngineQwen2VL : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { VLM_REQUIRE_GPU(); }
+};
+
+TEST_P(CudaEngineQwen2VL, EachPromptAloneMatchesHfGreedy) {
+  const std::string model = GetParam();
+  auto engine = qwen_engine(model, gpu_config(16, 64, 512));
+  ASSERT_TRUE(engine->backend().encodes_media()) << "media did not go to the GPU encoder";
+  const auto prompts = qwen_prompts(model);
+  for (const QwenPrompt& q : prompts)
+    expect_tokens(run_engine(*engine, {{0, q.request}}), q.request.id, q.greedy);
+  EXPECT_EQ(engine->runner().num_images_encoded(), 5);  // 1 + 1 + 3 items
+}
+
+TEST_P(CudaEngineQwen2VL, BatchedUnderChunksCuttingMediaRuns) {
+  const std::string model = GetParam();
+  const GenerationRequest text = greedy_request("text", {5, 9, 33, 7, 100, 3, 17, 4}, 8);
+  std::vector<int32_t> text_alone;
+  {
+    auto engine = qwen_engine(model, gpu_config(16, 64, 512));
+    text_alone = run_engine(*engine, {{0, text}}).at("text").choices.at(0).tokens;
+  }
+  const auto prompts = qwen_prompts(model);
+  for (int budget : {7, 512}) {
+    SCOPED_TRACE("max_num_batched_tokens " + std::to_string(budget));
+    auto engine = qwen_engine(model, gpu_config(4, 256, budget));
+    std::vector<Submission> subs;
+    for (size_t k = 0; k < prompts.size(); ++k) subs.push_back({static_cast<int>(k), prompts[k].request});
+    subs.push_back({1, text});
+    const auto results = run_engine(*engine, subs);
+    for (const QwenPrompt& q : prompts) expect_tokens(results, q.request.id, q.greedy);
+    EXPECT_EQ(results.at("text").choices.at(0).tokens, text_alone);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngineQwen2VL,
+                         ::testing::Values(std::string("qwen2_vl_tiny"), std::string("qwen2_5_vl_tiny")));
+
+TEST(CudaEngineQwen2VLMemory, VideoBeyondTheReservationIsA400) {
+  VLM_REQUIRE_GPU();
+  const std::string model = "qwen2_vl_tiny";
+  const auto prompts = qwen_prompts(model);
+  const GenerationRequest& vid = prompts[1].request;  // one video
+  const auto& g = vid.images[0].grid_thw;
+  EngineConfig c = gpu_config(16, 64, 512);
+  c.max_media_patches = int64_t(g[0]) * g[1] * g[2] - 4;  // one merged unit short of the video
+  auto engine = qwen_engine(model, c);
+  try {
+    engine->validate(vid);
+    ADD_FAILURE() << "a video beyond the reservation was accepted";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("--max-media-patches"), std::string::npos) << e.what();
+  }
+  const QwenPrompt& img = prompts[0];  // an image that fits
+  expect_tokens(run_engine(*engine, {{0, img.request}}), img.request.id, img.greedy);
+}
+
+// LLaVA: HF's input_ids and pixel_values (tests/fixtures/llava/llava_small/reference.safetensors).
+TEST(CudaEngineLlava, PromptsAloneAndBatchedMatchHf) {
+  VLM_REQUIRE_GPU();
+  const std::string dir = std::string(VLM_FIXTURES_DIR) + "/llava/llava_small";
+  const auto ref = SafetensorsFile::open(dir + "/reference.safetensors");
+  const auto model = LlavaModel::load(dir);
+  auto ints = [&](const std::string& name) {
+    const TensorView& t = ref->tensors().at(name);
+    return std::vector<int32_t>(t.as<const int32_t>(), t.as<const int32_t>() + t.numel());
+  };
+  std::vector<GenerationRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (int k = 0; ref->tensors().count("p" + std::to_string(k) + ".ids"); ++k) {
+    const std::string p = "p" + std::to_string(k);
+    const TensorView& px = ref->tensors().at(p + ".pixels");
+    const int64_t N = px.dim(0), per = px.numel() / N;
+    want.push_back(ints(p + ".greedy"));
+    GenerationRequest r = greedy_request(p, ints(p + ".ids"), static_cast<int>(want.back().size()));
+    r.prompt_modalities = model->build_prompt(r.prompt_ids, static_cast<int32_t>(N)).modalities;
+    for (int64_t i = 0; i < N; ++i) {
+      MediaPixels m;
+      m.data.assign(px.as<const float>() + i * per, px.as<const float>() + (i + 1) * per);
+      m.height = static_cast<int>(px.dim(2));
+      m.width = static_cast<int>(px.dim(3));
+      r.images.push_back(std::move(m));
+    }
+    reqs.push_back(std::move(r));
+  }
+  auto make = [&](int budget) {
+    return std::make_unique<Engine>(gpu_config(16, 256, budget), std::unique_ptr<MultimodalModel>(LlavaModel::load(dir)));
+  };
+  auto engine = make(512);
+  ASSERT_TRUE(engine->backend().encodes_media());
+  for (size_t k = 0; k < reqs.size(); ++k) expect_tokens(run_engine(*engine, {{0, reqs[k]}}), reqs[k].id, want[k]);
+  auto chunked = make(13);
+  std::vector<Submission> subs;
+  for (size_t k = 0; k < reqs.size(); ++k) subs.push_back({static_cast<int>(k), reqs[k]});
+  const auto results = run_engine(*chunked, subs);
+  for (size_t k = 0; k < reqs.size(); ++k) expect_tokens(results, reqs[k].id, want[k]);
+}
+
+}  // namespace
+}  // namespace vlm::testing

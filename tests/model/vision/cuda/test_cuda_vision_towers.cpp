@@ -1,0 +1,155 @@
+// The GPU vision towers against Hugging Face transformers 5.17 on the committed fixtures, as
+// tests/model/families/test_llava.cpp and test_qwen2vl.cpp check the CPU towers:
+//  - exact path (F32 weights, f32 GEMMs without TF32, the f32 attention kernel): LLaVA's projector
+//    output (CLIP penultimate layer, class token dropped) and Qwen2-VL / Qwen2.5-VL image and video
+//    embeddings (images, two images, a video; window attention in Qwen2.5-VL) within 1e-4 relative;
+//  - bf16 (tensor cores): within 2e-2 relative of the same references (the tiny fixtures' bound
+//    for bf16 rounding through two to four layers; printed);
+//  - the memory plan (no GPU needed): the workspace grows with the patches, an item beyond the
+//    reservation is a 400 naming its size and the flag.
+#include <gtest/gtest.h>
+
+#include "kernels/core/check.h"
+#include "kernels/cuda/core/device_buffer.h"
+#include "model/decoder/safetensors.h"
+#include "model/families/llava.h"
+#include "model/families/qwen2_vl.h"
+#include "model/vision/cuda/cuda_clip_vision.h"
+#include "model/vision/cuda/cuda_qwen2_vision.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/support/gpu_test.h"
+
+namespace vlm::testing {
+namespace {
+
+const std::string kFix = VLM_FIXTURES_DIR;
+
+std::vector<float> floats(const SafetensorsFile& f, const std::string& name) {
+  const TensorView& t = f.tensors().at(name);
+  return {t.as<const float>(), t.as<const float>() + t.numel()};
+}
+
+// Encodes items on the tower (reserved for exactly their cost) and downloads the rows.
+std::vector<float> encode_on_gpu(CudaVisionTower& tower, const std::vector<MediaPixels>& items) {
+  int64_t cost = 0, rows = 0;
+  std::vector<const MediaPixels*> ptrs;
+  for (const MediaPixels& m : items) {
+    cost += tower.cost(m);
+    rows += tower.out_rows(m);
+    ptrs.push_back(&m);
+  }
+  tower.reserve(cost);
+  cuda::DeviceBuffer out(static_cast<size_t>(rows * tower.out_features()) * 4);
+  tower.encode(ptrs, out.as<float>(), nullptr);
+  return to_host<float>(out, static_cast<size_t>(rows * tower.out_features()));
+}
+
+class CudaQwen2VisionTower : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaQwen2VisionTower, EmbeddingsMatchHuggingFace) {
+  VLM_REQUIRE_GPU();
+  const std::string dir = kFix + "/qwen2vl/" + GetParam();
+  const auto model = Qwen2VLModel::load(dir);
+  const auto ref = SafetensorsFile::open(dir + "/reference.safetensors");
+  const auto pre = SafetensorsFile::open(kFix + "/qwen2vl/preprocess.safetensors");
+  const std::vector<std::vector<std::string>> images = {{"cat"}, {}, {"synth", "rocket"}};
+  const std::vector<std::vector<std::string>> videos = {{}, {"shapes4"}, {"shapes4"}};
+  for (DType dt : {DType::F32, DType::BF16}) {
+    CudaQwen2Vision tower(model->vision(), dt);
+    for (size_t k = 0; k < images.size(); ++k)
+      for (bool video : {false, true}) {
+        std::vector<MediaPixels> items;
+        for (const std::string& n : (video ? videos : images)[k]) {
+          const std::string key = (video ? "vid_small." : "img_small.") + n;
+          MediaPixels m;
+          m.data = floats(*pre, key + ".pixels");
+          const TensorView& g = pre->tensors().at(key + ".grid");
+          for (int i = 0; i < 3; ++i) m.grid_thw[static_cast<size_t>(i)] = g.as<const int32_t>()[i];
+          m.modality = video ? Modality::Video : Modality::Image;
+          items.push_back(std::move(m));
+        }
+        if (items.empty()) continue;
+        const std::string name = "p" + std::to_string(k) + (video ? ".video_embeds" : ".image_embeds");
+        const std::vector<float> want = floats(*ref, name);
+        const std::vector<float> got = encode_on_gpu(tower, items);
+        ASSERT_EQ(got.size(), want.size()) << name;
+        const double err = rel_error(got, want);
+        EXPECT_LE(err, dt == DType::F32 ? 1e-4 : 2e-2) << name << " " << dtype_name(dt);
+        std::printf("[ gpu vision ] %s %s %s: rel error %.3g\n", GetParam().c_str(), name.c_str(), dtype_name(dt), err);
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, CudaQwen2VisionTower, ::testing::Values("qwen2_vl_tiny", "qwen2_5_vl_tiny"));
+
+class CudaClipVisionTower : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaClipVisionTower, ProjectorOutputMatchesHuggingFace) {
+  VLM_REQUIRE_GPU();
+  const std::string dir = kFix + "/llava/" + GetParam();
+  const auto model = LlavaModel::load(dir);
+  const auto ref = SafetensorsFile::open(dir + "/reference.safetensors");
+  const LlavaConfig& c = model->config();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    CudaClipVision tower(model->vision(), model->projector(), c.feature_layers, c.drop_cls, dt);
+    for (int k = 0; ref->tensors().count("p" + std::to_string(k) + ".pixels"); ++k) {
+      const std::string p = "p" + std::to_string(k);
+      const TensorView& px = ref->tensors().at(p + ".pixels");  // [N, 3, S, S]
+      const int64_t N = px.dim(0), per = px.numel() / N;
+      std::vector<MediaPixels> items;
+      for (int64_t i = 0; i < N; ++i) {
+        MediaPixels m;
+        m.data.assign(px.as<const float>() + i * per, px.as<const float>() + (i + 1) * per);
+        m.height = static_cast<int>(px.dim(2));
+        m.width = static_cast<int>(px.dim(3));
+        items.push_back(std::move(m));
+      }
+      const std::vector<float> want = floats(*ref, p + ".proj");
+      const std::vector<float> got = encode_on_gpu(tower, items);
+      ASSERT_EQ(got.size(), want.size()) << p;
+      const double err = rel_error(got, want);
+      EXPECT_LE(err, dt == DType::F32 ? 1e-4 : 2e-2) << p << " " << dtype_name(dt);
+      std::printf("[ gpu vision ] %s %s.proj %s: rel error %.3g\n", GetParam().c_str(), p.c_str(), dtype_name(dt), err);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaClipVisionTower, ::testing::Values("llava_small", "llava_336"));
+
+// A tower of the Qwen2-VL-7B shape for the planner (no weights, no GPU).
+struct PlanOnlyTower : CudaVisionTower {
+  Qwen2VisionConfig c;  // the defaults: Qwen2-VL-7B's vision tower
+  int64_t cost(const MediaPixels& m) const override { return int64_t(m.grid_thw[0]) * m.grid_thw[1] * m.grid_thw[2]; }
+  int64_t out_rows(const MediaPixels& m) const override { return cost(m) / 4; }
+  int64_t out_features() const override { return c.out_hidden_size; }
+  int64_t weight_bytes() const override { return 0; }
+  int64_t workspace_bytes(int64_t p) const override { return qwen2_vision_workspace_bytes(c, p, DType::BF16); }
+  void reserve(int64_t p) override { reserved_ = p; }
+  void encode(std::span<const MediaPixels* const>, float*, cudaStream_t) override {}
+};
+
+TEST(CudaVisionMemoryPlan, ItemsBeyondTheReservationAreA400) {
+  PlanOnlyTower t;
+  t.reserve(32768);  // the default --max-media-patches: a 64-frame 448x448 video
+  EXPECT_NEAR(double(t.workspace_bytes(32768)), 2.0 * double(t.workspace_bytes(16384)), 64.0);  // linear in the patches
+  std::printf("[ plan ] Qwen2-VL-7B tower, bf16: %.2f GiB of activations for 32768 patches\n",
+              static_cast<double>(t.workspace_bytes(32768)) / (1 << 30));
+  EXPECT_LT(t.workspace_bytes(32768), int64_t(8) << 30);  // beside the weights and the KV cache on one GPU
+  MediaPixels video;
+  video.modality = Modality::Video;
+  video.grid_thw = {32, 32, 32};  // 64 frames of 448x448
+  EXPECT_NO_THROW(check_vision_fits(t, video, 0));
+  video.grid_thw = {64, 32, 32};  // 128 frames
+  try {
+    check_vision_fits(t, video, 1);
+    ADD_FAILURE() << "a 128-frame video was accepted";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.status(), 400);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("video 1 needs 65536"), std::string::npos) << what;
+    EXPECT_NE(what.find("--max-media-patches"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace vlm::testing
