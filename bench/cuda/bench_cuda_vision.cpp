@@ -1,10 +1,10 @@
 // Vision encode time of the Qwen2-VL-7B vision tower on the GPU (CudaQwen2Vision, bf16 tensor
 // cores, random bf16 weights: depth 32, width 1280, 16 heads, MLP 5120, merger to 3584) on the
 // issue's shapes: a 448x448 image (grid 1x32x32: 1024 patches), 8 frames (4x32x32) and 64 frames
-// (32x32x32) of 448x448. Each time is one whole encode() call as the server makes it, pixel rows
-// uploaded from pageable host memory included, until the stream is idle: median of --reps after
-// two warm-up calls. bench/cuda/hf_vision_encode.py times transformers on the same shapes (the
-// peer, in the same run: bench/cuda/run_vision_bench.sh). Prints "vision <shape> <ms> ms".
+// (32x32x32) of 448x448. Two times per shape: one whole encode() call as the server makes it
+// (pixel rows uploaded from pageable host memory included) and run() alone over pixels already
+// on the GPU (the peer's case), each until the stream is idle: median of --reps after two warm-ups. bench/cuda/hf_vision_encode.py times transformers on the same shapes (the
+// peer, in the same run: bench/cuda/run_vision_bench.sh). Prints "vision <shape> with_upload|resident <ms> ms".
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -73,18 +73,23 @@ int main(int argc, char** argv) {
     m.data.resize(static_cast<size_t>(P * cfg.patch_dim()));
     for (size_t i = 0; i < m.data.size(); ++i) m.data[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
     const MediaPixels* items[] = {&m};
-    std::vector<double> ms;
-    for (int r = 0; r < reps + 2; ++r) {
-      VLM_CUDA_CHECK(cudaStreamSynchronize(s));
-      const auto a = std::chrono::steady_clock::now();
-      gpu.encode(items, out.as<float>(), s);
-      VLM_CUDA_CHECK(cudaStreamSynchronize(s));
-      const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
-      if (r >= 2) ms.push_back(t);
+    // encode(): pixels uploaded from pageable memory, then the tower; run(): the tower over
+    // pixels already on the GPU (as the peer's are).
+    for (bool upload : {true, false}) {
+      std::vector<double> ms;
+      for (int r = 0; r < reps + 2; ++r) {
+        VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+        const auto a = std::chrono::steady_clock::now();
+        if (upload) gpu.encode(items, out.as<float>(), s);
+        else gpu.run(items, out.as<float>(), s);
+        VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+        const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+        if (r >= 2) ms.push_back(t);
+      }
+      std::sort(ms.begin(), ms.end());
+      std::printf("vision %s %s %.2f ms (min %.2f, %lld patches)\n", name.c_str(),
+                  upload ? "with_upload" : "resident", ms[ms.size() / 2], ms.front(), static_cast<long long>(P));
     }
-    std::sort(ms.begin(), ms.end());
-    std::printf("vision %s %.2f ms (min %.2f, %lld patches)\n", name.c_str(), ms[ms.size() / 2], ms.front(),
-                static_cast<long long>(P));
   }
   return 0;
 }

@@ -7,35 +7,68 @@ namespace vlm::cuda {
 
 namespace {
 
-// One block per row: mean, then the centred sum of squares (two passes over the row in global
-// memory, so out may alias x: every thread writes only the elements it read).
+// One block per row: mean, then the centred sum of squares. The row is read once into
+// registers (up to kLnPer elements per thread, else re-read from memory); out may alias x: every
+// thread writes only the elements it read.
+constexpr int kLnPer = 8;
 template <typename T>
 __global__ void layer_norm_kernel(const float* x, const float* w, const float* b, float eps, int64_t C, T* out) {
   const int64_t r = blockIdx.x;
   const float* xr = x + r * C;
+  const bool regs = C <= static_cast<int64_t>(kLnPer) * blockDim.x;
+  float v[kLnPer];
   float sum = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += xr[c];
+#pragma unroll
+  for (int i = 0; i < kLnPer; ++i) {
+    const int64_t c = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+    v[i] = regs && c < C ? xr[c] : 0.0f;
+    sum += v[i];
+  }
+  if (!regs)
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += xr[c];
   const float mean = block_sum(sum) / static_cast<float>(C);
   float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float d = xr[c] - mean;
-    ss = fmaf(d, d, ss);
+  if (regs) {
+#pragma unroll
+    for (int i = 0; i < kLnPer; ++i)
+      if (threadIdx.x + static_cast<int64_t>(i) * blockDim.x < C) ss = fmaf(v[i] - mean, v[i] - mean, ss);
+  } else {
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) ss = fmaf(xr[c] - mean, xr[c] - mean, ss);
   }
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(C) + eps);
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
-    out[r * C + c] = from_f32<T>(fmaf((xr[c] - mean) * inv, w[c], b[c]));
+  if (regs) {
+#pragma unroll
+    for (int i = 0; i < kLnPer; ++i) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      if (c < C) out[r * C + c] = from_f32<T>(fmaf((v[i] - mean) * inv, w[c], b[c]));
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      out[r * C + c] = from_f32<T>(fmaf((xr[c] - mean) * inv, w[c], b[c]));
+  }
 }
 
+__device__ __forceinline__ float activate(float v, Activation act) {
+  if (act == Activation::QuickGelu) return v / (1.0f + expf(-1.702f * v));
+  if (act == Activation::GeluErf) return v * 0.5f * (1.0f + erff(v * 0.70710678118654752440f));
+  return 0.5f * v * (1.0f + tanhf(0.79788456080286535588f * (v + 0.044715f * v * v * v)));
+}
+
+// 16 bytes per thread (8 bf16/f16 or 4 f32 values) where n and the pointer allow, else one value.
 template <typename T>
-__global__ void activation_kernel(T* x, int64_t n, Activation act) {
+__global__ void activation_kernel(T* x, int64_t n, Activation act, bool vec) {
+  constexpr int kV = 16 / sizeof(T);
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float v = to_f32(x[i]);
-  float y;
-  if (act == Activation::QuickGelu) y = v / (1.0f + expf(-1.702f * v));
-  else if (act == Activation::GeluErf) y = v * 0.5f * (1.0f + erff(v * 0.70710678118654752440f));
-  else y = 0.5f * v * (1.0f + tanhf(0.79788456080286535588f * (v + 0.044715f * v * v * v)));
-  x[i] = from_f32<T>(y);
+  if (vec) {
+    if (i * kV >= n) return;
+    uint4 raw = reinterpret_cast<const uint4*>(x)[i];
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) e[j] = from_f32<T>(activate(to_f32(e[j]), act));
+    reinterpret_cast<uint4*>(x)[i] = raw;
+    return;
+  }
+  if (i < n) x[i] = from_f32<T>(activate(to_f32(x[i]), act));
 }
 
 template <typename S, typename D>
@@ -110,7 +143,10 @@ void activation(void* x, DType dt, int64_t n, Activation act, cudaStream_t s) {
   if (n == 0) return;
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
-    activation_kernel<E><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(static_cast<E*>(x), n, act);
+    constexpr int64_t kV = 16 / sizeof(E);
+    const bool vec = n % kV == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    const int64_t threads = vec ? n / kV : n;
+    activation_kernel<E><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(static_cast<E*>(x), n, act, vec);
   });
   VLM_CUDA_CHECK_LAUNCH();
 }

@@ -119,7 +119,20 @@ void CudaClipVision::emit(int hidden_index, int64_t N, cudaStream_t s) {
                         s);
 }
 
-void CudaClipVision::encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+void CudaClipVision::upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) {
+  const int64_t S = host_.config().image_size;
+  VLM_CHECK(static_cast<int64_t>(items.size()) <= reserved_, "vision call of {} images, {} reserved", items.size(),
+            reserved_);
+  for (size_t n = 0; n < items.size(); ++n) {
+    const MediaPixels& it = *items[n];
+    VLM_CHECK(static_cast<int64_t>(it.data.size()) == 3 * S * S, "image of {} values, the tower takes 3x{}x{}",
+              it.data.size(), S, S);
+    VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<float>() + static_cast<int64_t>(n) * 3 * S * S, it.data.data(),
+                                   it.data.size() * 4, cudaMemcpyHostToDevice, s));
+  }
+}
+
+void CudaClipVision::run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
   const ClipVisionConfig& c = host_.config();
   const auto N = static_cast<int64_t>(items.size());
   VLM_CHECK(N > 0 && N <= reserved_, "vision call of {} images, {} reserved", N, reserved_);
@@ -137,13 +150,6 @@ void CudaClipVision::encode(std::span<const MediaPixels* const> items, float* ou
                                  cudaMemcpyHostToDevice, s));
   const int32_t* d_cu = meta_dev_.as<int32_t>() + N * rows_;
 
-  for (int64_t n = 0; n < N; ++n) {
-    const MediaPixels& it = *items[static_cast<size_t>(n)];
-    VLM_CHECK(static_cast<int64_t>(it.data.size()) == 3 * S * S, "image of {} values, the tower takes 3x{}x{}",
-              it.data.size(), S, S);
-    VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<float>() + n * 3 * S * S, it.data.data(), it.data.size() * 4,
-                                   cudaMemcpyHostToDevice, s));
-  }
   cuda::unfold_patches(pixels_.as<float>(), N, S, p, patches_.get(), dt_, s);
   gemm_.linear(patches_.get(), patch_w_.get(), dt_, nullptr, pe_.get(), DType::F32, 0.0f, N * P, C, 3 * p * p, s);
   cuda::clip_embed(pe_.as<float>(), class_emb_.as<float>(), patch_b_.as<float>(), pos_emb_.as<float>(), N, P, L, C,

@@ -135,7 +135,20 @@ void CudaQwen2Vision::norm(const cuda::DeviceBuffer& w, const cuda::DeviceBuffer
   else cuda::layer_norm(x_.as<float>(), w.as<float>(), b.as<float>(), eps, P, c.hidden_size, h_.get(), dt_, s);
 }
 
-void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+void CudaQwen2Vision::upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) {
+  const int64_t K = host_.config().patch_dim();
+  int64_t row = 0;
+  for (const MediaPixels* it : items) {
+    VLM_CHECK(static_cast<int64_t>(it->data.size()) == cost(*it) * K, "item of {} values for grid {}x{}x{}",
+              it->data.size(), it->grid_thw[0], it->grid_thw[1], it->grid_thw[2]);
+    VLM_CHECK(row + cost(*it) <= reserved_, "vision call beyond the {} patches reserved", reserved_);
+    VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<float>() + row * K, it->data.data(), it->data.size() * 4,
+                                   cudaMemcpyHostToDevice, s));
+    row += cost(*it);
+  }
+}
+
+void CudaQwen2Vision::run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
   const Qwen2VisionConfig& c = host_.config();
   const int64_t C = c.hidden_size, I = c.intermediate_size, K = c.patch_dim(), D = c.head_dim();
   const int64_t unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size, M = C * unit;
@@ -180,15 +193,6 @@ void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* o
   const int32_t* d_scatter = d_window + lay.window_cu.size();
   const int num_frames = static_cast<int>(lay.frame_cu.size()) - 1, num_windows = static_cast<int>(lay.window_cu.size()) - 1;
 
-  // Pixels: each item's rows once into the f32 buffer, then gathered into the run order as dt.
-  int64_t row = 0;
-  for (const MediaPixels* it : items) {
-    VLM_CHECK(static_cast<int64_t>(it->data.size()) == cost(*it) * K, "item of {} values for grid {}x{}x{}",
-              it->data.size(), it->grid_thw[0], it->grid_thw[1], it->grid_thw[2]);
-    VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<float>() + row * K, it->data.data(), it->data.size() * 4,
-                                   cudaMemcpyHostToDevice, s));
-    row += cost(*it);
-  }
   cuda::gather_rows(pixels_.get(), DType::F32, d_gather, P, K, patches_.get(), dt_, K, 0, s);
   gemm_.linear(patches_.get(), patch_w_.get(), dt_, nullptr, x_.get(), DType::F32, 0.0f, P, C, K, s);
   cuda::vision_rope_table(d_pos, inv_freq_.as<float>(), P, D, table_.as<float>(), s);

@@ -37,7 +37,8 @@ class CudaQwen2Vision : public CudaVisionTower {
   int64_t weight_bytes() const override { return weight_bytes_; }
   int64_t workspace_bytes(int64_t max_cost) const override;
   void reserve(int64_t max_cost) override;
-  void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
+  void upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) override;
+  void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
 
  private:
   struct Block;

@@ -123,24 +123,23 @@ TEST_P(CudaEngineQwen2VL, BatchedUnderChunksCuttingMediaRuns) {
 INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngineQwen2VL,
                          ::testing::Values(std::string("qwen2_vl_tiny"), std::string("qwen2_5_vl_tiny")));
 
-TEST(CudaEngineQwen2VLMemory, VideoBeyondTheReservationIsA400) {
+TEST(CudaEngineQwen2VLMemory, MediaBeyondTheReservationIsA400) {
   VLM_REQUIRE_GPU();
-  const std::string model = "qwen2_vl_tiny";
-  const auto prompts = qwen_prompts(model);
-  const GenerationRequest& vid = prompts[1].request;  // one video
-  const auto& g = vid.images[0].grid_thw;
+  const auto prompts = qwen_prompts("qwen2_vl_tiny");
+  const GenerationRequest& fits = prompts[0].request;  // one image of 1x8x10 patches
+  const GenerationRequest& big = prompts[2].request;   // images of 1x4x8 (synth) and 1x14x6 (rocket), a video
   EngineConfig c = gpu_config(16, 64, 512);
-  c.max_media_patches = int64_t(g[0]) * g[1] * g[2] - 4;  // one merged unit short of the video
-  auto engine = qwen_engine(model, c);
+  c.max_media_patches = 80;  // the first image exactly; the rocket's 84 patches are beyond it
+  auto engine = qwen_engine("qwen2_vl_tiny", c);
   try {
-    engine->validate(vid);
-    ADD_FAILURE() << "a video beyond the reservation was accepted";
+    engine->validate(big);
+    ADD_FAILURE() << "an image beyond the reservation was accepted";
   } catch (const RequestError& e) {
     EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("needs 84 vision-encoder rows"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--max-media-patches"), std::string::npos) << e.what();
   }
-  const QwenPrompt& img = prompts[0];  // an image that fits
-  expect_tokens(run_engine(*engine, {{0, img.request}}), img.request.id, img.greedy);
+  expect_tokens(run_engine(*engine, {{0, fits}}), fits.id, prompts[0].greedy);
 }
 
 // LLaVA: HF's input_ids and pixel_values (tests/fixtures/llava/llava_small/reference.safetensors).
