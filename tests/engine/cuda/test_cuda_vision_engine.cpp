@@ -61,6 +61,8 @@ std::vector<QwenPrompt> qwen_prompts(const std::string& model) {
       const auto g = ints(*pre, key + ".grid");
       m.grid_thw = {g[0], g[1], g[2]};
       m.modality = im ? Modality::Image : Modality::Video;
+      if (vi && ref->tensors().count(p + ".second_per_grid"))  // Qwen2.5-VL videos
+        m.second_per_grid = ref->tensors().at(p + ".second_per_grid").as<const float>()[nv - 1];
       const int64_t per_frame = int64_t(g[1]) * g[2] / 4;
       toks.push_back({m.modality, g[0] * per_frame, per_frame});
       q.request.images.push_back(std::move(m));
@@ -181,6 +183,23 @@ TEST(CudaEngineLlava, PromptsAloneAndBatchedMatchHf) {
   for (size_t k = 0; k < reqs.size(); ++k) subs.push_back({static_cast<int>(k), reqs[k]});
   const auto results = run_engine(*chunked, subs);
   for (size_t k = 0; k < reqs.size(); ++k) expect_tokens(results, reqs[k].id, want[k]);
+}
+
+}  // namespace
+}  // namespace vlm::testing
+
+namespace vlm::testing {
+namespace {
+
+// The same prompts on the CPU engine (runs without a GPU): the reference the GPU runs are held to.
+TEST(CpuEngineQwen2VLTiny, PromptsMatchHfGreedy) {
+  for (const std::string model : {"qwen2_vl_tiny", "qwen2_5_vl_tiny"}) {
+    EngineConfig c = test_config(16, 64, 512);
+    c.device = Device::Cpu;
+    auto engine = qwen_engine(model, c);
+    for (const QwenPrompt& q : qwen_prompts(model))
+      expect_tokens(run_engine(*engine, {{0, q.request}}), q.request.id, q.greedy);
+  }
 }
 
 }  // namespace
