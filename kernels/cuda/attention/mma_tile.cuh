@@ -25,6 +25,14 @@ __device__ __forceinline__ int swz(int row, int col) {
   return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
+// The swizzled layout as a type (the Lay parameter of qk_tile_smem / pv_tile; other layouts:
+// kernels/cuda/attention/varlen_attention.cu).
+template <int D>
+struct SwizzledRows {
+  static constexpr int kLD = D;
+  __device__ static int at(int row, int col) { return swz<D>(row, col); }
+};
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -121,8 +129,8 @@ __device__ __forceinline__ void qk_tile(float (&s)[NK][4], const uint32_t (&qf)[
 
 // S[MT*16 x 8*NK] += Q K^T for one warp whose MT 16-row slabs of Q start at row q_row of the
 // swizzled Q tile sq (Q re-read from shared memory per call: its fragments would not fit in
-// registers beside MT slabs of O); each K fragment loaded feeds MT mma.
-template <int D, int NK, int MT, class T>
+// registers beside MT slabs of O); each K fragment loaded feeds MT mma. Lay: the tiles' layout.
+template <int D, int NK, int MT, class T, class Lay = SwizzledRows<D>>
 __device__ __forceinline__ void qk_tile_smem(float (&s)[MT][NK][4], const T* sq, int q_row, const T* sk,
                                              int key_base, int lane) {
 #pragma unroll
@@ -132,12 +140,12 @@ __device__ __forceinline__ void qk_tile_smem(float (&s)[MT][NK][4], const T* sq,
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int k2 = 0; k2 < 2; ++k2)
-        ldmatrix_x4(qa[mt][k2], sq + swz<D>(q_row + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+        ldmatrix_x4(qa[mt][k2], sq + Lay::at(q_row + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
                                             (kk + k2) * 16 + (lane >> 4) * 8));
 #pragma unroll
     for (int n = 0; n < NK; ++n) {
       uint32_t b[4];  // b[0],b[1]: d step kk; b[2],b[3]: d step kk+1
-      ldmatrix_x4(b, sk + swz<D>(key_base + n * 8 + (lane & 7), kk * 16 + (lane >> 3) * 8));
+      ldmatrix_x4(b, sk + Lay::at(key_base + n * 8 + (lane & 7), kk * 16 + (lane >> 3) * 8));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         mma<T>(s[mt][n], qa[mt][0], b[0], b[1]);
@@ -149,7 +157,7 @@ __device__ __forceinline__ void qk_tile_smem(float (&s)[MT][NK][4], const T* sq,
 
 // O[MT*16 x D] += P[MT*16 x 8*NK] V[8*NK x D] for one warp: P from the S fragments (already
 // exponentiated), V rows key_base.. of the swizzled tile sv; each V fragment feeds MT mma.
-template <int D, int NK, int MT, class T>
+template <int D, int NK, int MT, class T, class Lay = SwizzledRows<D>>
 __device__ __forceinline__ void pv_tile(float (&o)[MT][D / 8][4], const float (&p)[MT][NK][4], const T* sv,
                                         int key_base, int lane) {
 #pragma unroll
@@ -166,7 +174,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[MT][D / 8][4], const float (&
 #pragma unroll
     for (int n = 0; n < D / 8; n += 2) {
       uint32_t b[4];  // b[0],b[1]: d tile n; b[2],b[3]: d tile n+1
-      ldmatrix_x4_trans(b, sv + swz<D>(key, n * 8 + (lane >> 4) * 8));
+      ldmatrix_x4_trans(b, sv + Lay::at(key, n * 8 + (lane >> 4) * 8));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         mma<T>(o[mt][n], a[mt], b[0], b[1]);

@@ -20,14 +20,23 @@ constexpr int kBM = kWarpRows * kWarps;  // query rows per CTA
 constexpr int kBN = 64;                  // keys per tile
 constexpr int kThreads = 32 * kWarps;
 
-template <int Dp, class T>
+// Shared-memory tile layouts [rows][Dp]: the XOR swizzle of mma_tile.cuh (tile::SwizzledRows, Dp 64
+// or 128), or rows padded to Dp + 8 elements (Dp 96: 208-byte rows, so the 8 rows of an ldmatrix fall in distinct
+// banks without a swizzle; Qwen2-VL's head dim 80 then pads to 96, not 128).
+template <int Dp>
+struct Padded {
+  static constexpr int kLD = Dp + 8;
+  __device__ static int at(int r, int c) { return r * kLD + c; }
+};
+
+template <class Lay, class T>
 constexpr int smem_bytes() {
-  return (kBM * Dp + 2 * 2 * kBN * Dp) * int(sizeof(T));
+  return (kBM + 2 * 2 * kBN) * Lay::kLD * int(sizeof(T));
 }
 
 // Rows [row0, row0 + ROWS) of one head (columns [0, D) of the row, zeros in [D, Dp) and for rows
-// at or past row_end) into the swizzled tile dst [ROWS][Dp] with cp.async.
-template <int ROWS, int Dp, class T>
+// at or past row_end) into the tile dst [ROWS][Dp] with cp.async.
+template <int ROWS, int Dp, class Lay, class T>
 __device__ __forceinline__ void load_rows(const T* base, int64_t row_stride, int D, int row0, int row_end, T* dst,
                                           int tid) {
   constexpr int kChunks = Dp / 8;
@@ -35,20 +44,21 @@ __device__ __forceinline__ void load_rows(const T* base, int64_t row_stride, int
     const int r = i / kChunks, c = i % kChunks;
     const bool in = row0 + r < row_end && c * 8 < D;
     const T* src = in ? base + int64_t(row0 + r) * row_stride + c * 8 : base;
-    tile::cp_async16(dst + tile::swz<Dp>(r, c * 8), src, in ? 16 : 0);
+    tile::cp_async16(dst + Lay::at(r, c * 8), src, in ? 16 : 0);
   }
 }
 
 // Grid: (query tiles, H, segments).
-template <int Dp, class T>
+template <int Dp, class Lay, class T>
 __global__ void __launch_bounds__(kThreads, 2)
 varlen_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, int64_t row_stride, int H,
               int D, const int32_t* __restrict__ cu, float scale_log2, T* __restrict__ out) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
+  constexpr int kLD = Lay::kLD;
   T* sq = reinterpret_cast<T*>(smem_raw);
-  T* const kv_smem = sq + kBM * Dp;
-  auto sk = [&](int i) { return kv_smem + i * 2 * kBN * Dp; };
-  auto sv = [&](int i) { return kv_smem + i * 2 * kBN * Dp + kBN * Dp; };
+  T* const kv_smem = sq + kBM * kLD;
+  auto sk = [&](int i) { return kv_smem + i * 2 * kBN * kLD; };
+  auto sv = [&](int i) { return kv_smem + i * 2 * kBN * kLD + kBN * kLD; };
 
   const int s = blockIdx.z, h = blockIdx.y;
   const int t0 = cu[s], len = cu[s + 1] - t0;
@@ -61,9 +71,9 @@ varlen_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
   const T* kb = k + int64_t(t0) * row_stride + h * D;
   const T* vb = v + int64_t(t0) * row_stride + h * D;
 
-  load_rows<kBM, Dp>(qb, row_stride, D, m0, len, sq, tid);
-  load_rows<kBN, Dp>(kb, row_stride, D, 0, len, sk(0), tid);
-  load_rows<kBN, Dp>(vb, row_stride, D, 0, len, sv(0), tid);
+  load_rows<kBM, Dp, Lay>(qb, row_stride, D, m0, len, sq, tid);
+  load_rows<kBN, Dp, Lay>(kb, row_stride, D, 0, len, sk(0), tid);
+  load_rows<kBN, Dp, Lay>(vb, row_stride, D, 0, len, sv(0), tid);
   tile::cp_async_commit();
 
   float o[kMT][Dp / 8][4] = {};
@@ -75,14 +85,14 @@ varlen_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
   for (int n = 0; n < num_tiles; ++n) {
     const int key0 = n * kBN;
     if (n + 1 < num_tiles) {
-      load_rows<kBN, Dp>(kb, row_stride, D, key0 + kBN, len, sk((n + 1) & 1), tid);
-      load_rows<kBN, Dp>(vb, row_stride, D, key0 + kBN, len, sv((n + 1) & 1), tid);
+      load_rows<kBN, Dp, Lay>(kb, row_stride, D, key0 + kBN, len, sk((n + 1) & 1), tid);
+      load_rows<kBN, Dp, Lay>(vb, row_stride, D, key0 + kBN, len, sv((n + 1) & 1), tid);
     }
     tile::cp_async_commit();
     tile::cp_async_wait<1>();
     __syncthreads();
     float sc[kMT][kBN / 8][4] = {};
-    tile::qk_tile_smem<Dp, kBN / 8, kMT>(sc, sq, warp * kWarpRows, sk(n & 1), 0, lane);
+    tile::qk_tile_smem<Dp, kBN / 8, kMT, T, Lay>(sc, sq, warp * kWarpRows, sk(n & 1), 0, lane);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
       if (key0 + kBN > len) {  // the segment ends inside this tile
@@ -94,7 +104,7 @@ varlen_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
       }
       tile::online_softmax<Dp, kBN / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
     }
-    tile::pv_tile<Dp, kBN / 8, kMT>(o, sc, sv(n & 1), 0, lane);
+    tile::pv_tile<Dp, kBN / 8, kMT, T, Lay>(o, sc, sv(n & 1), 0, lane);
     __syncthreads();
   }
 
@@ -116,16 +126,16 @@ varlen_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
     }
 }
 
-template <int Dp, class T>
+template <int Dp, class Lay, class T>
 void launch(const void* q, const void* k, const void* v, int64_t row_stride, int H, int D, const int32_t* cu,
             int num_seqs, int max_len, float scale, void* out, cudaStream_t stream) {
-  constexpr int smem = smem_bytes<Dp, T>();
-  static const bool smem_ok = allow_dynamic_smem(varlen_kernel<Dp, T>, smem);
+  constexpr int smem = smem_bytes<Lay, T>();
+  static const bool smem_ok = allow_dynamic_smem(varlen_kernel<Dp, Lay, T>, smem);
   (void)smem_ok;
   const dim3 grid((max_len + kBM - 1) / kBM, H, num_seqs);
-  varlen_kernel<Dp, T><<<grid, kThreads, smem, stream>>>(static_cast<const T*>(q), static_cast<const T*>(k),
-                                                        static_cast<const T*>(v), row_stride, H, D, cu,
-                                                        scale * float(M_LOG2E), static_cast<T*>(out));
+  varlen_kernel<Dp, Lay, T><<<grid, kThreads, smem, stream>>>(static_cast<const T*>(q), static_cast<const T*>(k),
+                                                             static_cast<const T*>(v), row_stride, H, D, cu,
+                                                             scale * float(M_LOG2E), static_cast<T*>(out));
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -199,8 +209,12 @@ void varlen_attention(const void* q, const void* k, const void* v, int64_t row_s
   }
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    if (head_dim <= 64) launch<64, T>(q, k, v, row_stride, num_heads, head_dim, cu_seqlens, num_seqs, max_len, scale, out, stream);
-    else launch<128, T>(q, k, v, row_stride, num_heads, head_dim, cu_seqlens, num_seqs, max_len, scale, out, stream);
+    if (head_dim <= 64)
+      launch<64, tile::SwizzledRows<64>, T>(q, k, v, row_stride, num_heads, head_dim, cu_seqlens, num_seqs, max_len, scale, out, stream);
+    else if (head_dim <= 96)
+      launch<96, Padded<96>, T>(q, k, v, row_stride, num_heads, head_dim, cu_seqlens, num_seqs, max_len, scale, out, stream);
+    else
+      launch<128, tile::SwizzledRows<128>, T>(q, k, v, row_stride, num_heads, head_dim, cu_seqlens, num_seqs, max_len, scale, out, stream);
   };
   if (dt == DType::BF16) run(__nv_bfloat16{});
   else run(__half{});

@@ -9,7 +9,7 @@
 // Kernel choice (no flags): BF16/F16 with D % 8 == 0 and D <= 128 run on tensor cores
 // (mma.sync m16n8k16, FlashAttention-2 style, the tiles of kernels/cuda/attention/mma_tile.cuh:
 // a 128-row query tile per CTA, 64-key K/V tiles through shared memory, online softmax), head
-// dims padded with zeros to 64 or 128 in shared memory (Qwen2-VL's 80); everything else, F32
+// dims padded with zeros to 64, 96 or 128 in shared memory (Qwen2-VL's 80 -> 96); everything else, F32
 // included (the exact path), runs the reference kernel varlen_attention_naive (one block per
 // query row and head, the segment's scores in shared memory, f32 throughout).
 #pragma once

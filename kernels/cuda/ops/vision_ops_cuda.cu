@@ -111,20 +111,21 @@ __global__ void vision_rope_table_kernel(const int32_t* pos_hw, const float* inv
   }
 }
 
-// grid (T, 2H): block (t, j) rotates head j of q (j < H) or head j - H of k.
+// One thread per rotated pair (t, j, i): head j < H of q or j - H of k (adjacent in [3, H, D]),
+// dims i and D/2 + i.
 template <typename T>
-__global__ void vision_rope_qk_kernel(T* qkv, int64_t H, int64_t D, const float* table) {
-  const int64_t t = blockIdx.x, j = blockIdx.y, half = D / 2;
-  T* x = qkv + (t * 3 * H + j) * D;  // q heads then k heads are adjacent in [3, H, D]
-  const float* c = table + t * D;
-  const float* s = c + half;
-  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-    const float x1 = to_f32(x[i]), x2 = to_f32(x[half + i]);
-    const float a1 = __fmul_rn(x1, c[i]), b1 = __fmul_rn(x2, s[i]);
-    const float a2 = __fmul_rn(x2, c[i]), b2 = __fmul_rn(x1, s[i]);
-    x[i] = from_f32<T>(__fsub_rn(a1, b1));
-    x[half + i] = from_f32<T>(__fadd_rn(a2, b2));
-  }
+__global__ void vision_rope_qk_kernel(T* qkv, int64_t T_, int64_t H, int64_t D, const float* table) {
+  const int64_t half = D / 2;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= T_ * 2 * H * half) return;
+  const int64_t i = n % half, j = (n / half) % (2 * H), t = n / (half * 2 * H);
+  T* x = qkv + (t * 3 * H + j) * D;
+  const float c = table[t * D + i], s = table[t * D + half + i];
+  const float x1 = to_f32(x[i]), x2 = to_f32(x[half + i]);
+  const float a1 = __fmul_rn(x1, c), b1 = __fmul_rn(x2, s);
+  const float a2 = __fmul_rn(x2, c), b2 = __fmul_rn(x1, s);
+  x[i] = from_f32<T>(__fsub_rn(a1, b1));
+  x[half + i] = from_f32<T>(__fadd_rn(a2, b2));
 }
 
 }  // namespace
@@ -193,8 +194,9 @@ void vision_rope_qk(void* qkv, DType dt, int64_t T, int64_t H, int64_t D, const 
   if (T == 0) return;
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
-    const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(2 * H));
-    vision_rope_qk_kernel<E><<<grid, 64, 0, s>>>(static_cast<E*>(qkv), H, D, table);
+    const int64_t n = T * 2 * H * (D / 2);
+    vision_rope_qk_kernel<E><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(static_cast<E*>(qkv), T, H, D,
+                                                                                  table);
   });
   VLM_CUDA_CHECK_LAUNCH();
 }
