@@ -38,9 +38,11 @@ def main():
                 torch.cuda.synchronize()
                 if r >= 2:
                     times.append((time.perf_counter() - t) * 1e3)
-        rows = out.shape[0] if torch.is_tensor(out) else out[0].shape[0]
-        print(f"hf vision {name} {statistics.median(times):.2f} ms (min {min(times):.2f}, {P} patches, {rows} rows)",
-              flush=True)
+        # transformers 5 returns the blocks' output (last_hidden_state) and the merger's
+        # (pooler_output); older versions the merged rows alone.
+        merged = out if torch.is_tensor(out) else out.pooler_output
+        print(f"hf vision {name} {statistics.median(times):.2f} ms (min {min(times):.2f}, {P} patches, "
+              f"{merged.shape[0]} merged rows)", flush=True)
 
 
 if __name__ == "__main__":
