@@ -11,6 +11,9 @@ void add_backend_flags(FlagTable& table) {
       "bfloat16, float16 or float32 (the exact path, CPU and GPU)";
   table["gemm-activations"] = "older alias of --dtype: f32 = float32, bf16 = bfloat16";
   table["gpu-memory-utilization"] = "fraction of GPU memory to use; the KV cache takes the rest (default 0.9)";
+  table["max-media-patches"] =
+      "GPU: vision-encoder rows (patches; LLaVA: image tokens) one encoder call holds, reserved before the KV cache; "
+      "larger media are refused with a 400 (default 32768: a 64-frame 448x448 Qwen2-VL video)";
 }
 
 void apply_backend_flags(const std::map<std::string, std::string>& flags, const FlagParser& parser,
@@ -36,6 +39,8 @@ void apply_backend_flags(const std::map<std::string, std::string>& flags, const 
   }
   if (auto it = flags.find("gpu-memory-utilization"); it != flags.end())
     config.gpu_memory_utilization = parser.number("gpu-memory-utilization", it->second, 0.0, 1.0, true);
+  if (auto it = flags.find("max-media-patches"); it != flags.end())
+    config.max_media_patches = parser.integer("max-media-patches", it->second, 1);
 }
 
 }  // namespace vlm::cli

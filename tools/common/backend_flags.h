@@ -3,6 +3,7 @@
 //   --dtype auto|bfloat16|float16|float32   (auto: the checkpoint's; float32 on the GPU is the
 //                                     exact path)
 //   --gpu-memory-utilization F      (0.9; the KV cache takes what weights and activations leave)
+//   --max-media-patches N           (32768; the GPU vision encoder's reservation, in encoder rows)
 //   --gemm-activations f32|bf16     (the older CPU flag: an alias of --dtype float32|bfloat16)
 #pragma once
 
