@@ -5,7 +5,8 @@
 //    sequences sharing every step (prefill chunks mixed with decode rows);
 //  - bf16 path: logits at least as close to HF's f32 logits as HF's own bf16 run (error <= 1.5x
 //    HF-bf16's), and greedy tokens equal HF bf16's greedy continuation wherever HF's top-2 margin
-//    exceeds 0.05 (fed HF's tokens, so one near-tie does not derail the rest), where
+//    exceeds 0.05 (fed HF's tokens, so one near-tie does not derail the rest; positions where the
+//    exact model itself is at a near-tie are counted apart, see the test), where
 //    VLM_HF_BF16_DIR holds HF's bf16 run (bench/gpu/hf_bf16_logits.py writes
 //    <dir>/<model>.safetensors with p<i>.logits, p<i>.greedy, p<i>.margin); skipped otherwise;
 //  - decode steps as CUDA graphs (the default) against the same steps run eagerly: batches
@@ -147,7 +148,11 @@ TEST_P(CudaDecoderFixture, Bf16IsAsCloseToHfF32AsHfBf16) {
 }
 
 // Fed HF bf16's greedy continuation, our bf16 argmax at each position equals HF's token wherever
-// HF's top-2 margin there exceeds 0.05 (the decode steps run as graphs).
+// HF's top-2 margin there exceeds 0.05 (the decode steps run as graphs). HF bf16's margin is itself
+// bf16-noisy: where HF bf16's tokens so far equal HF f32's greedy continuation (the fixture's
+// p<i>.greedy) and HF f32's margin there (p<i>.margin) is <= 0.05, the exact model is at a
+// near-tie that bf16 rounding on either side may flip (seen: llama3_tiny prompt 2 token 5, f32
+// margin 0.013, HF bf16's 0.078); such positions are counted and printed, not compared.
 TEST_P(CudaDecoderFixture, Bf16GreedyMatchesHfBf16WhereItsMarginIsClear) {
   const char* dir = std::getenv("VLM_HF_BF16_DIR");
   if (dir == nullptr) GTEST_SKIP() << "VLM_HF_BF16_DIR not set (bench/gpu/hf_bf16_logits.py writes it)";
@@ -157,14 +162,19 @@ TEST_P(CudaDecoderFixture, Bf16GreedyMatchesHfBf16WhereItsMarginIsClear) {
   if (!hf->tensors().count("p0.greedy")) GTEST_SKIP() << path << " has no greedy tokens (older script)";
   GpuRunner g(GetParam(), 16, 64, DType::BF16);
   const int64_t V = g.runner.vocab();
-  int compared = 0, skipped = 0;
+  int compared = 0, skipped = 0, exact_ties = 0;
   for (int p = 0; p < ref_.num_prompts(); ++p) {
     const TensorView tok = hf->tensors().at("p" + std::to_string(p) + ".greedy");
     const TensorView margin = hf->tensors().at("p" + std::to_string(p) + ".margin");
     ASSERT_EQ(tok.numel(), margin.numel());
-    const std::vector<int32_t> prompt = ref_.ids(p);
+    const std::vector<int32_t> prompt = ref_.ids(p), f32_greedy = ref_.greedy(p);
+    const TensorView f32_margin = ref_.file->tensors().at("p" + std::to_string(p) + ".margin");
     TestSequence seq{prompt};
     const int64_t n = tok.numel();
+    int64_t same_prefix = 0;  // HF bf16's tokens [0, same_prefix) equal HF f32's
+    while (same_prefix < n && same_prefix < static_cast<int64_t>(f32_greedy.size()) &&
+           tok.as<const int32_t>()[same_prefix] == f32_greedy[static_cast<size_t>(same_prefix)])
+      ++same_prefix;
     for (int64_t k = 0; k < n; ++k) seq.tokens.push_back(tok.as<const int32_t>()[k]);
     g.runner.step({&seq}, {static_cast<int32_t>(prompt.size())});
     for (int64_t k = 0; k + 1 < n; ++k) g.runner.step({&seq}, {1});
@@ -175,13 +185,20 @@ TEST_P(CudaDecoderFixture, Bf16GreedyMatchesHfBf16WhereItsMarginIsClear) {
         ++skipped;
         continue;
       }
+      if (k <= same_prefix && k < f32_margin.numel() && f32_margin.as<const float>()[k] <= 0.05f) {
+        ++exact_ties;
+        std::printf("[ bf16 greedy ] %s prompt %d token %ld: HF f32 margin %.3f (near-tie), HF bf16 %d (margin %.3f), "
+                    "ours %d\n", GetParam().c_str(), p, static_cast<long>(k), f32_margin.as<const float>()[k],
+                    tok.as<const int32_t>()[k], margin.as<const float>()[k], ours);
+        continue;
+      }
       ++compared;
       EXPECT_EQ(ours, tok.as<const int32_t>()[k]) << "prompt " << p << ", token " << k << ", HF margin "
                                                   << margin.as<const float>()[k];
     }
   }
-  std::printf("[ bf16 greedy ] %s: %d tokens compared, %d with HF margin <= 0.05 skipped\n", GetParam().c_str(),
-              compared, skipped);
+  std::printf("[ bf16 greedy ] %s: %d tokens compared, %d with HF bf16 margin <= 0.05 skipped, %d at HF f32 "
+              "near-ties\n", GetParam().c_str(), compared, skipped, exact_ties);
   EXPECT_GT(compared, 0);
 }
 
