@@ -31,6 +31,8 @@ struct EngineConfig {
   // a 64-frame 448x448 video of Qwen2-VL: 32768 patches). A step's media beyond it encode in
   // several calls; one item beyond it is refused with a 400.
   int64_t max_media_patches = 32768;
+  // GPU: run decode steps eagerly, without CUDA graphs (vLLM's --enforce-eager).
+  bool enforce_eager = false;
   // KV cache: num_kv_blocks when > 0, else as many blocks as fit in kv_cache_memory_gib.
   int block_size = 16;               // B, tokens per block
   int64_t num_kv_blocks = 0;
