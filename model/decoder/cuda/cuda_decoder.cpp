@@ -262,6 +262,7 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const int H = static_cast<int>(c.num_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
+  prof_.mark(stream_, "kv_write");
   const bool fast = c.head_dim == 64 || c.head_dim == 128;  // the tensor-core kernels' sizes
   if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
     cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), decode_ws_.get(), stream_);
@@ -270,6 +271,7 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   } else {
     cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
   }
+  prof_.mark(stream_, "attention");
 }
 
 void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
@@ -280,15 +282,23 @@ void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const int64_t QD = H * D, W = QD + 2 * Hkv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
   cuda::rms_norm(x_.as<float>(), nullptr, L.input_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
+  prof_.mark(stream_, "norm");
   gemm_.linear(h_.get(), L.qkv.get(), dt, L.qkv_bias.get(), qkv_.get(), dt, 0.0f, T, W, C, stream_);
+  prof_.mark(stream_, "gemm_qkv");
   cuda::rope_split_qkv(qkv_.get(), T, H, Hkv, D, rope_table_.as<float>(), 2 * rope_half_, q_.get(), k_.get(), v_.get(),
                        dt, stream_);
+  prof_.mark(stream_, "rope");
   attention(l, T, meta);
   gemm_.linear(attn_.get(), L.o.get(), dt, L.o_bias.get(), x_.get(), DType::F32, 1.0f, T, C, QD, stream_);
+  prof_.mark(stream_, "gemm_o");
   cuda::rms_norm(x_.as<float>(), nullptr, L.post_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
+  prof_.mark(stream_, "norm");
   gemm_.linear(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), gu_.get(), dt, 0.0f, T, 2 * I, C, stream_);
+  prof_.mark(stream_, "gemm_gate_up");
   cuda::silu_mul(gu_.get(), T, I, act_.get(), dt, stream_);
+  prof_.mark(stream_, "silu_mul");
   gemm_.linear(act_.get(), L.down.get(), dt, L.down_bias.get(), x_.get(), DType::F32, 1.0f, T, C, I, stream_);
+  prof_.mark(stream_, "gemm_down");
 }
 
 void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& override) {
@@ -302,10 +312,12 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
                        !b.sparse_prefill.empty() || b.attention_probe;
   VLM_CHECK(!methods, "sparse prefill, LOOK-M, SinkRouter and attention probes do not run on the GPU yet");
   reserve_activations(T, R);
+  prof_.begin(stream_);
   const int64_t S = upload_metadata(b);
   cuda::rope_table(d_pos_, d_mrope_, mrope_sec0_, mrope_sec1_, inv_freq_.as<float>(), rope_half_, rope_scaling_, T,
                    rope_table_.as<float>(), stream_);
   embed(b, override);
+  prof_.mark(stream_, "upload_embed_rope_table");
   cuda::CudaAttentionBatch meta;
   meta.num_seqs = static_cast<int>(S);
   meta.cu_seqlens_q = d_cu_;
@@ -325,12 +337,14 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   }
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
   num_logit_rows_ = R;
-  if (R == 0) return;
+  if (R == 0) return prof_.end(stream_, T);
   const DType dt = opt_.dtype;
   cuda::rms_norm(x_.as<float>(), nullptr, final_norm_.as<float>(), static_cast<float>(c.rms_norm_eps), d_rows_, R,
                  c.hidden_size, sel_.get(), dt, stream_);
   gemm_.linear(sel_.get(), lm_head_tied_ ? embed_.get() : lm_head_.get(), dt, nullptr, logits_.get(), DType::F32, 0.0f,
                R, c.vocab_size, c.hidden_size, stream_);
+  prof_.mark(stream_, "lm_head");
+  prof_.end(stream_, T);
 }
 
 void CudaDecoder::download_logits(std::vector<float>& out) const {

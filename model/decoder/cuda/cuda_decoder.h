@@ -21,6 +21,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/llm_decoder.h"
 
 namespace vlm {
@@ -79,6 +80,7 @@ class CudaDecoder {
   CudaDecoderOptions opt_;
   cudaStream_t stream_ = nullptr;
   cuda::CublasLtGemm gemm_;
+  StepProfiler prof_;  // VLM_CUDA_PROFILE=1: per-op GPU time of each forward on stderr
   std::vector<std::unique_ptr<Layer>> layers_;
   cuda::DeviceBuffer embed_, final_norm_, lm_head_, inv_freq_;
   bool lm_head_tied_ = false;
