@@ -46,6 +46,33 @@ struct QueryTile {
   const int32_t* table;  // the sequence's block table
 };
 
+// Online softmax of one warp's 16 rows of a 128-key tile without touching O: s holds raw scores
+// (masked ones -inf) and becomes exp2(s * scale_log2 - m_new); m, l are updated and corr gets the
+// factor by which the caller rescales O (rows g and g+8 of the thread: index 0 and 1).
+__device__ __forceinline__ void softmax_tile(float (&s)[16][4], float (&m)[2], float (&l)[2], float (&corr)[2],
+                                             float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[r], mx * scale_log2);
+    const float base = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: no inf - inf
+    corr[r] = tile::fast_exp2(m[r] - base);
+    m[r] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      s[j][2 * r] = tile::fast_exp2(fmaf(s[j][2 * r], scale_log2, -base));
+      s[j][2 * r + 1] = tile::fast_exp2(fmaf(s[j][2 * r + 1], scale_log2, -base));
+      sum += s[j][2 * r] + s[j][2 * r + 1];
+    }
+    l[r] = l[r] * corr[r] + sum;  // per-thread partial; the quad's sum is taken at the end
+  }
+}
+
 // Attends the query tile to the key tiles `tiles` and writes its rows of out (normalized).
 // q, out [T, H, 128] (TQ); the cache's element type T (bf16/f16). smem: kSmemBytes of dynamic
 // shared memory. All kThreads threads call it.
@@ -55,7 +82,7 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
                                                   unsigned char* smem_raw) {
   // 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes).
   T* const sq = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  T* const skv = sq + kBM * kD;  // stage i: K at skv + 2 i kTileElems, V right after
+  T* const skv = sq + kBM * kD;
   const int tid = threadIdx.x, wgi = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
   const int n_tiles = tiles.count();
@@ -73,38 +100,61 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
       for (int e = 0; e < 8; ++e) dst[e] = from_f32<T>(r < qt.rows ? to_f32(src[e]) : 0.f);
     }
   }
-  if (n_tiles > 0)
-    load_kv_tile<kBN, kThreads>(kv, qt.table, qt.hk, tiles[0] * kBN, key_end, skv, skv + kTileElems, tid);
+  // Stages: K at skv + i kTileElems, V at skv + (2 + i) kTileElems (i = 0, 1).
+  auto sk_stage = [&](int i) { return skv + i * kTileElems; };
+  auto sv_stage = [&](int i) { return skv + (2 + i) * kTileElems; };
+  if (n_tiles > 0) load_rows<kBN, kThreads>(kv, kv.k, qt.table, qt.hk, tiles[0] * kBN, key_end, sk_stage(0), tid);
   tile::cp_async_commit();
 
   float o[16][4];
 #pragma unroll
   for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int wg_pos = qt.pos0 + wgi * 64;      // position of the warpgroup's first row
-  const int warp_pos = wg_pos + warp * 16;    // of the warp's first row
+  const int wg_pos = qt.pos0 + wgi * 64;    // position of the warpgroup's first row
+  const int warp_pos = wg_pos + warp * 16;  // of the warp's first row
+  // The warpgroup's tiles are a prefix of the list (increasing tiles, causal): those that start at
+  // or before its last row.
+  int n_wg = 0;
+  while (n_wg < n_tiles && tiles[n_wg] * kBN <= wg_pos + 63) ++n_wg;
 
-  for (int i = 0; i < n_tiles; ++i) {
-    const int key0 = tiles[i] * kBN;
-    T* const sk = skv + (i & 1) * 2 * kTileElems;
-    T* const sv = sk + kTileElems;
-    if (i + 1 < n_tiles) {
-      T* const nk = skv + ((i + 1) & 1) * 2 * kTileElems;
-      load_kv_tile<kBN, kThreads>(kv, qt.table, qt.hk, tiles[i + 1] * kBN, key_end, nk, nk + kTileElems, tid);
-    }
-    tile::cp_async_commit();
-    tile::cp_async_wait<1>();
+  // Software pipeline over the key tiles (i = 0 .. n_tiles; the last pass only finishes P V):
+  //   copies issued in pass i: K of tile i+1, V of tile i (one cp.async group, complete by pass i+1);
+  //   tensor cores in pass i: S_i = Q K_i^T, then O += P_{i-1} V_{i-1}, both asynchronous; the
+  //   softmax of S_i runs while P_{i-1} V_{i-1} is still on the tensor cores, and O is rescaled
+  //   once that product is done. K stages alternate with i + 1, V stages with i.
+  uint32_t p[8][4];
+  for (int i = 0; i <= n_tiles; ++i) {
+    tile::cp_async_wait<0>();
     fence_proxy_async();
-    __syncthreads();  // this tile (and on the first pass Q) is in shared memory
-    if (key0 <= wg_pos + 63) {  // uniform over the warpgroup: some row of it sees this tile
-      float s[16][4];
+    __syncthreads();  // K_i, V_{i-1} (and Q) landed for everyone; stages read in pass i-1 are free
+    if (i < n_tiles) {
+      if (i + 1 < n_tiles)
+        load_rows<kBN, kThreads>(kv, kv.k, qt.table, qt.hk, tiles[i + 1] * kBN, key_end, sk_stage((i + 1) & 1), tid);
+      load_rows<kBN, kThreads>(kv, kv.v, qt.table, qt.hk, tiles[i] * kBN, key_end, sv_stage(i & 1), tid);
+      tile::cp_async_commit();
+    }
+    const bool do_s = i < n_wg, do_pv = i >= 1 && i - 1 < n_wg;
+    float s[16][4];
+    if (do_s) {
       fence();
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk)
-        mma_ss<T>(s, desc_k_major<kBM>(sq, wgi * 64, kk), desc_k_major<kBN>(sk, 0, kk), kk > 0);
+        mma_ss<T>(s, desc_k_major<kBM>(sq, wgi * 64, kk), desc_k_major<kBN>(sk_stage(i & 1), 0, kk), kk > 0);
       commit();
-      wait<0>();
+    }
+    if (do_pv) {
+      fence_regs(o);
+      fence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_mn<T>(o, p[kk], desc_mn_major<kBN>(sv_stage((i - 1) & 1), kk));
+      commit();
+    }
+    float corr[2] = {1.f, 1.f};
+    if (do_s) {
+      if (do_pv) wait<1>();
+      else wait<0>();
       fence_regs(s);
+      const int key0 = tiles[i] * kBN;
       if (key0 + kBN - 1 > warp_pos) {  // the causal diagonal crosses the warp's rows
 #pragma unroll
         for (int j = 0; j < 16; ++j)
@@ -114,8 +164,20 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
             if (key > warp_pos + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
           }
       }
-      tile::online_softmax<kD, 16>(s, m, l, o, scale_log2);
-      uint32_t p[8][4];
+      softmax_tile(s, m, l, corr, scale_log2);
+    }
+    if (do_pv) {
+      wait<0>();
+      fence_regs(o);
+    }
+    if (do_s) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        o[j][0] *= corr[0];
+        o[j][1] *= corr[0];
+        o[j][2] *= corr[1];
+        o[j][3] *= corr[1];
+      }
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         p[kk][0] = tile::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
@@ -123,17 +185,8 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
         p[kk][2] = tile::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
         p[kk][3] = tile::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
       }
-      fence_regs(o);
-      fence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_mn<T>(o, p[kk], desc_mn_major<kBN>(sv, kk));
-      commit();
-      wait<0>();
-      fence_regs(o);
     }
-    __syncthreads();  // every warp is done with this stage before the next copy overwrites it
   }
-  tile::cp_async_wait<0>();
 
   // Normalize and store rows g and g+8 of the warp's 16.
 #pragma unroll

@@ -115,14 +115,13 @@ __device__ __forceinline__ void mma_rs_mn(float (&d)[16][4], const uint32_t (&a)
   }
 }
 
-// Rows [key0, key0 + ROWS) of KV head h (K and V, D = 128) from the paged cache into SW128 tiles
-// sk, sv with cp.async; keys at or beyond key_end are zero-filled. NT threads share the work, a
-// warp reading whole 256-byte rows.
+// Rows [key0, key0 + ROWS) of KV head h of one cache tensor (base = kv.k or kv.v, D = 128) from
+// the paged cache into the SW128 tile dst with cp.async; keys at or beyond key_end are
+// zero-filled. NT threads share the work, a warp reading two whole 256-byte rows.
 template <int ROWS, int NT, class T>
-__device__ __forceinline__ void load_kv_tile(const KVView& kv, const int32_t* table, int h, int key0, int key_end,
-                                             T* sk, T* sv, int tid) {
-  const T* kbase = static_cast<const T*>(kv.k);
-  const T* vbase = static_cast<const T*>(kv.v);
+__device__ __forceinline__ void load_rows(const KVView& kv, const void* base, const int32_t* table, int h, int key0,
+                                          int key_end, T* dst, int tid) {
+  const T* src = static_cast<const T*>(base);
 #pragma unroll 4
   for (int i = tid; i < ROWS * 16; i += NT) {
     const int r = i >> 4, c = i & 15;
@@ -133,9 +132,7 @@ __device__ __forceinline__ void load_kv_tile(const KVView& kv, const int32_t* ta
       off = kv.token_offset(table, h, key) + c * 8;
       bytes = 16;
     }
-    const int s = sw128<ROWS>(r, c);
-    tile::cp_async16(sk + s, kbase + off, bytes);
-    tile::cp_async16(sv + s, vbase + off, bytes);
+    tile::cp_async16(dst + sw128<ROWS>(r, c), src + off, bytes);
   }
 }
 
