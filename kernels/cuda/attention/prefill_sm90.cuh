@@ -85,7 +85,7 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
   T* const skv = sq + kBM * kD;
   const int tid = threadIdx.x, wgi = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
-  const int n_tiles = tiles.count();
+  const int n_tiles = tiles.count();  // >= 1
   const int key_end = qt.pos0 + qt.rows;  // keys [0, key_end) are visible to some row
 
   // Q tile -> shared (rows past the query tile are zero).
@@ -110,83 +110,93 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
 #pragma unroll
   for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int wg_pos = qt.pos0 + wgi * 64;    // position of the warpgroup's first row
-  const int warp_pos = wg_pos + warp * 16;  // of the warp's first row
-  // The warpgroup's tiles are a prefix of the list (increasing tiles, causal): those that start at
-  // or before its last row.
-  int n_wg = 0;
-  while (n_wg < n_tiles && tiles[n_wg] * kBN <= wg_pos + 63) ++n_wg;
+  const int warp_pos = qt.pos0 + wgi * 64 + warp * 16;  // position of the warp's first row
 
-  // Software pipeline over the key tiles (i = 0 .. n_tiles; the last pass only finishes P V):
-  //   copies issued in pass i: K of tile i+1, V of tile i (one cp.async group, complete by pass i+1);
-  //   tensor cores in pass i: S_i = Q K_i^T, then O += P_{i-1} V_{i-1}, both asynchronous; the
+  // Software pipeline over the key tiles, the same straight-line code in every warpgroup (wgmma
+  // in a branch that the compiler cannot prove uniform is serialized), every warpgroup taking
+  // every tile (a tile wholly after a warpgroup's rows is masked away):
+  //   pass i copies K of tile i+1 and V of tile i (one cp.async group, complete at pass i+1);
+  //   the tensor cores run S_i = Q K_i^T, then O += P_{i-1} V_{i-1}, both in flight together; the
   //   softmax of S_i runs while P_{i-1} V_{i-1} is still on the tensor cores, and O is rescaled
-  //   once that product is done. K stages alternate with i + 1, V stages with i.
-  uint32_t p[8][4];
-  for (int i = 0; i <= n_tiles; ++i) {
+  //   once that product is done.
+  auto top = [&](int i) {  // the copies of pass i-1 landed for everyone; stages read before are free
     tile::cp_async_wait<0>();
     fence_proxy_async();
-    __syncthreads();  // K_i, V_{i-1} (and Q) landed for everyone; stages read in pass i-1 are free
+    __syncthreads();
     if (i < n_tiles) {
       if (i + 1 < n_tiles)
         load_rows<kBN, kThreads>(kv, kv.k, qt.table, qt.hk, tiles[i + 1] * kBN, key_end, sk_stage((i + 1) & 1), tid);
       load_rows<kBN, kThreads>(kv, kv.v, qt.table, qt.hk, tiles[i] * kBN, key_end, sv_stage(i & 1), tid);
       tile::cp_async_commit();
     }
-    const bool do_s = i < n_wg, do_pv = i >= 1 && i - 1 < n_wg;
-    float s[16][4];
-    if (do_s) {
-      fence();
+  };
+  float s[16][4];
+  uint32_t p[8][4];
+  auto issue_s = [&](int i) {
+    fence();
 #pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk)
-        mma_ss<T>(s, desc_k_major<kBM>(sq, wgi * 64, kk), desc_k_major<kBN>(sk_stage(i & 1), 0, kk), kk > 0);
-      commit();
+    for (int kk = 0; kk < kD / 16; ++kk)
+      mma_ss<T>(s, desc_k_major<kBM>(sq, wgi * 64, kk), desc_k_major<kBN>(sk_stage(i & 1), 0, kk), kk > 0);
+    commit();
+  };
+  auto issue_pv = [&](int i) {
+    fence_regs(o);
+    fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_mn<T>(o, p[kk], desc_mn_major<kBN>(sv_stage(i & 1), kk));
+    commit();
+  };
+  float corr[2];
+  auto softmax = [&](int i) {  // S_i has landed
+    fence_regs(s);
+    const int key0 = tiles[i] * kBN;
+    if (key0 + kBN - 1 > warp_pos) {  // the causal diagonal crosses the warp's rows
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + j * 8 + 2 * t4 + (e & 1);
+          if (key > warp_pos + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
+        }
     }
-    if (do_pv) {
-      fence_regs(o);
-      fence();
+    softmax_tile(s, m, l, corr, scale_log2);
+  };
+  auto rescale_and_pack = [&] {  // O is not in flight
 #pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_mn<T>(o, p[kk], desc_mn_major<kBN>(sv_stage((i - 1) & 1), kk));
-      commit();
+    for (int j = 0; j < 16; ++j) {
+      o[j][0] *= corr[0];
+      o[j][1] *= corr[0];
+      o[j][2] *= corr[1];
+      o[j][3] *= corr[1];
     }
-    float corr[2] = {1.f, 1.f};
-    if (do_s) {
-      if (do_pv) wait<1>();
-      else wait<0>();
-      fence_regs(s);
-      const int key0 = tiles[i] * kBN;
-      if (key0 + kBN - 1 > warp_pos) {  // the causal diagonal crosses the warp's rows
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + j * 8 + 2 * t4 + (e & 1);
-            if (key > warp_pos + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
-          }
-      }
-      softmax_tile(s, m, l, corr, scale_log2);
+    for (int kk = 0; kk < 8; ++kk) {
+      p[kk][0] = tile::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      p[kk][1] = tile::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      p[kk][2] = tile::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      p[kk][3] = tile::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
-    if (do_pv) {
-      wait<0>();
-      fence_regs(o);
-    }
-    if (do_s) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        o[j][0] *= corr[0];
-        o[j][1] *= corr[0];
-        o[j][2] *= corr[1];
-        o[j][3] *= corr[1];
-      }
-#pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {
-        p[kk][0] = tile::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-        p[kk][1] = tile::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-        p[kk][2] = tile::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        p[kk][3] = tile::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      }
-    }
+  };
+
+  top(0);
+  issue_s(0);
+  wait<0>();
+  softmax(0);
+  rescale_and_pack();
+  for (int i = 1; i < n_tiles; ++i) {
+    top(i);
+    issue_s(i);
+    issue_pv(i - 1);
+    wait<1>();
+    softmax(i);
+    wait<0>();
+    fence_regs(o);
+    rescale_and_pack();
   }
+  top(n_tiles);
+  issue_pv(n_tiles - 1);
+  wait<0>();
+  fence_regs(o);
 
   // Normalize and store rows g and g+8 of the warp's 16.
 #pragma unroll
