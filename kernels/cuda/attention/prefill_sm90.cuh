@@ -46,33 +46,6 @@ struct QueryTile {
   const int32_t* table;  // the sequence's block table
 };
 
-// Online softmax of one warp's 16 rows of a 128-key tile without touching O: s holds raw scores
-// (masked ones -inf) and becomes exp2(s * scale_log2 - m_new); m, l are updated and corr gets the
-// factor by which the caller rescales O (rows g and g+8 of the thread: index 0 and 1).
-__device__ __forceinline__ void softmax_tile(float (&s)[16][4], float (&m)[2], float (&l)[2], float (&corr)[2],
-                                             float scale_log2) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[r], mx * scale_log2);
-    const float base = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: no inf - inf
-    corr[r] = tile::fast_exp2(m[r] - base);
-    m[r] = m_new;
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      s[j][2 * r] = tile::fast_exp2(fmaf(s[j][2 * r], scale_log2, -base));
-      s[j][2 * r + 1] = tile::fast_exp2(fmaf(s[j][2 * r + 1], scale_log2, -base));
-      sum += s[j][2 * r] + s[j][2 * r + 1];
-    }
-    l[r] = l[r] * corr[r] + sum;  // per-thread partial; the quad's sum is taken at the end
-  }
-}
-
 // Attends the query tile to the key tiles `tiles` and writes its rows of out (normalized).
 // q, out [T, H, 128] (TQ); the cache's element type T (bf16/f16). smem: kSmemBytes of dynamic
 // shared memory. All kThreads threads call it.
@@ -82,10 +55,10 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
                                                   unsigned char* smem_raw) {
   // 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes).
   T* const sq = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  T* const skv = sq + kBM * kD;
+  T* const skv = sq + kBM * kD;  // stage i: K at skv + 2 i kTileElems, V right after
   const int tid = threadIdx.x, wgi = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
-  const int n_tiles = tiles.count();  // >= 1
+  const int n_tiles = tiles.count();
   const int key_end = qt.pos0 + qt.rows;  // keys [0, key_end) are visible to some row
 
   // Q tile -> shared (rows past the query tile are zero).
@@ -100,103 +73,67 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
       for (int e = 0; e < 8; ++e) dst[e] = from_f32<T>(r < qt.rows ? to_f32(src[e]) : 0.f);
     }
   }
-  // Stages: K at skv + i kTileElems, V at skv + (2 + i) kTileElems (i = 0, 1).
-  auto sk_stage = [&](int i) { return skv + i * kTileElems; };
-  auto sv_stage = [&](int i) { return skv + (2 + i) * kTileElems; };
-  if (n_tiles > 0) load_rows<kBN, kThreads>(kv, kv.k, qt.table, qt.hk, tiles[0] * kBN, key_end, sk_stage(0), tid);
+  if (n_tiles > 0)
+    load_kv_tile<kBN, kThreads>(kv, qt.table, qt.hk, tiles[0] * kBN, key_end, skv, skv + kTileElems, tid);
   tile::cp_async_commit();
 
   float o[16][4];
 #pragma unroll
   for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int warp_pos = qt.pos0 + wgi * 64 + warp * 16;  // position of the warp's first row
+  const int wg_pos = qt.pos0 + wgi * 64;      // position of the warpgroup's first row
+  const int warp_pos = wg_pos + warp * 16;    // of the warp's first row
 
-  // Software pipeline over the key tiles, the same straight-line code in every warpgroup (wgmma
-  // in a branch that the compiler cannot prove uniform is serialized), every warpgroup taking
-  // every tile (a tile wholly after a warpgroup's rows is masked away):
-  //   pass i copies K of tile i+1 and V of tile i (one cp.async group, complete at pass i+1);
-  //   the tensor cores run S_i = Q K_i^T, then O += P_{i-1} V_{i-1}, both in flight together; the
-  //   softmax of S_i runs while P_{i-1} V_{i-1} is still on the tensor cores, and O is rescaled
-  //   once that product is done.
-  auto top = [&](int i) {  // the copies of pass i-1 landed for everyone; stages read before are free
-    tile::cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    if (i < n_tiles) {
-      if (i + 1 < n_tiles)
-        load_rows<kBN, kThreads>(kv, kv.k, qt.table, qt.hk, tiles[i + 1] * kBN, key_end, sk_stage((i + 1) & 1), tid);
-      load_rows<kBN, kThreads>(kv, kv.v, qt.table, qt.hk, tiles[i] * kBN, key_end, sv_stage(i & 1), tid);
-      tile::cp_async_commit();
-    }
-  };
-  float s[16][4];
-  uint32_t p[8][4];
-  auto issue_s = [&](int i) {
-    fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      mma_ss<T>(s, desc_k_major<kBM>(sq, wgi * 64, kk), desc_k_major<kBN>(sk_stage(i & 1), 0, kk), kk > 0);
-    commit();
-  };
-  auto issue_pv = [&](int i) {
-    fence_regs(o);
-    fence();
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_mn<T>(o, p[kk], desc_mn_major<kBN>(sv_stage(i & 1), kk));
-    commit();
-  };
-  float corr[2];
-  auto softmax = [&](int i) {  // S_i has landed
-    fence_regs(s);
+  for (int i = 0; i < n_tiles; ++i) {
     const int key0 = tiles[i] * kBN;
-    if (key0 + kBN - 1 > warp_pos) {  // the causal diagonal crosses the warp's rows
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + j * 8 + 2 * t4 + (e & 1);
-          if (key > warp_pos + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
-        }
+    T* const sk = skv + (i & 1) * 2 * kTileElems;
+    T* const sv = sk + kTileElems;
+    if (i + 1 < n_tiles) {
+      T* const nk = skv + ((i + 1) & 1) * 2 * kTileElems;
+      load_kv_tile<kBN, kThreads>(kv, qt.table, qt.hk, tiles[i + 1] * kBN, key_end, nk, nk + kTileElems, tid);
     }
-    softmax_tile(s, m, l, corr, scale_log2);
-  };
-  auto rescale_and_pack = [&] {  // O is not in flight
+    tile::cp_async_commit();
+    tile::cp_async_wait<1>();
+    fence_proxy_async();
+    __syncthreads();  // this tile (and on the first pass Q) is in shared memory
+    if (key0 <= wg_pos + 63) {  // uniform over the warpgroup: some row of it sees this tile
+      float s[16][4];
+      fence();
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      o[j][0] *= corr[0];
-      o[j][1] *= corr[0];
-      o[j][2] *= corr[1];
-      o[j][3] *= corr[1];
-    }
+      for (int kk = 0; kk < kD / 16; ++kk)
+        mma_ss<T>(s, desc_k_major<kBM>(sq, wgi * 64, kk), desc_k_major<kBN>(sk, 0, kk), kk > 0);
+      commit();
+      wait<0>();
+      fence_regs(s);
+      if (key0 + kBN - 1 > warp_pos) {  // the causal diagonal crosses the warp's rows
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      p[kk][0] = tile::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      p[kk][1] = tile::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      p[kk][2] = tile::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      p[kk][3] = tile::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + j * 8 + 2 * t4 + (e & 1);
+            if (key > warp_pos + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
+          }
+      }
+      tile::online_softmax<kD, 16>(s, m, l, o, scale_log2);
+      uint32_t p[8][4];
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        p[kk][0] = tile::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        p[kk][1] = tile::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        p[kk][2] = tile::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        p[kk][3] = tile::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
+      fence_regs(o);
+      fence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_mn<T>(o, p[kk], desc_mn_major<kBN>(sv, kk));
+      commit();
+      wait<0>();
+      fence_regs(o);
     }
-  };
-
-  top(0);
-  issue_s(0);
-  wait<0>();
-  softmax(0);
-  rescale_and_pack();
-  for (int i = 1; i < n_tiles; ++i) {
-    top(i);
-    issue_s(i);
-    issue_pv(i - 1);
-    wait<1>();
-    softmax(i);
-    wait<0>();
-    fence_regs(o);
-    rescale_and_pack();
+    __syncthreads();  // every warp is done with this stage before the next copy overwrites it
   }
-  top(n_tiles);
-  issue_pv(n_tiles - 1);
-  wait<0>();
-  fence_regs(o);
+  tile::cp_async_wait<0>();
 
   // Normalize and store rows g and g+8 of the warp's 16.
 #pragma unroll

@@ -136,4 +136,26 @@ __device__ __forceinline__ void load_rows(const KVView& kv, const void* base, co
   }
 }
 
+// The same for K and V together (one address computation per chunk): tiles sk and sv.
+template <int ROWS, int NT, class T>
+__device__ __forceinline__ void load_kv_tile(const KVView& kv, const int32_t* table, int h, int key0, int key_end,
+                                             T* sk, T* sv, int tid) {
+  const T* kbase = static_cast<const T*>(kv.k);
+  const T* vbase = static_cast<const T*>(kv.v);
+#pragma unroll 4
+  for (int i = tid; i < ROWS * 16; i += NT) {
+    const int r = i >> 4, c = i & 15;
+    const int key = key0 + r;
+    int64_t off = 0;
+    int bytes = 0;
+    if (key < key_end) {
+      off = kv.token_offset(table, h, key) + c * 8;
+      bytes = 16;
+    }
+    const int s = sw128<ROWS>(r, c);
+    tile::cp_async16(sk + s, kbase + off, bytes);
+    tile::cp_async16(sv + s, vbase + off, bytes);
+  }
+}
+
 }  // namespace vlm::cuda::wg
