@@ -144,6 +144,9 @@ void launch_prefill(const void* q, int H, const PagedKVLayer& kv, const CudaAtte
   else launch_prefill_bn<D, 64, T, TQ>(q, H, kv, batch, scale, out, stream);
 }
 
+// The Hopper kernel kAuto takes (measured: bench/RESULTS.md, "GPU attention kernels").
+constexpr PrefillKernel kDefaultSm90 = PrefillKernel::kWgmma;
+
 }  // namespace
 
 void paged_prefill_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
@@ -155,12 +158,16 @@ void paged_prefill_attention(const void* q, DType act, int num_heads, const Page
     attention_f32(q, act, num_heads, kv, batch, scale, out, /*decode=*/false, stream);
     return;
   }
-  static const bool force_mma = [] {
+  static const PrefillKernel env_choice = [] {
     const char* e = std::getenv("VLM_CUDA_PREFILL_KERNEL");
-    return e != nullptr && std::string(e) == "mma";
+    const std::string v = e ? e : "";
+    return v == "mma" ? PrefillKernel::kMmaSync : v == "wgmma" ? PrefillKernel::kWgmma
+                                                : v == "ws"    ? PrefillKernel::kWgmmaWs
+                                                               : PrefillKernel::kAuto;
   }();
-  if (kernel == PrefillKernel::kAuto && !force_mma && prefill_sm90_supported(kv)) {
-    prefill_attention_sm90(q, act, num_heads, kv, batch, scale, out, stream);
+  if (kernel == PrefillKernel::kAuto) kernel = env_choice == PrefillKernel::kAuto ? kDefaultSm90 : env_choice;
+  if (kernel != PrefillKernel::kMmaSync && prefill_sm90_supported(kv)) {
+    prefill_attention_sm90(q, act, num_heads, kv, batch, scale, out, kernel == PrefillKernel::kWgmmaWs, stream);
     return;
   }
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {

@@ -72,7 +72,8 @@ double normalized_error(const std::vector<float>& got, const std::vector<float>&
 }
 
 void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::PrefillKernel::kAuto) {
-  SCOPED_TRACE(std::string(c.name) + (kernel == cuda::PrefillKernel::kMmaSync ? " (mma.sync kernel)" : ""));
+  static const char* const kernel_names[] = {"auto", "mma.sync", "wgmma", "wgmma warp-specialized"};
+  SCOPED_TRACE(std::string(c.name) + " (" + kernel_names[static_cast<int>(kernel)] + " prefill kernel)");
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   const int n = int(c.seqs.size());
@@ -221,11 +222,12 @@ TEST(CudaAttention, PrefillMatchesCpuReference) {
       {"long bf16 cache f32 activations G7", {{300, 450}, {200, 200}}, 14, 2, 128, 16, BF16, F32},
   };
   uint32_t seed = 1;
-  // Every case through the default choice (the wgmma kernel on Hopper for D 128 and 16-bit caches)
-  // and through the mma.sync kernel.
+  // Every case through each prefill kernel (the wgmma ones on Hopper for D 128 and 16-bit caches;
+  // elsewhere they fall back to mma.sync).
   for (const Case& c : cases) {
-    run_case(c, seed, cuda::PrefillKernel::kAuto);
-    run_case(c, seed++, cuda::PrefillKernel::kMmaSync);
+    for (auto k : {cuda::PrefillKernel::kMmaSync, cuda::PrefillKernel::kWgmma, cuda::PrefillKernel::kWgmmaWs})
+      run_case(c, seed, k);
+    ++seed;
   }
 }
 
