@@ -1,5 +1,6 @@
 // StepProfiler: where a forward's GPU time goes, per op, when the environment sets
-// VLM_CUDA_PROFILE=1 (a measuring aid for bench_cuda_decoder; off otherwise, and then free).
+// VLM_CUDA_PROFILE=1 (a measuring aid for bench_cuda_decoder; off otherwise, and then free), on
+// eager steps (begin() is not called for steps replayed or captured as CUDA graphs).
 // mark(name) records a CUDA event on the stream after the op `name` was enqueued; end() waits for
 // the stream (a host sync: measuring only) and prints to stderr the time between consecutive
 // marks summed per name over the step, with each name's share.
@@ -35,8 +36,9 @@ class StepProfiler {
     names_.clear();
     mark(s, "");
   }
+  // A no-op outside begin() .. end() (steps captured as CUDA graphs never begin).
   void mark(cudaStream_t s, const char* name) {
-    if (!on_) return;
+    if (!on_ || (names_.empty() && name[0] != '\0')) return;
     if (names_.size() == events_.size()) {
       cudaEvent_t e = nullptr;
       VLM_CUDA_CHECK(cudaEventCreate(&e));
