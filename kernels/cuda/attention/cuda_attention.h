@@ -59,8 +59,9 @@ void paged_kv_write_naive(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/,
 // ---- prefill (any q_len; mixed prefill chunks and decode rows allowed) ----
 // q[T, H, D] and out[T, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;
 // kv.block_size a power of two.
-// Kernel: kAuto takes a Hopper kernel (wgmma, prefill_attention_sm90.cu) on an sm_90 GPU when
-// D = 128 and the cache is BF16/F16, else the mma.sync kernel (F32 cache: the f32 kernel).
+// Kernel: kAuto takes kWgmma (prefill_attention_sm90.cu, the faster of the two Hopper kernels as
+// measured in bench/RESULTS.md) on an sm_90 GPU when D = 128 and the cache is BF16/F16, else the
+// mma.sync kernel (F32 cache: the f32 kernel).
 // kMmaSync, kWgmma (all threads load and compute) and kWgmmaWs (a producer warpgroup loads, two
 // consumer warpgroups compute) name one (the wgmma ones fall back to mma.sync where unsupported);
 // tests compare them. VLM_CUDA_PREFILL_KERNEL=mma|wgmma|ws makes kAuto take that one (benchmarks).
