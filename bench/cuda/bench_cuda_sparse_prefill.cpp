@@ -24,6 +24,7 @@
 #include "bench/common/shuffled_cache.h"
 #include "kernels/core/thread_pool.h"
 #include "kernels/cuda/attention/cuda_block_sparse.h"
+#include "kernels/cuda/attention/cuda_grid_search.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
 
 namespace {
@@ -213,6 +214,7 @@ int main(int argc, char** argv) {
   const int32_t known[] = {kFrame};
   const float scale = 1.0f / std::sqrt(float(kD));
   cudaFree(nullptr);
+  vlm::cuda::CudaGridSearch gs;
   std::printf("| S | method | plan (CPU) | upload | kernel | kernel speedup vs our dense | block density | output rel. L2 |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (int S : lengths) {
@@ -252,6 +254,26 @@ int main(int argc, char** argv) {
       t0 = now();
       const vlm::BlockSparsePlan plan = vlm::build_sparse_plan(pat.cfg, cv, kH, su.cache.kv, scale);
       run(pat.name, plan, now() - t0);
+    }
+    if (wanted("mminference-gpu")) {  // the grid heads' search on the GPU, plans built on the host
+      const vlm::GridParams gp = vlm::SparsePrefillConfig{}.default_head.grid;
+      vlm::cuda::GridEstimateShape sh;
+      sh.num_heads = kH;
+      sh.q_len = sh.num_keys = S;
+      sh.rows = std::min(gp.last_q, 64);
+      t0 = now();
+      const auto layouts = gs.search(su.dq.get(), vlm::DType::BF16, su.dev_kv, su.dtable.as<int32_t>(), sh, scale, gp,
+                                     known, nullptr);
+      const double t_est = now() - t0;
+      vlm::BlockSparsePlan plan;
+      plan.q_len = plan.num_keys = S;
+      plan.heads.resize(kH);
+      vlm::global_thread_pool().run_tasks(
+          kH, [&](int64_t h) { plan.heads[h] = vlm::grid_head_plan(layouts[h], gp, S, S, plan.block_m); });
+      const double t_plan = now() - t0;
+      std::fprintf(stderr, "S=%d: GPU grid search %.1f ms (stride of head 0: %d), host plans %.1f ms\n", S,
+                   t_est * 1e3, layouts[0].stride, (t_plan - t_est) * 1e3);
+      run("mminference-gpu (grid search on the GPU, plans on the host)", plan, t_plan);
     }
   }
   return 0;
