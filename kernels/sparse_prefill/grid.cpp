@@ -169,6 +169,7 @@ HeadPlan grid_head_plan(const GridLayout& l, const GridParams& p, int q_len, int
   const int band = p.use_slash ? std::max(p.band, 0) : -1;
   std::vector<int32_t> lim(s, -1);
   std::vector<uint8_t> marked(nkb, 0);
+  std::vector<int32_t> list;  // the marked blocks of this query block (cleared from `marked` after)
   for (int m = 0; m < nqb; ++m) {
     int lim_all = -1, lim_v = -1, maxpos = -1;
     std::fill(lim.begin(), lim.end(), -1);
@@ -186,17 +187,19 @@ HeadPlan grid_head_plan(const GridLayout& l, const GridParams& p, int q_len, int
         }
       }
     }
-    std::fill(marked.begin(), marked.end(), 0);
+    list.clear();
     for (int g = 0; g < s; ++g) {
       const int L = std::max({lim[g], lim_all, gr.is_v[g] ? lim_v : -1});
       const int n = L >= 0 ? count_upto(g, L) : 0;
       if (n == 0) continue;
-      for (int b = kstart[g] / block; b <= (kstart[g] + n - 1) / block; ++b) marked[b] = 1;
+      for (int b = kstart[g] / block; b <= (kstart[g] + n - 1) / block; ++b)
+        if (!marked[b]) marked[b] = 1, list.push_back(b);
     }
-    for (int b = 0; b < nkb; ++b)
-      if (marked[b]) hp.blocks.push_back(b * block);
+    std::sort(list.begin(), list.end());
+    for (int b : list) hp.blocks.push_back(b * block);
     for (int j = 0; j < std::min(p.n_init, maxpos + 1); ++j)
       if (!marked[inv_k[j] / block]) hp.cols.push_back(j);
+    for (int b : list) marked[b] = 0;
     hp.block_ptr[m + 1] = static_cast<int32_t>(hp.blocks.size());
     hp.col_ptr[m + 1] = static_cast<int32_t>(hp.cols.size());
   }
