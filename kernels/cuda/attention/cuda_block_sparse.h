@@ -35,8 +35,8 @@ namespace vlm::cuda {
 
 class CudaBlockSparsePlan {
  public:
-  // Flattens plans[num_seqs] (nullptr: sequence skipped) and uploads them on `stream` (the host
-  // staging copy lives in this object until the next upload). cu_seqlens_q_host[num_seqs + 1]:
+  // Flattens plans[num_seqs] (nullptr: sequence skipped) into pinned staging memory and uploads
+  // them on `stream` (asynchronously; the next upload waits for this one's copy). cu_seqlens_q_host[num_seqs + 1]:
   // the batch's query rows (host). Each plan must be well formed (validate_plan; trusted here),
   // with heads.size() == num_heads and block_m == block_n == 64.
   void upload(std::span<const BlockSparsePlan* const> plans, const int32_t* cu_seqlens_q_host, int num_heads,
@@ -48,8 +48,10 @@ class CudaBlockSparsePlan {
   double block_density() const { return counts_.causal > 0 ? counts_.computed / counts_.causal : 1.0; }
 
  private:
-  std::vector<int32_t> host_;  // items, then descs (as int32 words), then the arrays
+  PinnedBuffer host_;  // int32 words: items, then descs, then the arrays
   DeviceBuffer dev_;
+  bool pending_ = false;  // an upload from host_ may still be in flight on pending_stream_
+  cudaStream_t pending_stream_ = nullptr;
   SparsePlanView view_;
   int num_heads_ = 0;
   BlockCounts counts_;

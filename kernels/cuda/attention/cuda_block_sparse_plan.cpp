@@ -47,16 +47,21 @@ void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, 
   const int64_t desc_words = static_cast<int64_t>(S) * H * (sizeof(SparseHeadDesc) / 4);
   const int64_t base = item_words + desc_words;
   VLM_CHECK(base + words < (int64_t(1) << 31), "block-sparse plan of {} words too large", base + words);
-  host_.assign(base + words, 0);
+  // The staging buffer is pinned (one DMA copy) and reused: wait for the previous upload first.
+  if (pending_) VLM_CUDA_CHECK(cudaStreamSynchronize(pending_stream_));
+  const size_t total = static_cast<size_t>(base + words);
+  host_.reserve(total * sizeof(int32_t));
+  int32_t* const hw = host_.as<int32_t>();
+  std::fill(hw, hw + base, 0);
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& it = items[i];
-    int32_t* w = host_.data() + 4 * i;
+    int32_t* w = hw + 4 * i;
     w[0] = it.seq, w[1] = it.head, w[2] = it.qblock, w[3] = it.seq * H + it.head;
   }
   int64_t at = base;
   auto put = [&](const std::vector<int32_t>& v) {
     if (v.empty()) return int64_t(-1);
-    std::copy(v.begin(), v.end(), host_.begin() + at);
+    std::copy(v.begin(), v.end(), hw + at);
     at += static_cast<int64_t>(v.size());
     return at - static_cast<int64_t>(v.size());
   };
@@ -76,14 +81,16 @@ void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, 
         d.q_len = p->q_len;
         d.num_keys = p->num_keys;
       }
-      std::memcpy(host_.data() + item_words + (static_cast<int64_t>(s) * H + h) * (sizeof(SparseHeadDesc) / 4), &d,
+      std::memcpy(hw + item_words + (static_cast<int64_t>(s) * H + h) * (sizeof(SparseHeadDesc) / 4), &d,
                   sizeof d);
     }
   }
-  dev_.reserve(host_.size() * sizeof(int32_t));
-  if (!host_.empty())
-    VLM_CUDA_CHECK(cudaMemcpyAsync(dev_.get(), host_.data(), host_.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                   stream));
+  dev_.reserve(total * sizeof(int32_t));
+  if (total > 0) {
+    VLM_CUDA_CHECK(cudaMemcpyAsync(dev_.get(), hw, total * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    pending_ = true;
+    pending_stream_ = stream;
+  }
   const int32_t* d = dev_.as<int32_t>();
   view_.data = d;
   view_.items = d;
