@@ -263,7 +263,10 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
   const bool fast = c.head_dim == 64 || c.head_dim == 128;  // the tensor-core kernels' sizes
-  if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
+  if (sparse_) {
+    VLM_CHECK(fast && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
+    sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
+  } else if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
     cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), decode_ws_.get(), stream_);
   } else if (fast) {
     cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
@@ -299,8 +302,10 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
             "batch arrays disagree on the token count {}", T);
   const bool methods = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; }) ||
                        std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; }) ||
-                       !b.sparse_prefill.empty() || b.attention_probe;
-  VLM_CHECK(!methods, "sparse prefill, LOOK-M, SinkRouter and attention probes do not run on the GPU yet");
+                       b.attention_probe;
+  VLM_CHECK(!methods, "LOOK-M, SinkRouter and attention probes do not run on the GPU yet");
+  sparse_ = CudaSparsePrefill::active(b);
+  batch_ = &b;
   reserve_activations(T, R);
   const int64_t S = upload_metadata(b);
   cuda::rope_table(d_pos_, d_mrope_, mrope_sec0_, mrope_sec1_, inv_freq_.as<float>(), rope_half_, rope_scaling_, T,
@@ -324,6 +329,7 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
                                                           meta.max_context_len));
   }
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
+  batch_ = nullptr;
   num_logit_rows_ = R;
   if (R == 0) return;
   const DType dt = opt_.dtype;

@@ -8,8 +8,10 @@
 // naive kernel for head sizes those do not cover); x += attn Wo^T (the residual add in the GEMM, x in f32);
 // h = rms_norm(x); gu = h [Wgate; Wup]^T; x += (silu(g) * u) Wdown^T. Then the final norm and
 // the LM head on the logits rows only.
-// Not on the GPU yet (issues 21-23): sparse prefill, LOOK-M, SinkRouter, attention probes; a
-// batch asking for one throws InternalError.
+// Sparse prefill (ForwardBatch::sparse_prefill): CudaSparsePrefill plans the step's sequences
+// and runs the block-sparse kernel for every layer's attention (configurations it cannot plan
+// throw RequestError; the backend refuses them at start). Not on the GPU yet (issues 21, 23):
+// LOOK-M, SinkRouter, attention probes; a batch asking for one throws InternalError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,6 +23,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "model/decoder/cuda/cuda_sparse_prefill.h"
 #include "model/decoder/llm_decoder.h"
 
 namespace vlm {
@@ -94,6 +97,9 @@ class CudaDecoder {
   cuda::DeviceBuffer meta_dev_;
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, gu_, act_, rope_table_, sel_, logits_, decode_ws_;
   bool all_decode_ = false;  // every sequence of the step has one row
+  const ForwardBatch* batch_ = nullptr;  // the step's batch while forward() runs
+  bool sparse_ = false;                  // some sequence of the step prefills sparsely
+  CudaSparsePrefill sparse_prefill_;
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
   int64_t num_logit_rows_ = 0;
   // Device views into meta_dev_ for the current step.
