@@ -20,15 +20,17 @@ std::vector<GridLayout> CudaGridSearch::search(const void* q, DType act, const P
   slash_.reserve(hn * sizeof(double));
   grid_last_q_probs(q, act, kv, block_table, sh, scale, probs_.as<float>(), stream);
   grid_line_sums(probs_.as<float>(), sh, col_.as<double>(), slash_.as<double>(), stream);
-  col_h_.resize(hn);
-  slash_h_.resize(hn);
-  VLM_CUDA_CHECK(cudaMemcpyAsync(col_h_.data(), col_.get(), hn * sizeof(double), cudaMemcpyDeviceToHost, stream));
-  VLM_CUDA_CHECK(cudaMemcpyAsync(slash_h_.data(), slash_.get(), hn * sizeof(double), cudaMemcpyDeviceToHost, stream));
+  sums_h_.reserve(2 * hn * sizeof(double));
+  const double* col_h = sums_h_.as<double>();
+  const double* slash_h = col_h + hn;
+  VLM_CUDA_CHECK(cudaMemcpyAsync(sums_h_.get(), col_.get(), hn * sizeof(double), cudaMemcpyDeviceToHost, stream));
+  VLM_CUDA_CHECK(cudaMemcpyAsync(sums_h_.as<double>() + hn, slash_.get(), hn * sizeof(double), cudaMemcpyDeviceToHost,
+                                 stream));
   VLM_CUDA_CHECK(cudaStreamSynchronize(stream));
 
   std::vector<GridStride> st(H);
   global_thread_pool().run_tasks(H, [&](int64_t h) {
-    st[h] = choose_grid_stride(col_h_.data() + h * N, slash_h_.data() + h * N, N, p, known);
+    st[h] = choose_grid_stride(col_h + h * N, slash_h + h * N, N, p, known);
   });
   std::vector<int32_t> strides(H);
   int max_stride = 1;

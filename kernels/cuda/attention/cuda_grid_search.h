@@ -27,7 +27,8 @@ class CudaGridSearch {
 
  private:
   DeviceBuffer probs_, col_, slash_, strides_, phase_;
-  std::vector<double> col_h_, slash_h_, phase_h_;
+  PinnedBuffer sums_h_;  // col then slash [2, H, N] (pinned: one DMA copy of ~2·H·N·8 bytes)
+  std::vector<double> phase_h_;
 };
 
 }  // namespace vlm::cuda
