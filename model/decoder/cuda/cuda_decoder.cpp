@@ -273,14 +273,19 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const int H = static_cast<int>(c.num_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
+  prof_.mark(stream_, "kv_write");
   const bool fast = c.head_dim == 64 || c.head_dim == 128;  // the tensor-core kernels' sizes
-  if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
+  if (sparse_) {
+    VLM_CHECK(fast && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
+    sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
+  } else if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
     cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), decode_ws_.get(), stream_);
   } else if (fast) {
     cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
   } else {
     cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
   }
+  prof_.mark(stream_, "attention");
 }
 
 void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
@@ -291,19 +296,27 @@ void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const int64_t QD = H * D, W = QD + 2 * Hkv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
   cuda::rms_norm(x_.as<float>(), nullptr, L.input_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
+  prof_.mark(stream_, "norm");
   linear(h_.get(), L.qkv.get(), L.qkv_bias.get(), qkv_.get(), dt, false, T, W, C);
+  prof_.mark(stream_, "gemm_qkv");
   cuda::rope_split_qkv(qkv_.get(), T, H, Hkv, D, rope_table_.as<float>(), 2 * rope_half_, q_.get(), k_.get(), v_.get(),
                        dt, stream_);
+  prof_.mark(stream_, "rope");
   attention(l, T, meta);
   linear(attn_.get(), L.o.get(), L.o_bias.get(), x_.get(), DType::F32, true, T, C, QD);
+  prof_.mark(stream_, "gemm_o");
   cuda::rms_norm(x_.as<float>(), nullptr, L.post_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
+  prof_.mark(stream_, "norm");
   if (cuda::gemv_supported(T, C, dt)) {  // gate/up and SiLU·mul in one pass
     cuda::gemv_silu_mul(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), act_.get(), T, I, C, stream_);
   } else {
     gemm_.linear(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), gu_.get(), dt, 0.0f, T, 2 * I, C, stream_);
+    prof_.mark(stream_, "gemm_gate_up");
     cuda::silu_mul(gu_.get(), T, I, act_.get(), dt, stream_);
   }
+  prof_.mark(stream_, "silu_mul");
   linear(act_.get(), L.down.get(), L.down_bias.get(), x_.get(), DType::F32, true, T, C, I);
+  prof_.mark(stream_, "gemm_down");
 }
 
 void CudaDecoder::linear(const void* x, const void* w, const void* bias, void* y, DType out_dt, bool accumulate,
@@ -321,10 +334,13 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
             "batch arrays disagree on the token count {}", T);
   const bool methods = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; }) ||
                        std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; }) ||
-                       !b.sparse_prefill.empty() || b.attention_probe;
-  VLM_CHECK(!methods, "sparse prefill, LOOK-M, SinkRouter and attention probes do not run on the GPU yet");
+                       b.attention_probe;
+  VLM_CHECK(!methods, "LOOK-M, SinkRouter and attention probes do not run on the GPU yet");
+  sparse_ = CudaSparsePrefill::active(b);
+  batch_ = &b;
   reserve_activations(T, R);
   if (forward_graph(b, override)) return;
+  prof_.begin(stream_);  // eager steps only (a no-op unless VLM_CUDA_PROFILE=1)
   const int64_t S = upload_metadata(b);
   cuda::CudaAttentionBatch meta;
   meta.num_seqs = static_cast<int>(S);
@@ -356,14 +372,18 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   cuda::rope_table(d_pos_, d_mrope_, mrope_sec0_, mrope_sec1_, inv_freq_.as<float>(), rope_half_, rope_scaling_, T,
                    rope_table_.as<float>(), stream_);
   embed(T, override);
+  prof_.mark(stream_, "upload_embed_rope_table");
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
+  batch_ = nullptr;
   num_logit_rows_ = R;
-  if (R == 0) return;
+  if (R == 0) return prof_.end(stream_, T);
   const DType dt = opt_.dtype;
   cuda::rms_norm(x_.as<float>(), nullptr, final_norm_.as<float>(), static_cast<float>(c.rms_norm_eps), d_rows_, R,
                  c.hidden_size, sel_.get(), dt, stream_);
   linear(sel_.get(), lm_head_tied_ ? embed_.get() : lm_head_.get(), nullptr, logits_.get(), DType::F32, false, R,
          c.vocab_size, c.hidden_size);
+  prof_.mark(stream_, "lm_head");
+  prof_.end(stream_, T);
 }
 
 void CudaDecoder::download_logits(std::vector<float>& out) const {
