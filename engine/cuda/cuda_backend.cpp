@@ -112,6 +112,7 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
                                    cudaMemcpyDeviceToHost, s));
   }
   VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  gpu_.settle_methods();  // SinkRouter's skip counts of the step, downloaded with the samples
   for (int k = 0; k < J; ++k) {
     const cuda::SampleOut& o = out_host_.as<cuda::SampleOut>()[k];
     SampleResult& r = results[on_gpu[static_cast<size_t>(k)]];
@@ -136,9 +137,10 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
 
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmDecoder& decoder,
                                                std::vector<int32_t> eos_token_ids) {
-  // The three methods run on the CPU only for now (issues 21-23): refuse them at start, not per step.
-  if (c.look_m.enabled || c.sink_router || c.sparse_prefill.method != SparsePrefillMethod::Off)
-    throw LoadError("--device cuda: LOOK-M, SinkRouter and sparse prefill do not run on the GPU yet; "
+  // LOOK-M and sparse prefill run on the CPU only for now (issues 21-23): refuse them at start,
+  // not per step. SinkRouter runs on the GPU (CudaDecoder).
+  if (c.look_m.enabled || c.sparse_prefill.method != SparsePrefillMethod::Off)
+    throw LoadError("--device cuda: LOOK-M and sparse prefill do not run on the GPU yet; "
                     "turn them off or use --device cpu");
   CudaDecoderOptions o;
   o.dtype = c.dtype.value_or(decoder.config().dtype);

@@ -262,10 +262,11 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const int H = static_cast<int>(c.num_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
-  const bool fast = c.head_dim == 64 || c.head_dim == 128;  // the tensor-core kernels' sizes
-  if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
-    cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), decode_ws_.get(), stream_);
-  } else if (fast) {
+  if (decode_kernel()) {
+    cuda::CudaAttentionBatch m = meta;
+    sink_.route_layer(l, q_.get(), opt_.dtype, H, kv, m, stream_);  // SinkRouter's group skips, if any
+    cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), decode_ws_.get(), stream_);
+  } else if (fast_attention()) {
     cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
   } else {
     cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
@@ -298,9 +299,8 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   VLM_CHECK(static_cast<int64_t>(b.positions.size()) == T && static_cast<int64_t>(b.slot_mapping.size()) == T,
             "batch arrays disagree on the token count {}", T);
   const bool methods = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; }) ||
-                       std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; }) ||
                        !b.sparse_prefill.empty() || b.attention_probe;
-  VLM_CHECK(!methods, "sparse prefill, LOOK-M, SinkRouter and attention probes do not run on the GPU yet");
+  VLM_CHECK(!methods, "sparse prefill, LOOK-M and attention probes do not run on the GPU yet");
   reserve_activations(T, R);
   const int64_t S = upload_metadata(b);
   cuda::rope_table(d_pos_, d_mrope_, mrope_sec0_, mrope_sec1_, inv_freq_.as<float>(), rope_half_, rope_scaling_, T,
@@ -323,7 +323,10 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
                                                           static_cast<int>(m.num_kv_heads), static_cast<int>(m.head_dim),
                                                           meta.max_context_len));
   }
+  sink_.begin(b, all_decode_, decode_kernel(), static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim),
+              opt_.dtype, stream_);
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
+  sink_.end(stream_);
   num_logit_rows_ = R;
   if (R == 0) return;
   const DType dt = opt_.dtype;

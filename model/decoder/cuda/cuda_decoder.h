@@ -8,8 +8,9 @@
 // naive kernel for head sizes those do not cover); x += attn Wo^T (the residual add in the GEMM, x in f32);
 // h = rms_norm(x); gu = h [Wgate; Wup]^T; x += (silu(g) * u) Wdown^T. Then the final norm and
 // the LM head on the logits rows only.
-// Not on the GPU yet (issues 21-23): sparse prefill, LOOK-M, SinkRouter, attention probes; a
-// batch asking for one throws InternalError.
+// SinkRouter decode (ForwardBatch::sink_anchors) runs on the GPU (cuda_sink_router_step.h).
+// Not on the GPU yet (issues 21-23): sparse prefill, LOOK-M, attention probes; a batch asking
+// for one throws InternalError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,6 +22,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "model/decoder/cuda/cuda_sink_router_step.h"
 #include "model/decoder/llm_decoder.h"
 
 namespace vlm {
@@ -64,6 +66,9 @@ class CudaDecoder {
   int64_t num_logit_rows() const { return num_logit_rows_; }
   // Waits for the stream and copies the logits to the host as [rows, V] (tests, tools).
   void download_logits(std::vector<float>& out) const;
+  // After the stream synchronized (the caller's sync): the last forward's method counters
+  // (SinkRouter's skipped groups) into the batch's stores and counters.
+  void settle_methods() { sink_.settle(); }
 
  private:
   struct Layer;
@@ -74,6 +79,9 @@ class CudaDecoder {
   void embed(const ForwardBatch& b, const EmbeddingOverride& override);
   void run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
+  // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
+  bool fast_attention() const { return config().head_dim == 64 || config().head_dim == 128; }
+  bool decode_kernel() const { return fast_attention() && all_decode_ && config().num_heads / config().num_kv_heads <= 16; }
 
   const LlmDecoder& host_;
   CudaDecoderOptions opt_;
@@ -94,6 +102,7 @@ class CudaDecoder {
   cuda::DeviceBuffer meta_dev_;
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, gu_, act_, rope_table_, sel_, logits_, decode_ws_;
   bool all_decode_ = false;  // every sequence of the step has one row
+  CudaSinkRouterStep sink_;
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
   int64_t num_logit_rows_ = 0;
   // Device views into meta_dev_ for the current step.
