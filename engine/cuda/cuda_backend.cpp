@@ -137,11 +137,10 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
 
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmDecoder& decoder,
                                                std::vector<int32_t> eos_token_ids) {
-  // LOOK-M and sparse prefill run on the CPU only for now (issues 21-23): refuse them at start,
-  // not per step. SinkRouter runs on the GPU (CudaDecoder).
-  if (c.look_m.enabled || c.sparse_prefill.method != SparsePrefillMethod::Off)
-    throw LoadError("--device cuda: LOOK-M and sparse prefill do not run on the GPU yet; "
-                    "turn them off or use --device cpu");
+  // Sparse prefill runs on the CPU only for now (issues 21-22): refuse it at start, not per step.
+  // SinkRouter and LOOK-M run on the GPU (CudaDecoder).
+  if (c.sparse_prefill.method != SparsePrefillMethod::Off)
+    throw LoadError("--device cuda: sparse prefill does not run on the GPU yet; turn it off or use --device cpu");
   CudaDecoderOptions o;
   o.dtype = c.dtype.value_or(decoder.config().dtype);
   o.block_size = c.block_size;

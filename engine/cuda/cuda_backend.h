@@ -49,7 +49,7 @@ class CudaBackend : public StepBackend {
 };
 
 // Options from the engine config (dtype: config's, else the checkpoint's) and the backend.
-// Throws LoadError when the config turns on LOOK-M or sparse prefill (CPU only yet).
+// Throws LoadError when the config turns on sparse prefill (CPU only yet).
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& config, const LlmDecoder& decoder,
                                                std::vector<int32_t> eos_token_ids);
 

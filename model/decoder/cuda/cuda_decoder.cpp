@@ -271,6 +271,7 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   } else {
     cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
   }
+  look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_);  // LOOK-M scores, if any
 }
 
 void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
@@ -298,9 +299,7 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   VLM_CHECK(T > 0, "empty batch");
   VLM_CHECK(static_cast<int64_t>(b.positions.size()) == T && static_cast<int64_t>(b.slot_mapping.size()) == T,
             "batch arrays disagree on the token count {}", T);
-  const bool methods = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; }) ||
-                       !b.sparse_prefill.empty() || b.attention_probe;
-  VLM_CHECK(!methods, "sparse prefill, LOOK-M and attention probes do not run on the GPU yet");
+  VLM_CHECK(b.sparse_prefill.empty() && !b.attention_probe, "sparse prefill and attention probes do not run on the GPU yet");
   reserve_activations(T, R);
   const int64_t S = upload_metadata(b);
   cuda::rope_table(d_pos_, d_mrope_, mrope_sec0_, mrope_sec1_, inv_freq_.as<float>(), rope_half_, rope_scaling_, T,
@@ -325,8 +324,11 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   }
   sink_.begin(b, all_decode_, decode_kernel(), static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim),
               opt_.dtype, stream_);
+  batch_ = &b;
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
   sink_.end(stream_);
+  look_m_.finish(b, kv_layers_, d_tables_, stream_);  // LOOK-M compaction of finished prompts
+  batch_ = nullptr;
   num_logit_rows_ = R;
   if (R == 0) return;
   const DType dt = opt_.dtype;

@@ -8,9 +8,9 @@
 // naive kernel for head sizes those do not cover); x += attn Wo^T (the residual add in the GEMM, x in f32);
 // h = rms_norm(x); gu = h [Wgate; Wup]^T; x += (silu(g) * u) Wdown^T. Then the final norm and
 // the LM head on the logits rows only.
-// SinkRouter decode (ForwardBatch::sink_anchors) runs on the GPU (cuda_sink_router_step.h).
-// Not on the GPU yet (issues 21-23): sparse prefill, LOOK-M, attention probes; a batch asking
-// for one throws InternalError.
+// SinkRouter decode (ForwardBatch::sink_anchors, cuda_sink_router_step.h) and LOOK-M at the end
+// of prefill (ForwardBatch::look_m, cuda_look_m_step.h) run on the GPU. Not on the GPU yet
+// (issues 21-22): sparse prefill, attention probes; a batch asking for one throws InternalError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -22,6 +22,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "model/decoder/cuda/cuda_look_m_step.h"
 #include "model/decoder/cuda/cuda_sink_router_step.h"
 #include "model/decoder/llm_decoder.h"
 
@@ -103,6 +104,8 @@ class CudaDecoder {
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, gu_, act_, rope_table_, sel_, logits_, decode_ws_;
   bool all_decode_ = false;  // every sequence of the step has one row
   CudaSinkRouterStep sink_;
+  CudaLookMStep look_m_;
+  const ForwardBatch* batch_ = nullptr;  // the step's batch, during forward()
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
   int64_t num_logit_rows_ = 0;
   // Device views into meta_dev_ for the current step.

@@ -1,5 +1,12 @@
-// SinkRouter through the GPU decoder (CudaDecoder + CudaSinkRouterStep) against the CPU decoder
-// (SinkRouterAttention) on the same batches: a random f32 Qwen2-shaped model with head size 64
+// The methods through the GPU decoder against the CPU decoder on the same batches, on a random
+// f32 Qwen2-shaped model with head size 64 (the fixture models' heads are smaller than the GPU
+// decode kernel's):
+// LOOK-M (CudaLookMStep against run_look_m): a prompt prefilled in two chunks with a LookMState
+// (window and full scores, pivot and weighted merges, text prior with an image span): the
+// downloaded scores equal the CPU's within f32 rounding, the compressed length is the CPU's, and
+// the decode steps over the compacted caches (positions continuing from the prompt's length) give
+// the CPU's logits to 1e-4.
+// SinkRouter (CudaDecoder + CudaSinkRouterStep against SinkRouterAttention): a random f32 Qwen2-shaped model with head size 64
 // (so the GPU's split-K decode kernel runs; the fixture models' heads are smaller), two
 // sequences prefilled with their anchor stores, then decode steps with tau(L) giving no, every
 // and some sink groups, zero and anchor-value surrogates: the per-sequence routed/skipped counts
@@ -17,6 +24,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "kernels/sink_router/sink_router_config.h"
 #include "model/decoder/safetensors.h"
+#include "model/methods/look_m_state.h"
 #include "model/methods/sink_anchors.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/gpu_test.h"
@@ -78,23 +86,97 @@ struct SinkRun {
   SinkRouterCounters counters;
 };
 
+// The model, a GPU backend and a CPU cache of the same block count.
+struct Pair {
+  std::string dir = write_model();
+  std::unique_ptr<LlmDecoder> decoder = LlmDecoder::load(dir);
+  static constexpr int64_t num_blocks = 32;
+  std::unique_ptr<CudaBackend> gpu;
+  std::vector<float> kbuf, vbuf;
+  std::vector<PagedKVLayer> cpu_kv;
+  Pair() {
+    CudaDecoderOptions o;
+    o.dtype = DType::F32;
+    o.num_kv_blocks = num_blocks;
+    o.max_tokens_per_step = 256;
+    gpu = std::make_unique<CudaBackend>(*decoder, o, std::vector<int32_t>{});
+    kbuf.assign(static_cast<size_t>(kL) * num_blocks * kHkv * kB * kD, 0.f);
+    vbuf.assign(kbuf.size(), 0.f);
+    for (int l = 0; l < kL; ++l) {
+      const size_t off = static_cast<size_t>(l) * num_blocks * kHkv * kB * kD;
+      cpu_kv.push_back(PagedKVLayer{kbuf.data() + off, vbuf.data() + off, DType::F32, num_blocks, kB, kHkv, kD});
+    }
+  }
+  ~Pair() { std::filesystem::remove_all(dir); }
+  // Runs fb on both (the GPU after `gpu_setup`), logits of its rows into lc / lg.
+  void run(ForwardBatch cpu_fb, ForwardBatch gpu_fb, std::vector<float>& lc, std::vector<float>& lg) {
+    decoder->forward(cpu_fb, cpu_kv, lc);
+    gpu->forward(gpu_fb, EmbeddingOverride{});
+    gpu->decoder().download_logits(lg);  // synchronizes
+    gpu->decoder().settle_methods();
+  }
+};
+
+TEST(CudaLookMDecoder, ScoresCompactionAndDecodeEqualTheCpus) {
+  VLM_REQUIRE_GPU();
+  Pair m;
+  const int32_t L = 150;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < L; ++i) prompt.push_back((13 * i + 1) % kV);
+  std::vector<ModalityTag> tags(L);
+  for (int i = 30; i < 110; ++i) tags[i].modality = Modality::Image;  // an image span
+  const std::vector<int32_t> table = {4, 11, 0, 7, 19, 2, 25, 9, 14, 30, 5};  // 11 blocks: 176 slots
+  struct Mode { const char* name; LookMScores scores; };
+  for (const Mode& md : {Mode{"text-prior-pivot", LookMScores::Window}, Mode{"text-prior-weighted", LookMScores::Full},
+                         Mode{"avg", LookMScores::Full}}) {
+    SCOPED_TRACE(md.name);
+    LookMParams p = *look_m_mode_from_name(md.name);
+    p.scores = md.scores;
+    p.window = 24;
+    LookMState cs(p, kL, kHkv, L, tags), gs(p, kL, kHkv, L, tags);
+    std::vector<float> lc, lg;
+    for (int32_t start : {0, 90}) {  // two prefill chunks
+      SequenceChunk c;
+      const int32_t end = start == 0 ? 90 : L;
+      c.token_ids = std::span<const int32_t>(prompt.data() + start, static_cast<size_t>(end - start));
+      c.start_pos = start;
+      c.block_table = table;
+      c.finishes_prefill = end == L;
+      ForwardBatch a = make_forward_batch(std::vector<SequenceChunk>{c}, kB), b = a;
+      a.look_m = {&cs};
+      b.look_m = {&gs};
+      m.run(std::move(a), std::move(b), lc, lg);
+      EXPECT_LE(max_row_rel_error(lg.data(), lc.data(), 1, kV), 1e-4) << "prefill chunk at " << start;
+    }
+    double worst = 0;
+    for (size_t i = 0; i < cs.scores.size(); ++i)
+      worst = std::max(worst, std::abs(double(gs.scores[i]) - cs.scores[i]) / std::max(1.0, std::abs(double(cs.scores[i]))));
+    EXPECT_LE(worst, 2e-5);
+    ASSERT_EQ(gs.compressed_len, cs.compressed_len);
+    const int32_t C = cs.compressed_len;
+    EXPECT_EQ(C, look_m_budget(p, L).kept());
+    ASSERT_LT(C, L);
+    // Decode over the compacted caches: cache slots [0, C), positions from L on.
+    int32_t token = 77;
+    for (int k = 0; k < 3; ++k) {
+      SequenceChunk c;
+      c.token_ids = std::span<const int32_t>(&token, 1);
+      c.start_pos = C + k;
+      c.block_table = table;
+      ForwardBatch a = make_forward_batch(std::vector<SequenceChunk>{c}, kB);
+      a.positions[0] = L + k;
+      m.run(a, a, lc, lg);
+      EXPECT_LE(max_row_rel_error(lg.data(), lc.data(), 1, kV), 1e-4) << "decode step " << k;
+      token = static_cast<int32_t>(std::max_element(lc.begin(), lc.end()) - lc.begin());
+    }
+    std::fprintf(stderr, "[ look-m decoder ] %s: %d of %d tokens kept, score error %.2e\n", md.name, C, L, worst);
+  }
+}
+
 TEST(CudaSinkRouterDecoder, DecisionsCountsAndLogitsEqualTheCpus) {
   VLM_REQUIRE_GPU();
-  const std::string dir = write_model();
-  auto decoder = LlmDecoder::load(dir);
-  ASSERT_EQ(decoder->config().head_dim, kD);
-  const int64_t num_blocks = 32;
-  CudaDecoderOptions o;
-  o.dtype = DType::F32;
-  o.num_kv_blocks = num_blocks;
-  o.max_tokens_per_step = 256;
-  CudaBackend gpu(*decoder, o, {});
-  std::vector<float> kbuf(static_cast<size_t>(kL) * num_blocks * kHkv * kB * kD), vbuf(kbuf.size());
-  std::vector<PagedKVLayer> cpu_kv;
-  for (int l = 0; l < kL; ++l) {
-    const size_t off = static_cast<size_t>(l) * num_blocks * kHkv * kB * kD;
-    cpu_kv.push_back(PagedKVLayer{kbuf.data() + off, vbuf.data() + off, DType::F32, num_blocks, kB, kHkv, kD});
-  }
+  Pair m;
+  auto& decoder = m.decoder;
   struct Cfg { double tau; SinkSurrogate sur; };
   // tau 1.01: nothing routes; -1: every routed group is a sink; 0 and 0.1: some are.
   for (const Cfg& cc : {Cfg{1.01, SinkSurrogate::Zero}, Cfg{-1.0, SinkSurrogate::Zero}, Cfg{0.0, SinkSurrogate::Zero},
@@ -130,11 +212,11 @@ TEST(CudaSinkRouterDecoder, DecisionsCountsAndLogitsEqualTheCpus) {
         fb.sink_router = &cfg;
         fb.sink_counters = &r->counters;
         if (r == &cpu) {
-          decoder->forward(fb, cpu_kv, lc);
+          decoder->forward(fb, m.cpu_kv, lc);
         } else {
-          gpu.forward(fb, EmbeddingOverride{});
-          gpu.decoder().download_logits(lg);  // synchronizes
-          gpu.decoder().settle_methods();
+          m.gpu->forward(fb, EmbeddingOverride{});
+          m.gpu->decoder().download_logits(lg);  // synchronizes
+          m.gpu->decoder().settle_methods();
         }
       }
       ASSERT_EQ(lc.size(), lg.size());
@@ -158,7 +240,6 @@ TEST(CudaSinkRouterDecoder, DecisionsCountsAndLogitsEqualTheCpus) {
     std::fprintf(stderr, "[ sink decoder ] tau %.2f: %ld of %ld groups skipped (CPU and GPU)\n", cc.tau,
                  static_cast<long>(dev.counters.groups_skipped), static_cast<long>(dev.counters.groups_routed));
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
