@@ -188,8 +188,11 @@ int main(int argc, char** argv) {
       const auto kept = static_cast<int32_t>(std::lround(full * std::stod(f["lookm-ratio"])));
       const int64_t per_full = (full + kB) / kB, per_kept = (kept + kB) / kB;  // context + the decode token
       const int64_t fit_full = blocks / per_full, fit_kept = blocks / per_kept;
-      std::printf("lookm fit: %ld sequences of %d tokens uncompressed, %ld compressed to %d tokens (%.1fx)\n",
-                  static_cast<long>(fit_full), full, static_cast<long>(fit_kept), kept,
+      const double gib = double(backend.kv_bytes_per_block()) / (1 << 30);
+      std::printf("lookm fit: %ld sequences of %d tokens uncompressed (%.2f GiB of KV each), %ld compressed to %d "
+                  "tokens (%.2f GiB each, %.1f%% fewer bytes) (%.1fx)\n",
+                  static_cast<long>(fit_full), full, per_full * gib, static_cast<long>(fit_kept), kept, per_kept * gib,
+                  100.0 * (1.0 - double(per_kept) / double(per_full)),
                   double(fit_kept) / double(std::max<int64_t>(1, fit_full)));
       const int want = static_cast<int>(std::stoll(f["lookm-seqs"]));
       const int n_full = static_cast<int>(std::min<int64_t>(want, fit_full));
