@@ -30,11 +30,8 @@ struct DecodePlan {
 // One wave: splits per (sequence, KV head) = resident CTA slots / pairs (at least 1), so the grid
 // fits the GPU at once (a second, partial wave would idle most SMs at the end); partitions of at
 // least 128 keys. blocks_per_sm: the split kernel's occupancy (at most kMaxBlocksPerSm).
-// SinkRouter (batch.group_skip set): the grid is kSkipWaves waves, so the CTAs of sink groups,
-// which return at once, leave their slots to later ones and the active groups still fill the GPU;
-// a constant, so the launch shape never depends on the routing's outcome.
-constexpr int kMaxBlocksPerSm = 4, kSkipWaves = 4;
-DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int blocks_per_sm, int waves = 1) {
+constexpr int kMaxBlocksPerSm = 4;
+DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int blocks_per_sm) {
   static const int sms = [] {
     int dev = 0, n = 0;
     VLM_CUDA_CHECK(cudaGetDevice(&dev));
@@ -42,7 +39,7 @@ DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int 
     return n;
   }();
   const int pairs = std::max(1, num_seqs * num_kv_heads);
-  const int want = std::max(1, sms * std::min(blocks_per_sm, kMaxBlocksPerSm) * waves / pairs);
+  const int want = std::max(1, sms * std::min(blocks_per_sm, kMaxBlocksPerSm) / pairs);
   const int ctx = std::max(1, max_context_len);
   int partition = (ctx + want - 1) / want;
   partition = std::max(128, (partition + kBN - 1) / kBN * kBN);
@@ -223,8 +220,7 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
     VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<D, T, TQ>, kThreads, smem));
     return std::max(1, n);
   }();
-  const DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm,
-                                      batch.group_skip ? kSkipWaves : 1);
+  const DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm);
   float* ws = plan.max_splits > 1 ? static_cast<float*>(workspace) : nullptr;
   const dim3 grid(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
   decode_split_kernel<D, T, TQ><<<grid, kThreads, smem, stream>>>(
@@ -242,9 +238,8 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
 
 size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                                     int max_context_len) {
-  // The most splits any occupancy gives (plan_decode's splits grow with blocks_per_sm), with
-  // SinkRouter's extra waves.
-  const DecodePlan plan = plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm, kSkipWaves);
+  // The most splits any occupancy gives (plan_decode's splits grow with blocks_per_sm).
+  const DecodePlan plan = plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm);
   return size_t(num_seqs) * num_heads * plan.max_splits * (head_dim + 2) * sizeof(float);
 }
 
