@@ -6,13 +6,16 @@
 //          queries route 3, 2, 3, 2, 2 of the 4 groups (every query head of a sink group = its
 //          anchor key, cosine 1; the others random; tau = 0.5), checked on the device's decisions.
 //  look-m: 8 sequences of 128K context against 8 of 20 % of it (the cache LOOK-M leaves at a
-//          20 % budget), aggregate decode attention per layer.
+//          20 % budget), aggregate decode attention per layer; and the end-of-prefill cost of LOOK-M
+//          for one layer of one sequence at 32K and 128K (text-prior-pivot, window scores): the
+//          score pass (64 rows), the host's selection of the kept sets, the merge + compaction.
 // Device events around 10 calls queued back to back, warm-up first, median of the repeats; the
 // caches rotate so the working set exceeds the L2.
 // Output: one line per shape, "<kind> ... dense_ms=.. ms=.. speedup=..".
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +26,10 @@
 
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "kernels/cuda/kv_compression/cuda_look_m.h"
 #include "kernels/cuda/sink_router/cuda_sink_router.h"
+#include "kernels/kv_compression/look_m_params.h"
+#include "kernels/kv_compression/token_selection.h"
 
 namespace {
 
@@ -188,20 +194,79 @@ double decode_ms(int seqs, int ctx) {
   return ms;
 }
 
+// One layer of LOOK-M at the end of a prompt of L tokens (random cache, random window queries).
+void bench_look_m_compaction(int L) {
+  Layers lay(1, L, 1);
+  std::vector<float> fill(size_t(L) * kHkv * kD);
+  std::mt19937 rng(L);
+  std::normal_distribution<float> nd;
+  for (float& x : fill) x = nd(rng);
+  const std::vector<uint16_t> raw = bf16(fill);  // [blocks, Hkv, B, D]: the layer's K (and V, the same)
+  check(cudaMemcpy(lay.kv[0].k, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice), "fill k");
+  check(cudaMemcpy(lay.kv[0].v, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice), "fill v");
+  const int W = 64;
+  std::vector<float> qh(size_t(W) * kH * kD);
+  for (float& x : qh) x = nd(rng);
+  uint16_t* q = device_copy(bf16(qh));
+  float* scores = nullptr;
+  void *stats = nullptr, *ws = nullptr;
+  int32_t* kept = nullptr;
+  vlm::LookMParams p;  // text-prior-pivot, 10 % + 10 %
+  const vlm::LookMBudget budget = vlm::look_m_budget(p, L);
+  const int C = budget.kept();
+  check(cudaMalloc(&scores, size_t(kHkv) * L * 4), "malloc");
+  check(cudaMemset(scores, 0, size_t(kHkv) * L * 4), "memset");
+  check(cudaMalloc(&stats, vlm::cuda::look_m_row_stats_bytes(W, kH)), "malloc");
+  check(cudaMalloc(&ws, vlm::cuda::look_m_compact_workspace_bytes(L, C, kHkv, kD)), "malloc");
+  check(cudaMalloc(&kept, size_t(kHkv) * C * 4), "malloc");
+  cudaEvent_t e0, e1, e2, e3;
+  for (cudaEvent_t* e : {&e0, &e1, &e2, &e3}) check(cudaEventCreate(e), "event");
+  check(cudaEventRecord(e0), "record");
+  vlm::cuda::look_m_accumulate_scores(q, DType::BF16, W, kH, lay.kv[0], lay.batch.block_tables, L - W,
+                                      1.f / std::sqrt(float(kD)), stats, scores, L, nullptr);
+  check(cudaEventRecord(e1), "record");
+  check(cudaEventSynchronize(e1), "sync");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> hs(size_t(kHkv) * L);
+  check(cudaMemcpy(hs.data(), scores, hs.size() * 4, cudaMemcpyDeviceToHost), "scores");
+  std::vector<uint8_t> is_text(size_t(L), 1);
+  for (int j = L / 10; j < L * 9 / 10; ++j) is_text[size_t(j)] = 0;  // an image span of 80 %
+  std::vector<int32_t> hk;
+  for (int h = 0; h < kHkv; ++h) {
+    const auto k = vlm::select_kept_tokens(hs.data() + size_t(h) * L, is_text.data(), L, p, budget);
+    hk.insert(hk.end(), k.begin(), k.end());
+  }
+  check(cudaMemcpy(kept, hk.data(), hk.size() * 4, cudaMemcpyHostToDevice), "kept");
+  const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  check(cudaEventRecord(e2), "record");
+  vlm::cuda::look_m_compact(lay.kv[0], lay.batch.block_tables, L, kept, C, p.merge, ws, nullptr);
+  check(cudaEventRecord(e3), "record");
+  check(cudaEventSynchronize(e3), "sync");
+  check(cudaGetLastError(), "launch");
+  float score_ms = 0, compact_ms = 0;
+  check(cudaEventElapsedTime(&score_ms, e0, e1), "elapsed");
+  check(cudaEventElapsedTime(&compact_ms, e2, e3), "elapsed");
+  std::printf("lookm-compact L=%d kept=%d per layer: scores_ms=%.2f host_select_ms=%.2f merge_compact_ms=%.2f\n", L, C,
+              score_ms, host_ms, compact_ms);
+  for (void* x : {static_cast<void*>(q), static_cast<void*>(scores), stats, ws, static_cast<void*>(kept)}) cudaFree(x);
+}
+
 }  // namespace
 
-// Arguments: "sink" or "lookm" for one part only.
+// Arguments: "sink", "lookm" or "compact" for one part only.
 int main(int argc, char** argv) {
   const std::string part = argc > 1 ? argv[1] : "all";
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  if (part != "lookm")
+  if (part == "sink" || part == "all")
     for (int ctx : {32768, 131072, 524288}) bench_sink(ctx);
-  if (part != "sink") {
+  if (part == "lookm" || part == "all") {
     const int full = 131072, kept = full / 5;  // LOOK-M at a 20 % budget keeps hh + recent = 0.2 N
     const double a = decode_ms(8, full), b = decode_ms(8, kept);
     std::printf("lookm seqs=8 ctx=%d full_ms=%.4f ctx_kept=%d kept_ms=%.4f speedup=%.2f\n", full, a, kept, b, a / b);
   }
+  if (part == "compact" || part == "all")
+    for (int L : {32768, 131072}) bench_look_m_compaction(L);
   return 0;
 }
