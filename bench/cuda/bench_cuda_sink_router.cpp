@@ -216,7 +216,7 @@ void bench_look_m_compaction(int L) {
   const int C = budget.kept();
   check(cudaMalloc(&scores, size_t(kHkv) * L * 4), "malloc");
   check(cudaMemset(scores, 0, size_t(kHkv) * L * 4), "memset");
-  check(cudaMalloc(&stats, vlm::cuda::look_m_row_stats_bytes(W, kH)), "malloc");
+  check(cudaMalloc(&stats, vlm::cuda::look_m_row_stats_bytes(W, kH, L)), "malloc");
   check(cudaMalloc(&ws, vlm::cuda::look_m_compact_workspace_bytes(L, C, kHkv, kD)), "malloc");
   check(cudaMalloc(&kept, size_t(kHkv) * C * 4), "malloc");
   cudaEvent_t e0, e1, e2, e3;

@@ -27,10 +27,11 @@ namespace vlm::cuda {
 // accumulate_attention_scores (kernels/kv_compression/attention_scores.h) on the device: q[R, H, D]
 // (dtype act) are consecutive query rows of one sequence at cache positions first_pos + r, keys
 // read through block_table; scores[h * stride + j] += Σ_{r, heads of group h} softmax_r(j) for
-// j < first_pos + R. A first pass writes each row's max and sum (f32) into row_stats, a second
-// sums the columns (one thread per key, f32, rows in order).
-// row_stats: look_m_row_stats_bytes(R, H) bytes. Preconditions: H % Hkv == 0; D <= 256.
-size_t look_m_row_stats_bytes(int32_t R, int num_heads);
+// j < first_pos + R. Per block of 64 rows: every key chunk's max and sum of exp per row and head,
+// merged into each row's (max, sum), then the column sums (one thread per key with the key in
+// registers, f32, rows in order). row_stats: look_m_row_stats_bytes(R, H, first_pos + R) bytes.
+// Preconditions: H % Hkv == 0; H / Hkv <= 16; D <= 256.
+size_t look_m_row_stats_bytes(int32_t R, int num_heads, int32_t num_keys);
 void look_m_accumulate_scores(const void* q /*[R,H,D]*/, DType act, int32_t R, int num_heads, const PagedKVLayer& kv,
                               const int32_t* block_table, int32_t first_pos, float scale, void* row_stats,
                               float* scores /*[Hkv, stride]*/, int64_t stride, cudaStream_t stream);

@@ -1,6 +1,7 @@
 #include "model/decoder/cuda/cuda_look_m_step.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -26,9 +27,12 @@ void CudaLookMStep::layer(int layer, const void* q, DType act, int num_heads, co
                   layer < st->num_layers,
               "LOOK-M: chunk ends at {} of a {}-token prefill (finishes: {}), layer {}", S, st->prefill_len, last, layer);
     const int64_t layer_floats = static_cast<int64_t>(st->num_kv_heads) * st->prefill_len;
-    cuda::DeviceBuffer& buf = scores_[st];
-    if (buf.bytes() == 0) buf.resize(static_cast<size_t>(layer_floats * st->num_layers) * 4);
-    float* scores = buf.as<float>() + layer * layer_floats;
+    if (!st->device_scores) {  // freed with the state
+      void* p = nullptr;
+      VLM_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(layer_floats * st->num_layers) * 4));
+      st->device_scores = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    }
+    float* scores = static_cast<float*>(st->device_scores.get()) + layer * layer_floats;
     if (first == 0) VLM_CUDA_CHECK(cudaMemsetAsync(scores, 0, static_cast<size_t>(layer_floats) * 4, stream));
     int32_t r0 = 0, R = q_len;  // rows of the chunk that score
     if (st->params.scores == LookMScores::Window) {
@@ -36,7 +40,7 @@ void CudaLookMStep::layer(int layer, const void* q, DType act, int num_heads, co
       r0 = q_len - R;
     }
     if (R == 0) continue;
-    stats_.reserve(cuda::look_m_row_stats_bytes(R, num_heads));
+    stats_.reserve(cuda::look_m_row_stats_bytes(R, num_heads, first + r0 + R));
     cuda::look_m_accumulate_scores(static_cast<const char*>(q) + (t0 + r0) * row, act, R, num_heads, kv,
                                    block_tables + static_cast<int64_t>(s) * b.max_blocks_per_seq, first + r0, scale,
                                    stats_.get(), scores, st->prefill_len, stream);
@@ -53,10 +57,9 @@ void CudaLookMStep::finish(const ForwardBatch& b, const std::vector<PagedKVLayer
     LookMState* st = b.look_m[static_cast<size_t>(s)];
     if (st == nullptr || !b.finishes_prefill[static_cast<size_t>(s)]) continue;
     const int32_t L = st->prefill_len;
-    const auto it = scores_.find(st);
-    VLM_CHECK(it != scores_.end(), "LOOK-M: no scores for a finishing prefill");
-    VLM_CUDA_CHECK(cudaMemcpy(st->scores.data(), it->second.get(), st->scores.size() * 4, cudaMemcpyDeviceToHost));
-    scores_.erase(it);
+    VLM_CHECK(st->device_scores != nullptr, "LOOK-M: no scores for a finishing prefill");
+    VLM_CUDA_CHECK(cudaMemcpy(st->scores.data(), st->device_scores.get(), st->scores.size() * 4, cudaMemcpyDeviceToHost));
+    st->device_scores.reset();
     const LookMBudget budget = look_m_budget(st->params, L);
     const int32_t C = std::min(L, budget.kept());
     st->compressed_len = C;

@@ -1,9 +1,9 @@
 // CudaLookMStep: LOOK-M's part of the CudaDecoder (the CPU's run_look_m, on the GPU) for the
 // prefill chunks that carry a LookMState (ForwardBatch::look_m).
 //  - Per layer, after attention: the chunk's importance scores accumulate in a device copy of the
-//    state's scores ([layers, Hkv, L] f32, kept per state across its chunks, zeroed at a chunk
-//    that starts at position 0): every row ("full"), or the last `window` rows of the chunk that
-//    finishes prefill ("window"); kernels/cuda/kv_compression.
+//    state's scores ([layers, Hkv, L] f32, LookMState::device_scores: it lives and dies with the
+//    state, zeroed at a chunk that starts at position 0): every row ("full"), or the last `window`
+//    rows of the chunk that finishes prefill ("window"); kernels/cuda/kv_compression.
 //  - After the last layer of a step in which some states finish prefill: one stream sync, the
 //    scores go to the state (host), each layer's and head's kept set is chosen by the CPU's
 //    select_kept_tokens (the CPU's ranking exactly), uploaded, and every layer is merged and
@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <vector>
 
 #include "kernels/attention/paged_kv.h"
@@ -34,7 +33,6 @@ class CudaLookMStep {
               cudaStream_t stream);
 
  private:
-  std::map<const LookMState*, cuda::DeviceBuffer> scores_;  // device scores of states in prefill
   cuda::DeviceBuffer stats_, kept_, work_;
   std::vector<int32_t> kept_host_;
 };

@@ -78,7 +78,7 @@ TEST(CudaLookM, ScoresMatchTheCpuOverChunksAndWindows) {
     const int cuts[] = {0, c.L / 3, c.L / 2 + 1, c.L};
     std::vector<float> cpu(size_t(c.Hkv) * c.L, 0.25f);
     cuda::DeviceBuffer dq = to_device(q), dscores = to_device(cpu),
-                       stats(cuda::look_m_row_stats_bytes(c.L, c.H));
+                       stats(cuda::look_m_row_stats_bytes(c.L, c.H, c.L));
     auto both = [&](int first, int R) {
       accumulate_attention_scores(q.data() + size_t(first) * c.H * c.D, R, c.H, sc.kv, sc.table.data(), first, scale,
                                   cpu.data(), c.L);
