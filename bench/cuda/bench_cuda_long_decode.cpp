@@ -1,5 +1,5 @@
 // bench_cuda_long_decode: whole decode steps of the GPU backend (CudaBackend: forward + greedy GPU
-// sampling + ids back to the host) at long context, on a checkpoint (bench/cuda/long_decode.sh
+// sampling + ids back to the host) at long context, on a checkpoint (bench/cuda/methods_gpu.sh
 // runs it on the Qwen2-7B-shaped random bf16 model):
 //  sink:  one sequence at each --contexts length, dense against SinkRouter (default config, min
 //         over the group, zero surrogate, layers 0-1 dense) with a constant tau bisected on the
