@@ -22,17 +22,6 @@ __global__ void gather_anchor_kernel(KVView kv, DType dt, const int32_t* __restr
   }
 }
 
-// grid S, block min(Hkv * D, 1024) threads.
-__global__ void load_anchor_kernel(const float* const* __restrict__ stores, int layer, int num_layers, int n,
-                                   float* __restrict__ ak, float* __restrict__ av) {
-  const int s = blockIdx.x;
-  const float* src = stores[s];
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    ak[int64_t(s) * n + i] = src ? src[int64_t(layer) * n + i] : 0.f;
-    if (av) av[int64_t(s) * n + i] = src ? src[(int64_t(num_layers) + layer) * n + i] : 0.f;
-  }
-}
-
 struct RouteParams {  // SinkRouterConfig as the device reads it
   double c0, c1, c2, c3, length_ref, tau_min, tau_max;
   int agg;  // 0 min, 1 mean, 2 max
@@ -92,15 +81,6 @@ void sink_gather_anchors(const PagedKVLayer& kv, const int32_t* block_tables, in
   const int threads = std::min(1024, (kv.num_kv_heads * kv.head_dim + 31) / 32 * 32);
   gather_anchor_kernel<<<num_seqs, threads, 0, stream>>>(kv_view(kv), kv.dtype, block_tables, max_blocks_per_seq,
                                                          anchor_k, anchor_v);
-  VLM_CUDA_CHECK_LAUNCH();
-}
-
-void sink_load_anchors(const float* const* stores, int layer, int num_layers, int num_kv_heads, int head_dim,
-                       int num_seqs, float* anchor_k, float* anchor_v, cudaStream_t stream) {
-  if (num_seqs == 0) return;
-  const int n = num_kv_heads * head_dim;
-  load_anchor_kernel<<<num_seqs, std::min(1024, (n + 31) / 32 * 32), 0, stream>>>(stores, layer, num_layers, n,
-                                                                                   anchor_k, anchor_v);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -28,13 +28,6 @@ void sink_gather_anchors(const PagedKVLayer& kv, const int32_t* block_tables /*[
                          int max_blocks_per_seq, int num_seqs, float* anchor_k /*[S,Hkv,D]*/,
                          float* anchor_v /*[S,Hkv,D] or null*/, cudaStream_t stream);
 
-// anchor_k[s] (and anchor_v, when not null) = layer `layer` of stores[s], a per-sequence device
-// array [2, num_layers, Hkv, D] f32 (K then V) captured by sink_gather_anchors at the end of
-// prefill; a null stores[s] gives zeros. stores: device array of S device pointers.
-void sink_load_anchors(const float* const* stores /*[S]*/, int layer, int num_layers, int num_kv_heads, int head_dim,
-                       int num_seqs, float* anchor_k /*[S,Hkv,D]*/, float* anchor_v /*[S,Hkv,D] or null*/,
-                       cudaStream_t stream);
-
 // For each sequence s with routed[s] != 0 (routed null: every sequence): scores[s, g] =
 // agg_{h in g} cos(q[s, h], anchor_k[s, g]) and skip[s, g] = scores[s, g] >= tau(context_lens[s]);
 // skip_count[s] (when not null) += the number of sink groups (atomic). Sequences not routed get

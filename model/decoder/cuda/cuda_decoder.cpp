@@ -322,13 +322,12 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
                                                           static_cast<int>(m.num_kv_heads), static_cast<int>(m.head_dim),
                                                           meta.max_context_len));
   }
-  sink_.begin(b, all_decode_, decode_kernel(), static_cast<int>(c.num_layers), static_cast<int>(c.num_kv_heads),
-              static_cast<int>(c.head_dim), opt_.dtype, stream_);
+  sink_.begin(b, all_decode_, decode_kernel(), static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim),
+              opt_.dtype, stream_);
   batch_ = &b;
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
   sink_.end(stream_);
-  sink_.capture(b, kv_layers_, d_tables_, stream_);   // SinkRouter's anchors of finished prompts, then
-  look_m_.finish(b, kv_layers_, d_tables_, stream_);  // LOOK-M's compaction of them
+  look_m_.finish(b, kv_layers_, d_tables_, stream_);  // LOOK-M compaction of finished prompts
   batch_ = nullptr;
   num_logit_rows_ = R;
   if (R == 0) return;

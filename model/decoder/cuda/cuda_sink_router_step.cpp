@@ -1,7 +1,6 @@
 #include "model/decoder/cuda/cuda_sink_router_step.h"
 
 #include <algorithm>
-#include <memory>
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -11,25 +10,8 @@
 
 namespace vlm {
 
-void CudaSinkRouterStep::capture(const ForwardBatch& b, const std::vector<PagedKVLayer>& kv,
-                                 const int32_t* block_tables, cudaStream_t stream) {
-  for (int s = 0; s < static_cast<int>(b.sink_anchors.size()); ++s) {
-    SinkAnchors* a = b.sink_anchors[static_cast<size_t>(s)];
-    if (a == nullptr || !b.finishes_prefill[static_cast<size_t>(s)]) continue;
-    const int L = static_cast<int>(kv.size()), Hkv = kv[0].num_kv_heads, D = kv[0].head_dim;
-    const size_t layer = static_cast<size_t>(Hkv) * D;
-    void* p = nullptr;
-    VLM_CUDA_CHECK(cudaMalloc(&p, 2 * L * layer * 4));  // freed with the last store holding it
-    a->device_kv = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
-    auto* base = static_cast<float*>(p);
-    for (int l = 0; l < L; ++l)
-      cuda::sink_gather_anchors(kv[static_cast<size_t>(l)], block_tables + static_cast<int64_t>(s) * b.max_blocks_per_seq,
-                                b.max_blocks_per_seq, 1, base + l * layer, base + (L + l) * layer, stream);
-  }
-}
-
-bool CudaSinkRouterStep::begin(const ForwardBatch& b, bool all_decode, bool fast, int num_layers, int num_kv_heads,
-                               int head_dim, DType kv_dtype, cudaStream_t stream) {
+bool CudaSinkRouterStep::begin(const ForwardBatch& b, bool all_decode, bool fast, int num_kv_heads, int head_dim,
+                               DType kv_dtype, cudaStream_t stream) {
   active_ = pending_ = false;  // counts of a step that was never settled are dropped
   routed_layers_ = 0;
   const int S = b.num_seqs();
@@ -43,28 +25,23 @@ bool CudaSinkRouterStep::begin(const ForwardBatch& b, bool all_decode, bool fast
   kv_esz_ = static_cast<int>(dtype_size(kv_dtype));
   stores_.assign(static_cast<size_t>(S), nullptr);
   ctx_.assign(b.context_lens.begin(), b.context_lens.end());
-  const size_t bytes = static_cast<size_t>(S) * (sizeof(void*) + 1);
-  host_.reserve(bytes);
-  auto* ptrs = host_.as<const void*>();
-  auto* flags = reinterpret_cast<uint8_t*>(ptrs + S);
+  host_.reserve(static_cast<size_t>(S) * 4);
+  auto* flags = host_.as<uint8_t>();
   for (int s = 0; s < S; ++s) {
     SinkAnchors* a = b.sink_anchors[static_cast<size_t>(s)];
-    // As the CPU: a sequence routes once its anchors are captured (its prefill has finished).
-    const bool route = a != nullptr && !b.finishes_prefill[static_cast<size_t>(s)] && a->device_kv != nullptr;
+    const bool route = a != nullptr && !b.finishes_prefill[static_cast<size_t>(s)];
     VLM_CHECK(!route || a->probe == nullptr, "SinkRouter calibration probes run on the CPU only");
     flags[s] = route ? 1 : 0;
-    ptrs[s] = route ? a->device_kv.get() : nullptr;
     if (route) stores_[static_cast<size_t>(s)] = a;
     active_ |= route;
   }
   if (!active_) return false;
-  num_layers_ = num_layers;
-  flags_.reserve(bytes);
+  flags_.reserve(static_cast<size_t>(S));
   counts_.reserve(static_cast<size_t>(S) * 4);
   skip_.reserve(static_cast<size_t>(S) * Hkv_);
   anchor_k_.reserve(static_cast<size_t>(S) * Hkv_ * D_ * 4);
   if (config_->surrogate == SinkSurrogate::AnchorValue) anchor_v_.reserve(static_cast<size_t>(S) * Hkv_ * D_ * 4);
-  VLM_CUDA_CHECK(cudaMemcpyAsync(flags_.get(), ptrs, bytes, cudaMemcpyHostToDevice, stream));
+  VLM_CUDA_CHECK(cudaMemcpyAsync(flags_.get(), flags, static_cast<size_t>(S), cudaMemcpyHostToDevice, stream));
   VLM_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, static_cast<size_t>(S) * 4, stream));
   return true;
 }
@@ -75,12 +52,10 @@ void CudaSinkRouterStep::route_layer(int layer, const void* q, DType act, int nu
   meta.group_surrogate = nullptr;
   if (!active_ || !config_->routes_layer(layer)) return;
   const bool value = config_->surrogate == SinkSurrogate::AnchorValue;
-  const auto* stores = flags_.as<const float*>();
-  const auto* routed = reinterpret_cast<const uint8_t*>(stores + meta.num_seqs);
-  cuda::sink_load_anchors(stores, layer, num_layers_, Hkv_, D_, meta.num_seqs, anchor_k_.as<float>(),
-                          value ? anchor_v_.as<float>() : nullptr, stream);
-  cuda::sink_route_groups(q, act, num_heads, anchor_k_.as<float>(), Hkv_, D_, meta.context_lens, routed, meta.num_seqs,
-                          *config_, nullptr, skip_.as<uint8_t>(), counts_.as<int32_t>(), stream);
+  cuda::sink_gather_anchors(kv, meta.block_tables, meta.max_blocks_per_seq, meta.num_seqs, anchor_k_.as<float>(),
+                            value ? anchor_v_.as<float>() : nullptr, stream);
+  cuda::sink_route_groups(q, act, num_heads, anchor_k_.as<float>(), Hkv_, D_, meta.context_lens, flags_.as<uint8_t>(),
+                          meta.num_seqs, *config_, nullptr, skip_.as<uint8_t>(), counts_.as<int32_t>(), stream);
   meta.group_skip = skip_.as<uint8_t>();
   meta.group_surrogate = value ? anchor_v_.as<float>() : nullptr;
   ++routed_layers_;

@@ -1,15 +1,12 @@
 // CudaSinkRouterStep: SinkRouter's part of the CudaDecoder (the CPU's SinkRouterAttention, on the
 // GPU) for a batch that carries anchor stores (ForwardBatch::sink_anchors).
-//  - Anchors: in the step that finishes a sequence's prefill, after the last layer and before any
-//    LOOK-M compaction (capture()), every layer's first-token K/V is copied from the cache into a
-//    device array owned by the store (SinkAnchors::device_kv), as the CPU captures them.
-//  - Routed rows: a sequence with a store holding captured anchors whose row this step is a decode
-//    row (one token, not finishing prefill), in an all-decode step on the tensor-core/f32 decode
-//    kernel (head size 64 or 128), on layers >= num_dense_layers. Per such layer: the anchors are
-//    loaded through a per-step array of the stores' device pointers, the groups routed on the
-//    device (kernels/cuda/sink_router), and paged_decode_attention skips the sink groups. Nothing
-//    goes to the host between these launches, and their shapes do not depend on any decision
-//    (CUDA-graph capturable).
+//  - Routed rows: a sequence with a store whose row this step is a decode row (one token, not
+//    finishing prefill), in an all-decode step on the tensor-core/f32 decode kernel (head size 64
+//    or 128), on layers >= num_dense_layers. Per such layer: the anchors (slot 0 of each
+//    sequence's first block: the first token's K/V, the CPU's captured anchor while nothing
+//    rewrites that slot) are gathered, the groups routed on the device (kernels/cuda/sink_router),
+//    and paged_decode_attention skips the sink groups. Nothing goes to the host between these
+//    launches, and their shapes do not depend on any decision (CUDA-graph capturable).
 //  - Every other row runs the exact kernel (decode rows of a step that mixes in prefill chunks run
 //    exact on the GPU; the CPU routes them).
 //  - Counters: each routed sequence's skip count accumulates on the device; the step's end
@@ -30,15 +27,11 @@ namespace vlm {
 
 class CudaSinkRouterStep {
  public:
-  // Captures the anchors of the sequences whose prefill this step finishes (kv: every layer;
-  // block_tables: the batch's, on the device).
-  void capture(const ForwardBatch& batch, const std::vector<PagedKVLayer>& kv, const int32_t* block_tables,
-               cudaStream_t stream);
-  // Prepares the step: uploads the routed flags and the stores' anchor pointers and zeroes the
-  // device counters when some row is routed (returns whether any is). all_decode: every sequence has one row; fast: the decode
+  // Prepares the step: uploads the routed flags and zeroes the device counters when some row is
+  // routed (returns whether any is). all_decode: every sequence has one row; fast: the decode
   // kernel runs (head size 64/128, G <= 16).
-  bool begin(const ForwardBatch& batch, bool all_decode, bool fast, int num_layers, int num_kv_heads, int head_dim,
-             DType kv_dtype, cudaStream_t stream);
+  bool begin(const ForwardBatch& batch, bool all_decode, bool fast, int num_kv_heads, int head_dim, DType kv_dtype,
+             cudaStream_t stream);
   // Layer `layer`'s routing for the decode kernel: when the step routes and the layer is routed,
   // enqueues the anchor gather and the routing kernel and points meta.group_skip (and
   // group_surrogate) at the results; otherwise clears them (exact attention).
@@ -55,10 +48,9 @@ class CudaSinkRouterStep {
   SinkRouterCounters* counters_ = nullptr;
   std::vector<SinkAnchors*> stores_;  // [S] routed rows' stores, null for the others
   std::vector<int32_t> ctx_;          // [S]
-  int Hkv_ = 0, D_ = 0, kv_esz_ = 0, routed_layers_ = 0, num_layers_ = 0;
-  // In: anchor pointers [S] then routed flags [S] u8; out: counts [S] i32 (same pinned buffer).
-  cuda::PinnedBuffer host_;
-  cuda::DeviceBuffer flags_;  // the same layout on the device
+  int Hkv_ = 0, D_ = 0, kv_esz_ = 0, routed_layers_ = 0;
+  cuda::PinnedBuffer host_;   // routed flags [S] u8 on the way in, counts [S] i32 on the way out
+  cuda::DeviceBuffer flags_;  // routed [S] u8
   cuda::DeviceBuffer counts_, skip_, anchor_k_, anchor_v_;
 };
 
