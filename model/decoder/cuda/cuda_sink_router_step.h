@@ -4,7 +4,10 @@
 //    finishing prefill), in an all-decode step on the tensor-core/f32 decode kernel (head size 64
 //    or 128), on layers >= num_dense_layers. Per such layer: the anchors (slot 0 of each
 //    sequence's first block: the first token's K/V, the CPU's captured anchor while nothing
-//    rewrites that slot) are gathered, the groups routed on the device (kernels/cuda/sink_router),
+//    rewrites that slot; LOOK-M's compaction does rewrite it, so with both methods on a request
+//    the GPU routes on the compacted first entry where the CPU uses the token captured before
+//    compaction: branch cuda-methods-anchors captures them per store instead, not yet run on a
+//    GPU) are gathered, the groups routed on the device (kernels/cuda/sink_router),
 //    and paged_decode_attention skips the sink groups. Nothing goes to the host between these
 //    launches, and their shapes do not depend on any decision (CUDA-graph capturable).
 //  - Every other row runs the exact kernel (decode rows of a step that mixes in prefill chunks run
