@@ -312,6 +312,11 @@ void HttpServer::Impl::accept() {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
       VLM_LOG_WARN("accept failed: {}", ec.message());
     } else {
+      // No Nagle: a stream writes its header, then each chunk, as separate small writes; with
+      // Nagle a chunk that follows the header within a few ms waited for the client's delayed
+      // ACK (up to 40 ms on Linux), which was most of a prefix-cache hit's time to first token.
+      beast::error_code nodelay_ec;
+      socket.set_option(tcp::no_delay(true), nodelay_ec);
       auto s = std::make_shared<HttpSession>(std::move(socket), *this);
       {
         std::lock_guard<std::mutex> lock(mu);
