@@ -145,6 +145,7 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmD
   o.block_size = c.block_size;
   o.num_kv_blocks = c.num_kv_blocks;
   o.gpu_memory_utilization = c.gpu_memory_utilization;
+  o.enforce_eager = c.enforce_eager;
   o.max_tokens_per_step = c.scheduler.max_num_batched_tokens;
   o.max_logit_rows = c.scheduler.max_num_seqs;
   return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids));
