@@ -269,7 +269,10 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
   prof_.mark(stream_, "kv_write");
   const bool fast = c.head_dim == 64 || c.head_dim == 128;  // the tensor-core kernels' sizes
-  if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
+  if (sparse_) {
+    VLM_CHECK(fast && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
+    sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
+  } else if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
     cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), decode_ws_.get(), stream_);
   } else if (fast) {
     cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
@@ -325,8 +328,10 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
             "batch arrays disagree on the token count {}", T);
   const bool methods = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; }) ||
                        std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; }) ||
-                       !b.sparse_prefill.empty() || b.attention_probe;
-  VLM_CHECK(!methods, "sparse prefill, LOOK-M, SinkRouter and attention probes do not run on the GPU yet");
+                       b.attention_probe;
+  VLM_CHECK(!methods, "LOOK-M, SinkRouter and attention probes do not run on the GPU yet");
+  sparse_ = CudaSparsePrefill::active(b);
+  batch_ = &b;
   reserve_activations(T, R);
   if (forward_graph(b, override)) return;
   prof_.begin(stream_);  // eager steps only (a no-op unless VLM_CUDA_PROFILE=1)
@@ -363,6 +368,7 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   embed(T, override);
   prof_.mark(stream_, "upload_embed_rope_table");
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
+  batch_ = nullptr;
   num_logit_rows_ = R;
   if (R == 0) return prof_.end(stream_, T);
   const DType dt = opt_.dtype;

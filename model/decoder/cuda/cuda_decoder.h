@@ -19,8 +19,10 @@
 // bucket's context and reads each sequence's length from device memory. At most
 // options.max_graphs graphs are kept (least recently used dropped); growing a step buffer
 // drops them all (their pointers are baked in).
-// Not on the GPU yet (issues 21-23): sparse prefill, LOOK-M, SinkRouter, attention probes; a
-// batch asking for one throws InternalError.
+// Sparse prefill (ForwardBatch::sparse_prefill): CudaSparsePrefill plans the step's sequences
+// and runs the block-sparse kernel for every layer's attention (configurations it cannot plan
+// throw RequestError; the backend refuses them at start). Not on the GPU yet (issues 21, 23):
+// LOOK-M, SinkRouter, attention probes; a batch asking for one throws InternalError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,6 +34,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "model/decoder/cuda/cuda_sparse_prefill.h"
 #include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/llm_decoder.h"
 
@@ -121,6 +124,9 @@ class CudaDecoder {
   cuda::DeviceBuffer meta_dev_;
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, gu_, act_, rope_table_, sel_, logits_, decode_ws_;
   bool all_decode_ = false;  // every sequence of the step has one row
+  const ForwardBatch* batch_ = nullptr;  // the step's batch while forward() runs
+  bool sparse_ = false;                  // some sequence of the step prefills sparsely
+  CudaSparsePrefill sparse_prefill_;
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
   int64_t buffers_epoch_ = 0;  // bumped when a step buffer is reallocated (graphs hold pointers)
   std::vector<std::unique_ptr<Graph>> graphs_;
