@@ -113,6 +113,7 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
                                    cudaMemcpyDeviceToHost, s));
   }
   VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  gpu_.settle_methods();  // SinkRouter's skip counts of the step, downloaded with the samples
   for (int k = 0; k < J; ++k) {
     const cuda::SampleOut& o = out_host_.as<cuda::SampleOut>()[k];
     SampleResult& r = results[on_gpu[static_cast<size_t>(k)]];
@@ -142,10 +143,8 @@ bool CudaBackend::runs_sparse_prefill(const SparsePrefillConfig& cfg) const {
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmDecoder& decoder,
                                                std::vector<int32_t> eos_token_ids,
                                                const MultimodalModel* multimodal) {
-  // LOOK-M and SinkRouter run on the CPU only for now (issues 21, 23): refuse them at start, not per
-  // step; sparse prefill runs the configurations the GPU plans (CudaSparsePrefill).
-  if (c.look_m.enabled || c.sink_router)
-    throw LoadError("--device cuda: LOOK-M and SinkRouter do not run on the GPU yet; turn them off or use --device cpu");
+  // Sparse prefill runs the configurations the GPU plans (CudaSparsePrefill); LOOK-M and
+  // SinkRouter run on the GPU (CudaDecoder: CudaLookMStep, CudaSinkRouterStep).
   CudaDecoderOptions o;
   o.dtype = c.dtype.value_or(decoder.config().dtype);
   if (c.sparse_prefill.enabled() && !(plannable_without_host_data(c.sparse_prefill) && c.sparse_prefill.block == 64 &&

@@ -64,8 +64,7 @@ class CudaBackend : public StepBackend {
 
 // Options from the engine config (dtype: config's, else the checkpoint's) and the backend; with
 // `multimodal`, its vision encoder on the GPU where the family has one there.
-// Throws LoadError when the config turns on LOOK-M or SinkRouter (CPU only yet), or a sparse
-// prefill configuration the GPU does not plan.
+// Throws LoadError for a sparse prefill configuration the GPU does not plan.
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& config, const LlmDecoder& decoder,
                                                std::vector<int32_t> eos_token_ids,
                                                const MultimodalModel* multimodal = nullptr);

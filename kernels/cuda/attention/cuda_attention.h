@@ -44,6 +44,12 @@ struct CudaAttentionBatch : AttentionBatch {
   // device pointers (inherited fields).
   int max_q_len = 0;        // host: max over s of q_len(s)
   int max_context_len = 0;  // host: max over s of context_lens[s]
+  // SinkRouter (decode only; kernels/cuda/sink_router): group_skip [num_seqs, Hkv] device flags,
+  // 1 = sink group: its G query heads get group_surrogate[s, g, :] (f32 [num_seqs, Hkv, D]; null:
+  // zeros) and its K/V are never read. Read by the device, so the launch shape does not depend
+  // on them. Null: no group is skipped.
+  const uint8_t* group_skip = nullptr;
+  const float* group_surrogate = nullptr;
 };
 
 // ---- paged KV write ----

@@ -274,17 +274,19 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
   prof_.mark(stream_, "kv_write");
-  const bool fast = c.head_dim == 64 || c.head_dim == 128;  // the tensor-core kernels' sizes
   if (sparse_) {
-    VLM_CHECK(fast && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
+    VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
     sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
-  } else if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
-    cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), decode_ws_.get(), stream_);
-  } else if (fast) {
+  } else if (decode_kernel()) {
+    cuda::CudaAttentionBatch m = meta;
+    if (methods_) sink_.route_layer(l, q_.get(), opt_.dtype, H, kv, m, stream_);  // SinkRouter's group skips
+    cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), decode_ws_.get(), stream_);
+  } else if (fast_attention()) {
     cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
   } else {
     cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
   }
+  if (methods_) look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_);
   prof_.mark(stream_, "attention");
 }
 
@@ -332,14 +334,14 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   VLM_CHECK(T > 0, "empty batch");
   VLM_CHECK(static_cast<int64_t>(b.positions.size()) == T && static_cast<int64_t>(b.slot_mapping.size()) == T,
             "batch arrays disagree on the token count {}", T);
-  const bool methods = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; }) ||
-                       std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; }) ||
-                       b.attention_probe;
-  VLM_CHECK(!methods, "LOOK-M, SinkRouter and attention probes do not run on the GPU yet");
+  VLM_CHECK(!b.attention_probe, "attention probes do not run on the GPU yet");
+  // LOOK-M and SinkRouter steps run eagerly: their per-step uploads are not in a graph's layout.
+  methods_ = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; }) ||
+             std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; });
   sparse_ = CudaSparsePrefill::active(b);
   batch_ = &b;
   reserve_activations(T, R);
-  if (forward_graph(b, override)) return;
+  if (!methods_ && forward_graph(b, override)) return;
   prof_.begin(stream_);  // eager steps only (a no-op unless VLM_CUDA_PROFILE=1)
   const int64_t S = upload_metadata(b);
   cuda::CudaAttentionBatch meta;
@@ -373,7 +375,14 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
                    rope_table_.as<float>(), stream_);
   embed(T, override);
   prof_.mark(stream_, "upload_embed_rope_table");
+  if (methods_)  // eager steps only (forward() takes no graph for them)
+    sink_.begin(*batch_, all_decode_, decode_kernel(), static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim),
+                opt_.dtype, stream_);
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
+  if (methods_) {
+    sink_.end(stream_);
+    look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // LOOK-M compaction of finished prompts
+  }
   batch_ = nullptr;
   num_logit_rows_ = R;
   if (R == 0) return prof_.end(stream_, T);

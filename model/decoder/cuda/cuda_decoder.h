@@ -21,8 +21,10 @@
 // drops them all (their pointers are baked in).
 // Sparse prefill (ForwardBatch::sparse_prefill): CudaSparsePrefill plans the step's sequences
 // and runs the block-sparse kernel for every layer's attention (configurations it cannot plan
-// throw RequestError; the backend refuses them at start). Not on the GPU yet (issues 21, 23):
-// LOOK-M, SinkRouter, attention probes; a batch asking for one throws InternalError.
+// throw RequestError; the backend refuses them at start). SinkRouter decode
+// (ForwardBatch::sink_anchors, cuda_sink_router_step.h) and LOOK-M at the end of prefill
+// (ForwardBatch::look_m, cuda_look_m_step.h) run on the GPU; their steps run eagerly (no graph
+// yet). Not on the GPU yet: attention probes; a batch asking for one throws InternalError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,6 +36,8 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "model/decoder/cuda/cuda_look_m_step.h"
+#include "model/decoder/cuda/cuda_sink_router_step.h"
 #include "model/decoder/cuda/cuda_sparse_prefill.h"
 #include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/llm_decoder.h"
@@ -81,6 +85,9 @@ class CudaDecoder {
   int64_t num_logit_rows() const { return num_logit_rows_; }
   // Waits for the stream and copies the logits to the host as [rows, V] (tests, tools).
   void download_logits(std::vector<float>& out) const;
+  // After the stream synchronized (the caller's sync): the last forward's method counters
+  // (SinkRouter's skipped groups) into the batch's stores and counters.
+  void settle_methods() { sink_.settle(); }
   // Decode graphs captured so far, and graph launches (tests, benchmarks).
   int64_t graphs_captured() const { return graphs_captured_; }
   int64_t graph_launches() const { return graph_launches_; }
@@ -97,6 +104,9 @@ class CudaDecoder {
   void run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch& meta, const EmbeddingOverride& override);
   void run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
+  // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
+  bool fast_attention() const { return config().head_dim == 64 || config().head_dim == 128; }
+  bool decode_kernel() const { return fast_attention() && all_decode_ && config().num_heads / config().num_kv_heads <= 16; }
   // y = x w^T (+ bias) (+ y): the GEMV for few 16-bit rows, else cuBLASLt.
   void linear(const void* x, const void* w, const void* bias, void* y, DType out_dt, bool accumulate, int64_t M,
               int64_t N, int64_t K);
@@ -127,6 +137,9 @@ class CudaDecoder {
   const ForwardBatch* batch_ = nullptr;  // the step's batch while forward() runs
   bool sparse_ = false;                  // some sequence of the step prefills sparsely
   CudaSparsePrefill sparse_prefill_;
+  CudaSinkRouterStep sink_;
+  CudaLookMStep look_m_;
+  bool methods_ = false;  // the step carries LOOK-M states or SinkRouter stores (runs eagerly)
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
   int64_t buffers_epoch_ = 0;  // bumped when a step buffer is reallocated (graphs hold pointers)
   std::vector<std::unique_ptr<Graph>> graphs_;
