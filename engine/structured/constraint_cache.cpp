@@ -19,10 +19,10 @@ Grammar compile_constraint(const ConstraintSpec& spec) {
     case ConstraintSpec::Kind::JsonObject:
       return json_object_grammar();
     case ConstraintSpec::Kind::JsonSchema: {
-      nlohmann::json schema;
+      nlohmann::ordered_json schema;
       try {
-        schema = nlohmann::json::parse(spec.text);
-      } catch (const nlohmann::json::exception&) {
+        schema = nlohmann::ordered_json::parse(spec.text);
+      } catch (const nlohmann::ordered_json::exception&) {
         throw SchemaError("the JSON schema is not valid JSON");
       }
       return compile_json_schema(schema);

@@ -12,7 +12,7 @@
 namespace vlm::structured {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema",
                                             "$id", "id", "$comment", "definitions", "$defs"};
@@ -77,7 +77,7 @@ class SchemaCompiler {
   }
   uint32_t number_any() {
     return lazy(number_, "number", [&](uint32_t r) {
-      b_.add_alternative(r, {Symbol::ref(compile_regex(b_, "-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,15})?([eE][-+]?[0-9]{1,3})?"))});
+      b_.add_alternative(r, {Symbol::ref(compile_regex(b_, "-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,15})?([eE][-+]?[0-9]{1,2})?"))});
     });
   }
   uint32_t boolean_any() {
@@ -373,7 +373,7 @@ const std::vector<std::string>& supported_schema_keywords() {
   return all;
 }
 
-Grammar compile_json_schema(const nlohmann::json& schema) {
+Grammar compile_json_schema(const nlohmann::ordered_json& schema) {
   try {
     return SchemaCompiler(schema).compile();
   } catch (const SchemaError&) {

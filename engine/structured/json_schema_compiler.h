@@ -9,7 +9,7 @@
 // pattern (engine/structured/regex_compiler.h subset), format uuid / ipv4 (regexes that are
 // exact), and the annotations title, description, default, examples, $schema, $id, id,
 // $comment, definitions, $defs. Booleans true / {} allow any value.
-// Numbers are written with at most 16 integer digits, 15 fraction digits and a 3-digit exponent.
+// Numbers are written with at most 16 integer digits, 15 fraction digits and a 2-digit exponent.
 #pragma once
 
 #include <stdexcept>
@@ -31,7 +31,7 @@ const std::vector<std::string>& supported_schema_keywords();
 
 // Throws SchemaError for an unsupported keyword or value (the message names the keyword and
 // its JSON pointer), an unsatisfiable schema, or an unresolvable $ref.
-Grammar compile_json_schema(const nlohmann::json& schema);
+Grammar compile_json_schema(const nlohmann::ordered_json& schema);
 
 // Any JSON object (response_format json_object).
 Grammar json_object_grammar();

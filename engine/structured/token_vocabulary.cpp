@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "kernels/core/check.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace vlm::structured {
 
@@ -41,6 +42,18 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes, std::vector<boo
     prev = &s;
   }
   for (uint32_t n : path) nodes_[n].end = static_cast<uint32_t>(nodes_.size());
+}
+
+std::shared_ptr<const TokenVocabulary> vocabulary_of(const Tokenizer& tok, std::vector<int32_t> eos_ids) {
+  const auto V = static_cast<size_t>(tok.vocab_size());
+  std::vector<std::string> bytes(V);
+  std::vector<bool> text(V);
+  for (size_t i = 0; i < V; ++i) {
+    const auto id = static_cast<int32_t>(i);
+    bytes[i] = tok.token_bytes(id);
+    text[i] = !tok.is_special(id);
+  }
+  return std::make_shared<TokenVocabulary>(std::move(bytes), std::move(text), std::move(eos_ids));
 }
 
 }  // namespace vlm::structured

@@ -7,8 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace vlm {
+class Tokenizer;
+}
 
 namespace vlm::structured {
 
@@ -43,5 +48,8 @@ class TokenVocabulary {
   std::vector<Node> nodes_;
   std::vector<int32_t> node_tokens_;
 };
+
+// The vocabulary of `tok` (Tokenizer::token_bytes; special added tokens are not text).
+std::shared_ptr<const TokenVocabulary> vocabulary_of(const Tokenizer& tok, std::vector<int32_t> eos_ids);
 
 }  // namespace vlm::structured
