@@ -28,6 +28,7 @@ const check = (cond, msg) => cond || fail(msg);
 async function post(path, body) {
   const r = await fetch(`${baseURL}${path}`, {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    signal: AbortSignal.timeout(120000),
   });
   return { status: r.status, body: await r.json() };
 }
@@ -36,7 +37,7 @@ async function post(path, body) {
 // its own); the mask still decides what is allowed.
 const ids = async (text) => (await post("/tokenize", { prompt: text, add_special_tokens: false })).body.tokens;
 const bias = {};
-for (const t of ['"', "}", "]"]) for (const id of await ids(t)) bias[id] = 6;
+for (const t of ['"', "}", "]"]) for (const id of await ids(t)) bias[id] = 15;
 const messages = [{ role: "user", content: "Reply in JSON." }];
 
 // ---- 1. json-schema-test-suite -------------------------------------------------------------
@@ -63,7 +64,7 @@ for (const file of readdirSync(suiteDir).filter((f) => f.endsWith(".json")).sort
     if (!usesOnlySupported(schema)) continue;
     if (JSON.stringify(schema).includes("http")) continue;  // remote references
     const r = await post("/v1/chat/completions", {
-      model, messages, max_tokens: 300, temperature: 1, seed: tried, logit_bias: bias,
+      model, messages, max_tokens: 200, temperature: 1, seed: tried, logit_bias: bias,
       response_format: { type: "json_schema", json_schema: { name: "t", schema } },
     });
     tried++;
@@ -114,7 +115,7 @@ const g = await so("/v1/chat/completions", {
   structured_outputs: { grammar: 'root ::= "(" item ("," item){0,3} ")"\nitem ::= [0-9] | "x" [a-z]' },
 });
 check(/^\(([0-9]|x[a-z])(,([0-9]|x[a-z])){0,3}\)$/.test(g), `grammar output ${JSON.stringify(g)}`);
-const jo = await so("/v1/chat/completions", { response_format: { type: "json_object" }, logit_bias: bias, max_tokens: 300 });
+const jo = await so("/v1/chat/completions", { response_format: { type: "json_object" }, logit_bias: bias, max_tokens: 200 });
 const parsed = JSON.parse(jo);
 check(typeof parsed === "object" && !Array.isArray(parsed) && parsed !== null, `json_object output ${jo}`);
 
