@@ -44,9 +44,11 @@ std::string random_member(GrammarMatcher& m, std::mt19937& rng, double stop_p, s
     if (next.empty()) return out;
     // Past max_bytes prefer bytes that close things (quotes, brackets) so the walk ends.
     size_t pick = std::uniform_int_distribution<size_t>(0, next.size() - 1)(rng);
+    // A quote first: inside a string it closes it ('}' and ']' there would be content).
     if (out.size() >= max_bytes)
-      for (size_t i = 0; i < next.size(); ++i)
-        if (next[i].first == '"' || next[i].first == '}' || next[i].first == ']') pick = i;
+      for (char closer : {'}', ']', '"'})
+        for (size_t i = 0; i < next.size(); ++i)
+          if (next[i].first == static_cast<uint8_t>(closer)) pick = i;
     out.push_back(static_cast<char>(next[pick].first));
     s = next[pick].second;
   }
