@@ -2,8 +2,8 @@
 # GPU speed of the CUDA backend (issue 20) beside Hugging Face transformers, in one run on one GPU:
 #  0. a Qwen2-7B-shaped checkpoint with random bf16 weights (vlm-random-model --preset qwen2-7b,
 #     15.2 GB), made here, with the Qwen3 tokenizer for the served run;
-#  1. bench_cuda_decoder: decode of 1 and 64 sequences at 1K context (ms/step, tokens/s), prefill
-#     of 8K and 32K tokens (tokens/s);
+#  1. bench_cuda_decoder: decode of 1 and 64 sequences at 1K context (ms/step, tokens/s; CUDA
+#     graphs, then again eagerly), prefill of 8K and 32K tokens (tokens/s);
 #  2. bench/gpu/hf_speed.py: transformers (bf16, SDPA) on the same checkpoint and shapes;
 #  3. served: vlm-server --device cuda, vlm-bench 256 prompts of 1024 tokens in / 128 out at
 #     concurrency 64 (throughput, TTFT/TPOT percentiles).
@@ -24,6 +24,9 @@ fi
 if [[ $sections == *1* ]]; then
   timeout ${VLM_BENCH_TIMEOUT:-150} bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
     --prefill 8192,32768 --reps 2 2>&1 | tee "$out/vlm_speed.txt" | grep -v "^\[" || echo "bench_cuda_decoder failed"
+  # The same decode steps without CUDA graphs (--enforce-eager 1), for the graphs' share.
+  timeout ${VLM_BENCH_TIMEOUT:-150} bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
+    --prefill 0 --enforce-eager 1 2>&1 | tee -a "$out/vlm_speed.txt" | grep "^decode" || echo "bench_cuda_decoder (eager) failed"
 fi
 if [[ $sections == *2* ]]; then
   timeout ${VLM_BENCH_TIMEOUT:-150} python3 bench/gpu/hf_speed.py --model "$model" --batches 1,64 --context 1024 --steps 16 \

@@ -3,8 +3,8 @@
 # same model, same workload: vlm-bench --dataset multi-turn (each conversation resends its history
 # with the server's answers plus a new turn). Prints vlm-bench's tables; the server is stopped by pid.
 #   [SERVER_ARGS="..."] bench/prefix_cache_multi_turn.sh MODEL_DIR PORT [vlm-bench flags...]
-# (a prefill longer than a minute needs SERVER_ARGS="--write-timeout-ms 900000": the server's
-# write timeout also runs while a stream waits for its first token)
+# SERVER_ARGS adds server flags. Images in turn 1: a multimodal model (e.g. one made by
+# bench/make_qwen2vl_random.py) and vlm-bench's --images-per-request / --image-file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=$1 port=$2

@@ -45,8 +45,9 @@ function(vlm_cuda_libraries)
   file(GLOB_RECURSE ksrcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/kernels/cuda/*.cpp)
   # The attention kernels take PagedKVLayer (kernels/attention/paged_kv.h, which reaches fmt through
   # VLM_CHECK); nvcc 13's host pass rejects fmt 9's constexpr code in C++20 mode, so they compile
-  # as C++17, in an object library of their own.
-  file(GLOB_RECURSE asrcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cuda/attention/*.cu)
+  # as C++17, in an object library of their own (with the method kernels, which take it too).
+  file(GLOB_RECURSE asrcs CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/cuda/attention/*.cu
+       ${CMAKE_SOURCE_DIR}/kernels/cuda/sink_router/*.cu ${CMAKE_SOURCE_DIR}/kernels/cuda/kv_compression/*.cu)
   list(REMOVE_ITEM ksrcs ${asrcs})
   add_library(vlm_cuda_attention OBJECT ${asrcs})
   set_target_properties(vlm_cuda_attention PROPERTIES CUDA_STANDARD 17)

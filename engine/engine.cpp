@@ -48,20 +48,6 @@ const LlmDecoder* pick_decoder(const LlmDecoder* decoder, const MultimodalModel*
 
 }  // namespace
 
-namespace {
-// Prefix caching on the CPU's bf16-activation path crashed the soak (a segfault after ~15
-// repeated prompts; the exact path and the GPU are unaffected): until that is found, the bf16
-// CPU path runs without the prefix cache and says so.
-bool prefix_caching_usable(const EngineConfig& c) {
-  if (c.enable_prefix_caching && bf16_activations()) {
-    VLM_LOG_WARN("engine: prefix caching is off with bf16 CPU activations (known crash; use --dtype float32 "
-                 "to have both)");
-    return false;
-  }
-  return c.enable_prefix_caching;
-}
-}  // namespace
-
 Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder,
                std::shared_ptr<const TextDecoderFactory> text_decoders)
     : Engine(config, std::move(decoder), nullptr, std::move(text_decoders)) {}
@@ -80,7 +66,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, 
       max_model_len_(resolve_max_model_len(config_, decoder_->config())),
       eos_token_ids_(eos_ids(decoder_->config())),
       backend_(make_step_backend(config_, *decoder_, eos_token_ids_, max_model_len_)),
-      blocks_(backend_->num_kv_blocks(), config_.block_size, prefix_caching_usable(config_)),
+      blocks_(backend_->num_kv_blocks(), config_.block_size, config_.enable_prefix_caching),
       scheduler_(config_.scheduler, blocks_),
       runner_(*decoder_, *backend_, config_.block_size, multimodal_.get()),
       kv_compressor_(static_cast<int>(decoder_->config().num_layers), static_cast<int>(decoder_->config().num_kv_heads)) {

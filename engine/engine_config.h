@@ -26,6 +26,8 @@ struct EngineConfig {
   // GPU: the fraction of the GPU's memory this engine may use; the KV cache takes what the
   // weights and activations leave (num_kv_blocks > 0 overrides it). The CPU ignores it.
   double gpu_memory_utilization = 0.9;
+  // GPU: run decode steps eagerly, without CUDA graphs (vLLM's --enforce-eager).
+  bool enforce_eager = false;
   // KV cache: num_kv_blocks when > 0, else as many blocks as fit in kv_cache_memory_gib.
   int block_size = 16;               // B, tokens per block
   int64_t num_kv_blocks = 0;

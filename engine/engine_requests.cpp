@@ -31,6 +31,13 @@ void Engine::validate(const GenerationRequest& request) const {
   resolve_max_tokens(P, request.params.max_tokens, max_model_len_);
   if (!request.params.stop.empty() && !text_decoders_)
     bad_request("stop", "stop strings need a tokenizer, and this engine has none");
+  if (request.params.sparse_prefill) {
+    SparsePrefillConfig sp = config_.sparse_prefill;
+    sp.method = *request.params.sparse_prefill;
+    if (!backend_->runs_sparse_prefill(sp))
+      bad_request("vlm_options", fmt::format("sparse prefill method {} does not run on {} yet",
+                                             sparse_prefill_method_name(sp.method), backend_->device()));
+  }
   if (request.params.n > config_.scheduler.max_num_seqs)
     bad_request("n", fmt::format("n = {} is more than the server runs at once ({})", request.params.n,
                                  config_.scheduler.max_num_seqs));

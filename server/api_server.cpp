@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <random>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -487,9 +488,13 @@ HttpReply ApiServer::metrics_text(const HttpRequest&) {
   metrics_.set("vllm:num_requests_running", s.num_running_seqs, model);
   metrics_.set("vllm:num_requests_waiting", s.num_waiting_seqs, model);
   metrics_.set("vllm:kv_cache_usage_perc", s.kv_usage, model);
+  // vLLM's counters have a sample from the first scrape on, 0 until they move (as vLLM exports
+  // them: a dashboard's rate() needs the series before the first event, e.g. the prefix-cache
+  // counters with caching off). Ours (vlm:*) appear with their first event.
   auto counter_to = [&](const char* name, double total) {
     const double cur = metrics_.value(name, model);
-    if (total > cur) metrics_.inc(name, model, total - cur);
+    if (total > cur || std::string_view(name).starts_with("vllm:"))
+      metrics_.inc(name, model, total > cur ? total - cur : 0.0);
   };
   counter_to("vllm:prompt_tokens_total", static_cast<double>(s.num_prompt_tokens));
   counter_to("vllm:generation_tokens_total", static_cast<double>(s.num_generation_tokens));

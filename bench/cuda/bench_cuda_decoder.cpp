@@ -6,7 +6,8 @@
 //   prefill: one sequence of L tokens as one chunk (logits of its last row, sampled); tokens/s
 //           of the median of `reps` runs after one warm-up run.
 // Usage: bench_cuda_decoder --model DIR [--dtype bfloat16|float16|float32] [--batches 1,64]
-//          [--context 1024] [--steps 64] [--prefill 8192,32768] [--reps 3]
+//          [--context 1024] [--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1]
+// Decode steps run as CUDA graphs unless --enforce-eager 1 (the line says how many were captured).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -50,7 +51,8 @@ struct Seq {
 
 int main(int argc, char** argv) {
   std::map<std::string, std::string> f = {{"dtype", "bfloat16"}, {"batches", "1,64"}, {"context", "1024"},
-                                          {"steps", "64"}, {"prefill", "8192,32768"}, {"reps", "3"}};
+                                          {"steps", "64"}, {"prefill", "8192,32768"}, {"reps", "3"},
+                                          {"enforce-eager", "0"}};
   for (int i = 1; i + 1 < argc; i += 2) f[std::string(argv[i]).substr(2)] = argv[i + 1];
   if (!f.count("model")) {
     std::fprintf(stderr, "usage: bench_cuda_decoder --model DIR [--dtype ..] [--batches 1,64] [--context 1024] "
@@ -76,6 +78,7 @@ int main(int argc, char** argv) {
     o.num_kv_blocks = blocks_needed;
     o.max_tokens_per_step = max_prefill;
     o.max_logit_rows = std::max<int64_t>(max_batch, 64);
+    o.enforce_eager = f["enforce-eager"] == "1";
     const auto t_load = Clock::now();
     vlm::CudaBackend backend(*host, o, {});
     std::printf("load: %.1f s (%.2f GiB of weights on %s)\n",
@@ -141,8 +144,10 @@ int main(int argc, char** argv) {
         if (k >= 3) times.push_back(dt);
       }
       const double ms = 1e3 * median(times);
-      std::printf("decode batch %ld context %ld: %.3f ms/step, %.1f tokens/s\n", static_cast<long>(batch),
-                  static_cast<long>(context), ms, 1e3 * static_cast<double>(batch) / ms);
+      std::printf("decode batch %ld context %ld: %.3f ms/step, %.1f tokens/s (%s: %ld graphs captured, %ld launched)\n",
+                  static_cast<long>(batch), static_cast<long>(context), ms, 1e3 * static_cast<double>(batch) / ms,
+                  o.enforce_eager ? "eager" : "graphs", static_cast<long>(backend.decoder().graphs_captured()),
+                  static_cast<long>(backend.decoder().graph_launches()));
     }
     for (int64_t len : prefills) {
       std::vector<double> times;

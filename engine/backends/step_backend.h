@@ -35,6 +35,9 @@ class StepBackend {
   virtual int64_t num_kv_blocks() const = 0;
   virtual int64_t kv_bytes_per_block() const = 0;  // K + V over all layers
   virtual DType kv_dtype() const = 0;
+  // Whether forward() runs sparse prefill configured as cfg (the engine rejects a request asking
+  // for one it does not, with a 400). The CPU runs every method.
+  virtual bool runs_sparse_prefill(const SparsePrefillConfig& cfg) const { return true; }
   // Copies block src's KV to block dst in every layer (copy-on-write of shared blocks).
   virtual void copy_block(int32_t src, int32_t dst) = 0;
   // Runs the decoder over the batch, writing its KV; keeps the logits of its logits_indices rows

@@ -114,6 +114,7 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
                                    cudaMemcpyDeviceToHost, s));
   }
   VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  gpu_.settle_methods();  // SinkRouter's skip counts of the step, downloaded with the samples
   for (int k = 0; k < J; ++k) {
     const cuda::SampleOut& o = out_host_.as<cuda::SampleOut>()[k];
     SampleResult& r = results[on_gpu[static_cast<size_t>(k)]];
@@ -136,17 +137,26 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
   }
 }
 
+bool CudaBackend::runs_sparse_prefill(const SparsePrefillConfig& cfg) const {
+  return !cfg.enabled() || (plannable_without_host_data(cfg) && cfg.block == 64 && gpu_.dtype() != DType::F32);
+}
+
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmDecoder& decoder,
                                                std::vector<int32_t> eos_token_ids) {
-  // The three methods run on the CPU only for now (issues 21-23): refuse them at start, not per step.
-  if (c.look_m.enabled || c.sink_router || c.sparse_prefill.method != SparsePrefillMethod::Off)
-    throw LoadError("--device cuda: LOOK-M, SinkRouter and sparse prefill do not run on the GPU yet; "
-                    "turn them off or use --device cpu");
+  // Sparse prefill runs the configurations the GPU plans (CudaSparsePrefill); LOOK-M and
+  // SinkRouter run on the GPU (CudaDecoder: CudaLookMStep, CudaSinkRouterStep).
   CudaDecoderOptions o;
   o.dtype = c.dtype.value_or(decoder.config().dtype);
+  if (c.sparse_prefill.enabled() && !(plannable_without_host_data(c.sparse_prefill) && c.sparse_prefill.block == 64 &&
+                                      o.dtype != DType::F32))  // runs_sparse_prefill, before the upload
+    throw LoadError(fmt::format("--device cuda: sparse prefill method {} does not run on the GPU yet (the GPU plans "
+                                "a_shape, tri_shape, grid and mminference with grid/a_shape/dense heads, 64-token "
+                                "blocks, a bf16/f16 cache); use --device cpu",
+                                sparse_prefill_method_name(c.sparse_prefill.method)));
   o.block_size = c.block_size;
   o.num_kv_blocks = c.num_kv_blocks;
   o.gpu_memory_utilization = c.gpu_memory_utilization;
+  o.enforce_eager = c.enforce_eager;
   o.max_tokens_per_step = c.scheduler.max_num_batched_tokens;
   o.max_logit_rows = c.scheduler.max_num_seqs;
   return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids));

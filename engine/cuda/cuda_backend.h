@@ -26,6 +26,7 @@ class CudaBackend : public StepBackend {
   int64_t num_kv_blocks() const override { return gpu_.num_kv_blocks(); }
   int64_t kv_bytes_per_block() const override { return gpu_.kv_bytes_per_block(); }
   DType kv_dtype() const override { return gpu_.dtype(); }
+  bool runs_sparse_prefill(const SparsePrefillConfig& cfg) const override;
   void copy_block(int32_t src, int32_t dst) override { gpu_.copy_block(src, dst); }
   void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override { gpu_.forward(batch, override); }
   void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) override;
@@ -49,7 +50,7 @@ class CudaBackend : public StepBackend {
 };
 
 // Options from the engine config (dtype: config's, else the checkpoint's) and the backend.
-// Throws LoadError when the config turns on LOOK-M, SinkRouter or sparse prefill (CPU only yet).
+// Throws LoadError when the config turns on sparse prefill (CPU only yet).
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& config, const LlmDecoder& decoder,
                                                std::vector<int32_t> eos_token_ids);
 

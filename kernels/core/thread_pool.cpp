@@ -22,6 +22,8 @@ namespace {
 constexpr int kPauseSpins = 512;  // polls with a pause instruction before polls with a yield
 uint32_t generation_of(uint64_t state) { return static_cast<uint32_t>(state >> 32); }
 int64_t task_of(uint64_t state) { return static_cast<int64_t>(state & 0xffffffffu); }
+// The task field while the caller publishes a job: no task can be claimed.
+constexpr int64_t kClosed = 0xffffffff;
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
@@ -53,6 +55,11 @@ int64_t ThreadPool::work_on(uint32_t gen) {
     const auto* job = job_.load();
     const int64_t n = job_tasks_.load();
     const int64_t t = task_of(s);
+    if (t == kClosed) {  // the caller is publishing this generation's job: opens in a moment
+      VLM_CPU_RELAX();
+      s = state_.load();
+      continue;
+    }
     if (t >= n) return ran;
     if (!state_.compare_exchange_weak(s, s + 1)) continue;  // s reloaded
     try {
@@ -104,12 +111,18 @@ void ThreadPool::run_tasks(int64_t num_tasks, const std::function<void(int64_t)>
     for (int64_t t = 0; t < num_tasks; ++t) fn(t);
     return;
   }
-  VLM_CHECK(num_tasks < (int64_t{1} << 32), "{} tasks in one job", num_tasks);
-  // No task can be claimed now (the previous job's are all taken), so the job may change.
+  VLM_CHECK(num_tasks < kClosed, "{} tasks in one job", num_tasks);
+  // Close the word under the new generation before the job changes: a worker still holding the
+  // previous job's word (all its tasks taken) could otherwise read the new task count, see its
+  // stale task index below it, and claim it with a compare-and-swap that succeeds because the
+  // word has not changed yet: it then ran a task twice, or the old function with a new index,
+  // and the caller returned while that task still ran. Once the word has moved on, no such
+  // claim can succeed; a worker that sees it closed waits for it to open.
+  const uint32_t gen = generation_of(state_.load()) + 1;
+  state_.store((static_cast<uint64_t>(gen) << 32) | kClosed);
   job_.store(&fn);
   job_tasks_.store(num_tasks);
   tasks_done_.store(0);
-  const uint32_t gen = generation_of(state_.load()) + 1;
   state_.store(static_cast<uint64_t>(gen) << 32);
   if (sleepers_.load() > 0) {
     { std::lock_guard<std::mutex> lock(mu_); }  // a worker between its check and its wait

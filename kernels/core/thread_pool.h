@@ -8,7 +8,9 @@
 // for up to kSpinMicros (a few hundred polls with a pause instruction, then polls that yield
 // the core) before they sleep on a condition variable; the caller polls the same way for the
 // last tasks to finish. Workers claim tasks with a compare-and-swap on that word, so a
-// worker that wakes late can never claim a task of a later job.
+// worker that wakes late can never claim a task of a later job; the caller closes the word
+// under the new generation before it changes the job, so a worker holding the previous word
+// can never claim a task of the new job with the old word (the claim would fail) either.
 #pragma once
 
 #include <atomic>

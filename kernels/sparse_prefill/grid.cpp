@@ -48,19 +48,11 @@ GridLayout fixed_grid_layout(int stride, int phase, const GridParams& p) {
   return l;
 }
 
-GridLayout search_grid(const float* probs, const int32_t* q_pos, int R, int N, const GridParams& p,
-                       std::span<const int32_t> known) {
-  std::vector<double> slash(N, 0.0), col(N, 0.0);
-  for (int r = 0; r < R; ++r) {
-    const float* row = probs + static_cast<size_t>(r) * N;
-    for (int j = 0; j <= q_pos[r]; ++j) {
-      col[j] += row[j];
-      slash[q_pos[r] - j] += row[j];
-    }
-  }
+GridStride choose_grid_stride(const double* col, const double* slash, int N, const GridParams& p,
+                              std::span<const int32_t> known) {
   const int n_init = std::min(std::max(p.n_init, 0), N);
-  const double sl_total = std::accumulate(slash.begin() + std::min(1, N), slash.end(), 0.0);
-  const double col_total = std::accumulate(col.begin() + n_init, col.end(), 0.0);
+  const double sl_total = std::accumulate(slash + std::min(1, N), slash + N, 0.0);
+  const double col_total = std::accumulate(col + n_init, col + N, 0.0);
   // The columns holding most of the non-sink mass (vertical search runs over them only).
   std::vector<int32_t> top(N - n_init);
   std::iota(top.begin(), top.end(), n_init);
@@ -108,9 +100,38 @@ GridLayout search_grid(const float* probs, const int32_t* q_pos, int R, int N, c
     }
   }
   if (chosen < 0) chosen = cands.empty() ? std::max(1, p.min_stride) : cands[0];
+  return {chosen, best};
+}
+
+GridLayout grid_layout_from_phase_mass(const GridStride& st, const std::vector<double>& phase_mass,
+                                       const GridParams& p) {
+  const int chosen = st.stride;
+  VLM_CHECK(static_cast<int>(phase_mass.size()) == chosen, "{} phase masses for stride {}", phase_mass.size(), chosen);
   GridLayout l;
   l.stride = chosen;
-  l.score = best;
+  l.score = st.score;
+  std::vector<int32_t> res(chosen);
+  std::iota(res.begin(), res.end(), 0);
+  std::stable_sort(res.begin(), res.end(), [&](int a, int b) { return phase_mass[a] > phase_mass[b]; });
+  l.phase = res[0];
+  for (int i = 0; i < std::min(p.num_vlines, chosen); ++i) l.vgroups.push_back(mod(res[i] - l.phase, chosen));
+  for (int i = 0; i < std::min({p.num_hlines, p.num_vlines, chosen}); ++i) l.hgroups.push_back(l.vgroups[i]);
+  return l;
+}
+
+GridLayout search_grid(const float* probs, const int32_t* q_pos, int R, int N, const GridParams& p,
+                       std::span<const int32_t> known) {
+  std::vector<double> slash(N, 0.0), col(N, 0.0);
+  for (int r = 0; r < R; ++r) {
+    const float* row = probs + static_cast<size_t>(r) * N;
+    for (int j = 0; j <= q_pos[r]; ++j) {
+      col[j] += row[j];
+      slash[q_pos[r] - j] += row[j];
+    }
+  }
+  const GridStride st = choose_grid_stride(col.data(), slash.data(), N, p, known);
+  const int chosen = st.stride;
+  const int n_init = std::min(std::max(p.n_init, 0), N);
   // Phases by vertical mass: the non-sink mass of each residue that the rows' own slash band
   // (offsets within +-band of a multiple of the stride) does not explain.
   std::vector<double> phase_mass(chosen, 0.0);
@@ -122,13 +143,7 @@ GridLayout search_grid(const float* probs, const int32_t* q_pos, int R, int N, c
       phase_mass[j % chosen] += row[j];
     }
   }
-  std::vector<int32_t> res(chosen);
-  std::iota(res.begin(), res.end(), 0);
-  std::stable_sort(res.begin(), res.end(), [&](int a, int b) { return phase_mass[a] > phase_mass[b]; });
-  l.phase = res[0];
-  for (int i = 0; i < std::min(p.num_vlines, chosen); ++i) l.vgroups.push_back(mod(res[i] - l.phase, chosen));
-  for (int i = 0; i < std::min({p.num_hlines, p.num_vlines, chosen}); ++i) l.hgroups.push_back(l.vgroups[i]);
-  return l;
+  return grid_layout_from_phase_mass(st, phase_mass, p);
 }
 
 HeadPlan grid_head_plan(const GridLayout& l, const GridParams& p, int q_len, int N, int block) {
@@ -154,6 +169,7 @@ HeadPlan grid_head_plan(const GridLayout& l, const GridParams& p, int q_len, int
   const int band = p.use_slash ? std::max(p.band, 0) : -1;
   std::vector<int32_t> lim(s, -1);
   std::vector<uint8_t> marked(nkb, 0);
+  std::vector<int32_t> list;  // the marked blocks of this query block (cleared from `marked` after)
   for (int m = 0; m < nqb; ++m) {
     int lim_all = -1, lim_v = -1, maxpos = -1;
     std::fill(lim.begin(), lim.end(), -1);
@@ -171,17 +187,19 @@ HeadPlan grid_head_plan(const GridLayout& l, const GridParams& p, int q_len, int
         }
       }
     }
-    std::fill(marked.begin(), marked.end(), 0);
+    list.clear();
     for (int g = 0; g < s; ++g) {
       const int L = std::max({lim[g], lim_all, gr.is_v[g] ? lim_v : -1});
       const int n = L >= 0 ? count_upto(g, L) : 0;
       if (n == 0) continue;
-      for (int b = kstart[g] / block; b <= (kstart[g] + n - 1) / block; ++b) marked[b] = 1;
+      for (int b = kstart[g] / block; b <= (kstart[g] + n - 1) / block; ++b)
+        if (!marked[b]) marked[b] = 1, list.push_back(b);
     }
-    for (int b = 0; b < nkb; ++b)
-      if (marked[b]) hp.blocks.push_back(b * block);
+    std::sort(list.begin(), list.end());
+    for (int b : list) hp.blocks.push_back(b * block);
     for (int j = 0; j < std::min(p.n_init, maxpos + 1); ++j)
       if (!marked[inv_k[j] / block]) hp.cols.push_back(j);
+    for (int b : list) marked[b] = 0;
     hp.block_ptr[m + 1] = static_cast<int32_t>(hp.blocks.size());
     hp.col_ptr[m + 1] = static_cast<int32_t>(hp.cols.size());
   }

@@ -61,6 +61,20 @@ struct GridLayout {
 GridLayout search_grid(const float* probs /*[R,N]*/, const int32_t* q_pos, int R, int num_keys,
                        const GridParams& params, std::span<const int32_t> known_strides);
 
+// search_grid in two halves, for estimators that reduce the probabilities elsewhere (the GPU):
+// col[N] = sum_r probs[r][j] and slash[N] = sum_r probs[r][q_pos[r] - o] choose the stride (and
+// its score); phase_mass[stride] (per residue j mod stride, the mass of keys j >= n_init off the
+// rows' slash band, circ_dist((q_pos - j) mod stride, 0) > band; band -1 without slash lines)
+// then gives the layout. search_grid == both halves over its own sums.
+struct GridStride {
+  int stride = 1;
+  double score = 1.0;
+};
+GridStride choose_grid_stride(const double* col /*[N]*/, const double* slash /*[N]*/, int num_keys,
+                              const GridParams& params, std::span<const int32_t> known_strides);
+GridLayout grid_layout_from_phase_mass(const GridStride& stride, const std::vector<double>& phase_mass,
+                                       const GridParams& params);
+
 // A layout with a fixed stride and phase (vgroups = {0..num_vlines-1}, hgroups the first
 // num_hlines): for tests and configs with a known grid.
 GridLayout fixed_grid_layout(int stride, int phase, const GridParams& params);

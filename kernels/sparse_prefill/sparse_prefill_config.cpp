@@ -56,4 +56,26 @@ std::optional<HeadPatternType> parse_head_pattern_type(std::string_view name) {
   return std::nullopt;
 }
 
+bool plannable_without_host_data(const SparsePrefillConfig& cfg) {
+  auto head_ok = [](const HeadPattern& h) {
+    return h.boundary == BoundaryKind::None &&
+           (h.type == HeadPatternType::Dense || h.type == HeadPatternType::AShape ||
+            (h.type == HeadPatternType::Grid && h.grid.last_q <= 64));
+  };
+  switch (cfg.method) {
+    case SparsePrefillMethod::Off:
+    case SparsePrefillMethod::AShape:
+    case SparsePrefillMethod::TriShape: return true;
+    case SparsePrefillMethod::Grid: return cfg.grid.last_q <= 64;
+    case SparsePrefillMethod::MMInference:
+      if (!head_ok(cfg.default_head)) return false;
+      if (cfg.head_patterns)
+        for (const auto& layer : cfg.head_patterns->layers)
+          for (const HeadPattern& h : layer)
+            if (!head_ok(h)) return false;
+      return true;
+    default: return false;
+  }
+}
+
 }  // namespace vlm

@@ -71,4 +71,11 @@ struct SparsePrefillConfig {
   bool enabled() const { return method != SparsePrefillMethod::Off; }
 };
 
+// Whether every head's plan of cfg is made from the configuration and the grid search alone
+// (method off, A-shape, tri-shape, grid, or MMInference whose head patterns and default head are
+// dense, A-shape or grid with no boundary, grid.last_q <= 64): what the GPU backend plans (its
+// grid search runs on the device; vertical-slash, XAttention and the boundary heads estimate from
+// the chunk's data on the host and are not on the GPU yet).
+bool plannable_without_host_data(const SparsePrefillConfig& cfg);
+
 }  // namespace vlm

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/attention/paged_kv.h"
@@ -32,6 +33,9 @@ struct LookMState {
   std::vector<uint8_t> is_text;  // [L]
   std::vector<float> scores;     // [num_layers, Hkv, L]
   int32_t compressed_len = -1;   // cache length after compaction (-1: not yet); same for all layers
+  // A GPU backend's device copy of `scores` while the prompt is prefilled (opaque here; freed with
+  // the state, so a preempted sequence's copy goes with it). Null on the CPU.
+  std::shared_ptr<void> device_scores;
 
   float* layer_scores(int layer) { return scores.data() + static_cast<size_t>(layer) * num_kv_heads * prefill_len; }
 };

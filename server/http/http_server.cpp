@@ -130,7 +130,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     res->body() = std::move(reply.body);
     res->keep_alive(keep_alive_);
     res->prepare_payload();
-    stream_.expires_after(milliseconds(opt_.write_timeout_ms));
+    arm_write_timeout();
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
       self->request_done();
       if (ec || !self->keep_alive_) return self->shutdown();
@@ -157,8 +157,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     res->keep_alive(keep_alive_);
     res->chunked(true);
     auto sr = std::make_shared<http::response_serializer<http::empty_body>>(*res);
-    stream_.expires_after(milliseconds(opt_.write_timeout_ms));
+    arm_write_timeout();
     http::async_write_header(stream_, *sr, [self = shared_from_this(), res, sr](beast::error_code ec, size_t) {
+      self->stream_.expires_never();  // the wait for the first chunk is not a write (heartbeats fill it)
       if (ec) return self->shutdown();
       self->watch_disconnect();
       self->pull_chunk();
@@ -185,9 +186,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       if (ec || !self->stream_src_ || ticket != self->pull_ticket_ || self->writing_) return;
       auto data = std::make_shared<std::string>(self->heartbeat_);
       self->writing_ = true;
+      self->arm_write_timeout();
       asio::async_write(self->stream_, http::make_chunk(asio::buffer(*data)),
                         [self, data, ticket](beast::error_code ec, size_t) {
                           self->writing_ = false;
+                          self->stream_.expires_never();
                           if (ec) return self->shutdown();
                           if (ticket == self->pull_ticket_) self->arm_heartbeat(ticket);
                           if (self->pending_) {
@@ -204,7 +207,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       pending_ = std::move(chunk);
       return;
     }
-    stream_.expires_after(milliseconds(opt_.write_timeout_ms));
+    arm_write_timeout();
     if (!chunk) {
       stream_src_.reset();
       asio::async_write(stream_, http::make_chunk_last(), [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -219,10 +222,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     writing_ = true;
     asio::async_write(stream_, http::make_chunk(asio::buffer(*data)), [self = shared_from_this(), data](beast::error_code ec, size_t) {
       self->writing_ = false;
+      self->stream_.expires_never();  // nor is the wait for the next one
       if (ec) return self->shutdown();
       self->pull_chunk();
     });
   }
+
+  // The write timeout covers one write (a reader too slow to take it), armed just before it;
+  // the completion handlers of stream writes disarm it, so the waits between a stream's chunks
+  // (a long prefill before the first token) are never cut by it.
+  void arm_write_timeout() { stream_.expires_after(milliseconds(opt_.write_timeout_ms)); }
 
   // Completes when the peer sends bytes or closes; with nothing to read it has closed.
   void watch_disconnect() {
@@ -303,6 +312,11 @@ void HttpServer::Impl::accept() {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
       VLM_LOG_WARN("accept failed: {}", ec.message());
     } else {
+      // No Nagle: a stream writes its header, then each chunk, as separate small writes; with
+      // Nagle a chunk that follows the header within a few ms waited for the client's delayed
+      // ACK (up to 40 ms on Linux), which was most of a prefix-cache hit's time to first token.
+      beast::error_code nodelay_ec;
+      socket.set_option(tcp::no_delay(true), nodelay_ec);
       auto s = std::make_shared<HttpSession>(std::move(socket), *this);
       {
         std::lock_guard<std::mutex> lock(mu);

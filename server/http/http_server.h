@@ -23,7 +23,7 @@ struct HttpServerOptions {
   size_t max_header_bytes = 16u << 10;
   int read_timeout_ms = 30000;   // to read one whole request
   int idle_timeout_ms = 60000;   // between requests on a keep-alive connection
-  int write_timeout_ms = 60000;  // for one write to complete (slow readers)
+  int write_timeout_ms = 60000;  // for one write to complete (slow readers); not the waits between a stream's chunks
   int max_requests_per_connection = 1000;
   int heartbeat_ms = 5000;       // streams: heartbeat after this long without a chunk
 };

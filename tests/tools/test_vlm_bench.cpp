@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <set>
 #include <fstream>
+#include <iterator>
 
 #include "server/http/base64.h"
 #include "tests/support/server_process.h"
@@ -208,6 +209,36 @@ TEST(VlmBench, MultiTurnResendsHistoryWithTheServersAnswers) {
   }
   EXPECT_NE(r.output.find("Multi-turn (TTFT by turn)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("exports no vllm:prefix_cache_* counters"), std::string::npos) << r.output;
+}
+
+// --image-file: turn 1 of each conversation carries a real image file's bytes (round robin over
+// the files), which every later turn resends unchanged with the history.
+TEST(VlmBench, MultiTurnSendsImageFilesInTurnOne) {
+  FakeOpenAiServer server;
+  const std::string media = std::string(VLM_FIXTURES_DIR) + "/qwen2vl_server/media/";
+  const std::vector<std::string> files = {media + "wide.png", media + "tall.png"};
+  std::vector<std::string> urls;
+  for (const std::string& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    ASSERT_TRUE(in) << f;
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    urls.push_back("data:image/png;base64," + base64_encode(bytes));
+  }
+  const BenchRun r = run_bench("--base-url " + server.base_url() + " --dataset multi-turn --num-prompts 3 "
+                               "--num-turns 2 --input-len 20 --turn-len 8 --output-len 3 --max-concurrency 1 "
+                               "--image-file " + files[0] + " --image-file " + files[1], "multi_turn_files");
+  expect_clean(r, 6, 3);
+  const std::vector<std::string> bodies = server.bodies();
+  ASSERT_EQ(bodies.size(), 6u);
+  std::multiset<std::string> turn1, turn2;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const json m = json::parse(bodies[i])["messages"];
+    ASSERT_EQ(m[0]["content"][0]["type"], "image_url") << bodies[i].substr(0, 200);
+    (i < 3 ? turn1 : turn2).insert(m[0]["content"][0]["image_url"]["url"].get<std::string>());
+  }
+  // Conversations 0 and 2 get the first file, conversation 1 the second; turn 2 resends them.
+  EXPECT_EQ(turn1, (std::multiset<std::string>{urls[0], urls[1], urls[0]}));
+  EXPECT_EQ(turn2, turn1);
 }
 
 TEST(VlmBench, JsonlWithImagePathsWithoutStreaming) {

@@ -11,6 +11,7 @@ void add_backend_flags(FlagTable& table) {
       "bfloat16, float16 or float32 (the exact path, CPU and GPU)";
   table["gemm-activations"] = "older alias of --dtype: f32 = float32, bf16 = bfloat16";
   table["gpu-memory-utilization"] = "fraction of GPU memory to use; the KV cache takes the rest (default 0.9)";
+  table["enforce-eager"] = "1: GPU decode steps without CUDA graphs (default 0: graphs per batch/context bucket)";
 }
 
 void apply_backend_flags(const std::map<std::string, std::string>& flags, const FlagParser& parser,
@@ -36,6 +37,12 @@ void apply_backend_flags(const std::map<std::string, std::string>& flags, const 
   }
   if (auto it = flags.find("gpu-memory-utilization"); it != flags.end())
     config.gpu_memory_utilization = parser.number("gpu-memory-utilization", it->second, 0.0, 1.0, true);
+  if (auto it = flags.find("enforce-eager"); it != flags.end()) {
+    const std::string& v = it->second;
+    if (v == "1" || v == "true" || v == "on") config.enforce_eager = true;
+    else if (v == "0" || v == "false" || v == "off") config.enforce_eager = false;
+    else parser.fail("--enforce-eager must be 1/true/on or 0/false/off, got '" + v + "'");
+  }
 }
 
 }  // namespace vlm::cli

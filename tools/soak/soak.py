@@ -77,6 +77,12 @@ def metric_sum(text, name):
     return total if found else -1.0
 
 
+# A system message of about 100 tokens (6 KV blocks of 16): the warm-up repeats it 20 times
+# (identical prompts hit every full block but the last) and the misbehaving clients share it.
+SHARED_SYSTEM = " ".join("You are a careful assistant taking part in soak test number %d of the server." % i
+                         for i in range(6))
+
+
 class Misbehaver:
     def __init__(self, port, n, seed):
         self.port, self.n = port, n
@@ -92,7 +98,10 @@ class Misbehaver:
             self.counts[kind] = self.counts.get(kind, 0) + 1
 
     def chat(self, stream, max_tokens):
-        return json.dumps({"model": "demo", "messages": [{"role": "user", "content": "soak %d" % self.rng.randrange(1 << 30)}],
+        # The shared system message spans several KV blocks: these requests hit the prefix cache
+        # and then abort, disconnect or read slowly while they hold cached blocks.
+        return json.dumps({"model": "demo", "messages": [{"role": "system", "content": SHARED_SYSTEM},
+                                                         {"role": "user", "content": "soak %d" % self.rng.randrange(1 << 30)}],
                            "max_tokens": max_tokens, "stream": stream, "ignore_eos": True}).encode()
 
     def request_bytes(self, body):
@@ -222,10 +231,12 @@ def main():
         if not port:
             log.seek(0)
             sys.exit("soak: the server did not start:\n" + log.read())
-        # Warm-up, then the RSS baseline.
+        # Warm-up: 20 identical multi-block prompts (the prefix cache answers all but the last
+        # block of each after the first), then the RSS baseline.
         for _ in range(20):
             http(port, "POST", "/v1/chat/completions",
-                 json.dumps({"messages": [{"role": "user", "content": "warm"}], "max_tokens": a.output_len}).encode())
+                 json.dumps({"messages": [{"role": "system", "content": SHARED_SYSTEM}, {"role": "user", "content": "warm"}],
+                             "max_tokens": a.output_len}).encode())
         rss_base = rss_mib(server.pid)
         rss_peak = [rss_base]
         stop = threading.Event()
@@ -299,6 +310,8 @@ def main():
             failures.append(f"kv_cache_usage_perc is {kv} at the end")
         if result["integrity_errors_logged"]:
             failures.append(f"the server logged {result['integrity_errors_logged']} block integrity problems")
+        if "--no-enable-prefix-caching" not in a.server_args.split() and result["prefix_cache_hits"] <= 0:
+            failures.append("no prefix-cache hit (the warm-up and the misbehaving clients repeat a prefix)")
         if failed != 0:
             failures.append(f"vlm-bench saw {failed} failed requests")
         if mis.bad_5xx:

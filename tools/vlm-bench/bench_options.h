@@ -37,6 +37,7 @@ struct BenchOptions {
   bool prompt_ids = false;         // completions only: send prompts as token-id lists
   int images_per_request = 1;      // random-mm
   int image_width = 512, image_height = 512;
+  std::vector<std::string> image_files;  // --image-file (repeatable): sent instead of generated images
   int video_frames = 0;            // random-mm: frames sent as consecutive image parts
   int num_turns = 3;               // multi-turn: turns per conversation (num_prompts conversations)
   int turn_len = 64;               // multi-turn: tokens of each user turn after the first

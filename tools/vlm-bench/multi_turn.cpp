@@ -78,7 +78,8 @@ std::vector<PreparedRequest> MultiTurnWorkload::next_turn(int turn, const std::v
     const std::string text = prompts_.text(r.input_len, rng);
     if (turn == 1 && o_.images_per_request > 0) {
       json content = json::array();
-      for (int k = 0; k < o_.images_per_request; ++k) content.push_back(random_image_part(o_, rng()));
+      for (int k = 0; k < o_.images_per_request; ++k)
+        content.push_back(image_part(o_, static_cast<int64_t>(c) * o_.images_per_request + k, rng()));
       content.push_back({{"type", "text"}, {"text", text}});
       r.num_images = o_.images_per_request;
       messages.push_back({{"role", "user"}, {"content", content}});

@@ -124,7 +124,11 @@ std::vector<PreparedRequest> build_jsonl(const BenchOptions& o, const std::strin
 
 }  // namespace
 
-nlohmann::json random_image_part(const BenchOptions& o, uint64_t seed) {
+nlohmann::json image_part(const BenchOptions& o, int64_t index, uint64_t seed) {
+  if (!o.image_files.empty()) {
+    const std::string& f = o.image_files[static_cast<size_t>(index) % o.image_files.size()];
+    return {{"type", "image_url"}, {"image_url", {{"url", resolve_image(f, ".", "--image-file")}}}};
+  }
   const std::string png =
       encode_png_rgb(random_image_rgb(o.image_width, o.image_height, seed), o.image_width, o.image_height);
   return {{"type", "image_url"}, {"image_url", {{"url", "data:image/png;base64," + base64_encode(png)}}}};
@@ -157,7 +161,8 @@ std::vector<PreparedRequest> build_workload(const BenchOptions& o, const std::st
         } else {
           json content = json::array({{{"type", "text"}, {"text", text}}});
           r.num_images = o.images_per_request + o.video_frames;
-          for (int k = 0; k < r.num_images; ++k) content.push_back(random_image_part(o, rng()));
+          for (int k = 0; k < r.num_images; ++k)
+            content.push_back(image_part(o, static_cast<int64_t>(i) * r.num_images + k, rng()));
           body["messages"] = json::array({{{"role", "user"}, {"content", content}}});
         }
       }

@@ -31,8 +31,10 @@ struct PreparedRequest {
   int num_images = 0;      // image parts (frames included)
 };
 
-// A chat content part holding a generated PNG image (image_width x image_height) as a data: URL.
-nlohmann::json random_image_part(const BenchOptions& options, uint64_t seed);
+// A chat content part holding an image as a data: URL: the file image_files[index % count]
+// (--image-file: real image bytes, sent as they are) or, without files, a generated PNG
+// (image_width x image_height, random pixels from seed).
+nlohmann::json image_part(const BenchOptions& options, int64_t index, uint64_t seed);
 // Adds model, stream (+ include_usage), and max_tokens/ignore_eos unless the body has them.
 void finish_request_body(nlohmann::json& body, const BenchOptions& options, const std::string& model, int output_len);
 

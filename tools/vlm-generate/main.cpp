@@ -133,7 +133,8 @@ Options parse(int argc, char** argv) {
     else if (a == "chunk-size") o.chunk_size = parse_int(a, v, 1);
     else if (a == "block-size") o.block_size = parse_int(a, v, 1);
     else if (a == "threads") o.threads = parse_int(a, v, 1);
-    else if (a == "device" || a == "dtype" || a == "gpu-memory-utilization" || a == "gemm-activations")
+    else if (a == "device" || a == "dtype" || a == "gpu-memory-utilization" || a == "gemm-activations" ||
+             a == "enforce-eager")
       o.backend[a] = v;
     else if (a == "kv-dtype") {
       if (!vlm::parse_float_dtype_name(v, &o.kv_dtype)) usage("--kv-dtype must be f32, bf16 or f16");

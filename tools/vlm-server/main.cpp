@@ -131,7 +131,7 @@ const vlm::cli::FlagParser& cli() {
 std::vector<std::string> expand_switches(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   for (std::string& a : args)
-    if (a == "--enable-prefix-caching") a += "=1";
+    if (a == "--enable-prefix-caching" || a == "--enforce-eager") a += "=1";
     else if (a == "--no-enable-prefix-caching") a = "--enable-prefix-caching=0";
   return args;
 }

@@ -35,6 +35,9 @@ attention_f32_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBa
   if (m0 >= q_len) return;
   const int ctx = batch.context_lens[s];
   const int hk = h / (H / kv.num_kv_heads);
+  if (decode && sink_group_skipped(batch.group_skip, batch.group_surrogate, s, hk, kv.num_kv_heads, D, H, h, h + 1,
+                                   int(threadIdx.x), kThreads, out))
+    return;  // SinkRouter: a sink group's head, K/V not read
   const int32_t* table = batch.block_tables + int64_t(s) * batch.max_blocks_per_seq;
   const float* kc = static_cast<const float*>(kv.k);
   const float* vc = static_cast<const float*>(kv.v);

@@ -15,9 +15,10 @@
 //    and attends keys [0, that position] (causal; a chunk sees the earlier cached context).
 //    Query head h reads KV head h / (H / Hkv) (GQA). scale multiplies q·k.
 //
-// Kernel choice (no flags): prefill attention uses tensor cores (mma.sync m16n8k16, FlashAttention-2
-// style: a 64-row query tile per warp group, K/V tiles streamed through shared memory, online
-// softmax) when kv.dtype is BF16/F16 (q is rounded to kv.dtype on load); when kv.dtype is F32 it
+// Kernel choice (no flags): prefill attention uses tensor cores when kv.dtype is BF16/F16: on
+// Hopper with D = 128 wgmma (128 query rows per CTA, two warpgroups, 128-key tiles), else
+// mma.sync m16n8k16 (FlashAttention-2 style: 128 query rows per CTA, 32 per warp, K/V tiles
+// streamed through shared memory, online softmax) (q is rounded to kv.dtype on load); when kv.dtype is F32 it
 // runs the same tiling with f32 FMA (no TF32): the exact path. Decode attention is split along the
 // context (FlashDecoding): one CTA per (sequence, KV head, context split) computes the G = H / Hkv
 // query heads of the group from one load of K/V, then a reduce kernel merges the splits.
@@ -43,6 +44,12 @@ struct CudaAttentionBatch : AttentionBatch {
   // device pointers (inherited fields).
   int max_q_len = 0;        // host: max over s of q_len(s)
   int max_context_len = 0;  // host: max over s of context_lens[s]
+  // SinkRouter (decode only; kernels/cuda/sink_router): group_skip [num_seqs, Hkv] device flags,
+  // 1 = sink group: its G query heads get group_surrogate[s, g, :] (f32 [num_seqs, Hkv, D]; null:
+  // zeros) and its K/V are never read. Read by the device, so the launch shape does not depend
+  // on them. Null: no group is skipped.
+  const uint8_t* group_skip = nullptr;
+  const float* group_surrogate = nullptr;
 };
 
 // ---- paged KV write ----
@@ -58,9 +65,16 @@ void paged_kv_write_naive(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/,
 // ---- prefill (any q_len; mixed prefill chunks and decode rows allowed) ----
 // q[T, H, D] and out[T, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;
 // kv.block_size a power of two.
+// Kernel: kAuto takes kWgmma (prefill_attention_sm90.cu, the faster of the two Hopper kernels as
+// measured in bench/RESULTS.md) on an sm_90 GPU when D = 128 and the cache is BF16/F16, else the
+// mma.sync kernel (F32 cache: the f32 kernel).
+// kMmaSync, kWgmma (all threads load and compute) and kWgmmaWs (a producer warpgroup loads, two
+// consumer warpgroups compute) name one (the wgmma ones fall back to mma.sync where unsupported);
+// tests compare them. VLM_CUDA_PREFILL_KERNEL=mma|wgmma|ws makes kAuto take that one (benchmarks).
+enum class PrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWs };
 void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                              const CudaAttentionBatch& batch, float scale, void* out /*[T,H,D]*/,
-                             cudaStream_t stream);
+                             cudaStream_t stream, PrefillKernel kernel = PrefillKernel::kAuto);
 
 // ---- decode (q_len == 1 for every sequence; cu_seqlens_q is not read) ----
 // q[num_seqs, H, D] and out[num_seqs, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;

@@ -59,6 +59,20 @@ __device__ __forceinline__ void store_f32(void* p, DType t, int64_t i, float x) 
   }
 }
 
+// SinkRouter's group skip (CudaAttentionBatch::group_skip): true when sequence s's kv group g is a
+// sink group. Then the caller's threads [tid, nthreads) write the surrogate (or zeros) to the
+// rows [h_begin, h_end) of out [S, H, D] (decode layout) and the kernel returns without reading K/V.
+template <class TQ>
+__device__ __forceinline__ bool sink_group_skipped(const uint8_t* skip, const float* surrogate, int s, int g,
+                                                   int Hkv, int D, int H, int h_begin, int h_end, int tid,
+                                                   int nthreads, TQ* out) {
+  if (skip == nullptr || skip[int64_t(s) * Hkv + g] == 0) return false;
+  const float* src = surrogate ? surrogate + (int64_t(s) * Hkv + g) * D : nullptr;
+  for (int i = tid; i < (h_end - h_begin) * D; i += nthreads)
+    out[(int64_t(s) * H + h_begin) * D + i] = from_f32<TQ>(src ? src[i % D] : 0.f);
+  return true;
+}
+
 // Raises a kernel's dynamic shared-memory limit to `bytes`; returns true, so a launcher calls it
 // once per kernel through a function-local static.
 template <class Kernel>

@@ -64,6 +64,12 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   auto sk = [&](int i) { return kv_smem + i * 2 * kBN * D; };
   auto sv = [&](int i) { return kv_smem + i * 2 * kBN * D + kBN * D; };
   const int split = blockIdx.x, hk = blockIdx.y, s = blockIdx.z;
+  if (batch.group_skip != nullptr) {  // SinkRouter: split 0 writes a sink group's surrogate
+    const int G = H / kv.num_kv_heads;
+    if (sink_group_skipped(batch.group_skip, batch.group_surrogate, s, hk, kv.num_kv_heads, kv.head_dim, H,
+                           hk * G, hk * G + G, split == 0 ? int(threadIdx.x) : kThreads, kThreads, out))
+      return;
+  }
   const int ctx = batch.context_lens[s];
   const int k_begin = split * partition;
   if (k_begin >= ctx) return;
@@ -178,10 +184,12 @@ __device__ float block_reduce(float x, bool is_max, float* red) {
 // shared memory; then thread d sums its column over the splits (independent loads).
 template <class TQ>
 __global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D, int max_splits, int partition,
-                                     int num_seqs, const int32_t* __restrict__ context_lens, TQ* __restrict__ out) {
+                                     int num_seqs, const int32_t* __restrict__ context_lens, TQ* __restrict__ out,
+                                     const uint8_t* __restrict__ group_skip, int G) {
   extern __shared__ float weight[];
   __shared__ float red[32];
   const int s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  if (group_skip != nullptr && group_skip[int64_t(s) * (H / G) + h / G]) return;  // written by the split kernel
   const int splits = (context_lens[s] + partition - 1) / partition;
   const int64_t qh = int64_t(s) * H + h;
   const float* ml = ws + int64_t(num_seqs) * H * max_splits * D + qh * max_splits * 2;
@@ -221,7 +229,8 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
   VLM_CUDA_CHECK_LAUNCH();
   if (ws == nullptr) return;
   decode_reduce_kernel<TQ><<<dim3(batch.num_seqs, H), D, plan.max_splits * sizeof(float), stream>>>(
-      ws, H, D, plan.max_splits, plan.partition, batch.num_seqs, batch.context_lens, static_cast<TQ*>(out));
+      ws, H, D, plan.max_splits, plan.partition, batch.num_seqs, batch.context_lens, static_cast<TQ*>(out),
+      batch.group_skip, H / kv.num_kv_heads);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -14,6 +14,7 @@
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
 #include "kernels/cuda/attention/mma_tile.cuh"
+#include "kernels/cuda/attention/prefill_sm90_launch.h"
 
 namespace vlm::cuda {
 namespace {
@@ -143,14 +144,30 @@ void launch_prefill(const void* q, int H, const PagedKVLayer& kv, const CudaAtte
   else launch_prefill_bn<D, 64, T, TQ>(q, H, kv, batch, scale, out, stream);
 }
 
+// The Hopper kernel kAuto takes (measured: bench/RESULTS.md, "GPU attention kernels").
+constexpr PrefillKernel kDefaultSm90 = PrefillKernel::kWgmma;
+
 }  // namespace
 
 void paged_prefill_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
-                             const CudaAttentionBatch& batch, float scale, void* out, cudaStream_t stream) {
+                             const CudaAttentionBatch& batch, float scale, void* out, cudaStream_t stream,
+                             PrefillKernel kernel) {
   check_tiled_attention(kv, num_heads, "prefill attention");
   if (batch.num_seqs == 0 || batch.max_q_len == 0) return;
   if (kv.dtype == DType::F32) {
     attention_f32(q, act, num_heads, kv, batch, scale, out, /*decode=*/false, stream);
+    return;
+  }
+  static const PrefillKernel env_choice = [] {
+    const char* e = std::getenv("VLM_CUDA_PREFILL_KERNEL");
+    const std::string v = e ? e : "";
+    return v == "mma" ? PrefillKernel::kMmaSync : v == "wgmma" ? PrefillKernel::kWgmma
+                                                : v == "ws"    ? PrefillKernel::kWgmmaWs
+                                                               : PrefillKernel::kAuto;
+  }();
+  if (kernel == PrefillKernel::kAuto) kernel = env_choice == PrefillKernel::kAuto ? kDefaultSm90 : env_choice;
+  if (kernel != PrefillKernel::kMmaSync && prefill_sm90_supported(kv)) {
+    prefill_attention_sm90(q, act, num_heads, kv, batch, scale, out, kernel == PrefillKernel::kWgmmaWs, stream);
     return;
   }
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {

@@ -56,6 +56,26 @@ __global__ void silu_mul_kernel(const T* gu, int64_t I, T* out) {
   out[t * I + i] = from_f32<T>(g / (1.0f + expf(-g)) * u);
 }
 
+// The same for 16-bit T and I % 8 == 0: 8 elements per thread, 16-byte loads and stores.
+template <typename T>
+__global__ void silu_mul_x8_kernel(const T* gu, int64_t I, T* out) {
+  const int64_t t = blockIdx.y;
+  const int64_t i = 8 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (i >= I) return;
+  const uint4 g8 = *reinterpret_cast<const uint4*>(gu + t * 2 * I + i);
+  const uint4 u8 = *reinterpret_cast<const uint4*>(gu + t * 2 * I + I + i);
+  const T* g = reinterpret_cast<const T*>(&g8);
+  const T* u = reinterpret_cast<const T*>(&u8);
+  uint4 r8;
+  T* r = reinterpret_cast<T*>(&r8);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float gf = to_f32(g[e]);
+    r[e] = from_f32<T>(gf / (1.0f + expf(-gf)) * to_f32(u[e]));
+  }
+  *reinterpret_cast<uint4*>(out + t * I + i) = r8;
+}
+
 __global__ void rope_table_kernel(const int32_t* positions, const int32_t* mrope, int sec0, int sec1,
                                   const float* inv_freq, int half, float scaling, float* table) {
   const int64_t t = blockIdx.x;
@@ -95,6 +115,44 @@ __global__ void rope_split_kernel(const T* qkv, int64_t H, int64_t Hkv, int64_t 
   }
 }
 
+// The same for 16-bit T with D % 8 == 0 and (R / 2) % 8 == 0: one thread per 8 consecutive
+// elements of a head (16-byte loads of the chunk, of its rotation partner and of the table), a
+// block per group of tokens; the same arithmetic per element as rope_split_kernel.
+template <typename T>
+__global__ void rope_split_x8_kernel(const T* qkv, int64_t T_, int H, int Hkv, int D, const float* table, int R,
+                                     T* q, T* k, T* v) {
+  const int chunks = (H + 2 * Hkv) * D / 8;  // per token
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= T_ * chunks) return;
+  const int64_t t = idx / chunks;
+  const int c = static_cast<int>(idx % chunks);
+  const int h = c / (D / 8), i = (c % (D / 8)) * 8;  // head, first element
+  const T* x = qkv + (t * (H + 2 * Hkv) + h) * D;
+  T* y = h < H ? q + (t * H + h) * D : (h < H + Hkv ? k + (t * Hkv + h - H) * D : v + (t * Hkv + h - H - Hkv) * D);
+  const int half = h < H + Hkv ? R / 2 : 0;  // v: no rotation
+  const uint4 a8 = *reinterpret_cast<const uint4*>(x + i);
+  if (i >= 2 * half) {
+    *reinterpret_cast<uint4*>(y + i) = a8;
+    return;
+  }
+  const bool first = i < half;
+  const uint4 b8 = *reinterpret_cast<const uint4*>(x + (first ? i + half : i - half));
+  const int ci = first ? i : i - half;  // cos index; sin at half + ci
+  const float* cs = table + t * R;
+  const T* a = reinterpret_cast<const T*>(&a8);
+  const T* b = reinterpret_cast<const T*>(&b8);
+  uint4 r8;
+  T* r = reinterpret_cast<T*>(&r8);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float c_ = cs[ci + e], s_ = cs[half + ci + e];
+    const float xa = to_f32(a[e]), xb = to_f32(b[e]);
+    r[e] = first ? from_f32<T>(__fsub_rn(__fmul_rn(xa, c_), __fmul_rn(xb, s_)))
+                 : from_f32<T>(__fadd_rn(__fmul_rn(xa, c_), __fmul_rn(xb, s_)));
+  }
+  *reinterpret_cast<uint4*>(y + i) = r8;
+}
+
 int threads_for(int64_t n) { return n >= 1024 ? 1024 : (n >= 256 ? 256 : 128); }
 
 }  // namespace
@@ -123,6 +181,13 @@ void silu_mul(const void* gu, int64_t T, int64_t I, void* out, DType dt, cudaStr
   if (T == 0) return;
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
+    if constexpr (sizeof(E) == 2) {
+      if (I % 8 == 0) {
+        const dim3 grid(static_cast<unsigned>((I / 8 + 255) / 256), static_cast<unsigned>(T));
+        silu_mul_x8_kernel<E><<<grid, 256, 0, s>>>(static_cast<const E*>(gu), I, static_cast<E*>(out));
+        return;
+      }
+    }
     const dim3 grid(static_cast<unsigned>((I + 255) / 256), static_cast<unsigned>(T));
     silu_mul_kernel<E><<<grid, 256, 0, s>>>(static_cast<const E*>(gu), I, static_cast<E*>(out));
   });
@@ -141,6 +206,15 @@ void rope_split_qkv(const void* qkv, int64_t T, int64_t H, int64_t Hkv, int64_t 
   if (T == 0) return;
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
+    if constexpr (sizeof(E) == 2) {
+      if (D % 8 == 0 && (R / 2) % 8 == 0) {
+        const int64_t n = T * (H + 2 * Hkv) * D / 8;
+        rope_split_x8_kernel<E><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
+            static_cast<const E*>(qkv), T, static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D), table,
+            static_cast<int>(R), static_cast<E*>(q), static_cast<E*>(k), static_cast<E*>(v));
+        return;
+      }
+    }
     const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H + 2 * Hkv));
     rope_split_kernel<E><<<grid, 64, 0, s>>>(static_cast<const E*>(qkv), H, Hkv, D, table, R, static_cast<E*>(q),
                                              static_cast<E*>(k), static_cast<E*>(v));

@@ -1,5 +1,7 @@
 #include "model/decoder/cuda/cuda_decoder.h"
 
+#include "model/decoder/cuda/decode_graph.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +11,7 @@
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
 #include "kernels/cuda/core/cuda_check.h"
+#include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 #include "kernels/ops/rope.h"
 
@@ -58,6 +61,7 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));
   VLM_CUDA_CHECK(cudaSetDevice(opt_.device));
   VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&graph_staged_, cudaEventDisableTiming));
   const ModelConfig& c = config();
   VLM_CHECK(c.head_dim <= 256, "head_dim {} > 256 on the GPU", c.head_dim);
   RotaryEmbedding rope(c.rope);
@@ -75,10 +79,10 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
 }
 
 CudaDecoder::~CudaDecoder() {
-  if (stream_) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
+  if (stream_) cudaStreamSynchronize(stream_);
+  graphs_.clear();
+  if (graph_staged_) cudaEventDestroy(graph_staged_);
+  if (stream_) cudaStreamDestroy(stream_);
 }
 
 void CudaDecoder::upload_weights() {
@@ -189,6 +193,7 @@ void CudaDecoder::reserve_activations(int64_t T, int64_t R) {
   rope_table_.resize(static_cast<size_t>(T * 2 * rope_half_ * 4));
   sel_.resize(static_cast<size_t>(R * C * e));
   logits_.resize(static_cast<size_t>(R * c.vocab_size * 4));
+  ++buffers_epoch_;
   cap_tokens_ = T;
   cap_rows_ = R;
 }
@@ -237,8 +242,8 @@ int64_t CudaDecoder::upload_metadata(const ForwardBatch& b) {
   return S;
 }
 
-void CudaDecoder::embed(const ForwardBatch& b, const EmbeddingOverride& override) {
-  const int64_t T = b.num_tokens(), C = config().hidden_size;
+void CudaDecoder::embed(int64_t T, const EmbeddingOverride& override) {
+  const int64_t C = config().hidden_size;
   cuda::embedding(embed_.get(), opt_.dtype, d_ids_, T, C, x_.as<float>(), stream_);
   if (override.use == nullptr) return;
   VLM_CHECK(override.embeds != nullptr, "embedding override without embeddings");
@@ -262,14 +267,21 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const int H = static_cast<int>(c.num_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
-  const bool fast = c.head_dim == 64 || c.head_dim == 128;  // the tensor-core kernels' sizes
-  if (fast && all_decode_ && c.num_heads / c.num_kv_heads <= 16) {
-    cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), decode_ws_.get(), stream_);
-  } else if (fast) {
+  prof_.mark(stream_, "kv_write");
+  if (sparse_) {
+    VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
+    sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
+  } else if (decode_kernel()) {
+    cuda::CudaAttentionBatch m = meta;
+    if (methods_) sink_.route_layer(l, q_.get(), opt_.dtype, H, kv, m, stream_);  // SinkRouter's group skips
+    cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), decode_ws_.get(), stream_);
+  } else if (fast_attention()) {
     cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
   } else {
     cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
   }
+  if (methods_) look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_);
+  prof_.mark(stream_, "attention");
 }
 
 void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
@@ -280,32 +292,52 @@ void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const int64_t QD = H * D, W = QD + 2 * Hkv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
   cuda::rms_norm(x_.as<float>(), nullptr, L.input_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
-  gemm_.linear(h_.get(), L.qkv.get(), dt, L.qkv_bias.get(), qkv_.get(), dt, 0.0f, T, W, C, stream_);
+  prof_.mark(stream_, "norm");
+  linear(h_.get(), L.qkv.get(), L.qkv_bias.get(), qkv_.get(), dt, false, T, W, C);
+  prof_.mark(stream_, "gemm_qkv");
   cuda::rope_split_qkv(qkv_.get(), T, H, Hkv, D, rope_table_.as<float>(), 2 * rope_half_, q_.get(), k_.get(), v_.get(),
                        dt, stream_);
+  prof_.mark(stream_, "rope");
   attention(l, T, meta);
-  gemm_.linear(attn_.get(), L.o.get(), dt, L.o_bias.get(), x_.get(), DType::F32, 1.0f, T, C, QD, stream_);
+  linear(attn_.get(), L.o.get(), L.o_bias.get(), x_.get(), DType::F32, true, T, C, QD);
+  prof_.mark(stream_, "gemm_o");
   cuda::rms_norm(x_.as<float>(), nullptr, L.post_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
-  gemm_.linear(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), gu_.get(), dt, 0.0f, T, 2 * I, C, stream_);
-  cuda::silu_mul(gu_.get(), T, I, act_.get(), dt, stream_);
-  gemm_.linear(act_.get(), L.down.get(), dt, L.down_bias.get(), x_.get(), DType::F32, 1.0f, T, C, I, stream_);
+  prof_.mark(stream_, "norm");
+  if (cuda::gemv_supported(T, C, dt)) {  // gate/up and SiLU·mul in one pass
+    cuda::gemv_silu_mul(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), act_.get(), T, I, C, stream_);
+  } else {
+    gemm_.linear(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), gu_.get(), dt, 0.0f, T, 2 * I, C, stream_);
+    prof_.mark(stream_, "gemm_gate_up");
+    cuda::silu_mul(gu_.get(), T, I, act_.get(), dt, stream_);
+  }
+  prof_.mark(stream_, "silu_mul");
+  linear(act_.get(), L.down.get(), L.down_bias.get(), x_.get(), DType::F32, true, T, C, I);
+  prof_.mark(stream_, "gemm_down");
+}
+
+void CudaDecoder::linear(const void* x, const void* w, const void* bias, void* y, DType out_dt, bool accumulate,
+                         int64_t M, int64_t N, int64_t K) {
+  if (cuda::gemv_supported(M, K, opt_.dtype))
+    cuda::gemv(x, w, opt_.dtype, bias, y, out_dt, accumulate, M, N, K, stream_);
+  else
+    gemm_.linear(x, w, opt_.dtype, bias, y, out_dt, accumulate ? 1.0f : 0.0f, M, N, K, stream_);
 }
 
 void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& override) {
-  const ModelConfig& c = config();
   const int64_t T = b.num_tokens(), R = static_cast<int64_t>(b.logits_indices.size());
   VLM_CHECK(T > 0, "empty batch");
   VLM_CHECK(static_cast<int64_t>(b.positions.size()) == T && static_cast<int64_t>(b.slot_mapping.size()) == T,
             "batch arrays disagree on the token count {}", T);
-  const bool methods = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; }) ||
-                       std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; }) ||
-                       !b.sparse_prefill.empty() || b.attention_probe;
-  VLM_CHECK(!methods, "sparse prefill, LOOK-M, SinkRouter and attention probes do not run on the GPU yet");
+  VLM_CHECK(!b.attention_probe, "attention probes do not run on the GPU yet");
+  // LOOK-M and SinkRouter steps run eagerly: their per-step uploads are not in a graph's layout.
+  methods_ = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; }) ||
+             std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; });
+  sparse_ = CudaSparsePrefill::active(b);
+  batch_ = &b;
   reserve_activations(T, R);
+  if (!methods_ && forward_graph(b, override)) return;
+  prof_.begin(stream_);  // eager steps only (a no-op unless VLM_CUDA_PROFILE=1)
   const int64_t S = upload_metadata(b);
-  cuda::rope_table(d_pos_, d_mrope_, mrope_sec0_, mrope_sec1_, inv_freq_.as<float>(), rope_half_, rope_scaling_, T,
-                   rope_table_.as<float>(), stream_);
-  embed(b, override);
   cuda::CudaAttentionBatch meta;
   meta.num_seqs = static_cast<int>(S);
   meta.cu_seqlens_q = d_cu_;
@@ -316,21 +348,45 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
     meta.max_q_len = std::max(meta.max_q_len, b.cu_seqlens_q[s + 1] - b.cu_seqlens_q[s]);
     meta.max_context_len = std::max(meta.max_context_len, b.context_lens[s]);
   }
+  run_step(T, R, meta, override);
+}
+
+void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch& meta,
+                           const EmbeddingOverride& override) {
+  const ModelConfig& c = config();
   all_decode_ = meta.max_q_len == 1;
   if (all_decode_) {
-    const ModelConfig& m = config();
-    decode_ws_.reserve(cuda::paged_decode_workspace_bytes(static_cast<int>(S), static_cast<int>(m.num_heads),
-                                                          static_cast<int>(m.num_kv_heads), static_cast<int>(m.head_dim),
-                                                          meta.max_context_len));
+    const size_t need = cuda::paged_decode_workspace_bytes(meta.num_seqs, static_cast<int>(c.num_heads),
+                                                           static_cast<int>(c.num_kv_heads),
+                                                           static_cast<int>(c.head_dim), meta.max_context_len);
+    if (need > decode_ws_.bytes()) {
+      VLM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a graph in flight may use it
+      decode_ws_.reserve(need);
+      ++buffers_epoch_;
+    }
   }
+  cuda::rope_table(d_pos_, d_mrope_, mrope_sec0_, mrope_sec1_, inv_freq_.as<float>(), rope_half_, rope_scaling_, T,
+                   rope_table_.as<float>(), stream_);
+  embed(T, override);
+  prof_.mark(stream_, "upload_embed_rope_table");
+  if (methods_)  // eager steps only (forward() takes no graph for them)
+    sink_.begin(*batch_, all_decode_, decode_kernel(), static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim),
+                opt_.dtype, stream_);
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
+  if (methods_) {
+    sink_.end(stream_);
+    look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // LOOK-M compaction of finished prompts
+  }
+  batch_ = nullptr;
   num_logit_rows_ = R;
-  if (R == 0) return;
+  if (R == 0) return prof_.end(stream_, T);
   const DType dt = opt_.dtype;
   cuda::rms_norm(x_.as<float>(), nullptr, final_norm_.as<float>(), static_cast<float>(c.rms_norm_eps), d_rows_, R,
                  c.hidden_size, sel_.get(), dt, stream_);
-  gemm_.linear(sel_.get(), lm_head_tied_ ? embed_.get() : lm_head_.get(), dt, nullptr, logits_.get(), DType::F32, 0.0f,
-               R, c.vocab_size, c.hidden_size, stream_);
+  linear(sel_.get(), lm_head_tied_ ? embed_.get() : lm_head_.get(), nullptr, logits_.get(), DType::F32, false, R,
+         c.vocab_size, c.hidden_size);
+  prof_.mark(stream_, "lm_head");
+  prof_.end(stream_, T);
 }
 
 void CudaDecoder::download_logits(std::vector<float>& out) const {

@@ -7,9 +7,24 @@
 // attention over the cache (kernels/cuda/attention: tensor-core prefill, split-K decode, the
 // naive kernel for head sizes those do not cover); x += attn Wo^T (the residual add in the GEMM, x in f32);
 // h = rms_norm(x); gu = h [Wgate; Wup]^T; x += (silu(g) * u) Wdown^T. Then the final norm and
-// the LM head on the logits rows only.
-// Not on the GPU yet (issues 21-23): sparse prefill, LOOK-M, SinkRouter, attention probes; a
-// batch asking for one throws InternalError.
+// the LM head on the logits rows only. Steps of at most kGemvMaxRows rows in bf16/f16 run the
+// linear layers as GEMVs (kernels/cuda/gemm/gemv.h; gate/up with SiLU·mul fused), others through
+// cuBLASLt.
+// Decode steps (every sequence one new token, no embedding override) run as CUDA graphs unless
+// options.enforce_eager: one graph per bucket (sequences padded up to 1..4, then multiples of 8
+// to 64, then of 32; context up to a power of two >= 256), captured the first time a bucket
+// runs (that step runs eagerly, then is captured) and replayed after one upload of the step's
+// metadata into the graph's own fixed-layout buffer. Padding sequences have no context, no KV
+// slot and no logits row that anyone reads; the decode attention's grid is planned for the
+// bucket's context and reads each sequence's length from device memory. At most
+// options.max_graphs graphs are kept (least recently used dropped); growing a step buffer
+// drops them all (their pointers are baked in).
+// Sparse prefill (ForwardBatch::sparse_prefill): CudaSparsePrefill plans the step's sequences
+// and runs the block-sparse kernel for every layer's attention (configurations it cannot plan
+// throw RequestError; the backend refuses them at start). SinkRouter decode
+// (ForwardBatch::sink_anchors, cuda_sink_router_step.h) and LOOK-M at the end of prefill
+// (ForwardBatch::look_m, cuda_look_m_step.h) run on the GPU; their steps run eagerly (no graph
+// yet). Not on the GPU yet: attention probes; a batch asking for one throws InternalError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,6 +36,10 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "model/decoder/cuda/cuda_look_m_step.h"
+#include "model/decoder/cuda/cuda_sink_router_step.h"
+#include "model/decoder/cuda/cuda_sparse_prefill.h"
+#include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/llm_decoder.h"
 
 namespace vlm {
@@ -33,6 +52,8 @@ struct CudaDecoderOptions {
   int64_t max_tokens_per_step = 8192;   // activations reserved before sizing the KV cache
   int64_t max_logit_rows = 256;         // logits rows reserved (sampling rows per step)
   int device = 0;
+  bool enforce_eager = false;           // no CUDA graphs (vLLM's --enforce-eager)
+  int max_graphs = 48;                  // decode graphs kept
 };
 
 class CudaDecoder {
@@ -64,21 +85,40 @@ class CudaDecoder {
   int64_t num_logit_rows() const { return num_logit_rows_; }
   // Waits for the stream and copies the logits to the host as [rows, V] (tests, tools).
   void download_logits(std::vector<float>& out) const;
+  // After the stream synchronized (the caller's sync): the last forward's method counters
+  // (SinkRouter's skipped groups) into the batch's stores and counters.
+  void settle_methods() { sink_.settle(); }
+  // Decode graphs captured so far, and graph launches (tests, benchmarks).
+  int64_t graphs_captured() const { return graphs_captured_; }
+  int64_t graph_launches() const { return graph_launches_; }
 
  private:
   struct Layer;
+  struct Graph;
   void upload_weights();
   void allocate_cache();
   void reserve_activations(int64_t T, int64_t R);
   int64_t upload_metadata(const ForwardBatch& b);  // returns the number of sequences
-  void embed(const ForwardBatch& b, const EmbeddingOverride& override);
+  void embed(int64_t T, const EmbeddingOverride& override);
+  // The step's work after the metadata upload: RoPE table, embedding (+ override), layers, head.
+  void run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch& meta, const EmbeddingOverride& override);
   void run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
+  // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
+  bool fast_attention() const { return config().head_dim == 64 || config().head_dim == 128; }
+  bool decode_kernel() const { return fast_attention() && all_decode_ && config().num_heads / config().num_kv_heads <= 16; }
+  // y = x w^T (+ bias) (+ y): the GEMV for few 16-bit rows, else cuBLASLt.
+  void linear(const void* x, const void* w, const void* bias, void* y, DType out_dt, bool accumulate, int64_t M,
+              int64_t N, int64_t K);
+  // cuda_decoder_graphs.cpp: runs b as a graph when it qualifies; false: run it eagerly.
+  bool forward_graph(const ForwardBatch& b, const EmbeddingOverride& override);
+  void drop_graphs();
 
   const LlmDecoder& host_;
   CudaDecoderOptions opt_;
   cudaStream_t stream_ = nullptr;
   cuda::CublasLtGemm gemm_;
+  StepProfiler prof_;  // VLM_CUDA_PROFILE=1: per-op GPU time of each forward on stderr
   std::vector<std::unique_ptr<Layer>> layers_;
   cuda::DeviceBuffer embed_, final_norm_, lm_head_, inv_freq_;
   bool lm_head_tied_ = false;
@@ -94,7 +134,18 @@ class CudaDecoder {
   cuda::DeviceBuffer meta_dev_;
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, gu_, act_, rope_table_, sel_, logits_, decode_ws_;
   bool all_decode_ = false;  // every sequence of the step has one row
+  const ForwardBatch* batch_ = nullptr;  // the step's batch while forward() runs
+  bool sparse_ = false;                  // some sequence of the step prefills sparsely
+  CudaSparsePrefill sparse_prefill_;
+  CudaSinkRouterStep sink_;
+  CudaLookMStep look_m_;
+  bool methods_ = false;  // the step carries LOOK-M states or SinkRouter stores (runs eagerly)
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
+  int64_t buffers_epoch_ = 0;  // bumped when a step buffer is reallocated (graphs hold pointers)
+  std::vector<std::unique_ptr<Graph>> graphs_;
+  cuda::PinnedBuffer graph_host_;   // staging of a graph step's metadata
+  cudaEvent_t graph_staged_ = nullptr;  // the staging's last upload done
+  int64_t graph_clock_ = 0, graphs_captured_ = 0, graph_launches_ = 0;
   int64_t num_logit_rows_ = 0;
   // Device views into meta_dev_ for the current step.
   const int32_t* d_ids_ = nullptr;

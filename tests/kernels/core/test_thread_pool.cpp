@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <stdexcept>
 #include <vector>
@@ -50,6 +51,50 @@ TEST(ThreadPool, JobsAfterSpinningAndAfterSleepingWorkers) {
     pool.run_tasks(37, [&](int64_t t) { hits[t]++; });
     for (auto& h : hits) ASSERT_EQ(h.load(), 1) << round;
     if (round % 4 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+}
+
+// Jobs of different sizes back to back (as a model step issues them: a 2-task pack, then a
+// many-task product): each task of each job runs exactly once, and before run_tasks returns.
+// A worker that read the finished job's state word, then the next job's task count, used to
+// claim a task before the caller published the new generation: it ran a task twice (or the
+// previous job's function with the new job's index), and the caller returned while that task
+// still ran (the vlm-server segfaults of issue 25). The race is a matter of nanoseconds: a
+// million jobs caught it in every one of 6 runs with 2 threads on the 2-core CI machine
+// (about 0.5 s). The functions live in a ring that outlives the loop, so a stray call is
+// counted here instead of touching freed memory.
+TEST(ThreadPool, BackToBackJobsOfDifferentSizesRunEachTaskOnce) {
+  constexpr int kJobs = 1000000, kRing = 64, kMaxTasks = 17;
+  constexpr int64_t kSizes[] = {2, 9, 3, kMaxTasks};
+  struct Slot {
+    std::atomic<int> hits[kMaxTasks];
+    std::atomic<int64_t> n{0};
+    std::atomic<bool> open{false};
+  };
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<Slot> slots(kRing);
+    std::atomic<int64_t> strays{0};
+    std::vector<std::function<void(int64_t)>> fns;
+    for (int r = 0; r < kRing; ++r)
+      fns.emplace_back([&, r](int64_t t) {
+        Slot& s = slots[r];
+        if (!s.open.load() || t < 0 || t >= s.n.load()) strays++;
+        else s.hits[t]++;
+      });
+    int64_t wrong = 0;
+    for (int j = 0; j < kJobs; ++j) {
+      Slot& s = slots[j % kRing];
+      const int64_t n = kSizes[j % 4];
+      for (auto& h : s.hits) h = 0;
+      s.n = n;
+      s.open = true;
+      pool.run_tasks(n, fns[j % kRing]);
+      s.open = false;
+      for (int64_t t = 0; t < n; ++t) wrong += s.hits[t].load() != 1;
+    }
+    EXPECT_EQ(wrong, 0) << threads << " threads: tasks run other than once by the time run_tasks returned";
+    EXPECT_EQ(strays.load(), 0) << threads << " threads: tasks run with a wrong index or after their job";
   }
 }
 

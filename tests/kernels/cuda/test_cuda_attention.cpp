@@ -71,8 +71,9 @@ double normalized_error(const std::vector<float>& got, const std::vector<float>&
   return err / mag;
 }
 
-void run_case(const Case& c, uint32_t seed) {
-  SCOPED_TRACE(c.name);
+void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::PrefillKernel::kAuto) {
+  static const char* const kernel_names[] = {"auto", "mma.sync", "wgmma", "wgmma warp-specialized"};
+  SCOPED_TRACE(std::string(c.name) + " (" + kernel_names[static_cast<int>(kernel)] + " prefill kernel)");
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   const int n = int(c.seqs.size());
@@ -179,7 +180,7 @@ void run_case(const Case& c, uint32_t seed) {
     DevMem ws(cuda::paged_decode_workspace_bytes(n, c.H, c.Hkv, D, max_ctx));
     cuda::paged_decode_attention(dq.p, c.act, c.H, dev_kv, batch, scale, dout.p, ws.p, nullptr);
   } else {
-    cuda::paged_prefill_attention(dq.p, c.act, c.H, dev_kv, batch, scale, dout.p, nullptr);
+    cuda::paged_prefill_attention(dq.p, c.act, c.H, dev_kv, batch, scale, dout.p, nullptr, kernel);
   }
   const bool naive = max_ctx <= 12000;
   if (naive) cuda::paged_attention_naive(dq.p, c.act, c.H, dev_kv, batch, scale, dout_naive.p, nullptr);
@@ -213,9 +214,21 @@ TEST(CudaAttention, PrefillMatchesCpuReference) {
       {"f32 exact G4 D128 B16", {{37, 37}, {50, 300}, {1, 77}}, 8, 2, 128, 16, F32, F32},
       {"f32 exact G7 D64 B32", {{100, 100}, {20, 90}}, 14, 2, 64, 32, F32, F32},
       {"f32 cache bf16 activations G1", {{40, 70}}, 2, 2, 64, 16, F32, BF16},
+      // Several 128-row query tiles and 128-key tiles (the sm_90 kernel's sizes), ragged ends.
+      {"long varlen G7 D128 B16 bf16", {{600, 600}, {129, 129}, {255, 255}, {2, 2}}, 14, 2, 128, 16, BF16, BF16},
+      {"long chunks over context G4 D128 B16 bf16", {{300, 1500}, {128, 640}, {1, 900}, {77, 77}}, 8, 2, 128, 16,
+       BF16, BF16},
+      {"long chunks G7 D128 B32 f16", {{400, 700}, {130, 131}}, 7, 1, 128, 32, F16, F16},
+      {"long bf16 cache f32 activations G7", {{300, 450}, {200, 200}}, 14, 2, 128, 16, BF16, F32},
   };
   uint32_t seed = 1;
-  for (const Case& c : cases) run_case(c, seed++);
+  // Every case through each prefill kernel (the wgmma ones on Hopper for D 128 and 16-bit caches;
+  // elsewhere they fall back to mma.sync).
+  for (const Case& c : cases) {
+    for (auto k : {cuda::PrefillKernel::kMmaSync, cuda::PrefillKernel::kWgmma, cuda::PrefillKernel::kWgmmaWs})
+      run_case(c, seed, k);
+    ++seed;
+  }
 }
 
 TEST(CudaAttention, DecodeMatchesCpuReference) {

@@ -74,18 +74,21 @@ TEST_P(CudaOps, RmsNormWithResidualAndRowsMatchesCpu) {
 
 TEST_P(CudaOps, SiluMulMatchesCpu) {
   const DType dt = GetParam();
-  const int64_t I = 1000, T = 5;
-  const auto gu = round_to(random_vector(T * 2 * I, 5, 2.0f), dt);
-  auto d_gu = to_device(encode(gu, dt));
-  auto d_out = poisoned(T * I * dtype_size(dt));
-  cuda::silu_mul(d_gu.get(), T, I, d_out.get(), dt, nullptr);
-  std::vector<float> g, u, want(T * I);
-  for (int64_t t = 0; t < T; ++t) {
-    g.insert(g.end(), gu.begin() + t * 2 * I, gu.begin() + t * 2 * I + I);
-    u.insert(u.end(), gu.begin() + t * 2 * I + I, gu.begin() + (t + 1) * 2 * I);
+  for (const int64_t I : {1000, 1004}) {  // 16-byte vectors (I % 8 == 0) and the scalar kernel
+    SCOPED_TRACE(I);
+    const int64_t T = 5;
+    const auto gu = round_to(random_vector(T * 2 * I, 5, 2.0f), dt);
+    auto d_gu = to_device(encode(gu, dt));
+    auto d_out = poisoned(T * I * dtype_size(dt));
+    cuda::silu_mul(d_gu.get(), T, I, d_out.get(), dt, nullptr);
+    std::vector<float> g, u, want(T * I);
+    for (int64_t t = 0; t < T; ++t) {
+      g.insert(g.end(), gu.begin() + t * 2 * I, gu.begin() + t * 2 * I + I);
+      u.insert(u.end(), gu.begin() + t * 2 * I + I, gu.begin() + (t + 1) * 2 * I);
+    }
+    silu_mul_ref(g.data(), u.data(), T, I, want.data());
+    EXPECT_LE(rel_error(decode(to_host<uint8_t>(d_out, T * I * dtype_size(dt)), dt), want), std::max(tol(), 1e-6));
   }
-  silu_mul_ref(g.data(), u.data(), T, I, want.data());
-  EXPECT_LE(rel_error(decode(to_host<uint8_t>(d_out, T * I * dtype_size(dt)), dt), want), std::max(tol(), 1e-6));
 }
 
 // RoPE of every scaling type, 1-D and M-RoPE, against RotaryEmbedding (bit-level on f32 up to

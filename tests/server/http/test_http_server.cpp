@@ -185,6 +185,27 @@ TEST_F(HttpServerTest, HeartbeatsDuringLongGaps) {
   EXPECT_NE(r.find("data: chunk 1"), std::string::npos) << r;
 }
 
+// The write timeout bounds one write to a slow reader, not the wait for the next chunk: a
+// stream whose first chunk comes after several write timeouts (a long prefill), kept alive by
+// heartbeats meanwhile, arrives whole. Before the fix the timeout armed for the header write
+// expired during the wait and the next heartbeat write failed, cutting the stream.
+TEST_F(HttpServerTest, SlowFirstChunkOutlastsTheWriteTimeout) {
+  server_->stop();
+  HttpServerOptions o;
+  o.port = 0;
+  o.write_timeout_ms = 150;
+  o.heartbeat_ms = 40;
+  server_ = std::make_unique<HttpServer>(o, router_);
+  server_->start();
+  gap_ = 500ms;  // each chunk waits more than three write timeouts
+  std::string r = exchange(server_->port(), std::string("GET /stream HTTP/1.1\r\nHost: x\r\n") + kClose + "\r\n",
+                           10000ms);
+  EXPECT_NE(r.find(": keep-alive"), std::string::npos) << r;
+  EXPECT_NE(r.find("data: chunk 3"), std::string::npos) << r;
+  EXPECT_NE(r.find("data: chunk 1"), std::string::npos) << r;
+  EXPECT_NE(r.find("\r\n0\r\n\r\n"), std::string::npos) << "terminating chunk: " << r;
+}
+
 TEST_F(HttpServerTest, DisconnectMidStreamCancels) {
   gap_ = 800ms;  // the stream would take long
   {

@@ -1,0 +1,280 @@
+// Sparse prefill attention on the GPU, one layer of Qwen2-7B attention (H = 28, Hkv = 4, D = 128,
+// bf16 cache in blocks of 16, shuffled), one sequence of S tokens, all queries, video-structured
+// input (bench_sparse_prefill --video's generator: a 200-token text prefix, then frames of 256
+// tokens, a key direction per spatial index, 4 sink keys, one salient index; the noise comes from
+// a counter hash instead of mt19937 so 512K tokens generate in parallel).
+// Per pattern: the plan (CPU planner, kernels/sparse_prefill, on VLM_BENCH_THREADS threads,
+// estimation included), its upload, the kernel (paged_block_sparse_attention), kept-block density
+// and the relative L2 error of the output against our dense tensor-core kernel
+// (paged_prefill_attention), whose time is printed first. torch SDPA runs beside it in the same
+// call (bench/cuda/run_sparse_prefill_bench.sh).
+// Usage: bench_cuda_sparse_prefill [S ...]   (default 131072 262144 524288);
+// VLM_BENCH_PATTERNS=a,b as in bench_sparse_prefill ("all-blocks": the all-blocks plan, S <= 128K).
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/common/shuffled_cache.h"
+#include "kernels/core/thread_pool.h"
+#include "kernels/cuda/attention/cuda_block_sparse.h"
+#include "kernels/cuda/attention/cuda_grid_search.h"
+#include "kernels/sparse_prefill/sparse_prefill_planner.h"
+
+namespace {
+
+using vlm::cuda::DeviceBuffer;
+constexpr int kH = 28, kHkv = 4, kD = 128, kB = 16, kPrefix = 200, kFrame = 256, kSalient = 77;
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Uniform in [-1, 1) from a counter (splitmix64).
+float noise(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+std::vector<float> g_dirs;  // [kFrame, 32] unit directions
+
+float structure(int pos, int d, bool key) {
+  if (pos < kPrefix) return d < 8 && (!key || pos < 4) ? 2.5f : 0.0f;
+  const int x = (pos - kPrefix) % kFrame;
+  if (d < 8) return key ? (x == kSalient ? 2.0f : 0.0f) : 2.5f;
+  if (d < 40) return 10.0f * g_dirs[x * 32 + d - 8];
+  return 0.0f;
+}
+
+struct Setup {
+  int S;
+  std::mt19937 rng{42};
+  vlm::bench::ShuffledCache cache;
+  std::unique_ptr<float[]> qf;  // [S, H, D] f32, only the rows the planners read are filled
+  std::vector<uint16_t> qb;     // [S, H, D] bf16
+  DeviceBuffer dk, dv, dq, dtable, dcu, dctx, dense, out;
+  vlm::PagedKVLayer dev_kv;
+  vlm::cuda::CudaAttentionBatch batch;
+  int32_t cu[2] = {0, 0};
+
+  explicit Setup(int s) : S(s), cache(s, kB, kHkv, kD, vlm::DType::BF16, rng), qf(new float[size_t(s) * kH * kD]) {
+    cu[1] = S;
+    const size_t qn = size_t(S) * kH * kD;
+    qb.resize(qn);
+    auto bf16 = [](float x) {
+      uint16_t h;
+      vlm::convert_from_f32(&x, vlm::DType::BF16, &h, 1);
+      return h;
+    };
+    auto* kc = reinterpret_cast<uint16_t*>(cache.kbuf.data());
+    auto* vc = reinterpret_cast<uint16_t*>(cache.vbuf.data());
+    const int tasks = 256;
+    vlm::global_thread_pool().run_tasks(tasks, [&](int64_t t) {
+      for (int j = int(t * S / tasks); j < int((t + 1) * S / tasks); ++j) {
+        for (int h = 0; h < kHkv; ++h)
+          for (int d = 0; d < kD; ++d) {
+            const uint64_t id = (uint64_t(j) * kHkv + h) * kD + d;
+            const int64_t e = int64_t(cache.slots[j]) / kB * cache.kv.block_stride() + h * cache.kv.head_stride() +
+                              int64_t(cache.slots[j] % kB) * kD + d;
+            kc[e] = bf16(0.5f * noise(2 * id) + structure(j, d, true));
+            vc[e] = bf16(noise(2 * id + 1));
+          }
+        for (int h = 0; h < kH; ++h)
+          for (int d = 0; d < kD; ++d) {
+            const size_t i = (size_t(j) * kH + h) * kD + d;
+            qb[i] = bf16(0.5f * noise(uint64_t(1) << 62 | i) + structure(j, d, false));
+          }
+      }
+    });
+    // f32 queries of the last rows (the estimating planners' input).
+    const int last = std::min(S, 1024);
+    vlm::convert_to_f32(qb.data() + size_t(S - last) * kH * kD, vlm::DType::BF16, qf.get() + size_t(S - last) * kH * kD,
+                        int64_t(last) * kH * kD);
+    auto up = [](DeviceBuffer& b, const void* p, size_t n) {
+      b.resize(n);
+      VLM_CUDA_CHECK(cudaMemcpy(b.get(), p, n, cudaMemcpyHostToDevice));
+    };
+    up(dk, cache.kbuf.data(), cache.kbuf.size());
+    up(dv, cache.vbuf.data(), cache.vbuf.size());
+    up(dq, qb.data(), qn * 2);
+    up(dtable, cache.table.data(), cache.table.size() * 4);
+    up(dcu, cu, 8);
+    up(dctx, &S, 4);
+    dense.resize(qn * 2);
+    out.resize(qn * 2);
+    dev_kv = cache.kv;
+    dev_kv.k = dk.get();
+    dev_kv.v = dv.get();
+    batch.num_seqs = 1;
+    batch.cu_seqlens_q = dcu.as<int32_t>();
+    batch.context_lens = dctx.as<int32_t>();
+    batch.block_tables = dtable.as<int32_t>();
+    batch.max_blocks_per_seq = static_cast<int>(cache.table.size());
+    batch.max_q_len = S;
+    batch.max_context_len = S;
+  }
+};
+
+// Seconds of fn on the GPU (CUDA events).
+template <class F>
+double gpu_seconds(F&& fn) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a);
+  fn();
+  cudaEventRecord(b);
+  VLM_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms * 1e-3;
+}
+
+// ||got - ref|| / ||ref|| of two bf16 device tensors of n values.
+double rel_l2(const DeviceBuffer& got, const DeviceBuffer& ref, size_t n) {
+  std::vector<uint16_t> a(n), b(n);
+  VLM_CUDA_CHECK(cudaMemcpy(a.data(), got.get(), n * 2, cudaMemcpyDeviceToHost));
+  VLM_CUDA_CHECK(cudaMemcpy(b.data(), ref.get(), n * 2, cudaMemcpyDeviceToHost));
+  const int tasks = 64;
+  std::vector<double> num(tasks), den(tasks);
+  vlm::global_thread_pool().run_tasks(tasks, [&](int64_t t) {
+    float x[1024], y[1024];
+    for (size_t i = t * n / tasks; i < (t + 1) * n / tasks; i += 1024) {
+      const int c = int(std::min<size_t>(1024, (t + 1) * n / tasks - i));
+      vlm::convert_to_f32(a.data() + i, vlm::DType::BF16, x, c);
+      vlm::convert_to_f32(b.data() + i, vlm::DType::BF16, y, c);
+      for (int k = 0; k < c; ++k) {
+        num[t] += double(x[k] - y[k]) * (x[k] - y[k]);
+        den[t] += double(y[k]) * y[k];
+      }
+    }
+  });
+  double sn = 0, sd = 0;
+  for (int t = 0; t < tasks; ++t) sn += num[t], sd += den[t];
+  return std::sqrt(sn / sd);
+}
+
+bool wanted(const std::string& name) {
+  const char* env = std::getenv("VLM_BENCH_PATTERNS");
+  if (!env) return true;
+  const std::string list = std::string(",") + env + ",";
+  for (size_t i = 0; i < list.size();) {
+    const size_t j = list.find(',', i + 1);
+    if (j == std::string::npos) break;
+    const std::string pre = list.substr(i + 1, j - i - 1);
+    if (!pre.empty() && name.rfind(pre, 0) == 0) return true;
+    i = j;
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* th = std::getenv("VLM_BENCH_THREADS");
+  vlm::set_num_threads(th ? std::atoi(th) : 16);
+  std::vector<int> lengths;
+  for (int i = 1; i < argc; ++i) lengths.push_back(std::atoi(argv[i]));
+  if (lengths.empty()) lengths = {131072, 262144, 524288};
+  {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> g(0, 1);
+    g_dirs.resize(size_t(kFrame) * 32);
+    for (int x = 0; x < kFrame; ++x) {
+      double n = 0;
+      for (int d = 0; d < 32; ++d) n += std::pow(g_dirs[x * 32 + d] = g(rng), 2);
+      for (int d = 0; d < 32; ++d) g_dirs[x * 32 + d] /= static_cast<float>(std::sqrt(n));
+    }
+  }
+  struct Pattern {
+    std::string name;
+    vlm::SparsePrefillConfig cfg;
+  };
+  std::vector<Pattern> patterns;
+  {
+    vlm::SparsePrefillConfig c;
+    c.method = vlm::SparsePrefillMethod::TriShape;
+    patterns.push_back({"tri_shape(128, 3968, last 100)", c});
+    c.method = vlm::SparsePrefillMethod::VerticalSlash;
+    patterns.push_back({"vertical_slash(1000, 6096)", c});
+    vlm::SparsePrefillConfig mm;
+    mm.method = vlm::SparsePrefillMethod::MMInference;  // default head: grid, + known stride
+    patterns.push_back({"mminference(grid heads, known 256 tok/frame)", mm});
+  }
+  std::erase_if(patterns, [](const Pattern& p) { return !wanted(p.name); });
+  const int32_t known[] = {kFrame};
+  const float scale = 1.0f / std::sqrt(float(kD));
+  cudaFree(nullptr);
+  vlm::cuda::CudaGridSearch gs;
+  std::printf("| S | method | plan (CPU) | upload | kernel | kernel speedup vs our dense | block density | output rel. L2 |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (int S : lengths) {
+    double t0 = now();
+    Setup su(S);
+    std::fprintf(stderr, "S=%d: input generated and uploaded in %.1f s\n", S, now() - t0);
+    const size_t qn = size_t(S) * kH * kD;
+    auto dense_call = [&] {
+      vlm::cuda::paged_prefill_attention(su.dq.get(), vlm::DType::BF16, kH, su.dev_kv, su.batch, scale, su.dense.get(),
+                                         nullptr);
+    };
+    dense_call();  // warm-up
+    const double t_dense = gpu_seconds(dense_call);
+    std::printf("| %d | dense (paged_prefill_attention) | - | - | %.1f ms | 1.00x | 1.000 | 0 |\n", S, t_dense * 1e3);
+    std::fflush(stdout);
+    vlm::cuda::CudaBlockSparsePlan dplan;
+    auto run = [&](const std::string& name, const vlm::BlockSparsePlan& plan, double t_plan) {
+      const vlm::BlockSparsePlan* pp = &plan;
+      double t = now();
+      dplan.upload({&pp, 1}, su.cu, kH, nullptr);
+      VLM_CUDA_CHECK(cudaDeviceSynchronize());
+      const double t_up = now() - t;
+      auto call = [&] {
+        vlm::cuda::paged_block_sparse_attention(su.dq.get(), vlm::DType::BF16, kH, su.dev_kv, su.batch, dplan, scale,
+                                                su.out.get(), nullptr);
+      };
+      call();  // warm-up
+      const double t_k = gpu_seconds(call);
+      std::printf("| %d | %s | %.3f s | %.1f ms | %.1f ms | %.2fx | %.4f | %.4f |\n", S, name.c_str(), t_plan,
+                  t_up * 1e3, t_k * 1e3, t_dense / t_k, dplan.block_density(), rel_l2(su.out, su.dense, qn));
+      std::fflush(stdout);
+    };
+    if (wanted("all-blocks") && S <= 131072) run("all-blocks plan", vlm::dense_plan(S, S, kH), 0.0);
+    for (const auto& pat : patterns) {
+      vlm::ChunkView cv{su.qf.get(), S, S, S, su.cache.table.data(), 0, nullptr, {}};
+      if (pat.cfg.method == vlm::SparsePrefillMethod::MMInference) cv.frame_strides = known;
+      t0 = now();
+      const vlm::BlockSparsePlan plan = vlm::build_sparse_plan(pat.cfg, cv, kH, su.cache.kv, scale);
+      run(pat.name, plan, now() - t0);
+    }
+    if (wanted("mminference-gpu")) {  // the grid heads' search on the GPU, plans built on the host
+      const vlm::GridParams gp = vlm::SparsePrefillConfig{}.default_head.grid;
+      vlm::cuda::GridEstimateShape sh;
+      sh.num_heads = kH;
+      sh.q_len = sh.num_keys = S;
+      sh.rows = std::min(gp.last_q, 64);
+      t0 = now();
+      const auto layouts = gs.search(su.dq.get(), vlm::DType::BF16, su.dev_kv, su.dtable.as<int32_t>(), sh, scale, gp,
+                                     known, nullptr);
+      const double t_est = now() - t0;
+      vlm::BlockSparsePlan plan;
+      plan.q_len = plan.num_keys = S;
+      plan.heads.resize(kH);
+      vlm::global_thread_pool().run_tasks(
+          kH, [&](int64_t h) { plan.heads[h] = vlm::grid_head_plan(layouts[h], gp, S, S, plan.block_m); });
+      const double t_plan = now() - t0;
+      std::fprintf(stderr, "S=%d: GPU grid search %.1f ms (stride of head 0: %d), host plans %.1f ms\n", S,
+                   t_est * 1e3, layouts[0].stride, (t_plan - t_est) * 1e3);
+      run("mminference-gpu (grid search on the GPU, plans on the host)", plan, t_plan);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,115 @@
+// CudaBlockSparsePlan::upload: the batch's BlockSparsePlans flattened into one int32 buffer.
+// Layout: items [num_items, 4], then the SparseHeadDescs (8-byte aligned), then per head its
+// q_order, k_order, block_ptr, blocks, col_ptr, cols.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/core/check.h"
+#include "kernels/cuda/attention/cuda_block_sparse.h"
+
+namespace vlm::cuda {
+
+void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, const int32_t* cu_host, int H,
+                                 cudaStream_t stream) {
+  const int S = static_cast<int>(plans.size());
+  num_heads_ = H;
+  counts_ = {};
+  struct Item {
+    int32_t seq, head, qblock;
+    double cost;
+  };
+  std::vector<Item> items;
+  int64_t words = 0;  // the arrays
+  for (int s = 0; s < S; ++s) {
+    const BlockSparsePlan* p = plans[s];
+    if (!p) continue;
+    VLM_CHECK(p->block_m == 64 && p->block_n == 64, "CUDA block-sparse attention needs 64x64 blocks, plan has {}x{}",
+              p->block_m, p->block_n);
+    VLM_CHECK(static_cast<int>(p->heads.size()) == H && p->q_len == cu_host[s + 1] - cu_host[s],
+              "sequence {}: plan for {} heads q_len {}, batch has {} heads q_len {}", s, p->heads.size(), p->q_len, H,
+              cu_host[s + 1] - cu_host[s]);
+    counts_ += plan_block_counts(*p);
+    for (int h = 0; h < H; ++h) {
+      const HeadPlan& hp = p->heads[h];
+      words += static_cast<int64_t>(hp.q_order.size() + hp.k_order.size() + hp.block_ptr.size() + hp.blocks.size() +
+                                    hp.col_ptr.size() + hp.cols.size());
+      for (int m = 0; m < p->num_qblocks(); ++m)
+        items.push_back({s, h, m,
+                         (hp.block_ptr[m + 1] - hp.block_ptr[m]) + (hp.col_ptr[m + 1] - hp.col_ptr[m]) / 64.0 + 0.25});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  static_assert(sizeof(SparseHeadDesc) % 8 == 0);
+  const int64_t item_words = (4 * static_cast<int64_t>(items.size()) + 1) & ~int64_t(1);  // keep descs 8-aligned
+  const int64_t desc_words = static_cast<int64_t>(S) * H * (sizeof(SparseHeadDesc) / 4);
+  const int64_t base = item_words + desc_words;
+  VLM_CHECK(base + words < (int64_t(1) << 31), "block-sparse plan of {} words too large", base + words);
+  // The staging buffer is pinned (one DMA copy) and reused: wait for the previous upload first.
+  if (pending_) VLM_CUDA_CHECK(cudaStreamSynchronize(pending_stream_));
+  const size_t total = static_cast<size_t>(base + words);
+  host_.reserve(total * sizeof(int32_t));
+  int32_t* const hw = host_.as<int32_t>();
+  std::fill(hw, hw + base, 0);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& it = items[i];
+    int32_t* w = hw + 4 * i;
+    w[0] = it.seq, w[1] = it.head, w[2] = it.qblock, w[3] = it.seq * H + it.head;
+  }
+  int64_t at = base;
+  auto put = [&](const std::vector<int32_t>& v) {
+    if (v.empty()) return int64_t(-1);
+    std::copy(v.begin(), v.end(), hw + at);
+    at += static_cast<int64_t>(v.size());
+    return at - static_cast<int64_t>(v.size());
+  };
+  for (int s = 0; s < S; ++s) {
+    const BlockSparsePlan* p = plans[s];
+    for (int h = 0; h < H; ++h) {
+      SparseHeadDesc d{};
+      if (p) {
+        const HeadPlan& hp = p->heads[h];
+        d.q_order = put(hp.q_order);
+        d.k_order = put(hp.k_order);
+        d.block_ptr = put(hp.block_ptr);
+        d.blocks = std::max<int64_t>(put(hp.blocks), 0);
+        d.col_ptr = put(hp.col_ptr);
+        d.cols = std::max<int64_t>(put(hp.cols), 0);
+        d.t0 = cu_host[s];
+        d.q_len = p->q_len;
+        d.num_keys = p->num_keys;
+      }
+      std::memcpy(hw + item_words + (static_cast<int64_t>(s) * H + h) * (sizeof(SparseHeadDesc) / 4), &d,
+                  sizeof d);
+    }
+  }
+  dev_.reserve(total * sizeof(int32_t));
+  if (total > 0) {
+    VLM_CUDA_CHECK(cudaMemcpyAsync(dev_.get(), hw, total * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    pending_ = true;
+    pending_stream_ = stream;
+  }
+  const int32_t* d = dev_.as<int32_t>();
+  view_.data = d;
+  view_.items = d;
+  view_.descs = reinterpret_cast<const SparseHeadDesc*>(d + item_words);
+  view_.num_items = static_cast<int>(items.size());
+}
+
+void paged_block_sparse_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
+                                  const CudaAttentionBatch& batch, const CudaBlockSparsePlan& plan, float scale,
+                                  void* out, cudaStream_t stream) {
+  VLM_CHECK(num_heads % kv.num_kv_heads == 0 && (kv.head_dim == 64 || kv.head_dim == 128) &&
+                (kv.block_size & (kv.block_size - 1)) == 0,
+            "block-sparse attention: H {} Hkv {} D {} block size {}", num_heads, kv.num_kv_heads, kv.head_dim,
+            kv.block_size);
+  VLM_CHECK(kv.dtype == DType::BF16 || kv.dtype == DType::F16,
+            "block-sparse attention on the GPU needs a bf16/f16 cache, not {}", dtype_name(kv.dtype));
+  VLM_CHECK(plan.num_heads() == num_heads, "plan for {} heads, call with {}", plan.num_heads(), num_heads);
+  if (plan.view().num_items == 0) return;
+  launch_block_sparse_attention(q, act, num_heads, kv, batch, plan.view(), scale, out, stream);
+}
+
+}  // namespace vlm::cuda

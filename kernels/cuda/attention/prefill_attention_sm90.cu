@@ -1,0 +1,98 @@
+// Dense causal prefill attention on Hopper (sm_90a): wgmma over the paged cache, one launch for all
+// sequences of a step (varlen, GQA, chunks over cached context). The tile loops are
+// attend_query_tile / attend_query_tile_ws (prefill_sm90.cuh) driven by the causal key-tile list.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kernels/cuda/attention/prefill_sm90.cuh"
+#include "kernels/cuda/attention/prefill_sm90_launch.h"
+
+namespace vlm::cuda {
+namespace {
+
+// The CTA's query tile: grid (query tiles, H, num_seqs), the tile index reversed so the longest
+// (last) tiles start first. False when the tile lies past the sequence's rows.
+__device__ __forceinline__ bool query_tile(const CudaAttentionBatch& batch, int H, const KVView& kv, wg::QueryTile& qt) {
+  const int s = blockIdx.z;
+  qt.t0 = batch.cu_seqlens_q[s];
+  const int q_len = batch.cu_seqlens_q[s + 1] - qt.t0;
+  qt.m0 = (gridDim.x - 1 - blockIdx.x) * wg::kBM;
+  if (qt.m0 >= q_len) return false;
+  qt.rows = min(wg::kBM, q_len - qt.m0);
+  qt.pos0 = batch.context_lens[s] - q_len + qt.m0;
+  qt.h = blockIdx.y;
+  qt.H = H;
+  qt.hk = qt.h / (H / kv.num_kv_heads);
+  qt.table = batch.block_tables + int64_t(s) * batch.max_blocks_per_seq;
+  return true;
+}
+
+template <class T, class TQ>
+__global__ void __launch_bounds__(wg::kThreads, 1)
+prefill_sm90_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
+                    TQ* __restrict__ out) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem[];
+  wg::QueryTile qt;
+  if (!query_tile(batch, H, kv, qt)) return;
+  const wg::CausalKeyTiles tiles{(qt.pos0 + qt.rows + wg::kBN - 1) / wg::kBN};
+  wg::attend_query_tile<T>(q, out, kv, qt, tiles, scale_log2, smem);
+#endif
+}
+
+template <class T, class TQ>
+__global__ void __launch_bounds__(wg::kWsThreads, 1)
+prefill_sm90_ws_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
+                       TQ* __restrict__ out) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem[];
+  wg::QueryTile qt;
+  if (!query_tile(batch, H, kv, qt)) return;
+  const wg::CausalKeyTiles tiles{(qt.pos0 + qt.rows + wg::kBN - 1) / wg::kBN};
+  wg::attend_query_tile_ws<T>(q, out, kv, qt, tiles, scale_log2, smem);
+#endif
+}
+
+template <class T, class TQ>
+void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale, void* out,
+            bool ws, cudaStream_t stream) {
+  const dim3 grid((batch.max_q_len + wg::kBM - 1) / wg::kBM, H, batch.num_seqs);
+  const float scale_log2 = scale * float(M_LOG2E);
+  if (ws) {
+    static const bool smem_ok = allow_dynamic_smem(prefill_sm90_ws_kernel<T, TQ>, wg::kWsSmemBytes);
+    (void)smem_ok;
+    prefill_sm90_ws_kernel<T, TQ><<<grid, wg::kWsThreads, wg::kWsSmemBytes, stream>>>(
+        static_cast<const TQ*>(q), H, kv_view(kv), batch, scale_log2, static_cast<TQ*>(out));
+  } else {
+    static const bool smem_ok = allow_dynamic_smem(prefill_sm90_kernel<T, TQ>, wg::kSmemBytes);
+    (void)smem_ok;
+    prefill_sm90_kernel<T, TQ><<<grid, wg::kThreads, wg::kSmemBytes, stream>>>(
+        static_cast<const TQ*>(q), H, kv_view(kv), batch, scale_log2, static_cast<TQ*>(out));
+  }
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool prefill_sm90_supported(const PagedKVLayer& kv) {
+  static const int major = [] {
+    int dev = 0, m = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
+    return m;
+  }();
+  return major == 9 && kv.head_dim == wg::kD && (kv.dtype == DType::BF16 || kv.dtype == DType::F16);
+}
+
+void prefill_attention_sm90(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
+                            const CudaAttentionBatch& batch, float scale, void* out, bool warp_specialized,
+                            cudaStream_t stream) {
+  VLM_CHECK(prefill_sm90_supported(kv), "sm_90 prefill attention: needs an sm_90 GPU, D 128 and a 16-bit cache");
+  dispatch_float(act, [&](auto a) {
+    if (kv.dtype == DType::BF16) launch<__nv_bfloat16, decltype(a)>(q, num_heads, kv, batch, scale, out, warp_specialized, stream);
+    else launch<__half, decltype(a)>(q, num_heads, kv, batch, scale, out, warp_specialized, stream);
+  });
+}
+
+}  // namespace vlm::cuda

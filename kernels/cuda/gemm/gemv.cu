@@ -1,0 +1,258 @@
+#include "kernels/cuda/gemm/gemv.h"
+
+#include "kernels/cuda/core/element.cuh"
+
+namespace vlm::cuda {
+
+namespace {
+
+constexpr int kWarps = 8, kThreads = 32 * kWarps, kUnroll = 4;
+
+// 16 bytes of w, bypassing L1 (read once), through the read-only path.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ float2 pair_f32(uint32_t v, __nv_bfloat16) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+__device__ __forceinline__ float2 pair_f32(uint32_t v, __half) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
+// acc += w . x over 8 elements (k in order).
+template <class T>
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
+  const uint32_t wv[4] = {w.x, w.y, w.z, w.w}, xv[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = pair_f32(wv[i], T{}), b = pair_f32(xv[i], T{});
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// acc[r][m] = sum over the warp of w_r . x_m, for R rows of w (w[r]: K8 16-byte vectors each) and
+// the M rows of x; lane j takes vectors j, j + 32, ... with kUnroll loads of each row in flight.
+template <class T, int M, int R>
+__device__ __forceinline__ void warp_dot(const uint4* __restrict__ x, const uint4* const (&w)[R], int K8, int lane,
+                                         float (&acc)[R][M]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
+  for (int base = lane; base < K8; base += 32 * kUnroll) {
+    uint4 wv[R][kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32;
+#pragma unroll
+      for (int r = 0; r < R; ++r) wv[r][u] = i < K8 ? load_stream(w[r] + i) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32;
+      if (i >= K8) break;
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const uint4 xv = __ldg(x + int64_t(m) * K8 + i);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][m] = dot8<T>(wv[r][u], xv, acc[r][m]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[r][m] = warp_sum(acc[r][m]);
+}
+
+// grid ceil(N / kWarps): warp -> column n.
+template <class T, class TO, int M>
+__global__ void __launch_bounds__(kThreads)
+gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const TO* __restrict__ bias, TO* y, bool accumulate,
+            int N, int K) {
+  const int lane = threadIdx.x % 32, n = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (n >= N) return;
+  const int K8 = K / 8;
+  const uint4* rows[1] = {reinterpret_cast<const uint4*>(w) + int64_t(n) * K8};
+  float acc[1][M];
+  warp_dot<T, M, 1>(reinterpret_cast<const uint4*>(x), rows, K8, lane, acc);
+  if (lane >= M) return;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    if (m != lane) continue;
+    float v = acc[0][m];
+    if (bias) v += to_f32(bias[n]);
+    if (accumulate) v += to_f32(y[int64_t(m) * N + n]);
+    y[int64_t(m) * N + n] = from_f32<TO>(v);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ float silu_mul_of(float g, float u) {
+  g = to_f32(from_f32<T>(g));
+  u = to_f32(from_f32<T>(u));
+  return g / (1.0f + expf(-g)) * u;  // as ops_cuda's silu_mul
+}
+
+// grid ceil(I / kWarps): warp -> gate row i and up row I + i.
+template <class T, int M>
+__global__ void __launch_bounds__(kThreads)
+gemv_silu_mul_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* out, int I,
+                     int K) {
+  const int lane = threadIdx.x % 32, i = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (i >= I) return;
+  const int K8 = K / 8;
+  const uint4* base = reinterpret_cast<const uint4*>(w);
+  const uint4* rows[2] = {base + int64_t(i) * K8, base + int64_t(I + i) * K8};
+  float acc[2][M];
+  warp_dot<T, M, 2>(reinterpret_cast<const uint4*>(x), rows, K8, lane, acc);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    if (m != lane) continue;
+    const float g = acc[0][m] + (bias ? to_f32(bias[i]) : 0.f), u = acc[1][m] + (bias ? to_f32(bias[I + i]) : 0.f);
+    out[int64_t(m) * I + i] = from_f32<T>(silu_mul_of<T>(g, u));
+  }
+}
+
+// Calls f(std::integral_constant<int, M>) for M in [1, kGemvMaxRows].
+template <class F>
+void dispatch_rows(int64_t M, F&& f) {
+  switch (M) {
+    case 1: f(std::integral_constant<int, 1>{}); return;
+    case 2: f(std::integral_constant<int, 2>{}); return;
+    case 3: f(std::integral_constant<int, 3>{}); return;
+    case 4: f(std::integral_constant<int, 4>{}); return;
+    default: precondition_failed("gemv: more rows than kGemvMaxRows");
+  }
+}
+
+template <class F>
+void dispatch_half(DType dt, F&& f) {
+  if (dt == DType::BF16) f(__nv_bfloat16{});
+  else if (dt == DType::F16) f(__half{});
+  else unsupported_dtype(dt);
+}
+
+unsigned blocks(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
+
+// ---- naive references: one thread per output element ----
+
+template <class T, class TO>
+__global__ void gemv_naive_kernel(const T* x, const T* w, const TO* bias, TO* y, bool accumulate, int N, int K) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+  if (n >= N) return;
+  float v = 0.f;
+  for (int k = 0; k < K; ++k) v = fmaf(to_f32(w[int64_t(n) * K + k]), to_f32(x[int64_t(m) * K + k]), v);
+  if (bias) v += to_f32(bias[n]);
+  if (accumulate) v += to_f32(y[int64_t(m) * N + n]);
+  y[int64_t(m) * N + n] = from_f32<TO>(v);
+}
+
+template <class T>
+__global__ void gemv_silu_mul_naive_kernel(const T* x, const T* w, const T* bias, T* out, int I, int K) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+  if (i >= I) return;
+  float g = 0.f, u = 0.f;
+  for (int k = 0; k < K; ++k) {
+    const float xv = to_f32(x[int64_t(m) * K + k]);
+    g = fmaf(to_f32(w[int64_t(i) * K + k]), xv, g);
+    u = fmaf(to_f32(w[int64_t(I + i) * K + k]), xv, u);
+  }
+  if (bias) {
+    g += to_f32(bias[i]);
+    u += to_f32(bias[I + i]);
+  }
+  out[int64_t(m) * I + i] = from_f32<T>(silu_mul_of<T>(g, u));
+}
+
+void check_shape(int64_t M, int64_t N, int64_t K, DType dt) {
+  if (!gemv_supported(M, K, dt)) precondition_failed("gemv: M in [1, kGemvMaxRows], K % 8 == 0, BF16 or F16");
+  if (N >= (int64_t(1) << 31) || K >= (int64_t(1) << 31)) precondition_failed("gemv: N and K below 2^31");
+}
+
+}  // namespace
+
+bool gemv_supported(int64_t M, int64_t K, DType dt) {
+  return M >= 1 && M <= kGemvMaxRows && K % 8 == 0 && (dt == DType::BF16 || dt == DType::F16);
+}
+
+void gemv(const void* x, const void* w, DType dt, const void* bias, void* y, DType out_dt, bool accumulate, int64_t M,
+          int64_t N, int64_t K, cudaStream_t s) {
+  check_shape(M, N, K, dt);
+  if (out_dt != dt && out_dt != DType::F32) precondition_failed("gemv: output in the inputs' type or F32");
+  dispatch_half(dt, [&](auto t) {
+    using T = decltype(t);
+    dispatch_rows(M, [&](auto rows) {
+      constexpr int R = decltype(rows)::value;
+      if (out_dt == DType::F32)
+        gemv_kernel<T, float, R><<<blocks(N, kWarps), kThreads, 0, s>>>(
+            static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const float*>(bias), static_cast<float*>(y),
+            accumulate, static_cast<int>(N), static_cast<int>(K));
+      else
+        gemv_kernel<T, T, R><<<blocks(N, kWarps), kThreads, 0, s>>>(
+            static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y),
+            accumulate, static_cast<int>(N), static_cast<int>(K));
+    });
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void gemv_silu_mul(const void* x, const void* w, DType dt, const void* bias, void* out, int64_t M, int64_t I, int64_t K,
+                   cudaStream_t s) {
+  check_shape(M, 2 * I, K, dt);
+  dispatch_half(dt, [&](auto t) {
+    using T = decltype(t);
+    dispatch_rows(M, [&](auto rows) {
+      constexpr int R = decltype(rows)::value;
+      gemv_silu_mul_kernel<T, R><<<blocks(I, kWarps), kThreads, 0, s>>>(
+          static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(out),
+          static_cast<int>(I), static_cast<int>(K));
+    });
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void gemv_naive(const void* x, const void* w, DType dt, const void* bias, void* y, DType out_dt, bool accumulate,
+                int64_t M, int64_t N, int64_t K, cudaStream_t s) {
+  check_shape(M, N, K, dt);
+  dispatch_half(dt, [&](auto t) {
+    using T = decltype(t);
+    const dim3 grid(blocks(N, 128), static_cast<unsigned>(M));
+    if (out_dt == DType::F32)
+      gemv_naive_kernel<T, float><<<grid, 128, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(w),
+                                                       static_cast<const float*>(bias), static_cast<float*>(y),
+                                                       accumulate, static_cast<int>(N), static_cast<int>(K));
+    else
+      gemv_naive_kernel<T, T><<<grid, 128, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(w),
+                                                   static_cast<const T*>(bias), static_cast<T*>(y), accumulate,
+                                                   static_cast<int>(N), static_cast<int>(K));
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void gemv_silu_mul_naive(const void* x, const void* w, DType dt, const void* bias, void* out, int64_t M, int64_t I,
+                         int64_t K, cudaStream_t s) {
+  check_shape(M, 2 * I, K, dt);
+  dispatch_half(dt, [&](auto t) {
+    using T = decltype(t);
+    gemv_silu_mul_naive_kernel<T><<<dim3(blocks(I, 128), static_cast<unsigned>(M)), 128, 0, s>>>(
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(out),
+        static_cast<int>(I), static_cast<int>(K));
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace vlm::cuda

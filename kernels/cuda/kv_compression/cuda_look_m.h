@@ -1,0 +1,48 @@
+// LOOK-M at the end of prefill on the GPU (paper §3, ALGORITHMS.md §7; the CPU's
+// kernels/kv_compression): importance scores as column sums of prompt softmax attention, and the
+// merge + compaction of one sequence's layer given each kv head's kept positions. The kept sets
+// themselves are chosen on the host by the CPU's select_kept_tokens from the downloaded scores
+// (one download of [Hkv, L] floats per layer at the end of a prompt; the ranking is then the
+// CPU's exactly). Contract as kernels/cuda/attention/cuda_attention.h: device pointers, work on
+// `stream`, no sync; the scratch buffers are the caller's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/attention/paged_kv.h"
+#include "kernels/core/dtype.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace vlm {
+// kernels/kv_compression/look_m_params.h (not included: its C++20 parts do not compile in the .cu's
+// C++17; the kernels switch on the values None 0, Average 1, Pivot 2, Weighted 3, which
+// tests/kernels/cuda/test_cuda_look_m.cpp pins).
+enum class KVMerge : uint8_t;
+}  // namespace vlm
+
+namespace vlm::cuda {
+
+// accumulate_attention_scores (kernels/kv_compression/attention_scores.h) on the device: q[R, H, D]
+// (dtype act) are consecutive query rows of one sequence at cache positions first_pos + r, keys
+// read through block_table; scores[h * stride + j] += Σ_{r, heads of group h} softmax_r(j) for
+// j < first_pos + R. Per block of 64 rows: every key chunk's max and sum of exp per row and head,
+// merged into each row's (max, sum), then the column sums (one thread per key with the key in
+// registers, f32, rows in order). row_stats: look_m_row_stats_bytes(R, H, first_pos + R) bytes.
+// Preconditions: H % Hkv == 0; H / Hkv <= 16; D <= 256.
+size_t look_m_row_stats_bytes(int32_t R, int num_heads, int32_t num_keys);
+void look_m_accumulate_scores(const void* q /*[R,H,D]*/, DType act, int32_t R, int num_heads, const PagedKVLayer& kv,
+                              const int32_t* block_table, int32_t first_pos, float scale, void* row_stats,
+                              float* scores /*[Hkv, stride]*/, int64_t stride, cudaStream_t stream);
+
+// compact_sequence_kv's merge and write-back for one sequence and layer of L cached tokens:
+// kept[h, c] (ascending positions, C per head) from select_kept_tokens; every evicted position is
+// folded into its most similar kept key (cosine on keys, first maximum; merge rule p.merge, as
+// merge_kept_kv), and the C merged entries are written, in order, to slots [0, C) of each head.
+// workspace: look_m_compact_workspace_bytes(L, C, Hkv, D) bytes.
+size_t look_m_compact_workspace_bytes(int32_t L, int32_t C, int num_kv_heads, int head_dim);
+void look_m_compact(const PagedKVLayer& kv, const int32_t* block_table, int32_t L, const int32_t* kept /*[Hkv,C]*/,
+                    int32_t C, KVMerge merge, void* workspace, cudaStream_t stream);
+
+}  // namespace vlm::cuda

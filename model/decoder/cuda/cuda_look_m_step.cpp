@@ -1,0 +1,88 @@
+#include "model/decoder/cuda/cuda_look_m_step.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "kernels/core/check.h"
+#include "kernels/cuda/core/cuda_check.h"
+#include "kernels/cuda/kv_compression/cuda_look_m.h"
+#include "kernels/kv_compression/token_selection.h"
+#include "model/methods/look_m_state.h"
+
+namespace vlm {
+
+void CudaLookMStep::layer(int layer, const void* q, DType act, int num_heads, const PagedKVLayer& kv,
+                          const ForwardBatch& b, const int32_t* block_tables, float scale, cudaStream_t stream) {
+  if (b.look_m.empty()) return;
+  VLM_CHECK(static_cast<int>(b.look_m.size()) == b.num_seqs(), "{} LOOK-M states for {} sequences", b.look_m.size(),
+            b.num_seqs());
+  const int64_t row = static_cast<int64_t>(num_heads) * kv.head_dim * static_cast<int64_t>(dtype_size(act));
+  for (int s = 0; s < b.num_seqs(); ++s) {
+    LookMState* st = b.look_m[static_cast<size_t>(s)];
+    if (st == nullptr) continue;
+    const int32_t t0 = b.cu_seqlens_q[s], q_len = b.cu_seqlens_q[s + 1] - t0;
+    const int32_t S = b.context_lens[s], first = S - q_len;
+    const bool last = b.finishes_prefill[static_cast<size_t>(s)] != 0;
+    VLM_CHECK(S <= st->prefill_len && (!last || S == st->prefill_len) && kv.num_kv_heads == st->num_kv_heads &&
+                  layer < st->num_layers,
+              "LOOK-M: chunk ends at {} of a {}-token prefill (finishes: {}), layer {}", S, st->prefill_len, last, layer);
+    const int64_t layer_floats = static_cast<int64_t>(st->num_kv_heads) * st->prefill_len;
+    if (!st->device_scores) {  // freed with the state
+      void* p = nullptr;
+      VLM_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(layer_floats * st->num_layers) * 4));
+      st->device_scores = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    }
+    float* scores = static_cast<float*>(st->device_scores.get()) + layer * layer_floats;
+    if (first == 0) VLM_CUDA_CHECK(cudaMemsetAsync(scores, 0, static_cast<size_t>(layer_floats) * 4, stream));
+    int32_t r0 = 0, R = q_len;  // rows of the chunk that score
+    if (st->params.scores == LookMScores::Window) {
+      R = last ? std::min(st->params.window, q_len) : 0;
+      r0 = q_len - R;
+    }
+    if (R == 0) continue;
+    stats_.reserve(cuda::look_m_row_stats_bytes(R, num_heads, first + r0 + R));
+    cuda::look_m_accumulate_scores(static_cast<const char*>(q) + (t0 + r0) * row, act, R, num_heads, kv,
+                                   block_tables + static_cast<int64_t>(s) * b.max_blocks_per_seq, first + r0, scale,
+                                   stats_.get(), scores, st->prefill_len, stream);
+  }
+}
+
+void CudaLookMStep::finish(const ForwardBatch& b, const std::vector<PagedKVLayer>& kv, const int32_t* block_tables,
+                           cudaStream_t stream) {
+  bool any = false;
+  for (size_t s = 0; s < b.look_m.size(); ++s) any |= b.look_m[s] != nullptr && b.finishes_prefill[s] != 0;
+  if (!any) return;
+  VLM_CUDA_CHECK(cudaStreamSynchronize(stream));  // the scores of the whole prompt are complete
+  for (int s = 0; s < b.num_seqs(); ++s) {
+    LookMState* st = b.look_m[static_cast<size_t>(s)];
+    if (st == nullptr || !b.finishes_prefill[static_cast<size_t>(s)]) continue;
+    const int32_t L = st->prefill_len;
+    VLM_CHECK(st->device_scores != nullptr, "LOOK-M: no scores for a finishing prefill");
+    VLM_CUDA_CHECK(cudaMemcpy(st->scores.data(), st->device_scores.get(), st->scores.size() * 4, cudaMemcpyDeviceToHost));
+    st->device_scores.reset();
+    const LookMBudget budget = look_m_budget(st->params, L);
+    const int32_t C = std::min(L, budget.kept());
+    st->compressed_len = C;
+    if (C >= L) continue;
+    // Kept sets of every layer and head: [layers, Hkv, C].
+    const int Hkv = st->num_kv_heads;
+    kept_host_.clear();
+    for (int l = 0; l < st->num_layers; ++l)
+      for (int h = 0; h < Hkv; ++h) {
+        const auto k = select_kept_tokens(st->layer_scores(l) + static_cast<int64_t>(h) * L, st->is_text.data(), L,
+                                          st->params, budget);
+        VLM_CHECK(static_cast<int32_t>(k.size()) == C, "LOOK-M: layer {} head {} keeps {} of {}", l, h, k.size(), C);
+        kept_host_.insert(kept_host_.end(), k.begin(), k.end());
+      }
+    kept_.reserve(kept_host_.size() * 4);
+    VLM_CUDA_CHECK(cudaMemcpyAsync(kept_.get(), kept_host_.data(), kept_host_.size() * 4, cudaMemcpyHostToDevice, stream));
+    work_.reserve(cuda::look_m_compact_workspace_bytes(L, C, Hkv, kv[0].head_dim));
+    const int32_t* table = block_tables + static_cast<int64_t>(s) * b.max_blocks_per_seq;
+    for (int l = 0; l < st->num_layers; ++l)
+      cuda::look_m_compact(kv[static_cast<size_t>(l)], table, L, kept_.as<int32_t>() + static_cast<int64_t>(l) * Hkv * C,
+                           C, st->params.merge, work_.get(), stream);
+    VLM_CUDA_CHECK(cudaStreamSynchronize(stream));  // kept_host_ and the workspace are reused
+  }
+}
+
+}  // namespace vlm

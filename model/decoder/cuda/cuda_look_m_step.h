@@ -1,0 +1,40 @@
+// CudaLookMStep: LOOK-M's part of the CudaDecoder (the CPU's run_look_m, on the GPU) for the
+// prefill chunks that carry a LookMState (ForwardBatch::look_m).
+//  - Per layer, after attention: the chunk's importance scores accumulate in a device copy of the
+//    state's scores ([layers, Hkv, L] f32, LookMState::device_scores: it lives and dies with the
+//    state, zeroed at a chunk that starts at position 0): every row ("full"), or the last `window`
+//    rows of the chunk that finishes prefill ("window"); kernels/cuda/kv_compression.
+//  - After the last layer of a step in which some states finish prefill: one stream sync, the
+//    scores go to the state (host), each layer's and head's kept set is chosen by the CPU's
+//    select_kept_tokens (the CPU's ranking exactly), uploaded, and every layer is merged and
+//    compacted on the device; state.compressed_len is set, so the engine's KVCompressor trims the
+//    block table and frees the tail in the same step, as on the CPU.
+// Prefill outputs use the uncompressed cache (the compaction runs after every layer's attention).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention/paged_kv.h"
+#include "kernels/cuda/core/device_buffer.h"
+#include "model/decoder/forward_batch.h"
+
+namespace vlm {
+
+class CudaLookMStep {
+ public:
+  // Layer `layer`'s score work for the batch's LOOK-M chunks. q[T, H, D] (dtype act, this step's
+  // post-RoPE queries); block_tables: the batch's tables on the device ([S, max_blocks]).
+  void layer(int layer, const void* q, DType act, int num_heads, const PagedKVLayer& kv, const ForwardBatch& batch,
+             const int32_t* block_tables, float scale, cudaStream_t stream);
+  // The compaction of every state finishing prefill this step (synchronizes the stream when there
+  // is one). kv: every layer's cache.
+  void finish(const ForwardBatch& batch, const std::vector<PagedKVLayer>& kv, const int32_t* block_tables,
+              cudaStream_t stream);
+
+ private:
+  cuda::DeviceBuffer stats_, kept_, work_;
+  std::vector<int32_t> kept_host_;
+};
+
+}  // namespace vlm

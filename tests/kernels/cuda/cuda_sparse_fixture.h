@@ -1,0 +1,147 @@
+// The batch fixture of the GPU sparse-prefill tests: sequences over a bf16 paged cache with
+// shuffled blocks, on the host (for the CPU planners and references) and on the GPU.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "kernels/attention/block_sparse_attention.h"
+#include "kernels/cuda/attention/cuda_block_sparse.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+
+namespace vlm::testing {
+
+struct Seq {
+  int q_len, ctx;
+};
+
+// Normalized error max|a - b| / max|ref| (non-finite: +inf).
+inline double normalized_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double err = 0, mag = 1e-30;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err = std::max(err, std::isfinite(got[i]) ? std::abs(double(got[i]) - ref[i]) : INFINITY);
+    mag = std::max(mag, std::abs(double(ref[i])));
+  }
+  return err / mag;
+}
+
+// One batch of sequences over a bf16 paged cache (shuffled blocks), on the host and the GPU.
+// structured: the video-structured input of bench_sparse_prefill (frames of 256 tokens after a
+// 200-token prefix: a key direction per spatial index, sink keys, one salient index) so the
+// estimating planners find real structure; else uniform noise.
+struct Batch {
+  std::vector<Seq> seqs;
+  int H, Hkv, D, B = 16, T = 0, max_blocks = 0, max_q = 0, max_ctx = 0;
+  DType act;
+  std::vector<int32_t> cu{0}, ctx, tables;
+  std::vector<float> q;  // [T, H, D] rounded through act
+  std::vector<uint8_t> q_act, hk, hv;
+  PagedKVLayer host_kv, dev_kv;
+  cuda::DeviceBuffer dk, dv, dq, dcu, dctx, dtables;
+  cuda::CudaAttentionBatch batch;
+  AttentionBatch cpu_batch;
+
+  Batch(std::vector<Seq> s, int h, int hkv, int d, DType a, uint32_t seed, bool structured = false)
+      : seqs(std::move(s)), H(h), Hkv(hkv), D(d), act(a) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    int total = 2;
+    for (const Seq& x : seqs) {
+      max_blocks = std::max(max_blocks, (x.ctx + B - 1) / B);
+      total += (x.ctx + B - 1) / B;
+      T += x.q_len;
+      max_q = std::max(max_q, x.q_len);
+      max_ctx = std::max(max_ctx, x.ctx);
+    }
+    std::vector<int32_t> pool(total);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    tables.assign(seqs.size() * max_blocks, -1);
+    host_kv.dtype = DType::BF16;
+    host_kv.num_blocks = total;
+    host_kv.block_size = B;
+    host_kv.num_kv_heads = Hkv;
+    host_kv.head_dim = D;
+    const size_t bytes = size_t(total) * host_kv.block_stride() * 2;
+    hk.assign(bytes, 0xff);  // NaN: a key read that should not happen poisons the output
+    hv.assign(bytes, 0xff);
+    host_kv.k = hk.data();
+    host_kv.v = hv.data();
+    std::vector<float> dirs(256 * 32);
+    for (float& x : dirs) x = uni(rng);
+    auto structure = [&](int pos, int dd, bool key) -> float {
+      if (!structured) return 0.f;
+      if (pos < 200) return dd < 8 && (!key || pos < 4) ? 2.5f : 0.f;
+      const int x = (pos - 200) % 256;
+      if (dd < 8) return key ? (x == 77 ? 2.f : 0.f) : 2.5f;
+      return dd < 40 ? 6.f * dirs[x * 32 + dd - 8] : 0.f;
+    };
+    for (size_t si = 0, next = 0; si < seqs.size(); ++si) {
+      const Seq& x = seqs[si];
+      cu.push_back(cu.back() + x.q_len);
+      ctx.push_back(x.ctx);
+      for (int j = 0; j < (x.ctx + B - 1) / B; ++j) tables[si * max_blocks + j] = pool[next++];
+      std::vector<float> k(size_t(x.ctx) * Hkv * D), v(k.size());
+      std::vector<int32_t> slots(x.ctx);
+      for (int j = 0; j < x.ctx; ++j) {
+        slots[j] = tables[si * max_blocks + j / B] * B + j % B;
+        for (int hh = 0; hh < Hkv; ++hh)
+          for (int dd = 0; dd < D; ++dd) {
+            k[(size_t(j) * Hkv + hh) * D + dd] = 0.5f * uni(rng) + structure(j, dd, true);
+            v[(size_t(j) * Hkv + hh) * D + dd] = uni(rng);
+          }
+      }
+      write_kv(host_kv, k.data(), v.data(), slots.data(), x.ctx);
+      for (int r = 0; r < x.q_len; ++r)
+        for (int hh = 0; hh < H; ++hh)
+          for (int dd = 0; dd < D; ++dd) q.push_back(0.5f * uni(rng) + structure(x.ctx - x.q_len + r, dd, false));
+    }
+    q_act = encode(q, act);
+    q = decode(q_act, act);
+    dk = to_device(hk);
+    dv = to_device(hv);
+    dq = to_device(q_act);
+    dcu = to_device(cu);
+    dctx = to_device(ctx);
+    dtables = to_device(tables);
+    dev_kv = host_kv;
+    dev_kv.k = dk.get();
+    dev_kv.v = dv.get();
+    batch.num_seqs = static_cast<int>(seqs.size());
+    batch.cu_seqlens_q = dcu.as<int32_t>();
+    batch.context_lens = dctx.as<int32_t>();
+    batch.block_tables = dtables.as<int32_t>();
+    batch.max_blocks_per_seq = max_blocks;
+    batch.max_q_len = max_q;
+    batch.max_context_len = max_ctx;
+    cpu_batch = {batch.num_seqs, cu.data(), ctx.data(), tables.data(), max_blocks};
+  }
+
+  float scale() const { return 1.f / std::sqrt(float(D)); }
+
+  // The GPU block-sparse output (f32), rows of unplanned sequences left at `fill`.
+  std::vector<float> sparse(std::span<const BlockSparsePlan* const> plans, float fill = 0.f) {
+    cuda::CudaBlockSparsePlan plan;
+    plan.upload(plans, cu.data(), H, nullptr);
+    const std::vector<float> init(q.size(), fill);
+    cuda::DeviceBuffer out = to_device(encode(init, act));
+    cuda::paged_block_sparse_attention(dq.get(), act, H, dev_kv, batch, plan, scale(), out.get(), nullptr);
+    return decode(testing::to_host<uint8_t>(out, q.size() * dtype_size(act)), act);
+  }
+  std::vector<float> dense_gpu() {
+    cuda::DeviceBuffer out(q_act.size());
+    cuda::paged_prefill_attention(dq.get(), act, H, dev_kv, batch, scale(), out.get(), nullptr);
+    return decode(testing::to_host<uint8_t>(out, q_act.size()), act);
+  }
+  std::vector<float> cpu_ref(std::span<const BlockSparsePlan* const> plans, float fill = 0.f) {
+    std::vector<float> out(q.size(), fill);
+    block_sparse_attention_ref(q.data(), H, host_kv, cpu_batch, plans, scale(), out.data());
+    return out;
+  }
+};
+
+}  // namespace vlm::testing

@@ -1,0 +1,153 @@
+// LOOK-M on the GPU (kernels/cuda/kv_compression) against the CPU's kernels/kv_compression on the
+// same paged caches: the importance scores (window rows and full scores over chunks, added into
+// earlier sums) within f32 rounding, and the compacted caches (every merge, with and without the
+// text prior, MHA and GQA, f32/bf16/f16 caches, odd lengths and block sizes) within the CPU
+// tests' tolerance (1e-5 f32, 1e-2 relative 16-bit), slots past the kept count untouched.
+// Skips with a message when no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/kv_compression/cuda_look_m.h"
+#include "kernels/kv_compression/attention_scores.h"
+#include "kernels/kv_compression/kv_compaction.h"
+#include "kernels/kv_compression/look_m_params.h"
+#include "kernels/kv_compression/token_selection.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/support/gpu_test.h"
+
+namespace vlm {
+namespace {
+
+using testing::to_device;
+using testing::to_host;
+
+static_assert(static_cast<int>(KVMerge::None) == 0 && static_cast<int>(KVMerge::Average) == 1 &&
+              static_cast<int>(KVMerge::Pivot) == 2 && static_cast<int>(KVMerge::Weighted) == 3,
+              "kernels/cuda/kv_compression/cuda_look_m.cu switches on these values");
+
+// One sequence's cache of L tokens in shuffled blocks (block 0 spare), random K/V, on the host
+// and on the device.
+struct SeqCache {
+  std::vector<uint8_t> kbuf, vbuf;
+  PagedKVLayer kv;
+  std::vector<int32_t> table;
+  cuda::DeviceBuffer dk, dv, dtable;
+  PagedKVLayer dkv;
+  SeqCache(int L, int Hkv, int D, int B, DType dt, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd;
+    const int nb = (L + B - 1) / B;
+    kv = PagedKVLayer{nullptr, nullptr, dt, nb + 1, B, Hkv, D};
+    const size_t elems = size_t(kv.num_blocks) * kv.block_stride();
+    std::vector<float> x(elems);
+    for (float& e : x) e = nd(rng);
+    kbuf = testing::encode(x, dt);
+    for (float& e : x) e = nd(rng);
+    vbuf = testing::encode(x, dt);
+    kv.k = kbuf.data();
+    kv.v = vbuf.data();
+    table.resize(nb);
+    std::iota(table.begin(), table.end(), 1);
+    std::shuffle(table.begin(), table.end(), rng);
+    dk = to_device(kbuf);
+    dv = to_device(vbuf);
+    dtable = to_device(table);
+    dkv = kv;
+    dkv.k = dk.get();
+    dkv.v = dv.get();
+  }
+};
+
+struct Case { int L, H, Hkv, D, B; DType dt; };
+const Case kCases[] = {{37, 4, 4, 16, 16, DType::F32},  {300, 8, 2, 64, 16, DType::F32}, {129, 6, 3, 64, 32, DType::BF16},
+                       {777, 28, 4, 128, 16, DType::BF16}, {200, 14, 2, 64, 16, DType::F16}, {250, 4, 1, 24, 8, DType::F32}};
+
+TEST(CudaLookM, ScoresMatchTheCpuOverChunksAndWindows) {
+  VLM_REQUIRE_GPU();
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << "L=" << c.L << " H=" << c.H << " D=" << c.D << " " << dtype_name(c.dt));
+    SeqCache sc(c.L, c.Hkv, c.D, c.B, c.dt, 3 + c.L);
+    const std::vector<float> q = testing::random_vector(size_t(c.L) * c.H * c.D, 9 + c.L, 1.5f);
+    const float scale = 1.0f / std::sqrt(float(c.D));
+    // Full scores in three chunks, then a window of 64 rows added on top (as two layers' worth).
+    const int cuts[] = {0, c.L / 3, c.L / 2 + 1, c.L};
+    std::vector<float> cpu(size_t(c.Hkv) * c.L, 0.25f);
+    cuda::DeviceBuffer dq = to_device(q), dscores = to_device(cpu),
+                       stats(cuda::look_m_row_stats_bytes(c.L, c.H, c.L));
+    auto both = [&](int first, int R) {
+      accumulate_attention_scores(q.data() + size_t(first) * c.H * c.D, R, c.H, sc.kv, sc.table.data(), first, scale,
+                                  cpu.data(), c.L);
+      cuda::look_m_accumulate_scores(dq.as<float>() + size_t(first) * c.H * c.D, DType::F32, R, c.H, sc.dkv,
+                                     sc.dtable.as<int32_t>(), first, scale, stats.get(), dscores.as<float>(), c.L,
+                                     nullptr);
+    };
+    for (int i = 0; i < 3; ++i) both(cuts[i], cuts[i + 1] - cuts[i]);
+    const int W = std::min(64, c.L);
+    both(c.L - W, W);
+    const std::vector<float> gpu = to_host<float>(dscores, cpu.size());
+    double worst = 0;
+    for (size_t i = 0; i < cpu.size(); ++i)
+      worst = std::max(worst, std::abs(double(gpu[i]) - cpu[i]) / std::max(1.0, std::abs(double(cpu[i]))));
+    EXPECT_LE(worst, 2e-5);
+  }
+}
+
+TEST(CudaLookM, CompactedCachesMatchTheCpu) {
+  VLM_REQUIRE_GPU();
+  int n = 0;
+  for (const Case& c : kCases)
+    for (const char* mode : {"text-prior-pivot", "text-prior-avg", "text-prior-weighted", "text-prior-h2o", "pivot",
+                             "weighted"}) {
+      SCOPED_TRACE(::testing::Message() << "L=" << c.L << " Hkv=" << c.Hkv << " D=" << c.D << " " << dtype_name(c.dt)
+                                      << " " << mode);
+      const LookMParams p = *look_m_mode_from_name(mode);
+      SeqCache sc(c.L, c.Hkv, c.D, c.B, c.dt, 50 + c.L + n++);
+      // Scores (the CPU's, from random queries) and tags: text, an image span, text.
+      const std::vector<float> q = testing::random_vector(size_t(c.L) * c.H * c.D, 7 + c.L, 1.5f);
+      std::vector<float> scores(size_t(c.Hkv) * c.L, 0.f);
+      accumulate_attention_scores(q.data(), c.L, c.H, sc.kv, sc.table.data(), 0, 0.3f, scores.data(), c.L);
+      std::vector<uint8_t> is_text(c.L, 1);
+      for (int j = c.L / 5; j < c.L * 3 / 5; ++j) is_text[j] = 0;
+      // GPU: kept sets on the host (select_kept_tokens), merge and compaction on the device.
+      const LookMBudget budget = look_m_budget(p, c.L);
+      const int32_t C = budget.kept();
+      ASSERT_LT(C, c.L);
+      std::vector<int32_t> kept;
+      for (int h = 0; h < c.Hkv; ++h) {
+        const auto k = select_kept_tokens(scores.data() + size_t(h) * c.L, is_text.data(), c.L, p, budget);
+        kept.insert(kept.end(), k.begin(), k.end());
+      }
+      cuda::DeviceBuffer dkept = to_device(kept), ws(cuda::look_m_compact_workspace_bytes(c.L, C, c.Hkv, c.D));
+      cuda::look_m_compact(sc.dkv, sc.dtable.as<int32_t>(), c.L, dkept.as<int32_t>(), C, p.merge, ws.get(), nullptr);
+      // CPU on its own copy.
+      const int32_t nc = compact_sequence_kv(sc.kv, sc.table.data(), c.L, scores.data(), c.L, is_text.data(), p);
+      ASSERT_EQ(nc, C);
+      std::vector<uint8_t> gk = to_host<uint8_t>(sc.dk, sc.kbuf.size()), gv = to_host<uint8_t>(sc.dv, sc.vbuf.size());
+      PagedKVLayer gkv = sc.kv;
+      gkv.k = gk.data();
+      gkv.v = gv.data();
+      const double tol = c.dt == DType::F32 ? 1e-5 : 1e-2;
+      std::vector<float> ka(size_t(c.L) * c.D), kb(ka.size()), va(ka.size()), vb(ka.size());
+      int bad = 0;
+      for (int h = 0; h < c.Hkv; ++h) {
+        gather_kv_head(gkv, sc.table.data(), c.L, h, ka.data(), va.data());
+        gather_kv_head(sc.kv, sc.table.data(), c.L, h, kb.data(), vb.data());
+        for (int64_t i = 0; i < int64_t(c.L) * c.D; ++i) {  // kept slots merged; the rest as before on both
+          bad += std::abs(ka[i] - kb[i]) > tol * std::max(1.0f, std::abs(kb[i]));
+          bad += std::abs(va[i] - vb[i]) > tol * std::max(1.0f, std::abs(vb[i]));
+        }
+      }
+      EXPECT_EQ(bad, 0);
+      // The spare block 0 is untouched.
+      const size_t spare = size_t(sc.kv.block_stride()) * dtype_size(c.dt);
+      EXPECT_TRUE(std::equal(gk.begin(), gk.begin() + spare, sc.kbuf.begin()));
+    }
+}
+
+}  // namespace
+}  // namespace vlm

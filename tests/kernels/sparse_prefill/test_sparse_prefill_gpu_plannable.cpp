@@ -1,0 +1,52 @@
+// plannable_without_host_data: which sparse-prefill configurations the GPU backend plans (from
+// the configuration and the device's grid search alone) and which it refuses.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "kernels/sparse_prefill/sparse_prefill_config.h"
+
+namespace vlm {
+namespace {
+
+TEST(GpuPlannable, MethodsAndHeadPatterns) {
+  SparsePrefillConfig c;
+  EXPECT_TRUE(plannable_without_host_data(c));  // off
+  for (auto m : {SparsePrefillMethod::AShape, SparsePrefillMethod::TriShape, SparsePrefillMethod::Grid,
+                 SparsePrefillMethod::MMInference}) {
+    c.method = m;
+    EXPECT_TRUE(plannable_without_host_data(c)) << sparse_prefill_method_name(m);
+  }
+  for (auto m : {SparsePrefillMethod::VerticalSlash, SparsePrefillMethod::XAttention}) {
+    c.method = m;
+    EXPECT_FALSE(plannable_without_host_data(c)) << sparse_prefill_method_name(m);
+  }
+  c.method = SparsePrefillMethod::Grid;
+  c.grid.last_q = 128;  // more estimation rows than the device search takes
+  EXPECT_FALSE(plannable_without_host_data(c));
+
+  SparsePrefillConfig mm;
+  mm.method = SparsePrefillMethod::MMInference;
+  auto pats = std::make_shared<SparseHeadPatterns>();
+  pats->layers.resize(2);
+  HeadPattern h;
+  for (auto t : {HeadPatternType::Dense, HeadPatternType::AShape, HeadPatternType::Grid}) {
+    h.type = t;
+    pats->layers[1].push_back(h);
+  }
+  mm.head_patterns = pats;
+  EXPECT_TRUE(plannable_without_host_data(mm));
+  h.type = HeadPatternType::Grid;
+  h.boundary = BoundaryKind::Q;  // boundary heads estimate per modality on the host
+  pats->layers[0].push_back(h);
+  EXPECT_FALSE(plannable_without_host_data(mm));
+  pats->layers[0].back().boundary = BoundaryKind::None;
+  pats->layers[0].back().type = HeadPatternType::VerticalSlash;
+  EXPECT_FALSE(plannable_without_host_data(mm));
+  pats->layers[0].clear();
+  mm.default_head.type = HeadPatternType::XAttention;
+  EXPECT_FALSE(plannable_without_host_data(mm));
+}
+
+}  // namespace
+}  // namespace vlm

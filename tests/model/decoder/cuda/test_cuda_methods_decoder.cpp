@@ -1,0 +1,246 @@
+// The methods through the GPU decoder against the CPU decoder on the same batches, on a random
+// f32 Qwen2-shaped model with head size 64 (the fixture models' heads are smaller than the GPU
+// decode kernel's):
+// LOOK-M (CudaLookMStep against run_look_m): a prompt prefilled in two chunks with a LookMState
+// (window and full scores, pivot and weighted merges, text prior with an image span): the
+// downloaded scores equal the CPU's within f32 rounding, the compressed length is the CPU's, and
+// the decode steps over the compacted caches (positions continuing from the prompt's length) give
+// the CPU's logits to 1e-4.
+// SinkRouter (CudaDecoder + CudaSinkRouterStep against SinkRouterAttention): a random f32 Qwen2-shaped model with head size 64
+// (so the GPU's split-K decode kernel runs; the fixture models' heads are smaller), two
+// sequences prefilled with their anchor stores, then decode steps with tau(L) giving no, every
+// and some sink groups, zero and anchor-value surrogates: the per-sequence routed/skipped counts
+// and the engine counters equal the CPU's, and the logits agree to 1e-4 (relative, per row).
+// Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "engine/cuda/cuda_backend.h"
+#include "kernels/sink_router/sink_router_config.h"
+#include "model/decoder/safetensors.h"
+#include "model/methods/look_m_state.h"
+#include "model/methods/sink_anchors.h"
+#include "tests/support/decoder_harness.h"
+#include "tests/support/gpu_test.h"
+
+namespace vlm::testing {
+namespace {
+
+constexpr int kC = 256, kI = 256, kL = 4, kH = 4, kHkv = 2, kD = 64, kV = 512, kB = 16;
+
+// A random Qwen2 checkpoint with head size 64 in a temporary directory.
+std::string write_model() {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("vlm_sink_gpu_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json")
+      << R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 512, "hidden_size": 256,
+           "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+           "tie_word_embeddings": true, "hidden_act": "silu"})";
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.f, 0.08f);
+  std::map<std::string, std::vector<float>> data;
+  std::map<std::string, TensorView> views;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool ones = false) {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    auto& v = data[name];
+    v.resize(static_cast<size_t>(n));
+    for (float& x : v) x = ones ? 1.f : nd(rng);
+    Shape sh;
+    for (int64_t s : shape) sh.dims[sh.ndim++] = s;
+    views.emplace(name, TensorView(v.data(), DType::F32, sh));
+  };
+  add("model.embed_tokens.weight", {kV, kC});
+  add("model.norm.weight", {kC}, true);
+  for (int l = 0; l < kL; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {kC}, true);
+    add(p + "post_attention_layernorm.weight", {kC}, true);
+    add(p + "self_attn.q_proj.weight", {kH * kD, kC});
+    add(p + "self_attn.k_proj.weight", {kHkv * kD, kC});
+    add(p + "self_attn.v_proj.weight", {kHkv * kD, kC});
+    add(p + "self_attn.q_proj.bias", {kH * kD});
+    add(p + "self_attn.k_proj.bias", {kHkv * kD});
+    add(p + "self_attn.v_proj.bias", {kHkv * kD});
+    add(p + "self_attn.o_proj.weight", {kC, kH * kD});
+    add(p + "mlp.gate_proj.weight", {kI, kC});
+    add(p + "mlp.up_proj.weight", {kI, kC});
+    add(p + "mlp.down_proj.weight", {kC, kI});
+  }
+  write_safetensors(dir + "/model.safetensors", views);
+  return dir;
+}
+
+struct SinkRun {
+  std::vector<std::vector<int32_t>> tokens;  // per sequence
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<SinkAnchors> stores;
+  SinkRouterCounters counters;
+};
+
+// The model, a GPU backend and a CPU cache of the same block count.
+struct Pair {
+  std::string dir = write_model();
+  std::unique_ptr<LlmDecoder> decoder = LlmDecoder::load(dir);
+  static constexpr int64_t num_blocks = 32;
+  std::unique_ptr<CudaBackend> gpu;
+  std::vector<float> kbuf, vbuf;
+  std::vector<PagedKVLayer> cpu_kv;
+  Pair() {
+    CudaDecoderOptions o;
+    o.dtype = DType::F32;
+    o.num_kv_blocks = num_blocks;
+    o.max_tokens_per_step = 256;
+    gpu = std::make_unique<CudaBackend>(*decoder, o, std::vector<int32_t>{});
+    kbuf.assign(static_cast<size_t>(kL) * num_blocks * kHkv * kB * kD, 0.f);
+    vbuf.assign(kbuf.size(), 0.f);
+    for (int l = 0; l < kL; ++l) {
+      const size_t off = static_cast<size_t>(l) * num_blocks * kHkv * kB * kD;
+      cpu_kv.push_back(PagedKVLayer{kbuf.data() + off, vbuf.data() + off, DType::F32, num_blocks, kB, kHkv, kD});
+    }
+  }
+  ~Pair() { std::filesystem::remove_all(dir); }
+  // Runs fb on both (the GPU after `gpu_setup`), logits of its rows into lc / lg.
+  void run(ForwardBatch cpu_fb, ForwardBatch gpu_fb, std::vector<float>& lc, std::vector<float>& lg) {
+    decoder->forward(cpu_fb, cpu_kv, lc);
+    gpu->forward(gpu_fb, EmbeddingOverride{});
+    gpu->decoder().download_logits(lg);  // synchronizes
+    gpu->decoder().settle_methods();
+  }
+};
+
+TEST(CudaLookMDecoder, ScoresCompactionAndDecodeEqualTheCpus) {
+  VLM_REQUIRE_GPU();
+  Pair m;
+  const int32_t L = 150;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < L; ++i) prompt.push_back((13 * i + 1) % kV);
+  std::vector<ModalityTag> tags(L);
+  for (int i = 30; i < 110; ++i) tags[i].modality = Modality::Image;  // an image span
+  const std::vector<int32_t> table = {4, 11, 0, 7, 19, 2, 25, 9, 14, 30, 5};  // 11 blocks: 176 slots
+  struct Mode { const char* name; LookMScores scores; };
+  for (const Mode& md : {Mode{"text-prior-pivot", LookMScores::Window}, Mode{"text-prior-weighted", LookMScores::Full},
+                         Mode{"avg", LookMScores::Full}}) {
+    SCOPED_TRACE(md.name);
+    LookMParams p = *look_m_mode_from_name(md.name);
+    p.scores = md.scores;
+    p.window = 24;
+    LookMState cs(p, kL, kHkv, L, tags), gs(p, kL, kHkv, L, tags);
+    std::vector<float> lc, lg;
+    for (int32_t start : {0, 90}) {  // two prefill chunks
+      SequenceChunk c;
+      const int32_t end = start == 0 ? 90 : L;
+      c.token_ids = std::span<const int32_t>(prompt.data() + start, static_cast<size_t>(end - start));
+      c.start_pos = start;
+      c.block_table = table;
+      c.finishes_prefill = end == L;
+      ForwardBatch a = make_forward_batch(std::vector<SequenceChunk>{c}, kB), b = a;
+      a.look_m = {&cs};
+      b.look_m = {&gs};
+      m.run(std::move(a), std::move(b), lc, lg);
+      EXPECT_LE(max_row_rel_error(lg.data(), lc.data(), 1, kV), 1e-4) << "prefill chunk at " << start;
+    }
+    double worst = 0;
+    for (size_t i = 0; i < cs.scores.size(); ++i)
+      worst = std::max(worst, std::abs(double(gs.scores[i]) - cs.scores[i]) / std::max(1.0, std::abs(double(cs.scores[i]))));
+    EXPECT_LE(worst, 2e-5);
+    ASSERT_EQ(gs.compressed_len, cs.compressed_len);
+    const int32_t C = cs.compressed_len;
+    EXPECT_EQ(C, look_m_budget(p, L).kept());
+    ASSERT_LT(C, L);
+    // Decode over the compacted caches: cache slots [0, C), positions from L on.
+    int32_t token = 77;
+    for (int k = 0; k < 3; ++k) {
+      SequenceChunk c;
+      c.token_ids = std::span<const int32_t>(&token, 1);
+      c.start_pos = C + k;
+      c.block_table = table;
+      ForwardBatch a = make_forward_batch(std::vector<SequenceChunk>{c}, kB);
+      a.positions[0] = L + k;
+      m.run(a, a, lc, lg);
+      EXPECT_LE(max_row_rel_error(lg.data(), lc.data(), 1, kV), 1e-4) << "decode step " << k;
+      token = static_cast<int32_t>(std::max_element(lc.begin(), lc.end()) - lc.begin());
+    }
+    std::fprintf(stderr, "[ look-m decoder ] %s: %d of %d tokens kept, score error %.2e\n", md.name, C, L, worst);
+  }
+}
+
+TEST(CudaSinkRouterDecoder, DecisionsCountsAndLogitsEqualTheCpus) {
+  VLM_REQUIRE_GPU();
+  Pair m;
+  auto& decoder = m.decoder;
+  struct Cfg { double tau; SinkSurrogate sur; };
+  // tau 1.01: nothing routes; -1: every routed group is a sink; 0 and 0.1: some are.
+  for (const Cfg& cc : {Cfg{1.01, SinkSurrogate::Zero}, Cfg{-1.0, SinkSurrogate::Zero}, Cfg{0.0, SinkSurrogate::Zero},
+                        Cfg{0.1, SinkSurrogate::AnchorValue}}) {
+    SCOPED_TRACE(::testing::Message() << "tau=" << cc.tau << " surrogate=" << sink_surrogate_name(cc.sur));
+    SinkRouterConfig cfg;
+    cfg.c0 = cc.tau;
+    cfg.surrogate = cc.sur;
+    SinkRun cpu, dev;
+    for (SinkRun* r : {&cpu, &dev}) {
+      r->tokens = {{}, {}};
+      for (int i = 0; i < 40; ++i) r->tokens[0].push_back((7 * i + 3) % kV);
+      for (int i = 0; i < 70; ++i) r->tokens[1].push_back((11 * i + 5) % kV);
+      r->tables = {{3, 9, 1, 12}, {20, 5, 17, 8, 30, 2}};
+      r->stores.resize(2);
+    }
+    int64_t routed_rows = 0;
+    for (int step = 0; step < 5; ++step) {
+      std::vector<float> lc, lg;
+      std::vector<SequenceChunk> chunks(2);
+      for (int s = 0; s < 2; ++s) {
+        const auto& t = cpu.tokens[static_cast<size_t>(s)];
+        const int32_t start = step == 0 ? 0 : static_cast<int32_t>(t.size()) - 1;
+        chunks[s].token_ids = std::span<const int32_t>(t.data() + start, t.size() - static_cast<size_t>(start));
+        chunks[s].start_pos = start;
+        chunks[s].block_table = cpu.tables[static_cast<size_t>(s)];
+        chunks[s].finishes_prefill = step == 0;
+      }
+      if (step > 0) routed_rows += 2;
+      for (SinkRun* r : {&cpu, &dev}) {
+        ForwardBatch fb = make_forward_batch(chunks, kB);
+        fb.sink_anchors = {&r->stores[0], &r->stores[1]};
+        fb.sink_router = &cfg;
+        fb.sink_counters = &r->counters;
+        if (r == &cpu) {
+          decoder->forward(fb, m.cpu_kv, lc);
+        } else {
+          m.gpu->forward(fb, EmbeddingOverride{});
+          m.gpu->decoder().download_logits(lg);  // synchronizes
+          m.gpu->decoder().settle_methods();
+        }
+      }
+      ASSERT_EQ(lc.size(), lg.size());
+      EXPECT_LE(max_row_rel_error(lg.data(), lc.data(), 2, kV), 1e-4) << "step " << step;
+      for (int s = 0; s < 2; ++s) {  // the CPU's greedy token feeds both
+        const float* row = lc.data() + static_cast<size_t>(s) * kV;
+        const int32_t next = static_cast<int32_t>(std::max_element(row, row + kV) - row);
+        for (SinkRun* r : {&cpu, &dev}) r->tokens[static_cast<size_t>(s)].push_back(next);
+      }
+    }
+    for (int s = 0; s < 2; ++s) {
+      EXPECT_EQ(dev.stores[s].groups_routed, cpu.stores[s].groups_routed) << "sequence " << s;
+      EXPECT_EQ(dev.stores[s].groups_skipped, cpu.stores[s].groups_skipped) << "sequence " << s;
+    }
+    EXPECT_EQ(cpu.counters.groups_routed, routed_rows * (kL - cfg.num_dense_layers) * kHkv);
+    EXPECT_EQ(dev.counters.groups_routed, cpu.counters.groups_routed);
+    EXPECT_EQ(dev.counters.groups_skipped, cpu.counters.groups_skipped);
+    EXPECT_EQ(dev.counters.kv_bytes_skipped, cpu.counters.kv_bytes_skipped);
+    if (cc.tau > 1) EXPECT_EQ(cpu.counters.groups_skipped, 0);
+    if (cc.tau < 0 && cc.tau <= -1) EXPECT_EQ(cpu.counters.groups_skipped, cpu.counters.groups_routed);
+    std::fprintf(stderr, "[ sink decoder ] tau %.2f: %ld of %ld groups skipped (CPU and GPU)\n", cc.tau,
+                 static_cast<long>(dev.counters.groups_skipped), static_cast<long>(dev.counters.groups_routed));
+  }
+}
+
+}  // namespace
+}  // namespace vlm::testing
