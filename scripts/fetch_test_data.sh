@@ -18,10 +18,19 @@ packages=(
 #   openai: the official OpenAI client, as a real client for the server tests.
 #   playwright-core: drives Debian's chromium in the web playground test (tests/webui); it
 #   downloads no browser of its own (only the `playwright` package does that, on install).
-# Neither has dependencies of its own.
+#   ajv (+ its four dependencies): validates structured outputs against their JSON Schemas.
+#   json-schema-test-suite: the schemas the structured-output test runs (its lodash dependency is
+#   not needed: only its JSON files are read).
+# None of the others has dependencies of its own.
 node_packages=(
   "openai openai@7.57.0 sha512-RbmrdE5NdfW6nGq/FaCJ3KFCZpotoExPzruQUSMCTw/ouUFO08vpvVdSmgmPxQMFAiv9EXZCEXvcWYU+n6NzsQ=="
   "playwright-core playwright-core@1.65.1 sha512-hqPpz7blSMPxWVdoeE1yiBSzXsKiVOd2k+kjCvmUywD2GPO2Dd9HfcWnq9NN0GHbNZDFgZ9JfBFr+X5/BLo0qw=="
+  "ajv ajv@8.17.1 sha512-B/gBuNg5SiMTrPkC+A2+cW0RszwxYmn6VYxB/inlBStS5nx6xHIt/ehKRhIMhqusl7a8LjQoZnjCs5vhwxOQ1g=="
+  "fast-deep-equal fast-deep-equal@3.1.3 sha512-f3qQ9oQy9j2AhBe/H9VC91wLmKBCCU/gDOnKNAYG5hswO7BLKj09Hc5HYNz9cGI++xlpDCIgDaitVs03ATR84Q=="
+  "fast-uri fast-uri@3.0.6 sha512-Atfo14OibSv5wAp4VWNsFYE1AchQRTv9cBGWET4pZWHzYshFSS9NQI6I57rdKn9croWVMbYFbLhJ+yJvmZIIHw=="
+  "json-schema-traverse json-schema-traverse@1.0.0 sha512-NM8/P9n3XjXhIZn1lLhkFaACTOURQXjWhV4BA/RnOv8xvgqtqpAX9IO4mRQxSx1Rlo4tqzeqb0sOlruaOy3dug=="
+  "require-from-string require-from-string@2.0.2 sha512-Xf0nWe6RseziFMu+Ap9biiUbmplq6S9/p+7w7YXP/JBHhrUDDUhwa+vANyubuqfZWTveU//DYVGsDG7RKL/vEw=="
+  "json-schema-test-suite json-schema-test-suite@0.0.10 sha512-x6/0FXePbVSVuYhmXbGawjomfMBhxB48KRbiB64oAW0BjdO3PaVV9cMi/u9LVh1fU6euCGpkID32jXfWCyGZmg=="
 )
 
 tmp=$(mktemp -d)

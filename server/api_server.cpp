@@ -64,6 +64,12 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
                      std::optional<ChatTemplate> chat_template, SamplingDefaults defaults)
     : options_(std::move(options)), engine_(engine), tokenizer_(std::move(tokenizer)),
       chat_template_(std::move(chat_template)), defaults_(defaults) {
+  if (tokenizer_) {
+    std::vector<int32_t> eos;
+    if (tokenizer_->eos_id()) eos.push_back(*tokenizer_->eos_id());
+    constraints_ = std::make_unique<structured::ConstraintCache>(structured::vocabulary_of(*tokenizer_, eos));
+  }
+  if (chat_template_) tool_format_ = tool_call_format(chat_template_->source());
   if (options_.images)
     image_loader_.emplace(options_.media, options_.image_limits, options_.images->preprocess);
   if (options_.qwen2vl)
@@ -254,8 +260,22 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   if (num_videos > options_.max_videos_per_request)
     bad("messages", fmt::format("the request has {} videos; at most {} are allowed per request", num_videos,
                                 options_.max_videos_per_request));
+  // Assistant tool calls: arguments as objects, as HF templates expect (OpenAI sends JSON text).
+  for (auto& m : messages) {
+    if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    for (auto& call : m["tool_calls"]) {
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+      auto& args = call["function"]["arguments"];
+      if (!args.is_string()) continue;
+      try {
+        args = nlohmann::ordered_json::parse(args.get<std::string>());
+      } catch (const nlohmann::ordered_json::exception&) {
+      }
+    }
+  }
   nlohmann::ordered_json context = r.chat_template_kwargs;
   context["add_generation_prompt"] = r.add_generation_prompt;
+  if (!r.tools.tools.empty() && !context.contains("tools")) context["tools"] = r.tools.tools;
   ChatTemplate::add_tokenizer_defaults(context, tok, r.add_generation_prompt);
   std::string prompt = chat_template_->render(messages, context);
   if (r.continue_final_message) {
@@ -297,9 +317,20 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   return in;
 }
 
+void ApiServer::compile_constraint(ApiRequest& r) {
+  if (!r.constraint) return;
+  if (!constraints_) bad(r.constraint_param, "structured output needs a tokenizer, and the model directory has no tokenizer.json");
+  try {
+    r.params.constraint = constraints_->get(*r.constraint);
+  } catch (const std::invalid_argument& e) {
+    bad(r.constraint_param, e.what());
+  }
+}
+
 HttpReply ApiServer::chat(const HttpRequest& req) {
   ApiRequest r = parse_api_request(ApiKind::Chat, req.body, defaults_);
   admit(req, r.model);
+  compile_constraint(r);
   std::vector<PromptInput> prompts;
   prompts.push_back(render_chat(r, /*load_images=*/true));
   return respond(r, std::move(prompts), {}, "chatcmpl-");
@@ -308,6 +339,7 @@ HttpReply ApiServer::chat(const HttpRequest& req) {
 HttpReply ApiServer::completions(const HttpRequest& req) {
   ApiRequest r = parse_api_request(ApiKind::Completion, req.body, defaults_);
   admit(req, r.model);
+  compile_constraint(r);
   std::vector<PromptInput> prompts;
   std::vector<std::string> echo;
   for (const auto& p : r.prompts) {
@@ -330,6 +362,8 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> promp
   meta.chat_logprobs = r.chat_logprobs;
   meta.return_token_ids = r.return_token_ids;
   meta.echo_prefix = std::move(echo_prefix);
+  meta.tools = r.tools;
+  meta.tool_format = tool_format_;
   if (tokenizer_) {
     auto tok = tokenizer_;
     meta.token_text = [tok](int32_t id) { return tok->decode(std::span<const int32_t>(&id, 1)); };

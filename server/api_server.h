@@ -23,6 +23,7 @@
 
 #include "engine/engine_loop.h"
 #include "engine/media_inputs.h"
+#include "engine/structured/constraint_cache.h"
 #include "model/chat/chat_template.h"
 #include "model/tokenizer/incremental_detokenizer.h"
 #include "model/tokenizer/tokenizer.h"
@@ -100,6 +101,9 @@ class ApiServer {
   HttpReply respond(const ApiRequest& r, std::vector<PromptInput> prompts,
                     std::vector<std::string> echo_prefix, const std::string& id_prefix);
   void record_outcome(const struct CompletionOutcome& o, double e2e_s, int64_t num_prompt_tokens);
+  // Compiles r.constraint (cached) into r.params.constraint. Throws RequestError(400) naming the
+  // keyword or syntax the constraint does not support.
+  void compile_constraint(ApiRequest& r);
 
   ApiServerOptions options_;
   EngineLoop& engine_;
@@ -108,6 +112,8 @@ class ApiServer {
   std::optional<ImageLoader> image_loader_;
   std::unique_ptr<MediaItemLoader> media_loader_;  // qwen2vl or onevision: images and videos
   SamplingDefaults defaults_;
+  std::unique_ptr<structured::ConstraintCache> constraints_;  // with a tokenizer
+  ToolCallFormat tool_format_ = ToolCallFormat::Hermes;      // from the chat template
   MetricsRegistry metrics_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};

@@ -107,8 +107,38 @@ CompletionStream::CompletionStream(ResponseMeta meta, std::vector<RequestHandle>
     : meta_(std::move(meta)), handles_(std::move(handles)), hook_(std::move(hook)) {
   const size_t choices = handles_.size() * static_cast<size_t>(meta_.n);
   started_.assign(choices, false);
+  started_tool_.assign(choices, false);
   finished_.assign(handles_.size(), false);
   finish_reasons_.assign(choices, "");
+  if (meta_.kind == ApiKind::Chat && meta_.tools.active())
+    for (size_t i = 0; i < choices; ++i) tool_streams_.push_back(std::make_unique<ToolCallStreamer>(meta_.tools, meta_.tool_format));
+}
+
+json CompletionStream::tool_delta(int index, const RequestEvent& e, std::string& finish) {
+  ToolCallStreamer& ts = *tool_streams_[static_cast<size_t>(index)];
+  json delta = json::object();
+  if (meta_.tools.choice == ToolChoice::Named) {
+    // The arguments stream as they come, after one chunk naming the function (as vLLM does).
+    json call = {{"index", 0}, {"function", {{"arguments", e.text}}}};
+    if (!started_tool_[static_cast<size_t>(index)]) {
+      started_tool_[static_cast<size_t>(index)] = true;
+      call = tool_calls_json({{meta_.tools.named, e.text}}, true)[0];
+    }
+    if (!e.text.empty() || call.contains("id")) delta["tool_calls"] = json::array({call});
+    return delta;
+  }
+  const std::string content = ts.push(e.text);
+  std::string tail;
+  if (e.finish_reason != FinishReason::None) {
+    ToolOutput o = ts.finish();
+    tail = o.content;
+    if (!o.calls.empty()) {
+      delta["tool_calls"] = tool_calls_json(o.calls, true);
+      if (finish == "stop") finish = "tool_calls";
+    }
+  }
+  if (!content.empty() || !tail.empty()) delta["content"] = content + tail;
+  return delta;
 }
 
 std::shared_ptr<CompletionStream> CompletionStream::create(ResponseMeta meta, std::vector<RequestHandle> handles,
@@ -141,7 +171,11 @@ std::string CompletionStream::event_chunks(const RequestEvent& e, int prompt) {
   const bool has_output = !e.text.empty() || (!e.logprobs.empty());
   if (has_output || e.finish_reason != FinishReason::None) {
     json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-    if (meta_.kind == ApiKind::Chat) {
+    std::string finish = e.finish_reason != FinishReason::None ? finish_reason_name(e.finish_reason) : "";
+    if (meta_.kind == ApiKind::Chat && !tool_streams_.empty()) {
+      choice["delta"] = tool_delta(index, e, finish);
+      if (meta_.chat_logprobs && !e.logprobs.empty()) choice["logprobs"] = chat_logprobs_json(e.logprobs, meta_);
+    } else if (meta_.kind == ApiKind::Chat) {
       choice["delta"] = e.text.empty() ? json::object() : json{{"content", e.text}};
       if (meta_.chat_logprobs && !e.logprobs.empty()) choice["logprobs"] = chat_logprobs_json(e.logprobs, meta_);
     } else {
@@ -150,10 +184,13 @@ std::string CompletionStream::event_chunks(const RequestEvent& e, int prompt) {
     }
     if (meta_.return_token_ids) choice["token_ids"] = e.token_ids;
     if (e.finish_reason != FinishReason::None) {
-      choice["finish_reason"] = finish_reason_name(e.finish_reason);
+      choice["finish_reason"] = finish;
       choice["stop_reason"] = stop_reason_json(e);
-      finish_reasons_[index] = finish_reason_name(e.finish_reason);
+      finish_reasons_[index] = finish;
     }
+    if (!tool_streams_.empty() && choice["delta"].empty() && e.finish_reason == FinishReason::None &&
+        !meta_.return_token_ids && choice["logprobs"].is_null())
+      return out;  // held back
     chunk(choice);
   }
   return out;
@@ -300,7 +337,16 @@ HttpReply CompletionCollector::build() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     json choice = {{"index", i}, {"finish_reason", c.finish_reason}, {"stop_reason", c.stop_reason}, {"logprobs", nullptr}};
-    if (meta_.kind == ApiKind::Chat) {
+    if (meta_.kind == ApiKind::Chat && meta_.tools.active()) {
+      const ToolOutput o = parse_tool_output(c.text, meta_.tools, meta_.tool_format);
+      choice["message"] = {{"role", "assistant"}, {"content", o.content}};
+      if (!o.calls.empty()) {
+        if (o.content.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = tool_calls_json(o.calls, false);
+        if (c.finish_reason == "stop" && meta_.tools.choice != ToolChoice::Named) choice["finish_reason"] = "tool_calls";
+      }
+      if (meta_.chat_logprobs) choice["logprobs"] = chat_logprobs_json(c.logprobs, meta_);
+    } else if (meta_.kind == ApiKind::Chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       if (meta_.chat_logprobs) choice["logprobs"] = chat_logprobs_json(c.logprobs, meta_);
     } else {

@@ -20,6 +20,7 @@
 #include "engine/request_channel.h"
 #include "server/http/http_types.h"
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 
 namespace vlm {
 
@@ -34,6 +35,8 @@ struct ResponseMeta {
   bool return_token_ids = false;
   std::vector<std::string> echo_prefix;  // completions with echo: the prompt text per prompt
   std::function<std::string(int32_t)> token_text;  // a token's text, for logprobs
+  ToolSettings tools;                              // chat with tools: replies parsed into tool_calls
+  ToolCallFormat tool_format = ToolCallFormat::Hermes;
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
 };
 
@@ -69,13 +72,18 @@ class CompletionStream : public ChunkStream, public std::enable_shared_from_this
   void pump();                       // delivers to a waiting reader if there is output
   std::string drain_locked();        // formats every queued event
   std::string event_chunks(const RequestEvent& e, int prompt);
+  // The delta of a chat choice with tools: content held back by its ToolCallStreamer, the
+  // calls at the end; sets `finish` to "tool_calls" when calls were made (not for a named one).
+  nlohmann::json tool_delta(int index, const RequestEvent& e, std::string& finish);
 
   std::mutex mu_;
   ResponseMeta meta_;
   std::vector<RequestHandle> handles_;
   std::vector<bool> started_;        // role chunk sent, per choice
+  std::vector<bool> started_tool_;   // named tool: the call's first chunk sent, per choice
   std::vector<bool> finished_;       // per handle
   std::vector<std::string> finish_reasons_;
+  std::vector<std::unique_ptr<ToolCallStreamer>> tool_streams_;  // per choice, when tools are active
   Usage usage_;
   bool ended_ = false;               // [DONE] produced
   bool error_ = false;

@@ -252,6 +252,102 @@ void parse_prompts(const json& j, ApiRequest& r) {
   if (r.prompts.size() > 64) bad("prompt", "at most 64 prompts per request");
 }
 
+// OpenAI logit_bias: {"token id": bias}.
+void parse_logit_bias(const json& j, SamplingParams& p) {
+  auto it = j.find("logit_bias");
+  if (it == j.end() || it->is_null()) return;
+  if (!it->is_object()) bad("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  for (const auto& [k, v] : it->items()) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(k, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != k.size() || id < 0 || id > INT32_MAX) bad("logit_bias", "'logit_bias' keys must be token ids, got '" + k + "'");
+    if (!v.is_number()) bad("logit_bias", "'logit_bias' values must be numbers");
+    p.logit_bias.push_back({static_cast<int32_t>(id), v.get<float>()});
+  }
+}
+
+using Kind = structured::ConstraintSpec::Kind;
+
+// A schema given as an object or as JSON text.
+std::string schema_text(const json& v, const std::string& param) {
+  if (v.is_object() || v.is_boolean()) return v.dump();
+  if (v.is_string()) {
+    try {
+      return json::parse(v.get<std::string>()).dump();
+    } catch (const json::exception&) {
+    }
+  }
+  bad(param, "'" + param + "' must be a JSON Schema object");
+}
+
+// response_format (OpenAI; llama.cpp's {"type": "json_object", "schema": ...} too).
+void parse_response_format(const json& j, ApiRequest& r) {
+  auto it = j.find("response_format");
+  if (it == j.end() || it->is_null()) return;
+  if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string())
+    bad("response_format", "'response_format' must be an object with a 'type'");
+  const std::string type = (*it)["type"].get<std::string>();
+  r.constraint_param = "response_format";
+  if (type == "text") return;
+  if (type == "json_object") {
+    if (it->contains("schema")) r.constraint = structured::ConstraintSpec{Kind::JsonSchema, schema_text((*it)["schema"], "response_format.schema"), {}};
+    else r.constraint = structured::ConstraintSpec{Kind::JsonObject, "", {}};
+  } else if (type == "json_schema") {
+    auto js = it->find("json_schema");
+    if (js == it->end() || !js->is_object()) bad("response_format.json_schema", "'response_format.json_schema' is required for type json_schema");
+    auto schema = js->find("schema");
+    if (schema == js->end()) bad("response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
+    r.constraint = structured::ConstraintSpec{Kind::JsonSchema, schema_text(*schema, "response_format.json_schema.schema"), {}};
+  } else {
+    bad("response_format.type", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got '" + type + "'");
+  }
+}
+
+// vLLM's structured_outputs {json | regex | choice | grammar | json_object}, and its older
+// top-level guided_json / guided_regex / guided_choice / guided_grammar.
+void parse_structured_outputs(const json& j, ApiRequest& r) {
+  json so = json::object();
+  if (auto it = j.find("structured_outputs"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) bad("structured_outputs", "'structured_outputs' must be an object");
+    so = *it;
+  }
+  for (const char* k : {"json", "regex", "choice", "grammar"})
+    if (auto it = j.find(std::string("guided_") + k); it != j.end() && !it->is_null()) so[k] = *it;
+  std::vector<std::string> kinds;
+  for (const auto& [k, v] : so.items()) {
+    if (v.is_null() || (k == "json_object" && v == false)) continue;
+    if (k == "json" || k == "regex" || k == "choice" || k == "grammar" || k == "json_object") kinds.push_back(k);
+    else if (k != "disable_fallback" && k != "disable_any_whitespace" && k != "disable_additional_properties" && k != "whitespace_pattern")
+      bad("structured_outputs." + k, "'structured_outputs." + k + "' is not supported");
+  }
+  if (kinds.empty()) return;
+  if (kinds.size() > 1) bad("structured_outputs", "only one kind of structured output is allowed per request");
+  if (r.constraint) bad("structured_outputs", "give either 'response_format' or 'structured_outputs', not both");
+  const std::string k = kinds[0];
+  const json& v = so[k];
+  r.constraint_param = "structured_outputs." + k;
+  if (k == "json") {
+    r.constraint = structured::ConstraintSpec{Kind::JsonSchema, schema_text(v, r.constraint_param), {}};
+  } else if (k == "json_object") {
+    r.constraint = structured::ConstraintSpec{Kind::JsonObject, "", {}};
+  } else if (k == "choice") {
+    structured::ConstraintSpec spec{Kind::Choice, "", {}};
+    if (!v.is_array() || v.empty()) bad(r.constraint_param, "'" + r.constraint_param + "' must be a non-empty list of strings");
+    for (const auto& c : v) {
+      if (!c.is_string()) bad(r.constraint_param, "'" + r.constraint_param + "' must be a non-empty list of strings");
+      spec.choices.push_back(c.get<std::string>());
+    }
+    r.constraint = spec;
+  } else {
+    if (!v.is_string()) bad(r.constraint_param, "'" + r.constraint_param + "' must be a string");
+    r.constraint = structured::ConstraintSpec{k == "regex" ? Kind::Regex : Kind::Grammar, v.get<std::string>(), {}};
+  }
+}
+
 }  // namespace
 
 SamplingDefaults SamplingDefaults::load(const std::string& model_dir) {
@@ -324,6 +420,18 @@ ApiRequest parse_api_request(ApiKind kind, std::string_view body, const Sampling
     if (!r.suffix.empty()) bad("suffix", "'suffix' is not supported");
   }
   r.return_token_ids = get_bool(j, "return_token_ids").value_or(false);
+  parse_logit_bias(j, r.params);
+  parse_response_format(j, r);
+  parse_structured_outputs(j, r);
+  if (kind == ApiKind::Chat) {
+    r.tools = parse_tool_settings(j);
+    if (auto tc = tool_constraint(r.tools)) {
+      if (r.constraint)
+        bad("tool_choice", "tool_choice \"required\" or a named function cannot be combined with another structured output");
+      r.constraint = *tc;
+      r.constraint_param = "tools";
+    }
+  }
   if (r.stream && r.params.n > 1 && r.kind == ApiKind::Completion && r.prompts.size() > 1)
     bad("n", "streaming several prompts with n > 1 is not supported");
   return r;

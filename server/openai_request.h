@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampling/sampling_params.h"
+#include "engine/structured/constraint_cache.h"
 #include "kernels/kv_compression/look_m_params.h"
+#include "server/tool_calls.h"
 
 namespace vlm {
 
@@ -53,6 +55,13 @@ struct ApiRequest {
   bool return_token_ids = false;    // vLLM extension: token ids in the response
   std::optional<LookMSetting> look_m;  // vlm_options.look_m (server/look_m_option.h)
   std::string cache_salt;              // vLLM: requests share cached prefixes only with the same salt
+  // Structured output: response_format (json_object, json_schema) or vLLM's structured_outputs
+  // (json, regex, choice, grammar, json_object); the ApiServer compiles it (param: the field
+  // named in its errors). Chat: tools and tool_choice (a required / named choice sets the
+  // constraint from the tools' parameters).
+  std::optional<structured::ConstraintSpec> constraint;
+  std::string constraint_param;
+  ToolSettings tools;
 };
 
 // Parses and validates a request body. Throws RequestError(400, "invalid_request_error",

@@ -80,7 +80,9 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
   std::vector<size_t> on_gpu, on_host;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const auto& lp = tasks[i].seq->params.logprobs;
-    if (lp && (*lp < 0 || *lp > cuda::kMaxTopLogprobs)) {
+    // Structured output and logit_bias are applied by the host sampler (the row comes back).
+    const SamplingParams& sp = tasks[i].seq->params;
+    if ((lp && (*lp < 0 || *lp > cuda::kMaxTopLogprobs)) || sp.constraint || !sp.logit_bias.empty()) {
       on_host.push_back(i);
       continue;
     }

@@ -136,20 +136,53 @@ TokenLogprobs Sampler::logprobs_of(const float* logits, int32_t token, int num_t
   return r;
 }
 
+void Sampler::apply_constraint(const Sequence& seq, float* l) {
+  structured::GrammarMatcher& m = *seq.params.constraint;
+  const int64_t V = vocab_size_;
+  const std::vector<uint64_t>& mask = m.token_mask(seq.constraint_state);
+  const bool accepting = m.accepting(seq.constraint_state);
+  eos_saved_.clear();
+  for (int32_t t : eos_token_ids_)
+    if (t >= 0 && t < V) eos_saved_.push_back(l[t]);
+  const int64_t covered = std::min<int64_t>(V, static_cast<int64_t>(mask.size()) * 64);
+  for (int64_t w = 0; w * 64 < covered; ++w) {
+    const uint64_t bits = mask[static_cast<size_t>(w)];
+    const int64_t end = std::min<int64_t>(covered, (w + 1) * 64);
+    if (bits == ~uint64_t{0}) continue;
+    for (int64_t i = w * 64; i < end; ++i)
+      if (!((bits >> (i & 63)) & 1)) l[i] = kNegInf;
+  }
+  std::fill(l + covered, l + V, kNegInf);  // ids the tokenizer does not have
+  size_t k = 0;
+  for (int32_t t : eos_token_ids_)  // EOS exactly where the grammar accepts
+    if (t >= 0 && t < V) l[t] = accepting ? eos_saved_[k++] : kNegInf;
+  // Nothing left (a grammar the vocabulary cannot continue, or min_tokens masking the only way
+  // out): EOS ends the sequence rather than a token outside the grammar.
+  if (l[argmax(l, V)] == kNegInf)
+    for (int32_t t : eos_token_ids_)
+      if (t >= 0 && t < V) l[t] = 0.0f;
+}
+
 SampleResult Sampler::sample(const float* logits, Sequence& seq) {
   const SamplingParams& p = seq.params;
   const int64_t V = vocab_size_;
   float* l = work_.data();
   std::copy(logits, logits + V, l);
   apply_penalties(seq, l);
+  for (const auto& [t, bias] : p.logit_bias) l[t] += bias;
   if (seq.num_output_tokens() < p.min_tokens) {
     for (int32_t t : p.stop_token_ids) l[t] = kNegInf;
     if (!p.ignore_eos)
       for (int32_t t : eos_token_ids_)
         if (t >= 0 && t < V) l[t] = kNegInf;
   }
+  if (p.constraint) apply_constraint(seq, l);
   SampleResult r;
   r.token_id = p.greedy() ? argmax(l, V) : sample_random(l, p, seq.rng);
+  if (p.constraint) {
+    const uint32_t next = p.constraint->advance_token(seq.constraint_state, r.token_id);
+    if (next != structured::GrammarMatcher::kDead) seq.constraint_state = next;
+  }
   if (p.logprobs) r.logprobs = logprobs_of(logits, r.token_id, *p.logprobs);
   return r;
 }

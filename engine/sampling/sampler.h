@@ -8,6 +8,9 @@
 //      ties at the k-th kept); top_p (keep the most likely tokens while the mass before each is
 //      < top_p); draw one uniform number from the sequence's own RNG and invert the CDF of the
 //      kept tokens.
+// With params.logit_bias, the biases are added after the penalties; with params.constraint
+// (structured output), tokens the grammar cannot take are masked after step 2 and the sampled
+// token advances seq.constraint_state.
 // Logprobs are those of the raw model output (log_softmax before penalties and temperature),
 // as vLLM's default "raw_logprobs" mode reports them.
 // Each sequence's draw depends only on its logits row and its own RNG, so a seeded request gives
@@ -53,6 +56,8 @@ class Sampler {
 
  private:
   void apply_penalties(const Sequence& seq, float* l /*[V]*/);
+  // params.constraint: tokens the grammar cannot take in seq.constraint_state become -inf.
+  void apply_constraint(const Sequence& seq, float* l /*[V]*/);
   int32_t sample_random(float* l /*[V]*/, const SamplingParams& p, std::mt19937_64& rng);
   TokenLogprobs logprobs_of(const float* logits /*[V]*/, int32_t token, int num_top);
 
@@ -64,6 +69,7 @@ class Sampler {
   std::vector<int32_t> kept_;    // candidate ids
   std::vector<double> probs_;    // [V] unnormalized probabilities
   std::vector<float> soft_;      // [V] softmax of the scaled logits (vectorized exp)
+  std::vector<float> eos_saved_;  // EOS logits before the constraint's mask
 };
 
 // A uniform double in [0, 1) from one 64-bit draw.

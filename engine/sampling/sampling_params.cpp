@@ -36,6 +36,13 @@ void SamplingParams::validate(int64_t vocab_size) const {
       bad("stop_token_ids", fmt::format("contains {}, outside the vocabulary of {}", id, vocab_size));
   for (const std::string& s : stop)
     if (s.empty()) bad("stop", "must not contain an empty string");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || id >= vocab_size) bad("logit_bias", fmt::format("has token {}, outside the vocabulary of {}", id, vocab_size));
+    if (!(bias >= -100.0f && bias <= 100.0f)) bad("logit_bias", fmt::format("values must be in [-100, 100], got {}", bias));
+  }
+  if (constraint && constraint->vocabulary().size() > vocab_size)
+    bad("response_format", fmt::format("the tokenizer's vocabulary ({}) is larger than the model's ({})",
+                                       constraint->vocabulary().size(), vocab_size));
   if (logprobs && (*logprobs < -1 || *logprobs > vocab_size))
     bad("logprobs", fmt::format("must be in [-1, {}], got {}", vocab_size, *logprobs));
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/structured/grammar_matcher.h"
 #include "kernels/sparse_prefill/sparse_prefill_config.h"
 
 namespace vlm {
@@ -31,6 +32,11 @@ struct SamplingParams {
   std::optional<int> logprobs;      // return the sampled token's logprob and this many top
                                     // alternatives (0: just the sampled one; -1: the whole vocab)
   bool skip_special_tokens = true;  // passed to the text decoder
+  std::vector<std::pair<int32_t, float>> logit_bias;  // OpenAI logit_bias: added to the raw logits
+                                                      // (after penalties), each in [-100, 100]
+  // Structured output: only tokens the grammar can take are sampled, and EOS only where it
+  // accepts (engine/structured/). Null: unconstrained.
+  std::shared_ptr<structured::GrammarMatcher> constraint;
   std::optional<bool> sink_router;  // SinkRouter decode routing for this request; unset: the
                                     // engine's default (EngineConfig::sink_router)
   // Per-request override of the engine's sparse-prefill method (unset: the engine default;

@@ -24,6 +24,7 @@ Sequence::Sequence(int64_t id_, std::vector<int32_t> prompt, SamplingParams para
   VLM_CHECK(prompt_modalities.empty() || static_cast<int32_t>(prompt_modalities.size()) == num_prompt_tokens,
             "sequence {}: {} modality tags for {} prompt tokens", id, prompt_modalities.size(), num_prompt_tokens);
   num_forks_pending = params.n - 1;
+  if (params.constraint) constraint_state = params.constraint->initial_state();
 }
 
 }  // namespace vlm

@@ -60,6 +60,7 @@ struct Sequence {
   FinishReason finish_reason = FinishReason::None;
   SamplingParams params;
   std::mt19937_64 rng;                // this sequence's sampling RNG (seeded per request)
+  uint32_t constraint_state = 0;      // params.constraint's state after the outputs so far
   int num_forks_pending = 0;          // children (n - 1) still to fork at the end of prefill
   int num_preemptions = 0;
   LookMSetting look_m;                       // resolved: the request's override or the server's

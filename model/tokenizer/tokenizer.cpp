@@ -1,10 +1,12 @@
 #include "model/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <nlohmann/json.hpp>
 
 #include "kernels/core/check.h"
+#include "model/tokenizer/components/byte_level.h"
 #include "model/tokenizer/tokenizer_json.h"
 #include "model/tokenizer/utf8.h"
 
@@ -122,6 +124,36 @@ std::string Tokenizer::id_to_token(int32_t id) const {
   if (const AddedToken* t = parts_->added.find(id)) return t->content;
   if (const std::string* s = parts_->model->id_to_token(id)) return *s;
   return "";
+}
+
+std::string Tokenizer::token_bytes(int32_t id) const {
+  if (const AddedToken* t = parts_->added.find(id)) return t->content;
+  const std::string* s = parts_->model->id_to_token(id);
+  if (!s) return "";
+  std::string out;
+  if (parts_->decoder && parts_->decoder->byte_level()) {
+    size_t i = 0;
+    while (i < s->size()) {
+      const size_t at = i;
+      const int b = byte_level::byte_of(utf8::next(*s, i));
+      if (b < 0) out.append(*s, at, i - at);
+      else out.push_back(static_cast<char>(b));
+    }
+    return out;
+  }
+  if (s->size() == 6 && s->starts_with("<0x") && (*s)[5] == '>' && std::isxdigit(static_cast<unsigned char>((*s)[3])) &&
+      std::isxdigit(static_cast<unsigned char>((*s)[4])))
+    return std::string(1, static_cast<char>(std::stoi(s->substr(3, 2), nullptr, 16)));
+  static const std::string kSpace = "\u2581";
+  for (size_t i = 0; i < s->size();) {
+    if (s->compare(i, kSpace.size(), kSpace) == 0) {
+      out.push_back(' ');
+      i += kSpace.size();
+    } else {
+      out.push_back((*s)[i++]);
+    }
+  }
+  return out;
 }
 
 bool Tokenizer::is_special(int32_t id) const {

@@ -55,6 +55,10 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;  // raw vocabulary string, "" for an unknown id
   bool is_special(int32_t id) const;
+  // The bytes token `id` stands for in generated text (what constrained decoding matches):
+  // an added token's content; a byte-level token's bytes (GPT-2 alphabet); a SentencePiece
+  // byte token <0xXX> as that byte, and "\u2581" as a space otherwise. "" for an unknown id.
+  std::string token_bytes(int32_t id) const;
   const std::string& bos_token() const { return bos_token_; }  // "" if none
   const std::string& eos_token() const { return eos_token_; }  // "" if none
   std::optional<int32_t> bos_id() const { return bos_id_; }

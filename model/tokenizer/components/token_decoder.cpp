@@ -16,6 +16,7 @@ using nlohmann::json;
 // alphabet keeps its own bytes), all joined into one lossy UTF-8 string.
 class ByteLevel final : public TokenDecoder {
  public:
+  bool byte_level() const override { return true; }
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::string bytes;
     for (const std::string& t : tokens) {
@@ -162,6 +163,11 @@ class BpeSuffix final : public TokenDecoder {
 class Sequence final : public TokenDecoder {
  public:
   explicit Sequence(std::vector<std::unique_ptr<TokenDecoder>> steps) : steps_(std::move(steps)) {}
+  bool byte_level() const override {
+    for (const auto& s : steps_)
+      if (s->byte_level()) return true;
+    return false;
+  }
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& s : steps_) s->decode_chain(tokens);
   }

@@ -19,6 +19,8 @@ class TokenDecoder {
   // are the outputs: byte tokens that do not form valid UTF-8 become U+FFFD (ByteLevel: one per
   // maximal invalid subsequence; ByteFallback: one per byte).
   virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+  // True when the chain maps tokens through the byte-level alphabet (GPT-2 style BPE).
+  virtual bool byte_level() const { return false; }
 
   // Builds the decoder described by `j`; null gives nullptr. Throws LoadError
   // "source: decoder type 'X' is not supported" for an unknown type, and for bad fields.
