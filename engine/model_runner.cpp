@@ -173,6 +173,27 @@ void ModelRunner::encode_media(const SchedulerOutput& out) {
   encode_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+namespace {
+
+// Calls fn(i, embed_row) for each media token of the chunk: i is the token's index in the chunk,
+// embed_row its row in the sequence's media embeddings (host or device, before any device shift).
+template <typename Fn>
+void for_each_media_row(const ScheduledChunk& c, Fn&& fn) {
+  const Sequence& seq = *c.seq;
+  const MediaInputs& m = *seq.media;
+  for (int32_t i = 0; i < c.num_tokens; ++i) {
+    const ModalityTag tag = seq.modality(c.start + i);
+    if (tag.modality == Modality::Text) continue;
+    const auto k = static_cast<size_t>(tag.media_index);
+    const int64_t offset = c.start + i - m.first_token[k];
+    VLM_CHECK(offset >= 0 && offset < m.num_tokens[k], "sequence {}: token {} is row {} of media item {}", seq.id,
+              c.start + i, offset, tag.media_index);
+    fn(i, m.embed_row[k] + offset);
+  }
+}
+
+}  // namespace
+
 bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
   const int64_t C = decoder_.config().hidden_size;
   bool any = false;
@@ -183,22 +204,15 @@ bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
     if (chunk_has_media(c) && c.seq->media_embeds_device) {  // runs of rows in the backend's memory
       any = true;
       const Sequence& seq = *c.seq;
-      const MediaInputs& m = *seq.media;
-      for (int32_t i = 0; i < c.num_tokens; ++i) {
-        const ModalityTag tag = seq.modality(c.start + i);
-        if (tag.modality == Modality::Text) continue;
-        const auto k = static_cast<size_t>(tag.media_index);
-        const int64_t offset = c.start + i - m.first_token[k];
-        VLM_CHECK(offset >= 0 && offset < m.num_tokens[k], "sequence {}: token {} is row {} of media item {}", seq.id,
-                  c.start + i, offset, tag.media_index);
-        const int64_t src_row = m.embed_row[k] + offset + seq.media_device_shift;
+      for_each_media_row(c, [&](int32_t i, int64_t embed_row) {
+        const int64_t src_row = embed_row + seq.media_device_shift;
         VLM_CHECK(src_row >= 0 && src_row < seq.media_embeds_device->rows, "device media row {} of {}", src_row,
                   seq.media_embeds_device->rows);
         const float* src = seq.media_embeds_device->data + src_row * C;
         DeviceRowRun* last = device_runs_.empty() ? nullptr : &device_runs_.back();
         if (last && last->row + last->n == row + i && last->src + last->n * C == src) ++last->n;
         else device_runs_.push_back({row + i, src, 1});
-      }
+      });
     } else if (chunk_has_media(c)) {
       if (!host_rows_) {
         host_rows_ = true;
@@ -207,18 +221,11 @@ bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
         any = true;
       }
       const Sequence& seq = *c.seq;
-      const MediaInputs& m = *seq.media;
-      for (int32_t i = 0; i < c.num_tokens; ++i) {
-        const ModalityTag tag = seq.modality(c.start + i);
-        if (tag.modality == Modality::Text) continue;
-        const auto k = static_cast<size_t>(tag.media_index);
-        const int64_t offset = c.start + i - m.first_token[k];
-        VLM_CHECK(offset >= 0 && offset < m.num_tokens[k], "sequence {}: token {} is row {} of media item {}", seq.id,
-                  c.start + i, offset, tag.media_index);
-        const float* src = seq.media_embeds->data() + (m.embed_row[k] + offset) * C;
+      for_each_media_row(c, [&](int32_t i, int64_t embed_row) {
+        const float* src = seq.media_embeds->data() + embed_row * C;
         std::copy(src, src + C, override_embeds_.begin() + (row + i) * C);
         override_use_[static_cast<size_t>(row + i)] = 1;
-      }
+      });
     }
     row += c.num_tokens;
   }
