@@ -59,7 +59,7 @@ uint32_t GrammarMatcher::intern(std::vector<uint32_t> stacks, bool accepting) {
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
   if (stacks.empty() && !accepting) return kDead;
   std::string key(stacks.size() * 4 + 1, '\0');
-  std::memcpy(key.data(), stacks.data(), stacks.size() * 4);
+  if (!stacks.empty()) std::memcpy(key.data(), stacks.data(), stacks.size() * 4);  // data() may be null
   key.back() = accepting ? 1 : 0;
   auto [it, fresh] = state_ids_.try_emplace(std::move(key), static_cast<uint32_t>(states_.size()));
   if (fresh) states_.push_back({std::move(stacks), accepting, std::vector<uint32_t>(256, kUnknown)});
