@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/pattern_filter.h"
 #include "bench/common/shuffled_cache.h"
 #include "kernels/attention/block_sparse_attention.h"
 #include "kernels/attention/paged_attention.h"
@@ -161,19 +162,8 @@ int main(int argc, char** argv) {
   const int32_t known[] = {g_frame};
   // VLM_BENCH_PATTERNS=a,b: only the patterns whose names start with one of these (and dense;
   // "all-blocks" names the all-blocks plan run).
-  auto wanted = [](const std::string& name) {
-    const char* env = std::getenv("VLM_BENCH_PATTERNS");
-    if (!env) return true;
-    const std::string list = std::string(",") + env + ",";
-    for (size_t i = 0; i < list.size();) {
-      const size_t j = list.find(',', i + 1);
-      if (j == std::string::npos) break;
-      const std::string pre = list.substr(i + 1, j - i - 1);
-      if (!pre.empty() && name.rfind(pre, 0) == 0) return true;
-      i = j;
-    }
-    return false;
-  };
+  const auto wanted = [](const std::string& name) { return vlm::bench::pattern_wanted(name); };
+
   std::erase_if(patterns, [&](const Pattern& p) { return !wanted(p.name); });
   const float scale = 1.0f / std::sqrt(static_cast<float>(kD));
   std::printf("| S | method | plan | kernel | total | speedup vs dense | block density | output rel. error |\n");

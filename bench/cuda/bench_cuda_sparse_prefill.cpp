@@ -12,6 +12,8 @@
 // VLM_BENCH_PATTERNS=a,b as in bench_sparse_prefill ("all-blocks": the all-blocks plan, S <= 128K).
 #include <cuda_runtime.h>
 
+#include "bench/common/pattern_filter.h"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -163,20 +165,6 @@ double rel_l2(const DeviceBuffer& got, const DeviceBuffer& ref, size_t n) {
   return std::sqrt(sn / sd);
 }
 
-bool wanted(const std::string& name) {
-  const char* env = std::getenv("VLM_BENCH_PATTERNS");
-  if (!env) return true;
-  const std::string list = std::string(",") + env + ",";
-  for (size_t i = 0; i < list.size();) {
-    const size_t j = list.find(',', i + 1);
-    if (j == std::string::npos) break;
-    const std::string pre = list.substr(i + 1, j - i - 1);
-    if (!pre.empty() && name.rfind(pre, 0) == 0) return true;
-    i = j;
-  }
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,7 +198,7 @@ int main(int argc, char** argv) {
     mm.method = vlm::SparsePrefillMethod::MMInference;  // default head: grid, + known stride
     patterns.push_back({"mminference(grid heads, known 256 tok/frame)", mm});
   }
-  std::erase_if(patterns, [](const Pattern& p) { return !wanted(p.name); });
+  std::erase_if(patterns, [](const Pattern& p) { return !vlm::bench::pattern_wanted(p.name); });
   const int32_t known[] = {kFrame};
   const float scale = 1.0f / std::sqrt(float(kD));
   cudaFree(nullptr);
@@ -247,7 +235,7 @@ int main(int argc, char** argv) {
                   t_up * 1e3, t_k * 1e3, t_dense / t_k, dplan.block_density(), rel_l2(su.out, su.dense, qn));
       std::fflush(stdout);
     };
-    if (wanted("all-blocks") && S <= 131072) run("all-blocks plan", vlm::dense_plan(S, S, kH), 0.0);
+    if (vlm::bench::pattern_wanted("all-blocks") && S <= 131072) run("all-blocks plan", vlm::dense_plan(S, S, kH), 0.0);
     for (const auto& pat : patterns) {
       vlm::ChunkView cv{su.qf.get(), S, S, S, su.cache.table.data(), 0, nullptr, {}};
       if (pat.cfg.method == vlm::SparsePrefillMethod::MMInference) cv.frame_strides = known;
@@ -255,7 +243,7 @@ int main(int argc, char** argv) {
       const vlm::BlockSparsePlan plan = vlm::build_sparse_plan(pat.cfg, cv, kH, su.cache.kv, scale);
       run(pat.name, plan, now() - t0);
     }
-    if (wanted("mminference-gpu")) {  // the grid heads' search on the GPU, plans built on the host
+    if (vlm::bench::pattern_wanted("mminference-gpu")) {  // the grid heads' search on the GPU, plans built on the host
       const vlm::GridParams gp = vlm::SparsePrefillConfig{}.default_head.grid;
       vlm::cuda::GridEstimateShape sh;
       sh.num_heads = kH;
