@@ -116,13 +116,18 @@ void BM_chunk(benchmark::State& state, Shape s) {
   counters(state, M, s, ws[0].nbytes());
 }
 
-void BM_decode(benchmark::State& state, Shape s) {
+// gemv: the bf16 GEMV kernel (bf16 activations, kernels/gemm/gemv_bf16.cpp), else the small-M
+// kernel (f32 activations).
+void BM_decode(benchmark::State& state, Shape s, bool gemv) {
   const int64_t M = state.range(0);
   const auto& ws = weights(s, vlm::DType::BF16, true);
   size_t i = 0;
   for (auto _ : state) {
-    vlm::gemm_detail::linear_small_m(x_data().data(), M, ws[i++ % ws.size()].view(), nullptr,
-                                     y_data().data());
+    const vlm::TensorView W = ws[i++ % ws.size()].view();
+    if (gemv)
+      vlm::gemm_detail::linear_gemv_bf16(x_data().data(), M, W, nullptr, y_data().data());
+    else
+      vlm::gemm_detail::linear_small_m(x_data().data(), M, W, nullptr, y_data().data());
     benchmark::ClobberMemory();
   }
   counters(state, M, s, ws[0].nbytes());
@@ -195,15 +200,23 @@ void register_all() {
                                    BM_prefill, path, s))
           ->Arg(M);
       timing(benchmark::RegisterBenchmark(("crossover/" + shape_name(s) + "/small_m").c_str(),
-                                   BM_decode, s))
+                                   BM_decode, s, false))
           ->Arg(M);
+      if (vlm::gemm_detail::bf16_dot_supported())
+        timing(benchmark::RegisterBenchmark(("crossover/" + shape_name(s) + "/gemv_bf16").c_str(),
+                                     BM_decode, s, true))
+            ->Arg(M);
     }
   for (int64_t pairs : {256, 512, 816, 1216, 2432})
     timing(benchmark::RegisterBenchmark("chunk/896x4864/512", BM_chunk, Shape{896, 4864}))
         ->Arg(pairs);
-  for (Shape s : kDecodeShapes)
-    timing(benchmark::RegisterBenchmark(("decode/" + shape_name(s)).c_str(), BM_decode, s))
+  for (Shape s : kDecodeShapes) {
+    timing(benchmark::RegisterBenchmark(("decode/" + shape_name(s) + "/small_m").c_str(), BM_decode, s, false))
         ->Arg(1)->Arg(4)->Arg(16);
+    if (vlm::gemm_detail::bf16_dot_supported())
+      timing(benchmark::RegisterBenchmark(("decode/" + shape_name(s) + "/gemv_bf16").c_str(), BM_decode, s, true))
+          ->Arg(1)->Arg(4)->Arg(16);
+  }
 }
 
 }  // namespace

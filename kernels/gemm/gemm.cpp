@@ -117,6 +117,10 @@ bool uses_bf16_dot(DType w_dtype, int64_t M) {
          gemm_detail::bf16_dot_supported();
 }
 
+bool uses_bf16_gemv(DType w_dtype, int64_t M) {
+  return w_dtype == DType::BF16 && M < kBf16DotMinM && bf16_activations() && gemm_detail::bf16_dot_supported();
+}
+
 int64_t small_m_limit(DType w_dtype) {
   if (!use_avx512()) return kSmallMPortable;
   return w_dtype == DType::F32 ? kSmallM : kSmallM16Bit;
@@ -134,6 +138,8 @@ void linear(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
   }
   if (uses_bf16_dot(W.dtype, M))
     gemm_detail::linear_bf16_dot(x, M, W, bias, y);
+  else if (uses_bf16_gemv(W.dtype, M))
+    gemm_detail::linear_gemv_bf16(x, M, W, bias, y);
   else if (M <= small_m_limit(W.dtype))
     gemm_detail::linear_small_m(x, M, W, bias, y);
   else
@@ -151,6 +157,7 @@ void linear_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTar
   if (M == 0) return;
   if (same && W0.dim(1) > 0) {
     if (uses_bf16_dot(W0.dtype, M)) return gemm_detail::linear_bf16_dot_multi(x, M, targets);
+    if (uses_bf16_gemv(W0.dtype, M)) return gemm_detail::linear_gemv_bf16_multi(x, M, targets);
     if (M <= small_m_limit(W0.dtype)) return gemm_detail::linear_small_m_multi(x, M, targets);
   }
   for (const LinearTarget& t : targets) linear(x, M, *t.W, t.bias, t.y);

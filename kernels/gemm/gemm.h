@@ -13,6 +13,8 @@
 //    is what a bf16 checkpoint runs in PyTorch (bf16 inputs, f32 accumulation), but it is an
 //    approximation of the f32 compute the HF-equality fixtures (bf16 weights, f32 reference)
 //    check, and results then depend on how many rows share a call (batch composition);
+//  - M < kBf16DotMinM with the same conditions: a GEMV kernel (kernels/gemm/gemv_bf16.cpp) that
+//    rounds x to bf16 the same way and streams W's stored rows through vdpbf16ps (decode);
 //  - otherwise, larger M: OpenBLAS sgemm on N-panels of W (converted to f32 panel by panel for
 //    16-bit W), the panels split over the global thread pool.
 // Default for every W dtype: f32 activations (exact up to f32 summation order). F32 and F16 W
@@ -46,6 +48,10 @@ void set_bf16_activations(bool enabled);
 bool bf16_activations();
 // Whether linear() runs the bf16 dot-product path for this W dtype and M on this CPU now.
 bool uses_bf16_dot(DType w_dtype, int64_t M);
+// Whether linear() runs the bf16 GEMV path (M < kBf16DotMinM, the same switch and CPU feature:
+// x rounded to bf16, vdpbf16ps on W's stored rows; kernels/gemm/gemv_bf16.cpp) for this W dtype
+// and M on this CPU now.
+bool uses_bf16_gemv(DType w_dtype, int64_t M);
 
 // Preconditions: W is 2-D [N, K] with dtype F32/BF16/F16; x has M*K floats, y has M*N floats;
 // bias is null or has N floats; y does not alias x. M may be 0 (no-op).

@@ -42,6 +42,13 @@ void linear_bf16_dot(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*
 // The same for several BF16 W of one K in one pool job (x packed once).
 void linear_bf16_dot_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets,
                            int64_t chunk_pairs = 0);
+// bf16 GEMV path (kernels/gemm/gemv_bf16.cpp) for few rows of x (decode), BF16 W only: x rounded to
+// bf16 once per call (as linear_bf16_dot does), each output a vdpbf16ps dot product of an x row and
+// a W row in W's stored layout (no packing), W rows prefetched a block ahead; parallel over N.
+// Needs bf16_dot_supported(). Any M, K >= 1 (meant for M < kBf16DotMinM). Same reference as below.
+void linear_gemv_bf16(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                      const float* bias /*[N] or null*/, float* y /*[M,N]*/);
+void linear_gemv_bf16_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets);
 // Its naive reference: y = bf16(x) · W^T (+ bias) with double accumulation, bf16(x) rounded to
 // nearest even as f32_to_bf16 does. BF16 W only.
 void linear_bf16_ref(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,

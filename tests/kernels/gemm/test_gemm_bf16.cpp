@@ -122,6 +122,58 @@ TEST(GemmBf16, DotPathErrorAgainstExactF32IsBounded) {
   }
 }
 
+// The bf16 GEMV path (kernels/gemm/gemv_bf16.cpp) against the same reference: M across its row
+// groups of 4 (1..9), N across its blocks of 8 and 4 rows with tails, K with and without a tail
+// of 32, and a block-sized N so that several L2 blocks and pool tasks (and the prefetch of the
+// next block past the task's end) are exercised.
+TEST(GemmBf16, GemvPathMatchesItsReference) {
+  if (skip_without_bf16()) GTEST_SKIP() << "no AVX512-BF16";
+  const std::pair<int64_t, int64_t> kns[] = {{1, 1},  {31, 33}, {32, 32},  {33, 17},  {64, 9},
+                                             {65, 100}, {896, 13}, {130, 300}, {96, 1500}};
+  for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 15})
+    for (auto [K, N] : kns)
+      for (bool b : {false, true}) {
+        if (M > 5 && N > 300) continue;  // the reference is slow; the large N runs for M <= 5
+        Case c(M, K, N, b);
+        std::vector<float> ref(M * N);
+        gemm_detail::linear_bf16_ref(c.x.data(), M, c.W.view(), c.bias_ptr(), ref.data());
+        check(c, ref, 1e-5, gemm_detail::linear_gemv_bf16);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// q/k/v-shaped targets of one x in one call give what one call each gives.
+TEST(GemmBf16, GemvMultiMatchesSingleCalls) {
+  if (skip_without_bf16()) GTEST_SKIP() << "no AVX512-BF16";
+  Case q(3, 96, 64, true), k(3, 96, 16, true), v(3, 96, 24, false), extra(3, 96, 40, true);
+  std::vector<float> yq(3 * 64), yk(3 * 16), yv(3 * 24), ye(3 * 40);
+  const TensorView wq = q.W.view(), wk = k.W.view(), wv = v.W.view(), we = extra.W.view();
+  const LinearTarget t[] = {{&wq, q.bias_ptr(), yq.data()}, {&wk, k.bias_ptr(), yk.data()},
+                            {&wv, nullptr, yv.data()}, {&we, extra.bias_ptr(), ye.data()}};
+  gemm_detail::linear_gemv_bf16_multi(q.x.data(), 3, t);
+  for (const auto& [c, y] : {std::pair{&q, &yq}, {&k, &yk}, {&v, &yv}, {&extra, &ye}}) {
+    std::vector<float> one(y->size());
+    const float* bias = c == &v ? nullptr : c->bias_ptr();
+    gemm_detail::linear_gemv_bf16(q.x.data(), 3, c->W.view(), bias, one.data());
+    EXPECT_EQ(*y, one);
+  }
+  std::vector<float> yq2(yq.size());  // five targets: more than the kernel keeps inline
+  const LinearTarget t5[] = {t[0], t[1], t[2], t[3], {&wq, nullptr, yq2.data()}};
+  gemm_detail::linear_gemv_bf16_multi(q.x.data(), 3, t5);
+  std::vector<float> no_bias(yq.size());
+  gemm_detail::linear_gemv_bf16(q.x.data(), 3, wq, nullptr, no_bias.data());
+  EXPECT_EQ(yq2, no_bias);
+}
+
+// Against the exact f32 product, the same bound as the dot-product path (x rounded to bf16).
+TEST(GemmBf16, GemvPathErrorAgainstExactF32IsBounded) {
+  if (skip_without_bf16()) GTEST_SKIP() << "no AVX512-BF16";
+  Case c(1, 896, 200, true);
+  std::vector<float> ref(c.N);
+  linear_ref(c.x.data(), 1, c.W.view(), c.bias_ptr(), ref.data());
+  check(c, ref, 1.0 / 256 + 1e-5, gemm_detail::linear_gemv_bf16);
+}
+
 // linear() takes the bf16 path for BF16 W from kBf16DotMinM rows on when switched on (off by
 // default), not without AVX-512; otherwise it is exact.
 TEST(GemmBf16, LinearChoosesThePathAndCanBeSwitchedOff) {
@@ -135,8 +187,16 @@ TEST(GemmBf16, LinearChoosesThePathAndCanBeSwitchedOff) {
   EXPECT_FALSE(uses_bf16_dot(DType::F32, M));
   EXPECT_FALSE(uses_bf16_dot(DType::F16, M));
   EXPECT_FALSE(uses_bf16_dot(DType::BF16, kBf16DotMinM - 1));
+  EXPECT_FALSE(uses_bf16_gemv(DType::F32, 1));
+  EXPECT_FALSE(uses_bf16_gemv(DType::BF16, M));
   if (!skip_without_bf16()) {
     EXPECT_TRUE(uses_bf16_dot(DType::BF16, M));
+    EXPECT_TRUE(uses_bf16_gemv(DType::BF16, 1));
+    EXPECT_TRUE(uses_bf16_gemv(DType::BF16, kBf16DotMinM - 1));
+    Case one(1, 100, 70, true);  // decode: the GEMV path, the same rounding of x
+    std::vector<float> ref1(one.N);
+    gemm_detail::linear_bf16_ref(one.x.data(), 1, one.W.view(), one.bias_ptr(), ref1.data());
+    check(one, ref1, 1e-5, linear);
     gemm_detail::linear_bf16_ref(c.x.data(), M, c.W.view(), c.bias_ptr(), ref_bf16.data());
     check(c, ref_bf16, 1e-5, linear);
     // The rounding is visible: the exact tolerance fails on the bf16 path for this case.
@@ -148,10 +208,12 @@ TEST(GemmBf16, LinearChoosesThePathAndCanBeSwitchedOff) {
   }
   set_avx512_enabled(false);  // the fallback on a CPU without AVX-512 (and so without BF16)
   EXPECT_FALSE(uses_bf16_dot(DType::BF16, M));
+  EXPECT_FALSE(uses_bf16_gemv(DType::BF16, 1));
   check(c, ref_f32, 1e-5, linear);
   set_avx512_enabled(true);
   set_bf16_activations(false);
   EXPECT_FALSE(uses_bf16_dot(DType::BF16, M));
+  EXPECT_FALSE(uses_bf16_gemv(DType::BF16, 1));
   check(c, ref_f32, 1e-5, linear);
 }
 

@@ -1,0 +1,203 @@
+// bf16 GEMV path of linear() for BF16 W and few rows of x (decode; kernels/gemm/gemm_internal.h):
+// x is rounded to bf16 once per call into a zero-padded copy, and each output is the dot product
+// of one x row with one W row in its stored [N, K] layout, 32 products per vdpbf16ps (a W row
+// and an x row load side by side: no repacking of W, no pair split of x). MR rows of x times NR
+// rows of W keep MR*NR f32 accumulators of 16 lanes, reduced once per output at the end.
+//
+// Decode rows are short (K = 896: 1792 bytes, 28 lines), too short for the hardware stream
+// prefetcher to ramp up on each row, so the first row group of a block prefetches the W rows of
+// the next block (the next NR rows, contiguous in W) while it reads the current ones.
+// Parallel over N: pool tasks of contiguous W rows; inside a task, blocks of ~128 KB of W stay in
+// L2 while every row group of x passes over them, so W is read from memory once for any M.
+
+#include "kernels/core/x86_intrinsics.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/core/check.h"
+#include "kernels/core/cpu_features.h"
+#include "kernels/core/dtype.h"
+#include "kernels/core/thread_pool.h"
+#include "kernels/gemm/gemm_internal.h"
+
+namespace vlm::gemm_detail {
+
+namespace {
+
+#define VLM_TARGET_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")))
+
+// y[m, n + r] = bf16(x[m, :]) · W[n + r, :] (+ bias) for m < MR, r < NR. xb holds MR rows of
+// Kp = K rounded up to 32 bf16 (zeros past K). PF: prefetch the next NR rows of W.
+template <int MR, int NR, bool PF>
+VLM_TARGET_BF16 void gemv_block(const uint16_t* xb /*[MR,Kp]*/, int64_t Kp, const uint16_t* W /*[N,K]*/,
+                                int64_t K, int64_t n, const float* bias, float* y /*[MR,N]*/, int64_t N) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  const uint16_t* w0 = W + n * K;
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    __m512bh w[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      if constexpr (PF) _mm_prefetch(reinterpret_cast<const char*>(w0 + (NR + r) * K + k), _MM_HINT_T0);
+      w[r] = (__m512bh)_mm512_loadu_si512(w0 + r * K + k);
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + m * Kp + k);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], xv, w[r]);
+    }
+  }
+  if (k < K) {  // the tail: zeros in W past K (x is zero there too)
+    const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << (K - k)) - 1u);
+    __m512bh w[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) w[r] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w0 + r * K + k);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + m * Kp + k);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], xv, w[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r)
+      y[m * N + n + r] = _mm512_reduce_add_ps(acc[m][r]) + (bias ? bias[n + r] : 0.0f);
+}
+
+// Rows [n0, n1) of W for MR rows of x: blocks of NR rows, then single rows.
+template <int MR, bool PF>
+VLM_TARGET_BF16 void gemv_rows(const uint16_t* xb, int64_t Kp, const uint16_t* W, int64_t K, int64_t n0,
+                               int64_t n1, const float* bias, float* y, int64_t N) {
+  // Accumulators plus the NR weight registers and one x register fit in 32 zmm.
+  constexpr int NR = MR == 1 ? 8 : MR == 2 ? 8 : 4;
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR) gemv_block<MR, NR, PF>(xb, Kp, W, K, n, bias, y, N);
+  for (; n < n1; ++n) gemv_block<MR, 1, false>(xb, Kp, W, K, n, bias, y, N);
+}
+
+constexpr int64_t kGroup = 4;  // rows of x per pass over a block of W
+
+void gemv_rows_m(int64_t mr, bool prefetch, const uint16_t* xb, int64_t Kp, const uint16_t* W, int64_t K,
+                 int64_t n0, int64_t n1, const float* bias, float* y, int64_t N) {
+  static_assert(kGroup == 4);
+  switch (mr * 2 + (prefetch ? 1 : 0)) {
+    case 2: return gemv_rows<1, false>(xb, Kp, W, K, n0, n1, bias, y, N);
+    case 3: return gemv_rows<1, true>(xb, Kp, W, K, n0, n1, bias, y, N);
+    case 4: return gemv_rows<2, false>(xb, Kp, W, K, n0, n1, bias, y, N);
+    case 5: return gemv_rows<2, true>(xb, Kp, W, K, n0, n1, bias, y, N);
+    case 6: return gemv_rows<3, false>(xb, Kp, W, K, n0, n1, bias, y, N);
+    case 7: return gemv_rows<3, true>(xb, Kp, W, K, n0, n1, bias, y, N);
+    case 8: return gemv_rows<4, false>(xb, Kp, W, K, n0, n1, bias, y, N);
+    case 9: return gemv_rows<4, true>(xb, Kp, W, K, n0, n1, bias, y, N);
+    default: VLM_CHECK(false, "row group of {}", mr);
+  }
+}
+
+// x [M,K] f32 -> out [M,Kp] bf16, round to nearest even, zeros past K.
+VLM_TARGET_BF16 void round_rows_bf16(const float* x, int64_t M, int64_t K, int64_t Kp, uint16_t* out) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* src = x + m * K;
+    uint16_t* dst = out + m * Kp;
+    for (int64_t k = 0; k < Kp; k += 32) {
+      const int64_t left = K - k;
+      const __mmask16 m0 = left >= 16 ? __mmask16(0xffff) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1u);
+      const __mmask16 m1 = left >= 32   ? __mmask16(0xffff)
+                           : left <= 16 ? __mmask16(0)
+                                        : __mmask16((1u << (left - 16)) - 1u);
+      const __m512 lo = _mm512_maskz_loadu_ps(m0, src + k);
+      const __m512 hi = _mm512_maskz_loadu_ps(m1, src + k + 16);
+      _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+}
+
+// How one W is split over pool tasks.
+struct GemvPlan {
+  int64_t rows_per_task = 0;
+  int64_t num_tasks = 0;
+  int64_t block_rows = 0;
+};
+
+GemvPlan plan_gemv(int64_t N, int64_t K, int num_threads) {
+  GemvPlan p;
+  // Tasks of at least ~64K weights (to amortize the claim), at most 4 per thread (dynamic balance
+  // on a shared machine), in multiples of 8 rows.
+  const int64_t min_rows = std::max<int64_t>(8, (65536 + K - 1) / K);
+  const int64_t max_tasks = 4 * static_cast<int64_t>(num_threads);
+  p.rows_per_task = std::max(min_rows, (N + max_tasks - 1) / max_tasks);
+  p.rows_per_task = (p.rows_per_task + 7) / 8 * 8;
+  p.num_tasks = (N + p.rows_per_task - 1) / p.rows_per_task;
+  p.block_rows = std::max<int64_t>(8, (131072 / (K * 2)) / 8 * 8);
+  return p;
+}
+
+}  // namespace
+
+void linear_gemv_bf16_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets) {
+  VLM_CHECK(bf16_dot_supported(), "linear_gemv_bf16: no AVX512-BF16 on this CPU (or switched off)");
+  if (targets.empty() || M == 0) return;
+  const int64_t K = targets[0].W->dim(1);
+  for (const LinearTarget& t : targets)
+    VLM_CHECK(t.W->dtype == DType::BF16 && t.W->dim(1) == K, "linear_gemv_bf16: W {} {} (want BF16, K {})",
+              t.W->shape.str(), dtype_name(t.W->dtype), K);
+  if (K == 0) return;  // linear() handles K = 0
+  const int64_t Kp = (K + 31) / 32 * 32;
+  thread_local std::vector<uint16_t> xb_buf;
+  xb_buf.resize(static_cast<size_t>(M * Kp));
+  round_rows_bf16(x, M, K, Kp, xb_buf.data());
+  const uint16_t* xb = xb_buf.data();
+
+  ThreadPool& pool = global_thread_pool();
+  // Up to 4 targets (q/k/v, gate/up) without a heap allocation per call.
+  constexpr size_t kInline = 4;
+  GemvPlan plan_inline[kInline];
+  int64_t first_inline[kInline];
+  std::vector<GemvPlan> plan_heap;
+  std::vector<int64_t> first_heap;
+  GemvPlan* plans = plan_inline;
+  int64_t* first_task = first_inline;
+  if (targets.size() > kInline) {
+    plan_heap.resize(targets.size());
+    first_heap.resize(targets.size());
+    plans = plan_heap.data();
+    first_task = first_heap.data();
+  }
+  int64_t total = 0;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    plans[i] = plan_gemv(targets[i].W->dim(0), K, pool.num_threads());
+    first_task[i] = total;
+    total += plans[i].num_tasks;
+  }
+  const size_t num_targets = targets.size();
+  pool.run_tasks(total, [&](int64_t task) {
+    const size_t i = static_cast<size_t>(std::upper_bound(first_task, first_task + num_targets, task) -
+                                         first_task) - 1;
+    const LinearTarget& t = targets[i];
+    const GemvPlan& p = plans[i];
+    const int64_t N = t.W->dim(0);
+    const auto* w = static_cast<const uint16_t*>(t.W->data);
+    const int64_t t0 = (task - first_task[i]) * p.rows_per_task, t1 = std::min(N, t0 + p.rows_per_task);
+    for (int64_t n0 = t0; n0 < t1; n0 += p.block_rows) {
+      const int64_t n1 = std::min(t1, n0 + p.block_rows);
+      for (int64_t m0 = 0; m0 < M; m0 += kGroup)  // the first group streams W from memory
+        gemv_rows_m(std::min(kGroup, M - m0), m0 == 0, xb + m0 * Kp, Kp, w, K, n0, n1, t.bias, t.y + m0 * N, N);
+    }
+  });
+}
+
+void linear_gemv_bf16(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
+                      const float* bias /*[N] or null*/, float* y /*[M,N]*/) {
+  const LinearTarget t{&W, bias, y};
+  linear_gemv_bf16_multi(x, M, std::span<const LinearTarget>(&t, 1));
+}
+
+}  // namespace vlm::gemm_detail
