@@ -74,6 +74,22 @@ int32_t Sampler::sample_random(float* l, const SamplingParams& p, std::mt19937_6
   // not one double exp per token: a 152K vocabulary made that ~2 ms per sequence and step.
   std::copy(l, l + V, soft_.data());
   softmax_rows(soft_.data(), 1, V);
+  if (cut == kNegInf && p.top_p >= 1.0f) {
+    // Nothing cut (the server's default sampling): the same draw as below over every token, in id
+    // order, without building the kept list (masked tokens have probability 0 and are never drawn).
+    double sum = 0;
+    for (int64_t i = 0; i < V; ++i) sum += soft_[i];
+    const double u = uniform01(rng) * sum;
+    double acc = 0;
+    int64_t last = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      if (soft_[i] == 0.0f) continue;
+      acc += soft_[i];
+      last = i;
+      if (u < acc) return static_cast<int32_t>(i);
+    }
+    return static_cast<int32_t>(last);  // u within rounding of the total
+  }
   kept_.clear();
   double total = 0;
   for (int64_t i = 0; i < V; ++i) {

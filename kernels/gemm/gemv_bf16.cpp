@@ -4,9 +4,10 @@
 // and an x row load side by side: no repacking of W, no pair split of x). MR rows of x times NR
 // rows of W keep MR*NR f32 accumulators of 16 lanes, reduced once per output at the end.
 //
-// Decode rows are short (K = 896: 1792 bytes, 28 lines), too short for the hardware stream
-// prefetcher to ramp up on each row, so the first row group of a block prefetches the W rows of
-// the next block (the next NR rows, contiguous in W) while it reads the current ones.
+// Decode rows are short (K = 896: 1792 bytes, 28 lines). One row of x (one sequence) reads W
+// row after row, in ascending addresses, which the hardware prefetcher follows; with more rows of
+// x, NR W rows are read side by side and the first row group of a block prefetches the next NR
+// rows (contiguous in W) while it reads the current ones.
 // Parallel over N: pool tasks of contiguous W rows; inside a task, blocks of ~128 KB of W stay in
 // L2 while every row group of x passes over them, so W is read from memory once for any M.
 
@@ -27,6 +28,25 @@ namespace {
 
 #define VLM_TARGET_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c,fma")))
+
+// The 16-lane sums of v[0..7]: lane j of the result is the sum of v[j]'s lanes.
+VLM_TARGET_BF16 inline __m256 reduce8(const __m512* v) {
+  __m512 s[4], t[2];
+  // Per 128-bit lane: v[2i] in elements 0 and 2, v[2i+1] in 1 and 3.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  // Per 128-bit lane: element e of t[j] is that lane's partial sum of v[4j + e].
+#pragma GCC unroll 2
+  for (int j = 0; j < 2; ++j) {
+    const __m512d a = _mm512_castps_pd(s[2 * j]), b = _mm512_castps_pd(s[2 * j + 1]);
+    t[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // Sum the four 128-bit lanes: t0 and t1 lanes (0, 1) + (2, 3), then lane pairs.
+  const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x44), _mm512_shuffle_f32x4(t[0], t[1], 0xee));
+  const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(u, u, 0x08), _mm512_shuffle_f32x4(u, u, 0x0d));
+  return _mm512_castps512_ps256(w);
+}
 
 // y[m, n + r] = bf16(x[m, :]) · W[n + r, :] (+ bias) for m < MR, r < NR. xb holds MR rows of
 // Kp = K rounded up to 32 bf16 (zeros past K). PF: prefetch the next NR rows of W.
@@ -66,21 +86,71 @@ VLM_TARGET_BF16 void gemv_block(const uint16_t* xb /*[MR,Kp]*/, int64_t Kp, cons
       for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], xv, w[r]);
     }
   }
+  if constexpr (MR * NR % 8 == 0) {
+    // Eight accumulators at a time into one vector of their eight sums (acc[m][r] is output
+    // m * NR + r, in that order).
+#pragma GCC unroll 4
+    for (int i = 0; i < MR * NR; i += 8) {
+      const __m256 s = reduce8(&acc[0][0] + i);
+      alignas(32) float out[8];
+      _mm256_store_ps(out, s);
 #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m)
+      for (int j = 0; j < 8; ++j) {
+        const int m = (i + j) / NR, r = (i + j) % NR;
+        y[m * N + n + r] = out[j] + (bias ? bias[n + r] : 0.0f);
+      }
+    }
+  } else {
 #pragma GCC unroll 8
-    for (int r = 0; r < NR; ++r)
-      y[m * N + n + r] = _mm512_reduce_add_ps(acc[m][r]) + (bias ? bias[n + r] : 0.0f);
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r)
+        y[m * N + n + r] = _mm512_reduce_add_ps(acc[m][r]) + (bias ? bias[n + r] : 0.0f);
+  }
 }
 
-// Rows [n0, n1) of W for MR rows of x: blocks of NR rows, then single rows.
+// One x row times NR W rows, row after row: the addresses ascend through the block, which the
+// hardware prefetcher follows best (measured: ~1.5x the rate of reading the NR rows side by side,
+// with or without software prefetch, on the LM head's 151936 x 896). Two accumulators per row.
+template <int NR>
+VLM_TARGET_BF16 void gemv_block_seq(const uint16_t* xb, const uint16_t* W, int64_t K, int64_t n,
+                                    const float* bias, float* y) {
+  __m512 acc[NR];
+  const uint16_t* w0 = W + n * K;
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+    const uint16_t* wr = w0 + r * K;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+      a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(xb + k), (__m512bh)_mm512_loadu_si512(wr + k));
+      a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(xb + k + 32), (__m512bh)_mm512_loadu_si512(wr + k + 32));
+    }
+    for (; k < K; k += 32) {
+      const __mmask32 mask = K - k >= 32 ? ~__mmask32(0) : static_cast<__mmask32>((uint64_t{1} << (K - k)) - 1u);
+      a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(xb + k), (__m512bh)_mm512_maskz_loadu_epi16(mask, wr + k));
+    }
+    acc[r] = _mm512_add_ps(a0, a1);
+  }
+  const __m256 s = reduce8(acc);
+  alignas(32) float out[8];
+  _mm256_store_ps(out, s);
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) y[n + r] = out[r] + (bias ? bias[n + r] : 0.0f);
+}
+
+// Rows [n0, n1) of W for MR rows of x: blocks of NR rows, then single rows. One row of x reads
+// the block row after row (gemv_block_seq); more rows interleave NR rows (gemv_block).
 template <int MR, bool PF>
 VLM_TARGET_BF16 void gemv_rows(const uint16_t* xb, int64_t Kp, const uint16_t* W, int64_t K, int64_t n0,
                                int64_t n1, const float* bias, float* y, int64_t N) {
   // Accumulators plus the NR weight registers and one x register fit in 32 zmm.
   constexpr int NR = MR == 1 ? 8 : MR == 2 ? 8 : 4;
   int64_t n = n0;
-  for (; n + NR <= n1; n += NR) gemv_block<MR, NR, PF>(xb, Kp, W, K, n, bias, y, N);
+  if constexpr (MR == 1)
+    for (; n + NR <= n1; n += NR) gemv_block_seq<NR>(xb, W, K, n, bias, y);
+  else
+    for (; n + NR <= n1; n += NR) gemv_block<MR, NR, PF>(xb, Kp, W, K, n, bias, y, N);
   for (; n < n1; ++n) gemv_block<MR, 1, false>(xb, Kp, W, K, n, bias, y, N);
 }
 
@@ -90,8 +160,8 @@ void gemv_rows_m(int64_t mr, bool prefetch, const uint16_t* xb, int64_t Kp, cons
                  int64_t n0, int64_t n1, const float* bias, float* y, int64_t N) {
   static_assert(kGroup == 4);
   switch (mr * 2 + (prefetch ? 1 : 0)) {
-    case 2: return gemv_rows<1, false>(xb, Kp, W, K, n0, n1, bias, y, N);
-    case 3: return gemv_rows<1, true>(xb, Kp, W, K, n0, n1, bias, y, N);
+    case 2:
+    case 3: return gemv_rows<1, false>(xb, Kp, W, K, n0, n1, bias, y, N);
     case 4: return gemv_rows<2, false>(xb, Kp, W, K, n0, n1, bias, y, N);
     case 5: return gemv_rows<2, true>(xb, Kp, W, K, n0, n1, bias, y, N);
     case 6: return gemv_rows<3, false>(xb, Kp, W, K, n0, n1, bias, y, N);
