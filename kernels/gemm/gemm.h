@@ -37,9 +37,10 @@ constexpr int64_t kSmallM = 32;          // F32 W, AVX-512
 constexpr int64_t kSmallM16Bit = 128;    // BF16/F16 W, AVX-512
 constexpr int64_t kSmallMPortable = 4;   // any W, no AVX-512
 int64_t small_m_limit(DType w_dtype);   // the one of the above that applies on this CPU
-// Smallest M that takes the bf16 dot-product path (BF16 W): from there on it beats the small-M
-// kernel (bench/RESULTS.md, "GEMM").
-constexpr int64_t kBf16DotMinM = 16;
+// Smallest M that takes the bf16 dot-product path (BF16 W); below it the bf16 GEMV kernel runs,
+// which beat the packed dot-product kernel up to M = 32 on the 4864 x 896 shape (bench_gemm_qwen
+// crossover/*, bench/RESULTS.md "GEMV"), so 16-sequence decode stays on it.
+constexpr int64_t kBf16DotMinM = 32;
 
 // Process-wide switch for the bf16 dot-product path (default off: BF16 W runs with f32
 // activations, small-M kernel or OpenBLAS, the exact path). Servers expose it as

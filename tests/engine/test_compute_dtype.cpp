@@ -46,7 +46,7 @@ TEST(ComputeDType, EngineAppliesItsDtype) {
 class DefaultDtypeFixture : public ::testing::TestWithParam<std::string> {};
 
 // The default (--dtype auto) against the exact path on the same prompt: prefill logits, the
-// longest fixture prompt (>= 16 rows, so the bf16 dot-product path runs).
+// longest fixture prompt (a bf16 path for any row count: dot product or GEMV).
 TEST_P(DefaultDtypeFixture, PrefillLogitErrorAgainstExactIsMeasured) {
   if (!gemm_detail::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16: auto runs the exact path here";
   ExactPathAfter restore;
@@ -54,7 +54,6 @@ TEST_P(DefaultDtypeFixture, PrefillLogitErrorAgainstExactIsMeasured) {
   const int p = ref.num_prompts() - 1;
   DecoderRunner runner(GetParam(), 16, 64);
   TestSequence exact{ref.ids(p)}, fast{ref.ids(p)};
-  ASSERT_GE(static_cast<int64_t>(exact.tokens.size()), kBf16DotMinM);
   apply_cpu_dtype(DType::F32);
   runner.prefill(exact, 64);
   apply_cpu_dtype(resolve_dtype(std::nullopt, runner.decoder().weight_dtype()));
@@ -68,6 +67,32 @@ TEST_P(DefaultDtypeFixture, PrefillLogitErrorAgainstExactIsMeasured) {
   std::printf("[ measured ] %s: --dtype auto vs float32, max row relative logit error %.4g\n", GetParam().c_str(), err);
   EXPECT_LE(err, 5e-2);
   EXPECT_GT(err, 1e-6) << "auto on a bf16 checkpoint should take the bf16 path here";
+}
+
+// The same for decode-shaped steps (one row each: the bf16 GEMV path, kernels/gemm/gemv_bf16.cpp):
+// the prompt fed one token per step, every step's logits against the exact path's.
+TEST_P(DefaultDtypeFixture, DecodeStepLogitErrorAgainstExactIsMeasured) {
+  if (!gemm_detail::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16: auto runs the exact path here";
+  ExactPathAfter restore;
+  const Reference ref = load_reference(GetParam());
+  const int p = ref.num_prompts() - 1;
+  DecoderRunner runner(GetParam(), 16, 64);
+  TestSequence exact{ref.ids(p)}, fast{ref.ids(p)};
+  apply_cpu_dtype(DType::F32);
+  runner.prefill(exact, 1);
+  apply_cpu_dtype(resolve_dtype(std::nullopt, runner.decoder().weight_dtype()));
+  EXPECT_TRUE(uses_bf16_gemv(DType::BF16, 1));
+  DecoderRunner runner2(GetParam(), 16, 64);
+  runner2.prefill(fast, 1);
+  const int64_t V = runner.decoder().config().vocab_size;
+  const int64_t rows = static_cast<int64_t>(exact.logits.size()) / V;
+  ASSERT_EQ(exact.logits.size(), fast.logits.size());
+  const double err = max_row_rel_error(fast.logits.data(), exact.logits.data(), rows, V);
+  RecordProperty("decode_rel_err_vs_exact", std::to_string(err));
+  std::printf("[ measured ] %s: decode steps, --dtype auto vs float32, max row relative logit error %.4g\n",
+              GetParam().c_str(), err);
+  EXPECT_LE(err, 5e-2);
+  EXPECT_GT(err, 1e-6) << "auto on a bf16 checkpoint should take the bf16 GEMV path here";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DefaultDtypeFixture, ::testing::Values("llama_tiny", "llama3_tiny", "qwen2_tiny"));
