@@ -53,6 +53,45 @@ void Sampler::apply_penalties(const Sequence& seq, float* l) {
   }
 }
 
+int32_t Sampler::draw_all(std::mt19937_64& rng) {
+  // Nothing cut (the server's default sampling): every token in id order with probability soft_[i]
+  // (masked tokens have 0 and are never drawn), without a kept list. The total and the search go
+  // by blocks: one pass of block sums (four partial sums each), then a scan of one block.
+  const int64_t V = vocab_size_;
+  const int64_t nb = (V + kDrawBlock - 1) / kDrawBlock;
+  block_sums_.resize(static_cast<size_t>(nb));
+  double total = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t e = std::min(V, (b + 1) * kDrawBlock);
+    double s[4] = {0, 0, 0, 0};
+    int64_t i = b * kDrawBlock;
+    for (; i + 4 <= e; i += 4)
+      for (int j = 0; j < 4; ++j) s[j] += soft_[i + j];
+    for (; i < e; ++i) s[0] += soft_[i];
+    block_sums_[b] = (s[0] + s[1]) + (s[2] + s[3]);
+    total += block_sums_[b];
+  }
+  VLM_CHECK(total > 0, "no probability mass left");
+  const double u = uniform01(rng) * total;
+  double acc = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    if (u >= acc + block_sums_[b] && b + 1 < nb) {
+      acc += block_sums_[b];
+      continue;
+    }
+    // In this block (or, by rounding, just after it): scan token by token.
+    for (int64_t i = b * kDrawBlock; i < V; ++i) {
+      if (soft_[i] == 0.0f) continue;
+      acc += soft_[i];
+      if (u < acc) return static_cast<int32_t>(i);
+    }
+    break;
+  }
+  for (int64_t i = V - 1; i > 0; --i)  // u within rounding of the total: the last possible token
+    if (soft_[i] > 0.0f) return static_cast<int32_t>(i);
+  return 0;
+}
+
 int32_t Sampler::sample_random(float* l, const SamplingParams& p, std::mt19937_64& rng) {
   const int64_t V = vocab_size_;
   const float inv_t = 1.0f / p.temperature;
@@ -74,22 +113,7 @@ int32_t Sampler::sample_random(float* l, const SamplingParams& p, std::mt19937_6
   // not one double exp per token: a 152K vocabulary made that ~2 ms per sequence and step.
   std::copy(l, l + V, soft_.data());
   softmax_rows(soft_.data(), 1, V);
-  if (cut == kNegInf && p.top_p >= 1.0f) {
-    // Nothing cut (the server's default sampling): the same draw as below over every token, in id
-    // order, without building the kept list (masked tokens have probability 0 and are never drawn).
-    double sum = 0;
-    for (int64_t i = 0; i < V; ++i) sum += soft_[i];
-    const double u = uniform01(rng) * sum;
-    double acc = 0;
-    int64_t last = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      if (soft_[i] == 0.0f) continue;
-      acc += soft_[i];
-      last = i;
-      if (u < acc) return static_cast<int32_t>(i);
-    }
-    return static_cast<int32_t>(last);  // u within rounding of the total
-  }
+  if (cut == kNegInf && p.top_p >= 1.0f) return draw_all(rng);
   kept_.clear();
   double total = 0;
   for (int64_t i = 0; i < V; ++i) {

@@ -59,6 +59,9 @@ class Sampler {
   // params.constraint: tokens the grammar cannot take in seq.constraint_state become -inf.
   void apply_constraint(const Sequence& seq, float* l /*[V]*/);
   int32_t sample_random(float* l /*[V]*/, const SamplingParams& p, std::mt19937_64& rng);
+  // Draws token i with probability soft_[i] / sum(soft_) (soft_ filled by sample_random).
+  int32_t draw_all(std::mt19937_64& rng);
+  static constexpr int64_t kDrawBlock = 1024;
   TokenLogprobs logprobs_of(const float* logits /*[V]*/, int32_t token, int num_top);
 
   int64_t vocab_size_;
@@ -69,6 +72,7 @@ class Sampler {
   std::vector<int32_t> kept_;    // candidate ids
   std::vector<double> probs_;    // [V] unnormalized probabilities
   std::vector<float> soft_;      // [V] softmax of the scaled logits (vectorized exp)
+  std::vector<double> block_sums_;  // [ceil(V / kDrawBlock)] sums of soft_ by block (the draw)
   std::vector<float> eos_saved_;  // EOS logits before the constraint's mask
 };
 

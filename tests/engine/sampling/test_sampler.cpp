@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "engine/sampling/sampler.h"
@@ -57,6 +58,23 @@ TEST(Sampler, TemperatureOneFollowsTheSoftmax) {
   EXPECT_NEAR(f.at(1), 0.3, 0.015);
   EXPECT_NEAR(f.at(2), 0.15, 0.015);
   EXPECT_NEAR(f.at(3), 0.05, 0.01);
+}
+
+// The default draw (nothing cut) searches block sums of 1024 tokens: tokens in different blocks,
+// in the first and the last (partial) block, masked tokens between them never drawn.
+TEST(Sampler, TemperatureOneAcrossBlocksOfALargeVocabulary) {
+  const int64_t V = 5000;
+  Sampler s(V, {});
+  std::vector<float> logits(V, -std::numeric_limits<float>::infinity());
+  const std::pair<int32_t, double> probs[] = {{3, 0.2}, {1023, 0.1}, {1024, 0.3}, {2500, 0.25}, {4999, 0.15}};
+  for (auto [t, q] : probs) logits[t] = static_cast<float>(std::log(q));
+  const auto f = draw(s, logits, random_params());
+  double seen = 0;
+  for (auto [t, q] : probs) {
+    EXPECT_NEAR(f.count(t) ? f.at(t) : 0.0, q, 0.015) << t;
+    seen += f.count(t) ? f.at(t) : 0.0;
+  }
+  EXPECT_NEAR(seen, 1.0, 1e-9);  // nothing else
 }
 
 TEST(Sampler, TemperatureSharpensAndFlattens) {
