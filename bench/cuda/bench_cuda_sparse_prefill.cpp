@@ -26,6 +26,7 @@
 #include "bench/common/shuffled_cache.h"
 #include "kernels/core/thread_pool.h"
 #include "kernels/cuda/attention/cuda_block_sparse.h"
+#include "kernels/cuda/attention/cuda_grid_plan.h"
 #include "kernels/cuda/attention/cuda_grid_search.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
 
@@ -47,11 +48,16 @@ float noise(uint64_t x) {
 
 std::vector<float> g_dirs;  // [kFrame, 32] unit directions
 
+// The CPU bench's amplitudes were set for D = 64 (logit scale 1/8); at D = 128 each is multiplied
+// by (128/64)^(1/4), so q.k/sqrt(D) of the structure is the D = 64 one (VLM_BENCH_AMP overrides
+// the factor; 1 gives the first GPU bench's input).
+float g_amp = 1.0f;
+
 float structure(int pos, int d, bool key) {
-  if (pos < kPrefix) return d < 8 && (!key || pos < 4) ? 2.5f : 0.0f;
+  if (pos < kPrefix) return d < 8 && (!key || pos < 4) ? 2.5f * g_amp : 0.0f;
   const int x = (pos - kPrefix) % kFrame;
-  if (d < 8) return key ? (x == kSalient ? 2.0f : 0.0f) : 2.5f;
-  if (d < 40) return 10.0f * g_dirs[x * 32 + d - 8];
+  if (d < 8) return key ? (x == kSalient ? 2.0f * g_amp : 0.0f) : 2.5f * g_amp;
+  if (d < 40) return 10.0f * g_amp * g_dirs[x * 32 + d - 8];
   return 0.0f;
 }
 
@@ -168,6 +174,9 @@ double rel_l2(const DeviceBuffer& got, const DeviceBuffer& ref, size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* amp = std::getenv("VLM_BENCH_AMP");
+  g_amp = amp ? static_cast<float>(std::atof(amp)) : static_cast<float>(std::pow(kD / 64.0, 0.25));
+  std::fprintf(stderr, "structure amplitude factor %.4f\n", g_amp);
   const char* th = std::getenv("VLM_BENCH_THREADS");
   vlm::set_num_threads(th ? std::atoi(th) : 16);
   std::vector<int> lengths;
@@ -203,6 +212,7 @@ int main(int argc, char** argv) {
   const float scale = 1.0f / std::sqrt(float(kD));
   cudaFree(nullptr);
   vlm::cuda::CudaGridSearch gs;
+  vlm::cuda::CudaGridPlan gplan;
   std::printf("| S | method | plan (CPU) | upload | kernel | kernel speedup vs our dense | block density | output rel. L2 |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (int S : lengths) {
@@ -243,25 +253,41 @@ int main(int argc, char** argv) {
       const vlm::BlockSparsePlan plan = vlm::build_sparse_plan(pat.cfg, cv, kH, su.cache.kv, scale);
       run(pat.name, plan, now() - t0);
     }
-    if (vlm::bench::pattern_wanted("mminference-gpu")) {  // the grid heads' search on the GPU, plans built on the host
+    if (vlm::bench::pattern_wanted("mminference-gpu")) {
+      // MMInference's grid heads with the estimation on the GPU: the device search (one download
+      // of the line sums, the stride/phase decision on the host), then the plans built on the
+      // device (CudaGridPlan), then the kernel; the whole chain timed wall-clock to completion.
       const vlm::GridParams gp = vlm::SparsePrefillConfig{}.default_head.grid;
       vlm::cuda::GridEstimateShape sh;
       sh.num_heads = kH;
       sh.q_len = sh.num_keys = S;
       sh.rows = std::min(gp.last_q, 64);
-      t0 = now();
-      const auto layouts = gs.search(su.dq.get(), vlm::DType::BF16, su.dev_kv, su.dtable.as<int32_t>(), sh, scale, gp,
-                                     known, nullptr);
-      const double t_est = now() - t0;
-      vlm::BlockSparsePlan plan;
-      plan.q_len = plan.num_keys = S;
-      plan.heads.resize(kH);
-      vlm::global_thread_pool().run_tasks(
-          kH, [&](int64_t h) { plan.heads[h] = vlm::grid_head_plan(layouts[h], gp, S, S, plan.block_m); });
-      const double t_plan = now() - t0;
-      std::fprintf(stderr, "S=%d: GPU grid search %.1f ms (stride of head 0: %d), host plans %.1f ms\n", S,
-                   t_est * 1e3, layouts[0].stride, (t_plan - t_est) * 1e3);
-      run("mminference-gpu (grid search on the GPU, plans on the host)", plan, t_plan);
+      auto chain = [&](double* t_est, double* t_plan) {
+        VLM_CUDA_CHECK(cudaDeviceSynchronize());
+        const double a = now();
+        const auto layouts = gs.search(su.dq.get(), vlm::DType::BF16, su.dev_kv, su.dtable.as<int32_t>(), sh, scale,
+                                       gp, known, nullptr);
+        const double b = now();
+        gplan.build(layouts, gp, 0, S, S, nullptr);
+        VLM_CUDA_CHECK(cudaDeviceSynchronize());
+        const double c = now();
+        vlm::cuda::paged_block_sparse_attention(su.dq.get(), vlm::DType::BF16, kH, su.dev_kv, su.batch, gplan.view(),
+                                                scale, su.out.get(), nullptr);
+        VLM_CUDA_CHECK(cudaDeviceSynchronize());
+        if (t_est) {
+          *t_est = b - a, *t_plan = c - b;
+          std::fprintf(stderr, "S=%d: stride of head 0: %d, phase %d\n", S, layouts[0].stride, layouts[0].phase);
+        }
+        return now() - a;
+      };
+      chain(nullptr, nullptr);  // warm-up
+      double t_est = 0, t_plan = 0;
+      const double t_all = chain(&t_est, &t_plan);
+      std::printf("| %d | mminference (GPU search + GPU plans), estimation included | %.1f ms search + %.1f ms plans | "
+                  "- | %.1f ms total (kernel %.1f ms) | %.2fx | %.4f | %.4f |\n",
+                  S, t_est * 1e3, t_plan * 1e3, t_all * 1e3, (t_all - t_est - t_plan) * 1e3, t_dense / t_all,
+                  gplan.block_density(), rel_l2(su.out, su.dense, qn));
+      std::fflush(stdout);
     }
   }
   return 0;

@@ -62,5 +62,10 @@ class CudaBlockSparsePlan {
 void paged_block_sparse_attention(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                                   const CudaAttentionBatch& batch, const CudaBlockSparsePlan& plan, float scale,
                                   void* out /*[T,H,D]*/, cudaStream_t stream);
+// The same over a plan view built elsewhere (CudaGridPlan: plans made on the device) for
+// num_heads heads.
+void paged_block_sparse_attention(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
+                                  const CudaAttentionBatch& batch, const SparsePlanView& plan, float scale,
+                                  void* out /*[T,H,D]*/, cudaStream_t stream);
 
 }  // namespace vlm::cuda
