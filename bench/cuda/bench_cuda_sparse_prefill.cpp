@@ -8,6 +8,9 @@
 // and the relative L2 error of the output against our dense tensor-core kernel
 // (paged_prefill_attention), whose time is printed first. torch SDPA runs beside it in the same
 // call (bench/cuda/run_sparse_prefill_bench.sh).
+// Pattern "mminference-gpu": MMInference's grid heads searched on the GPU (CudaGridSearch) and
+// planned on the GPU (CudaGridPlan), then the kernel, timed together wall-clock (estimation
+// included; median of 3), plus the kernel with the first version's per-chunk row lookups.
 // Usage: bench_cuda_sparse_prefill [S ...]   (default 131072 262144 524288);
 // VLM_BENCH_PATTERNS=a,b as in bench_sparse_prefill ("all-blocks": the all-blocks plan, S <= 128K).
 #include <cuda_runtime.h>
