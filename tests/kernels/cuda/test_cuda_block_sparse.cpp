@@ -60,7 +60,9 @@ TEST(CudaBlockSparse, AllBlocksPlanEqualsDenseKernel) {
     // sm_90a dense kernel: wgmma, 128-row query tiles, other online-softmax rescaling points, so P
     // rounds to bf16 differently); each output then rounds to act once. Two roundings of values
     // that differ by e land at most e + one ulp apart, and a bf16 ulp is <= 2^-7 of max|out|.
-    // e: the f32 paths' own difference, 1e-3 of max|out| (what the identical-order kernels met).
+    // e: the f32 paths' own difference, allowed 1e-3 of max|out| (the bound this test had when the
+    // dense kernel ran the same tiles in the same order). Measured 2026-11-25 (H100): 0.00735 at
+    // H 28 D 128 (both kernels 0.00398 from the CPU reference), 0.00098 at H 8.
     const double ulp = c.act == DType::F32 ? 0.0 : std::ldexp(1.0, -7);
     EXPECT_LE(err, 1e-3 + ulp) << "all-blocks plan vs dense kernel, H " << c.H << " D " << c.D;
     std::printf("all-blocks H %d D %d: vs dense %.5f, vs CPU ref %.5f, dense vs CPU ref %.5f\n", c.H, c.D, err,
