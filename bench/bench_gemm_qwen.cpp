@@ -5,7 +5,9 @@
 //    W (no conversion), and oneDNN's bf16 matmul when the build found it (VLM_HAVE_DNNL: x
 //    converted to bf16 by oneDNN inside the timed call; W either prepacked once outside the
 //    timing, "onednn_packed", or read in its stored [N,K] layout, "onednn_plain");
-//  - decode/N/K/M, M = 1, 4, 16: the small-M streaming kernel on BF16 W.
+//  - decode/N/K/<path>/M, M = 1, 4, 16: the small-M streaming kernel (f32 activations) and the bf16
+//    GEMV kernel (kernels/gemm/gemv_bf16.cpp) on BF16 W; crossover/*: where the packed bf16 path
+//    takes over from them (kBf16DotMinM).
 // Weights (except oneDNN's) are cycled through copies of >= 256 MiB so every call reads them
 // from memory, as a forward pass over many layers does. W_GB = weight bytes per
 //    call / time, to compare with the machine's memory read rate.
