@@ -5,23 +5,14 @@
 #include <cstring>
 
 #include "kernels/core/check.h"
-#include "kernels/cuda/attention/varlen_attention.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
-#include "kernels/cuda/ops/ops_cuda.h"
 #include "kernels/cuda/ops/vision_ops_cuda.h"
 
 namespace vlm {
 
 using cuda::upload_converted;
 
-struct CudaQwen2Vision::Block {
-  cuda::DeviceBuffer norm1_w, norm1_b, norm2_w, norm2_b;  // [Cv] f32 (biases: Qwen2-VL)
-  cuda::DeviceBuffer qkv, qkv_b;                          // [3Cv, Cv] dt, [3Cv] dt
-  cuda::DeviceBuffer proj, proj_b;                        // [Cv, Cv] dt, [Cv] f32
-  cuda::DeviceBuffer mlp_in, mlp_in_b;                    // fc1 [Iv, Cv] or [gate; up] [2Iv, Cv], dt
-  cuda::DeviceBuffer mlp_out, mlp_out_b;                  // [Cv, Iv] dt, [Cv] f32
-};
 
 namespace {
 
@@ -49,29 +40,21 @@ CudaQwen2Vision::CudaQwen2Vision(const Qwen2VisionEncoder& host, DType dt) : hos
   int64_t& b = weight_bytes_;
   patch_w_ = upload_converted({host.patch_weight()}, dt, &b);
   for (const Qwen2VisionEncoder::Block& B : host.blocks()) {
-    auto g = std::make_unique<Block>();
-    g->norm1_w = upload_converted({B.norm1_w}, DType::F32, &b);
-    g->norm2_w = upload_converted({B.norm2_w}, DType::F32, &b);
-    if (!q25) {
-      g->norm1_b = upload_converted({B.norm1_b}, DType::F32, &b);
-      g->norm2_b = upload_converted({B.norm2_b}, DType::F32, &b);
-    }
-    g->qkv = upload_converted({B.qkv}, dt, &b);
-    g->qkv_b = upload_converted({B.qkv_b}, dt, &b);
-    g->proj = upload_converted({B.proj}, dt, &b);
-    g->proj_b = upload_converted({B.proj_b}, DType::F32, &b);
+    VitBlockHost h{.norm1_w = B.norm1_w, .norm1_b = q25 ? TensorView() : B.norm1_b, .norm2_w = B.norm2_w,
+                   .norm2_b = q25 ? TensorView() : B.norm2_b, .qkv = {B.qkv}, .qkv_b = {B.qkv_b}, .proj = B.proj,
+                   .proj_b = B.proj_b};
     if (q25) {
-      g->mlp_in = upload_converted({B.gate, B.up}, dt, &b);
-      g->mlp_in_b = upload_converted({B.gate_b, B.up_b}, dt, &b);
-      g->mlp_out = upload_converted({B.down}, dt, &b);
-      g->mlp_out_b = upload_converted({B.down_b}, DType::F32, &b);
+      h.mlp_in = {B.gate, B.up};
+      h.mlp_in_b = {B.gate_b, B.up_b};
+      h.mlp_out = B.down;
+      h.mlp_out_b = B.down_b;
     } else {
-      g->mlp_in = upload_converted({B.fc1}, dt, &b);
-      g->mlp_in_b = upload_converted({B.fc1_b}, dt, &b);
-      g->mlp_out = upload_converted({B.fc2}, dt, &b);
-      g->mlp_out_b = upload_converted({B.fc2_b}, DType::F32, &b);
+      h.mlp_in = {B.fc1};
+      h.mlp_in_b = {B.fc1_b};
+      h.mlp_out = B.fc2;
+      h.mlp_out_b = B.fc2_b;
     }
-    blocks_.push_back(std::move(g));
+    blocks_.push_back(upload_vit_block(h, dt, &b));
   }
   const Qwen2VisionEncoder::Merger m = host.merger();
   mnorm_w_ = upload_converted({m.norm_w}, DType::F32, &b);
@@ -82,6 +65,9 @@ CudaQwen2Vision::CudaQwen2Vision(const Qwen2VisionEncoder& host, DType dt) : hos
   mlp2_b_ = upload_converted({m.mlp2_b}, DType::F32, &b);
   inv_freq_ = upload_converted({cuda::f32_view(host.inv_freq())}, DType::F32, nullptr);
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&meta_done_, cudaEventDisableTiming));
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&tower_free_, cudaEventDisableTiming));
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+  VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
 }
 
 CudaQwen2Vision::~CudaQwen2Vision() {
@@ -89,6 +75,12 @@ CudaQwen2Vision::~CudaQwen2Vision() {
     cudaEventSynchronize(meta_done_);
     cudaEventDestroy(meta_done_);
   }
+  if (copy_) {
+    cudaStreamSynchronize(copy_);
+    cudaStreamDestroy(copy_);
+  }
+  if (tower_free_) cudaEventDestroy(tower_free_);
+  if (uploaded_) cudaEventDestroy(uploaded_);
 }
 
 int64_t CudaQwen2Vision::cost(const MediaPixels& item) const {
@@ -128,13 +120,6 @@ void CudaQwen2Vision::reserve(int64_t P) {
   reserved_ = P;
 }
 
-void CudaQwen2Vision::norm(const cuda::DeviceBuffer& w, const cuda::DeviceBuffer& b, int64_t P, cudaStream_t s) {
-  const Qwen2VisionConfig& c = host_.config();
-  const auto eps = static_cast<float>(c.norm_eps);
-  if (c.qwen25) cuda::rms_norm(x_.as<float>(), nullptr, w.as<float>(), eps, nullptr, P, c.hidden_size, h_.get(), dt_, s);
-  else cuda::layer_norm(x_.as<float>(), w.as<float>(), b.as<float>(), eps, P, c.hidden_size, h_.get(), dt_, s);
-}
-
 void CudaQwen2Vision::upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) {
   const int64_t K = host_.config().patch_dim();
   int64_t row = 0;
@@ -149,12 +134,70 @@ void CudaQwen2Vision::upload_pixels(std::span<const MediaPixels* const> items, c
 }
 
 void CudaQwen2Vision::run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
-  const Qwen2VisionConfig& c = host_.config();
-  const int64_t C = c.hidden_size, I = c.intermediate_size, K = c.patch_dim(), D = c.head_dim();
-  const int64_t unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size, M = C * unit;
-  const int H = static_cast<int>(c.num_heads);
   std::vector<std::array<int32_t, 3>> grids;
   for (const MediaPixels* it : items) grids.push_back(it->grid_thw);
+  run_grids(grids, pixels_.as<float>(), out, s);
+}
+
+void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  // Groups of whole frames (temporal slices of the grids), each at most group_patches_ patches
+  // (or one frame), in the items' order: the rows of a group are contiguous in pixels and in out.
+  const Qwen2VisionConfig& c = host_.config();
+  const int64_t K = c.patch_dim(), unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size;
+  struct Piece {
+    const float* pixels;
+    std::array<int32_t, 3> grid;
+  };
+  std::vector<std::vector<Piece>> groups(1);
+  int64_t in_group = 0, total = 0;
+  for (const MediaPixels* it : items) {
+    const std::array<int32_t, 3>& g = it->grid_thw;
+    VLM_CHECK(static_cast<int64_t>(it->data.size()) == cost(*it) * K, "item of {} values for grid {}x{}x{}",
+              it->data.size(), g[0], g[1], g[2]);
+    total += cost(*it);
+    const int64_t hw = static_cast<int64_t>(g[1]) * g[2];
+    for (int32_t t = 0; t < g[0];) {
+      auto n = static_cast<int32_t>(std::min<int64_t>(g[0] - t, (group_patches_ - in_group) / hw));
+      if (n == 0 && in_group > 0) {
+        groups.emplace_back();
+        in_group = 0;
+        continue;
+      }
+      n = std::max(n, 1);
+      groups.back().push_back({it->data.data() + t * hw * K, {n, g[1], g[2]}});
+      in_group += n * hw;
+      t += n;
+    }
+  }
+  VLM_CHECK(total <= reserved_, "vision call of {} patches > the {} reserved", total, reserved_);
+  // The uploads run on copy_ (pageable: the host thread copies while the GPU runs the previous
+  // groups); they start after the tower's earlier work on s (which may still read pixels_).
+  VLM_CUDA_CHECK(cudaEventRecord(tower_free_, s));
+  VLM_CUDA_CHECK(cudaStreamWaitEvent(copy_, tower_free_));
+  int64_t row = 0, out_row = 0;
+  std::vector<std::array<int32_t, 3>> grids;
+  for (const std::vector<Piece>& group : groups) {
+    const int64_t first = row;
+    grids.clear();
+    for (const Piece& p : group) {
+      const int64_t n = static_cast<int64_t>(p.grid[0]) * p.grid[1] * p.grid[2];
+      VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<float>() + row * K, p.pixels, static_cast<size_t>(n * K) * 4,
+                                     cudaMemcpyHostToDevice, copy_));
+      grids.push_back(p.grid);
+      row += n;
+    }
+    VLM_CUDA_CHECK(cudaEventRecord(uploaded_, copy_));
+    VLM_CUDA_CHECK(cudaStreamWaitEvent(s, uploaded_));
+    run_grids(grids, pixels_.as<float>() + first * K, out + out_row * c.out_hidden_size, s);
+    out_row += (row - first) / unit;
+  }
+}
+
+void CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids, const float* pixels, float* out,
+                                cudaStream_t s) {
+  const Qwen2VisionConfig& c = host_.config();
+  const int64_t C = c.hidden_size, K = c.patch_dim(), D = c.head_dim();
+  const int64_t unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size, M = C * unit;
   const Qwen2VisionLayout lay = host_.layout(grids);
   const int64_t P = lay.num_patches, U = P / unit;
   VLM_CHECK(P <= reserved_, "vision call of {} patches > the {} reserved", P, reserved_);
@@ -193,36 +236,21 @@ void CudaQwen2Vision::run(std::span<const MediaPixels* const> items, float* out,
   const int32_t* d_scatter = d_window + lay.window_cu.size();
   const int num_frames = static_cast<int>(lay.frame_cu.size()) - 1, num_windows = static_cast<int>(lay.window_cu.size()) - 1;
 
-  cuda::gather_rows(pixels_.get(), DType::F32, d_gather, P, K, patches_.get(), dt_, K, 0, s);
+  cuda::gather_rows(pixels, DType::F32, d_gather, P, K, patches_.get(), dt_, K, 0, s);
   gemm_.linear(patches_.get(), patch_w_.get(), dt_, nullptr, x_.get(), DType::F32, 0.0f, P, C, K, s);
   cuda::vision_rope_table(d_pos, inv_freq_.as<float>(), P, D, table_.as<float>(), s);
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const size_t e = dtype_size(dt_);
+  const VitBlockShape shape{.C = C, .I = c.intermediate_size, .H = static_cast<int>(c.num_heads),
+                            .D = static_cast<int>(D), .eps = static_cast<float>(c.norm_eps), .rms = c.qwen25,
+                            .gated = c.qwen25, .act = cuda::Activation::QuickGelu};
+  const VitBlockBuffers buf{x_.as<float>(), h_.get(), qkv_.get(), attn_.get(), f_.get(), act_.get()};
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    const Block& B = *blocks_[l];
     const bool full = host_.full_attention(static_cast<int64_t>(l));
-    norm(B.norm1_w, B.norm1_b, P, s);
-    gemm_.linear(h_.get(), B.qkv.get(), dt_, B.qkv_b.get(), qkv_.get(), dt_, 0.0f, P, 3 * C, C, s);
-    cuda::vision_rope_qk(qkv_.get(), dt_, P, H, D, table_.as<float>(), s);
-    const char* qkv = qkv_.as<char>();
-    cuda::varlen_attention(qkv, qkv + C * e, qkv + 2 * C * e, 3 * C, dt_, H, static_cast<int>(D),
-                           full ? d_frame : d_window, full ? num_frames : num_windows, full ? max_frame : max_window,
-                           scale, attn_.get(), s);
-    gemm_.linear(attn_.get(), B.proj.get(), dt_, B.proj_b.get(), x_.get(), DType::F32, 1.0f, P, C, C, s);
-    norm(B.norm2_w, B.norm2_b, P, s);
-    if (c.qwen25) {
-      gemm_.linear(h_.get(), B.mlp_in.get(), dt_, B.mlp_in_b.get(), f_.get(), dt_, 0.0f, P, 2 * I, C, s);
-      cuda::silu_mul(f_.get(), P, I, act_.get(), dt_, s);
-      gemm_.linear(act_.get(), B.mlp_out.get(), dt_, B.mlp_out_b.get(), x_.get(), DType::F32, 1.0f, P, C, I, s);
-    } else {
-      gemm_.linear(h_.get(), B.mlp_in.get(), dt_, B.mlp_in_b.get(), f_.get(), dt_, 0.0f, P, I, C, s);
-      cuda::activation(f_.get(), dt_, P * I, cuda::Activation::QuickGelu, s);
-      gemm_.linear(f_.get(), B.mlp_out.get(), dt_, B.mlp_out_b.get(), x_.get(), DType::F32, 1.0f, P, C, I, s);
-    }
+    const VitSegments seg = full ? VitSegments{d_frame, num_frames, max_frame} : VitSegments{d_window, num_windows, max_window};
+    vit_block_forward(gemm_, blocks_[l], shape, dt_, P, buf, seg, table_.as<float>(), s);
   }
   // Merger over units [U, unit * Cv]; rows back to the prompt order straight into out.
-  norm(mnorm_w_, mnorm_b_, P, s);
+  vit_norm(shape, mnorm_w_, mnorm_b_, dt_, P, x_.as<float>(), h_.get(), s);
   gemm_.linear(h_.get(), mlp0_.get(), dt_, mlp0_b_.get(), m1_.get(), dt_, 0.0f, U, M, M, s);
   cuda::activation(m1_.get(), dt_, U * M, cuda::Activation::GeluErf, s);
   const int64_t Co = c.out_hidden_size;

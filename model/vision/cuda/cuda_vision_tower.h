@@ -28,14 +28,15 @@ class CudaVisionTower {
   virtual int64_t cost(const MediaPixels& item) const = 0;
   virtual int64_t out_rows(const MediaPixels& item) const = 0;  // the item's prompt tokens
   virtual int64_t out_features() const = 0;                     // C, the decoder's hidden size
-  virtual int64_t weight_bytes() const = 0;
+  int64_t weight_bytes() const { return weight_bytes_; }
   virtual int64_t workspace_bytes(int64_t max_cost) const = 0;  // what reserve(max_cost) takes
   virtual void reserve(int64_t max_cost) = 0;
   int64_t reserved_cost() const { return reserved_; }
 
   // items (total cost <= reserved_cost()) -> out [sum out_rows, C] f32 (device), item after item;
-  // enqueued on s: upload_pixels() then run().
-  void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  // enqueued on s (the host's pixels are read before it returns): upload_pixels() then run(), or
+  // the two overlapped.
+  virtual void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
     upload_pixels(items, s);
     run(items, out, s);
   }
@@ -47,6 +48,7 @@ class CudaVisionTower {
 
  protected:
   int64_t reserved_ = 0;
+  int64_t weight_bytes_ = 0;  // of the weights uploaded
 };
 
 }  // namespace vlm
