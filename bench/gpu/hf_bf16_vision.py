@@ -65,6 +65,7 @@ def llava(root, name, out):
         k = 0
         while f"p{k}.proj" in ref:
             pv = ref[f"p{k}.pixels"] if f"p{k}.pixels" in ref else pre["clip336.coffee.pixels"]
+            pv = pv.reshape(-1, *pv.shape[-3:])  # [N, 3, S, S] (the preprocess file's one image: [3, S, S])
             hs = vt(pv.cuda().to(torch.bfloat16), output_hidden_states=True).hidden_states
             res[f"p{k}.proj"] = mmp(hs[-2][:, 1:]).float().cpu().contiguous()
             k += 1

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/core/check.h"
+#include "kernels/core/dtype.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/ops/vision_ops_cuda.h"
@@ -67,6 +68,7 @@ CudaQwen2Vision::CudaQwen2Vision(const Qwen2VisionEncoder& host, DType dt) : hos
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&meta_done_, cudaEventDisableTiming));
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&tower_free_, cudaEventDisableTiming));
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
   VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
 }
 
@@ -81,6 +83,7 @@ CudaQwen2Vision::~CudaQwen2Vision() {
   }
   if (tower_free_) cudaEventDestroy(tower_free_);
   if (uploaded_) cudaEventDestroy(uploaded_);
+  if (staged_) cudaEventDestroy(staged_);
 }
 
 int64_t CudaQwen2Vision::cost(const MediaPixels& item) const {
@@ -107,6 +110,7 @@ void CudaQwen2Vision::reserve(int64_t P) {
   meta_host_.resize(static_cast<size_t>(meta_ints(P, unit)) * 4);
   meta_dev_.resize(meta_host_.bytes());
   pixels_.resize(n * K * 4);
+  staging_.resize(n * K * e);
   patches_.resize(n * K * e);
   x_.resize(n * C * 4);
   h_.resize(n * C * e);
@@ -136,7 +140,7 @@ void CudaQwen2Vision::upload_pixels(std::span<const MediaPixels* const> items, c
 void CudaQwen2Vision::run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
   std::vector<std::array<int32_t, 3>> grids;
   for (const MediaPixels* it : items) grids.push_back(it->grid_thw);
-  run_grids(grids, pixels_.as<float>(), out, s);
+  run_grids(grids, pixels_.get(), DType::F32, out, s);
 }
 
 void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
@@ -170,8 +174,12 @@ void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* o
     }
   }
   VLM_CHECK(total <= reserved_, "vision call of {} patches > the {} reserved", total, reserved_);
-  // The uploads run on copy_ (pageable: the host thread copies while the GPU runs the previous
-  // groups); they start after the tower's earlier work on s (which may still read pixels_).
+  // A group's pixels go into pinned staging as dt (what the tower's gather rounds them to anyway),
+  // then one async copy on copy_ (after the tower's earlier work on s, which may still read
+  // pixels_), which s waits for before the group's tower: the host converts the next group while
+  // the GPU copies and runs this one.
+  const size_t e = dtype_size(dt_);
+  VLM_CUDA_CHECK(cudaEventSynchronize(staged_));  // the previous call's copies have left staging_
   VLM_CUDA_CHECK(cudaEventRecord(tower_free_, s));
   VLM_CUDA_CHECK(cudaStreamWaitEvent(copy_, tower_free_));
   int64_t row = 0, out_row = 0;
@@ -181,20 +189,23 @@ void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* o
     grids.clear();
     for (const Piece& p : group) {
       const int64_t n = static_cast<int64_t>(p.grid[0]) * p.grid[1] * p.grid[2];
-      VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<float>() + row * K, p.pixels, static_cast<size_t>(n * K) * 4,
-                                     cudaMemcpyHostToDevice, copy_));
+      convert_from_f32(p.pixels, dt_, staging_.as<char>() + static_cast<size_t>(row * K) * e, n * K);
       grids.push_back(p.grid);
       row += n;
     }
+    const size_t off = static_cast<size_t>(first * K) * e, bytes = static_cast<size_t>((row - first) * K) * e;
+    VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<char>() + off, staging_.as<char>() + off, bytes, cudaMemcpyHostToDevice,
+                                   copy_));
     VLM_CUDA_CHECK(cudaEventRecord(uploaded_, copy_));
     VLM_CUDA_CHECK(cudaStreamWaitEvent(s, uploaded_));
-    run_grids(grids, pixels_.as<float>() + first * K, out + out_row * c.out_hidden_size, s);
+    run_grids(grids, pixels_.as<char>() + off, dt_, out + out_row * c.out_hidden_size, s);
     out_row += (row - first) / unit;
   }
+  VLM_CUDA_CHECK(cudaEventRecord(staged_, copy_));
 }
 
-void CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids, const float* pixels, float* out,
-                                cudaStream_t s) {
+void CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids, const void* pixels, DType pixel_dt,
+                                float* out, cudaStream_t s) {
   const Qwen2VisionConfig& c = host_.config();
   const int64_t C = c.hidden_size, K = c.patch_dim(), D = c.head_dim();
   const int64_t unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size, M = C * unit;
@@ -236,7 +247,7 @@ void CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids, c
   const int32_t* d_scatter = d_window + lay.window_cu.size();
   const int num_frames = static_cast<int>(lay.frame_cu.size()) - 1, num_windows = static_cast<int>(lay.window_cu.size()) - 1;
 
-  cuda::gather_rows(pixels, DType::F32, d_gather, P, K, patches_.get(), dt_, K, 0, s);
+  cuda::gather_rows(pixels, pixel_dt, d_gather, P, K, patches_.get(), dt_, K, 0, s);
   gemm_.linear(patches_.get(), patch_w_.get(), dt_, nullptr, x_.get(), DType::F32, 0.0f, P, C, K, s);
   cuda::vision_rope_table(d_pos, inv_freq_.as<float>(), P, D, table_.as<float>(), s);
 

@@ -40,21 +40,23 @@ class CudaQwen2Vision : public CudaVisionTower {
   void upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) override;
   void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
   // The items' pixels uploaded group by group (whole frames, at most group_patches() patches a
-  // group, on a copy stream) while the tower runs each group as its pixels arrive: the frames of a
-  // video are independent until the merger's output, so the rows equal one run() over them all.
+  // group; converted to dt into pinned staging, async copies on a copy stream) while the tower
+  // runs each group as its pixels arrive: the frames of a video are independent until the
+  // merger's output, so the rows equal one run() over them all.
   void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
   int64_t group_patches() const { return group_patches_; }
   void set_group_patches(int64_t n) { group_patches_ = n; }
 
  private:
-  // The tower over items of `grids` whose pixel rows [P, K] f32 (prompt order) are at pixels.
-  void run_grids(std::span<const std::array<int32_t, 3>> grids, const float* pixels, float* out, cudaStream_t s);
+  // The tower over items of `grids` whose pixel rows [P, K] of pixel_dt (prompt order) are at pixels.
+  void run_grids(std::span<const std::array<int32_t, 3>> grids, const void* pixels, DType pixel_dt, float* out,
+                 cudaStream_t s);
 
   const Qwen2VisionEncoder& host_;
   DType dt_;
   cuda::CublasLtGemm gemm_;
   std::vector<VitBlockWeights> blocks_;
-  int64_t group_patches_ = 8192;
+  int64_t group_patches_ = 4096;
   cuda::DeviceBuffer patch_w_, inv_freq_;
   cuda::DeviceBuffer mnorm_w_, mnorm_b_, mlp0_, mlp0_b_, mlp2_, mlp2_b_;
   // Workspace (reserve()).
@@ -63,6 +65,8 @@ class CudaQwen2Vision : public CudaVisionTower {
   cudaEvent_t meta_done_ = nullptr;  // the last metadata upload (meta_host_ is free after it)
   cudaStream_t copy_ = nullptr;      // encode()'s pixel uploads
   cudaEvent_t tower_free_ = nullptr, uploaded_ = nullptr;
+  cudaEvent_t staged_ = nullptr;      // encode()'s last copy out of staging_
+  cuda::PinnedBuffer staging_;        // encode()'s pixels as dt [P, K] (pinned host)
 };
 
 }  // namespace vlm
