@@ -39,7 +39,7 @@ def main():
     with torch.device("cuda"):
         model = Qwen2VLForConditionalGeneration(config).eval()
     n = sum(p.numel() for p in model.parameters())
-    model.save_pretrained(out)
+    model.save_pretrained(out, max_shard_size="100GB")
     del model
     torch.cuda.empty_cache()
     shutil.copy(os.path.join(FIXTURE, "chat_template.jinja"), out)

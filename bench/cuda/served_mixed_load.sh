@@ -16,7 +16,7 @@ url=http://127.0.0.1:$PORT
 log=$(mktemp /tmp/served_mixed.XXXXXX)
 # shellcheck disable=SC2086  # SERVER_ARGS are words
 "$BIN/vlm-server" --model "$MODEL" --served-model-name m --device cuda --host 127.0.0.1 --port "$PORT" \
-  --log-level info ${SERVER_ARGS:-} 2>"$log" &
+  --max-video-frames 64 --log-level info ${SERVER_ARGS:-} 2>"$log" &
 pid=$!
 for _ in $(seq 900); do grep -q "ready:" "$log" && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
 grep -E "GPU|ready|error" "$log" | head -20
