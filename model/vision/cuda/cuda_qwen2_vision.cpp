@@ -41,20 +41,19 @@ CudaQwen2Vision::CudaQwen2Vision(const Qwen2VisionEncoder& host, DType dt) : hos
   int64_t& b = weight_bytes_;
   patch_w_ = upload_converted({host.patch_weight()}, dt, &b);
   for (const Qwen2VisionEncoder::Block& B : host.blocks()) {
-    VitBlockHost h{.norm1_w = B.norm1_w, .norm1_b = q25 ? TensorView() : B.norm1_b, .norm2_w = B.norm2_w,
-                   .norm2_b = q25 ? TensorView() : B.norm2_b, .qkv = {B.qkv}, .qkv_b = {B.qkv_b}, .proj = B.proj,
-                   .proj_b = B.proj_b};
-    if (q25) {
-      h.mlp_in = {B.gate, B.up};
-      h.mlp_in_b = {B.gate_b, B.up_b};
-      h.mlp_out = B.down;
-      h.mlp_out_b = B.down_b;
-    } else {
-      h.mlp_in = {B.fc1};
-      h.mlp_in_b = {B.fc1_b};
-      h.mlp_out = B.fc2;
-      h.mlp_out_b = B.fc2_b;
-    }
+    using Parts = std::vector<TensorView>;
+    const VitBlockHost h{.norm1_w = B.norm1_w,
+                         .norm1_b = q25 ? TensorView() : B.norm1_b,
+                         .norm2_w = B.norm2_w,
+                         .norm2_b = q25 ? TensorView() : B.norm2_b,
+                         .qkv = {B.qkv},
+                         .qkv_b = {B.qkv_b},
+                         .proj = B.proj,
+                         .proj_b = B.proj_b,
+                         .mlp_in = q25 ? Parts{B.gate, B.up} : Parts{B.fc1},
+                         .mlp_in_b = q25 ? Parts{B.gate_b, B.up_b} : Parts{B.fc1_b},
+                         .mlp_out = q25 ? B.down : B.fc2,
+                         .mlp_out_b = q25 ? B.down_b : B.fc2_b};
     blocks_.push_back(upload_vit_block(h, dt, &b));
   }
   const Qwen2VisionEncoder::Merger m = host.merger();
@@ -70,6 +69,8 @@ CudaQwen2Vision::CudaQwen2Vision(const Qwen2VisionEncoder& host, DType dt) : hos
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
   VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+  VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming));
 }
 
 CudaQwen2Vision::~CudaQwen2Vision() {
@@ -84,6 +85,11 @@ CudaQwen2Vision::~CudaQwen2Vision() {
   if (tower_free_) cudaEventDestroy(tower_free_);
   if (uploaded_) cudaEventDestroy(uploaded_);
   if (staged_) cudaEventDestroy(staged_);
+  if (side_) {
+    cudaStreamSynchronize(side_);
+    cudaStreamDestroy(side_);
+  }
+  if (side_done_) cudaEventDestroy(side_done_);
 }
 
 int64_t CudaQwen2Vision::cost(const MediaPixels& item) const {
@@ -140,12 +146,20 @@ void CudaQwen2Vision::upload_pixels(std::span<const MediaPixels* const> items, c
 void CudaQwen2Vision::run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
   std::vector<std::array<int32_t, 3>> grids;
   for (const MediaPixels* it : items) grids.push_back(it->grid_thw);
-  run_grids(grids, pixels_.get(), DType::F32, out, s);
+  VLM_CUDA_CHECK(cudaEventSynchronize(meta_done_));  // meta_host_ has left for the previous call
+  run_grids(grids, pixels_.get(), DType::F32, out, s, {0, 0, &gemm_});
+  VLM_CUDA_CHECK(cudaEventRecord(meta_done_, s));
 }
 
 void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  std::vector<FrameSlice> slices;
+  for (const MediaPixels* it : items) slices.push_back({it, 0, item_frames(*it)});
+  encode_frames(slices, out, s);
+}
+
+void CudaQwen2Vision::encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s) {
   // Groups of whole frames (temporal slices of the grids), each at most group_patches_ patches
-  // (or one frame), in the items' order: the rows of a group are contiguous in pixels and in out.
+  // (or one frame), in the slices' order: the rows of a group are contiguous in pixels and in out.
   const Qwen2VisionConfig& c = host_.config();
   const int64_t K = c.patch_dim(), unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size;
   struct Piece {
@@ -154,14 +168,16 @@ void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* o
   };
   std::vector<std::vector<Piece>> groups(1);
   int64_t in_group = 0, total = 0;
-  for (const MediaPixels* it : items) {
+  for (const FrameSlice& f : slices) {
+    const MediaPixels* it = f.item;
     const std::array<int32_t, 3>& g = it->grid_thw;
     VLM_CHECK(static_cast<int64_t>(it->data.size()) == cost(*it) * K, "item of {} values for grid {}x{}x{}",
               it->data.size(), g[0], g[1], g[2]);
-    total += cost(*it);
+    VLM_CHECK(0 <= f.t0 && f.t0 < f.t1 && f.t1 <= g[0], "frames {}..{} of {}", f.t0, f.t1, g[0]);
     const int64_t hw = static_cast<int64_t>(g[1]) * g[2];
-    for (int32_t t = 0; t < g[0];) {
-      auto n = static_cast<int32_t>(std::min<int64_t>(g[0] - t, (group_patches_ - in_group) / hw));
+    total += (f.t1 - f.t0) * hw;
+    for (int32_t t = f.t0; t < f.t1;) {
+      auto n = static_cast<int32_t>(std::min<int64_t>(f.t1 - t, (group_patches_ - in_group) / hw));
       if (n == 0 && in_group > 0) {
         groups.emplace_back();
         in_group = 0;
@@ -178,13 +194,18 @@ void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* o
   // then one async copy on copy_ (after the tower's earlier work on s, which may still read
   // pixels_), which s waits for before the group's tower: the host converts the next group while
   // the GPU copies and runs this one.
+  // Each group runs in its own rows of the workspace (the call's patches fit the reservation),
+  // groups alternating between s and side_, so that one group's kernels fill the other's tails.
   const size_t e = dtype_size(dt_);
-  VLM_CUDA_CHECK(cudaEventSynchronize(staged_));  // the previous call's copies have left staging_
+  VLM_CUDA_CHECK(cudaEventSynchronize(staged_));     // the previous call's copies have left staging_
+  VLM_CUDA_CHECK(cudaEventSynchronize(meta_done_));  // and its metadata copies meta_host_
   VLM_CUDA_CHECK(cudaEventRecord(tower_free_, s));
   VLM_CUDA_CHECK(cudaStreamWaitEvent(copy_, tower_free_));
-  int64_t row = 0, out_row = 0;
+  VLM_CUDA_CHECK(cudaStreamWaitEvent(side_, tower_free_));
+  int64_t row = 0, out_row = 0, meta = 0;
   std::vector<std::array<int32_t, 3>> grids;
-  for (const std::vector<Piece>& group : groups) {
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const std::vector<Piece>& group = groups[gi];
     const int64_t first = row;
     grids.clear();
     for (const Piece& p : group) {
@@ -197,25 +218,31 @@ void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* o
     VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<char>() + off, staging_.as<char>() + off, bytes, cudaMemcpyHostToDevice,
                                    copy_));
     VLM_CUDA_CHECK(cudaEventRecord(uploaded_, copy_));
-    VLM_CUDA_CHECK(cudaStreamWaitEvent(s, uploaded_));
-    run_grids(grids, pixels_.as<char>() + off, dt_, out + out_row * c.out_hidden_size, s);
+    const bool side = gi % 2 == 1;
+    cudaStream_t gs = side ? side_ : s;
+    VLM_CUDA_CHECK(cudaStreamWaitEvent(gs, uploaded_));
+    meta += run_grids(grids, pixels_.as<char>() + off, dt_, out + out_row * c.out_hidden_size, gs,
+                      {first, meta, side ? &side_gemm_ : &gemm_});
     out_row += (row - first) / unit;
   }
   VLM_CUDA_CHECK(cudaEventRecord(staged_, copy_));
+  VLM_CUDA_CHECK(cudaEventRecord(side_done_, side_));
+  VLM_CUDA_CHECK(cudaStreamWaitEvent(s, side_done_));
+  VLM_CUDA_CHECK(cudaEventRecord(meta_done_, s));
 }
 
-void CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids, const void* pixels, DType pixel_dt,
-                                float* out, cudaStream_t s) {
+int64_t CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids, const void* pixels, DType pixel_dt,
+                                   float* out, cudaStream_t s, const Lane& lane) {
   const Qwen2VisionConfig& c = host_.config();
   const int64_t C = c.hidden_size, K = c.patch_dim(), D = c.head_dim();
   const int64_t unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size, M = C * unit;
   const Qwen2VisionLayout lay = host_.layout(grids);
   const int64_t P = lay.num_patches, U = P / unit;
-  VLM_CHECK(P <= reserved_, "vision call of {} patches > the {} reserved", P, reserved_);
+  VLM_CHECK(lane.row0 + P <= reserved_, "vision rows {}..{} > the {} reserved", lane.row0, lane.row0 + P, reserved_);
+  const size_t e = dtype_size(dt_), r0 = static_cast<size_t>(lane.row0), u0 = static_cast<size_t>(lane.row0 / unit);
 
-  // Metadata: one pinned copy (wait until the previous call's copy has left the buffer).
-  VLM_CUDA_CHECK(cudaEventSynchronize(meta_done_));
-  auto* mh = meta_host_.as<int32_t>();
+  // Metadata: one pinned copy from this lane's part of meta_host_ (free: the caller waited).
+  auto* mh = meta_host_.as<int32_t>() + lane.meta0;
   int32_t* gather = mh;
   int32_t* pos = gather + P;
   int32_t* frame_cu = pos + 2 * P;
@@ -237,9 +264,8 @@ void CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids, c
     if (i) max_window = std::max(max_window, window_cu[i] - window_cu[i - 1]);
   }
   const size_t meta_bytes = static_cast<size_t>((scatter + U) - mh) * 4;
-  VLM_CUDA_CHECK(cudaMemcpyAsync(meta_dev_.get(), mh, meta_bytes, cudaMemcpyHostToDevice, s));
-  VLM_CUDA_CHECK(cudaEventRecord(meta_done_, s));
-  const int32_t* d = meta_dev_.as<int32_t>();
+  const int32_t* d = meta_dev_.as<int32_t>() + lane.meta0;
+  VLM_CUDA_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(d), mh, meta_bytes, cudaMemcpyHostToDevice, s));
   const int32_t* d_gather = d;
   const int32_t* d_pos = d + P;
   const int32_t* d_frame = d_pos + 2 * P;
@@ -247,26 +273,39 @@ void CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids, c
   const int32_t* d_scatter = d_window + lay.window_cu.size();
   const int num_frames = static_cast<int>(lay.frame_cu.size()) - 1, num_windows = static_cast<int>(lay.window_cu.size()) - 1;
 
-  cuda::gather_rows(pixels, pixel_dt, d_gather, P, K, patches_.get(), dt_, K, 0, s);
-  gemm_.linear(patches_.get(), patch_w_.get(), dt_, nullptr, x_.get(), DType::F32, 0.0f, P, C, K, s);
-  cuda::vision_rope_table(d_pos, inv_freq_.as<float>(), P, D, table_.as<float>(), s);
+  // This lane's rows of the workspace.
+  const int64_t I = c.intermediate_size, Co = c.out_hidden_size;
+  char* patches = patches_.as<char>() + r0 * K * e;
+  auto* x = x_.as<float>() + r0 * C;
+  auto* table = table_.as<float>() + r0 * D;
+  cuda::CublasLtGemm& gemm = *lane.gemm;
+  cuda::gather_rows(pixels, pixel_dt, d_gather, P, K, patches, dt_, K, 0, s);
+  gemm.linear(patches, patch_w_.get(), dt_, nullptr, x, DType::F32, 0.0f, P, C, K, s);
+  cuda::vision_rope_table(d_pos, inv_freq_.as<float>(), P, D, table, s);
 
-  const VitBlockShape shape{.C = C, .I = c.intermediate_size, .H = static_cast<int>(c.num_heads),
-                            .D = static_cast<int>(D), .eps = static_cast<float>(c.norm_eps), .rms = c.qwen25,
-                            .gated = c.qwen25, .act = cuda::Activation::QuickGelu};
-  const VitBlockBuffers buf{x_.as<float>(), h_.get(), qkv_.get(), attn_.get(), f_.get(), act_.get()};
+  const VitBlockShape shape{.C = C, .I = I, .H = static_cast<int>(c.num_heads), .D = static_cast<int>(D),
+                            .eps = static_cast<float>(c.norm_eps), .rms = c.qwen25, .gated = c.qwen25,
+                            .act = cuda::Activation::QuickGelu};
+  const VitBlockBuffers buf{x,
+                            h_.as<char>() + r0 * C * e,
+                            qkv_.as<char>() + r0 * 3 * C * e,
+                            attn_.as<char>() + r0 * C * e,
+                            f_.as<char>() + r0 * (c.qwen25 ? 2 : 1) * I * e,
+                            c.qwen25 ? act_.as<char>() + r0 * I * e : nullptr};
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const bool full = host_.full_attention(static_cast<int64_t>(l));
     const VitSegments seg = full ? VitSegments{d_frame, num_frames, max_frame} : VitSegments{d_window, num_windows, max_window};
-    vit_block_forward(gemm_, blocks_[l], shape, dt_, P, buf, seg, table_.as<float>(), s);
+    vit_block_forward(gemm, blocks_[l], shape, dt_, P, buf, seg, table, s);
   }
   // Merger over units [U, unit * Cv]; rows back to the prompt order straight into out.
-  vit_norm(shape, mnorm_w_, mnorm_b_, dt_, P, x_.as<float>(), h_.get(), s);
-  gemm_.linear(h_.get(), mlp0_.get(), dt_, mlp0_b_.get(), m1_.get(), dt_, 0.0f, U, M, M, s);
-  cuda::activation(m1_.get(), dt_, U * M, cuda::Activation::GeluErf, s);
-  const int64_t Co = c.out_hidden_size;
-  gemm_.linear(m1_.get(), mlp2_.get(), dt_, mlp2_b_.get(), m2_.get(), DType::F32, 0.0f, U, Co, M, s);
-  cuda::gather_rows(m2_.get(), DType::F32, d_scatter, U, Co, out, DType::F32, Co, 0, s);
+  char* m1 = m1_.as<char>() + u0 * M * e;
+  auto* m2 = m2_.as<float>() + u0 * Co;
+  vit_norm(shape, mnorm_w_, mnorm_b_, dt_, P, x, buf.h, s);
+  gemm.linear(buf.h, mlp0_.get(), dt_, mlp0_b_.get(), m1, dt_, 0.0f, U, M, M, s);
+  cuda::activation(m1, dt_, U * M, cuda::Activation::GeluErf, s);
+  gemm.linear(m1, mlp2_.get(), dt_, mlp2_b_.get(), m2, DType::F32, 0.0f, U, Co, M, s);
+  cuda::gather_rows(m2, DType::F32, d_scatter, U, Co, out, DType::F32, Co, 0, s);
+  return static_cast<int64_t>(meta_bytes / 4);
 }
 
 }  // namespace vlm

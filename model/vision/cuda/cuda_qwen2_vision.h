@@ -44,17 +44,27 @@ class CudaQwen2Vision : public CudaVisionTower {
   // runs each group as its pixels arrive: the frames of a video are independent until the
   // merger's output, so the rows equal one run() over them all.
   void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
+  bool splits_frames() const override { return true; }
+  void encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s) override;
   int64_t group_patches() const { return group_patches_; }
   void set_group_patches(int64_t n) { group_patches_ = n; }
 
  private:
-  // The tower over items of `grids` whose pixel rows [P, K] of pixel_dt (prompt order) are at pixels.
-  void run_grids(std::span<const std::array<int32_t, 3>> grids, const void* pixels, DType pixel_dt, float* out,
-                 cudaStream_t s);
+  // Where a tower call works: its first row of the workspace (patches), its first int of the
+  // metadata buffers, the GEMM object of its stream.
+  struct Lane {
+    int64_t row0, meta0;
+    cuda::CublasLtGemm* gemm;
+  };
+  // The tower over items of `grids` whose pixel rows [P, K] of pixel_dt (prompt order) are at
+  // pixels, on s in the lane's rows; returns the metadata ints it used. The caller has waited
+  // until the lane's part of meta_host_ is free.
+  int64_t run_grids(std::span<const std::array<int32_t, 3>> grids, const void* pixels, DType pixel_dt, float* out,
+                    cudaStream_t s, const Lane& lane);
 
   const Qwen2VisionEncoder& host_;
   DType dt_;
-  cuda::CublasLtGemm gemm_;
+  cuda::CublasLtGemm gemm_, side_gemm_;  // side_gemm_: side_'s (its own cuBLASLt workspace)
   std::vector<VitBlockWeights> blocks_;
   int64_t group_patches_ = 4096;
   cuda::DeviceBuffer patch_w_, inv_freq_;
@@ -64,6 +74,8 @@ class CudaQwen2Vision : public CudaVisionTower {
   cuda::DeviceBuffer meta_dev_, pixels_, patches_, x_, h_, qkv_, attn_, f_, act_, table_, m1_, m2_;
   cudaEvent_t meta_done_ = nullptr;  // the last metadata upload (meta_host_ is free after it)
   cudaStream_t copy_ = nullptr;      // encode()'s pixel uploads
+  cudaStream_t side_ = nullptr;      // encode()'s odd groups
+  cudaEvent_t side_done_ = nullptr;
   cudaEvent_t tower_free_ = nullptr, uploaded_ = nullptr;
   cudaEvent_t staged_ = nullptr;      // encode()'s last copy out of staging_
   cuda::PinnedBuffer staging_;        // encode()'s pixels as dt [P, K] (pinned host)

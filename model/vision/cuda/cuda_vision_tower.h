@@ -20,6 +20,15 @@
 
 namespace vlm {
 
+// Frames [t0, t1) of an item: of its grid_thw[0] temporal patch groups (an image: [0, 1)).
+struct FrameSlice {
+  const MediaPixels* item;
+  int32_t t0, t1;
+};
+
+// The item's frames (temporal patch groups; 1 for an image without a grid).
+inline int32_t item_frames(const MediaPixels& m) { return m.grid_thw[0] > 0 ? m.grid_thw[0] : 1; }
+
 class CudaVisionTower {
  public:
   virtual ~CudaVisionTower() = default;
@@ -45,6 +54,14 @@ class CudaVisionTower {
   // pixel_values are on the GPU already).
   virtual void upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) = 0;
   virtual void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) = 0;
+
+  // Whether encode_frames() takes parts of items (Qwen2-VL: frames are independent until the
+  // merger's rows), else whole items only.
+  virtual bool splits_frames() const { return false; }
+  // slices (total cost <= reserved_cost()) -> out [their rows, C] f32, slice after slice; a
+  // slice's rows are its frames' share of the item's (out_rows / item_frames each). The default
+  // takes whole items to encode().
+  virtual void encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s);
 
  protected:
   int64_t reserved_ = 0;
