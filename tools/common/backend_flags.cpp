@@ -16,7 +16,7 @@ void add_backend_flags(FlagTable& table) {
       "larger media are refused with a 400 (default 32768: a 64-frame 448x448 Qwen2-VL video)";
   table["media-step-patches"] =
       "GPU: media beyond this many patches (a long video) encode in whole-frame groups as the prefill chunks reach "
-      "them, bounding one step's encode (default 8192; 0: a step's media encode whole)";
+      "them, bounding one step's encode (e.g. 8192; default 0: a step's media encode whole)";
   table["enforce-eager"] = "1: GPU decode steps without CUDA graphs (default 0: graphs per batch/context bucket)";
 }
 
