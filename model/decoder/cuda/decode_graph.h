@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/sink_router/sink_router_config.h"
 #include "model/decoder/cuda/cuda_decoder.h"
 
 namespace vlm {
