@@ -213,17 +213,23 @@ __device__ float block_reduce(float x, bool is_max, float* red) {
   return x;
 }
 
-// grid (num_seqs, H), block D threads, dynamic shared memory max_splits floats: merges sequence
-// s's splits of head h (routed: max_splits is the workspace stride Hkv x the grid's splits, and
-// the sequence's partition is routed_plan's). The splits' weights exp2(m_i - M) are computed once, in parallel, into
-// shared memory; then thread d sums its column over the splits (independent loads).
+// grid (num_seqs, H, D / cols), block cols x lanes threads, dynamic shared memory max_splits +
+// lanes x cols floats: merges sequence s's splits of head h, columns [z cols, (z + 1) cols)
+// (routed: max_splits is the workspace stride Hkv x the grid's splits, and the sequence's
+// partition is routed_plan's). The splits' weights exp2(m_i - M) are computed once, in parallel,
+// into shared memory; then lane r of column d sums the splits i = r (mod lanes) (independent
+// loads), and lane 0 adds the lanes' sums in order. Dense launches: cols = D, lanes = 1 (one CTA
+// per head, the plain column sum); routed ones: cols = 32, lanes = 8 (a routed sequence's active
+// groups have up to Hkv times the splits, and 8x the CTAs and loads in flight merge them).
+constexpr int kRoutedReduceCols = 32, kRoutedReduceLanes = 8;
 template <class TQ>
 __global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D, int max_splits, int partition,
                                      int num_seqs, const int32_t* __restrict__ context_lens, TQ* __restrict__ out,
-                                     const uint8_t* __restrict__ group_skip, int G) {
-  extern __shared__ float weight[];
+                                     const uint8_t* __restrict__ group_skip, int G, int cols) {
+  extern __shared__ float weight[];  // [max_splits], then the lanes' sums [lanes][cols]
   __shared__ float red[32];
-  const int s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int lanes = blockDim.x / cols, r = tid / cols, d = blockIdx.z * cols + tid % cols;
   if (group_skip != nullptr) {
     const uint8_t* skip = group_skip + int64_t(s) * (H / G);
     if (skip[h / G]) return;  // written by the split kernel
@@ -233,10 +239,10 @@ __global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D,
   const int64_t qh = int64_t(s) * H + h;
   const float* ml = ws + int64_t(num_seqs) * H * max_splits * D + qh * max_splits * 2;
   float mx = -INFINITY;
-  for (int i = d; i < splits; i += blockDim.x) mx = fmaxf(mx, ml[2 * i]);
+  for (int i = tid; i < splits; i += blockDim.x) mx = fmaxf(mx, ml[2 * i]);
   mx = block_reduce(mx, true, red);
   float lsum = 0.f;
-  for (int i = d; i < splits; i += blockDim.x) {
+  for (int i = tid; i < splits; i += blockDim.x) {
     weight[i] = exp2f(ml[2 * i] - mx);
     lsum += weight[i] * ml[2 * i + 1];
   }
@@ -244,7 +250,14 @@ __global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D,
   const float* col = ws + qh * max_splits * D + d;
   float acc = 0.f;
 #pragma unroll 8
-  for (int i = 0; i < splits; ++i) acc += weight[i] * col[int64_t(i) * D];
+  for (int i = r; i < splits; i += lanes) acc += weight[i] * col[int64_t(i) * D];
+  if (lanes > 1) {
+    float* sums = weight + max_splits;
+    sums[tid] = acc;
+    __syncthreads();
+    if (r != 0) return;
+    for (int j = 1; j < lanes; ++j) acc += sums[j * cols + tid];
+  }
   out[qh * D + d] = from_f32<TQ>(acc / lsum);
 }
 
@@ -270,9 +283,10 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
       static_cast<TQ*>(out));
   VLM_CUDA_CHECK_LAUNCH();
   if (ws == nullptr) return;
-  decode_reduce_kernel<TQ><<<dim3(batch.num_seqs, H), D, ws_stride * sizeof(float), stream>>>(
-      ws, H, D, ws_stride, plan.partition, batch.num_seqs, batch.context_lens, static_cast<TQ*>(out),
-      batch.group_skip, H / kv.num_kv_heads);
+  const int cols = routed ? kRoutedReduceCols : D, lanes = routed ? kRoutedReduceLanes : 1;
+  decode_reduce_kernel<TQ><<<dim3(batch.num_seqs, H, D / cols), cols * lanes, (ws_stride + cols * lanes) * sizeof(float),
+                             stream>>>(ws, H, D, ws_stride, plan.partition, batch.num_seqs, batch.context_lens,
+                                       static_cast<TQ*>(out), batch.group_skip, H / kv.num_kv_heads, cols);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -47,16 +47,18 @@ struct AnchorSource {
   float* av;
 };
 
-// grid S, block H threads (a multiple of 32): the anchors [Hkv, D] go to shared memory first; then
-// thread h computes its cosine as sink_group_scores does (sequential f32 over d), and thread
-// g < Hkv aggregates its group's G cosines in head order.
+// grid S, block of at least H threads (a multiple of 32): the anchors [Hkv, D] and the queries
+// [H, D] go to shared memory first (as f32, every thread loading: the loads overlap); then thread
+// h computes its cosine as sink_group_scores does (sequential f32 over d), and thread g < Hkv
+// aggregates its group's G cosines in head order.
 template <class TQ>
 __global__ void route_kernel(const TQ* __restrict__ q, int H, AnchorSource src, int Hkv, int D,
                              const int32_t* __restrict__ ctx, const uint8_t* __restrict__ routed, RouteParams p,
                              float* __restrict__ scores, uint8_t* __restrict__ skip, int32_t* __restrict__ count) {
   extern __shared__ float smem[];
-  float* cosine = smem;          // [H]
-  float* anchor = smem + H;      // [Hkv, D]
+  float* cosine = smem;                // [H]
+  float* anchor = smem + H;            // [Hkv, D]
+  float* qs = anchor + Hkv * D;        // [H, D]
   const int s = blockIdx.x, h = threadIdx.x, G = H / Hkv;
   const bool on = routed == nullptr || routed[s] != 0;
   const int64_t block = src.ak ? 0 : src.tables[int64_t(s) * src.max_blocks];
@@ -69,14 +71,16 @@ __global__ void route_kernel(const TQ* __restrict__ q, int H, AnchorSource src, 
       if (src.av) src.av[int64_t(s) * Hkv * D + i] = load_f32(src.kv.v, src.dt, off);
     }
   }
+  if (on)
+    for (int i = h; i < H * D; i += blockDim.x) qs[i] = to_f32(q[int64_t(s) * H * D + i]);
   __syncthreads();
   if (on && h < H) {
     const float* a = anchor + (h / G) * D;
-    const TQ* qh = q + (int64_t(s) * H + h) * D;
+    const float* qh = qs + h * D;
     float aa = 0.f, qa = 0.f, qq = 0.f;
     for (int d = 0; d < D; ++d) aa = __fadd_rn(aa, __fmul_rn(a[d], a[d]));
     for (int d = 0; d < D; ++d) {
-      const float x = to_f32(qh[d]);
+      const float x = qh[d];
       qa = __fadd_rn(qa, __fmul_rn(x, a[d]));
       qq = __fadd_rn(qq, __fmul_rn(x, x));
     }
@@ -103,13 +107,13 @@ __global__ void route_kernel(const TQ* __restrict__ q, int H, AnchorSource src, 
 void launch_route(const void* q, DType act, int num_heads, const AnchorSource& src, int num_kv_heads, int head_dim,
                   const int32_t* context_lens, const uint8_t* routed, int num_seqs, const SinkRouterConfig& c,
                   float* scores, uint8_t* skip, int32_t* skip_count, cudaStream_t stream) {
-  const size_t smem = (size_t(num_heads) + size_t(num_kv_heads) * head_dim) * sizeof(float);
+  const size_t smem = (size_t(num_heads) + size_t(num_kv_heads + num_heads) * head_dim) * sizeof(float);
   VLM_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0 && num_heads <= 1024 && smem <= 48 * 1024,
             "sink routing: H {} Hkv {} D {}", num_heads, num_kv_heads, head_dim);
   if (num_seqs == 0) return;
   const int agg = c.aggregation == SinkAggregation::Min ? 0 : c.aggregation == SinkAggregation::Mean ? 1 : 2;
   const RouteParams p{c.c0, c.c1, c.c2, c.c3, c.length_ref, c.tau_min, c.tau_max, agg};
-  const int threads = (num_heads + 31) / 32 * 32;
+  const int threads = std::min(1024, (std::max(num_heads, num_kv_heads * head_dim) + 31) / 32 * 32);
   dispatch_float(act, [&](auto t) {
     using TQ = decltype(t);
     route_kernel<TQ><<<num_seqs, threads, smem, stream>>>(static_cast<const TQ*>(q), num_heads, src, num_kv_heads,
