@@ -197,8 +197,9 @@ __global__ void merge_kernel(KVView kv, DType dt, const int32_t* __restrict__ ta
 
 // Merge for D <= 128: grid (ceil(L / 32), Hkv), 4 warps x 8 positions; the block's 32 positions'
 // keys in shared memory, the kept keys streamed through it 64 at a time (transposed [D][64], key t
-// of row d at column t ^ (d % 32): the tile is read from the cache along d, coalesced, and both the
-// transposing stores and the lanes' reads are free of bank conflicts); lane l scores kept keys l
+// of row d at column t ^ (d % 32): the tile is read from the cache along d, coalesced, from offsets
+// looked up once per key, and both the transposing stores and the lanes' reads are free of bank
+// conflicts); lane l scores kept keys l
 // and l + 32 of the tile against the warp's 8 rows (rows read 4 dimensions at a time, the sums
 // still in d order), and each row keeps the first maximum (the lowest kept index among equal
 // cosines, as the CPU's max_element).
@@ -211,6 +212,7 @@ merge_tiled_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L
   static_assert(DM % 4 == 0, "rows are read as float4");
   __shared__ __align__(16) float rows[kMergeRows][DM];
   __shared__ float keys[DM][kMergeTile];
+  __shared__ int64_t base[kMergeTile];  // the tile's kept keys' cache offsets (-1 past C)
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32, D = kv.head_dim;
   const int e0 = blockIdx.x * kMergeRows;
   for (int i = threadIdx.x; i < kMergeRows * DM; i += blockDim.x) {
@@ -228,10 +230,16 @@ merge_tiled_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L
   }
   for (int c0 = 0; c0 < C; c0 += kMergeTile) {
     __syncthreads();
-    for (int i = threadIdx.x; i < kMergeTile * DM; i += blockDim.x) {
-      const int d = i % DM, t = i / DM, c = c0 + t;
-      keys[d][t ^ (d & 31)] =
-          c < C && d < D ? load_f32(kv.k, dt, cache_offset(kv, table, h, kept[int64_t(h) * C + c]) + d) : 0.f;
+    if (threadIdx.x < kMergeTile) {
+      const int c = c0 + threadIdx.x;
+      base[threadIdx.x] = c < C ? cache_offset(kv, table, h, kept[int64_t(h) * C + c]) : -1;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int i = threadIdx.x; i < kMergeTile * DM; i += blockDim.x) {  // independent loads
+      const int d = i % DM, t = i / DM;
+      const int64_t b = base[t];
+      keys[d][t ^ (d & 31)] = b >= 0 && d < D ? load_f32(kv.k, dt, b + d) : 0.f;
     }
     __syncthreads();
     float dot[2][kRowsPerWarp] = {};

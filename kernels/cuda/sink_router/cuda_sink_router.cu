@@ -56,27 +56,30 @@ __global__ void route_kernel(const TQ* __restrict__ q, int H, AnchorSource src, 
                              const int32_t* __restrict__ ctx, const uint8_t* __restrict__ routed, RouteParams p,
                              float* __restrict__ scores, uint8_t* __restrict__ skip, int32_t* __restrict__ count) {
   extern __shared__ float smem[];
+  // Rows padded to D + 1 floats: the heads' sequential loops read column d of different rows
+  // without bank conflicts.
+  const int P = D + 1;
   float* cosine = smem;                // [H]
-  float* anchor = smem + H;            // [Hkv, D]
-  float* qs = anchor + Hkv * D;        // [H, D]
+  float* anchor = smem + H;            // [Hkv, P]
+  float* qs = anchor + Hkv * P;        // [H, P]
   const int s = blockIdx.x, h = threadIdx.x, G = H / Hkv;
   const bool on = routed == nullptr || routed[s] != 0;
   const int64_t block = src.ak ? 0 : src.tables[int64_t(s) * src.max_blocks];
   for (int i = h; i < Hkv * D; i += blockDim.x) {
     if (src.ak) {
-      anchor[i] = src.ak[int64_t(s) * Hkv * D + i];
+      anchor[i / D * P + i % D] = src.ak[int64_t(s) * Hkv * D + i];
     } else {
       const int64_t off = src.kv.offset(block, i / D, 0) + i % D;
-      anchor[i] = load_f32(src.kv.k, src.dt, off);
+      anchor[i / D * P + i % D] = load_f32(src.kv.k, src.dt, off);
       if (src.av) src.av[int64_t(s) * Hkv * D + i] = load_f32(src.kv.v, src.dt, off);
     }
   }
   if (on)
-    for (int i = h; i < H * D; i += blockDim.x) qs[i] = to_f32(q[int64_t(s) * H * D + i]);
+    for (int i = h; i < H * D; i += blockDim.x) qs[i / D * P + i % D] = to_f32(q[int64_t(s) * H * D + i]);
   __syncthreads();
   if (on && h < H) {
-    const float* a = anchor + (h / G) * D;
-    const float* qh = qs + h * D;
+    const float* a = anchor + (h / G) * P;
+    const float* qh = qs + h * P;
     float aa = 0.f, qa = 0.f, qq = 0.f;
     for (int d = 0; d < D; ++d) aa = __fadd_rn(aa, __fmul_rn(a[d], a[d]));
     for (int d = 0; d < D; ++d) {
@@ -107,7 +110,7 @@ __global__ void route_kernel(const TQ* __restrict__ q, int H, AnchorSource src, 
 void launch_route(const void* q, DType act, int num_heads, const AnchorSource& src, int num_kv_heads, int head_dim,
                   const int32_t* context_lens, const uint8_t* routed, int num_seqs, const SinkRouterConfig& c,
                   float* scores, uint8_t* skip, int32_t* skip_count, cudaStream_t stream) {
-  const size_t smem = (size_t(num_heads) + size_t(num_kv_heads + num_heads) * head_dim) * sizeof(float);
+  const size_t smem = (size_t(num_heads) + size_t(num_kv_heads + num_heads) * (head_dim + 1)) * sizeof(float);
   VLM_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0 && num_heads <= 1024 && smem <= 48 * 1024,
             "sink routing: H {} Hkv {} D {}", num_heads, num_kv_heads, head_dim);
   if (num_seqs == 0) return;

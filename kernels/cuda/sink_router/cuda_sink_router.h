@@ -32,7 +32,7 @@ void sink_gather_anchors(const PagedKVLayer& kv, const int32_t* block_tables /*[
 // agg_{h in g} cos(q[s, h], anchor_k[s, g]) and skip[s, g] = scores[s, g] >= tau(context_lens[s]);
 // skip_count[s] (when not null) += the number of sink groups (atomic). Sequences not routed get
 // skip 0 and score 0. q [S, H, D] in dtype act (one decode row per sequence). scores may be null.
-// Preconditions: H % Hkv == 0; H <= 1024; (H + (Hkv + H) D) f32 fit in 48 KiB of shared memory.
+// Preconditions: H % Hkv == 0; H <= 1024; (H + (Hkv + H)(D + 1)) f32 fit in 48 KiB of shared memory.
 void sink_route_groups(const void* q /*[S,H,D]*/, DType act, int num_heads, const float* anchor_k /*[S,Hkv,D]*/,
                        int num_kv_heads, int head_dim, const int32_t* context_lens /*[S]*/,
                        const uint8_t* routed /*[S] or null*/, int num_seqs, const SinkRouterConfig& config,
