@@ -34,8 +34,8 @@ if [ -z "${SKIP_MODEL:-}" ]; then
   timeout "${LONG_TIMEOUT:-200}" /tmp/vlm/bin/bench_cuda_long_decode --model /tmp/m7b ${LONG_ARGS:-} > "$OUT/long.txt" 2>&1
   echo "rc=$? after $(( $(date +%s) - t0 )) s" >> "$OUT/long.txt"
   if [ -n "${CALIB_PROMPTS:-}" ]; then
-    timeout 120 /tmp/vlm/bin/vlm-calibrate-sink --device cuda --model /tmp/m7b --prompts "$CALIB_PROMPTS" \
-      --prompt-format ids --lengths 1024,4096,16384 --decode-steps 4 --out "$OUT/sink_router.json" > "$OUT/calib.txt" 2>&1
+    timeout 90 /tmp/vlm/bin/vlm-calibrate-sink --device cuda --model /tmp/m7b --prompts "$CALIB_PROMPTS" \
+      --prompt-format ids --lengths 1024,4096 --decode-steps 4 --out "$OUT/sink_router.json" > "$OUT/calib.txt" 2>&1
     echo "rc=$? after $(( $(date +%s) - t0 )) s" >> "$OUT/calib.txt"
   fi
 fi
