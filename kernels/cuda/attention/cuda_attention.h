@@ -68,10 +68,11 @@ void paged_kv_write_naive(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/,
 // Kernel: kAuto takes kWgmma (prefill_attention_sm90.cu, the faster of the two Hopper kernels as
 // measured in bench/RESULTS.md) on an sm_90 GPU when D = 128 and the cache is BF16/F16, else the
 // mma.sync kernel (F32 cache: the f32 kernel).
-// kMmaSync, kWgmma (all threads load and compute) and kWgmmaWs (a producer warpgroup loads, two
-// consumer warpgroups compute) name one (the wgmma ones fall back to mma.sync where unsupported);
-// tests compare them. VLM_CUDA_PREFILL_KERNEL=mma|wgmma|ws makes kAuto take that one (benchmarks).
-enum class PrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWs };
+// kMmaSync, kWgmma (all threads load and compute), kWgmmaWs (a producer warpgroup loads, two
+// consumer warpgroups compute) and kWgmmaPp (the same with the consumers in pingpong) name one
+// (the wgmma ones fall back to mma.sync where unsupported); tests compare them.
+// VLM_CUDA_PREFILL_KERNEL=mma|wgmma|ws|pp makes kAuto take that one (benchmarks).
+enum class PrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWs, kWgmmaPp };
 void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                              const CudaAttentionBatch& batch, float scale, void* out /*[T,H,D]*/,
                              cudaStream_t stream, PrefillKernel kernel = PrefillKernel::kAuto);

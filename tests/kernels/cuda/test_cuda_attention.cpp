@@ -225,7 +225,8 @@ TEST(CudaAttention, PrefillMatchesCpuReference) {
   // Every case through each prefill kernel (the wgmma ones on Hopper for D 128 and 16-bit caches;
   // elsewhere they fall back to mma.sync).
   for (const Case& c : cases) {
-    for (auto k : {cuda::PrefillKernel::kMmaSync, cuda::PrefillKernel::kWgmma, cuda::PrefillKernel::kWgmmaWs})
+    for (auto k : {cuda::PrefillKernel::kMmaSync, cuda::PrefillKernel::kWgmma, cuda::PrefillKernel::kWgmmaWs,
+                   cuda::PrefillKernel::kWgmmaPp})
       run_case(c, seed, k);
     ++seed;
   }
