@@ -127,7 +127,7 @@ void launch_prefill(const void* q, int H, const PagedKVLayer& kv, const CudaAtte
 }
 
 // The Hopper kernel kAuto takes (measured: bench/RESULTS.md, "GPU attention kernels").
-constexpr PrefillKernel kDefaultSm90 = PrefillKernel::kWgmma;
+constexpr PrefillKernel kDefaultSm90 = PrefillKernel::kWgmmaPp;
 
 }  // namespace
 

@@ -79,15 +79,11 @@ __device__ __forceinline__ void issue_pv(float (&o)[16][4], const uint32_t (&p)[
   for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_mn<T>(o, p[kk], desc_mn_major<kBN>(sv, kk));
 }
 
-// softmax_to_p: on a finished S, the causal mask where the diagonal crosses the warp's rows
-// (warp_pos: position of the warp's first row), online softmax (rescales o: no P V may be in
-// flight on o), P packed as the A fragments of P V.
-template <class T>
-__device__ __forceinline__ void softmax_to_p(float (&s)[16][4], float (&m)[2], float (&l)[2], float (&o)[16][4],
-                                             uint32_t (&p)[8][4], int key0, int warp_pos, float scale_log2,
-                                             int lane) {
+// The causal mask where the diagonal crosses the warp's rows (warp_pos: position of the warp's
+// first row) on a finished S of the key tile at key0.
+__device__ __forceinline__ void mask_causal(float (&s)[16][4], int key0, int warp_pos, int lane) {
   const int g = lane / 4, t4 = lane % 4;
-  if (key0 + kBN - 1 > warp_pos) {  // the causal diagonal crosses the warp's rows
+  if (key0 + kBN - 1 > warp_pos) {
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll
@@ -96,7 +92,11 @@ __device__ __forceinline__ void softmax_to_p(float (&s)[16][4], float (&m)[2], f
         if (key > warp_pos + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
       }
   }
-  tile::online_softmax<kD, 16>(s, m, l, o, scale_log2);
+}
+
+// P (exponentials in s) packed as the A fragments of P V.
+template <class T>
+__device__ __forceinline__ void pack_p(const float (&s)[16][4], uint32_t (&p)[8][4]) {
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
     p[kk][0] = tile::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
@@ -106,7 +106,7 @@ __device__ __forceinline__ void softmax_to_p(float (&s)[16][4], float (&m)[2], f
   }
 }
 
-// The K/V rows of a key tile (keys [key0, key0 + kBN) of KV head qt.hk, zero from key_end on) into
+// The K/V rows of a key tile (keys [key0, key0 + kBN) of KV head hk, zero from key_end on) into
 // the SW128 tiles sk, sv by cp.async; NT threads share the copy.
 template <int NT, class T>
 __device__ __forceinline__ void load_kv(const KVView& kv, const int32_t* table, int hk, int key0, int key_end, T* sk,
@@ -126,7 +126,9 @@ __device__ __forceinline__ void attend_key_tile(float (&o)[16][4], float (&m)[2]
   commit();
   wait<0>();
   fence_regs(s);
-  softmax_to_p<T>(s, m, l, o, p, key0, warp_pos, scale_log2, lane);
+  mask_causal(s, key0, warp_pos, lane);
+  tile::online_softmax<kD, 16>(s, m, l, o, scale_log2);
+  pack_p<T>(s, p);
   fence_regs(o);
   fence();
   issue_pv<T>(o, p, sv);
@@ -307,12 +309,13 @@ __device__ __forceinline__ void ws_consume(float (&o)[16][4], float (&m)[2], flo
 }
 
 // The consumer side with the two warpgroups in "pingpong" (FlashAttention-3's schedule): each
-// tile's matrix products of one warpgroup are issued as one section, P_{i-1} V_{i-1} then S_i =
-// Q K_i^T, and the sections of the two warpgroups alternate through named barriers 1 and 2 (a
-// warpgroup syncs on its own before issuing and arrives on the other's after), so one
-// warpgroup's softmax of S_i runs while the other's products keep the tensor cores busy. Every
-// tile is computed by both warpgroups (a tile past a warpgroup's rows is masked to zero weight:
-// no wgmma under a branch), so the two run the same n + 1 sections. A stage is held from S_i to
+// tile's matrix products of one warpgroup are issued as one section, S_i = Q K_i^T and then
+// P_{i-1} V_{i-1}, and the sections of the two warpgroups alternate through named barriers 1 and
+// 2 (a warpgroup syncs on its own before issuing and arrives on the other's after), so one
+// warpgroup's softmax runs while the other's products keep the tensor cores busy. Inside a
+// warpgroup the softmax of S_i starts once S_i is done, under its own P_{i-1} V_{i-1}; O is
+// rescaled after that. Every tile is computed by both warpgroups (a tile past a warpgroup's rows
+// is masked to zero weight), so the two run the same n + 1 sections. A stage is held from S_i to
 // P_i V_i, one section later (hence kPpStages = 3).
 template <class T, class Tiles>
 __device__ __forceinline__ void pp_consume(float (&o)[16][4], float (&m)[2], float (&l)[2],
@@ -324,21 +327,31 @@ __device__ __forceinline__ void pp_consume(float (&o)[16][4], float (&m)[2], flo
   const int warp_pos = qt.pos0 + wgi * 64 + warp * 16;
   float s[16][4];
   uint32_t p[8][4];
+  float corr[2] = {1.f, 1.f};
   if (wgi == 1) named_arrive(1);  // consumer 0 issues first
-  for (int i = 0; i <= n_tiles; ++i) {  // section i: P_{i-1} V_{i-1} (i > 0), S_i (i < n)
+  for (int i = 0; i <= n_tiles; ++i) {  // section i: S_i (i < n), P_{i-1} V_{i-1} (i > 0)
     if (i < n_tiles) mbar_wait(&sm.full[i % kPpStages], (i / kPpStages) & 1);
     named_sync(mine);
     fence_regs(o);
     fence();
-    if (i > 0) issue_pv<T>(o, p, sm.v(i - 1));
     if (i < n_tiles) issue_s<T>(s, sm.sq, wgi * 64, sm.k(i));
     commit();
+    if (i > 0) issue_pv<T>(o, p, sm.v(i - 1));
+    commit();
     if (i < n_tiles || wgi == 0) named_arrive(other);  // consumer 1's last section has no successor
+    if (i < n_tiles) {
+      wait<1>();  // S_i done; P_{i-1} V_{i-1} may still run
+      fence_regs(s);
+      mask_causal(s, tiles[i] * kBN, warp_pos, lane);
+      tile::softmax_exp(s, m, l, corr, scale_log2);
+    }
     wait<0>();
-    fence_regs(s);
     fence_regs(o);
     if (i > 0) mbar_arrive(&sm.empty[(i - 1) % kPpStages]);
-    if (i < n_tiles) softmax_to_p<T>(s, m, l, o, p, tiles[i] * kBN, warp_pos, scale_log2, lane);
+    if (i < n_tiles) {
+      tile::rescale_rows(o, corr);
+      pack_p<T>(s, p);
+    }
   }
 }
 

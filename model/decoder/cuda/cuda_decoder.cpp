@@ -54,9 +54,6 @@ cuda::DeviceBuffer upload(std::initializer_list<const TensorView*> parts, DType 
 
 bool present(const TensorView& t) { return !t.empty(); }
 
-// GEMMs of at least this many rows (prefill chunks) pick their cuBLASLt algorithm by timing.
-constexpr int64_t kGemmAutotuneRows = 512;
-
 }  // namespace
 
 CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& options) : host_(host), opt_(options) {
@@ -77,7 +74,6 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
   }
   inv_freq_.resize(sizeof(float) * rope.inv_freq().size());
   VLM_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), rope.inv_freq().data(), inv_freq_.bytes(), cudaMemcpyHostToDevice));
-  gemm_.set_autotune(kGemmAutotuneRows);  // prefill-sized GEMMs only: decode steps keep the heuristic
   upload_weights();
   allocate_cache();
 }

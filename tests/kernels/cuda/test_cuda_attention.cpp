@@ -72,7 +72,7 @@ double normalized_error(const std::vector<float>& got, const std::vector<float>&
 }
 
 void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::PrefillKernel::kAuto) {
-  static const char* const kernel_names[] = {"auto", "mma.sync", "wgmma", "wgmma warp-specialized"};
+  static const char* const kernel_names[] = {"auto", "mma.sync", "wgmma", "wgmma warp-specialized", "wgmma pingpong"};
   SCOPED_TRACE(std::string(c.name) + " (" + kernel_names[static_cast<int>(kernel)] + " prefill kernel)");
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
