@@ -309,14 +309,14 @@ __device__ __forceinline__ void ws_consume(float (&o)[16][4], float (&m)[2], flo
 }
 
 // The consumer side with the two warpgroups in "pingpong" (FlashAttention-3's schedule): each
-// tile's matrix products of one warpgroup are issued as one section, S_i = Q K_i^T and then
-// P_{i-1} V_{i-1}, and the sections of the two warpgroups alternate through named barriers 1 and
-// 2 (a warpgroup syncs on its own before issuing and arrives on the other's after), so one
-// warpgroup's softmax runs while the other's products keep the tensor cores busy. Inside a
-// warpgroup the softmax of S_i starts once S_i is done, under its own P_{i-1} V_{i-1}; O is
-// rescaled after that. Every tile is computed by both warpgroups (a tile past a warpgroup's rows
-// is masked to zero weight), so the two run the same n + 1 sections. A stage is held from S_i to
-// P_i V_i, one section later (hence kPpStages = 3).
+// tile's matrix products of one warpgroup are issued as one section, P_{i-1} V_{i-1} then S_i =
+// Q K_i^T, and the sections of the two warpgroups alternate through named barriers 1 and 2 (a
+// warpgroup syncs on its own before issuing and arrives on the other's after), so one
+// warpgroup's softmax of S_i runs while the other's products keep the tensor cores busy. Every
+// tile is computed by both warpgroups (a tile past a warpgroup's rows is masked to zero weight),
+// so the two run the same n + 1 sections. A stage is held from S_i to P_i V_i, one section later
+// (hence kPpStages = 3). (Measured slower: S_i first, its softmax under the same warpgroup's
+// P_{i-1} V_{i-1} with O rescaled after it, FlashAttention-3's intra-warpgroup overlap: RESULTS.md.)
 template <class T, class Tiles>
 __device__ __forceinline__ void pp_consume(float (&o)[16][4], float (&m)[2], float (&l)[2],
                                            const WsSmem<T, kPpStages>& sm, const QueryTile& qt, const Tiles& tiles,
@@ -327,29 +327,23 @@ __device__ __forceinline__ void pp_consume(float (&o)[16][4], float (&m)[2], flo
   const int warp_pos = qt.pos0 + wgi * 64 + warp * 16;
   float s[16][4];
   uint32_t p[8][4];
-  float corr[2] = {1.f, 1.f};
   if (wgi == 1) named_arrive(1);  // consumer 0 issues first
-  for (int i = 0; i <= n_tiles; ++i) {  // section i: S_i (i < n), P_{i-1} V_{i-1} (i > 0)
+  for (int i = 0; i <= n_tiles; ++i) {  // section i: P_{i-1} V_{i-1} (i > 0), S_i (i < n)
     if (i < n_tiles) mbar_wait(&sm.full[i % kPpStages], (i / kPpStages) & 1);
     named_sync(mine);
     fence_regs(o);
     fence();
+    if (i > 0) issue_pv<T>(o, p, sm.v(i - 1));
     if (i < n_tiles) issue_s<T>(s, sm.sq, wgi * 64, sm.k(i));
     commit();
-    if (i > 0) issue_pv<T>(o, p, sm.v(i - 1));
-    commit();
     if (i < n_tiles || wgi == 0) named_arrive(other);  // consumer 1's last section has no successor
-    if (i < n_tiles) {
-      wait<1>();  // S_i done; P_{i-1} V_{i-1} may still run
-      fence_regs(s);
-      mask_causal(s, tiles[i] * kBN, warp_pos, lane);
-      tile::softmax_exp(s, m, l, corr, scale_log2);
-    }
     wait<0>();
+    fence_regs(s);
     fence_regs(o);
     if (i > 0) mbar_arrive(&sm.empty[(i - 1) % kPpStages]);
     if (i < n_tiles) {
-      tile::rescale_rows(o, corr);
+      mask_causal(s, tiles[i] * kBN, warp_pos, lane);
+      tile::online_softmax<kD, 16>(s, m, l, o, scale_log2);
       pack_p<T>(s, p);
     }
   }
