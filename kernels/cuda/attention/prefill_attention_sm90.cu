@@ -1,6 +1,6 @@
 // Dense causal prefill attention on Hopper (sm_90a): wgmma over the paged cache, one launch for all
 // sequences of a step (varlen, GQA, chunks over cached context). The tile loops are
-// attend_query_tile / attend_query_tile_ws (prefill_sm90.cuh) driven by the causal key-tile list.
+// attend_query_tile / attend_query_tile_ws<PP> (prefill_sm90.cuh) driven by the causal key-tile list.
 #include <cuda_runtime.h>
 
 #include <cmath>

@@ -9,6 +9,8 @@
 // from registers and V from shared memory. K/V tiles stream through two shared-memory stages by
 // cp.async from the paged cache, the next tile's copy in flight during the current tile's math.
 // Shared memory: Q 32 KiB + 2 x (K 32 KiB + V 32 KiB) = 160 KiB (+1 KiB for alignment).
+// The warp-specialized forms (attend_query_tile_ws below) add a producer warpgroup that does all
+// the copies; with PP (the default kernel) the two consumers alternate their products in pingpong.
 #pragma once
 
 #include <cuda_runtime.h>
