@@ -29,7 +29,7 @@ __device__ __forceinline__ bool query_tile(const CudaAttentionBatch& batch, int 
 }
 
 // The Hopper kernels, K naming the tile loop: kWgmma attend_query_tile, kWgmmaWs
-// attend_query_tile_ws, kWgmmaPp attend_query_tile_pp.
+// attend_query_tile_ws<false>, kWgmmaPp attend_query_tile_ws<true> (pingpong).
 template <PrefillKernel K>
 constexpr int kCtaThreads = K == PrefillKernel::kWgmma ? wg::kThreads : wg::kWsThreads;
 template <PrefillKernel K>

@@ -210,7 +210,7 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
 // ---- warp-specialized variants: a producer warpgroup copies, two consumer warpgroups compute ----
 constexpr int kWsThreads = 384;
 constexpr int kWsStages = 2;  // attend_query_tile_ws
-constexpr int kPpStages = 3;  // attend_query_tile_pp: a stage is held from S_i until P_i V_i, a section later
+constexpr int kPpStages = 3;  // pp_consume: a stage is held from S_i until P_i V_i, a section later
 template <int STAGES>
 constexpr int ws_smem_bytes() {
   return (kBM * kD + STAGES * 2 * kTileElems) * 2 + 1024 + 16 * STAGES;  // + the mbarriers

@@ -10,7 +10,7 @@ namespace vlm::cuda {
 bool prefill_sm90_supported(const PagedKVLayer& kv);
 // As paged_prefill_attention; requires prefill_sm90_supported(kv). kernel: kWgmmaWs the
 // producer/consumer kernel (attend_query_tile_ws), kWgmmaPp its pingpong form
-// (attend_query_tile_pp), else all threads load and compute (attend_query_tile).
+// (attend_query_tile_ws with PP: pp_consume), else all threads load and compute (attend_query_tile).
 void prefill_attention_sm90(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                             const CudaAttentionBatch& batch, float scale, void* out /*[T,H,D]*/,
                             PrefillKernel kernel, cudaStream_t stream);
