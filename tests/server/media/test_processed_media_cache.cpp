@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "kernels/core/check.h"
 #include "server/http/base64.h"
 #include "server/media/image_loader.h"
 #include "server/media/processed_media_cache.h"
