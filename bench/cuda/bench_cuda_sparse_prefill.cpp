@@ -8,12 +8,17 @@
 // and the relative L2 error of the output against our dense tensor-core kernel
 // (paged_prefill_attention), whose time is printed first. torch SDPA runs beside it in the same
 // call (bench/cuda/run_sparse_prefill_bench.sh).
+// Pattern "mminference-gpu": MMInference's grid heads searched on the GPU (CudaGridSearch) and
+// planned on the GPU (CudaGridPlan), then the kernel, timed together wall-clock (estimation
+// included; median of 3), plus the kernel with the first version's per-chunk row lookups.
 // Usage: bench_cuda_sparse_prefill [S ...]   (default 131072 262144 524288);
 // VLM_BENCH_PATTERNS=a,b as in bench_sparse_prefill ("all-blocks": the all-blocks plan, S <= 128K).
 #include <cuda_runtime.h>
 
 #include "bench/common/pattern_filter.h"
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +31,7 @@
 #include "bench/common/shuffled_cache.h"
 #include "kernels/core/thread_pool.h"
 #include "kernels/cuda/attention/cuda_block_sparse.h"
+#include "kernels/cuda/attention/cuda_grid_plan.h"
 #include "kernels/cuda/attention/cuda_grid_search.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
 
@@ -47,11 +53,16 @@ float noise(uint64_t x) {
 
 std::vector<float> g_dirs;  // [kFrame, 32] unit directions
 
+// The CPU bench's amplitudes were set for D = 64 (logit scale 1/8); at D = 128 each is multiplied
+// by (128/64)^(1/4), so q.k/sqrt(D) of the structure is the D = 64 one (VLM_BENCH_AMP overrides
+// the factor; 1 gives the first GPU bench's input).
+float g_amp = 1.0f;
+
 float structure(int pos, int d, bool key) {
-  if (pos < kPrefix) return d < 8 && (!key || pos < 4) ? 2.5f : 0.0f;
+  if (pos < kPrefix) return d < 8 && (!key || pos < 4) ? 2.5f * g_amp : 0.0f;
   const int x = (pos - kPrefix) % kFrame;
-  if (d < 8) return key ? (x == kSalient ? 2.0f : 0.0f) : 2.5f;
-  if (d < 40) return 10.0f * g_dirs[x * 32 + d - 8];
+  if (d < 8) return key ? (x == kSalient ? 2.0f * g_amp : 0.0f) : 2.5f * g_amp;
+  if (d < 40) return 10.0f * g_amp * g_dirs[x * 32 + d - 8];
   return 0.0f;
 }
 
@@ -168,6 +179,9 @@ double rel_l2(const DeviceBuffer& got, const DeviceBuffer& ref, size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* amp = std::getenv("VLM_BENCH_AMP");
+  g_amp = amp ? static_cast<float>(std::atof(amp)) : static_cast<float>(std::pow(kD / 64.0, 0.25));
+  std::fprintf(stderr, "structure amplitude factor %.4f\n", g_amp);
   const char* th = std::getenv("VLM_BENCH_THREADS");
   vlm::set_num_threads(th ? std::atoi(th) : 16);
   std::vector<int> lengths;
@@ -203,6 +217,7 @@ int main(int argc, char** argv) {
   const float scale = 1.0f / std::sqrt(float(kD));
   cudaFree(nullptr);
   vlm::cuda::CudaGridSearch gs;
+  vlm::cuda::CudaGridPlan gplan;
   std::printf("| S | method | plan (CPU) | upload | kernel | kernel speedup vs our dense | block density | output rel. L2 |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (int S : lengths) {
@@ -243,25 +258,66 @@ int main(int argc, char** argv) {
       const vlm::BlockSparsePlan plan = vlm::build_sparse_plan(pat.cfg, cv, kH, su.cache.kv, scale);
       run(pat.name, plan, now() - t0);
     }
-    if (vlm::bench::pattern_wanted("mminference-gpu")) {  // the grid heads' search on the GPU, plans built on the host
+    if (vlm::bench::pattern_wanted("mminference-gpu")) {
+      // MMInference's grid heads with the estimation on the GPU: the device search (one download
+      // of the line sums, the stride/phase decision on the host), then the plans built on the
+      // device (CudaGridPlan), then the kernel; the whole chain timed wall-clock to completion.
       const vlm::GridParams gp = vlm::SparsePrefillConfig{}.default_head.grid;
       vlm::cuda::GridEstimateShape sh;
       sh.num_heads = kH;
       sh.q_len = sh.num_keys = S;
       sh.rows = std::min(gp.last_q, 64);
-      t0 = now();
-      const auto layouts = gs.search(su.dq.get(), vlm::DType::BF16, su.dev_kv, su.dtable.as<int32_t>(), sh, scale, gp,
-                                     known, nullptr);
-      const double t_est = now() - t0;
-      vlm::BlockSparsePlan plan;
-      plan.q_len = plan.num_keys = S;
-      plan.heads.resize(kH);
-      vlm::global_thread_pool().run_tasks(
-          kH, [&](int64_t h) { plan.heads[h] = vlm::grid_head_plan(layouts[h], gp, S, S, plan.block_m); });
-      const double t_plan = now() - t0;
-      std::fprintf(stderr, "S=%d: GPU grid search %.1f ms (stride of head 0: %d), host plans %.1f ms\n", S,
-                   t_est * 1e3, layouts[0].stride, (t_plan - t_est) * 1e3);
-      run("mminference-gpu (grid search on the GPU, plans on the host)", plan, t_plan);
+      auto chain = [&](double* t_est, double* t_plan) {
+        VLM_CUDA_CHECK(cudaDeviceSynchronize());
+        const double a = now();
+        const auto layouts = gs.search(su.dq.get(), vlm::DType::BF16, su.dev_kv, su.dtable.as<int32_t>(), sh, scale,
+                                       gp, known, nullptr);
+        const double b = now();
+        gplan.build(layouts, gp, 0, S, S, nullptr);
+        VLM_CUDA_CHECK(cudaDeviceSynchronize());
+        const double c = now();
+        vlm::cuda::paged_block_sparse_attention(su.dq.get(), vlm::DType::BF16, kH, su.dev_kv, su.batch, gplan.view(),
+                                                scale, su.out.get(), nullptr);
+        VLM_CUDA_CHECK(cudaDeviceSynchronize());
+        if (t_est) {
+          *t_est = b - a, *t_plan = c - b;
+          std::fprintf(stderr, "S=%d: stride of head 0: %d, phase %d\n", S, layouts[0].stride, layouts[0].phase);
+        }
+        return now() - a;
+      };
+      chain(nullptr, nullptr);  // warm-up
+      // Median (by total) of 3 chains.
+      std::vector<std::array<double, 3>> runs(3);
+      for (auto& r : runs) r[0] = chain(&r[1], &r[2]);
+      std::sort(runs.begin(), runs.end());
+      const double t_all = runs[1][0], t_est = runs[1][1], t_plan = runs[1][2];
+      {  // the search's device part alone: scores, softmax, line sums
+        DeviceBuffer probs(size_t(kH) * sh.rows * S * 4), col(size_t(kH) * S * 8), sl(size_t(kH) * S * 8);
+        const double t_dev = gpu_seconds([&] {
+          vlm::cuda::grid_last_q_probs(su.dq.get(), vlm::DType::BF16, su.dev_kv, su.dtable.as<int32_t>(), sh, scale,
+                                       probs.as<float>(), nullptr);
+          vlm::cuda::grid_line_sums(probs.as<float>(), sh, col.as<double>(), sl.as<double>(), nullptr);
+        });
+        std::fprintf(stderr, "S=%d: search %.1f ms of which scores + softmax + line sums on the device %.1f ms\n", S,
+                     t_est * 1e3, t_dev * 1e3);
+      }
+      std::printf("| %d | mminference (GPU search + GPU plans), estimation included | %.1f ms search + %.1f ms plans | "
+                  "- | %.1f ms total (kernel %.1f ms) | %.2fx | %.4f | %.4f |\n",
+                  S, t_est * 1e3, t_plan * 1e3, t_all * 1e3, (t_all - t_est - t_plan) * 1e3, t_dense / t_all,
+                  gplan.block_density(), rel_l2(su.out, su.dense, qn));
+      std::fflush(stdout);
+      // The same kernel on the same plans with the first version's per-chunk row lookups.
+      vlm::cuda::set_block_sparse_row_offsets(false);
+      auto call = [&] {
+        vlm::cuda::paged_block_sparse_attention(su.dq.get(), vlm::DType::BF16, kH, su.dev_kv, su.batch, gplan.view(),
+                                                scale, su.out.get(), nullptr);
+      };
+      call();
+      const double t_old = gpu_seconds(call);
+      vlm::cuda::set_block_sparse_row_offsets(true);
+      const double t_new = gpu_seconds(call);
+      std::fprintf(stderr, "S=%d: mminference kernel, row lookups once per tile row %.1f ms, per 16-byte chunk %.1f ms\n",
+                   S, t_new * 1e3, t_old * 1e3);
     }
   }
   return 0;

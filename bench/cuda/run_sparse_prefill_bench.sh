@@ -10,7 +10,7 @@ shift 2
 LENS=${*:-131072 262144 524288}
 HERE=$(cd "$(dirname "$0")" && pwd)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$LOG/gpu.txt"
-"$BIN/test_cuda" --gtest_filter='CudaBlockSparse*:CudaGridSearch*:CudaAttention.Prefill*' 2>&1 | tee "$LOG/test.log" | tail -15
+"$BIN/test_cuda" --gtest_filter="${VLM_TEST_FILTER:-CudaBlockSparse*:CudaGridSearch*:CudaGridPlan*:CudaAttention.Prefill*}" 2>&1 | tee "$LOG/test.log" | tail -15
 # shellcheck disable=SC2086  # the lengths are words
 "$BIN/bench_cuda_sparse_prefill" $LENS 2>&1 | tee "$LOG/bench_ours.log"
 # shellcheck disable=SC2086

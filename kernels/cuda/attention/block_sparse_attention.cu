@@ -21,6 +21,7 @@ constexpr int kBM = 16 * kWarps;  // query rows per CTA (the plan's block_m)
 constexpr int kBN = 64;           // keys per tile (the plan's block_n)
 constexpr int kThreads = 32 * kWarps;
 constexpr int kNoKey = INT_MAX;   // position of an empty tile slot: masked for every row
+bool g_row_offsets = true;        // set_block_sparse_row_offsets
 
 template <int D, class T>
 constexpr int sparse_smem_bytes() {
@@ -51,23 +52,39 @@ struct TileList {
 };
 
 // K/V rows of tile t -> swizzled sk, sv [kBN][D]; positions -> kpos[kBN] (kNoKey for empty slots,
-// whose rows are zero-filled).
-template <int D, class T>
+// whose rows are zero-filled). kRowOffsets: the first kBN threads look each row up once (plan
+// order, then the block table) into roff[kBN] and a barrier publishes them before the copies;
+// else every 16-byte chunk repeats its row's lookup (the first version; kept for the bench's
+// side-by-side).
+template <int D, bool kRowOffsets, class T>
 __device__ __forceinline__ void load_tile(const KVView& kv, const int32_t* table, int hk, const TileList& tl, int t,
-                                          T* sk, T* sv, int* kpos, int tid) {
+                                          T* sk, T* sv, int* kpos, int64_t* roff, int tid) {
   constexpr int kChunks = D / 8;
   const T* kbase = static_cast<const T*>(kv.k);
   const T* vbase = static_cast<const T*>(kv.v);
+  if constexpr (kRowOffsets) {
+    if (tid < kBN) {
+      const int p = tl.position(t, tid);
+      kpos[tid] = p >= 0 ? p : kNoKey;
+      roff[tid] = p >= 0 ? kv.token_offset(table, hk, p) : -1;
+    }
+    __syncthreads();
+  }
 #pragma unroll 2
   for (int i = tid; i < kBN * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks;
-    const int p = tl.position(t, r);
-    if (c == 0) kpos[r] = p >= 0 ? p : kNoKey;
     int64_t off = 0;
     int bytes = 0;
-    if (p >= 0) {
-      off = kv.token_offset(table, hk, p) + c * 8;
-      bytes = 16;
+    if constexpr (kRowOffsets) {
+      const int64_t o = roff[r];
+      if (o >= 0) off = o + c * 8, bytes = 16;
+    } else {
+      const int p = tl.position(t, r);
+      if (c == 0) kpos[r] = p >= 0 ? p : kNoKey;
+      if (p >= 0) {
+        off = kv.token_offset(table, hk, p) + c * 8;
+        bytes = 16;
+      }
     }
     const int s = tile::swz<D>(r, c * 8);
     tile::cp_async16(sk + s, kbase + off, bytes);
@@ -75,7 +92,7 @@ __device__ __forceinline__ void load_tile(const KVView& kv, const int32_t* table
   }
 }
 
-template <int D, class T, class TQ>
+template <int D, bool kRowOffsets, class T, class TQ>
 __global__ void __launch_bounds__(kThreads)
 block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* __restrict__ block_tables,
                     int max_blocks_per_seq, SparsePlanView plan, float scale_log2, TQ* __restrict__ out) {
@@ -87,6 +104,7 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   int* const kpos_smem = reinterpret_cast<int*>(kv_smem + 4 * kBN * D);  // [2][kBN]
   __shared__ int row_idx[kBM];  // chunk row of each CTA row (-1: past q_len)
   __shared__ int cta_maxpos;
+  __shared__ int64_t row_off[2][kBN];  // kRowOffsets: the tile's rows in the cache
 
   const int32_t* item = plan.items + 4 * int64_t(blockIdx.x);
   const int s = item[0], h = item[1], qb = item[2];
@@ -121,7 +139,7 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   tl.maxpos = cta_maxpos;
   const int num_tiles = tl.count();
 
-  if (num_tiles > 0) load_tile<D>(kv, table, hk, tl, 0, sk(0), sv(0), kpos_smem, tid);
+  if (num_tiles > 0) load_tile<D, kRowOffsets>(kv, table, hk, tl, 0, sk(0), sv(0), kpos_smem, row_off[0], tid);
   tile::cp_async_commit();
 
   // Q rows (through q_order) -> shared, converted to T; rows past q_len are zero.
@@ -150,7 +168,9 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
 
   for (int n = 0; n < num_tiles; ++n) {
     const int st = n & 1;
-    if (n + 1 < num_tiles) load_tile<D>(kv, table, hk, tl, n + 1, sk(st ^ 1), sv(st ^ 1), kpos_smem + (st ^ 1) * kBN, tid);
+    if (n + 1 < num_tiles)
+      load_tile<D, kRowOffsets>(kv, table, hk, tl, n + 1, sk(st ^ 1), sv(st ^ 1), kpos_smem + (st ^ 1) * kBN,
+                                row_off[st ^ 1], tid);
     tile::cp_async_commit();
     tile::cp_async_wait<1>();
     __syncthreads();  // also publishes the Q tile on the first pass
@@ -197,15 +217,19 @@ template <int D, class T, class TQ>
 void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, const SparsePlanView& plan,
             float scale, void* out, cudaStream_t stream) {
   constexpr int smem = sparse_smem_bytes<D, T>();
-  static const bool smem_ok = allow_dynamic_smem(block_sparse_kernel<D, T, TQ>, smem);
+  static const bool smem_ok = allow_dynamic_smem(block_sparse_kernel<D, true, T, TQ>, smem) &&
+                              allow_dynamic_smem(block_sparse_kernel<D, false, T, TQ>, smem);
   (void)smem_ok;
-  block_sparse_kernel<D, T, TQ><<<plan.num_items, kThreads, smem, stream>>>(
-      static_cast<const TQ*>(q), H, kv_view(kv), batch.block_tables, batch.max_blocks_per_seq, plan,
-      scale * float(M_LOG2E), static_cast<TQ*>(out));
+  auto kernel = g_row_offsets ? block_sparse_kernel<D, true, T, TQ> : block_sparse_kernel<D, false, T, TQ>;
+  kernel<<<plan.num_items, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch.block_tables,
+                                                    batch.max_blocks_per_seq, plan, scale * float(M_LOG2E),
+                                                    static_cast<TQ*>(out));
   VLM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
+
+void set_block_sparse_row_offsets(bool on) { g_row_offsets = on; }
 
 void launch_block_sparse_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
                                    const CudaAttentionBatch& batch, const SparsePlanView& view, float scale, void* out,

@@ -10,7 +10,8 @@
 // paged_block_sparse_attention: one CTA (4 warps, 16 query rows each) per work item; the 64 rows of
 // the query block (taken through q_order) stay as mma A fragments in registers; each key tile is
 // 64 key positions (a listed key block through k_order, or 64 of the gathered columns) whose K/V
-// rows are copied from the paged cache with cp.async (two stages), then S = QK^T (mma.sync
+// rows are copied from the paged cache with cp.async (two stages; each row's cache offset looked
+// up once per tile by one thread and shared through shared memory), then S = QK^T (mma.sync
 // m16n8k16), the causal mask by original positions (key position > row position: -inf), online
 // softmax and O += PV, as in prefill_attention.cu (mma_tile.cuh primitives). A row that attends
 // no key gets a zero output. Contract of cuda_attention.h (device pointers, stream-ordered,
@@ -61,6 +62,11 @@ class CudaBlockSparsePlan {
 // plan uploaded for this batch and H.
 void paged_block_sparse_attention(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                                   const CudaAttentionBatch& batch, const CudaBlockSparsePlan& plan, float scale,
+                                  void* out /*[T,H,D]*/, cudaStream_t stream);
+// The same over a plan view built elsewhere (CudaGridPlan: plans made on the device) for
+// num_heads heads.
+void paged_block_sparse_attention(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
+                                  const CudaAttentionBatch& batch, const SparsePlanView& plan, float scale,
                                   void* out /*[T,H,D]*/, cudaStream_t stream);
 
 }  // namespace vlm::cuda

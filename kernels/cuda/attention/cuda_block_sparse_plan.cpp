@@ -99,17 +99,23 @@ void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, 
 }
 
 void paged_block_sparse_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
-                                  const CudaAttentionBatch& batch, const CudaBlockSparsePlan& plan, float scale,
-                                  void* out, cudaStream_t stream) {
+                                  const CudaAttentionBatch& batch, const SparsePlanView& view, float scale, void* out,
+                                  cudaStream_t stream) {
   VLM_CHECK(num_heads % kv.num_kv_heads == 0 && (kv.head_dim == 64 || kv.head_dim == 128) &&
                 (kv.block_size & (kv.block_size - 1)) == 0,
             "block-sparse attention: H {} Hkv {} D {} block size {}", num_heads, kv.num_kv_heads, kv.head_dim,
             kv.block_size);
   VLM_CHECK(kv.dtype == DType::BF16 || kv.dtype == DType::F16,
             "block-sparse attention on the GPU needs a bf16/f16 cache, not {}", dtype_name(kv.dtype));
+  if (view.num_items == 0) return;
+  launch_block_sparse_attention(q, act, num_heads, kv, batch, view, scale, out, stream);
+}
+
+void paged_block_sparse_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
+                                  const CudaAttentionBatch& batch, const CudaBlockSparsePlan& plan, float scale,
+                                  void* out, cudaStream_t stream) {
   VLM_CHECK(plan.num_heads() == num_heads, "plan for {} heads, call with {}", plan.num_heads(), num_heads);
-  if (plan.view().num_items == 0) return;
-  launch_block_sparse_attention(q, act, num_heads, kv, batch, plan.view(), scale, out, stream);
+  paged_block_sparse_attention(q, act, num_heads, kv, batch, plan.view(), scale, out, stream);
 }
 
 }  // namespace vlm::cuda

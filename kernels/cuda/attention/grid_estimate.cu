@@ -33,13 +33,32 @@ scores_kernel(const void* q, DType act, KVView kv, DType kv_dtype, const int32_t
     ks[jj * (D + 1) + d] = j < N ? load_f32(kv.k, kv_dtype, kv.token_offset(table, hk, j) + d) : 0.f;
   }
   __syncthreads();
-  const int jj = threadIdx.x % kKeys, j = j0 + jj;
+  const int jj = threadIdx.x % kKeys, j = j0 + jj, r0 = threadIdx.x / kKeys;
   if (j >= N) return;
-  for (int r = threadIdx.x / kKeys; r < R; r += kThreads / kKeys) {
-    float acc = 0.f;
-    for (int d = 0; d < D; ++d) acc = fmaf(qs[r * D + d], ks[jj * (D + 1) + d], acc);
+  // Rows r0 + 4 i of this thread's key, 4 dimensions per step: one float4 (a warp broadcast) of
+  // each row and 4 scalar key values per 16 FMAs; each row's sum runs over d in order.
+  constexpr int kPer = kRows / (kThreads / kKeys);
+  float acc[kPer] = {};
+  const float* kr = ks + jj * (D + 1);
+  for (int d = 0; d < D; d += 4) {
+    const float k0 = kr[d], k1 = kr[d + 1], k2 = kr[d + 2], k3 = kr[d + 3];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int r = r0 + i * (kThreads / kKeys);
+      if (r >= R) break;
+      const float4 qv = *reinterpret_cast<const float4*>(qs + r * D + d);
+      acc[i] = fmaf(qv.x, k0, acc[i]);
+      acc[i] = fmaf(qv.y, k1, acc[i]);
+      acc[i] = fmaf(qv.z, k2, acc[i]);
+      acc[i] = fmaf(qv.w, k3, acc[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int r = r0 + i * (kThreads / kKeys);
+    if (r >= R) break;
     const int pos = N - R + r;
-    probs[(int64_t(h) * R + r) * N + j] = j <= pos ? acc * scale : -INFINITY;
+    probs[(int64_t(h) * R + r) * N + j] = j <= pos ? acc[i] * scale : -INFINITY;
   }
 }
 
@@ -115,7 +134,7 @@ void grid_last_q_probs(const void* q, DType act, const PagedKVLayer& kv, const i
                        const GridEstimateShape& sh, float scale, float* probs, cudaStream_t stream) {
   VLM_CHECK(sh.rows > 0 && sh.rows <= kRows && sh.rows <= sh.q_len && sh.q_len <= sh.num_keys,
             "grid estimate: {} rows of a {}-row chunk over {} keys", sh.rows, sh.q_len, sh.num_keys);
-  VLM_CHECK((kv.block_size & (kv.block_size - 1)) == 0 && kv.head_dim <= 128 && sh.num_heads % kv.num_kv_heads == 0,
+  VLM_CHECK((kv.block_size & (kv.block_size - 1)) == 0 && kv.head_dim <= 128 && kv.head_dim % 4 == 0 && sh.num_heads % kv.num_kv_heads == 0,
             "grid estimate: block size {} D {} H {} Hkv {}", kv.block_size, kv.head_dim, sh.num_heads, kv.num_kv_heads);
   const int smem = (kRows * kv.head_dim + kKeys * (kv.head_dim + 1)) * int(sizeof(float));
   static const bool smem_ok = allow_dynamic_smem(scores_kernel, kRows * 128 * 4 + kKeys * 129 * 4);

@@ -29,4 +29,9 @@ void launch_block_sparse_attention(const void* q /*[T,H,D]*/, DType act, int num
                                    const CudaAttentionBatch& batch, const SparsePlanView& plan, float scale,
                                    void* out /*[T,H,D]*/, cudaStream_t stream);
 
+// Bench knob (bench_cuda_sparse_prefill's side-by-side, not for serving): true (the default) looks
+// each key row of a tile up once and shares it through shared memory; false repeats the lookup
+// per 16-byte chunk (the first version). Not thread-safe; set before launching.
+void set_block_sparse_row_offsets(bool on);
+
 }  // namespace vlm::cuda

@@ -31,10 +31,7 @@ bool CudaSparsePrefill::active(const ForwardBatch& b) {
   return false;
 }
 
-BlockSparsePlan CudaSparsePrefill::plan_sequence(int layer, const ForwardBatch& b, int s, const void* q, DType act,
-                                                 int H, const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta,
-                                                 float scale, cudaStream_t stream) {
-  const SparsePrefillConfig& cfg = b.sparse_prefill[s];
+void CudaSparsePrefill::check_config(const SparsePrefillConfig& cfg) {
   if (!plannable_without_host_data(cfg))
     throw RequestError(400, "invalid_request_error",
                        fmt::format("sparse prefill method {} (or its head patterns) does not run on the GPU yet: it "
@@ -44,6 +41,56 @@ BlockSparsePlan CudaSparsePrefill::plan_sequence(int layer, const ForwardBatch& 
   if (cfg.block != 64)
     throw RequestError(400, "invalid_request_error",
                        fmt::format("sparse prefill on the GPU plans 64-token blocks, not {}", cfg.block), "vlm_options");
+}
+
+std::vector<HeadPattern> CudaSparsePrefill::head_patterns(int layer, const SparsePrefillConfig& cfg, int H) {
+  std::vector<HeadPattern> pats(H);
+  for (int h = 0; h < H; ++h) {
+    if (cfg.method == SparsePrefillMethod::Grid) {
+      pats[h].type = HeadPatternType::Grid;
+      pats[h].grid = cfg.grid;
+    } else {
+      const HeadPattern* f = cfg.head_patterns ? cfg.head_patterns->find(layer, h) : nullptr;
+      pats[h] = f ? *f : cfg.default_head;
+    }
+  }
+  return pats;
+}
+
+std::vector<GridLayout> CudaSparsePrefill::grid_layouts(const ForwardBatch& b, int s,
+                                                        const std::vector<HeadPattern>& pats, const void* q,
+                                                        DType act, const PagedKVLayer& kv,
+                                                        const cuda::CudaAttentionBatch& meta, float scale,
+                                                        cudaStream_t stream) {
+  // One device search per distinct grid parameter set (every head searched; MMInference's
+  // default head makes it one).
+  const int H = static_cast<int>(pats.size()), q_len = q_len_of(b, s);
+  std::vector<GridLayout> layouts(H);
+  std::vector<uint8_t> done(H, 0);
+  const std::span<const int32_t> known =
+      s < static_cast<int>(b.frame_strides.size()) ? b.frame_strides[s] : std::span<const int32_t>();
+  for (int h = 0; h < H; ++h) {
+    if (pats[h].type != HeadPatternType::Grid || done[h]) continue;
+    cuda::GridEstimateShape sh;
+    sh.num_heads = H;
+    sh.t0 = b.cu_seqlens_q[s];
+    sh.q_len = q_len;
+    sh.num_keys = b.context_lens[s];
+    sh.rows = std::min(pats[h].grid.last_q, q_len);
+    const auto found = grid_.search(q, act, kv, meta.block_tables + static_cast<int64_t>(s) * meta.max_blocks_per_seq,
+                                    sh, scale, pats[h].grid, known, stream);
+    for (int g = h; g < H; ++g)
+      if (pats[g].type == HeadPatternType::Grid && !done[g] && same_grid(pats[g].grid, pats[h].grid))
+        layouts[g] = found[g], done[g] = 1;
+  }
+  return layouts;
+}
+
+BlockSparsePlan CudaSparsePrefill::plan_sequence(int layer, const ForwardBatch& b, int s, const void* q, DType act,
+                                                 int H, const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta,
+                                                 float scale, cudaStream_t stream) {
+  const SparsePrefillConfig& cfg = b.sparse_prefill[s];
+  check_config(cfg);
   const int q_len = q_len_of(b, s), N = b.context_lens[s], blk = cfg.block;
   const int prompt_len = std::max(b.prompt_lens.empty() ? N : b.prompt_lens[s], N);
   BlockSparsePlan p;
@@ -58,36 +105,8 @@ BlockSparsePlan CudaSparsePrefill::plan_sequence(int layer, const ForwardBatch& 
     p.heads.assign(H, tri_shape_head_plan(q_len, N, blk, cfg.n_init, cfg.n_local, cfg.n_last, prompt_len));
     return p;
   }
-  std::vector<HeadPattern> pats(H);
-  for (int h = 0; h < H; ++h) {
-    if (cfg.method == SparsePrefillMethod::Grid) {
-      pats[h].type = HeadPatternType::Grid;
-      pats[h].grid = cfg.grid;
-    } else {
-      const HeadPattern* f = cfg.head_patterns ? cfg.head_patterns->find(layer, h) : nullptr;
-      pats[h] = f ? *f : cfg.default_head;
-    }
-  }
-  // One device search per distinct grid parameter set (every head searched; MMInference's
-  // default head makes it one).
-  std::vector<GridLayout> layouts(H);
-  std::vector<uint8_t> done(H, 0);
-  const std::span<const int32_t> known =
-      s < static_cast<int>(b.frame_strides.size()) ? b.frame_strides[s] : std::span<const int32_t>();
-  for (int h = 0; h < H; ++h) {
-    if (pats[h].type != HeadPatternType::Grid || done[h]) continue;
-    cuda::GridEstimateShape sh;
-    sh.num_heads = H;
-    sh.t0 = b.cu_seqlens_q[s];
-    sh.q_len = q_len;
-    sh.num_keys = N;
-    sh.rows = std::min(pats[h].grid.last_q, q_len);
-    const auto found = grid_.search(q, act, kv, meta.block_tables + static_cast<int64_t>(s) * meta.max_blocks_per_seq,
-                                    sh, scale, pats[h].grid, known, stream);
-    for (int g = h; g < H; ++g)
-      if (pats[g].type == HeadPatternType::Grid && !done[g] && same_grid(pats[g].grid, pats[h].grid))
-        layouts[g] = found[g], done[g] = 1;
-  }
+  const std::vector<HeadPattern> pats = head_patterns(layer, cfg, H);
+  const std::vector<GridLayout> layouts = grid_layouts(b, s, pats, q, act, kv, meta, scale, stream);
   p.heads.resize(H);
   global_thread_pool().run_tasks(H, [&](int64_t h) {
     const HeadPattern& pt = pats[h];
@@ -98,9 +117,32 @@ BlockSparsePlan CudaSparsePrefill::plan_sequence(int layer, const ForwardBatch& 
   return p;
 }
 
+bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const void* q, DType act, int H,
+                                       const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale,
+                                       void* out, cudaStream_t stream) {
+  if (b.num_seqs() != 1 || !sparse_here(b, 0)) return false;
+  const SparsePrefillConfig& cfg = b.sparse_prefill[0];
+  check_config(cfg);
+  if (cfg.method != SparsePrefillMethod::Grid && cfg.method != SparsePrefillMethod::MMInference) return false;
+  const std::vector<HeadPattern> pats = head_patterns(layer, cfg, H);
+  for (const HeadPattern& pt : pats)
+    if (pt.type != HeadPatternType::Grid || pt.boundary != BoundaryKind::None || !same_grid(pt.grid, pats[0].grid) ||
+        pt.grid.num_vlines > cuda::kGridPlanMaxLines || pt.grid.max_stride > cuda::kGridPlanMaxStride)
+      return false;
+  const std::vector<GridLayout> layouts = grid_layouts(b, 0, pats, q, act, kv, meta, scale, stream);
+  for (const GridLayout& l : layouts)
+    if (l.stride > cuda::kGridPlanMaxStride) return false;  // a known stride beyond the device plan's range
+  device_plan_.build(layouts, pats[0].grid, b.cu_seqlens_q[0], q_len_of(b, 0), b.context_lens[0], stream);
+  if (!b.sparse_block_counts.empty() && b.sparse_block_counts[0])
+    *b.sparse_block_counts[0] += device_plan_.block_counts();
+  cuda::paged_block_sparse_attention(q, act, H, kv, meta, device_plan_.view(), scale, out, stream);
+  return true;
+}
+
 void CudaSparsePrefill::attention(int layer, const ForwardBatch& b, const void* q, DType act, int H,
                                   const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale, void* out,
                                   cudaStream_t stream) {
+  if (device_planned(layer, b, q, act, H, kv, meta, scale, out, stream)) return;
   const int S = b.num_seqs();
   std::vector<BlockSparsePlan> plans(S);
   std::vector<const BlockSparsePlan*> ptrs(S, nullptr);

@@ -3,7 +3,9 @@
 // enabled (q_len > 1), an all-blocks plan for the other sequences (decode rows, dense prompts),
 // one upload and one paged_block_sparse_attention call over the whole batch. Plans are made on
 // the host from the configuration (A-shape, tri-shape, dense heads) and from the grid layouts
-// the device searches (CudaGridSearch); configurations that need the chunk's data on the host
+// the device searches (CudaGridSearch) -- except for a step of one sparse sequence whose heads
+// are all grid heads (MMInference's default, method grid: the long-prompt case), whose plans are
+// built on the device (CudaGridPlan, no host plan and no upload); configurations that need the chunk's data on the host
 // (plannable_without_host_data false) are refused with a RequestError. Rows of sequences without
 // sparse prefill go through the all-blocks plan: equal to the dense kernel up to rounding (the
 // same tiles in the same order; the CUDA block-sparse test measures it), not bit-identical.
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention/cuda_block_sparse.h"
+#include "kernels/cuda/attention/cuda_grid_plan.h"
 #include "kernels/cuda/attention/cuda_grid_search.h"
 #include "model/decoder/forward_batch.h"
 
@@ -29,12 +32,24 @@ class CudaSparsePrefill {
                  cudaStream_t stream);
 
  private:
+  static void check_config(const SparsePrefillConfig& cfg);  // RequestError when the GPU cannot plan it
+  static std::vector<HeadPattern> head_patterns(int layer, const SparsePrefillConfig& cfg, int H);
+  // The device-searched layouts of sequence s's grid heads (others left default).
+  std::vector<GridLayout> grid_layouts(const ForwardBatch& b, int s, const std::vector<HeadPattern>& pats,
+                                       const void* q, DType act, const PagedKVLayer& kv,
+                                       const cuda::CudaAttentionBatch& meta, float scale, cudaStream_t stream);
+  // One sparse sequence whose heads are all grid heads of one parameter set (MMInference's default,
+  // method grid): search and plans on the device (CudaGridPlan), then the attention. False (nothing
+  // done) otherwise.
+  bool device_planned(int layer, const ForwardBatch& b, const void* q, DType act, int H, const PagedKVLayer& kv,
+                      const cuda::CudaAttentionBatch& meta, float scale, void* out, cudaStream_t stream);
   BlockSparsePlan plan_sequence(int layer, const ForwardBatch& b, int s, const void* q, DType act, int H,
                                 const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale,
                                 cudaStream_t stream);
 
   cuda::CudaGridSearch grid_;
   cuda::CudaBlockSparsePlan plan_;
+  cuda::CudaGridPlan device_plan_;
 };
 
 }  // namespace vlm

@@ -127,9 +127,13 @@ struct Batch {
   std::vector<float> sparse(std::span<const BlockSparsePlan* const> plans, float fill = 0.f) {
     cuda::CudaBlockSparsePlan plan;
     plan.upload(plans, cu.data(), H, nullptr);
+    return sparse(plan.view(), fill);
+  }
+  // The same over a plan view (made on the device, or uploaded).
+  std::vector<float> sparse(const cuda::SparsePlanView& view, float fill = 0.f) {
     const std::vector<float> init(q.size(), fill);
     cuda::DeviceBuffer out = to_device(encode(init, act));
-    cuda::paged_block_sparse_attention(dq.get(), act, H, dev_kv, batch, plan, scale(), out.get(), nullptr);
+    cuda::paged_block_sparse_attention(dq.get(), act, H, dev_kv, batch, view, scale(), out.get(), nullptr);
     return decode(testing::to_host<uint8_t>(out, q.size() * dtype_size(act)), act);
   }
   std::vector<float> dense_gpu() {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -52,11 +53,22 @@ TEST(CudaBlockSparse, AllBlocksPlanEqualsDenseKernel) {
     for (const Seq& s : c.seqs) plans.push_back(dense_plan(s.q_len, s.ctx, c.H));
     std::vector<const BlockSparsePlan*> ptrs;
     for (const auto& p : plans) ptrs.push_back(&p);
-    const auto got = b.sparse(ptrs), dense = b.dense_gpu();
+    const auto got = b.sparse(ptrs), dense = b.dense_gpu(), ref = b.cpu_ref(ptrs);
     const double err = normalized_error(got, dense);
     RecordProperty("err_vs_dense", std::to_string(err));
-    EXPECT_LE(err, 1e-3) << "all-blocks plan vs dense kernel, H " << c.H << " D " << c.D;
-    EXPECT_LE(normalized_error(got, b.cpu_ref(ptrs)), tolerance(c.act)) << "all-blocks plan vs CPU reference";
+    // Both kernels compute in f32 from the same bf16 inputs but not in the same order (the
+    // sm_90a dense kernel: wgmma, 128-row query tiles, other online-softmax rescaling points, so P
+    // rounds to bf16 differently); each output then rounds to act once. Two roundings of values
+    // that differ by e land at most e + one ulp apart, and a bf16 ulp is <= 2^-7 of max|out|.
+    // e: the f32 paths' own difference, allowed 1e-3 of max|out| (the bound this test had when the
+    // dense kernel ran the same tiles in the same order). Measured 2026-11-25 (H100): 0.00735 at
+    // H 28 D 128 (both kernels 0.00398 from the CPU reference), 0.00098 at H 8.
+    const double ulp = c.act == DType::F32 ? 0.0 : std::ldexp(1.0, -7);
+    EXPECT_LE(err, 1e-3 + ulp) << "all-blocks plan vs dense kernel, H " << c.H << " D " << c.D;
+    std::printf("all-blocks H %d D %d: vs dense %.5f, vs CPU ref %.5f, dense vs CPU ref %.5f\n", c.H, c.D, err,
+                normalized_error(got, ref), normalized_error(dense, ref));
+    EXPECT_LE(normalized_error(got, ref), tolerance(c.act)) << "all-blocks plan vs CPU reference";
+    EXPECT_LE(normalized_error(dense, ref), tolerance(c.act)) << "dense kernel vs CPU reference";
   }
 }
 

@@ -1,0 +1,71 @@
+// Device half of CudaGridPlan (cuda_grid_plan.h): grid_head_plan (kernels/sparse_prefill/grid.h)
+// of every query head of one sequence's chunk, built on the GPU from the heads' layouts. Plain
+// C++17 (included by the .cu and by cuda_grid_plan.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace vlm::cuda {
+
+constexpr int kGridPlanMaxLines = 8;  // vertical / horizontal line groups per head
+constexpr int kGridPlanMaxStride = 4096;
+
+// One head's layout (GridLayout with the GridParams switches applied: nv = 0 without vertical
+// lines, nh = 0 without horizontal lines).
+struct GridHeadLayout {
+  int32_t stride, phase, nv, nh;
+  int32_t v[kGridPlanMaxLines], h[kGridPlanMaxLines];
+};
+
+struct GridPlanShape {
+  int num_heads = 0;   // H
+  int q_len = 0;       // the chunk's rows: positions [num_keys - q_len, num_keys)
+  int num_keys = 0;    // N
+  int band = 1;        // slash band half-width, -1: no slash lines
+  int n_init = 64;     // sink keys
+  int max_stride = 1;  // >= every head's stride, <= kGridPlanMaxStride
+  constexpr int num_qblocks() const { return (q_len + 63) / 64; }
+  constexpr int num_kblocks() const { return (num_keys + 63) / 64; }
+};
+
+// Pass 1: nblocks[H, nqb], ncols[H, nqb] = the listed key blocks and gathered sink columns of each
+// (head, 64-row query block).
+void grid_plan_count(const GridHeadLayout* layouts /*[H]*/, const GridPlanShape& shape, int32_t* nblocks,
+                     int32_t* ncols, cudaStream_t stream);
+
+// Where pass 2 writes, per head h (int32 offsets into data): q_order at order_base + h * (q_len +
+// N), k_order right after it; block_ptr at ptr_base + h * 2 * (nqb + 1), col_ptr right after it,
+// both absolute: block_ptr[m] = block_off[h * nqb + m] into the blocks of all heads at
+// blocks_base (cols likewise); block_off and col_off are the exclusive sums of pass 1's counts.
+struct GridPlanOut {
+  int32_t* data;
+  int64_t order_base, ptr_base, blocks_base, cols_base;
+  const int32_t* block_off;  // [H * nqb]
+  const int32_t* col_off;    // [H * nqb]
+};
+
+// Pass 2: the orders, pointers and lists of every head (the lists equal grid_head_plan's).
+void grid_plan_fill(const GridHeadLayout* layouts /*[H]*/, const GridPlanShape& shape, const GridPlanOut& out,
+                    cudaStream_t stream);
+
+// Between the passes: block_off / col_off = exclusive sums of nblocks / ncols over n + 1 entries
+// (entry n of the counts is zero, so entry n of the sums is the total), and the work items in
+// cost order (idx_out: h * nqb + m sorted by blocks * 64 + cols, descending, stable, as
+// CudaBlockSparsePlan::upload orders them). temp: grid_plan_schedule_temp_bytes(n) bytes.
+struct GridPlanSchedule {
+  int n = 0;  // H * nqb
+  const int32_t *nblocks = nullptr, *ncols = nullptr;  // [n + 1]
+  int32_t *block_off = nullptr, *col_off = nullptr;    // [n + 1]
+  int32_t *keys_in = nullptr, *keys_out = nullptr, *idx_in = nullptr, *idx_out = nullptr;  // [n]
+  void* temp = nullptr;
+  size_t temp_bytes = 0;
+};
+size_t grid_plan_schedule_temp_bytes(int n);
+void grid_plan_schedule(const GridPlanSchedule& schedule, cudaStream_t stream);
+
+// items[n, 4] = (0, h, m, h) for h * nqb + m = order[i].
+void grid_plan_items(const int32_t* order /*[n]*/, int n, int nqb, int32_t* items /*[n,4]*/, cudaStream_t stream);
+
+}  // namespace vlm::cuda
