@@ -10,7 +10,8 @@
 //         keeps at a 20 % budget), and the aggregate decode of --lookm-seqs sequences over a cache
 //         of that compressed length (positions keep counting from the full length, as after LOOK-M)
 //         against the uncompressed run (--lookm-seqs, or the largest batch that fits).
-// No prefill of the long context: each sequence prefills 32 real tokens (its anchor among them);
+// Decode steps run as CUDA graphs on both sides (dense and routed; the line counts the steps that
+// replayed one). No prefill of the long context: each sequence prefills 32 real tokens (its anchor among them);
 // the rest of its blocks hold whatever the pool holds (timing does not depend on the values).
 // Usage: bench_cuda_long_decode --model DIR [--contexts 32768,131072,524288] [--skip 0.6]
 //          [--steps 10] [--lookm-seqs 8] [--lookm-context 131072] [--lookm-ratio 0.2]
@@ -159,7 +160,9 @@ int main(int argc, char** argv) {
     if (f["part"] != "lookm")
       for (int64_t L : list(f["contexts"])) {
         auto seqs = b.make(1, static_cast<int32_t>(L), static_cast<int32_t>(L - 1));
+        const int64_t g0 = backend.decoder().graph_launches();
         const double dense = median_step(b, seqs, steps, nullptr, nullptr);
+        const int64_t dense_graphs = backend.decoder().graph_launches() - g0;
         // Bisect a constant tau until the step's skipped share of routed groups is the target.
         vlm::SinkRouterConfig cfg;
         const double target = std::stod(f["skip"]);
@@ -175,12 +178,15 @@ int main(int argc, char** argv) {
           (share > target ? lo : hi) = cfg.c0;  // more skipped than wanted: raise tau
         }
         c = {};
+        const int64_t g1 = backend.decoder().graph_launches();
         const double routed = median_step(b, seqs, steps, &cfg, &c);
+        const int64_t routed_graphs = backend.decoder().graph_launches() - g1;
         const double per_step = double(c.groups_skipped) / double(steps + 2);
         std::printf("sink ctx=%ld tau=%.4f skipped=%.1f%% of routed (%.1f of %d groups a step, %d layers x %d) "
-                    "dense_ms=%.3f routed_ms=%.3f speedup=%.2f\n",
+                    "dense_ms=%.3f routed_ms=%.3f speedup=%.2f graph_steps dense=%ld routed=%ld of %d\n",
                     static_cast<long>(L), cfg.c0, 100.0 * double(c.groups_skipped) / double(c.groups_routed), per_step,
-                    (num_layers - cfg.num_dense_layers) * Hkv, num_layers, Hkv, 1e3 * dense, 1e3 * routed, dense / routed);
+                    (num_layers - cfg.num_dense_layers) * Hkv, num_layers, Hkv, 1e3 * dense, 1e3 * routed, dense / routed,
+                    static_cast<long>(dense_graphs), static_cast<long>(routed_graphs), steps + 2);
       }
 
     if (f["part"] != "sink") {

@@ -1,8 +1,8 @@
 // Decode attention on the GPU at long context, one layer of Qwen2-7B attention (28 query heads,
 // 4 KV heads, D = 128, bf16 activations and cache, blocks of 16, shuffled):
 //  sink:   one sequence at 32K / 128K / 512K context, dense paged_decode_attention against
-//          SinkRouter's decode (anchor gather + device routing + the group-skipping kernel, all
-//          timed) with 60 % of the groups skipped: 5 layer caches in rotation whose planted
+//          SinkRouter's decode (the routing launch, anchors read from the cache, + the
+//          group-skipping kernel, both timed; route_only_ms: the routing launch alone) with 60 % of the groups skipped: 5 layer caches in rotation whose planted
 //          queries route 3, 2, 3, 2, 2 of the 4 groups (every query head of a sink group = its
 //          anchor key, cosine 1; the others random; tau = 0.5), checked on the device's decisions.
 //  look-m: 8 sequences of 128K context against 8 of 20 % of it (the cache LOOK-M leaves at a
@@ -140,12 +140,10 @@ void bench_sink(int ctx) {
   }
   vlm::SinkRouterConfig cfg;  // tau = 0.5, min over the group, zero surrogate
   void *out = nullptr, *ws = nullptr;
-  float* anchors = nullptr;
   uint8_t* skip = nullptr;
   int32_t* count = nullptr;
   check(cudaMalloc(&out, kH * kD * 2), "malloc");
   check(cudaMalloc(&ws, vlm::cuda::paged_decode_workspace_bytes(1, kH, kHkv, kD, ctx)), "malloc");
-  check(cudaMalloc(&anchors, kHkv * kD * 4), "malloc");
   check(cudaMalloc(&skip, kHkv), "malloc");
   check(cudaMalloc(&count, 4), "malloc");
   check(cudaMemset(count, 0, 4), "memset");
@@ -158,21 +156,28 @@ void bench_sink(int ctx) {
   const double routed = time_calls(15, [&](int i) {
     const int c = i % copies;
     vlm::cuda::CudaAttentionBatch b = L.batch;
-    vlm::cuda::sink_gather_anchors(L.kv[size_t(c)], b.block_tables, b.max_blocks_per_seq, 1, anchors, nullptr, nullptr);
-    vlm::cuda::sink_route_groups(qs[size_t(c)], DType::BF16, kH, anchors, kHkv, kD, b.context_lens, nullptr, 1, cfg,
-                                 nullptr, skip, count, nullptr);
+    vlm::cuda::sink_route_from_cache(qs[size_t(c)], DType::BF16, kH, L.kv[size_t(c)], b.block_tables,
+                                     b.max_blocks_per_seq, b.context_lens, nullptr, 1, cfg, nullptr, skip, count,
+                                     nullptr, nullptr);
     b.group_skip = skip;
     vlm::cuda::paged_decode_attention(qs[size_t(c)], DType::BF16, kH, L.kv[size_t(c)], b, scale, out, ws, nullptr);
     ++calls;
   });
   int skipped = 0;
   check(cudaMemcpy(&skipped, count, 4, cudaMemcpyDeviceToHost), "count");
+  const double route = time_calls(15, [&](int i) {  // the routing launch alone
+    const vlm::cuda::CudaAttentionBatch& b = L.batch;
+    vlm::cuda::sink_route_from_cache(qs[size_t(i % copies)], DType::BF16, kH, L.kv[size_t(i % copies)], b.block_tables,
+                                     b.max_blocks_per_seq, b.context_lens, nullptr, 1, cfg, nullptr, skip, nullptr,
+                                     nullptr, nullptr);
+  });
   const double kv_mib = double(ctx) * kHkv * kD * 2 * 2 / (1 << 20);
-  std::printf("sink ctx=%d skipped=%.1f%% dense_ms=%.4f routed_ms=%.4f speedup=%.2f kv_mib=%.0f dense_gbps=%.0f\n", ctx,
-              100.0 * skipped / (calls * kHkv), dense, routed, dense / routed, kv_mib,
+  std::printf("sink ctx=%d skipped=%.1f%% dense_ms=%.4f routed_ms=%.4f speedup=%.2f route_only_ms=%.4f kv_mib=%.0f "
+              "dense_gbps=%.0f\n",
+              ctx, 100.0 * skipped / (calls * kHkv), dense, routed, dense / routed, route, kv_mib,
               kv_mib * (1 << 20) / dense * 1e-6);
   for (auto* p : qs) cudaFree(p);
-  for (void* p : {out, ws, static_cast<void*>(anchors), static_cast<void*>(skip), static_cast<void*>(count)}) cudaFree(p);
+  for (void* p : {out, ws, static_cast<void*>(skip), static_cast<void*>(count)}) cudaFree(p);
 }
 
 // Aggregate decode attention of `seqs` sequences at ctx (per layer), 2 caches in rotation.

@@ -7,7 +7,8 @@
 # Runs: HF's bf16 logits for the closeness tests, test_cuda, bench_cuda_sink_router, and (while those
 # run) vlm-random-model --preset qwen2-7b, then bench_cuda_long_decode on it. Outputs in $OUT.
 # Knobs: SKIP_TESTS, SKIP_HF, SKIP_MODEL (set: leave that part out), TEST_FILTER (gtest filter),
-# LONG_ARGS (extra bench_cuda_long_decode flags), LONG_TIMEOUT (seconds, default 200).
+# LONG_ARGS (extra bench_cuda_long_decode flags), LONG_TIMEOUT (seconds, default 200),
+# CALIB_PROMPTS (a file of token-id prompts: then vlm-calibrate-sink --device cuda on the model too).
 set -u
 archive=${1:?usage: methods_gpu.sh ARCHIVE}
 OUT=${OUT:-/tmp/vlm-methods-gpu}
@@ -32,6 +33,11 @@ if [ -z "${SKIP_MODEL:-}" ]; then
   # shellcheck disable=SC2086  # LONG_ARGS are words
   timeout "${LONG_TIMEOUT:-200}" /tmp/vlm/bin/bench_cuda_long_decode --model /tmp/m7b ${LONG_ARGS:-} > "$OUT/long.txt" 2>&1
   echo "rc=$? after $(( $(date +%s) - t0 )) s" >> "$OUT/long.txt"
+  if [ -n "${CALIB_PROMPTS:-}" ]; then
+    timeout 90 /tmp/vlm/bin/vlm-calibrate-sink --device cuda --model /tmp/m7b --prompts "$CALIB_PROMPTS" \
+      --prompt-format ids --lengths 1024,4096 --decode-steps 4 --out "$OUT/sink_router.json" > "$OUT/calib.txt" 2>&1
+    echo "rc=$? after $(( $(date +%s) - t0 )) s" >> "$OUT/calib.txt"
+  fi
 fi
 grep -E "FAILED|PASSED|rc=" "$OUT/test_cuda.txt" 2>/dev/null | head -30
-cat "$OUT/bench_attn.txt" "$OUT/long.txt" 2>/dev/null
+cat "$OUT/bench_attn.txt" "$OUT/long.txt" "$OUT/calib.txt" 2>/dev/null

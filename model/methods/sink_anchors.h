@@ -26,6 +26,9 @@ struct SinkRoutedRow {
   const int32_t* block_table = nullptr;  // the sequence's blocks
   int context_len = 0;            // cached tokens, this step's included
   float scale = 0;                // multiplies q·k
+  // [H] each head's first-token attention mass when the backend measured it (the GPU decoder:
+  // then q, kv and block_table are null); null on the CPU, where the probe computes it.
+  const float* head_mass = nullptr;
 };
 
 // Observer of a sequence's routed decode rows (vlm-calibrate-sink records scores and the oracle

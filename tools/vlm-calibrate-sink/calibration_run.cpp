@@ -15,13 +15,14 @@ namespace {
 // Records (score, oracle mass) of every kv group of every routed row it sees.
 class SampleProbe : public SinkRouterProbe {
  public:
-  SampleProbe(SinkAggregation agg, std::vector<SinkSample>* out) : agg_(agg), out_(out) {}
+  SampleProbe(SinkAggregation agg, int num_kv_heads, std::vector<SinkSample>* out)
+      : agg_(agg), out_(out), group_(static_cast<size_t>(num_kv_heads)) {}
   void on_routed_row(const SinkRoutedRow& r) override {
-    const int Hkv = r.kv->num_kv_heads;
     mass_.resize(r.num_heads);
-    group_.resize(Hkv);
-    first_token_attention_mass(r.q, r.num_heads, *r.kv, r.block_table, r.context_len, r.scale, mass_.data());
-    aggregate_group_mass(mass_.data(), r.num_heads, Hkv, agg_, group_.data());
+    const int Hkv = static_cast<int>(group_.size());
+    if (r.head_mass == nullptr)  // the CPU: measured here; the GPU measured it on the device
+      first_token_attention_mass(r.q, r.num_heads, *r.kv, r.block_table, r.context_len, r.scale, mass_.data());
+    aggregate_group_mass(r.head_mass ? r.head_mass : mass_.data(), r.num_heads, Hkv, agg_, group_.data());
     for (int g = 0; g < Hkv; ++g) out_->push_back({r.scores[g], group_[g]});
   }
 
@@ -45,11 +46,46 @@ std::vector<int32_t> fit_prompt_to_length(const std::vector<int32_t>& prompt, in
   return out;
 }
 
+class CpuRunner : public CalibrationRunner {
+ public:
+  CpuRunner(const LlmDecoder& dec, const CalibrationRunOptions& opt) : dec_(dec), opt_(opt) {}
+  void reset(int64_t num_blocks) override {
+    const ModelConfig& mc = dec_.config();
+    KVCacheShape shape;
+    shape.num_layers = mc.num_layers;
+    shape.num_blocks = num_blocks;
+    shape.block_size = opt_.block_size;
+    shape.num_kv_heads = static_cast<int>(mc.num_kv_heads);
+    shape.head_dim = static_cast<int>(mc.head_dim);
+    shape.dtype = opt_.kv_dtype;
+    if (!cache_ || cache_->shape().num_blocks != num_blocks) cache_ = std::make_unique<KVCache>(shape);
+  }
+  void forward(const ForwardBatch& fb, std::vector<float>& logits) override {
+    dec_.forward(fb, cache_->layers(), logits);
+  }
+
+ private:
+  const LlmDecoder& dec_;
+  CalibrationRunOptions opt_;
+  std::unique_ptr<KVCache> cache_;
+};
+
+std::unique_ptr<CalibrationRunner> make_cpu_calibration_runner(const LlmDecoder& decoder,
+                                                               const CalibrationRunOptions& opt) {
+  return std::make_unique<CpuRunner>(decoder, opt);
+}
+
 std::vector<LengthSamples> record_sink_samples(const LlmDecoder& dec, const std::vector<std::vector<int32_t>>& prompts,
+                                               const CalibrationRunOptions& opt) {
+  auto runner = make_cpu_calibration_runner(dec, opt);
+  return record_sink_samples(*runner, dec.config(), prompts, opt);
+}
+
+std::vector<LengthSamples> record_sink_samples(CalibrationRunner& runner, const ModelConfig& mc,
+                                               const std::vector<std::vector<int32_t>>& prompts,
                                                const CalibrationRunOptions& opt) {
   VLM_CHECK(opt.decode_steps >= 1 && opt.prefill_chunk >= 1 && opt.block_size >= 1, "decode_steps {} chunk {} block {}",
             opt.decode_steps, opt.prefill_chunk, opt.block_size);
-  const ModelConfig& mc = dec.config();
   SinkRouterConfig route;  // routed, never skipped: tau clamps to tau_max = 1.01 > any cosine
   route.c0 = 2.0;
   route.aggregation = opt.aggregation;
@@ -60,20 +96,14 @@ std::vector<LengthSamples> record_sink_samples(const LlmDecoder& dec, const std:
     LengthSamples ls;
     ls.context_len = length;
     const int64_t total = static_cast<int64_t>(length) + opt.decode_steps;
-    KVCacheShape shape;
-    shape.num_layers = mc.num_layers;
-    shape.num_blocks = (total + B - 1) / B;
-    shape.block_size = B;
-    shape.num_kv_heads = static_cast<int>(mc.num_kv_heads);
-    shape.head_dim = static_cast<int>(mc.head_dim);
-    shape.dtype = opt.kv_dtype;
-    KVCache cache(shape);
-    std::vector<int32_t> table(static_cast<size_t>(shape.num_blocks));
+    const int64_t num_blocks = (total + B - 1) / B;
+    runner.reset(num_blocks);
+    std::vector<int32_t> table(static_cast<size_t>(num_blocks));
     for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
     for (const auto& prompt : prompts) {
       std::vector<int32_t> tokens = fit_prompt_to_length(prompt, length);
       SinkAnchors anchors;
-      SampleProbe probe(opt.aggregation, &ls.samples);
+      SampleProbe probe(opt.aggregation, static_cast<int>(mc.num_kv_heads), &ls.samples);
       anchors.probe = &probe;
       int cached = 0;
       std::vector<float> logits;
@@ -86,7 +116,7 @@ std::vector<LengthSamples> record_sink_samples(const LlmDecoder& dec, const std:
         ForwardBatch fb = make_forward_batch(std::span<const SequenceChunk>(&ch, 1), B);
         fb.sink_anchors = {&anchors};
         fb.sink_router = &route;
-        dec.forward(fb, cache.layers(), logits);
+        runner.forward(fb, logits);
         cached += n;
       };
       while (cached < length) {

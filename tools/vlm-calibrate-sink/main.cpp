@@ -5,7 +5,9 @@
 //                      [--lengths 1024,2048,...] [--layers-skip 2] [--decode-steps 8]
 //                      [--aggregation min|mean|max] [--surrogate zero|anchor_value]
 //                      [--oracle-mass 0.5] [--prompt-format text|ids] [--kv-cache-dtype bf16]
-//                      [--block-size 16] [--prefill-chunk 512] [--threads N]
+//                      [--block-size 16] [--prefill-chunk 512] [--threads N] [--device cpu|cuda]
+// --device cuda: the forward passes, group scores and oracle first-token masses run on the GPU
+// (weights, activations and cache in --kv-cache-dtype; f32 is the exact path).
 // --prompts: one prompt per non-empty line, text (tokenized with DIR/tokenizer.json) or, with
 // --prompt-format ids, token ids separated by spaces. Each prompt is cut or repeated to every
 // length (its first token kept once as the sink anchor), prefilled and decoded greedily for
@@ -59,6 +61,7 @@ const std::map<std::string, std::string> kFlags = {
     {"block-size", "KV block size (default 16)"},
     {"prefill-chunk", "prefill chunk in tokens (default 512)"},
     {"threads", "compute threads (default: all cores)"},
+    {"device", "cpu (default) or cuda: record on the GPU decoder (dtype: --kv-cache-dtype)"},
 };
 
 const vlm::cli::FlagParser kCli("vlm-calibrate-sink --model DIR --prompts FILE [flags]", kFlags);
@@ -217,7 +220,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "recording: %zu prompt(s) x %zu length(s) x %d decode step(s), layers %d..%lld routed\n",
                  prompts.size(), run.lengths.size(), run.decode_steps, run.num_dense_layers,
                  static_cast<long long>(mc.num_layers - 1));
-    const auto data = vlm::record_sink_samples(*dec, prompts, run);
+    const std::string device = f.count("device") ? f.at("device") : "cpu";
+    if (device != "cpu" && device != "cuda") usage("--device must be cpu or cuda");
+    auto runner = device == "cuda" ? vlm::make_cuda_calibration_runner(*dec, run)
+                                   : vlm::make_cpu_calibration_runner(*dec, run);
+    const auto data = vlm::record_sink_samples(*runner, mc, prompts, run);
     vlm::CalibrationOptions co;
     co.target_skip = target;
     co.oracle_mass = oracle_mass;

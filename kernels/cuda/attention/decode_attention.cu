@@ -7,6 +7,12 @@
 // own online softmax, and the 4 warps are merged in shared memory. With one split in all the kernel
 // writes the output; otherwise it writes unnormalized partials (O, max, sum) to the workspace and
 // the reduce kernel (grid (num_seqs, H), D threads) merges the splits.
+// SinkRouter (batch.group_skip set): the launch shape stays the dense one (capturable; it does not
+// depend on the decisions), but a sequence's A active groups share its Hkv x max_splits CTAs of
+// the (split, group) plane, each with floor(Hkv * max_splits / A) splits of a partition computed
+// on the device from its own context length (routed_split). So the CTAs a sink group would have
+// taken stream the active groups' keys instead of returning at once; a sink group's surrogate is
+// written by the CTA (0, g). Routed launches always go through the workspace and the reduce.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -46,6 +52,21 @@ DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int 
   return {partition, (ctx + partition - 1) / partition};
 }
 
+// A routed sequence's plan: `active` groups not skipped (in group order), each split into
+// `per` CTAs' worth of `partition` keys (a multiple of kBN, at least 128).
+struct RoutedPlan {
+  int active = 0, per = 0, partition = 0;
+};
+__device__ __forceinline__ RoutedPlan routed_plan(const uint8_t* skip /*[Hkv]*/, int Hkv, int slots, int ctx) {
+  RoutedPlan p;
+  for (int g = 0; g < Hkv; ++g) p.active += skip[g] == 0;
+  if (p.active == 0) return p;
+  p.per = slots / p.active;
+  const int len = (ctx + p.per - 1) / p.per;
+  p.partition = max(128, (len + kBN - 1) / kBN * kBN);
+  return p;
+}
+
 template <int D, class T>
 constexpr int decode_smem_bytes() {
   return std::max((kRows * D + 2 * 2 * kBN * D) * int(sizeof(T)),
@@ -63,14 +84,27 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   T* const kv_smem = sq + kRows * D;
   auto sk = [&](int i) { return kv_smem + i * 2 * kBN * D; };
   auto sv = [&](int i) { return kv_smem + i * 2 * kBN * D + kBN * D; };
-  const int split = blockIdx.x, hk = blockIdx.y, s = blockIdx.z;
-  if (batch.group_skip != nullptr) {  // SinkRouter: split 0 writes a sink group's surrogate
-    const int G = H / kv.num_kv_heads;
-    if (sink_group_skipped(batch.group_skip, batch.group_surrogate, s, hk, kv.num_kv_heads, kv.head_dim, H,
-                           hk * G, hk * G + G, split == 0 ? int(threadIdx.x) : kThreads, kThreads, out))
-      return;
-  }
+  int split = blockIdx.x, hk = blockIdx.y;
+  const int s = blockIdx.z;
   const int ctx = batch.context_lens[s];
+  int ws_stride = gridDim.x;  // workspace slots per (sequence, head)
+  if (batch.group_skip != nullptr) {  // SinkRouter: CTA (0, g) writes sink group g's surrogate
+    const int Hkv = kv.num_kv_heads, G = H / Hkv;
+    if (split == 0)
+      sink_group_skipped(batch.group_skip, batch.group_surrogate, s, hk, Hkv, kv.head_dim, H, hk * G, hk * G + G,
+                         int(threadIdx.x), kThreads, out);
+    // This CTA's place among the active groups' splits (routed_plan).
+    ws_stride = gridDim.x * gridDim.y;
+    const uint8_t* skip = batch.group_skip + int64_t(s) * Hkv;
+    const RoutedPlan p = routed_plan(skip, Hkv, ws_stride, ctx);
+    const int c = blockIdx.y * gridDim.x + blockIdx.x;
+    if (p.active == 0 || c / p.per >= p.active) return;
+    int a = c / p.per;
+    for (hk = 0; skip[hk] != 0 || a > 0; ++hk)
+      if (skip[hk] == 0) --a;
+    split = c % p.per;
+    partition = p.partition;
+  }
   const int k_begin = split * partition;
   if (k_begin >= ctx) return;
   const int k_end = min(ctx, k_begin + partition);
@@ -155,11 +189,11 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
       out[qh * D + d] = from_f32<TQ>(acc / lsum);
     } else {
       // Workspace: O [S*H, max_splits, D], then (m, l) [S*H, max_splits, 2].
-      ws[(qh * gridDim.x + split) * D + d] = acc;
+      ws[(qh * ws_stride + split) * D + d] = acc;
       if (d == 0) {
-        float* ml = ws + int64_t(gridDim.z) * H * gridDim.x * D;
-        ml[(qh * gridDim.x + split) * 2] = mx;
-        ml[(qh * gridDim.x + split) * 2 + 1] = lsum;
+        float* ml = ws + int64_t(gridDim.z) * H * ws_stride * D;
+        ml[(qh * ws_stride + split) * 2] = mx;
+        ml[(qh * ws_stride + split) * 2 + 1] = lsum;
       }
     }
   }
@@ -179,25 +213,36 @@ __device__ float block_reduce(float x, bool is_max, float* red) {
   return x;
 }
 
-// grid (num_seqs, H), block D threads, dynamic shared memory max_splits floats: merges sequence
-// s's splits of head h. The splits' weights exp2(m_i - M) are computed once, in parallel, into
-// shared memory; then thread d sums its column over the splits (independent loads).
+// grid (num_seqs, H, D / cols), block cols x lanes threads, dynamic shared memory max_splits +
+// lanes x cols floats: merges sequence s's splits of head h, columns [z cols, (z + 1) cols)
+// (routed: max_splits is the workspace stride Hkv x the grid's splits, and the sequence's
+// partition is routed_plan's). The splits' weights exp2(m_i - M) are computed once, in parallel,
+// into shared memory; then lane r of column d sums the splits i = r (mod lanes) (independent
+// loads), and lane 0 adds the lanes' sums in order. Dense launches: cols = D, lanes = 1 (one CTA
+// per head, the plain column sum); routed ones: cols = 32, lanes = 8 (a routed sequence's active
+// groups have up to Hkv times the splits, and 8x the CTAs and loads in flight merge them).
+constexpr int kRoutedReduceCols = 32, kRoutedReduceLanes = 8;
 template <class TQ>
 __global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D, int max_splits, int partition,
                                      int num_seqs, const int32_t* __restrict__ context_lens, TQ* __restrict__ out,
-                                     const uint8_t* __restrict__ group_skip, int G) {
-  extern __shared__ float weight[];
+                                     const uint8_t* __restrict__ group_skip, int G, int cols) {
+  extern __shared__ float weight[];  // [max_splits], then the lanes' sums [lanes][cols]
   __shared__ float red[32];
-  const int s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-  if (group_skip != nullptr && group_skip[int64_t(s) * (H / G) + h / G]) return;  // written by the split kernel
+  const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int lanes = blockDim.x / cols, r = tid / cols, d = blockIdx.z * cols + tid % cols;
+  if (group_skip != nullptr) {
+    const uint8_t* skip = group_skip + int64_t(s) * (H / G);
+    if (skip[h / G]) return;  // written by the split kernel
+    partition = routed_plan(skip, H / G, max_splits, context_lens[s]).partition;
+  }
   const int splits = (context_lens[s] + partition - 1) / partition;
   const int64_t qh = int64_t(s) * H + h;
   const float* ml = ws + int64_t(num_seqs) * H * max_splits * D + qh * max_splits * 2;
   float mx = -INFINITY;
-  for (int i = d; i < splits; i += blockDim.x) mx = fmaxf(mx, ml[2 * i]);
+  for (int i = tid; i < splits; i += blockDim.x) mx = fmaxf(mx, ml[2 * i]);
   mx = block_reduce(mx, true, red);
   float lsum = 0.f;
-  for (int i = d; i < splits; i += blockDim.x) {
+  for (int i = tid; i < splits; i += blockDim.x) {
     weight[i] = exp2f(ml[2 * i] - mx);
     lsum += weight[i] * ml[2 * i + 1];
   }
@@ -205,7 +250,14 @@ __global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D,
   const float* col = ws + qh * max_splits * D + d;
   float acc = 0.f;
 #pragma unroll 8
-  for (int i = 0; i < splits; ++i) acc += weight[i] * col[int64_t(i) * D];
+  for (int i = r; i < splits; i += lanes) acc += weight[i] * col[int64_t(i) * D];
+  if (lanes > 1) {
+    float* sums = weight + max_splits;
+    sums[tid] = acc;
+    __syncthreads();
+    if (r != 0) return;
+    for (int j = 1; j < lanes; ++j) acc += sums[j * cols + tid];
+  }
   out[qh * D + d] = from_f32<TQ>(acc / lsum);
 }
 
@@ -221,16 +273,20 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
     return std::max(1, n);
   }();
   const DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm);
-  float* ws = plan.max_splits > 1 ? static_cast<float*>(workspace) : nullptr;
+  const bool routed = batch.group_skip != nullptr;
+  VLM_CHECK(!routed || workspace != nullptr, "routed decode attention needs its workspace");
+  float* ws = plan.max_splits > 1 || routed ? static_cast<float*>(workspace) : nullptr;
+  const int ws_stride = routed ? plan.max_splits * kv.num_kv_heads : plan.max_splits;
   const dim3 grid(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
   decode_split_kernel<D, T, TQ><<<grid, kThreads, smem, stream>>>(
       static_cast<const TQ*>(q), H, kv_view(kv), batch, scale * float(M_LOG2E), plan.partition, ws,
       static_cast<TQ*>(out));
   VLM_CUDA_CHECK_LAUNCH();
   if (ws == nullptr) return;
-  decode_reduce_kernel<TQ><<<dim3(batch.num_seqs, H), D, plan.max_splits * sizeof(float), stream>>>(
-      ws, H, D, plan.max_splits, plan.partition, batch.num_seqs, batch.context_lens, static_cast<TQ*>(out),
-      batch.group_skip, H / kv.num_kv_heads);
+  const int cols = routed ? kRoutedReduceCols : D, lanes = routed ? kRoutedReduceLanes : 1;
+  decode_reduce_kernel<TQ><<<dim3(batch.num_seqs, H, D / cols), cols * lanes, (ws_stride + cols * lanes) * sizeof(float),
+                             stream>>>(ws, H, D, ws_stride, plan.partition, batch.num_seqs, batch.context_lens,
+                                       static_cast<TQ*>(out), batch.group_skip, H / kv.num_kv_heads, cols);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -238,9 +294,10 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
 
 size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                                     int max_context_len) {
-  // The most splits any occupancy gives (plan_decode's splits grow with blocks_per_sm).
+  // The most splits any occupancy gives (plan_decode's splits grow with blocks_per_sm), times Hkv:
+  // a routed sequence's splits use the whole (split, group) plane's slots.
   const DecodePlan plan = plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm);
-  return size_t(num_seqs) * num_heads * plan.max_splits * (head_dim + 2) * sizeof(float);
+  return size_t(num_seqs) * num_heads * plan.max_splits * num_kv_heads * (head_dim + 2) * sizeof(float);
 }
 
 void paged_decode_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,

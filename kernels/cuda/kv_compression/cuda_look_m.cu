@@ -196,17 +196,23 @@ __global__ void merge_kernel(KVView kv, DType dt, const int32_t* __restrict__ ta
 }
 
 // Merge for D <= 128: grid (ceil(L / 32), Hkv), 4 warps x 8 positions; the block's 32 positions'
-// keys in shared memory, the kept keys streamed through it 64 at a time (transposed [D][64]);
-// lane l scores kept keys l and l + 32 of the tile against the warp's 8 rows, and each row keeps the
-// first maximum (the lowest kept index among equal cosines, as the CPU's max_element).
+// keys in shared memory, the kept keys streamed through it 64 at a time (transposed [D][64], key t
+// of row d at column t ^ (d % 32): the tile is read from the cache along d, coalesced, from offsets
+// looked up once per key, and both the transposing stores and the lanes' reads are free of bank
+// conflicts); lane l scores kept keys l
+// and l + 32 of the tile against the warp's 8 rows (rows read 4 dimensions at a time, the sums
+// still in d order), and each row keeps the first maximum (the lowest kept index among equal
+// cosines, as the CPU's max_element).
 constexpr int kMergeRows = 32, kMergeTile = 64, kRowsPerWarp = 8;
 template <int DM>
 __global__ void __launch_bounds__(128)
 merge_tiled_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L, int C,
                    const int32_t* __restrict__ kept, const int32_t* __restrict__ slot, const float* __restrict__ inv,
                    int merge, float* __restrict__ ksum, float* __restrict__ vsum, int32_t* __restrict__ count) {
-  __shared__ float rows[kMergeRows][DM];
+  static_assert(DM % 4 == 0, "rows are read as float4");
+  __shared__ __align__(16) float rows[kMergeRows][DM];
   __shared__ float keys[DM][kMergeTile];
+  __shared__ int64_t base[kMergeTile];  // the tile's kept keys' cache offsets (-1 past C)
   const int h = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32, D = kv.head_dim;
   const int e0 = blockIdx.x * kMergeRows;
   for (int i = threadIdx.x; i < kMergeRows * DM; i += blockDim.x) {
@@ -224,20 +230,34 @@ merge_tiled_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L
   }
   for (int c0 = 0; c0 < C; c0 += kMergeTile) {
     __syncthreads();
-    for (int i = threadIdx.x; i < kMergeTile * DM; i += blockDim.x) {
-      const int t = i % kMergeTile, d = i / kMergeTile, c = c0 + t;
-      keys[d][t] = c < C && d < D ? load_f32(kv.k, dt, cache_offset(kv, table, h, kept[int64_t(h) * C + c]) + d) : 0.f;
+    if (threadIdx.x < kMergeTile) {
+      const int c = c0 + threadIdx.x;
+      base[threadIdx.x] = c < C ? cache_offset(kv, table, h, kept[int64_t(h) * C + c]) : -1;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int i = threadIdx.x; i < kMergeTile * DM; i += blockDim.x) {  // independent loads
+      const int d = i % DM, t = i / DM;
+      const int64_t b = base[t];
+      keys[d][t ^ (d & 31)] = b >= 0 && d < D ? load_f32(kv.k, dt, b + d) : 0.f;
     }
     __syncthreads();
     float dot[2][kRowsPerWarp] = {};
-#pragma unroll 8
-    for (int d = 0; d < DM; ++d) {
-      const float k0 = keys[d][lane], k1 = keys[d][lane + 32];
+#pragma unroll 2
+    for (int d0 = 0; d0 < DM; d0 += 4) {
+      float4 x[kRowsPerWarp];
 #pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) {
-        const float x = rows[warp * kRowsPerWarp + i][d];
-        dot[0][i] += x * k0;
-        dot[1][i] += x * k1;
+      for (int i = 0; i < kRowsPerWarp; ++i) x[i] = *reinterpret_cast<const float4*>(&rows[warp * kRowsPerWarp + i][d0]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = d0 + j;
+        const float k0 = keys[d][lane ^ (d & 31)], k1 = keys[d][(lane + 32) ^ (d & 31)];
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) {
+          const float xi = j == 0 ? x[i].x : j == 1 ? x[i].y : j == 2 ? x[i].z : x[i].w;
+          dot[0][i] += xi * k0;
+          dot[1][i] += xi * k1;
+        }
       }
     }
 #pragma unroll

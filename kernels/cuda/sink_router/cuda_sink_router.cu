@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
+#include "kernels/cuda/core/block_reduce.cuh"
 
 namespace vlm::cuda {
 namespace {
@@ -34,22 +35,55 @@ __device__ double tau_of(const RouteParams& p, int context_len) {
   return fmin(fmax(t, p.tau_min), p.tau_max);  // std::clamp(t, lo, hi) for lo <= hi
 }
 
-// grid S, block H threads: thread h computes its cosine as sink_group_scores does (sequential f32
-// over d), then thread g < Hkv aggregates its group's G cosines in head order.
+// Where the route kernel takes sequence s's anchor keys: the gathered array ak [S, Hkv, D], or
+// (ak null) slot 0 of the sequence's first block of the cache, as gather_anchor_kernel reads it
+// (then av, when not null, receives the anchor values too).
+struct AnchorSource {
+  const float* ak;
+  KVView kv;
+  DType dt;
+  const int32_t* tables;
+  int max_blocks;
+  float* av;
+};
+
+// grid S, block of at least H threads (a multiple of 32): the anchors [Hkv, D] and the queries
+// [H, D] go to shared memory first (as f32, every thread loading: the loads overlap); then thread
+// h computes its cosine as sink_group_scores does (sequential f32 over d), and thread g < Hkv
+// aggregates its group's G cosines in head order.
 template <class TQ>
-__global__ void route_kernel(const TQ* __restrict__ q, int H, const float* __restrict__ ak, int Hkv, int D,
+__global__ void route_kernel(const TQ* __restrict__ q, int H, AnchorSource src, int Hkv, int D,
                              const int32_t* __restrict__ ctx, const uint8_t* __restrict__ routed, RouteParams p,
                              float* __restrict__ scores, uint8_t* __restrict__ skip, int32_t* __restrict__ count) {
-  extern __shared__ float cosine[];  // [H]
+  extern __shared__ float smem[];
+  // Rows padded to D + 1 floats: the heads' sequential loops read column d of different rows
+  // without bank conflicts.
+  const int P = D + 1;
+  float* cosine = smem;                // [H]
+  float* anchor = smem + H;            // [Hkv, P]
+  float* qs = anchor + Hkv * P;        // [H, P]
   const int s = blockIdx.x, h = threadIdx.x, G = H / Hkv;
   const bool on = routed == nullptr || routed[s] != 0;
+  const int64_t block = src.ak ? 0 : src.tables[int64_t(s) * src.max_blocks];
+  for (int i = h; i < Hkv * D; i += blockDim.x) {
+    if (src.ak) {
+      anchor[i / D * P + i % D] = src.ak[int64_t(s) * Hkv * D + i];
+    } else {
+      const int64_t off = src.kv.offset(block, i / D, 0) + i % D;
+      anchor[i / D * P + i % D] = load_f32(src.kv.k, src.dt, off);
+      if (src.av) src.av[int64_t(s) * Hkv * D + i] = load_f32(src.kv.v, src.dt, off);
+    }
+  }
+  if (on)
+    for (int i = h; i < H * D; i += blockDim.x) qs[i / D * P + i % D] = to_f32(q[int64_t(s) * H * D + i]);
+  __syncthreads();
   if (on && h < H) {
-    const float* a = ak + (int64_t(s) * Hkv + h / G) * D;
-    const TQ* qh = q + (int64_t(s) * H + h) * D;
+    const float* a = anchor + (h / G) * P;
+    const float* qh = qs + h * P;
     float aa = 0.f, qa = 0.f, qq = 0.f;
     for (int d = 0; d < D; ++d) aa = __fadd_rn(aa, __fmul_rn(a[d], a[d]));
     for (int d = 0; d < D; ++d) {
-      const float x = to_f32(qh[d]);
+      const float x = qh[d];
       qa = __fadd_rn(qa, __fmul_rn(x, a[d]));
       qq = __fadd_rn(qq, __fmul_rn(x, x));
     }
@@ -73,7 +107,80 @@ __global__ void route_kernel(const TQ* __restrict__ q, int H, const float* __res
   skip[int64_t(s) * Hkv + h] = sk;
 }
 
+void launch_route(const void* q, DType act, int num_heads, const AnchorSource& src, int num_kv_heads, int head_dim,
+                  const int32_t* context_lens, const uint8_t* routed, int num_seqs, const SinkRouterConfig& c,
+                  float* scores, uint8_t* skip, int32_t* skip_count, cudaStream_t stream) {
+  const size_t smem = (size_t(num_heads) + size_t(num_kv_heads + num_heads) * (head_dim + 1)) * sizeof(float);
+  VLM_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0 && num_heads <= 1024 && smem <= 48 * 1024,
+            "sink routing: H {} Hkv {} D {}", num_heads, num_kv_heads, head_dim);
+  if (num_seqs == 0) return;
+  const int agg = c.aggregation == SinkAggregation::Min ? 0 : c.aggregation == SinkAggregation::Mean ? 1 : 2;
+  const RouteParams p{c.c0, c.c1, c.c2, c.c3, c.length_ref, c.tau_min, c.tau_max, agg};
+  const int threads = std::min(1024, (std::max(num_heads, num_kv_heads * head_dim) + 31) / 32 * 32);
+  dispatch_float(act, [&](auto t) {
+    using TQ = decltype(t);
+    route_kernel<TQ><<<num_seqs, threads, smem, stream>>>(static_cast<const TQ*>(q), num_heads, src, num_kv_heads,
+                                                          head_dim, context_lens, routed, p, scores, skip, skip_count);
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+// grid (S, H), 128 threads: thread t takes keys t, t + 128, ... of the head's kv group with its own
+// running max and sum of exp (f32 logits, as the CPU's first_token_attention_mass), then the block
+// merges them; mass = exp(logit_0 - max) / sum.
+constexpr int kMassThreads = 128;
+template <class TQ>
+__global__ void first_token_mass_kernel(const TQ* __restrict__ q, int H, KVView kv, DType dt,
+                                        const int32_t* __restrict__ tables, int max_blocks,
+                                        const int32_t* __restrict__ ctx, const uint8_t* __restrict__ routed,
+                                        float scale, float* __restrict__ mass) {
+  __shared__ float qs[1024], l0, wmax[kMassThreads / 32];
+  const int s = blockIdx.x, h = blockIdx.y, D = kv.head_dim, g = h / (H / kv.num_kv_heads);
+  const int n = ctx[s];
+  if ((routed != nullptr && routed[s] == 0) || n < 1) {
+    if (threadIdx.x == 0) mass[int64_t(s) * H + h] = 0.f;
+    return;
+  }
+  for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = to_f32(q[(int64_t(s) * H + h) * D + d]);
+  __syncthreads();
+  const int32_t* table = tables + int64_t(s) * max_blocks;
+  float m = -INFINITY, sum = 0.f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const int64_t off = kv.offset(table[j / kv.block_size], g, j % kv.block_size);
+    float dot = 0.f;
+    for (int d = 0; d < D; ++d) dot += qs[d] * load_f32(kv.k, dt, off + d);
+    const float x = dot * scale;
+    if (j == 0) l0 = x;
+    const float mn = fmaxf(m, x);
+    sum = sum * __expf(m - mn) + __expf(x - mn);
+    m = mn;
+  }
+  float mx = m;
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (threadIdx.x % 32 == 0) wmax[threadIdx.x / 32] = mx;
+  __syncthreads();
+  mx = wmax[0];
+  for (int w = 1; w < kMassThreads / 32; ++w) mx = fmaxf(mx, wmax[w]);
+  const float total = block_sum(m == -INFINITY ? 0.f : sum * __expf(m - mx));
+  if (threadIdx.x == 0) mass[int64_t(s) * H + h] = __expf(l0 - mx) / total;
+}
+
 }  // namespace
+
+void sink_first_token_mass(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
+                           const int32_t* block_tables, int max_blocks_per_seq, const int32_t* context_lens,
+                           const uint8_t* routed, int num_seqs, float scale, float* mass, cudaStream_t stream) {
+  VLM_CHECK(num_heads % kv.num_kv_heads == 0 && kv.head_dim <= 1024, "first-token mass: H {} Hkv {} D {}", num_heads,
+            kv.num_kv_heads, kv.head_dim);
+  if (num_seqs == 0) return;
+  dispatch_float(act, [&](auto t) {
+    using TQ = decltype(t);
+    first_token_mass_kernel<TQ><<<dim3(num_seqs, num_heads), kMassThreads, 0, stream>>>(
+        static_cast<const TQ*>(q), num_heads, kv_view(kv), kv.dtype, block_tables, max_blocks_per_seq, context_lens,
+        routed, scale, mass);
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
 
 void sink_gather_anchors(const PagedKVLayer& kv, const int32_t* block_tables, int max_blocks_per_seq, int num_seqs,
                          float* anchor_k, float* anchor_v, cudaStream_t stream) {
@@ -88,19 +195,18 @@ void sink_route_groups(const void* q, DType act, int num_heads, const float* anc
                        int head_dim, const int32_t* context_lens, const uint8_t* routed, int num_seqs,
                        const SinkRouterConfig& c, float* scores, uint8_t* skip, int32_t* skip_count,
                        cudaStream_t stream) {
-  VLM_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0 && num_heads <= 1024,
-            "sink routing: H {} Hkv {}", num_heads, num_kv_heads);
-  if (num_seqs == 0) return;
-  const int agg = c.aggregation == SinkAggregation::Min ? 0 : c.aggregation == SinkAggregation::Mean ? 1 : 2;
-  const RouteParams p{c.c0, c.c1, c.c2, c.c3, c.length_ref, c.tau_min, c.tau_max, agg};
-  const int threads = (num_heads + 31) / 32 * 32;
-  dispatch_float(act, [&](auto t) {
-    using TQ = decltype(t);
-    route_kernel<TQ><<<num_seqs, threads, num_heads * sizeof(float), stream>>>(
-        static_cast<const TQ*>(q), num_heads, anchor_k, num_kv_heads, head_dim, context_lens, routed, p, scores, skip,
-        skip_count);
-  });
-  VLM_CUDA_CHECK_LAUNCH();
+  const AnchorSource src{anchor_k, KVView{}, DType::F32, nullptr, 0, nullptr};
+  launch_route(q, act, num_heads, src, num_kv_heads, head_dim, context_lens, routed, num_seqs, c, scores, skip,
+               skip_count, stream);
+}
+
+void sink_route_from_cache(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
+                           const int32_t* block_tables, int max_blocks_per_seq, const int32_t* context_lens,
+                           const uint8_t* routed, int num_seqs, const SinkRouterConfig& c, float* scores,
+                           uint8_t* skip, int32_t* skip_count, float* anchor_v, cudaStream_t stream) {
+  const AnchorSource src{nullptr, kv_view(kv), kv.dtype, block_tables, max_blocks_per_seq, anchor_v};
+  launch_route(q, act, num_heads, src, kv.num_kv_heads, kv.head_dim, context_lens, routed, num_seqs, c, scores, skip,
+               skip_count, stream);
 }
 
 }  // namespace vlm::cuda

@@ -32,11 +32,31 @@ void sink_gather_anchors(const PagedKVLayer& kv, const int32_t* block_tables /*[
 // agg_{h in g} cos(q[s, h], anchor_k[s, g]) and skip[s, g] = scores[s, g] >= tau(context_lens[s]);
 // skip_count[s] (when not null) += the number of sink groups (atomic). Sequences not routed get
 // skip 0 and score 0. q [S, H, D] in dtype act (one decode row per sequence). scores may be null.
-// Preconditions: H % Hkv == 0; H <= 1024; D <= 1024.
+// Preconditions: H % Hkv == 0; H <= 1024; (H + (Hkv + H)(D + 1)) f32 fit in 48 KiB of shared memory.
 void sink_route_groups(const void* q /*[S,H,D]*/, DType act, int num_heads, const float* anchor_k /*[S,Hkv,D]*/,
                        int num_kv_heads, int head_dim, const int32_t* context_lens /*[S]*/,
                        const uint8_t* routed /*[S] or null*/, int num_seqs, const SinkRouterConfig& config,
                        float* scores /*[S,Hkv] or null*/, uint8_t* skip /*[S,Hkv]*/,
                        int32_t* skip_count /*[S] or null*/, cudaStream_t stream);
+
+// sink_gather_anchors and sink_route_groups in one launch (the decode step's): the anchor keys are
+// read from the cache's first slot of each sequence (the same values, so the same scores and
+// decisions bit for bit); anchor_v (when not null) receives the anchor values [S, Hkv, D] f32.
+void sink_route_from_cache(const void* q /*[S,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
+                           const int32_t* block_tables /*[S,max_blocks]*/, int max_blocks_per_seq,
+                           const int32_t* context_lens /*[S]*/, const uint8_t* routed /*[S] or null*/, int num_seqs,
+                           const SinkRouterConfig& config, float* scores /*[S,Hkv] or null*/,
+                           uint8_t* skip /*[S,Hkv]*/, int32_t* skip_count /*[S] or null*/,
+                           float* anchor_v /*[S,Hkv,D] or null*/, cudaStream_t stream);
+
+// Calibration (vlm-calibrate-sink --device cuda): mass[s, h] = the softmax weight head h of
+// sequence s's decode row gives its first cached key under full attention over its
+// context_lens[s] keys (the CPU's first_token_attention_mass, f32 logits; within f32 rounding of
+// it, not bit for bit). Sequences with routed[s] == 0 (routed not null) get 0. Reads every key: a
+// calibration tool, not a decode-path kernel. Preconditions: H % Hkv == 0; D <= 1024.
+void sink_first_token_mass(const void* q /*[S,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
+                           const int32_t* block_tables /*[S,max_blocks]*/, int max_blocks_per_seq,
+                           const int32_t* context_lens /*[S]*/, const uint8_t* routed /*[S] or null*/, int num_seqs,
+                           float scale, float* mass /*[S,H]*/, cudaStream_t stream);
 
 }  // namespace vlm::cuda

@@ -11,6 +11,7 @@
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
 #include "kernels/cuda/core/cuda_check.h"
+#include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 #include "kernels/ops/rope.h"
@@ -25,32 +26,6 @@ struct CudaDecoder::Layer {
 };
 
 namespace {
-
-// Converts the concatenation of `parts` (rows of one width) to `dt` and uploads it.
-cuda::DeviceBuffer upload(std::initializer_list<const TensorView*> parts, DType dt, int64_t* bytes_total) {
-  int64_t n = 0;
-  for (const TensorView* p : parts) n += p->numel();
-  const size_t esz = dtype_size(dt);
-  cuda::DeviceBuffer buf(static_cast<size_t>(n) * esz);
-  std::vector<char> staging;
-  std::vector<float> f32;
-  int64_t off = 0;
-  for (const TensorView* p : parts) {
-    const int64_t m = p->numel();
-    const void* src = p->data;
-    if (p->dtype != dt) {
-      f32.resize(static_cast<size_t>(m));
-      staging.resize(static_cast<size_t>(m) * esz);
-      convert_to_f32(p->data, p->dtype, f32.data(), m);
-      convert_from_f32(f32.data(), dt, staging.data(), m);
-      src = staging.data();
-    }
-    VLM_CUDA_CHECK(cudaMemcpy(buf.as<char>() + off * esz, src, static_cast<size_t>(m) * esz, cudaMemcpyHostToDevice));
-    off += m;
-  }
-  *bytes_total += n * static_cast<int64_t>(esz);
-  return buf;
-}
 
 bool present(const TensorView& t) { return !t.empty(); }
 
@@ -90,24 +65,24 @@ void CudaDecoder::upload_weights() {
   const DType dt = opt_.dtype;
   VLM_LOG_INFO("GPU: {}; loading {} layers as {}", cuda::describe_gpu(opt_.device), c.num_layers, dtype_name(dt));
   int64_t bytes = 0;
-  embed_ = upload({&host_.embed_weight()}, dt, &bytes);
-  final_norm_ = upload({&host_.final_norm_weight()}, DType::F32, &bytes);
+  embed_ = cuda::upload_converted({host_.embed_weight()}, dt, &bytes);
+  final_norm_ = cuda::upload_converted({host_.final_norm_weight()}, DType::F32, &bytes);
   lm_head_tied_ = host_.lm_head_weight().data == host_.embed_weight().data;
-  if (!lm_head_tied_) lm_head_ = upload({&host_.lm_head_weight()}, dt, &bytes);
+  if (!lm_head_tied_) lm_head_ = cuda::upload_converted({host_.lm_head_weight()}, dt, &bytes);
   int last_pct = -1;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const DecoderLayerWeights& L = host_.layer_weights(l);
     auto layer = std::make_unique<Layer>();
-    layer->input_norm = upload({&L.input_norm}, DType::F32, &bytes);
-    layer->post_norm = upload({&L.post_norm}, DType::F32, &bytes);
-    layer->qkv = upload({&L.q, &L.k, &L.v}, dt, &bytes);
-    layer->o = upload({&L.o}, dt, &bytes);
-    layer->gate_up = upload({&L.gate, &L.up}, dt, &bytes);
-    layer->down = upload({&L.down}, dt, &bytes);
-    if (present(L.q_bias)) layer->qkv_bias = upload({&L.q_bias, &L.k_bias, &L.v_bias}, dt, &bytes);
-    if (present(L.gate_bias)) layer->gate_up_bias = upload({&L.gate_bias, &L.up_bias}, dt, &bytes);
-    if (present(L.o_bias)) layer->o_bias = upload({&L.o_bias}, DType::F32, &bytes);
-    if (present(L.down_bias)) layer->down_bias = upload({&L.down_bias}, DType::F32, &bytes);
+    layer->input_norm = cuda::upload_converted({L.input_norm}, DType::F32, &bytes);
+    layer->post_norm = cuda::upload_converted({L.post_norm}, DType::F32, &bytes);
+    layer->qkv = cuda::upload_converted({L.q, L.k, L.v}, dt, &bytes);
+    layer->o = cuda::upload_converted({L.o}, dt, &bytes);
+    layer->gate_up = cuda::upload_converted({L.gate, L.up}, dt, &bytes);
+    layer->down = cuda::upload_converted({L.down}, dt, &bytes);
+    if (present(L.q_bias)) layer->qkv_bias = cuda::upload_converted({L.q_bias, L.k_bias, L.v_bias}, dt, &bytes);
+    if (present(L.gate_bias)) layer->gate_up_bias = cuda::upload_converted({L.gate_bias, L.up_bias}, dt, &bytes);
+    if (present(L.o_bias)) layer->o_bias = cuda::upload_converted({L.o_bias}, DType::F32, &bytes);
+    if (present(L.down_bias)) layer->down_bias = cuda::upload_converted({L.down_bias}, DType::F32, &bytes);
     layers_.push_back(std::move(layer));
     const int pct = static_cast<int>(100 * (l + 1) / c.num_layers);
     if (pct / 10 != last_pct / 10 || l + 1 == c.num_layers) {
@@ -286,7 +261,7 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   } else {
     cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
   }
-  if (methods_) look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_);
+  if (look_m_on_) look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_);
   prof_.mark(stream_, "attention");
 }
 
@@ -335,13 +310,18 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   VLM_CHECK(static_cast<int64_t>(b.positions.size()) == T && static_cast<int64_t>(b.slot_mapping.size()) == T,
             "batch arrays disagree on the token count {}", T);
   VLM_CHECK(!b.attention_probe, "attention probes do not run on the GPU yet");
-  // LOOK-M and SinkRouter steps run eagerly: their per-step uploads are not in a graph's layout.
-  methods_ = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; }) ||
+  // LOOK-M steps run eagerly (their per-step uploads are not in a graph's layout); SinkRouter
+  // decode steps take graphs (forward_graph).
+  look_m_on_ = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; });
+  methods_ = look_m_on_ ||
              std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; });
   sparse_ = CudaSparsePrefill::active(b);
   batch_ = &b;
   reserve_activations(T, R);
-  if (!methods_ && forward_graph(b, override)) return;
+  if (!look_m_on_ && forward_graph(b, override)) {
+    if (methods_) sink_.end(stream_);
+    return;
+  }
   prof_.begin(stream_);  // eager steps only (a no-op unless VLM_CUDA_PROFILE=1)
   const int64_t S = upload_metadata(b);
   cuda::CudaAttentionBatch meta;
@@ -354,7 +334,12 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
     meta.max_q_len = std::max(meta.max_q_len, b.cu_seqlens_q[s + 1] - b.cu_seqlens_q[s]);
     meta.max_context_len = std::max(meta.max_context_len, b.context_lens[s]);
   }
+  const ModelConfig& c = config();
+  if (methods_)
+    sink_.begin(b, meta.max_q_len == 1, decode_shape(), static_cast<int>(c.num_layers), static_cast<int>(c.num_kv_heads),
+                static_cast<int>(c.head_dim), opt_.dtype, stream_);
   run_step(T, R, meta, override);
+  if (methods_) sink_.end(stream_);
 }
 
 void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch& meta,
@@ -375,14 +360,8 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
                    rope_table_.as<float>(), stream_);
   embed(T, override);
   prof_.mark(stream_, "upload_embed_rope_table");
-  if (methods_)  // eager steps only (forward() takes no graph for them)
-    sink_.begin(*batch_, all_decode_, decode_kernel(), static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim),
-                opt_.dtype, stream_);
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
-  if (methods_) {
-    sink_.end(stream_);
-    look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // LOOK-M compaction of finished prompts
-  }
+  if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // LOOK-M compaction of finished prompts
   batch_ = nullptr;
   num_logit_rows_ = R;
   if (R == 0) return prof_.end(stream_, T);

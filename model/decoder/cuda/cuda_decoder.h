@@ -23,8 +23,9 @@
 // and runs the block-sparse kernel for every layer's attention (configurations it cannot plan
 // throw RequestError; the backend refuses them at start). SinkRouter decode
 // (ForwardBatch::sink_anchors, cuda_sink_router_step.h) and LOOK-M at the end of prefill
-// (ForwardBatch::look_m, cuda_look_m_step.h) run on the GPU; their steps run eagerly (no graph
-// yet). Not on the GPU yet: attention probes; a batch asking for one throws InternalError.
+// (ForwardBatch::look_m, cuda_look_m_step.h) run on the GPU. SinkRouter decode steps take graphs
+// like dense ones (their key adds the routing config; the routed flags ride in the metadata);
+// steps that carry LOOK-M states run eagerly. Not on the GPU yet: attention probes; a batch asking for one throws InternalError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -106,7 +107,8 @@ class CudaDecoder {
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
   bool fast_attention() const { return config().head_dim == 64 || config().head_dim == 128; }
-  bool decode_kernel() const { return fast_attention() && all_decode_ && config().num_heads / config().num_kv_heads <= 16; }
+  bool decode_shape() const { return fast_attention() && config().num_heads / config().num_kv_heads <= 16; }
+  bool decode_kernel() const { return decode_shape() && all_decode_; }
   // y = x w^T (+ bias) (+ y): the GEMV for few 16-bit rows, else cuBLASLt.
   void linear(const void* x, const void* w, const void* bias, void* y, DType out_dt, bool accumulate, int64_t M,
               int64_t N, int64_t K);
@@ -139,7 +141,8 @@ class CudaDecoder {
   CudaSparsePrefill sparse_prefill_;
   CudaSinkRouterStep sink_;
   CudaLookMStep look_m_;
-  bool methods_ = false;  // the step carries LOOK-M states or SinkRouter stores (runs eagerly)
+  bool methods_ = false;  // the step carries LOOK-M states or SinkRouter stores
+  bool look_m_on_ = false;  // the step carries LOOK-M states (runs eagerly)
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
   int64_t buffers_epoch_ = 0;  // bumped when a step buffer is reallocated (graphs hold pointers)
   std::vector<std::unique_ptr<Graph>> graphs_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -29,6 +30,13 @@ int64_t context_bucket(int64_t ctx) {
   return c;
 }
 
+// Two routing configs that capture the same launches.
+bool same_routing(const SinkRouterConfig& a, const SinkRouterConfig& b) {
+  return a.aggregation == b.aggregation && a.surrogate == b.surrogate && a.c0 == b.c0 && a.c1 == b.c1 &&
+         a.c2 == b.c2 && a.c3 == b.c3 && a.length_ref == b.length_ref && a.tau_min == b.tau_min &&
+         a.tau_max == b.tau_max && a.num_dense_layers == b.num_dense_layers;
+}
+
 }  // namespace
 
 void CudaDecoder::drop_graphs() {
@@ -48,7 +56,14 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   const bool mrope = !b.mrope_positions.empty();
   const int64_t Sb = seq_bucket(S), Cb = context_bucket(max_ctx), W = Cb / opt_.block_size;
   if (Sb > cap_rows_ || Sb > cap_tokens_ || W < 1 || Cb % opt_.block_size != 0) return false;
-  const int64_t sizes[] = {Sb, Sb, mrope ? 3 * Sb : 0, Sb, Sb + 1, Sb, Sb * W, Sb};
+  // SinkRouter: which rows route (the flags go into the metadata, after the rows).
+  std::vector<uint8_t> flags(static_cast<size_t>(Sb), 0);
+  const ModelConfig& c = config();
+  const bool sink = methods_ && sink_.plan(b, true, decode_shape(), static_cast<int>(c.num_layers),
+                                           static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim), opt_.dtype,
+                                           Sb, flags.data());
+  if (sink && sink_.probing()) return false;  // calibration steps run eagerly (cuda_sink_router_step.h)
+  const int64_t sizes[] = {Sb, Sb, mrope ? 3 * Sb : 0, Sb, Sb + 1, Sb, Sb * W, Sb, sink ? (Sb + 3) / 4 : 0};
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
   if (total > kMaxGraphMeta) return false;
@@ -61,7 +76,9 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
 
   Graph* g = nullptr;
   for (auto& e : graphs_)
-    if (e->seqs == Sb && e->context == Cb && e->mrope == mrope) g = e.get();
+    if (e->seqs == Sb && e->context == Cb && e->mrope == mrope && e->sink == sink &&
+        (!sink || same_routing(e->sink_config, *b.sink_router)))
+      g = e.get();
   if (g == nullptr) {
     if (static_cast<int>(graphs_.size()) >= std::max(1, opt_.max_graphs)) {  // drop the least recently used
       VLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -73,6 +90,8 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
     e->seqs = Sb;
     e->context = Cb;
     e->mrope = mrope;
+    e->sink = sink;
+    if (sink) e->sink_config = *b.sink_router;
     e->meta.resize(static_cast<size_t>(total) * 4);
     graphs_.push_back(std::move(e));
     g = graphs_.back().get();
@@ -103,6 +122,7 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   for (int64_t s = 0; s < S; ++s)
     std::memcpy(tables + s * W, b.block_tables.data() + s * b.max_blocks_per_seq, static_cast<size_t>(copy_w) * 4);
   std::memcpy(rows, b.logits_indices.data(), static_cast<size_t>(R) * 4);
+  if (sink) std::memcpy(rows + Sb, flags.data(), flags.size());
   VLM_CUDA_CHECK(
       cudaMemcpyAsync(g->meta.get(), hp, static_cast<size_t>(total) * 4, cudaMemcpyHostToDevice, stream_));
   VLM_CUDA_CHECK(cudaEventRecord(graph_staged_, stream_));
@@ -116,6 +136,7 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   d_ctx_ = d_cu_ + Sb + 1;
   d_tables_ = d_ctx_ + Sb;
   d_rows_ = d_tables_ + Sb * W;
+  const auto* d_flags = reinterpret_cast<const uint8_t*>(d_rows_ + Sb);
   cuda::CudaAttentionBatch meta;
   meta.num_seqs = static_cast<int>(Sb);
   meta.cu_seqlens_q = d_cu_;
@@ -125,7 +146,7 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   meta.max_q_len = 1;
   meta.max_context_len = static_cast<int>(Cb);
 
-  if (g->exec != nullptr && g->epoch == buffers_epoch_) {
+  if (g->exec != nullptr && g->epoch == buffers_epoch_ && (!g->sink || g->sink_epoch == sink_.epoch())) {
     VLM_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
     ++graph_launches_;
     num_logit_rows_ = R;
@@ -133,7 +154,11 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   }
   // First run of this bucket (or its buffers moved): run it eagerly (cuBLASLt plans, workspace
   // sizes and kernel attributes are settled there), then capture the same work.
-  run_step(Sb, Sb, meta, EmbeddingOverride{});
+  const auto step = [&] {
+    if (sink) sink_.start(d_flags, stream_);  // the counts' zeroing is part of the graph
+    run_step(Sb, Sb, meta, EmbeddingOverride{});
+  };
+  step();
   if (g->exec) {
     cudaGraphExecDestroy(g->exec);
     g->exec = nullptr;
@@ -141,7 +166,7 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   cudaGraph_t graph = nullptr;
   VLM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
-    run_step(Sb, Sb, meta, EmbeddingOverride{});
+    step();
   } catch (...) {
     cudaStreamEndCapture(stream_, &graph);
     if (graph) cudaGraphDestroy(graph);
@@ -152,6 +177,7 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   cudaGraphDestroy(graph);
   VLM_CUDA_CHECK(st);
   g->epoch = buffers_epoch_;
+  g->sink_epoch = sink_.epoch();
   ++graphs_captured_;
   num_logit_rows_ = R;
   return true;

@@ -1,6 +1,7 @@
 #include "model/decoder/cuda/cuda_sink_router_step.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -10,11 +11,12 @@
 
 namespace vlm {
 
-bool CudaSinkRouterStep::begin(const ForwardBatch& b, bool all_decode, bool fast, int num_kv_heads, int head_dim,
-                               DType kv_dtype, cudaStream_t stream) {
-  active_ = pending_ = false;  // counts of a step that was never settled are dropped
-  routed_layers_ = 0;
+bool CudaSinkRouterStep::plan(const ForwardBatch& b, bool all_decode, bool fast, int num_layers, int num_kv_heads,
+                              int head_dim, DType kv_dtype, int64_t seqs, uint8_t* flags) {
+  active_ = pending_ = probing_ = false;  // counts of a step that was never settled are dropped
   const int S = b.num_seqs();
+  VLM_CHECK(seqs >= S, "{} routing rows for {} sequences", seqs, S);
+  std::fill(flags, flags + seqs, uint8_t{0});
   if (b.sink_anchors.empty() || !all_decode || !fast) return false;
   VLM_CHECK(static_cast<int>(b.sink_anchors.size()) == S && b.sink_router != nullptr,
             "{} anchor stores for {} sequences (config set: {})", b.sink_anchors.size(), S, b.sink_router != nullptr);
@@ -23,26 +25,43 @@ bool CudaSinkRouterStep::begin(const ForwardBatch& b, bool all_decode, bool fast
   Hkv_ = num_kv_heads;
   D_ = head_dim;
   kv_esz_ = static_cast<int>(dtype_size(kv_dtype));
+  routed_layers_ = 0;
+  num_layers_ = num_layers;
+  for (int l = 0; l < num_layers; ++l) routed_layers_ += config_->routes_layer(l) ? 1 : 0;
   stores_.assign(static_cast<size_t>(S), nullptr);
   ctx_.assign(b.context_lens.begin(), b.context_lens.end());
-  host_.reserve(static_cast<size_t>(S) * 4);
-  auto* flags = host_.as<uint8_t>();
   for (int s = 0; s < S; ++s) {
     SinkAnchors* a = b.sink_anchors[static_cast<size_t>(s)];
     const bool route = a != nullptr && !b.finishes_prefill[static_cast<size_t>(s)];
-    VLM_CHECK(!route || a->probe == nullptr, "SinkRouter calibration probes run on the CPU only");
     flags[s] = route ? 1 : 0;
+    probing_ |= route && a->probe != nullptr;
     if (route) stores_[static_cast<size_t>(s)] = a;
     active_ |= route;
   }
   if (!active_) return false;
+  const void* before[] = {counts_.get(), skip_.get(), anchor_v_.get()};
+  host_.reserve(static_cast<size_t>(seqs) * 4);
+  counts_.reserve(static_cast<size_t>(seqs) * 4);
+  skip_.reserve(static_cast<size_t>(seqs) * Hkv_);
+  if (config_->surrogate == SinkSurrogate::AnchorValue) anchor_v_.reserve(static_cast<size_t>(seqs) * Hkv_ * D_ * 4);
+  const void* after[] = {counts_.get(), skip_.get(), anchor_v_.get()};
+  if (!std::equal(before, before + 3, after)) ++epoch_;
+  return true;
+}
+
+void CudaSinkRouterStep::start(const uint8_t* d_flags, cudaStream_t stream) {
+  d_flags_ = d_flags;
+  VLM_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream));
+}
+
+bool CudaSinkRouterStep::begin(const ForwardBatch& b, bool all_decode, bool fast, int num_layers, int num_kv_heads,
+                               int head_dim, DType kv_dtype, cudaStream_t stream) {
+  const int S = b.num_seqs();
+  host_.reserve(static_cast<size_t>(S) * 4);
+  if (!plan(b, all_decode, fast, num_layers, num_kv_heads, head_dim, kv_dtype, S, host_.as<uint8_t>())) return false;
   flags_.reserve(static_cast<size_t>(S));
-  counts_.reserve(static_cast<size_t>(S) * 4);
-  skip_.reserve(static_cast<size_t>(S) * Hkv_);
-  anchor_k_.reserve(static_cast<size_t>(S) * Hkv_ * D_ * 4);
-  if (config_->surrogate == SinkSurrogate::AnchorValue) anchor_v_.reserve(static_cast<size_t>(S) * Hkv_ * D_ * 4);
-  VLM_CUDA_CHECK(cudaMemcpyAsync(flags_.get(), flags, static_cast<size_t>(S), cudaMemcpyHostToDevice, stream));
-  VLM_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, static_cast<size_t>(S) * 4, stream));
+  VLM_CUDA_CHECK(cudaMemcpyAsync(flags_.get(), host_.get(), static_cast<size_t>(S), cudaMemcpyHostToDevice, stream));
+  start(flags_.as<uint8_t>(), stream);
   return true;
 }
 
@@ -51,26 +70,63 @@ void CudaSinkRouterStep::route_layer(int layer, const void* q, DType act, int nu
   meta.group_skip = nullptr;
   meta.group_surrogate = nullptr;
   if (!active_ || !config_->routes_layer(layer)) return;
-  const bool value = config_->surrogate == SinkSurrogate::AnchorValue;
-  cuda::sink_gather_anchors(kv, meta.block_tables, meta.max_blocks_per_seq, meta.num_seqs, anchor_k_.as<float>(),
-                            value ? anchor_v_.as<float>() : nullptr, stream);
-  cuda::sink_route_groups(q, act, num_heads, anchor_k_.as<float>(), Hkv_, D_, meta.context_lens, flags_.as<uint8_t>(),
-                          meta.num_seqs, *config_, nullptr, skip_.as<uint8_t>(), counts_.as<int32_t>(), stream);
-  meta.group_skip = skip_.as<uint8_t>();
-  meta.group_surrogate = value ? anchor_v_.as<float>() : nullptr;
-  ++routed_layers_;
+  float* value = config_->surrogate == SinkSurrogate::AnchorValue ? anchor_v_.as<float>() : nullptr;
+  const int64_t S = meta.num_seqs;
+  float* scores = nullptr;
+  uint8_t* skip = skip_.as<uint8_t>();
+  if (probing_) {  // an eager step: this layer's scores, decisions and head masses kept for settle()
+    H_ = num_heads;
+    probe_scores_.reserve(static_cast<size_t>(num_layers_ * S * Hkv_) * 4);
+    probe_skip_.reserve(static_cast<size_t>(num_layers_ * S * Hkv_));
+    probe_mass_.reserve(static_cast<size_t>(num_layers_ * S * H_) * 4);
+    scores = probe_scores_.as<float>() + layer * S * Hkv_;
+    skip = probe_skip_.as<uint8_t>() + layer * S * Hkv_;
+    cuda::sink_first_token_mass(q, act, num_heads, kv, meta.block_tables, meta.max_blocks_per_seq, meta.context_lens,
+                                d_flags_, meta.num_seqs, 1.0f / std::sqrt(static_cast<float>(D_)),
+                                probe_mass_.as<float>() + layer * S * H_, stream);
+  }
+  cuda::sink_route_from_cache(q, act, num_heads, kv, meta.block_tables, meta.max_blocks_per_seq, meta.context_lens,
+                              d_flags_, meta.num_seqs, *config_, scores, skip, counts_.as<int32_t>(), value, stream);
+  meta.group_skip = skip;
+  meta.group_surrogate = value;
 }
 
 void CudaSinkRouterStep::end(cudaStream_t stream) {
   if (!active_ || routed_layers_ == 0) return;
-  // host_ held the flags, which the upload has consumed by now (same stream, earlier).
+  // host_ held an eager step's flags, which the upload has consumed by now (same stream, earlier).
   VLM_CUDA_CHECK(cudaMemcpyAsync(host_.get(), counts_.get(), stores_.size() * 4, cudaMemcpyDeviceToHost, stream));
   pending_ = true;
+}
+
+void CudaSinkRouterStep::report_probes() {
+  const size_t S = stores_.size();
+  std::vector<float> scores(static_cast<size_t>(num_layers_) * S * Hkv_), mass(static_cast<size_t>(num_layers_) * S * H_);
+  std::vector<uint8_t> skip(scores.size());
+  VLM_CUDA_CHECK(cudaMemcpy(scores.data(), probe_scores_.get(), scores.size() * 4, cudaMemcpyDeviceToHost));
+  VLM_CUDA_CHECK(cudaMemcpy(skip.data(), probe_skip_.get(), skip.size(), cudaMemcpyDeviceToHost));
+  VLM_CUDA_CHECK(cudaMemcpy(mass.data(), probe_mass_.get(), mass.size() * 4, cudaMemcpyDeviceToHost));
+  for (int l = 0; l < num_layers_; ++l) {
+    if (!config_->routes_layer(l)) continue;
+    for (size_t s = 0; s < S; ++s) {
+      if (stores_[s] == nullptr || stores_[s]->probe == nullptr) continue;
+      SinkRoutedRow row;
+      row.layer = l;
+      row.num_heads = H_;
+      const size_t g0 = (static_cast<size_t>(l) * S + s) * Hkv_;
+      row.scores = scores.data() + g0;
+      row.skip = skip.data() + g0;
+      row.tau = config_->threshold(ctx_[s]);
+      row.context_len = ctx_[s];
+      row.head_mass = mass.data() + (static_cast<size_t>(l) * S + s) * H_;
+      stores_[s]->probe->on_routed_row(row);
+    }
+  }
 }
 
 void CudaSinkRouterStep::settle() {
   if (!pending_) return;
   pending_ = false;
+  if (probing_) report_probes();
   const auto* counts = host_.as<int32_t>();
   int64_t routed = 0, skipped = 0, bytes = 0;
   for (size_t s = 0; s < stores_.size(); ++s) {

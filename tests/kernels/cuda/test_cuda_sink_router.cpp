@@ -3,7 +3,8 @@
 //  - the anchors gathered from the cache equal load_first_token_kv's;
 //  - the group scores equal sink_group_scores bit for bit and the skip decisions equal
 //    sink_route_groups(score, SinkRouterConfig::threshold(ctx)) for min/mean/max and tau(L)
-//    cubics (so the decisions are identical, not just close);
+//    cubics (so the decisions are identical, not just close), both with gathered anchors and
+//    with the one-launch sink_route_from_cache;
 //  - the group-skipping decode reads nothing of a sink group: those groups' blocks (K and V) are
 //    poisoned with NaN, their heads get the surrogate exactly, and the active heads match
 //    group_skip_decode_ref within the CPU tests' bound (1e-5) on an f32 cache and the dense GPU
@@ -156,6 +157,14 @@ TEST(CudaSinkRouter, AnchorsAndDecisionsEqualTheCpus) {
       const auto gs = to_host<float>(scores, size_t(S) * Hkv);
       const auto gf = to_host<uint8_t>(skip, size_t(S) * Hkv);
       const auto gc = to_host<int32_t>(count, size_t(S));
+      // The decode step's one-launch form (anchors read from the cache) decides the same.
+      VLM_CUDA_CHECK(cudaMemset(av.get(), 0, av.bytes()));
+      cuda::sink_route_from_cache(dq.get(), DType::F32, sh.H, dev.kv, dev.batch.block_tables, st.max_blocks,
+                                  dev.batch.context_lens, nullptr, S, cfg, scores.as<float>(), skip.as<uint8_t>(),
+                                  nullptr, av.as<float>(), nullptr);
+      EXPECT_EQ(to_host<float>(scores, size_t(S) * Hkv), gs);
+      EXPECT_EQ(to_host<uint8_t>(skip, size_t(S) * Hkv), gf);
+      EXPECT_EQ(to_host<float>(av, size_t(S) * Hkv * D), cv);
       for (int s = 0; s < S; ++s) {
         float cs[64];
         uint8_t cf[64];
@@ -249,6 +258,8 @@ TEST(CudaSinkRouter, SkippedGroupsNeverReadTheirCache) {
   for (bool sur : {false, true}) {
     check_skip_decode(28, 4, 128, DType::BF16, DType::BF16, {5000, 130, 20000, 64}, sur, seed++);  // many splits
     check_skip_decode(28, 4, 128, DType::BF16, DType::F32, {1, 17}, sur, seed++);                  // one split
+    // One long sequence: its active groups take the sink groups' CTAs (finer partitions).
+    check_skip_decode(28, 4, 128, DType::BF16, DType::BF16, {40000, 50}, sur, seed++);
     check_skip_decode(14, 2, 64, DType::F16, DType::F16, {3000, 700}, sur, seed++);
     check_skip_decode(14, 2, 64, DType::F32, DType::F32, {2049, 33, 400}, sur, seed++);             // f32 path
     check_skip_decode(8, 1, 128, DType::F32, DType::F32, {700, 90}, sur, seed++);

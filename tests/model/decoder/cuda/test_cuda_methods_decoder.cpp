@@ -10,12 +10,17 @@
 // (so the GPU's split-K decode kernel runs; the fixture models' heads are smaller), two
 // sequences prefilled with their anchor stores, then decode steps with tau(L) giving no, every
 // and some sink groups, zero and anchor-value surrogates: the per-sequence routed/skipped counts
-// and the engine counters equal the CPU's, and the logits agree to 1e-4 (relative, per row).
+// and the engine counters equal the CPU's, and the logits agree to 1e-4 (relative, per row); the
+// decode steps after the first replay a CUDA graph.
+// SinkRouter calibration (vlm-calibrate-sink --device cuda): the samples recorded on the GPU
+// decoder (scores, and first-token masses measured on the device) equal the CPU recording's.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -28,6 +33,7 @@
 #include "model/methods/sink_anchors.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/gpu_test.h"
+#include "tools/vlm-calibrate-sink/calibration_run.h"
 
 namespace vlm::testing {
 namespace {
@@ -194,6 +200,7 @@ TEST(CudaSinkRouterDecoder, DecisionsCountsAndLogitsEqualTheCpus) {
       r->stores.resize(2);
     }
     int64_t routed_rows = 0;
+    const int64_t launches0 = m.gpu->decoder().graph_launches();
     for (int step = 0; step < 5; ++step) {
       std::vector<float> lc, lg;
       std::vector<SequenceChunk> chunks(2);
@@ -235,11 +242,44 @@ TEST(CudaSinkRouterDecoder, DecisionsCountsAndLogitsEqualTheCpus) {
     EXPECT_EQ(dev.counters.groups_routed, cpu.counters.groups_routed);
     EXPECT_EQ(dev.counters.groups_skipped, cpu.counters.groups_skipped);
     EXPECT_EQ(dev.counters.kv_bytes_skipped, cpu.counters.kv_bytes_skipped);
+    // Decode steps 2-4 replay the graph step 1 captured (this config is part of its key).
+    EXPECT_EQ(m.gpu->decoder().graph_launches() - launches0, 3);
     if (cc.tau > 1) EXPECT_EQ(cpu.counters.groups_skipped, 0);
     if (cc.tau < 0 && cc.tau <= -1) EXPECT_EQ(cpu.counters.groups_skipped, cpu.counters.groups_routed);
     std::fprintf(stderr, "[ sink decoder ] tau %.2f: %ld of %ld groups skipped (CPU and GPU)\n", cc.tau,
                  static_cast<long>(dev.counters.groups_skipped), static_cast<long>(dev.counters.groups_routed));
   }
+}
+
+TEST(CudaSinkCalibration, SamplesEqualTheCpus) {
+  VLM_REQUIRE_GPU();
+  Pair m;
+  CalibrationRunOptions opt;
+  opt.lengths = {90, 300};
+  opt.decode_steps = 3;
+  opt.prefill_chunk = 128;
+  opt.kv_dtype = DType::F32;
+  std::vector<std::vector<int32_t>> prompts(2);
+  for (int i = 0; i < 50; ++i) prompts[0].push_back((13 * i + 1) % kV);
+  for (int i = 0; i < 70; ++i) prompts[1].push_back((29 * i + 7) % kV);
+  const auto cpu = record_sink_samples(*m.decoder, prompts, opt);
+  auto runner = make_cuda_calibration_runner(*m.decoder, opt);
+  const auto gpu = record_sink_samples(*runner, m.decoder->config(), prompts, opt);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  double score_err = 0, mass_err = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_EQ(gpu[i].context_len, cpu[i].context_len);
+    // prompts x decode steps x routed layers x kv groups
+    ASSERT_EQ(cpu[i].samples.size(), size_t(2 * 3 * (kL - opt.num_dense_layers) * kHkv));
+    ASSERT_EQ(gpu[i].samples.size(), cpu[i].samples.size());
+    for (size_t j = 0; j < cpu[i].samples.size(); ++j) {
+      score_err = std::max(score_err, double(std::abs(gpu[i].samples[j].score - cpu[i].samples[j].score)));
+      mass_err = std::max(mass_err, double(std::abs(gpu[i].samples[j].mass - cpu[i].samples[j].mass)));
+    }
+  }
+  EXPECT_LE(score_err, 1e-4);
+  EXPECT_LE(mass_err, 1e-4);
+  std::fprintf(stderr, "[ sink calibration ] GPU against CPU: score error %.2e, mass error %.2e\n", score_err, mass_err);
 }
 
 }  // namespace
