@@ -19,6 +19,8 @@
 // (eager; every routed layer's group scores within 1e-4 of the CPU's and the decisions equal), the
 // others plain (CUDA graphs; the second request's replay the graph the first one captured, so a
 // replay routes on the new sequence's anchors): per-step skip counts equal the CPU's, logits to 1e-4.
+// The compaction does rewrite the first slot here (checked), so anchors read from the cache's
+// first entry would route differently.
 // SinkRouter calibration (vlm-calibrate-sink --device cuda): the samples recorded on the GPU
 // decoder (scores, and first-token masses measured on the device) equal the CPU recording's.
 // Skips without a GPU.
@@ -35,6 +37,7 @@
 #include <random>
 
 #include "engine/cuda/cuda_backend.h"
+#include "kernels/sink_router/first_token_kv.h"
 #include "kernels/sink_router/sink_router_config.h"
 #include "model/decoder/safetensors.h"
 #include "model/methods/look_m_state.h"
@@ -332,6 +335,14 @@ TEST(CudaMethodsDecoder, SinkRouterWithLookMRoutesOnTheAnchorsFromBeforeTheCompa
     }
     const int32_t C = cpu.look->compressed_len;
     ASSERT_LT(C, L);
+    // The compaction rewrote the first slot (so routing on the cache's first entry would differ).
+    std::vector<float> k0(kHkv * kD), v0(kHkv * kD);
+    double moved = 0;
+    for (int l = cfg.num_dense_layers; l < kL; ++l) {
+      load_first_token_kv(m.cpu_kv[static_cast<size_t>(l)], r.table[0], k0.data(), v0.data());
+      for (int i = 0; i < kHkv * kD; ++i) moved = std::max(moved, double(std::abs(k0[i] - cpu.store.k_layer(l)[i])));
+    }
+    EXPECT_GT(moved, 1e-2) << "LOOK-M kept the first slot: the test would not tell the anchors apart";
     if (gpu) ASSERT_EQ(gpu->look->compressed_len, C);
     int32_t token = 77;
     for (int k = 0; k < kProbed + kGraphed; ++k) {
