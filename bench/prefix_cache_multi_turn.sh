@@ -5,6 +5,9 @@
 #   [SERVER_ARGS="..."] bench/prefix_cache_multi_turn.sh MODEL_DIR PORT [vlm-bench flags...]
 # SERVER_ARGS adds server flags. Images in turn 1: a multimodal model (e.g. one made by
 # bench/make_qwen2vl_random.py) and vlm-bench's --images-per-request / --image-file.
+# Both servers keep the processed media cache on (its default; SERVER_ARGS="--mm-processor-cache-gb 0"
+# turns it off) and the tokenizer's segment cache: the cache-off column is the prefix cache only.
+# With SERVER_ARGS="--log-level debug" each request logs where its TTFT went (on the server's stdout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=$1 port=$2

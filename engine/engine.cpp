@@ -96,7 +96,9 @@ Engine::~Engine() {
 
 void Engine::step() {
   abort_cancelled();
-  StepTimings t;
+  step_started_ = std::chrono::steady_clock::now();
+  StepTimings& t = step_timings_;
+  t = {};
   const SchedulerOutput out = timed(t.schedule_s, [&] { return schedule(); });
   if (!out.empty() && timed(t.run_s, [&] { return run(out); })) {
     for (const ScheduledChunk& c : out.chunks) blocks_.cache_full_blocks(*c.seq);  // K/V now computed
@@ -227,8 +229,21 @@ void Engine::emit_token(Request& r, Sequence& seq, SampleResult& result) {
     ev.usage = r.usage();
     ev.done = true;
   }
+  if (seq.index == 0 && seq.num_output_tokens() == 1 && spdlog::should_log(spdlog::level::debug)) log_first_token(r);
   r.channel->push(std::move(ev));
   if (done) finish_request(r);
+}
+
+void Engine::log_first_token(const Request& r) const {
+  using ms = std::chrono::duration<double, std::milli>;
+  const auto now = std::chrono::steady_clock::now();
+  const StepTimings& t = step_timings_;
+  const double waited = r.req.submitted_at.time_since_epoch().count() ? ms(r.added_at - r.req.submitted_at).count() : 0;
+  VLM_LOG_DEBUG("engine: request {}: {} prompt tokens ({} cached) queued {:.2f} ms, first token {:.2f} ms after "
+                "the engine took it; its step began {:.2f} ms before it: schedule {:.2f} run {:.2f} sample {:.2f} ms",
+                r.req.id, r.req.prompt_ids.size(), r.seqs.front()->num_prefix_cached_tokens, waited,
+                ms(now - r.added_at).count(), ms(now - step_started_).count(), t.schedule_s * 1e3, t.run_s * 1e3,
+                t.sample_s * 1e3);
 }
 
 void Engine::update_gauges() {

@@ -5,6 +5,7 @@
 // fails (bad text, a failing step) ends with an error event and the engine goes on.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -96,6 +97,7 @@ class Engine {
   void compress_kv(const SchedulerOutput& out);  // LOOK-M: trim compressed sequences' tables
 
   void emit_token(Request& r, Sequence& seq, SampleResult& result);
+  void log_first_token(const Request& r) const;  // debug: where a request's TTFT went
   void abort_cancelled();
   void fork_choices(Request& r, Sequence* parent);
   void register_sequence(Request& r, std::unique_ptr<Sequence> seq);
@@ -129,6 +131,8 @@ class Engine {
   std::unordered_map<int64_t, Request*> request_of_seq_;
   int64_t next_seq_id_ = 1;
   EngineStats stats_;
+  StepTimings step_timings_;                           // the current step's (debug log)
+  std::chrono::steady_clock::time_point step_started_;  // the current step's start
 };
 
 }  // namespace vlm

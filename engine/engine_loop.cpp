@@ -19,6 +19,7 @@ RequestHandle EngineLoop::submit(GenerationRequest request, std::function<void()
   if (stop_) throw RequestError(503, "unavailable_error", "the engine is shutting down");
   engine_->validate(request);  // const, reads only the configuration
   Engine::fill_media_keys(request);  // hashes the pixels here, not on the engine thread
+  request.submitted_at = std::chrono::steady_clock::now();
   const int max_waiting = engine_->config().scheduler.max_waiting;
   if (num_waiting_.load() + static_cast<int64_t>(queue_->num_pending_adds()) >= max_waiting)
     throw RequestError(429, "rate_limit_exceeded",

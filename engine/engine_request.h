@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct Engine::Request {
   std::vector<std::unique_ptr<Sequence>> seqs;     // by choice index; children join at fork
   std::vector<std::unique_ptr<OutputText>> texts;  // by choice index
   int num_finished = 0;
+  std::chrono::steady_clock::time_point added_at = std::chrono::steady_clock::now();  // add_request
 
   Usage usage() const {
     Usage u;

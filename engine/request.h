@@ -2,6 +2,7 @@
 // of RequestEvents out (through a RequestChannel, see request_channel.h).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,6 +30,8 @@ struct GenerationRequest {
   // Prefix caching: requests with different salts never share cached blocks (vLLM's cache_salt).
   std::string cache_salt;
   std::vector<BlockHash> media_keys;       // [images.size()] or empty: Engine::fill_media_keys
+  // When EngineLoop::submit queued it (the engine's debug log times the first token from here).
+  std::chrono::steady_clock::time_point submitted_at{};
 };
 
 struct Usage {

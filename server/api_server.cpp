@@ -70,6 +70,7 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
     constraints_ = std::make_unique<structured::ConstraintCache>(structured::vocabulary_of(*tokenizer_, eos));
   }
   if (chat_template_) tool_format_ = tool_call_format(chat_template_->source());
+  media_cache_ = std::make_unique<ProcessedMediaCache>(options_.mm_processor_cache_bytes);
   if (options_.images)
     image_loader_.emplace(options_.media, options_.image_limits, options_.images->preprocess);
   if (options_.qwen2vl)
@@ -90,6 +91,10 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
   m.declare("vllm:prefix_cache_hits_total", T::Counter, "Prefix cache hits, in terms of number of cached tokens.");
   m.declare("vlm:prefix_cache_blocks", T::Gauge, "KV blocks holding a cached prefix (in use or evictable).");
   m.declare("vlm:media_items_encoded_total", T::Counter, "Media items (images, videos) run through the encoder.");
+  m.declare("vlm:mm_processor_cache_queries_total", T::Counter, "Images looked up in the processed media cache.");
+  m.declare("vlm:mm_processor_cache_hits_total", T::Counter,
+            "Images found in the processed media cache (neither decoded nor preprocessed again).");
+  m.declare("vlm:mm_processor_cache_bytes", T::Gauge, "Pixel bytes the processed media cache holds.");
   // The seed methods (ours, not vLLM's).
   m.declare("vlm:sink_router_groups_routed_total", T::Counter, "SinkRouter decode decisions (token, layer, kv group).");
   m.declare("vlm:sink_router_groups_skipped_total", T::Counter, "SinkRouter groups skipped (KV not read).");
@@ -220,7 +225,7 @@ std::vector<MediaPart> in_placeholder_order(std::vector<MediaPart> parts, const 
 
 }  // namespace
 
-ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_images) const {
+ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_images, RequestTimeline* tl) const {
   const Tokenizer& tok = need_tokenizer("chat");
   if (!chat_template_) bad("messages", "the model has no chat template; use /v1/completions");
   // Image parts become {"type": "image"}, video parts {"type": "video"} for the template (as
@@ -278,6 +283,7 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   if (!r.tools.tools.empty() && !context.contains("tools")) context["tools"] = r.tools.tools;
   ChatTemplate::add_tokenizer_defaults(context, tok, r.add_generation_prompt);
   std::string prompt = chat_template_->render(messages, context);
+  if (tl) tl->template_ms = tl->lap();
   if (r.continue_final_message) {
     // Cut the rendering after the final message's text (as vLLM does).
     const auto& last = r.messages.back()["content"];
@@ -288,22 +294,28 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   // HF processors' tokenization: BOS added unless the template wrote it (never two).
   PromptInput in;
   in.ids = tok.encode_chat(prompt);
+  if (tl) tl->tokenize_ms = tl->lap();
   if (media_loader_) {
     // Token counts depend on each item's size: the media are always loaded.
     parts = in_placeholder_order(std::move(parts), in.ids, media_loader_->image_token_id(),
                                  media_loader_->video_token_id());
     std::vector<MediaTokens> items;
     for (const MediaPart& p : parts) {
-      if (p.modality == Modality::Image) in.images.push_back(media_loader_->load_image(p.urls[0], p.param));
+      if (p.modality == Modality::Image) add_image(in, load_image_cached(*media_cache_, *media_loader_, p.urls[0], p.param));
       else if (p.video_file) in.images.push_back(media_loader_->load_video_file(p.urls[0], p.sampling, p.param));
       else in.images.push_back(media_loader_->load_video(p.urls, p.fps, p.param));
       items.push_back(media_loader_->tokens(in.images.back()));
     }
+    complete_media_keys(in);
     MultimodalPrompt mp = expand_media_tokens(in.ids, media_loader_->image_token_id(),
                                               media_loader_->video_token_id(), items);
     in.ids = std::move(mp.token_ids);
     if (!parts.empty()) in.modalities = std::move(mp.modalities);
-    if (!load_images) in.images.clear();
+    if (!load_images) {
+      in.images.clear();
+      in.media_keys.clear();
+    }
+    if (tl) tl->media_ms = tl->lap();
     return in;
   }
   if (!options_.images) return in;
@@ -313,8 +325,25 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   in.ids = std::move(mp.token_ids);
   if (!parts.empty()) in.modalities = std::move(mp.modalities);
   if (load_images)
-    for (const MediaPart& p : parts) in.images.push_back(image_loader_->load(p.urls[0], p.param));
+    for (const MediaPart& p : parts) add_image(in, load_image_cached(*media_cache_, *image_loader_, p.urls[0], p.param));
+  if (tl) tl->media_ms = tl->lap();
   return in;
+}
+
+void ApiServer::add_image(PromptInput& in, LoadedImage image) {
+  in.images.push_back(std::move(image.pixels));
+  if (image.item_key) {
+    // Keys from the cache: the items loaded before without one get theirs (the engine takes all
+    // or none).
+    while (in.media_keys.size() + 1 < in.images.size())
+      in.media_keys.push_back(media_item_key(in.images[in.media_keys.size()]));
+    in.media_keys.push_back(*image.item_key);
+  }
+}
+
+void ApiServer::complete_media_keys(PromptInput& in) {
+  if (in.media_keys.empty()) return;
+  while (in.media_keys.size() < in.images.size()) in.media_keys.push_back(media_item_key(in.images[in.media_keys.size()]));
 }
 
 void ApiServer::compile_constraint(ApiRequest& r) {
@@ -328,18 +357,22 @@ void ApiServer::compile_constraint(ApiRequest& r) {
 }
 
 HttpReply ApiServer::chat(const HttpRequest& req) {
+  RequestTimeline tl;
   ApiRequest r = parse_api_request(ApiKind::Chat, req.body, defaults_);
   admit(req, r.model);
   compile_constraint(r);
+  tl.parse_ms = tl.lap();
   std::vector<PromptInput> prompts;
-  prompts.push_back(render_chat(r, /*load_images=*/true));
-  return respond(r, std::move(prompts), {}, "chatcmpl-");
+  prompts.push_back(render_chat(r, /*load_images=*/true, &tl));
+  return respond(r, std::move(prompts), {}, "chatcmpl-", tl);
 }
 
 HttpReply ApiServer::completions(const HttpRequest& req) {
+  RequestTimeline tl;
   ApiRequest r = parse_api_request(ApiKind::Completion, req.body, defaults_);
   admit(req, r.model);
   compile_constraint(r);
+  tl.parse_ms = tl.lap();
   std::vector<PromptInput> prompts;
   std::vector<std::string> echo;
   for (const auto& p : r.prompts) {
@@ -347,11 +380,13 @@ HttpReply ApiServer::completions(const HttpRequest& req) {
     else prompts.push_back({p.ids, {}, {}});
     if (r.echo) echo.push_back(p.text ? *p.text : (tokenizer_ ? tokenizer_->decode(p.ids) : ""));
   }
-  return respond(r, std::move(prompts), std::move(echo), "cmpl-");
+  tl.tokenize_ms = tl.lap();
+  return respond(r, std::move(prompts), std::move(echo), "cmpl-", tl);
 }
 
 HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> prompts,
-                             std::vector<std::string> echo_prefix, const std::string& id_prefix) {
+                             std::vector<std::string> echo_prefix, const std::string& id_prefix,
+                             RequestTimeline tl) {
   ResponseMeta meta;
   meta.kind = r.kind;
   meta.id = id_prefix + random_hex(next_id_++);
@@ -379,6 +414,7 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> promp
     g.prompt_ids = std::move(prompts[p].ids);
     g.prompt_modalities = std::move(prompts[p].modalities);
     g.images = std::move(prompts[p].images);
+    g.media_keys = std::move(prompts[p].media_keys);
     g.params = r.params;
     g.look_m = r.look_m;
     g.cache_salt = r.cache_salt;
@@ -393,9 +429,17 @@ HttpReply ApiServer::respond(const ApiRequest& r, std::vector<PromptInput> promp
       throw;
     }
   }
+  tl.submit_ms = tl.lap();
   const auto arrival = meta.arrival;
-  OutcomeHook hook = [this, arrival, num_prompt_tokens](const CompletionOutcome& o) {
+  OutcomeHook hook = [this, arrival, num_prompt_tokens, tl, id = meta.id](const CompletionOutcome& o) {
     record_outcome(o, std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count(), num_prompt_tokens);
+    if (o.ttft_s >= 0 && spdlog::should_log(spdlog::level::debug)) {
+      const double first_ms = o.ttft_s * 1e3 - std::chrono::duration<double, std::milli>(tl.last - arrival).count();
+      VLM_LOG_DEBUG("request {}: {} prompt tokens ({} cached): parse {:.2f} template {:.2f} tokenize {:.2f} "
+                    "media {:.2f} submit {:.2f} ms, then first token {:.2f} ms later",
+                    id, num_prompt_tokens, o.usage.cached_tokens, tl.parse_ms, tl.template_ms, tl.tokenize_ms,
+                    tl.media_ms, tl.submit_ms, first_ms);
+    }
   };
   if (r.stream) {
     HttpReply reply;
@@ -503,6 +547,10 @@ HttpReply ApiServer::metrics_text(const HttpRequest&) {
   counter_to("vllm:prefix_cache_hits_total", static_cast<double>(s.prefix_cache_hits));
   counter_to("vlm:media_items_encoded_total", static_cast<double>(s.num_media_items_encoded));
   metrics_.set("vlm:prefix_cache_blocks", static_cast<double>(s.num_cached_kv_blocks), model);
+  const ProcessedMediaCache::Stats mc = media_cache_->stats();
+  counter_to("vlm:mm_processor_cache_queries_total", static_cast<double>(mc.hits + mc.misses));
+  counter_to("vlm:mm_processor_cache_hits_total", static_cast<double>(mc.hits));
+  if (media_cache_->enabled()) metrics_.set("vlm:mm_processor_cache_bytes", static_cast<double>(mc.bytes), model);
   counter_to("vlm:sink_router_groups_routed_total", static_cast<double>(s.sink_groups_routed));
   counter_to("vlm:sink_router_groups_skipped_total", static_cast<double>(s.sink_groups_skipped));
   counter_to("vlm:sink_router_kv_bytes_skipped_total", static_cast<double>(s.sink_kv_bytes_skipped));

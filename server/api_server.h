@@ -34,8 +34,10 @@
 #include "server/media/onevision_media_loader.h"
 #include "server/media/qwen2vl_media_loader.h"
 #include "server/media/media_fetch.h"
+#include "server/media/processed_media_cache.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/request_timeline.h"
 #include "server/http/router.h"
 
 namespace vlm {
@@ -59,6 +61,9 @@ struct ApiServerOptions {
   int max_images_per_request = 8;
   int max_videos_per_request = 4;
   ImageLimits image_limits;       // encoded bytes and decoded pixels of one image
+  // Processed media cache (server/media/processed_media_cache.h): preprocessed images kept by
+  // their bytes' hash, LRU within this many pixel bytes; 0: off (--mm-processor-cache-gb).
+  int64_t mm_processor_cache_bytes = 4ll << 30;
   int heartbeat_ms = 5000;
 };
 
@@ -72,6 +77,7 @@ class ApiServer {
   void set_ready(bool ready) { ready_ = ready; }
   void set_draining(bool draining) { draining_ = draining; }
   MetricsRegistry& metrics() { return metrics_; }
+  ProcessedMediaCache::Stats media_cache_stats() const { return media_cache_->stats(); }
 
  private:
   HttpReply chat(const HttpRequest& req);
@@ -92,14 +98,20 @@ class ApiServer {
     std::vector<int32_t> ids;
     std::vector<ModalityTag> modalities;
     std::vector<MediaPixels> images;  // images and videos, prompt order
+    std::vector<BlockHash> media_keys;  // [images.size()] media_item_key of each, or empty
   };
   // Renders the chat template and tokenizes; with media, expands the placeholders and (when
   // load_images, and always for the families with a MediaItemLoader, whose token counts depend
   // on the sizes)
   // fetches, decodes and preprocesses the images and videos. Throws RequestError (400).
-  PromptInput render_chat(const ApiRequest& r, bool load_images) const;
+  // tl: laps of the template, tokenizer and media (none when null).
+  PromptInput render_chat(const ApiRequest& r, bool load_images, RequestTimeline* tl = nullptr) const;
+  // Appends a loaded image (and its key, when it has one) to `in`; complete_media_keys gives the
+  // items after the last image their keys when any item has one.
+  static void add_image(PromptInput& in, LoadedImage image);
+  static void complete_media_keys(PromptInput& in);
   HttpReply respond(const ApiRequest& r, std::vector<PromptInput> prompts,
-                    std::vector<std::string> echo_prefix, const std::string& id_prefix);
+                    std::vector<std::string> echo_prefix, const std::string& id_prefix, RequestTimeline tl);
   void record_outcome(const struct CompletionOutcome& o, double e2e_s, int64_t num_prompt_tokens);
   // Compiles r.constraint (cached) into r.params.constraint. Throws RequestError(400) naming the
   // keyword or syntax the constraint does not support.
@@ -111,6 +123,7 @@ class ApiServer {
   std::optional<ChatTemplate> chat_template_;
   std::optional<ImageLoader> image_loader_;
   std::unique_ptr<MediaItemLoader> media_loader_;  // qwen2vl or onevision: images and videos
+  std::unique_ptr<ProcessedMediaCache> media_cache_;  // images, by their bytes (thread-safe)
   SamplingDefaults defaults_;
   std::unique_ptr<structured::ConstraintCache> constraints_;  // with a tokenizer
   ToolCallFormat tool_format_ = ToolCallFormat::Hermes;      // from the chat template

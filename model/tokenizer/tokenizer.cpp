@@ -7,12 +7,14 @@
 
 #include "kernels/core/check.h"
 #include "model/tokenizer/components/byte_level.h"
+#include "model/tokenizer/segment_cache.h"
 #include "model/tokenizer/tokenizer_json.h"
 #include "model/tokenizer/utf8.h"
 
 namespace vlm {
 
-Tokenizer::Tokenizer(std::unique_ptr<TokenizerParts> parts) : parts_(std::move(parts)) {
+Tokenizer::Tokenizer(std::unique_ptr<TokenizerParts> parts)
+    : parts_(std::move(parts)), segments_(std::make_unique<SegmentCache>(kSegmentCacheBytes, kMinCachedSegmentBytes)) {
   bos_token_ = parts_->bos_token;
   eos_token_ = parts_->eos_token;
   if (!bos_token_.empty()) bos_id_ = token_to_id(bos_token_);
@@ -68,7 +70,11 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       ids.push_back(seg.id);
       continue;
     }
-    normalized.assign(text.substr(seg.begin, seg.end - seg.begin));
+    const std::string_view seg_text = text.substr(seg.begin, seg.end - seg.begin);
+    const bool cache = segments_->keeps(seg_text);
+    if (cache && segments_->lookup(seg_text, seg.begin == 0, ids)) continue;
+    const size_t before = ids.size();
+    normalized.assign(seg_text);
     if (p.normalizer) p.normalizer->normalize(normalized);
     inner.clear();
     p.added.split(normalized, /*normalized=*/true, inner);
@@ -82,6 +88,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       if (p.pre_tokenizer) p.pre_tokenizer->pre_tokenize(pieces);
       for (const PreToken& piece : pieces) p.model->tokenize(piece.text, ids);
     }
+    if (cache) segments_->insert(seg_text, seg.begin == 0, std::span<const int32_t>(ids).subspan(before));
   }
   if (add_special_tokens && p.post_processor) p.post_processor->process(ids);
   return ids;
@@ -161,6 +168,11 @@ bool Tokenizer::is_special(int32_t id) const {
   return t && t->special;
 }
 
-void Tokenizer::clear_cache() const { parts_->model->clear_cache(); }
+void Tokenizer::clear_cache() const {
+  parts_->model->clear_cache();
+  segments_->clear();
+}
+
+size_t Tokenizer::num_cached_segments() const { return segments_->size(); }
 
 }  // namespace vlm

@@ -3,7 +3,8 @@
 //
 // encode(text): added tokens are cut out of the raw text first (never split, never normalized;
 // normalized added tokens are cut from each normalized piece), the rest is normalized,
-// pre-tokenized into words and each word BPE-encoded (with a cache); with add_special_tokens
+// pre-tokenized into words and each word BPE-encoded (with a cache; whole raw segments, the text
+// between added tokens, are cached too: a chat's resent history); with add_special_tokens
 // the post-processor then adds BOS/EOS or its template. decode(ids): token strings through the
 // decoder chain (see model/tokenizer/components/token_decoder.h). The pipeline's parts: model/tokenizer/tokenizer_json.h.
 //
@@ -21,6 +22,7 @@
 namespace vlm {
 
 struct TokenizerParts;
+class SegmentCache;
 
 class Tokenizer {
  public:
@@ -64,12 +66,17 @@ class Tokenizer {
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
 
-  // Empties the word cache (benchmarks measure cold encoding with it).
+  // Empties the word and segment caches (benchmarks measure cold encoding with it).
   void clear_cache() const;
+  // Raw segments (text between added tokens) whose ids encode() keeps (model/tokenizer/segment_cache.h).
+  size_t num_cached_segments() const;
+  static constexpr size_t kSegmentCacheBytes = 16 << 20;
+  static constexpr size_t kMinCachedSegmentBytes = 32;
 
  private:
   explicit Tokenizer(std::unique_ptr<TokenizerParts> parts);
   std::unique_ptr<TokenizerParts> parts_;
+  std::unique_ptr<SegmentCache> segments_;  // thread-safe
   std::string bos_token_, eos_token_;
   std::optional<int32_t> bos_id_, eos_id_;
 };

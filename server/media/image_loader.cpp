@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -13,11 +14,38 @@ namespace vlm {
 ImageLoader::ImageLoader(MediaFetchOptions fetch, ImageLimits limits, ImagePreprocessConfig preprocess)
     : fetch_(std::move(fetch)), limits_(limits), preprocessor_(std::move(preprocess)) {
   fetch_.max_bytes = std::min(fetch_.max_bytes, limits_.max_bytes);
+  Hasher128 h;
+  h.add(0x6c6c617661ull);  // "llava"
+  add_to_key(h, preprocessor_.config());
+  add_to_key(h, limits_);
+  preprocess_key_ = h.digest();
+}
+
+void add_double(Hasher128& h, double v) {
+  uint64_t w = 0;
+  std::memcpy(&w, &v, sizeof w);
+  h.add(w);
+}
+
+void add_to_key(Hasher128& h, const ImagePreprocessConfig& c) {
+  for (int v : {int(c.do_pad), int(c.do_resize), c.shortest_edge, c.resize_h, c.resize_w, c.resample,
+                int(c.do_center_crop), c.crop_h, c.crop_w, int(c.do_rescale), int(c.do_normalize)})
+    h.add(static_cast<uint64_t>(static_cast<uint32_t>(v)));
+  add_double(h, c.rescale_factor);
+  for (float v : c.mean) add_double(h, v);
+  for (float v : c.std) add_double(h, v);
+}
+
+void add_to_key(Hasher128& h, const ImageLimits& limits) {
+  h.add(static_cast<uint64_t>(limits.max_bytes)).add(static_cast<uint64_t>(limits.max_pixels));
 }
 
 RgbImage fetch_image(const std::string& url, const MediaFetchOptions& fetch, const ImageLimits& limits,
                      const std::string& param) {
-  const MediaBytes bytes = fetch_media(url, fetch, param);
+  return decode_fetched_image(fetch_media(url, fetch, param), limits, param);
+}
+
+RgbImage decode_fetched_image(const MediaBytes& bytes, const ImageLimits& limits, const std::string& param) {
   try {
     return decode_image({reinterpret_cast<const uint8_t*>(bytes.data.data()), bytes.data.size()}, limits);
   } catch (const RequestError& e) {
@@ -46,7 +74,15 @@ std::vector<RgbImage> fetch_video_frames(const std::vector<std::string>& frames,
 }
 
 ImagePixels ImageLoader::load(const std::string& url, const std::string& param) const {
-  const RgbImage rgb = fetch_image(url, fetch_, limits_, param);
+  return image_from_bytes(fetch_image_bytes(url, param), param);
+}
+
+MediaBytes ImageLoader::fetch_image_bytes(const std::string& url, const std::string& param) const {
+  return fetch_media(url, fetch_, param);
+}
+
+ImagePixels ImageLoader::image_from_bytes(const MediaBytes& bytes, const std::string& param) const {
+  const RgbImage rgb = decode_fetched_image(bytes, limits_, param);
   const auto [h, w] = preprocessor_.config().output_size_for(rgb.width, rgb.height);
   ImagePixels out;
   out.data = preprocessor_.preprocess(rgb);

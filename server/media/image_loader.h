@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/media_inputs.h"
+#include "engine/scheduling/block_hash.h"
 #include "model/media/image_decode.h"
 #include "model/media/image_preprocess.h"
 #include "server/media/media_fetch.h"
@@ -18,6 +19,14 @@ namespace vlm {
 // pixel limits. Shared by the LLaVA and the Qwen2-VL loaders.
 RgbImage fetch_image(const std::string& url, const MediaFetchOptions& fetch, const ImageLimits& limits,
                      const std::string& param);
+// Decodes fetched bytes within `limits`; errors as fetch_image's.
+RgbImage decode_fetched_image(const MediaBytes& bytes, const ImageLimits& limits, const std::string& param);
+
+// Adds to `h` what of the settings changes a loader's output or what it accepts (the processed
+// media cache's preprocess keys, server/media/processed_media_cache.h).
+void add_to_key(Hasher128& h, const ImagePreprocessConfig& c);
+void add_to_key(Hasher128& h, const ImageLimits& limits);
+void add_double(Hasher128& h, double v);
 
 class ImageLoader {
  public:
@@ -26,11 +35,17 @@ class ImageLoader {
   // Throws RequestError (400, param `param`) for a URL that cannot be fetched, bytes that are
   // not a supported image, or an image over the byte or pixel limits; the message says which.
   ImagePixels load(const std::string& url, const std::string& param) const;
+  // load() in two parts (the processed media cache keys on the bytes in between), and the key of
+  // this loader's preprocessing.
+  MediaBytes fetch_image_bytes(const std::string& url, const std::string& param) const;
+  ImagePixels image_from_bytes(const MediaBytes& bytes, const std::string& param) const;
+  BlockHash image_preprocess_key() const { return preprocess_key_; }
 
  private:
   MediaFetchOptions fetch_;
   ImageLimits limits_;
   ImagePreprocessor preprocessor_;
+  BlockHash preprocess_key_;
 };
 
 }  // namespace vlm

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/scheduling/block_hash.h"
 #include "model/families/multimodal_input.h"
 #include "model/media/image_decode.h"
 #include "model/media/media_pixels.h"
@@ -21,7 +22,15 @@ class MediaItemLoader {
  public:
   virtual ~MediaItemLoader() = default;
   // Throw RequestError (400, param `param`) for what cannot be fetched, decoded or preprocessed.
-  virtual MediaPixels load_image(const std::string& url, const std::string& param) const = 0;
+  // load_image = image_from_bytes(fetch_image_bytes(...)); the processed media cache
+  // (server/media/processed_media_cache.h) keys on the bytes in between and image_preprocess_key().
+  MediaPixels load_image(const std::string& url, const std::string& param) const {
+    return image_from_bytes(fetch_image_bytes(url, param), param);
+  }
+  virtual MediaBytes fetch_image_bytes(const std::string& url, const std::string& param) const = 0;
+  virtual MediaPixels image_from_bytes(const MediaBytes& bytes, const std::string& param) const = 0;
+  // Identity of everything that changes an image's MediaPixels or whether it is accepted.
+  virtual BlockHash image_preprocess_key() const = 0;
   virtual MediaPixels load_video(const std::vector<std::string>& frames, double fps,
                                  const std::string& param) const = 0;
   // One video file (a single URL), frames sampled per `sampling` (the request's keys over

@@ -10,10 +10,22 @@ namespace vlm {
 OnevisionMediaLoader::OnevisionMediaLoader(MediaFetchOptions fetch, ImageLimits limits, OnevisionMediaOptions options)
     : fetch_(std::move(fetch)), limits_(limits), options_(std::move(options)) {
   fetch_.max_bytes = std::min(fetch_.max_bytes, limits_.max_bytes);
+  Hasher128 h;
+  h.add(0x6f6e65766973ull);  // "onevis"
+  h.add(static_cast<uint64_t>(options_.image.size));
+  for (const Resolution& r : options_.image.grid_pinpoints)
+    h.add(static_cast<uint64_t>(r.height)).add(static_cast<uint64_t>(r.width));
+  add_to_key(h, options_.image.norm);
+  add_to_key(h, limits_);
+  preprocess_key_ = h.digest();
 }
 
-MediaPixels OnevisionMediaLoader::load_image(const std::string& url, const std::string& param) const {
-  return preprocess_onevision_image(fetch_image(url, fetch_, limits_, param), options_.image);
+MediaBytes OnevisionMediaLoader::fetch_image_bytes(const std::string& url, const std::string& param) const {
+  return fetch_media(url, fetch_, param);
+}
+
+MediaPixels OnevisionMediaLoader::image_from_bytes(const MediaBytes& bytes, const std::string& param) const {
+  return preprocess_onevision_image(decode_fetched_image(bytes, limits_, param), options_.image);
 }
 
 MediaPixels OnevisionMediaLoader::load_video(const std::vector<std::string>& frames, double fps,

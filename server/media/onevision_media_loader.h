@@ -30,7 +30,11 @@ class OnevisionMediaLoader : public MediaItemLoader {
  public:
   OnevisionMediaLoader(MediaFetchOptions fetch, ImageLimits limits, OnevisionMediaOptions options);
 
-  MediaPixels load_image(const std::string& url, const std::string& param) const override;
+  MediaBytes fetch_image_bytes(const std::string& url, const std::string& param) const override;
+  // Throws RequestError (400, param `param`) for bytes that are not a supported image, an image
+  // over the byte or pixel limits, or a size the preprocessing refuses.
+  MediaPixels image_from_bytes(const MediaBytes& bytes, const std::string& param) const override;
+  BlockHash image_preprocess_key() const override { return preprocess_key_; }
   MediaPixels load_video(const std::vector<std::string>& frames, double fps, const std::string& param) const override;
   // Video files are not taken yet (LlavaOnevisionVideoProcessor's frame sampling has no oracle
   // here): a 400 asking for the frames.
@@ -45,6 +49,7 @@ class OnevisionMediaLoader : public MediaItemLoader {
 
  private:
   MediaFetchOptions fetch_;
+  BlockHash preprocess_key_;
   ImageLimits limits_;
   OnevisionMediaOptions options_;
 };

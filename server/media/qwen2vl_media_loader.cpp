@@ -12,6 +12,17 @@ namespace vlm {
 Qwen2VLMediaLoader::Qwen2VLMediaLoader(MediaFetchOptions fetch, ImageLimits limits, Qwen2VLMediaOptions options)
     : fetch_(std::move(fetch)), limits_(limits), options_(std::move(options)) {
   fetch_.max_bytes = std::min(fetch_.max_bytes, limits_.max_bytes);
+  const Qwen2VLPreprocessConfig& c = options_.image;
+  Hasher128 h;
+  h.add(0x7177656e32766cull);  // "qwen2vl"
+  for (int64_t v : {c.min_pixels, c.max_pixels, int64_t{c.patch_size}, int64_t{c.temporal_patch_size},
+                    int64_t{c.merge_size}, int64_t{c.do_resize}, int64_t{c.do_rescale}, int64_t{c.do_normalize}})
+    h.add(static_cast<uint64_t>(v));
+  add_double(h, c.rescale_factor);
+  for (float v : c.mean) add_double(h, v);
+  for (float v : c.std) add_double(h, v);
+  add_to_key(h, limits_);
+  preprocess_key_ = h.digest();
 }
 
 namespace {
@@ -38,8 +49,12 @@ auto with_param(const std::string& param, F&& f) {
 
 }  // namespace
 
-MediaPixels Qwen2VLMediaLoader::load_image(const std::string& url, const std::string& param) const {
-  const RgbImage rgb = fetch_image(url, fetch_, limits_, param);
+MediaBytes Qwen2VLMediaLoader::fetch_image_bytes(const std::string& url, const std::string& param) const {
+  return fetch_media(url, fetch_, param);
+}
+
+MediaPixels Qwen2VLMediaLoader::image_from_bytes(const MediaBytes& bytes, const std::string& param) const {
+  const RgbImage rgb = decode_fetched_image(bytes, limits_, param);
   return with_param(param, [&] {
     return to_media(qwen2vl_preprocess(std::span<const RgbImage>(&rgb, 1), options_.image), Modality::Image,
                     options_.image);

@@ -51,10 +51,11 @@ class Qwen2VLMediaLoader : public MediaItemLoader {
   Qwen2VLMediaLoader(MediaFetchOptions fetch, ImageLimits limits, Qwen2VLMediaOptions options);
   const Qwen2VLMediaOptions& options() const { return options_; }
 
-  // Throws RequestError (400, param `param`) for a URL that cannot be fetched, bytes that are
-  // not a supported image, an image over the byte or pixel limits, or a size smart_resize
-  // refuses (a side under 10 pixels, aspect ratio over 200).
-  MediaPixels load_image(const std::string& url, const std::string& param) const override;
+  MediaBytes fetch_image_bytes(const std::string& url, const std::string& param) const override;
+  // Throws RequestError (400, param `param`) for bytes that are not a supported image, an image
+  // over the byte or pixel limits, or a size the preprocessing refuses.
+  MediaPixels image_from_bytes(const MediaBytes& bytes, const std::string& param) const override;
+  BlockHash image_preprocess_key() const override { return preprocess_key_; }
   // frames: one URL per frame. Throws RequestError (400, param `param`) as load_image, and for
   // no frames, more than max_video_frames, frames of different sizes, or fps not in (0, 1000].
   MediaPixels load_video(const std::vector<std::string>& frames, double fps, const std::string& param) const override;
@@ -74,6 +75,7 @@ class Qwen2VLMediaLoader : public MediaItemLoader {
 
  private:
   MediaFetchOptions fetch_;
+  BlockHash preprocess_key_;
   ImageLimits limits_;
   Qwen2VLMediaOptions options_;
 };

@@ -7,6 +7,7 @@
 //              [--dtype auto|bfloat16|float16|float32] [--device auto|cpu|cuda]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
+//              [--mm-processor-cache-gb G]
 //              [--max-videos-per-request N] [--max-video-frames N] [--max-video-bytes N]
 //              [--max-video-seconds S] [--max-video-file-frames N] [--video-decode-timeout-ms MS]
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
@@ -88,6 +89,7 @@ const std::map<std::string, std::string> kFlags = {
     {"max-images-per-request", "images in one chat request (default 8)"},
     {"max-image-bytes", "encoded bytes of one image (default 20 MiB)"},
     {"max-image-pixels", "width x height of one image (default 64 Mi)"},
+    {"mm-processor-cache-gb", "preprocessed images kept by their bytes' hash, GiB (default 4, as vLLM; 0: off)"},
     {"max-videos-per-request", "videos in one chat request (default 4; Qwen2-VL family)"},
     {"max-video-frames", "frames of one video (default 32; Qwen2-VL family)"},
     {"max-video-bytes", "encoded bytes of one video file (default 64 MiB)"},
@@ -276,6 +278,9 @@ int main(int argc, char** argv) {
     api.image_limits.max_bytes = int_flag(flags, "max-image-bytes", api.media.max_bytes, 1);
     api.image_limits.max_pixels = int_flag(flags, "max-image-pixels", api.image_limits.max_pixels, 1);
     api.media.max_bytes = api.image_limits.max_bytes;
+    if (flags.count("mm-processor-cache-gb"))
+      api.mm_processor_cache_bytes = static_cast<int64_t>(
+          cli().number("mm-processor-cache-gb", flags.at("mm-processor-cache-gb"), 0.0, 1 << 20) * (1ll << 30));
     vlm::VideoLimits video_limits;
     video_limits.max_bytes = int_flag(flags, "max-video-bytes", video_limits.max_bytes, 1);
     video_limits.max_pixels = api.image_limits.max_pixels;

@@ -16,7 +16,8 @@
 //    Query head h reads KV head h / (H / Hkv) (GQA). scale multiplies q·k.
 //
 // Kernel choice (no flags): prefill attention uses tensor cores when kv.dtype is BF16/F16: on
-// Hopper with D = 128 wgmma (128 query rows per CTA, two warpgroups, 128-key tiles), else
+// Hopper with D = 128 wgmma (128 query rows per CTA, a producer warpgroup and two consumer
+// warpgroups in pingpong, 128-key tiles), else
 // mma.sync m16n8k16 (FlashAttention-2 style: 128 query rows per CTA, 32 per warp, K/V tiles
 // streamed through shared memory, online softmax) (q is rounded to kv.dtype on load); when kv.dtype is F32 it
 // runs the same tiling with f32 FMA (no TF32): the exact path. Decode attention is split along the
@@ -65,13 +66,14 @@ void paged_kv_write_naive(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/,
 // ---- prefill (any q_len; mixed prefill chunks and decode rows allowed) ----
 // q[T, H, D] and out[T, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;
 // kv.block_size a power of two.
-// Kernel: kAuto takes kWgmma (prefill_attention_sm90.cu, the faster of the two Hopper kernels as
+// Kernel: kAuto takes kWgmmaPp (prefill_attention_sm90.cu, the fastest of the Hopper kernels as
 // measured in bench/RESULTS.md) on an sm_90 GPU when D = 128 and the cache is BF16/F16, else the
 // mma.sync kernel (F32 cache: the f32 kernel).
-// kMmaSync, kWgmma (all threads load and compute) and kWgmmaWs (a producer warpgroup loads, two
-// consumer warpgroups compute) name one (the wgmma ones fall back to mma.sync where unsupported);
-// tests compare them. VLM_CUDA_PREFILL_KERNEL=mma|wgmma|ws makes kAuto take that one (benchmarks).
-enum class PrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWs };
+// kMmaSync, kWgmma (all threads load and compute), kWgmmaWs (a producer warpgroup loads, two
+// consumer warpgroups compute) and kWgmmaPp (the same with the consumers in pingpong) name one
+// (the wgmma ones fall back to mma.sync where unsupported); tests compare them.
+// VLM_CUDA_PREFILL_KERNEL=mma|wgmma|ws|pp makes kAuto take that one (benchmarks).
+enum class PrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWs, kWgmmaPp };
 void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                              const CudaAttentionBatch& batch, float scale, void* out /*[T,H,D]*/,
                              cudaStream_t stream, PrefillKernel kernel = PrefillKernel::kAuto);

@@ -18,6 +18,16 @@
 
 namespace vlm::cuda::tile {
 
+// The CTA shape of the FlashAttention-2-style mma.sync kernels (prefill_attention.cu,
+// varlen_attention.cu): 4 warps of two 16-row slabs each, 128 query rows.
+namespace fa2 {
+constexpr int kWarps = 4;
+constexpr int kMT = 2;  // 16-row slabs per warp
+constexpr int kWarpRows = 16 * kMT;
+constexpr int kBM = kWarpRows * kWarps;  // query rows per CTA
+constexpr int kThreads = 32 * kWarps;
+}  // namespace fa2
+
 // Shared-memory tiles are [rows][D] 16-bit elements; the 16-byte chunk c of row r is stored at
 // chunk c ^ (r & 7), so the 8 row addresses of an ldmatrix fall in distinct banks.
 template <int D>
@@ -87,14 +97,14 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // Loads keys [key0, key0 + ROWS) of KV head h (K and V) from the paged cache into swizzled
 // shared tiles sk, sv [ROWS][D] with cp.async; keys at or beyond key_end are zero-filled (so a
 // masked P of 0 never meets garbage V). NT threads share the work. kv.block_size must be a power
-// of two.
-template <int ROWS, int D, int NT, class T>
+// of two. Lay: the tiles' layout (Lay::at(row, col): element offset); UNROLL: the copy loop's unroll.
+template <int ROWS, int D, int NT, class T, class Lay = SwizzledRows<D>, int UNROLL = 2>
 __device__ __forceinline__ void load_kv_tile(const KVView& kv, const int32_t* table, int h, int key0, int key_end,
                                              T* sk, T* sv, int tid) {
   constexpr int kChunks = D / 8;
   const T* kbase = static_cast<const T*>(kv.k);
   const T* vbase = static_cast<const T*>(kv.v);
-#pragma unroll 2
+#pragma unroll UNROLL
   for (int i = tid; i < ROWS * kChunks; i += NT) {
     const int r = i / kChunks, c = i % kChunks;
     const int key = key0 + r;
@@ -104,7 +114,7 @@ __device__ __forceinline__ void load_kv_tile(const KVView& kv, const int32_t* ta
       off = kv.token_offset(table, h, key) + c * 8;
       bytes = 16;
     }
-    const int s = swz<D>(r, c * 8);
+    const int s = Lay::at(r, c * 8);
     cp_async16(sk + s, kbase + off, bytes);
     cp_async16(sv + s, vbase + off, bytes);
   }
@@ -230,6 +240,30 @@ __device__ __forceinline__ void online_softmax(float (&s)[NK][4], float (&m)[2],
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Normalizes and stores one warp's MT 16-row slabs (o, l: online_softmax's state; rows
+// warp_row0 + 16 mt + g and + 8 of the tile, those < rows): row r goes to out + r * row_stride,
+// columns [0, D) of the Dp computed.
+template <int Dp, int MT, class TO>
+__device__ __forceinline__ void store_slabs(TO* out, int64_t row_stride, int D, const float (&o)[MT][Dp / 8][4],
+                                            const float (&l)[MT][2], int warp_row0, int rows, int lane) {
+  const int g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp_row0 + mt * 16 + g + 8 * r;
+      const float inv = 1.f / quad_sum(l[mt][r]);
+      if (row >= rows) continue;
+      TO* dst = out + int64_t(row) * row_stride;
+#pragma unroll
+      for (int nn = 0; nn < Dp / 8; ++nn) {
+        if (nn * 8 >= D) break;
+        dst[nn * 8 + 2 * t4] = from_f32<TO>(o[mt][nn][2 * r] * inv);
+        dst[nn * 8 + 2 * t4 + 1] = from_f32<TO>(o[mt][nn][2 * r + 1] * inv);
+      }
+    }
 }
 
 }  // namespace vlm::cuda::tile

@@ -19,11 +19,7 @@
 namespace vlm::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kMT = 2;                  // 16-row slabs per warp
-constexpr int kWarpRows = 16 * kMT;
-constexpr int kBM = kWarpRows * kWarps;  // query rows per CTA
-constexpr int kThreads = 32 * kWarps;
+using namespace tile::fa2;  // the CTA shape: kWarps, kMT, kWarpRows, kBM, kThreads
 
 template <int D, int kBN, class T>
 constexpr int prefill_smem_bytes() {
@@ -103,21 +99,7 @@ prefill_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch ba
     __syncthreads();
   }
 
-  // Normalize and store rows g and g+8 of each of the warp's slabs.
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = warp * kWarpRows + mt * 16 + g + 8 * r;
-      const float inv = 1.f / tile::quad_sum(l[mt][r]);
-      if (row >= rows) continue;
-      TQ* dst = out + (int64_t(t0 + m0 + row) * H + h) * D;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        dst[n * 8 + 2 * t4] = from_f32<TQ>(o[mt][n][2 * r] * inv);
-        dst[n * 8 + 2 * t4 + 1] = from_f32<TQ>(o[mt][n][2 * r + 1] * inv);
-      }
-    }
+  tile::store_slabs<D>(out + (int64_t(t0 + m0) * H + h) * D, int64_t(H) * D, D, o, l, warp * kWarpRows, rows, lane);
 }
 
 template <int D, int kBN, class T, class TQ>
@@ -145,7 +127,7 @@ void launch_prefill(const void* q, int H, const PagedKVLayer& kv, const CudaAtte
 }
 
 // The Hopper kernel kAuto takes (measured: bench/RESULTS.md, "GPU attention kernels").
-constexpr PrefillKernel kDefaultSm90 = PrefillKernel::kWgmma;
+constexpr PrefillKernel kDefaultSm90 = PrefillKernel::kWgmmaPp;
 
 }  // namespace
 
@@ -163,11 +145,12 @@ void paged_prefill_attention(const void* q, DType act, int num_heads, const Page
     const std::string v = e ? e : "";
     return v == "mma" ? PrefillKernel::kMmaSync : v == "wgmma" ? PrefillKernel::kWgmma
                                                 : v == "ws"    ? PrefillKernel::kWgmmaWs
+                                                : v == "pp"    ? PrefillKernel::kWgmmaPp
                                                                : PrefillKernel::kAuto;
   }();
   if (kernel == PrefillKernel::kAuto) kernel = env_choice == PrefillKernel::kAuto ? kDefaultSm90 : env_choice;
   if (kernel != PrefillKernel::kMmaSync && prefill_sm90_supported(kv)) {
-    prefill_attention_sm90(q, act, num_heads, kv, batch, scale, out, kernel == PrefillKernel::kWgmmaWs, stream);
+    prefill_attention_sm90(q, act, num_heads, kv, batch, scale, out, kernel, stream);
     return;
   }
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {

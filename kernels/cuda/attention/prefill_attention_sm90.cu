@@ -1,6 +1,6 @@
 // Dense causal prefill attention on Hopper (sm_90a): wgmma over the paged cache, one launch for all
 // sequences of a step (varlen, GQA, chunks over cached context). The tile loops are
-// attend_query_tile / attend_query_tile_ws (prefill_sm90.cuh) driven by the causal key-tile list.
+// attend_query_tile / attend_query_tile_ws<PP> (prefill_sm90.cuh) driven by the causal key-tile list.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -28,8 +28,16 @@ __device__ __forceinline__ bool query_tile(const CudaAttentionBatch& batch, int 
   return true;
 }
 
-template <class T, class TQ>
-__global__ void __launch_bounds__(wg::kThreads, 1)
+// The Hopper kernels, K naming the tile loop: kWgmma attend_query_tile, kWgmmaWs
+// attend_query_tile_ws<false>, kWgmmaPp attend_query_tile_ws<true> (pingpong).
+template <PrefillKernel K>
+constexpr int kCtaThreads = K == PrefillKernel::kWgmma ? wg::kThreads : wg::kWsThreads;
+template <PrefillKernel K>
+constexpr int kCtaSmem = K == PrefillKernel::kWgmma ? wg::kSmemBytes
+                         : K == PrefillKernel::kWgmmaWs ? wg::kWsSmemBytes : wg::kPpSmemBytes;
+
+template <class T, class TQ, PrefillKernel K>
+__global__ void __launch_bounds__(kCtaThreads<K>, 1)
 prefill_sm90_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
                     TQ* __restrict__ out) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -37,40 +45,28 @@ prefill_sm90_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   wg::QueryTile qt;
   if (!query_tile(batch, H, kv, qt)) return;
   const wg::CausalKeyTiles tiles{(qt.pos0 + qt.rows + wg::kBN - 1) / wg::kBN};
-  wg::attend_query_tile<T>(q, out, kv, qt, tiles, scale_log2, smem);
+  if constexpr (K == PrefillKernel::kWgmma) wg::attend_query_tile<T>(q, out, kv, qt, tiles, scale_log2, smem);
+  else wg::attend_query_tile_ws<K == PrefillKernel::kWgmmaPp, T>(q, out, kv, qt, tiles, scale_log2, smem);
 #endif
 }
 
-template <class T, class TQ>
-__global__ void __launch_bounds__(wg::kWsThreads, 1)
-prefill_sm90_ws_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
-                       TQ* __restrict__ out) {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) unsigned char smem[];
-  wg::QueryTile qt;
-  if (!query_tile(batch, H, kv, qt)) return;
-  const wg::CausalKeyTiles tiles{(qt.pos0 + qt.rows + wg::kBN - 1) / wg::kBN};
-  wg::attend_query_tile_ws<T>(q, out, kv, qt, tiles, scale_log2, smem);
-#endif
+template <class T, class TQ, PrefillKernel K>
+void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale, void* out,
+            cudaStream_t stream) {
+  const dim3 grid((batch.max_q_len + wg::kBM - 1) / wg::kBM, H, batch.num_seqs);
+  static const bool smem_ok = allow_dynamic_smem(prefill_sm90_kernel<T, TQ, K>, kCtaSmem<K>);
+  (void)smem_ok;
+  prefill_sm90_kernel<T, TQ, K><<<grid, kCtaThreads<K>, kCtaSmem<K>, stream>>>(
+      static_cast<const TQ*>(q), H, kv_view(kv), batch, scale * float(M_LOG2E), static_cast<TQ*>(out));
+  VLM_CUDA_CHECK_LAUNCH();
 }
 
 template <class T, class TQ>
 void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale, void* out,
-            bool ws, cudaStream_t stream) {
-  const dim3 grid((batch.max_q_len + wg::kBM - 1) / wg::kBM, H, batch.num_seqs);
-  const float scale_log2 = scale * float(M_LOG2E);
-  if (ws) {
-    static const bool smem_ok = allow_dynamic_smem(prefill_sm90_ws_kernel<T, TQ>, wg::kWsSmemBytes);
-    (void)smem_ok;
-    prefill_sm90_ws_kernel<T, TQ><<<grid, wg::kWsThreads, wg::kWsSmemBytes, stream>>>(
-        static_cast<const TQ*>(q), H, kv_view(kv), batch, scale_log2, static_cast<TQ*>(out));
-  } else {
-    static const bool smem_ok = allow_dynamic_smem(prefill_sm90_kernel<T, TQ>, wg::kSmemBytes);
-    (void)smem_ok;
-    prefill_sm90_kernel<T, TQ><<<grid, wg::kThreads, wg::kSmemBytes, stream>>>(
-        static_cast<const TQ*>(q), H, kv_view(kv), batch, scale_log2, static_cast<TQ*>(out));
-  }
-  VLM_CUDA_CHECK_LAUNCH();
+            PrefillKernel kernel, cudaStream_t stream) {
+  if (kernel == PrefillKernel::kWgmmaPp) launch<T, TQ, PrefillKernel::kWgmmaPp>(q, H, kv, batch, scale, out, stream);
+  else if (kernel == PrefillKernel::kWgmmaWs) launch<T, TQ, PrefillKernel::kWgmmaWs>(q, H, kv, batch, scale, out, stream);
+  else launch<T, TQ, PrefillKernel::kWgmma>(q, H, kv, batch, scale, out, stream);
 }
 
 }  // namespace
@@ -86,12 +82,12 @@ bool prefill_sm90_supported(const PagedKVLayer& kv) {
 }
 
 void prefill_attention_sm90(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
-                            const CudaAttentionBatch& batch, float scale, void* out, bool warp_specialized,
+                            const CudaAttentionBatch& batch, float scale, void* out, PrefillKernel kernel,
                             cudaStream_t stream) {
   VLM_CHECK(prefill_sm90_supported(kv), "sm_90 prefill attention: needs an sm_90 GPU, D 128 and a 16-bit cache");
   dispatch_float(act, [&](auto a) {
-    if (kv.dtype == DType::BF16) launch<__nv_bfloat16, decltype(a)>(q, num_heads, kv, batch, scale, out, warp_specialized, stream);
-    else launch<__half, decltype(a)>(q, num_heads, kv, batch, scale, out, warp_specialized, stream);
+    if (kv.dtype == DType::BF16) launch<__nv_bfloat16, decltype(a)>(q, num_heads, kv, batch, scale, out, kernel, stream);
+    else launch<__half, decltype(a)>(q, num_heads, kv, batch, scale, out, kernel, stream);
   });
 }
 

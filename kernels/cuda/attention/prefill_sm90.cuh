@@ -9,6 +9,8 @@
 // from registers and V from shared memory. K/V tiles stream through two shared-memory stages by
 // cp.async from the paged cache, the next tile's copy in flight during the current tile's math.
 // Shared memory: Q 32 KiB + 2 x (K 32 KiB + V 32 KiB) = 160 KiB (+1 KiB for alignment).
+// The warp-specialized forms (attend_query_tile_ws below) add a producer warpgroup that does all
+// the copies; with PP (the default kernel) the two consumers alternate their products in pingpong.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -63,23 +65,27 @@ __device__ __forceinline__ void load_q_tile(const TQ* __restrict__ q, const Quer
   }
 }
 
-// One key tile for one warpgroup (all its 128 threads call it, wgmma being warpgroup-wide): S =
-// Q K^T for its 64 rows (from row q_row0 of sq), the causal mask where the diagonal crosses a
-// warp's rows (warp_pos: position of the warp's first row), online softmax, O += P V.
+// The pieces of one key tile for one warpgroup (all its 128 threads call them, wgmma being
+// warpgroup-wide). issue_s: S = Q K^T for its 64 rows (from row q_row0 of sq), not committed.
 template <class T>
-__device__ __forceinline__ void attend_key_tile(float (&o)[16][4], float (&m)[2], float (&l)[2], const T* sq,
-                                                int q_row0, const T* sk, const T* sv, int key0, int warp_pos,
-                                                float scale_log2, int lane) {
-  const int g = lane / 4, t4 = lane % 4;
-  float s[16][4];
-  fence();
+__device__ __forceinline__ void issue_s(float (&s)[16][4], const T* sq, int q_row0, const T* sk) {
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk)
     mma_ss<T>(s, desc_k_major<kBM>(sq, q_row0, kk), desc_k_major<kBN>(sk, 0, kk), kk > 0);
-  commit();
-  wait<0>();
-  fence_regs(s);
-  if (key0 + kBN - 1 > warp_pos) {  // the causal diagonal crosses the warp's rows
+}
+
+// issue_pv: O += P V (P from registers), not committed.
+template <class T>
+__device__ __forceinline__ void issue_pv(float (&o)[16][4], const uint32_t (&p)[8][4], const T* sv) {
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_mn<T>(o, p[kk], desc_mn_major<kBN>(sv, kk));
+}
+
+// The causal mask where the diagonal crosses the warp's rows (warp_pos: position of the warp's
+// first row) on a finished S of the key tile at key0.
+__device__ __forceinline__ void mask_causal(float (&s)[16][4], int key0, int warp_pos, int lane) {
+  const int g = lane / 4, t4 = lane % 4;
+  if (key0 + kBN - 1 > warp_pos) {
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll
@@ -88,8 +94,11 @@ __device__ __forceinline__ void attend_key_tile(float (&o)[16][4], float (&m)[2]
         if (key > warp_pos + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
       }
   }
-  tile::online_softmax<kD, 16>(s, m, l, o, scale_log2);
-  uint32_t p[8][4];
+}
+
+// P (exponentials in s) packed as the A fragments of P V.
+template <class T>
+__device__ __forceinline__ void pack_p(const float (&s)[16][4], uint32_t (&p)[8][4]) {
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
     p[kk][0] = tile::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
@@ -97,10 +106,34 @@ __device__ __forceinline__ void attend_key_tile(float (&o)[16][4], float (&m)[2]
     p[kk][2] = tile::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     p[kk][3] = tile::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   }
+}
+
+// The K/V rows of a key tile (keys [key0, key0 + kBN) of KV head hk, zero from key_end on) into
+// the SW128 tiles sk, sv by cp.async; NT threads share the copy.
+template <int NT, class T>
+__device__ __forceinline__ void load_kv(const KVView& kv, const int32_t* table, int hk, int key0, int key_end, T* sk,
+                                        T* sv, int tid) {
+  tile::load_kv_tile<kBN, kD, NT, T, Sw128Rows<kBN>, 4>(kv, table, hk, key0, key_end, sk, sv, tid);
+}
+
+// One key tile for one warpgroup, start to end: S, mask and softmax, O += P V.
+template <class T>
+__device__ __forceinline__ void attend_key_tile(float (&o)[16][4], float (&m)[2], float (&l)[2], const T* sq,
+                                                int q_row0, const T* sk, const T* sv, int key0, int warp_pos,
+                                                float scale_log2, int lane) {
+  float s[16][4];
+  uint32_t p[8][4];
+  fence();
+  issue_s<T>(s, sq, q_row0, sk);
+  commit();
+  wait<0>();
+  fence_regs(s);
+  mask_causal(s, key0, warp_pos, lane);
+  tile::online_softmax<kD, 16>(s, m, l, o, scale_log2);
+  pack_p<T>(s, p);
   fence_regs(o);
   fence();
-#pragma unroll
-  for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_mn<T>(o, p[kk], desc_mn_major<kBN>(sv, kk));
+  issue_pv<T>(o, p, sv);
   commit();
   wait<0>();
   fence_regs(o);
@@ -146,7 +179,7 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
 
   load_q_tile<kThreads>(q, qt, sq, tid);
   if (n_tiles > 0)
-    load_kv_tile<kBN, kThreads>(kv, qt.table, qt.hk, tiles[0] * kBN, key_end, skv, skv + kTileElems, tid);
+    load_kv<kThreads>(kv, qt.table, qt.hk, tiles[0] * kBN, key_end, skv, skv + kTileElems, tid);
   tile::cp_async_commit();
 
   float o[16][4];
@@ -160,7 +193,7 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
     T* const sk = skv + (i & 1) * 2 * kTileElems;
     if (i + 1 < n_tiles) {
       T* const nk = skv + ((i + 1) & 1) * 2 * kTileElems;
-      load_kv_tile<kBN, kThreads>(kv, qt.table, qt.hk, tiles[i + 1] * kBN, key_end, nk, nk + kTileElems, tid);
+      load_kv<kThreads>(kv, qt.table, qt.hk, tiles[i + 1] * kBN, key_end, nk, nk + kTileElems, tid);
     }
     tile::cp_async_commit();
     tile::cp_async_wait<1>();
@@ -174,10 +207,16 @@ __device__ __forceinline__ void attend_query_tile(const TQ* __restrict__ q, TQ* 
   store_rows(out, qt, o, l, wgi * 64 + warp * 16, lane);
 }
 
-// ---- warp-specialized variant: a producer warpgroup copies, two consumer warpgroups compute ----
+// ---- warp-specialized variants: a producer warpgroup copies, two consumer warpgroups compute ----
 constexpr int kWsThreads = 384;
-constexpr int kWsStages = 2;
-constexpr int kWsSmemBytes = (kBM * kD + kWsStages * 2 * kTileElems) * 2 + 1024 + 64;  // + barriers
+constexpr int kWsStages = 2;  // attend_query_tile_ws
+constexpr int kPpStages = 3;  // pp_consume: a stage is held from S_i until P_i V_i, a section later
+template <int STAGES>
+constexpr int ws_smem_bytes() {
+  return (kBM * kD + STAGES * 2 * kTileElems) * 2 + 1024 + 16 * STAGES;  // + the mbarriers
+}
+constexpr int kWsSmemBytes = ws_smem_bytes<kWsStages>();
+constexpr int kPpSmemBytes = ws_smem_bytes<kPpStages>();  // 225 KiB: within the 227 KiB of an sm_90 CTA
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tile::smem_addr(bar)), "r"(count) : "memory");
@@ -193,70 +232,144 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// Named barriers 1 and 2 between the two consumer warpgroups (256 threads: one side syncs, the
+// other arrives).
+__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
-// As attend_query_tile with kWsThreads threads and kWsSmemBytes of shared memory: warpgroup 0
-// copies Q and the K/V tiles (cp.async, kWsStages stages; a stage is published through an
-// mbarrier once its copies landed, and refilled once both consumers released it), warpgroups 1
-// and 2 compute rows 0-63 and 64-127 without a CTA-wide barrier per tile, so the two drift apart
-// and one's softmax overlaps the other's matrix products.
-template <class T, class TQ, class Tiles>
-__device__ __forceinline__ void attend_query_tile_ws(const TQ* __restrict__ q, TQ* __restrict__ out,
-                                                     const KVView& kv, const QueryTile& qt, const Tiles& tiles,
-                                                     float scale_log2, unsigned char* smem_raw) {
-  T* const sq = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  T* const skv = sq + kBM * kD;  // stage i: K at skv + 2 i kTileElems, V right after
-  uint64_t* const full = reinterpret_cast<uint64_t*>(skv + kWsStages * 2 * kTileElems);
-  uint64_t* const empty = full + kWsStages;
-  // The warpgroup index as the compiler sees a warp-uniform value (wgmma must not sit in a
-  // branch it deems divergent).
-  const int wg_index = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
-  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  const int n_tiles = tiles.count();
-  const int key_end = qt.pos0 + qt.rows;
+// The shared-memory layout of the warp-specialized kernels and their pipeline state.
+template <class T, int STAGES>
+struct WsSmem {
+  T* sq;           // Q tile, SW128
+  T* skv;          // stage i: K at skv + 2 i kTileElems, V right after
+  uint64_t* full;  // [STAGES]: the stage's copies landed (count: the 128 producer threads)
+  uint64_t* empty;  // [STAGES]: both consumers are done with it (count: 256 consumer threads)
+  __device__ explicit WsSmem(unsigned char* raw) {
+    sq = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    skv = sq + kBM * kD;
+    full = reinterpret_cast<uint64_t*>(skv + STAGES * 2 * kTileElems);
+    empty = full + STAGES;
+  }
+  __device__ const T* k(int i) const { return skv + (i % STAGES) * 2 * kTileElems; }
+  __device__ const T* v(int i) const { return k(i) + kTileElems; }
+};
+
+// The producer warpgroup (tid 0..127 of it): copies Q and the K/V tiles by cp.async through
+// STAGES stages; a stage is published through full[] once its copies landed and refilled once
+// empty[] says both consumers released it.
+template <int STAGES, class T, class TQ, class Tiles>
+__device__ __forceinline__ void ws_produce(const TQ* __restrict__ q, const KVView& kv, const QueryTile& qt,
+                                           const Tiles& tiles, const WsSmem<T, STAGES>& sm, int tid) {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+  const int n_tiles = tiles.count(), key_end = qt.pos0 + qt.rows;
+  load_q_tile<128>(q, qt, sm.sq, tid);
+  for (int i = 0; i < n_tiles; ++i) {
+    const int st = i % STAGES;
+    if (i >= STAGES) mbar_wait(&sm.empty[st], ((i / STAGES) - 1) & 1);
+    T* const sk = sm.skv + st * 2 * kTileElems;
+    load_kv<128>(kv, qt.table, qt.hk, tiles[i] * kBN, key_end, sk, sk + kTileElems, tid);
+    tile::cp_async_commit();
+    if (i >= 1) {  // tile i-1 (and Q with tile 0) landed: publish it
+      tile::cp_async_wait<1>();
+      fence_proxy_async();
+      mbar_arrive(&sm.full[(i - 1) % STAGES]);
+    }
+  }
+  tile::cp_async_wait<0>();
+  fence_proxy_async();
+  if (n_tiles >= 1) mbar_arrive(&sm.full[(n_tiles - 1) % STAGES]);
+}
+
+// Sets up the barriers of a warp-specialized CTA; returns the warpgroup index (0: producer) as
+// the compiler sees a warp-uniform value (wgmma must not sit in a branch it deems divergent).
+template <class T, int STAGES>
+__device__ __forceinline__ int ws_begin(const WsSmem<T, STAGES>& sm) {
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kWsStages; ++s) {
-      mbar_init(&full[s], 128);   // every producer thread, once its copies landed
-      mbar_init(&empty[s], 256);  // every consumer thread, once its warpgroup is done with it
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&sm.full[s], 128);
+      mbar_init(&sm.empty[s], 256);
     }
   }
   __syncthreads();
-  if (wg_index == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
-    load_q_tile<128>(q, qt, sq, tid);
-    for (int i = 0; i < n_tiles; ++i) {
-      const int st = i % kWsStages;
-      if (i >= kWsStages) mbar_wait(&empty[st], ((i / kWsStages) - 1) & 1);
-      T* const sk = skv + st * 2 * kTileElems;
-      load_kv_tile<kBN, 128>(kv, qt.table, qt.hk, tiles[i] * kBN, key_end, sk, sk + kTileElems, tid);
-      tile::cp_async_commit();
-      if (i >= 1) {  // tile i-1 (and Q with tile 0) landed: publish it
-        tile::cp_async_wait<1>();
-        fence_proxy_async();
-        mbar_arrive(&full[(i - 1) % kWsStages]);
-      }
-    }
-    tile::cp_async_wait<0>();
-    fence_proxy_async();
-    if (n_tiles >= 1) mbar_arrive(&full[(n_tiles - 1) % kWsStages]);
-  } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
-    const int wgi = wg_index - 1;
-    float o[16][4];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    const int wg_pos = qt.pos0 + wgi * 64;
-    for (int i = 0; i < n_tiles; ++i) {
-      const int st = i % kWsStages;
-      const int key0 = tiles[i] * kBN;
-      mbar_wait(&full[st], (i / kWsStages) & 1);
-      const T* sk = skv + st * 2 * kTileElems;
-      if (key0 <= wg_pos + 63)
-        attend_key_tile<T>(o, m, l, sq, wgi * 64, sk, sk + kTileElems, key0, wg_pos + warp * 16, scale_log2, lane);
-      mbar_arrive(&empty[st]);
-    }
-    store_rows(out, qt, o, l, wgi * 64 + warp * 16, lane);
+  return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+}
+
+// The consumer side of attend_query_tile_ws without pingpong: each warpgroup takes the tiles as
+// they land, S, softmax and P V in turn (attend_key_tile), no barrier between the two.
+template <class T, class Tiles>
+__device__ __forceinline__ void ws_consume(float (&o)[16][4], float (&m)[2], float (&l)[2],
+                                           const WsSmem<T, kWsStages>& sm, const QueryTile& qt, const Tiles& tiles,
+                                           int wgi, int warp, int lane, float scale_log2) {
+  const int wg_pos = qt.pos0 + wgi * 64;
+  for (int i = 0; i < tiles.count(); ++i) {
+    const int key0 = tiles[i] * kBN;
+    mbar_wait(&sm.full[i % kWsStages], (i / kWsStages) & 1);
+    if (key0 <= wg_pos + 63)
+      attend_key_tile<T>(o, m, l, sm.sq, wgi * 64, sm.k(i), sm.v(i), key0, wg_pos + warp * 16, scale_log2, lane);
+    mbar_arrive(&sm.empty[i % kWsStages]);
   }
+}
+
+// The consumer side with the two warpgroups in "pingpong" (FlashAttention-3's schedule): each
+// tile's matrix products of one warpgroup are issued as one section, P_{i-1} V_{i-1} then S_i =
+// Q K_i^T, and the sections of the two warpgroups alternate through named barriers 1 and 2 (a
+// warpgroup syncs on its own before issuing and arrives on the other's after), so one
+// warpgroup's softmax of S_i runs while the other's products keep the tensor cores busy. Every
+// tile is computed by both warpgroups (a tile past a warpgroup's rows is masked to zero weight),
+// so the two run the same n + 1 sections. A stage is held from S_i to P_i V_i, one section later
+// (hence kPpStages = 3). (Measured slower: S_i first, its softmax under the same warpgroup's
+// P_{i-1} V_{i-1} with O rescaled after it, FlashAttention-3's intra-warpgroup overlap: RESULTS.md.)
+template <class T, class Tiles>
+__device__ __forceinline__ void pp_consume(float (&o)[16][4], float (&m)[2], float (&l)[2],
+                                           const WsSmem<T, kPpStages>& sm, const QueryTile& qt, const Tiles& tiles,
+                                           int wgi, int warp, int lane, float scale_log2) {
+  const int n_tiles = tiles.count();
+  if (n_tiles == 0) return;
+  const int mine = 1 + wgi, other = 2 - wgi;  // named barrier ids
+  const int warp_pos = qt.pos0 + wgi * 64 + warp * 16;
+  float s[16][4];
+  uint32_t p[8][4];
+  if (wgi == 1) named_arrive(1);  // consumer 0 issues first
+  for (int i = 0; i <= n_tiles; ++i) {  // section i: P_{i-1} V_{i-1} (i > 0), S_i (i < n)
+    if (i < n_tiles) mbar_wait(&sm.full[i % kPpStages], (i / kPpStages) & 1);
+    named_sync(mine);
+    fence_regs(o);
+    fence();
+    if (i > 0) issue_pv<T>(o, p, sm.v(i - 1));
+    if (i < n_tiles) issue_s<T>(s, sm.sq, wgi * 64, sm.k(i));
+    commit();
+    if (i < n_tiles || wgi == 0) named_arrive(other);  // consumer 1's last section has no successor
+    wait<0>();
+    fence_regs(s);
+    fence_regs(o);
+    if (i > 0) mbar_arrive(&sm.empty[(i - 1) % kPpStages]);
+    if (i < n_tiles) {
+      mask_causal(s, tiles[i] * kBN, warp_pos, lane);
+      tile::online_softmax<kD, 16>(s, m, l, o, scale_log2);
+      pack_p<T>(s, p);
+    }
+  }
+}
+
+// As attend_query_tile with kWsThreads threads and ws_smem_bytes<kWsStages or kPpStages>() of
+// shared memory: warpgroup 0 produces (ws_produce), warpgroups 1 and 2 compute rows 0-63 and
+// 64-127 without a CTA-wide barrier per tile (ws_consume; PP: pp_consume).
+template <bool PP, class T, class TQ, class Tiles>
+__device__ __forceinline__ void attend_query_tile_ws(const TQ* __restrict__ q, TQ* __restrict__ out,
+                                                     const KVView& kv, const QueryTile& qt, const Tiles& tiles,
+                                                     float scale_log2, unsigned char* smem_raw) {
+  constexpr int kStages = PP ? kPpStages : kWsStages;
+  const WsSmem<T, kStages> sm(smem_raw);
+  const int wg_index = ws_begin(sm);
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  if (wg_index == 0) return ws_produce<kStages, T>(q, kv, qt, tiles, sm, tid);
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+  const int wgi = wg_index - 1;
+  float o[16][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  if constexpr (PP) pp_consume<T>(o, m, l, sm, qt, tiles, wgi, warp, lane, scale_log2);
+  else ws_consume<T>(o, m, l, sm, qt, tiles, wgi, warp, lane, scale_log2);
+  store_rows(out, qt, o, l, wgi * 64 + warp * 16, lane);
 }
 
 }  // namespace vlm::cuda::wg

@@ -13,12 +13,8 @@
 namespace vlm::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kMT = 2;                   // 16-row slabs per warp
-constexpr int kWarpRows = 16 * kMT;
-constexpr int kBM = kWarpRows * kWarps;  // query rows per CTA
-constexpr int kBN = 64;                  // keys per tile
-constexpr int kThreads = 32 * kWarps;
+using namespace tile::fa2;  // the CTA shape: kWarps, kMT, kWarpRows, kBM, kThreads
+constexpr int kBN = 64;     // keys per tile
 
 // Shared-memory tile layouts [rows][Dp]: the XOR swizzle of mma_tile.cuh (tile::SwizzledRows, Dp 64
 // or 128), or rows padded to Dp + 8 elements (Dp 96: 208-byte rows, so the 8 rows of an ldmatrix fall in distinct
@@ -108,22 +104,7 @@ varlen_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restr
     __syncthreads();
   }
 
-  const int g = lane / 4;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = warp * kWarpRows + mt * 16 + g + 8 * r;
-      const float inv = 1.f / tile::quad_sum(l[mt][r]);
-      if (row >= rows) continue;
-      T* dst = out + (int64_t(t0 + m0 + row) * H + h) * D;
-#pragma unroll
-      for (int nn = 0; nn < Dp / 8; ++nn) {
-        if (nn * 8 >= D) break;
-        dst[nn * 8 + 2 * t4] = from_f32<T>(o[mt][nn][2 * r] * inv);
-        dst[nn * 8 + 2 * t4 + 1] = from_f32<T>(o[mt][nn][2 * r + 1] * inv);
-      }
-    }
+  tile::store_slabs<Dp>(out + (int64_t(t0 + m0) * H + h) * D, int64_t(H) * D, D, o, l, warp * kWarpRows, rows, lane);
 }
 
 template <int Dp, class Lay, class T>

@@ -115,47 +115,11 @@ __device__ __forceinline__ void mma_rs_mn(float (&d)[16][4], const uint32_t (&a)
   }
 }
 
-// Rows [key0, key0 + ROWS) of KV head h of one cache tensor (base = kv.k or kv.v, D = 128) from
-// the paged cache into the SW128 tile dst with cp.async; keys at or beyond key_end are
-// zero-filled. NT threads share the work, a warp reading two whole 256-byte rows.
-template <int ROWS, int NT, class T>
-__device__ __forceinline__ void load_rows(const KVView& kv, const void* base, const int32_t* table, int h, int key0,
-                                          int key_end, T* dst, int tid) {
-  const T* src = static_cast<const T*>(base);
-#pragma unroll 4
-  for (int i = tid; i < ROWS * 16; i += NT) {
-    const int r = i >> 4, c = i & 15;
-    const int key = key0 + r;
-    int64_t off = 0;
-    int bytes = 0;
-    if (key < key_end) {
-      off = kv.token_offset(table, h, key) + c * 8;
-      bytes = 16;
-    }
-    tile::cp_async16(dst + sw128<ROWS>(r, c), src + off, bytes);
-  }
-}
-
-// The same for K and V together (one address computation per chunk): tiles sk and sv.
-template <int ROWS, int NT, class T>
-__device__ __forceinline__ void load_kv_tile(const KVView& kv, const int32_t* table, int h, int key0, int key_end,
-                                             T* sk, T* sv, int tid) {
-  const T* kbase = static_cast<const T*>(kv.k);
-  const T* vbase = static_cast<const T*>(kv.v);
-#pragma unroll 4
-  for (int i = tid; i < ROWS * 16; i += NT) {
-    const int r = i >> 4, c = i & 15;
-    const int key = key0 + r;
-    int64_t off = 0;
-    int bytes = 0;
-    if (key < key_end) {
-      off = kv.token_offset(table, h, key) + c * 8;
-      bytes = 16;
-    }
-    const int s = sw128<ROWS>(r, c);
-    tile::cp_async16(sk + s, kbase + off, bytes);
-    tile::cp_async16(sv + s, vbase + off, bytes);
-  }
-}
+// The SW128 layout as a type (the Lay parameter of tile::load_kv_tile, mma_tile.cuh): element
+// offset of (row, col) in a SW128 tile of ROWS rows.
+template <int ROWS>
+struct Sw128Rows {
+  __device__ static int at(int row, int col) { return sw128<ROWS>(row, col >> 3); }
+};
 
 }  // namespace vlm::cuda::wg

@@ -72,7 +72,7 @@ double normalized_error(const std::vector<float>& got, const std::vector<float>&
 }
 
 void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::PrefillKernel::kAuto) {
-  static const char* const kernel_names[] = {"auto", "mma.sync", "wgmma", "wgmma warp-specialized"};
+  static const char* const kernel_names[] = {"auto", "mma.sync", "wgmma", "wgmma warp-specialized", "wgmma pingpong"};
   SCOPED_TRACE(std::string(c.name) + " (" + kernel_names[static_cast<int>(kernel)] + " prefill kernel)");
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
@@ -225,7 +225,8 @@ TEST(CudaAttention, PrefillMatchesCpuReference) {
   // Every case through each prefill kernel (the wgmma ones on Hopper for D 128 and 16-bit caches;
   // elsewhere they fall back to mma.sync).
   for (const Case& c : cases) {
-    for (auto k : {cuda::PrefillKernel::kMmaSync, cuda::PrefillKernel::kWgmma, cuda::PrefillKernel::kWgmmaWs})
+    for (auto k : {cuda::PrefillKernel::kMmaSync, cuda::PrefillKernel::kWgmma, cuda::PrefillKernel::kWgmmaWs,
+                   cuda::PrefillKernel::kWgmmaPp})
       run_case(c, seed, k);
     ++seed;
   }
