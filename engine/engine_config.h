@@ -31,6 +31,12 @@ struct EngineConfig {
   // a 64-frame 448x448 video of Qwen2-VL: 32768 patches). A step's media beyond it encode in
   // several calls; one item beyond it is refused with a 400.
   int64_t max_media_patches = 32768;
+  // GPU: a step's media of more patches than this (a long video) is encoded in groups of whole
+  // frames of at most this many patches, each when a prefill chunk first needs its rows, so that
+  // one step's encode stalls the other sequences' decode for about one group, not the whole video
+  // (8192: one 2048-token chunk of Qwen2-VL). 0 (the default until a served run shows the gain;
+  // bench/RESULTS.md): a step's media are encoded whole.
+  int64_t media_step_patches = 0;
   // GPU: run decode steps eagerly, without CUDA graphs (vLLM's --enforce-eager).
   bool enforce_eager = false;
   // KV cache: num_kv_blocks when > 0, else as many blocks as fit in kv_cache_memory_gib.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "kernels/core/check.h"
 
@@ -128,6 +129,7 @@ void ModelRunner::encode_media(const SchedulerOutput& out) {
   // already (a prefix-cache hit, or earlier chunks): they are not encoded again.
   std::vector<std::pair<Sequence*, size_t>> todo;
   std::vector<const MediaPixels*> items;
+  std::vector<std::shared_ptr<const void>> owners;  // the items' MediaInputs
   int64_t rows = 0;
   for (const ScheduledChunk& c : out.chunks)
     if (chunk_has_media(c) && !c.seq->media_embeds && !c.seq->media_embeds_device &&
@@ -136,6 +138,7 @@ void ModelRunner::encode_media(const SchedulerOutput& out) {
       size_t k0 = 0;
       while (m.first_token[k0] + m.num_tokens[k0] <= c.start) ++k0;  // chunk_has_media: some item ends later
       todo.emplace_back(c.seq, k0);
+      owners.push_back(c.seq->media);
       for (size_t k = k0; k < m.images.size(); ++k) items.push_back(&m.images[k]);
       rows += m.total_tokens() - m.embed_row[k0];
     }
@@ -144,7 +147,7 @@ void ModelRunner::encode_media(const SchedulerOutput& out) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t C = decoder_.config().hidden_size;
   if (backend_.encodes_media()) {  // rows stay in the backend's memory
-    std::shared_ptr<const DeviceEmbeddings> dev = backend_.encode_media(items);
+    std::shared_ptr<const DeviceEmbeddings> dev = backend_.encode_media(items, std::move(owners));
     VLM_CHECK(dev && dev->rows == rows, "backend encoded {} media rows, {} expected", dev ? dev->rows : -1, rows);
     int64_t first = 0;
     for (const auto& [seq, k0] : todo) {
@@ -204,6 +207,12 @@ bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
     if (chunk_has_media(c) && c.seq->media_embeds_device) {  // runs of rows in the backend's memory
       any = true;
       const Sequence& seq = *c.seq;
+      int64_t begin = INT64_MAX, end = 0;  // the rows this chunk reads
+      for_each_media_row(c, [&](int32_t, int64_t embed_row) {
+        begin = std::min(begin, embed_row + seq.media_device_shift);
+        end = std::max(end, embed_row + seq.media_device_shift + 1);
+      });
+      if (end > begin) seq.media_embeds_device->ensure_rows(begin, end);
       for_each_media_row(c, [&](int32_t i, int64_t embed_row) {
         const int64_t src_row = embed_row + seq.media_device_shift;
         VLM_CHECK(src_row >= 0 && src_row < seq.media_embeds_device->rows, "device media row {} of {}", src_row,

@@ -27,7 +27,8 @@ void CpuBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRes
   });
 }
 
-std::shared_ptr<const DeviceEmbeddings> StepBackend::encode_media(std::span<const MediaPixels* const> /*items*/) {
+std::shared_ptr<const DeviceEmbeddings> StepBackend::encode_media(std::span<const MediaPixels* const> /*items*/,
+                                                                 std::vector<std::shared_ptr<const void>> /*owners*/) {
   VLM_CHECK(false, "this backend does not encode media (encodes_media() is false)");
   return nullptr;
 }

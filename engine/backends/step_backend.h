@@ -54,7 +54,10 @@ class StepBackend {
   virtual bool encodes_media() const { return false; }
   // items (each passed the model's media_tokens() and check_media()) -> their embeddings
   // [sum tokens, C] in the backend's memory, item after item; ordered before the next forward.
-  virtual std::shared_ptr<const DeviceEmbeddings> encode_media(std::span<const MediaPixels* const> items);
+  // Rows may be encoded later, on DeviceEmbeddings::ensure_rows: `owners` keep the items alive
+  // as long as the embeddings (the MediaInputs holding them).
+  virtual std::shared_ptr<const DeviceEmbeddings> encode_media(std::span<const MediaPixels* const> items,
+                                                               std::vector<std::shared_ptr<const void>> owners);
   // Throws RequestError (400, param "messages") when item k cannot be encoded within the
   // backend's memory plan (never an out-of-memory failure later).
   virtual void check_media(const MediaPixels& /*item*/, int /*k*/) const {}

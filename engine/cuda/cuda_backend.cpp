@@ -162,7 +162,7 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmD
   o.max_tokens_per_step = c.scheduler.max_num_batched_tokens;
   o.max_logit_rows = c.scheduler.max_num_seqs;
   std::unique_ptr<CudaMediaEncoder> media;
-  if (multimodal) media = CudaMediaEncoder::make(*multimodal, o.dtype, c.max_media_patches);
+  if (multimodal) media = CudaMediaEncoder::make(*multimodal, o.dtype, c.max_media_patches, c.media_step_patches);
   return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), std::move(media));
 }
 

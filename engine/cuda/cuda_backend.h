@@ -36,8 +36,9 @@ class CudaBackend : public StepBackend {
   void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override { gpu_.forward(batch, override); }
   void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) override;
   bool encodes_media() const override { return media_ != nullptr; }
-  std::shared_ptr<const DeviceEmbeddings> encode_media(std::span<const MediaPixels* const> items) override {
-    return media_->encode(items, gpu_.stream());
+  std::shared_ptr<const DeviceEmbeddings> encode_media(std::span<const MediaPixels* const> items,
+                                                       std::vector<std::shared_ptr<const void>> owners) override {
+    return media_->encode(items, std::move(owners), gpu_.stream());
   }
   void check_media(const MediaPixels& item, int k) const override {
     if (media_) media_->check(item, k);

@@ -18,10 +18,34 @@ struct GpuEmbeddings : DeviceEmbeddings {
   cuda::DeviceBuffer buf;
 };
 
+// Rows encoded on demand: units of whole frames, in row order, each encoded (on s) the first time
+// ensure_rows asks for one of its rows.
+struct LazyGpuEmbeddings : GpuEmbeddings {
+  struct Unit {
+    std::vector<FrameSlice> slices;
+    int64_t row0 = 0, row1 = 0;  // its rows
+    mutable bool done = false;
+  };
+  CudaVisionTower* tower = nullptr;
+  cudaStream_t stream = nullptr;
+  int64_t C = 0;
+  std::vector<Unit> units;
+  std::vector<std::shared_ptr<const void>> owners;  // keep the slices' items alive
+
+  void ensure_rows(int64_t begin, int64_t end) const override {
+    VLM_CHECK(0 <= begin && end <= rows, "media rows {}..{} of {}", begin, end, rows);
+    for (const Unit& u : units)
+      if (!u.done && u.row0 < end && begin < u.row1) {
+        tower->encode_frames(u.slices, buf.as<float>() + u.row0 * C, stream);
+        u.done = true;
+      }
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<CudaMediaEncoder> CudaMediaEncoder::make(const MultimodalModel& model, DType dt,
-                                                         int64_t max_media_patches) {
+                                                         int64_t max_media_patches, int64_t step_patches) {
   std::unique_ptr<CudaVisionTower> tower;
   int64_t max_cost = max_media_patches;
   if (const auto* llava = dynamic_cast<const LlavaModel*>(&model)) {
@@ -39,7 +63,7 @@ std::unique_ptr<CudaMediaEncoder> CudaMediaEncoder::make(const MultimodalModel& 
   VLM_LOG_INFO("GPU: vision encoder {:.2f} GiB of weights, {:.2f} GiB of activations reserved for {} encoder rows",
                static_cast<double>(tower->weight_bytes()) / (1 << 30),
                static_cast<double>(tower->workspace_bytes(max_cost)) / (1 << 30), max_media_patches);
-  return std::make_unique<CudaMediaEncoder>(std::move(tower));
+  return std::make_unique<CudaMediaEncoder>(std::move(tower), step_patches);
 }
 
 void CudaMediaEncoder::check(const MediaPixels& item, int k) const {
@@ -47,11 +71,45 @@ void CudaMediaEncoder::check(const MediaPixels& item, int k) const {
 }
 
 std::shared_ptr<const DeviceEmbeddings> CudaMediaEncoder::encode(std::span<const MediaPixels* const> items,
+                                                                 std::vector<std::shared_ptr<const void>> owners,
                                                                  cudaStream_t s) {
-  int64_t rows = 0;
-  for (const MediaPixels* it : items) rows += tower_->out_rows(*it);
-  auto e = std::make_shared<GpuEmbeddings>();
+  int64_t rows = 0, cost = 0;
+  for (const MediaPixels* it : items) {
+    rows += tower_->out_rows(*it);
+    cost += tower_->cost(*it);
+  }
   const int64_t C = tower_->out_features();
+  if (step_patches_ > 0 && cost > step_patches_ && tower_->splits_frames()) {
+    auto e = std::make_shared<LazyGpuEmbeddings>();
+    e->buf.resize(static_cast<size_t>(rows * C) * 4);
+    e->data = e->buf.as<float>();
+    e->rows = rows;
+    e->tower = tower_.get();
+    e->stream = s;
+    e->C = C;
+    e->owners = std::move(owners);
+    // Units of whole frames of at most step_patches_ patches (or one frame); contiguous frames of
+    // one item are one slice.
+    const int64_t limit = std::min(step_patches_, tower_->reserved_cost());
+    int64_t unit_cost = 0, row = 0;
+    for (const MediaPixels* it : items) {
+      const int32_t F = item_frames(*it);
+      const int64_t frame_cost = tower_->cost(*it) / F, frame_rows = tower_->out_rows(*it) / F;
+      for (int32_t t = 0; t < F; ++t, row += frame_rows) {
+        if (e->units.empty() || (unit_cost > 0 && unit_cost + frame_cost > limit)) {
+          e->units.push_back({{}, row, row});
+          unit_cost = 0;
+        }
+        e->units.back().row1 = row + frame_rows;
+        std::vector<FrameSlice>& sl = e->units.back().slices;
+        if (!sl.empty() && sl.back().item == it && sl.back().t1 == t) ++sl.back().t1;
+        else sl.push_back({it, t, t + 1});
+        unit_cost += frame_cost;
+      }
+    }
+    return e;
+  }
+  auto e = std::make_shared<GpuEmbeddings>();
   e->buf.resize(static_cast<size_t>(rows * C) * 4);
   e->data = e->buf.as<float>();
   e->rows = rows;

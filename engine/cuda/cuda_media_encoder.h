@@ -4,7 +4,10 @@
 // max_media_patches encoder rows (before the KV cache is sized, so inside
 // --gpu-memory-utilization), refuses items beyond that with a 400 at admission, and encodes a
 // step's items into one device allocation of their rows (several tower calls when the items
-// together exceed the reservation), on the decoder's stream.
+// together exceed the reservation), on the decoder's stream. Media of more than step_patches
+// patches (a long video) on a tower that splits frames are encoded lazily: in units of whole
+// frames of at most step_patches patches, each when DeviceEmbeddings::ensure_rows first asks for
+// its rows (the prefill chunk that reads them), so one step's encode is bounded by a unit or two.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,17 +24,23 @@ class CudaMediaEncoder {
  public:
   // Null when the model has no GPU tower. dt: the decoder's GPU dtype. Throws LoadError when
   // max_media_patches cannot hold one item of the model's smallest kind (LLaVA: one image).
-  static std::unique_ptr<CudaMediaEncoder> make(const MultimodalModel& model, DType dt, int64_t max_media_patches);
-  explicit CudaMediaEncoder(std::unique_ptr<CudaVisionTower> tower) : tower_(std::move(tower)) {}
+  // step_patches: EngineConfig::media_step_patches (0: never lazy).
+  static std::unique_ptr<CudaMediaEncoder> make(const MultimodalModel& model, DType dt, int64_t max_media_patches,
+                                                int64_t step_patches);
+  CudaMediaEncoder(std::unique_ptr<CudaVisionTower> tower, int64_t step_patches)
+      : tower_(std::move(tower)), step_patches_(step_patches) {}
 
   // RequestError (400, "messages") when item k alone exceeds the reservation.
   void check(const MediaPixels& item, int k) const;
-  // items -> [sum out_rows, C] f32 in one new device allocation, enqueued on s.
-  std::shared_ptr<const DeviceEmbeddings> encode(std::span<const MediaPixels* const> items, cudaStream_t s);
+  // items -> [sum out_rows, C] f32 in one new device allocation, enqueued on s (now, or lazily on
+  // ensure_rows; owners keep the items alive as long as the embeddings).
+  std::shared_ptr<const DeviceEmbeddings> encode(std::span<const MediaPixels* const> items,
+                                                 std::vector<std::shared_ptr<const void>> owners, cudaStream_t s);
   const CudaVisionTower& tower() const { return *tower_; }
 
  private:
   std::unique_ptr<CudaVisionTower> tower_;
+  int64_t step_patches_ = 0;
 };
 
 }  // namespace vlm

@@ -47,6 +47,10 @@ struct EmbeddingOverride {
 // memory), freed with the object.
 struct DeviceEmbeddings {
   virtual ~DeviceEmbeddings() = default;
+  // Makes rows [begin, end) valid, in stream order before the next forward: a backend may encode
+  // a long item's rows on demand, a group of frames at a time (the rest of the object's contract
+  // holds for the rows made valid). The default: all rows are valid from the start.
+  virtual void ensure_rows(int64_t /*begin*/, int64_t /*end*/) const {}
   const float* data = nullptr;
   int64_t rows = 0;
 };

@@ -14,6 +14,9 @@ void add_backend_flags(FlagTable& table) {
   table["max-media-patches"] =
       "GPU: vision-encoder rows (patches; LLaVA: image tokens) one encoder call holds, reserved before the KV cache; "
       "larger media are refused with a 400 (default 32768: a 64-frame 448x448 Qwen2-VL video)";
+  table["media-step-patches"] =
+      "GPU: media beyond this many patches (a long video) encode in whole-frame groups as the prefill chunks reach "
+      "them, bounding one step's encode (e.g. 8192; default 0: a step's media encode whole)";
   table["enforce-eager"] = "1: GPU decode steps without CUDA graphs (default 0: graphs per batch/context bucket)";
 }
 
@@ -42,6 +45,8 @@ void apply_backend_flags(const std::map<std::string, std::string>& flags, const 
     config.gpu_memory_utilization = parser.number("gpu-memory-utilization", it->second, 0.0, 1.0, true);
   if (auto it = flags.find("max-media-patches"); it != flags.end())
     config.max_media_patches = parser.integer("max-media-patches", it->second, 1);
+  if (auto it = flags.find("media-step-patches"); it != flags.end())
+    config.media_step_patches = parser.integer("media-step-patches", it->second, 0);
   if (auto it = flags.find("enforce-eager"); it != flags.end()) {
     const std::string& v = it->second;
     if (v == "1" || v == "true" || v == "on") config.enforce_eager = true;

@@ -94,6 +94,8 @@ Workload:
                             llama.cpp's shape), else an estimate of one token per word
   --ignore-eos | --no-ignore-eos   ask for exactly --output-len tokens (default) or stop at EOS
   --images-per-request N (1)  --image-size WxH|N (512x512)  --video-frames N (0)
+  --video-part              send the --video-frames frames as one video_url part holding the
+                            list of frame URLs (one video to a Qwen2-VL server), not as images
   --image-file PATH         repeatable: send these files' bytes (round robin over requests'
                             images) instead of generated --image-size PNGs
 Arrivals:
@@ -160,6 +162,7 @@ BenchOptions parse_bench_options(int argc, const char* const* argv) {
       if (o.image_width > 8192 || o.image_height > 8192) throw UsageError("--image-size is at most 8192x8192");
     } else if (a == "--image-file") o.image_files.push_back(value());
     else if (a == "--video-frames") o.video_frames = parse_int(a, value(), 0);
+    else if (a == "--video-part") o.video_part = true;
     else if (a == "--seed") o.seed = static_cast<unsigned long long>(parse_double(a, value(), 0.0));
     else if (a == "--request-rate") {
       const std::string v = value();

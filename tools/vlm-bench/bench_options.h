@@ -39,6 +39,7 @@ struct BenchOptions {
   int image_width = 512, image_height = 512;
   std::vector<std::string> image_files;  // --image-file (repeatable): sent instead of generated images
   int video_frames = 0;            // random-mm: frames sent as consecutive image parts
+  bool video_part = false;         // --video-part: the frames as one video_url part (a frame list)
   int num_turns = 3;               // multi-turn: turns per conversation (num_prompts conversations)
   int turn_len = 64;               // multi-turn: tokens of each user turn after the first
   unsigned long long seed = 0;

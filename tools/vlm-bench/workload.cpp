@@ -161,8 +161,13 @@ std::vector<PreparedRequest> build_workload(const BenchOptions& o, const std::st
         } else {
           json content = json::array({{{"type", "text"}, {"text", text}}});
           r.num_images = o.images_per_request + o.video_frames;
-          for (int k = 0; k < r.num_images; ++k)
-            content.push_back(image_part(o, static_cast<int64_t>(i) * r.num_images + k, rng()));
+          json frames = json::array();
+          for (int k = 0; k < r.num_images; ++k) {
+            json part = image_part(o, static_cast<int64_t>(i) * r.num_images + k, rng());
+            if (o.video_part && k >= o.images_per_request) frames.push_back(part["image_url"]["url"]);
+            else content.push_back(std::move(part));
+          }
+          if (!frames.empty()) content.push_back({{"type", "video_url"}, {"video_url", frames}});
           body["messages"] = json::array({{{"role", "user"}, {"content", content}}});
         }
       }

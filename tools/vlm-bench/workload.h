@@ -3,7 +3,8 @@
 //              for with ignore_eos (vLLM's random dataset: lengths uniform in [len(1-r), len(1+r)]);
 //   random-mm  the same, plus images_per_request generated PNG images (data: URLs) and
 //              video_frames frames, sent as consecutive image_url parts (portable to any
-//              OpenAI-compatible server);
+//              OpenAI-compatible server), or with video_part as one video_url part whose value
+//              is the list of the frames' URLs (a video to servers that take frame lists);
 //   jsonl      one request per line, cycled to num_prompts: a request body object ({"messages"}
 //              or {"prompt"}, fields kept; "images": [...] next to "prompt" becomes chat content),
 //              or a JSON array of chat messages. image_url parts that name a local path (or

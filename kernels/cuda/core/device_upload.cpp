@@ -2,7 +2,7 @@
 
 namespace vlm::cuda {
 
-DeviceBuffer upload_converted(std::initializer_list<TensorView> parts, DType dt, int64_t* bytes_total) {
+DeviceBuffer upload_converted(std::span<const TensorView> parts, DType dt, int64_t* bytes_total) {
   int64_t n = 0;
   for (const TensorView& p : parts) n += p.numel();
   const size_t esz = dtype_size(dt);

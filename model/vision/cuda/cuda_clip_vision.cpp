@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "kernels/core/check.h"
-#include "kernels/cuda/attention/varlen_attention.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/ops/vision_ops_cuda.h"
@@ -14,12 +13,6 @@ namespace vlm {
 using cuda::f32_view;
 using cuda::upload_converted;
 
-struct CudaClipVision::Layer {
-  cuda::DeviceBuffer ln1_w, ln1_b, ln2_w, ln2_b;  // [Cv] f32
-  cuda::DeviceBuffer qkv, qkv_b;                  // [3Cv, Cv] dt, [3Cv] dt
-  cuda::DeviceBuffer o, o_b;                      // [Cv, Cv] dt, [Cv] f32
-  cuda::DeviceBuffer fc1, fc1_b, fc2, fc2_b;      // [Iv, Cv] dt, [Iv] dt, [Cv, Iv] dt, [Cv] f32
-};
 
 int64_t clip_vision_workspace_bytes(const ClipVisionConfig& c, int64_t num_features, int64_t out_features, int64_t N,
                                     bool drop_cls, DType dt) {
@@ -59,20 +52,11 @@ CudaClipVision::CudaClipVision(const ClipVisionEncoder& host, const LlavaProject
   const int deepest = *std::max_element(feature_layers_.begin(), feature_layers_.end());
   for (int l = 0; l < deepest; ++l) {
     const ClipVisionEncoder::Layer& L = host.layers()[static_cast<size_t>(l)];
-    auto g = std::make_unique<Layer>();
-    g->ln1_w = upload_converted({L.ln1_w}, DType::F32, &b);
-    g->ln1_b = upload_converted({L.ln1_b}, DType::F32, &b);
-    g->ln2_w = upload_converted({L.ln2_w}, DType::F32, &b);
-    g->ln2_b = upload_converted({L.ln2_b}, DType::F32, &b);
-    g->qkv = upload_converted({L.q, L.k, L.v}, dt, &b);
-    g->qkv_b = upload_converted({L.q_b, L.k_b, L.v_b}, dt, &b);
-    g->o = upload_converted({L.o}, dt, &b);
-    g->o_b = upload_converted({L.o_b}, DType::F32, &b);
-    g->fc1 = upload_converted({L.fc1}, dt, &b);
-    g->fc1_b = upload_converted({L.fc1_b}, dt, &b);
-    g->fc2 = upload_converted({L.fc2}, dt, &b);
-    g->fc2_b = upload_converted({L.fc2_b}, DType::F32, &b);
-    layers_.push_back(std::move(g));
+    layers_.push_back(upload_vit_block({.norm1_w = L.ln1_w, .norm1_b = L.ln1_b, .norm2_w = L.ln2_w,
+                                        .norm2_b = L.ln2_b, .qkv = {L.q, L.k, L.v}, .qkv_b = {L.q_b, L.k_b, L.v_b},
+                                        .proj = L.o, .proj_b = L.o_b, .mlp_in = {L.fc1}, .mlp_in_b = {L.fc1_b},
+                                        .mlp_out = L.fc2, .mlp_out_b = L.fc2_b},
+                                       dt, &b));
   }
   w1_ = upload_converted({projector.w1()}, dt, &b);
   w2_ = upload_converted({projector.w2()}, dt, &b);
@@ -160,20 +144,11 @@ void CudaClipVision::run(std::span<const MediaPixels* const> items, float* out, 
   const cuda::Activation act = c.act == VisionActivation::QuickGelu ? cuda::Activation::QuickGelu
                                : c.act == VisionActivation::GeluTanh ? cuda::Activation::GeluTanh
                                                                      : cuda::Activation::GeluErf;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const size_t e = dtype_size(dt_);
+  const VitBlockShape shape{.C = C, .I = I, .H = H, .D = D, .eps = eps, .rms = false, .gated = false, .act = act};
+  const VitBlockBuffers buf{x_.as<float>(), h_.get(), qkv_.get(), attn_.get(), f_.get(), nullptr};
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& Ly = *layers_[l];
-    cuda::layer_norm(x_.as<float>(), Ly.ln1_w.as<float>(), Ly.ln1_b.as<float>(), eps, T, C, h_.get(), dt_, s);
-    gemm_.linear(h_.get(), Ly.qkv.get(), dt_, Ly.qkv_b.get(), qkv_.get(), dt_, 0.0f, T, 3 * C, C, s);
-    const char* qkv = qkv_.as<char>();
-    cuda::varlen_attention(qkv, qkv + C * e, qkv + 2 * C * e, 3 * C, dt_, H, D, d_cu, static_cast<int>(N),
-                           static_cast<int>(L), scale, attn_.get(), s);
-    gemm_.linear(attn_.get(), Ly.o.get(), dt_, Ly.o_b.get(), x_.get(), DType::F32, 1.0f, T, C, C, s);
-    cuda::layer_norm(x_.as<float>(), Ly.ln2_w.as<float>(), Ly.ln2_b.as<float>(), eps, T, C, h_.get(), dt_, s);
-    gemm_.linear(h_.get(), Ly.fc1.get(), dt_, Ly.fc1_b.get(), f_.get(), dt_, 0.0f, T, I, C, s);
-    cuda::activation(f_.get(), dt_, T * I, act, s);
-    gemm_.linear(f_.get(), Ly.fc2.get(), dt_, Ly.fc2_b.get(), x_.get(), DType::F32, 1.0f, T, C, I, s);
+    vit_block_forward(gemm_, layers_[l], shape, dt_, T, buf, {d_cu, static_cast<int>(N), static_cast<int>(L)}, nullptr,
+                      s);
     emit(static_cast<int>(l) + 1, N, s);
   }
   const int64_t R = N * rows_, Ct = projector_.out_features(), Fin = projector_.in_features();

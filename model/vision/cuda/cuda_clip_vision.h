@@ -13,6 +13,7 @@
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "model/vision/clip_vision.h"
 #include "model/vision/cuda/cuda_vision_tower.h"
+#include "model/vision/cuda/cuda_vit_block.h"
 #include "model/vision/projector.h"
 
 namespace vlm {
@@ -32,14 +33,12 @@ class CudaClipVision : public CudaVisionTower {
   int64_t cost(const MediaPixels&) const override { return 1; }  // one image
   int64_t out_rows(const MediaPixels&) const override { return rows_; }
   int64_t out_features() const override { return projector_.out_features(); }
-  int64_t weight_bytes() const override { return weight_bytes_; }
   int64_t workspace_bytes(int64_t max_images) const override;
   void reserve(int64_t max_images) override;
   void upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) override;
   void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
 
  private:
-  struct Layer;
   void emit(int hidden_index, int64_t N, cudaStream_t s);
 
   const ClipVisionEncoder& host_;
@@ -49,10 +48,9 @@ class CudaClipVision : public CudaVisionTower {
   int64_t rows_;  // tokens per image
   DType dt_;
   cuda::CublasLtGemm gemm_;
-  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<VitBlockWeights> layers_;
   cuda::DeviceBuffer patch_w_, patch_b_, class_emb_, pos_emb_, pre_ln_w_, pre_ln_b_;
   cuda::DeviceBuffer w1_, b1_, w2_, b2_;
-  int64_t weight_bytes_ = 0;
   cuda::PinnedBuffer meta_host_;
   cuda::DeviceBuffer meta_dev_, pixels_, patches_, pe_, x_, h_, qkv_, attn_, f_, feats_, p1_;
 };

@@ -5,23 +5,15 @@
 #include <cstring>
 
 #include "kernels/core/check.h"
-#include "kernels/cuda/attention/varlen_attention.h"
+#include "kernels/core/dtype.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
-#include "kernels/cuda/ops/ops_cuda.h"
 #include "kernels/cuda/ops/vision_ops_cuda.h"
 
 namespace vlm {
 
 using cuda::upload_converted;
 
-struct CudaQwen2Vision::Block {
-  cuda::DeviceBuffer norm1_w, norm1_b, norm2_w, norm2_b;  // [Cv] f32 (biases: Qwen2-VL)
-  cuda::DeviceBuffer qkv, qkv_b;                          // [3Cv, Cv] dt, [3Cv] dt
-  cuda::DeviceBuffer proj, proj_b;                        // [Cv, Cv] dt, [Cv] f32
-  cuda::DeviceBuffer mlp_in, mlp_in_b;                    // fc1 [Iv, Cv] or [gate; up] [2Iv, Cv], dt
-  cuda::DeviceBuffer mlp_out, mlp_out_b;                  // [Cv, Iv] dt, [Cv] f32
-};
 
 namespace {
 
@@ -49,29 +41,20 @@ CudaQwen2Vision::CudaQwen2Vision(const Qwen2VisionEncoder& host, DType dt) : hos
   int64_t& b = weight_bytes_;
   patch_w_ = upload_converted({host.patch_weight()}, dt, &b);
   for (const Qwen2VisionEncoder::Block& B : host.blocks()) {
-    auto g = std::make_unique<Block>();
-    g->norm1_w = upload_converted({B.norm1_w}, DType::F32, &b);
-    g->norm2_w = upload_converted({B.norm2_w}, DType::F32, &b);
-    if (!q25) {
-      g->norm1_b = upload_converted({B.norm1_b}, DType::F32, &b);
-      g->norm2_b = upload_converted({B.norm2_b}, DType::F32, &b);
-    }
-    g->qkv = upload_converted({B.qkv}, dt, &b);
-    g->qkv_b = upload_converted({B.qkv_b}, dt, &b);
-    g->proj = upload_converted({B.proj}, dt, &b);
-    g->proj_b = upload_converted({B.proj_b}, DType::F32, &b);
-    if (q25) {
-      g->mlp_in = upload_converted({B.gate, B.up}, dt, &b);
-      g->mlp_in_b = upload_converted({B.gate_b, B.up_b}, dt, &b);
-      g->mlp_out = upload_converted({B.down}, dt, &b);
-      g->mlp_out_b = upload_converted({B.down_b}, DType::F32, &b);
-    } else {
-      g->mlp_in = upload_converted({B.fc1}, dt, &b);
-      g->mlp_in_b = upload_converted({B.fc1_b}, dt, &b);
-      g->mlp_out = upload_converted({B.fc2}, dt, &b);
-      g->mlp_out_b = upload_converted({B.fc2_b}, DType::F32, &b);
-    }
-    blocks_.push_back(std::move(g));
+    using Parts = std::vector<TensorView>;
+    const VitBlockHost h{.norm1_w = B.norm1_w,
+                         .norm1_b = q25 ? TensorView() : B.norm1_b,
+                         .norm2_w = B.norm2_w,
+                         .norm2_b = q25 ? TensorView() : B.norm2_b,
+                         .qkv = {B.qkv},
+                         .qkv_b = {B.qkv_b},
+                         .proj = B.proj,
+                         .proj_b = B.proj_b,
+                         .mlp_in = q25 ? Parts{B.gate, B.up} : Parts{B.fc1},
+                         .mlp_in_b = q25 ? Parts{B.gate_b, B.up_b} : Parts{B.fc1_b},
+                         .mlp_out = q25 ? B.down : B.fc2,
+                         .mlp_out_b = q25 ? B.down_b : B.fc2_b};
+    blocks_.push_back(upload_vit_block(h, dt, &b));
   }
   const Qwen2VisionEncoder::Merger m = host.merger();
   mnorm_w_ = upload_converted({m.norm_w}, DType::F32, &b);
@@ -82,6 +65,12 @@ CudaQwen2Vision::CudaQwen2Vision(const Qwen2VisionEncoder& host, DType dt) : hos
   mlp2_b_ = upload_converted({m.mlp2_b}, DType::F32, &b);
   inv_freq_ = upload_converted({cuda::f32_view(host.inv_freq())}, DType::F32, nullptr);
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&meta_done_, cudaEventDisableTiming));
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&tower_free_, cudaEventDisableTiming));
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
+  VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+  VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming));
 }
 
 CudaQwen2Vision::~CudaQwen2Vision() {
@@ -89,6 +78,18 @@ CudaQwen2Vision::~CudaQwen2Vision() {
     cudaEventSynchronize(meta_done_);
     cudaEventDestroy(meta_done_);
   }
+  if (copy_) {
+    cudaStreamSynchronize(copy_);
+    cudaStreamDestroy(copy_);
+  }
+  if (tower_free_) cudaEventDestroy(tower_free_);
+  if (uploaded_) cudaEventDestroy(uploaded_);
+  if (staged_) cudaEventDestroy(staged_);
+  if (side_) {
+    cudaStreamSynchronize(side_);
+    cudaStreamDestroy(side_);
+  }
+  if (side_done_) cudaEventDestroy(side_done_);
 }
 
 int64_t CudaQwen2Vision::cost(const MediaPixels& item) const {
@@ -115,6 +116,7 @@ void CudaQwen2Vision::reserve(int64_t P) {
   meta_host_.resize(static_cast<size_t>(meta_ints(P, unit)) * 4);
   meta_dev_.resize(meta_host_.bytes());
   pixels_.resize(n * K * 4);
+  staging_.resize(n * K * e);
   patches_.resize(n * K * e);
   x_.resize(n * C * 4);
   h_.resize(n * C * e);
@@ -126,13 +128,6 @@ void CudaQwen2Vision::reserve(int64_t P) {
   m1_.resize(U * C * static_cast<size_t>(unit) * e);
   m2_.resize(U * static_cast<size_t>(c.out_hidden_size) * 4);
   reserved_ = P;
-}
-
-void CudaQwen2Vision::norm(const cuda::DeviceBuffer& w, const cuda::DeviceBuffer& b, int64_t P, cudaStream_t s) {
-  const Qwen2VisionConfig& c = host_.config();
-  const auto eps = static_cast<float>(c.norm_eps);
-  if (c.qwen25) cuda::rms_norm(x_.as<float>(), nullptr, w.as<float>(), eps, nullptr, P, c.hidden_size, h_.get(), dt_, s);
-  else cuda::layer_norm(x_.as<float>(), w.as<float>(), b.as<float>(), eps, P, c.hidden_size, h_.get(), dt_, s);
 }
 
 void CudaQwen2Vision::upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) {
@@ -149,19 +144,105 @@ void CudaQwen2Vision::upload_pixels(std::span<const MediaPixels* const> items, c
 }
 
 void CudaQwen2Vision::run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
-  const Qwen2VisionConfig& c = host_.config();
-  const int64_t C = c.hidden_size, I = c.intermediate_size, K = c.patch_dim(), D = c.head_dim();
-  const int64_t unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size, M = C * unit;
-  const int H = static_cast<int>(c.num_heads);
   std::vector<std::array<int32_t, 3>> grids;
   for (const MediaPixels* it : items) grids.push_back(it->grid_thw);
+  VLM_CUDA_CHECK(cudaEventSynchronize(meta_done_));  // meta_host_ has left for the previous call
+  run_grids(grids, pixels_.get(), DType::F32, out, s, {0, 0, &gemm_});
+  VLM_CUDA_CHECK(cudaEventRecord(meta_done_, s));
+}
+
+void CudaQwen2Vision::encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  std::vector<FrameSlice> slices;
+  for (const MediaPixels* it : items) slices.push_back({it, 0, item_frames(*it)});
+  encode_frames(slices, out, s);
+}
+
+void CudaQwen2Vision::encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s) {
+  // Groups of whole frames (temporal slices of the grids), each at most group_patches_ patches
+  // (or one frame), in the slices' order: the rows of a group are contiguous in pixels and in out.
+  const Qwen2VisionConfig& c = host_.config();
+  const int64_t K = c.patch_dim(), unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size;
+  struct Piece {
+    const float* pixels;
+    std::array<int32_t, 3> grid;
+  };
+  std::vector<std::vector<Piece>> groups(1);
+  int64_t in_group = 0, total = 0;
+  for (const FrameSlice& f : slices) {
+    const MediaPixels* it = f.item;
+    const std::array<int32_t, 3>& g = it->grid_thw;
+    VLM_CHECK(static_cast<int64_t>(it->data.size()) == cost(*it) * K, "item of {} values for grid {}x{}x{}",
+              it->data.size(), g[0], g[1], g[2]);
+    VLM_CHECK(0 <= f.t0 && f.t0 < f.t1 && f.t1 <= g[0], "frames {}..{} of {}", f.t0, f.t1, g[0]);
+    const int64_t hw = static_cast<int64_t>(g[1]) * g[2];
+    total += (f.t1 - f.t0) * hw;
+    for (int32_t t = f.t0; t < f.t1;) {
+      auto n = static_cast<int32_t>(std::min<int64_t>(f.t1 - t, (group_patches_ - in_group) / hw));
+      if (n == 0 && in_group > 0) {
+        groups.emplace_back();
+        in_group = 0;
+        continue;
+      }
+      n = std::max(n, 1);
+      groups.back().push_back({it->data.data() + t * hw * K, {n, g[1], g[2]}});
+      in_group += n * hw;
+      t += n;
+    }
+  }
+  VLM_CHECK(total <= reserved_, "vision call of {} patches > the {} reserved", total, reserved_);
+  // A group's pixels go into pinned staging as dt (what the tower's gather rounds them to anyway),
+  // then one async copy on copy_ (after the tower's earlier work on s, which may still read
+  // pixels_), which s waits for before the group's tower: the host converts the next group while
+  // the GPU copies and runs this one.
+  // Each group runs in its own rows of the workspace (the call's patches fit the reservation),
+  // groups alternating between s and side_, so that one group's kernels fill the other's tails.
+  const size_t e = dtype_size(dt_);
+  VLM_CUDA_CHECK(cudaEventSynchronize(staged_));     // the previous call's copies have left staging_
+  VLM_CUDA_CHECK(cudaEventSynchronize(meta_done_));  // and its metadata copies meta_host_
+  VLM_CUDA_CHECK(cudaEventRecord(tower_free_, s));
+  VLM_CUDA_CHECK(cudaStreamWaitEvent(copy_, tower_free_));
+  VLM_CUDA_CHECK(cudaStreamWaitEvent(side_, tower_free_));
+  int64_t row = 0, out_row = 0, meta = 0;
+  std::vector<std::array<int32_t, 3>> grids;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const std::vector<Piece>& group = groups[gi];
+    const int64_t first = row;
+    grids.clear();
+    for (const Piece& p : group) {
+      const int64_t n = static_cast<int64_t>(p.grid[0]) * p.grid[1] * p.grid[2];
+      convert_from_f32(p.pixels, dt_, staging_.as<char>() + static_cast<size_t>(row * K) * e, n * K);
+      grids.push_back(p.grid);
+      row += n;
+    }
+    const size_t off = static_cast<size_t>(first * K) * e, bytes = static_cast<size_t>((row - first) * K) * e;
+    VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<char>() + off, staging_.as<char>() + off, bytes, cudaMemcpyHostToDevice,
+                                   copy_));
+    VLM_CUDA_CHECK(cudaEventRecord(uploaded_, copy_));
+    const bool side = gi % 2 == 1;
+    cudaStream_t gs = side ? side_ : s;
+    VLM_CUDA_CHECK(cudaStreamWaitEvent(gs, uploaded_));
+    meta += run_grids(grids, pixels_.as<char>() + off, dt_, out + out_row * c.out_hidden_size, gs,
+                      {first, meta, side ? &side_gemm_ : &gemm_});
+    out_row += (row - first) / unit;
+  }
+  VLM_CUDA_CHECK(cudaEventRecord(staged_, copy_));
+  VLM_CUDA_CHECK(cudaEventRecord(side_done_, side_));
+  VLM_CUDA_CHECK(cudaStreamWaitEvent(s, side_done_));
+  VLM_CUDA_CHECK(cudaEventRecord(meta_done_, s));
+}
+
+int64_t CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids, const void* pixels, DType pixel_dt,
+                                   float* out, cudaStream_t s, const Lane& lane) {
+  const Qwen2VisionConfig& c = host_.config();
+  const int64_t C = c.hidden_size, K = c.patch_dim(), D = c.head_dim();
+  const int64_t unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size, M = C * unit;
   const Qwen2VisionLayout lay = host_.layout(grids);
   const int64_t P = lay.num_patches, U = P / unit;
-  VLM_CHECK(P <= reserved_, "vision call of {} patches > the {} reserved", P, reserved_);
+  VLM_CHECK(lane.row0 + P <= reserved_, "vision rows {}..{} > the {} reserved", lane.row0, lane.row0 + P, reserved_);
+  const size_t e = dtype_size(dt_), r0 = static_cast<size_t>(lane.row0), u0 = static_cast<size_t>(lane.row0 / unit);
 
-  // Metadata: one pinned copy (wait until the previous call's copy has left the buffer).
-  VLM_CUDA_CHECK(cudaEventSynchronize(meta_done_));
-  auto* mh = meta_host_.as<int32_t>();
+  // Metadata: one pinned copy from this lane's part of meta_host_ (free: the caller waited).
+  auto* mh = meta_host_.as<int32_t>() + lane.meta0;
   int32_t* gather = mh;
   int32_t* pos = gather + P;
   int32_t* frame_cu = pos + 2 * P;
@@ -183,9 +264,8 @@ void CudaQwen2Vision::run(std::span<const MediaPixels* const> items, float* out,
     if (i) max_window = std::max(max_window, window_cu[i] - window_cu[i - 1]);
   }
   const size_t meta_bytes = static_cast<size_t>((scatter + U) - mh) * 4;
-  VLM_CUDA_CHECK(cudaMemcpyAsync(meta_dev_.get(), mh, meta_bytes, cudaMemcpyHostToDevice, s));
-  VLM_CUDA_CHECK(cudaEventRecord(meta_done_, s));
-  const int32_t* d = meta_dev_.as<int32_t>();
+  const int32_t* d = meta_dev_.as<int32_t>() + lane.meta0;
+  VLM_CUDA_CHECK(cudaMemcpyAsync(const_cast<int32_t*>(d), mh, meta_bytes, cudaMemcpyHostToDevice, s));
   const int32_t* d_gather = d;
   const int32_t* d_pos = d + P;
   const int32_t* d_frame = d_pos + 2 * P;
@@ -193,41 +273,39 @@ void CudaQwen2Vision::run(std::span<const MediaPixels* const> items, float* out,
   const int32_t* d_scatter = d_window + lay.window_cu.size();
   const int num_frames = static_cast<int>(lay.frame_cu.size()) - 1, num_windows = static_cast<int>(lay.window_cu.size()) - 1;
 
-  cuda::gather_rows(pixels_.get(), DType::F32, d_gather, P, K, patches_.get(), dt_, K, 0, s);
-  gemm_.linear(patches_.get(), patch_w_.get(), dt_, nullptr, x_.get(), DType::F32, 0.0f, P, C, K, s);
-  cuda::vision_rope_table(d_pos, inv_freq_.as<float>(), P, D, table_.as<float>(), s);
+  // This lane's rows of the workspace.
+  const int64_t I = c.intermediate_size, Co = c.out_hidden_size;
+  char* patches = patches_.as<char>() + r0 * K * e;
+  auto* x = x_.as<float>() + r0 * C;
+  auto* table = table_.as<float>() + r0 * D;
+  cuda::CublasLtGemm& gemm = *lane.gemm;
+  cuda::gather_rows(pixels, pixel_dt, d_gather, P, K, patches, dt_, K, 0, s);
+  gemm.linear(patches, patch_w_.get(), dt_, nullptr, x, DType::F32, 0.0f, P, C, K, s);
+  cuda::vision_rope_table(d_pos, inv_freq_.as<float>(), P, D, table, s);
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const size_t e = dtype_size(dt_);
+  const VitBlockShape shape{.C = C, .I = I, .H = static_cast<int>(c.num_heads), .D = static_cast<int>(D),
+                            .eps = static_cast<float>(c.norm_eps), .rms = c.qwen25, .gated = c.qwen25,
+                            .act = cuda::Activation::QuickGelu};
+  const VitBlockBuffers buf{x,
+                            h_.as<char>() + r0 * C * e,
+                            qkv_.as<char>() + r0 * 3 * C * e,
+                            attn_.as<char>() + r0 * C * e,
+                            f_.as<char>() + r0 * (c.qwen25 ? 2 : 1) * I * e,
+                            c.qwen25 ? act_.as<char>() + r0 * I * e : nullptr};
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    const Block& B = *blocks_[l];
     const bool full = host_.full_attention(static_cast<int64_t>(l));
-    norm(B.norm1_w, B.norm1_b, P, s);
-    gemm_.linear(h_.get(), B.qkv.get(), dt_, B.qkv_b.get(), qkv_.get(), dt_, 0.0f, P, 3 * C, C, s);
-    cuda::vision_rope_qk(qkv_.get(), dt_, P, H, D, table_.as<float>(), s);
-    const char* qkv = qkv_.as<char>();
-    cuda::varlen_attention(qkv, qkv + C * e, qkv + 2 * C * e, 3 * C, dt_, H, static_cast<int>(D),
-                           full ? d_frame : d_window, full ? num_frames : num_windows, full ? max_frame : max_window,
-                           scale, attn_.get(), s);
-    gemm_.linear(attn_.get(), B.proj.get(), dt_, B.proj_b.get(), x_.get(), DType::F32, 1.0f, P, C, C, s);
-    norm(B.norm2_w, B.norm2_b, P, s);
-    if (c.qwen25) {
-      gemm_.linear(h_.get(), B.mlp_in.get(), dt_, B.mlp_in_b.get(), f_.get(), dt_, 0.0f, P, 2 * I, C, s);
-      cuda::silu_mul(f_.get(), P, I, act_.get(), dt_, s);
-      gemm_.linear(act_.get(), B.mlp_out.get(), dt_, B.mlp_out_b.get(), x_.get(), DType::F32, 1.0f, P, C, I, s);
-    } else {
-      gemm_.linear(h_.get(), B.mlp_in.get(), dt_, B.mlp_in_b.get(), f_.get(), dt_, 0.0f, P, I, C, s);
-      cuda::activation(f_.get(), dt_, P * I, cuda::Activation::QuickGelu, s);
-      gemm_.linear(f_.get(), B.mlp_out.get(), dt_, B.mlp_out_b.get(), x_.get(), DType::F32, 1.0f, P, C, I, s);
-    }
+    const VitSegments seg = full ? VitSegments{d_frame, num_frames, max_frame} : VitSegments{d_window, num_windows, max_window};
+    vit_block_forward(gemm, blocks_[l], shape, dt_, P, buf, seg, table, s);
   }
   // Merger over units [U, unit * Cv]; rows back to the prompt order straight into out.
-  norm(mnorm_w_, mnorm_b_, P, s);
-  gemm_.linear(h_.get(), mlp0_.get(), dt_, mlp0_b_.get(), m1_.get(), dt_, 0.0f, U, M, M, s);
-  cuda::activation(m1_.get(), dt_, U * M, cuda::Activation::GeluErf, s);
-  const int64_t Co = c.out_hidden_size;
-  gemm_.linear(m1_.get(), mlp2_.get(), dt_, mlp2_b_.get(), m2_.get(), DType::F32, 0.0f, U, Co, M, s);
-  cuda::gather_rows(m2_.get(), DType::F32, d_scatter, U, Co, out, DType::F32, Co, 0, s);
+  char* m1 = m1_.as<char>() + u0 * M * e;
+  auto* m2 = m2_.as<float>() + u0 * Co;
+  vit_norm(shape, mnorm_w_, mnorm_b_, dt_, P, x, buf.h, s);
+  gemm.linear(buf.h, mlp0_.get(), dt_, mlp0_b_.get(), m1, dt_, 0.0f, U, M, M, s);
+  cuda::activation(m1, dt_, U * M, cuda::Activation::GeluErf, s);
+  gemm.linear(m1, mlp2_.get(), dt_, mlp2_b_.get(), m2, DType::F32, 0.0f, U, Co, M, s);
+  cuda::gather_rows(m2, DType::F32, d_scatter, U, Co, out, DType::F32, Co, 0, s);
+  return static_cast<int64_t>(meta_bytes / 4);
 }
 
 }  // namespace vlm

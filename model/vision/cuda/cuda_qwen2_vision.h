@@ -18,6 +18,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "model/vision/cuda/cuda_vision_tower.h"
+#include "model/vision/cuda/cuda_vit_block.h"
 #include "model/vision/qwen2_vision.h"
 
 namespace vlm {
@@ -34,27 +35,50 @@ class CudaQwen2Vision : public CudaVisionTower {
   int64_t cost(const MediaPixels& item) const override;
   int64_t out_rows(const MediaPixels& item) const override;
   int64_t out_features() const override { return host_.config().out_hidden_size; }
-  int64_t weight_bytes() const override { return weight_bytes_; }
   int64_t workspace_bytes(int64_t max_cost) const override;
   void reserve(int64_t max_cost) override;
   void upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) override;
   void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
+  // The items' pixels uploaded group by group (whole frames, at most group_patches() patches a
+  // group; converted to dt into pinned staging, async copies on a copy stream) while the tower
+  // runs each group as its pixels arrive: the frames of a video are independent until the
+  // merger's output, so the rows equal one run() over them all.
+  void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
+  bool splits_frames() const override { return true; }
+  void encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s) override;
+  int64_t group_patches() const { return group_patches_; }
+  void set_group_patches(int64_t n) { group_patches_ = n; }
 
  private:
-  struct Block;
-  void norm(const cuda::DeviceBuffer& w, const cuda::DeviceBuffer& b, int64_t P, cudaStream_t s);
+  // Where a tower call works: its first row of the workspace (patches), its first int of the
+  // metadata buffers, the GEMM object of its stream.
+  struct Lane {
+    int64_t row0, meta0;
+    cuda::CublasLtGemm* gemm;
+  };
+  // The tower over items of `grids` whose pixel rows [P, K] of pixel_dt (prompt order) are at
+  // pixels, on s in the lane's rows; returns the metadata ints it used. The caller has waited
+  // until the lane's part of meta_host_ is free.
+  int64_t run_grids(std::span<const std::array<int32_t, 3>> grids, const void* pixels, DType pixel_dt, float* out,
+                    cudaStream_t s, const Lane& lane);
 
   const Qwen2VisionEncoder& host_;
   DType dt_;
-  cuda::CublasLtGemm gemm_;
-  std::vector<std::unique_ptr<Block>> blocks_;
+  cuda::CublasLtGemm gemm_, side_gemm_;  // side_gemm_: side_'s (its own cuBLASLt workspace)
+  std::vector<VitBlockWeights> blocks_;
+  int64_t group_patches_ = 4096;
   cuda::DeviceBuffer patch_w_, inv_freq_;
   cuda::DeviceBuffer mnorm_w_, mnorm_b_, mlp0_, mlp0_b_, mlp2_, mlp2_b_;
-  int64_t weight_bytes_ = 0;
   // Workspace (reserve()).
   cuda::PinnedBuffer meta_host_;
   cuda::DeviceBuffer meta_dev_, pixels_, patches_, x_, h_, qkv_, attn_, f_, act_, table_, m1_, m2_;
   cudaEvent_t meta_done_ = nullptr;  // the last metadata upload (meta_host_ is free after it)
+  cudaStream_t copy_ = nullptr;      // encode()'s pixel uploads
+  cudaStream_t side_ = nullptr;      // encode()'s odd groups
+  cudaEvent_t side_done_ = nullptr;
+  cudaEvent_t tower_free_ = nullptr, uploaded_ = nullptr;
+  cudaEvent_t staged_ = nullptr;      // encode()'s last copy out of staging_
+  cuda::PinnedBuffer staging_;        // encode()'s pixels as dt [P, K] (pinned host)
 };
 
 }  // namespace vlm

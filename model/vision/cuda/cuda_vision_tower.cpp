@@ -2,9 +2,21 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "kernels/core/check.h"
 
 namespace vlm {
+
+void CudaVisionTower::encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s) {
+  std::vector<const MediaPixels*> items;
+  for (const FrameSlice& f : slices) {
+    VLM_CHECK(f.t0 == 0 && f.t1 == item_frames(*f.item), "frames {}..{} of an item of {}: this tower takes whole items",
+              f.t0, f.t1, item_frames(*f.item));
+    items.push_back(f.item);
+  }
+  encode(items, out, s);
+}
 
 void check_vision_fits(const CudaVisionTower& tower, const MediaPixels& item, int k) {
   const int64_t cost = tower.cost(item), reserved = tower.reserved_cost();

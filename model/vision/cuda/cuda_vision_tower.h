@@ -20,6 +20,15 @@
 
 namespace vlm {
 
+// Frames [t0, t1) of an item: of its grid_thw[0] temporal patch groups (an image: [0, 1)).
+struct FrameSlice {
+  const MediaPixels* item;
+  int32_t t0, t1;
+};
+
+// The item's frames (temporal patch groups; 1 for an image without a grid).
+inline int32_t item_frames(const MediaPixels& m) { return m.grid_thw[0] > 0 ? m.grid_thw[0] : 1; }
+
 class CudaVisionTower {
  public:
   virtual ~CudaVisionTower() = default;
@@ -28,14 +37,15 @@ class CudaVisionTower {
   virtual int64_t cost(const MediaPixels& item) const = 0;
   virtual int64_t out_rows(const MediaPixels& item) const = 0;  // the item's prompt tokens
   virtual int64_t out_features() const = 0;                     // C, the decoder's hidden size
-  virtual int64_t weight_bytes() const = 0;
+  int64_t weight_bytes() const { return weight_bytes_; }
   virtual int64_t workspace_bytes(int64_t max_cost) const = 0;  // what reserve(max_cost) takes
   virtual void reserve(int64_t max_cost) = 0;
   int64_t reserved_cost() const { return reserved_; }
 
   // items (total cost <= reserved_cost()) -> out [sum out_rows, C] f32 (device), item after item;
-  // enqueued on s: upload_pixels() then run().
-  void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  // enqueued on s (the host's pixels are read before it returns): upload_pixels() then run(), or
+  // the two overlapped.
+  virtual void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
     upload_pixels(items, s);
     run(items, out, s);
   }
@@ -45,8 +55,17 @@ class CudaVisionTower {
   virtual void upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) = 0;
   virtual void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) = 0;
 
+  // Whether encode_frames() takes parts of items (Qwen2-VL: frames are independent until the
+  // merger's rows), else whole items only.
+  virtual bool splits_frames() const { return false; }
+  // slices (total cost <= reserved_cost()) -> out [their rows, C] f32, slice after slice; a
+  // slice's rows are its frames' share of the item's (out_rows / item_frames each). The default
+  // takes whole items to encode().
+  virtual void encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s);
+
  protected:
   int64_t reserved_ = 0;
+  int64_t weight_bytes_ = 0;  // of the weights uploaded
 };
 
 }  // namespace vlm

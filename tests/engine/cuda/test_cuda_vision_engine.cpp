@@ -2,7 +2,8 @@
 // prompts (an image, a video, two images and a video; HF's input_ids and pixel_values) encode their media
 // on the GPU (CudaMediaEncoder; the rows go to the decoder's input embeddings on the device) and
 // generate exactly transformers 5.17's greedy tokens on the exact path (--dtype float32): each
-// alone, and all together with a text request under prefill chunks that cut through media runs.
+// alone, and all together with a text request under prefill chunks that cut through media runs
+// (a step's media encoded whole, or lazily frame by frame as the chunks reach them).
 // A video beyond the encoder's reservation is refused with a 400 and the engine keeps serving.
 // Skips without a GPU.
 #include <gtest/gtest.h>
@@ -110,16 +111,22 @@ TEST_P(CudaEngineQwen2VL, BatchedUnderChunksCuttingMediaRuns) {
     text_alone = run_engine(*engine, {{0, text}}).at("text").choices.at(0).tokens;
   }
   const auto prompts = qwen_prompts(model);
-  for (int budget : {7, 512}) {
-    SCOPED_TRACE("max_num_batched_tokens " + std::to_string(budget));
-    auto engine = qwen_engine(model, gpu_config(4, 256, budget));
-    std::vector<Submission> subs;
-    for (size_t k = 0; k < prompts.size(); ++k) subs.push_back({static_cast<int>(k), prompts[k].request});
-    subs.push_back({1, text});
-    const auto results = run_engine(*engine, subs);
-    for (const QwenPrompt& q : prompts) expect_tokens(results, q.request.id, q.greedy);
-    EXPECT_EQ(results.at("text").choices.at(0).tokens, text_alone);
-  }
+  // media_step_patches 1: every frame of a step's media is its own lazy unit, encoded when a
+  // chunk first reads its rows (0: a step's media encode whole).
+  for (int64_t step_patches : {int64_t(0), int64_t(1)})
+    for (int budget : {7, 512}) {
+      SCOPED_TRACE("max_num_batched_tokens " + std::to_string(budget) + ", media_step_patches " +
+                   std::to_string(step_patches));
+      EngineConfig c = gpu_config(4, 256, budget);
+      c.media_step_patches = step_patches;
+      auto engine = qwen_engine(model, c);
+      std::vector<Submission> subs;
+      for (size_t k = 0; k < prompts.size(); ++k) subs.push_back({static_cast<int>(k), prompts[k].request});
+      subs.push_back({1, text});
+      const auto results = run_engine(*engine, subs);
+      for (const QwenPrompt& q : prompts) expect_tokens(results, q.request.id, q.greedy);
+      EXPECT_EQ(results.at("text").choices.at(0).tokens, text_alone);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngineQwen2VL,
