@@ -3,6 +3,7 @@
 // on the bf16-weight fixtures, measured and recorded as a test property.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "engine/compute_dtype.h"
@@ -43,26 +44,33 @@ TEST(ComputeDType, EngineAppliesItsDtype) {
   EXPECT_FALSE(bf16_activations());
 }
 
-class DefaultDtypeFixture : public ::testing::TestWithParam<std::string> {};
+class DefaultDtypeFixture : public ::testing::TestWithParam<std::string> {
+ protected:
+  // The longest fixture prompt through the exact path (float32) and the default (--dtype auto),
+  // `chunk` tokens a step; the max row relative error of the default's logits against the exact ones.
+  static double default_vs_exact_error(const std::string& model, int chunk) {
+    const Reference ref = load_reference(model);
+    const int p = ref.num_prompts() - 1;
+    DecoderRunner runner(model, 16, 64);
+    TestSequence exact{ref.ids(p)}, fast{ref.ids(p)};
+    apply_cpu_dtype(DType::F32);
+    runner.prefill(exact, chunk);
+    apply_cpu_dtype(resolve_dtype(std::nullopt, runner.decoder().weight_dtype()));
+    DecoderRunner runner2(model, 16, 64);
+    runner2.prefill(fast, chunk);
+    const int64_t V = runner.decoder().config().vocab_size;
+    EXPECT_EQ(exact.logits.size(), fast.logits.size());
+    const int64_t rows = static_cast<int64_t>(std::min(exact.logits.size(), fast.logits.size())) / V;
+    return max_row_rel_error(fast.logits.data(), exact.logits.data(), rows, V);
+  }
+};
 
 // The default (--dtype auto) against the exact path on the same prompt: prefill logits, the
 // longest fixture prompt (a bf16 path for any row count: dot product or GEMV).
 TEST_P(DefaultDtypeFixture, PrefillLogitErrorAgainstExactIsMeasured) {
   if (!gemm_detail::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16: auto runs the exact path here";
   ExactPathAfter restore;
-  const Reference ref = load_reference(GetParam());
-  const int p = ref.num_prompts() - 1;
-  DecoderRunner runner(GetParam(), 16, 64);
-  TestSequence exact{ref.ids(p)}, fast{ref.ids(p)};
-  apply_cpu_dtype(DType::F32);
-  runner.prefill(exact, 64);
-  apply_cpu_dtype(resolve_dtype(std::nullopt, runner.decoder().weight_dtype()));
-  DecoderRunner runner2(GetParam(), 16, 64);
-  runner2.prefill(fast, 64);
-  const int64_t V = runner.decoder().config().vocab_size;
-  const int64_t rows = static_cast<int64_t>(exact.logits.size()) / V;
-  ASSERT_EQ(exact.logits.size(), fast.logits.size());
-  const double err = max_row_rel_error(fast.logits.data(), exact.logits.data(), rows, V);
+  const double err = default_vs_exact_error(GetParam(), 64);
   RecordProperty("rel_err_vs_exact", std::to_string(err));
   std::printf("[ measured ] %s: --dtype auto vs float32, max row relative logit error %.4g\n", GetParam().c_str(), err);
   EXPECT_LE(err, 5e-2);
@@ -74,20 +82,8 @@ TEST_P(DefaultDtypeFixture, PrefillLogitErrorAgainstExactIsMeasured) {
 TEST_P(DefaultDtypeFixture, DecodeStepLogitErrorAgainstExactIsMeasured) {
   if (!gemm_detail::bf16_dot_supported()) GTEST_SKIP() << "no AVX512-BF16: auto runs the exact path here";
   ExactPathAfter restore;
-  const Reference ref = load_reference(GetParam());
-  const int p = ref.num_prompts() - 1;
-  DecoderRunner runner(GetParam(), 16, 64);
-  TestSequence exact{ref.ids(p)}, fast{ref.ids(p)};
-  apply_cpu_dtype(DType::F32);
-  runner.prefill(exact, 1);
-  apply_cpu_dtype(resolve_dtype(std::nullopt, runner.decoder().weight_dtype()));
-  EXPECT_TRUE(uses_bf16_gemv(DType::BF16, 1));
-  DecoderRunner runner2(GetParam(), 16, 64);
-  runner2.prefill(fast, 1);
-  const int64_t V = runner.decoder().config().vocab_size;
-  const int64_t rows = static_cast<int64_t>(exact.logits.size()) / V;
-  ASSERT_EQ(exact.logits.size(), fast.logits.size());
-  const double err = max_row_rel_error(fast.logits.data(), exact.logits.data(), rows, V);
+  const double err = default_vs_exact_error(GetParam(), 1);
+  EXPECT_TRUE(uses_bf16_gemv(DType::BF16, 1)) << "the default's one-row steps take the GEMV";
   RecordProperty("decode_rel_err_vs_exact", std::to_string(err));
   std::printf("[ measured ] %s: decode steps, --dtype auto vs float32, max row relative logit error %.4g\n",
               GetParam().c_str(), err);

@@ -18,14 +18,6 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-double metric(const ServerProcess& s, const std::string& name) {
-  const std::string text = http_request("GET", s.base_url() + "/metrics").body;
-  const auto at = text.find("\n" + name + "{");
-  if (at == std::string::npos) return -1;
-  const auto eol = text.find('\n', at + 1);
-  return std::stod(text.substr(text.rfind(' ', eol) + 1, eol - text.rfind(' ', eol) - 1));
-}
-
 std::vector<int32_t> greedy(const ServerProcess& s, const Qwen2VLChatCase& c) {
   const ordered_json body = {{"messages", c.messages}, {"max_tokens", c.generated.size()}, {"temperature", 0},
                              {"return_token_ids", true}};
@@ -57,16 +49,16 @@ TEST(MmProcessorCacheServer, RepeatedImagesHitAndGiveHfGreedyOnAndOff) {
     int images = 0;
     for (const auto& c : image_cases) {
       EXPECT_EQ(greedy(s, c), c.generated) << c.name << ", cache " << gb << " GiB, first time";
-      const double hits = std::max(0.0, metric(s, "vlm:mm_processor_cache_hits_total"));  // -1: not yet
+      const double hits = std::max(0.0, s.metric("vlm:mm_processor_cache_hits_total"));  // -1: not yet
       EXPECT_EQ(greedy(s, c), c.generated) << c.name << ", cache " << gb << " GiB, again";
       images += num_images(c.messages);
-      if (on) EXPECT_EQ(metric(s, "vlm:mm_processor_cache_hits_total") - hits, num_images(c.messages)) << c.name;
+      if (on) EXPECT_EQ(s.metric("vlm:mm_processor_cache_hits_total") - hits, num_images(c.messages)) << c.name;
     }
     if (on) {
-      EXPECT_EQ(metric(s, "vlm:mm_processor_cache_queries_total"), 2 * images);
-      EXPECT_GT(metric(s, "vlm:mm_processor_cache_bytes"), 0);
+      EXPECT_EQ(s.metric("vlm:mm_processor_cache_queries_total"), 2 * images);
+      EXPECT_GT(s.metric("vlm:mm_processor_cache_bytes"), 0);
     } else {
-      EXPECT_EQ(metric(s, "vlm:mm_processor_cache_queries_total"), -1) << "off: never looked up";
+      EXPECT_EQ(s.metric("vlm:mm_processor_cache_queries_total"), -1) << "off: never looked up";
     }
   }
 }

@@ -35,14 +35,6 @@ json chat(const ServerProcess& s, const std::string& salt = "") {
   return json::parse(r.body);
 }
 
-double metric(const ServerProcess& s, const std::string& name) {
-  const std::string text = http_request("GET", s.base_url() + "/metrics").body;
-  const auto at = text.find("\n" + name + "{");
-  if (at == std::string::npos) return -1;
-  const auto eol = text.find('\n', at + 1);
-  return std::stod(text.substr(text.rfind(' ', eol) + 1, eol - text.rfind(' ', eol) - 1));
-}
-
 int64_t cached(const json& reply) { return reply["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(); }
 
 TEST(PrefixCacheServer, RepeatedChatReportsCachedTokensAndMetrics) {
@@ -53,8 +45,8 @@ TEST(PrefixCacheServer, RepeatedChatReportsCachedTokensAndMetrics) {
   const json b = chat(s);
   EXPECT_EQ(cached(b), (P - 1) / 16 * 16) << "every full block of the prompt (block size 16)";
   EXPECT_EQ(b["choices"][0]["message"]["content"], a["choices"][0]["message"]["content"]);
-  EXPECT_EQ(metric(s, "vllm:prefix_cache_queries_total"), static_cast<double>(2 * P));
-  EXPECT_EQ(metric(s, "vllm:prefix_cache_hits_total"), static_cast<double>(cached(b)));
+  EXPECT_EQ(s.metric("vllm:prefix_cache_queries_total"), static_cast<double>(2 * P));
+  EXPECT_EQ(s.metric("vllm:prefix_cache_hits_total"), static_cast<double>(cached(b)));
   EXPECT_EQ(cached(chat(s, "tenant-1")), 0) << "another cache_salt shares nothing";
   EXPECT_EQ(cached(chat(s, "tenant-1")), cached(b));
   const HttpResult bad = http_request("POST", s.base_url() + "/v1/chat/completions",
@@ -70,8 +62,8 @@ TEST(PrefixCacheServer, NoEnablePrefixCachingTurnsItOff) {
   chat(s);
   EXPECT_EQ(cached(chat(s)), 0);
   // Present and 0, as vLLM exports them with caching off (absent series break rate() panels).
-  EXPECT_EQ(metric(s, "vllm:prefix_cache_queries_total"), 0) << "no admission queried a cache";
-  EXPECT_EQ(metric(s, "vllm:prefix_cache_hits_total"), 0);
+  EXPECT_EQ(s.metric("vllm:prefix_cache_queries_total"), 0) << "no admission queried a cache";
+  EXPECT_EQ(s.metric("vllm:prefix_cache_hits_total"), 0);
   ServerProcess on(server_bin(), args({"--enable-prefix-caching"}));
   chat(on);
   EXPECT_GT(cached(chat(on)), 0);
@@ -92,7 +84,7 @@ TEST(PrefixCacheServer, RepeatedPromptsOnTheBf16ActivationPath) {
     ASSERT_EQ(r["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"]) << "request " << i;
   }
   EXPECT_EQ(http_request("GET", s.base_url() + "/health").status, 200);
-  EXPECT_EQ(metric(s, "vllm:prefix_cache_hits_total"), 20.0 * static_cast<double>((P - 1) / 16 * 16));
+  EXPECT_EQ(s.metric("vllm:prefix_cache_hits_total"), 20.0 * static_cast<double>((P - 1) / 16 * 16));
 }
 
 }  // namespace

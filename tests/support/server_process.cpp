@@ -204,4 +204,11 @@ CommandResult run_command(const std::string& cmd) {
   return r;
 }
 
+double ServerProcess::metric(const std::string& name) const {
+  std::istringstream lines(http_request("GET", base_url() + "/metrics").body);
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with(name + "{") || line.starts_with(name + " ")) return std::stod(line.substr(line.rfind(' ') + 1));
+  return -1;
+}
+
 }  // namespace vlm::testing

@@ -27,6 +27,9 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string log() const;  // what the server wrote to stderr so far
+  // The value of a metric's first sample on GET /metrics (`name{...} v` or `name v`); -1 when the
+  // exposition has no sample of it yet.
+  double metric(const std::string& name) const;
   // Sends SIGTERM and waits up to timeout_s; returns the exit status (or -1 on timeout/signal).
   int terminate(double timeout_s = 30);
 
