@@ -10,7 +10,9 @@
 // TTFT: from the first chunk's forward to the greedy token of the last row on the host (every
 // chunk enqueued back to back; sparse chunks sync once per layer for the grid search's layouts).
 // One warm-up prompt (--warmup tokens, both modes) first.
-// Usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference]
+// Modes: dense; mminference (the grid search on every chunk); mminference-once (the search on the
+// prompt's first chunk only, its layouts reused by the later chunks: grid_search_once).
+// Usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference,mminference-once]
 //          [--chunk 8192] [--frame-tokens 256] [--grid-stride 0] [--warmup 16384] [--dense-max N]
 // --dense-max N: the dense mode only for prompts of at most N tokens.
 // --grid-stride S > 0: MMInference's grid heads with the fixed stride S (as a searched pattern
@@ -104,6 +106,10 @@ int main(int argc, char** argv) {
         if (i >= kPrefix) tags[i] = {vlm::Modality::Video, 0};
       }
       vlm::BlockCounts counts;
+      vlm::GridLayoutStore store;
+      const bool sparse = mode == "mminference" || mode == "mminference-once";
+      vlm::SparsePrefillConfig cfg = mm;
+      cfg.grid_search_once = mode == "mminference-once";
       const auto t0 = Clock::now();
       for (int64_t start = 0; start < L; start += chunk) {
         const int64_t n = std::min(chunk, L - start);
@@ -114,14 +120,15 @@ int main(int argc, char** argv) {
         c.logits = start + n == L ? vlm::LogitsFor::Last : vlm::LogitsFor::None;
         c.modalities = std::span<const vlm::ModalityTag>(tags.data() + start, static_cast<size_t>(n));
         vlm::ForwardBatch fb = vlm::make_forward_batch({&c, 1}, B);
-        if (mode == "mminference" && n > 1 && L >= mm.min_prompt_len) {
-          fb.sparse_prefill = {mm};
+        if (sparse && n > 1 && L >= mm.min_prompt_len) {
+          fb.sparse_prefill = {cfg};
           fb.prompt_lens = {static_cast<int32_t>(L)};
           fb.prompt_modalities = {std::span<const vlm::ModalityTag>(tags)};
           fb.frame_strides = {std::span<const int32_t>(known)};
           fb.sparse_block_counts = {&counts};
-        } else if (mode != "dense") {
-          throw std::runtime_error("unknown mode " + mode + " (dense, mminference)");
+          fb.grid_layouts = {&store};
+        } else if (mode != "dense" && !sparse) {
+          throw std::runtime_error("unknown mode " + mode + " (dense, mminference, mminference-once)");
         }
         backend.forward(fb, vlm::EmbeddingOverride{});
       }
@@ -129,7 +136,7 @@ int main(int argc, char** argv) {
       const vlm::SampleTask task{&sampler_seq, 0};
       backend.sample({&task, 1}, out);  // synchronizes: the token is on the host
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (mode == "mminference")
+      if (sparse)
         std::printf("  density %.4f (%.0f of %.0f key blocks)\n", counts.computed / std::max(counts.causal, 1.0),
                     counts.computed, counts.causal);
       return dt;
@@ -145,9 +152,9 @@ int main(int argc, char** argv) {
                     static_cast<long>(chunk), mode.c_str(), t[mode], static_cast<double>(L) / t[mode]);
         std::fflush(stdout);
       }
-      if (t.count("dense") && t.count("mminference"))
-        std::printf("TTFT %ld tokens: dense / mminference = %.2fx\n", static_cast<long>(L),
-                    t["dense"] / t["mminference"]);
+      for (const char* m : {"mminference", "mminference-once"})
+        if (t.count("dense") && t.count(m))
+          std::printf("TTFT %ld tokens: dense / %s = %.2fx\n", static_cast<long>(L), m, t["dense"] / t[m]);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda_sparse_ttft: %s\n", e.what());
