@@ -13,8 +13,10 @@
 // Modes: dense; mminference (the grid search on every chunk); mminference-once (the search on the
 // prompt's first chunk only, its layouts reused by the later chunks: grid_search_once).
 // Usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference,mminference-once]
-//          [--chunk 8192] [--frame-tokens 256] [--grid-stride 0] [--warmup 16384] [--dense-max N]
+//          [--chunk 8192] [--frame-tokens 256] [--grid-stride 0] [--hline 1] [--warmup 16384] [--dense-max N]
 // --dense-max N: the dense mode only for prompts of at most N tokens.
+// --hline 0: the grid heads without horizontal lines (Table 3's "use hline" switch): no query
+// block attends every key, so no chunk's kernel waits on one CTA walking all the keys.
 // --grid-stride S > 0: MMInference's grid heads with the fixed stride S (as a searched pattern
 // file would give a video model) instead of the online search.
 // With VLM_CUDA_PROFILE=1 every step prints its per-op GPU time to stderr (StepProfiler).
@@ -51,7 +53,7 @@ std::vector<std::string> words(const std::string& s) {
 int main(int argc, char** argv) {
   std::map<std::string, std::string> f = {{"lengths", "131072"}, {"modes", "dense,mminference"}, {"chunk", "8192"},
                                           {"frame-tokens", "256"}, {"grid-stride", "0"}, {"warmup", "16384"},
-                                          {"dense-max", "1099511627776"}};
+                                          {"dense-max", "1099511627776"}, {"hline", "1"}};
   for (int i = 1; i + 1 < argc; i += 2) f[std::string(argv[i]).substr(2)] = argv[i + 1];
   if (!f.count("model")) {
     std::fprintf(stderr, "usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference] "
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
     vlm::SparsePrefillConfig mm;
     mm.method = vlm::SparsePrefillMethod::MMInference;  // default head: grid (online search)
     mm.default_head.grid.stride = std::stoi(f["grid-stride"]);
+    mm.default_head.grid.use_hline = f["hline"] != "0";
     const int32_t known[] = {frame};
     const int64_t V = host->config().vocab_size;
     std::vector<int32_t> table(static_cast<size_t>(o.num_kv_blocks));

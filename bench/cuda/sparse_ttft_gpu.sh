@@ -7,11 +7,12 @@
 # Runs, in this order: the sparse GPU tests; (meanwhile) vlm-random-model --preset qwen2-7b;
 # bench_cuda_sparse_prefill's mminference-gpu patterns (the one-shot search and the search on the
 # first 8K chunk only, their errors against dense); bench_cuda_sparse_ttft at 128K with 8K chunks
-# (dense, mminference-once, mminference), the same again with VLM_CUDA_PROFILE=1 (summed per op by
-# sum_step_profile.py), at 128K with 32K chunks (dense, mminference-once), and the LONG lengths
-# (default 524288) with mminference-once. Outputs in $OUT.
-# Knobs: SKIP_TESTS, SKIP_KERNEL, SKIP_PROFILE (set: leave out), LONG (lengths; empty: none),
-# TTFT_MODES (8K-chunk modes), TEST_FILTER.
+# (dense, mminference-once, mminference), the same with VLM_CUDA_PROFILE=1 (summed per op by
+# sum_step_profile.py), at 128K with 32K chunks (dense, mminference-once), and 512K with
+# mminference-once. Outputs in $OUT.
+# Knobs: SKIP_TESTS, SKIP_KERNEL (set: leave out), TEST_FILTER, RUNS (';'-separated argument lists
+# of bench_cuda_sparse_ttft runs), PROFILES (the same for the profiled runs), VLM_BENCH_HLINE
+# (passed on to bench_cuda_sparse_prefill).
 set -u
 archive=${1:?usage: sparse_ttft_gpu.sh ARCHIVE}
 OUT=${OUT:-/tmp/vlm-sparse-ttft}
@@ -37,20 +38,23 @@ fi
 wait $mp
 stamp model
 T=$B/bench_cuda_sparse_ttft
-{
-  timeout 150 $T --model /tmp/m7b --lengths 131072 --modes "${TTFT_MODES:-dense,mminference-once,mminference}"
-  echo "rc=$?"; stamp ttft8k
-  timeout 100 $T --model /tmp/m7b --lengths 131072 --modes dense,mminference-once --chunk 32768 --warmup 32768
-  echo "rc=$?"; stamp ttft32k
-  for L in ${LONG-524288}; do
-    timeout 150 $T --model /tmp/m7b --lengths "$L" --modes mminference-once --warmup 8192
-    echo "rc=$?"; stamp "long $L"
-  done
-} > "$OUT/ttft.txt" 2>&1
-if [ -z "${SKIP_PROFILE:-}" ]; then
-  VLM_CUDA_PROFILE=1 timeout 150 $T --model /tmp/m7b --lengths 131072 --modes mminference-once,mminference,dense \
-    --warmup 4096 > "$OUT/profile_raw.txt" 2>&1
-  echo "rc=$?" >> "$OUT/profile_raw.txt"; stamp profile
-  python3 "$HERE/sum_step_profile.py" "$OUT/profile_raw.txt" > "$OUT/profile.txt"
-  gzip -f "$OUT/profile_raw.txt"
-fi
+RUNS=${RUNS:-"--lengths 131072 --modes dense,mminference-once,mminference;\
+--lengths 131072 --modes dense,mminference-once --chunk 32768 --warmup 32768;\
+--lengths 524288 --modes mminference-once --warmup 8192"}
+PROFILES=${PROFILES-"--lengths 131072 --modes mminference-once,mminference,dense --warmup 4096"}
+IFS=';' read -ra runs <<< "$RUNS"
+IFS=';' read -ra profiles <<< "$PROFILES"
+for r in "${runs[@]}"; do
+  echo "== bench_cuda_sparse_ttft $r"
+  # shellcheck disable=SC2086  # the arguments are words
+  timeout 150 $T --model /tmp/m7b $r
+  echo "rc=$?"; stamp "$r"
+done > "$OUT/ttft.txt" 2>&1
+for r in "${profiles[@]}"; do
+  echo "== VLM_CUDA_PROFILE=1 bench_cuda_sparse_ttft $r"
+  # shellcheck disable=SC2086
+  VLM_CUDA_PROFILE=1 timeout 150 $T --model /tmp/m7b $r
+  echo "rc=$?"; stamp "profile $r"
+done > "$OUT/profile_raw.txt" 2>&1
+python3 "$HERE/sum_step_profile.py" "$OUT/profile_raw.txt" > "$OUT/profile.txt"
+gzip -f "$OUT/profile_raw.txt"

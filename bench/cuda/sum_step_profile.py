@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Sums StepProfiler lines (VLM_CUDA_PROFILE=1, model/decoder/cuda/step_profiler.h) per op over
 the steps of each prompt of a bench_cuda_sparse_ttft log (stdout and stderr merged): a prompt's
-steps are the profile lines before its "TTFT ..." line. Prints one markdown table per prompt.
+steps are the profile lines before its "TTFT ..." line. Prints one markdown table per prompt
+(and the "== ..." lines of sparse_ttft_gpu.sh as they come).
 Usage: sum_step_profile.py LOG"""
 import re
 import sys
@@ -20,6 +21,8 @@ def main(path):
             total += float(m.group(2))
             for name, t in OP.findall(" " + m.group(3)):
                 ops[name] += float(t)
+        elif line.startswith("== "):
+            print("\n" + line.strip())
         elif line.startswith("TTFT") and "tokens (chunks of" in line:
             print(f"\n{line.strip()}: {steps} steps, {total / 1e3:.3f} s on the GPU")
             print("| op | s | share |\n| --- | --- | --- |")
