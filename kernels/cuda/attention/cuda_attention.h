@@ -11,8 +11,9 @@
 //  - The batch (CudaAttentionBatch) means what AttentionBatch means on the CPU
 //    (kernels/attention/paged_attention.h): sequence s owns query rows [cu_seqlens_q[s],
 //    cu_seqlens_q[s+1]) and its cache holds context_lens[s] tokens, this step's included (written
-//    with paged_kv_write first); query row i of q_len sits at position context_lens[s] - q_len + i
-//    and attends keys [0, that position] (causal; a chunk sees the earlier cached context).
+//    with paged_kv_write or rope_split_q_kv_write first); query row i of q_len sits at position
+//    context_lens[s] - q_len + i and attends keys [0, that position] (causal; a chunk sees the
+//    earlier cached context).
 //    Query head h reads KV head h / (H / Hkv) (GQA). scale multiplies q·k.
 //
 // Kernel choice (no flags): prefill attention uses tensor cores when kv.dtype is BF16/F16: on
