@@ -9,7 +9,8 @@
 // the line reports the plan's density (computed / causal key blocks) next to the time.
 // TTFT: from the first chunk's forward to the greedy token of the last row on the host (every
 // chunk enqueued back to back; sparse chunks sync once per layer for the grid search's layouts).
-// One warm-up prompt (--warmup tokens, both modes) first.
+// One warm-up prompt (--warmup tokens, every mode) first. The sparse modes print their last row's
+// logits' relative L2 distance from the dense mode's when dense ran first on the same prompt.
 // Modes: dense; mminference (the grid search on every chunk); mminference-once (the search on the
 // prompt's first chunk only, its layouts reused by the later chunks: grid_search_once).
 // Usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference,mminference-once]
@@ -22,6 +23,7 @@
 // With VLM_CUDA_PROFILE=1 every step prints its per-op GPU time to stderr (StepProfiler).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -99,6 +101,7 @@ int main(int argc, char** argv) {
     greedy.temperature = 0;
     vlm::Sequence sampler_seq(0, {0}, greedy);
 
+    std::map<int64_t, std::vector<float>> dense_logits;  // per prompt length: the dense mode's last row
     // One prompt of L tokens, prefilled in chunks; returns the TTFT in seconds.
     auto ttft = [&](int64_t L, const std::string& mode, uint32_t seed) {
       std::mt19937 rng(seed);
@@ -139,6 +142,20 @@ int main(int argc, char** argv) {
       const vlm::SampleTask task{&sampler_seq, 0};
       backend.sample({&task, 1}, out);  // synchronizes: the token is on the host
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      // The last row's logits against the dense mode's of the same prompt (when it ran first).
+      std::vector<float> logits;
+      backend.decoder().download_logits(logits);
+      if (mode == "dense") {
+        dense_logits[L] = logits;
+      } else if (dense_logits.count(L) && dense_logits[L].size() == logits.size()) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < logits.size(); ++i) {
+          const double d = static_cast<double>(logits[i]) - dense_logits[L][i];
+          num += d * d;
+          den += static_cast<double>(dense_logits[L][i]) * dense_logits[L][i];
+        }
+        std::printf("  last-row logits vs dense: relative L2 %.4f\n", std::sqrt(num / std::max(den, 1e-30)));
+      }
       if (sparse)
         std::printf("  density %.4f (%.0f of %.0f key blocks)\n", counts.computed / std::max(counts.causal, 1.0),
                     counts.computed, counts.causal);
