@@ -318,7 +318,8 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   sparse_ = CudaSparsePrefill::active(b);
   batch_ = &b;
   reserve_activations(T, R);
-  if (!look_m_on_ && forward_graph(b, override)) {
+  // Steps that capture SinkRouter anchors (a prefill finishing) run eagerly too.
+  if (!look_m_on_ && !CudaSinkRouterStep::captures(b) && forward_graph(b, override)) {
     if (methods_) sink_.end(stream_);
     return;
   }
@@ -361,7 +362,8 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   embed(T, override);
   prof_.mark(stream_, "upload_embed_rope_table");
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
-  if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // LOOK-M compaction of finished prompts
+  if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);     // SinkRouter's anchors of finished
+  if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // prompts, then LOOK-M's compaction
   batch_ = nullptr;
   num_logit_rows_ = R;
   if (R == 0) return prof_.end(stream_, T);

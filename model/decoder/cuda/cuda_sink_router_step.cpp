@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -11,12 +12,37 @@
 
 namespace vlm {
 
+bool CudaSinkRouterStep::captures(const ForwardBatch& b) {
+  for (size_t s = 0; s < b.sink_anchors.size(); ++s)
+    if (b.sink_anchors[s] != nullptr && b.finishes_prefill[s]) return true;
+  return false;
+}
+
+void CudaSinkRouterStep::capture(const ForwardBatch& b, const std::vector<PagedKVLayer>& kv,
+                                 const int32_t* block_tables, cudaStream_t stream) {
+  const int L = static_cast<int>(kv.size());
+  for (size_t s = 0; s < b.sink_anchors.size(); ++s) {
+    SinkAnchors* a = b.sink_anchors[s];
+    if (a == nullptr || !b.finishes_prefill[s]) continue;
+    const size_t bytes = size_t{2} * L * kv[0].num_kv_heads * kv[0].head_dim * 4;
+    void* p = nullptr;
+    VLM_CUDA_CHECK(cudaMalloc(&p, bytes));  // freed with the last store holding it
+    // A fresh array (a graph in flight may still read the store's previous one, which cudaFree
+    // waits for).
+    a->device_kv = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    for (int l = 0; l < L; ++l)
+      cuda::sink_capture_anchors(kv[static_cast<size_t>(l)], block_tables + static_cast<int64_t>(s) * b.max_blocks_per_seq,
+                                 l, L, static_cast<float*>(p), stream);
+  }
+}
+
 bool CudaSinkRouterStep::plan(const ForwardBatch& b, bool all_decode, bool fast, int num_layers, int num_kv_heads,
-                              int head_dim, DType kv_dtype, int64_t seqs, uint8_t* flags) {
+                              int head_dim, DType kv_dtype, int64_t seqs, uint8_t* flags, const float** anchors) {
   active_ = pending_ = probing_ = false;  // counts of a step that was never settled are dropped
   const int S = b.num_seqs();
   VLM_CHECK(seqs >= S, "{} routing rows for {} sequences", seqs, S);
   std::fill(flags, flags + seqs, uint8_t{0});
+  std::fill(anchors, anchors + seqs, nullptr);
   if (b.sink_anchors.empty() || !all_decode || !fast) return false;
   VLM_CHECK(static_cast<int>(b.sink_anchors.size()) == S && b.sink_router != nullptr,
             "{} anchor stores for {} sequences (config set: {})", b.sink_anchors.size(), S, b.sink_router != nullptr);
@@ -32,8 +58,10 @@ bool CudaSinkRouterStep::plan(const ForwardBatch& b, bool all_decode, bool fast,
   ctx_.assign(b.context_lens.begin(), b.context_lens.end());
   for (int s = 0; s < S; ++s) {
     SinkAnchors* a = b.sink_anchors[static_cast<size_t>(s)];
-    const bool route = a != nullptr && !b.finishes_prefill[static_cast<size_t>(s)];
+    // As the CPU: a sequence routes once its anchors are captured (its prefill has finished).
+    const bool route = a != nullptr && !b.finishes_prefill[static_cast<size_t>(s)] && a->device_kv != nullptr;
     flags[s] = route ? 1 : 0;
+    anchors[s] = route ? static_cast<const float*>(a->device_kv.get()) : nullptr;
     probing_ |= route && a->probe != nullptr;
     if (route) stores_[static_cast<size_t>(s)] = a;
     active_ |= route;
@@ -49,19 +77,24 @@ bool CudaSinkRouterStep::plan(const ForwardBatch& b, bool all_decode, bool fast,
   return true;
 }
 
-void CudaSinkRouterStep::start(const uint8_t* d_flags, cudaStream_t stream) {
+void CudaSinkRouterStep::start(const uint8_t* d_flags, const float* const* d_anchors, cudaStream_t stream) {
   d_flags_ = d_flags;
+  d_anchors_ = d_anchors;
   VLM_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream));
 }
 
 bool CudaSinkRouterStep::begin(const ForwardBatch& b, bool all_decode, bool fast, int num_layers, int num_kv_heads,
                                int head_dim, DType kv_dtype, cudaStream_t stream) {
   const int S = b.num_seqs();
-  host_.reserve(static_cast<size_t>(S) * 4);
-  if (!plan(b, all_decode, fast, num_layers, num_kv_heads, head_dim, kv_dtype, S, host_.as<uint8_t>())) return false;
-  flags_.reserve(static_cast<size_t>(S));
-  VLM_CUDA_CHECK(cudaMemcpyAsync(flags_.get(), host_.get(), static_cast<size_t>(S), cudaMemcpyHostToDevice, stream));
-  start(flags_.as<uint8_t>(), stream);
+  const size_t bytes = static_cast<size_t>(S) * (sizeof(float*) + 1);
+  host_.reserve(std::max(bytes, static_cast<size_t>(S) * 4));
+  auto* ptrs = host_.as<const float*>();
+  auto* flags = reinterpret_cast<uint8_t*>(ptrs + S);
+  if (!plan(b, all_decode, fast, num_layers, num_kv_heads, head_dim, kv_dtype, S, flags, ptrs)) return false;
+  flags_.reserve(bytes);
+  VLM_CUDA_CHECK(cudaMemcpyAsync(flags_.get(), host_.get(), bytes, cudaMemcpyHostToDevice, stream));
+  const auto* d_ptrs = flags_.as<const float*>();
+  start(reinterpret_cast<const uint8_t*>(d_ptrs + S), d_ptrs, stream);
   return true;
 }
 
@@ -85,8 +118,8 @@ void CudaSinkRouterStep::route_layer(int layer, const void* q, DType act, int nu
                                 d_flags_, meta.num_seqs, 1.0f / std::sqrt(static_cast<float>(D_)),
                                 probe_mass_.as<float>() + layer * S * H_, stream);
   }
-  cuda::sink_route_from_cache(q, act, num_heads, kv, meta.block_tables, meta.max_blocks_per_seq, meta.context_lens,
-                              d_flags_, meta.num_seqs, *config_, scores, skip, counts_.as<int32_t>(), value, stream);
+  cuda::sink_route_from_stores(q, act, num_heads, d_anchors_, layer, num_layers_, Hkv_, D_, meta.context_lens, d_flags_,
+                               meta.num_seqs, *config_, scores, skip, counts_.as<int32_t>(), value, stream);
   meta.group_skip = skip;
   meta.group_surrogate = value;
 }
