@@ -316,6 +316,12 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   methods_ = look_m_on_ ||
              std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; });
   sparse_ = CudaSparsePrefill::active(b);
+  // batch_ stays set until forward() returns: forward_graph runs the step twice (eagerly, then
+  // under stream capture), and each run_step reads it.
+  struct BatchScope {
+    const ForwardBatch*& p;
+    ~BatchScope() { p = nullptr; }
+  } scope{batch_};
   batch_ = &b;
   reserve_activations(T, R);
   // Steps that capture SinkRouter anchors (a prefill finishing) run eagerly too.
@@ -364,7 +370,6 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
   if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);     // SinkRouter's anchors of finished
   if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // prompts, then LOOK-M's compaction
-  batch_ = nullptr;
   num_logit_rows_ = R;
   if (R == 0) return prof_.end(stream_, T);
   const DType dt = opt_.dtype;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <mutex>
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -12,7 +13,36 @@
 
 namespace vlm {
 
+// Device arrays of one size ([2, L, Hkv, D] f32) for the stores' anchors: cudaMalloc'd 32 at a
+// time and kept until the pool goes (with the decoder and the last store holding one), so neither
+// a capture nor a request's end allocates or frees (cudaFree would synchronize the device). An
+// array comes back when its last store lets it go; a later capture writes it on the decoder's
+// stream, after every step that read it (all of them run on that stream).
+struct CudaSinkRouterStep::AnchorPool : std::enable_shared_from_this<AnchorPool> {
+  static constexpr size_t kPerChunk = 32;
+  std::mutex mu;
+  size_t bytes = 0;  // per array
+  std::vector<cuda::DeviceBuffer> chunks;
+  std::vector<float*> free;
+
+  std::shared_ptr<void> take() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (free.empty()) {
+      chunks.emplace_back(bytes * kPerChunk);
+      for (size_t i = kPerChunk; i-- > 0;) free.push_back(chunks.back().as<float>() + i * bytes / 4);
+    }
+    float* p = free.back();
+    free.pop_back();
+    return std::shared_ptr<void>(p, [pool = shared_from_this()](void* q) {
+      std::lock_guard<std::mutex> lock(pool->mu);
+      pool->free.push_back(static_cast<float*>(q));
+    });
+  }
+};
+
 bool CudaSinkRouterStep::captures(const ForwardBatch& b) {
+  VLM_CHECK(b.sink_anchors.empty() || b.finishes_prefill.size() == b.sink_anchors.size(),
+            "{} anchor stores for {} finishes_prefill flags", b.sink_anchors.size(), b.finishes_prefill.size());
   for (size_t s = 0; s < b.sink_anchors.size(); ++s)
     if (b.sink_anchors[s] != nullptr && b.finishes_prefill[s]) return true;
   return false;
@@ -20,19 +50,22 @@ bool CudaSinkRouterStep::captures(const ForwardBatch& b) {
 
 void CudaSinkRouterStep::capture(const ForwardBatch& b, const std::vector<PagedKVLayer>& kv,
                                  const int32_t* block_tables, cudaStream_t stream) {
+  if (!captures(b)) return;
   const int L = static_cast<int>(kv.size());
+  const size_t bytes = size_t{2} * L * kv[0].num_kv_heads * kv[0].head_dim * 4;
+  if (pool_ == nullptr) {
+    pool_ = std::make_shared<AnchorPool>();
+    pool_->bytes = bytes;
+  }
+  VLM_CHECK(pool_->bytes == bytes, "anchor arrays of {} bytes, {} expected", bytes, pool_->bytes);
   for (size_t s = 0; s < b.sink_anchors.size(); ++s) {
     SinkAnchors* a = b.sink_anchors[s];
     if (a == nullptr || !b.finishes_prefill[s]) continue;
-    const size_t bytes = size_t{2} * L * kv[0].num_kv_heads * kv[0].head_dim * 4;
-    void* p = nullptr;
-    VLM_CUDA_CHECK(cudaMalloc(&p, bytes));  // freed with the last store holding it
-    // A fresh array (a graph in flight may still read the store's previous one, which cudaFree
-    // waits for).
-    a->device_kv = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    a->device_kv = pool_->take();
+    auto* store = static_cast<float*>(a->device_kv.get());
     for (int l = 0; l < L; ++l)
       cuda::sink_capture_anchors(kv[static_cast<size_t>(l)], block_tables + static_cast<int64_t>(s) * b.max_blocks_per_seq,
-                                 l, L, static_cast<float*>(p), stream);
+                                 l, L, store, stream);
   }
 }
 

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/attention/paged_kv.h"
@@ -39,7 +40,9 @@ class CudaSinkRouterStep {
  public:
   // Captures the anchors of the sequences whose prefill this step finishes (kv: every layer;
   // block_tables: the batch's on the device, max_blocks_per_seq wide). An eager step's, after its
-  // last layer and before LOOK-M's compaction (allocates).
+  // last layer and before LOOK-M's compaction. Each such store gets a fresh array from this
+  // step's pool (its previous one, possibly shared with forked choices, goes back when its last
+  // holder lets it go).
   void capture(const ForwardBatch& batch, const std::vector<PagedKVLayer>& kv, const int32_t* block_tables,
                cudaStream_t stream);
   // Whether `batch` has a sequence whose anchors capture() would take (such a step runs eagerly).
@@ -88,6 +91,8 @@ class CudaSinkRouterStep {
   cuda::DeviceBuffer counts_, skip_, anchor_v_;
   cuda::DeviceBuffer probe_scores_, probe_skip_, probe_mass_;  // [L, S, Hkv], [L, S, Hkv], [L, S, H]
   void report_probes();  // settle()'s part for probing steps
+  struct AnchorPool;
+  std::shared_ptr<AnchorPool> pool_;  // the stores' device anchors (cuda_sink_router_step.cpp)
 };
 
 }  // namespace vlm
