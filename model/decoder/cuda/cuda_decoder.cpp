@@ -247,8 +247,6 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
   const int H = static_cast<int>(c.num_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
-  prof_.mark(stream_, "kv_write");
   if (sparse_) {
     VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
     sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
@@ -265,6 +263,23 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   prof_.mark(stream_, "attention");
 }
 
+void CudaDecoder::rope_kv_write(int l, int64_t T) {
+  const ModelConfig& c = config();
+  const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
+  const int64_t R = 2 * rope_half_;
+  if (cuda::rope_kv_write_supported(kv, opt_.dtype, R)) {  // one pass: q out, k and v into the cache
+    cuda::rope_split_q_kv_write(qkv_.get(), T, c.num_heads, rope_table_.as<float>(), R, q_.get(), kv, d_slots_,
+                                opt_.dtype, stream_);
+    prof_.mark(stream_, "rope_kv_write");
+    return;
+  }
+  cuda::rope_split_qkv(qkv_.get(), T, c.num_heads, c.num_kv_heads, c.head_dim, rope_table_.as<float>(), R, q_.get(),
+                       k_.get(), v_.get(), opt_.dtype, stream_);
+  prof_.mark(stream_, "rope");
+  cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
+  prof_.mark(stream_, "kv_write");
+}
+
 void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
   const ModelConfig& c = config();
   const Layer& L = *layers_[static_cast<size_t>(l)];
@@ -276,9 +291,7 @@ void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& me
   prof_.mark(stream_, "norm");
   linear(h_.get(), L.qkv.get(), L.qkv_bias.get(), qkv_.get(), dt, false, T, W, C);
   prof_.mark(stream_, "gemm_qkv");
-  cuda::rope_split_qkv(qkv_.get(), T, H, Hkv, D, rope_table_.as<float>(), 2 * rope_half_, q_.get(), k_.get(), v_.get(),
-                       dt, stream_);
-  prof_.mark(stream_, "rope");
+  rope_kv_write(l, T);
   attention(l, T, meta);
   linear(attn_.get(), L.o.get(), L.o_bias.get(), x_.get(), DType::F32, true, T, C, QD);
   prof_.mark(stream_, "gemm_o");

@@ -105,6 +105,9 @@ class CudaDecoder {
   // The step's work after the metadata upload: RoPE table, embedding (+ override), layers, head.
   void run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch& meta, const EmbeddingOverride& override);
   void run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
+  // RoPE of the fused q/k/v projection qkv_ into q_, k and v into layer l's cache slots (one
+  // kernel where rope_kv_write_supported, else rope_split_qkv into k_/v_ and paged_kv_write).
+  void rope_kv_write(int l, int64_t T);
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
   bool fast_attention() const { return config().head_dim == 64 || config().head_dim == 128; }
