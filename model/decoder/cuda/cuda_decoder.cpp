@@ -330,9 +330,16 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   methods_ = look_m_on_ ||
              std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; });
   sparse_ = CudaSparsePrefill::active(b);
+  // batch_ stays set until forward() returns: forward_graph runs the step twice (eagerly, then
+  // under stream capture), and each run_step reads it.
+  struct BatchScope {
+    const ForwardBatch*& p;
+    ~BatchScope() { p = nullptr; }
+  } scope{batch_};
   batch_ = &b;
   reserve_activations(T, R);
-  if (!look_m_on_ && forward_graph(b, override)) {
+  // Steps that capture SinkRouter anchors (a prefill finishing) run eagerly too.
+  if (!look_m_on_ && !CudaSinkRouterStep::captures(b) && forward_graph(b, override)) {
     if (methods_) sink_.end(stream_);
     return;
   }
@@ -375,8 +382,8 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   embed(T, override);
   prof_.mark(stream_, "upload_embed_rope_table");
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
-  if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // LOOK-M compaction of finished prompts
-  batch_ = nullptr;
+  if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);     // SinkRouter's anchors of finished
+  if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // prompts, then LOOK-M's compaction
   num_logit_rows_ = R;
   if (R == 0) return prof_.end(stream_, T);
   const DType dt = opt_.dtype;

@@ -24,8 +24,9 @@
 // throw RequestError; the backend refuses them at start). SinkRouter decode
 // (ForwardBatch::sink_anchors, cuda_sink_router_step.h) and LOOK-M at the end of prefill
 // (ForwardBatch::look_m, cuda_look_m_step.h) run on the GPU. SinkRouter decode steps take graphs
-// like dense ones (their key adds the routing config; the routed flags ride in the metadata);
-// steps that carry LOOK-M states run eagerly. Not on the GPU yet: attention probes; a batch asking for one throws InternalError.
+// like dense ones (their key adds the routing config; the routed flags and the stores' anchor
+// pointers ride in the metadata); steps that carry LOOK-M states, or that finish a prefill with a
+// SinkRouter store (its anchors are captured then), run eagerly. Not on the GPU yet: attention probes; a batch asking for one throws InternalError.
 #pragma once
 
 #include <cuda_runtime_api.h>
