@@ -11,9 +11,12 @@
 // chunk enqueued back to back; sparse chunks sync once per layer for the grid search's layouts).
 // One warm-up prompt (--warmup tokens, every mode) first. The sparse modes print their last row's
 // logits' relative L2 distance from the dense mode's when dense ran first on the same prompt.
-// Modes: dense; mminference (the grid search on every chunk); mminference-once (the search on the
-// prompt's first chunk only, its layouts reused by the later chunks: grid_search_once).
-// Usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference,mminference-once]
+// Modes: dense; mminference (the defaults: the grid search on the prompt's first chunk only, its
+// layouts reused by the later chunks, grid_search_once; long work items of the block-sparse
+// kernel split along the keys); mminference-chunk (the grid search on every chunk);
+// mminference-nosplit (the defaults without splitting long items: set_block_sparse_split(-1));
+// mminference-once: another name of mminference (the mode's name before it was the default).
+// Usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference,mminference-chunk]
 //          [--chunk 8192] [--frame-tokens 256] [--grid-stride 0] [--hline 1] [--warmup 16384] [--dense-max N]
 // --dense-max N: the dense mode only for prompts of at most N tokens.
 // --hline 0: the grid heads without horizontal lines (Table 3's "use hline" switch): no query
@@ -32,6 +35,7 @@
 
 #include "engine/cuda/cuda_backend.h"
 #include "kernels/core/log.h"
+#include "kernels/cuda/attention/sparse_plan_view.h"
 #include "kernels/cuda/core/cuda_check.h"
 
 namespace {
@@ -113,9 +117,11 @@ int main(int argc, char** argv) {
       }
       vlm::BlockCounts counts;
       vlm::GridLayoutStore store;
-      const bool sparse = mode == "mminference" || mode == "mminference-once";
+      const bool sparse = mode == "mminference" || mode == "mminference-once" || mode == "mminference-chunk" ||
+                          mode == "mminference-nosplit";
       vlm::SparsePrefillConfig cfg = mm;
-      cfg.grid_search_once = mode == "mminference-once";
+      cfg.grid_search_once = mode != "mminference-chunk";
+      vlm::cuda::set_block_sparse_split(mode == "mminference-nosplit" ? -1 : 0);
       const auto t0 = Clock::now();
       for (int64_t start = 0; start < L; start += chunk) {
         const int64_t n = std::min(chunk, L - start);
@@ -134,7 +140,8 @@ int main(int argc, char** argv) {
           fb.sparse_block_counts = {&counts};
           fb.grid_layouts = {&store};
         } else if (mode != "dense" && !sparse) {
-          throw std::runtime_error("unknown mode " + mode + " (dense, mminference, mminference-once)");
+          throw std::runtime_error("unknown mode " + mode +
+                                   " (dense, mminference, mminference-chunk, mminference-nosplit, mminference-once)");
         }
         backend.forward(fb, vlm::EmbeddingOverride{});
       }
@@ -172,7 +179,7 @@ int main(int argc, char** argv) {
                     static_cast<long>(chunk), mode.c_str(), t[mode], static_cast<double>(L) / t[mode]);
         std::fflush(stdout);
       }
-      for (const char* m : {"mminference", "mminference-once"})
+      for (const char* m : {"mminference", "mminference-once", "mminference-chunk", "mminference-nosplit"})
         if (t.count("dense") && t.count(m))
           std::printf("TTFT %ld tokens: dense / %s = %.2fx\n", static_cast<long>(L), m, t["dense"] / t[m]);
     }

@@ -7,10 +7,11 @@
 # Runs, in this order: the sparse GPU tests; (meanwhile) vlm-random-model --preset qwen2-7b;
 # bench_cuda_sparse_prefill's mminference-gpu patterns (the one-shot search and the search on the
 # first 8K chunk only, their errors against dense); bench_cuda_sparse_ttft at 128K with 8K chunks
-# (dense, mminference-once, mminference), the same with VLM_CUDA_PROFILE=1 (summed per op by
-# sum_step_profile.py), at 128K with 32K chunks (dense, mminference-once), and 512K with
-# mminference-once. Outputs in $OUT.
-# Knobs: SKIP_TESTS, SKIP_KERNEL (set: leave out), TEST_FILTER, RUNS (';'-separated argument lists
+# (dense, mminference = the defaults: search once per prompt, long items split; mminference-nosplit;
+# mminference-chunk: search every chunk), the same with VLM_CUDA_PROFILE=1 (summed per op by
+# sum_step_profile.py), at 128K with 32K chunks (dense, mminference), and 512K with mminference.
+# Outputs in $OUT.
+# Knobs: SKIP_TESTS, SKIP_KERNEL (set: leave out), TEST_FILTER, KERNEL_LENGTHS, RUNS (';'-separated argument lists
 # of bench_cuda_sparse_ttft runs), PROFILES (the same for the profiled runs), VLM_BENCH_HLINE
 # (passed on to bench_cuda_sparse_prefill).
 set -u
@@ -27,21 +28,21 @@ mp=$!
 t0=$(date +%s)
 stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s" >> "$OUT/log.txt"; }
 if [ -z "${SKIP_TESTS:-}" ]; then
-  timeout 200 $B/test_cuda --gtest_filter="${TEST_FILTER:-CudaSparsePrefillDecoder.*:CudaBlockSparse*:CudaGrid*}" \
+  timeout 200 $B/test_cuda --gtest_filter="${TEST_FILTER:-CudaSparsePrefillDecoder.*:CudaBlockSparse*:CudaGrid*:*CudaOps*SiluMul*}" \
     > "$OUT/test_cuda.txt" 2>&1
   echo "rc=$?" >> "$OUT/test_cuda.txt"; stamp tests
 fi
 if [ -z "${SKIP_KERNEL:-}" ]; then
-  VLM_BENCH_PATTERNS=mminference-gpu timeout 150 $B/bench_cuda_sparse_prefill 131072 262144 > "$OUT/kernel.txt" 2>&1
+  VLM_BENCH_PATTERNS=mminference-gpu timeout 150 $B/bench_cuda_sparse_prefill ${KERNEL_LENGTHS:-131072 262144} > "$OUT/kernel.txt" 2>&1
   echo "rc=$?" >> "$OUT/kernel.txt"; stamp kernel
 fi
 wait $mp
 stamp model
 T=$B/bench_cuda_sparse_ttft
-RUNS=${RUNS:-"--lengths 131072 --modes dense,mminference-once,mminference;\
---lengths 131072 --modes dense,mminference-once --chunk 32768 --warmup 32768;\
---lengths 524288 --modes mminference-once --warmup 8192"}
-PROFILES=${PROFILES-"--lengths 131072 --modes mminference-once,mminference,dense --warmup 4096"}
+RUNS=${RUNS:-"--lengths 131072 --modes dense,mminference,mminference-nosplit,mminference-chunk;\
+--lengths 131072 --modes dense,mminference --chunk 32768 --warmup 32768;\
+--lengths 524288 --modes mminference --warmup 8192"}
+PROFILES=${PROFILES-"--lengths 131072 --modes mminference,mminference-nosplit,dense --warmup 4096"}
 IFS=';' read -ra runs <<< "$RUNS"
 IFS=';' read -ra profiles <<< "$PROFILES"
 for r in "${runs[@]}"; do

@@ -116,8 +116,9 @@ const std::map<std::string, std::string> kFlags = {
                        "(per request: \"vlm_options\": {\"sparse_prefill\": ...})"},
     {"sparse-prefill-config", "per-head pattern file (tools/vlm-search-patterns); implies mminference"},
     {"sparse-prefill-min-len", "prompts shorter than this stay dense (default 4096)"},
-    {"sparse-prefill-grid-search", "chunk (default): grid heads search every prefill chunk; prompt: once per prompt, "
-                                   "on its first chunk, later chunks reuse the layouts (--device cuda only)"},
+    {"sparse-prefill-grid-search", "prompt (default): grid heads search once per prompt, on its first chunk, later "
+                                   "chunks reuse the layouts; chunk: every prefill chunk searches (--device cuda; "
+                                   "the CPU searches every chunk)"},
     {"no-webui", "no web playground at / (a bare --no-webui, or 1/0)"},
 };
 

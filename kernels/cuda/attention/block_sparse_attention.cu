@@ -106,7 +106,20 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   __shared__ int cta_maxpos;
   __shared__ int64_t row_off[2][kBN];  // kRowOffsets: the tile's rows in the cache
 
-  const int32_t* item = plan.items + 4 * int64_t(blockIdx.x);
+  // The work item and, split, which piece of it this CTA runs.
+  int it = blockIdx.x, piece = 0, npieces = 1;
+  if (plan.piece_off) {
+    const int p = blockIdx.x;
+    if (p >= plan.piece_off[plan.num_items]) return;  // past the pieces (the launch is a bound)
+    int lo = 0, hi = plan.num_items - 1;              // the last item whose pieces start at or before p
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (plan.piece_off[mid] <= p) lo = mid;
+      else hi = mid - 1;
+    }
+    it = lo, piece = p - plan.piece_off[lo], npieces = plan.piece_off[lo + 1] - plan.piece_off[lo];
+  }
+  const int32_t* item = plan.items + 4 * int64_t(it);
   const int s = item[0], h = item[1], qb = item[2];
   const SparseHeadDesc hd = plan.descs[item[3]];
   const int32_t* data = plan.data;
@@ -138,8 +151,10 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   tl.num_keys = hd.num_keys;
   tl.maxpos = cta_maxpos;
   const int num_tiles = tl.count();
+  const int t_begin = int(int64_t(piece) * num_tiles / npieces), t_end = int(int64_t(piece + 1) * num_tiles / npieces);
 
-  if (num_tiles > 0) load_tile<D, kRowOffsets>(kv, table, hk, tl, 0, sk(0), sv(0), kpos_smem, row_off[0], tid);
+  if (t_end > t_begin)
+    load_tile<D, kRowOffsets>(kv, table, hk, tl, t_begin, sk(0), sv(0), kpos_smem, row_off[0], tid);
   tile::cp_async_commit();
 
   // Q rows (through q_order) -> shared, converted to T; rows past q_len are zero.
@@ -166,15 +181,15 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   uint32_t qf[D / 16][4];
 
-  for (int n = 0; n < num_tiles; ++n) {
-    const int st = n & 1;
-    if (n + 1 < num_tiles)
+  for (int n = t_begin; n < t_end; ++n) {
+    const int st = (n - t_begin) & 1;
+    if (n + 1 < t_end)
       load_tile<D, kRowOffsets>(kv, table, hk, tl, n + 1, sk(st ^ 1), sv(st ^ 1), kpos_smem + (st ^ 1) * kBN,
                                 row_off[st ^ 1], tid);
     tile::cp_async_commit();
     tile::cp_async_wait<1>();
     __syncthreads();  // also publishes the Q tile on the first pass
-    if (n == 0) {
+    if (n == t_begin) {
 #pragma unroll
       for (int k = 0; k < D / 16; ++k)
         tile::ldmatrix_x4(qf[k], sq + tile::swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
@@ -197,6 +212,21 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
     __syncthreads();
   }
 
+  if (npieces > 1) {
+    // A piece: its unnormalized O and the rows' (m, l) to its slot; the combine kernel merges.
+    float* slot = plan.partial + (int64_t(plan.slot_off[it]) + piece) * kSplitSlotFloats;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float sum = tile::quad_sum(l[r]);
+      const int row = warp * 16 + g + 8 * r;
+      float* dst = slot + row * 128;
+#pragma unroll
+      for (int c = 0; c < D / 8; ++c)
+        *reinterpret_cast<float2*>(dst + c * 8 + 2 * t4) = make_float2(o[0][c][2 * r], o[0][c][2 * r + 1]);
+      if (t4 == 0) *reinterpret_cast<float2*>(slot + 64 * 128 + 2 * row) = make_float2(m[r], sum);
+    }
+    return;
+  }
   // Normalize and store rows g and g + 8 of the warp (a row with no key: zeros).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -213,6 +243,50 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   }
 }
 
+// One CTA per work item; items of more than one piece merge their pieces' partials (log-sum-exp
+// over the rows' maxima m, in the log2 domain of online_softmax) into the output rows.
+template <int D, class TQ>
+__global__ void __launch_bounds__(kThreads) combine_kernel(int H, SparsePlanView plan, TQ* __restrict__ out) {
+  const int it = blockIdx.x;
+  const int np = plan.piece_off[it + 1] - plan.piece_off[it];
+  if (np <= 1) return;
+  const float* slots = plan.partial + int64_t(plan.slot_off[it]) * kSplitSlotFloats;
+  const int32_t* item = plan.items + 4 * int64_t(it);
+  const int h = item[1], qb = item[2];
+  const SparseHeadDesc hd = plan.descs[item[3]];
+  __shared__ float row_max[kBM], row_inv[kBM];
+  __shared__ int row_idx[kBM];
+  const int tid = threadIdx.x;
+  if (tid < kBM) {
+    const int i = qb * kBM + tid;
+    row_idx[tid] = i < hd.q_len ? (hd.q_order >= 0 ? plan.data[hd.q_order + i] : i) : -1;
+    float mx = -INFINITY;
+    for (int k = 0; k < np; ++k) mx = fmaxf(mx, slots[k * kSplitSlotFloats + 64 * 128 + 2 * tid]);
+    float sum = 0.f;
+    if (mx != -INFINITY)
+      for (int k = 0; k < np; ++k) {
+        const float* ml = slots + k * kSplitSlotFloats + 64 * 128 + 2 * tid;
+        if (ml[0] != -INFINITY) sum += ml[1] * exp2f(ml[0] - mx);
+      }
+    row_max[tid] = mx;
+    row_inv[tid] = sum > 0.f ? 1.f / sum : 0.f;
+  }
+  __syncthreads();
+  for (int e = tid; e < kBM * D; e += kThreads) {
+    const int row = e / D, c = e % D, ri = row_idx[row];
+    if (ri < 0) continue;
+    const float mx = row_max[row];
+    float acc = 0.f;
+    if (mx != -INFINITY)
+      for (int k = 0; k < np; ++k) {
+        const float* sl = slots + k * kSplitSlotFloats;
+        const float mk = sl[64 * 128 + 2 * row];
+        if (mk != -INFINITY) acc += sl[row * 128 + c] * exp2f(mk - mx);
+      }
+    out[(int64_t(hd.t0 + ri) * H + h) * D + c] = from_f32<TQ>(acc * row_inv[row]);
+  }
+}
+
 template <int D, class T, class TQ>
 void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, const SparsePlanView& plan,
             float scale, void* out, cudaStream_t stream) {
@@ -221,10 +295,15 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
                               allow_dynamic_smem(block_sparse_kernel<D, false, T, TQ>, smem);
   (void)smem_ok;
   auto kernel = g_row_offsets ? block_sparse_kernel<D, true, T, TQ> : block_sparse_kernel<D, false, T, TQ>;
-  kernel<<<plan.num_items, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch.block_tables,
-                                                    batch.max_blocks_per_seq, plan, scale * float(M_LOG2E),
-                                                    static_cast<TQ*>(out));
+  const int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
+  kernel<<<ctas, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch.block_tables,
+                                           batch.max_blocks_per_seq, plan, scale * float(M_LOG2E),
+                                           static_cast<TQ*>(out));
   VLM_CUDA_CHECK_LAUNCH();
+  if (plan.piece_off) {
+    combine_kernel<D, TQ><<<plan.num_items, kThreads, 0, stream>>>(H, plan, static_cast<TQ*>(out));
+    VLM_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace

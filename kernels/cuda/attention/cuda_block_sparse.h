@@ -5,9 +5,12 @@
 //
 // CudaBlockSparsePlan flattens the plans of a batch into one device buffer (one upload): per
 // (sequence, head) a HeadDesc with offsets into the int32 arrays, and the work items
-// (sequence, head, query block) sorted longest first.
+// (sequence, head, query block) sorted longest first, with the pieces of the long ones
+// (SplitPolicy, sparse_plan_view.h) when some item is split.
 //
-// paged_block_sparse_attention: one CTA (4 warps, 16 query rows each) per work item; the 64 rows of
+// paged_block_sparse_attention: one CTA (4 warps, 16 query rows each) per work item, or per
+// piece of an item split along its key tiles (a combine kernel then merges the pieces' partial
+// O, row max and row sum by log-sum-exp); the 64 rows of
 // the query block (taken through q_order) stay as mma A fragments in registers; each key tile is
 // 64 key positions (a listed key block through k_order, or 64 of the gathered columns) whose K/V
 // rows are copied from the paged cache with cp.async (two stages; each row's cache offset looked
@@ -51,6 +54,7 @@ class CudaBlockSparsePlan {
  private:
   PinnedBuffer host_;  // int32 words: items, then descs, then the arrays
   DeviceBuffer dev_;
+  DeviceBuffer partial_;  // the split pieces' workspace
   bool pending_ = false;  // an upload from host_ may still be in flight on pending_stream_
   cudaStream_t pending_stream_ = nullptr;
   SparsePlanView view_;

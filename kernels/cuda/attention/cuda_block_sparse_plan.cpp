@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -11,6 +12,40 @@
 #include "kernels/cuda/attention/cuda_block_sparse.h"
 
 namespace vlm::cuda {
+namespace {
+int g_split = 0;  // set_block_sparse_split
+}  // namespace
+
+void set_block_sparse_split(int piece_tiles) { g_split = piece_tiles; }
+
+SplitPolicy block_sparse_split_policy(int64_t blocks, int64_t cols, int num_items) {
+  SplitPolicy p;
+  if (g_split < 0 || num_items <= 0) return p;
+  if (g_split > 0) {
+    p.piece = p.threshold = g_split;
+    return p;
+  }
+  const double avg = (static_cast<double>(blocks) + static_cast<double>(cols) / 64.0) / num_items;
+  p.piece = std::max(kMinSplitPiece, static_cast<int>(std::ceil(avg)));
+  p.threshold = 2 * p.piece;
+  // Slots <= tiles / piece + tiles / (2 piece) = 1.5 tiles / piece (bounds below).
+  const int64_t tiles = blocks + (cols + 63) / 64 + num_items;
+  p.piece = static_cast<int>(std::max<int64_t>(p.piece, (3 * tiles + 2 * kMaxSplitSlots - 1) / (2 * kMaxSplitSlots)));
+  p.threshold = 2 * p.piece;
+  return p;
+}
+
+SplitBounds block_sparse_split_bounds(const SplitPolicy& p, int64_t blocks, int64_t cols, int num_items) {
+  SplitBounds b;
+  b.pieces = num_items;
+  if (p.piece <= 0) return b;
+  // Item i of t_i tiles: pieces <= t_i / piece + 1 if split (t_i > threshold), else 1; the split
+  // items number < tiles / (threshold + 1); sum t_i <= blocks + cols / 64 + num_items (the ceil).
+  const int64_t tiles = blocks + (cols + 63) / 64 + num_items;
+  b.pieces = num_items + tiles / p.piece + 1;
+  b.slots = tiles / p.piece + tiles / (p.threshold + 1) + 1;
+  return b;
+}
 
 void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, const int32_t* cu_host, int H,
                                  cudaStream_t stream) {
@@ -18,11 +53,12 @@ void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, 
   num_heads_ = H;
   counts_ = {};
   struct Item {
-    int32_t seq, head, qblock;
+    int32_t seq, head, qblock, tiles;
     double cost;
   };
   std::vector<Item> items;
   int64_t words = 0;  // the arrays
+  int64_t total_blocks = 0, total_cols = 0;
   for (int s = 0; s < S; ++s) {
     const BlockSparsePlan* p = plans[s];
     if (!p) continue;
@@ -36,14 +72,28 @@ void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, 
       const HeadPlan& hp = p->heads[h];
       words += static_cast<int64_t>(hp.q_order.size() + hp.k_order.size() + hp.block_ptr.size() + hp.blocks.size() +
                                     hp.col_ptr.size() + hp.cols.size());
-      for (int m = 0; m < p->num_qblocks(); ++m)
-        items.push_back({s, h, m,
-                         (hp.block_ptr[m + 1] - hp.block_ptr[m]) + (hp.col_ptr[m + 1] - hp.col_ptr[m]) / 64.0 + 0.25});
+      for (int m = 0; m < p->num_qblocks(); ++m) {
+        const int nb = hp.block_ptr[m + 1] - hp.block_ptr[m], nc = hp.col_ptr[m + 1] - hp.col_ptr[m];
+        items.push_back({s, h, m, nb + (nc + 63) / 64, nb + nc / 64.0 + 0.25});
+        total_blocks += nb;
+        total_cols += nc;
+      }
     }
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
   static_assert(sizeof(SparseHeadDesc) % 8 == 0);
-  const int64_t item_words = (4 * static_cast<int64_t>(items.size()) + 1) & ~int64_t(1);  // keep descs 8-aligned
+  // Split long items (SplitPolicy): piece and slot offsets after the items, when some item splits.
+  const int n = static_cast<int>(items.size());
+  const SplitPolicy policy = block_sparse_split_policy(total_blocks, total_cols, n);
+  std::vector<int32_t> piece_off(n + 1, 0), slot_off(n + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    const int np = policy.pieces(items[i].tiles);
+    piece_off[i + 1] = piece_off[i] + np;
+    slot_off[i + 1] = slot_off[i] + (np > 1 ? np : 0);
+  }
+  const bool split = slot_off[n] > 0;
+  const int64_t split_words = split ? 2 * (static_cast<int64_t>(n) + 1) : 0;
+  const int64_t item_words = (4 * static_cast<int64_t>(n) + split_words + 1) & ~int64_t(1);  // keep descs 8-aligned
   const int64_t desc_words = static_cast<int64_t>(S) * H * (sizeof(SparseHeadDesc) / 4);
   const int64_t base = item_words + desc_words;
   VLM_CHECK(base + words < (int64_t(1) << 31), "block-sparse plan of {} words too large", base + words);
@@ -57,6 +107,10 @@ void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, 
     const Item& it = items[i];
     int32_t* w = hw + 4 * i;
     w[0] = it.seq, w[1] = it.head, w[2] = it.qblock, w[3] = it.seq * H + it.head;
+  }
+  if (split) {
+    std::copy(piece_off.begin(), piece_off.end(), hw + 4 * static_cast<int64_t>(n));
+    std::copy(slot_off.begin(), slot_off.end(), hw + 4 * static_cast<int64_t>(n) + n + 1);
   }
   int64_t at = base;
   auto put = [&](const std::vector<int32_t>& v) {
@@ -95,7 +149,15 @@ void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, 
   view_.data = d;
   view_.items = d;
   view_.descs = reinterpret_cast<const SparseHeadDesc*>(d + item_words);
-  view_.num_items = static_cast<int>(items.size());
+  view_.num_items = n;
+  view_.piece_off = split ? d + 4 * static_cast<int64_t>(n) : nullptr;
+  view_.slot_off = split ? d + 4 * static_cast<int64_t>(n) + n + 1 : nullptr;
+  view_.max_pieces = piece_off[n];
+  view_.partial = nullptr;
+  if (split) {
+    partial_.reserve(static_cast<size_t>(slot_off[n]) * kSplitSlotFloats * sizeof(float));
+    view_.partial = partial_.as<float>();
+  }
 }
 
 void paged_block_sparse_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,

@@ -83,6 +83,23 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   out.col_off = sc.col_off;
   grid_plan_fill(d_layouts, sh, out, stream);
   grid_plan_items(sc.idx_out, n, nqb, d, stream);
+  // The split of long items (after the sort in stream order; temp_ reused).
+  const SplitPolicy policy = block_sparse_split_policy(totals_[0], totals_[1], n);
+  const SplitBounds bounds = block_sparse_split_bounds(policy, totals_[0], totals_[1], n);
+  view_.piece_off = view_.slot_off = nullptr;
+  view_.partial = nullptr;
+  view_.max_pieces = n;
+  if (policy.piece > 0) {
+    split_.reserve(4 * n1 * sizeof(int32_t));
+    int32_t* sw = split_.as<int32_t>();
+    grid_plan_split(sc, policy, sw, sw + 2 * n1, sw + 3 * n1, stream);
+    partial_.reserve(static_cast<size_t>(bounds.slots) * kSplitSlotFloats * sizeof(float));
+    VLM_CHECK(bounds.pieces < (int64_t(1) << 31), "grid plan: {} pieces", bounds.pieces);
+    view_.piece_off = sw + 2 * n1;
+    view_.slot_off = sw + 3 * n1;
+    view_.max_pieces = static_cast<int>(bounds.pieces);
+    view_.partial = partial_.as<float>();
+  }
   std::vector<SparseHeadDesc> descs(H);
   for (int h = 0; h < H; ++h) {
     SparseHeadDesc& x = descs[h];

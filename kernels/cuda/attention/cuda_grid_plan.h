@@ -7,6 +7,9 @@
 // compares them array by array, and the attention outputs bit for bit); the items are ordered
 // like CudaBlockSparsePlan::upload's (stable, by cost), so the attention runs the same schedule.
 // Block pointers are absolute into the lists of all heads (the kernel only takes differences).
+// Long items are split (SplitPolicy, the policy CudaBlockSparsePlan::upload applies, from the
+// same totals) on the device too: piece and slot offsets scanned there, the launch sized by the
+// policy's bound (no further download).
 // Buffers are kept between calls (grown on demand); calls on one stream.
 #pragma once
 
@@ -36,7 +39,7 @@ class CudaGridPlan {
   double block_density() const { return counts_.causal > 0 ? counts_.computed / counts_.causal : 1.0; }
 
  private:
-  DeviceBuffer layouts_, scratch_, temp_, plan_;
+  DeviceBuffer layouts_, scratch_, temp_, plan_, split_, partial_;
   std::vector<int32_t> totals_{0, 0};
   SparsePlanView view_;
   int num_heads_ = 0;

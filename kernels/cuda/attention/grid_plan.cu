@@ -176,6 +176,20 @@ __global__ void cost_kernel(const int32_t* nblocks, const int32_t* ncols, int n,
   idx[i] = i;
 }
 
+// counts[i] / counts[n + 1 + i]: the pieces / slots of the i-th item in cost order; entry n zero.
+__global__ void split_counts_kernel(const int32_t* order, const int32_t* nblocks, const int32_t* ncols, int n,
+                                    SplitPolicy policy, int32_t* counts) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i > n) return;
+  int np = 0;
+  if (i < n) {
+    const int hm = order[i];
+    np = policy.pieces(nblocks[hm] + (ncols[hm] + kBlock - 1) / kBlock);
+  }
+  counts[i] = i < n ? np : 0;
+  counts[n + 1 + i] = np > 1 ? np : 0;
+}
+
 int smem_bytes(const GridPlanShape& sh) { return sh.max_stride * 4 + ((sh.num_kblocks() + 15) & ~15); }
 
 }  // namespace
@@ -223,6 +237,17 @@ void grid_plan_schedule(const GridPlanSchedule& s, cudaStream_t stream) {
   bytes = s.temp_bytes;
   VLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(s.temp, bytes, s.keys_in, s.keys_out, s.idx_in, s.idx_out,
                                                            n, 0, 32, stream));
+}
+
+void grid_plan_split(const GridPlanSchedule& s, const SplitPolicy& policy, int32_t* counts, int32_t* piece_off,
+                     int32_t* slot_off, cudaStream_t stream) {
+  const int n = s.n;
+  split_counts_kernel<<<(n + 256) / 256, 256, 0, stream>>>(s.idx_out, s.nblocks, s.ncols, n, policy, counts);
+  VLM_CUDA_CHECK_LAUNCH();
+  size_t bytes = s.temp_bytes;
+  VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, counts, piece_off, n + 1, stream));
+  bytes = s.temp_bytes;
+  VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, counts + n + 1, slot_off, n + 1, stream));
 }
 
 void grid_plan_items(const int32_t* order, int n, int nqb, int32_t* items, cudaStream_t stream) {

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/attention/sparse_plan_view.h"
+
 namespace vlm::cuda {
 
 constexpr int kGridPlanMaxLines = 8;  // vertical / horizontal line groups per head
@@ -64,6 +66,12 @@ struct GridPlanSchedule {
 };
 size_t grid_plan_schedule_temp_bytes(int n);
 void grid_plan_schedule(const GridPlanSchedule& schedule, cudaStream_t stream);
+
+// The split of the items in cost order (SplitPolicy): piece_off / slot_off [n + 1] = the
+// exclusive sums of each item's pieces and slots (tiles = nblocks + ceil(ncols / 64) of item
+// order[i]). counts: scratch of 2 (n + 1) int32; temp as for grid_plan_schedule.
+void grid_plan_split(const GridPlanSchedule& schedule, const SplitPolicy& policy, int32_t* counts,
+                     int32_t* piece_off, int32_t* slot_off, cudaStream_t stream);
 
 // items[n, 4] = (0, h, m, h) for h * nqb + m = order[i].
 void grid_plan_items(const int32_t* order /*[n]*/, int n, int nqb, int32_t* items /*[n,4]*/, cudaStream_t stream);

@@ -16,12 +16,50 @@ struct SparseHeadDesc {
   int32_t t0, q_len, num_keys, pad;
 };
 
+// Splitting long work items along the keys: an item of more than `threshold` key tiles runs as
+// pieces(tiles) CTAs, each over an equal share of its tile list (piece k of np: tiles
+// [k * tiles / np, (k + 1) * tiles / np)), writing an unnormalized partial (O, row max, row sum)
+// to a workspace slot; a combine kernel then merges them (log-sum-exp) into the output. An
+// item's tiles: its key blocks plus ceil(cols / 64). piece = 0: no splitting.
+struct SplitPolicy {
+  int piece = 0;      // the target piece length in tiles
+  int threshold = 0;  // items longer than this are split
+#ifdef __CUDACC__
+  __host__ __device__
+#endif
+  int pieces(int tiles) const { return piece > 0 && tiles > threshold ? (tiles + piece - 1) / piece : 1; }
+};
+constexpr int kMinSplitPiece = 8;      // the automatic policy's shortest piece
+constexpr int64_t kMaxSplitSlots = 4096;  // the automatic policy's workspace bound (slots)
+// The workspace of a split piece (one slot): O [64, 128] then (m, l) [64, 2], f32.
+constexpr int64_t kSplitSlotFloats = 64 * 128 + 64 * 2;
+
+// The policy for num_items work items holding `blocks` key blocks and `cols` gathered columns in
+// all: the knob's (set_block_sparse_split), or automatic: pieces of ~the average item length (at
+// least kMinSplitPiece tiles), items of more than twice that split, the piece lengthened until
+// the bound on the slots is at most kMaxSplitSlots.
+SplitPolicy block_sparse_split_policy(int64_t blocks, int64_t cols, int num_items);
+// Bounds under p for such items: pieces (the launch size) and workspace slots (pieces of split
+// items).
+struct SplitBounds {
+  int64_t pieces = 0, slots = 0;
+};
+SplitBounds block_sparse_split_bounds(const SplitPolicy& p, int64_t blocks, int64_t cols, int num_items);
+
 // The device view the kernels read.
 struct SparsePlanView {
   const int32_t* data = nullptr;         // the int32 arrays
   const SparseHeadDesc* descs = nullptr;  // [num_seqs * H]
   const int32_t* items = nullptr;         // [num_items, 4]: seq, head, qblock, desc index
   int num_items = 0;
+  // Split work (piece_off nullptr: one CTA per item). piece_off[num_items + 1], slot_off[num_items
+  // + 1] (device): exclusive sums of the items' piece counts and of their slots (the piece count
+  // of a split item, 0 otherwise); entry num_items: the totals. At most max_pieces pieces (the
+  // launch size; CTAs past the total exit). partial: the slots' workspace (kSplitSlotFloats each).
+  const int32_t* piece_off = nullptr;
+  const int32_t* slot_off = nullptr;
+  int max_pieces = 0;
+  float* partial = nullptr;
 };
 
 // The kernel launch of paged_block_sparse_attention (checks done by the caller).
@@ -33,5 +71,10 @@ void launch_block_sparse_attention(const void* q /*[T,H,D]*/, DType act, int num
 // each key row of a tile up once and shares it through shared memory; false repeats the lookup
 // per 16-byte chunk (the first version). Not thread-safe; set before launching.
 void set_block_sparse_row_offsets(bool on);
+
+// Test and bench knob for the plans made after it (CudaBlockSparsePlan::upload, CudaGridPlan::
+// build): 0 (the default) the automatic split policy, < 0 no splitting, > 0 pieces of that many
+// tiles for every item longer than it. Not thread-safe.
+void set_block_sparse_split(int piece_tiles);
 
 }  // namespace vlm::cuda

@@ -1,5 +1,7 @@
 #include "kernels/cuda/ops/ops_cuda.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/core/block_reduce.cuh"
 #include "kernels/cuda/core/element.cuh"
 #include "kernels/cuda/ops/rope_rows.cuh"
@@ -7,6 +9,8 @@
 namespace vlm::cuda {
 
 namespace {
+
+constexpr int64_t kMaxGridY = 65535;  // CUDA's limit on gridDim.y
 
 template <typename T>
 __global__ void embedding_kernel(const T* table, const int32_t* ids, int64_t C, float* x) {
@@ -89,21 +93,23 @@ __global__ void __launch_bounds__(128) rms_norm_x4_kernel(float* x, const T* res
   }
 }
 
+// Rows t = blockIdx.y + k * gridDim.y (grid.y is capped at 65,535: long chunks loop).
 template <typename T>
-__global__ void silu_mul_kernel(const T* gu, int64_t I, T* out) {
-  const int64_t t = blockIdx.y;
+__global__ void silu_mul_kernel(const T* gu, int64_t T_rows, int64_t I, T* out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= I) return;
-  const float g = to_f32(gu[t * 2 * I + i]), u = to_f32(gu[t * 2 * I + I + i]);
-  out[t * I + i] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+  for (int64_t t = blockIdx.y; t < T_rows; t += gridDim.y) {
+    const float g = to_f32(gu[t * 2 * I + i]), u = to_f32(gu[t * 2 * I + I + i]);
+    out[t * I + i] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+  }
 }
 
 // The same for 16-bit T and I % 8 == 0: 8 elements per thread, 16-byte loads and stores.
 template <typename T>
-__global__ void silu_mul_x8_kernel(const T* gu, int64_t I, T* out) {
-  const int64_t t = blockIdx.y;
+__global__ void silu_mul_x8_kernel(const T* gu, int64_t T_rows, int64_t I, T* out) {
   const int64_t i = 8 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
   if (i >= I) return;
+  for (int64_t t = blockIdx.y; t < T_rows; t += gridDim.y) {
   const uint4 g8 = *reinterpret_cast<const uint4*>(gu + t * 2 * I + i);
   const uint4 u8 = *reinterpret_cast<const uint4*>(gu + t * 2 * I + I + i);
   const T* g = reinterpret_cast<const T*>(&g8);
@@ -116,6 +122,7 @@ __global__ void silu_mul_x8_kernel(const T* gu, int64_t I, T* out) {
     r[e] = from_f32<T>(gf / (1.0f + expf(-gf)) * to_f32(u[e]));
   }
   *reinterpret_cast<uint4*>(out + t * I + i) = r8;
+  }
 }
 
 __global__ void rope_table_kernel(const int32_t* positions, const int32_t* mrope, int sec0, int sec1,
@@ -211,17 +218,18 @@ void rms_norm(float* x, const void* residual, const float* w, float eps, const i
 
 void silu_mul(const void* gu, int64_t T, int64_t I, void* out, DType dt, cudaStream_t s) {
   if (T == 0) return;
+  const auto rows = static_cast<unsigned>(std::min<int64_t>(T, kMaxGridY));
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
     if constexpr (sizeof(E) == 2) {
       if (I % 8 == 0) {
-        const dim3 grid(static_cast<unsigned>((I / 8 + 255) / 256), static_cast<unsigned>(T));
-        silu_mul_x8_kernel<E><<<grid, 256, 0, s>>>(static_cast<const E*>(gu), I, static_cast<E*>(out));
+        const dim3 grid(static_cast<unsigned>((I / 8 + 255) / 256), rows);
+        silu_mul_x8_kernel<E><<<grid, 256, 0, s>>>(static_cast<const E*>(gu), T, I, static_cast<E*>(out));
         return;
       }
     }
-    const dim3 grid(static_cast<unsigned>((I + 255) / 256), static_cast<unsigned>(T));
-    silu_mul_kernel<E><<<grid, 256, 0, s>>>(static_cast<const E*>(gu), I, static_cast<E*>(out));
+    const dim3 grid(static_cast<unsigned>((I + 255) / 256), rows);
+    silu_mul_kernel<E><<<grid, 256, 0, s>>>(static_cast<const E*>(gu), T, I, static_cast<E*>(out));
   });
   VLM_CUDA_CHECK_LAUNCH();
 }

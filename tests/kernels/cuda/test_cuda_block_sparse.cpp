@@ -3,6 +3,9 @@
 //  - the CPU's block_sparse_attention_ref with random plans (permuted rows and keys, unaligned key
 //    block starts, gathered columns, empty query blocks, chunks over cached context, GQA 1/4/7,
 //    D 64/128, a sequence without a plan left untouched),
+//  - the unsplit kernel and the CPU reference when long work items are split along their keys
+//    (plans with very long rows: one query block per head attending every causal key, as the
+//    grid's horizontal-line rows do; the automatic policy and forced short pieces),
 //  - the CPU reference with the plans the CPU planners make (A-shape, tri-shape,
 //    vertical-slash, grid, XAttention, MMInference with boundary heads over modality tags) on
 //    video-structured input.
@@ -34,6 +37,12 @@ using testing::Seq;
 // bf16 cache: the tolerance of the dense kernel's test, plus the output rounding of bf16 rows.
 double tolerance(DType act) { return 2e-2 + (act == DType::F32 ? 0.0 : 8e-3); }
 
+// Sets the split knob for a scope (restores the automatic policy).
+struct SplitKnob {
+  explicit SplitKnob(int piece_tiles) { cuda::set_block_sparse_split(piece_tiles); }
+  ~SplitKnob() { cuda::set_block_sparse_split(0); }
+};
+
 TEST(CudaBlockSparse, AllBlocksPlanEqualsDenseKernel) {
   VLM_REQUIRE_GPU();
   struct C {
@@ -54,6 +63,13 @@ TEST(CudaBlockSparse, AllBlocksPlanEqualsDenseKernel) {
     std::vector<const BlockSparsePlan*> ptrs;
     for (const auto& p : plans) ptrs.push_back(&p);
     const auto got = b.sparse(ptrs), dense = b.dense_gpu(), ref = b.cpu_ref(ptrs);
+    {
+      // Every item of more than 4 tiles split: still the dense kernel.
+      SplitKnob knob(4);
+      const double e = normalized_error(b.sparse(ptrs), dense);
+      std::printf("all-blocks H %d D %d split in pieces of 4 tiles: vs dense %.5f\n", c.H, c.D, e);
+      EXPECT_LE(e, 1e-3 + (c.act == DType::F32 ? 0.0 : std::ldexp(1.0, -7))) << "split all-blocks plan vs dense";
+    }
     const double err = normalized_error(got, dense);
     RecordProperty("err_vs_dense", std::to_string(err));
     // Both kernels compute in f32 from the same bf16 inputs but not in the same order (the
@@ -141,6 +157,85 @@ TEST(CudaBlockSparse, RandomPlansMatchCpuReference) {
     ptrs.back() = nullptr;  // the last sequence has no plan: its rows stay as they were
     const auto got = b.sparse(ptrs, 7.f), ref = b.cpu_ref(ptrs, 7.f);
     EXPECT_LE(normalized_error(got, ref), tolerance(c.act)) << "H " << c.H << " D " << c.D << " permute " << c.permute;
+  }
+}
+
+// Per head one query block attends every causal key block (the long row), the others their
+// first and diagonal key blocks and a few gathered columns.
+BlockSparsePlan long_row_plan(int q_len, int N, int H, std::mt19937& rng) {
+  BlockSparsePlan p;
+  p.q_len = q_len;
+  p.num_keys = N;
+  const int off = N - q_len, nqb = p.num_qblocks();
+  for (int h = 0; h < H; ++h) {
+    HeadPlan hp = empty_head_plan(nqb);
+    const int long_m = static_cast<int>(rng() % nqb);
+    for (int m = 0; m < nqb; ++m) {
+      const int last = off + std::min(q_len, (m + 1) * 64) - 1;  // the block's last row position
+      if (m == long_m) {
+        for (int k0 = 0; k0 <= last; k0 += 64) hp.blocks.push_back(k0);
+      } else {
+        const int diag = (off + m * 64) / 64 * 64;
+        hp.blocks.push_back(0);
+        if (diag > 0) hp.blocks.push_back(diag);
+        for (int j = 64 + static_cast<int>(rng() % 64); j < std::min(diag, 400); j += 50) hp.cols.push_back(j);
+      }
+      hp.block_ptr[m + 1] = static_cast<int32_t>(hp.blocks.size());
+      hp.col_ptr[m + 1] = static_cast<int32_t>(hp.cols.size());
+    }
+    p.heads.push_back(std::move(hp));
+  }
+  validate_plan(p);
+  return p;
+}
+
+TEST(CudaBlockSparse, SplitLongItemsMatchUnsplitAndCpuReference) {
+  VLM_REQUIRE_GPU();
+  struct C {
+    std::vector<Seq> seqs;
+    int H, Hkv, D;
+    DType act;
+    bool long_rows;  // else random plans (permutations, gathered columns, empty query blocks)
+  };
+  const std::vector<C> cases = {
+      {{{256, 4096}}, 4, 1, 128, DType::BF16, true},  // 64-tile rows among 2-tile ones
+      {{{300, 2500}, {128, 128}}, 8, 2, 64, DType::F32, true},
+      {{{300, 300}, {100, 500}, {5, 260}}, 8, 2, 128, DType::BF16, false},
+  };
+  uint32_t seed = 40;
+  for (const C& c : cases) {
+    std::mt19937 rng(seed);
+    Batch b(c.seqs, c.H, c.Hkv, c.D, c.act, seed++);
+    std::vector<BlockSparsePlan> plans;
+    for (const Seq& s : c.seqs)
+      plans.push_back(c.long_rows ? long_row_plan(s.q_len, s.ctx, c.H, rng)
+                                  : random_plan(s.q_len, s.ctx, c.H, rng, true));
+    std::vector<const BlockSparsePlan*> ptrs;
+    for (const auto& p : plans) ptrs.push_back(&p);
+    std::vector<float> unsplit;
+    {
+      SplitKnob off(-1);
+      cuda::CudaBlockSparsePlan plan;
+      plan.upload(ptrs, b.cu.data(), c.H, nullptr);
+      EXPECT_EQ(plan.view().piece_off, nullptr);
+      unsplit = b.sparse(plan.view());
+    }
+    const auto ref = b.cpu_ref(ptrs);
+    EXPECT_LE(normalized_error(unsplit, ref), tolerance(c.act)) << "unsplit vs CPU reference";
+    for (const int piece : {0, 3}) {  // the automatic policy, pieces of 3 tiles
+      SCOPED_TRACE("H " + std::to_string(c.H) + " D " + std::to_string(c.D) + " piece knob " + std::to_string(piece));
+      SplitKnob knob(piece);
+      cuda::CudaBlockSparsePlan plan;
+      plan.upload(ptrs, b.cu.data(), c.H, nullptr);
+      if (piece > 0 || c.long_rows) EXPECT_NE(plan.view().piece_off, nullptr) << "some item should be split";
+      const auto got = b.sparse(plan.view());
+      const double e_unsplit = normalized_error(got, unsplit), e_ref = normalized_error(got, ref);
+      std::printf("split (knob %d) H %d D %d: vs unsplit %.6f, vs CPU ref %.5f\n", piece, c.H, c.D, e_unsplit, e_ref);
+      // f32 partials merged by log-sum-exp: the unsplit kernel's values up to f32 reassociation,
+      // then one rounding to act each (one ulp of bf16 apart at most).
+      EXPECT_LE(e_unsplit, 1e-4 + (c.act == DType::F32 ? 0.0 : std::ldexp(1.0, -7)));
+      EXPECT_LE(e_ref, tolerance(c.act));
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 // Skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -70,8 +71,12 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
   std::mt19937 rng(11);
   uint32_t seed = 3;
   cuda::CudaGridPlan gp;  // reused across cases (buffers grow)
+  // The automatic split policy, then every item of more than 5 tiles split.
+  for (const int knob : {0, 5})
   for (const C& c : cases) {
-    SCOPED_TRACE("q_len " + std::to_string(c.q_len) + " keys " + std::to_string(c.ctx));
+    cuda::set_block_sparse_split(knob);
+    SCOPED_TRACE("q_len " + std::to_string(c.q_len) + " keys " + std::to_string(c.ctx) + " split knob " +
+                 std::to_string(knob));
     Batch b({{c.q_len, c.ctx}}, 8, 2, 128, DType::BF16, seed++, /*structured=*/true);
     std::vector<GridLayout> layouts(b.H);
     BlockSparsePlan host;
@@ -129,8 +134,25 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
     const auto items_dev = download(v.items, 4 * int64_t(v.num_items));
     const auto items_host = download(up.view().items, 4 * int64_t(up.view().num_items));
     EXPECT_EQ(items_dev, items_host);
+    // The same pieces: the device's offsets equal the host's (one piece per item when the host
+    // split none).
+    const cuda::SparsePlanView uv = up.view();
+    if (knob > 0) {
+      ASSERT_NE(uv.piece_off, nullptr);
+    }
+    std::vector<int32_t> want_pieces(v.num_items + 1), want_slots(v.num_items + 1, 0);
+    std::iota(want_pieces.begin(), want_pieces.end(), 0);
+    if (uv.piece_off) {
+      want_pieces = download(uv.piece_off, v.num_items + 1);
+      want_slots = download(uv.slot_off, v.num_items + 1);
+    }
+    ASSERT_NE(v.piece_off, nullptr);
+    EXPECT_EQ(download(v.piece_off, v.num_items + 1), want_pieces);
+    EXPECT_EQ(download(v.slot_off, v.num_items + 1), want_slots);
+    EXPECT_GE(v.max_pieces, want_pieces.back());
     EXPECT_EQ(b.sparse(v), b.sparse(up.view())) << "attention over the device plan vs the host plan";
   }
+  cuda::set_block_sparse_split(0);
 }
 
 }  // namespace

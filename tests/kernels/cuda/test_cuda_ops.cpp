@@ -5,6 +5,7 @@
 
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
@@ -79,9 +80,11 @@ TEST_P(CudaOps, RmsNormWithResidualAndRowsMatchesCpu) {
 
 TEST_P(CudaOps, SiluMulMatchesCpu) {
   const DType dt = GetParam();
-  for (const int64_t I : {1000, 1004}) {  // 16-byte vectors (I % 8 == 0) and the scalar kernel
-    SCOPED_TRACE(I);
-    const int64_t T = 5;
+  // 16-byte vectors (I % 8 == 0) and the scalar kernel; more rows than CUDA's 65,535 grid rows
+  // (a 64K-token chunk) with a small I.
+  const std::pair<int64_t, int64_t> shapes[] = {{5, 1000}, {5, 1004}, {70001, 8}, {70001, 12}};
+  for (const auto& [T, I] : shapes) {
+    SCOPED_TRACE(::testing::Message() << "T " << T << " I " << I);
     const auto gu = round_to(random_vector(T * 2 * I, 5, 2.0f), dt);
     auto d_gu = to_device(encode(gu, dt));
     auto d_out = poisoned(T * I * dtype_size(dt));

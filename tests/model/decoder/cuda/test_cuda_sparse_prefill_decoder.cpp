@@ -290,6 +290,7 @@ TEST_F(CudaSparsePrefillDecoder, GridSearchOnceReusesTheStoredLayouts) {
   SparsePrefillConfig mm;
   mm.method = SparsePrefillMethod::MMInference;
   mm.min_prompt_len = 0;
+  mm.grid_search_once = false;
   const Result per_chunk = m_->run(true, {prompts_[0]}, mm);
   mm.grid_search_once = true;
   std::vector<GridLayoutStore> fresh(1);
