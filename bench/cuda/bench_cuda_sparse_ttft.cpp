@@ -170,6 +170,8 @@ int main(int argc, char** argv) {
     };
 
     for (const std::string& mode : modes) ttft(warmup, mode, 99);  // warm-up
+    std::printf("warm-up done\n");  // sum_step_profile.py starts counting here
+    std::fflush(stdout);
     for (int64_t L : lengths) {
       std::map<std::string, double> t;
       for (const std::string& mode : modes) {

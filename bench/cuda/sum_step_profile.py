@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sums StepProfiler lines (VLM_CUDA_PROFILE=1, model/decoder/cuda/step_profiler.h) per op over
 the steps of each prompt of a bench_cuda_sparse_ttft log (stdout and stderr merged): a prompt's
-steps are the profile lines before its "TTFT ..." line. Prints one markdown table per prompt
+steps are the profile lines before its "TTFT ..." line (after the bench's "warm-up done" line). Prints one markdown table per prompt
 (and the "== ..." lines of sparse_ttft_gpu.sh as they come).
 Usage: sum_step_profile.py LOG"""
 import re
@@ -21,6 +21,8 @@ def main(path):
             total += float(m.group(2))
             for name, t in OP.findall(" " + m.group(3)):
                 ops[name] += float(t)
+        elif line.startswith("warm-up done"):
+            ops, steps, total = defaultdict(float), 0, 0.0  # the warm-up prompts' steps are not counted
         elif line.startswith("== "):
             print("\n" + line.strip())
         elif line.startswith("TTFT") and "tokens (chunks of" in line:

@@ -155,7 +155,9 @@ void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, 
   view_.max_pieces = piece_off[n];
   view_.partial = nullptr;
   if (split) {
-    partial_.reserve(static_cast<size_t>(slot_off[n]) * kSplitSlotFloats * sizeof(float));
+    // At least the automatic policy's bound (no reallocation, a device-wide sync, per call).
+    partial_.reserve(static_cast<size_t>(std::max<int64_t>(slot_off[n], kMaxSplitSlots)) * kSplitSlotFloats *
+                     sizeof(float));
     view_.partial = partial_.as<float>();
   }
 }

@@ -93,7 +93,9 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
     split_.reserve(4 * n1 * sizeof(int32_t));
     int32_t* sw = split_.as<int32_t>();
     grid_plan_split(sc, policy, sw, sw + 2 * n1, sw + 3 * n1, stream);
-    partial_.reserve(static_cast<size_t>(bounds.slots) * kSplitSlotFloats * sizeof(float));
+    // The automatic policy's bound at once (a growing bound would reallocate, a device-wide sync,
+    // layer after layer).
+    partial_.reserve(static_cast<size_t>(std::max(bounds.slots, kMaxSplitSlots)) * kSplitSlotFloats * sizeof(float));
     VLM_CHECK(bounds.pieces < (int64_t(1) << 31), "grid plan: {} pieces", bounds.pieces);
     view_.piece_off = sw + 2 * n1;
     view_.slot_off = sw + 3 * n1;

@@ -29,8 +29,8 @@ struct SplitPolicy {
 #endif
   int pieces(int tiles) const { return piece > 0 && tiles > threshold ? (tiles + piece - 1) / piece : 1; }
 };
-constexpr int kMinSplitPiece = 8;      // the automatic policy's shortest piece
-constexpr int64_t kMaxSplitSlots = 4096;  // the automatic policy's workspace bound (slots)
+constexpr int kMinSplitPiece = 16;     // the automatic policy's shortest piece
+constexpr int64_t kMaxSplitSlots = 4096;  // the automatic policy's workspace bound (slots; 136 MB)
 // The workspace of a split piece (one slot): O [64, 128] then (m, l) [64, 2], f32.
 constexpr int64_t kSplitSlotFloats = 64 * 128 + 64 * 2;
 

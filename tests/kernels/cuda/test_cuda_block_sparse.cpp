@@ -37,6 +37,13 @@ using testing::Seq;
 // bf16 cache: the tolerance of the dense kernel's test, plus the output rounding of bf16 rows.
 double tolerance(DType act) { return 2e-2 + (act == DType::F32 ? 0.0 : 8e-3); }
 
+// A split item's pieces each scale P by their own running maximum before P rounds to bf16 for
+// the PV product, so P rounds differently than in one pass (relative 2^-8 per element, mostly
+// cancelling); then one rounding of the output to act. Allowed: 2e-3 of max|out| plus one ulp of
+// act. Measured 2026-11-25 (H100): 0.00117 with an f32 output (H 14 D 64, pieces of 4 tiles),
+// <= 0.0039 (one bf16 ulp at half the maximum) with bf16 outputs.
+double split_bound(DType act) { return 2e-3 + (act == DType::F32 ? 0.0 : std::ldexp(1.0, -7)); }
+
 // Sets the split knob for a scope (restores the automatic policy).
 struct SplitKnob {
   explicit SplitKnob(int piece_tiles) { cuda::set_block_sparse_split(piece_tiles); }
@@ -64,11 +71,11 @@ TEST(CudaBlockSparse, AllBlocksPlanEqualsDenseKernel) {
     for (const auto& p : plans) ptrs.push_back(&p);
     const auto got = b.sparse(ptrs), dense = b.dense_gpu(), ref = b.cpu_ref(ptrs);
     {
-      // Every item of more than 4 tiles split: still the dense kernel.
+      // Every item of more than 4 tiles split: still the dense kernel (split_bound below).
       SplitKnob knob(4);
       const double e = normalized_error(b.sparse(ptrs), dense);
       std::printf("all-blocks H %d D %d split in pieces of 4 tiles: vs dense %.5f\n", c.H, c.D, e);
-      EXPECT_LE(e, 1e-3 + (c.act == DType::F32 ? 0.0 : std::ldexp(1.0, -7))) << "split all-blocks plan vs dense";
+      EXPECT_LE(e, split_bound(c.act)) << "split all-blocks plan vs dense";
     }
     const double err = normalized_error(got, dense);
     RecordProperty("err_vs_dense", std::to_string(err));
@@ -231,9 +238,7 @@ TEST(CudaBlockSparse, SplitLongItemsMatchUnsplitAndCpuReference) {
       const auto got = b.sparse(plan.view());
       const double e_unsplit = normalized_error(got, unsplit), e_ref = normalized_error(got, ref);
       std::printf("split (knob %d) H %d D %d: vs unsplit %.6f, vs CPU ref %.5f\n", piece, c.H, c.D, e_unsplit, e_ref);
-      // f32 partials merged by log-sum-exp: the unsplit kernel's values up to f32 reassociation,
-      // then one rounding to act each (one ulp of bf16 apart at most).
-      EXPECT_LE(e_unsplit, 1e-4 + (c.act == DType::F32 ? 0.0 : std::ldexp(1.0, -7)));
+      EXPECT_LE(e_unsplit, split_bound(c.act));
       EXPECT_LE(e_ref, tolerance(c.act));
     }
   }

@@ -71,6 +71,7 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
   std::mt19937 rng(11);
   uint32_t seed = 3;
   cuda::CudaGridPlan gp;  // reused across cases (buffers grow)
+  int split_cases = 0;    // cases of the second pass whose plans split some item
   // The automatic split policy, then every item of more than 5 tiles split.
   for (const int knob : {0, 5})
   for (const C& c : cases) {
@@ -137,9 +138,7 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
     // The same pieces: the device's offsets equal the host's (one piece per item when the host
     // split none).
     const cuda::SparsePlanView uv = up.view();
-    if (knob > 0) {
-      ASSERT_NE(uv.piece_off, nullptr);
-    }
+    if (knob > 0 && uv.piece_off) ++split_cases;
     std::vector<int32_t> want_pieces(v.num_items + 1), want_slots(v.num_items + 1, 0);
     std::iota(want_pieces.begin(), want_pieces.end(), 0);
     if (uv.piece_off) {
@@ -153,6 +152,7 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
     EXPECT_EQ(b.sparse(v), b.sparse(up.view())) << "attention over the device plan vs the host plan";
   }
   cuda::set_block_sparse_split(0);
+  EXPECT_GE(split_cases, 4) << "pieces of 5 tiles should split most cases' plans";
 }
 
 }  // namespace
