@@ -48,19 +48,7 @@ GridLayout fixed_grid_layout(int stride, int phase, const GridParams& p) {
   return l;
 }
 
-GridStride choose_grid_stride(const double* col, const double* slash, int N, const GridParams& p,
-                              std::span<const int32_t> known) {
-  const int n_init = std::min(std::max(p.n_init, 0), N);
-  const double sl_total = std::accumulate(slash + std::min(1, N), slash + N, 0.0);
-  const double col_total = std::accumulate(col + n_init, col + N, 0.0);
-  // The columns holding most of the non-sink mass (vertical search runs over them only).
-  std::vector<int32_t> top(N - n_init);
-  std::iota(top.begin(), top.end(), n_init);
-  const size_t m = std::min<size_t>(top.size(), 512);
-  std::partial_sort(top.begin(), top.begin() + m, top.end(),
-                    [&](int a, int b) { return col[a] > col[b] || (col[a] == col[b] && a < b); });
-  top.resize(m);
-
+std::vector<int32_t> grid_stride_candidates(int N, const GridParams& p, std::span<const int32_t> known) {
   std::vector<int32_t> cands;
   if (p.stride > 0) {
     cands.push_back(p.stride);
@@ -69,6 +57,23 @@ GridStride choose_grid_stride(const double* col, const double* slash, int N, con
     for (int s : known)
       if (s > 0) cands.push_back(s);
   }
+  return cands;
+}
+
+GridStride choose_grid_stride(const double* col, const double* slash, int N, const GridParams& p,
+                              std::span<const int32_t> known) {
+  const int n_init = std::min(std::max(p.n_init, 0), N);
+  const double sl_total = std::accumulate(slash + std::min(1, N), slash + N, 0.0);
+  const double col_total = std::accumulate(col + n_init, col + N, 0.0);
+  // The columns holding most of the non-sink mass (vertical search runs over them only).
+  std::vector<int32_t> top(N - n_init);
+  std::iota(top.begin(), top.end(), n_init);
+  const size_t m = std::min<size_t>(top.size(), kGridTopColumns);
+  std::partial_sort(top.begin(), top.begin() + m, top.end(),
+                    [&](int a, int b) { return col[a] > col[b] || (col[a] == col[b] && a < b); });
+  top.resize(m);
+
+  const std::vector<int32_t> cands = grid_stride_candidates(N, p, known);
   std::vector<double> hist;
   auto score_of = [&](int s) {
     double best = 0.0;

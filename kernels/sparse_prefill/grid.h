@@ -72,6 +72,13 @@ struct GridStride {
 };
 GridStride choose_grid_stride(const double* col /*[N]*/, const double* slash /*[N]*/, int num_keys,
                               const GridParams& params, std::span<const int32_t> known_strides);
+// The strides choose_grid_stride scores, in its order: params.stride alone when > 0, else
+// min_stride..min(max_stride, num_keys / 2) then the known strides (the GPU's device choice scores
+// the same list). At most kGridTopColumns columns (the most massive non-sink ones) enter the
+// vertical score.
+constexpr int kGridTopColumns = 512;
+std::vector<int32_t> grid_stride_candidates(int num_keys, const GridParams& params,
+                                            std::span<const int32_t> known_strides);
 GridLayout grid_layout_from_phase_mass(const GridStride& stride, const std::vector<double>& phase_mass,
                                        const GridParams& params);
 

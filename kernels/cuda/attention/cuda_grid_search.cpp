@@ -21,6 +21,11 @@ std::vector<GridLayout> CudaGridSearch::search(const void* q, DType act, const P
   grid_last_q_probs(q, act, kv, block_table, sh, scale, probs_.as<float>(), stream);
   grid_line_sums(probs_.as<float>(), sh, col_.as<double>(), slash_.as<double>(), stream);
   if (marker) marker("grid_scores");
+  if (device_choice && p.num_vlines <= kGridChoiceMaxLines) {
+    const std::vector<int32_t> cands = grid_stride_candidates(N, p, known);
+    if (!cands.empty() && *std::max_element(cands.begin(), cands.end()) <= 4096)
+      return choose_on_device(sh, p, cands, known, stream);
+  }
   sums_h_.reserve(2 * hn * sizeof(double));
   const double* col_h = sums_h_.as<double>();
   const double* slash_h = col_h + hn;
@@ -51,6 +56,70 @@ std::vector<GridLayout> CudaGridSearch::search(const void* q, DType act, const P
   for (int h = 0; h < H; ++h) {
     const double* pm = phase_h_.data() + static_cast<size_t>(h) * max_stride;
     out[h] = grid_layout_from_phase_mass(st[h], std::vector<double>(pm, pm + st[h].stride), p);
+  }
+  if (marker) marker("grid_choose_host");
+  return out;
+}
+
+std::vector<GridLayout> CudaGridSearch::choose_on_device(const GridEstimateShape& sh, const GridParams& p,
+                                                         const std::vector<int32_t>& cands,
+                                                         std::span<const int32_t> known, cudaStream_t stream) {
+  const int H = sh.num_heads, N = sh.num_keys, C = static_cast<int>(cands.size());
+  const size_t hn = static_cast<size_t>(H) * N;
+  GridChoiceShape cs;
+  cs.num_heads = H;
+  cs.num_keys = N;
+  cs.n_init = std::min(std::max(p.n_init, 0), N);
+  cs.num_cands = C;
+  cs.max_cand = *std::max_element(cands.begin(), cands.end());
+  cs.num_known = static_cast<int>(known.size());
+  cs.use_slash = p.use_slash;
+  cs.use_lines = p.use_vline || p.use_hline;
+  cs.num_vlines = p.num_vlines;
+  cs.num_hlines = p.num_hlines;
+  // Candidates then known strides (pageable sources: copied when the calls return).
+  cands_.reserve((C + known.size()) * sizeof(int32_t));
+  int32_t* d_cands = cands_.as<int32_t>();
+  VLM_CUDA_CHECK(cudaMemcpyAsync(d_cands, cands.data(), C * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  if (!known.empty())
+    VLM_CUDA_CHECK(cudaMemcpyAsync(d_cands + C, known.data(), known.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                   stream));
+  // Scratch: f64 totals [2H], top keys [H N], candidate scores [H C], scores [H]; i32 idx in/out
+  // [2 H N], segments [2H], strides [H].
+  choice_f64_.reserve((2 * H + hn + static_cast<size_t>(H) * C + H) * sizeof(double));
+  choice_i32_.reserve((2 * hn + 3 * static_cast<size_t>(H)) * sizeof(int32_t));
+  GridChoiceScratch w;
+  w.totals = choice_f64_.as<double>();
+  w.top_keys = w.totals + 2 * H;
+  w.cand_scores = w.top_keys + hn;
+  double* scores = w.cand_scores + static_cast<size_t>(H) * C;
+  w.idx_in = choice_i32_.as<int32_t>();
+  w.idx_out = w.idx_in + hn;
+  w.seg = w.idx_out + hn;
+  int32_t* strides = w.seg + 2 * H;
+  w.temp_bytes = grid_choice_temp_bytes(H, N);
+  choice_temp_.reserve(w.temp_bytes);
+  w.temp = choice_temp_.get();
+  grid_choose_strides(col_.as<double>(), slash_.as<double>(), d_cands, d_cands + C, cs, w, strides, scores, stream);
+  const int band = p.use_slash ? std::max(p.band, 0) : -1;
+  phase_.reserve(static_cast<size_t>(H) * cs.max_cand * sizeof(double));
+  grid_phase_mass(probs_.as<float>(), sh, strides, cs.max_cand, band, cs.n_init, phase_.as<double>(), stream);
+  layouts_d_.reserve(H * sizeof(DeviceGridLayout));
+  grid_layouts_from_phase(phase_.as<double>(), cs.max_cand, strides, scores, cs, layouts_d_.as<DeviceGridLayout>(),
+                          stream);
+  layouts_h_.reserve(H * sizeof(DeviceGridLayout));
+  VLM_CUDA_CHECK(cudaMemcpyAsync(layouts_h_.get(), layouts_d_.get(), H * sizeof(DeviceGridLayout),
+                                 cudaMemcpyDeviceToHost, stream));
+  VLM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<GridLayout> out(H);
+  const DeviceGridLayout* dl = layouts_h_.as<DeviceGridLayout>();
+  for (int h = 0; h < H; ++h) {
+    GridLayout& l = out[h];
+    l.stride = dl[h].stride;
+    l.phase = dl[h].phase;
+    l.score = dl[h].score;
+    l.vgroups.assign(dl[h].v, dl[h].v + dl[h].nv);
+    l.hgroups.assign(dl[h].h, dl[h].h + dl[h].nh);
   }
   if (marker) marker("grid_choose_host");
   return out;

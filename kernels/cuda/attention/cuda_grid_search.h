@@ -1,8 +1,12 @@
 // The grid heads' online search (kernels/sparse_prefill/grid.h, search_grid) on the GPU for every
 // query head of one sequence's chunk: the device computes the last rows' attention and reduces
-// it (grid_estimate.cuh: probabilities, column and slash sums, phase masses), the host chooses
-// stride and phase with the CPU's own code (choose_grid_stride, grid_layout_from_phase_mass) from
-// one download of the sums per step, so the decisions are the CPU's up to summation order.
+// it (grid_estimate.cuh: probabilities, column and slash sums, phase masses). By default
+// (device_choice) the device also chooses stride and phase (grid_choose_strides,
+// grid_layouts_from_phase: the CPU's choose_grid_stride and grid_layout_from_phase_mass in the
+// host's summation orders) and the host downloads the layouts once (one sync per search); else
+// (device_choice false, or more than kGridChoiceMaxLines vertical lines, or a candidate stride
+// over 4096) the host chooses with the CPU's own code from downloads of the sums (two syncs). The
+// decisions are the CPU's up to the order of the device's per-key sums.
 // Scratch is kept between calls (grown on demand); calls on one stream.
 #pragma once
 
@@ -27,12 +31,19 @@ class CudaGridSearch {
                                  cudaStream_t stream);
 
   // Optional (a profiler's hook): called on the host after the device's scores and line sums are
-  // enqueued ("grid_scores") and after the host's stride choice and the phase masses are back
-  // ("grid_choose_host": the downloads, the host's work and the GPU's wait for it).
+  // enqueued ("grid_scores") and after the layouts are on the host ("grid_choose_host": the
+  // choice, on the device or the host, the downloads and the GPU's wait for the host).
   std::function<void(const char*)> marker;
+  bool device_choice = true;  // the stride and layout choice on the device (above)
 
  private:
+  std::vector<GridLayout> choose_on_device(const GridEstimateShape& shape, const GridParams& params,
+                                           const std::vector<int32_t>& cands, std::span<const int32_t> known,
+                                           cudaStream_t stream);
+
   DeviceBuffer probs_, col_, slash_, strides_, phase_;
+  DeviceBuffer cands_, choice_f64_, choice_i32_, choice_temp_, layouts_d_;
+  PinnedBuffer layouts_h_;
   PinnedBuffer sums_h_;  // col then slash [2, H, N] (pinned: one DMA copy of ~2·H·N·8 bytes)
   std::vector<double> phase_h_;
 };

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cub/device/device_segmented_radix_sort.cuh>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
 #include "kernels/cuda/attention/grid_estimate.cuh"
@@ -128,7 +129,162 @@ phase_kernel(const float* probs, GridEstimateShape sh, const int32_t* strides, i
   if (acc != 0) atomicAdd(pm + int64_t(h) * max_stride + j % s, acc);
 }
 
+// ---- The stride and layout choice (grid_choose_strides, grid_layouts_from_phase). ----
+constexpr int kTop = 512;  // kGridTopColumns (kernels/sparse_prefill/grid.h)
+
+// Grid (H): thread 0 the slash total (offsets 1..N-1), thread 1 the column total (n_init..N-1),
+// each summed in order as std::accumulate does; idx_in[h][j] = j; the sort's segments.
+__global__ void choice_setup_kernel(const double* col, const double* slash, GridChoiceShape sh, double* totals,
+                                    int32_t* idx_in, int32_t* seg) {
+  const int h = blockIdx.x, N = sh.num_keys;
+  const double* c = col + int64_t(h) * N;
+  const double* s = slash + int64_t(h) * N;
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int o = min(1, N); o < N; ++o) t += s[o];
+    totals[2 * h] = t;
+  } else if (threadIdx.x == 1) {
+    double t = 0;
+    for (int j = sh.n_init; j < N; ++j) t += c[j];
+    totals[2 * h + 1] = t;
+  } else if (threadIdx.x == 2) {
+    seg[h] = h * N + sh.n_init;
+    seg[sh.num_heads + h] = (h + 1) * N;
+  }
+  for (int j = threadIdx.x; j < N; j += blockDim.x) idx_in[int64_t(h) * N + j] = j;
+}
+
+// Grid (H, ceil(C / 4)), 4 warps, one candidate each: its score as choose_grid_stride's score_of
+// (slash sum and residue histogram summed by one lane in the host's order; the histogram in
+// shared memory, max_cand doubles per warp, after the top columns).
+__global__ void __launch_bounds__(128)
+cand_scores_kernel(const double* slash, const double* top_keys, const int32_t* top_idx, const double* totals,
+                   const int32_t* cands, GridChoiceShape sh, double* cand_scores) {
+  extern __shared__ double dsm[];
+  double* tval = dsm;                                        // [kTop]
+  int32_t* tidx = reinterpret_cast<int32_t*>(dsm + kTop);    // [kTop]
+  double* hist = dsm + kTop + kTop / 2 + (threadIdx.x / 32) * sh.max_cand;
+  const int h = blockIdx.x, N = sh.num_keys, lane = threadIdx.x % 32;
+  const int m = min(N - sh.n_init, kTop);
+  const int64_t base = int64_t(h) * N + sh.n_init;
+  for (int i = threadIdx.x; i < m; i += blockDim.x) tval[i] = top_keys[base + i], tidx[i] = top_idx[base + i];
+  __syncthreads();
+  const int c = blockIdx.y * 4 + threadIdx.x / 32;
+  if (c >= sh.num_cands) return;
+  const int s = cands[c];
+  const double sl_total = totals[2 * h], col_total = totals[2 * h + 1];
+  double best = 0.0;
+  if (sh.use_slash && sl_total > 0 && lane == 0) {
+    const double* sl = slash + int64_t(h) * N;
+    double sum = 0;
+    for (int o = s; o < N; o += s) sum += sl[o];
+    best = fmax(best, __ddiv_rn(__dmul_rn(double(s), sum), sl_total));
+  }
+  if (sh.use_lines && col_total > 0) {
+    for (int i = lane; i < s; i += 32) hist[i] = 0.0;
+    __syncwarp();
+    if (lane == 0)
+      for (int i = 0; i < m; ++i) hist[tidx[i] % s] += tval[i];
+    __syncwarp();
+    double mx = -INFINITY;
+    for (int i = lane; i < s; i += 32) mx = fmax(mx, hist[i]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) best = fmax(best, __ddiv_rn(__dmul_rn(double(s), mx), col_total));
+  }
+  if (lane == 0) cand_scores[int64_t(h) * sh.num_cands + c] = best;
+}
+
+// Grid (H), one thread: choose_grid_stride's choice over the scored candidates.
+__global__ void choose_kernel(const double* cand_scores, const int32_t* cands, const int32_t* known,
+                              GridChoiceShape sh, int32_t* strides, double* scores) {
+  if (threadIdx.x != 0) return;
+  const int h = blockIdx.x;
+  const double* sc = cand_scores + int64_t(h) * sh.num_cands;
+  double best = 0.0;
+  for (int i = 0; i < sh.num_cands; ++i) best = fmax(best, sc[i]);
+  int chosen = -1;
+  bool chosen_known = false;
+  for (int i = 0; i < sh.num_cands; ++i) {
+    if (sc[i] < __dmul_rn(0.9, best)) continue;
+    const int s = cands[i];
+    bool is_known = false;
+    for (int k = 0; k < sh.num_known; ++k) is_known |= known[k] == s;
+    if (chosen < 0 || (is_known && !chosen_known) || (is_known == chosen_known && s < chosen)) {
+      chosen = s;
+      chosen_known = is_known;
+    }
+  }
+  strides[h] = chosen < 0 ? cands[0] : chosen;
+  scores[h] = best;
+}
+
+// Grid (H), one thread: grid_layout_from_phase_mass (the residues by phase mass, descending,
+// ties in index order as its stable sort).
+__global__ void layout_kernel(const double* phase_mass, int max_stride, const int32_t* strides, const double* scores,
+                              GridChoiceShape sh, DeviceGridLayout* layouts) {
+  if (threadIdx.x != 0) return;
+  const int h = blockIdx.x, s = strides[h];
+  const double* pm = phase_mass + int64_t(h) * max_stride;
+  DeviceGridLayout l{};
+  l.stride = s;
+  l.score = scores[h];
+  const int nv = min(sh.num_vlines, s);
+  int res[kGridChoiceMaxLines];
+  for (int t = 0; t < max(nv, 1); ++t) {
+    int bi = -1;
+    for (int i = 0; i < s; ++i) {
+      bool taken = false;
+      for (int u = 0; u < t; ++u) taken |= res[u] == i;
+      if (!taken && (bi < 0 || pm[i] > pm[bi])) bi = i;
+    }
+    res[t] = bi;
+  }
+  l.phase = res[0];
+  l.nv = nv;
+  for (int i = 0; i < nv; ++i) l.v[i] = ((res[i] - l.phase) % s + s) % s;
+  l.nh = min(min(sh.num_hlines, sh.num_vlines), s);
+  for (int i = 0; i < l.nh; ++i) l.h[i] = l.v[i];
+  layouts[h] = l;
+}
+
 }  // namespace
+
+size_t grid_choice_temp_bytes(int H, int N) {
+  size_t bytes = 0;
+  VLM_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
+      nullptr, bytes, static_cast<const double*>(nullptr), static_cast<double*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), H * N, H,
+      static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr)));
+  return bytes;
+}
+
+void grid_choose_strides(const double* col, const double* slash, const int32_t* cands, const int32_t* known,
+                         const GridChoiceShape& sh, const GridChoiceScratch& w, int32_t* strides, double* scores,
+                         cudaStream_t stream) {
+  const int H = sh.num_heads, N = sh.num_keys;
+  VLM_CHECK(sh.num_cands > 0 && sh.max_cand >= 1 && sh.max_cand <= 4096 && sh.num_vlines <= kGridChoiceMaxLines,
+            "grid choice: {} candidates up to {}, {} vertical lines", sh.num_cands, sh.max_cand, sh.num_vlines);
+  choice_setup_kernel<<<H, 256, 0, stream>>>(col, slash, sh, w.totals, w.idx_in, w.seg);
+  VLM_CUDA_CHECK_LAUNCH();
+  size_t bytes = w.temp_bytes;
+  VLM_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(w.temp, bytes, col, w.top_keys, w.idx_in,
+                                                                    w.idx_out, H * N, H, w.seg, w.seg + H,
+                                                                    0, 64, stream));
+  const int smem = (kTop + kTop / 2 + 4 * sh.max_cand) * int(sizeof(double));
+  static const bool ok = allow_dynamic_smem(cand_scores_kernel, (kTop + kTop / 2 + 4 * 4096) * int(sizeof(double)));
+  (void)ok;
+  cand_scores_kernel<<<dim3(H, (sh.num_cands + 3) / 4), 128, smem, stream>>>(slash, w.top_keys, w.idx_out, w.totals,
+                                                                            cands, sh, w.cand_scores);
+  VLM_CUDA_CHECK_LAUNCH();
+  choose_kernel<<<H, 32, 0, stream>>>(w.cand_scores, cands, known, sh, strides, scores);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void grid_layouts_from_phase(const double* phase_mass, int max_stride, const int32_t* strides, const double* scores,
+                             const GridChoiceShape& sh, DeviceGridLayout* layouts, cudaStream_t stream) {
+  layout_kernel<<<sh.num_heads, 32, 0, stream>>>(phase_mass, max_stride, strides, scores, sh, layouts);
+  VLM_CUDA_CHECK_LAUNCH();
+}
 
 void grid_last_q_probs(const void* q, DType act, const PagedKVLayer& kv, const int32_t* block_table,
                        const GridEstimateShape& sh, float scale, float* probs, cudaStream_t stream) {

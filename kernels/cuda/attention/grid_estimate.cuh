@@ -33,4 +33,50 @@ void grid_line_sums(const float* probs /*[H,R,N]*/, const GridEstimateShape& sha
 void grid_phase_mass(const float* probs /*[H,R,N]*/, const GridEstimateShape& shape, const int32_t* strides /*[H]*/,
                      int max_stride, int band, int n_init, double* phase_mass /*[H,max_stride]*/, cudaStream_t stream);
 
+// The stride and layout choice on the device (choose_grid_stride and grid_layout_from_phase_mass of
+// kernels/sparse_prefill/grid.h, every head at once), in the host's summation orders so the
+// decisions are the host's: the totals and each candidate's slash sum and residue histogram are
+// summed sequentially in the host's order, the top columns sorted stably as its partial_sort.
+constexpr int kGridChoiceMaxLines = 8;  // vertical line groups a device layout holds
+
+struct GridChoiceShape {
+  int num_heads = 0, num_keys = 0;  // H, N
+  int n_init = 0;                   // min(max(n_init, 0), N)
+  int num_cands = 0;                // grid_stride_candidates(...).size() (> 0)
+  int max_cand = 1;                 // the largest candidate (<= 4096)
+  int num_known = 0;
+  bool use_slash = true, use_lines = true;  // use_slash; use_vline || use_hline
+  int num_vlines = 2, num_hlines = 1;       // num_vlines <= kGridChoiceMaxLines
+};
+
+// One head's choice: GridLayout's fields (stride, phase, vgroups, hgroups, score).
+struct DeviceGridLayout {
+  int32_t stride, phase, nv, nh;
+  int32_t v[kGridChoiceMaxLines], h[kGridChoiceMaxLines];
+  double score;
+};
+
+// Device scratch of grid_choose_strides for H heads of N keys and C candidates.
+struct GridChoiceScratch {
+  double* totals;        // [H, 2]: slash, col
+  double* top_keys;      // [H, N]
+  int32_t* idx_in;       // [H, N]
+  int32_t* idx_out;      // [H, N]
+  int32_t* seg;          // [2H]: segment begins, ends
+  double* cand_scores;   // [H, C]
+  void* temp;
+  size_t temp_bytes;     // grid_choice_temp_bytes(H, N)
+};
+size_t grid_choice_temp_bytes(int H, int N);
+
+// strides[H] and scores[H] (device) from the line sums col, slash [H, N] (grid_line_sums) over the
+// candidates cands[C] and known[num_known] (device).
+void grid_choose_strides(const double* col /*[H,N]*/, const double* slash /*[H,N]*/, const int32_t* cands,
+                         const int32_t* known, const GridChoiceShape& shape, const GridChoiceScratch& scratch,
+                         int32_t* strides /*[H]*/, double* scores /*[H]*/, cudaStream_t stream);
+
+// layouts[H] from grid_phase_mass's phase_mass[H, max_stride] and the chosen strides and scores.
+void grid_layouts_from_phase(const double* phase_mass, int max_stride, const int32_t* strides, const double* scores,
+                             const GridChoiceShape& shape, DeviceGridLayout* layouts /*[H]*/, cudaStream_t stream);
+
 }  // namespace vlm::cuda

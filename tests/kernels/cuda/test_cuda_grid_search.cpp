@@ -1,7 +1,8 @@
 // CudaGridSearch (the grid heads' online search with its reductions on the GPU) against the CPU's
 // search_grid on the same inputs (the bf16 cache and queries): equal decisions (stride, phase,
 // vertical and horizontal groups) per head, for a whole prompt and a chunk over earlier context,
-// with and without the known frame stride; and the planted 256-token frame grid recovered.
+// with and without the known frame stride; and the planted 256-token frame grid recovered. The
+// stride and layout choice made on the device (the default) equals the host's over the same sums.
 // Skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -50,8 +51,36 @@ TEST(CudaGridSearch, DecisionsEqualCpuSearchAndPlantedGridFound) {
       sh.q_len = b.seqs[s].q_len;
       sh.num_keys = b.seqs[s].ctx;
       sh.rows = 64;
-      const auto got = gs.search(b.dq.get(), b.act, b.dev_kv, b.dtables.as<int32_t>() + s * b.max_blocks, sh,
-                                 b.scale(), p, known, nullptr);
+      // The choice on the device (the default), and on the host from the downloaded sums: the
+      // same decisions and scores bit for bit (the same sums in the same order); also for other
+      // switches (no slash lines, 4 vertical / 2 horizontal groups, strides up to 600, 17 sinks).
+      auto search = [&](const GridParams& params, bool on_device) {
+        gs.device_choice = on_device;
+        auto r = gs.search(b.dq.get(), b.act, b.dev_kv, b.dtables.as<int32_t>() + s * b.max_blocks, sh, b.scale(),
+                           params, known, nullptr);
+        gs.device_choice = true;
+        return r;
+      };
+      GridParams other = p;
+      other.use_slash = false;
+      other.num_vlines = 4;
+      other.num_hlines = 2;
+      other.max_stride = 600;
+      other.n_init = 17;
+      const auto got = search(p, true);
+      for (const GridParams& params : {p, other}) {
+        const auto on_dev = search(params, true), on_host = search(params, false);
+        ASSERT_EQ(static_cast<int>(on_dev.size()), b.H);
+        ASSERT_EQ(static_cast<int>(on_host.size()), b.H);
+        for (int h = 0; h < b.H; ++h) {
+          SCOPED_TRACE("head " + std::to_string(h) + (params.use_slash ? "" : " (other switches)"));
+          EXPECT_EQ(on_dev[h].stride, on_host[h].stride);
+          EXPECT_EQ(on_dev[h].phase, on_host[h].phase);
+          EXPECT_EQ(on_dev[h].vgroups, on_host[h].vgroups);
+          EXPECT_EQ(on_dev[h].hgroups, on_host[h].hgroups);
+          EXPECT_EQ(on_dev[h].score, on_host[h].score);
+        }
+      }
       ASSERT_EQ(static_cast<int>(got.size()), b.H);
       for (int h = 0; h < b.H; ++h) {
         const GridLayout ref = cpu_search(b, s, h, 64, p, known);
