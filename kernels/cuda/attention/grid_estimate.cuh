@@ -1,6 +1,7 @@
 // Device half of the grid heads' online search (kernels/sparse_prefill/grid.h, search_grid) for
 // one sequence's chunk, every query head at once (C++17: included by the .cu and by
-// cuda_grid_search.cpp). The host half (stride choice, layout) is cuda_grid_search.h.
+// cuda_grid_search.cpp), and the stride and layout choice (below; CudaGridSearch can also make it
+// on the host, cuda_grid_search.h).
 #pragma once
 
 #include <cstdint>
