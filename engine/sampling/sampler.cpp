@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -15,6 +16,46 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
+
+// A candidate as a key that sorts most likely first, lowest id on ties: its mass's bits inverted
+// above its id (masses are >= 0, whose bits order as their values do).
+uint64_t mass_key(float p, int32_t id) {
+  uint32_t bits;
+  std::memcpy(&bits, &p, sizeof bits);
+  return (static_cast<uint64_t>(~bits) << 32) | static_cast<uint32_t>(id);
+}
+float key_mass(uint64_t k) {
+  const uint32_t bits = ~static_cast<uint32_t>(k >> 32);
+  float p;
+  std::memcpy(&p, &bits, sizeof p);
+  return p;
+}
+int32_t key_id(uint64_t k) { return static_cast<int32_t>(static_cast<uint32_t>(k)); }
+
+// The smallest j whose j first keys in ascending order hold at least `target` of mass (strict:
+// more than it), or n when none does (rounding); keys[0, j) are then those keys and keys[j - 1]
+// the j-th. A selection, not a sort: halves by nth_element (expected O(n)), a sort of the last 32.
+size_t first_reaching(uint64_t* keys, size_t n, double target, bool strict) {
+  auto enough = [&](double m) { return strict ? m > target : m >= target; };
+  size_t lo = 0, hi = n;
+  double before = 0;  // the mass of keys[0, lo), the lo first keys: not enough
+  while (hi - lo > 32) {
+    const size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(keys + lo, keys + mid, keys + hi);
+    double m = before;
+    for (size_t i = lo; i < mid; ++i) m += key_mass(keys[i]);
+    if (enough(m)) {
+      hi = mid;
+    } else {
+      before = m;
+      lo = mid;
+    }
+  }
+  std::sort(keys + lo, keys + hi);
+  for (size_t j = lo; j < hi; ++j)
+    if (enough(before += key_mass(keys[j]))) return j + 1;
+  return hi;  // enough by the halves' sums, not by this one's (rounding), or none at all
+}
 }  // namespace
 
 Sampler::Sampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids)
@@ -169,27 +210,11 @@ float Sampler::kth_largest(const LogitsView& v, float s, int64_t k) {
 }
 
 double Sampler::nucleus(double target) {
-  // Grow the sorted prefix until it holds the target mass.
-  order_.resize(cand_ids_.size());
-  std::iota(order_.begin(), order_.end(), 0);
-  auto more_likely = [&](int32_t a, int32_t b) {
-    return cand_p_[a] > cand_p_[b] || (cand_p_[a] == cand_p_[b] && cand_ids_[a] < cand_ids_[b]);
-  };
-  size_t sorted = std::min<size_t>(order_.size(), 64), n_keep = order_.size();
-  while (true) {
-    std::partial_sort(order_.begin(), order_.begin() + static_cast<int64_t>(sorted), order_.end(), more_likely);
-    double before = 0;
-    size_t j = 0;
-    for (; j < sorted && before < target; ++j) before += cand_p_[order_[j]];
-    if (before >= target || sorted == order_.size()) {
-      n_keep = std::max<size_t>(j, 1);
-      break;
-    }
-    sorted = std::min(order_.size(), sorted * 4);
-  }
-  order_.resize(n_keep);
+  keys_.resize(cand_ids_.size());
+  for (size_t j = 0; j < keys_.size(); ++j) keys_[j] = mass_key(cand_p_[j], cand_ids_[j]);
+  keys_.resize(std::max<size_t>(first_reaching(keys_.data(), keys_.size(), target, false), 1));
   double total = 0;
-  for (int32_t j : order_) total += cand_p_[j];
+  for (uint64_t k : keys_) total += key_mass(k);
   return total;
 }
 
@@ -236,15 +261,10 @@ int32_t Sampler::sample_random(const LogitsView& v, const SamplingParams& p, std
     }
   }
   VLM_CHECK(total > 0, "no probability mass left after the cut");
-  if (p.top_p < 1.0f) {
+  if (p.top_p < 1.0f) {  // the CDF of the nucleus, most likely first
     total = nucleus(static_cast<double>(p.top_p) * total);
     const double u = uniform01(rng) * total;
-    double acc = 0;
-    for (int32_t j : order_) {
-      acc += cand_p_[j];
-      if (u < acc) return cand_ids_[j];
-    }
-    return cand_ids_[order_.back()];  // u within rounding of the total
+    return key_id(keys_[first_reaching(keys_.data(), keys_.size(), u, true) - 1]);
   }
   const double u = uniform01(rng) * total;
   double acc = 0;

@@ -87,8 +87,8 @@ class Sampler {
   void collect(const LogitsView& v, float s, float cut);
   // The k-th largest scaled logit (collects a superset of the k largest first).
   float kth_largest(const LogitsView& v, float s, int64_t k);
-  // order_: the candidates most likely first (lowest id on ties), cut to the shortest prefix whose
-  // mass reaches target (at least one); returns that prefix's mass.
+  // keys_: the candidates, cut to the most likely ones (lowest id first on ties) while the mass
+  // before each is < target (at least one); returns their mass.
   double nucleus(double target);
   TokenLogprobs logprobs_of(const float* logits /*[V]*/, int32_t token, int num_top);
   // params.constraint: tokens the grammar cannot take in seq.constraint_state become -inf.
@@ -106,7 +106,8 @@ class Sampler {
   std::vector<float> terms_;     // [kDrawBlock] the masses of one block's tokens
   std::vector<int32_t> cand_ids_;  // candidates of a cut: ids, scaled logits, masses
   std::vector<float> cand_vals_, cand_p_;
-  std::vector<int32_t> order_;   // candidate indices, most likely first (top_p)
+  std::vector<uint64_t> keys_;   // top_p's candidates as ordered keys (mass, id)
+  std::vector<int32_t> order_;   // candidate indices (the top logprobs)
   std::vector<float> work_;      // [V] constrained row (params.constraint only)
   std::vector<float> eos_saved_;  // EOS logits before the constraint's mask
 };
