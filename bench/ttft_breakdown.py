@@ -9,7 +9,9 @@ Reads the two debug lines each request logs (`--log-level debug`): the server's 
 and the engine's
     engine: request ID: P prompt tokens (C cached) queued q ms, first token g ms after the engine
     took it; its step began h ms before it (k ms after the submit): schedule s run r sample t ms
-and prints the median of each over the requests in log order after the first N
+and the access log's first_chunk_ms of each stream (info level: the request's last byte read ->
+its first data chunk in the socket), and prints the median of each over the requests in log order
+after the first N
 (--skip: e.g. the number of conversations of bench/prefix_cache_multi_turn.sh, whose turn 1 comes
 first; the default 0 takes all).
 """
@@ -22,6 +24,7 @@ SERVER = re.compile(r"request (\S+): (\d+) prompt tokens \((\d+) cached\): parse
 ENGINE = re.compile(r"engine: request (\S+): (\d+) prompt tokens \((\d+) cached\) queued ([\d.]+) ms, first token "
                     r"([\d.]+) ms after the engine took it; its step began ([\d.]+) ms before it \(([\d.]+) ms after "
                     r"the submit\): schedule ([\d.]+) run ([\d.]+) sample ([\d.]+) ms")
+ACCESS = re.compile(r"access .* first_chunk_ms=([\d.]+)")
 
 
 def main():
@@ -33,8 +36,12 @@ def main():
         del args[i:i + 2]
     if len(args) != 1:
         sys.exit(__doc__)
-    server, engine, order = {}, {}, []
+    server, engine, order, first_chunk = {}, {}, [], []
     for line in open(args[0], errors="replace"):
+        m = ACCESS.search(line)
+        if m:
+            first_chunk.append(float(m.group(1)))
+            continue
         m = SERVER.search(line)
         if m:
             server[m.group(1)] = m
@@ -63,6 +70,8 @@ def main():
     print(f"{len(ids)} requests (after skipping {skip}); medians in ms")
     for name, get in rows:
         print(f"  {name:48s} {statistics.median(get(i) for i in ids):9.3f}")
+    if len(first_chunk) > skip:  # streams, in the same order (one request at a time)
+        print(f"  {'http: request read -> first chunk in the socket':48s} {statistics.median(first_chunk[skip:]):9.3f}")
 
 
 if __name__ == "__main__":
