@@ -16,6 +16,7 @@ model=$1 port=$2
 shift 2
 logs=${LOG_DIR:-/tmp}
 for mode in enable no-enable; do
+  rm -f "$logs/pc_server_$mode.log"  # an earlier run's "ready:" must not start the client early
   build/bin/vlm-server --model "$model" --served-model-name m --port "$port" --threads 2 \
     --num-kv-blocks 4096 --max-model-len 4096 --log-level warn ${SERVER_ARGS:-} --"$mode"-prefix-caching >"$logs/pc_server_$mode.out" 2>"$logs/pc_server_$mode.log" &
   pid=$!
