@@ -8,7 +8,8 @@ Reads the two debug lines each request logs (`--log-level debug`): the server's 
     then first token f ms later
 and the engine's
     engine: request ID: P prompt tokens (C cached) queued q ms, first token g ms after the engine
-    took it; its step began h ms before it (k ms after the submit): schedule s run r sample t ms
+    took it; its step began h ms before it (k ms after the submit; older builds
+    do not log k): schedule s run r sample t ms
 and the access log's first_chunk_ms of each stream (info level: the request's last byte read ->
 its first data chunk in the socket), and prints the median of each over the requests in log order
 after the first N
@@ -22,8 +23,8 @@ import sys
 SERVER = re.compile(r"request (\S+): (\d+) prompt tokens \((\d+) cached\): parse ([\d.]+) template ([\d.]+) "
                     r"tokenize ([\d.]+) media ([\d.]+) submit ([\d.]+) ms, then first token ([\d.]+) ms later")
 ENGINE = re.compile(r"engine: request (\S+): (\d+) prompt tokens \((\d+) cached\) queued ([\d.]+) ms, first token "
-                    r"([\d.]+) ms after the engine took it; its step began ([\d.]+) ms before it \(([\d.]+) ms after "
-                    r"the submit\): schedule ([\d.]+) run ([\d.]+) sample ([\d.]+) ms")
+                    r"([\d.]+) ms after the engine took it; its step began ([\d.]+) ms before it(?: \(([\d.]+) ms after "
+                    r"the submit\))?: schedule ([\d.]+) run ([\d.]+) sample ([\d.]+) ms")
 ACCESS = re.compile(r"access .* first_chunk_ms=([\d.]+)")
 
 
@@ -62,7 +63,7 @@ def main():
             ("submit", lambda i: float(server[i].group(8))),
             ("server: submit -> first token written", lambda i: float(server[i].group(9))),
             ("engine: queue wait (submit -> engine thread)", lambda i: float(engine[i].group(4))),
-            ("engine: submit -> its step began", lambda i: float(engine[i].group(7))),
+            ("engine: submit -> its step began", lambda i: float(engine[i].group(7) or "nan")),
             ("engine: took it -> first token", lambda i: float(engine[i].group(5))),
             ("engine: first step, schedule", lambda i: float(engine[i].group(8))),
             ("engine: first step, run", lambda i: float(engine[i].group(9))),
