@@ -1,6 +1,7 @@
 // Times the CUDA attention kernels on one layer of Qwen2-7B attention (28 query heads, 4 KV heads,
-// D = 128, bf16 activations and cache, block size 16, blocks shuffled): causal prefill of one
-// sequence at 8K and 32K tokens, and decode of 1 and 64 sequences at 1K, 32K and 128K context.
+// D = 128, bf16 activations and cache, block size 16, blocks shuffled unless
+// BENCH_BLOCKS=contiguous): causal prefill of one sequence at 8K and 32K tokens, and decode of 1
+// and 64 sequences at 1K, 32K and 128K context.
 // Device events around each call (decode: around 10 calls queued back to back), warm-up first,
 // median of the repeats; decode rotates among
 // enough cache copies that the working set exceeds the L2. Run beside bench/cuda/sdpa_attention.py
@@ -87,7 +88,9 @@ struct Batch {
     num_blocks = int64_t(seqs) * per;
     std::vector<int32_t> table(num_blocks), cu(seqs + 1), lens(seqs, ctx);
     std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937(seed));
+    // BENCH_BLOCKS=contiguous: blocks in order (the layout bench_cuda_decoder's prefill gets).
+    const char* order = std::getenv("BENCH_BLOCKS");
+    if (order == nullptr || std::string(order) != "contiguous") std::shuffle(table.begin(), table.end(), std::mt19937(seed));
     for (int s = 0; s <= seqs; ++s) cu[s] = s * q_len;
     owned = {upload(cu), upload(lens), upload(table)};
     b.num_seqs = seqs;

@@ -11,7 +11,8 @@
 //         of that compressed length (positions keep counting from the full length, as after LOOK-M)
 //         against the uncompressed run (--lookm-seqs, or the largest batch that fits).
 // Decode steps run as CUDA graphs on both sides (dense and routed; the line counts the steps that
-// replayed one). No prefill of the long context: each sequence prefills 32 real tokens (its anchor among them);
+// replayed one). No prefill of the long context: each sequence prefills 32 real tokens (its anchor among them,
+// captured into its SinkAnchors there);
 // the rest of its blocks hold whatever the pool holds (timing does not depend on the values).
 // Usage: bench_cuda_long_decode --model DIR [--contexts 32768,131072,524288] [--skip 0.6]
 //          [--steps 10] [--lookm-seqs 8] [--lookm-context 131072] [--lookm-ratio 0.2]
@@ -63,7 +64,12 @@ struct Bench {
       chunks.push_back(c);
     }
     VLM_CHECK(next_block <= backend.num_kv_blocks(), "{} blocks > the cache's {}", next_block, backend.num_kv_blocks());
-    run(chunks, nullptr, nullptr);
+    // With the anchor stores: the GPU captures each one's anchors at the end of its prefill.
+    std::vector<vlm::SinkAnchors*> stores;
+    for (LongSeq& s : seqs) stores.push_back(&s.anchors);
+    static const vlm::SinkRouterConfig prefill_cfg;
+    sink_cfg = &prefill_cfg;
+    run(chunks, &stores, nullptr);
     return seqs;
   }
   // One decode step of every sequence (the same token at the same position each time); seconds.

@@ -1,8 +1,10 @@
 // Decode attention on the GPU at long context, one layer of Qwen2-7B attention (28 query heads,
 // 4 KV heads, D = 128, bf16 activations and cache, blocks of 16, shuffled):
 //  sink:   one sequence at 32K / 128K / 512K context, dense paged_decode_attention against
-//          SinkRouter's decode (the routing launch, anchors read from the cache, + the
-//          group-skipping kernel, both timed; route_only_ms: the routing launch alone) with 60 % of the groups skipped: 5 layer caches in rotation whose planted
+//          SinkRouter's decode as the decoder runs it (the routing launch, anchors read from the
+//          sequence's store captured from the cache as at the end of prefill, + the group-skipping
+//          kernel, both timed; route_only_ms: the routing launch alone; route_cache_ms: the routing
+//          launch reading the anchors from the cache instead) with 60 % of the groups skipped: 5 layer caches in rotation whose planted
 //          queries route 3, 2, 3, 2, 2 of the 4 groups (every query head of a sink group = its
 //          anchor key, cosine 1; the others random; tau = 0.5), checked on the device's decisions.
 //  look-m: 8 sequences of 128K context against 8 of 20 % of it (the cache LOOK-M leaves at a
@@ -148,6 +150,14 @@ void bench_sink(int ctx) {
   check(cudaMalloc(&count, 4), "malloc");
   check(cudaMemset(count, 0, 4), "memset");
   const float scale = 1.f / std::sqrt(float(kD));
+  // Each copy's anchor store [2, 1 layer, Hkv, D] f32 and a device pointer to it (one routed row).
+  std::vector<float*> stores(copies);
+  std::vector<const float* const*> store_ptrs(copies);
+  for (int c = 0; c < copies; ++c) {
+    check(cudaMalloc(&stores[size_t(c)], 2 * kHkv * kD * 4), "malloc");
+    vlm::cuda::sink_capture_anchors(L.kv[size_t(c)], L.batch.block_tables, 0, 1, stores[size_t(c)], nullptr);
+    store_ptrs[size_t(c)] = device_copy(std::vector<const float*>{stores[size_t(c)]});
+  }
   const double dense = time_calls(15, [&](int i) {
     vlm::cuda::paged_decode_attention(qs[size_t(i % copies)], DType::BF16, kH, L.kv[size_t(i % copies)], L.batch, scale,
                                       out, ws, nullptr);
@@ -156,9 +166,8 @@ void bench_sink(int ctx) {
   const double routed = time_calls(15, [&](int i) {
     const int c = i % copies;
     vlm::cuda::CudaAttentionBatch b = L.batch;
-    vlm::cuda::sink_route_from_cache(qs[size_t(c)], DType::BF16, kH, L.kv[size_t(c)], b.block_tables,
-                                     b.max_blocks_per_seq, b.context_lens, nullptr, 1, cfg, nullptr, skip, count,
-                                     nullptr, nullptr);
+    vlm::cuda::sink_route_from_stores(qs[size_t(c)], DType::BF16, kH, store_ptrs[size_t(c)], 0, 1, kHkv, kD,
+                                      b.context_lens, nullptr, 1, cfg, nullptr, skip, count, nullptr, nullptr);
     b.group_skip = skip;
     vlm::cuda::paged_decode_attention(qs[size_t(c)], DType::BF16, kH, L.kv[size_t(c)], b, scale, out, ws, nullptr);
     ++calls;
@@ -166,17 +175,26 @@ void bench_sink(int ctx) {
   int skipped = 0;
   check(cudaMemcpy(&skipped, count, 4, cudaMemcpyDeviceToHost), "count");
   const double route = time_calls(15, [&](int i) {  // the routing launch alone
+    const int c = i % copies;
+    vlm::cuda::sink_route_from_stores(qs[size_t(c)], DType::BF16, kH, store_ptrs[size_t(c)], 0, 1, kHkv, kD,
+                                      L.batch.context_lens, nullptr, 1, cfg, nullptr, skip, nullptr, nullptr, nullptr);
+  });
+  const double route_cache = time_calls(15, [&](int i) {  // the same, anchors read from the cache
     const vlm::cuda::CudaAttentionBatch& b = L.batch;
     vlm::cuda::sink_route_from_cache(qs[size_t(i % copies)], DType::BF16, kH, L.kv[size_t(i % copies)], b.block_tables,
                                      b.max_blocks_per_seq, b.context_lens, nullptr, 1, cfg, nullptr, skip, nullptr,
                                      nullptr, nullptr);
   });
   const double kv_mib = double(ctx) * kHkv * kD * 2 * 2 / (1 << 20);
-  std::printf("sink ctx=%d skipped=%.1f%% dense_ms=%.4f routed_ms=%.4f speedup=%.2f route_only_ms=%.4f kv_mib=%.0f "
-              "dense_gbps=%.0f\n",
-              ctx, 100.0 * skipped / (calls * kHkv), dense, routed, dense / routed, route, kv_mib,
+  std::printf("sink ctx=%d skipped=%.1f%% dense_ms=%.4f routed_ms=%.4f speedup=%.2f route_only_ms=%.4f "
+              "route_cache_ms=%.4f kv_mib=%.0f dense_gbps=%.0f\n",
+              ctx, 100.0 * skipped / (calls * kHkv), dense, routed, dense / routed, route, route_cache, kv_mib,
               kv_mib * (1 << 20) / dense * 1e-6);
   for (auto* p : qs) cudaFree(p);
+  for (int c = 0; c < copies; ++c) {
+    cudaFree(stores[size_t(c)]);
+    cudaFree(const_cast<const float**>(store_ptrs[size_t(c)]));
+  }
   for (void* p : {out, ws, static_cast<void*>(skip), static_cast<void*>(count)}) cudaFree(p);
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/attention/paged_kv.h"
@@ -47,6 +48,10 @@ struct SinkAnchors {
   int64_t groups_routed = 0;      // decode (token, layer, kv group) decisions taken
   int64_t groups_skipped = 0;     // ... of which sink groups (cache not read)
   SinkRouterProbe* probe = nullptr;  // not owned; null except in calibration tools and tests
+  // A GPU backend's copy of the anchors, captured at the end of prefill before any compaction:
+  // [2, L, Hkv, D] f32 in device memory (K then V), opaque here; null on the CPU. Read-only once
+  // captured, so forked choices share it; freed with the last store holding it.
+  std::shared_ptr<void> device_kv;
 
   // Makes room for layer `layer` (keeps the anchors stored so far; clears them all when Hkv or D
   // change, i.e. another model).

@@ -11,8 +11,9 @@
 //  - The batch (CudaAttentionBatch) means what AttentionBatch means on the CPU
 //    (kernels/attention/paged_attention.h): sequence s owns query rows [cu_seqlens_q[s],
 //    cu_seqlens_q[s+1]) and its cache holds context_lens[s] tokens, this step's included (written
-//    with paged_kv_write first); query row i of q_len sits at position context_lens[s] - q_len + i
-//    and attends keys [0, that position] (causal; a chunk sees the earlier cached context).
+//    with paged_kv_write or rope_split_q_kv_write first); query row i of q_len sits at position
+//    context_lens[s] - q_len + i and attends keys [0, that position] (causal; a chunk sees the
+//    earlier cached context).
 //    Query head h reads KV head h / (H / Hkv) (GQA). scale multiplies q·k.
 //
 // Kernel choice (no flags): prefill attention uses tensor cores when kv.dtype is BF16/F16: on
@@ -62,6 +63,15 @@ void paged_kv_write(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/, const v
 void paged_kv_write_naive(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/,
                           const void* v /*[T,Hkv,D]*/, DType act, const int32_t* slot_mapping /*[T]*/,
                           int64_t T, cudaStream_t stream);
+// The RoPE split of the fused projection (cuda::rope_split_qkv, kernels/cuda/ops/ops_cuda.h)
+// fused with paged_kv_write: q [T, H, D] as rope_split_qkv writes it, the rotated k and the v
+// rows written straight into their slots of the cache (slot -1: skipped), the same bytes as
+// rope_split_qkv then paged_kv_write, in one pass over qkv. qkv [T, (H + 2 Hkv) D] (act);
+// table [T, R] (cos | sin). Needs rope_kv_write_supported (else call the two).
+bool rope_kv_write_supported(const PagedKVLayer& kv, DType act, int64_t R);
+void rope_split_q_kv_write(const void* qkv /*[T,(H+2Hkv)D]*/, int64_t T, int64_t H, const float* table /*[T,R]*/,
+                           int64_t R, void* q /*[T,H,D]*/, const PagedKVLayer& kv, const int32_t* slot_mapping /*[T]*/,
+                           DType act, cudaStream_t stream);
 
 // ---- prefill (any q_len; mixed prefill chunks and decode rows allowed) ----
 // q[T, H, D] and out[T, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;

@@ -1,9 +1,11 @@
 // Paged KV write: one thread per 8 elements of a (token, KV head) row: one 16- or 32-byte load of
-// k and v each, converted, one vector store into the token's slot.
+// k and v each, converted, one vector store into the token's slot. rope_split_q_kv_write: the
+// same store fed by the RoPE split of the fused q/k/v projection (rope_rows.cuh).
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
+#include "kernels/cuda/ops/rope_rows.cuh"
 
 namespace vlm::cuda {
 namespace {
@@ -36,7 +38,57 @@ __global__ void kv_write_kernel(KVView kv, const TIn* __restrict__ k, const TIn*
   copy8(v + i * 8, static_cast<TOut*>(kv.v) + dst);
 }
 
+// One thread per 8 elements of a (token, head) row of qkv, heads [0, H) q, then Hkv of k and of v
+// (rope_split_x8_kernel's indexing): q rows to q, k/v rows to their cache slot.
+template <class T>
+__global__ void rope_kv_write_kernel(const T* __restrict__ qkv, int64_t T_, int H, const float* __restrict__ table,
+                                     int R, T* __restrict__ q, KVView kv, const int32_t* __restrict__ slots) {
+  const int D = kv.head_dim, Hkv = kv.num_kv_heads;
+  const int chunks = (H + 2 * Hkv) * D / 8;  // per token
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= T_ * chunks) return;
+  const int64_t t = idx / chunks;
+  const int c = static_cast<int>(idx % chunks);
+  const int h = c / (D / 8), i = (c % (D / 8)) * 8;  // head, first element
+  const T* x = qkv + (t * (H + 2 * Hkv) + h) * D;
+  T* y;
+  if (h < H) {
+    y = q + (t * H + h) * D;
+  } else {
+    const int32_t slot = slots[t];
+    if (slot < 0) return;
+    const bool is_k = h < H + Hkv;
+    y = static_cast<T*>(is_k ? kv.k : kv.v) + kv.offset(slot / kv.block_size, is_k ? h - H : h - H - Hkv,
+                                                         slot % kv.block_size);
+  }
+  const int half = h < H + Hkv ? R / 2 : 0;  // v: no rotation
+  *reinterpret_cast<uint4*>(y + i) = rope8(x, i, half, table + t * R);
+}
+
 }  // namespace
+
+bool rope_kv_write_supported(const PagedKVLayer& kv, DType act, int64_t R) {
+  return (act == DType::BF16 || act == DType::F16) && kv.dtype == act && kv.head_dim % 8 == 0 && (R / 2) % 8 == 0 &&
+         R <= kv.head_dim;
+}
+
+void rope_split_q_kv_write(const void* qkv, int64_t T, int64_t H, const float* table, int64_t R, void* q,
+                           const PagedKVLayer& kv, const int32_t* slot_mapping, DType act, cudaStream_t stream) {
+  VLM_CHECK(rope_kv_write_supported(kv, act, R), "rope_split_q_kv_write: act {} cache {} D {} R {}", dtype_name(act),
+            dtype_name(kv.dtype), kv.head_dim, R);
+  if (T == 0) return;
+  const int64_t n = T * (H + 2 * kv.num_kv_heads) * kv.head_dim / 8;
+  const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
+  auto run = [&](auto tag) {
+    using E = decltype(tag);
+    rope_kv_write_kernel<E><<<blocks, 256, 0, stream>>>(static_cast<const E*>(qkv), T, static_cast<int>(H), table,
+                                                        static_cast<int>(R), static_cast<E*>(q), kv_view(kv),
+                                                        slot_mapping);
+  };
+  if (act == DType::BF16) run(__nv_bfloat16{});
+  else run(__half{});
+  VLM_CUDA_CHECK_LAUNCH();
+}
 
 void paged_kv_write(const PagedKVLayer& kv, const void* k, const void* v, DType act,
                     const int32_t* slot_mapping, int64_t T, cudaStream_t stream) {

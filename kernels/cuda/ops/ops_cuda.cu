@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/core/block_reduce.cuh"
 #include "kernels/cuda/core/element.cuh"
+#include "kernels/cuda/ops/rope_rows.cuh"
 
 namespace vlm::cuda {
 
@@ -32,6 +33,60 @@ __global__ void rms_norm_kernel(float* x, const T* residual, const float* w, flo
   const float inv = rsqrtf(ss / static_cast<float>(C) + eps);
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
     out[r * C + c] = from_f32<T>(__fmul_rn(w[c], __fmul_rn(xr[c], inv)));
+}
+
+// Four consecutive elements of T, one vector load/store.
+template <typename T>
+struct alignas(4 * sizeof(T)) Vec4 {
+  T e[4];
+};
+
+// rms_norm_kernel for C % 4 == 0 and C <= 512 V: 128 threads, each holding its (up to) V groups
+// of 4 consecutive x values in registers (16-byte loads issued together), so x is read once from
+// memory instead of twice; the same arithmetic per element (only the order of the sum of squares
+// differs).
+template <typename T, int V>
+__global__ void __launch_bounds__(128) rms_norm_x4_kernel(float* x, const T* residual, const float* w, float eps,
+                                                          const int32_t* rows, int64_t C, T* out) {
+  const int64_t r = blockIdx.x;
+  float4* xr = reinterpret_cast<float4*>(x + (rows ? rows[r] : r) * C);
+  const int C4 = static_cast<int>(C / 4);
+  float4 v[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int c4 = threadIdx.x + 128 * j;
+    if (c4 < C4) v[j] = xr[c4];
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int c4 = threadIdx.x + 128 * j;
+    if (c4 >= C4) continue;
+    if (residual) {
+      const Vec4<T> a = reinterpret_cast<const Vec4<T>*>(residual + r * C)[c4];
+      v[j] = make_float4(__fadd_rn(v[j].x, to_f32(a.e[0])), __fadd_rn(v[j].y, to_f32(a.e[1])),
+                         __fadd_rn(v[j].z, to_f32(a.e[2])), __fadd_rn(v[j].w, to_f32(a.e[3])));
+      xr[c4] = v[j];
+    }
+    ss = fmaf(v[j].x, v[j].x, ss);
+    ss = fmaf(v[j].y, v[j].y, ss);
+    ss = fmaf(v[j].z, v[j].z, ss);
+    ss = fmaf(v[j].w, v[j].w, ss);
+  }
+  ss = block_sum(ss);
+  const float inv = rsqrtf(ss / static_cast<float>(C) + eps);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int c4 = threadIdx.x + 128 * j;
+    if (c4 >= C4) continue;
+    const float4 g = reinterpret_cast<const float4*>(w)[c4];
+    Vec4<T> y;
+    y.e[0] = from_f32<T>(__fmul_rn(g.x, __fmul_rn(v[j].x, inv)));
+    y.e[1] = from_f32<T>(__fmul_rn(g.y, __fmul_rn(v[j].y, inv)));
+    y.e[2] = from_f32<T>(__fmul_rn(g.z, __fmul_rn(v[j].z, inv)));
+    y.e[3] = from_f32<T>(__fmul_rn(g.w, __fmul_rn(v[j].w, inv)));
+    reinterpret_cast<Vec4<T>*>(out + r * C)[c4] = y;
+  }
 }
 
 template <typename T>
@@ -117,27 +172,7 @@ __global__ void rope_split_x8_kernel(const T* qkv, int64_t T_, int H, int Hkv, i
   const T* x = qkv + (t * (H + 2 * Hkv) + h) * D;
   T* y = h < H ? q + (t * H + h) * D : (h < H + Hkv ? k + (t * Hkv + h - H) * D : v + (t * Hkv + h - H - Hkv) * D);
   const int half = h < H + Hkv ? R / 2 : 0;  // v: no rotation
-  const uint4 a8 = *reinterpret_cast<const uint4*>(x + i);
-  if (i >= 2 * half) {
-    *reinterpret_cast<uint4*>(y + i) = a8;
-    return;
-  }
-  const bool first = i < half;
-  const uint4 b8 = *reinterpret_cast<const uint4*>(x + (first ? i + half : i - half));
-  const int ci = first ? i : i - half;  // cos index; sin at half + ci
-  const float* cs = table + t * R;
-  const T* a = reinterpret_cast<const T*>(&a8);
-  const T* b = reinterpret_cast<const T*>(&b8);
-  uint4 r8;
-  T* r = reinterpret_cast<T*>(&r8);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const float c_ = cs[ci + e], s_ = cs[half + ci + e];
-    const float xa = to_f32(a[e]), xb = to_f32(b[e]);
-    r[e] = first ? from_f32<T>(__fsub_rn(__fmul_rn(xa, c_), __fmul_rn(xb, s_)))
-                 : from_f32<T>(__fadd_rn(__fmul_rn(xa, c_), __fmul_rn(xb, s_)));
-  }
-  *reinterpret_cast<uint4*>(y + i) = r8;
+  *reinterpret_cast<uint4*>(y + i) = rope8(x, i, half, table + t * R);
 }
 
 int threads_for(int64_t n) { return n >= 1024 ? 1024 : (n >= 256 ? 256 : 128); }
@@ -158,8 +193,18 @@ void rms_norm(float* x, const void* residual, const float* w, float eps, const i
   if (R == 0) return;
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
-    rms_norm_kernel<E><<<R, threads_for(C / 4), 0, s>>>(x, static_cast<const E*>(residual), w, eps, rows, C,
-                                                        static_cast<E*>(out));
+    const auto* res = static_cast<const E*>(residual);
+    E* y = static_cast<E*>(out);
+    const int64_t c4 = C / 4;
+    if (C % 4 == 0 && c4 <= 1024) {  // 16-byte vectors, x in registers (128 threads, V groups each)
+      const unsigned grid = static_cast<unsigned>(R);
+      if (c4 <= 128) rms_norm_x4_kernel<E, 1><<<grid, 128, 0, s>>>(x, res, w, eps, rows, C, y);
+      else if (c4 <= 256) rms_norm_x4_kernel<E, 2><<<grid, 128, 0, s>>>(x, res, w, eps, rows, C, y);
+      else if (c4 <= 512) rms_norm_x4_kernel<E, 4><<<grid, 128, 0, s>>>(x, res, w, eps, rows, C, y);
+      else rms_norm_x4_kernel<E, 8><<<grid, 128, 0, s>>>(x, res, w, eps, rows, C, y);
+    } else {
+      rms_norm_kernel<E><<<R, threads_for(C / 4), 0, s>>>(x, res, w, eps, rows, C, y);
+    }
   });
   VLM_CUDA_CHECK_LAUNCH();
 }

@@ -35,9 +35,10 @@ __device__ double tau_of(const RouteParams& p, int context_len) {
   return fmin(fmax(t, p.tau_min), p.tau_max);  // std::clamp(t, lo, hi) for lo <= hi
 }
 
-// Where the route kernel takes sequence s's anchor keys: the gathered array ak [S, Hkv, D], or
-// (ak null) slot 0 of the sequence's first block of the cache, as gather_anchor_kernel reads it
-// (then av, when not null, receives the anchor values too).
+// Where the route kernel takes sequence s's anchor keys: the gathered array ak [S, Hkv, D]; or
+// (stores not null) layer `layer` of the store stores[s] [2, num_layers, Hkv, D] (K then V; a null
+// store gives zeros); or else slot 0 of the sequence's first block of the cache, as
+// gather_anchor_kernel reads it. With the last two, av (when not null) receives the anchor values.
 struct AnchorSource {
   const float* ak;
   KVView kv;
@@ -45,6 +46,8 @@ struct AnchorSource {
   const int32_t* tables;
   int max_blocks;
   float* av;
+  const float* const* stores = nullptr;
+  int layer = 0, num_layers = 0;
 };
 
 // grid S, block of at least H threads (a multiple of 32): the anchors [Hkv, D] and the queries
@@ -64,10 +67,15 @@ __global__ void route_kernel(const TQ* __restrict__ q, int H, AnchorSource src, 
   float* qs = anchor + Hkv * P;        // [H, P]
   const int s = blockIdx.x, h = threadIdx.x, G = H / Hkv;
   const bool on = routed == nullptr || routed[s] != 0;
-  const int64_t block = src.ak ? 0 : src.tables[int64_t(s) * src.max_blocks];
+  const int64_t block = src.ak || src.stores ? 0 : src.tables[int64_t(s) * src.max_blocks];
+  const float* store = src.stores ? src.stores[s] : nullptr;
+  const int64_t n = int64_t(Hkv) * D;
   for (int i = h; i < Hkv * D; i += blockDim.x) {
     if (src.ak) {
       anchor[i / D * P + i % D] = src.ak[int64_t(s) * Hkv * D + i];
+    } else if (src.stores) {
+      anchor[i / D * P + i % D] = store ? store[src.layer * n + i] : 0.f;
+      if (src.av) src.av[s * n + i] = store ? store[(int64_t(src.num_layers) + src.layer) * n + i] : 0.f;
     } else {
       const int64_t off = src.kv.offset(block, i / D, 0) + i % D;
       anchor[i / D * P + i % D] = load_f32(src.kv.k, src.dt, off);
@@ -206,6 +214,24 @@ void sink_route_from_cache(const void* q, DType act, int num_heads, const PagedK
                            uint8_t* skip, int32_t* skip_count, float* anchor_v, cudaStream_t stream) {
   const AnchorSource src{nullptr, kv_view(kv), kv.dtype, block_tables, max_blocks_per_seq, anchor_v};
   launch_route(q, act, num_heads, src, kv.num_kv_heads, kv.head_dim, context_lens, routed, num_seqs, c, scores, skip,
+               skip_count, stream);
+}
+
+void sink_capture_anchors(const PagedKVLayer& kv, const int32_t* block_table, int layer, int num_layers,
+                          float* store, cudaStream_t stream) {
+  const int64_t n = int64_t(kv.num_kv_heads) * kv.head_dim;
+  sink_gather_anchors(kv, block_table, 1, 1, store + layer * n, store + (int64_t(num_layers) + layer) * n, stream);
+}
+
+void sink_route_from_stores(const void* q, DType act, int num_heads, const float* const* stores, int layer,
+                            int num_layers, int num_kv_heads, int head_dim, const int32_t* context_lens,
+                            const uint8_t* routed, int num_seqs, const SinkRouterConfig& c, float* scores,
+                            uint8_t* skip, int32_t* skip_count, float* anchor_v, cudaStream_t stream) {
+  AnchorSource src{nullptr, KVView{}, DType::F32, nullptr, 0, anchor_v};
+  src.stores = stores;
+  src.layer = layer;
+  src.num_layers = num_layers;
+  launch_route(q, act, num_heads, src, num_kv_heads, head_dim, context_lens, routed, num_seqs, c, scores, skip,
                skip_count, stream);
 }
 

@@ -49,6 +49,25 @@ void sink_route_from_cache(const void* q /*[S,H,D]*/, DType act, int num_heads, 
                            uint8_t* skip /*[S,Hkv]*/, int32_t* skip_count /*[S] or null*/,
                            float* anchor_v /*[S,Hkv,D] or null*/, cudaStream_t stream);
 
+// A sequence's anchor store [2, num_layers, Hkv, D] f32 in device memory (K then V): layer
+// `layer`'s part = slot 0 of block block_table[0] (sink_gather_anchors for one sequence). The
+// decoder fills every layer at the end of the sequence's prefill, before any KV compression, as
+// the CPU's SinkRouterAttention captures its anchors.
+void sink_capture_anchors(const PagedKVLayer& kv, const int32_t* block_table /*[>=1] device*/, int layer,
+                          int num_layers, float* store /*[2,L,Hkv,D]*/, cudaStream_t stream);
+
+// sink_route_groups with each sequence's anchor keys read from layer `layer` of its store
+// (stores[s], a device pointer to [2, num_layers, Hkv, D] f32 as sink_capture_anchors fills it; a
+// null store reads zeros and must not be routed); anchor_v (when not null) receives the stores'
+// anchor values [S, Hkv, D] f32. One launch; stores is a device array, so a captured graph reads
+// the pointers of each replay's sequences.
+void sink_route_from_stores(const void* q /*[S,H,D]*/, DType act, int num_heads, const float* const* stores /*[S]*/,
+                            int layer, int num_layers, int num_kv_heads, int head_dim,
+                            const int32_t* context_lens /*[S]*/, const uint8_t* routed /*[S] or null*/, int num_seqs,
+                            const SinkRouterConfig& config, float* scores /*[S,Hkv] or null*/,
+                            uint8_t* skip /*[S,Hkv]*/, int32_t* skip_count /*[S] or null*/,
+                            float* anchor_v /*[S,Hkv,D] or null*/, cudaStream_t stream);
+
 // Calibration (vlm-calibrate-sink --device cuda): mass[s, h] = the softmax weight head h of
 // sequence s's decode row gives its first cached key under full attention over its
 // context_lens[s] keys (the CPU's first_token_attention_mass, f32 logits; within f32 rounding of

@@ -247,8 +247,6 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
   const int H = static_cast<int>(c.num_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
-  prof_.mark(stream_, "kv_write");
   if (sparse_) {
     VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
     sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
@@ -265,6 +263,23 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   prof_.mark(stream_, "attention");
 }
 
+void CudaDecoder::rope_kv_write(int l, int64_t T) {
+  const ModelConfig& c = config();
+  const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
+  const int64_t R = 2 * rope_half_;
+  if (cuda::rope_kv_write_supported(kv, opt_.dtype, R)) {  // one pass: q out, k and v into the cache
+    cuda::rope_split_q_kv_write(qkv_.get(), T, c.num_heads, rope_table_.as<float>(), R, q_.get(), kv, d_slots_,
+                                opt_.dtype, stream_);
+    prof_.mark(stream_, "rope_kv_write");
+    return;
+  }
+  cuda::rope_split_qkv(qkv_.get(), T, c.num_heads, c.num_kv_heads, c.head_dim, rope_table_.as<float>(), R, q_.get(),
+                       k_.get(), v_.get(), opt_.dtype, stream_);
+  prof_.mark(stream_, "rope");
+  cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
+  prof_.mark(stream_, "kv_write");
+}
+
 void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
   const ModelConfig& c = config();
   const Layer& L = *layers_[static_cast<size_t>(l)];
@@ -276,9 +291,7 @@ void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& me
   prof_.mark(stream_, "norm");
   linear(h_.get(), L.qkv.get(), L.qkv_bias.get(), qkv_.get(), dt, false, T, W, C);
   prof_.mark(stream_, "gemm_qkv");
-  cuda::rope_split_qkv(qkv_.get(), T, H, Hkv, D, rope_table_.as<float>(), 2 * rope_half_, q_.get(), k_.get(), v_.get(),
-                       dt, stream_);
-  prof_.mark(stream_, "rope");
+  rope_kv_write(l, T);
   attention(l, T, meta);
   linear(attn_.get(), L.o.get(), L.o_bias.get(), x_.get(), DType::F32, true, T, C, QD);
   prof_.mark(stream_, "gemm_o");
@@ -316,9 +329,16 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   methods_ = look_m_on_ ||
              std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; });
   sparse_ = CudaSparsePrefill::active(b);
+  // batch_ stays set until forward() returns: forward_graph runs the step twice (eagerly, then
+  // under stream capture), and each run_step reads it.
+  struct BatchScope {
+    const ForwardBatch*& p;
+    ~BatchScope() { p = nullptr; }
+  } scope{batch_};
   batch_ = &b;
   reserve_activations(T, R);
-  if (!look_m_on_ && forward_graph(b, override)) {
+  // Steps that capture SinkRouter anchors (a prefill finishing) run eagerly too.
+  if (!look_m_on_ && !CudaSinkRouterStep::captures(b) && forward_graph(b, override)) {
     if (methods_) sink_.end(stream_);
     return;
   }
@@ -361,8 +381,8 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   embed(T, override);
   prof_.mark(stream_, "upload_embed_rope_table");
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
-  if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // LOOK-M compaction of finished prompts
-  batch_ = nullptr;
+  if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);     // SinkRouter's anchors of finished
+  if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // prompts, then LOOK-M's compaction
   num_logit_rows_ = R;
   if (R == 0) return prof_.end(stream_, T);
   const DType dt = opt_.dtype;

@@ -24,8 +24,9 @@
 // throw RequestError; the backend refuses them at start). SinkRouter decode
 // (ForwardBatch::sink_anchors, cuda_sink_router_step.h) and LOOK-M at the end of prefill
 // (ForwardBatch::look_m, cuda_look_m_step.h) run on the GPU. SinkRouter decode steps take graphs
-// like dense ones (their key adds the routing config; the routed flags ride in the metadata);
-// steps that carry LOOK-M states run eagerly. Not on the GPU yet: attention probes; a batch asking for one throws InternalError.
+// like dense ones (their key adds the routing config; the routed flags and the stores' anchor
+// pointers ride in the metadata); steps that carry LOOK-M states, or that finish a prefill with a
+// SinkRouter store (its anchors are captured then), run eagerly. Not on the GPU yet: attention probes; a batch asking for one throws InternalError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -104,6 +105,9 @@ class CudaDecoder {
   // The step's work after the metadata upload: RoPE table, embedding (+ override), layers, head.
   void run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch& meta, const EmbeddingOverride& override);
   void run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
+  // RoPE of the fused q/k/v projection qkv_ into q_, k and v into layer l's cache slots (one
+  // kernel where rope_kv_write_supported, else rope_split_qkv into k_/v_ and paged_kv_write).
+  void rope_kv_write(int l, int64_t T);
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
   bool fast_attention() const { return config().head_dim == 64 || config().head_dim == 128; }

@@ -56,16 +56,21 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   const bool mrope = !b.mrope_positions.empty();
   const int64_t Sb = seq_bucket(S), Cb = context_bucket(max_ctx), W = Cb / opt_.block_size;
   if (Sb > cap_rows_ || Sb > cap_tokens_ || W < 1 || Cb % opt_.block_size != 0) return false;
-  // SinkRouter: which rows route (the flags go into the metadata, after the rows).
+  // SinkRouter: which rows route and their stores' anchors (the flags go into the metadata after
+  // the rows, the pointers after them at an 8-byte boundary: uploaded with every replay).
   std::vector<uint8_t> flags(static_cast<size_t>(Sb), 0);
+  std::vector<const float*> anchors(static_cast<size_t>(Sb), nullptr);
   const ModelConfig& c = config();
   const bool sink = methods_ && sink_.plan(b, true, decode_shape(), static_cast<int>(c.num_layers),
                                            static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim), opt_.dtype,
-                                           Sb, flags.data());
+                                           Sb, flags.data(), anchors.data());
   if (sink && sink_.probing()) return false;  // calibration steps run eagerly (cuda_sink_router_step.h)
   const int64_t sizes[] = {Sb, Sb, mrope ? 3 * Sb : 0, Sb, Sb + 1, Sb, Sb * W, Sb, sink ? (Sb + 3) / 4 : 0};
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
+  const int64_t anchors_at = (total + 1) / 2 * 2;  // int32 entries; 8-byte aligned
+  static_assert(sizeof(const float*) == 8, "anchor pointers take two metadata entries");
+  if (sink) total = anchors_at + 2 * Sb;
   if (total > kMaxGraphMeta) return false;
   for (int64_t t = 0; t < T; ++t)
     VLM_CHECK(b.token_ids[t] >= 0 && b.token_ids[t] < config().vocab_size, "token id {} at row {} outside the vocabulary",
@@ -123,6 +128,7 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
     std::memcpy(tables + s * W, b.block_tables.data() + s * b.max_blocks_per_seq, static_cast<size_t>(copy_w) * 4);
   std::memcpy(rows, b.logits_indices.data(), static_cast<size_t>(R) * 4);
   if (sink) std::memcpy(rows + Sb, flags.data(), flags.size());
+  if (sink) std::memcpy(hp + anchors_at, anchors.data(), anchors.size() * sizeof(const float*));
   VLM_CUDA_CHECK(
       cudaMemcpyAsync(g->meta.get(), hp, static_cast<size_t>(total) * 4, cudaMemcpyHostToDevice, stream_));
   VLM_CUDA_CHECK(cudaEventRecord(graph_staged_, stream_));
@@ -137,6 +143,7 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   d_tables_ = d_ctx_ + Sb;
   d_rows_ = d_tables_ + Sb * W;
   const auto* d_flags = reinterpret_cast<const uint8_t*>(d_rows_ + Sb);
+  const auto* d_anchors = reinterpret_cast<const float* const*>(dp + anchors_at);
   cuda::CudaAttentionBatch meta;
   meta.num_seqs = static_cast<int>(Sb);
   meta.cu_seqlens_q = d_cu_;
@@ -155,7 +162,7 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   // First run of this bucket (or its buffers moved): run it eagerly (cuBLASLt plans, workspace
   // sizes and kernel attributes are settled there), then capture the same work.
   const auto step = [&] {
-    if (sink) sink_.start(d_flags, stream_);  // the counts' zeroing is part of the graph
+    if (sink) sink_.start(d_flags, d_anchors, stream_);  // the counts' zeroing is part of the graph
     run_step(Sb, Sb, meta, EmbeddingOverride{});
   };
   step();

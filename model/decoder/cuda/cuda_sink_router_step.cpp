@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <mutex>
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -11,12 +13,69 @@
 
 namespace vlm {
 
+// Device arrays of one size ([2, L, Hkv, D] f32) for the stores' anchors: cudaMalloc'd 32 at a
+// time and kept until the pool goes (with the decoder and the last store holding one), so neither
+// a capture nor a request's end allocates or frees (cudaFree would synchronize the device). An
+// array comes back when its last store lets it go; a later capture writes it on the decoder's
+// stream, after every step that read it (all of them run on that stream).
+struct CudaSinkRouterStep::AnchorPool : std::enable_shared_from_this<AnchorPool> {
+  static constexpr size_t kPerChunk = 32;
+  std::mutex mu;
+  size_t bytes = 0;  // per array
+  std::vector<cuda::DeviceBuffer> chunks;
+  std::vector<float*> free;
+
+  std::shared_ptr<void> take() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (free.empty()) {
+      chunks.emplace_back(bytes * kPerChunk);
+      for (size_t i = kPerChunk; i-- > 0;) free.push_back(chunks.back().as<float>() + i * bytes / 4);
+    }
+    float* p = free.back();
+    free.pop_back();
+    return std::shared_ptr<void>(p, [pool = shared_from_this()](void* q) {
+      std::lock_guard<std::mutex> lock(pool->mu);
+      pool->free.push_back(static_cast<float*>(q));
+    });
+  }
+};
+
+bool CudaSinkRouterStep::captures(const ForwardBatch& b) {
+  VLM_CHECK(b.sink_anchors.empty() || b.finishes_prefill.size() == b.sink_anchors.size(),
+            "{} anchor stores for {} finishes_prefill flags", b.sink_anchors.size(), b.finishes_prefill.size());
+  for (size_t s = 0; s < b.sink_anchors.size(); ++s)
+    if (b.sink_anchors[s] != nullptr && b.finishes_prefill[s]) return true;
+  return false;
+}
+
+void CudaSinkRouterStep::capture(const ForwardBatch& b, const std::vector<PagedKVLayer>& kv,
+                                 const int32_t* block_tables, cudaStream_t stream) {
+  if (!captures(b)) return;
+  const int L = static_cast<int>(kv.size());
+  const size_t bytes = size_t{2} * L * kv[0].num_kv_heads * kv[0].head_dim * 4;
+  if (pool_ == nullptr) {
+    pool_ = std::make_shared<AnchorPool>();
+    pool_->bytes = bytes;
+  }
+  VLM_CHECK(pool_->bytes == bytes, "anchor arrays of {} bytes, {} expected", bytes, pool_->bytes);
+  for (size_t s = 0; s < b.sink_anchors.size(); ++s) {
+    SinkAnchors* a = b.sink_anchors[s];
+    if (a == nullptr || !b.finishes_prefill[s]) continue;
+    a->device_kv = pool_->take();
+    auto* store = static_cast<float*>(a->device_kv.get());
+    for (int l = 0; l < L; ++l)
+      cuda::sink_capture_anchors(kv[static_cast<size_t>(l)], block_tables + static_cast<int64_t>(s) * b.max_blocks_per_seq,
+                                 l, L, store, stream);
+  }
+}
+
 bool CudaSinkRouterStep::plan(const ForwardBatch& b, bool all_decode, bool fast, int num_layers, int num_kv_heads,
-                              int head_dim, DType kv_dtype, int64_t seqs, uint8_t* flags) {
+                              int head_dim, DType kv_dtype, int64_t seqs, uint8_t* flags, const float** anchors) {
   active_ = pending_ = probing_ = false;  // counts of a step that was never settled are dropped
   const int S = b.num_seqs();
   VLM_CHECK(seqs >= S, "{} routing rows for {} sequences", seqs, S);
   std::fill(flags, flags + seqs, uint8_t{0});
+  std::fill(anchors, anchors + seqs, nullptr);
   if (b.sink_anchors.empty() || !all_decode || !fast) return false;
   VLM_CHECK(static_cast<int>(b.sink_anchors.size()) == S && b.sink_router != nullptr,
             "{} anchor stores for {} sequences (config set: {})", b.sink_anchors.size(), S, b.sink_router != nullptr);
@@ -32,8 +91,10 @@ bool CudaSinkRouterStep::plan(const ForwardBatch& b, bool all_decode, bool fast,
   ctx_.assign(b.context_lens.begin(), b.context_lens.end());
   for (int s = 0; s < S; ++s) {
     SinkAnchors* a = b.sink_anchors[static_cast<size_t>(s)];
-    const bool route = a != nullptr && !b.finishes_prefill[static_cast<size_t>(s)];
+    // As the CPU: a sequence routes once its anchors are captured (its prefill has finished).
+    const bool route = a != nullptr && !b.finishes_prefill[static_cast<size_t>(s)] && a->device_kv != nullptr;
     flags[s] = route ? 1 : 0;
+    anchors[s] = route ? static_cast<const float*>(a->device_kv.get()) : nullptr;
     probing_ |= route && a->probe != nullptr;
     if (route) stores_[static_cast<size_t>(s)] = a;
     active_ |= route;
@@ -49,19 +110,24 @@ bool CudaSinkRouterStep::plan(const ForwardBatch& b, bool all_decode, bool fast,
   return true;
 }
 
-void CudaSinkRouterStep::start(const uint8_t* d_flags, cudaStream_t stream) {
+void CudaSinkRouterStep::start(const uint8_t* d_flags, const float* const* d_anchors, cudaStream_t stream) {
   d_flags_ = d_flags;
+  d_anchors_ = d_anchors;
   VLM_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream));
 }
 
 bool CudaSinkRouterStep::begin(const ForwardBatch& b, bool all_decode, bool fast, int num_layers, int num_kv_heads,
                                int head_dim, DType kv_dtype, cudaStream_t stream) {
   const int S = b.num_seqs();
-  host_.reserve(static_cast<size_t>(S) * 4);
-  if (!plan(b, all_decode, fast, num_layers, num_kv_heads, head_dim, kv_dtype, S, host_.as<uint8_t>())) return false;
-  flags_.reserve(static_cast<size_t>(S));
-  VLM_CUDA_CHECK(cudaMemcpyAsync(flags_.get(), host_.get(), static_cast<size_t>(S), cudaMemcpyHostToDevice, stream));
-  start(flags_.as<uint8_t>(), stream);
+  const size_t bytes = static_cast<size_t>(S) * (sizeof(float*) + 1);
+  host_.reserve(std::max(bytes, static_cast<size_t>(S) * 4));
+  auto* ptrs = host_.as<const float*>();
+  auto* flags = reinterpret_cast<uint8_t*>(ptrs + S);
+  if (!plan(b, all_decode, fast, num_layers, num_kv_heads, head_dim, kv_dtype, S, flags, ptrs)) return false;
+  flags_.reserve(bytes);
+  VLM_CUDA_CHECK(cudaMemcpyAsync(flags_.get(), host_.get(), bytes, cudaMemcpyHostToDevice, stream));
+  const auto* d_ptrs = flags_.as<const float*>();
+  start(reinterpret_cast<const uint8_t*>(d_ptrs + S), d_ptrs, stream);
   return true;
 }
 
@@ -85,8 +151,8 @@ void CudaSinkRouterStep::route_layer(int layer, const void* q, DType act, int nu
                                 d_flags_, meta.num_seqs, 1.0f / std::sqrt(static_cast<float>(D_)),
                                 probe_mass_.as<float>() + layer * S * H_, stream);
   }
-  cuda::sink_route_from_cache(q, act, num_heads, kv, meta.block_tables, meta.max_blocks_per_seq, meta.context_lens,
-                              d_flags_, meta.num_seqs, *config_, scores, skip, counts_.as<int32_t>(), value, stream);
+  cuda::sink_route_from_stores(q, act, num_heads, d_anchors_, layer, num_layers_, Hkv_, D_, meta.context_lens, d_flags_,
+                               meta.num_seqs, *config_, scores, skip, counts_.as<int32_t>(), value, stream);
   meta.group_skip = skip;
   meta.group_surrogate = value;
 }

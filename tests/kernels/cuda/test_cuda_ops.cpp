@@ -48,28 +48,33 @@ TEST_P(CudaOps, EmbeddingMatchesCpu) {
 
 TEST_P(CudaOps, RmsNormWithResidualAndRowsMatchesCpu) {
   const DType dt = GetParam();
-  const int64_t C = 3584, T = 9;
-  auto x = random_vector(T * C, 2, 3.0f);
-  const auto r = round_to(random_vector(T * C, 3), dt);
-  const auto w = random_vector(C, 4);
-  auto d_x = to_device(x);
-  auto d_r = to_device(encode(r, dt));
-  auto d_w = to_device(w);
-  auto d_out = poisoned(T * C * dtype_size(dt));
-  cuda::rms_norm(d_x.as<float>(), d_r.get(), d_w.as<float>(), 1e-6f, nullptr, T, C, d_out.get(), dt, nullptr);
-  for (size_t i = 0; i < x.size(); ++i) x[i] += r[i];
-  std::vector<float> want(T * C);
-  rms_norm_ref(x.data(), TensorView(const_cast<float*>(w.data()), DType::F32, {C}), 1e-6f, T, want.data());
-  EXPECT_LE(rel_error(to_host<float>(d_x, T * C), x), 1e-7);  // the residual add in place
-  EXPECT_LE(rel_error(decode(to_host<uint8_t>(d_out, T * C * dtype_size(dt)), dt), want), tol());
-  // Gathered rows (the final norm on the sampled rows only).
-  const std::vector<int32_t> rows = {8, 0, 5};
-  auto d_rows = to_device(rows);
-  auto d_sel = poisoned(3 * C * dtype_size(dt));
-  cuda::rms_norm(d_x.as<float>(), nullptr, d_w.as<float>(), 1e-6f, d_rows.as<int32_t>(), 3, C, d_sel.get(), dt, nullptr);
-  std::vector<float> want_sel;
-  for (int32_t row : rows) want_sel.insert(want_sel.end(), want.begin() + row * C, want.begin() + (row + 1) * C);
-  EXPECT_LE(rel_error(decode(to_host<uint8_t>(d_sel, 3 * C * dtype_size(dt)), dt), want_sel), tol());
+  // C 3584 and 3580: the 16-byte-vector kernel (3580: the last thread's groups partly past C);
+  // 1026: the scalar kernel (C % 4 != 0).
+  for (const int64_t C : {3584, 3580, 1026}) {
+    const int64_t T = 9;
+    auto x = random_vector(T * C, 2, 3.0f);
+    const auto r = round_to(random_vector(T * C, 3), dt);
+    const auto w = random_vector(C, 4);
+    auto d_x = to_device(x);
+    auto d_r = to_device(encode(r, dt));
+    auto d_w = to_device(w);
+    auto d_out = poisoned(T * C * dtype_size(dt));
+    cuda::rms_norm(d_x.as<float>(), d_r.get(), d_w.as<float>(), 1e-6f, nullptr, T, C, d_out.get(), dt, nullptr);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += r[i];
+    std::vector<float> want(T * C);
+    rms_norm_ref(x.data(), TensorView(const_cast<float*>(w.data()), DType::F32, {C}), 1e-6f, T, want.data());
+    EXPECT_LE(rel_error(to_host<float>(d_x, T * C), x), 1e-7) << "C " << C;  // the residual add in place
+    EXPECT_LE(rel_error(decode(to_host<uint8_t>(d_out, T * C * dtype_size(dt)), dt), want), tol()) << "C " << C;
+    // Gathered rows (the final norm on the sampled rows only).
+    const std::vector<int32_t> rows = {8, 0, 5};
+    auto d_rows = to_device(rows);
+    auto d_sel = poisoned(3 * C * dtype_size(dt));
+    cuda::rms_norm(d_x.as<float>(), nullptr, d_w.as<float>(), 1e-6f, d_rows.as<int32_t>(), 3, C, d_sel.get(), dt,
+                   nullptr);
+    std::vector<float> want_sel;
+    for (int32_t row : rows) want_sel.insert(want_sel.end(), want.begin() + row * C, want.begin() + (row + 1) * C);
+    EXPECT_LE(rel_error(decode(to_host<uint8_t>(d_sel, 3 * C * dtype_size(dt)), dt), want_sel), tol()) << "C " << C;
+  }
 }
 
 TEST_P(CudaOps, SiluMulMatchesCpu) {

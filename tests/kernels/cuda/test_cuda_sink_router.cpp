@@ -4,7 +4,8 @@
 //  - the group scores equal sink_group_scores bit for bit and the skip decisions equal
 //    sink_route_groups(score, SinkRouterConfig::threshold(ctx)) for min/mean/max and tau(L)
 //    cubics (so the decisions are identical, not just close), both with gathered anchors and
-//    with the one-launch sink_route_from_cache;
+//    with the one-launch sink_route_from_cache, and with sink_route_from_stores reading one layer
+//    of per-sequence anchor stores filled by sink_capture_anchors (NaN in their other layers);
 //  - the group-skipping decode reads nothing of a sink group: those groups' blocks (K and V) are
 //    poisoned with NaN, their heads get the surrogate exactly, and the active heads match
 //    group_skip_decode_ref within the CPU tests' bound (1e-5) on an f32 cache and the dense GPU
@@ -148,6 +149,18 @@ TEST(CudaSinkRouter, AnchorsAndDecisionsEqualTheCpus) {
                           cv.data() + size_t(s) * Hkv * D);
     ASSERT_EQ(gk, ck);
     ASSERT_EQ(gv, cv);
+    // Per-sequence stores [2, 3 layers, Hkv, D], layer 1 captured, NaN elsewhere.
+    constexpr int kLayers = 3, kLayer = 1;
+    std::vector<cuda::DeviceBuffer> stores;
+    std::vector<const float*> ptrs;
+    for (int s = 0; s < S; ++s) {
+      stores.emplace_back(size_t(2) * kLayers * Hkv * D * 4);
+      VLM_CUDA_CHECK(cudaMemset(stores.back().get(), 0xff, stores.back().bytes()));
+      cuda::sink_capture_anchors(dev.kv, dev.batch.block_tables + int64_t(s) * st.max_blocks, kLayer, kLayers,
+                                 stores.back().as<float>(), nullptr);
+      ptrs.push_back(stores.back().as<float>());
+    }
+    const cuda::DeviceBuffer dptrs = to_device(ptrs);
     for (const SinkRouterConfig& cfg : configs) {
       SCOPED_TRACE(::testing::Message() << "H=" << sh.H << " D=" << D << " agg=" << sink_aggregation_name(cfg.aggregation)
                                       << " c1=" << cfg.c1);
@@ -162,6 +175,14 @@ TEST(CudaSinkRouter, AnchorsAndDecisionsEqualTheCpus) {
       cuda::sink_route_from_cache(dq.get(), DType::F32, sh.H, dev.kv, dev.batch.block_tables, st.max_blocks,
                                   dev.batch.context_lens, nullptr, S, cfg, scores.as<float>(), skip.as<uint8_t>(),
                                   nullptr, av.as<float>(), nullptr);
+      EXPECT_EQ(to_host<float>(scores, size_t(S) * Hkv), gs);
+      EXPECT_EQ(to_host<uint8_t>(skip, size_t(S) * Hkv), gf);
+      EXPECT_EQ(to_host<float>(av, size_t(S) * Hkv * D), cv);
+      // The decode step's form since the anchors live in stores captured at the end of prefill.
+      VLM_CUDA_CHECK(cudaMemset(av.get(), 0, av.bytes()));
+      cuda::sink_route_from_stores(dq.get(), DType::F32, sh.H, dptrs.as<const float* const>(), kLayer, kLayers, Hkv, D,
+                                   dev.batch.context_lens, nullptr, S, cfg, scores.as<float>(), skip.as<uint8_t>(),
+                                   nullptr, av.as<float>(), nullptr);
       EXPECT_EQ(to_host<float>(scores, size_t(S) * Hkv), gs);
       EXPECT_EQ(to_host<uint8_t>(skip, size_t(S) * Hkv), gf);
       EXPECT_EQ(to_host<float>(av, size_t(S) * Hkv * D), cv);

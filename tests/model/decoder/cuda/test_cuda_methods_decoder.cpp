@@ -12,27 +12,33 @@
 // and some sink groups, zero and anchor-value surrogates: the per-sequence routed/skipped counts
 // and the engine counters equal the CPU's, and the logits agree to 1e-4 (relative, per row); the
 // decode steps after the first replay a CUDA graph.
+// SinkRouter and LOOK-M together on one request (the GPU's anchors are captured at the end of
+// prefill, before LOOK-M's compaction, as the CPU's): two requests one after the other, each
+// prefilled in two chunks and compacted by LOOK-M, then decode steps with SinkRouter at a threshold
+// that splits the CPU's scores (found by a CPU-only pass first): the first decode steps probed
+// (eager; every routed layer's group scores within 1e-4 of the CPU's and the decisions equal), the
+// others plain (CUDA graphs; the second request's replay the graph the first one captured, so a
+// replay routes on the new sequence's anchors): per-step skip counts equal the CPU's, logits to 1e-4.
+// The compaction does rewrite the first slot here (checked), so anchors read from the cache's
+// first entry would route differently.
 // SinkRouter calibration (vlm-calibrate-sink --device cuda): the samples recorded on the GPU
 // decoder (scores, and first-token masses measured on the device) equal the CPU recording's.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <map>
-#include <random>
+#include <memory>
 
 #include "engine/cuda/cuda_backend.h"
+#include "kernels/sink_router/first_token_kv.h"
 #include "kernels/sink_router/sink_router_config.h"
-#include "model/decoder/safetensors.h"
 #include "model/methods/look_m_state.h"
 #include "model/methods/sink_anchors.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/gpu_test.h"
+#include "tests/support/random_qwen2.h"
 #include "tools/vlm-calibrate-sink/calibration_run.h"
 
 namespace vlm::testing {
@@ -42,47 +48,9 @@ constexpr int kC = 256, kI = 256, kL = 4, kH = 4, kHkv = 2, kD = 64, kV = 512, k
 
 // A random Qwen2 checkpoint with head size 64 in a temporary directory.
 std::string write_model() {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("vlm_sink_gpu_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json")
-      << R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 512, "hidden_size": 256,
-           "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-           "tie_word_embeddings": true, "hidden_act": "silu"})";
-  std::mt19937 rng(4);
-  std::normal_distribution<float> nd(0.f, 0.08f);
-  std::map<std::string, std::vector<float>> data;
-  std::map<std::string, TensorView> views;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool ones = false) {
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    auto& v = data[name];
-    v.resize(static_cast<size_t>(n));
-    for (float& x : v) x = ones ? 1.f : nd(rng);
-    Shape sh;
-    for (int64_t s : shape) sh.dims[sh.ndim++] = s;
-    views.emplace(name, TensorView(v.data(), DType::F32, sh));
-  };
-  add("model.embed_tokens.weight", {kV, kC});
-  add("model.norm.weight", {kC}, true);
-  for (int l = 0; l < kL; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {kC}, true);
-    add(p + "post_attention_layernorm.weight", {kC}, true);
-    add(p + "self_attn.q_proj.weight", {kH * kD, kC});
-    add(p + "self_attn.k_proj.weight", {kHkv * kD, kC});
-    add(p + "self_attn.v_proj.weight", {kHkv * kD, kC});
-    add(p + "self_attn.q_proj.bias", {kH * kD});
-    add(p + "self_attn.k_proj.bias", {kHkv * kD});
-    add(p + "self_attn.v_proj.bias", {kHkv * kD});
-    add(p + "self_attn.o_proj.weight", {kC, kH * kD});
-    add(p + "mlp.gate_proj.weight", {kI, kC});
-    add(p + "mlp.up_proj.weight", {kI, kC});
-    add(p + "mlp.down_proj.weight", {kC, kI});
-  }
-  write_safetensors(dir + "/model.safetensors", views);
-  return dir;
+  RandomQwen2 m{.hidden = kC, .intermediate = kI, .layers = kL, .heads = kH, .kv_heads = kHkv, .vocab = kV};
+  m.seed = 4;
+  return write_random_qwen2("vlm_sink_gpu", m);
 }
 
 struct SinkRun {
@@ -248,6 +216,170 @@ TEST(CudaSinkRouterDecoder, DecisionsCountsAndLogitsEqualTheCpus) {
     if (cc.tau < 0 && cc.tau <= -1) EXPECT_EQ(cpu.counters.groups_skipped, cpu.counters.groups_routed);
     std::fprintf(stderr, "[ sink decoder ] tau %.2f: %ld of %ld groups skipped (CPU and GPU)\n", cc.tau,
                  static_cast<long>(dev.counters.groups_skipped), static_cast<long>(dev.counters.groups_routed));
+  }
+}
+
+// A sequence's routed rows in call order: layer, group scores and decisions.
+struct RowRecorder : SinkRouterProbe {
+  std::vector<int> layers;
+  std::vector<float> scores;
+  std::vector<uint8_t> skip;
+  void on_routed_row(const SinkRoutedRow& r) override {
+    layers.push_back(r.layer);
+    scores.insert(scores.end(), r.scores, r.scores + kHkv);
+    skip.insert(skip.end(), r.skip, r.skip + kHkv);
+  }
+};
+
+// One backend's state of one request with both methods.
+struct MethodsSide {
+  std::unique_ptr<LookMState> look;
+  SinkAnchors store;
+  RowRecorder rec;
+  SinkRouterCounters counters;
+  std::vector<int64_t> step_skips;  // per decode step
+};
+
+TEST(CudaMethodsDecoder, SinkRouterWithLookMRoutesOnTheAnchorsFromBeforeTheCompaction) {
+  VLM_REQUIRE_GPU();
+  Pair m;
+  struct Request { std::vector<int32_t> prompt, table; };
+  std::vector<Request> reqs(2);
+  for (int i = 0; i < 150; ++i) reqs[0].prompt.push_back((13 * i + 1) % kV);
+  for (int i = 0; i < 130; ++i) reqs[1].prompt.push_back((31 * i + 17) % kV);
+  reqs[0].table = {4, 11, 0, 7, 19, 2, 25, 9, 14, 30, 5};  // 176 slots each, disjoint
+  reqs[1].table = {1, 3, 6, 8, 10, 12, 13, 15, 16, 17, 18};
+  LookMParams lp = *look_m_mode_from_name("text-prior-weighted");
+  lp.scores = LookMScores::Full;
+  lp.window = 24;
+  SinkRouterConfig cfg;
+  cfg.surrogate = SinkSurrogate::AnchorValue;
+  constexpr int kProbed = 2, kGraphed = 4;
+  // One request: prefill (chunks at 0 and 90, LOOK-M compacting at the end), then decode steps
+  // fed the CPU's greedy tokens; the GPU side (gpu not null) runs every step beside the CPU.
+  auto serve = [&](const Request& r, MethodsSide& cpu, MethodsSide* gpu, bool probe_all) {
+    const int32_t L = static_cast<int32_t>(r.prompt.size());
+    std::vector<ModalityTag> tags(static_cast<size_t>(L));
+    for (int i = 30; i < 80; ++i) tags[static_cast<size_t>(i)].modality = Modality::Image;
+    for (MethodsSide* sd : {&cpu, gpu})
+      if (sd) sd->look = std::make_unique<LookMState>(lp, kL, kHkv, L, tags);
+    auto batch = [&](const SequenceChunk& c, MethodsSide& sd, bool prefill) {
+      ForwardBatch fb = make_forward_batch(std::vector<SequenceChunk>{c}, kB);
+      if (prefill) fb.look_m = {sd.look.get()};
+      fb.sink_anchors = {&sd.store};
+      fb.sink_router = &cfg;
+      fb.sink_counters = &sd.counters;
+      return fb;
+    };
+    std::vector<float> lc, lg;
+    auto step = [&](const SequenceChunk& c, bool prefill, int32_t position, const char* what) {
+      ForwardBatch a = batch(c, cpu, prefill);
+      if (!prefill) a.positions[0] = position;
+      if (gpu == nullptr) return m.decoder->forward(a, m.cpu_kv, lc);
+      ForwardBatch b = batch(c, *gpu, prefill);
+      if (!prefill) b.positions[0] = position;
+      m.run(std::move(a), std::move(b), lc, lg);
+      EXPECT_LE(max_row_rel_error(lg.data(), lc.data(), 1, kV), 1e-4) << what;
+    };
+    for (int32_t start : {0, 90}) {
+      SequenceChunk c;
+      const int32_t end = start == 0 ? 90 : L;
+      c.token_ids = std::span<const int32_t>(r.prompt.data() + start, static_cast<size_t>(end - start));
+      c.start_pos = start;
+      c.block_table = r.table;
+      c.finishes_prefill = end == L;
+      step(c, true, 0, "prefill");
+    }
+    const int32_t C = cpu.look->compressed_len;
+    ASSERT_LT(C, L);
+    // The compaction rewrote the first slot (so routing on the cache's first entry would differ).
+    std::vector<float> k0(kHkv * kD), v0(kHkv * kD);
+    double moved = 0;
+    for (int l = cfg.num_dense_layers; l < kL; ++l) {
+      load_first_token_kv(m.cpu_kv[static_cast<size_t>(l)], r.table[0], k0.data(), v0.data());
+      for (int i = 0; i < kHkv * kD; ++i) moved = std::max(moved, double(std::abs(k0[i] - cpu.store.k_layer(l)[i])));
+    }
+    EXPECT_GT(moved, 1e-2) << "LOOK-M kept the first slot: the test would not tell the anchors apart";
+    if (gpu) ASSERT_EQ(gpu->look->compressed_len, C);
+    int32_t token = 77;
+    for (int k = 0; k < kProbed + kGraphed; ++k) {
+      SCOPED_TRACE(::testing::Message() << "decode step " << k);
+      for (MethodsSide* sd : {&cpu, gpu})
+        if (sd) {
+          sd->store.probe = sd == &cpu || probe_all || k < kProbed ? &sd->rec : nullptr;
+          sd->step_skips.push_back(-sd->store.groups_skipped);
+        }
+      SequenceChunk c;
+      c.token_ids = std::span<const int32_t>(&token, 1);
+      c.start_pos = C + k;
+      c.block_table = r.table;
+      step(c, false, L + k, "decode");
+      for (MethodsSide* sd : {&cpu, gpu})
+        if (sd) sd->step_skips.back() += sd->store.groups_skipped;
+      token = static_cast<int32_t>(std::max_element(lc.begin(), lc.end()) - lc.begin());
+    }
+    for (MethodsSide* sd : {&cpu, gpu})
+      if (sd) sd->store.probe = nullptr;
+  };
+
+  // The threshold: routing changes the later layers' queries and the tokens, so it is found by
+  // CPU-only passes: tau in the middle of the widest gap between the last pass's scores (in their
+  // middle half), until a pass under that tau skips some groups but not all and has no score
+  // within 1e-3 of it (then the GPU's scores, within 1e-4 of the CPU's, decide alike).
+  cfg.c0 = 1.01;  // the first pass skips nothing
+  bool found = false;
+  for (int pass = 0; pass < 8 && !found; ++pass) {
+    std::vector<float> all;
+    int64_t skipped = 0, routed = 0;
+    for (const Request& r : reqs) {
+      MethodsSide dry;
+      serve(r, dry, nullptr, true);
+      all.insert(all.end(), dry.rec.scores.begin(), dry.rec.scores.end());
+      skipped += dry.store.groups_skipped;
+      routed += dry.store.groups_routed;
+    }
+    double margin = 1;
+    for (float x : all) margin = std::min(margin, std::abs(double(x) - cfg.c0));
+    found = skipped > 0 && skipped < routed && margin > 1e-3;
+    if (found) break;
+    std::sort(all.begin(), all.end());
+    double gap = 0;
+    for (size_t i = all.size() / 4; i + 1 < all.size() * 3 / 4; ++i)
+      if (all[i + 1] - all[i] > gap) {
+        gap = all[i + 1] - all[i];
+        cfg.c0 = 0.5 * (double(all[i]) + all[i + 1]);
+      }
+  }
+  ASSERT_TRUE(found) << "no threshold splitting the CPU's scores cleanly";
+
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    MethodsSide cpu, gpu;
+    const int64_t launches0 = m.gpu->decoder().graph_launches();
+    serve(reqs[i], cpu, &gpu, false);
+    // The probed (eager) steps: each routed row's scores and decisions are the CPU's (the CPU
+    // records every step: its probe changes nothing).
+    const size_t rows = size_t(kProbed * (kL - cfg.num_dense_layers));
+    ASSERT_EQ(cpu.rec.layers.size(), rows * (kProbed + kGraphed) / kProbed);
+    ASSERT_EQ(gpu.rec.layers.size(), rows);
+    EXPECT_TRUE(std::equal(gpu.rec.layers.begin(), gpu.rec.layers.end(), cpu.rec.layers.begin()));
+    double worst = 0;
+    for (size_t j = 0; j < gpu.rec.scores.size(); ++j)
+      worst = std::max(worst, double(std::abs(gpu.rec.scores[j] - cpu.rec.scores[j])));
+    EXPECT_LE(worst, 1e-4);
+    EXPECT_TRUE(std::equal(gpu.rec.skip.begin(), gpu.rec.skip.end(), cpu.rec.skip.begin()));
+    // Every step's decisions (the graphed ones included): the same number of sink groups.
+    EXPECT_EQ(gpu.step_skips, cpu.step_skips);
+    EXPECT_EQ(gpu.store.groups_routed, cpu.store.groups_routed);
+    EXPECT_EQ(cpu.store.groups_routed, int64_t(kProbed + kGraphed) * (kL - cfg.num_dense_layers) * kHkv);
+    EXPECT_EQ(gpu.counters.groups_skipped, cpu.counters.groups_skipped);
+    EXPECT_EQ(gpu.counters.kv_bytes_skipped, cpu.counters.kv_bytes_skipped);
+    // Request 0 captures the graph at its first plain step and replays it after; request 1 (same
+    // bucket and config) replays it at every plain step, on its own anchors.
+    EXPECT_EQ(m.gpu->decoder().graph_launches() - launches0, i == 0 ? kGraphed - 1 : kGraphed);
+    std::fprintf(stderr, "[ sink + look-m decoder ] request %zu: tau %.4f, %ld of %ld groups skipped (CPU and GPU), "
+                 "score error %.2e\n", i, cfg.c0, static_cast<long>(gpu.store.groups_skipped),
+                 static_cast<long>(gpu.store.groups_routed), worst);
   }
 }
 

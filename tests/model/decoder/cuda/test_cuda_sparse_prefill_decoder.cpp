@@ -35,6 +35,7 @@
 #include "model/decoder/safetensors.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/gpu_test.h"
+#include "tests/support/random_qwen2.h"
 
 namespace vlm::testing {
 namespace {
@@ -45,47 +46,10 @@ constexpr int64_t kBlocks = 2 * kPrompt / kB + 8;
 
 // A random Qwen2 checkpoint with head size 64 in a temporary directory.
 std::string write_model() {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("vlm_sparse_gpu_" + std::to_string(::getpid()))).string();
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json")
-      << R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 512, "hidden_size": 256,
-           "intermediate_size": 512, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-           "tie_word_embeddings": true, "hidden_act": "silu"})";
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.f, 0.08f);
-  std::map<std::string, std::vector<float>> data;
-  std::map<std::string, TensorView> views;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool ones = false) {
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    auto& v = data[name];
-    v.resize(static_cast<size_t>(n));
-    for (float& x : v) x = ones ? 1.f : nd(rng);
-    Shape sh;
-    for (int64_t s : shape) sh.dims[sh.ndim++] = s;
-    views.emplace(name, TensorView(v.data(), DType::F32, sh));
-  };
-  add("model.embed_tokens.weight", {kV, kC});
-  add("model.norm.weight", {kC}, true);
-  for (int l = 0; l < kL; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {kC}, true);
-    add(p + "post_attention_layernorm.weight", {kC}, true);
-    add(p + "self_attn.q_proj.weight", {kH * kD, kC});
-    add(p + "self_attn.k_proj.weight", {kHkv * kD, kC});
-    add(p + "self_attn.v_proj.weight", {kHkv * kD, kC});
-    add(p + "self_attn.q_proj.bias", {kH * kD});
-    add(p + "self_attn.k_proj.bias", {kHkv * kD});
-    add(p + "self_attn.v_proj.bias", {kHkv * kD});
-    add(p + "self_attn.o_proj.weight", {kC, kH * kD});
-    add(p + "mlp.gate_proj.weight", {kI, kC});
-    add(p + "mlp.up_proj.weight", {kI, kC});
-    add(p + "mlp.down_proj.weight", {kC, kI});
-  }
-  write_safetensors(dir + "/model.safetensors", views);
-  return dir;
+  RandomQwen2 m{.hidden = kC, .intermediate = kI, .layers = kL, .heads = kH, .kv_heads = kHkv, .vocab = kV};
+  m.max_positions = 8192;
+  m.seed = 11;
+  return write_random_qwen2("vlm_sparse_gpu", m);
 }
 
 struct Result {

@@ -1,0 +1,36 @@
+// The RoPE rotation of 8 consecutive elements of one head, shared by the x8 RoPE kernels
+// (rope_split_qkv in ops_cuda.cu; rope_split_q_kv_write in kernels/cuda/attention).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/core/element.cuh"
+
+namespace vlm::cuda {
+
+// Elements [i, i + 8) of the rotated head x [D] (16-bit T; i % 8 == 0) as one 16-byte vector:
+// for i < 2 half, RotaryEmbedding::apply_cached's (x1 c - x2 s | x2 c + x1 s) with the products
+// rounded before the sum (no FMA), c/s from the token's table row cs [2 half] (cos | sin); from
+// 2 half on (and for half = 0: v heads) x as is. Needs half % 8 == 0.
+template <typename T>
+__device__ __forceinline__ uint4 rope8(const T* x, int i, int half, const float* cs) {
+  const uint4 a8 = *reinterpret_cast<const uint4*>(x + i);
+  if (i >= 2 * half) return a8;
+  const bool first = i < half;
+  const uint4 b8 = *reinterpret_cast<const uint4*>(x + (first ? i + half : i - half));
+  const int ci = first ? i : i - half;  // cos index; sin at half + ci
+  const T* a = reinterpret_cast<const T*>(&a8);
+  const T* b = reinterpret_cast<const T*>(&b8);
+  uint4 r8;
+  T* r = reinterpret_cast<T*>(&r8);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float c_ = cs[ci + e], s_ = cs[half + ci + e];
+    const float xa = to_f32(a[e]), xb = to_f32(b[e]);
+    r[e] = first ? from_f32<T>(__fsub_rn(__fmul_rn(xa, c_), __fmul_rn(xb, s_)))
+                 : from_f32<T>(__fadd_rn(__fmul_rn(xa, c_), __fmul_rn(xb, s_)));
+  }
+  return r8;
+}
+
+}  // namespace vlm::cuda

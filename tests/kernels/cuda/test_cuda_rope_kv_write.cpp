@@ -1,0 +1,90 @@
+// rope_split_q_kv_write (kernels/cuda/attention) against its two-kernel reference,
+// cuda::rope_split_qkv then paged_kv_write (each tested against the CPU in test_cuda_ops.cpp and
+// test_cuda_attention.cpp): q and both caches byte-equal, shuffled slots with a skipped token,
+// full and partial rotary dims. Skips where no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "kernels/cuda/attention/cuda_attention.h"
+#include "kernels/cuda/ops/ops_cuda.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/support/gpu_test.h"
+
+namespace vlm::testing {
+namespace {
+
+struct RopeKvCase {
+  int64_t T, H, Hkv, D, R, B;
+};
+
+// Fills a cache of num_blocks blocks with 0xff (NaN) so an unwritten slot shows.
+PagedKVLayer poisoned_cache(cuda::DeviceBuffer& k, cuda::DeviceBuffer& v, const RopeKvCase& c, int64_t num_blocks,
+                            DType dt) {
+  PagedKVLayer kv;
+  kv.dtype = dt;
+  kv.num_blocks = num_blocks;
+  kv.block_size = static_cast<int>(c.B);
+  kv.num_kv_heads = static_cast<int>(c.Hkv);
+  kv.head_dim = static_cast<int>(c.D);
+  const size_t bytes = static_cast<size_t>(num_blocks * kv.block_stride()) * dtype_size(dt);
+  k.resize(bytes);
+  v.resize(bytes);
+  VLM_CUDA_CHECK(cudaMemset(k.get(), 0xff, bytes));
+  VLM_CUDA_CHECK(cudaMemset(v.get(), 0xff, bytes));
+  kv.k = k.get();
+  kv.v = v.get();
+  return kv;
+}
+
+TEST(CudaRopeKvWrite, EqualsRopeSplitThenPagedKvWrite) {
+  VLM_REQUIRE_GPU();
+  for (const DType dt : {DType::BF16, DType::F16}) {
+    for (const RopeKvCase& c : {RopeKvCase{37, 4, 2, 128, 128, 16}, RopeKvCase{21, 7, 1, 64, 32, 32}}) {
+      const int64_t W = c.H + 2 * c.Hkv, num_blocks = (c.T + c.B - 1) / c.B + 2;
+      const auto qkv = round_to(random_vector(c.T * W * c.D, 11), dt);
+      const auto table = random_vector(c.T * c.R, 12);  // any cos | sin values: the arithmetic is compared
+      std::vector<int32_t> slots(static_cast<size_t>(num_blocks * c.B));
+      std::iota(slots.begin(), slots.end(), 0);
+      std::shuffle(slots.begin(), slots.end(), std::mt19937(13));
+      slots.resize(static_cast<size_t>(c.T));
+      slots[3] = -1;  // a skipped token
+      auto d_qkv = to_device(encode(qkv, dt));
+      auto d_table = to_device(table);
+      auto d_slots = to_device(slots);
+      const size_t e = dtype_size(dt), q_bytes = static_cast<size_t>(c.T * c.H * c.D) * e;
+      cuda::DeviceBuffer q_ref(q_bytes), q_got(q_bytes), k_ref, v_ref, k_got, v_got;
+      cuda::DeviceBuffer k_rows(static_cast<size_t>(c.T * c.Hkv * c.D) * e), v_rows(k_rows.bytes());
+      const PagedKVLayer ref = poisoned_cache(k_ref, v_ref, c, num_blocks, dt);
+      const PagedKVLayer got = poisoned_cache(k_got, v_got, c, num_blocks, dt);
+      ASSERT_TRUE(cuda::rope_kv_write_supported(got, dt, c.R));
+      cuda::rope_split_qkv(d_qkv.get(), c.T, c.H, c.Hkv, c.D, d_table.as<float>(), c.R, q_ref.get(), k_rows.get(),
+                           v_rows.get(), dt, nullptr);
+      cuda::paged_kv_write(ref, k_rows.get(), v_rows.get(), dt, d_slots.as<int32_t>(), c.T, nullptr);
+      cuda::rope_split_q_kv_write(d_qkv.get(), c.T, c.H, d_table.as<float>(), c.R, q_got.get(), got,
+                                  d_slots.as<int32_t>(), dt, nullptr);
+      const std::string what = std::string(dtype_name(dt)) + " H " + std::to_string(c.H) + " D " + std::to_string(c.D) +
+                               " R " + std::to_string(c.R);
+      EXPECT_EQ(to_host<uint8_t>(q_got, q_bytes), to_host<uint8_t>(q_ref, q_bytes)) << what;
+      EXPECT_EQ(to_host<uint8_t>(k_got, k_got.bytes()), to_host<uint8_t>(k_ref, k_ref.bytes())) << what;
+      EXPECT_EQ(to_host<uint8_t>(v_got, v_got.bytes()), to_host<uint8_t>(v_ref, v_ref.bytes())) << what;
+    }
+  }
+}
+
+TEST(CudaRopeKvWrite, SupportedOnlyForA16BitCacheOfTheActivationType) {
+  PagedKVLayer kv;
+  kv.head_dim = 128;
+  kv.dtype = DType::BF16;
+  EXPECT_TRUE(cuda::rope_kv_write_supported(kv, DType::BF16, 128));
+  EXPECT_FALSE(cuda::rope_kv_write_supported(kv, DType::F16, 128));  // converting cache: the two kernels
+  EXPECT_FALSE(cuda::rope_kv_write_supported(kv, DType::BF16, 120));  // R / 2 not a multiple of 8
+  kv.dtype = DType::F32;
+  EXPECT_FALSE(cuda::rope_kv_write_supported(kv, DType::F32, 128));
+}
+
+}  // namespace
+}  // namespace vlm::testing
