@@ -143,6 +143,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void send_and_close(HttpReply reply) {
     keep_alive_ = false;
     log_start_ = std::chrono::steady_clock::now();
+    log_first_chunk_ms_ = -1;
     ++server_.active_requests;
     in_request_ = true;
     respond(std::move(reply));
