@@ -23,9 +23,11 @@ void fill_sparse_prefill(const SchedulerOutput& out, const SparsePrefillConfig& 
       fb.prompt_modalities.assign(S, {});
       fb.frame_strides.assign(S, {});
       fb.sparse_block_counts.assign(S, nullptr);
+      fb.grid_layouts.assign(S, nullptr);
     }
     fb.sparse_prefill[s] = cfg;
     fb.sparse_block_counts[s] = &c.seq->sparse_prefill_blocks;
+    fb.grid_layouts[s] = &c.seq->sparse_grid_layouts;
     // cache position i holds prompt token i while the prompt is being prefilled (LOOK-M
     // compacts only once prefill is over)
     if (c.cache_start == c.start) fb.prompt_modalities[s] = seq.prompt_modalities;

@@ -11,6 +11,9 @@
 // Pattern "mminference-gpu": MMInference's grid heads searched on the GPU (CudaGridSearch) and
 // planned on the GPU (CudaGridPlan), then the kernel, timed together wall-clock (estimation
 // included; median of 3), plus the kernel with the first version's per-chunk row lookups.
+// Pattern "mminference-gpu-once": the grid layouts searched on the first 8192 tokens only (the
+// engine's grid_search_once with 8K chunks), the whole prompt planned from them; kernel and error.
+// VLM_BENCH_HLINE=0: the mminference-gpu patterns' grid heads without horizontal lines.
 // Usage: bench_cuda_sparse_prefill [S ...]   (default 131072 262144 524288);
 // VLM_BENCH_PATTERNS=a,b as in bench_sparse_prefill ("all-blocks": the all-blocks plan, S <= 128K).
 #include <cuda_runtime.h>
@@ -153,6 +156,14 @@ double gpu_seconds(F&& fn) {
 }
 
 // ||got - ref|| / ||ref|| of two bf16 device tensors of n values.
+// MMInference's default grid head; VLM_BENCH_HLINE=0: without horizontal lines.
+vlm::GridParams bench_grid_params() {
+  vlm::GridParams g = vlm::SparsePrefillConfig{}.default_head.grid;
+  const char* e = std::getenv("VLM_BENCH_HLINE");
+  g.use_hline = !(e && std::string(e) == "0");
+  return g;
+}
+
 double rel_l2(const DeviceBuffer& got, const DeviceBuffer& ref, size_t n) {
   std::vector<uint16_t> a(n), b(n);
   VLM_CUDA_CHECK(cudaMemcpy(a.data(), got.get(), n * 2, cudaMemcpyDeviceToHost));
@@ -262,7 +273,7 @@ int main(int argc, char** argv) {
       // MMInference's grid heads with the estimation on the GPU: the device search (one download
       // of the line sums, the stride/phase decision on the host), then the plans built on the
       // device (CudaGridPlan), then the kernel; the whole chain timed wall-clock to completion.
-      const vlm::GridParams gp = vlm::SparsePrefillConfig{}.default_head.grid;
+      const vlm::GridParams gp = bench_grid_params();
       vlm::cuda::GridEstimateShape sh;
       sh.num_heads = kH;
       sh.q_len = sh.num_keys = S;
@@ -301,9 +312,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "S=%d: search %.1f ms of which scores + softmax + line sums on the device %.1f ms\n", S,
                      t_est * 1e3, t_dev * 1e3);
       }
-      std::printf("| %d | mminference (GPU search + GPU plans), estimation included | %.1f ms search + %.1f ms plans | "
+      std::printf("| %d | mminference%s (GPU search + GPU plans), estimation included | %.1f ms search + %.1f ms plans | "
                   "- | %.1f ms total (kernel %.1f ms) | %.2fx | %.4f | %.4f |\n",
-                  S, t_est * 1e3, t_plan * 1e3, t_all * 1e3, (t_all - t_est - t_plan) * 1e3, t_dense / t_all,
+                  S, gp.use_hline ? "" : " without hlines", t_est * 1e3, t_plan * 1e3, t_all * 1e3, (t_all - t_est - t_plan) * 1e3, t_dense / t_all,
                   gplan.block_density(), rel_l2(su.out, su.dense, qn));
       std::fflush(stdout);
       // The same kernel on the same plans with the first version's per-chunk row lookups.
@@ -318,6 +329,32 @@ int main(int argc, char** argv) {
       const double t_new = gpu_seconds(call);
       std::fprintf(stderr, "S=%d: mminference kernel, row lookups once per tile row %.1f ms, per 16-byte chunk %.1f ms\n",
                    S, t_new * 1e3, t_old * 1e3);
+    }
+    if (vlm::bench::pattern_wanted("mminference-gpu-once") && S > 8192) {
+      // grid_search_once's choice for chunked prefill: the layouts searched on the first 8192-token
+      // chunk alone (its last 64 queries over its own keys), the plan of all S rows made from them
+      // (what the later chunks' plans extend to), then the kernel: the error of estimating once
+      // from the prompt's first chunk instead of from its last queries.
+      const vlm::GridParams gp = bench_grid_params();
+      vlm::cuda::GridEstimateShape sh;
+      sh.num_heads = kH;
+      sh.q_len = sh.num_keys = 8192;
+      sh.rows = std::min(gp.last_q, 64);
+      const auto layouts = gs.search(su.dq.get(), vlm::DType::BF16, su.dev_kv, su.dtable.as<int32_t>(), sh, scale, gp,
+                                     known, nullptr);
+      gplan.build(layouts, gp, 0, S, S, nullptr);
+      auto call = [&] {
+        vlm::cuda::paged_block_sparse_attention(su.dq.get(), vlm::DType::BF16, kH, su.dev_kv, su.batch, gplan.view(),
+                                                scale, su.out.get(), nullptr);
+      };
+      call();
+      const double t_k = gpu_seconds(call);
+      std::fprintf(stderr, "S=%d: first-chunk search: stride of head 0: %d, phase %d\n", S, layouts[0].stride,
+                   layouts[0].phase);
+      std::printf("| %d | mminference%s, searched once on the first 8192 tokens | - | - | kernel %.1f ms | %.2fx (kernel) | "
+                  "%.4f | %.4f |\n",
+                  S, gp.use_hline ? "" : " without hlines", t_k * 1e3, t_dense / t_k, gplan.block_density(), rel_l2(su.out, su.dense, qn));
+      std::fflush(stdout);
     }
   }
   return 0;

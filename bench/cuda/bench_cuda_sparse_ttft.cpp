@@ -9,15 +9,21 @@
 // the line reports the plan's density (computed / causal key blocks) next to the time.
 // TTFT: from the first chunk's forward to the greedy token of the last row on the host (every
 // chunk enqueued back to back; sparse chunks sync once per layer for the grid search's layouts).
-// One warm-up prompt (--warmup tokens, both modes) first.
-// Usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference]
-//          [--chunk 8192] [--frame-tokens 256] [--grid-stride 0] [--warmup 16384] [--dense-max N]
+// One warm-up prompt (--warmup tokens, every mode) first. The sparse modes print their last row's
+// logits' relative L2 distance from the dense mode's when dense ran first on the same prompt.
+// Modes: dense; mminference (the grid search on every chunk); mminference-once (the search on the
+// prompt's first chunk only, its layouts reused by the later chunks: grid_search_once).
+// Usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference,mminference-once]
+//          [--chunk 8192] [--frame-tokens 256] [--grid-stride 0] [--hline 1] [--warmup 16384] [--dense-max N]
 // --dense-max N: the dense mode only for prompts of at most N tokens.
+// --hline 0: the grid heads without horizontal lines (Table 3's "use hline" switch): no query
+// block attends every key, so no chunk's kernel waits on one CTA walking all the keys.
 // --grid-stride S > 0: MMInference's grid heads with the fixed stride S (as a searched pattern
 // file would give a video model) instead of the online search.
 // With VLM_CUDA_PROFILE=1 every step prints its per-op GPU time to stderr (StepProfiler).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -49,7 +55,7 @@ std::vector<std::string> words(const std::string& s) {
 int main(int argc, char** argv) {
   std::map<std::string, std::string> f = {{"lengths", "131072"}, {"modes", "dense,mminference"}, {"chunk", "8192"},
                                           {"frame-tokens", "256"}, {"grid-stride", "0"}, {"warmup", "16384"},
-                                          {"dense-max", "1099511627776"}};
+                                          {"dense-max", "1099511627776"}, {"hline", "1"}};
   for (int i = 1; i + 1 < argc; i += 2) f[std::string(argv[i]).substr(2)] = argv[i + 1];
   if (!f.count("model")) {
     std::fprintf(stderr, "usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference] "
@@ -86,6 +92,7 @@ int main(int argc, char** argv) {
     vlm::SparsePrefillConfig mm;
     mm.method = vlm::SparsePrefillMethod::MMInference;  // default head: grid (online search)
     mm.default_head.grid.stride = std::stoi(f["grid-stride"]);
+    mm.default_head.grid.use_hline = f["hline"] != "0";
     const int32_t known[] = {frame};
     const int64_t V = host->config().vocab_size;
     std::vector<int32_t> table(static_cast<size_t>(o.num_kv_blocks));
@@ -94,6 +101,7 @@ int main(int argc, char** argv) {
     greedy.temperature = 0;
     vlm::Sequence sampler_seq(0, {0}, greedy);
 
+    std::map<int64_t, std::vector<float>> dense_logits;  // per prompt length: the dense mode's last row
     // One prompt of L tokens, prefilled in chunks; returns the TTFT in seconds.
     auto ttft = [&](int64_t L, const std::string& mode, uint32_t seed) {
       std::mt19937 rng(seed);
@@ -104,6 +112,10 @@ int main(int argc, char** argv) {
         if (i >= kPrefix) tags[i] = {vlm::Modality::Video, 0};
       }
       vlm::BlockCounts counts;
+      vlm::GridLayoutStore store;
+      const bool sparse = mode == "mminference" || mode == "mminference-once";
+      vlm::SparsePrefillConfig cfg = mm;
+      cfg.grid_search_once = mode == "mminference-once";
       const auto t0 = Clock::now();
       for (int64_t start = 0; start < L; start += chunk) {
         const int64_t n = std::min(chunk, L - start);
@@ -114,14 +126,15 @@ int main(int argc, char** argv) {
         c.logits = start + n == L ? vlm::LogitsFor::Last : vlm::LogitsFor::None;
         c.modalities = std::span<const vlm::ModalityTag>(tags.data() + start, static_cast<size_t>(n));
         vlm::ForwardBatch fb = vlm::make_forward_batch({&c, 1}, B);
-        if (mode == "mminference" && n > 1 && L >= mm.min_prompt_len) {
-          fb.sparse_prefill = {mm};
+        if (sparse && n > 1 && L >= mm.min_prompt_len) {
+          fb.sparse_prefill = {cfg};
           fb.prompt_lens = {static_cast<int32_t>(L)};
           fb.prompt_modalities = {std::span<const vlm::ModalityTag>(tags)};
           fb.frame_strides = {std::span<const int32_t>(known)};
           fb.sparse_block_counts = {&counts};
-        } else if (mode != "dense") {
-          throw std::runtime_error("unknown mode " + mode + " (dense, mminference)");
+          fb.grid_layouts = {&store};
+        } else if (mode != "dense" && !sparse) {
+          throw std::runtime_error("unknown mode " + mode + " (dense, mminference, mminference-once)");
         }
         backend.forward(fb, vlm::EmbeddingOverride{});
       }
@@ -129,7 +142,21 @@ int main(int argc, char** argv) {
       const vlm::SampleTask task{&sampler_seq, 0};
       backend.sample({&task, 1}, out);  // synchronizes: the token is on the host
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (mode == "mminference")
+      // The last row's logits against the dense mode's of the same prompt (when it ran first).
+      std::vector<float> logits;
+      backend.decoder().download_logits(logits);
+      if (mode == "dense") {
+        dense_logits[L] = logits;
+      } else if (dense_logits.count(L) && dense_logits[L].size() == logits.size()) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < logits.size(); ++i) {
+          const double d = static_cast<double>(logits[i]) - dense_logits[L][i];
+          num += d * d;
+          den += static_cast<double>(dense_logits[L][i]) * dense_logits[L][i];
+        }
+        std::printf("  last-row logits vs dense: relative L2 %.4f\n", std::sqrt(num / std::max(den, 1e-30)));
+      }
+      if (sparse)
         std::printf("  density %.4f (%.0f of %.0f key blocks)\n", counts.computed / std::max(counts.causal, 1.0),
                     counts.computed, counts.causal);
       return dt;
@@ -145,9 +172,9 @@ int main(int argc, char** argv) {
                     static_cast<long>(chunk), mode.c_str(), t[mode], static_cast<double>(L) / t[mode]);
         std::fflush(stdout);
       }
-      if (t.count("dense") && t.count("mminference"))
-        std::printf("TTFT %ld tokens: dense / mminference = %.2fx\n", static_cast<long>(L),
-                    t["dense"] / t["mminference"]);
+      for (const char* m : {"mminference", "mminference-once"})
+        if (t.count("dense") && t.count(m))
+          std::printf("TTFT %ld tokens: dense / %s = %.2fx\n", static_cast<long>(L), m, t["dense"] / t[m]);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda_sparse_ttft: %s\n", e.what());

@@ -18,6 +18,7 @@
 #include "engine/scheduling/block_hash.h"
 #include "engine/sampling/sampling_params.h"
 #include "kernels/attention/block_sparse_plan.h"
+#include "kernels/sparse_prefill/sparse_prefill_config.h"
 #include "kernels/kv_compression/look_m_params.h"
 #include "model/methods/look_m_state.h"
 #include "model/decoder/modality.h"
@@ -68,6 +69,7 @@ struct Sequence {
   int32_t look_m_kv_tokens_before = 0;       // cache tokens before / after the last compaction
   int32_t look_m_kv_tokens_after = 0;        // (0: never compressed)
   BlockCounts sparse_prefill_blocks;         // key blocks of its sparse-prefilled chunks (all layers)
+  GridLayoutStore sparse_grid_layouts;       // grid layouts searched once per prompt (grid_search_once)
   SinkAnchors sink_anchors;           // SinkRouter anchors and counters (empty unless routed)
   // Prefix caching (BlockManager; block_hash.h). The engine sets the policy from the request:
   // a sequence whose K/V is not the exact path's for its tokens (LOOK-M compacts it; sparse

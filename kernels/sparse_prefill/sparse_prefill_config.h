@@ -67,8 +67,19 @@ struct SparsePrefillConfig {
   // Method MInference: per-head patterns (shared, immutable; null: default_head everywhere).
   std::shared_ptr<const SparseHeadPatterns> head_patterns;
   HeadPattern default_head;     // grid with online stride search
+  // The grid heads' online search: false, every prefill chunk estimates its layouts from its own
+  // last queries (the CPU's behaviour); true, a sequence's first sparse chunk estimates them and
+  // its later chunks reuse them (MMInference's estimate once per prompt; the layouts are residues
+  // mod the stride, so they extend causally), kept in ForwardBatch::grid_layouts. GPU backend only.
+  bool grid_search_once = false;
 
   bool enabled() const { return method != SparsePrefillMethod::Off; }
+};
+
+// A sequence's grid layouts kept across its prefill chunks (SparsePrefillConfig::grid_search_once):
+// layers[l][h] the layout of query head h of layer l; an empty layer is not searched yet.
+struct GridLayoutStore {
+  std::vector<std::vector<GridLayout>> layers;
 };
 
 // Whether every head's plan of cfg is made from the configuration and the grid search alone

@@ -57,6 +57,9 @@ struct ForwardBatch {
   // [S] with sparse_prefill (or empty): where each sequence's sparse-prefilled chunks add their
   // plans' computed and causal key blocks (every layer); null: not counted.
   std::vector<BlockCounts*> sparse_block_counts;
+  // [S] with sparse_prefill (or empty): each sequence's grid layouts kept across its chunks
+  // (SparsePrefillConfig::grid_search_once); null: searched every chunk.
+  std::vector<GridLayoutStore*> grid_layouts;
 
   // Optional probe (tools: vlm-search-patterns): called by every layer's attention after this
   // step's K/V are written and before attention runs, with q[T, H, D] post-RoPE and the scale.

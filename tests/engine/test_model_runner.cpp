@@ -78,6 +78,10 @@ TEST(ModelRunner, SparsePrefillChunksCarryPromptTagsAndVideoFrameStrides) {
   EXPECT_TRUE(fb.frame_strides[1].empty());
   ASSERT_EQ(fb.prompt_modalities[0].size(), 10u);
   EXPECT_EQ(fb.prompt_modalities[0][2], (ModalityTag{Modality::Video, 0}));
+  // each sequence's grid-layout store (grid_search_once keeps its layouts there across chunks)
+  ASSERT_EQ(fb.grid_layouts.size(), 2u);
+  EXPECT_EQ(fb.grid_layouts[0], &a.sparse_grid_layouts);
+  EXPECT_EQ(fb.grid_layouts[1], &b.sparse_grid_layouts);
   sched.abort(&a);
   sched.abort(&b);
 }

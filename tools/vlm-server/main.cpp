@@ -16,6 +16,7 @@
 //              [--write-timeout-ms MS] [--max-requests-per-connection N] [--media-connect-timeout-ms MS]
 //              [--media-timeout-ms MS] [--max-media-redirects N]   (docs/RELIABILITY.md lists every limit)
 //              [--sparse-prefill METHOD] [--sparse-prefill-config FILE] [--sparse-prefill-min-len N]
+//              [--sparse-prefill-grid-search chunk|prompt]
 //              [--no-webui]
 // The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
 // Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
@@ -115,6 +116,8 @@ const std::map<std::string, std::string> kFlags = {
                        "(per request: \"vlm_options\": {\"sparse_prefill\": ...})"},
     {"sparse-prefill-config", "per-head pattern file (tools/vlm-search-patterns); implies mminference"},
     {"sparse-prefill-min-len", "prompts shorter than this stay dense (default 4096)"},
+    {"sparse-prefill-grid-search", "chunk (default): grid heads search every prefill chunk; prompt: once per prompt, "
+                                   "on its first chunk, later chunks reuse the layouts (--device cuda only)"},
     {"no-webui", "no web playground at / (a bare --no-webui, or 1/0)"},
 };
 
@@ -356,6 +359,11 @@ int main(int argc, char** argv) {
     }
     ec.sparse_prefill.min_prompt_len =
         static_cast<int>(int_flag(flags, "sparse-prefill-min-len", ec.sparse_prefill.min_prompt_len, 0));
+    if (flags.count("sparse-prefill-grid-search")) {
+      const std::string& v = flags.at("sparse-prefill-grid-search");
+      if (v != "chunk" && v != "prompt") usage("--sparse-prefill-grid-search must be chunk or prompt");
+      ec.sparse_prefill.grid_search_once = v == "prompt";
+    }
 
     vlm::Router loading_router;
     // Until the model is ready, /health and /v1/models answer 503 (clients poll either).

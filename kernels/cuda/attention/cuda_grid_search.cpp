@@ -20,6 +20,7 @@ std::vector<GridLayout> CudaGridSearch::search(const void* q, DType act, const P
   slash_.reserve(hn * sizeof(double));
   grid_last_q_probs(q, act, kv, block_table, sh, scale, probs_.as<float>(), stream);
   grid_line_sums(probs_.as<float>(), sh, col_.as<double>(), slash_.as<double>(), stream);
+  if (marker) marker("grid_scores");
   sums_h_.reserve(2 * hn * sizeof(double));
   const double* col_h = sums_h_.as<double>();
   const double* slash_h = col_h + hn;
@@ -51,6 +52,7 @@ std::vector<GridLayout> CudaGridSearch::search(const void* q, DType act, const P
     const double* pm = phase_h_.data() + static_cast<size_t>(h) * max_stride;
     out[h] = grid_layout_from_phase_mass(st[h], std::vector<double>(pm, pm + st[h].stride), p);
   }
+  if (marker) marker("grid_choose_host");
   return out;
 }
 

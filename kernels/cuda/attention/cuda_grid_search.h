@@ -6,6 +6,7 @@
 // Scratch is kept between calls (grown on demand); calls on one stream.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -24,6 +25,11 @@ class CudaGridSearch {
                                  const int32_t* block_table, const GridEstimateShape& shape, float scale,
                                  const GridParams& params, std::span<const int32_t> known_strides,
                                  cudaStream_t stream);
+
+  // Optional (a profiler's hook): called on the host after the device's scores and line sums are
+  // enqueued ("grid_scores") and after the host's stride choice and the phase masses are back
+  // ("grid_choose_host": the downloads, the host's work and the GPU's wait for it).
+  std::function<void(const char*)> marker;
 
  private:
   DeviceBuffer probs_, col_, slash_, strides_, phase_;

@@ -249,7 +249,8 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (sparse_) {
     VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
-    sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
+    sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_,
+                              &prof_);
   } else if (decode_kernel()) {
     cuda::CudaAttentionBatch m = meta;
     if (methods_) sink_.route_layer(l, q_.get(), opt_.dtype, H, kv, m, stream_);  // SinkRouter's group skips

@@ -57,7 +57,7 @@ std::vector<HeadPattern> CudaSparsePrefill::head_patterns(int layer, const Spars
   return pats;
 }
 
-std::vector<GridLayout> CudaSparsePrefill::grid_layouts(const ForwardBatch& b, int s,
+std::vector<GridLayout> CudaSparsePrefill::grid_layouts(int layer, const ForwardBatch& b, int s,
                                                         const std::vector<HeadPattern>& pats, const void* q,
                                                         DType act, const PagedKVLayer& kv,
                                                         const cuda::CudaAttentionBatch& meta, float scale,
@@ -65,6 +65,12 @@ std::vector<GridLayout> CudaSparsePrefill::grid_layouts(const ForwardBatch& b, i
   // One device search per distinct grid parameter set (every head searched; MMInference's
   // default head makes it one).
   const int H = static_cast<int>(pats.size()), q_len = q_len_of(b, s);
+  GridLayoutStore* store = b.sparse_prefill[s].grid_search_once && s < static_cast<int>(b.grid_layouts.size())
+                               ? b.grid_layouts[s]
+                               : nullptr;
+  if (store && layer < static_cast<int>(store->layers.size()) &&
+      static_cast<int>(store->layers[layer].size()) == H)
+    return store->layers[layer];
   std::vector<GridLayout> layouts(H);
   std::vector<uint8_t> done(H, 0);
   const std::span<const int32_t> known =
@@ -82,6 +88,10 @@ std::vector<GridLayout> CudaSparsePrefill::grid_layouts(const ForwardBatch& b, i
     for (int g = h; g < H; ++g)
       if (pats[g].type == HeadPatternType::Grid && !done[g] && same_grid(pats[g].grid, pats[h].grid))
         layouts[g] = found[g], done[g] = 1;
+  }
+  if (store) {
+    if (static_cast<int>(store->layers.size()) <= layer) store->layers.resize(layer + 1);
+    store->layers[layer] = layouts;
   }
   return layouts;
 }
@@ -106,7 +116,7 @@ BlockSparsePlan CudaSparsePrefill::plan_sequence(int layer, const ForwardBatch& 
     return p;
   }
   const std::vector<HeadPattern> pats = head_patterns(layer, cfg, H);
-  const std::vector<GridLayout> layouts = grid_layouts(b, s, pats, q, act, kv, meta, scale, stream);
+  const std::vector<GridLayout> layouts = grid_layouts(layer, b, s, pats, q, act, kv, meta, scale, stream);
   p.heads.resize(H);
   global_thread_pool().run_tasks(H, [&](int64_t h) {
     const HeadPattern& pt = pats[h];
@@ -129,19 +139,24 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
     if (pt.type != HeadPatternType::Grid || pt.boundary != BoundaryKind::None || !same_grid(pt.grid, pats[0].grid) ||
         pt.grid.num_vlines > cuda::kGridPlanMaxLines || pt.grid.max_stride > cuda::kGridPlanMaxStride)
       return false;
-  const std::vector<GridLayout> layouts = grid_layouts(b, 0, pats, q, act, kv, meta, scale, stream);
+  const std::vector<GridLayout> layouts = grid_layouts(layer, b, 0, pats, q, act, kv, meta, scale, stream);
   for (const GridLayout& l : layouts)
     if (l.stride > cuda::kGridPlanMaxStride) return false;  // a known stride beyond the device plan's range
   device_plan_.build(layouts, pats[0].grid, b.cu_seqlens_q[0], q_len_of(b, 0), b.context_lens[0], stream);
+  mark("sparse_plan");
   if (!b.sparse_block_counts.empty() && b.sparse_block_counts[0])
     *b.sparse_block_counts[0] += device_plan_.block_counts();
   cuda::paged_block_sparse_attention(q, act, H, kv, meta, device_plan_.view(), scale, out, stream);
+  mark("sparse_kernel");
   return true;
 }
 
 void CudaSparsePrefill::attention(int layer, const ForwardBatch& b, const void* q, DType act, int H,
                                   const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale, void* out,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, StepProfiler* prof) {
+  prof_ = prof, stream_ = stream;
+  if (prof) grid_.marker = [this](const char* name) { mark(name); };
+  else grid_.marker = nullptr;
   if (device_planned(layer, b, q, act, H, kv, meta, scale, out, stream)) return;
   const int S = b.num_seqs();
   std::vector<BlockSparsePlan> plans(S);
@@ -159,7 +174,9 @@ void CudaSparsePrefill::attention(int layer, const ForwardBatch& b, const void* 
     ptrs[s] = &plans[s];
   }
   plan_.upload(ptrs, b.cu_seqlens_q.data(), H, stream);
+  mark("sparse_plan");
   cuda::paged_block_sparse_attention(q, act, H, kv, meta, plan_, scale, out, stream);
+  mark("sparse_kernel");
 }
 
 }  // namespace vlm

@@ -9,6 +9,9 @@
 // (plannable_without_host_data false) are refused with a RequestError. Rows of sequences without
 // sparse prefill go through the all-blocks plan: equal to the dense kernel up to rounding (the
 // same tiles in the same order; the CUDA block-sparse test measures it), not bit-identical.
+// With SparsePrefillConfig::grid_search_once and a sequence's ForwardBatch::grid_layouts store,
+// the grid search runs on the sequence's first sparse chunk only (per layer); later chunks plan
+// from the stored layouts: no search and no download of line sums.
 #pragma once
 
 #include <vector>
@@ -16,6 +19,7 @@
 #include "kernels/cuda/attention/cuda_block_sparse.h"
 #include "kernels/cuda/attention/cuda_grid_plan.h"
 #include "kernels/cuda/attention/cuda_grid_search.h"
+#include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/forward_batch.h"
 
 namespace vlm {
@@ -26,16 +30,19 @@ class CudaSparsePrefill {
   static bool active(const ForwardBatch& b);
 
   // q[T, H, D], out[T, H, D] (device, dtype act); meta: b's device metadata. The step's K/V are
-  // in the cache. Adds each sparse sequence's block counts to b.sparse_block_counts[s].
+  // in the cache. Adds each sparse sequence's block counts to b.sparse_block_counts[s]. prof
+  // (optional) gets marks "grid_scores", "grid_choose_host" (the search), "sparse_plan" and
+  // "sparse_kernel".
   void attention(int layer, const ForwardBatch& b, const void* q /*[T,H,D]*/, DType act, int num_heads,
                  const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale, void* out /*[T,H,D]*/,
-                 cudaStream_t stream);
+                 cudaStream_t stream, StepProfiler* prof = nullptr);
 
  private:
   static void check_config(const SparsePrefillConfig& cfg);  // RequestError when the GPU cannot plan it
   static std::vector<HeadPattern> head_patterns(int layer, const SparsePrefillConfig& cfg, int H);
-  // The device-searched layouts of sequence s's grid heads (others left default).
-  std::vector<GridLayout> grid_layouts(const ForwardBatch& b, int s, const std::vector<HeadPattern>& pats,
+  // The device-searched layouts of sequence s's grid heads (others left default), or those its
+  // store kept from an earlier chunk (grid_search_once).
+  std::vector<GridLayout> grid_layouts(int layer, const ForwardBatch& b, int s, const std::vector<HeadPattern>& pats,
                                        const void* q, DType act, const PagedKVLayer& kv,
                                        const cuda::CudaAttentionBatch& meta, float scale, cudaStream_t stream);
   // One sparse sequence whose heads are all grid heads of one parameter set (MMInference's default,
@@ -50,6 +57,11 @@ class CudaSparsePrefill {
   cuda::CudaGridSearch grid_;
   cuda::CudaBlockSparsePlan plan_;
   cuda::CudaGridPlan device_plan_;
+  StepProfiler* prof_ = nullptr;  // this call's (attention's argument)
+  cudaStream_t stream_ = nullptr;
+  void mark(const char* name) {
+    if (prof_) prof_->mark(stream_, name);
+  }
 };
 
 }  // namespace vlm

@@ -86,8 +86,10 @@ class Models {
   ~Models() { std::filesystem::remove_all(dir_); }
 
   // Prefills `prompts` (1 or 2, kPrompt tokens each) in steps of kChunk tokens per sequence,
-  // every step feeding all sequences; cfg (if any) is every sequence's sparse prefill.
-  Result run(bool on_gpu, const std::vector<std::vector<int32_t>>& prompts, const std::optional<SparsePrefillConfig>& cfg) {
+  // every step feeding all sequences; cfg (if any) is every sequence's sparse prefill; stores (if
+  // any, one per prompt) keep the grid layouts across chunks (grid_search_once).
+  Result run(bool on_gpu, const std::vector<std::vector<int32_t>>& prompts, const std::optional<SparsePrefillConfig>& cfg,
+             std::vector<GridLayoutStore>* stores = nullptr) {
     const size_t S = prompts.size();
     Result r;
     r.logits.resize(S);
@@ -105,6 +107,8 @@ class Models {
         fb.sparse_prefill.assign(S, *cfg);
         fb.prompt_lens.assign(S, kPrompt);
         for (size_t s = 0; s < S; ++s) fb.sparse_block_counts.push_back(&r.counts[s]);
+        if (stores)
+          for (size_t s = 0; s < S; ++s) fb.grid_layouts.push_back(&(*stores)[s]);
       }
       std::vector<float> logits;
       if (on_gpu) {
@@ -260,6 +264,49 @@ TEST_F(CudaSparsePrefillDecoder, MixedHeadsHostPlansMatchCpu) {
 
 TEST_F(CudaSparsePrefillDecoder, TwoSparseSequencesHostPlansMatchCpu) {
   expect_matches_cpu(grid_config(slash_grid()), 2, "grid_slash16_two_sequences");
+}
+
+// grid_search_once: the first chunk searches and fills the sequence's store (every layer, every
+// head); later chunks plan from the store. A store filled beforehand with stride-16 slash-only
+// layouts makes an online-search config plan exactly like the fixed stride-16 grid (no search
+// ran: the online search would have chosen on the data). Also prints the error against dense of
+// MMInference's default head searched once per prompt beside searched per chunk.
+TEST_F(CudaSparsePrefillDecoder, GridSearchOnceReusesTheStoredLayouts) {
+  GridParams searched = slash_grid();
+  searched.stride = 0;
+  SparsePrefillConfig once = grid_config(searched);
+  once.grid_search_once = true;
+  std::vector<GridLayoutStore> stores(1);
+  stores[0].layers.assign(kL, std::vector<GridLayout>(kH, fixed_grid_layout(16, 0, searched)));
+  const Result g = m_->run(true, {prompts_[0]}, once, &stores);
+  const Result fixed = m_->run(true, {prompts_[0]}, grid_config(slash_grid()));
+  const double e = err(g.logits[0], fixed.logits[0]);
+  std::printf("stored stride-16 layouts vs fixed stride 16: %.4g (density %.3f vs %.3f)\n", e,
+              g.counts[0].computed / g.counts[0].causal, fixed.counts[0].computed / fixed.counts[0].causal);
+  EXPECT_LE(e, scale_);
+  EXPECT_EQ(g.counts[0].computed, fixed.counts[0].computed);
+  EXPECT_GT(err(g.logits[0], gpu_dense_.logits[0]), 5 * scale_);  // sparse, so the bound discriminates
+
+  SparsePrefillConfig mm;
+  mm.method = SparsePrefillMethod::MMInference;
+  mm.min_prompt_len = 0;
+  const Result per_chunk = m_->run(true, {prompts_[0]}, mm);
+  mm.grid_search_once = true;
+  std::vector<GridLayoutStore> fresh(1);
+  const Result searched_once = m_->run(true, {prompts_[0]}, mm, &fresh);
+  ASSERT_EQ(fresh[0].layers.size(), static_cast<size_t>(kL));
+  for (const auto& layer : fresh[0].layers) {
+    ASSERT_EQ(layer.size(), static_cast<size_t>(kH));
+    for (const GridLayout& l : layer) EXPECT_GE(l.stride, 1);
+  }
+  const double e_once = err(searched_once.logits[0], gpu_dense_.logits[0]);
+  const double e_chunk = err(per_chunk.logits[0], gpu_dense_.logits[0]);
+  std::printf("MMInference default vs GPU dense: searched once %.4g (density %.3f), every chunk %.4g (density %.3f)\n",
+              e_once, searched_once.counts[0].computed / searched_once.counts[0].causal, e_chunk,
+              per_chunk.counts[0].computed / per_chunk.counts[0].causal);
+  RecordProperty("mminference_once_vs_dense", std::to_string(e_once));
+  RecordProperty("mminference_per_chunk_vs_dense", std::to_string(e_chunk));
+  EXPECT_LT(searched_once.counts[0].computed, searched_once.counts[0].causal);
 }
 
 }  // namespace
