@@ -4,7 +4,8 @@
 //            block 16; GFLOP/s counts causal flops 2 * 2 * H * D * S*(S+1)/2.
 //   Decode:  one query row at context 4096, same heads; GB/s of K+V read; the time of one
 //            iteration is the time per token (one layer). DecodeCold cycles through 16 caches.
-// The tiled kernel (best tiles for this CPU), its portable tiles and the naive reference run
+// The tiled kernel (best f32 tiles for this CPU), the bf16 dot-product tiles (bf16 cache), its
+// portable tiles and the naive reference run
 // side by side. Results: bench/RESULTS.md.
 #include <benchmark/benchmark.h>
 
@@ -27,7 +28,7 @@ using vlm::DType;
 
 constexpr int kH = 14, kHkv = 2, kD = 64, kB = 16;
 
-enum class Impl { Best, Generic, Ref };
+enum class Impl { Best, Generic, Ref, Bf16 };
 
 // One sequence of `ctx` cached tokens in shuffled blocks, with the last q_len tokens as queries.
 struct Setup {
@@ -64,6 +65,10 @@ struct Setup {
         vlm::attn::paged_attention_with(vlm::attn::tile_ops_generic(), q.data(), kH, kv, batch,
                                         scale, out.data());
         break;
+      case Impl::Bf16:  // the bf16 dot-product tiles (set_bf16_attention's path)
+        vlm::attn::paged_attention_with(*vlm::attn::tile_ops_avx512_bf16(), q.data(), kH, kv, batch,
+                                        scale, out.data());
+        break;
       case Impl::Ref:
         vlm::paged_attention_ref(q.data(), kH, kv, batch, scale, out.data());
         break;
@@ -83,6 +88,10 @@ void BM_Prefill(benchmark::State& state, Impl impl) {
 
 void BM_Decode(benchmark::State& state, Impl impl, DType dtype) {
   const int ctx = static_cast<int>(state.range(0));
+  if (impl == Impl::Bf16 && !vlm::attn::tile_ops_avx512_bf16()) {
+    state.SkipWithError("no AVX512-BF16 on this CPU");
+    return;
+  }
   Setup setup(1, ctx, dtype);
   for (auto _ : state) setup.run(impl);
   const double kv_bytes = 2.0 * ctx * kHkv * kD * static_cast<double>(vlm::dtype_size(dtype));
@@ -92,14 +101,18 @@ void BM_Decode(benchmark::State& state, Impl impl, DType dtype) {
 
 // The same decode row, cycling through kLayers caches (64 MiB of f32 KV, more than the L3) as a
 // decoder's layers do, so that the KV streams from memory.
-void BM_DecodeCold(benchmark::State& state, DType dtype) {
+void BM_DecodeCold(benchmark::State& state, DType dtype, Impl impl = Impl::Best) {
   constexpr int kLayers = 16;
   const int ctx = static_cast<int>(state.range(0));
+  if (impl == Impl::Bf16 && !vlm::attn::tile_ops_avx512_bf16()) {
+    state.SkipWithError("no AVX512-BF16 on this CPU");
+    return;
+  }
   std::vector<std::unique_ptr<Setup>> layers;
   for (int i = 0; i < kLayers; ++i) layers.push_back(std::make_unique<Setup>(1, ctx, dtype));
   int layer = 0;
   for (auto _ : state) {
-    layers[layer]->run(Impl::Best);
+    layers[layer]->run(impl);
     layer = (layer + 1) % kLayers;
   }
   const double kv_bytes = 2.0 * ctx * kHkv * kD * static_cast<double>(vlm::dtype_size(dtype));
@@ -119,9 +132,13 @@ BENCHMARK_CAPTURE(BM_Decode, tiled_f32, Impl::Best, DType::F32)->Arg(4096)
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, tiled_bf16, Impl::Best, DType::BF16)->Arg(4096)
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Decode, bf16_dot_tiles, Impl::Bf16, DType::BF16)->Arg(4096)
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeCold, bf16_dot_tiles, DType::BF16, Impl::Bf16)->Arg(4096)->Arg(32768)
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_DecodeCold, tiled_f32, DType::F32)->Arg(4096)
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_DecodeCold, tiled_bf16, DType::BF16)->Arg(4096)
+BENCHMARK_CAPTURE(BM_DecodeCold, tiled_bf16, DType::BF16)->Arg(4096)->Arg(32768)
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Decode, generic_tiles_f32, Impl::Generic, DType::F32)->Arg(4096)
     ->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -7,16 +7,22 @@
 # bench/make_qwen2vl_random.py) and vlm-bench's --images-per-request / --image-file.
 # Both servers keep the processed media cache on (its default; SERVER_ARGS="--mm-processor-cache-gb 0"
 # turns it off) and the tokenizer's segment cache: the cache-off column is the prefix cache only.
-# With SERVER_ARGS="--log-level debug" each request logs where its TTFT went (on the server's stdout).
+# VLM_SERVER picks another server binary (e.g. an older build to compare), MODES the runs
+# ("enable no-enable" by default; "enable" for the cache-on run only).
+# With SERVER_ARGS="--log-level debug" each request logs where its TTFT went, on the server's stdout:
+# LOG_DIR (default /tmp) gets pc_server_{enable,no-enable}.out (stdout) and .log (stderr);
+# bench/ttft_breakdown.py summarizes the .out files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=$1 port=$2
 shift 2
-for mode in enable no-enable; do
-  build/bin/vlm-server --model "$model" --served-model-name m --port "$port" --threads 2 \
-    --num-kv-blocks 4096 --max-model-len 4096 --log-level warn ${SERVER_ARGS:-} --"$mode"-prefix-caching 2>"/tmp/pc_server_$mode.log" &
+logs=${LOG_DIR:-/tmp}
+for mode in ${MODES:-enable no-enable}; do
+  rm -f "$logs/pc_server_$mode.log"  # an earlier run's "ready:" must not start the client early
+  "${VLM_SERVER:-build/bin/vlm-server}" --model "$model" --served-model-name m --port "$port" --threads 2 \
+    --num-kv-blocks 4096 --max-model-len 4096 --log-level warn ${SERVER_ARGS:-} --"$mode"-prefix-caching >"$logs/pc_server_$mode.out" 2>"$logs/pc_server_$mode.log" &
   pid=$!
-  for _ in $(seq 600); do grep -q "ready:" "/tmp/pc_server_$mode.log" && break; sleep 0.5; done
+  for _ in $(seq 600); do grep -q "ready:" "$logs/pc_server_$mode.log" && break; sleep 0.5; done
   echo "=== --$mode-prefix-caching (load: $(cut -d' ' -f1-3 /proc/loadavg)) ==="
   build/bin/vlm-bench --base-url "http://127.0.0.1:$port" --model m --dataset multi-turn --no-progress "$@" || true
   kill "$pid"

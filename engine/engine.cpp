@@ -239,11 +239,14 @@ void Engine::log_first_token(const Request& r) const {
   const auto now = std::chrono::steady_clock::now();
   const StepTimings& t = step_timings_;
   const double waited = r.req.submitted_at.time_since_epoch().count() ? ms(r.added_at - r.req.submitted_at).count() : 0;
+  const double step_after_submit =
+      r.req.submitted_at.time_since_epoch().count() ? ms(step_started_ - r.req.submitted_at).count() : 0;
   VLM_LOG_DEBUG("engine: request {}: {} prompt tokens ({} cached) queued {:.2f} ms, first token {:.2f} ms after "
-                "the engine took it; its step began {:.2f} ms before it: schedule {:.2f} run {:.2f} sample {:.2f} ms",
+                "the engine took it; its step began {:.2f} ms before it ({:.2f} ms after the submit): schedule "
+                "{:.2f} run {:.2f} sample {:.2f} ms",
                 r.req.id, r.req.prompt_ids.size(), r.seqs.front()->num_prefix_cached_tokens, waited,
-                ms(now - r.added_at).count(), ms(now - step_started_).count(), t.schedule_s * 1e3, t.run_s * 1e3,
-                t.sample_s * 1e3);
+                ms(now - r.added_at).count(), ms(now - step_started_).count(), step_after_submit,
+                t.schedule_s * 1e3, t.run_s * 1e3, t.sample_s * 1e3);
 }
 
 void Engine::update_gauges() {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -13,11 +15,46 @@ namespace vlm {
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-int32_t argmax(const float* l, int64_t V) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < V; ++i)
-    if (l[i] > l[best]) best = i;
-  return static_cast<int32_t>(best);
+int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
+
+// A candidate as a key that sorts most likely first, lowest id on ties: its mass's bits inverted
+// above its id (masses are >= 0, whose bits order as their values do).
+uint64_t mass_key(float p, int32_t id) {
+  uint32_t bits;
+  std::memcpy(&bits, &p, sizeof bits);
+  return (static_cast<uint64_t>(~bits) << 32) | static_cast<uint32_t>(id);
+}
+float key_mass(uint64_t k) {
+  const uint32_t bits = ~static_cast<uint32_t>(k >> 32);
+  float p;
+  std::memcpy(&p, &bits, sizeof p);
+  return p;
+}
+int32_t key_id(uint64_t k) { return static_cast<int32_t>(static_cast<uint32_t>(k)); }
+
+// The smallest j whose j first keys in ascending order hold at least `target` of mass (strict:
+// more than it), or n when none does (rounding); keys[0, j) are then those keys and keys[j - 1]
+// the j-th. A selection, not a sort: halves by nth_element (expected O(n)), a sort of the last 32.
+size_t first_reaching(uint64_t* keys, size_t n, double target, bool strict) {
+  auto enough = [&](double m) { return strict ? m > target : m >= target; };
+  size_t lo = 0, hi = n;
+  double before = 0;  // the mass of keys[0, lo), the lo first keys: not enough
+  while (hi - lo > 32) {
+    const size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(keys + lo, keys + mid, keys + hi);
+    double m = before;
+    for (size_t i = lo; i < mid; ++i) m += key_mass(keys[i]);
+    if (enough(m)) {
+      hi = mid;
+    } else {
+      before = m;
+      lo = mid;
+    }
+  }
+  std::sort(keys + lo, keys + hi);
+  for (size_t j = lo; j < hi; ++j)
+    if (enough(before += key_mass(keys[j]))) return j + 1;
+  return hi;  // enough by the halves' sums, not by this one's (rounding), or none at all
 }
 }  // namespace
 
@@ -25,153 +62,253 @@ Sampler::Sampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids)
     : vocab_size_(vocab_size), eos_token_ids_(std::move(eos_token_ids)) {
   VLM_CHECK(vocab_size > 0, "vocab size {}", vocab_size);
   const auto V = static_cast<size_t>(vocab_size);
-  work_.resize(V);
+  slot_.assign(V, -1);
   counts_.assign(V, 0);
-  seen_.assign(V, 0);
-  probs_.resize(V);
-  soft_.resize(V);
+  bmax_.resize(static_cast<size_t>(num_blocks(vocab_size, kMaxBlock)));
+  sel_.reserve(bmax_.size());
+  block_sums_.resize(static_cast<size_t>(num_blocks(vocab_size, kDrawBlock)));
+  scratch_.resize(kDrawBlock);
+  terms_.resize(kDrawBlock);
 }
 
-void Sampler::apply_penalties(const Sequence& seq, float* l) {
+void Sampler::build_patches(const float* logits, const Sequence& seq) {
   const SamplingParams& p = seq.params;
-  if (p.repetition_penalty != 1.0f) {
-    for (int32_t t : seq.token_ids) seen_[t] = 1;
-    for (int32_t t : seq.token_ids) {
-      if (!seen_[t]) continue;
-      seen_[t] = 0;
-      l[t] = l[t] > 0 ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
+  const int64_t V = vocab_size_;
+  patches_.clear();
+  auto at = [&](int32_t t) -> float& {  // the token's patch, made from the raw logit on first use
+    int32_t& s = slot_[t];
+    if (s < 0) {
+      s = static_cast<int32_t>(patches_.size());
+      patches_.push_back({t, logits[t]});
     }
-  }
+    return patches_[static_cast<size_t>(s)].value;
+  };
+  if (p.repetition_penalty != 1.0f)
+    for (int32_t t : seq.token_ids) {
+      if (slot_[t] >= 0) continue;  // once per distinct token (nothing else has a patch yet)
+      float& l = at(t);
+      l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    }
   if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
     const auto out = seq.output_ids();
     for (int32_t t : out) ++counts_[t];
     for (int32_t t : out) {
       if (counts_[t] == 0) continue;
-      l[t] -= p.frequency_penalty * static_cast<float>(counts_[t]) + p.presence_penalty;
+      at(t) -= p.frequency_penalty * static_cast<float>(counts_[t]) + p.presence_penalty;
       counts_[t] = 0;
     }
   }
+  for (const auto& [t, bias] : p.logit_bias) at(t) += bias;
+  if (seq.num_output_tokens() < p.min_tokens) {
+    for (int32_t t : p.stop_token_ids) at(t) = kNegInf;
+    if (!p.ignore_eos)
+      for (int32_t t : eos_token_ids_)
+        if (t >= 0 && t < V) at(t) = kNegInf;
+  }
+  for (const LogitPatch& q : patches_) slot_[q.id] = -1;
+  std::sort(patches_.begin(), patches_.end(), [](const LogitPatch& a, const LogitPatch& b) { return a.id < b.id; });
 }
 
-int32_t Sampler::draw_all(std::mt19937_64& rng) {
-  // Nothing cut (the server's default sampling): every token in id order with probability soft_[i]
-  // (masked tokens have 0 and are never drawn), without a kept list. The total and the search go
-  // by blocks: one pass of block sums (four partial sums each), then a scan of one block.
-  const int64_t V = vocab_size_;
-  const int64_t nb = (V + kDrawBlock - 1) / kDrawBlock;
-  block_sums_.resize(static_cast<size_t>(nb));
+void Sampler::compute_block_max(const LogitsView& v) {
+  const int64_t V = v.size();
+  block_max(v.row(), V, kMaxBlock, bmax_.data());
+  const std::span<const LogitPatch> patches = v.patches();
+  for (size_t k = 0; k < patches.size();) {  // the blocks that hold patches, again with them
+    const int64_t b = patches[k].id / kMaxBlock, b0 = b * kMaxBlock, b1 = std::min(V, b0 + kMaxBlock);
+    block_max(v.range(b0, b1, scratch_.data()), b1 - b0, kMaxBlock, &bmax_[static_cast<size_t>(b)]);
+    while (k < patches.size() && patches[k].id < b1) ++k;
+  }
+}
+
+float Sampler::row_max() const {
+  float m = kNegInf;
+  block_max(bmax_.data(), static_cast<int64_t>(bmax_.size()), static_cast<int64_t>(bmax_.size()), &m);
+  return m;
+}
+
+int32_t Sampler::argmax(const LogitsView& v) {
+  const float m = row_max();
+  const auto nb = static_cast<int64_t>(bmax_.size());
+  int64_t b = 0;
+  while (b < nb && bmax_[static_cast<size_t>(b)] != m) ++b;
+  if (b == nb) return 0;  // NaN logits
+  const int64_t b0 = b * kMaxBlock, b1 = std::min(v.size(), b0 + kMaxBlock);
+  const float* x = v.range(b0, b1, scratch_.data());
+  for (int64_t i = 0; i < b1 - b0; ++i)
+    if (x[i] == m) return static_cast<int32_t>(b0 + i);
+  return static_cast<int32_t>(b0);
+}
+
+double Sampler::row_mass(const LogitsView& v, float s, float m) {
+  const int64_t V = v.size(), nb = num_blocks(V, kDrawBlock);
   double total = 0;
   for (int64_t b = 0; b < nb; ++b) {
-    const int64_t e = std::min(V, (b + 1) * kDrawBlock);
-    double s[4] = {0, 0, 0, 0};
-    int64_t i = b * kDrawBlock;
-    for (; i + 4 <= e; i += 4)
-      for (int j = 0; j < 4; ++j) s[j] += soft_[i + j];
-    for (; i < e; ++i) s[0] += soft_[i];
-    block_sums_[b] = (s[0] + s[1]) + (s[2] + s[3]);
-    total += block_sums_[b];
+    const int64_t b0 = b * kDrawBlock, b1 = std::min(V, b0 + kDrawBlock);
+    block_sums_[static_cast<size_t>(b)] = exp_sum(v.range(b0, b1, scratch_.data()), b1 - b0, s, m, nullptr);
+    total += block_sums_[static_cast<size_t>(b)];
   }
+  return total;
+}
+
+int32_t Sampler::draw_all(const LogitsView& v, float s, float m, std::mt19937_64& rng) {
+  // Nothing cut (the server's default sampling): the total and the search go by blocks, then the
+  // masses of one block's tokens are computed again (the same f32 terms) and scanned.
+  const int64_t V = v.size(), nb = num_blocks(V, kDrawBlock);
+  const double total = row_mass(v, s, m);
   VLM_CHECK(total > 0, "no probability mass left");
   const double u = uniform01(rng) * total;
   double acc = 0;
-  for (int64_t b = 0; b < nb; ++b) {
-    if (u >= acc + block_sums_[b] && b + 1 < nb) {
-      acc += block_sums_[b];
-      continue;
+  int64_t b = 0;
+  for (; b + 1 < nb && u >= acc + block_sums_[static_cast<size_t>(b)]; ++b) acc += block_sums_[static_cast<size_t>(b)];
+  // In block b; u within rounding of the block's end: its last possible token (or an earlier
+  // block's, when b has none).
+  for (bool first = true; b >= 0; --b, first = false) {
+    const int64_t b0 = b * kDrawBlock, b1 = std::min(V, b0 + kDrawBlock);
+    exp_sum(v.range(b0, b1, scratch_.data()), b1 - b0, s, m, terms_.data());
+    int64_t last = -1;
+    for (int64_t i = 0; i < b1 - b0; ++i) {
+      if (terms_[static_cast<size_t>(i)] == 0.0f) continue;
+      last = b0 + i;
+      acc += terms_[static_cast<size_t>(i)];
+      if (first && u < acc) return static_cast<int32_t>(last);
     }
-    // In this block (or, by rounding, just after it): scan token by token.
-    for (int64_t i = b * kDrawBlock; i < V; ++i) {
-      if (soft_[i] == 0.0f) continue;
-      acc += soft_[i];
-      if (u < acc) return static_cast<int32_t>(i);
-    }
-    break;
+    if (last >= 0) return static_cast<int32_t>(last);
   }
-  for (int64_t i = V - 1; i > 0; --i)  // u within rounding of the total: the last possible token
-    if (soft_[i] > 0.0f) return static_cast<int32_t>(i);
   return 0;
 }
 
-int32_t Sampler::sample_random(float* l, const SamplingParams& p, std::mt19937_64& rng) {
+void Sampler::collect(const LogitsView& v, float s, float cut) {
+  cand_ids_.clear();
+  cand_vals_.clear();
+  const int64_t V = v.size();
+  for (size_t b = 0; b < bmax_.size(); ++b) {
+    if (bmax_[b] * s < cut) continue;  // rounding keeps the order: nothing here reaches the cut
+    const int64_t b0 = static_cast<int64_t>(b) * kMaxBlock, b1 = std::min(V, b0 + kMaxBlock);
+    const float* x = v.range(b0, b1, scratch_.data());
+    for (int64_t i = 0; i < b1 - b0; ++i) {
+      const float l = x[i] * s;
+      if (l < cut) continue;
+      cand_ids_.push_back(static_cast<int32_t>(b0 + i));
+      cand_vals_.push_back(l);
+    }
+  }
+}
+
+float Sampler::kth_largest(const LogitsView& v, float s, int64_t k) {
+  // The k-th largest block maximum t: k blocks reach it, so at least k tokens are >= t, and
+  // the k largest are among the tokens >= t.
+  float t = kNegInf;
+  if (k <= static_cast<int64_t>(bmax_.size())) {
+    sel_.assign(bmax_.begin(), bmax_.end());
+    std::nth_element(sel_.begin(), sel_.begin() + (k - 1), sel_.end(), std::greater<float>());
+    t = sel_[static_cast<size_t>(k - 1)] * s;
+  }
+  collect(v, s, t);
+  sel_.assign(cand_vals_.begin(), cand_vals_.end());
+  std::nth_element(sel_.begin(), sel_.begin() + (k - 1), sel_.end(), std::greater<float>());
+  return sel_[static_cast<size_t>(k - 1)];
+}
+
+double Sampler::nucleus(double target) {
+  keys_.resize(cand_ids_.size());
+  for (size_t j = 0; j < keys_.size(); ++j) keys_[j] = mass_key(cand_p_[j], cand_ids_[j]);
+  keys_.resize(std::max<size_t>(first_reaching(keys_.data(), keys_.size(), target, false), 1));
+  double total = 0;
+  for (uint64_t k : keys_) total += key_mass(k);
+  return total;
+}
+
+int32_t Sampler::sample_random(const LogitsView& v, const SamplingParams& p, std::mt19937_64& rng) {
   const int64_t V = vocab_size_;
-  const float inv_t = 1.0f / p.temperature;
-  for (int64_t i = 0; i < V; ++i) l[i] *= inv_t;
-  const float m = l[argmax(l, V)];
+  const float s = 1.0f / p.temperature;
+  const float m = row_max() * s;  // the largest scaled logit (rounding keeps the order)
   VLM_CHECK(m > kNegInf, "every token is masked");
   // min_p and top_k as one threshold on the scaled logits: keep l >= cut.
   float cut = kNegInf;
   if (p.min_p > 0.0f) cut = m + std::log(p.min_p);
-  if (p.top_k > 0 && p.top_k < V) {
-    kept_.resize(static_cast<size_t>(V));
-    std::iota(kept_.begin(), kept_.end(), 0);
-    std::nth_element(kept_.begin(), kept_.begin() + (p.top_k - 1), kept_.end(),
-                     [&](int32_t a, int32_t b) { return l[a] > l[b]; });
-    cut = std::max(cut, l[kept_[p.top_k - 1]]);
-  }
-  // exp(l - m) of every token in one vectorized pass (softmax_rows: f32 exp, relative error
-  // <= 1e-6, normalized by a sum taken in double; the common factor does not change the draw),
-  // not one double exp per token: a 152K vocabulary made that ~2 ms per sequence and step.
-  std::copy(l, l + V, soft_.data());
-  softmax_rows(soft_.data(), 1, V);
-  if (cut == kNegInf && p.top_p >= 1.0f) return draw_all(rng);
-  kept_.clear();
+  const bool top_k = p.top_k > 0 && p.top_k < V;
+  if (top_k) cut = std::max(cut, kth_largest(v, s, p.top_k));  // leaves its candidates
+  if (cut == kNegInf && p.top_p >= 1.0f) return draw_all(v, s, m, rng);
   double total = 0;
-  for (int64_t i = 0; i < V; ++i) {
-    if (l[i] < cut || l[i] == kNegInf) continue;
-    kept_.push_back(static_cast<int32_t>(i));
-    probs_[i] = soft_[i];
-    total += probs_[i];
+  if (cut != kNegInf) {
+    if (top_k) {  // keep the candidates >= cut, in id order
+      size_t n = 0;
+      for (size_t j = 0; j < cand_ids_.size(); ++j)
+        if (cand_vals_[j] >= cut) cand_ids_[n] = cand_ids_[j], cand_vals_[n++] = cand_vals_[j];
+      cand_ids_.resize(n);
+      cand_vals_.resize(n);
+    } else {
+      collect(v, s, cut);
+    }
+    cand_p_.resize(cand_vals_.size());
+    total = exp_sum(cand_vals_.data(), static_cast<int64_t>(cand_vals_.size()), 1.0f, m, cand_p_.data());
+  } else {
+    // top_p alone: the tokens >= the j-th largest block maximum are the most likely ones; grow j
+    // until they hold top_p of the row's mass (then the nucleus is among them).
+    total = row_mass(v, s, m);
+    const double target = static_cast<double>(p.top_p) * total;
+    sel_.assign(bmax_.begin(), bmax_.end());
+    for (size_t j = 64;; j *= 4) {
+      float t = kNegInf;
+      if (j < sel_.size()) {
+        std::nth_element(sel_.begin(), sel_.begin() + static_cast<int64_t>(j - 1), sel_.end(), std::greater<float>());
+        t = sel_[j - 1] * s;
+      }
+      collect(v, s, t);
+      cand_p_.resize(cand_vals_.size());
+      const double mass = exp_sum(cand_vals_.data(), static_cast<int64_t>(cand_vals_.size()), 1.0f, m, cand_p_.data());
+      if (mass >= target || t == kNegInf) break;
+    }
   }
   VLM_CHECK(total > 0, "no probability mass left after the cut");
-  if (p.top_p < 1.0f) {
-    // Most likely first (lowest id on ties); grow the sorted prefix until it holds top_p.
-    auto more_likely = [&](int32_t a, int32_t b) { return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b); };
-    const double target = static_cast<double>(p.top_p) * total;
-    size_t sorted = std::min<size_t>(kept_.size(), 64), n_keep = kept_.size();
-    while (true) {
-      std::partial_sort(kept_.begin(), kept_.begin() + static_cast<int64_t>(sorted), kept_.end(), more_likely);
-      double before = 0;
-      size_t j = 0;
-      for (; j < sorted && before < target; ++j) before += probs_[kept_[j]];
-      if (before >= target || sorted == kept_.size()) {
-        n_keep = std::max<size_t>(j, 1);
-        break;
-      }
-      sorted = std::min(kept_.size(), sorted * 4);
-    }
-    kept_.resize(n_keep);
-    total = 0;
-    for (int32_t t : kept_) total += probs_[t];
+  if (p.top_p < 1.0f) {  // the CDF of the nucleus, most likely first
+    total = nucleus(static_cast<double>(p.top_p) * total);
+    const double u = uniform01(rng) * total;
+    return key_id(keys_[first_reaching(keys_.data(), keys_.size(), u, true) - 1]);
   }
   const double u = uniform01(rng) * total;
   double acc = 0;
-  for (int32_t t : kept_) {
-    acc += probs_[t];
-    if (u < acc) return t;
+  for (size_t j = 0; j < cand_ids_.size(); ++j) {
+    acc += cand_p_[j];
+    if (u < acc) return cand_ids_[j];
   }
-  return kept_.back();  // u within rounding of the total
+  for (size_t j = cand_ids_.size(); j-- > 0;)  // u within rounding of the total: the last possible token
+    if (cand_p_[j] > 0.0f) return cand_ids_[j];
+  return cand_ids_.back();
 }
 
 TokenLogprobs Sampler::logprobs_of(const float* logits, int32_t token, int num_top) {
   const int64_t V = vocab_size_;
-  const float m = logits[argmax(logits, V)];
-  double sum = 0;
-  for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i] - m));
-  const double lse = m + std::log(sum);
+  const LogitsView raw(logits, V, {});
+  compute_block_max(raw);
+  const float m = row_max();
+  const double lse = m + std::log(exp_sum(logits, V, 1.0f, m, nullptr));
   auto lp = [&](int32_t t) { return static_cast<float>(logits[t] - lse); };
   TokenLogprobs r;
   r.token_id = token;
   r.logprob = lp(token);
-  for (int64_t i = 0; i < V; ++i)
-    if (logits[i] > logits[token]) ++r.rank;
+  const float lt = logits[token];
+  for (size_t b = 0; b < bmax_.size(); ++b) {
+    if (!(bmax_[b] > lt)) continue;
+    const int64_t b0 = static_cast<int64_t>(b) * kMaxBlock, b1 = std::min(V, b0 + kMaxBlock);
+    for (int64_t i = b0; i < b1; ++i) r.rank += logits[i] > lt;
+  }
   const int64_t k = num_top < 0 ? V : std::min<int64_t>(num_top, V);
   if (k > 0) {
-    kept_.resize(static_cast<size_t>(V));
-    std::iota(kept_.begin(), kept_.end(), 0);
-    std::partial_sort(kept_.begin(), kept_.begin() + k, kept_.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    // The candidates: every token >= the k-th largest block maximum (all when k exceeds the blocks).
+    float t = kNegInf;
+    if (k <= static_cast<int64_t>(bmax_.size())) {
+      sel_.assign(bmax_.begin(), bmax_.end());
+      std::nth_element(sel_.begin(), sel_.begin() + (k - 1), sel_.end(), std::greater<float>());
+      t = sel_[static_cast<size_t>(k - 1)];
+    }
+    collect(raw, 1.0f, t);
+    order_.resize(cand_ids_.size());
+    std::iota(order_.begin(), order_.end(), 0);
+    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), [&](int32_t a, int32_t b) {
+      return cand_vals_[a] > cand_vals_[b] || (cand_vals_[a] == cand_vals_[b] && cand_ids_[a] < cand_ids_[b]);
     });
-    for (int64_t i = 0; i < k; ++i) r.top.push_back({kept_[i], lp(kept_[i])});
+    for (int64_t i = 0; i < k; ++i) r.top.push_back({cand_ids_[order_[i]], lp(cand_ids_[order_[i]])});
   }
   return r;
 }
@@ -198,27 +335,27 @@ void Sampler::apply_constraint(const Sequence& seq, float* l) {
     if (t >= 0 && t < V) l[t] = accepting ? eos_saved_[k++] : kNegInf;
   // Nothing left (a grammar the vocabulary cannot continue, or min_tokens masking the only way
   // out): EOS ends the sequence rather than a token outside the grammar.
-  if (l[argmax(l, V)] == kNegInf)
+  if (std::all_of(l, l + V, [](float x) { return x == kNegInf; }))
     for (int32_t t : eos_token_ids_)
       if (t >= 0 && t < V) l[t] = 0.0f;
 }
 
+const float* Sampler::constrained_row(const float* logits, const Sequence& seq) {
+  work_.resize(static_cast<size_t>(vocab_size_));  // allocated on the first constrained request
+  std::copy(logits, logits + vocab_size_, work_.data());
+  for (const LogitPatch& q : patches_) work_[static_cast<size_t>(q.id)] = q.value;
+  apply_constraint(seq, work_.data());
+  return work_.data();
+}
+
 SampleResult Sampler::sample(const float* logits, Sequence& seq) {
   const SamplingParams& p = seq.params;
-  const int64_t V = vocab_size_;
-  float* l = work_.data();
-  std::copy(logits, logits + V, l);
-  apply_penalties(seq, l);
-  for (const auto& [t, bias] : p.logit_bias) l[t] += bias;
-  if (seq.num_output_tokens() < p.min_tokens) {
-    for (int32_t t : p.stop_token_ids) l[t] = kNegInf;
-    if (!p.ignore_eos)
-      for (int32_t t : eos_token_ids_)
-        if (t >= 0 && t < V) l[t] = kNegInf;
-  }
-  if (p.constraint) apply_constraint(seq, l);
+  build_patches(logits, seq);
+  const LogitsView v = p.constraint ? LogitsView(constrained_row(logits, seq), vocab_size_, {})
+                                    : LogitsView(logits, vocab_size_, patches_);
+  compute_block_max(v);
   SampleResult r;
-  r.token_id = p.greedy() ? argmax(l, V) : sample_random(l, p, seq.rng);
+  r.token_id = p.greedy() ? argmax(v) : sample_random(v, p, seq.rng);
   if (p.constraint) {
     const uint32_t next = p.constraint->advance_token(seq.constraint_state, r.token_id);
     if (next != structured::GrammarMatcher::kDead) seq.constraint_state = next;

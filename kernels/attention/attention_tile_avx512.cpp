@@ -3,19 +3,11 @@
 //
 // Register blocking: scores keep R query vectors x NC 16-key chunks in zmm accumulators and
 // stream the transposed key tile; pv keeps R rows x C 16-float chunks of acc and streams V.
-#include <immintrin.h>
-
-// GCC 12 flags the deliberately self-initialised _mm512_undefined_* of its own intrinsic headers.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/attention/paged_attention_internal.h"
+#include "kernels/attention/attention_tile_avx512.h"
 #include "kernels/core/cpu_features.h"
-
-#define VLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 namespace vlm::attn {
 namespace {
@@ -23,10 +15,6 @@ namespace {
 constexpr int KT = kKeyTile;
 
 // ---- loading -------------------------------------------------------------------------------
-
-inline __mmask16 head_mask(int left) {  // lanes of a 16-chunk with `left` elements remaining
-  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max(left, 0)) - 1);
-}
 
 // 16 stored elements [d, d + 16) of a row as f32 (masked lanes read as 0).
 template <DType T>
@@ -47,53 +35,19 @@ VLM_AVX512 inline __m512 load16(const uint8_t* row, int d, __mmask16 mk) {
 template <DType T>
 VLM_AVX512 void transpose16(const uint8_t* const* rows, int d0, __mmask16 mk, float* dst,
                             int ds) {
-  __m512 r[16], t[16];
+  __m512 r[16];
   for (int i = 0; i < 16; ++i) r[i] = load16<T>(rows[i], d0, mk);
-  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: interleave row pairs
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; ++g) {  // per group of 4 rows: lane L of c[x] holds dim 4L + x
-    const __m512* u = t + 4 * g;
-    r[4 * g + 0] = _mm512_shuffle_ps(u[0], u[2], 0x44);
-    r[4 * g + 1] = _mm512_shuffle_ps(u[0], u[2], 0xEE);
-    r[4 * g + 2] = _mm512_shuffle_ps(u[1], u[3], 0x44);
-    r[4 * g + 3] = _mm512_shuffle_ps(u[1], u[3], 0xEE);
-  }
-  for (int x = 0; x < 4; ++x) {  // gather the four groups' 128-bit lanes for dims x + 4i
-    const __m512 a = _mm512_shuffle_f32x4(r[x], r[4 + x], 0x88);
-    const __m512 b = _mm512_shuffle_f32x4(r[8 + x], r[12 + x], 0x88);
-    const __m512 c = _mm512_shuffle_f32x4(r[x], r[4 + x], 0xDD);
-    const __m512 e = _mm512_shuffle_f32x4(r[8 + x], r[12 + x], 0xDD);
-    _mm512_storeu_ps(dst + (x + 0) * ds, _mm512_shuffle_f32x4(a, b, 0x88));
-    _mm512_storeu_ps(dst + (x + 8) * ds, _mm512_shuffle_f32x4(a, b, 0xDD));
-    _mm512_storeu_ps(dst + (x + 4) * ds, _mm512_shuffle_f32x4(c, e, 0x88));
-    _mm512_storeu_ps(dst + (x + 12) * ds, _mm512_shuffle_f32x4(c, e, 0xDD));
-  }
+  transpose16_store(r, dst, ds);
 }
 
 template <DType T>
 VLM_AVX512 void load_kv_typed(const PagedKVLayer& kv, const int32_t* block_row, int kvh, int k0,
                               int n, int Dp, float* kt, float* vbuf, const float** vrows) {
   const int D = kv.head_dim;
-  const int B = kv.block_size;
   constexpr int64_t esize = T == DType::F32 ? 4 : 2;
-  const auto* kb = static_cast<const uint8_t*>(kv.k);
-  const auto* vb = static_cast<const uint8_t*>(kv.v);
   const uint8_t* krows[KT];
   const uint8_t* vsrc[KT];
-  for (int j = 0; j < n;) {  // one run of consecutive slots of one block at a time
-    const int pos = k0 + j;
-    const int run = std::min(n - j, B - pos % B);
-    const int64_t elem = block_row[pos / B] * kv.block_stride() + kvh * kv.head_stride() +
-                         static_cast<int64_t>(pos % B) * D;
-    for (int r = 0; r < run; ++r, ++j) {
-      krows[j] = kb + (elem + static_cast<int64_t>(r) * D) * esize;
-      vsrc[j] = vb + (elem + static_cast<int64_t>(r) * D) * esize;
-    }
-  }
-  const int n16 = (n + 15) / 16 * 16;
-  for (int j = n; j < n16; ++j) krows[j] = krows[n - 1];  // columns >= n are don't-care
+  gather_kv_rows(kv, block_row, kvh, k0, n, esize, krows, vsrc);
   for (int j0 = 0; j0 < n; j0 += 16)
     for (int d0 = 0; d0 < Dp; d0 += 16)
       transpose16<T>(krows + j0, d0, head_mask(D - d0), kt + d0 * KT + j0, KT);
@@ -190,6 +144,8 @@ VLM_AVX512 __m512 exp2_nonpos(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+}  // namespace
+
 VLM_AVX512 void softmax_avx512(float* s /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
                                float* m_run /*[M]*/, float* l_run /*[M,kSumLanes]*/,
                                float* acc /*[M,Dp]*/) {
@@ -226,6 +182,8 @@ VLM_AVX512 void softmax_avx512(float* s /*[M,KT]*/, const int* nvalid /*[M]*/, i
     _mm512_storeu_ps(l, _mm512_add_ps(_mm512_loadu_ps(l), _mm512_add_ps(p0, p1)));
   }
 }
+
+namespace {
 
 // ---- p . v ---------------------------------------------------------------------------------
 
@@ -281,7 +239,7 @@ VLM_AVX512 void pv_avx512(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, 
 }  // namespace
 
 const TileOps* tile_ops_avx512() {
-  static const TileOps ops{"avx512", load_kv_avx512, scores_avx512, softmax_avx512, pv_avx512};
+  static const TileOps ops{"avx512", nullptr, load_kv_avx512, scores_avx512, softmax_avx512, pv_avx512};
   return cpu_has_avx512() ? &ops : nullptr;
 }
 

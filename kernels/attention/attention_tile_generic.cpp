@@ -90,7 +90,7 @@ void pv_generic(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int
 }  // namespace
 
 const TileOps& tile_ops_generic() {
-  static const TileOps ops{"generic", load_kv_generic, scores_generic, softmax_generic,
+  static const TileOps ops{"generic", nullptr, load_kv_generic, scores_generic, softmax_generic,
                            pv_generic};
   return ops;
 }
@@ -98,6 +98,13 @@ const TileOps& tile_ops_generic() {
 const TileOps& tile_ops_best() {
   const TileOps* a = use_avx512() ? tile_ops_avx512() : nullptr;
   return a ? *a : tile_ops_generic();
+}
+
+bool bf16_tiles_fit(const PagedKVLayer& kv) { return kv.dtype == DType::BF16 && kv.head_dim % 32 == 0; }
+
+const TileOps& tile_ops_for(const PagedKVLayer& kv) {
+  const TileOps* b = bf16_attention() && bf16_tiles_fit(kv) ? tile_ops_avx512_bf16() : nullptr;
+  return b ? *b : tile_ops_best();
 }
 
 }  // namespace vlm::attn

@@ -22,7 +22,12 @@ thread_local Scratch tls_scratch;
 
 inline size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
-// Asks the caches for keys [k0, k0 + n) of kv head kvh (K and V), so that the next key tile
+// Key tiles requested ahead of the one computed.
+// Into L2 (prefetcht1), 4 tiles ahead: against 1 tile into L1, ~20 % less CPU time per cold
+// 4K/32K decode row (bench_attention BM_DecodeCold/bf16_dot_tiles, CPU time at load ~2-6).
+constexpr int kPrefetchTiles = 4;
+
+// Asks the caches for keys [k0, k0 + n) of kv head kvh (K and V), so that a later key tile
 // streams in while this one is computed: blocks are scattered, which hardware prefetch misses.
 void prefetch_keys(const PagedKVLayer& kv, const int32_t* table, int kvh, int k0, int n) {
   const int64_t esize = static_cast<int64_t>(dtype_size(kv.dtype));
@@ -32,8 +37,8 @@ void prefetch_keys(const PagedKVLayer& kv, const int32_t* table, int kvh, int k0
     const int64_t off = (table[j / kv.block_size] * kv.block_stride() + kvh * kv.head_stride() +
                          static_cast<int64_t>(j % kv.block_size) * kv.head_dim) * esize;
     for (int64_t b = 0; b < run * row_bytes; b += 64) {
-      __builtin_prefetch(static_cast<const char*>(kv.k) + off + b);
-      __builtin_prefetch(static_cast<const char*>(kv.v) + off + b);
+      __builtin_prefetch(static_cast<const char*>(kv.k) + off + b, 0, 2);
+      __builtin_prefetch(static_cast<const char*>(kv.v) + off + b, 0, 2);
     }
     j += run;
   }
@@ -47,7 +52,7 @@ float KeyRangeState::total(int m) const {
   return sum;
 }
 
-KeyRangeState begin_key_range(const float* q /*[T,H,D]*/, int H, int D, int Dp, int64_t t0,
+KeyRangeState begin_key_range(const TileOps& ops, const float* q /*[T,H,D]*/, int H, int D, int Dp, int64_t t0,
                               int rows, int kvh, int G, float qscale) {
   const int M = rows * G;
   Scratch& sc = tls_scratch;
@@ -77,6 +82,7 @@ KeyRangeState begin_key_range(const float* q /*[T,H,D]*/, int H, int D, int Dp, 
       for (int d = 0; d < D; ++d) dst[d] = src[d] * qscale;
       std::fill(dst + D, dst + Dp, 0.0f);
     }
+  if (ops.prepare_q) ops.prepare_q(st.qt, M, Dp);
   return st;
 }
 
@@ -86,6 +92,8 @@ void run_key_range(const TileOps& ops, const PagedKVLayer& kv, const int32_t* bl
   const int M = st.M, Dp = st.Dp, rows = M / G;
   int* nvalid = sc.nvalid.data();
   const float* vrows[KT];
+  const int ahead = kPrefetchTiles * KT;
+  prefetch_keys(kv, block_row, kvh, k_begin, std::min(ahead, k_end - k_begin));
   for (int k0 = k_begin; k0 < k_end; k0 += KT) {
     const int n = std::min(KT, k_end - k0);
     for (int r = 0; r < rows; ++r) {  // causal mask: row r sees keys <= first_pos + r
@@ -93,7 +101,7 @@ void run_key_range(const TileOps& ops, const PagedKVLayer& kv, const int32_t* bl
       std::fill(nvalid + r * G, nvalid + (r + 1) * G, nv);
     }
     ops.load_kv(kv, block_row, kvh, k0, n, Dp, sc.kt, sc.vbuf, vrows);
-    if (k0 + KT < k_end) prefetch_keys(kv, block_row, kvh, k0 + KT, std::min(KT, k_end - k0 - KT));
+    if (k0 + ahead < k_end) prefetch_keys(kv, block_row, kvh, k0 + ahead, std::min(KT, k_end - k0 - ahead));
     ops.scores(st.qt, M, Dp, sc.kt, n, sc.s);
     ops.softmax(sc.s, nvalid, M, Dp, st.m_run, st.l_run, st.acc);
     ops.pv(sc.s, nvalid, M, Dp, vrows, st.acc);

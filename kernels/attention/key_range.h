@@ -26,8 +26,9 @@ struct KeyRangeState {
 };
 
 // Takes this thread's buffers for M = rows * G query vectors and loads them: vector r * G + g is
-// head kvh * G + g of token row t0 + r of q [T, H, D], times qscale, zero-padded to Dp.
-KeyRangeState begin_key_range(const float* q /*[T,H,D]*/, int H, int D, int Dp, int64_t t0,
+// head kvh * G + g of token row t0 + r of q [T, H, D], times qscale, zero-padded to Dp, then
+// put into ops' query format (TileOps::prepare_q).
+KeyRangeState begin_key_range(const TileOps& ops, const float* q /*[T,H,D]*/, int H, int D, int Dp, int64_t t0,
                               int rows, int kvh, int G, float qscale);
 
 // Runs keys [k_begin, k_end) of kv head kvh (through the block-table row) over the state.

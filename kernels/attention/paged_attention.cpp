@@ -5,6 +5,7 @@
 // merges. The per-key-tile math lives in TileOps (attention_tile_*.cpp), the loop over a key
 // range and the merge in key_range.cpp.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <numbers>
@@ -85,7 +86,7 @@ void run_item(const Ctx& c, const WorkItem& it) {
   const int first_pos = c.batch.context_lens[it.seq] - q_len + it.row0;
   const int32_t* table =
       c.batch.block_tables + static_cast<int64_t>(it.seq) * c.batch.max_blocks_per_seq;
-  KeyRangeState st = begin_key_range(c.q, c.H, c.D, c.Dp, t0, it.rows, it.kvh, c.G, c.qscale);
+  KeyRangeState st = begin_key_range(c.ops, c.q, c.H, c.D, c.Dp, t0, it.rows, it.kvh, c.G, c.qscale);
   run_key_range(c.ops, c.kv, table, it.kvh, it.k_begin, it.k_end, c.G, first_pos, st);
   if (it.partial < 0) {
     for (int m = 0; m < st.M; ++m) store_normalized(st, m, c.D, c.out_row(t0, it.kvh, m));
@@ -178,9 +179,16 @@ void paged_attention_with(const TileOps& ops, const float* q /*[T,H,D]*/, int nu
 
 }  // namespace attn
 
+namespace {
+std::atomic<bool> g_bf16_attention{false};
+}  // namespace
+
+void set_bf16_attention(bool enabled) { g_bf16_attention.store(enabled); }
+bool bf16_attention() { return g_bf16_attention.load(std::memory_order_relaxed); }
+
 void paged_attention(const float* q /*[T,H,D]*/, int num_heads, const PagedKVLayer& kv,
                      const AttentionBatch& batch, float scale, float* out /*[T,H,D]*/) {
-  attn::paged_attention_with(attn::tile_ops_best(), q, num_heads, kv, batch, scale, out);
+  attn::paged_attention_with(attn::tile_ops_for(kv), q, num_heads, kv, batch, scale, out);
 }
 
 }  // namespace vlm

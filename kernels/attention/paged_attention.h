@@ -33,6 +33,15 @@ struct AttentionBatch {
 void paged_attention(const float* q /*[T,H,D]*/, int num_heads, const PagedKVLayer& kv,
                      const AttentionBatch& batch, float scale, float* out /*[T,H,D]*/);
 
+// Process-wide switch (default off: the exact path): with a BF16 cache on a CPU with
+// AVX512-BF16 (head_dim a multiple of 32), paged_attention rounds q (once per call) and the
+// softmax probabilities (per key tile) to bf16 and sums q·k and p·v with vdpbf16ps on K and V as
+// stored (attn::tile_ops_avx512_bf16). Set with the CPU compute dtype (engine/compute_dtype.h:
+// on for bf16). An F32/F16 cache or another CPU always runs the f32 tiles. Not safe while
+// kernels run.
+void set_bf16_attention(bool enabled);
+bool bf16_attention();
+
 void paged_attention_ref(const float* q /*[T,H,D]*/, int num_heads, const PagedKVLayer& kv,
                          const AttentionBatch& batch, float scale, float* out /*[T,H,D]*/);
 

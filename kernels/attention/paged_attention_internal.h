@@ -26,9 +26,15 @@ constexpr float kRescaleThreshold = 8.0f;
 // may use any of the lanes.
 constexpr int kSumLanes = 16;
 
-// The four steps of one key tile; one implementation per instruction set.
+// The four steps of one key tile; one implementation per instruction set. The f32 tiles (generic,
+// avx512) hold q, kt and the V rows as f32 as described below; the bf16 tiles (avx512_bf16,
+// attention_tile_bf16.cpp) hold q, kt and V in bf16 in their own layouts inside the same buffers
+// (see there). Scores, probabilities and the state (m, l, acc) are f32 in both.
 struct TileOps {
   const char* name;
+  // Null, or rewrites the pre-scaled query vectors qt[M, Dp] (f32) in place into this
+  // implementation's query format, once per key range before the first tile.
+  void (*prepare_q)(float* qt /*[M,Dp]*/, int M, int Dp);
   // Keys [k0, k0 + n) of kv head kvh (1 <= n <= kKeyTile), read through the sequence's block
   // table row: K transposed into kt[Dp, KT] (f32; rows d >= D zero, columns >= n unspecified).
   // V rows as pointers vrows[j] (j < n) to Dp f32 values whose padding d >= D is zero: either
@@ -54,8 +60,16 @@ struct TileOps {
 const TileOps& tile_ops_generic();
 // nullptr when the CPU lacks AVX-512 (or the build has no AVX-512 code).
 const TileOps* tile_ops_avx512();
-// The best implementation for this CPU (chosen once).
+// The best f32 implementation for this CPU (chosen once).
 const TileOps& tile_ops_best();
+// The bf16 dot-product tiles (vdpbf16ps: q and p rounded to bf16, K and V read as stored, f32
+// sums), or nullptr when the CPU lacks AVX512-BF16 (or AVX-512 is switched off). They take a
+// BF16 cache with head_dim a multiple of 32 only (bf16_tiles_fit).
+const TileOps* tile_ops_avx512_bf16();
+bool bf16_tiles_fit(const PagedKVLayer& kv);
+// What paged_attention runs for this cache: the bf16 tiles when bf16_attention() is on, they
+// exist and fit the cache; else tile_ops_best().
+const TileOps& tile_ops_for(const PagedKVLayer& kv);
 
 // What every CPU attention driver (paged, block-sparse) hands its work items.
 struct AttentionCall {

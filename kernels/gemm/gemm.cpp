@@ -103,6 +103,18 @@ void linear_blas(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K
   });
 }
 
+RowSplit plan_row_split(int64_t N, int64_t K, int64_t esize, int64_t min_elems, int64_t tasks_per_thread,
+                        int num_threads) {
+  RowSplit p;
+  const int64_t min_rows = std::max<int64_t>(8, (min_elems + K - 1) / K);
+  const int64_t max_tasks = tasks_per_thread * static_cast<int64_t>(num_threads);
+  p.rows_per_task = std::max(min_rows, (N + max_tasks - 1) / max_tasks);
+  p.rows_per_task = (p.rows_per_task + 7) / 8 * 8;
+  p.num_tasks = (N + p.rows_per_task - 1) / p.rows_per_task;
+  p.block_rows = std::max<int64_t>(8, (131072 / (K * esize)) / 8 * 8);
+  return p;
+}
+
 }  // namespace gemm_detail
 
 namespace {

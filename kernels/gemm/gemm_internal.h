@@ -2,13 +2,53 @@
 // calls linear(). Same preconditions as linear(), checked there, not here.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kernels/core/tensor.h"
+#include "kernels/core/thread_pool.h"
 #include "kernels/gemm/gemm.h"
 
 namespace vlm::gemm_detail {
+
+// How the streaming kernels (small-M, bf16 GEMV) cut one W [N, K] over pool tasks: tasks of
+// contiguous rows (at least min_elems weights, to amortize the hand-off; at most
+// tasks_per_thread per thread, for dynamic balance on a shared machine; multiples of 8 rows), and
+// inside a task blocks of ~128 KB of W that stay in L2 while every row group of x passes over
+// them, so W is read from memory once for any M.
+struct RowSplit {
+  int64_t rows_per_task = 0;
+  int64_t num_tasks = 0;
+  int64_t block_rows = 0;
+};
+RowSplit plan_row_split(int64_t N, int64_t K, int64_t esize, int64_t min_elems, int64_t tasks_per_thread,
+                        int num_threads);
+
+// One pool job over every target's tasks (splits[i] for targets[i], from plan_row_split):
+// block(i, n0, n1) for each block [n0, n1) of W rows of each task.
+template <class Block>
+void run_row_blocks(std::span<const LinearTarget> targets, const RowSplit* splits, Block&& block) {
+  constexpr size_t kInline = 4;  // q/k/v or gate/up without a heap allocation per call
+  int64_t first_inline[kInline + 1];
+  std::vector<int64_t> first_heap;
+  int64_t* first = first_inline;  // prefix sums of the task counts
+  if (targets.size() > kInline) {
+    first_heap.resize(targets.size() + 1);
+    first = first_heap.data();
+  }
+  first[0] = 0;
+  for (size_t i = 0; i < targets.size(); ++i) first[i + 1] = first[i] + splits[i].num_tasks;
+  const size_t n = targets.size();
+  global_thread_pool().run_tasks(first[n], [&](int64_t task) {
+    const size_t i = static_cast<size_t>(std::upper_bound(first, first + n + 1, task) - first) - 1;
+    const RowSplit& p = splits[i];
+    const int64_t N = targets[i].W->dim(0);
+    const int64_t t0 = (task - first[i]) * p.rows_per_task, t1 = std::min(N, t0 + p.rows_per_task);
+    for (int64_t n0 = t0; n0 < t1; n0 += p.block_rows) block(i, n0, std::min(t1, n0 + p.block_rows));
+  });
+}
 
 // Rows of x handled together by one pass of the small-M kernel over a block of W (larger M runs
 // several passes over each L2-resident block): the default and the largest supported.

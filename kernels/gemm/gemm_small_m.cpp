@@ -211,50 +211,19 @@ void rows(bool avx, int64_t mr, const float* x, int64_t K, const TensorView& W, 
 
 }  // namespace
 
-namespace {
-
-// How linear_small_m splits one W over pool tasks.
-struct SmallMPlan {
-  int64_t rows_per_task = 0;
-  int64_t num_tasks = 0;
-  int64_t block_rows = 0;
-};
-
-SmallMPlan plan_small_m(const TensorView& W, int num_threads) {
-  const int64_t N = W.dim(0), K = W.dim(1);
-  const int64_t esize = static_cast<int64_t>(dtype_size(W.dtype));
-  SmallMPlan p;
-  // Tasks of at least ~32K weight elements (to amortize the hand-off), at most 8 per thread
-  // (dynamic balance on a shared machine), in multiples of 8 rows.
-  const int64_t min_rows = std::max<int64_t>(8, (32768 + K - 1) / K);
-  const int64_t max_tasks = 8 * static_cast<int64_t>(num_threads);
-  p.rows_per_task = std::max(min_rows, (N + max_tasks - 1) / max_tasks);
-  p.rows_per_task = (p.rows_per_task + 7) / 8 * 8;
-  p.num_tasks = (N + p.rows_per_task - 1) / p.rows_per_task;
-  // Within a task, blocks of ~128 KB of W stay in L2 while every row group of x passes over
-  // them, so W is read from memory once for any M.
-  p.block_rows = std::max<int64_t>(8, (131072 / (K * esize)) / 8 * 8);
-  return p;
-}
-
-}  // namespace
-
 void linear_small_m_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets,
                           int64_t row_group) {
   if (targets.empty()) return;
   const int64_t K = targets[0].W->dim(1);
   const DType dt = targets[0].W->dtype;
   const int64_t group = row_group > 0 ? std::min(row_group, kMaxRowGroup) : kDefaultRowGroup;
-  ThreadPool& pool = global_thread_pool();
-  std::vector<SmallMPlan> plans;
-  std::vector<int64_t> first_task;  // prefix sums of the targets' task counts
-  int64_t total = 0;
+  std::vector<RowSplit> splits;
   for (const LinearTarget& t : targets) {
     VLM_CHECK(t.W->dim(1) == K && t.W->dtype == dt, "linear_small_m_multi: W {} {} vs K {} {}", t.W->shape.str(),
               dtype_name(t.W->dtype), K, dtype_name(dt));
-    plans.push_back(plan_small_m(*t.W, pool.num_threads()));
-    first_task.push_back(total);
-    total += plans.back().num_tasks;
+    // Tasks of at least ~32K weights, at most 8 per thread.
+    splits.push_back(plan_row_split(t.W->dim(0), K, static_cast<int64_t>(dtype_size(dt)), 32768, 8,
+                                    global_thread_pool().num_threads()));
   }
 
   const bool avx = use_avx512();
@@ -265,18 +234,10 @@ void linear_small_m_multi(const float* x /*[M,K]*/, int64_t M, std::span<const L
     x = split.data();
   }
 
-  pool.run_tasks(total, [&](int64_t task) {
-    const size_t i = static_cast<size_t>(std::upper_bound(first_task.begin(), first_task.end(), task) -
-                                         first_task.begin()) - 1;
-    const TensorView& W = *targets[i].W;
-    const SmallMPlan& p = plans[i];
-    const int64_t N = W.dim(0);
-    const int64_t t0 = (task - first_task[i]) * p.rows_per_task, t1 = std::min(N, t0 + p.rows_per_task);
-    for (int64_t n0 = t0; n0 < t1; n0 += p.block_rows) {
-      const int64_t n1 = std::min(t1, n0 + p.block_rows);
-      for (int64_t m0 = 0; m0 < M; m0 += group)
-        rows(avx, std::min(group, M - m0), x + m0 * K, K, W, n0, n1, targets[i].bias, targets[i].y + m0 * N, N);
-    }
+  run_row_blocks(targets, splits.data(), [&](size_t i, int64_t n0, int64_t n1) {
+    const int64_t N = targets[i].W->dim(0);
+    for (int64_t m0 = 0; m0 < M; m0 += group)
+      rows(avx, std::min(group, M - m0), x + m0 * K, K, *targets[i].W, n0, n1, targets[i].bias, targets[i].y + m0 * N, N);
   });
 }
 

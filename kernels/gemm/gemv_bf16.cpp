@@ -86,26 +86,21 @@ VLM_TARGET_BF16 void gemv_block(const uint16_t* xb /*[MR,Kp]*/, int64_t Kp, cons
       for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], xv, w[r]);
     }
   }
-  if constexpr (MR * NR % 8 == 0) {
-    // Eight accumulators at a time into one vector of their eight sums (acc[m][r] is output
-    // m * NR + r, in that order).
+  // Eight accumulators at a time into one vector of their eight sums (acc[m][r] is output
+  // m * NR + r, in that order; a last group of fewer than eight is padded with zeros).
 #pragma GCC unroll 4
-    for (int i = 0; i < MR * NR; i += 8) {
-      const __m256 s = reduce8(&acc[0][0] + i);
-      alignas(32) float out[8];
-      _mm256_store_ps(out, s);
+  for (int i = 0; i < MR * NR; i += 8) {
+    __m512 v[8];
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        const int m = (i + j) / NR, r = (i + j) % NR;
-        y[m * N + n + r] = out[j] + (bias ? bias[n + r] : 0.0f);
-      }
+    for (int j = 0; j < 8; ++j) v[j] = i + j < MR * NR ? (&acc[0][0])[i + j] : _mm512_setzero_ps();
+    const __m256 s = reduce8(v);
+    alignas(32) float out[8];
+    _mm256_store_ps(out, s);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8 && i + j < MR * NR; ++j) {
+      const int m = (i + j) / NR, r = (i + j) % NR;
+      y[m * N + n + r] = out[j] + (bias ? bias[n + r] : 0.0f);
     }
-  } else {
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 8
-      for (int r = 0; r < NR; ++r)
-        y[m * N + n + r] = _mm512_reduce_add_ps(acc[m][r]) + (bias ? bias[n + r] : 0.0f);
   }
 }
 
@@ -144,8 +139,9 @@ VLM_TARGET_BF16 void gemv_block_seq(const uint16_t* xb, const uint16_t* W, int64
 template <int MR, bool PF>
 VLM_TARGET_BF16 void gemv_rows(const uint16_t* xb, int64_t Kp, const uint16_t* W, int64_t K, int64_t n0,
                                int64_t n1, const float* bias, float* y, int64_t N) {
-  // Accumulators plus the NR weight registers and one x register fit in 32 zmm.
-  constexpr int NR = MR == 1 ? 8 : MR == 2 ? 8 : 4;
+  // Accumulators plus the NR weight registers and one x register fit in 32 zmm. Eight rows of x
+  // against three W rows: 24 products per 11 loads.
+  constexpr int NR = MR <= 2 ? 8 : MR <= 4 ? 4 : 3;
   int64_t n = n0;
   if constexpr (MR == 1)
     for (; n + NR <= n1; n += NR) gemv_block_seq<NR>(xb, W, K, n, bias, y);
@@ -154,20 +150,25 @@ VLM_TARGET_BF16 void gemv_rows(const uint16_t* xb, int64_t Kp, const uint16_t* W
   for (; n < n1; ++n) gemv_block<MR, 1, false>(xb, Kp, W, K, n, bias, y, N);
 }
 
-constexpr int64_t kGroup = 4;  // rows of x per pass over a block of W
+// Rows of x per pass over a block of W: the first pass streams W from memory (with prefetch)
+// while it computes, later passes read the block from L2, so more rows in a pass hide more of
+// them behind the memory stream. Eight rows while their bf16 copies fit in L1 (K <= 2048), else
+// four. bench_gemm_qwen decode/*/gemv_bf16/16, min of 6 alternated runs at load ~2-3 (noisy):
+// 4864x896 0.728 -> 0.631 ms, 151936x896 19.8 -> 19.3 ms, 896x4864 (still 4 rows) 0.617 / 0.636.
+constexpr int64_t kGroup = 8;
+int64_t row_group(int64_t Kp) { return Kp <= 2048 ? kGroup : 4; }
 
 void gemv_rows_m(int64_t mr, bool prefetch, const uint16_t* xb, int64_t Kp, const uint16_t* W, int64_t K,
                  int64_t n0, int64_t n1, const float* bias, float* y, int64_t N) {
-  static_assert(kGroup == 4);
+  static_assert(kGroup == 8);
   switch (mr * 2 + (prefetch ? 1 : 0)) {
     case 2:
     case 3: return gemv_rows<1, false>(xb, Kp, W, K, n0, n1, bias, y, N);
-    case 4: return gemv_rows<2, false>(xb, Kp, W, K, n0, n1, bias, y, N);
-    case 5: return gemv_rows<2, true>(xb, Kp, W, K, n0, n1, bias, y, N);
-    case 6: return gemv_rows<3, false>(xb, Kp, W, K, n0, n1, bias, y, N);
-    case 7: return gemv_rows<3, true>(xb, Kp, W, K, n0, n1, bias, y, N);
-    case 8: return gemv_rows<4, false>(xb, Kp, W, K, n0, n1, bias, y, N);
-    case 9: return gemv_rows<4, true>(xb, Kp, W, K, n0, n1, bias, y, N);
+#define VLM_CASE(m)                                                    \
+  case 2 * m: return gemv_rows<m, false>(xb, Kp, W, K, n0, n1, bias, y, N); \
+  case 2 * m + 1: return gemv_rows<m, true>(xb, Kp, W, K, n0, n1, bias, y, N);
+    VLM_CASE(2) VLM_CASE(3) VLM_CASE(4) VLM_CASE(5) VLM_CASE(6) VLM_CASE(7) VLM_CASE(8)
+#undef VLM_CASE
     default: VLM_CHECK(false, "row group of {}", mr);
   }
 }
@@ -190,26 +191,6 @@ VLM_TARGET_BF16 void round_rows_bf16(const float* x, int64_t M, int64_t K, int64
   }
 }
 
-// How one W is split over pool tasks.
-struct GemvPlan {
-  int64_t rows_per_task = 0;
-  int64_t num_tasks = 0;
-  int64_t block_rows = 0;
-};
-
-GemvPlan plan_gemv(int64_t N, int64_t K, int num_threads) {
-  GemvPlan p;
-  // Tasks of at least ~64K weights (to amortize the claim), at most 4 per thread (dynamic balance
-  // on a shared machine), in multiples of 8 rows.
-  const int64_t min_rows = std::max<int64_t>(8, (65536 + K - 1) / K);
-  const int64_t max_tasks = 4 * static_cast<int64_t>(num_threads);
-  p.rows_per_task = std::max(min_rows, (N + max_tasks - 1) / max_tasks);
-  p.rows_per_task = (p.rows_per_task + 7) / 8 * 8;
-  p.num_tasks = (N + p.rows_per_task - 1) / p.rows_per_task;
-  p.block_rows = std::max<int64_t>(8, (131072 / (K * 2)) / 8 * 8);
-  return p;
-}
-
 }  // namespace
 
 void linear_gemv_bf16_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets) {
@@ -225,42 +206,25 @@ void linear_gemv_bf16_multi(const float* x /*[M,K]*/, int64_t M, std::span<const
   xb_buf.resize(static_cast<size_t>(M * Kp));
   round_rows_bf16(x, M, K, Kp, xb_buf.data());
   const uint16_t* xb = xb_buf.data();
+  const int64_t group = row_group(Kp);
 
-  ThreadPool& pool = global_thread_pool();
-  // Up to 4 targets (q/k/v, gate/up) without a heap allocation per call.
+  // Tasks of at least ~64K weights, at most 4 per thread.
   constexpr size_t kInline = 4;
-  GemvPlan plan_inline[kInline];
-  int64_t first_inline[kInline];
-  std::vector<GemvPlan> plan_heap;
-  std::vector<int64_t> first_heap;
-  GemvPlan* plans = plan_inline;
-  int64_t* first_task = first_inline;
+  RowSplit split_inline[kInline];
+  std::vector<RowSplit> split_heap;
+  RowSplit* splits = split_inline;
   if (targets.size() > kInline) {
-    plan_heap.resize(targets.size());
-    first_heap.resize(targets.size());
-    plans = plan_heap.data();
-    first_task = first_heap.data();
+    split_heap.resize(targets.size());
+    splits = split_heap.data();
   }
-  int64_t total = 0;
-  for (size_t i = 0; i < targets.size(); ++i) {
-    plans[i] = plan_gemv(targets[i].W->dim(0), K, pool.num_threads());
-    first_task[i] = total;
-    total += plans[i].num_tasks;
-  }
-  const size_t num_targets = targets.size();
-  pool.run_tasks(total, [&](int64_t task) {
-    const size_t i = static_cast<size_t>(std::upper_bound(first_task, first_task + num_targets, task) -
-                                         first_task) - 1;
+  for (size_t i = 0; i < targets.size(); ++i)
+    splits[i] = plan_row_split(targets[i].W->dim(0), K, 2, 65536, 4, global_thread_pool().num_threads());
+  run_row_blocks(targets, splits, [&](size_t i, int64_t n0, int64_t n1) {
     const LinearTarget& t = targets[i];
-    const GemvPlan& p = plans[i];
     const int64_t N = t.W->dim(0);
     const auto* w = static_cast<const uint16_t*>(t.W->data);
-    const int64_t t0 = (task - first_task[i]) * p.rows_per_task, t1 = std::min(N, t0 + p.rows_per_task);
-    for (int64_t n0 = t0; n0 < t1; n0 += p.block_rows) {
-      const int64_t n1 = std::min(t1, n0 + p.block_rows);
-      for (int64_t m0 = 0; m0 < M; m0 += kGroup)  // the first group streams W from memory
-        gemv_rows_m(std::min(kGroup, M - m0), m0 == 0, xb + m0 * Kp, Kp, w, K, n0, n1, t.bias, t.y + m0 * N, N);
-    }
+    for (int64_t m0 = 0; m0 < M; m0 += group)  // the first group streams W from memory
+      gemv_rows_m(std::min(group, M - m0), m0 == 0, xb + m0 * Kp, Kp, w, K, n0, n1, t.bias, t.y + m0 * N, N);
   });
 }
 

@@ -88,6 +88,16 @@ void softmax_rows(float* x, int64_t rows, int64_t n) {
   });
 }
 
+void block_max(const float* x, int64_t n, int64_t block, float* out) {
+  VLM_CHECK(n >= 0 && block >= 1, "block_max n={} block={}", n, block);
+  row_kernels().block_max(x, n, block, out);
+}
+
+double exp_sum(const float* x, int64_t n, float s, float m, float* y) {
+  VLM_CHECK(n >= 0 && std::isfinite(m) && s > 0.0f, "exp_sum n={} s={} m={}", n, s, m);
+  return row_kernels().exp_sum(x, n, s, m, y);
+}
+
 void add_inplace(float* y, const float* x, int64_t n) {
   VLM_CHECK(n >= 0, "add_inplace n={}", n);
   const RowKernels& k = row_kernels();

@@ -3,6 +3,7 @@
 
 #include "kernels/core/cpu_features.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -52,6 +53,25 @@ void add_scalar(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void block_max_scalar(const float* x, int64_t n, int64_t block, float* out) {
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t i = b0; i < std::min(n, b0 + block); ++i) m = std::max(m, x[i]);
+    *out++ = m;
+  }
+}
+
+double exp_sum_scalar(const float* x, int64_t n, float s, float m, float* y) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float xs = x[i] * s;  // separate statements: the product is rounded first
+    const float e = std::exp(xs - m);
+    if (y) y[i] = e;
+    sum += e;
+  }
+  return sum;
+}
+
 void rotate_half_scalar(float* x, const float* c, const float* s, int64_t h) {
   float* x1 = x;
   float* x2 = x + h;
@@ -68,7 +88,7 @@ void rotate_half_scalar(float* x, const float* c, const float* s, int64_t h) {
 
 const RowKernels kRowKernelsScalar = {
     "scalar",        exp_scalar, sum_squares_scalar, scale_mul_scalar, silu_mul_scalar,
-    softmax_scalar,  add_scalar, rotate_half_scalar,
+    softmax_scalar,  add_scalar, block_max_scalar, exp_sum_scalar, rotate_half_scalar,
 };
 
 const RowKernels* row_kernels_for(Isa isa) {

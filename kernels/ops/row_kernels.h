@@ -13,6 +13,11 @@
 //  - softmax: x = exp(x - max(x)) / sum, in place; the sum is accumulated in double; -inf
 //    entries give 0 (a row of only -inf gives NaN, as PyTorch does).
 //  - add: y[i] += x[i].
+//  - block_max: out[b] = max of x[b*block, min(n, (b+1)*block)) for b < ceil(n / block) (block >= 1);
+//    -inf entries take part as -inf; x holds no NaN.
+//  - exp_sum: sum of e^(x[i] * s - m), accumulated in double, each term in f32: the product
+//    x[i] * s rounded, then the difference (no FMA); y[i] gets the terms when y is not null (y may
+//    alias x). -inf entries give 0 (m finite, s > 0).
 //  - rotate_half: x[0:h], x[h:2h] -> (x1*c - x2*s, x2*c + x1*s) with c = cos[0:h], s = sin[0:h];
 //    every product and sum rounded to f32 separately (no FMA), so all tables give identical
 //    bits, matching PyTorch's q*cos + rotate_half(q)*sin.
@@ -30,6 +35,8 @@ struct RowKernels {
   void (*silu_mul)(const float* g, const float* u, float* out, int64_t n);
   void (*softmax)(float* x, int64_t n);
   void (*add)(float* y, const float* x, int64_t n);
+  void (*block_max)(const float* x, int64_t n, int64_t block, float* out);
+  double (*exp_sum)(const float* x, int64_t n, float s, float m, float* y);
   void (*rotate_half)(float* x /*[2h]*/, const float* cos /*[h]*/, const float* sin /*[h]*/,
                       int64_t h);
 };

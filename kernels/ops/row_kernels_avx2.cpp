@@ -173,6 +173,46 @@ VLM_AVX2 void add_avx2(float* y, const float* x, int64_t n) {
   }
 }
 
+VLM_AVX2 void block_max_avx2(const float* x, int64_t n, int64_t block, float* out) {
+  const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t e = b0 + block < n ? b0 + block : n;
+    __m256 m0 = neg_inf, m1 = neg_inf;
+    int64_t i = b0;
+    for (; i + 16 <= e; i += 16) {
+      m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+      m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + 8));
+    }
+    for (; i + 8 <= e; i += 8) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+    if (i < e) m1 = _mm256_max_ps(m1, load_or_neg_inf(x + i, tail_mask(e - i)));
+    *out++ = hmax(_mm256_max_ps(m0, m1));
+  }
+}
+
+VLM_AVX2 inline __m256 exp_term8(__m256 x, __m256 vs, __m256 vm) {
+  return exp8(_mm256_sub_ps(rounded(_mm256_mul_ps(x, vs)), vm));
+}
+
+VLM_AVX2 double exp_sum_avx2(const float* x, int64_t n, float s, float m, float* y) {
+  const __m256 vs = _mm256_set1_ps(s), vm = _mm256_set1_ps(m);
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_term8(_mm256_loadu_ps(x + i), vs, vm);
+    if (y) _mm256_storeu_ps(y + i, e);
+    a0 = _mm256_add_pd(a0, widen_lo(e));
+    a1 = _mm256_add_pd(a1, widen_hi(e));
+  }
+  if (i < n) {  // lanes outside the tail read -inf: exp gives 0
+    const __m256i k = tail_mask(n - i);
+    const __m256 e = exp_term8(load_or_neg_inf(x + i, k), vs, vm);
+    if (y) _mm256_maskstore_ps(y + i, k, e);
+    a0 = _mm256_add_pd(a0, widen_lo(e));
+    a1 = _mm256_add_pd(a1, widen_hi(e));
+  }
+  return hsum(_mm256_add_pd(a0, a1));
+}
+
 VLM_AVX2 inline void rotate8(float* x1, float* x2, const float* c, const float* s, __m256i m) {
   __m256 a = _mm256_maskload_ps(x1, m), b = _mm256_maskload_ps(x2, m);
   __m256 vc = _mm256_maskload_ps(c, m), vs = _mm256_maskload_ps(s, m);
@@ -193,7 +233,7 @@ VLM_AVX2 void rotate_half_avx2(float* x, const float* c, const float* s, int64_t
 
 const RowKernels kRowKernelsAvx2 = {
     "avx2",       exp_avx2, sum_squares_avx2, scale_mul_avx2, silu_mul_avx2,
-    softmax_avx2, add_avx2, rotate_half_avx2,
+    softmax_avx2, add_avx2, block_max_avx2, exp_sum_avx2, rotate_half_avx2,
 };
 
 }  // namespace vlm

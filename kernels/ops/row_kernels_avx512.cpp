@@ -152,6 +152,54 @@ VLM_AVX512 void add_avx512(float* y, const float* x, int64_t n) {
   }
 }
 
+VLM_AVX512 void block_max_avx512(const float* x, int64_t n, int64_t block, float* out) {
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t e = b0 + block < n ? b0 + block : n;
+    __m512 m0 = neg_inf, m1 = neg_inf;
+    int64_t i = b0;
+    for (; i + 32 <= e; i += 32) {
+      m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
+      m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x + i + 16));
+    }
+    for (; i + 16 <= e; i += 16) m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
+    if (i < e) m1 = _mm512_max_ps(m1, _mm512_mask_loadu_ps(neg_inf, tail_mask(e - i), x + i));
+    *out++ = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+  }
+}
+
+VLM_AVX512 inline __m512 exp_term16(__m512 x, __m512 vs, __m512 vm) {
+  return exp16(_mm512_sub_ps(rounded(_mm512_mul_ps(x, vs)), vm));
+}
+
+VLM_AVX512 double exp_sum_avx512(const float* x, int64_t n, float s, float m, float* y) {
+  const __m512 vs = _mm512_set1_ps(s), vm = _mm512_set1_ps(m);
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {  // two independent chains
+    const __m512 e0 = exp_term16(_mm512_loadu_ps(x + i), vs, vm);
+    const __m512 e1 = exp_term16(_mm512_loadu_ps(x + i + 16), vs, vm);
+    if (y) {
+      _mm512_storeu_ps(y + i, e0);
+      _mm512_storeu_ps(y + i + 16, e1);
+    }
+    a0 = sum_acc(e0, a0);
+    a1 = sum_acc(e1, a1);
+  }
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = exp_term16(_mm512_loadu_ps(x + i), vs, vm);
+    if (y) _mm512_storeu_ps(y + i, e);
+    a0 = sum_acc(e, a0);
+  }
+  if (i < n) {  // inactive lanes load -inf: exp gives 0
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 e = exp_term16(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, x + i), vs, vm);
+    if (y) _mm512_mask_storeu_ps(y + i, k, e);
+    a1 = sum_acc(e, a1);
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+}
+
 VLM_AVX512 inline void rotate16(float* x1, float* x2, const float* c, const float* s,
                                 __mmask16 m) {
   __m512 a = _mm512_maskz_loadu_ps(m, x1), b = _mm512_maskz_loadu_ps(m, x2);
@@ -172,7 +220,7 @@ VLM_AVX512 void rotate_half_avx512(float* x, const float* c, const float* s, int
 
 const RowKernels kRowKernelsAvx512 = {
     "avx512",       exp_avx512, sum_squares_avx512, scale_mul_avx512, silu_mul_avx512,
-    softmax_avx512, add_avx512, rotate_half_avx512,
+    softmax_avx512, add_avx512, block_max_avx512, exp_sum_avx512, rotate_half_avx512,
 };
 
 }  // namespace vlm

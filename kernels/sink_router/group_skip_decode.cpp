@@ -47,7 +47,7 @@ struct Ctx {
 void run_item(const Ctx& c, const Item& it) {
   const int32_t* table = c.batch.block_tables + static_cast<int64_t>(it.seq) * c.batch.max_blocks_per_seq;
   attn::KeyRangeState st =
-      attn::begin_key_range(c.q, c.H, c.D, c.Dp, c.batch.q_rows[it.seq], 1, it.kvh, c.G, c.qscale);
+      attn::begin_key_range(c.ops, c.q, c.H, c.D, c.Dp, c.batch.q_rows[it.seq], 1, it.kvh, c.G, c.qscale);
   attn::run_key_range(c.ops, c.kv, table, it.kvh, it.k_begin, it.k_end, c.G, -1, st);  // every key
   attn::store_partial(st, c.partials + it.partial);
 }
@@ -139,7 +139,7 @@ void group_skip_decode_attention(const float* q, int num_heads, const PagedKVLay
     }
   }
   std::vector<float> partials(static_cast<size_t>(partial_floats));
-  const Ctx c{attn::tile_ops_best(), q, kv, batch, num_heads, G, D, Dp,
+  const Ctx c{attn::tile_ops_for(kv), q, kv, batch, num_heads, G, D, Dp,
               scale * std::numbers::log2e_v<float>, partials.data()};
   pool.run_tasks(static_cast<int64_t>(items.size()), [&](int64_t i) { run_item(c, items[i]); });
   pool.run_tasks(static_cast<int64_t>(groups.size()), [&](int64_t i) { merge_group(c, groups[i], out); });

@@ -5,6 +5,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <fmt/format.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -101,6 +102,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     log_path_ = req.path;
     log_start_ = std::chrono::steady_clock::now();
     log_bytes_ = 0;
+    log_first_chunk_ms_ = -1;
     keep_alive_ = msg.keep_alive() && num_requests_ < opt_.max_requests_per_connection;
     ++server_.active_requests;
     in_request_ = true;
@@ -141,6 +143,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void send_and_close(HttpReply reply) {
     keep_alive_ = false;
     log_start_ = std::chrono::steady_clock::now();
+    log_first_chunk_ms_ = -1;
     ++server_.active_requests;
     in_request_ = true;
     respond(std::move(reply));
@@ -224,6 +227,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       self->writing_ = false;
       self->stream_.expires_never();  // nor is the wait for the next one
       if (ec) return self->shutdown();
+      if (self->log_first_chunk_ms_ < 0) self->log_first_chunk_ms_ = self->ms_since_start();
       self->pull_chunk();
     });
   }
@@ -254,11 +258,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   }
 
   // One structured access-log line per answered request (info level).
+  // A stream's line also gives when its first data chunk was in the socket (the time to first token
+  // as the server sees it: from the request's last byte read).
   void log_access() const {
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - log_start_).count();
-    VLM_LOG_INFO("access remote={} method={} path={} status={} bytes={} duration_ms={:.1f}{}", remote_,
+    VLM_LOG_INFO("access remote={} method={} path={} status={} bytes={} duration_ms={:.1f}{}{}", remote_,
                  log_method_.empty() ? "-" : log_method_, log_path_.empty() ? "-" : log_path_, log_status_,
-                 log_bytes_, ms, closed_ ? " closed_early=1" : "");
+                 log_bytes_, ms_since_start(),
+                 log_first_chunk_ms_ >= 0 ? fmt::format(" first_chunk_ms={:.2f}", log_first_chunk_ms_) : "",
+                 closed_ ? " closed_early=1" : "");
+  }
+
+  double ms_since_start() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - log_start_).count();
   }
 
   void request_done() {
@@ -304,6 +315,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   int log_status_ = 0;
   size_t log_bytes_ = 0;
   std::chrono::steady_clock::time_point log_start_ = std::chrono::steady_clock::now();
+  double log_first_chunk_ms_ = -1;  // a stream's first data chunk written, ms after log_start_
 };
 
 void HttpServer::Impl::accept() {

@@ -8,6 +8,7 @@
 
 #include "engine/compute_dtype.h"
 #include "engine/engine.h"
+#include "kernels/attention/paged_attention.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_internal.h"
 #include "tests/engine/engine_test_util.h"
@@ -26,7 +27,10 @@ TEST(ComputeDType, AutoResolvesToTheCheckpointDtype) {
 
 // Restores the exact path whatever a test switched on.
 struct ExactPathAfter {
-  ~ExactPathAfter() { set_bf16_activations(false); }
+  ~ExactPathAfter() {
+    set_bf16_activations(false);
+    set_bf16_attention(false);
+  }
 };
 
 TEST(ComputeDType, EngineAppliesItsDtype) {
@@ -36,9 +40,11 @@ TEST(ComputeDType, EngineAppliesItsDtype) {
   c.dtype.reset();  // auto, bf16 checkpoint: bf16 activations where the CPU can
   auto e = make_engine("qwen2_tiny", c);
   EXPECT_EQ(bf16_activations(), gemm_detail::bf16_dot_supported());
+  EXPECT_EQ(bf16_attention(), gemm_detail::bf16_dot_supported());
   c.dtype = DType::F32;
   e = make_engine("qwen2_tiny", c);
   EXPECT_FALSE(bf16_activations());
+  EXPECT_FALSE(bf16_attention());
   c.dtype.reset();  // auto, f32 checkpoint: f32 activations
   e = make_engine("llama_linear_f32", c);
   EXPECT_FALSE(bf16_activations());

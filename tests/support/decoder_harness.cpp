@@ -77,7 +77,7 @@ void DecoderRunner::step(std::vector<TestSequence*> seqs, const std::vector<int3
     c.token_ids = std::span<const int32_t>(s.tokens.data() + s.cached, counts[i]);
     c.start_pos = s.cached;
     c.block_table = s.blocks;
-    c.logits = LogitsFor::All;
+    c.logits = logits_for;
     chunks.push_back(c);
     fed.push_back(&s);
   }
@@ -97,10 +97,11 @@ void DecoderRunner::step(std::vector<TestSequence*> seqs, const std::vector<int3
   size_t row = 0;
   for (size_t i = 0; i < fed.size(); ++i) {
     const int32_t n = static_cast<int32_t>(chunks[i].token_ids.size());
+    const int32_t rows = logits_for == LogitsFor::All ? n : logits_for == LogitsFor::Last ? 1 : 0;
     fed[i]->logits.insert(fed[i]->logits.end(), logits.begin() + static_cast<int64_t>(row) * V,
-                          logits.begin() + static_cast<int64_t>(row + n) * V);
+                          logits.begin() + static_cast<int64_t>(row + rows) * V);
     fed[i]->cached += n;
-    row += n;
+    row += rows;
   }
 }
 

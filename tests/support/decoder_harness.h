@@ -40,7 +40,8 @@ struct TestSequence {
   std::vector<int32_t> tokens;   // prompt, then generated tokens
   int32_t cached = 0;            // tokens whose KV is in the cache
   std::vector<int32_t> blocks;   // block table
-  std::vector<float> logits;     // logits of every row computed so far, [cached, V]
+  std::vector<float> logits;     // logits of every row computed so far, [cached, V] (with
+                                 // DecoderRunner::logits_for = Last: of each chunk's last row)
 };
 
 class DecoderRunner {
@@ -57,6 +58,9 @@ class DecoderRunner {
   void prefill(TestSequence& seq, int32_t chunk);
   // Greedy decoding of n tokens after the prompt (prefilled first if needed).
   std::vector<int32_t> greedy(TestSequence& seq, int n);
+
+  // Which rows of each fed chunk get logits (the LM head runs for those rows only).
+  LogitsFor logits_for = LogitsFor::All;
 
   // When set, step() gives every fed chunk of more than one row this sparse-prefill setting
   // (ForwardBatch::sparse_prefill, prompt length = the sequence's tokens); others stay dense.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -201,6 +202,103 @@ TEST(PagedAttention, PublicEntryUsesBestTiles) {
   paged_attention_ref(pb.q.data(), c.H, pb.kv, pb.batch, 0.125f, ref.data());
   paged_attention(pb.q.data(), c.H, pb.kv, pb.batch, 0.125f, opt.data());
   EXPECT_LT(max_rel_error(opt, ref, c.D), 1e-5);
+}
+
+// ---- the bf16 dot-product tiles (set_bf16_attention) ------------------------------------------
+
+// The table's cases whose cache the bf16 tiles take (head dim a multiple of 32), as BF16 caches.
+std::vector<Case> bf16_tile_cases() {
+  std::vector<Case> out;
+  for (Case c : cases())
+    if (c.D % 32 == 0) {
+      c.dtype = DType::BF16;
+      out.push_back(c);
+    }
+  return out;
+}
+
+// Largest |opt - ref| over all outputs.
+double max_abs_error(const std::vector<float>& opt, const std::vector<float>& ref) {
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = std::abs(static_cast<double>(opt[i]) - ref[i]);
+    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+  }
+  return worst;
+}
+
+// Against the naive reference given the bf16-rounded q (K and V are stored in bf16: exact). What
+// remains is the rounding of each probability to bf16 (relative 2^-9), so each output is off by
+// at most 2^-9 * max |v| (|v| <= 1 here; seen: up to 1.3e-3) plus f32 sums: a layout or pairing slip gives O(1).
+TEST(PagedAttentionBf16Tiles, MatchReferenceOnBf16RoundedQueries) {
+  const attn::TileOps* ops = attn::tile_ops_avx512_bf16();
+  if (!ops) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    const auto table = bf16_tile_cases();
+    ASSERT_GE(table.size(), 8u);
+    for (size_t i = 0; i < table.size(); ++i) {
+      const Case& c = table[i];
+      PagedBatch pb(c, 99 + static_cast<uint32_t>(i));
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+      // The tiles round q * qscale (qscale = scale * log2(e): scores in the log2 domain) to bf16;
+      // the reference gets those values divided back by qscale (off by f32 rounding only).
+      const float qscale = scale * std::numbers::log2e_v<float>;
+      std::vector<float> qb(pb.q);
+      for (auto& x : qb) x = bf16_to_f32(f32_to_bf16(x * qscale)) / qscale;
+      std::vector<float> ref(pb.q.size(), NAN), opt(pb.q.size(), NAN);
+      paged_attention_ref(qb.data(), c.H, pb.kv, pb.batch, scale, ref.data());
+      attn::paged_attention_with(*ops, pb.q.data(), c.H, pb.kv, pb.batch, scale, opt.data());
+      EXPECT_LT(max_abs_error(opt, ref), 2.5e-3) << "case " << i << ": H=" << c.H << " Hkv=" << c.Hkv
+                                               << " D=" << c.D << " B=" << c.B;
+    }
+  }
+  set_num_threads(2);
+}
+
+// The approximation's error against the exact path (the f32 tiles on the same bf16 cache), measured.
+TEST(PagedAttentionBf16Tiles, ErrorAgainstExactPathIsMeasured) {
+  const attn::TileOps* ops = attn::tile_ops_avx512_bf16();
+  if (!ops) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  double worst_rel = 0, worst_abs = 0;
+  const auto table = bf16_tile_cases();
+  for (size_t i = 0; i < table.size(); ++i) {
+    const Case& c = table[i];
+    PagedBatch pb(c, 500 + static_cast<uint32_t>(i));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    std::vector<float> exact(pb.q.size(), NAN), opt(pb.q.size(), NAN);
+    attn::paged_attention_with(attn::tile_ops_best(), pb.q.data(), c.H, pb.kv, pb.batch, scale, exact.data());
+    attn::paged_attention_with(*ops, pb.q.data(), c.H, pb.kv, pb.batch, scale, opt.data());
+    worst_rel = std::max(worst_rel, max_rel_error(opt, exact, c.D));
+    worst_abs = std::max(worst_abs, max_abs_error(opt, exact));
+  }
+  RecordProperty("bf16_tiles_max_row_rel_err", std::to_string(worst_rel));
+  std::printf("[ measured ] bf16 attention tiles vs exact f32 tiles (bf16 cache): max row relative error %.4g, "
+              "max abs error %.4g\n", worst_rel, worst_abs);
+  EXPECT_LT(worst_abs, 2e-2);
+  EXPECT_GT(worst_abs, 0.0) << "the bf16 tiles should round q and p";
+}
+
+// The switch: paged_attention runs the bf16 tiles only when it is on and the cache fits them.
+TEST(PagedAttentionBf16Tiles, SwitchPicksTilesByCache) {
+  const attn::TileOps* ops = attn::tile_ops_avx512_bf16();
+  if (!ops) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  const bool old = bf16_attention();
+  for (const Case& c : {Case{{{1, 300}, {9, 40}}, 4, 2, 64, 16, DType::BF16},
+                        Case{{{1, 300}}, 4, 2, 64, 16, DType::F32},
+                        Case{{{1, 300}}, 4, 2, 80, 16, DType::BF16}}) {
+    PagedBatch pb(c, 3);
+    std::vector<float> via_switch(pb.q.size()), bf16(pb.q.size()), f32(pb.q.size());
+    attn::paged_attention_with(*ops, pb.q.data(), c.H, pb.kv, pb.batch, 0.125f, bf16.data());
+    attn::paged_attention_with(attn::tile_ops_best(), pb.q.data(), c.H, pb.kv, pb.batch, 0.125f, f32.data());
+    for (bool on : {false, true}) {
+      set_bf16_attention(on);
+      paged_attention(pb.q.data(), c.H, pb.kv, pb.batch, 0.125f, via_switch.data());
+      const bool want_bf16 = on && c.dtype == DType::BF16 && c.D % 32 == 0;
+      EXPECT_EQ(via_switch, want_bf16 ? bf16 : f32) << "on=" << on << " D=" << c.D << " " << dtype_name(c.dtype);
+    }
+  }
+  set_bf16_attention(old);
 }
 
 // A cache of one sequence whose token j lives in block table[j / B]: the keys/values given

@@ -131,6 +131,25 @@ TEST(RowKernels, EveryIsaMatchesScalar) {
       ref.add(y_ref.data(), w.data(), n);
       expect_bitwise(y, y_ref, "add " + what);
 
+      // block_max: exact on every ISA (block sizes below, at and above a vector, and ragged).
+      for (int64_t block : {1, 5, 16, 64, 1024}) {
+        std::vector<float> bm((n + block - 1) / block), bm_ref(bm.size());
+        k->block_max(x.data(), n, block, bm.data());
+        ref.block_max(x.data(), n, block, bm_ref.data());
+        expect_bitwise(bm, bm_ref, "block_max block=" + std::to_string(block) + " " + what);
+      }
+
+      // exp_sum: the terms within 1e-6 of the scalar ones, the sum too; y null sums only.
+      const float xmax = n ? *std::max_element(x.begin(), x.end()) : 0.0f;
+      for (float sc : {1.0f, 0.37f, 3.0f}) {
+        const float m = xmax * sc;
+        const double es = k->exp_sum(x.data(), n, sc, m, y.data());
+        const double es_ref = ref.exp_sum(x.data(), n, sc, m, y_ref.data());
+        expect_close(y, y_ref, 1e-6, 1e-30, "exp_sum terms " + what);
+        EXPECT_NEAR(es, es_ref, 1e-6 * es_ref + 1e-300) << "exp_sum " << what;
+        EXPECT_NEAR(k->exp_sum(x.data(), n, sc, m, nullptr), es, 1e-12 * es + 1e-300) << "exp_sum, no y " << what;
+      }
+
       // rotate_half over [2n] with n frequencies: identical bits on every ISA.
       std::vector<float> r = randn(2 * n, 4 + n), r_ref = r;
       const std::vector<float> c = randn(n, 5 + n), s = randn(n, 6 + n);
@@ -138,6 +157,26 @@ TEST(RowKernels, EveryIsaMatchesScalar) {
       ref.rotate_half(r_ref.data(), c.data(), s.data(), n);
       expect_bitwise(r, r_ref, "rotate_half " + what);
     }
+  }
+}
+
+TEST(RowKernels, BlockMaxAndExpSumWithMaskedEntries) {
+  // -inf entries (masked logits) take part in a max as -inf and add 0 to a sum; a block of
+  // only -inf has max -inf.
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::vector<float> x(40, ninf);
+  x[3] = 1.5f, x[17] = -2.0f, x[39] = 0.25f;
+  for (const RowKernels* k : available_row_kernels()) {
+    std::vector<float> bm(4);
+    k->block_max(x.data(), 40, 10, bm.data());
+    EXPECT_EQ(bm, (std::vector<float>{1.5f, -2.0f, ninf, 0.25f})) << k->name;
+    std::vector<float> y(40, 7.0f);
+    const double s = k->exp_sum(x.data(), 40, 2.0f, 3.0f, y.data());  // e^(2x - 3)
+    const double want = 1.0 + std::exp(-7.0) + std::exp(-2.5);
+    EXPECT_NEAR(s, want, 1e-6 * want) << k->name;
+    EXPECT_EQ(y[0], 0.0f) << k->name;
+    EXPECT_EQ(y[3], 1.0f) << k->name;
+    EXPECT_NEAR(y[39], std::exp(-2.5), 1e-6 * std::exp(-2.5)) << k->name;
   }
 }
 

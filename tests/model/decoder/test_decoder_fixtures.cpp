@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/core/cpu_features.h"
+#include "kernels/gemm/gemm.h"
 #include "tests/support/decoder_harness.h"
 
 namespace vlm::testing {
@@ -39,6 +40,30 @@ TEST_P(DecoderFixture, ChunkedPrefillMatchesHuggingFace) {
       const double err = max_row_rel_error(seq.logits.data(), want.as<const float>(), want.dim(0), want.dim(1));
       EXPECT_LE(err, kTol) << "chunk " << chunk << ", prompt " << p;
     }
+  }
+}
+
+// The LM head runs only for the rows that sample (ForwardBatch::logits_indices: a chunk's last
+// row): those rows' logits are the ones the head gives when it runs for every row, with f32
+// activations and with bf16 activations (one row then takes the bf16 GEMV, a whole prompt the
+// bf16 dot-product GEMM).
+TEST_P(DecoderFixture, LastRowLogitsEqualThoseOfTheHeadOverEveryRow) {
+  for (bool bf16 : {false, true}) {
+    if (bf16 && !cpu_has_avx512_bf16()) continue;
+    set_bf16_activations(bf16);
+    DecoderRunner all(GetParam(), 16, 64), last(GetParam(), 16, 64);
+    last.logits_for = LogitsFor::Last;
+    const int64_t V = all.vocab();
+    for (int p = 0; p < ref_.num_prompts(); ++p) {
+      TestSequence a{ref_.ids(p)}, b{ref_.ids(p)};
+      const auto n = static_cast<int32_t>(a.tokens.size());
+      all.prefill(a, n);
+      last.prefill(b, n);
+      ASSERT_EQ(static_cast<int64_t>(b.logits.size()), V) << "one row";
+      const double err = max_row_rel_error(b.logits.data(), a.logits.data() + (n - 1) * V, 1, V);
+      EXPECT_LE(err, bf16 ? 1e-5 : 1e-6) << "prompt " << p << (bf16 ? ", bf16 activations" : "");
+    }
+    set_bf16_activations(false);
   }
 }
 
