@@ -44,12 +44,10 @@ template <class T>
 __global__ void rope_kv_write_kernel(const T* __restrict__ qkv, int64_t T_, int H, const float* __restrict__ table,
                                      int R, T* __restrict__ q, KVView kv, const int32_t* __restrict__ slots) {
   const int D = kv.head_dim, Hkv = kv.num_kv_heads;
-  const int chunks = (H + 2 * Hkv) * D / 8;  // per token
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= T_ * chunks) return;
-  const int64_t t = idx / chunks;
-  const int c = static_cast<int>(idx % chunks);
-  const int h = c / (D / 8), i = (c % (D / 8)) * 8;  // head, first element
+  const RopeChunk ch = rope_chunk(static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, T_, H, Hkv, D);
+  if (!ch.valid) return;
+  const int64_t t = ch.t;
+  const int h = ch.h, i = ch.i;
   const T* x = qkv + (t * (H + 2 * Hkv) + h) * D;
   T* y;
   if (h < H) {

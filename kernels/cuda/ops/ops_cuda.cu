@@ -170,12 +170,10 @@ __global__ void rope_split_kernel(const T* qkv, int64_t H, int64_t Hkv, int64_t 
 template <typename T>
 __global__ void rope_split_x8_kernel(const T* qkv, int64_t T_, int H, int Hkv, int D, const float* table, int R,
                                      T* q, T* k, T* v) {
-  const int chunks = (H + 2 * Hkv) * D / 8;  // per token
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= T_ * chunks) return;
-  const int64_t t = idx / chunks;
-  const int c = static_cast<int>(idx % chunks);
-  const int h = c / (D / 8), i = (c % (D / 8)) * 8;  // head, first element
+  const RopeChunk ch = rope_chunk(static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, T_, H, Hkv, D);
+  if (!ch.valid) return;
+  const int64_t t = ch.t;
+  const int h = ch.h, i = ch.i;
   const T* x = qkv + (t * (H + 2 * Hkv) + h) * D;
   T* y = h < H ? q + (t * H + h) * D : (h < H + Hkv ? k + (t * Hkv + h - H) * D : v + (t * Hkv + h - H - Hkv) * D);
   const int half = h < H + Hkv ? R / 2 : 0;  // v: no rotation

@@ -1,5 +1,6 @@
-// The RoPE rotation of 8 consecutive elements of one head, shared by the x8 RoPE kernels
-// (rope_split_qkv in ops_cuda.cu; rope_split_q_kv_write in kernels/cuda/attention).
+// The RoPE rotation of 8 consecutive elements of one head and the x8 kernels' thread indexing,
+// shared by the x8 RoPE kernels (rope_split_qkv in ops_cuda.cu; rope_split_q_kv_write in
+// kernels/cuda/attention).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,6 +32,21 @@ __device__ __forceinline__ uint4 rope8(const T* x, int i, int half, const float*
                  : from_f32<T>(__fadd_rn(__fmul_rn(xa, c_), __fmul_rn(xb, s_)));
   }
   return r8;
+}
+
+// Which 8 elements thread `idx` of an x8 RoPE kernel over qkv [T, H + 2 Hkv, D] handles: token
+// t, head h (q heads [0, H), then Hkv k heads and Hkv v heads), first element i. valid = false
+// past the last token's chunks.
+struct RopeChunk {
+  int64_t t;
+  int h, i;
+  bool valid;
+};
+__device__ __forceinline__ RopeChunk rope_chunk(int64_t idx, int64_t T_, int H, int Hkv, int D) {
+  const int chunks = (H + 2 * Hkv) * D / 8;  // per token
+  if (idx >= T_ * chunks) return {0, 0, 0, false};
+  const int c = static_cast<int>(idx % chunks);
+  return {idx / chunks, c / (D / 8), (c % (D / 8)) * 8, true};
 }
 
 }  // namespace vlm::cuda
