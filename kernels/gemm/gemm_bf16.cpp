@@ -198,6 +198,15 @@ uint32_t* scratch_u32(std::unique_ptr<uint32_t, U32Deleter>& buf, int64_t& cap, 
 
 bool bf16_dot_supported() { return use_avx512() && cpu_has_avx512_bf16(); }
 
+int64_t bf16_targets_k(std::span<const LinearTarget> targets, const char* kernel) {
+  VLM_CHECK(bf16_dot_supported(), "{}: no AVX512-BF16 on this CPU (or switched off)", kernel);
+  const int64_t K = targets[0].W->dim(1);
+  for (const LinearTarget& t : targets)
+    VLM_CHECK(t.W->dtype == DType::BF16 && t.W->dim(1) == K, "{}: W {} {} (want BF16, K {})", kernel,
+              t.W->shape.str(), dtype_name(t.W->dtype), K);
+  return K;
+}
+
 namespace {
 
 // How linear_bf16_dot splits one W: column blocks of nc (one per task), K in chunks of pc_even pairs.
@@ -258,12 +267,8 @@ VLM_TARGET_BF16 void dot_task(const uint32_t* a /*[panels][P][kMR]*/, int64_t M,
 
 void linear_bf16_dot_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets,
                            int64_t chunk_pairs) {
-  VLM_CHECK(bf16_dot_supported(), "linear_bf16_dot: no AVX512-BF16 on this CPU (or switched off)");
   if (targets.empty() || M == 0) return;
-  const int64_t K = targets[0].W->dim(1);
-  for (const LinearTarget& t : targets)
-    VLM_CHECK(t.W->dtype == DType::BF16 && t.W->dim(1) == K, "linear_bf16_dot: W {} {} (want BF16, K {})",
-              t.W->shape.str(), dtype_name(t.W->dtype), K);
+  const int64_t K = bf16_targets_k(targets, "linear_bf16_dot");
   if (K == 0) return;                       // linear() handles K = 0
   const int64_t P = (K + 1) / 2;            // bf16 pairs per row
   const int64_t num_panels = (M + kMR - 1) / kMR;

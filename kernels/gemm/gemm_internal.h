@@ -76,6 +76,9 @@ void linear_blas(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K
 // tiles, parallel over column blocks of W. Needs bf16_dot_supported(). Any M, K >= 1.
 // chunk_pairs > 0 caps the K chunk (in bf16 pairs, rounded up to 16) for tests; 0 sizes it for L2.
 bool bf16_dot_supported();  // use_avx512() and the CPU has AVX512-BF16
+// The checks both bf16 kernels make on their arguments: AVX512-BF16 present, every W BF16 with
+// the first W's K; returns that K. `kernel` names the caller in the messages. targets non-empty.
+int64_t bf16_targets_k(std::span<const LinearTarget> targets, const char* kernel);
 void linear_bf16_dot(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
                      const float* bias /*[N] or null*/, float* y /*[M,N]*/,
                      int64_t chunk_pairs = 0);
@@ -84,7 +87,7 @@ void linear_bf16_dot_multi(const float* x /*[M,K]*/, int64_t M, std::span<const 
                            int64_t chunk_pairs = 0);
 // bf16 GEMV path (kernels/gemm/gemv_bf16.cpp) for few rows of x (decode), BF16 W only: x rounded to
 // bf16 once per call (as linear_bf16_dot does), each output a vdpbf16ps dot product of an x row and
-// a W row in W's stored layout (no packing), W rows prefetched a block ahead; parallel over N.
+// a W row in W's stored layout (no packing), the next W rows prefetched into L2; parallel over N.
 // Needs bf16_dot_supported(). Any M, K >= 1 (meant for M < kBf16DotMinM). Same reference as below.
 void linear_gemv_bf16(const float* x /*[M,K]*/, int64_t M, const TensorView& W /*[N,K]*/,
                       const float* bias /*[N] or null*/, float* y /*[M,N]*/);

@@ -196,12 +196,8 @@ VLM_TARGET_BF16 void round_rows_bf16(const float* x, int64_t M, int64_t K, int64
 }  // namespace
 
 void linear_gemv_bf16_multi(const float* x /*[M,K]*/, int64_t M, std::span<const LinearTarget> targets) {
-  VLM_CHECK(bf16_dot_supported(), "linear_gemv_bf16: no AVX512-BF16 on this CPU (or switched off)");
   if (targets.empty() || M == 0) return;
-  const int64_t K = targets[0].W->dim(1);
-  for (const LinearTarget& t : targets)
-    VLM_CHECK(t.W->dtype == DType::BF16 && t.W->dim(1) == K, "linear_gemv_bf16: W {} {} (want BF16, K {})",
-              t.W->shape.str(), dtype_name(t.W->dtype), K);
+  const int64_t K = bf16_targets_k(targets, "linear_gemv_bf16");
   if (K == 0) return;  // linear() handles K = 0
   const int64_t Kp = (K + 31) / 32 * 32;
   thread_local std::vector<uint16_t> xb_buf;

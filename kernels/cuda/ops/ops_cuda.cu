@@ -110,18 +110,18 @@ __global__ void silu_mul_x8_kernel(const T* gu, int64_t T_rows, int64_t I, T* ou
   const int64_t i = 8 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
   if (i >= I) return;
   for (int64_t t = blockIdx.y; t < T_rows; t += gridDim.y) {
-  const uint4 g8 = *reinterpret_cast<const uint4*>(gu + t * 2 * I + i);
-  const uint4 u8 = *reinterpret_cast<const uint4*>(gu + t * 2 * I + I + i);
-  const T* g = reinterpret_cast<const T*>(&g8);
-  const T* u = reinterpret_cast<const T*>(&u8);
-  uint4 r8;
-  T* r = reinterpret_cast<T*>(&r8);
+    const uint4 g8 = *reinterpret_cast<const uint4*>(gu + t * 2 * I + i);
+    const uint4 u8 = *reinterpret_cast<const uint4*>(gu + t * 2 * I + I + i);
+    const T* g = reinterpret_cast<const T*>(&g8);
+    const T* u = reinterpret_cast<const T*>(&u8);
+    uint4 r8;
+    T* r = reinterpret_cast<T*>(&r8);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const float gf = to_f32(g[e]);
-    r[e] = from_f32<T>(gf / (1.0f + expf(-gf)) * to_f32(u[e]));
-  }
-  *reinterpret_cast<uint4*>(out + t * I + i) = r8;
+    for (int e = 0; e < 8; ++e) {
+      const float gf = to_f32(g[e]);
+      r[e] = from_f32<T>(gf / (1.0f + expf(-gf)) * to_f32(u[e]));
+    }
+    *reinterpret_cast<uint4*>(out + t * I + i) = r8;
   }
 }
 
