@@ -33,9 +33,9 @@
 
 #include "bench/common/shuffled_cache.h"
 #include "kernels/core/thread_pool.h"
-#include "kernels/cuda/attention/cuda_block_sparse.h"
-#include "kernels/cuda/attention/cuda_grid_plan.h"
-#include "kernels/cuda/attention/cuda_grid_search.h"
+#include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
+#include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
+#include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
 
 namespace {

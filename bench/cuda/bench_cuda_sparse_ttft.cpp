@@ -35,7 +35,7 @@
 
 #include "engine/cuda/cuda_backend.h"
 #include "kernels/core/log.h"
-#include "kernels/cuda/attention/sparse_plan_view.h"
+#include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
 #include "kernels/cuda/core/cuda_check.h"
 
 namespace {

@@ -16,9 +16,9 @@
 
 #include <vector>
 
-#include "kernels/cuda/attention/cuda_block_sparse.h"
-#include "kernels/cuda/attention/cuda_grid_plan.h"
-#include "kernels/cuda/attention/cuda_grid_search.h"
+#include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
+#include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
+#include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
 #include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/forward_batch.h"
 

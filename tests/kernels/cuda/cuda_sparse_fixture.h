@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/attention/block_sparse_attention.h"
-#include "kernels/cuda/attention/cuda_block_sparse.h"
+#include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace vlm::testing {

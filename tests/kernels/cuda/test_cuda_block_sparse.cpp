@@ -1,4 +1,4 @@
-// paged_block_sparse_attention (kernels/cuda/attention/cuda_block_sparse.h) against
+// paged_block_sparse_attention (kernels/cuda/sparse_prefill/cuda_block_sparse.h) against
 //  - the dense tensor-core prefill kernel with all-blocks plans (the same tiles and order),
 //  - the CPU's block_sparse_attention_ref with random plans (permuted rows and keys, unaligned key
 //    block starts, gathered columns, empty query blocks, chunks over cached context, GQA 1/4/7,
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "kernels/attention/block_sparse_attention.h"
-#include "kernels/cuda/attention/cuda_block_sparse.h"
+#include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
 #include "tests/kernels/cuda/cuda_sparse_fixture.h"
 #include "tests/support/gpu_test.h"

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cuda/attention/cuda_grid_plan.h"
+#include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 #include "kernels/sparse_prefill/grid.h"
 #include "tests/kernels/cuda/cuda_sparse_fixture.h"
 #include "tests/support/gpu_test.h"

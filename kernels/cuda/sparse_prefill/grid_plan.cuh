@@ -7,7 +7,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/attention/sparse_plan_view.h"
+#include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
 
 namespace vlm::cuda {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "kernels/attention/block_sparse_plan.h"
-#include "kernels/cuda/attention/grid_plan.cuh"
-#include "kernels/cuda/attention/sparse_plan_view.h"
+#include "kernels/cuda/sparse_prefill/grid_plan.cuh"
+#include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/sparse_prefill/grid.h"
 

@@ -8,7 +8,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
-#include "kernels/cuda/attention/grid_plan.cuh"
+#include "kernels/cuda/sparse_prefill/grid_plan.cuh"
 
 namespace vlm::cuda {
 namespace {

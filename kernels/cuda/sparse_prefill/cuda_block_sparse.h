@@ -32,7 +32,7 @@
 
 #include "kernels/attention/block_sparse_plan.h"
 #include "kernels/cuda/attention/cuda_attention.h"
-#include "kernels/cuda/attention/sparse_plan_view.h"
+#include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
 #include "kernels/cuda/core/device_buffer.h"
 
 namespace vlm::cuda {

@@ -1,4 +1,4 @@
-#include "kernels/cuda/attention/cuda_grid_plan.h"
+#include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 
 #include <cuda_runtime.h>
 

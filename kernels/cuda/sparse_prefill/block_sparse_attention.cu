@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
-#include "kernels/cuda/attention/sparse_plan_view.h"
+#include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
 #include "kernels/cuda/attention/mma_tile.cuh"
 
 namespace vlm::cuda {

@@ -9,7 +9,7 @@
 #include <numeric>
 
 #include "kernels/core/check.h"
-#include "kernels/cuda/attention/cuda_block_sparse.h"
+#include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
 
 namespace vlm::cuda {
 namespace {
