@@ -6,6 +6,7 @@
 // positions, so any permutation of rows or keys keeps causality.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -92,10 +93,12 @@ __device__ __forceinline__ void load_tile(const KVView& kv, const int32_t* table
   }
 }
 
+// Piece `piece` of `npieces` of work item `it` (see block_sparse_kernel).
 template <int D, bool kRowOffsets, class T, class TQ>
-__global__ void __launch_bounds__(kThreads)
-block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* __restrict__ block_tables,
-                    int max_blocks_per_seq, SparsePlanView plan, float scale_log2, TQ* __restrict__ out) {
+__device__ __forceinline__ void run_piece(const TQ* __restrict__ q, int H, const KVView& kv,
+                                          const int32_t* __restrict__ block_tables, int max_blocks_per_seq,
+                                          const SparsePlanView& plan, float scale_log2, TQ* __restrict__ out, int it,
+                                          int piece, int npieces) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
   T* const kv_smem = sq + kBM * D;
@@ -106,19 +109,6 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   __shared__ int cta_maxpos;
   __shared__ int64_t row_off[2][kBN];  // kRowOffsets: the tile's rows in the cache
 
-  // The work item and, split, which piece of it this CTA runs.
-  int it = blockIdx.x, piece = 0, npieces = 1;
-  if (plan.piece_off) {
-    const int p = blockIdx.x;
-    if (p >= plan.piece_off[plan.num_items]) return;  // past the pieces (the launch is a bound)
-    int lo = 0, hi = plan.num_items - 1;              // the last item whose pieces start at or before p
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (plan.piece_off[mid] <= p) lo = mid;
-      else hi = mid - 1;
-    }
-    it = lo, piece = p - plan.piece_off[lo], npieces = plan.piece_off[lo + 1] - plan.piece_off[lo];
-  }
   const int32_t* item = plan.items + 4 * int64_t(it);
   const int s = item[0], h = item[1], qb = item[2];
   const SparseHeadDesc hd = plan.descs[item[3]];
@@ -243,6 +233,43 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   }
 }
 
+// One CTA per piece (plan.queue nullptr: piece blockIdx.x), or a resident grid whose CTAs take
+// the next piece from plan.queue until none is left. Pieces are numbered in cost order
+// (piece_off: the exclusive sums of the items' piece counts; nullptr: one piece per item).
+template <int D, bool kRowOffsets, class T, class TQ>
+__global__ void __launch_bounds__(kThreads)
+block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* __restrict__ block_tables,
+                    int max_blocks_per_seq, SparsePlanView plan, float scale_log2, TQ* __restrict__ out) {
+  __shared__ int next;
+  const int total = plan.piece_off ? plan.piece_off[plan.num_items] : plan.num_items;
+  int p = blockIdx.x;
+  if (plan.queue) {
+    if (threadIdx.x == 0) next = atomicAdd(plan.queue, 1);
+    __syncthreads();
+    p = next;
+  }
+  while (p < total) {
+    // The work item and, split, which piece of it this is.
+    int it = p, piece = 0, npieces = 1;
+    if (plan.piece_off) {
+      int lo = 0, hi = plan.num_items - 1;  // the last item whose pieces start at or before p
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (plan.piece_off[mid] <= p) lo = mid;
+        else hi = mid - 1;
+      }
+      it = lo, piece = p - plan.piece_off[lo], npieces = plan.piece_off[lo + 1] - plan.piece_off[lo];
+    }
+    run_piece<D, kRowOffsets, T, TQ>(q, H, kv, block_tables, max_blocks_per_seq, plan, scale_log2, out, it, piece,
+                                     npieces);
+    if (!plan.queue) break;
+    __syncthreads();  // the piece's shared state is read; `next` too
+    if (threadIdx.x == 0) next = atomicAdd(plan.queue, 1);
+    __syncthreads();
+    p = next;
+  }
+}
+
 // One CTA per work item; items of more than one piece merge their pieces' partials (log-sum-exp
 // over the rows' maxima m, in the log2 domain of online_softmax) into the output rows.
 template <int D, class TQ>
@@ -295,7 +322,19 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
                               allow_dynamic_smem(block_sparse_kernel<D, false, T, TQ>, smem);
   (void)smem_ok;
   auto kernel = g_row_offsets ? block_sparse_kernel<D, true, T, TQ> : block_sparse_kernel<D, false, T, TQ>;
-  const int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
+  int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
+  if (plan.queue) {
+    static const int resident = [&] {
+      int dev = 0, sms = 0, per_sm = 0;
+      VLM_CUDA_CHECK(cudaGetDevice(&dev));
+      VLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, block_sparse_kernel<D, true, T, TQ>,
+                                                                   kThreads, smem));
+      return std::max(1, sms * per_sm);
+    }();
+    ctas = std::min(ctas, resident);
+    VLM_CUDA_CHECK(cudaMemsetAsync(plan.queue, 0, sizeof(int32_t), stream));
+  }
   kernel<<<ctas, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch.block_tables,
                                            batch.max_blocks_per_seq, plan, scale * float(M_LOG2E),
                                            static_cast<TQ*>(out));
