@@ -30,12 +30,17 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   sh.n_init = std::max(p.n_init, 0);
   grow(layouts_, H * sizeof(GridHeadLayout));
   GridHeadLayout* d_layouts = layouts_.as<GridHeadLayout>();
-  GridLayoutBatch batch;
+  Stage& st = stages_[next_stage_];
+  next_stage_ = (next_stage_ + 1) % kStages;
+  if (st.copied) VLM_CUDA_CHECK(cudaEventSynchronize(st.copied));  // the stage's last copy has read it
+  else VLM_CUDA_CHECK(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming));
+  st.host.reserve(H * sizeof(GridHeadLayout));
+  auto* dl = st.host.as<GridHeadLayout>();
   for (int h = 0; h < H; ++h) {
     const GridLayout& l = layouts[h];
     VLM_CHECK(l.stride > 0 && l.stride <= kGridPlanMaxStride, "grid plan on the GPU: stride {} (at most {})", l.stride,
               kGridPlanMaxStride);
-    GridHeadLayout& d = batch.layouts[h % kGridLayoutsPerUpload];
+    GridHeadLayout& d = dl[h];
     std::memset(&d, 0, sizeof d);
     d.stride = l.stride;
     d.phase = ((l.phase % l.stride) + l.stride) % l.stride;
@@ -46,12 +51,9 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
     std::copy_n(l.vgroups.begin(), d.nv, d.v);
     std::copy_n(l.hgroups.begin(), d.nh, d.h);
     sh.max_stride = std::max(sh.max_stride, l.stride);
-    batch.count = h % kGridLayoutsPerUpload + 1;
-    if (batch.count == kGridLayoutsPerUpload || h == H - 1) {
-      batch.first = h + 1 - batch.count;
-      grid_plan_upload_layouts(batch, d_layouts, stream);  // the layouts travel in the launch
-    }
   }
+  VLM_CUDA_CHECK(cudaMemcpyAsync(d_layouts, dl, H * sizeof(GridHeadLayout), cudaMemcpyHostToDevice, stream));
+  VLM_CUDA_CHECK(cudaEventRecord(st.copied, stream));
   const int nqb = sh.num_qblocks(), nkb = sh.num_kblocks(), n = H * nqb;
   VLM_CHECK(sh.max_stride * 4 + nkb + 16 <= 200 * 1024, "grid plan on the GPU: {} keys too many", N);
 
@@ -137,6 +139,14 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   causal_ = 0;
   for (int m = 0; m < nqb; ++m) causal_ += (N - q_len + std::min(q_len, (m + 1) * 64) - 1) / 64 + 1;
   causal_ *= H;
+}
+
+CudaGridPlan::~CudaGridPlan() {
+  for (Stage& st : stages_)
+    if (st.copied) {
+      cudaEventSynchronize(st.copied);
+      cudaEventDestroy(st.copied);
+    }
 }
 
 BlockCounts CudaGridPlan::block_counts() const {

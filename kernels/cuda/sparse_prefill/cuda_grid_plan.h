@@ -4,7 +4,7 @@
 // sink columns, the work items in cost order -- is made on the device in two passes (count, then
 // fill at the scanned offsets) with no host synchronization: the lists are sized by their bound
 // (every query block over every key block, n_init sink columns), the layouts and the head
-// descriptors reach the device as launch parameters, and the split of long items (SplitPolicy:
+// descriptors are made on the device (the layouts go up through a pinned staging ring), and the split of long items (SplitPolicy:
 // the automatic policy computed on the device from the totals, or the knob's) is scanned there;
 // the attention runs a resident grid over the pieces (SparsePlanView::queue). No per-head host
 // work and no plan upload. The lists equal grid_head_plan's (test_cuda_grid_plan compares them
@@ -49,7 +49,22 @@ class CudaGridPlan {
     return c.causal > 0 ? c.computed / c.causal : 1.0;
   }
 
+  CudaGridPlan() = default;
+  CudaGridPlan(const CudaGridPlan&) = delete;
+  CudaGridPlan& operator=(const CudaGridPlan&) = delete;
+  ~CudaGridPlan();
+
  private:
+  // Pinned staging of the layouts' upload, a ring of kStages: a stage is rewritten once the copy
+  // that read it is done (its event), so the host waits only when it runs kStages builds ahead.
+  static constexpr int kStages = 8;
+  struct Stage {
+    PinnedBuffer host;
+    cudaEvent_t copied = nullptr;
+  };
+  Stage stages_[kStages];
+  int next_stage_ = 0;
+
   DeviceBuffer layouts_, scratch_, temp_, plan_, split_, partial_;
   SparsePlanView view_;
   int num_heads_ = 0;

@@ -196,10 +196,6 @@ __global__ void split_counts_kernel(const int32_t* order, const int32_t* nblocks
   counts[n + 1 + i] = np > 1 ? np : 0;
 }
 
-__global__ void upload_layouts_kernel(GridLayoutBatch batch, GridHeadLayout* dst) {
-  if (static_cast<int>(threadIdx.x) < batch.count) dst[batch.first + threadIdx.x] = batch.layouts[threadIdx.x];
-}
-
 __global__ void descs_kernel(GridPlanShape sh, GridPlanOut out, int t0, SparseHeadDesc* descs) {
   const int h = blockIdx.x * blockDim.x + threadIdx.x;
   if (h >= sh.num_heads) return;
@@ -277,11 +273,6 @@ void grid_plan_split(const GridPlanSchedule& s, const GridPlanSplit& split, int3
   VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, counts, piece_off, n + 1, stream));
   bytes = s.temp_bytes;
   VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, counts + n + 1, slot_off, n + 1, stream));
-}
-
-void grid_plan_upload_layouts(const GridLayoutBatch& batch, GridHeadLayout* dst, cudaStream_t stream) {
-  upload_layouts_kernel<<<1, kGridLayoutsPerUpload, 0, stream>>>(batch, dst);
-  VLM_CUDA_CHECK_LAUNCH();
 }
 
 void grid_plan_descs(const GridPlanShape& sh, const GridPlanOut& out, int t0, SparseHeadDesc* descs,

@@ -82,15 +82,6 @@ struct GridPlanSplit {
 void grid_plan_split(const GridPlanSchedule& schedule, const GridPlanSplit& split, int32_t* counts,
                      int32_t* piece_off, int32_t* slot_off, cudaStream_t stream);
 
-// Layouts [first, first + count) written to the device from the launch's parameters (the stream
-// reads no host memory, so the host need not keep it nor wait).
-constexpr int kGridLayoutsPerUpload = 24;
-struct GridLayoutBatch {
-  int first = 0, count = 0;
-  GridHeadLayout layouts[kGridLayoutsPerUpload];
-};
-void grid_plan_upload_layouts(const GridLayoutBatch& batch, GridHeadLayout* dst, cudaStream_t stream);
-
 // descs[h] (h < H) of the plan written at `out`'s offsets: the head's q_order, k_order, pointers
 // and the shared lists, rows t0.. of the batch, q_len rows over num_keys keys.
 void grid_plan_descs(const GridPlanShape& shape, const GridPlanOut& out, int t0, SparseHeadDesc* descs,
