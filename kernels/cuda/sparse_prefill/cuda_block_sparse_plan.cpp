@@ -139,6 +139,9 @@ void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, 
         d.t0 = cu_host[s];
         d.q_len = p->q_len;
         d.num_keys = p->num_keys;
+        d.flags = std::all_of(hp.blocks.begin(), hp.blocks.end(), [](int32_t k0) { return k0 % 64 == 0; })
+                      ? kHeadAlignedBlocks
+                      : 0;
       }
       std::memcpy(hw + item_words + (static_cast<int64_t>(s) * H + h) * (sizeof(SparseHeadDesc) / 4), &d,
                   sizeof d);

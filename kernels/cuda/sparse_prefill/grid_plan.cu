@@ -147,16 +147,19 @@ fill_lists_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut o
   }
 }
 
-// Grid (ceil(max(q_len, N) / 256), H, 2): z = 0 the k_order, z = 1 the q_order of head h.
+// Grid (groups, H, 2): z = 0 the k_order, z = 1 the q_order of head h, written run by run (group
+// g's run holds j0(g) + k * s at start(g) + k), the CTAs striding over the head's groups.
 __global__ void orders_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut out) {
-  const int h = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int h = blockIdx.y;
   const GridHeadLayout& L = layouts[h];
   const bool q = blockIdx.z == 1;
-  const int n = q ? sh.q_len : sh.num_keys;
-  if (i >= n) return;
-  const GridOrder o(L.stride, L.phase, q ? sh.num_keys - sh.q_len : 0, n);
-  int32_t* base = out.data + out.order_base + int64_t(h) * (sh.q_len + sh.num_keys);
-  (q ? base : base + sh.q_len)[i] = o.at(i);
+  const int n = q ? sh.q_len : sh.num_keys, s = L.stride;
+  const GridOrder o(s, L.phase, q ? sh.num_keys - sh.q_len : 0, n);
+  int32_t* base = out.data + out.order_base + int64_t(h) * (sh.q_len + sh.num_keys) + (q ? 0 : sh.q_len);
+  for (int g = blockIdx.x; g < s; g += gridDim.x) {
+    const int st = o.start(g), end = g + 1 < s ? o.start(g + 1) : n, j0 = o.j0(g);
+    for (int k = threadIdx.x; st + k < end; k += blockDim.x) base[st + k] = j0 + k * s;
+  }
 }
 
 // items[i] = (seq 0, head, qblock, desc = head) of the i-th work item in cost order.
@@ -210,7 +213,7 @@ __global__ void descs_kernel(GridPlanShape sh, GridPlanOut out, int t0, SparseHe
   x.t0 = t0;
   x.q_len = sh.q_len;
   x.num_keys = sh.num_keys;
-  x.pad = 0;
+  x.flags = kHeadAlignedBlocks;  // grid plans list aligned blocks
   descs[h] = x;
 }
 
@@ -233,8 +236,7 @@ void grid_plan_fill(const GridHeadLayout* layouts, const GridPlanShape& sh, cons
   (void)ok;
   fill_lists_kernel<<<dim3(sh.num_qblocks(), sh.num_heads), kThreads, smem_bytes(sh), stream>>>(layouts, sh, out);
   VLM_CUDA_CHECK_LAUNCH();
-  const int n = std::max(sh.q_len, sh.num_keys);
-  orders_kernel<<<dim3((n + 255) / 256, sh.num_heads, 2), 256, 0, stream>>>(layouts, sh, out);
+  orders_kernel<<<dim3(std::min(sh.max_stride, 1024), sh.num_heads, 2), 128, 0, stream>>>(layouts, sh, out);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

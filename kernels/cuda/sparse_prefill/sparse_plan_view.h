@@ -10,10 +10,12 @@
 namespace vlm::cuda {
 
 // One (sequence, head) of the flattened plans: offsets (in int32 elements) into the plan buffer;
-// q_order / k_order < 0: identity.
+// q_order / k_order < 0: identity. flags: kHeadAlignedBlocks when every listed key block starts
+// at a multiple of 64 (then a query block listing ceil(num_keys / 64) blocks lists every key).
+constexpr int32_t kHeadAlignedBlocks = 1;
 struct SparseHeadDesc {
   int64_t q_order, k_order, block_ptr, blocks, col_ptr, cols;
-  int32_t t0, q_len, num_keys, pad;
+  int32_t t0, q_len, num_keys, flags;
 };
 
 // Splitting long work items along the keys: an item of more than `threshold` key tiles runs as

@@ -131,7 +131,6 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
                                        const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale,
                                        void* out, cudaStream_t stream) {
   if (b.num_seqs() != 1 || !sparse_here(b, 0)) return false;
-  VLM_CUDA_CHECK(cudaPeekAtLastError());  // DEBUG a
   const SparsePrefillConfig& cfg = b.sparse_prefill[0];
   check_config(cfg);
   if (cfg.method != SparsePrefillMethod::Grid && cfg.method != SparsePrefillMethod::MMInference) return false;
@@ -140,16 +139,13 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
     if (pt.type != HeadPatternType::Grid || pt.boundary != BoundaryKind::None || !same_grid(pt.grid, pats[0].grid) ||
         pt.grid.num_vlines > cuda::kGridPlanMaxLines || pt.grid.max_stride > cuda::kGridPlanMaxStride)
       return false;
-  VLM_CUDA_CHECK(cudaPeekAtLastError());  // DEBUG b
   const std::vector<GridLayout> layouts = grid_layouts(layer, b, 0, pats, q, act, kv, meta, scale, stream);
-  VLM_CUDA_CHECK(cudaPeekAtLastError());  // DEBUG c
   for (const GridLayout& l : layouts)
     if (l.stride > cuda::kGridPlanMaxStride) return false;  // a known stride beyond the device plan's range
   // The counts stay on the device until the step ends (finish_step: no sync per layer).
   BlockCounts* target = b.sparse_block_counts.empty() ? nullptr : b.sparse_block_counts[0];
   const int q_len = q_len_of(b, 0), N = b.context_lens[0];
   unsigned long long* acc = counts_.counter(target, stream);
-  VLM_CUDA_CHECK(cudaPeekAtLastError());  // DEBUG d
   device_plan_.build(layouts, pats[0].grid, b.cu_seqlens_q[0], q_len, N, stream, acc);
   if (acc) counts_.add_causal(device_plan_.causal_blocks());
   mark("sparse_plan");
