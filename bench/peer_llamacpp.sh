@@ -213,8 +213,10 @@ def alternated(title, lb_name, lb_key, ours_name, n, read_name):
     if not rows:
         return
     print()
-    print(f"{title}, alternated rounds (read GB/s beside it, llama.cpp tok/s, ours tok/s, ratio, ours / read rate): "
-          + "; ".join(f"{r or 0:.1f}, {a:.1f}, {b:.1f}, {b / a:.2f}x, {100 * b * weights_gb / r:.0f}%" if r else
+    print(f"{title}, alternated rounds (read GB/s beside it, llama.cpp tok/s, ours tok/s, ratio, weight bytes per "
+          "second against that read rate: llama.cpp, ours): "
+          + "; ".join(f"{r:.1f}, {a:.1f}, {b:.1f}, {b / a:.2f}x, {100 * a * weights_gb / r:.0f}% / "
+                      f"{100 * b * weights_gb / r:.0f}%" if r else
                       f"n/a, {a:.1f}, {b:.1f}, {b / a:.2f}x, n/a" for a, b, r in rows)
           + f". Median ratio {statistics.median(b / a for a, b, _ in rows):.2f}x"
           + (f"; median of ours / read rate {statistics.median(100 * b * weights_gb / r for _, b, r in rows if r):.0f}%"
