@@ -146,6 +146,7 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
   mark("sparse_plan");
   if (!b.sparse_block_counts.empty() && b.sparse_block_counts[0])
     *b.sparse_block_counts[0] += device_plan_.block_counts();
+  last_plan_ = device_plan_.view();
   cuda::paged_block_sparse_attention(q, act, H, kv, meta, device_plan_.view(), scale, out, stream);
   mark("sparse_kernel");
   return true;
@@ -174,6 +175,7 @@ void CudaSparsePrefill::attention(int layer, const ForwardBatch& b, const void* 
     ptrs[s] = &plans[s];
   }
   plan_.upload(ptrs, b.cu_seqlens_q.data(), H, stream);
+  last_plan_ = plan_.view();
   mark("sparse_plan");
   cuda::paged_block_sparse_attention(q, act, H, kv, meta, plan_, scale, out, stream);
   mark("sparse_kernel");

@@ -36,6 +36,8 @@ class CudaSparsePrefill {
   void attention(int layer, const ForwardBatch& b, const void* q /*[T,H,D]*/, DType act, int num_heads,
                  const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale, void* out /*[T,H,D]*/,
                  cudaStream_t stream, StepProfiler* prof = nullptr);
+  // The plan view the last attention() ran (tools: per-head block counts, head_error.h).
+  const cuda::SparsePlanView& last_plan() const { return last_plan_; }
 
  private:
   static void check_config(const SparsePrefillConfig& cfg);  // RequestError when the GPU cannot plan it
@@ -57,6 +59,7 @@ class CudaSparsePrefill {
   cuda::CudaGridSearch grid_;
   cuda::CudaBlockSparsePlan plan_;
   cuda::CudaGridPlan device_plan_;
+  cuda::SparsePlanView last_plan_;
   StepProfiler* prof_ = nullptr;  // this call's (attention's argument)
   cudaStream_t stream_ = nullptr;
   void mark(const char* name) {
