@@ -169,6 +169,9 @@ int main(int argc, char** argv) {
     for (double s : table.layer_seconds) total += s;
     std::printf("measured rows %d of %d; %zu candidates; search %.3f s over %d layers (%.3f s per layer)\n",
                 table.probe_rows, table.num_keys, cands.size(), total, L, total / std::max(L, 1));
+    std::printf("per layer (s):");
+    for (double s : table.layer_seconds) std::printf(" %.3f", s);
+    std::printf("\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
