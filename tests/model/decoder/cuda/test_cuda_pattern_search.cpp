@@ -67,7 +67,9 @@ TEST_F(PatternSearch, GpuFiguresAndChoicesMatchTheCpuSearch) {
   const auto cands = pattern_candidates(kPrompt, prompt_->mixed());
   ASSERT_TRUE(prompt_->mixed());
   for (const auto& c : cands)
-    if (deterministic(c.pattern) || c.pattern.type == HeadPatternType::Grid) EXPECT_TRUE(gpu_plans(c.pattern, 64)) << c.name;
+    if (deterministic(c.pattern) || c.pattern.type == HeadPatternType::Grid) {
+      EXPECT_TRUE(gpu_plans(c.pattern, 64)) << c.name;
+    }
   const PatternSearchTable cpu = search_patterns_cpu(*host_, *prompt_, cands, 64);
   CudaPatternSearchOptions o;
   o.chunk = kPrompt;
@@ -94,7 +96,9 @@ TEST_F(PatternSearch, GpuFiguresAndChoicesMatchTheCpuSearch) {
         if (deterministic(cands[c].pattern)) {
           EXPECT_NEAR(g.density, a.density, 1e-12) << where;
           EXPECT_NEAR(g.error, a.error, 0.01 + 0.05 * a.error) << where;
-          if (c == 0) EXPECT_LT(g.error, 0.01) << where;
+          if (c == 0) {
+            EXPECT_LT(g.error, 0.01) << where;
+          }
           max_det = std::max(max_det, std::abs(g.error - a.error));
         } else {
           EXPECT_NEAR(g.density, a.density, 0.2) << where;
@@ -159,7 +163,9 @@ TEST_F(PatternSearch, ChunkedPromptIsMeasuredOnItsLastChunk) {
         EXPECT_TRUE(std::isfinite(s.error) && s.error >= 0 && s.error < 2) << cands[c].name;
         EXPECT_TRUE(s.density > 0 && s.density <= 1 + 1e-12) << cands[c].name;
         const HeadPattern& p = cands[c].pattern;
-        if (p.type == HeadPatternType::Dense) EXPECT_LT(s.error, 0.01);
+        if (p.type == HeadPatternType::Dense) {
+          EXPECT_LT(s.error, 0.01);
+        }
         if (p.type == HeadPatternType::AShape) {
           const HeadPlan hp = a_shape_head_plan(512, kPrompt, 64, p.n_init, p.n_local);
           EXPECT_NEAR(s.density, (hp.blocks.size() + hp.cols.size() / 64.0) / causal, 1e-12) << cands[c].name;
