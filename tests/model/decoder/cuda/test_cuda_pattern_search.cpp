@@ -8,11 +8,10 @@
 //    random model break differently in bf16 and f32: per head, density within 0.2 and error within
 //    0.1 + 30 %; per candidate, the mean over heads and layers of |density difference| within 0.05
 //    and of |error difference| within 0.03 + 10 % of the mean error;
-//  - the choices at a target inside the range of errors (the median CPU error of the sparse
-//    candidates): equal for every head whose candidates' errors are all farther than 0.02 from the
-//    target on both devices, whose passing candidates are the same on both, with densities 0.02
-//    apart or more and in the same order on both (the other heads are printed), and at least one
-//    such head.
+//  - the choices at three targets (0.05, 0.2 and the median CPU error of the sparse candidates):
+//    equal for every head where no candidate is at the target (the target within 0.005 of the span
+//    of its CPU and GPU errors) and the two cheapest passing candidates are 0.01 or more apart in
+//    density on each device (the other heads are printed), and at least one such head.
 // A prompt prefilled in chunks is measured on its last chunk's rows: their A-shape densities equal
 // the host plan's for those rows. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -32,6 +31,9 @@ namespace vlm::testing {
 namespace {
 
 constexpr int kPrompt = 2048;
+// A candidate is at the target when the target lies within kHair of the span of its two errors
+// (CPU, GPU); two passing candidates tie when their densities are less than kDensityTie apart.
+constexpr double kHair = 0.005, kDensityTie = 0.01;
 
 class PatternSearch : public ::testing::Test {
  protected:
@@ -113,38 +115,39 @@ TEST_F(PatternSearch, GpuFiguresAndChoicesMatchTheCpuSearch) {
     EXPECT_LE(sum_de / n, 0.03 + 0.1 * sum_e / n) << cands[c].name;
   }
   std::nth_element(sparse_errors.begin(), sparse_errors.begin() + sparse_errors.size() / 2, sparse_errors.end());
-  const double target = sparse_errors[sparse_errors.size() / 2];
-  const PatternChoice cc = choose_patterns(cpu, cands, target), gc = choose_patterns(gpu, cands, target);
-  int decided = 0, same = 0;
-  for (int l = 0; l < L; ++l)
-    for (int h = 0; h < H; ++h) {
-      bool clear = true;
-      std::vector<std::pair<double, int>> pa, pg;  // passing candidates by density, per device
-      for (int c = 0; c < C; ++c) {
-        const PatternScore &a = cpu.scores[l][c][h], &g = gpu.scores[l][c][h];
-        clear &= std::abs(a.error - target) > 0.02 && std::abs(g.error - target) > 0.02;
-        if (a.error <= target) pa.push_back({a.density, c});
-        if (g.error <= target) pg.push_back({g.density, c});
+  int decided = 0;
+  for (const double target : {0.05, 0.2, sparse_errors[sparse_errors.size() / 2]}) {
+    const PatternChoice cc = choose_patterns(cpu, cands, target), gc = choose_patterns(gpu, cands, target);
+    int clear_heads = 0, same = 0;
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        bool clear = true;
+        std::vector<double> da, dg;  // densities of the passing candidates, per device
+        for (int c = 0; c < C; ++c) {
+          const PatternScore &a = cpu.scores[l][c][h], &g = gpu.scores[l][c][h];
+          clear &= !(std::min(a.error, g.error) - kHair <= target && target <= std::max(a.error, g.error) + kHair);
+          if (a.error <= target) da.push_back(a.density);
+          if (g.error <= target) dg.push_back(g.density);
+        }
+        for (auto* d : {&da, &dg}) {
+          std::sort(d->begin(), d->end());
+          clear &= d->size() < 2 || (*d)[1] - (*d)[0] >= kDensityTie;
+        }
+        same += cc.index[l][h] == gc.index[l][h];
+        if (!clear) {
+          std::printf("  target %.4f layer %d head %d: an error at the target or a density tie: cpu %s, gpu %s\n",
+                      target, l, h, cands[cc.index[l][h]].name.c_str(), cands[gc.index[l][h]].name.c_str());
+          continue;
+        }
+        ++clear_heads;
+        EXPECT_EQ(cands[gc.index[l][h]].name, cands[cc.index[l][h]].name)
+            << "target " << target << " layer " << l << " head " << h;
       }
-      std::sort(pa.begin(), pa.end());
-      std::sort(pg.begin(), pg.end());
-      clear &= pa.size() == pg.size();
-      for (size_t i = 0; clear && i < pa.size(); ++i) {
-        clear &= pa[i].second == pg[i].second;
-        if (i > 0) clear &= pa[i].first - pa[i - 1].first >= 0.02 && pg[i].first - pg[i - 1].first >= 0.02;
-      }
-      same += cc.index[l][h] == gc.index[l][h];
-      if (!clear) {
-        std::printf("  layer %d head %d near the target or a density tie: cpu %s, gpu %s\n", l, h,
-                    cands[cc.index[l][h]].name.c_str(), cands[gc.index[l][h]].name.c_str());
-        continue;
-      }
-      ++decided;
-      EXPECT_EQ(cands[gc.index[l][h]].name, cands[cc.index[l][h]].name) << "layer " << l << " head " << h;
-    }
-  std::printf("target %.4f: %d of %d heads decided, %d same choices; max |error gpu - cpu|: deterministic %.4f, "
-              "estimated %.4f; max |density gpu - cpu| %.4f\n",
-              target, decided, L * H, same, max_det, max_est, max_dens);
+    std::printf("target %.4f: %d of %d heads clear, %d same choices\n", target, clear_heads, L * H, same);
+    decided += clear_heads;
+  }
+  std::printf("max |error gpu - cpu|: deterministic %.4f, estimated %.4f; max |density gpu - cpu| %.4f\n", max_det,
+              max_est, max_dens);
   EXPECT_GT(decided, 0);
 }
 
@@ -161,7 +164,9 @@ TEST_F(PatternSearch, ChunkedPromptIsMeasuredOnItsLastChunk) {
     for (size_t c = 0; c < cands.size(); ++c)
       for (const PatternScore& s : gpu.scores[l][c]) {
         EXPECT_TRUE(std::isfinite(s.error) && s.error >= 0 && s.error < 2) << cands[c].name;
-        EXPECT_TRUE(s.density > 0 && s.density <= 1 + 1e-12) << cands[c].name;
+        // Vertical-slash plans count their slash tiles, which start off the 64-key grid, against the
+        // grid-aligned causal blocks: their density can pass 1 a little (the CPU search's figure too).
+        EXPECT_TRUE(s.density > 0 && s.density < 1.5) << cands[c].name << " " << s.density;
         const HeadPattern& p = cands[c].pattern;
         if (p.type == HeadPatternType::Dense) {
           EXPECT_LT(s.error, 0.01);
