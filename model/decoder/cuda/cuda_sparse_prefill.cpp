@@ -149,6 +149,7 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
   device_plan_.build(layouts, pats[0].grid, b.cu_seqlens_q[0], q_len, N, stream, acc);
   if (acc) counts_.add_causal(device_plan_.causal_blocks());
   mark("sparse_plan");
+  last_plan_ = device_plan_.view();
   cuda::paged_block_sparse_attention(q, act, H, kv, meta, device_plan_.view(), scale, out, stream);
   mark("sparse_kernel");
   return true;
@@ -177,6 +178,7 @@ void CudaSparsePrefill::attention(int layer, const ForwardBatch& b, const void* 
     ptrs[s] = &plans[s];
   }
   plan_.upload(ptrs, b.cu_seqlens_q.data(), H, stream);
+  last_plan_ = plan_.view();
   mark("sparse_plan");
   cuda::paged_block_sparse_attention(q, act, H, kv, meta, plan_, scale, out, stream);
   mark("sparse_kernel");
