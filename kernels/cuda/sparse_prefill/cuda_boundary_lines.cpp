@@ -5,8 +5,7 @@
 #include <algorithm>
 
 #include "kernels/core/check.h"
-#include "kernels/cuda/sparse_prefill/line_scores.cuh"
-#include "kernels/cuda/sparse_prefill/line_top_k.cuh"
+#include "kernels/cuda/sparse_prefill/line_select.cuh"
 
 namespace vlm::cuda {
 
