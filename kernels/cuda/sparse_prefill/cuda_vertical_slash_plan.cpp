@@ -22,8 +22,9 @@ void CudaVerticalSlashPlan::build(const CudaVerticalSlash& est, int t0, int q_le
   L.scount = L.vcount + H;
   const int nqb = sh.num_qblocks(), n = H * nqb;
   const size_t n1 = static_cast<size_t>(n) + 1;
-  // Scratch: counts (2 x (n + 1)), offsets (2 x (n + 1)), sort keys and values (4 x n).
-  scratch_.reserve((4 * n1 + 4 * static_cast<size_t>(n)) * sizeof(int32_t));
+  // Scratch: counts (2 x (n + 1)), offsets (2 x (n + 1)), sort keys and values (4 x n), the
+  // heads' unaligned flags (H).
+  scratch_.reserve((4 * n1 + 4 * static_cast<size_t>(n) + H) * sizeof(int32_t));
   int32_t* w = scratch_.as<int32_t>();
   GridPlanSchedule sc;
   sc.n = n;
@@ -37,12 +38,16 @@ void CudaVerticalSlashPlan::build(const CudaVerticalSlash& est, int t0, int q_le
   sc.temp = temp_.get();
   VLM_CUDA_CHECK(cudaMemsetAsync(nblocks + n, 0, sizeof(int32_t), stream));
   VLM_CUDA_CHECK(cudaMemsetAsync(ncols + n, 0, sizeof(int32_t), stream));
-  vertical_slash_plan_count(L, sh, nblocks, ncols, stream);
+  int32_t* unaligned = sc.idx_out + n;
+  VLM_CUDA_CHECK(cudaMemsetAsync(unaligned, 0, H * sizeof(int32_t), stream));
+  vertical_slash_plan_count(L, sh, nblocks, ncols, unaligned, stream);
   grid_plan_schedule(sc, stream);
-  totals_.reserve(2 * sizeof(int32_t));
+  // One download: the two list totals and the heads' unaligned flags.
+  totals_.reserve((2 + H) * sizeof(int32_t));
   int32_t* totals = totals_.as<int32_t>();
   VLM_CUDA_CHECK(cudaMemcpyAsync(totals, sc.block_off + n, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
   VLM_CUDA_CHECK(cudaMemcpyAsync(totals + 1, sc.col_off + n, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  VLM_CUDA_CHECK(cudaMemcpyAsync(totals + 2, unaligned, H * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
   VLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   const int64_t nb = totals[0], nc = totals[1];
 
@@ -62,6 +67,7 @@ void CudaVerticalSlashPlan::build(const CudaVerticalSlash& est, int t0, int q_le
   out.col_off = sc.col_off;
   vertical_slash_plan_fill(L, sh, out, stream);
   grid_plan_items(sc.idx_out, n, nqb, d, stream);
+  // The split as CudaBlockSparsePlan::upload makes it (the host's policy from the totals).
   const SplitPolicy policy = block_sparse_split_policy(nb, nc, n);
   const SplitBounds bounds = block_sparse_split_bounds(policy, nb, nc, n);
   view_ = SparsePlanView{};
@@ -69,7 +75,10 @@ void CudaVerticalSlashPlan::build(const CudaVerticalSlash& est, int t0, int q_le
   if (policy.piece > 0) {
     split_.reserve(4 * n1 * sizeof(int32_t));
     int32_t* sw = split_.as<int32_t>();
-    grid_plan_split(sc, policy, sw, sw + 2 * n1, sw + 3 * n1, stream);
+    GridPlanSplit split;
+    split.fixed = policy;
+    split.fixed_policy = true;
+    grid_plan_split(sc, split, sw, sw + 2 * n1, sw + 3 * n1, stream);
     partial_.reserve(static_cast<size_t>(std::max(bounds.slots, kMaxSplitSlots)) * kSplitSlotFloats * sizeof(float));
     VLM_CHECK(bounds.pieces < (int64_t(1) << 31), "vertical-slash plan: {} pieces", bounds.pieces);
     view_.piece_off = sw + 2 * n1;
@@ -85,7 +94,8 @@ void CudaVerticalSlashPlan::build(const CudaVerticalSlash& est, int t0, int q_le
     x.col_ptr = x.block_ptr + nqb + 1;
     x.blocks = out.blocks_base;
     x.cols = out.cols_base;
-    x.t0 = t0, x.q_len = q_len, x.num_keys = N, x.pad = 0;
+    x.t0 = t0, x.q_len = q_len, x.num_keys = N;
+    x.flags = totals[2 + h] ? 0 : kHeadAlignedBlocks;
   }
   // A pageable source: copied when the call returns.
   VLM_CUDA_CHECK(cudaMemcpyAsync(d + item_words, descs.data(), H * sizeof(SparseHeadDesc), cudaMemcpyHostToDevice,

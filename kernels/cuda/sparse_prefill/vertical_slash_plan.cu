@@ -45,13 +45,15 @@ __device__ void walk(const VerticalSlashLists& L, const VerticalSlashPlanShape& 
   for (; vi < nv && vert[vi] < vlim; ++vi) emit_col(vert[vi]);
 }
 
-__global__ void count_kernel(VerticalSlashLists L, VerticalSlashPlanShape sh, int32_t* nblocks, int32_t* ncols) {
+__global__ void count_kernel(VerticalSlashLists L, VerticalSlashPlanShape sh, int32_t* nblocks, int32_t* ncols,
+                             int32_t* unaligned) {
   const int nqb = sh.num_qblocks(), i = blockIdx.x * kThreads + threadIdx.x;
   if (i >= sh.num_heads * nqb) return;
-  int nb = 0, nc = 0;
-  walk(L, sh, i / nqb, i % nqb, [&](int) { ++nb; }, [&](int) { ++nc; });
+  int nb = 0, nc = 0, odd = 0;
+  walk(L, sh, i / nqb, i % nqb, [&](int k0) { ++nb, odd |= k0 & (kBlock - 1); }, [&](int) { ++nc; });
   nblocks[i] = nb;
   ncols[i] = nc;
+  if (odd) atomicOr(unaligned + i / nqb, 1);
 }
 
 __global__ void fill_kernel(VerticalSlashLists L, VerticalSlashPlanShape sh, VerticalSlashPlanOut out) {
@@ -73,9 +75,9 @@ __global__ void fill_kernel(VerticalSlashLists L, VerticalSlashPlanShape sh, Ver
 }  // namespace
 
 void vertical_slash_plan_count(const VerticalSlashLists& lists, const VerticalSlashPlanShape& sh, int32_t* nblocks,
-                               int32_t* ncols, cudaStream_t stream) {
+                               int32_t* ncols, int32_t* unaligned, cudaStream_t stream) {
   const int n = sh.num_heads * sh.num_qblocks();
-  count_kernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(lists, sh, nblocks, ncols);
+  count_kernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(lists, sh, nblocks, ncols, unaligned);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,9 +25,10 @@ struct VerticalSlashLists {
 };
 
 // Pass 1: nblocks[H, nqb], ncols[H, nqb] = the key blocks and gathered columns of each (head,
-// query block).
+// query block); unaligned[h] |= 1 when head h lists a key block not starting at a multiple of 64
+// (zeroed by the caller).
 void vertical_slash_plan_count(const VerticalSlashLists& lists, const VerticalSlashPlanShape& shape, int32_t* nblocks,
-                               int32_t* ncols, cudaStream_t stream);
+                               int32_t* ncols, int32_t* unaligned /*[H]*/, cudaStream_t stream);
 
 // Pass 2 at the exclusive sums of pass 1 (block_off, col_off [H * nqb]): blocks at data +
 // blocks_base + block_off[hm], columns at data + cols_base + col_off[hm]; the pointers (absolute
