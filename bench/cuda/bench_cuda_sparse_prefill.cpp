@@ -14,6 +14,11 @@
 // Pattern "mminference-gpu-once": the grid layouts searched on the first 8192 tokens only (the
 // engine's grid_search_once with 8K chunks), the whole prompt planned from them; kernel and error.
 // VLM_BENCH_HLINE=0: the mminference-gpu patterns' grid heads without horizontal lines.
+// Pattern "vertical-slash-gpu": vertical-slash (1000, 6096) estimated on the GPU (CudaVerticalSlash),
+// then either the plans built on the device (CudaVerticalSlashPlan) or one download of every
+// head's lists + the host's vertical_slash_head_plan (thread pool) + the upload; each chain
+// timed wall-clock with the kernel (median of 3), and (S <= 128K) the GPU's lists' overlap with
+// the CPU's estimate_vertical_slash on the same bf16 inputs.
 // Usage: bench_cuda_sparse_prefill [S ...]   (default 131072 262144 524288);
 // VLM_BENCH_PATTERNS=a,b as in bench_sparse_prefill ("all-blocks": the all-blocks plan, S <= 128K).
 #include <cuda_runtime.h>
@@ -26,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -36,6 +42,7 @@
 #include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
+#include "kernels/cuda/sparse_prefill/cuda_vertical_slash_plan.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
 
 namespace {
@@ -329,6 +336,86 @@ int main(int argc, char** argv) {
       const double t_new = gpu_seconds(call);
       std::fprintf(stderr, "S=%d: mminference kernel, row lookups once per tile row %.1f ms, per 16-byte chunk %.1f ms\n",
                    S, t_new * 1e3, t_old * 1e3);
+    }
+    if (vlm::bench::pattern_wanted("vertical-slash-gpu")) {
+      vlm::cuda::GridEstimateShape sh;
+      sh.num_heads = kH;
+      sh.q_len = sh.num_keys = S;
+      sh.rows = 64;
+      const std::vector<vlm::VerticalSlashParams> params(kH);  // (1000, 6096), last 64 rows
+      vlm::cuda::CudaVerticalSlash est;
+      vlm::cuda::CudaVerticalSlashPlan vp;
+      vlm::cuda::CudaBlockSparsePlan hplan;
+      // t[0] total, t[1] estimate, t[2] plan (device: build; host: download + plans + upload).
+      auto chain = [&](bool on_device, std::array<double, 3>& t) {
+        VLM_CUDA_CHECK(cudaDeviceSynchronize());
+        const double a = now();
+        est.estimate(su.dq.get(), vlm::DType::BF16, su.dev_kv, su.dtable.as<int32_t>(), sh, scale, params, nullptr);
+        VLM_CUDA_CHECK(cudaDeviceSynchronize());
+        const double b = now();
+        vlm::cuda::SparsePlanView view;
+        if (on_device) {
+          vp.build(est, 0, S, S, nullptr);
+          view = vp.view();
+        } else {
+          est.download(nullptr);
+          VLM_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+          vlm::BlockSparsePlan p;
+          p.q_len = p.num_keys = S;
+          p.block_m = p.block_n = 64;
+          p.heads.resize(kH);
+          vlm::global_thread_pool().run_tasks(kH, [&](int64_t h) {
+            p.heads[h] = vlm::vertical_slash_head_plan(est.indices(static_cast<int>(h)), S, S, 64);
+          });
+          const vlm::BlockSparsePlan* pp = &p;
+          hplan.upload({&pp, 1}, su.cu, kH, nullptr);
+          view = hplan.view();
+        }
+        VLM_CUDA_CHECK(cudaDeviceSynchronize());
+        const double c = now();
+        vlm::cuda::paged_block_sparse_attention(su.dq.get(), vlm::DType::BF16, kH, su.dev_kv, su.batch, view, scale,
+                                                su.out.get(), nullptr);
+        VLM_CUDA_CHECK(cudaDeviceSynchronize());
+        t = {now() - a, b - a, c - b};
+      };
+      for (const bool on_device : {true, false}) {
+        std::vector<std::array<double, 3>> runs(4);
+        for (auto& r : runs) chain(on_device, r);  // the first a warm-up
+        std::sort(runs.begin() + 1, runs.end());
+        const auto& t = runs[2];
+        std::printf("| %d | vertical_slash(1000, 6096), GPU estimate + %s, estimation included | %.1f ms estimate + "
+                    "%.1f ms plans | - | %.1f ms total (kernel %.1f ms) | %.2fx | %.4f | %.4f |\n",
+                    S, on_device ? "GPU plans" : "host plans (one download, 16 threads, upload)", t[1] * 1e3,
+                    t[2] * 1e3, t[0] * 1e3, (t[0] - t[1] - t[2]) * 1e3, t_dense / t[0],
+                    on_device ? vp.block_density() : hplan.block_density(), rel_l2(su.out, su.dense, qn));
+        std::fflush(stdout);
+      }
+      if (S <= 131072) {  // the GPU's lists against the CPU's estimate (f32 queries of the bf16 rows)
+        est.download(nullptr);
+        VLM_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+        std::vector<double> worst(kH, 1.0);
+        std::vector<std::vector<float>> keys(kHkv, std::vector<float>(size_t(S) * kD));
+        vlm::global_thread_pool().run_tasks(kHkv, [&](int64_t g) {
+          vlm::gather_head_keys(su.cache.kv, su.cache.table.data(), static_cast<int>(g), S, keys[g].data());
+        });
+        vlm::global_thread_pool().run_tasks(kH, [&](int64_t h) {
+          std::vector<float> rows(64 * kD);
+          for (int r = 0; r < 64; ++r)
+            std::copy_n(su.qf.get() + (size_t(S - 64 + r) * kH + h) * kD, kD, rows.data() + r * kD);
+          const auto cpu = vlm::estimate_vertical_slash(rows.data(), 64, keys[h / (kH / kHkv)].data(), S, kD, scale,
+                                                        params[h]);
+          const auto gpu = est.indices(static_cast<int>(h));
+          for (const auto& [x, y] : {std::pair(&cpu.vertical, &gpu.vertical), std::pair(&cpu.slash, &gpu.slash)}) {
+            std::vector<int32_t> a = *x, b = *y, both;
+            std::sort(a.begin(), a.end());
+            std::sort(b.begin(), b.end());
+            std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+            worst[h] = std::min(worst[h], double(both.size()) / double(std::max<size_t>(a.size(), 1)));
+          }
+        });
+        std::fprintf(stderr, "S=%d: vertical-slash lists, GPU vs CPU estimate: worst overlap over heads %.4f\n", S,
+                     *std::min_element(worst.begin(), worst.end()));
+      }
     }
     if (vlm::bench::pattern_wanted("mminference-gpu-once") && S > 8192) {
       // grid_search_once's choice for chunked prefill: the layouts searched on the first 8192-token

@@ -57,15 +57,18 @@ std::optional<HeadPatternType> parse_head_pattern_type(std::string_view name) {
 }
 
 bool plannable_without_host_data(const SparsePrefillConfig& cfg) {
-  auto head_ok = [](const HeadPattern& h) {
-    return h.boundary == BoundaryKind::None &&
+  // Vertical-slash and boundary heads estimate on the GPU from cfg.last_q <= 64 rows.
+  auto head_ok = [&cfg](const HeadPattern& h) {
+    return (h.boundary == BoundaryKind::None || cfg.last_q <= 64) &&
            (h.type == HeadPatternType::Dense || h.type == HeadPatternType::AShape ||
-            (h.type == HeadPatternType::Grid && h.grid.last_q <= 64));
+            (h.type == HeadPatternType::Grid && h.grid.last_q <= 64) ||
+            (h.type == HeadPatternType::VerticalSlash && cfg.last_q <= 64));
   };
   switch (cfg.method) {
     case SparsePrefillMethod::Off:
     case SparsePrefillMethod::AShape:
     case SparsePrefillMethod::TriShape: return true;
+    case SparsePrefillMethod::VerticalSlash: return cfg.last_q <= 64;
     case SparsePrefillMethod::Grid: return cfg.grid.last_q <= 64;
     case SparsePrefillMethod::MMInference:
       if (!head_ok(cfg.default_head)) return false;

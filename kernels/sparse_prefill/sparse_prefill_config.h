@@ -86,11 +86,11 @@ struct GridLayoutStore {
   std::vector<std::vector<GridLayout>> layers;
 };
 
-// Whether every head's plan of cfg is made from the configuration and the grid search alone
-// (method off, A-shape, tri-shape, grid, or MMInference whose head patterns and default head are
-// dense, A-shape or grid with no boundary, grid.last_q <= 64): what the GPU backend plans (its
-// grid search runs on the device; vertical-slash, XAttention and the boundary heads estimate from
-// the chunk's data on the host and are not on the GPU yet).
+// Whether every head's plan of cfg is made from the configuration and the estimates the GPU
+// backend makes on the device (method off, A-shape, tri-shape, grid with grid.last_q <= 64,
+// vertical-slash with last_q <= 64, or MMInference whose head patterns and default head are dense,
+// A-shape, grid (grid.last_q <= 64) or vertical-slash, with or without a Q / 2D boundary (last_q
+// <= 64)): what the GPU backend plans. XAttention is not on the GPU yet.
 bool plannable_without_host_data(const SparsePrefillConfig& cfg);
 
 }  // namespace vlm

@@ -16,6 +16,11 @@ constexpr int kRows = 64;  // max estimation rows
 constexpr int kKeys = 64;  // keys per CTA of the score kernel
 constexpr int kThreads = 256;
 
+// The position of estimating row r (GridEstimateShape::row_pos, else the last rows).
+__device__ __forceinline__ int row_position(const GridEstimateShape& sh, int r) {
+  return sh.row_pos ? sh.row_pos[r] : sh.num_keys - sh.rows + r;
+}
+
 // Grid (ceil(N / kKeys), H). probs[h][r][j] = scale * q_r . k_j, or -inf past pos_r.
 __global__ void __launch_bounds__(kThreads)
 scores_kernel(const void* q, DType act, KVView kv, DType kv_dtype, const int32_t* table, GridEstimateShape sh,
@@ -27,7 +32,7 @@ scores_kernel(const void* q, DType act, KVView kv, DType kv_dtype, const int32_t
   const int h = blockIdx.y, hk = h / (H / kv.num_kv_heads), j0 = blockIdx.x * kKeys;
   for (int i = threadIdx.x; i < R * D; i += kThreads) {
     const int r = i / D, d = i % D;
-    qs[i] = load_f32(q, act, (int64_t(sh.t0 + sh.q_len - R + r) * H + h) * D + d);
+    qs[i] = load_f32(q, act, (int64_t(sh.t0 + row_position(sh, r) - (N - sh.q_len)) * H + h) * D + d);
   }
   for (int i = threadIdx.x; i < kKeys * D; i += kThreads) {
     const int jj = i / D, d = i % D, j = j0 + jj;
@@ -58,8 +63,7 @@ scores_kernel(const void* q, DType act, KVView kv, DType kv_dtype, const int32_t
   for (int i = 0; i < kPer; ++i) {
     const int r = r0 + i * (kThreads / kKeys);
     if (r >= R) break;
-    const int pos = N - R + r;
-    probs[(int64_t(h) * R + r) * N + j] = j <= pos ? acc[i] * scale : -INFINITY;
+    probs[(int64_t(h) * R + r) * N + j] = j <= row_position(sh, r) ? acc[i] * scale : -INFINITY;
   }
 }
 
@@ -81,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(GridEstimateShape sh,
   __shared__ float red[kThreads / 32];
   const int N = sh.num_keys, r = blockIdx.x;
   float* row = probs + (int64_t(blockIdx.y) * sh.rows + r) * N;
-  const int n = N - sh.rows + r + 1;
+  const int n = row_position(sh, r) + 1;
   float mx = -INFINITY;
   for (int j = threadIdx.x; j < n; j += kThreads) mx = fmaxf(mx, row[j]);
   mx = block_reduce(mx, true, red);

@@ -16,6 +16,9 @@ struct GridEstimateShape {
   int q_len = 0;      // rows of the chunk
   int num_keys = 0;   // N, the chunk included
   int rows = 64;      // R: the chunk's last R rows estimate (R <= q_len, R <= 64)
+  // grid_last_q_probs only (the boundary heads' estimate): the estimating rows' positions (device,
+  // [R], each in [num_keys - q_len, num_keys)) instead of the last R; pos_r below is row_pos[r].
+  const int32_t* row_pos = nullptr;
 };
 
 // probs[H, R, N] (f32, device) = softmax_j(scale * q_r . k_j) over j <= pos_r (pos_r = N - R + r),

@@ -49,6 +49,10 @@ std::vector<HeadPattern> CudaSparsePrefill::head_patterns(int layer, const Spars
     if (cfg.method == SparsePrefillMethod::Grid) {
       pats[h].type = HeadPatternType::Grid;
       pats[h].grid = cfg.grid;
+    } else if (cfg.method == SparsePrefillMethod::VerticalSlash) {
+      pats[h].type = HeadPatternType::VerticalSlash;
+      pats[h].vertical_size = cfg.vertical_size;
+      pats[h].slash_size = cfg.slash_size;
     } else {
       const HeadPattern* f = cfg.head_patterns ? cfg.head_patterns->find(layer, h) : nullptr;
       pats[h] = f ? *f : cfg.default_head;
@@ -116,10 +120,14 @@ BlockSparsePlan CudaSparsePrefill::plan_sequence(int layer, const ForwardBatch& 
     return p;
   }
   const std::vector<HeadPattern> pats = head_patterns(layer, cfg, H);
-  const std::vector<GridLayout> layouts = grid_layouts(layer, b, s, pats, q, act, kv, meta, scale, stream);
   p.heads.resize(H);
+  std::vector<uint8_t> planned(H, 0);  // the vertical-slash and boundary heads (CudaLineHeads)
+  lines_.load_codes(b, s);
+  lines_.plan(b, s, pats, q, act, kv, meta, scale, stream, p.heads, planned);
+  const std::vector<GridLayout> layouts = grid_layouts(layer, b, s, pats, q, act, kv, meta, scale, stream);
   global_thread_pool().run_tasks(H, [&](int64_t h) {
     const HeadPattern& pt = pats[h];
+    if (planned[h]) return;
     if (pt.type == HeadPatternType::Grid) p.heads[h] = grid_head_plan(layouts[h], pt.grid, q_len, N, blk);
     else if (pt.type == HeadPatternType::AShape) p.heads[h] = a_shape_head_plan(q_len, N, blk, pt.n_init, pt.n_local);
     else p.heads[h] = dense_head_plan(q_len, N, blk, blk);
@@ -133,6 +141,11 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
   if (b.num_seqs() != 1 || !sparse_here(b, 0)) return false;
   const SparsePrefillConfig& cfg = b.sparse_prefill[0];
   check_config(cfg);
+  if ((cfg.method == SparsePrefillMethod::VerticalSlash || cfg.method == SparsePrefillMethod::MMInference) &&
+      lines_.device_planned(b, head_patterns(layer, cfg, H), q, act, kv, meta, scale, out, stream)) {
+    mark("sparse_kernel");
+    return true;
+  }
   if (cfg.method != SparsePrefillMethod::Grid && cfg.method != SparsePrefillMethod::MMInference) return false;
   const std::vector<HeadPattern> pats = head_patterns(layer, cfg, H);
   for (const HeadPattern& pt : pats)

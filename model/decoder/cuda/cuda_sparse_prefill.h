@@ -5,7 +5,10 @@
 // the host from the configuration (A-shape, tri-shape, dense heads) and from the grid layouts
 // the device searches (CudaGridSearch) -- except for a step of one sparse sequence whose heads
 // are all grid heads (MMInference's default, method grid: the long-prompt case), whose plans are
-// built on the device (CudaGridPlan, no host plan and no upload); configurations that need the chunk's data on the host
+// built on the device (CudaGridPlan, no host plan and no upload). Vertical-slash and boundary
+// heads estimate on the device (CudaLineHeads: device plans for a step of one sequence of
+// vertical-slash heads, else host plans from one download of the lines per layer and sequence);
+// configurations that need the chunk's data on the host
 // (plannable_without_host_data false) are refused with a RequestError. Rows of sequences without
 // sparse prefill go through the all-blocks plan: equal to the dense kernel up to rounding (the
 // same tiles in the same order; the CUDA block-sparse test measures it), not bit-identical.
@@ -19,6 +22,7 @@
 #include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
+#include "model/decoder/cuda/cuda_line_heads.h"
 #include "model/decoder/cuda/cuda_sparse_counts.h"
 #include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/forward_batch.h"
@@ -63,6 +67,7 @@ class CudaSparsePrefill {
   cuda::CudaGridSearch grid_;
   cuda::CudaBlockSparsePlan plan_;
   cuda::CudaGridPlan device_plan_;
+  CudaLineHeads lines_;  // vertical-slash and boundary heads (cuda_line_heads.h)
   CudaSparseCounts counts_;
   cuda::SparsePlanView last_plan_;
   StepProfiler* prof_ = nullptr;  // this call's (attention's argument)

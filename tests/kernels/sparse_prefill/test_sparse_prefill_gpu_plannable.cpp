@@ -1,5 +1,6 @@
 // plannable_without_host_data: which sparse-prefill configurations the GPU backend plans (from
-// the configuration and the device's grid search alone) and which it refuses.
+// the configuration and the device's estimates: grid search, vertical-slash and boundary lines)
+// and which it refuses.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -13,14 +14,16 @@ TEST(GpuPlannable, MethodsAndHeadPatterns) {
   SparsePrefillConfig c;
   EXPECT_TRUE(plannable_without_host_data(c));  // off
   for (auto m : {SparsePrefillMethod::AShape, SparsePrefillMethod::TriShape, SparsePrefillMethod::Grid,
-                 SparsePrefillMethod::MMInference}) {
+                 SparsePrefillMethod::MMInference, SparsePrefillMethod::VerticalSlash}) {
     c.method = m;
     EXPECT_TRUE(plannable_without_host_data(c)) << sparse_prefill_method_name(m);
   }
-  for (auto m : {SparsePrefillMethod::VerticalSlash, SparsePrefillMethod::XAttention}) {
-    c.method = m;
-    EXPECT_FALSE(plannable_without_host_data(c)) << sparse_prefill_method_name(m);
-  }
+  c.method = SparsePrefillMethod::XAttention;
+  EXPECT_FALSE(plannable_without_host_data(c));
+  c.method = SparsePrefillMethod::VerticalSlash;
+  c.last_q = 128;  // more estimation rows than the device estimate takes
+  EXPECT_FALSE(plannable_without_host_data(c));
+  c.last_q = 64;
   c.method = SparsePrefillMethod::Grid;
   c.grid.last_q = 128;  // more estimation rows than the device search takes
   EXPECT_FALSE(plannable_without_host_data(c));
@@ -37,11 +40,18 @@ TEST(GpuPlannable, MethodsAndHeadPatterns) {
   mm.head_patterns = pats;
   EXPECT_TRUE(plannable_without_host_data(mm));
   h.type = HeadPatternType::Grid;
-  h.boundary = BoundaryKind::Q;  // boundary heads estimate per modality on the host
+  h.boundary = BoundaryKind::Q;  // boundary heads estimate per modality on the device
   pats->layers[0].push_back(h);
+  h.boundary = BoundaryKind::TwoD;
+  pats->layers[0].push_back(h);
+  h.boundary = BoundaryKind::None;
+  h.type = HeadPatternType::VerticalSlash;
+  pats->layers[0].push_back(h);
+  EXPECT_TRUE(plannable_without_host_data(mm));
+  mm.last_q = 128;  // their estimate takes at most 64 rows
   EXPECT_FALSE(plannable_without_host_data(mm));
-  pats->layers[0].back().boundary = BoundaryKind::None;
-  pats->layers[0].back().type = HeadPatternType::VerticalSlash;
+  mm.last_q = 64;
+  pats->layers[0].back().type = HeadPatternType::XAttention;
   EXPECT_FALSE(plannable_without_host_data(mm));
   pats->layers[0].clear();
   mm.default_head.type = HeadPatternType::XAttention;
