@@ -43,6 +43,8 @@ class CudaLineHeads {
   bool device_planned(const ForwardBatch& b, const std::vector<HeadPattern>& pats, const void* q, DType act,
                       const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale, void* out,
                       cudaStream_t stream);
+  // The plan view the last device_planned() ran.
+  cuda::SparsePlanView device_plan_view() const { return vs_plan_.view(); }
 
  private:
   cuda::GridEstimateShape shape(const ForwardBatch& b, int s, int H) const;
