@@ -57,16 +57,20 @@ std::optional<HeadPatternType> parse_head_pattern_type(std::string_view name) {
 }
 
 bool plannable_without_host_data(const SparsePrefillConfig& cfg) {
-  auto head_ok = [](const HeadPattern& h) {
+  // XAttention: estimated on the device over 64-token blocks (the stride divides them).
+  auto xattention_ok = [](const XAttentionParams& x) { return x.stride > 0 && 64 % x.stride == 0; };
+  auto head_ok = [&](const HeadPattern& h) {
     return h.boundary == BoundaryKind::None &&
            (h.type == HeadPatternType::Dense || h.type == HeadPatternType::AShape ||
-            (h.type == HeadPatternType::Grid && h.grid.last_q <= 64));
+            (h.type == HeadPatternType::Grid && h.grid.last_q <= 64) ||
+            (h.type == HeadPatternType::XAttention && xattention_ok(h.xattention)));
   };
   switch (cfg.method) {
     case SparsePrefillMethod::Off:
     case SparsePrefillMethod::AShape:
     case SparsePrefillMethod::TriShape: return true;
     case SparsePrefillMethod::Grid: return cfg.grid.last_q <= 64;
+    case SparsePrefillMethod::XAttention: return xattention_ok(cfg.xattention);
     case SparsePrefillMethod::MMInference:
       if (!head_ok(cfg.default_head)) return false;
       if (cfg.head_patterns)

@@ -86,11 +86,12 @@ struct GridLayoutStore {
   std::vector<std::vector<GridLayout>> layers;
 };
 
-// Whether every head's plan of cfg is made from the configuration and the grid search alone
-// (method off, A-shape, tri-shape, grid, or MMInference whose head patterns and default head are
-// dense, A-shape or grid with no boundary, grid.last_q <= 64): what the GPU backend plans (its
-// grid search runs on the device; vertical-slash, XAttention and the boundary heads estimate from
-// the chunk's data on the host and are not on the GPU yet).
+// Whether every head's plan of cfg is made from the configuration, the grid search and the
+// XAttention estimation alone (method off, A-shape, tri-shape, grid, xattention with a stride
+// dividing 64, or MMInference whose head patterns and default head are dense, A-shape, grid or
+// such xattention with no boundary, grid.last_q <= 64): what the GPU backend plans (its grid
+// search and XAttention estimation run on the device; vertical-slash and the boundary heads
+// estimate from the chunk's data on the host and are not on the GPU yet).
 bool plannable_without_host_data(const SparsePrefillConfig& cfg);
 
 }  // namespace vlm

@@ -49,6 +49,9 @@ std::vector<HeadPattern> CudaSparsePrefill::head_patterns(int layer, const Spars
     if (cfg.method == SparsePrefillMethod::Grid) {
       pats[h].type = HeadPatternType::Grid;
       pats[h].grid = cfg.grid;
+    } else if (cfg.method == SparsePrefillMethod::XAttention) {
+      pats[h].type = HeadPatternType::XAttention;
+      pats[h].xattention = cfg.xattention;
     } else {
       const HeadPattern* f = cfg.head_patterns ? cfg.head_patterns->find(layer, h) : nullptr;
       pats[h] = f ? *f : cfg.default_head;
@@ -117,11 +120,13 @@ BlockSparsePlan CudaSparsePrefill::plan_sequence(int layer, const ForwardBatch& 
   }
   const std::vector<HeadPattern> pats = head_patterns(layer, cfg, H);
   const std::vector<GridLayout> layouts = grid_layouts(layer, b, s, pats, q, act, kv, meta, scale, stream);
+  std::vector<HeadPlan> xplans = xattn_.host_plans(b, s, pats, q, act, kv, meta, scale, stream);
   p.heads.resize(H);
   global_thread_pool().run_tasks(H, [&](int64_t h) {
     const HeadPattern& pt = pats[h];
     if (pt.type == HeadPatternType::Grid) p.heads[h] = grid_head_plan(layouts[h], pt.grid, q_len, N, blk);
     else if (pt.type == HeadPatternType::AShape) p.heads[h] = a_shape_head_plan(q_len, N, blk, pt.n_init, pt.n_local);
+    else if (pt.type == HeadPatternType::XAttention) p.heads[h] = std::move(xplans[h]);
     else p.heads[h] = dense_head_plan(q_len, N, blk, blk);
   });
   return p;
@@ -133,8 +138,11 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
   if (b.num_seqs() != 1 || !sparse_here(b, 0)) return false;
   const SparsePrefillConfig& cfg = b.sparse_prefill[0];
   check_config(cfg);
-  if (cfg.method != SparsePrefillMethod::Grid && cfg.method != SparsePrefillMethod::MMInference) return false;
+  if (cfg.method != SparsePrefillMethod::Grid && cfg.method != SparsePrefillMethod::MMInference &&
+      cfg.method != SparsePrefillMethod::XAttention)
+    return false;
   const std::vector<HeadPattern> pats = head_patterns(layer, cfg, H);
+  if (xattn_.device_planned(b, pats, q, act, kv, meta, scale, out, stream)) return true;
   for (const HeadPattern& pt : pats)
     if (pt.type != HeadPatternType::Grid || pt.boundary != BoundaryKind::None || !same_grid(pt.grid, pats[0].grid) ||
         pt.grid.num_vlines > cuda::kGridPlanMaxLines || pt.grid.max_stride > cuda::kGridPlanMaxStride)
@@ -155,8 +163,8 @@ void CudaSparsePrefill::attention(int layer, const ForwardBatch& b, const void* 
                                   const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale, void* out,
                                   cudaStream_t stream, StepProfiler* prof) {
   prof_ = prof, stream_ = stream;
-  if (prof) grid_.marker = [this](const char* name) { mark(name); };
-  else grid_.marker = nullptr;
+  if (prof) grid_.marker = xattn_.marker = [this](const char* name) { mark(name); };
+  else grid_.marker = xattn_.marker = nullptr;
   if (device_planned(layer, b, q, act, H, kv, meta, scale, out, stream)) return;
   const int S = b.num_seqs();
   std::vector<BlockSparsePlan> plans(S);

@@ -5,7 +5,9 @@
 // the host from the configuration (A-shape, tri-shape, dense heads) and from the grid layouts
 // the device searches (CudaGridSearch) -- except for a step of one sparse sequence whose heads
 // are all grid heads (MMInference's default, method grid: the long-prompt case), whose plans are
-// built on the device (CudaGridPlan, no host plan and no upload); configurations that need the chunk's data on the host
+// built on the device (CudaGridPlan, no host plan and no upload); XAttention heads are estimated
+// on the device too (CudaXAttentionPrefill: a plan built there for a step of one sequence of
+// XAttention heads, else their plans downloaded once per sequence and layer); configurations that need the chunk's data on the host
 // (plannable_without_host_data false) are refused with a RequestError. Rows of sequences without
 // sparse prefill go through the all-blocks plan: equal to the dense kernel up to rounding (the
 // same tiles in the same order; the CUDA block-sparse test measures it), not bit-identical.
@@ -19,6 +21,7 @@
 #include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
+#include "model/decoder/cuda/cuda_xattention_prefill.h"
 #include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/forward_batch.h"
 
@@ -57,6 +60,7 @@ class CudaSparsePrefill {
   cuda::CudaGridSearch grid_;
   cuda::CudaBlockSparsePlan plan_;
   cuda::CudaGridPlan device_plan_;
+  CudaXAttentionPrefill xattn_;  // XAttention heads (estimated on the device)
   StepProfiler* prof_ = nullptr;  // this call's (attention's argument)
   cudaStream_t stream_ = nullptr;
   void mark(const char* name) {

@@ -13,14 +13,17 @@ TEST(GpuPlannable, MethodsAndHeadPatterns) {
   SparsePrefillConfig c;
   EXPECT_TRUE(plannable_without_host_data(c));  // off
   for (auto m : {SparsePrefillMethod::AShape, SparsePrefillMethod::TriShape, SparsePrefillMethod::Grid,
-                 SparsePrefillMethod::MMInference}) {
+                 SparsePrefillMethod::XAttention, SparsePrefillMethod::MMInference}) {
     c.method = m;
     EXPECT_TRUE(plannable_without_host_data(c)) << sparse_prefill_method_name(m);
   }
-  for (auto m : {SparsePrefillMethod::VerticalSlash, SparsePrefillMethod::XAttention}) {
-    c.method = m;
-    EXPECT_FALSE(plannable_without_host_data(c)) << sparse_prefill_method_name(m);
-  }
+  c.method = SparsePrefillMethod::VerticalSlash;
+  EXPECT_FALSE(plannable_without_host_data(c));
+  c.method = SparsePrefillMethod::XAttention;
+  c.xattention.stride = 3;  // the device's 64-token blocks need a stride dividing them
+  EXPECT_FALSE(plannable_without_host_data(c));
+  c.xattention.stride = 16;
+  EXPECT_TRUE(plannable_without_host_data(c));
   c.method = SparsePrefillMethod::Grid;
   c.grid.last_q = 128;  // more estimation rows than the device search takes
   EXPECT_FALSE(plannable_without_host_data(c));
@@ -44,7 +47,9 @@ TEST(GpuPlannable, MethodsAndHeadPatterns) {
   pats->layers[0].back().type = HeadPatternType::VerticalSlash;
   EXPECT_FALSE(plannable_without_host_data(mm));
   pats->layers[0].clear();
-  mm.default_head.type = HeadPatternType::XAttention;
+  mm.default_head.type = HeadPatternType::XAttention;  // estimated on the device
+  EXPECT_TRUE(plannable_without_host_data(mm));
+  mm.default_head.xattention.stride = 5;
   EXPECT_FALSE(plannable_without_host_data(mm));
 }
 
