@@ -310,5 +310,44 @@ TEST_F(CudaSparsePrefillDecoder, GridSearchOnceReusesTheStoredLayouts) {
   EXPECT_LT(searched_once.counts[0].computed, searched_once.counts[0].causal);
 }
 
+// XAttention (estimated on the GPU: CudaXAttentionPrefill): method xattention on the device-planned
+// path, an MMInference file mixing xattention heads with grid / dense heads (host plans, the
+// xattention ones downloaded), and two sparse sequences (host plans). Threshold 0.3 (a random
+// model's attention is diffuse: 0.8 would keep nearly every block). The block scores come from
+// the GPU's bf16 model and the CPU's f32 one, so masses near the threshold tip differently: the
+// online-search bounds (nearer the CPU's sparse logits than half the sparse-vs-dense gap, density
+// within 0.02). Threshold 1 equals dense.
+SparsePrefillConfig xattention_config(float threshold) {
+  SparsePrefillConfig c;
+  c.method = SparsePrefillMethod::XAttention;
+  c.min_prompt_len = 0;
+  c.xattention.threshold = threshold;
+  return c;
+}
+
+TEST_F(CudaSparsePrefillDecoder, XAttentionMatchesCpu) {
+  const Result all = m_->run(true, {prompts_[0]}, xattention_config(1.0f));
+  EXPECT_LE(err(all.logits[0], gpu_dense_.logits[0]), scale_) << "threshold 1: every causal block";
+  EXPECT_EQ(all.counts[0].computed, all.counts[0].causal);
+  expect_matches_cpu(xattention_config(0.3f), 1, "xattention_0.3", /*same_decisions=*/false);
+  expect_matches_cpu(xattention_config(0.3f), 2, "xattention_0.3_two_sequences", /*same_decisions=*/false);
+  auto pats = std::make_shared<SparseHeadPatterns>();
+  for (int l = 0; l < kL; ++l) {
+    std::vector<HeadPattern> heads(kH);
+    heads[0].grid = slash_grid();
+    heads[1].type = heads[3].type = HeadPatternType::XAttention;
+    heads[1].xattention.threshold = 0.3f;
+    heads[3].xattention.threshold = 0.5f;
+    heads[3].xattention.stride = 16;
+    heads[2].type = HeadPatternType::Dense;
+    pats->layers.push_back(heads);
+  }
+  SparsePrefillConfig mm;
+  mm.method = SparsePrefillMethod::MMInference;
+  mm.min_prompt_len = 0;
+  mm.head_patterns = pats;
+  expect_matches_cpu(mm, 1, "mminference_with_xattention_heads", /*same_decisions=*/false);
+}
+
 }  // namespace
 }  // namespace vlm::testing
