@@ -3,6 +3,7 @@
 
 #include <climits>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
 #include "kernels/cuda/attention/mma_tile.cuh"
@@ -54,7 +55,7 @@ __device__ __forceinline__ void load_segment(const TQ* q, const ScoreArgs& a, in
     T* dst = sq + tile::swz<D>(r, c);
     const bool ok = a0 + r < a.na && row < a.q_len;
     const TQ* src = q + (int64_t(a.t0 + (ok ? row : 0)) * a.H + h) * D + c;
-    if constexpr (sizeof(TQ) == sizeof(T)) {
+    if constexpr (std::is_same_v<TQ, T>) {
       tile::cp_async16(dst, src, ok ? 16 : 0);
     } else {
 #pragma unroll
@@ -278,6 +279,7 @@ xattn_select_kernel(const float* __restrict__ blk, XAttnShape sh, XAttnHeads hea
         if (hcnt[d] > 0) chosen = d, chosen_cum = c;
         c += hsum[d];
       }
+      chosen = max(chosen, 0);  // (never -1: the highest non-empty bucket starts below `required`)
       s_prefix = prefix | (uint32_t(chosen) << shift);
       s_mask = mask | (255u << shift);
       s_cum = chosen_cum;
