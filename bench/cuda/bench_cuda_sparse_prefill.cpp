@@ -13,9 +13,10 @@
 // included; median of 3), plus the kernel with the first version's per-chunk row lookups.
 // Pattern "mminference-gpu-once": the grid layouts searched on the first 8192 tokens only (the
 // engine's grid_search_once with 8K chunks), the whole prompt planned from them; kernel and error.
-// Pattern "xattention-gpu": XAttention (stride 8, thresholds 0.9 and 0.8, no dense tail) with
-// its estimation on the GPU (CudaXAttentionPlan: antidiagonal scores, selection, device plans),
-// then the kernel, timed together wall-clock (estimation included; median of 3).
+// Pattern "xattention-gpu": XAttention (stride 8, no dense tail; thresholds VLM_BENCH_XATTN, default
+// "0.9,0.8") with its estimation on the GPU (CudaXAttentionPlan: antidiagonal scores, selection,
+// device plans), then the kernel, timed together wall-clock (estimation included; median of
+// VLM_BENCH_XATTN_RUNS, default 3, after a warm-up).
 // VLM_BENCH_HLINE=0: the mminference-gpu patterns' grid heads without horizontal lines.
 // Usage: bench_cuda_sparse_prefill [S ...]   (default 131072 262144 524288);
 // VLM_BENCH_PATTERNS=a,b as in bench_sparse_prefill ("all-blocks": the all-blocks plan, S <= 128K).
@@ -31,6 +32,7 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -198,7 +200,15 @@ void bench_xattention(Setup& su, int S, double t_dense, float scale) {
   std::vector<int> heads(kH);
   for (int h = 0; h < kH; ++h) heads[h] = h;
   const size_t qn = size_t(S) * kH * kD;
-  for (const float th : {0.9f, 0.8f}) {
+  const char* list = std::getenv("VLM_BENCH_XATTN");
+  const char* nr = std::getenv("VLM_BENCH_XATTN_RUNS");
+  std::vector<float> thresholds;
+  {
+    std::stringstream ss(list ? list : "0.9,0.8");
+    for (std::string w; std::getline(ss, w, ',');) thresholds.push_back(std::stof(w));
+  }
+  const int num_runs = std::max(1, nr ? std::atoi(nr) : 3);
+  for (const float th : thresholds) {
     vlm::XAttentionParams p;
     p.threshold = th;
     p.n_last = 0;
@@ -219,10 +229,10 @@ void bench_xattention(Setup& su, int S, double t_dense, float scale) {
       return now() - a;
     };
     chain(nullptr, nullptr);  // warm-up
-    std::vector<std::array<double, 3>> runs(3);
+    std::vector<std::array<double, 3>> runs(num_runs);
     for (auto& r : runs) r[0] = chain(&r[1], &r[2]);
     std::sort(runs.begin(), runs.end());
-    const double t_all = runs[1][0], t_est = runs[1][1], t_plan = runs[1][2];
+    const double t_all = runs[num_runs / 2][0], t_est = runs[num_runs / 2][1], t_plan = runs[num_runs / 2][2];
     const vlm::BlockCounts bc = xp.block_counts();
     std::printf("| %d | xattention(stride 8, threshold %.1f) (GPU estimation + GPU plans), estimation included | "
                 "%.1f ms estimation + %.1f ms plans | - | %.1f ms total (kernel %.1f ms) | %.2fx | %.4f | %.4f |\n",
