@@ -12,7 +12,9 @@
 #   GGUF: the same model for llama.cpp; default: written by bench/hf_to_gguf.py from ours.
 #   long=0 skips decode at 32K context (its prefill takes minutes on 2 cores).
 #   PEER_TG_ROUNDS (default 4): rounds of 1-sequence decode alternated between the engines after
-#   the main rows (llama-bench tg128 once, ours once), each round's ratio and their median reported.
+#   the main rows (the read rate over 1 GiB, 3 reps; llama-bench tg128 once; ours once), each
+#   round's ratio, our read rate against that round's read benchmark, and their medians reported.
+#   PEER_4K_ROUNDS (default 2): the same alternation for decode at 4K context (tg32 -d 4096).
 # The model: Qwen2-0.5B shape, random bf16 weights (tools/vlm-random-model --preset qwen2-0.5b
 # --dtype bf16, Qwen3 tokenizer files so the server can serve it), the same bytes in both engines.
 # Both run with `threads` threads and their defaults otherwise (ours: --dtype auto, bf16 KV cache;
@@ -33,6 +35,7 @@ gguf=${2:-}
 threads=${3:-2}
 long=${4:-1}
 rounds=${PEER_TG_ROUNDS:-4}
+rounds4k=${PEER_4K_ROUNDS:-2}
 out=${PEER_OUT:-/tmp/peer_llamacpp}
 port=${PEER_PORT:-18424}
 mkdir -p "$out"
@@ -105,9 +108,16 @@ echo "- load average after ours: $(load)"
 # ---- 1 sequence again, alternated: this VM's memory rate moves by 1.5x within minutes, so one
 # llama-bench run and one of ours minutes apart can compare different machines. Round i runs
 # llama-bench tg128 once, then ours (128 tokens) once; the report gives each round's ratio.
+read_round() { build/bin/bench_memory_read --threads "$threads" --mib 1024 --reps 3 >"$out/$1"; }
 for i in $(seq 1 "$rounds"); do
+  read_round "memory_round$i.txt"
   lb -p 0 -n 128 -r 1 >"$out/lb_tg_round$i.json"
   vb "tg_round$i" --input-len 16 --output-len 128 --num-prompts 1 --max-concurrency 1
+done
+for i in $(seq 1 "$rounds4k"); do
+  read_round "memory_4k_round$i.txt"
+  lb -p 0 -n 32 -d 4096 -r 1 >"$out/lb_tg4k_round$i.json"
+  vb "tg4k_round$i" --input-len 4096 --output-len 32 --num-prompts 1
 done
 
 # ---- 32K context last (minutes of prefill each), the server stopped while llama.cpp runs ----
@@ -129,10 +139,10 @@ echo "- memory read rate ($threads threads, 1 GiB, 10 reps): at the start median
      "the model's weights: $weights_gb GB"
 echo
 
-python3 - "$out" "$read_best" "$weights_gb" "$long" "$rounds" <<'EOF'
+python3 - "$out" "$read_best" "$weights_gb" "$long" "$rounds" "$rounds4k" <<'EOF'
 import json, os, statistics, sys
 out, read_gbs, weights_gb, long_ = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
-rounds = int(sys.argv[5])
+rounds, rounds4k = int(sys.argv[5]), int(sys.argv[6])
 
 def lb(name, key):
     """avg tokens/s of the llama-bench test whose (n_prompt, n_gen, n_depth) == key."""
@@ -187,13 +197,31 @@ print(f"Decode at short context reads the {weights_gb:.3f} GB of weights once pe
          if tg else "ours n/a")
       + (f", llama.cpp {tg_l * weights_gb:.1f} GB/s = {100 * tg_l * weights_gb / read_gbs:.0f}%" if tg_l else "")
       + f" (target for ours: >= 85%).")
-pairs = [(lb(f"lb_tg_round{i}.json", (0, 128, 0)), ours(f"tg_round{i}", 1)) for i in range(1, rounds + 1)]
-pairs = [(a, b) for a, b in pairs if a and b]
-if pairs:
+def read_best_of(name):
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+        return None
+    for line in open(path):
+        if line.startswith("read GB/s: best "):
+            return float(line.split()[3])
+    return None
+
+def alternated(title, lb_name, lb_key, ours_name, n, read_name):
+    rows = [(lb(f"{lb_name}{i}.json", lb_key), ours(f"{ours_name}{i}", 1), read_best_of(f"{read_name}{i}.txt"))
+            for i in range(1, n + 1)]
+    rows = [r for r in rows if r[0] and r[1]]
+    if not rows:
+        return
     print()
-    print("1 sequence, alternated rounds (llama.cpp tok/s, ours tok/s, ratio): "
-          + "; ".join(f"{a:.1f}, {b:.1f}, {b / a:.2f}x" for a, b in pairs)
-          + f". Median ratio {statistics.median(b / a for a, b in pairs):.2f}x; ours at best "
-          + f"{max(b for _, b in pairs) * weights_gb:.1f} GB/s = {100 * max(b for _, b in pairs) * weights_gb / read_gbs:.0f}% "
-          + f"of the best measured read rate, llama.cpp at best {max(a for a, _ in pairs) * weights_gb:.1f} GB/s.")
+    print(f"{title}, alternated rounds (read GB/s beside it, llama.cpp tok/s, ours tok/s, ratio, weight bytes per "
+          "second against that read rate: llama.cpp, ours): "
+          + "; ".join(f"{r:.1f}, {a:.1f}, {b:.1f}, {b / a:.2f}x, {100 * a * weights_gb / r:.0f}% / "
+                      f"{100 * b * weights_gb / r:.0f}%" if r else
+                      f"n/a, {a:.1f}, {b:.1f}, {b / a:.2f}x, n/a" for a, b, r in rows)
+          + f". Median ratio {statistics.median(b / a for a, b, _ in rows):.2f}x"
+          + (f"; median of ours / read rate {statistics.median(100 * b * weights_gb / r for _, b, r in rows if r):.0f}%"
+             if any(r for _, _, r in rows) else "") + ".")
+
+alternated("1 sequence", "lb_tg_round", (0, 128, 0), "tg_round", rounds, "memory_round")
+alternated("4K context", "lb_tg4k_round", (0, 32, 4096), "tg4k_round", rounds4k, "memory_4k_round")
 EOF

@@ -8,7 +8,8 @@
 // model's attention has no planted frame structure: the grid search decides on what it sees, and
 // the line reports the plan's density (computed / causal key blocks) next to the time.
 // TTFT: from the first chunk's forward to the greedy token of the last row on the host (every
-// chunk enqueued back to back; sparse chunks sync once per layer for the grid search's layouts).
+// chunk enqueued back to back; the first sparse chunk syncs once per layer for the grid search's
+// layouts, later chunks of the device-planned path not at all).
 // One warm-up prompt (--warmup tokens, every mode) first. The sparse modes print their last row's
 // logits' relative L2 distance from the dense mode's when dense ran first on the same prompt.
 // Modes: dense; mminference (the defaults: the grid search on the prompt's first chunk only, its

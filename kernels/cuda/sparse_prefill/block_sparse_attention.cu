@@ -6,6 +6,7 @@
 // positions, so any permutation of rows or keys keeps causality.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -29,16 +30,27 @@ constexpr int sparse_smem_bytes() {
 }
 
 // The key tiles of one work item: its listed key blocks, then its gathered columns 64 at a time.
+// An item listing every aligned key block (a horizontal line's query block: every key; blocks
+// are disjoint) takes its tiles
+// in position order instead (`every`: tile t = keys [64 t, 64 t + 64)): the same keys, so the
+// same attention up to the summation order, but read in the order every such item of the KV
+// head reads them whatever its head's key permutation -- the heads sharing a KV head, whose
+// items run side by side (equal cost, adjacent in the schedule), then share the tiles in L2 --
+// and contiguous in the cache.
 struct TileList {
   const int32_t* blocks;  // key block starts k0 (in k_order order)
   const int32_t* korder;  // nullptr: identity
   const int32_t* cols;    // gathered key positions
   int nb, nc, num_keys, maxpos;
+  bool every;
   __device__ int count() const { return nb + (nc + kBN - 1) / kBN; }
   // Position of slot r of tile t, or -1 (past the keys, or invisible to every row of the CTA).
   __device__ int position(int t, int r) const {
     int p;
-    if (t < nb) {
+    if (every) {
+      p = t * kBN + r;
+      if (p >= num_keys) return -1;
+    } else if (t < nb) {
       const int i = blocks[t] + r;
       if (i >= num_keys) return -1;
       p = korder ? korder[i] : i;
@@ -52,21 +64,21 @@ struct TileList {
 };
 
 // K/V rows of tile t -> swizzled sk, sv [kBN][D]; positions -> kpos[kBN] (kNoKey for empty slots,
-// whose rows are zero-filled). kRowOffsets: the first kBN threads look each row up once (plan
-// order, then the block table) into roff[kBN] and a barrier publishes them before the copies;
-// else every 16-byte chunk repeats its row's lookup (the first version; kept for the bench's
-// side-by-side).
+// whose rows are zero-filled). kRowOffsets: the first kBN threads look each row up once into
+// roff[kBN] -- `pos`, thread tid's row position tl.position(t, tid), resolved by the caller an
+// iteration early (its plan-order loads in flight during the previous tile's math), then the
+// block table -- and a barrier publishes them before the copies; else every 16-byte chunk
+// repeats its row's lookup (the first version; kept for the bench's side-by-side).
 template <int D, bool kRowOffsets, class T>
 __device__ __forceinline__ void load_tile(const KVView& kv, const int32_t* table, int hk, const TileList& tl, int t,
-                                          T* sk, T* sv, int* kpos, int64_t* roff, int tid) {
+                                          T* sk, T* sv, int* kpos, int64_t* roff, int tid, int pos) {
   constexpr int kChunks = D / 8;
   const T* kbase = static_cast<const T*>(kv.k);
   const T* vbase = static_cast<const T*>(kv.v);
   if constexpr (kRowOffsets) {
     if (tid < kBN) {
-      const int p = tl.position(t, tid);
-      kpos[tid] = p >= 0 ? p : kNoKey;
-      roff[tid] = p >= 0 ? kv.token_offset(table, hk, p) : -1;
+      kpos[tid] = pos >= 0 ? pos : kNoKey;
+      roff[tid] = pos >= 0 ? kv.token_offset(table, hk, pos) : -1;
     }
     __syncthreads();
   }
@@ -92,10 +104,12 @@ __device__ __forceinline__ void load_tile(const KVView& kv, const int32_t* table
   }
 }
 
+// Piece `piece` of `npieces` of work item `it` (see block_sparse_kernel).
 template <int D, bool kRowOffsets, class T, class TQ>
-__global__ void __launch_bounds__(kThreads)
-block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* __restrict__ block_tables,
-                    int max_blocks_per_seq, SparsePlanView plan, float scale_log2, TQ* __restrict__ out) {
+__device__ __forceinline__ void run_piece(const TQ* __restrict__ q, int H, const KVView& kv,
+                                          const int32_t* __restrict__ block_tables, int max_blocks_per_seq,
+                                          const SparsePlanView& plan, float scale_log2, TQ* __restrict__ out, int it,
+                                          int piece, int npieces) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
   T* const kv_smem = sq + kBM * D;
@@ -106,19 +120,6 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   __shared__ int cta_maxpos;
   __shared__ int64_t row_off[2][kBN];  // kRowOffsets: the tile's rows in the cache
 
-  // The work item and, split, which piece of it this CTA runs.
-  int it = blockIdx.x, piece = 0, npieces = 1;
-  if (plan.piece_off) {
-    const int p = blockIdx.x;
-    if (p >= plan.piece_off[plan.num_items]) return;  // past the pieces (the launch is a bound)
-    int lo = 0, hi = plan.num_items - 1;              // the last item whose pieces start at or before p
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (plan.piece_off[mid] <= p) lo = mid;
-      else hi = mid - 1;
-    }
-    it = lo, piece = p - plan.piece_off[lo], npieces = plan.piece_off[lo + 1] - plan.piece_off[lo];
-  }
   const int32_t* item = plan.items + 4 * int64_t(it);
   const int s = item[0], h = item[1], qb = item[2];
   const SparseHeadDesc hd = plan.descs[item[3]];
@@ -150,12 +151,17 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   tl.nc = cptr[qb + 1] - cptr[qb];
   tl.num_keys = hd.num_keys;
   tl.maxpos = cta_maxpos;
+  tl.every = (hd.flags & kHeadAlignedBlocks) && tl.nc == 0 && tl.nb == (hd.num_keys + kBN - 1) / kBN;
   const int num_tiles = tl.count();
   const int t_begin = int(int64_t(piece) * num_tiles / npieces), t_end = int(int64_t(piece + 1) * num_tiles / npieces);
 
+  // Row positions one tile ahead of the copies (kRowOffsets; threads tid < kBN).
+  auto row_pos = [&](int t) { return kRowOffsets && tid < kBN && t < t_end ? tl.position(t, tid) : -1; };
   if (t_end > t_begin)
-    load_tile<D, kRowOffsets>(kv, table, hk, tl, t_begin, sk(0), sv(0), kpos_smem, row_off[0], tid);
+    load_tile<D, kRowOffsets>(kv, table, hk, tl, t_begin, sk(0), sv(0), kpos_smem, row_off[0], tid,
+                              row_pos(t_begin));
   tile::cp_async_commit();
+  int pos_next = row_pos(t_begin + 1);
 
   // Q rows (through q_order) -> shared, converted to T; rows past q_len are zero.
   for (int i = tid; i < kBM * D / 8; i += kThreads) {
@@ -185,8 +191,9 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
     const int st = (n - t_begin) & 1;
     if (n + 1 < t_end)
       load_tile<D, kRowOffsets>(kv, table, hk, tl, n + 1, sk(st ^ 1), sv(st ^ 1), kpos_smem + (st ^ 1) * kBN,
-                                row_off[st ^ 1], tid);
+                                row_off[st ^ 1], tid, pos_next);
     tile::cp_async_commit();
+    pos_next = row_pos(n + 2);  // consumed next iteration: its loads overlap this tile's math
     tile::cp_async_wait<1>();
     __syncthreads();  // also publishes the Q tile on the first pass
     if (n == t_begin) {
@@ -243,6 +250,43 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
   }
 }
 
+// One CTA per piece (plan.queue nullptr: piece blockIdx.x), or a resident grid whose CTAs take
+// the next piece from plan.queue until none is left. Pieces are numbered in cost order
+// (piece_off: the exclusive sums of the items' piece counts; nullptr: one piece per item).
+template <int D, bool kRowOffsets, class T, class TQ>
+__global__ void __launch_bounds__(kThreads)
+block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* __restrict__ block_tables,
+                    int max_blocks_per_seq, SparsePlanView plan, float scale_log2, TQ* __restrict__ out) {
+  __shared__ int next;
+  const int total = plan.piece_off ? plan.piece_off[plan.num_items] : plan.num_items;
+  int p = blockIdx.x;
+  if (plan.queue) {
+    if (threadIdx.x == 0) next = atomicAdd(plan.queue, 1);
+    __syncthreads();
+    p = next;
+  }
+  while (p < total) {
+    // The work item and, split, which piece of it this is.
+    int it = p, piece = 0, npieces = 1;
+    if (plan.piece_off) {
+      int lo = 0, hi = plan.num_items - 1;  // the last item whose pieces start at or before p
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (plan.piece_off[mid] <= p) lo = mid;
+        else hi = mid - 1;
+      }
+      it = lo, piece = p - plan.piece_off[lo], npieces = plan.piece_off[lo + 1] - plan.piece_off[lo];
+    }
+    run_piece<D, kRowOffsets, T, TQ>(q, H, kv, block_tables, max_blocks_per_seq, plan, scale_log2, out, it, piece,
+                                     npieces);
+    if (!plan.queue) break;
+    __syncthreads();  // the piece's shared state is read; `next` too
+    if (threadIdx.x == 0) next = atomicAdd(plan.queue, 1);
+    __syncthreads();
+    p = next;
+  }
+}
+
 // One CTA per work item; items of more than one piece merge their pieces' partials (log-sum-exp
 // over the rows' maxima m, in the log2 domain of online_softmax) into the output rows.
 template <int D, class TQ>
@@ -295,7 +339,19 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
                               allow_dynamic_smem(block_sparse_kernel<D, false, T, TQ>, smem);
   (void)smem_ok;
   auto kernel = g_row_offsets ? block_sparse_kernel<D, true, T, TQ> : block_sparse_kernel<D, false, T, TQ>;
-  const int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
+  int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
+  if (plan.queue) {
+    static const int resident = [&] {
+      int dev = 0, sms = 0, per_sm = 0;
+      VLM_CUDA_CHECK(cudaGetDevice(&dev));
+      VLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, block_sparse_kernel<D, true, T, TQ>,
+                                                                   kThreads, smem));
+      return std::max(1, sms * per_sm);
+    }();
+    ctas = std::min(ctas, resident);
+    VLM_CUDA_CHECK(cudaMemsetAsync(plan.queue, 0, sizeof(int32_t), stream));
+  }
   kernel<<<ctas, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch.block_tables,
                                            batch.max_blocks_per_seq, plan, scale * float(M_LOG2E),
                                            static_cast<TQ*>(out));

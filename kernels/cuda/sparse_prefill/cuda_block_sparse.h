@@ -10,11 +10,13 @@
 //
 // paged_block_sparse_attention: one CTA (4 warps, 16 query rows each) per work item, or per
 // piece of an item split along its key tiles (a combine kernel then merges the pieces' partial
-// O, row max and row sum by log-sum-exp); the 64 rows of
+// O, row max and row sum by log-sum-exp) -- or, for plans with a queue (CudaGridPlan), a
+// resident grid whose CTAs take the pieces in cost order from an atomic counter; the 64 rows of
 // the query block (taken through q_order) stay as mma A fragments in registers; each key tile is
 // 64 key positions (a listed key block through k_order, or 64 of the gathered columns) whose K/V
 // rows are copied from the paged cache with cp.async (two stages; each row's cache offset looked
-// up once per tile by one thread and shared through shared memory), then S = QK^T (mma.sync
+// up once per tile by one thread and shared through shared memory, its plan-order position
+// loaded one tile ahead), then S = QK^T (mma.sync
 // m16n8k16), the causal mask by original positions (key position > row position: -inf), online
 // softmax and O += PV, as in prefill_attention.cu (mma_tile.cuh primitives). A row that attends
 // no key gets a zero output. Contract of cuda_attention.h (device pointers, stream-ordered,

@@ -18,6 +18,18 @@ int g_split = 0;  // set_block_sparse_split
 
 void set_block_sparse_split(int piece_tiles) { g_split = piece_tiles; }
 
+bool block_sparse_split_fixed() { return g_split != 0; }
+
+int block_sparse_policy_ctas() {
+  static const int ctas = [] {
+    int dev = 0, sms = 0;
+    VLM_CUDA_CHECK(cudaGetDevice(&dev));
+    VLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return 2 * sms;
+  }();
+  return ctas;
+}
+
 SplitPolicy block_sparse_split_policy(int64_t blocks, int64_t cols, int num_items) {
   SplitPolicy p;
   if (g_split < 0 || num_items <= 0) return p;
@@ -25,14 +37,7 @@ SplitPolicy block_sparse_split_policy(int64_t blocks, int64_t cols, int num_item
     p.piece = p.threshold = g_split;
     return p;
   }
-  const double avg = (static_cast<double>(blocks) + static_cast<double>(cols) / 64.0) / num_items;
-  p.piece = std::max(kMinSplitPiece, static_cast<int>(std::ceil(avg)));
-  p.threshold = 2 * p.piece;
-  // Slots <= tiles / piece + tiles / (2 piece) = 1.5 tiles / piece (bounds below).
-  const int64_t tiles = blocks + (cols + 63) / 64 + num_items;
-  p.piece = static_cast<int>(std::max<int64_t>(p.piece, (3 * tiles + 2 * kMaxSplitSlots - 1) / (2 * kMaxSplitSlots)));
-  p.threshold = 2 * p.piece;
-  return p;
+  return auto_split_policy(blocks, cols, num_items, block_sparse_policy_ctas());
 }
 
 SplitBounds block_sparse_split_bounds(const SplitPolicy& p, int64_t blocks, int64_t cols, int num_items) {
@@ -134,6 +139,9 @@ void CudaBlockSparsePlan::upload(std::span<const BlockSparsePlan* const> plans, 
         d.t0 = cu_host[s];
         d.q_len = p->q_len;
         d.num_keys = p->num_keys;
+        d.flags = std::all_of(hp.blocks.begin(), hp.blocks.end(), [](int32_t k0) { return k0 % 64 == 0; })
+                      ? kHeadAlignedBlocks
+                      : 0;
       }
       std::memcpy(hw + item_words + (static_cast<int64_t>(s) * H + h) * (sizeof(SparseHeadDesc) / 4), &d,
                   sizeof d);

@@ -2,15 +2,17 @@
 // GPU: from one layout per query head (CudaGridSearch), the plan of every head of one sequence's
 // chunk -- grid permutations of rows and keys, the block lists of each 64-row query block, the
 // sink columns, the work items in cost order -- is made on the device in two passes (count, then
-// fill at the scanned offsets), with one small download (the two list totals) in between. No
-// per-head host work and no plan upload. The lists equal grid_head_plan's (test_cuda_grid_plan
-// compares them array by array, and the attention outputs bit for bit); the items are ordered
-// like CudaBlockSparsePlan::upload's (stable, by cost), so the attention runs the same schedule.
+// fill at the scanned offsets) with no host synchronization: the lists are sized by their bound
+// (every query block over every key block, n_init sink columns), the layouts and the head
+// descriptors are made on the device (the layouts go up through a pinned staging ring), and the split of long items (SplitPolicy:
+// the automatic policy computed on the device from the totals, or the knob's) is scanned there;
+// the attention runs a resident grid over the pieces (SparsePlanView::queue). No per-head host
+// work and no plan upload. The lists equal grid_head_plan's (test_cuda_grid_plan compares them
+// array by array, and the attention outputs bit for bit); the items are ordered like
+// CudaBlockSparsePlan::upload's (stable, by cost), so the attention runs the same schedule.
 // Block pointers are absolute into the lists of all heads (the kernel only takes differences).
-// Long items are split (SplitPolicy, the policy CudaBlockSparsePlan::upload applies, from the
-// same totals) on the device too: piece and slot offsets scanned there, the launch sized by the
-// policy's bound (no further download).
-// Buffers are kept between calls (grown on demand); calls on one stream.
+// Buffers are kept between calls (grown on demand, by half again: a growth frees and so
+// synchronizes the device); calls on one stream.
 #pragma once
 
 #include <span>
@@ -29,21 +31,46 @@ class CudaGridPlan {
   // layouts[H]: each head's layout (strides <= kGridPlanMaxStride, at most kGridPlanMaxLines
   // vertical / horizontal groups); params: the switches (band, lines, n_init). t0: the chunk's first
   // row in q; rows are positions [num_keys - q_len, num_keys) of the sequence (batch sequence 0).
-  // Synchronizes `stream` once.
+  // Asynchronous on `stream` (no host synchronization, no host memory read by the stream).
+  // count_acc (optional, device [2]): the plan's listed key blocks and gathered columns are added
+  // to it on the stream (usage's density without a download per layer).
   void build(std::span<const GridLayout> layouts, const GridParams& params, int t0, int q_len, int num_keys,
-             cudaStream_t stream);
+             cudaStream_t stream, unsigned long long* count_acc = nullptr);
 
   SparsePlanView view() const { return view_; }
   int num_heads() const { return num_heads_; }
-  BlockCounts block_counts() const { return counts_; }
-  double block_density() const { return counts_.causal > 0 ? counts_.computed / counts_.causal : 1.0; }
+  // The causal key blocks of the last build (host arithmetic, no synchronization).
+  double causal_blocks() const { return causal_; }
+  // Computed / causal key blocks of the last build: synchronizes its stream and downloads the
+  // totals (tests and benches; the decoder passes count_acc instead).
+  BlockCounts block_counts() const;
+  double block_density() const {
+    const BlockCounts c = block_counts();
+    return c.causal > 0 ? c.computed / c.causal : 1.0;
+  }
+
+  CudaGridPlan() = default;
+  CudaGridPlan(const CudaGridPlan&) = delete;
+  CudaGridPlan& operator=(const CudaGridPlan&) = delete;
+  ~CudaGridPlan();
 
  private:
+  // Pinned staging of the layouts' upload, a ring of kStages: a stage is rewritten once the copy
+  // that read it is done (its event), so the host waits only when it runs kStages builds ahead.
+  static constexpr int kStages = 8;
+  struct Stage {
+    PinnedBuffer host;
+    cudaEvent_t copied = nullptr;
+  };
+  Stage stages_[kStages];
+  int next_stage_ = 0;
+
   DeviceBuffer layouts_, scratch_, temp_, plan_, split_, partial_;
-  std::vector<int32_t> totals_{0, 0};
   SparsePlanView view_;
   int num_heads_ = 0;
-  BlockCounts counts_;
+  double causal_ = 0;
+  const int32_t* totals_[2] = {nullptr, nullptr};  // device: the last build's list totals
+  cudaStream_t stream_ = nullptr;                  // the last build's
 };
 
 }  // namespace vlm::cuda

@@ -84,16 +84,20 @@ void CudaXAttentionPlan::build(cudaStream_t stream) {
   VLM_CUDA_CHECK(cudaMemsetAsync(d + zero_base, 0, n1 * sizeof(int32_t), stream));
   xattn_fill(keep_.as<uint32_t>(), sc.block_off, n, shape_.words(), d + blocks_base, stream);
   grid_plan_items(sc.idx_out, n, nqb, d, stream);
-  // The split of long items (CudaGridPlan's policy and bound).
-  const SplitPolicy policy = block_sparse_split_policy(total_, 0, n);
-  const SplitBounds bounds = block_sparse_split_bounds(policy, total_, 0, n);
+  // The split of long items: the policy CudaBlockSparsePlan::upload takes for these totals (known
+  // here), so the schedule is the uploaded plans' (one CTA per piece, no queue).
+  GridPlanSplit split;
+  split.fixed_policy = true;
+  split.fixed = block_sparse_split_policy(total_, 0, n);
+  const SplitBounds bounds = block_sparse_split_bounds(split.fixed, total_, 0, n);
   view_.piece_off = view_.slot_off = nullptr;
   view_.partial = nullptr;
+  view_.queue = nullptr;
   view_.max_pieces = n;
-  if (policy.piece > 0) {
-    split_.reserve(4 * n1 * sizeof(int32_t));
+  if (split.fixed.piece > 0) {
+    split_.reserve((4 * n1 + 1) * sizeof(int32_t));
     int32_t* sw = split_.as<int32_t>();
-    grid_plan_split(sc, policy, sw, sw + 2 * n1, sw + 3 * n1, stream);
+    grid_plan_split(sc, split, sw, sw + 2 * n1, sw + 3 * n1, stream);
     partial_.reserve(size_t(std::max(bounds.slots, kMaxSplitSlots)) * kSplitSlotFloats * sizeof(float));
     VLM_CHECK(bounds.pieces < (int64_t(1) << 31), "xattention plan: {} pieces", bounds.pieces);
     view_.piece_off = sw + 2 * n1;
@@ -111,7 +115,7 @@ void CudaXAttentionPlan::build(cudaStream_t stream) {
     x.t0 = shape_.t0;
     x.q_len = q_len;
     x.num_keys = N;
-    x.pad = 0;
+    x.flags = kHeadAlignedBlocks;  // XAttention lists aligned blocks
   }
   VLM_CUDA_CHECK(
       cudaMemcpyAsync(d + item_words, descs.data(), H * sizeof(SparseHeadDesc), cudaMemcpyHostToDevice, stream));

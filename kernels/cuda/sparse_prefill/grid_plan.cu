@@ -147,16 +147,19 @@ fill_lists_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut o
   }
 }
 
-// Grid (ceil(max(q_len, N) / 256), H, 2): z = 0 the k_order, z = 1 the q_order of head h.
+// Grid (groups, H, 2): z = 0 the k_order, z = 1 the q_order of head h, written run by run (group
+// g's run holds j0(g) + k * s at start(g) + k), the CTAs striding over the head's groups.
 __global__ void orders_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut out) {
-  const int h = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int h = blockIdx.y;
   const GridHeadLayout& L = layouts[h];
   const bool q = blockIdx.z == 1;
-  const int n = q ? sh.q_len : sh.num_keys;
-  if (i >= n) return;
-  const GridOrder o(L.stride, L.phase, q ? sh.num_keys - sh.q_len : 0, n);
-  int32_t* base = out.data + out.order_base + int64_t(h) * (sh.q_len + sh.num_keys);
-  (q ? base : base + sh.q_len)[i] = o.at(i);
+  const int n = q ? sh.q_len : sh.num_keys, s = L.stride;
+  const GridOrder o(s, L.phase, q ? sh.num_keys - sh.q_len : 0, n);
+  int32_t* base = out.data + out.order_base + int64_t(h) * (sh.q_len + sh.num_keys) + (q ? 0 : sh.q_len);
+  for (int g = blockIdx.x; g < s; g += gridDim.x) {
+    const int st = o.start(g), end = g + 1 < s ? o.start(g + 1) : n, j0 = o.j0(g);
+    for (int k = threadIdx.x; st + k < end; k += blockDim.x) base[st + k] = j0 + k * s;
+  }
 }
 
 // items[i] = (seq 0, head, qblock, desc = head) of the i-th work item in cost order.
@@ -177,17 +180,41 @@ __global__ void cost_kernel(const int32_t* nblocks, const int32_t* ncols, int n,
 }
 
 // counts[i] / counts[n + 1 + i]: the pieces / slots of the i-th item in cost order; entry n zero.
-__global__ void split_counts_kernel(const int32_t* order, const int32_t* nblocks, const int32_t* ncols, int n,
-                                    SplitPolicy policy, int32_t* counts) {
+__global__ void split_counts_kernel(const int32_t* order, const int32_t* nblocks, const int32_t* ncols,
+                                    const int32_t* block_off, const int32_t* col_off, int n, GridPlanSplit split,
+                                    int32_t* counts) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i > n) return;
+  const SplitPolicy policy =
+      split.fixed_policy ? split.fixed : auto_split_policy(block_off[n], col_off[n], n, split.resident);
   int np = 0;
   if (i < n) {
     const int hm = order[i];
     np = policy.pieces(nblocks[hm] + (ncols[hm] + kBlock - 1) / kBlock);
+  } else if (split.count_acc) {
+    atomicAdd(split.count_acc, static_cast<unsigned long long>(block_off[n]));
+    atomicAdd(split.count_acc + 1, static_cast<unsigned long long>(col_off[n]));
   }
   counts[i] = i < n ? np : 0;
   counts[n + 1 + i] = np > 1 ? np : 0;
+}
+
+__global__ void descs_kernel(GridPlanShape sh, GridPlanOut out, int t0, SparseHeadDesc* descs) {
+  const int h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h >= sh.num_heads) return;
+  const int nqb = sh.num_qblocks();
+  SparseHeadDesc x;
+  x.q_order = out.order_base + int64_t(h) * (sh.q_len + sh.num_keys);
+  x.k_order = x.q_order + sh.q_len;
+  x.block_ptr = out.ptr_base + int64_t(h) * 2 * (nqb + 1);
+  x.col_ptr = x.block_ptr + nqb + 1;
+  x.blocks = out.blocks_base;
+  x.cols = out.cols_base;
+  x.t0 = t0;
+  x.q_len = sh.q_len;
+  x.num_keys = sh.num_keys;
+  x.flags = kHeadAlignedBlocks;  // grid plans list aligned blocks
+  descs[h] = x;
 }
 
 int smem_bytes(const GridPlanShape& sh) { return sh.max_stride * 4 + ((sh.num_kblocks() + 15) & ~15); }
@@ -209,8 +236,7 @@ void grid_plan_fill(const GridHeadLayout* layouts, const GridPlanShape& sh, cons
   (void)ok;
   fill_lists_kernel<<<dim3(sh.num_qblocks(), sh.num_heads), kThreads, smem_bytes(sh), stream>>>(layouts, sh, out);
   VLM_CUDA_CHECK_LAUNCH();
-  const int n = std::max(sh.q_len, sh.num_keys);
-  orders_kernel<<<dim3((n + 255) / 256, sh.num_heads, 2), 256, 0, stream>>>(layouts, sh, out);
+  orders_kernel<<<dim3(std::min(sh.max_stride, 1024), sh.num_heads, 2), 128, 0, stream>>>(layouts, sh, out);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -239,15 +265,22 @@ void grid_plan_schedule(const GridPlanSchedule& s, cudaStream_t stream) {
                                                            n, 0, 32, stream));
 }
 
-void grid_plan_split(const GridPlanSchedule& s, const SplitPolicy& policy, int32_t* counts, int32_t* piece_off,
+void grid_plan_split(const GridPlanSchedule& s, const GridPlanSplit& split, int32_t* counts, int32_t* piece_off,
                      int32_t* slot_off, cudaStream_t stream) {
   const int n = s.n;
-  split_counts_kernel<<<(n + 256) / 256, 256, 0, stream>>>(s.idx_out, s.nblocks, s.ncols, n, policy, counts);
+  split_counts_kernel<<<(n + 256) / 256, 256, 0, stream>>>(s.idx_out, s.nblocks, s.ncols, s.block_off, s.col_off, n,
+                                                           split, counts);
   VLM_CUDA_CHECK_LAUNCH();
   size_t bytes = s.temp_bytes;
   VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, counts, piece_off, n + 1, stream));
   bytes = s.temp_bytes;
   VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, counts + n + 1, slot_off, n + 1, stream));
+}
+
+void grid_plan_descs(const GridPlanShape& sh, const GridPlanOut& out, int t0, SparseHeadDesc* descs,
+                     cudaStream_t stream) {
+  descs_kernel<<<(sh.num_heads + 127) / 128, 128, 0, stream>>>(sh, out, t0, descs);
+  VLM_CUDA_CHECK_LAUNCH();
 }
 
 void grid_plan_items(const int32_t* order, int n, int nqb, int32_t* items, cudaStream_t stream) {

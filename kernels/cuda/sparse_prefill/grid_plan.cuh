@@ -69,9 +69,23 @@ void grid_plan_schedule(const GridPlanSchedule& schedule, cudaStream_t stream);
 
 // The split of the items in cost order (SplitPolicy): piece_off / slot_off [n + 1] = the
 // exclusive sums of each item's pieces and slots (tiles = nblocks + ceil(ncols / 64) of item
-// order[i]). counts: scratch of 2 (n + 1) int32; temp as for grid_plan_schedule.
-void grid_plan_split(const GridPlanSchedule& schedule, const SplitPolicy& policy, int32_t* counts,
+// order[i]). The policy: `fixed` when fixed_policy, else auto_split_policy from the totals
+// (block_off[n], col_off[n]) for `resident` CTAs, computed on the device. count_acc (optional,
+// device [2]): the totals (listed key blocks, gathered columns) are added to it. counts: scratch
+// of 2 (n + 1) int32; temp as for grid_plan_schedule.
+struct GridPlanSplit {
+  SplitPolicy fixed;
+  bool fixed_policy = false;
+  int resident = 1;
+  unsigned long long* count_acc = nullptr;
+};
+void grid_plan_split(const GridPlanSchedule& schedule, const GridPlanSplit& split, int32_t* counts,
                      int32_t* piece_off, int32_t* slot_off, cudaStream_t stream);
+
+// descs[h] (h < H) of the plan written at `out`'s offsets: the head's q_order, k_order, pointers
+// and the shared lists, rows t0.. of the batch, q_len rows over num_keys keys.
+void grid_plan_descs(const GridPlanShape& shape, const GridPlanOut& out, int t0, SparseHeadDesc* descs,
+                     cudaStream_t stream);
 
 // items[n, 4] = (0, h, m, h) for h * nqb + m = order[i].
 void grid_plan_items(const int32_t* order /*[n]*/, int n, int nqb, int32_t* items /*[n,4]*/, cudaStream_t stream);

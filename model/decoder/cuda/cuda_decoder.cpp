@@ -382,6 +382,7 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   embed(T, override);
   prof_.mark(stream_, "upload_embed_rope_table");
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
+  if (sparse_) sparse_prefill_.finish_step(stream_);  // the step's block counts, when the stream gets there
   if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);     // SinkRouter's anchors of finished
   if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // prompts, then LOOK-M's compaction
   num_logit_rows_ = R;

@@ -150,10 +150,13 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
   const std::vector<GridLayout> layouts = grid_layouts(layer, b, 0, pats, q, act, kv, meta, scale, stream);
   for (const GridLayout& l : layouts)
     if (l.stride > cuda::kGridPlanMaxStride) return false;  // a known stride beyond the device plan's range
-  device_plan_.build(layouts, pats[0].grid, b.cu_seqlens_q[0], q_len_of(b, 0), b.context_lens[0], stream);
+  // The counts stay on the device until the step ends (finish_step: no sync per layer).
+  BlockCounts* target = b.sparse_block_counts.empty() ? nullptr : b.sparse_block_counts[0];
+  const int q_len = q_len_of(b, 0), N = b.context_lens[0];
+  unsigned long long* acc = counts_.counter(target, stream);
+  device_plan_.build(layouts, pats[0].grid, b.cu_seqlens_q[0], q_len, N, stream, acc);
+  if (acc) counts_.add_causal(device_plan_.causal_blocks());
   mark("sparse_plan");
-  if (!b.sparse_block_counts.empty() && b.sparse_block_counts[0])
-    *b.sparse_block_counts[0] += device_plan_.block_counts();
   cuda::paged_block_sparse_attention(q, act, H, kv, meta, device_plan_.view(), scale, out, stream);
   mark("sparse_kernel");
   return true;

@@ -22,6 +22,7 @@
 #include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
 #include "model/decoder/cuda/cuda_xattention_prefill.h"
+#include "model/decoder/cuda/cuda_sparse_counts.h"
 #include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/forward_batch.h"
 
@@ -39,6 +40,9 @@ class CudaSparsePrefill {
   void attention(int layer, const ForwardBatch& b, const void* q /*[T,H,D]*/, DType act, int num_heads,
                  const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale, void* out /*[T,H,D]*/,
                  cudaStream_t stream, StepProfiler* prof = nullptr);
+  // After a step's last layer: device-planned steps' block counts reach b.sparse_block_counts
+  // when the stream gets there (CudaSparseCounts).
+  void finish_step(cudaStream_t stream) { counts_.finish(stream); }
 
  private:
   static void check_config(const SparsePrefillConfig& cfg);  // RequestError when the GPU cannot plan it
@@ -61,6 +65,7 @@ class CudaSparsePrefill {
   cuda::CudaBlockSparsePlan plan_;
   cuda::CudaGridPlan device_plan_;
   CudaXAttentionPrefill xattn_;  // XAttention heads (estimated on the device)
+  CudaSparseCounts counts_;
   StepProfiler* prof_ = nullptr;  // this call's (attention's argument)
   cudaStream_t stream_ = nullptr;
   void mark(const char* name) {

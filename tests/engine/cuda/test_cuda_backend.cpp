@@ -31,11 +31,8 @@ class CudaBackendTest : public ::testing::Test {
     prompts_ = {{5, 9, 33, 7, 100, 3}, {17, 4, 4, 4, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
     std::vector<SequenceChunk> chunks;
     int32_t next_block = 0;
-    for (const auto& p : prompts_) {
+    for (size_t i = 0; i < prompts_.size(); ++i, next_block += 2) {
       tables_.push_back({next_block, next_block + 1});
-      next_block += 2;
-    }
-    for (size_t i = 0; i < prompts_.size(); ++i) {
       SequenceChunk c;
       c.token_ids = prompts_[i];
       c.block_table = tables_[i];

@@ -6,6 +6,8 @@
 //  - the unsplit kernel and the CPU reference when long work items are split along their keys
 //    (plans with very long rows: one query block per head attending every causal key, as the
 //    grid's horizontal-line rows do; the automatic policy and forced short pieces),
+//  - the CPU reference with permuted plans whose query blocks list every key block (taken in
+//    position order by the kernel) and a head whose block starts are off the 64-grid,
 //  - the CPU reference with the plans the CPU planners make (A-shape, tri-shape,
 //    vertical-slash, grid, XAttention, MMInference with boundary heads over modality tags) on
 //    video-structured input.
@@ -241,6 +243,59 @@ TEST(CudaBlockSparse, SplitLongItemsMatchUnsplitAndCpuReference) {
       EXPECT_LE(e_unsplit, split_bound(c.act));
       EXPECT_LE(e_ref, tolerance(c.act));
     }
+  }
+}
+
+// Permuted rows and keys; per head two query blocks list every aligned key block (the kernel
+// takes their keys in position order, not k_order: the same keys), the others two random ones;
+// the last head's key blocks start off the 64-grid (never taken in position order).
+BlockSparsePlan every_key_plan(int q_len, int N, int H, std::mt19937& rng) {
+  BlockSparsePlan p;
+  p.q_len = q_len;
+  p.num_keys = N;
+  const int nqb = p.num_qblocks(), nkb = p.num_kblocks();
+  for (int h = 0; h < H; ++h) {
+    HeadPlan hp = empty_head_plan(nqb);
+    hp.q_order.resize(q_len);
+    std::iota(hp.q_order.begin(), hp.q_order.end(), 0);
+    std::shuffle(hp.q_order.begin(), hp.q_order.end(), rng);
+    hp.k_order.resize(N);
+    std::iota(hp.k_order.begin(), hp.k_order.end(), 0);
+    std::shuffle(hp.k_order.begin(), hp.k_order.end(), rng);
+    const int m0 = static_cast<int>(rng() % nqb), m1 = static_cast<int>(rng() % nqb);
+    const int shift = h == H - 1 ? 1 : 0;  // unaligned starts: k0 = 1, 65, ... (N - 1 keys)
+    for (int m = 0; m < nqb; ++m) {
+      if (m == m0 || m == m1) {
+        for (int b = 0; b < nkb; ++b)
+          if (b * 64 + shift < N) hp.blocks.push_back(b * 64 + shift);
+      } else {
+        const int b0 = static_cast<int>(rng() % nkb), b1 = static_cast<int>(rng() % nkb);
+        hp.blocks.push_back(std::min(b0, b1) * 64);
+        if (b1 != b0) hp.blocks.push_back(std::max(b0, b1) * 64);
+      }
+      hp.block_ptr[m + 1] = static_cast<int32_t>(hp.blocks.size());
+      hp.col_ptr[m + 1] = static_cast<int32_t>(hp.cols.size());
+    }
+    p.heads.push_back(std::move(hp));
+  }
+  validate_plan(p);
+  return p;
+}
+
+TEST(CudaBlockSparse, EveryKeyItemsMatchCpuReference) {
+  VLM_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  Batch b({{500, 1500}}, 8, 2, 128, DType::BF16, 61);
+  const BlockSparsePlan plan = every_key_plan(500, 1500, 8, rng);
+  const BlockSparsePlan* ptr = &plan;
+  const auto ref = b.cpu_ref({&ptr, 1});
+  for (const int piece : {-1, 0, 3}) {  // unsplit, the automatic policy, pieces of 3 tiles
+    SplitKnob knob(piece);
+    cuda::CudaBlockSparsePlan up;
+    up.upload({&ptr, 1}, b.cu.data(), b.H, nullptr);
+    const double e = normalized_error(b.sparse(up.view()), ref);
+    std::printf("every-key items (split knob %d): vs CPU ref %.5f\n", piece, e);
+    EXPECT_LE(e, tolerance(DType::BF16)) << "split knob " << piece;
   }
 }
 

@@ -3,7 +3,10 @@
 // equal, the work items in the order CudaBlockSparsePlan::upload gives the host plans, and the
 // attention outputs of the two plans bit for bit equal. Layouts vary stride (below and above the
 // chunk's rows per group), phase, band (none, 0, 1, wider than the stride), the line switches,
-// several line groups and sink sizes, whole prompts and chunks over cached context.
+// several line groups and sink sizes, whole prompts and chunks over cached context, 8 heads and
+// 28 (more than one launch of layouts). The device build has no host sync (lists at their bounds,
+// the split policy computed on the device, the attention over a resident grid taking pieces from
+// a queue); its count accumulator equals the host plan's block counts.
 // Skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -52,6 +55,7 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
     int q_len, ctx;
     std::vector<int> strides;
     GridParams p;
+    int heads = 8;
   };
   auto params = [](int band, bool slash, bool v, bool h, int nv, int nh, int n_init) {
     GridParams p;
@@ -67,6 +71,7 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
       {640, 640, {40, 97}, params(1, false, true, false, 2, 1, 0)},
       {333, 1000, {128, 1024}, params(2, true, false, true, 4, 4, 17)},
       {77, 77, {16, 100}, GridParams{}},
+      {600, 1500, {256, 33}, GridParams{}, 28},  // Qwen2-7B's query heads
   };
   std::mt19937 rng(11);
   uint32_t seed = 3;
@@ -78,7 +83,7 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
     cuda::set_block_sparse_split(knob);
     SCOPED_TRACE("q_len " + std::to_string(c.q_len) + " keys " + std::to_string(c.ctx) + " split knob " +
                  std::to_string(knob));
-    Batch b({{c.q_len, c.ctx}}, 8, 2, 128, DType::BF16, seed++, /*structured=*/true);
+    Batch b({{c.q_len, c.ctx}}, c.heads, c.heads == 8 ? 2 : 4, 128, DType::BF16, seed++, /*structured=*/true);
     std::vector<GridLayout> layouts(b.H);
     BlockSparsePlan host;
     host.q_len = c.q_len;
@@ -88,7 +93,9 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
       host.heads.push_back(grid_head_plan(layouts[h], c.p, c.q_len, c.ctx, 64));
     }
     validate_plan(host);
-    gp.build(layouts, c.p, 0, c.q_len, c.ctx, nullptr);
+    cuda::DeviceBuffer acc(2 * sizeof(unsigned long long));
+    VLM_CUDA_CHECK(cudaMemset(acc.get(), 0, acc.bytes()));
+    gp.build(layouts, c.p, 0, c.q_len, c.ctx, nullptr, acc.as<unsigned long long>());
     const cuda::SparsePlanView v = gp.view();
     const int nqb = host.num_qblocks();
     ASSERT_EQ(v.num_items, b.H * nqb);
@@ -109,6 +116,12 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
     }
     const auto data = download(v.data, std::max({words, descs[0].blocks + nb_total, descs[0].cols + nc_total}));
     EXPECT_NEAR(gp.block_density(), plan_block_density(host), 1e-12);
+    unsigned long long totals[2];
+    VLM_CUDA_CHECK(cudaMemcpy(totals, acc.get(), sizeof totals, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(static_cast<double>(totals[0]) + static_cast<double>(totals[1]) / 64.0,
+              plan_block_counts(host).computed)
+        << "the count accumulator";
+    EXPECT_EQ(gp.causal_blocks(), plan_block_counts(host).causal);
     for (int h = 0; h < b.H; ++h) {
       SCOPED_TRACE("head " + std::to_string(h) + " stride " + std::to_string(layouts[h].stride));
       const HeadPlan& hp = host.heads[h];
