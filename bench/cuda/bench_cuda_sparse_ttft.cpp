@@ -25,12 +25,15 @@
 // block attends every key, so no chunk's kernel waits on one CTA walking all the keys.
 // --grid-stride S > 0: MMInference's grid heads with the fixed stride S (as a searched pattern
 // file would give a video model) instead of the online search.
+// --sparse-prefill-config FILE: the MMInference modes take their per-head patterns from FILE
+// (vlm-search-patterns' output; heads it leaves out keep the default grid head).
 // With VLM_CUDA_PROFILE=1 every step prints its per-op GPU time to stderr (StepProfiler).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +42,7 @@
 #include "kernels/core/log.h"
 #include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
 #include "kernels/cuda/core/cuda_check.h"
+#include "model/methods/sparse_patterns_file.h"
 
 namespace {
 
@@ -60,8 +64,9 @@ std::vector<std::string> words(const std::string& s) {
 
 int main(int argc, char** argv) {
   std::map<std::string, std::string> f = {{"lengths", "131072"}, {"modes", "dense,mminference"}, {"chunk", "8192"},
-                                          {"xattention-threshold", "0.9"}, {"frame-tokens", "256"}, {"grid-stride", "0"}, {"warmup", "16384"},
-                                          {"dense-max", "1099511627776"}, {"hline", "1"}};
+                                          {"xattention-threshold", "0.9"}, {"frame-tokens", "256"}, {"grid-stride", "0"},
+                                          {"warmup", "16384"}, {"dense-max", "1099511627776"}, {"hline", "1"},
+                                          {"sparse-prefill-config", ""}};
   for (int i = 1; i + 1 < argc; i += 2) f[std::string(argv[i]).substr(2)] = argv[i + 1];
   if (!f.count("model")) {
     std::fprintf(stderr, "usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference] "
@@ -99,6 +104,8 @@ int main(int argc, char** argv) {
     mm.method = vlm::SparsePrefillMethod::MMInference;  // default head: grid (online search)
     mm.default_head.grid.stride = std::stoi(f["grid-stride"]);
     mm.default_head.grid.use_hline = f["hline"] != "0";
+    if (!f["sparse-prefill-config"].empty())
+      mm.head_patterns = std::make_shared<const vlm::SparseHeadPatterns>(vlm::load_sparse_patterns(f["sparse-prefill-config"]));
     const int32_t known[] = {frame};
     const int64_t V = host->config().vocab_size;
     std::vector<int32_t> table(static_cast<size_t>(o.num_kv_blocks));

@@ -3,14 +3,17 @@
 // the in-process decoder run with the same per-head plans, and an all-dense file (target error
 // 0) gives exactly the dense server's tokens.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "engine/backends/make_step_backend.h"
 #include "engine/scheduling/kv_cache.h"
 #include "model/decoder/llm_decoder.h"
 #include "model/methods/sparse_patterns_file.h"
@@ -111,6 +114,26 @@ TEST(SearchPatterns, FileLoadsAndDrivesTheServer) {
   EXPECT_EQ(server_greedy({"--sparse-prefill-config", searched}, prompt, n), dense_server);
   std::remove(searched.c_str());
   std::remove(all_dense.c_str());
+}
+
+// --device cuda where no GPU is visible (or the build has no CUDA backend): exit 1 with a message
+// naming the flag and the reason, and no file written. Skips where a GPU is visible (test_cuda's
+// PatternSearch tests run the GPU search there).
+TEST(SearchPatterns, DeviceCudaWithoutGpuFailsClearly) {
+  std::string why;
+  if (cuda_available(&why)) GTEST_SKIP() << "a GPU is visible: the GPU search runs in test_cuda";
+  const std::string out = ::testing::TempDir() + "vlm_search_patterns_nogpu_" + std::to_string(::getpid()) + ".json";
+  const std::string log = out + ".log";
+  const std::string cmd = std::string(VLM_BIN_DIR) + "/vlm-search-patterns --model " + demo_model_dir() + " --out " +
+                          out + " --length 128 --device cuda > " + log + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc));
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << cmd;
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("error: --device cuda: " + why), std::string::npos) << text;
+  EXPECT_FALSE(std::ifstream(out).good());
+  std::remove(log.c_str());
 }
 
 TEST(SearchPatterns, LoaderReadsMInferenceListsAndRejectsBadFiles) {

@@ -247,6 +247,7 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
   const int H = static_cast<int>(c.num_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (probe_) probe_(l, q_.get(), H, kv, meta, scale, stream_);
   if (sparse_) {
     VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
     sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_,
@@ -339,7 +340,7 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   batch_ = &b;
   reserve_activations(T, R);
   // Steps that capture SinkRouter anchors (a prefill finishing) run eagerly too.
-  if (!look_m_on_ && !CudaSinkRouterStep::captures(b) && forward_graph(b, override)) {
+  if (!probe_ && !look_m_on_ && !CudaSinkRouterStep::captures(b) && forward_graph(b, override)) {
     if (methods_) sink_.end(stream_);
     return;
   }

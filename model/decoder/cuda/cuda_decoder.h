@@ -26,12 +26,14 @@
 // (ForwardBatch::look_m, cuda_look_m_step.h) run on the GPU. SinkRouter decode steps take graphs
 // like dense ones (their key adds the routing config; the routed flags and the stores' anchor
 // pointers ride in the metadata); steps that carry LOOK-M states, or that finish a prefill with a
-// SinkRouter store (its anchors are captured then), run eagerly. Not on the GPU yet: attention probes; a batch asking for one throws InternalError.
+// SinkRouter store (its anchors are captured then), run eagerly. ForwardBatch::attention_probe
+// (the CPU's f32 host probe) throws InternalError here; the GPU's probe is set_attention_probe.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -90,6 +92,15 @@ class CudaDecoder {
   // After the stream synchronized (the caller's sync): the last forward's method counters
   // (SinkRouter's skipped groups) into the batch's stores and counters.
   void settle_methods() { sink_.settle(); }
+  // Optional probe (tools: vlm-search-patterns --device cuda): called by every layer's attention
+  // after the step's K/V are in the cache and before attention runs, with q[T, H, D] post-RoPE
+  // (device, dtype()), the layer's cache, the step's device metadata, the scale and the stream
+  // (enqueued work so far is ordered before what the probe enqueues; it may synchronize). Steps
+  // run eagerly while a probe is set. Empty: none.
+  using AttentionProbe = std::function<void(int layer, const void* q /*[T,H,D]*/, int num_heads,
+                                            const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta,
+                                            float scale, cudaStream_t stream)>;
+  void set_attention_probe(AttentionProbe probe) { probe_ = std::move(probe); }
   // Decode graphs captured so far, and graph launches (tests, benchmarks).
   int64_t graphs_captured() const { return graphs_captured_; }
   int64_t graph_launches() const { return graph_launches_; }
@@ -145,6 +156,7 @@ class CudaDecoder {
   CudaSparsePrefill sparse_prefill_;
   CudaSinkRouterStep sink_;
   CudaLookMStep look_m_;
+  AttentionProbe probe_;
   bool methods_ = false;  // the step carries LOOK-M states or SinkRouter stores
   bool look_m_on_ = false;  // the step carries LOOK-M states (runs eagerly)
   int64_t cap_tokens_ = 0, cap_rows_ = 0;

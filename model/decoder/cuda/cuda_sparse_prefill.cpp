@@ -142,7 +142,10 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
       cfg.method != SparsePrefillMethod::XAttention)
     return false;
   const std::vector<HeadPattern> pats = head_patterns(layer, cfg, H);
-  if (xattn_.device_planned(b, pats, q, act, kv, meta, scale, out, stream)) return true;
+  if (xattn_.device_planned(b, pats, q, act, kv, meta, scale, out, stream)) {
+    last_plan_ = xattn_.view();
+    return true;
+  }
   for (const HeadPattern& pt : pats)
     if (pt.type != HeadPatternType::Grid || pt.boundary != BoundaryKind::None || !same_grid(pt.grid, pats[0].grid) ||
         pt.grid.num_vlines > cuda::kGridPlanMaxLines || pt.grid.max_stride > cuda::kGridPlanMaxStride)
@@ -157,6 +160,7 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
   device_plan_.build(layouts, pats[0].grid, b.cu_seqlens_q[0], q_len, N, stream, acc);
   if (acc) counts_.add_causal(device_plan_.causal_blocks());
   mark("sparse_plan");
+  last_plan_ = device_plan_.view();
   cuda::paged_block_sparse_attention(q, act, H, kv, meta, device_plan_.view(), scale, out, stream);
   mark("sparse_kernel");
   return true;
@@ -185,6 +189,7 @@ void CudaSparsePrefill::attention(int layer, const ForwardBatch& b, const void* 
     ptrs[s] = &plans[s];
   }
   plan_.upload(ptrs, b.cu_seqlens_q.data(), H, stream);
+  last_plan_ = plan_.view();
   mark("sparse_plan");
   cuda::paged_block_sparse_attention(q, act, H, kv, meta, plan_, scale, out, stream);
   mark("sparse_kernel");

@@ -43,6 +43,8 @@ class CudaSparsePrefill {
   // After a step's last layer: device-planned steps' block counts reach b.sparse_block_counts
   // when the stream gets there (CudaSparseCounts).
   void finish_step(cudaStream_t stream) { counts_.finish(stream); }
+  // The plan view the last attention() ran (tools: per-head block counts, head_error.h).
+  const cuda::SparsePlanView& last_plan() const { return last_plan_; }
 
  private:
   static void check_config(const SparsePrefillConfig& cfg);  // RequestError when the GPU cannot plan it
@@ -66,6 +68,7 @@ class CudaSparsePrefill {
   cuda::CudaGridPlan device_plan_;
   CudaXAttentionPrefill xattn_;  // XAttention heads (estimated on the device)
   CudaSparseCounts counts_;
+  cuda::SparsePlanView last_plan_;
   StepProfiler* prof_ = nullptr;  // this call's (attention's argument)
   cudaStream_t stream_ = nullptr;
   void mark(const char* name) {

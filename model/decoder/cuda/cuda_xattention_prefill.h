@@ -28,6 +28,9 @@ class CudaXAttentionPrefill {
                                    const void* q /*[T,H,D]*/, DType act, const PagedKVLayer& kv,
                                    const cuda::CudaAttentionBatch& meta, float scale, cudaStream_t stream);
 
+  // The plan device_planned() built last.
+  cuda::SparsePlanView view() const { return plan_.view(); }
+
   std::function<void(const char*)> marker;  // profiler marks ("xattn_estimate"), or empty
 
  private:
