@@ -13,6 +13,10 @@
 // included; median of 3), plus the kernel with the first version's per-chunk row lookups.
 // Pattern "mminference-gpu-once": the grid layouts searched on the first 8192 tokens only (the
 // engine's grid_search_once with 8K chunks), the whole prompt planned from them; kernel and error.
+// Pattern "xattention-gpu": XAttention (stride 8, no dense tail; thresholds VLM_BENCH_XATTN, default
+// "0.9,0.8") with its estimation on the GPU (CudaXAttentionPlan: antidiagonal scores, selection,
+// device plans), then the kernel, timed together wall-clock (estimation included; median of
+// VLM_BENCH_XATTN_RUNS, default 3, after a warm-up).
 // VLM_BENCH_HLINE=0: the mminference-gpu patterns' grid heads without horizontal lines.
 // Pattern "vertical-slash-gpu": vertical-slash (1000, 6096) estimated on the GPU (CudaVerticalSlash),
 // then either the plans built on the device (CudaVerticalSlashPlan) or one download of every
@@ -34,6 +38,7 @@
 #include <iterator>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,6 +48,7 @@
 #include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
 #include "kernels/cuda/sparse_prefill/cuda_vertical_slash_plan.h"
+#include "kernels/cuda/sparse_prefill/cuda_xattention_plan.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
 
 namespace {
@@ -192,6 +198,55 @@ double rel_l2(const DeviceBuffer& got, const DeviceBuffer& ref, size_t n) {
   double sn = 0, sd = 0;
   for (int t = 0; t < tasks; ++t) sn += num[t], sd += den[t];
   return std::sqrt(sn / sd);
+}
+
+// XAttention with the estimation on the GPU: scores + selection, the device plan, the kernel,
+// timed wall-clock to completion (median of 3 after a warm-up); one table row per threshold.
+void bench_xattention(Setup& su, int S, double t_dense, float scale) {
+  vlm::cuda::CudaXAttentionPlan xp;
+  std::vector<int> heads(kH);
+  for (int h = 0; h < kH; ++h) heads[h] = h;
+  const size_t qn = size_t(S) * kH * kD;
+  const char* list = std::getenv("VLM_BENCH_XATTN");
+  const char* nr = std::getenv("VLM_BENCH_XATTN_RUNS");
+  std::vector<float> thresholds;
+  {
+    std::stringstream ss(list ? list : "0.9,0.8");
+    for (std::string w; std::getline(ss, w, ',');) thresholds.push_back(std::stof(w));
+  }
+  const int num_runs = std::max(1, nr ? std::atoi(nr) : 3);
+  for (const float th : thresholds) {
+    vlm::XAttentionParams p;
+    p.threshold = th;
+    p.n_last = 0;
+    auto chain = [&](double* t_est, double* t_plan) {
+      VLM_CUDA_CHECK(cudaDeviceSynchronize());
+      const double a = now();
+      xp.begin(kH, 0, S, S, nullptr);
+      xp.estimate(su.dq.get(), vlm::DType::BF16, su.dev_kv, su.dtable.as<int32_t>(), heads, p, S, scale, nullptr);
+      VLM_CUDA_CHECK(cudaDeviceSynchronize());
+      const double b = now();
+      xp.build(nullptr);
+      VLM_CUDA_CHECK(cudaDeviceSynchronize());
+      const double c = now();
+      vlm::cuda::paged_block_sparse_attention(su.dq.get(), vlm::DType::BF16, kH, su.dev_kv, su.batch, xp.view(), scale,
+                                              su.out.get(), nullptr);
+      VLM_CUDA_CHECK(cudaDeviceSynchronize());
+      if (t_est) *t_est = b - a, *t_plan = c - b;
+      return now() - a;
+    };
+    chain(nullptr, nullptr);  // warm-up
+    std::vector<std::array<double, 3>> runs(num_runs);
+    for (auto& r : runs) r[0] = chain(&r[1], &r[2]);
+    std::sort(runs.begin(), runs.end());
+    const double t_all = runs[num_runs / 2][0], t_est = runs[num_runs / 2][1], t_plan = runs[num_runs / 2][2];
+    const vlm::BlockCounts bc = xp.block_counts();
+    std::printf("| %d | xattention(stride 8, threshold %.1f) (GPU estimation + GPU plans), estimation included | "
+                "%.1f ms estimation + %.1f ms plans | - | %.1f ms total (kernel %.1f ms) | %.2fx | %.4f | %.4f |\n",
+                S, th, t_est * 1e3, t_plan * 1e3, t_all * 1e3, (t_all - t_est - t_plan) * 1e3, t_dense / t_all,
+                bc.computed / bc.causal, rel_l2(su.out, su.dense, qn));
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace
@@ -443,6 +498,7 @@ int main(int argc, char** argv) {
                   S, gp.use_hline ? "" : " without hlines", t_k * 1e3, t_dense / t_k, gplan.block_density(), rel_l2(su.out, su.dense, qn));
       std::fflush(stdout);
     }
+    if (vlm::bench::pattern_wanted("xattention-gpu")) bench_xattention(su, S, t_dense, scale);
   }
   return 0;
 }

@@ -16,7 +16,8 @@
 // layouts reused by the later chunks, grid_search_once; long work items of the block-sparse
 // kernel split along the keys); mminference-chunk (the grid search on every chunk);
 // mminference-nosplit (the defaults without splitting long items: set_block_sparse_split(-1));
-// mminference-once: another name of mminference (the mode's name before it was the default).
+// mminference-once: another name of mminference (the mode's name before it was the default);
+// xattention: XAttention (stride 8, threshold --xattention-threshold, default 0.9), estimated on the GPU.
 // Usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference,mminference-chunk]
 //          [--chunk 8192] [--frame-tokens 256] [--grid-stride 0] [--hline 1] [--warmup 16384] [--dense-max N]
 // --dense-max N: the dense mode only for prompts of at most N tokens.
@@ -63,8 +64,9 @@ std::vector<std::string> words(const std::string& s) {
 
 int main(int argc, char** argv) {
   std::map<std::string, std::string> f = {{"lengths", "131072"}, {"modes", "dense,mminference"}, {"chunk", "8192"},
-                                          {"frame-tokens", "256"}, {"grid-stride", "0"}, {"warmup", "16384"},
-                                          {"dense-max", "1099511627776"}, {"hline", "1"}, {"sparse-prefill-config", ""}};
+                                          {"xattention-threshold", "0.9"}, {"frame-tokens", "256"}, {"grid-stride", "0"},
+                                          {"warmup", "16384"}, {"dense-max", "1099511627776"}, {"hline", "1"},
+                                          {"sparse-prefill-config", ""}};
   for (int i = 1; i + 1 < argc; i += 2) f[std::string(argv[i]).substr(2)] = argv[i + 1];
   if (!f.count("model")) {
     std::fprintf(stderr, "usage: bench_cuda_sparse_ttft --model DIR [--lengths 131072] [--modes dense,mminference] "
@@ -125,8 +127,12 @@ int main(int argc, char** argv) {
       vlm::BlockCounts counts;
       vlm::GridLayoutStore store;
       const bool sparse = mode == "mminference" || mode == "mminference-once" || mode == "mminference-chunk" ||
-                          mode == "mminference-nosplit";
+                          mode == "mminference-nosplit" || mode == "xattention";
       vlm::SparsePrefillConfig cfg = mm;
+      if (mode == "xattention") {
+        cfg.method = vlm::SparsePrefillMethod::XAttention;
+        cfg.xattention.threshold = std::stof(f["xattention-threshold"]);
+      }
       cfg.grid_search_once = mode != "mminference-chunk";
       vlm::cuda::set_block_sparse_split(mode == "mminference-nosplit" ? -1 : 0);
       const auto t0 = Clock::now();
@@ -148,7 +154,7 @@ int main(int argc, char** argv) {
           fb.grid_layouts = {&store};
         } else if (mode != "dense" && !sparse) {
           throw std::runtime_error("unknown mode " + mode +
-                                   " (dense, mminference, mminference-chunk, mminference-nosplit, mminference-once)");
+                                   " (dense, mminference, mminference-chunk, mminference-nosplit, mminference-once, xattention)");
         }
         backend.forward(fb, vlm::EmbeddingOverride{});
       }
@@ -188,7 +194,7 @@ int main(int argc, char** argv) {
                     static_cast<long>(chunk), mode.c_str(), t[mode], static_cast<double>(L) / t[mode]);
         std::fflush(stdout);
       }
-      for (const char* m : {"mminference", "mminference-once", "mminference-chunk", "mminference-nosplit"})
+      for (const char* m : {"mminference", "mminference-once", "mminference-chunk", "mminference-nosplit", "xattention"})
         if (t.count("dense") && t.count(m))
           std::printf("TTFT %ld tokens: dense / %s = %.2fx\n", static_cast<long>(L), m, t["dense"] / t[m]);
     }

@@ -152,8 +152,8 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmD
   if (c.sparse_prefill.enabled() && !(plannable_without_host_data(c.sparse_prefill) && c.sparse_prefill.block == 64 &&
                                       o.dtype != DType::F32))  // runs_sparse_prefill, before the upload
     throw LoadError(fmt::format("--device cuda: sparse prefill method {} does not run on the GPU yet (the GPU plans "
-                                "a_shape, tri_shape, grid, vertical_slash and mminference without xattention heads, 64-token "
-                                "blocks, a bf16/f16 cache); use --device cpu",
+                                "a_shape, tri_shape, grid, vertical_slash, xattention (strides dividing 64) and "
+                                "mminference, 64-token blocks, a bf16/f16 cache); use --device cpu",
                                 sparse_prefill_method_name(c.sparse_prefill.method)));
   o.block_size = c.block_size;
   o.num_kv_blocks = c.num_kv_blocks;

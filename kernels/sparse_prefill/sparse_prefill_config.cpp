@@ -57,12 +57,16 @@ std::optional<HeadPatternType> parse_head_pattern_type(std::string_view name) {
 }
 
 bool plannable_without_host_data(const SparsePrefillConfig& cfg) {
-  // Vertical-slash and boundary heads estimate on the GPU from cfg.last_q <= 64 rows.
-  auto head_ok = [&cfg](const HeadPattern& h) {
+  // Vertical-slash and boundary heads estimate on the GPU from cfg.last_q <= 64 rows; XAttention
+  // over 64-token blocks (its stride divides them).
+  auto xattention_ok = [](const XAttentionParams& x) { return x.stride > 0 && 64 % x.stride == 0; };
+  auto head_ok = [&](const HeadPattern& h) {
     return (h.boundary == BoundaryKind::None || cfg.last_q <= 64) &&
            (h.type == HeadPatternType::Dense || h.type == HeadPatternType::AShape ||
             (h.type == HeadPatternType::Grid && h.grid.last_q <= 64) ||
-            (h.type == HeadPatternType::VerticalSlash && cfg.last_q <= 64));
+            (h.type == HeadPatternType::VerticalSlash && cfg.last_q <= 64) ||
+            (h.type == HeadPatternType::XAttention && h.boundary == BoundaryKind::None &&
+             xattention_ok(h.xattention)));
   };
   switch (cfg.method) {
     case SparsePrefillMethod::Off:
@@ -70,6 +74,7 @@ bool plannable_without_host_data(const SparsePrefillConfig& cfg) {
     case SparsePrefillMethod::TriShape: return true;
     case SparsePrefillMethod::VerticalSlash: return cfg.last_q <= 64;
     case SparsePrefillMethod::Grid: return cfg.grid.last_q <= 64;
+    case SparsePrefillMethod::XAttention: return xattention_ok(cfg.xattention);
     case SparsePrefillMethod::MMInference:
       if (!head_ok(cfg.default_head)) return false;
       if (cfg.head_patterns)

@@ -88,9 +88,10 @@ struct GridLayoutStore {
 
 // Whether every head's plan of cfg is made from the configuration and the estimates the GPU
 // backend makes on the device (method off, A-shape, tri-shape, grid with grid.last_q <= 64,
-// vertical-slash with last_q <= 64, or MMInference whose head patterns and default head are dense,
-// A-shape, grid (grid.last_q <= 64) or vertical-slash, with or without a Q / 2D boundary (last_q
-// <= 64)): what the GPU backend plans. XAttention is not on the GPU yet.
+// vertical-slash with last_q <= 64, xattention with a stride dividing 64, or MMInference whose
+// head patterns and default head are dense, A-shape, grid (grid.last_q <= 64), vertical-slash
+// with or without a Q / 2D boundary (last_q <= 64), or such xattention with no boundary): what
+// the GPU backend plans.
 bool plannable_without_host_data(const SparsePrefillConfig& cfg);
 
 }  // namespace vlm

@@ -53,6 +53,9 @@ std::vector<HeadPattern> CudaSparsePrefill::head_patterns(int layer, const Spars
       pats[h].type = HeadPatternType::VerticalSlash;
       pats[h].vertical_size = cfg.vertical_size;
       pats[h].slash_size = cfg.slash_size;
+    } else if (cfg.method == SparsePrefillMethod::XAttention) {
+      pats[h].type = HeadPatternType::XAttention;
+      pats[h].xattention = cfg.xattention;
     } else {
       const HeadPattern* f = cfg.head_patterns ? cfg.head_patterns->find(layer, h) : nullptr;
       pats[h] = f ? *f : cfg.default_head;
@@ -125,11 +128,13 @@ BlockSparsePlan CudaSparsePrefill::plan_sequence(int layer, const ForwardBatch& 
   lines_.load_codes(b, s);
   lines_.plan(b, s, pats, q, act, kv, meta, scale, stream, p.heads, planned);
   const std::vector<GridLayout> layouts = grid_layouts(layer, b, s, pats, q, act, kv, meta, scale, stream);
+  std::vector<HeadPlan> xplans = xattn_.host_plans(b, s, pats, q, act, kv, meta, scale, stream);
   global_thread_pool().run_tasks(H, [&](int64_t h) {
     const HeadPattern& pt = pats[h];
     if (planned[h]) return;
     if (pt.type == HeadPatternType::Grid) p.heads[h] = grid_head_plan(layouts[h], pt.grid, q_len, N, blk);
     else if (pt.type == HeadPatternType::AShape) p.heads[h] = a_shape_head_plan(q_len, N, blk, pt.n_init, pt.n_local);
+    else if (pt.type == HeadPatternType::XAttention) p.heads[h] = std::move(xplans[h]);
     else p.heads[h] = dense_head_plan(q_len, N, blk, blk);
   });
   return p;
@@ -147,8 +152,14 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
     mark("sparse_kernel");
     return true;
   }
-  if (cfg.method != SparsePrefillMethod::Grid && cfg.method != SparsePrefillMethod::MMInference) return false;
+  if (cfg.method != SparsePrefillMethod::Grid && cfg.method != SparsePrefillMethod::MMInference &&
+      cfg.method != SparsePrefillMethod::XAttention)
+    return false;
   const std::vector<HeadPattern> pats = head_patterns(layer, cfg, H);
+  if (xattn_.device_planned(b, pats, q, act, kv, meta, scale, out, stream)) {
+    last_plan_ = xattn_.view();
+    return true;
+  }
   for (const HeadPattern& pt : pats)
     if (pt.type != HeadPatternType::Grid || pt.boundary != BoundaryKind::None || !same_grid(pt.grid, pats[0].grid) ||
         pt.grid.num_vlines > cuda::kGridPlanMaxLines || pt.grid.max_stride > cuda::kGridPlanMaxStride)
@@ -173,8 +184,8 @@ void CudaSparsePrefill::attention(int layer, const ForwardBatch& b, const void* 
                                   const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale, void* out,
                                   cudaStream_t stream, StepProfiler* prof) {
   prof_ = prof, stream_ = stream;
-  if (prof) grid_.marker = [this](const char* name) { mark(name); };
-  else grid_.marker = nullptr;
+  if (prof) grid_.marker = xattn_.marker = [this](const char* name) { mark(name); };
+  else grid_.marker = xattn_.marker = nullptr;
   if (device_planned(layer, b, q, act, H, kv, meta, scale, out, stream)) return;
   const int S = b.num_seqs();
   std::vector<BlockSparsePlan> plans(S);

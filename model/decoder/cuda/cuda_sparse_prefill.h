@@ -8,7 +8,9 @@
 // built on the device (CudaGridPlan, no host plan and no upload). Vertical-slash and boundary
 // heads estimate on the device (CudaLineHeads: device plans for a step of one sequence of
 // vertical-slash heads, else host plans from one download of the lines per layer and sequence);
-// configurations that need the chunk's data on the host
+// XAttention heads too (CudaXAttentionPrefill: a plan built there for a step of one sequence of
+// XAttention heads, else their plans downloaded once per sequence and layer); configurations
+// that need the chunk's data on the host
 // (plannable_without_host_data false) are refused with a RequestError. Rows of sequences without
 // sparse prefill go through the all-blocks plan: equal to the dense kernel up to rounding (the
 // same tiles in the same order; the CUDA block-sparse test measures it), not bit-identical.
@@ -23,6 +25,7 @@
 #include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
 #include "model/decoder/cuda/cuda_line_heads.h"
+#include "model/decoder/cuda/cuda_xattention_prefill.h"
 #include "model/decoder/cuda/cuda_sparse_counts.h"
 #include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/forward_batch.h"
@@ -68,6 +71,7 @@ class CudaSparsePrefill {
   cuda::CudaBlockSparsePlan plan_;
   cuda::CudaGridPlan device_plan_;
   CudaLineHeads lines_;  // vertical-slash and boundary heads (cuda_line_heads.h)
+  CudaXAttentionPrefill xattn_;  // XAttention heads (estimated on the device)
   CudaSparseCounts counts_;
   cuda::SparsePlanView last_plan_;
   StepProfiler* prof_ = nullptr;  // this call's (attention's argument)

@@ -1,5 +1,5 @@
 // plannable_without_host_data: which sparse-prefill configurations the GPU backend plans (from
-// the configuration and the device's estimates: grid search, vertical-slash and boundary lines)
+// the configuration and the device's estimates: grid search, vertical-slash and boundary lines, XAttention)
 // and which it refuses.
 #include <gtest/gtest.h>
 
@@ -14,16 +14,20 @@ TEST(GpuPlannable, MethodsAndHeadPatterns) {
   SparsePrefillConfig c;
   EXPECT_TRUE(plannable_without_host_data(c));  // off
   for (auto m : {SparsePrefillMethod::AShape, SparsePrefillMethod::TriShape, SparsePrefillMethod::Grid,
-                 SparsePrefillMethod::MMInference, SparsePrefillMethod::VerticalSlash}) {
+                 SparsePrefillMethod::MMInference, SparsePrefillMethod::VerticalSlash,
+                 SparsePrefillMethod::XAttention}) {
     c.method = m;
     EXPECT_TRUE(plannable_without_host_data(c)) << sparse_prefill_method_name(m);
   }
-  c.method = SparsePrefillMethod::XAttention;
-  EXPECT_FALSE(plannable_without_host_data(c));
   c.method = SparsePrefillMethod::VerticalSlash;
   c.last_q = 128;  // more estimation rows than the device estimate takes
   EXPECT_FALSE(plannable_without_host_data(c));
   c.last_q = 64;
+  c.method = SparsePrefillMethod::XAttention;
+  c.xattention.stride = 3;  // the device's 64-token blocks need a stride dividing them
+  EXPECT_FALSE(plannable_without_host_data(c));
+  c.xattention.stride = 16;
+  EXPECT_TRUE(plannable_without_host_data(c));
   c.method = SparsePrefillMethod::Grid;
   c.grid.last_q = 128;  // more estimation rows than the device search takes
   EXPECT_FALSE(plannable_without_host_data(c));
@@ -52,9 +56,13 @@ TEST(GpuPlannable, MethodsAndHeadPatterns) {
   EXPECT_FALSE(plannable_without_host_data(mm));
   mm.last_q = 64;
   pats->layers[0].back().type = HeadPatternType::XAttention;
+  EXPECT_TRUE(plannable_without_host_data(mm));  // estimated on the device
+  pats->layers[0].back().boundary = BoundaryKind::Q;  // XAttention has no boundary variant on the GPU
   EXPECT_FALSE(plannable_without_host_data(mm));
   pats->layers[0].clear();
-  mm.default_head.type = HeadPatternType::XAttention;
+  mm.default_head.type = HeadPatternType::XAttention;  // estimated on the device
+  EXPECT_TRUE(plannable_without_host_data(mm));
+  mm.default_head.xattention.stride = 5;
   EXPECT_FALSE(plannable_without_host_data(mm));
 }
 
