@@ -46,7 +46,7 @@
 #include "kernels/core/thread_pool.h"
 #include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
-#include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
+#include "kernels/cuda/sparse_estimate/cuda_grid_search.h"
 #include "kernels/cuda/sparse_prefill/cuda_vertical_slash_plan.h"
 #include "kernels/cuda/sparse_prefill/cuda_xattention_plan.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"

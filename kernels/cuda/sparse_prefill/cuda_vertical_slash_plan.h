@@ -12,7 +12,7 @@
 
 #include "kernels/attention/block_sparse_plan.h"
 #include "kernels/cuda/core/device_buffer.h"
-#include "kernels/cuda/sparse_prefill/cuda_vertical_slash.h"
+#include "kernels/cuda/sparse_estimate/cuda_vertical_slash.h"
 #include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
 
 namespace vlm::cuda {

@@ -19,7 +19,7 @@
 #include "kernels/attention/block_sparse_plan.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
-#include "kernels/cuda/sparse_prefill/xattention_estimate.cuh"
+#include "kernels/cuda/sparse_estimate/xattention_estimate.cuh"
 #include "kernels/sparse_prefill/xattention.h"
 
 namespace vlm::cuda {

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
-#include "kernels/cuda/sparse_prefill/cuda_boundary_lines.h"
-#include "kernels/cuda/sparse_prefill/cuda_vertical_slash.h"
+#include "kernels/cuda/sparse_estimate/cuda_boundary_lines.h"
+#include "kernels/cuda/sparse_estimate/cuda_vertical_slash.h"
 #include "kernels/cuda/sparse_prefill/cuda_vertical_slash_plan.h"
 #include "model/decoder/forward_batch.h"
 

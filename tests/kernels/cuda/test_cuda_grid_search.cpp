@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
+#include "kernels/cuda/sparse_estimate/cuda_grid_search.h"
 #include "kernels/sparse_prefill/last_q_attention.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
 #include "tests/kernels/cuda/cuda_sparse_fixture.h"

@@ -18,8 +18,8 @@
 #include <set>
 #include <vector>
 
-#include "kernels/cuda/sparse_prefill/cuda_boundary_lines.h"
-#include "kernels/cuda/sparse_prefill/cuda_vertical_slash.h"
+#include "kernels/cuda/sparse_estimate/cuda_boundary_lines.h"
+#include "kernels/cuda/sparse_estimate/cuda_vertical_slash.h"
 #include "kernels/cuda/sparse_prefill/cuda_vertical_slash_plan.h"
 #include "kernels/sparse_prefill/modality_boundary.h"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"

@@ -7,7 +7,7 @@
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
 #include "kernels/cuda/attention/mma_tile.cuh"
-#include "kernels/cuda/sparse_prefill/xattention_estimate.cuh"
+#include "kernels/cuda/sparse_estimate/xattention_estimate.cuh"
 
 namespace vlm::cuda {
 namespace {

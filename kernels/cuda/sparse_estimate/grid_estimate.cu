@@ -7,7 +7,7 @@
 #include <cub/device/device_segmented_radix_sort.cuh>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
-#include "kernels/cuda/sparse_prefill/grid_estimate.cuh"
+#include "kernels/cuda/sparse_estimate/grid_estimate.cuh"
 
 namespace vlm::cuda {
 namespace {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kernels/cuda/core/device_buffer.h"
-#include "kernels/cuda/sparse_prefill/grid_estimate.cuh"
+#include "kernels/cuda/sparse_estimate/grid_estimate.cuh"
 #include "kernels/sparse_prefill/modality_boundary.h"
 
 namespace vlm::cuda {

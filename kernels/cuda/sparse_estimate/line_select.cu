@@ -7,7 +7,7 @@
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
-#include "kernels/cuda/sparse_prefill/line_select.cuh"
+#include "kernels/cuda/sparse_estimate/line_select.cuh"
 
 namespace vlm::cuda {
 namespace {

@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "kernels/cuda/sparse_prefill/grid_estimate.cuh"
+#include "kernels/cuda/sparse_estimate/grid_estimate.cuh"
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/sparse_prefill/grid.h"
 

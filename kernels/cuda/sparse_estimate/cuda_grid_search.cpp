@@ -1,4 +1,4 @@
-#include "kernels/cuda/sparse_prefill/cuda_grid_search.h"
+#include "kernels/cuda/sparse_estimate/cuda_grid_search.h"
 
 #include <cuda_runtime.h>
 

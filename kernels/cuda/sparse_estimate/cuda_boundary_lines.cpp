@@ -1,11 +1,11 @@
-#include "kernels/cuda/sparse_prefill/cuda_boundary_lines.h"
+#include "kernels/cuda/sparse_estimate/cuda_boundary_lines.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "kernels/core/check.h"
-#include "kernels/cuda/sparse_prefill/line_select.cuh"
+#include "kernels/cuda/sparse_estimate/line_select.cuh"
 
 namespace vlm::cuda {
 
