@@ -57,18 +57,11 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   const int nqb = sh.num_qblocks(), nkb = sh.num_kblocks(), n = H * nqb;
   VLM_CHECK(sh.max_stride * 4 + nkb + 16 <= 200 * 1024, "grid plan on the GPU: {} keys too many", N);
 
-  // Scratch: counts (2 x (n + 1)), offsets (2 x (n + 1)), sort keys and values (4 x n).
   const size_t n1 = static_cast<size_t>(n) + 1;
-  grow(scratch_, (4 * n1 + 4 * static_cast<size_t>(n)) * sizeof(int32_t));
-  int32_t* w = scratch_.as<int32_t>();
-  GridPlanSchedule sc;
-  sc.n = n;
-  int32_t* nblocks = w;
-  int32_t* ncols = w + n1;
-  sc.nblocks = nblocks, sc.ncols = ncols;
-  sc.block_off = w + 2 * n1, sc.col_off = w + 3 * n1;
-  sc.keys_in = w + 4 * n1, sc.keys_out = sc.keys_in + n, sc.idx_in = sc.keys_out + n, sc.idx_out = sc.idx_in + n;
-  sc.temp_bytes = grid_plan_schedule_temp_bytes(n);
+  grow(scratch_, grid_plan_schedule_words(n) * sizeof(int32_t));
+  int32_t* nblocks = scratch_.as<int32_t>();
+  int32_t* ncols = nblocks + n1;
+  GridPlanSchedule sc = grid_plan_schedule_over(nblocks, n);
   grow(temp_, sc.temp_bytes);
   sc.temp = temp_.get();
   VLM_CUDA_CHECK(cudaMemsetAsync(nblocks + n, 0, sizeof(int32_t), stream));
@@ -158,6 +151,37 @@ BlockCounts CudaGridPlan::block_counts() const {
   c.computed = t[0] + t[1] / 64.0;
   c.causal = causal_;
   return c;
+}
+
+size_t grid_plan_schedule_words(int n) { return 4 * (static_cast<size_t>(n) + 1) + 4 * static_cast<size_t>(n); }
+
+GridPlanSchedule grid_plan_schedule_over(int32_t* w, int n) {
+  const size_t n1 = static_cast<size_t>(n) + 1;
+  GridPlanSchedule sc;
+  sc.n = n;
+  sc.nblocks = w, sc.ncols = w + n1;
+  sc.block_off = w + 2 * n1, sc.col_off = w + 3 * n1;
+  sc.keys_in = w + 4 * n1, sc.keys_out = sc.keys_in + n, sc.idx_in = sc.keys_out + n, sc.idx_out = sc.idx_in + n;
+  sc.temp_bytes = grid_plan_schedule_temp_bytes(n);
+  return sc;
+}
+
+void grid_plan_fixed_split(const GridPlanSchedule& sc, const SplitPolicy& policy, const SplitBounds& bounds,
+                           DeviceBuffer& split_buf, DeviceBuffer& partial_buf, SparsePlanView& view, const char* what,
+                           cudaStream_t stream) {
+  const size_t n1 = static_cast<size_t>(sc.n) + 1;
+  split_buf.reserve(4 * n1 * sizeof(int32_t));
+  int32_t* sw = split_buf.as<int32_t>();
+  GridPlanSplit split;
+  split.fixed = policy;
+  split.fixed_policy = true;
+  grid_plan_split(sc, split, sw, sw + 2 * n1, sw + 3 * n1, stream);
+  partial_buf.reserve(static_cast<size_t>(std::max(bounds.slots, kMaxSplitSlots)) * kSplitSlotFloats * sizeof(float));
+  VLM_CHECK(bounds.pieces < (int64_t(1) << 31), "{} plan: {} pieces", what, bounds.pieces);
+  view.piece_off = sw + 2 * n1;
+  view.slot_off = sw + 3 * n1;
+  view.max_pieces = static_cast<int>(bounds.pieces);
+  view.partial = partial_buf.as<float>();
 }
 
 }  // namespace vlm::cuda

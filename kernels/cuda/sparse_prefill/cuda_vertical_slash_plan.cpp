@@ -24,16 +24,10 @@ void CudaVerticalSlashPlan::build(const CudaVerticalSlash& est, int t0, int q_le
   const size_t n1 = static_cast<size_t>(n) + 1;
   // Scratch: counts (2 x (n + 1)), offsets (2 x (n + 1)), sort keys and values (4 x n), the
   // heads' unaligned flags (H).
-  scratch_.reserve((4 * n1 + 4 * static_cast<size_t>(n) + H) * sizeof(int32_t));
-  int32_t* w = scratch_.as<int32_t>();
-  GridPlanSchedule sc;
-  sc.n = n;
-  int32_t* nblocks = w;
-  int32_t* ncols = w + n1;
-  sc.nblocks = nblocks, sc.ncols = ncols;
-  sc.block_off = w + 2 * n1, sc.col_off = w + 3 * n1;
-  sc.keys_in = w + 4 * n1, sc.keys_out = sc.keys_in + n, sc.idx_in = sc.keys_out + n, sc.idx_out = sc.idx_in + n;
-  sc.temp_bytes = grid_plan_schedule_temp_bytes(n);
+  scratch_.reserve((grid_plan_schedule_words(n) + H) * sizeof(int32_t));
+  int32_t* nblocks = scratch_.as<int32_t>();
+  int32_t* ncols = nblocks + n1;
+  GridPlanSchedule sc = grid_plan_schedule_over(nblocks, n);
   temp_.reserve(sc.temp_bytes);
   sc.temp = temp_.get();
   VLM_CUDA_CHECK(cudaMemsetAsync(nblocks + n, 0, sizeof(int32_t), stream));
@@ -72,20 +66,7 @@ void CudaVerticalSlashPlan::build(const CudaVerticalSlash& est, int t0, int q_le
   const SplitBounds bounds = block_sparse_split_bounds(policy, nb, nc, n);
   view_ = SparsePlanView{};
   view_.max_pieces = n;
-  if (policy.piece > 0) {
-    split_.reserve(4 * n1 * sizeof(int32_t));
-    int32_t* sw = split_.as<int32_t>();
-    GridPlanSplit split;
-    split.fixed = policy;
-    split.fixed_policy = true;
-    grid_plan_split(sc, split, sw, sw + 2 * n1, sw + 3 * n1, stream);
-    partial_.reserve(static_cast<size_t>(std::max(bounds.slots, kMaxSplitSlots)) * kSplitSlotFloats * sizeof(float));
-    VLM_CHECK(bounds.pieces < (int64_t(1) << 31), "vertical-slash plan: {} pieces", bounds.pieces);
-    view_.piece_off = sw + 2 * n1;
-    view_.slot_off = sw + 3 * n1;
-    view_.max_pieces = static_cast<int>(bounds.pieces);
-    view_.partial = partial_.as<float>();
-  }
+  if (policy.piece > 0) grid_plan_fixed_split(sc, policy, bounds, split_, partial_, view_, "vertical-slash", stream);
   std::vector<SparseHeadDesc> descs(H);
   for (int h = 0; h < H; ++h) {
     SparseHeadDesc& x = descs[h];

@@ -8,21 +8,6 @@
 #include "kernels/cuda/sparse_prefill/grid_plan.cuh"
 
 namespace vlm::cuda {
-namespace {
-
-// Scratch of n = H * nqb items (int32 words): counts (2 (n + 1): blocks, then the zero column
-// counts), offsets (2 (n + 1)), sort keys and values (4 n) -- GridPlanSchedule's arrays.
-GridPlanSchedule schedule_in(int32_t* w, int n) {
-  const size_t n1 = size_t(n) + 1;
-  GridPlanSchedule sc;
-  sc.n = n;
-  sc.nblocks = w, sc.ncols = w + n1;
-  sc.block_off = w + 2 * n1, sc.col_off = w + 3 * n1;
-  sc.keys_in = w + 4 * n1, sc.keys_out = sc.keys_in + n, sc.idx_in = sc.keys_out + n, sc.idx_out = sc.idx_in + n;
-  return sc;
-}
-
-}  // namespace
 
 void CudaXAttentionPlan::begin(int H, int t0, int q_len, int N, cudaStream_t stream) {
   VLM_CHECK(H > 0 && H <= kXAttnMaxHeads && q_len > 0 && N >= q_len, "xattention plan: {} heads q_len {} keys {}", H,
@@ -31,7 +16,7 @@ void CudaXAttentionPlan::begin(int H, int t0, int q_len, int N, cudaStream_t str
   shape_.num_heads = H, shape_.t0 = t0, shape_.q_len = q_len, shape_.num_keys = N;
   const int n = H * shape_.num_qblocks();
   const size_t n1 = size_t(n) + 1;
-  scratch_.reserve((4 * n1 + 4 * size_t(n)) * sizeof(int32_t));
+  scratch_.reserve(grid_plan_schedule_words(n) * sizeof(int32_t));
   keep_.reserve(size_t(n) * shape_.words() * sizeof(uint32_t));
   // Block counts of heads not estimated stay zero; the column counts are all zero.
   VLM_CUDA_CHECK(cudaMemsetAsync(scratch_.get(), 0, 2 * n1 * sizeof(int32_t), stream));
@@ -63,8 +48,7 @@ void CudaXAttentionPlan::build(cudaStream_t stream) {
   const int H = shape_.num_heads, nqb = shape_.num_qblocks(), n = H * nqb, q_len = shape_.q_len,
             N = shape_.num_keys;
   const size_t n1 = size_t(n) + 1;
-  GridPlanSchedule sc = schedule_in(scratch_.as<int32_t>(), n);
-  sc.temp_bytes = grid_plan_schedule_temp_bytes(n);
+  GridPlanSchedule sc = grid_plan_schedule_over(scratch_.as<int32_t>(), n);
   temp_.reserve(sc.temp_bytes);
   sc.temp = temp_.get();
   grid_plan_schedule(sc, stream);
@@ -86,25 +70,13 @@ void CudaXAttentionPlan::build(cudaStream_t stream) {
   grid_plan_items(sc.idx_out, n, nqb, d, stream);
   // The split of long items: the policy CudaBlockSparsePlan::upload takes for these totals (known
   // here), so the schedule is the uploaded plans' (one CTA per piece, no queue).
-  GridPlanSplit split;
-  split.fixed_policy = true;
-  split.fixed = block_sparse_split_policy(total_, 0, n);
-  const SplitBounds bounds = block_sparse_split_bounds(split.fixed, total_, 0, n);
+  const SplitPolicy policy = block_sparse_split_policy(total_, 0, n);
+  const SplitBounds bounds = block_sparse_split_bounds(policy, total_, 0, n);
   view_.piece_off = view_.slot_off = nullptr;
   view_.partial = nullptr;
   view_.queue = nullptr;
   view_.max_pieces = n;
-  if (split.fixed.piece > 0) {
-    split_.reserve((4 * n1 + 1) * sizeof(int32_t));
-    int32_t* sw = split_.as<int32_t>();
-    grid_plan_split(sc, split, sw, sw + 2 * n1, sw + 3 * n1, stream);
-    partial_.reserve(size_t(std::max(bounds.slots, kMaxSplitSlots)) * kSplitSlotFloats * sizeof(float));
-    VLM_CHECK(bounds.pieces < (int64_t(1) << 31), "xattention plan: {} pieces", bounds.pieces);
-    view_.piece_off = sw + 2 * n1;
-    view_.slot_off = sw + 3 * n1;
-    view_.max_pieces = static_cast<int>(bounds.pieces);
-    view_.partial = partial_.as<float>();
-  }
+  if (policy.piece > 0) grid_plan_fixed_split(sc, policy, bounds, split_, partial_, view_, "xattention", stream);
   std::vector<SparseHeadDesc> descs(H);
   for (int h = 0; h < H; ++h) {
     SparseHeadDesc& x = descs[h];

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
 
 namespace vlm::cuda {
@@ -66,6 +67,11 @@ struct GridPlanSchedule {
 };
 size_t grid_plan_schedule_temp_bytes(int n);
 void grid_plan_schedule(const GridPlanSchedule& schedule, cudaStream_t stream);
+// The schedule's arrays over the scratch w of n items: grid_plan_schedule_words(n) int32 words,
+// counts 2 (n + 1) (nblocks, then ncols), offsets 2 (n + 1), sort keys and values 4 n; temp_bytes
+// set, temp left to the caller. The device plans (grid, vertical-slash, XAttention) share it.
+size_t grid_plan_schedule_words(int n);
+GridPlanSchedule grid_plan_schedule_over(int32_t* w, int n);
 
 // The split of the items in cost order (SplitPolicy): piece_off / slot_off [n + 1] = the
 // exclusive sums of each item's pieces and slots (tiles = nblocks + ceil(ncols / 64) of item
@@ -81,6 +87,13 @@ struct GridPlanSplit {
 };
 void grid_plan_split(const GridPlanSchedule& schedule, const GridPlanSplit& split, int32_t* counts,
                      int32_t* piece_off, int32_t* slot_off, cudaStream_t stream);
+
+// A fixed split policy (bounds: block_sparse_split_bounds of it) of the schedule's items into
+// view: grid_plan_split's counts and offsets in split_buf, the split pieces' workspace in
+// partial_buf; sets view.piece_off, slot_off, max_pieces, partial. what: the plan's name in errors.
+void grid_plan_fixed_split(const GridPlanSchedule& schedule, const SplitPolicy& policy, const SplitBounds& bounds,
+                           DeviceBuffer& split_buf, DeviceBuffer& partial_buf, SparsePlanView& view, const char* what,
+                           cudaStream_t stream);
 
 // descs[h] (h < H) of the plan written at `out`'s offsets: the head's q_order, k_order, pointers
 // and the shared lists, rows t0.. of the batch, q_len rows over num_keys keys.
