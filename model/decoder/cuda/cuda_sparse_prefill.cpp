@@ -34,8 +34,9 @@ bool CudaSparsePrefill::active(const ForwardBatch& b) {
 void CudaSparsePrefill::check_config(const SparsePrefillConfig& cfg) {
   if (!plannable_without_host_data(cfg))
     throw RequestError(400, "invalid_request_error",
-                       fmt::format("sparse prefill method {} (or its head patterns) does not run on the GPU yet: it "
-                                   "estimates from the chunk's data on the host",
+                       fmt::format("sparse prefill method {} (or its head patterns) does not run on the GPU: its "
+                                   "estimates take at most 64 rows (last_q), XAttention a stride dividing 64 and no "
+                                   "boundary",
                                    sparse_prefill_method_name(cfg.method)),
                        "vlm_options");
   if (cfg.block != 64)
