@@ -65,7 +65,6 @@ std::vector<GridLayout> CudaGridSearch::choose_on_device(const GridEstimateShape
                                                          const std::vector<int32_t>& cands,
                                                          std::span<const int32_t> known, cudaStream_t stream) {
   const int H = sh.num_heads, N = sh.num_keys, C = static_cast<int>(cands.size());
-  const size_t hn = static_cast<size_t>(H) * N;
   GridChoiceShape cs;
   cs.num_heads = H;
   cs.num_keys = N;
@@ -84,22 +83,18 @@ std::vector<GridLayout> CudaGridSearch::choose_on_device(const GridEstimateShape
   if (!known.empty())
     VLM_CUDA_CHECK(cudaMemcpyAsync(d_cands + C, known.data(), known.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
                                    stream));
-  // Scratch: f64 totals [2H], top keys [H N], candidate scores [H C], scores [H]; i32 idx in/out
-  // [2 H N], segments [2H], strides [H].
-  choice_f64_.reserve((2 * H + hn + static_cast<size_t>(H) * C + H) * sizeof(double));
-  choice_i32_.reserve((2 * hn + 3 * static_cast<size_t>(H)) * sizeof(int32_t));
+  // Scratch: f64 totals [2H], top keys [H, kGridChoiceTop], candidate scores [H C], scores [H]; i32
+  // top indices [H, kGridChoiceTop], strides [H].
+  const size_t ht = static_cast<size_t>(H) * kGridChoiceTop;
+  choice_f64_.reserve((2 * H + ht + static_cast<size_t>(H) * C + H) * sizeof(double));
+  choice_i32_.reserve((ht + static_cast<size_t>(H)) * sizeof(int32_t));
   GridChoiceScratch w;
   w.totals = choice_f64_.as<double>();
   w.top_keys = w.totals + 2 * H;
-  w.cand_scores = w.top_keys + hn;
+  w.cand_scores = w.top_keys + ht;
   double* scores = w.cand_scores + static_cast<size_t>(H) * C;
-  w.idx_in = choice_i32_.as<int32_t>();
-  w.idx_out = w.idx_in + hn;
-  w.seg = w.idx_out + hn;
-  int32_t* strides = w.seg + 2 * H;
-  w.temp_bytes = grid_choice_temp_bytes(H, N);
-  choice_temp_.reserve(w.temp_bytes);
-  w.temp = choice_temp_.get();
+  w.top_idx = choice_i32_.as<int32_t>();
+  int32_t* strides = w.top_idx + ht;
   grid_choose_strides(col_.as<double>(), slash_.as<double>(), d_cands, d_cands + C, cs, w, strides, scores, stream);
   const int band = p.use_slash ? std::max(p.band, 0) : -1;
   phase_.reserve(static_cast<size_t>(H) * cs.max_cand * sizeof(double));

@@ -42,7 +42,7 @@ class CudaGridSearch {
                                            cudaStream_t stream);
 
   DeviceBuffer probs_, col_, slash_, strides_, phase_;
-  DeviceBuffer cands_, choice_f64_, choice_i32_, choice_temp_, layouts_d_;
+  DeviceBuffer cands_, choice_f64_, choice_i32_, layouts_d_;
   PinnedBuffer layouts_h_;
   PinnedBuffer sums_h_;  // col then slash [2, H, N] (pinned: one DMA copy of ~2·H·N·8 bytes)
   std::vector<double> phase_h_;

@@ -60,18 +60,16 @@ struct DeviceGridLayout {
   double score;
 };
 
-// Device scratch of grid_choose_strides for H heads of N keys and C candidates.
+// The top columns the choice scores the candidates over (kGridTopColumns of grid.h).
+constexpr int kGridChoiceTop = 512;
+
+// Device scratch of grid_choose_strides for H heads and C candidates.
 struct GridChoiceScratch {
-  double* totals;        // [H, 2]: slash, col
-  double* top_keys;      // [H, N]
-  int32_t* idx_in;       // [H, N]
-  int32_t* idx_out;      // [H, N]
-  int32_t* seg;          // [2H]: segment begins, ends
-  double* cand_scores;   // [H, C]
-  void* temp;
-  size_t temp_bytes;     // grid_choice_temp_bytes(H, N)
+  double* totals;       // [H, 2]: slash, col
+  double* top_keys;     // [H, kGridChoiceTop]: the top columns' sums, descending (ties: index order)
+  int32_t* top_idx;     // [H, kGridChoiceTop]: their key indices
+  double* cand_scores;  // [H, C]
 };
-size_t grid_choice_temp_bytes(int H, int N);
 
 // strides[H] and scores[H] (device) from the line sums col, slash [H, N] (grid_line_sums) over the
 // candidates cands[C] and known[num_known] (device).

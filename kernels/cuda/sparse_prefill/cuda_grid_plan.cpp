@@ -59,15 +59,7 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
 
   const size_t n1 = static_cast<size_t>(n) + 1;
   grow(scratch_, grid_plan_schedule_words(n) * sizeof(int32_t));
-  int32_t* nblocks = scratch_.as<int32_t>();
-  int32_t* ncols = nblocks + n1;
-  GridPlanSchedule sc = grid_plan_schedule_over(nblocks, n);
-  grow(temp_, sc.temp_bytes);
-  sc.temp = temp_.get();
-  VLM_CUDA_CHECK(cudaMemsetAsync(nblocks + n, 0, sizeof(int32_t), stream));
-  VLM_CUDA_CHECK(cudaMemsetAsync(ncols + n, 0, sizeof(int32_t), stream));
-  grid_plan_count(d_layouts, sh, nblocks, ncols, stream);
-  grid_plan_schedule(sc, stream);
+  GridPlanSchedule sc = grid_plan_schedule_over(scratch_.as<int32_t>(), n);
   totals_[0] = sc.block_off + n;
   totals_[1] = sc.col_off + n;
 
@@ -89,19 +81,44 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   out.data = d;
   out.block_off = sc.block_off;
   out.col_off = sc.col_off;
-  grid_plan_fill(d_layouts, sh, out, stream);
-  grid_plan_items(sc.idx_out, n, nqb, d, stream);
   auto* descs = reinterpret_cast<SparseHeadDesc*>(d + item_words);
-  grid_plan_descs(sh, out, t0, descs, stream);
 
-  // The split of long items (after the sort in stream order; temp_ reused): the policy on the
-  // device from the totals (automatic) or the knob's; the launch's bound from the policy's
-  // shortest piece over the lists' bounds.
+  // Four launches: the counts (and the orders), the schedule (one CTA: sums, cost order, items,
+  // descs, the split), the lists -- plus the CUB sort between the first two for more items than
+  // one CTA sorts. The split policy: on the device from the totals (automatic) or the knob's;
+  // the launch's bound from the policy's shortest piece over the lists' bounds.
+  int32_t* const nblocks = scratch_.as<int32_t>();  // sc.nblocks, sc.ncols
+  grid_plan_count(d_layouts, sh, out, nblocks, nblocks + n1, stream);
+  const bool sort_here = n <= kGridPlanCtaSortItems;
+  if (!sort_here) {
+    grow(temp_, sc.temp_bytes);
+    sc.temp = temp_.get();
+    grid_plan_sort(sc, stream);
+  }
   GridPlanSplit split;
   split.fixed_policy = block_sparse_split_fixed();
   split.fixed = block_sparse_split_policy(0, 0, n);
   split.resident = block_sparse_policy_ctas();
   split.count_acc = count_acc;
+  grow(split_, (2 * n1 + 1) * sizeof(int32_t));
+  int32_t* sw = split_.as<int32_t>();
+  GridPlanScheduleArgs args;
+  args.shape = sh;
+  args.out = out;
+  args.t0 = t0;
+  args.nblocks = sc.nblocks;
+  args.ncols = sc.ncols;
+  args.block_off = sc.block_off;
+  args.col_off = sc.col_off;
+  args.order = sort_here ? nullptr : sc.idx_out;
+  args.items = d;
+  args.descs = descs;
+  args.split = split;
+  args.piece_off = sw;
+  args.slot_off = sw + n1;
+  grid_plan_schedule_cta(args, stream);
+  grid_plan_fill(d_layouts, sh, out, stream);
+
   const int64_t tiles_bound = blocks_bound + n * ((max_cols_per_item + 63) / 64) + n;
   const bool may_split = !split.fixed_policy || split.fixed.piece > 0;
   const int min_piece = split.fixed_policy ? std::max(split.fixed.piece, 1) : kMinSplitPiece;
@@ -110,12 +127,9 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   if (may_split)
     slots_bound = split.fixed_policy ? block_sparse_split_bounds(split.fixed, tiles_bound, 0, 0).slots
                                      : kMaxSplitSlots + 1;
-  grow(split_, (4 * n1 + 1) * sizeof(int32_t));
-  int32_t* sw = split_.as<int32_t>();
-  grid_plan_split(sc, split, sw, sw + 2 * n1, sw + 3 * n1, stream);
-  view_.piece_off = sw + 2 * n1;
-  view_.slot_off = sw + 3 * n1;
-  view_.queue = sw + 4 * n1;
+  view_.piece_off = sw;
+  view_.slot_off = sw + n1;
+  view_.queue = sw + 2 * n1;
   view_.max_pieces = static_cast<int>(std::min<int64_t>(pieces_bound, INT_MAX));
   view_.partial = nullptr;
   if (slots_bound > 0) {

@@ -19,15 +19,16 @@ constexpr int kBlock = 64;
 __device__ __forceinline__ int pmod(int a, int s) { return ((a % s) + s) % s; }
 
 // grid_order(s, phase, first, n) in closed form: group g holds the relative indices
-// j0(g) + k * s < n, j0(g) = (g + c) mod s with c = (phase - first) mod s.
+// j0(g) + k * s < n, j0(g) = (g + c) mod s with c = (phase - first) mod s. 32-bit arithmetic
+// (g * base <= n) and no division past the constructor.
 struct GridOrder {
   int s, c, n, base, r;
   __device__ GridOrder(int stride, int phase, int first, int count)
       : s(stride), c(pmod(phase - first, stride)), n(count), base(count / stride), r(count % stride) {}
-  __device__ int j0(int g) const { return (g + c) % s; }
-  // #{y in [0, x): y mod s < r}
-  __device__ int64_t f(int64_t x) const { return (x / s) * r + (x % s < r ? x % s : int64_t(r)); }
-  __device__ int start(int g) const { return int(int64_t(g) * base + f(int64_t(c) + g) - f(c)); }
+  __device__ int j0(int g) const { return g + c < s ? g + c : g + c - s; }
+  // #{y in [0, x): y mod s < r} for 0 <= x < 2s
+  __device__ int f(int x) const { return x < s ? min(x, r) : r + min(x - s, r); }
+  __device__ int start(int g) const { return g * base + f(c + g) - f(c); }
   // The relative index at order position i (0 <= i < n).
   __device__ int at(int i) const {
     int lo = 0, hi = s - 1;  // the largest g with start(g) <= i
@@ -40,11 +41,21 @@ struct GridOrder {
   }
 };
 
-__device__ __forceinline__ bool in_lines(const int32_t* lines, int n, int g, int s) {
-  for (int i = 0; i < n; ++i)
-    if (pmod(lines[i], s) == g) return true;
-  return false;
-}
+// The line groups of a layout, their residues mod s computed once per thread.
+struct LineSet {
+  int g[kGridPlanMaxLines];
+  int n;
+  __device__ LineSet(const int32_t* lines, int count, int s) : n(count) {
+#pragma unroll
+    for (int i = 0; i < kGridPlanMaxLines; ++i) g[i] = i < count ? pmod(lines[i], s) : -1;
+  }
+  __device__ bool has(int x) const {
+    bool r = false;
+#pragma unroll
+    for (int i = 0; i < kGridPlanMaxLines; ++i) r |= g[i] == x;
+    return r;
+  }
+};
 
 // One CTA per (query block m, head h). Marks the key blocks of the query block in `marked`
 // (shared, [nkb]) and returns the sink-column bound min(n_init, maxpos + 1) (the columns are the
@@ -54,6 +65,7 @@ __device__ int mark_query_block(const GridHeadLayout& L, const GridPlanShape& sh
   __shared__ int lim_all, lim_v, maxpos;
   const int s = L.stride, N = sh.num_keys, off = N - sh.q_len, band = sh.band;
   const GridOrder qo(s, L.phase, off, sh.q_len), ko(s, L.phase, 0, N);
+  const LineSet vl(L.v, L.nv, s), hl(L.h, L.nh, s);
   for (int g = threadIdx.x; g < s; g += blockDim.x) lim[g] = -1;
   for (int b = threadIdx.x; b < sh.num_kblocks(); b += blockDim.x) marked[b] = 0;
   if (threadIdx.x == 0) lim_all = lim_v = maxpos = -1;
@@ -63,7 +75,7 @@ __device__ int mark_query_block(const GridHeadLayout& L, const GridPlanShape& sh
     const int pos = off + qo.at(i), g = pmod(pos - L.phase, s);
     atomicMax(&maxpos, pos);
     atomicMax(&lim_v, pos);
-    if (in_lines(L.h, L.nh, g, s)) atomicMax(&lim_all, pos);
+    if (hl.has(g)) atomicMax(&lim_all, pos);
     if (band >= 0 && 2 * band + 1 >= s) {
       atomicMax(&lim_all, pos);
     } else {
@@ -72,9 +84,9 @@ __device__ int mark_query_block(const GridHeadLayout& L, const GridPlanShape& sh
   }
   __syncthreads();
   for (int g = threadIdx.x; g < s; g += blockDim.x) {
-    const int lv = in_lines(L.v, L.nv, g, s) ? lim_v : -1;
+    const int lv = vl.has(g) ? lim_v : -1;
     const int lmt = max(max(lim[g], lim_all), lv);
-    const int j0 = pmod(g + L.phase, s);
+    const int j0 = g + L.phase < s ? g + L.phase : g + L.phase - s;
     const int n = lmt >= 0 && j0 <= lmt ? (lmt - j0) / s + 1 : 0;
     if (n == 0) continue;
     const int ks = ko.start(g);
@@ -90,13 +102,36 @@ __device__ __forceinline__ bool sink_col(const GridHeadLayout& L, int N, int j, 
   return !marked[(ko.start(pmod(j - L.phase, L.stride)) + j / L.stride) / kBlock];
 }
 
+// Group runs of head h's q_order and k_order, written by the CTAs past the query blocks: CTA
+// `cta` of `ctas`, a warp per group (group g's run holds j0(g) + k * s at start(g) + k).
+__device__ void write_orders(const GridHeadLayout& L, const GridPlanShape& sh, const GridPlanOut& out, int h,
+                             int cta, int ctas) {
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int z = 0; z < 2; ++z) {
+    const bool q = z == 1;
+    const int n = q ? sh.q_len : sh.num_keys, s = L.stride;
+    const GridOrder o(s, L.phase, q ? sh.num_keys - sh.q_len : 0, n);
+    int32_t* base = out.data + out.order_base + int64_t(h) * (sh.q_len + sh.num_keys) + (q ? 0 : sh.q_len);
+    for (int g = cta * warps + warp; g < s; g += ctas * warps) {
+      const int st = o.start(g), end = g + 1 < s ? o.start(g + 1) : n, j0 = o.j0(g);
+      for (int k = lane; st + k < end; k += 32) base[st + k] = j0 + k * s;
+    }
+  }
+}
+
+// Grid (nqb + order CTAs, H): x < nqb counts the lists of (head y, query block x); the rest
+// write head y's orders.
 __global__ void __launch_bounds__(kThreads)
-count_kernel(const GridHeadLayout* layouts, GridPlanShape sh, int32_t* nblocks, int32_t* ncols) {
+count_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut out, int32_t* nblocks, int32_t* ncols) {
   extern __shared__ int smem[];
   int* lim = smem;
   auto* marked = reinterpret_cast<unsigned char*>(smem + sh.max_stride);
-  const int m = blockIdx.x, h = blockIdx.y;
+  const int m = blockIdx.x, h = blockIdx.y, nqb = sh.num_qblocks();
   const GridHeadLayout L = layouts[h];
+  if (m >= nqb) {
+    write_orders(L, sh, out, h, m - nqb, gridDim.x - nqb);
+    return;
+  }
   const int ncol_bound = mark_query_block(L, sh, m, lim, marked);
   int nb = 0, nc = 0;
   for (int b = threadIdx.x; b < sh.num_kblocks(); b += kThreads) nb += marked[b];
@@ -107,8 +142,8 @@ count_kernel(const GridHeadLayout* layouts, GridPlanShape sh, int32_t* nblocks, 
   __syncthreads();
   nc = Reduce(tmp).Sum(nc);
   if (threadIdx.x == 0) {
-    nblocks[int64_t(h) * gridDim.x + m] = nb;
-    ncols[int64_t(h) * gridDim.x + m] = nc;
+    nblocks[int64_t(h) * nqb + m] = nb;
+    ncols[int64_t(h) * nqb + m] = nc;
   }
 }
 
@@ -134,31 +169,23 @@ fill_lists_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut o
   int32_t* blocks = out.data + out.blocks_base + bo;
   for (int b = b0; b < b1; ++b)
     if (marked[b]) blocks[at++] = b * kBlock;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < 32) {  // the sink columns, in order, 32 at a time
     int32_t* cols = out.data + out.cols_base + co;
     int c = 0;
-    for (int j = 0; j < ncol_bound; ++j)
-      if (sink_col(L, sh.num_keys, j, marked)) cols[c++] = j;
-    int32_t* bptr = out.data + out.ptr_base + int64_t(h) * 2 * (nqb + 1);
-    int32_t* cptr = bptr + nqb + 1;
-    bptr[m] = bo;
-    cptr[m] = co;
-    if (m == nqb - 1) bptr[nqb] = bo + total, cptr[nqb] = co + c;
-  }
-}
-
-// Grid (groups, H, 2): z = 0 the k_order, z = 1 the q_order of head h, written run by run (group
-// g's run holds j0(g) + k * s at start(g) + k), the CTAs striding over the head's groups.
-__global__ void orders_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut out) {
-  const int h = blockIdx.y;
-  const GridHeadLayout& L = layouts[h];
-  const bool q = blockIdx.z == 1;
-  const int n = q ? sh.q_len : sh.num_keys, s = L.stride;
-  const GridOrder o(s, L.phase, q ? sh.num_keys - sh.q_len : 0, n);
-  int32_t* base = out.data + out.order_base + int64_t(h) * (sh.q_len + sh.num_keys) + (q ? 0 : sh.q_len);
-  for (int g = blockIdx.x; g < s; g += gridDim.x) {
-    const int st = o.start(g), end = g + 1 < s ? o.start(g + 1) : n, j0 = o.j0(g);
-    for (int k = threadIdx.x; st + k < end; k += blockDim.x) base[st + k] = j0 + k * s;
+    for (int j0 = 0; j0 < ncol_bound; j0 += 32) {
+      const int j = j0 + threadIdx.x;
+      const bool take = j < ncol_bound && sink_col(L, sh.num_keys, j, marked);
+      const unsigned ballot = __ballot_sync(0xffffffffu, take);
+      if (take) cols[c + __popc(ballot & ((1u << threadIdx.x) - 1))] = j;
+      c += __popc(ballot);
+    }
+    if (threadIdx.x == 0) {
+      int32_t* bptr = out.data + out.ptr_base + int64_t(h) * 2 * (nqb + 1);
+      int32_t* cptr = bptr + nqb + 1;
+      bptr[m] = bo;
+      cptr[m] = co;
+      if (m == nqb - 1) bptr[nqb] = bo + total, cptr[nqb] = co + c;
+    }
   }
 }
 
@@ -199,34 +226,17 @@ __global__ void split_counts_kernel(const int32_t* order, const int32_t* nblocks
   counts[n + 1 + i] = np > 1 ? np : 0;
 }
 
-__global__ void descs_kernel(GridPlanShape sh, GridPlanOut out, int t0, SparseHeadDesc* descs) {
-  const int h = blockIdx.x * blockDim.x + threadIdx.x;
-  if (h >= sh.num_heads) return;
-  const int nqb = sh.num_qblocks();
-  SparseHeadDesc x;
-  x.q_order = out.order_base + int64_t(h) * (sh.q_len + sh.num_keys);
-  x.k_order = x.q_order + sh.q_len;
-  x.block_ptr = out.ptr_base + int64_t(h) * 2 * (nqb + 1);
-  x.col_ptr = x.block_ptr + nqb + 1;
-  x.blocks = out.blocks_base;
-  x.cols = out.cols_base;
-  x.t0 = t0;
-  x.q_len = sh.q_len;
-  x.num_keys = sh.num_keys;
-  x.flags = kHeadAlignedBlocks;  // grid plans list aligned blocks
-  descs[h] = x;
-}
-
 int smem_bytes(const GridPlanShape& sh) { return sh.max_stride * 4 + ((sh.num_kblocks() + 15) & ~15); }
 
 }  // namespace
 
-void grid_plan_count(const GridHeadLayout* layouts, const GridPlanShape& sh, int32_t* nblocks, int32_t* ncols,
-                     cudaStream_t stream) {
+void grid_plan_count(const GridHeadLayout* layouts, const GridPlanShape& sh, const GridPlanOut& out, int32_t* nblocks,
+                     int32_t* ncols, cudaStream_t stream) {
   static const bool ok = allow_dynamic_smem(count_kernel, 200 * 1024);
   (void)ok;
-  count_kernel<<<dim3(sh.num_qblocks(), sh.num_heads), kThreads, smem_bytes(sh), stream>>>(layouts, sh, nblocks,
-                                                                                            ncols);
+  const int order_ctas = (std::min(sh.max_stride, 1024) + kThreads / 32 - 1) / (kThreads / 32);
+  count_kernel<<<dim3(sh.num_qblocks() + order_ctas, sh.num_heads), kThreads, smem_bytes(sh), stream>>>(
+      layouts, sh, out, nblocks, ncols);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -235,8 +245,6 @@ void grid_plan_fill(const GridHeadLayout* layouts, const GridPlanShape& sh, cons
   static const bool ok = allow_dynamic_smem(fill_lists_kernel, 200 * 1024);
   (void)ok;
   fill_lists_kernel<<<dim3(sh.num_qblocks(), sh.num_heads), kThreads, smem_bytes(sh), stream>>>(layouts, sh, out);
-  VLM_CUDA_CHECK_LAUNCH();
-  orders_kernel<<<dim3(std::min(sh.max_stride, 1024), sh.num_heads, 2), 128, 0, stream>>>(layouts, sh, out);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -251,6 +259,15 @@ size_t grid_plan_schedule_temp_bytes(int n) {
   return std::max(a, b);
 }
 
+void grid_plan_sort(const GridPlanSchedule& s, cudaStream_t stream) {
+  const int n = s.n;
+  cost_kernel<<<(n + 255) / 256, 256, 0, stream>>>(s.nblocks, s.ncols, n, s.keys_in, s.idx_in);
+  VLM_CUDA_CHECK_LAUNCH();
+  size_t bytes = s.temp_bytes;
+  VLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(s.temp, bytes, s.keys_in, s.keys_out, s.idx_in, s.idx_out,
+                                                           n, 0, 32, stream));
+}
+
 void grid_plan_schedule(const GridPlanSchedule& s, cudaStream_t stream) {
   const int n = s.n;
   size_t bytes = s.temp_bytes;
@@ -258,11 +275,7 @@ void grid_plan_schedule(const GridPlanSchedule& s, cudaStream_t stream) {
   VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, s.nblocks, s.block_off, n + 1, stream));
   bytes = s.temp_bytes;
   VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, s.ncols, s.col_off, n + 1, stream));
-  cost_kernel<<<(n + 255) / 256, 256, 0, stream>>>(s.nblocks, s.ncols, n, s.keys_in, s.idx_in);
-  VLM_CUDA_CHECK_LAUNCH();
-  bytes = s.temp_bytes;
-  VLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(s.temp, bytes, s.keys_in, s.keys_out, s.idx_in, s.idx_out,
-                                                           n, 0, 32, stream));
+  grid_plan_sort(s, stream);
 }
 
 void grid_plan_split(const GridPlanSchedule& s, const GridPlanSplit& split, int32_t* counts, int32_t* piece_off,
@@ -275,12 +288,6 @@ void grid_plan_split(const GridPlanSchedule& s, const GridPlanSplit& split, int3
   VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, counts, piece_off, n + 1, stream));
   bytes = s.temp_bytes;
   VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, counts + n + 1, slot_off, n + 1, stream));
-}
-
-void grid_plan_descs(const GridPlanShape& sh, const GridPlanOut& out, int t0, SparseHeadDesc* descs,
-                     cudaStream_t stream) {
-  descs_kernel<<<(sh.num_heads + 127) / 128, 128, 0, stream>>>(sh, out, t0, descs);
-  VLM_CUDA_CHECK_LAUNCH();
 }
 
 void grid_plan_items(const int32_t* order, int n, int nqb, int32_t* items, cudaStream_t stream) {

@@ -33,11 +33,6 @@ struct GridPlanShape {
   constexpr int num_kblocks() const { return (num_keys + 63) / 64; }
 };
 
-// Pass 1: nblocks[H, nqb], ncols[H, nqb] = the listed key blocks and gathered sink columns of each
-// (head, 64-row query block).
-void grid_plan_count(const GridHeadLayout* layouts /*[H]*/, const GridPlanShape& shape, int32_t* nblocks,
-                     int32_t* ncols, cudaStream_t stream);
-
 // Where pass 2 writes, per head h (int32 offsets into data): q_order at order_base + h * (q_len +
 // N), k_order right after it; block_ptr at ptr_base + h * 2 * (nqb + 1), col_ptr right after it,
 // both absolute: block_ptr[m] = block_off[h * nqb + m] into the blocks of all heads at
@@ -49,7 +44,13 @@ struct GridPlanOut {
   const int32_t* col_off;    // [H * nqb]
 };
 
-// Pass 2: the orders, pointers and lists of every head (the lists equal grid_head_plan's).
+// Pass 1: nblocks[H, nqb], ncols[H, nqb] = the listed key blocks and gathered sink columns of each
+// (head, 64-row query block); the same launch writes every head's q_order and k_order at `out`.
+void grid_plan_count(const GridHeadLayout* layouts /*[H]*/, const GridPlanShape& shape, const GridPlanOut& out,
+                     int32_t* nblocks, int32_t* ncols, cudaStream_t stream);
+
+// Pass 2: the pointers and lists of every head (the lists equal grid_head_plan's), at the
+// offsets out.block_off / out.col_off.
 void grid_plan_fill(const GridHeadLayout* layouts /*[H]*/, const GridPlanShape& shape, const GridPlanOut& out,
                     cudaStream_t stream);
 
@@ -67,6 +68,8 @@ struct GridPlanSchedule {
 };
 size_t grid_plan_schedule_temp_bytes(int n);
 void grid_plan_schedule(const GridPlanSchedule& schedule, cudaStream_t stream);
+// The sort alone (idx_out from the counts; no sums).
+void grid_plan_sort(const GridPlanSchedule& schedule, cudaStream_t stream);
 // The schedule's arrays over the scratch w of n items: grid_plan_schedule_words(n) int32 words,
 // counts 2 (n + 1) (nblocks, then ncols), offsets 2 (n + 1), sort keys and values 4 n; temp_bytes
 // set, temp left to the caller. The device plans (grid, vertical-slash, XAttention) share it.
@@ -95,10 +98,26 @@ void grid_plan_fixed_split(const GridPlanSchedule& schedule, const SplitPolicy& 
                            DeviceBuffer& split_buf, DeviceBuffer& partial_buf, SparsePlanView& view, const char* what,
                            cudaStream_t stream);
 
-// descs[h] (h < H) of the plan written at `out`'s offsets: the head's q_order, k_order, pointers
-// and the shared lists, rows t0.. of the batch, q_len rows over num_keys keys.
-void grid_plan_descs(const GridPlanShape& shape, const GridPlanOut& out, int t0, SparseHeadDesc* descs,
-                     cudaStream_t stream);
+// The grid plan's schedule in one launch of one CTA (between grid_plan_count and grid_plan_fill):
+// block_off / col_off as grid_plan_schedule's, the items in cost order (sorted in shared memory
+// when order is nullptr, n <= kGridPlanCtaSortItems; else order[n] from grid_plan_sort), the
+// descs (each head's q_order, k_order, pointers and the shared lists at `out`'s offsets, rows t0..
+// of the batch), the split (piece_off / slot_off as grid_plan_split's, the same policy) and
+// count_acc. n = H * nqb.
+constexpr int kGridPlanCtaSortItems = 16384;
+struct GridPlanScheduleArgs {
+  GridPlanShape shape;
+  GridPlanOut out;
+  int t0 = 0;
+  const int32_t *nblocks = nullptr, *ncols = nullptr;  // [n]
+  int32_t *block_off = nullptr, *col_off = nullptr;    // [n + 1]
+  const int32_t* order = nullptr;                      // [n] or nullptr
+  int32_t* items = nullptr;                            // [n, 4]
+  SparseHeadDesc* descs = nullptr;                     // [H]
+  GridPlanSplit split;
+  int32_t *piece_off = nullptr, *slot_off = nullptr;   // [n + 1]
+};
+void grid_plan_schedule_cta(const GridPlanScheduleArgs& args, cudaStream_t stream);
 
 // items[n, 4] = (0, h, m, h) for h * nqb + m = order[i].
 void grid_plan_items(const int32_t* order /*[n]*/, int n, int nqb, int32_t* items /*[n,4]*/, cudaStream_t stream);
