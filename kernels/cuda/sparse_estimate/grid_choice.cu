@@ -58,7 +58,7 @@ top_columns_kernel(const double* col, const double* slash, GridChoiceShape sh, d
       if (threadIdx.x == 0) totals[2 * h] = t;
     } else if (warp == 1) {
       const double t = warp_ordered_sum(c, n0, 1, N - n0);
-      if (threadIdx.x == 0) totals[2 * h + 1] = t;
+      if (threadIdx.x == 32) totals[2 * h + 1] = t;
     }
     return;
   }
