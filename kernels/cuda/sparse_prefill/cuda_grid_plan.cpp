@@ -81,13 +81,10 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   out.data = d;
   out.block_off = sc.block_off;
   out.col_off = sc.col_off;
-  out.slot_cols = max_cols_per_item;
-  grow(slots_, static_cast<size_t>(n) * (nkb + max_cols_per_item) * sizeof(int32_t));
-  out.slots = slots_.as<int32_t>();
   auto* descs = reinterpret_cast<SparseHeadDesc*>(d + item_words);
 
-  // Four launches: the lists into their slots with their counts (and the orders), the schedule
-  // (one CTA: sums, cost order, items, descs, the split), the lists to their offsets -- plus the CUB sort between the first two for more items than
+  // Four launches: the counts (and the orders), the schedule (one CTA: sums, cost order, items,
+  // descs, the split), the lists -- plus the CUB sort between the first two for more items than
   // one CTA sorts. The split policy: on the device from the totals (automatic) or the knob's;
   // the launch's bound from the policy's shortest piece over the lists' bounds.
   int32_t* const nblocks = scratch_.as<int32_t>();  // sc.nblocks, sc.ncols
@@ -120,7 +117,7 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   args.piece_off = sw;
   args.slot_off = sw + n1;
   grid_plan_schedule_cta(args, stream);
-  grid_plan_fill(sh, out, sc.nblocks, sc.ncols, stream);
+  grid_plan_fill(d_layouts, sh, out, stream);
 
   const int64_t tiles_bound = blocks_bound + n * ((max_cols_per_item + 63) / 64) + n;
   const bool may_split = !split.fixed_policy || split.fixed.piece > 0;

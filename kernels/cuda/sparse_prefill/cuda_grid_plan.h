@@ -65,7 +65,7 @@ class CudaGridPlan {
   Stage stages_[kStages];
   int next_stage_ = 0;
 
-  DeviceBuffer layouts_, scratch_, temp_, plan_, split_, partial_, slots_;
+  DeviceBuffer layouts_, scratch_, temp_, plan_, split_, partial_;
   SparsePlanView view_;
   int num_heads_ = 0;
   double causal_ = 0;

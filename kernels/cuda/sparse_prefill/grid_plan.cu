@@ -119,21 +119,45 @@ __device__ void write_orders(const GridHeadLayout& L, const GridPlanShape& sh, c
   }
 }
 
-// Grid (nqb + order CTAs, H): x < nqb lists the key blocks and sink columns of (head y, query
-// block x) into its slots and counts them; the rest write head y's orders.
+// Grid (nqb + order CTAs, H): x < nqb counts the lists of (head y, query block x); the rest
+// write head y's orders.
 __global__ void __launch_bounds__(kThreads)
 count_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut out, int32_t* nblocks, int32_t* ncols) {
   extern __shared__ int smem[];
   int* lim = smem;
   auto* marked = reinterpret_cast<unsigned char*>(smem + sh.max_stride);
-  const int m = blockIdx.x, h = blockIdx.y, nqb = sh.num_qblocks(), nkb = sh.num_kblocks();
+  const int m = blockIdx.x, h = blockIdx.y, nqb = sh.num_qblocks();
   const GridHeadLayout L = layouts[h];
   if (m >= nqb) {
     write_orders(L, sh, out, h, m - nqb, gridDim.x - nqb);
     return;
   }
   const int ncol_bound = mark_query_block(L, sh, m, lim, marked);
+  int nb = 0, nc = 0;
+  for (int b = threadIdx.x; b < sh.num_kblocks(); b += kThreads) nb += marked[b];
+  for (int j = threadIdx.x; j < ncol_bound; j += kThreads) nc += sink_col(L, sh.num_keys, j, marked);
+  using Reduce = cub::BlockReduce<int, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  nb = Reduce(tmp).Sum(nb);
+  __syncthreads();
+  nc = Reduce(tmp).Sum(nc);
+  if (threadIdx.x == 0) {
+    nblocks[int64_t(h) * nqb + m] = nb;
+    ncols[int64_t(h) * nqb + m] = nc;
+  }
+}
+
+// Grid (nqb, H): the lists of (h, m) and its two pointer entries.
+__global__ void __launch_bounds__(kThreads)
+fill_lists_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut out) {
+  extern __shared__ int smem[];
+  int* lim = smem;
+  auto* marked = reinterpret_cast<unsigned char*>(smem + sh.max_stride);
+  const int m = blockIdx.x, h = blockIdx.y, nqb = gridDim.x, nkb = sh.num_kblocks();
+  const GridHeadLayout L = layouts[h];
+  const int ncol_bound = mark_query_block(L, sh, m, lim, marked);
   const int64_t hm = int64_t(h) * nqb + m;
+  const int bo = out.block_off[hm], co = out.col_off[hm];
   // Each thread compacts a contiguous chunk of the bitmap, in order.
   const int chunk = (nkb + kThreads - 1) / kThreads, b0 = threadIdx.x * chunk, b1 = min(nkb, b0 + chunk);
   int cnt = 0;
@@ -142,11 +166,11 @@ count_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut out, i
   __shared__ typename Scan::TempStorage tmp;
   int at = 0, total = 0;
   Scan(tmp).ExclusiveSum(cnt, at, total);
-  int32_t* blocks = out.slots + hm * nkb;
+  int32_t* blocks = out.data + out.blocks_base + bo;
   for (int b = b0; b < b1; ++b)
     if (marked[b]) blocks[at++] = b * kBlock;
   if (threadIdx.x < 32) {  // the sink columns, in order, 32 at a time
-    int32_t* cols = out.slots + int64_t(sh.num_heads) * nqb * nkb + hm * out.slot_cols;
+    int32_t* cols = out.data + out.cols_base + co;
     int c = 0;
     for (int j0 = 0; j0 < ncol_bound; j0 += 32) {
       const int j = j0 + threadIdx.x;
@@ -156,33 +180,12 @@ count_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut out, i
       c += __popc(ballot);
     }
     if (threadIdx.x == 0) {
-      nblocks[hm] = total;
-      ncols[hm] = c;
+      int32_t* bptr = out.data + out.ptr_base + int64_t(h) * 2 * (nqb + 1);
+      int32_t* cptr = bptr + nqb + 1;
+      bptr[m] = bo;
+      cptr[m] = co;
+      if (m == nqb - 1) bptr[nqb] = bo + total, cptr[nqb] = co + c;
     }
-  }
-}
-
-// Grid (ceil(n / 8)), 8 warps, a warp per item hm = (h, m): its lists from the slots to their
-// offsets, and its pointer entries.
-__global__ void __launch_bounds__(256)
-fill_lists_kernel(GridPlanShape sh, GridPlanOut out, const int32_t* nblocks, const int32_t* ncols) {
-  const int nqb = sh.num_qblocks(), nkb = sh.num_kblocks(), n = sh.num_heads * nqb, lane = threadIdx.x % 32;
-  const int hm = blockIdx.x * 8 + threadIdx.x / 32;
-  if (hm >= n) return;
-  const int h = hm / nqb, m = hm % nqb, bo = out.block_off[hm], co = out.col_off[hm], nb = nblocks[hm],
-            nc = ncols[hm];
-  const int32_t* bs = out.slots + int64_t(hm) * nkb;
-  const int32_t* cs = out.slots + int64_t(n) * nkb + int64_t(hm) * out.slot_cols;
-  int32_t* blocks = out.data + out.blocks_base + bo;
-  int32_t* cols = out.data + out.cols_base + co;
-  for (int i = lane; i < nb; i += 32) blocks[i] = bs[i];
-  for (int i = lane; i < nc; i += 32) cols[i] = cs[i];
-  if (lane == 0) {
-    int32_t* bptr = out.data + out.ptr_base + int64_t(h) * 2 * (nqb + 1);
-    int32_t* cptr = bptr + nqb + 1;
-    bptr[m] = bo;
-    cptr[m] = co;
-    if (m == nqb - 1) bptr[nqb] = bo + nb, cptr[nqb] = co + nc;
   }
 }
 
@@ -237,10 +240,11 @@ void grid_plan_count(const GridHeadLayout* layouts, const GridPlanShape& sh, con
   VLM_CUDA_CHECK_LAUNCH();
 }
 
-void grid_plan_fill(const GridPlanShape& sh, const GridPlanOut& out, const int32_t* nblocks, const int32_t* ncols,
+void grid_plan_fill(const GridHeadLayout* layouts, const GridPlanShape& sh, const GridPlanOut& out,
                     cudaStream_t stream) {
-  const int n = sh.num_heads * sh.num_qblocks();
-  fill_lists_kernel<<<(n + 7) / 8, 256, 0, stream>>>(sh, out, nblocks, ncols);
+  static const bool ok = allow_dynamic_smem(fill_lists_kernel, 200 * 1024);
+  (void)ok;
+  fill_lists_kernel<<<dim3(sh.num_qblocks(), sh.num_heads), kThreads, smem_bytes(sh), stream>>>(layouts, sh, out);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -37,26 +37,21 @@ struct GridPlanShape {
 // N), k_order right after it; block_ptr at ptr_base + h * 2 * (nqb + 1), col_ptr right after it,
 // both absolute: block_ptr[m] = block_off[h * nqb + m] into the blocks of all heads at
 // blocks_base (cols likewise); block_off and col_off are the exclusive sums of pass 1's counts.
-// Pass 1 lists each (head, query block) hm into its slots: its key blocks at slots + hm * nkb, its
-// sink columns at slots + n * nkb + hm * slot_cols (slot_cols = min(n_init, N)); pass 2 copies
-// them to their offsets.
 struct GridPlanOut {
   int32_t* data;
   int64_t order_base, ptr_base, blocks_base, cols_base;
   const int32_t* block_off;  // [H * nqb]
   const int32_t* col_off;    // [H * nqb]
-  int32_t* slots;            // [n * (nkb + slot_cols)]
-  int64_t slot_cols;
 };
 
 // Pass 1: nblocks[H, nqb], ncols[H, nqb] = the listed key blocks and gathered sink columns of each
-// (head, 64-row query block), the lists in their slots (the lists equal grid_head_plan's); the
-// same launch writes every head's q_order and k_order at `out`.
+// (head, 64-row query block); the same launch writes every head's q_order and k_order at `out`.
 void grid_plan_count(const GridHeadLayout* layouts /*[H]*/, const GridPlanShape& shape, const GridPlanOut& out,
                      int32_t* nblocks, int32_t* ncols, cudaStream_t stream);
 
-// Pass 2: the lists from the slots to the offsets out.block_off / out.col_off, and the pointers.
-void grid_plan_fill(const GridPlanShape& shape, const GridPlanOut& out, const int32_t* nblocks, const int32_t* ncols,
+// Pass 2: the pointers and lists of every head (the lists equal grid_head_plan's), at the
+// offsets out.block_off / out.col_off.
+void grid_plan_fill(const GridHeadLayout* layouts /*[H]*/, const GridPlanShape& shape, const GridPlanOut& out,
                     cudaStream_t stream);
 
 // Between the passes: block_off / col_off = exclusive sums of nblocks / ncols over n + 1 entries
