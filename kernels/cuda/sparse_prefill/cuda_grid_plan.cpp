@@ -95,13 +95,6 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
     sc.temp = temp_.get();
     grid_plan_sort(sc, stream);
   }
-  GridPlanSplit split;
-  split.fixed_policy = block_sparse_split_fixed();
-  split.fixed = block_sparse_split_policy(0, 0, n);
-  split.resident = block_sparse_policy_ctas();
-  split.count_acc = count_acc;
-  grow(split_, (2 * n1 + 1) * sizeof(int32_t));
-  int32_t* sw = split_.as<int32_t>();
   GridPlanScheduleArgs args;
   args.shape = sh;
   args.out = out;
@@ -113,39 +106,17 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   args.order = sort_here ? nullptr : sc.idx_out;
   args.items = d;
   args.descs = descs;
-  args.split = split;
-  args.piece_off = sw;
-  args.slot_off = sw + n1;
+  grid_plan_device_split(n, blocks_bound + n * ((max_cols_per_item + 63) / 64) + n, count_acc, split_, partial_, view_,
+                         args);
   grid_plan_schedule_cta(args, stream);
   grid_plan_fill(d_layouts, sh, out, stream);
-
-  const int64_t tiles_bound = blocks_bound + n * ((max_cols_per_item + 63) / 64) + n;
-  const bool may_split = !split.fixed_policy || split.fixed.piece > 0;
-  const int min_piece = split.fixed_policy ? std::max(split.fixed.piece, 1) : kMinSplitPiece;
-  const int64_t pieces_bound = may_split ? n + tiles_bound / min_piece + 1 : n;
-  int64_t slots_bound = 0;
-  if (may_split)
-    slots_bound = split.fixed_policy ? block_sparse_split_bounds(split.fixed, tiles_bound, 0, 0).slots
-                                     : kMaxSplitSlots + 1;
-  view_.piece_off = sw;
-  view_.slot_off = sw + n1;
-  view_.queue = sw + 2 * n1;
-  view_.max_pieces = static_cast<int>(std::min<int64_t>(pieces_bound, INT_MAX));
-  view_.partial = nullptr;
-  if (slots_bound > 0) {
-    // The automatic policy's bound at once (a growing bound would reallocate, a device-wide sync).
-    grow(partial_, static_cast<size_t>(std::max(slots_bound, kMaxSplitSlots + 1)) * kSplitSlotFloats * sizeof(float));
-    view_.partial = partial_.as<float>();
-  }
   view_.data = d;
   view_.items = d;
   view_.descs = descs;
   view_.num_items = n;
   num_heads_ = H;
   stream_ = stream;
-  causal_ = 0;
-  for (int m = 0; m < nqb; ++m) causal_ += (N - q_len + std::min(q_len, (m + 1) * 64) - 1) / 64 + 1;
-  causal_ *= H;
+  causal_ = grid_plan_causal_blocks(H, q_len, N);
 }
 
 CudaGridPlan::~CudaGridPlan() {
@@ -156,15 +127,56 @@ CudaGridPlan::~CudaGridPlan() {
     }
 }
 
-BlockCounts CudaGridPlan::block_counts() const {
+BlockCounts CudaGridPlan::block_counts() const { return download_block_counts(totals_, causal_, stream_); }
+
+BlockCounts download_block_counts(const int32_t* const totals[2], double causal, cudaStream_t stream) {
   BlockCounts c;
-  if (!totals_[0]) return c;
+  if (!totals[0]) return c;
   int32_t t[2] = {0, 0};
-  VLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (int i = 0; i < 2; ++i) VLM_CUDA_CHECK(cudaMemcpy(&t[i], totals_[i], sizeof(int32_t), cudaMemcpyDeviceToHost));
+  VLM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (int i = 0; i < 2; ++i) VLM_CUDA_CHECK(cudaMemcpy(&t[i], totals[i], sizeof(int32_t), cudaMemcpyDeviceToHost));
   c.computed = t[0] + t[1] / 64.0;
-  c.causal = causal_;
+  c.causal = causal;
   return c;
+}
+
+double grid_plan_causal_blocks(int H, int q_len, int N) {
+  double causal = 0;
+  for (int m = 0; m < (q_len + 63) / 64; ++m) causal += (N - q_len + std::min(q_len, (m + 1) * 64) - 1) / 64 + 1;
+  return causal * H;
+}
+
+void grid_plan_device_split(int n, int64_t tiles_bound, unsigned long long* count_acc, DeviceBuffer& split_buf,
+                            DeviceBuffer& partial_buf, SparsePlanView& view, GridPlanScheduleArgs& args) {
+  GridPlanSplit& split = args.split;
+  split.fixed_policy = block_sparse_split_fixed();
+  split.fixed = block_sparse_split_policy(0, 0, n);
+  split.resident = block_sparse_policy_ctas();
+  split.count_acc = count_acc;
+  const size_t n1 = static_cast<size_t>(n) + 1;
+  grow(split_buf, (2 * n1 + 1) * sizeof(int32_t));
+  int32_t* sw = split_buf.as<int32_t>();
+  args.piece_off = sw;
+  args.slot_off = sw + n1;
+  // The launch's bound from the policy's shortest piece over the tiles' bound.
+  const bool may_split = !split.fixed_policy || split.fixed.piece > 0;
+  const int min_piece = split.fixed_policy ? std::max(split.fixed.piece, 1) : kMinSplitPiece;
+  const int64_t pieces_bound = may_split ? n + tiles_bound / min_piece + 1 : n;
+  int64_t slots_bound = 0;
+  if (may_split)
+    slots_bound = split.fixed_policy ? block_sparse_split_bounds(split.fixed, tiles_bound, 0, 0).slots
+                                     : kMaxSplitSlots + 1;
+  view.piece_off = sw;
+  view.slot_off = sw + n1;
+  view.queue = sw + 2 * n1;
+  view.max_pieces = static_cast<int>(std::min<int64_t>(pieces_bound, INT_MAX));
+  view.partial = nullptr;
+  if (slots_bound > 0) {
+    // The automatic policy's bound at once (a growing bound would reallocate, a device-wide sync).
+    grow(partial_buf,
+         static_cast<size_t>(std::max(slots_bound, kMaxSplitSlots + 1)) * kSplitSlotFloats * sizeof(float));
+    view.partial = partial_buf.as<float>();
+  }
 }
 
 size_t grid_plan_schedule_words(int n) { return 4 * (static_cast<size_t>(n) + 1) + 4 * static_cast<size_t>(n); }

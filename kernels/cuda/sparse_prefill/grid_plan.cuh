@@ -116,8 +116,19 @@ struct GridPlanScheduleArgs {
   SparseHeadDesc* descs = nullptr;                     // [H]
   GridPlanSplit split;
   int32_t *piece_off = nullptr, *slot_off = nullptr;   // [n + 1]
+  // out.order_base < 0: no orders (q_order = k_order = -1). unaligned[H] (device, optional): a
+  // head's flags without kHeadAlignedBlocks where nonzero.
+  const int32_t* unaligned = nullptr;
 };
 void grid_plan_schedule_cta(const GridPlanScheduleArgs& args, cudaStream_t stream);
+
+// The split on the device for grid_plan_schedule_cta's plan of n items holding at most
+// tiles_bound tiles in all: args.split (the automatic policy from the totals, or the knob's;
+// count_acc), args.piece_off / slot_off in split_buf (with the queue after them), and view's
+// piece_off, slot_off, queue, max_pieces (the bound from the policy's shortest piece) and partial
+// (partial_buf at the policy's slot bound).
+void grid_plan_device_split(int n, int64_t tiles_bound, unsigned long long* count_acc, DeviceBuffer& split_buf,
+                            DeviceBuffer& partial_buf, SparsePlanView& view, GridPlanScheduleArgs& args);
 
 // items[n, 4] = (0, h, m, h) for h * nqb + m = order[i].
 void grid_plan_items(const int32_t* order /*[n]*/, int n, int nqb, int32_t* items /*[n,4]*/, cudaStream_t stream);

@@ -99,8 +99,8 @@ __global__ void __launch_bounds__(kThreads) schedule_kernel(GridPlanScheduleArgs
   }
   for (int h = threadIdx.x; h < H; h += kThreads) {
     SparseHeadDesc x;
-    x.q_order = a.out.order_base + int64_t(h) * (sh.q_len + sh.num_keys);
-    x.k_order = x.q_order + sh.q_len;
+    x.q_order = a.out.order_base < 0 ? -1 : a.out.order_base + int64_t(h) * (sh.q_len + sh.num_keys);
+    x.k_order = a.out.order_base < 0 ? -1 : x.q_order + sh.q_len;
     x.block_ptr = a.out.ptr_base + int64_t(h) * 2 * (nqb + 1);
     x.col_ptr = x.block_ptr + nqb + 1;
     x.blocks = a.out.blocks_base;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) schedule_kernel(GridPlanScheduleArgs
     x.t0 = a.t0;
     x.q_len = sh.q_len;
     x.num_keys = sh.num_keys;
-    x.flags = kHeadAlignedBlocks;  // grid plans list aligned blocks
+    x.flags = a.unaligned && a.unaligned[h] ? 0 : kHeadAlignedBlocks;  // grid plans list aligned blocks
     a.descs[h] = x;
   }
 }

@@ -93,15 +93,16 @@ void CudaLineHeads::plan(const ForwardBatch& b, int s, const std::vector<HeadPat
 
 bool CudaLineHeads::device_planned(const ForwardBatch& b, const std::vector<HeadPattern>& pats, const void* q,
                                    DType act, const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta,
-                                   float scale, void* out, cudaStream_t stream) {
+                                   float scale, void* out, cudaStream_t stream, CudaSparseCounts& counts) {
   for (const HeadPattern& pt : pats)
     if (pt.type != HeadPatternType::VerticalSlash) return false;
   load_codes(b, 0);
   for (const HeadPattern& pt : pats)
     if (pt.boundary != BoundaryKind::None && mixed_) return false;
   estimate_vertical_slash(b, 0, pats, q, act, kv, meta, scale, stream);
-  vs_plan_.build(vs_, b.cu_seqlens_q[0], q_len_of(b, 0), b.context_lens[0], stream);
-  if (!b.sparse_block_counts.empty() && b.sparse_block_counts[0]) *b.sparse_block_counts[0] += vs_plan_.block_counts();
+  unsigned long long* acc = counts.counter(b.sparse_block_counts.empty() ? nullptr : b.sparse_block_counts[0], stream);
+  vs_plan_.build(vs_, b.cu_seqlens_q[0], q_len_of(b, 0), b.context_lens[0], stream, acc);
+  if (acc) counts.add_causal(vs_plan_.causal_blocks());
   cuda::paged_block_sparse_attention(q, act, static_cast<int>(pats.size()), kv, meta, vs_plan_.view(), scale, out,
                                      stream);
   return true;

@@ -18,6 +18,7 @@
 #include "kernels/cuda/sparse_estimate/cuda_boundary_lines.h"
 #include "kernels/cuda/sparse_estimate/cuda_vertical_slash.h"
 #include "kernels/cuda/sparse_prefill/cuda_vertical_slash_plan.h"
+#include "model/decoder/cuda/cuda_sparse_counts.h"
 #include "model/decoder/forward_batch.h"
 
 namespace vlm {
@@ -38,11 +39,12 @@ class CudaLineHeads {
             std::vector<HeadPlan>& heads, std::vector<uint8_t>& planned);
 
   // The device-planned case above (b: one sparse sequence; pats[H] all line heads of type
-  // vertical-slash without an applying boundary): estimate, device plan, attention into out.
-  // False (nothing done) when the case does not hold.
+  // vertical-slash without an applying boundary): estimate, device plan, attention into out, no
+  // host sync; the block counts go to counts (the step's device accumulator). False (nothing
+  // done) when the case does not hold.
   bool device_planned(const ForwardBatch& b, const std::vector<HeadPattern>& pats, const void* q, DType act,
                       const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale, void* out,
-                      cudaStream_t stream);
+                      cudaStream_t stream, CudaSparseCounts& counts);
   // The plan view the last device_planned() ran.
   cuda::SparsePlanView device_plan_view() const { return vs_plan_.view(); }
 

@@ -148,7 +148,7 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
   const SparsePrefillConfig& cfg = b.sparse_prefill[0];
   check_config(cfg);
   if ((cfg.method == SparsePrefillMethod::VerticalSlash || cfg.method == SparsePrefillMethod::MMInference) &&
-      lines_.device_planned(b, head_patterns(layer, cfg, H), q, act, kv, meta, scale, out, stream)) {
+      lines_.device_planned(b, head_patterns(layer, cfg, H), q, act, kv, meta, scale, out, stream, counts_)) {
     last_plan_ = lines_.device_plan_view();
     mark("sparse_kernel");
     return true;

@@ -174,7 +174,8 @@ TEST(CudaVerticalSlash, DevicePlanEqualsHostPlan) {
     est.estimate(b.dq.get(), b.act, b.dev_kv, b.dtables.as<int32_t>(), shape_of(b, 0, std::min(64, c.q_len)),
                  b.scale(), std::vector<VerticalSlashParams>(b.H, prm), nullptr);
     est.download(nullptr);
-    vp.build(est, 0, c.q_len, c.ctx, nullptr);  // synchronizes: the download is done too
+    vp.build(est, 0, c.q_len, c.ctx, nullptr);  // no sync of its own
+    VLM_CUDA_CHECK(cudaDeviceSynchronize());     // the download is done
     std::vector<HeadPlan> heads;
     for (int h = 0; h < b.H; ++h) heads.push_back(vertical_slash_head_plan(est.indices(h), c.q_len, c.ctx, 64));
     const BlockSparsePlan host = plan_of(c.q_len, c.ctx, heads);
