@@ -37,8 +37,9 @@ void grid_line_sums(const float* probs /*[H,R,N]*/, const GridEstimateShape& sha
 void grid_phase_mass(const float* probs /*[H,R,N]*/, const GridEstimateShape& shape, const int32_t* strides /*[H]*/,
                      int max_stride, int band, int n_init, double* phase_mass /*[H,max_stride]*/, cudaStream_t stream);
 
-// The stride and layout choice on the device (choose_grid_stride and grid_layout_from_phase_mass of
-// kernels/sparse_prefill/grid.h, every head at once), in the host's summation orders so the
+// The stride and layout choice on the device (grid_choice.cu: choose_grid_stride and
+// grid_layout_from_phase_mass of kernels/sparse_prefill/grid.h, every head at once), in the
+// host's summation orders so the
 // decisions are the host's: the totals and each candidate's slash sum and residue histogram are
 // summed sequentially in the host's order, the top columns sorted stably as its partial_sort.
 constexpr int kGridChoiceMaxLines = 8;  // vertical line groups a device layout holds

@@ -85,35 +85,16 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
 
   // Four launches: the counts (and the orders), the schedule (one CTA: sums, cost order, items,
   // descs, the split), the lists -- plus the CUB sort between the first two for more items than
-  // one CTA sorts. The split policy: on the device from the totals (automatic) or the knob's;
-  // the launch's bound from the policy's shortest piece over the lists' bounds.
+  // one CTA sorts.
   int32_t* const nblocks = scratch_.as<int32_t>();  // sc.nblocks, sc.ncols
   grid_plan_count(d_layouts, sh, out, nblocks, nblocks + n1, stream);
-  const bool sort_here = n <= kGridPlanCtaSortItems;
-  if (!sort_here) {
-    grow(temp_, sc.temp_bytes);
-    sc.temp = temp_.get();
-    grid_plan_sort(sc, stream);
-  }
   GridPlanScheduleArgs args;
   args.shape = sh;
   args.out = out;
-  args.t0 = t0;
-  args.nblocks = sc.nblocks;
-  args.ncols = sc.ncols;
-  args.block_off = sc.block_off;
-  args.col_off = sc.col_off;
-  args.order = sort_here ? nullptr : sc.idx_out;
-  args.items = d;
   args.descs = descs;
-  grid_plan_device_split(n, blocks_bound + n * ((max_cols_per_item + 63) / 64) + n, count_acc, split_, partial_, view_,
-                         args);
-  grid_plan_schedule_cta(args, stream);
+  grid_plan_run_schedule(sc, args, t0, blocks_bound + n * ((max_cols_per_item + 63) / 64) + n, count_acc, temp_,
+                         split_, partial_, view_, stream);
   grid_plan_fill(d_layouts, sh, out, stream);
-  view_.data = d;
-  view_.items = d;
-  view_.descs = descs;
-  view_.num_items = n;
   num_heads_ = H;
   stream_ = stream;
   causal_ = grid_plan_causal_blocks(H, q_len, N);
@@ -144,6 +125,32 @@ double grid_plan_causal_blocks(int H, int q_len, int N) {
   double causal = 0;
   for (int m = 0; m < (q_len + 63) / 64; ++m) causal += (N - q_len + std::min(q_len, (m + 1) * 64) - 1) / 64 + 1;
   return causal * H;
+}
+
+void grid_plan_run_schedule(GridPlanSchedule& sc, GridPlanScheduleArgs& args, int t0, int64_t tiles_bound,
+                            unsigned long long* count_acc, DeviceBuffer& temp, DeviceBuffer& split_buf,
+                            DeviceBuffer& partial_buf, SparsePlanView& view, cudaStream_t stream) {
+  const int n = sc.n;
+  const bool sort_here = n <= kGridPlanCtaSortItems;
+  if (!sort_here) {
+    grow(temp, sc.temp_bytes);
+    sc.temp = temp.get();
+    grid_plan_sort(sc, stream);
+  }
+  args.t0 = t0;
+  args.nblocks = sc.nblocks;
+  args.ncols = sc.ncols;
+  args.block_off = sc.block_off;
+  args.col_off = sc.col_off;
+  args.order = sort_here ? nullptr : sc.idx_out;
+  args.items = args.out.data;
+  view = SparsePlanView{};
+  grid_plan_device_split(n, tiles_bound, count_acc, split_buf, partial_buf, view, args);
+  grid_plan_schedule_cta(args, stream);
+  view.data = args.out.data;
+  view.items = args.out.data;
+  view.descs = args.descs;
+  view.num_items = n;
 }
 
 void grid_plan_device_split(int n, int64_t tiles_bound, unsigned long long* count_acc, DeviceBuffer& split_buf,

@@ -2,7 +2,10 @@
 // GPU: from one layout per query head (CudaGridSearch), the plan of every head of one sequence's
 // chunk -- grid permutations of rows and keys, the block lists of each 64-row query block, the
 // sink columns, the work items in cost order -- is made on the device in two passes (count, then
-// fill at the scanned offsets) with no host synchronization: the lists are sized by their bound
+// fill at the scanned offsets) with the schedule between them in one CTA (grid_plan_schedule_cta:
+// the sums, the cost order by a bitonic sort in shared memory, the items, descs and split; the
+// orders are written by the count launch: four launches with the layouts' copy, where the first
+// version took ~20) and no host synchronization: the lists are sized by their bound
 // (every query block over every key block, n_init sink columns), the layouts and the head
 // descriptors are made on the device (the layouts go up through a pinned staging ring), and the split of long items (SplitPolicy:
 // the automatic policy computed on the device from the totals, or the knob's) is scanned there;

@@ -54,12 +54,6 @@ void CudaVerticalSlashPlan::build(const CudaVerticalSlash& est, int t0, int q_le
   out.block_off = sc.block_off;
   out.col_off = sc.col_off;
   // The schedule as CudaGridPlan's (one CTA; the CUB sort first for more items than it sorts).
-  const bool sort_here = n <= kGridPlanCtaSortItems;
-  if (!sort_here) {
-    temp_.reserve(sc.temp_bytes);
-    sc.temp = temp_.get();
-    grid_plan_sort(sc, stream);
-  }
   GridPlanScheduleArgs args;
   args.shape.num_heads = H;
   args.shape.q_len = q_len;
@@ -69,23 +63,11 @@ void CudaVerticalSlashPlan::build(const CudaVerticalSlash& est, int t0, int q_le
   args.out.ptr_base = out.ptr_base;
   args.out.blocks_base = out.blocks_base;
   args.out.cols_base = out.cols_base;
-  args.t0 = t0;
-  args.nblocks = sc.nblocks;
-  args.ncols = sc.ncols;
-  args.block_off = sc.block_off;
-  args.col_off = sc.col_off;
-  args.order = sort_here ? nullptr : sc.idx_out;
-  args.items = d;
   args.descs = reinterpret_cast<SparseHeadDesc*>(d + item_words);
   args.unaligned = unaligned;
-  view_ = SparsePlanView{};
-  grid_plan_device_split(n, blocks_bound + n * ((max_v + 63) / 64) + n, count_acc, split_, partial_, view_, args);
-  grid_plan_schedule_cta(args, stream);
+  grid_plan_run_schedule(sc, args, t0, blocks_bound + n * ((max_v + 63) / 64) + n, count_acc, temp_, split_, partial_,
+                         view_, stream);
   vertical_slash_plan_fill(L, sh, out, stream);
-  view_.data = d;
-  view_.items = d;
-  view_.descs = args.descs;
-  view_.num_items = n;
   stream_ = stream;
   causal_ = grid_plan_causal_blocks(H, q_len, N);
 }

@@ -122,6 +122,15 @@ struct GridPlanScheduleArgs {
 };
 void grid_plan_schedule_cta(const GridPlanScheduleArgs& args, cudaStream_t stream);
 
+// Everything between a device plan's count pass and its fill pass (CudaGridPlan,
+// CudaVerticalSlashPlan): the CUB sort when there are more than kGridPlanCtaSortItems items (temp
+// grown), the split (grid_plan_device_split) and grid_plan_schedule_cta over sc (args' shape, out,
+// descs and unaligned set by the caller; the items at out.data), and view (data, items, descs,
+// num_items and the split's fields).
+void grid_plan_run_schedule(GridPlanSchedule& sc, GridPlanScheduleArgs& args, int t0, int64_t tiles_bound,
+                            unsigned long long* count_acc, DeviceBuffer& temp, DeviceBuffer& split_buf,
+                            DeviceBuffer& partial_buf, SparsePlanView& view, cudaStream_t stream);
+
 // The split on the device for grid_plan_schedule_cta's plan of n items holding at most
 // tiles_bound tiles in all: args.split (the automatic policy from the totals, or the knob's;
 // count_acc), args.piece_off / slot_off in split_buf (with the queue after them), and view's
