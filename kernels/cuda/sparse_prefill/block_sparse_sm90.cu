@@ -1,0 +1,355 @@
+// Block-sparse prefill attention on Hopper (sm_90a): wgmma over the plan's key tiles (see
+// block_sparse_sm90.h). One CTA = 2 warpgroups: the producer (warpgroup 0) copies the item's Q
+// rows (through q_order) and each 64-key tile's K/V rows (positions from the plan: listed key
+// blocks through k_order, gathered columns, every-key items in position order) into SW128 shared
+// memory, the tile's key positions beside them; the consumer (warpgroup 1) computes. A resident
+// grid takes (item, piece) from the plan's queue, longest first; split pieces write partials that
+// the combine kernel merges (block_sparse_tiles.cuh, shared with the mma.sync kernel).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "kernels/cuda/attention/prefill_sm90_launch.h"
+#include "kernels/cuda/attention/wgmma_tile.cuh"
+#include "kernels/cuda/sparse_prefill/block_sparse_sm90.h"
+#include "kernels/cuda/sparse_prefill/block_sparse_tiles.cuh"
+
+namespace vlm::cuda {
+namespace {
+
+using sparse::kBM;
+using sparse::kBN;
+constexpr int kD = 128;
+constexpr int kThreads = 256;  // producer + consumer warpgroup
+constexpr int kStages = 2;     // 2 CTAs per SM (a third stage would not fit twice)
+constexpr int kTileElems = kBN * kD;
+// Registers per thread after setmaxnreg (the CTA's 2 x 128 x 128 at launch, 2 CTAs per SM).
+constexpr int kProducerRegs = 56, kConsumerRegs = 200;
+
+// Dynamic shared memory (1024-byte aligned for the swizzle): Q [64][128], kStages x (K, V)
+// [64][128], then the tiles' key positions [kStages][64], the item's rows [64], the mbarriers and
+// the piece's scalars.
+struct Smem {
+  static constexpr int kBytes = (kBM * kD + kStages * 2 * kTileElems) * 2 + kStages * kBN * 4 + kBM * 4 +
+                                kStages * 2 * 8 + 8 * 4;
+  unsigned char* raw;
+  template <class T>
+  __device__ T* q() const { return reinterpret_cast<T*>(raw); }
+  template <class T>
+  __device__ T* k(int st) const { return q<T>() + kBM * kD + st * 2 * kTileElems; }
+  template <class T>
+  __device__ T* v(int st) const { return k<T>(st) + kTileElems; }
+  __device__ int* kpos(int st) const { return reinterpret_cast<int*>(raw + (kBM * kD + kStages * 2 * kTileElems) * 2) + st * kBN; }
+  __device__ int* rows() const { return kpos(kStages); }
+  __device__ uint64_t* full() const { return reinterpret_cast<uint64_t*>(rows() + kBM); }
+  __device__ uint64_t* empty() const { return full() + kStages; }
+  __device__ int* scalars() const { return reinterpret_cast<int*>(empty() + kStages); }  // piece index, item, piece, pieces, maxpos
+};
+
+__device__ __forceinline__ int64_t row_offset(const KVView& kv, const int32_t* table, int hk, int pos) {
+  return pos >= 0 ? kv.token_offset(table, hk, pos) : -1;
+}
+
+// The producer warpgroup's part of one piece: thread tid copies half (chunks 8 half .. 8 half + 7)
+// of tile row r = tid / 2 for each of the piece's tiles [t_begin, t_end), the Q rows with the
+// first; k0: the CTA's running tile count (stage k % kStages, phase k / kStages). A stage is
+// published (full) once its copies landed, refilled once the consumer released it (empty). Each
+// row's plan position is loaded two tiles ahead and its cache offset one tile ahead, so the
+// dependent loads overlap the copies in flight.
+template <class T, class TQ>
+__device__ __forceinline__ void produce(const TQ* __restrict__ q, int H, int h, int t0, const KVView& kv,
+                                        const int32_t* table, int hk, const sparse::TileList& tl, int t_begin,
+                                        int t_end, int k0, const Smem& sm, int tid) {
+  const int n = t_end - t_begin;
+  if (n <= 0) return;
+  const int r = tid >> 1, half = tid & 1;
+  const T* kbase = static_cast<const T*>(kv.k);
+  const T* vbase = static_cast<const T*>(kv.v);
+  int pos = tl.position(t_begin, r);
+  int pos_next = n > 1 ? tl.position(t_begin + 1, r) : -1;
+  int64_t off = row_offset(kv, table, hk, pos);
+  // Q rows through the item's row indices (zero rows past q_len).
+  {
+    const int ri = sm.rows()[r];
+    T* sq = sm.q<T>();
+    const TQ* src = q + (int64_t(t0 + (ri >= 0 ? ri : 0)) * H + h) * kD;
+#pragma unroll
+    for (int c = half * 8; c < half * 8 + 8; ++c) {
+      T* dst = sq + wg::sw128<kBM>(r, c);
+      if constexpr (std::is_same_v<T, TQ>) {
+        tile::cp_async16(dst, src + c * 8, ri >= 0 ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dst[e] = from_f32<T>(ri >= 0 ? to_f32(src[c * 8 + e]) : 0.f);
+      }
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    const int k = k0 + i, st = k % kStages;
+    if (k >= kStages) wg::mbar_wait(&sm.empty()[st], ((k / kStages) - 1) & 1);
+    if (half == 0) sm.kpos(st)[r] = pos >= 0 ? pos : sparse::kNoKey;
+    T* const sk = sm.k<T>(st);
+    T* const sv = sm.v<T>(st);
+#pragma unroll
+    for (int c = half * 8; c < half * 8 + 8; ++c) {
+      const int s = wg::sw128<kBN>(r, c);
+      const int64_t o = off >= 0 ? off + c * 8 : 0;
+      tile::cp_async16(sk + s, kbase + o, off >= 0 ? 16 : 0);
+      tile::cp_async16(sv + s, vbase + o, off >= 0 ? 16 : 0);
+    }
+    tile::cp_async_commit();
+    pos = pos_next;
+    off = row_offset(kv, table, hk, pos);
+    pos_next = i + 2 < n ? tl.position(t_begin + i + 2, r) : -1;
+    if (i >= 1) {  // tile i - 1 (and Q with the first) landed: publish it
+      tile::cp_async_wait<1>();
+      wg::fence_proxy_async();
+      wg::mbar_arrive(&sm.full()[(k - 1) % kStages]);
+    }
+  }
+  tile::cp_async_wait<0>();
+  wg::fence_proxy_async();
+  wg::mbar_arrive(&sm.full()[(k0 + n - 1) % kStages]);
+}
+
+// The causal mask by original positions: key slot > row position -> -inf (empty slots: kNoKey).
+__device__ __forceinline__ void mask_positions(float (&s)[8][4], const int* kpos, const int (&rpos)[2], int t4) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int2 kk = *reinterpret_cast<const int2*>(kpos + j * 8 + 2 * t4);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if ((e & 1 ? kk.y : kk.x) > rpos[e >> 1]) s[j][e] = -INFINITY;
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void issue_s(float (&s)[8][4], const Smem& sm, int st) {
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk)
+    wg::mma_ss_n64<T>(s, wg::desc_k_major<kBM>(sm.q<T>(), 0, kk), wg::desc_k_major<kBN>(sm.k<T>(st), 0, kk), kk > 0);
+}
+template <class T>
+__device__ __forceinline__ void issue_pv(float (&o)[16][4], const uint32_t (&p)[4][4], const Smem& sm, int st) {
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) wg::mma_rs_mn<T>(o, p[kk], wg::desc_mn_major<kBN>(sm.v<T>(st), kk));
+}
+
+// The consumer warpgroup's part of one piece of n tiles (k0 as in produce): per tile S, mask,
+// online softmax, O += P V. OVERLAP: S of tile i is issued before P V of tile i - 1, and the
+// softmax of S_i runs while P V_{i-1} is in flight (O rescaled after it).
+template <bool OVERLAP, class T>
+__device__ __forceinline__ void consume(float (&o)[16][4], float (&m)[2], float (&l)[2], int n, int k0,
+                                        const Smem& sm, const int (&rpos)[2], float scale_log2, int lane) {
+  const int t4 = lane % 4;
+  float s[8][4];
+  uint32_t p[4][4];
+  if constexpr (!OVERLAP) {
+    for (int i = 0; i < n; ++i) {
+      const int k = k0 + i, st = k % kStages;
+      wg::mbar_wait(&sm.full()[st], (k / kStages) & 1);
+      wg::fence();
+      issue_s<T>(s, sm, st);
+      wg::commit();
+      wg::wait<0>();
+      wg::fence_regs(s);
+      mask_positions(s, sm.kpos(st), rpos, t4);
+      tile::online_softmax<kD, 8>(s, m, l, o, scale_log2);
+      wg::pack_p<T>(s, p);
+      wg::fence_regs(o);
+      wg::fence();
+      issue_pv<T>(o, p, sm, st);
+      wg::commit();
+      wg::wait<0>();
+      wg::fence_regs(o);
+      wg::fence_regs(p);
+      wg::mbar_arrive(&sm.empty()[st]);
+    }
+  } else {
+    if (n <= 0) return;
+    // Tile 0: S_0 and its softmax.
+    wg::mbar_wait(&sm.full()[k0 % kStages], (k0 / kStages) & 1);
+    wg::fence();
+    issue_s<T>(s, sm, k0 % kStages);
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_regs(s);
+    mask_positions(s, sm.kpos(k0 % kStages), rpos, t4);
+    tile::online_softmax<kD, 8>(s, m, l, o, scale_log2);
+    wg::pack_p<T>(s, p);
+    for (int i = 1; i < n; ++i) {  // S_i, then P_{i-1} V_{i-1} in flight under the softmax of S_i
+      const int k = k0 + i, st = k % kStages, prev = (k - 1) % kStages;
+      wg::mbar_wait(&sm.full()[st], (k / kStages) & 1);
+      wg::fence_regs(o);
+      wg::fence();
+      issue_s<T>(s, sm, st);
+      wg::commit();
+      issue_pv<T>(o, p, sm, prev);
+      wg::commit();
+      wg::wait<1>();
+      wg::fence_regs(s);
+      mask_positions(s, sm.kpos(st), rpos, t4);
+      float corr[2];
+      tile::online_softmax_scores<8>(s, m, l, scale_log2, corr);
+      wg::wait<0>();
+      wg::fence_regs(o);
+      wg::fence_regs(p);
+      wg::mbar_arrive(&sm.empty()[prev]);
+      tile::rescale_rows<kD>(o, corr);
+      wg::pack_p<T>(s, p);
+    }
+    const int last = (k0 + n - 1) % kStages;
+    wg::fence_regs(o);
+    wg::fence();
+    issue_pv<T>(o, p, sm, last);
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_regs(o);
+    wg::fence_regs(p);
+    wg::mbar_arrive(&sm.empty()[last]);
+  }
+}
+
+template <class Body>
+__device__ __forceinline__ void piece_loop(const SparsePlanView& plan, const Smem& sm, Body&& body) {
+  const int tid = threadIdx.x;
+  int* const scal = sm.scalars();
+  const int total = sparse::total_pieces(plan);
+  int k0 = 0;  // tiles this CTA ran so far (the pipeline's stage and phase)
+  for (int first = 1;; first = 0) {
+    if (tid == 0) {
+      const int p = plan.queue ? atomicAdd(plan.queue, 1) : first ? int(blockIdx.x) : total;
+      scal[0] = p;
+      if (p < total) {
+        const sparse::PieceRef pr = sparse::find_piece(plan, p);
+        scal[1] = pr.it, scal[2] = pr.piece, scal[3] = pr.npieces;
+      }
+      scal[4] = -1;
+    }
+    __syncthreads();
+    if (scal[0] >= total) break;
+    const sparse::PieceRef pr{scal[1], scal[2], scal[3]};
+    const int32_t* item = plan.items + 4 * int64_t(pr.it);
+    const int qb = item[2];
+    const SparseHeadDesc hd = plan.descs[item[3]];
+    if (tid < kBM) {
+      const int r = sparse::item_row(plan.data, hd, qb * kBM + tid);
+      sm.rows()[tid] = r;
+      if (r >= 0) atomicMax(&scal[4], hd.num_keys - hd.q_len + r);
+    }
+    __syncthreads();
+    const sparse::TileList tl = sparse::tile_list(plan.data, hd, qb, scal[4]);
+    const int num_tiles = tl.count();
+    const int t_begin = int(int64_t(pr.piece) * num_tiles / pr.npieces);
+    const int t_end = int(int64_t(pr.piece + 1) * num_tiles / pr.npieces);
+    body(pr, item, hd, tl, t_begin, t_end, k0);
+    k0 += t_end - t_begin;
+    __syncthreads();  // the piece's shared state (Q, rows, scalars) is no longer read
+  }
+}
+
+template <bool OVERLAP, class T, class TQ>
+__global__ void __launch_bounds__(kThreads, 2)
+block_sparse_sm90_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* __restrict__ block_tables,
+                         int max_blocks_per_seq, SparsePlanView plan, float scale_log2, TQ* __restrict__ out) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const Smem sm{smem_raw};
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    if (tile::smem_addr(smem_raw) & 1023) __trap();  // the swizzle needs 1024-byte alignment
+    for (int s = 0; s < kStages; ++s) {
+      wg::mbar_init(&sm.full()[s], 128);
+      wg::mbar_init(&sm.empty()[s], 128);
+    }
+  }
+  __syncthreads();
+  const int wgi = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform for the compiler
+  const int wtid = tid % 128, warp = wtid / 32, lane = tid % 32;
+  if (wgi == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    piece_loop(plan, sm, [&](const sparse::PieceRef&, const int32_t* item, const SparseHeadDesc& hd,
+                             const sparse::TileList& tl, int t_begin, int t_end, int k0) {
+      const int h = item[1];
+      produce<T, TQ>(q, H, h, hd.t0, kv, block_tables + int64_t(item[0]) * max_blocks_per_seq,
+                     h / (H / kv.num_kv_heads), tl, t_begin, t_end, k0, sm, wtid);
+    });
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    piece_loop(plan, sm, [&](const sparse::PieceRef& pr, const int32_t* item, const SparseHeadDesc& hd,
+                             const sparse::TileList&, int t_begin, int t_end, int k0) {
+      const int g = lane / 4, off = hd.num_keys - hd.q_len;
+      int rpos[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int ri = sm.rows()[warp * 16 + g + 8 * r];
+        rpos[r] = ri >= 0 ? off + ri : -1;
+      }
+      float o[16][4] = {};
+      float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+      consume<OVERLAP, T>(o, m, l, t_end - t_begin, k0, sm, rpos, scale_log2, lane);
+      sparse::store_item_rows<kD, TQ>(plan, pr, o, m, l, warp * 16, sm.rows(), hd.t0, H, item[1], out, lane);
+    });
+  }
+#endif
+}
+
+template <bool OVERLAP, class T, class TQ>
+void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, const SparsePlanView& plan,
+            float scale, void* out, cudaStream_t stream) {
+  constexpr int smem = Smem::kBytes;
+  auto* kernel = block_sparse_sm90_kernel<OVERLAP, T, TQ>;
+  static const bool smem_ok = allow_dynamic_smem(kernel, smem);
+  (void)smem_ok;
+  int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
+  if (plan.queue) {
+    static const int resident = sparse::resident_ctas(kernel, kThreads, smem);
+    ctas = std::min(ctas, resident);
+    VLM_CUDA_CHECK(cudaMemsetAsync(plan.queue, 0, sizeof(int32_t), stream));
+  }
+  kernel<<<ctas, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch.block_tables,
+                                           batch.max_blocks_per_seq, plan, scale * float(M_LOG2E),
+                                           static_cast<TQ*>(out));
+  VLM_CUDA_CHECK_LAUNCH();
+  sparse::combine_pieces<kD>(H, plan, static_cast<TQ*>(out), stream);
+}
+
+BlockSparseKernel g_kernel = BlockSparseKernel::kAuto;  // set_block_sparse_kernel
+
+}  // namespace
+
+void set_block_sparse_kernel(BlockSparseKernel k) { g_kernel = k; }
+
+BlockSparseKernel block_sparse_kernel_for(const PagedKVLayer& kv) {
+  static const BlockSparseKernel env = [] {
+    const char* e = std::getenv("VLM_CUDA_SPARSE_KERNEL");
+    const std::string v = e ? e : "";
+    return v == "mma" ? BlockSparseKernel::kMma : v == "wgmma" ? BlockSparseKernel::kWgmma
+                    : v == "overlap"                       ? BlockSparseKernel::kWgmmaOverlap
+                                                           : BlockSparseKernel::kAuto;
+  }();
+  BlockSparseKernel k = g_kernel != BlockSparseKernel::kAuto ? g_kernel : env;
+  if (k == BlockSparseKernel::kAuto) k = BlockSparseKernel::kWgmma;
+  if (k != BlockSparseKernel::kMma && !prefill_sm90_supported(kv)) k = BlockSparseKernel::kMma;
+  return k;
+}
+
+void launch_block_sparse_sm90(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
+                              const CudaAttentionBatch& batch, const SparsePlanView& plan, float scale, void* out,
+                              bool overlap, cudaStream_t stream) {
+  VLM_CHECK(prefill_sm90_supported(kv), "sm_90 block-sparse attention: needs an sm_90 GPU, D 128 and a 16-bit cache");
+  dispatch_float(act, [&](auto a) {
+    using TQ = decltype(a);
+    const auto run = [&](auto c) {
+      using T = decltype(c);
+      if (overlap) launch<true, T, TQ>(q, num_heads, kv, batch, plan, scale, out, stream);
+      else launch<false, T, TQ>(q, num_heads, kv, batch, plan, scale, out, stream);
+    };
+    if (kv.dtype == DType::BF16) run(__nv_bfloat16{});
+    else run(__half{});
+  });
+}
+
+}  // namespace vlm::cuda
