@@ -10,8 +10,8 @@
 // call (bench/cuda/run_sparse_prefill_bench.sh).
 // Pattern "mminference-gpu": MMInference's grid heads searched on the GPU (CudaGridSearch) and
 // planned on the GPU (CudaGridPlan), then the kernel, timed together wall-clock (estimation
-// included; median of 3), plus the kernels side by side on its plans (mma.sync, sm_90a wgmma and
-// its overlapped form: best of 3 each, the outputs' relative L2 against mma.sync's).
+// included; median of 3), plus the kernels side by side on its plans (mma.sync and the sm_90a
+// forms: best of 3 each, the outputs' relative L2 against mma.sync's).
 // Pattern "mminference-gpu-once": the grid layouts searched on the first 8192 tokens only (the
 // engine's grid_search_once with 8K chunks), the whole prompt planned from them; kernel and error.
 // Pattern "xattention-gpu": XAttention (stride 8, no dense tail; thresholds VLM_BENCH_XATTN, default
@@ -388,9 +388,10 @@ int main(int argc, char** argv) {
                                                 scale, out, nullptr);
       };
       DeviceBuffer mma_out(qn * 2);
-      const std::array<std::pair<vlm::cuda::BlockSparseKernel, const char*>, 3> kernels = {{
+      const std::array<std::pair<vlm::cuda::BlockSparseKernel, const char*>, 4> kernels = {{
           {vlm::cuda::BlockSparseKernel::kMma, "mma.sync"},
-          {vlm::cuda::BlockSparseKernel::kWgmma, "wgmma"},
+          {vlm::cuda::BlockSparseKernel::kWgmma2, "wgmma, 2 stages, Q in shared memory"},
+          {vlm::cuda::BlockSparseKernel::kWgmma, "wgmma, 3 stages, Q in registers"},
           {vlm::cuda::BlockSparseKernel::kWgmmaOverlap, "wgmma-overlap"},
       }};
       for (const auto& [k, name] : kernels) {

@@ -239,8 +239,7 @@ void launch_block_sparse_attention(const void* q, DType act, int num_heads, cons
                                    cudaStream_t stream) {
   const BlockSparseKernel k = block_sparse_kernel_for(kv);
   if (k != BlockSparseKernel::kMma) {
-    launch_block_sparse_sm90(q, act, num_heads, kv, batch, view, scale, out, k == BlockSparseKernel::kWgmmaOverlap,
-                             stream);
+    launch_block_sparse_sm90(q, act, num_heads, kv, batch, view, scale, out, k, stream);
     return;
   }
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {

@@ -23,25 +23,40 @@ using sparse::kBM;
 using sparse::kBN;
 constexpr int kD = 128;
 constexpr int kThreads = 256;  // producer + consumer warpgroup
-constexpr int kStages = 2;     // 2 CTAs per SM (a third stage would not fit twice)
 constexpr int kTileElems = kBN * kD;
 // Registers per thread after setmaxnreg (the CTA's 2 x 128 x 128 at launch, 2 CTAs per SM).
 constexpr int kProducerRegs = 56, kConsumerRegs = 200;
 
-// Dynamic shared memory (1024-byte aligned for the swizzle): Q [64][128], kStages x (K, V)
+// A kernel form: STAGES shared-memory stages of K/V; QREG: the consumer holds Q as wgmma A
+// fragments in registers (loaded from global memory per piece; no Q tile in shared memory, which
+// makes room for a third stage at 2 CTAs per SM), else Q is an SW128 tile in shared memory (the
+// producer copies it); OVERLAP: S of tile i issued before P V of tile i - 1 (needs 3 stages: the
+// consumer holds tile i - 1 while it waits for tile i).
+template <int STAGES, bool QREG, bool OVERLAP>
+struct Form {
+  static constexpr int kStages = STAGES, kQElems = QREG ? 0 : kBM * kD;
+  static constexpr bool kQReg = QREG, kOverlap = OVERLAP;
+  static_assert(!OVERLAP || STAGES >= 3, "the overlapped consumer holds two stages");
+};
+
+// Dynamic shared memory (1024-byte aligned for the swizzle): [Q [64][128]], F::kStages x (K, V)
 // [64][128], then the tiles' key positions [kStages][64], the item's rows [64], the mbarriers and
 // the piece's scalars.
+template <class F>
 struct Smem {
-  static constexpr int kBytes = (kBM * kD + kStages * 2 * kTileElems) * 2 + kStages * kBN * 4 + kBM * 4 +
+  static constexpr int kStages = F::kStages;
+  static constexpr int kBytes = (F::kQElems + kStages * 2 * kTileElems) * 2 + kStages * kBN * 4 + kBM * 4 +
                                 kStages * 2 * 8 + 8 * 4;
   unsigned char* raw;
   template <class T>
   __device__ T* q() const { return reinterpret_cast<T*>(raw); }
   template <class T>
-  __device__ T* k(int st) const { return q<T>() + kBM * kD + st * 2 * kTileElems; }
+  __device__ T* k(int st) const { return q<T>() + F::kQElems + st * 2 * kTileElems; }
   template <class T>
   __device__ T* v(int st) const { return k<T>(st) + kTileElems; }
-  __device__ int* kpos(int st) const { return reinterpret_cast<int*>(raw + (kBM * kD + kStages * 2 * kTileElems) * 2) + st * kBN; }
+  __device__ int* kpos(int st) const {
+    return reinterpret_cast<int*>(raw + (F::kQElems + kStages * 2 * kTileElems) * 2) + st * kBN;
+  }
   __device__ int* rows() const { return kpos(kStages); }
   __device__ uint64_t* full() const { return reinterpret_cast<uint64_t*>(rows() + kBM); }
   __device__ uint64_t* empty() const { return full() + kStages; }
@@ -58,10 +73,11 @@ __device__ __forceinline__ int64_t row_offset(const KVView& kv, const int32_t* t
 // published (full) once its copies landed, refilled once the consumer released it (empty). Each
 // row's plan position is loaded two tiles ahead and its cache offset one tile ahead, so the
 // dependent loads overlap the copies in flight.
-template <class T, class TQ>
+template <class F, class T, class TQ>
 __device__ __forceinline__ void produce(const TQ* __restrict__ q, int H, int h, int t0, const KVView& kv,
                                         const int32_t* table, int hk, const sparse::TileList& tl, int t_begin,
-                                        int t_end, int k0, const Smem& sm, int tid) {
+                                        int t_end, int k0, const Smem<F>& sm, int tid) {
+  constexpr int kStages = F::kStages;
   const int n = t_end - t_begin;
   if (n <= 0) return;
   const int r = tid >> 1, half = tid & 1;
@@ -71,9 +87,9 @@ __device__ __forceinline__ void produce(const TQ* __restrict__ q, int H, int h, 
   int pos_next = n > 1 ? tl.position(t_begin + 1, r) : -1;
   int64_t off = row_offset(kv, table, hk, pos);
   // Q rows through the item's row indices (zero rows past q_len).
-  {
+  if constexpr (!F::kQReg) {
     const int ri = sm.rows()[r];
-    T* sq = sm.q<T>();
+    T* sq = sm.template q<T>();
     const TQ* src = q + (int64_t(t0 + (ri >= 0 ? ri : 0)) * H + h) * kD;
 #pragma unroll
     for (int c = half * 8; c < half * 8 + 8; ++c) {
@@ -90,8 +106,8 @@ __device__ __forceinline__ void produce(const TQ* __restrict__ q, int H, int h, 
     const int k = k0 + i, st = k % kStages;
     if (k >= kStages) wg::mbar_wait(&sm.empty()[st], ((k / kStages) - 1) & 1);
     if (half == 0) sm.kpos(st)[r] = pos >= 0 ? pos : sparse::kNoKey;
-    T* const sk = sm.k<T>(st);
-    T* const sv = sm.v<T>(st);
+    T* const sk = sm.template k<T>(st);
+    T* const sv = sm.template v<T>(st);
 #pragma unroll
     for (int c = half * 8; c < half * 8 + 8; ++c) {
       const int s = wg::sw128<kBN>(r, c);
@@ -125,42 +141,75 @@ __device__ __forceinline__ void mask_positions(float (&s)[8][4], const int* kpos
   }
 }
 
-template <class T>
-__device__ __forceinline__ void issue_s(float (&s)[8][4], const Smem& sm, int st) {
+// S = Q K^T of the tile in stage st (not committed): Q from the consumer's registers (F::kQReg)
+// or from shared memory.
+template <class F, class T>
+__device__ __forceinline__ void issue_s(float (&s)[8][4], const uint32_t (&q)[8][4], const Smem<F>& sm, int st) {
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk)
-    wg::mma_ss_n64<T>(s, wg::desc_k_major<kBM>(sm.q<T>(), 0, kk), wg::desc_k_major<kBN>(sm.k<T>(st), 0, kk), kk > 0);
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint64_t bk = wg::desc_k_major<kBN>(sm.template k<T>(st), 0, kk);
+    if constexpr (F::kQReg) wg::mma_rs_n64<T>(s, q[kk], bk, kk > 0);
+    else wg::mma_ss_n64<T>(s, wg::desc_k_major<kBM>(sm.template q<T>(), 0, kk), bk, kk > 0);
+  }
 }
-template <class T>
-__device__ __forceinline__ void issue_pv(float (&o)[16][4], const uint32_t (&p)[4][4], const Smem& sm, int st) {
+template <class F, class T>
+__device__ __forceinline__ void issue_pv(float (&o)[16][4], const uint32_t (&p)[4][4], const Smem<F>& sm, int st) {
 #pragma unroll
-  for (int kk = 0; kk < kBN / 16; ++kk) wg::mma_rs_mn<T>(o, p[kk], wg::desc_mn_major<kBN>(sm.v<T>(st), kk));
+  for (int kk = 0; kk < kBN / 16; ++kk) wg::mma_rs_mn<T>(o, p[kk], wg::desc_mn_major<kBN>(sm.template v<T>(st), kk));
+}
+
+// The consumer's Q as wgmma A fragments (mma.sync's A layout per k-step of 16 columns: rows
+// warp_row + g and + 8, columns 2 t4 (+1) and 2 t4 + 8 (+1)), read from q through the item's rows
+// (zero past q_len) and converted to T.
+template <class T, class TQ>
+__device__ __forceinline__ void load_q_frags(uint32_t (&a)[8][4], const TQ* __restrict__ q, int H, int h, int t0,
+                                             const int* rows, int warp_row, int lane) {
+  const int g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int ri = rows[warp_row + g + 8 * r];
+    const TQ* src = q + (int64_t(t0 + (ri >= 0 ? ri : 0)) * H + h) * kD + 2 * t4;
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const TQ* e = src + kk * 16 + hi * 8;
+        uint32_t w = 0;
+        if (ri >= 0) {
+          if constexpr (std::is_same_v<T, TQ>) w = *reinterpret_cast<const uint32_t*>(e);
+          else w = tile::pack2<T>(to_f32(e[0]), to_f32(e[1]));
+        }
+        a[kk][r + 2 * hi] = w;
+      }
+  }
 }
 
 // The consumer warpgroup's part of one piece of n tiles (k0 as in produce): per tile S, mask,
-// online softmax, O += P V. OVERLAP: S of tile i is issued before P V of tile i - 1, and the
+// online softmax, O += P V. F::kOverlap: S of tile i is issued before P V of tile i - 1, and the
 // softmax of S_i runs while P V_{i-1} is in flight (O rescaled after it).
-template <bool OVERLAP, class T>
-__device__ __forceinline__ void consume(float (&o)[16][4], float (&m)[2], float (&l)[2], int n, int k0,
-                                        const Smem& sm, const int (&rpos)[2], float scale_log2, int lane) {
+template <class F, class T>
+__device__ __forceinline__ void consume(float (&o)[16][4], float (&m)[2], float (&l)[2], uint32_t (&q)[8][4], int n,
+                                        int k0, const Smem<F>& sm, const int (&rpos)[2], float scale_log2, int lane) {
+  constexpr int kStages = F::kStages;
   const int t4 = lane % 4;
   float s[8][4];
   uint32_t p[4][4];
-  if constexpr (!OVERLAP) {
+  if constexpr (!F::kOverlap) {
     for (int i = 0; i < n; ++i) {
       const int k = k0 + i, st = k % kStages;
       wg::mbar_wait(&sm.full()[st], (k / kStages) & 1);
       wg::fence();
-      issue_s<T>(s, sm, st);
+      issue_s<F, T>(s, q, sm, st);
       wg::commit();
       wg::wait<0>();
       wg::fence_regs(s);
+      if constexpr (F::kQReg) wg::fence_regs(q);
       mask_positions(s, sm.kpos(st), rpos, t4);
       tile::online_softmax<kD, 8>(s, m, l, o, scale_log2);
       wg::pack_p<T>(s, p);
       wg::fence_regs(o);
       wg::fence();
-      issue_pv<T>(o, p, sm, st);
+      issue_pv<F, T>(o, p, sm, st);
       wg::commit();
       wg::wait<0>();
       wg::fence_regs(o);
@@ -172,10 +221,11 @@ __device__ __forceinline__ void consume(float (&o)[16][4], float (&m)[2], float 
     // Tile 0: S_0 and its softmax.
     wg::mbar_wait(&sm.full()[k0 % kStages], (k0 / kStages) & 1);
     wg::fence();
-    issue_s<T>(s, sm, k0 % kStages);
+    issue_s<F, T>(s, q, sm, k0 % kStages);
     wg::commit();
     wg::wait<0>();
     wg::fence_regs(s);
+    if constexpr (F::kQReg) wg::fence_regs(q);
     mask_positions(s, sm.kpos(k0 % kStages), rpos, t4);
     tile::online_softmax<kD, 8>(s, m, l, o, scale_log2);
     wg::pack_p<T>(s, p);
@@ -184,12 +234,13 @@ __device__ __forceinline__ void consume(float (&o)[16][4], float (&m)[2], float 
       wg::mbar_wait(&sm.full()[st], (k / kStages) & 1);
       wg::fence_regs(o);
       wg::fence();
-      issue_s<T>(s, sm, st);
+      issue_s<F, T>(s, q, sm, st);
       wg::commit();
-      issue_pv<T>(o, p, sm, prev);
+      issue_pv<F, T>(o, p, sm, prev);
       wg::commit();
       wg::wait<1>();
       wg::fence_regs(s);
+      if constexpr (F::kQReg) wg::fence_regs(q);
       mask_positions(s, sm.kpos(st), rpos, t4);
       float corr[2];
       tile::online_softmax_scores<8>(s, m, l, scale_log2, corr);
@@ -203,7 +254,7 @@ __device__ __forceinline__ void consume(float (&o)[16][4], float (&m)[2], float 
     const int last = (k0 + n - 1) % kStages;
     wg::fence_regs(o);
     wg::fence();
-    issue_pv<T>(o, p, sm, last);
+    issue_pv<F, T>(o, p, sm, last);
     wg::commit();
     wg::wait<0>();
     wg::fence_regs(o);
@@ -212,8 +263,11 @@ __device__ __forceinline__ void consume(float (&o)[16][4], float (&m)[2], float 
   }
 }
 
-template <class Body>
-__device__ __forceinline__ void piece_loop(const SparsePlanView& plan, const Smem& sm, Body&& body) {
+// The piece loop of one warpgroup (both run it in step: the CTA's barriers): take the next
+// piece (thread 0: from plan.queue, or blockIdx.x once), set up its item (rows through q_order,
+// their largest position), then body(piece, item, head descriptor, tile list, t_begin, t_end, k0).
+template <class F, class Body>
+__device__ __forceinline__ void piece_loop(const SparsePlanView& plan, const Smem<F>& sm, Body&& body) {
   const int tid = threadIdx.x;
   int* const scal = sm.scalars();
   const int total = sparse::total_pieces(plan);
@@ -250,17 +304,17 @@ __device__ __forceinline__ void piece_loop(const SparsePlanView& plan, const Sme
   }
 }
 
-template <bool OVERLAP, class T, class TQ>
+template <class F, class T, class TQ>
 __global__ void __launch_bounds__(kThreads, 2)
 block_sparse_sm90_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* __restrict__ block_tables,
                          int max_blocks_per_seq, SparsePlanView plan, float scale_log2, TQ* __restrict__ out) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const Smem sm{smem_raw};
+  const Smem<F> sm{smem_raw};
   const int tid = threadIdx.x;
   if (tid == 0) {
     if (tile::smem_addr(smem_raw) & 1023) __trap();  // the swizzle needs 1024-byte alignment
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < F::kStages; ++s) {
       wg::mbar_init(&sm.full()[s], 128);
       wg::mbar_init(&sm.empty()[s], 128);
     }
@@ -273,7 +327,7 @@ block_sparse_sm90_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32
     piece_loop(plan, sm, [&](const sparse::PieceRef&, const int32_t* item, const SparseHeadDesc& hd,
                              const sparse::TileList& tl, int t_begin, int t_end, int k0) {
       const int h = item[1];
-      produce<T, TQ>(q, H, h, hd.t0, kv, block_tables + int64_t(item[0]) * max_blocks_per_seq,
+      produce<F, T, TQ>(q, H, h, hd.t0, kv, block_tables + int64_t(item[0]) * max_blocks_per_seq,
                      h / (H / kv.num_kv_heads), tl, t_begin, t_end, k0, sm, wtid);
     });
   } else {
@@ -289,18 +343,20 @@ block_sparse_sm90_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32
       }
       float o[16][4] = {};
       float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-      consume<OVERLAP, T>(o, m, l, t_end - t_begin, k0, sm, rpos, scale_log2, lane);
+      uint32_t qf[8][4];
+      if constexpr (F::kQReg) load_q_frags<T>(qf, q, H, item[1], hd.t0, sm.rows(), warp * 16, lane);
+      consume<F, T>(o, m, l, qf, t_end - t_begin, k0, sm, rpos, scale_log2, lane);
       sparse::store_item_rows<kD, TQ>(plan, pr, o, m, l, warp * 16, sm.rows(), hd.t0, H, item[1], out, lane);
     });
   }
 #endif
 }
 
-template <bool OVERLAP, class T, class TQ>
+template <class F, class T, class TQ>
 void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, const SparsePlanView& plan,
             float scale, void* out, cudaStream_t stream) {
-  constexpr int smem = Smem::kBytes;
-  auto* kernel = block_sparse_sm90_kernel<OVERLAP, T, TQ>;
+  constexpr int smem = Smem<F>::kBytes;
+  auto* kernel = block_sparse_sm90_kernel<F, T, TQ>;
   static const bool smem_ok = allow_dynamic_smem(kernel, smem);
   (void)smem_ok;
   int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
@@ -316,6 +372,15 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
   sparse::combine_pieces<kD>(H, plan, static_cast<TQ*>(out), stream);
 }
 
+template <class T, class TQ>
+void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, const SparsePlanView& plan,
+            float scale, void* out, BlockSparseKernel form, cudaStream_t stream) {
+  if (form == BlockSparseKernel::kWgmma2) launch<Form<2, false, false>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
+  else if (form == BlockSparseKernel::kWgmmaOverlap)
+    launch<Form<3, true, true>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
+  else launch<Form<3, true, false>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
+}
+
 BlockSparseKernel g_kernel = BlockSparseKernel::kAuto;  // set_block_sparse_kernel
 
 }  // namespace
@@ -326,9 +391,11 @@ BlockSparseKernel block_sparse_kernel_for(const PagedKVLayer& kv) {
   static const BlockSparseKernel env = [] {
     const char* e = std::getenv("VLM_CUDA_SPARSE_KERNEL");
     const std::string v = e ? e : "";
-    return v == "mma" ? BlockSparseKernel::kMma : v == "wgmma" ? BlockSparseKernel::kWgmma
-                    : v == "overlap"                       ? BlockSparseKernel::kWgmmaOverlap
-                                                           : BlockSparseKernel::kAuto;
+    return v == "mma"       ? BlockSparseKernel::kMma
+           : v == "wgmma"   ? BlockSparseKernel::kWgmma
+           : v == "wgmma2"  ? BlockSparseKernel::kWgmma2
+           : v == "overlap" ? BlockSparseKernel::kWgmmaOverlap
+                            : BlockSparseKernel::kAuto;
   }();
   BlockSparseKernel k = g_kernel != BlockSparseKernel::kAuto ? g_kernel : env;
   if (k == BlockSparseKernel::kAuto) k = BlockSparseKernel::kWgmma;
@@ -338,14 +405,13 @@ BlockSparseKernel block_sparse_kernel_for(const PagedKVLayer& kv) {
 
 void launch_block_sparse_sm90(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
                               const CudaAttentionBatch& batch, const SparsePlanView& plan, float scale, void* out,
-                              bool overlap, cudaStream_t stream) {
+                              BlockSparseKernel form, cudaStream_t stream) {
   VLM_CHECK(prefill_sm90_supported(kv), "sm_90 block-sparse attention: needs an sm_90 GPU, D 128 and a 16-bit cache");
   dispatch_float(act, [&](auto a) {
     using TQ = decltype(a);
     const auto run = [&](auto c) {
       using T = decltype(c);
-      if (overlap) launch<true, T, TQ>(q, num_heads, kv, batch, plan, scale, out, stream);
-      else launch<false, T, TQ>(q, num_heads, kv, batch, plan, scale, out, stream);
+      launch<T, TQ>(q, num_heads, kv, batch, plan, scale, out, form, stream);
     };
     if (kv.dtype == DType::BF16) run(__nv_bfloat16{});
     else run(__half{});

@@ -19,20 +19,22 @@
 namespace vlm::cuda {
 
 // Which kernel paged_block_sparse_attention runs. kAuto: the environment's VLM_CUDA_SPARSE_KERNEL
-// (read once: "mma", "wgmma" or "overlap"), else kWgmma where supported and kMma elsewhere.
-// kWgmmaOverlap: the sm_90a kernel with S of the next tile issued before P V of the current one
-// (the softmax of one tile under the other's products). A wgmma choice where the sm_90a kernel is
-// not supported (another GPU, D 64) runs kMma.
-enum class BlockSparseKernel { kAuto, kMma, kWgmma, kWgmmaOverlap };
+// (read once: "mma", "wgmma", "wgmma2" or "overlap"), else kWgmma where supported and kMma
+// elsewhere. The sm_90a forms: kWgmma three K/V stages, Q as wgmma A fragments in the consumer's
+// registers; kWgmma2 two stages, Q in shared memory (the first form); kWgmmaOverlap as kWgmma with
+// S of the next tile issued before P V of the current one (the softmax of one tile under the
+// other's products). A wgmma choice where the sm_90a kernel is not supported (another GPU, D 64)
+// runs kMma.
+enum class BlockSparseKernel { kAuto, kMma, kWgmma, kWgmma2, kWgmmaOverlap };
 // Test and bench knob (A/B of the kernels on the same plans). Not thread-safe; set before launching.
 void set_block_sparse_kernel(BlockSparseKernel k);
 // The kernel the next launch over this cache runs (never kAuto).
 BlockSparseKernel block_sparse_kernel_for(const PagedKVLayer& kv);
 
-// The sm_90a kernel's launch (block_sparse_kernel_for(kv) is kWgmma or kWgmmaOverlap; checks done
-// by the caller).
+// The sm_90a kernel's launch in form `form` (one of the wgmma forms; block_sparse_kernel_for(kv)
+// is not kMma; checks done by the caller).
 void launch_block_sparse_sm90(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                               const CudaAttentionBatch& batch, const SparsePlanView& plan, float scale,
-                              void* out /*[T,H,D]*/, bool overlap, cudaStream_t stream);
+                              void* out /*[T,H,D]*/, BlockSparseKernel form, cudaStream_t stream);
 
 }  // namespace vlm::cuda
