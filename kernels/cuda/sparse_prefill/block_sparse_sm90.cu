@@ -1,15 +1,18 @@
 // Block-sparse prefill attention on Hopper (sm_90a): wgmma over the plan's key tiles (see
-// block_sparse_sm90.h). One CTA = 2 warpgroups: the producer (warpgroup 0) copies the item's Q
-// rows (through q_order) and each 64-key tile's K/V rows (positions from the plan: listed key
+// block_sparse_sm90.h). One CTA = 2 warpgroups: the producer (warpgroup 0) copies (the item's Q
+// rows through q_order, in the form that keeps Q in shared memory, and) each 64-key tile's K/V rows (positions from the plan: listed key
 // blocks through k_order, gathered columns, every-key items in position order) into SW128 shared
-// memory, the tile's key positions beside them; the consumer (warpgroup 1) computes. A resident
+// memory, the tile's key positions beside them; the consumer (warpgroup 1) computes (its Q, in the
+// form that keeps it in registers, read from global memory per piece). A resident
 // grid takes (item, piece) from the plan's queue, longest first; split pieces write partials that
 // the combine kernel merges (block_sparse_tiles.cuh, shared with the mma.sync kernel).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/attention/prefill_sm90_launch.h"
 #include "kernels/cuda/attention/wgmma_tile.cuh"
@@ -398,7 +401,9 @@ BlockSparseKernel block_sparse_kernel_for(const PagedKVLayer& kv) {
                             : BlockSparseKernel::kAuto;
   }();
   BlockSparseKernel k = g_kernel != BlockSparseKernel::kAuto ? g_kernel : env;
-  if (k == BlockSparseKernel::kAuto) k = BlockSparseKernel::kWgmma;
+  // The default stays the mma.sync kernel: on the H100 the sm_90a forms ran the same plans slower
+  // (bench/RESULTS.md, "End to end V": 26.5-27.9 ms against 19.2 ms at 128K).
+  if (k == BlockSparseKernel::kAuto) k = BlockSparseKernel::kMma;
   if (k != BlockSparseKernel::kMma && !prefill_sm90_supported(kv)) k = BlockSparseKernel::kMma;
   return k;
 }
