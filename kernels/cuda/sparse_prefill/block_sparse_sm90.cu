@@ -34,22 +34,24 @@ constexpr int kProducerRegs = 56, kConsumerRegs = 200;
 // fragments in registers (loaded from global memory per piece; no Q tile in shared memory, which
 // makes room for a third stage at 2 CTAs per SM), else Q is an SW128 tile in shared memory (the
 // producer copies it); OVERLAP: S of tile i issued before P V of tile i - 1 (needs 3 stages: the
-// consumer holds tile i - 1 while it waits for tile i).
-template <int STAGES, bool QREG, bool OVERLAP>
+// consumer holds tile i - 1 while it waits for tile i); COALESCED: the producer's copies run
+// along the rows (16 consecutive threads copy one row's 16 chunks, the rows' cache offsets
+// shared through shared memory) instead of each thread copying half a row.
+template <int STAGES, bool QREG, bool OVERLAP, bool COALESCED = false>
 struct Form {
   static constexpr int kStages = STAGES, kQElems = QREG ? 0 : kBM * kD;
-  static constexpr bool kQReg = QREG, kOverlap = OVERLAP;
+  static constexpr bool kQReg = QREG, kOverlap = OVERLAP, kCoalesced = COALESCED;
   static_assert(!OVERLAP || STAGES >= 3, "the overlapped consumer holds two stages");
 };
 
 // Dynamic shared memory (1024-byte aligned for the swizzle): [Q [64][128]], F::kStages x (K, V)
-// [64][128], then the tiles' key positions [kStages][64], the item's rows [64], the mbarriers and
-// the piece's scalars.
+// [64][128], then the tiles' key positions [kStages][64], the item's rows [64], the mbarriers, the
+// piece's scalars and (F::kCoalesced) the rows' cache offsets [2][64].
 template <class F>
 struct Smem {
   static constexpr int kStages = F::kStages;
   static constexpr int kBytes = (F::kQElems + kStages * 2 * kTileElems) * 2 + kStages * kBN * 4 + kBM * 4 +
-                                kStages * 2 * 8 + 8 * 4;
+                                kStages * 2 * 8 + 8 * 4 + (F::kCoalesced ? 2 * kBN * 8 : 0);
   unsigned char* raw;
   template <class T>
   __device__ T* q() const { return reinterpret_cast<T*>(raw); }
@@ -64,6 +66,7 @@ struct Smem {
   __device__ uint64_t* full() const { return reinterpret_cast<uint64_t*>(rows() + kBM); }
   __device__ uint64_t* empty() const { return full() + kStages; }
   __device__ int* scalars() const { return reinterpret_cast<int*>(empty() + kStages); }  // piece index, item, piece, pieces, maxpos
+  __device__ int64_t* roff(int b) const { return reinterpret_cast<int64_t*>(scalars() + 8) + b * kBN; }
 };
 
 __device__ __forceinline__ int64_t row_offset(const KVView& kv, const int32_t* table, int hk, int pos) {
@@ -71,8 +74,9 @@ __device__ __forceinline__ int64_t row_offset(const KVView& kv, const int32_t* t
 }
 
 // The producer warpgroup's part of one piece: thread tid copies half (chunks 8 half .. 8 half + 7)
-// of tile row r = tid / 2 for each of the piece's tiles [t_begin, t_end), the Q rows with the
-// first; k0: the CTA's running tile count (stage k % kStages, phase k / kStages). A stage is
+// of tile row r = tid / 2 (F::kCoalesced: chunk tid % 16 of rows tid / 16 + 8 j, j < 8, the
+// offsets looked up by threads tid < 64, one row each) for each of the piece's tiles [t_begin,
+// t_end), the Q rows with the first; k0: the CTA's running tile count (stage k % kStages, phase k / kStages). A stage is
 // published (full) once its copies landed, refilled once the consumer released it (empty). Each
 // row's plan position is loaded two tiles ahead and its cache offset one tile ahead, so the
 // dependent loads overlap the copies in flight.
@@ -86,8 +90,11 @@ __device__ __forceinline__ void produce(const TQ* __restrict__ q, int H, int h, 
   const int r = tid >> 1, half = tid & 1;
   const T* kbase = static_cast<const T*>(kv.k);
   const T* vbase = static_cast<const T*>(kv.v);
-  int pos = tl.position(t_begin, r);
-  int pos_next = n > 1 ? tl.position(t_begin + 1, r) : -1;
+  // The row this thread looks up (-1: none).
+  const int lr = F::kCoalesced ? (tid < kBN ? tid : -1) : r;
+  auto position = [&](int t) { return lr >= 0 && t < t_end ? tl.position(t, lr) : -1; };
+  int pos = position(t_begin);
+  int pos_next = position(t_begin + 1);
   int64_t off = row_offset(kv, table, hk, pos);
   // Q rows through the item's row indices (zero rows past q_len).
   if constexpr (!F::kQReg) {
@@ -108,20 +115,39 @@ __device__ __forceinline__ void produce(const TQ* __restrict__ q, int H, int h, 
   for (int i = 0; i < n; ++i) {
     const int k = k0 + i, st = k % kStages;
     if (k >= kStages) wg::mbar_wait(&sm.empty()[st], ((k / kStages) - 1) & 1);
-    if (half == 0) sm.kpos(st)[r] = pos >= 0 ? pos : sparse::kNoKey;
     T* const sk = sm.template k<T>(st);
     T* const sv = sm.template v<T>(st);
+    if constexpr (F::kCoalesced) {
+      int64_t* const ro = sm.roff(i & 1);  // two buffers: the barrier below orders their reuse
+      if (tid < kBN) {
+        sm.kpos(st)[tid] = pos >= 0 ? pos : sparse::kNoKey;
+        ro[tid] = off;
+      }
+      asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the producer warpgroup only
+      const int c = tid & 15;
 #pragma unroll
-    for (int c = half * 8; c < half * 8 + 8; ++c) {
-      const int s = wg::sw128<kBN>(r, c);
-      const int64_t o = off >= 0 ? off + c * 8 : 0;
-      tile::cp_async16(sk + s, kbase + o, off >= 0 ? 16 : 0);
-      tile::cp_async16(sv + s, vbase + o, off >= 0 ? 16 : 0);
+      for (int j = 0; j < kBN / 8; ++j) {
+        const int row = (tid >> 4) + 8 * j;
+        const int64_t ro_row = ro[row];
+        const int s = wg::sw128<kBN>(row, c);
+        const int64_t o = ro_row >= 0 ? ro_row + c * 8 : 0;
+        tile::cp_async16(sk + s, kbase + o, ro_row >= 0 ? 16 : 0);
+        tile::cp_async16(sv + s, vbase + o, ro_row >= 0 ? 16 : 0);
+      }
+    } else {
+      if (half == 0) sm.kpos(st)[r] = pos >= 0 ? pos : sparse::kNoKey;
+#pragma unroll
+      for (int c = half * 8; c < half * 8 + 8; ++c) {
+        const int s = wg::sw128<kBN>(r, c);
+        const int64_t o = off >= 0 ? off + c * 8 : 0;
+        tile::cp_async16(sk + s, kbase + o, off >= 0 ? 16 : 0);
+        tile::cp_async16(sv + s, vbase + o, off >= 0 ? 16 : 0);
+      }
     }
     tile::cp_async_commit();
     pos = pos_next;
     off = row_offset(kv, table, hk, pos);
-    pos_next = i + 2 < n ? tl.position(t_begin + i + 2, r) : -1;
+    pos_next = position(t_begin + i + 2);
     if (i >= 1) {  // tile i - 1 (and Q with the first) landed: publish it
       tile::cp_async_wait<1>();
       wg::fence_proxy_async();
@@ -381,6 +407,8 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
   if (form == BlockSparseKernel::kWgmma2) launch<Form<2, false, false>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
   else if (form == BlockSparseKernel::kWgmmaOverlap)
     launch<Form<3, true, true>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
+  else if (form == BlockSparseKernel::kWgmmaCoalesced)
+    launch<Form<3, true, false, true>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
   else launch<Form<3, true, false>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
 }
 
@@ -398,6 +426,7 @@ BlockSparseKernel block_sparse_kernel_for(const PagedKVLayer& kv) {
            : v == "wgmma"   ? BlockSparseKernel::kWgmma
            : v == "wgmma2"  ? BlockSparseKernel::kWgmma2
            : v == "overlap" ? BlockSparseKernel::kWgmmaOverlap
+           : v == "coalesced" ? BlockSparseKernel::kWgmmaCoalesced
                             : BlockSparseKernel::kAuto;
   }();
   BlockSparseKernel k = g_kernel != BlockSparseKernel::kAuto ? g_kernel : env;

@@ -20,14 +20,17 @@
 namespace vlm::cuda {
 
 // Which kernel paged_block_sparse_attention runs. kAuto: the environment's VLM_CUDA_SPARSE_KERNEL
-// (read once: "mma", "wgmma", "wgmma2" or "overlap"), else kMma: measured on the H100, the sm_90a
+// (read once: "mma", "wgmma", "wgmma2", "overlap" or "coalesced"), else kMma: measured on the H100, the sm_90a
 // forms compute the same outputs (bit for bit in the tests and the 128K bench) but slower
 // (bench/RESULTS.md, "End to end V"), so they are opt-in until they are faster. The sm_90a forms:
 // kWgmma three K/V stages, Q as wgmma A fragments in the consumer's registers; kWgmma2 two
 // stages, Q an SW128 tile in shared memory (the first form); kWgmmaOverlap as kWgmma with S of the
 // next tile issued before P V of the current one (the softmax of one tile under the other's
-// products). A wgmma choice where the sm_90a kernel is not supported (another GPU, D 64) runs kMma.
-enum class BlockSparseKernel { kAuto, kMma, kWgmma, kWgmma2, kWgmmaOverlap };
+// products); kWgmmaCoalesced as kWgmma with the producer's copies along the rows (a warp reads 2
+// whole rows per instruction instead of 16-byte pieces of 16 rows; built, NOT yet run on a GPU:
+// left out of the tests). A wgmma choice where the sm_90a kernel is not supported (another GPU,
+// D 64) runs kMma.
+enum class BlockSparseKernel { kAuto, kMma, kWgmma, kWgmma2, kWgmmaOverlap, kWgmmaCoalesced };
 // Test and bench knob (A/B of the kernels on the same plans). Not thread-safe; set before launching.
 void set_block_sparse_kernel(BlockSparseKernel k);
 // The kernel the next launch over this cache runs (never kAuto).
