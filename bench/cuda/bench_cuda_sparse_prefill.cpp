@@ -10,7 +10,8 @@
 // call (bench/cuda/run_sparse_prefill_bench.sh).
 // Pattern "mminference-gpu": MMInference's grid heads searched on the GPU (CudaGridSearch) and
 // planned on the GPU (CudaGridPlan), then the kernel, timed together wall-clock (estimation
-// included; median of 3), plus the kernel with the first version's per-chunk row lookups.
+// included; median of 3), plus (VLM_BENCH_KERNELS=1) the kernels side by side on its plans
+// (mma.sync and the sm_90a forms: best of 3 each, the outputs' relative L2 against mma.sync's).
 // Pattern "mminference-gpu-once": the grid layouts searched on the first 8192 tokens only (the
 // engine's grid_search_once with 8K chunks), the whole prompt planned from them; kernel and error.
 // Pattern "xattention-gpu": XAttention (stride 8, no dense tail; thresholds VLM_BENCH_XATTN, default
@@ -44,6 +45,7 @@
 
 #include "bench/common/shuffled_cache.h"
 #include "kernels/core/thread_pool.h"
+#include "kernels/cuda/sparse_prefill/block_sparse_sm90.h"
 #include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 #include "kernels/cuda/sparse_estimate/cuda_grid_search.h"
@@ -379,18 +381,36 @@ int main(int argc, char** argv) {
                   S, gp.use_hline ? "" : " without hlines", t_est * 1e3, t_plan * 1e3, t_all * 1e3, (t_all - t_est - t_plan) * 1e3, t_dense / t_all,
                   gplan.block_density(), rel_l2(su.out, su.dense, qn));
       std::fflush(stdout);
-      // The same kernel on the same plans with the first version's per-chunk row lookups.
-      vlm::cuda::set_block_sparse_row_offsets(false);
-      auto call = [&] {
-        vlm::cuda::paged_block_sparse_attention(su.dq.get(), vlm::DType::BF16, kH, su.dev_kv, su.batch, gplan.view(),
-                                                scale, su.out.get(), nullptr);
-      };
-      call();
-      const double t_old = gpu_seconds(call);
-      vlm::cuda::set_block_sparse_row_offsets(true);
-      const double t_new = gpu_seconds(call);
-      std::fprintf(stderr, "S=%d: mminference kernel, row lookups once per tile row %.1f ms, per 16-byte chunk %.1f ms\n",
-                   S, t_new * 1e3, t_old * 1e3);
+      // VLM_BENCH_KERNELS=1: the kernels side by side on the same plans (the mma.sync kernel and
+      // the sm_90a forms; best of 3 each), and the sm_90a outputs against the mma.sync output.
+      const char* ab = std::getenv("VLM_BENCH_KERNELS");
+      if (ab && std::string(ab) == "1") {
+        auto call = [&](void* out) {
+          vlm::cuda::paged_block_sparse_attention(su.dq.get(), vlm::DType::BF16, kH, su.dev_kv, su.batch, gplan.view(),
+                                                  scale, out, nullptr);
+        };
+        DeviceBuffer mma_out(qn * 2);
+        const std::array<std::pair<vlm::cuda::BlockSparseKernel, const char*>, 5> kernels = {{
+            {vlm::cuda::BlockSparseKernel::kMma, "mma.sync"},
+            {vlm::cuda::BlockSparseKernel::kWgmma2, "wgmma, 2 stages, Q in shared memory"},
+            {vlm::cuda::BlockSparseKernel::kWgmma, "wgmma, 3 stages, Q in registers"},
+            {vlm::cuda::BlockSparseKernel::kWgmmaOverlap, "wgmma-overlap"},
+            {vlm::cuda::BlockSparseKernel::kWgmmaCoalesced, "wgmma-coalesced (not yet run on a GPU)"},
+        }};
+        for (const auto& [k, name] : kernels) {
+          vlm::cuda::set_block_sparse_kernel(k);
+          if (vlm::cuda::block_sparse_kernel_for(su.dev_kv) != k) continue;
+          void* out = k == vlm::cuda::BlockSparseKernel::kMma ? mma_out.get() : su.out.get();
+          call(out);
+          double best = 1e30;
+          for (int r = 0; r < 3; ++r) best = std::min(best, gpu_seconds([&] { call(out); }));
+          std::fprintf(stderr, "S=%d: mminference kernel %s %.2f ms", S, name, best * 1e3);
+          if (k != vlm::cuda::BlockSparseKernel::kMma)
+            std::fprintf(stderr, ", output vs mma.sync rel L2 %.2e", rel_l2(su.out, mma_out, qn));
+          std::fprintf(stderr, "\n");
+        }
+        vlm::cuda::set_block_sparse_kernel(vlm::cuda::BlockSparseKernel::kAuto);
+      }
     }
     if (vlm::bench::pattern_wanted("vertical-slash-gpu")) {
       vlm::cuda::GridEstimateShape sh;

@@ -12,8 +12,9 @@
 # sum_step_profile.py), at 128K with 32K chunks (dense, mminference), and 512K with mminference.
 # Outputs in $OUT.
 # Knobs: SKIP_TESTS, SKIP_KERNEL (set: leave out), TEST_FILTER, KERNEL_LENGTHS, RUNS (';'-separated argument lists
-# of bench_cuda_sparse_ttft runs), PROFILES (the same for the profiled runs), VLM_BENCH_HLINE
-# (passed on to bench_cuda_sparse_prefill).
+# of bench_cuda_sparse_ttft runs, each may start with VAR=value words for its environment, e.g.
+# "VLM_CUDA_SPARSE_KERNEL=mma --lengths 131072 --modes mminference": the mma.sync kernel), PROFILES
+# (the same for the profiled runs), VLM_BENCH_HLINE (passed on to bench_cuda_sparse_prefill).
 set -u
 archive=${1:?usage: sparse_ttft_gpu.sh ARCHIVE}
 OUT=${OUT:-/tmp/vlm-sparse-ttft}
@@ -45,16 +46,22 @@ RUNS=${RUNS:-"--lengths 131072 --modes dense,mminference,mminference-nosplit,mmi
 PROFILES=${PROFILES-"--lengths 131072 --modes mminference,mminference-nosplit,dense --warmup 4096"}
 IFS=';' read -ra runs <<< "$RUNS"
 IFS=';' read -ra profiles <<< "$PROFILES"
+# Runs entry $2 (leading VAR=value words: its environment) with the environment words $1.
+run_entry() {
+  local envs=($1) args=() w
+  for w in $2; do
+    if [ ${#args[@]} -eq 0 ] && [[ $w == [A-Z]*=* ]]; then envs+=("$w"); else args+=("$w"); fi
+  done
+  env "${envs[@]}" timeout 150 $T --model /tmp/m7b "${args[@]}"
+}
 for r in "${runs[@]}"; do
   echo "== bench_cuda_sparse_ttft $r"
-  # shellcheck disable=SC2086  # the arguments are words
-  timeout 150 $T --model /tmp/m7b $r
+  run_entry "" "$r"
   echo "rc=$?"; stamp "$r"
 done > "$OUT/ttft.txt" 2>&1
 for r in "${profiles[@]}"; do
   echo "== VLM_CUDA_PROFILE=1 bench_cuda_sparse_ttft $r"
-  # shellcheck disable=SC2086
-  VLM_CUDA_PROFILE=1 timeout 150 $T --model /tmp/m7b $r
+  run_entry "VLM_CUDA_PROFILE=1" "$r"
   echo "rc=$?"; stamp "profile $r"
 done > "$OUT/profile_raw.txt" 2>&1
 python3 "$HERE/sum_step_profile.py" "$OUT/profile_raw.txt" > "$OUT/profile.txt"

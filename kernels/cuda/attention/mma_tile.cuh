@@ -201,13 +201,14 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Online softmax step for one warp's 16 rows (this thread: rows g and g+8, index 0 and 1).
-// s holds raw scores q·k, masked ones -inf; scale_log2 = scale * log2(e); m is the running max in
-// scaled log2 units. On return s holds exp2(s * scale_log2 - m_new) (one FFMA and one MUFU per
-// score), l and o are rescaled, m updated.
-template <int D, int NK>
-__device__ __forceinline__ void online_softmax(float (&s)[NK][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
-                                               float scale_log2) {
+// Online softmax step for one warp's 16 rows (this thread: rows g and g+8, index 0 and 1), the
+// scores' part: s holds raw scores q·k, masked ones -inf; scale_log2 = scale * log2(e); m is the
+// running max in scaled log2 units. On return s holds exp2(s * scale_log2 - m_new) (one FFMA and
+// one MUFU per score), l is rescaled and summed, m updated, and corr[r] is the factor the rows'
+// O accumulators must be scaled by (rescale_rows; online_softmax does both).
+template <int NK>
+__device__ __forceinline__ void online_softmax_scores(float (&s)[NK][4], float (&m)[2], float (&l)[2],
+                                                      float scale_log2, float (&corr)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -INFINITY;
@@ -218,7 +219,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[NK][4], float (&m)[2],
     const float m_new = fmaxf(m[r], mx * scale_log2);
     // A row with no visible key yet keeps m = -inf; use 0 as its base so no inf - inf appears.
     const float base = m_new == -INFINITY ? 0.f : m_new;
-    const float corr = fast_exp2(m[r] - base);
+    corr[r] = fast_exp2(m[r] - base);
     m[r] = m_new;
     float sum = 0.f;
 #pragma unroll
@@ -227,13 +228,29 @@ __device__ __forceinline__ void online_softmax(float (&s)[NK][4], float (&m)[2],
       s[n][2 * r + 1] = fast_exp2(fmaf(s[n][2 * r + 1], scale_log2, -base));
       sum += s[n][2 * r] + s[n][2 * r + 1];
     }
-    l[r] = l[r] * corr + sum;  // per-thread partial; the quad's sum is taken at the end
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][2 * r] *= corr;
-      o[n][2 * r + 1] *= corr;
-    }
+    l[r] = l[r] * corr[r] + sum;  // per-thread partial; the quad's sum is taken at the end
   }
+}
+
+// O's rows g and g+8 scaled by corr (online_softmax_scores).
+template <int D>
+__device__ __forceinline__ void rescale_rows(float (&o)[D / 8][4], const float (&corr)[2]) {
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    o[n][0] *= corr[0];
+    o[n][1] *= corr[0];
+    o[n][2] *= corr[1];
+    o[n][3] *= corr[1];
+  }
+}
+
+// The whole online softmax step: online_softmax_scores, then O rescaled.
+template <int D, int NK>
+__device__ __forceinline__ void online_softmax(float (&s)[NK][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
+                                               float scale_log2) {
+  float corr[2];
+  online_softmax_scores<NK>(s, m, l, scale_log2, corr);
+  rescale_rows<D>(o, corr);
 }
 
 // Sum of the per-thread partial row sums over the quad (the 4 threads of a row).

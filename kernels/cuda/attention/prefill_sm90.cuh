@@ -96,18 +96,6 @@ __device__ __forceinline__ void mask_causal(float (&s)[16][4], int key0, int war
   }
 }
 
-// P (exponentials in s) packed as the A fragments of P V.
-template <class T>
-__device__ __forceinline__ void pack_p(const float (&s)[16][4], uint32_t (&p)[8][4]) {
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
-    p[kk][0] = tile::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-    p[kk][1] = tile::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-    p[kk][2] = tile::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    p[kk][3] = tile::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-  }
-}
-
 // The K/V rows of a key tile (keys [key0, key0 + kBN) of KV head hk, zero from key_end on) into
 // the SW128 tiles sk, sv by cp.async; NT threads share the copy.
 template <int NT, class T>
@@ -217,25 +205,6 @@ constexpr int ws_smem_bytes() {
 }
 constexpr int kWsSmemBytes = ws_smem_bytes<kWsStages>();
 constexpr int kPpSmemBytes = ws_smem_bytes<kPpStages>();  // 225 KiB: within the 227 KiB of an sm_90 CTA
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tile::smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(tile::smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n}\n" ::"r"(tile::smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-// Named barriers 1 and 2 between the two consumer warpgroups (256 threads: one side syncs, the
-// other arrives).
-__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
 // The shared-memory layout of the warp-specialized kernels and their pipeline state.
 template <class T, int STAGES>

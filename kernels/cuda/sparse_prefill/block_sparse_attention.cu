@@ -11,57 +11,26 @@
 #include <cmath>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
-#include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
 #include "kernels/cuda/attention/mma_tile.cuh"
+#include "kernels/cuda/sparse_prefill/block_sparse_sm90.h"
+#include "kernels/cuda/sparse_prefill/block_sparse_tiles.cuh"
+#include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
 
 namespace vlm::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kBM = 16 * kWarps;  // query rows per CTA (the plan's block_m)
-constexpr int kBN = 64;           // keys per tile (the plan's block_n)
+using sparse::kBM;  // query rows per CTA: 16 per warp
+using sparse::kBN;
+using sparse::kNoKey;
+using sparse::TileList;
+constexpr int kWarps = kBM / 16;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kNoKey = INT_MAX;   // position of an empty tile slot: masked for every row
-bool g_row_offsets = true;        // set_block_sparse_row_offsets
+bool g_row_offsets = true;  // set_block_sparse_row_offsets
 
 template <int D, class T>
 constexpr int sparse_smem_bytes() {
   return (kBM * D + 2 * 2 * kBN * D) * int(sizeof(T)) + 2 * kBN * int(sizeof(int));
 }
-
-// The key tiles of one work item: its listed key blocks, then its gathered columns 64 at a time.
-// An item listing every aligned key block (a horizontal line's query block: every key; blocks
-// are disjoint) takes its tiles
-// in position order instead (`every`: tile t = keys [64 t, 64 t + 64)): the same keys, so the
-// same attention up to the summation order, but read in the order every such item of the KV
-// head reads them whatever its head's key permutation -- the heads sharing a KV head, whose
-// items run side by side (equal cost, adjacent in the schedule), then share the tiles in L2 --
-// and contiguous in the cache.
-struct TileList {
-  const int32_t* blocks;  // key block starts k0 (in k_order order)
-  const int32_t* korder;  // nullptr: identity
-  const int32_t* cols;    // gathered key positions
-  int nb, nc, num_keys, maxpos;
-  bool every;
-  __device__ int count() const { return nb + (nc + kBN - 1) / kBN; }
-  // Position of slot r of tile t, or -1 (past the keys, or invisible to every row of the CTA).
-  __device__ int position(int t, int r) const {
-    int p;
-    if (every) {
-      p = t * kBN + r;
-      if (p >= num_keys) return -1;
-    } else if (t < nb) {
-      const int i = blocks[t] + r;
-      if (i >= num_keys) return -1;
-      p = korder ? korder[i] : i;
-    } else {
-      const int c = (t - nb) * kBN + r;
-      if (c >= nc) return -1;
-      p = cols[c];
-    }
-    return p <= maxpos ? p : -1;
-  }
-};
 
 // K/V rows of tile t -> swizzled sk, sv [kBN][D]; positions -> kpos[kBN] (kNoKey for empty slots,
 // whose rows are zero-filled). kRowOffsets: the first kBN threads look each row up once into
@@ -135,23 +104,13 @@ __device__ __forceinline__ void run_piece(const TQ* __restrict__ q, int H, const
   __syncthreads();
   if (tid < kBM) {
     const int i = i0 + tid;
-    const int r = i < hd.q_len ? (hd.q_order >= 0 ? data[hd.q_order + i] : i) : -1;
+    const int r = sparse::item_row(data, hd, i);
     row_idx[tid] = r;
     if (r >= 0) atomicMax(&cta_maxpos, off + r);
   }
   __syncthreads();
 
-  const int32_t* bptr = data + hd.block_ptr;
-  const int32_t* cptr = data + hd.col_ptr;
-  TileList tl;
-  tl.blocks = data + hd.blocks + bptr[qb];
-  tl.korder = hd.k_order >= 0 ? data + hd.k_order : nullptr;
-  tl.cols = data + hd.cols + cptr[qb];
-  tl.nb = bptr[qb + 1] - bptr[qb];
-  tl.nc = cptr[qb + 1] - cptr[qb];
-  tl.num_keys = hd.num_keys;
-  tl.maxpos = cta_maxpos;
-  tl.every = (hd.flags & kHeadAlignedBlocks) && tl.nc == 0 && tl.nb == (hd.num_keys + kBN - 1) / kBN;
+  const TileList tl = sparse::tile_list(data, hd, qb, cta_maxpos);
   const int num_tiles = tl.count();
   const int t_begin = int(int64_t(piece) * num_tiles / npieces), t_end = int(int64_t(piece + 1) * num_tiles / npieces);
 
@@ -219,35 +178,8 @@ __device__ __forceinline__ void run_piece(const TQ* __restrict__ q, int H, const
     __syncthreads();
   }
 
-  if (npieces > 1) {
-    // A piece: its unnormalized O and the rows' (m, l) to its slot; the combine kernel merges.
-    float* slot = plan.partial + (int64_t(plan.slot_off[it]) + piece) * kSplitSlotFloats;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float sum = tile::quad_sum(l[r]);
-      const int row = warp * 16 + g + 8 * r;
-      float* dst = slot + row * 128;
-#pragma unroll
-      for (int c = 0; c < D / 8; ++c)
-        *reinterpret_cast<float2*>(dst + c * 8 + 2 * t4) = make_float2(o[0][c][2 * r], o[0][c][2 * r + 1]);
-      if (t4 == 0) *reinterpret_cast<float2*>(slot + 64 * 128 + 2 * row) = make_float2(m[r], sum);
-    }
-    return;
-  }
-  // Normalize and store rows g and g + 8 of the warp (a row with no key: zeros).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float sum = tile::quad_sum(l[r]);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    const int ri = row_idx[warp * 16 + g + 8 * r];
-    if (ri < 0) continue;
-    TQ* dst = out + (int64_t(hd.t0 + ri) * H + h) * D;
-#pragma unroll
-    for (int c = 0; c < D / 8; ++c) {
-      dst[c * 8 + 2 * t4] = from_f32<TQ>(o[0][c][2 * r] * inv);
-      dst[c * 8 + 2 * t4 + 1] = from_f32<TQ>(o[0][c][2 * r + 1] * inv);
-    }
-  }
+  sparse::store_item_rows<D, TQ>(plan, {it, piece, npieces}, o[0], m, l, warp * 16, row_idx, hd.t0, H, h, out,
+                                 lane);
 }
 
 // One CTA per piece (plan.queue nullptr: piece blockIdx.x), or a resident grid whose CTAs take
@@ -258,7 +190,7 @@ __global__ void __launch_bounds__(kThreads)
 block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* __restrict__ block_tables,
                     int max_blocks_per_seq, SparsePlanView plan, float scale_log2, TQ* __restrict__ out) {
   __shared__ int next;
-  const int total = plan.piece_off ? plan.piece_off[plan.num_items] : plan.num_items;
+  const int total = sparse::total_pieces(plan);
   int p = blockIdx.x;
   if (plan.queue) {
     if (threadIdx.x == 0) next = atomicAdd(plan.queue, 1);
@@ -266,68 +198,14 @@ block_sparse_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* _
     p = next;
   }
   while (p < total) {
-    // The work item and, split, which piece of it this is.
-    int it = p, piece = 0, npieces = 1;
-    if (plan.piece_off) {
-      int lo = 0, hi = plan.num_items - 1;  // the last item whose pieces start at or before p
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (plan.piece_off[mid] <= p) lo = mid;
-        else hi = mid - 1;
-      }
-      it = lo, piece = p - plan.piece_off[lo], npieces = plan.piece_off[lo + 1] - plan.piece_off[lo];
-    }
-    run_piece<D, kRowOffsets, T, TQ>(q, H, kv, block_tables, max_blocks_per_seq, plan, scale_log2, out, it, piece,
-                                     npieces);
+    const sparse::PieceRef pr = sparse::find_piece(plan, p);
+    run_piece<D, kRowOffsets, T, TQ>(q, H, kv, block_tables, max_blocks_per_seq, plan, scale_log2, out, pr.it,
+                                     pr.piece, pr.npieces);
     if (!plan.queue) break;
     __syncthreads();  // the piece's shared state is read; `next` too
     if (threadIdx.x == 0) next = atomicAdd(plan.queue, 1);
     __syncthreads();
     p = next;
-  }
-}
-
-// One CTA per work item; items of more than one piece merge their pieces' partials (log-sum-exp
-// over the rows' maxima m, in the log2 domain of online_softmax) into the output rows.
-template <int D, class TQ>
-__global__ void __launch_bounds__(kThreads) combine_kernel(int H, SparsePlanView plan, TQ* __restrict__ out) {
-  const int it = blockIdx.x;
-  const int np = plan.piece_off[it + 1] - plan.piece_off[it];
-  if (np <= 1) return;
-  const float* slots = plan.partial + int64_t(plan.slot_off[it]) * kSplitSlotFloats;
-  const int32_t* item = plan.items + 4 * int64_t(it);
-  const int h = item[1], qb = item[2];
-  const SparseHeadDesc hd = plan.descs[item[3]];
-  __shared__ float row_max[kBM], row_inv[kBM];
-  __shared__ int row_idx[kBM];
-  const int tid = threadIdx.x;
-  if (tid < kBM) {
-    const int i = qb * kBM + tid;
-    row_idx[tid] = i < hd.q_len ? (hd.q_order >= 0 ? plan.data[hd.q_order + i] : i) : -1;
-    float mx = -INFINITY;
-    for (int k = 0; k < np; ++k) mx = fmaxf(mx, slots[k * kSplitSlotFloats + 64 * 128 + 2 * tid]);
-    float sum = 0.f;
-    if (mx != -INFINITY)
-      for (int k = 0; k < np; ++k) {
-        const float* ml = slots + k * kSplitSlotFloats + 64 * 128 + 2 * tid;
-        if (ml[0] != -INFINITY) sum += ml[1] * exp2f(ml[0] - mx);
-      }
-    row_max[tid] = mx;
-    row_inv[tid] = sum > 0.f ? 1.f / sum : 0.f;
-  }
-  __syncthreads();
-  for (int e = tid; e < kBM * D; e += kThreads) {
-    const int row = e / D, c = e % D, ri = row_idx[row];
-    if (ri < 0) continue;
-    const float mx = row_max[row];
-    float acc = 0.f;
-    if (mx != -INFINITY)
-      for (int k = 0; k < np; ++k) {
-        const float* sl = slots + k * kSplitSlotFloats;
-        const float mk = sl[64 * 128 + 2 * row];
-        if (mk != -INFINITY) acc += sl[row * 128 + c] * exp2f(mk - mx);
-      }
-    out[(int64_t(hd.t0 + ri) * H + h) * D + c] = from_f32<TQ>(acc * row_inv[row]);
   }
 }
 
@@ -341,14 +219,7 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
   auto kernel = g_row_offsets ? block_sparse_kernel<D, true, T, TQ> : block_sparse_kernel<D, false, T, TQ>;
   int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
   if (plan.queue) {
-    static const int resident = [&] {
-      int dev = 0, sms = 0, per_sm = 0;
-      VLM_CUDA_CHECK(cudaGetDevice(&dev));
-      VLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, block_sparse_kernel<D, true, T, TQ>,
-                                                                   kThreads, smem));
-      return std::max(1, sms * per_sm);
-    }();
+    static const int resident = sparse::resident_ctas(block_sparse_kernel<D, true, T, TQ>, kThreads, smem);
     ctas = std::min(ctas, resident);
     VLM_CUDA_CHECK(cudaMemsetAsync(plan.queue, 0, sizeof(int32_t), stream));
   }
@@ -356,10 +227,7 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
                                            batch.max_blocks_per_seq, plan, scale * float(M_LOG2E),
                                            static_cast<TQ*>(out));
   VLM_CUDA_CHECK_LAUNCH();
-  if (plan.piece_off) {
-    combine_kernel<D, TQ><<<plan.num_items, kThreads, 0, stream>>>(H, plan, static_cast<TQ*>(out));
-    VLM_CUDA_CHECK_LAUNCH();
-  }
+  sparse::combine_pieces<D>(H, plan, static_cast<TQ*>(out), stream);
 }
 
 }  // namespace
@@ -369,6 +237,11 @@ void set_block_sparse_row_offsets(bool on) { g_row_offsets = on; }
 void launch_block_sparse_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
                                    const CudaAttentionBatch& batch, const SparsePlanView& view, float scale, void* out,
                                    cudaStream_t stream) {
+  const BlockSparseKernel k = block_sparse_kernel_for(kv);
+  if (k != BlockSparseKernel::kMma) {
+    launch_block_sparse_sm90(q, act, num_heads, kv, batch, view, scale, out, k, stream);
+    return;
+  }
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
     launch<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, view, scale, out, stream);
   });

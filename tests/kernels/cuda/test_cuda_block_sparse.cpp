@@ -33,8 +33,12 @@ namespace vlm {
 namespace {
 
 using testing::Batch;
+using testing::every_key_plan;
+using testing::long_row_plan;
 using testing::normalized_error;
+using testing::random_plan;
 using testing::Seq;
+using testing::SplitKnob;
 
 // bf16 cache: the tolerance of the dense kernel's test, plus the output rounding of bf16 rows.
 double tolerance(DType act) { return 2e-2 + (act == DType::F32 ? 0.0 : 8e-3); }
@@ -45,12 +49,6 @@ double tolerance(DType act) { return 2e-2 + (act == DType::F32 ? 0.0 : 8e-3); }
 // act. Measured 2026-11-25 (H100): 0.00117 with an f32 output (H 14 D 64, pieces of 4 tiles),
 // <= 0.0039 (one bf16 ulp at half the maximum) with bf16 outputs.
 double split_bound(DType act) { return 2e-3 + (act == DType::F32 ? 0.0 : std::ldexp(1.0, -7)); }
-
-// Sets the split knob for a scope (restores the automatic policy).
-struct SplitKnob {
-  explicit SplitKnob(int piece_tiles) { cuda::set_block_sparse_split(piece_tiles); }
-  ~SplitKnob() { cuda::set_block_sparse_split(0); }
-};
 
 TEST(CudaBlockSparse, AllBlocksPlanEqualsDenseKernel) {
   VLM_REQUIRE_GPU();
@@ -97,50 +95,6 @@ TEST(CudaBlockSparse, AllBlocksPlanEqualsDenseKernel) {
   }
 }
 
-// A random well-formed plan: random permutations (or identity), per query block a random set of
-// disjoint key ranges of 64 (aligned or not), random gathered columns outside them, some query
-// blocks empty.
-BlockSparsePlan random_plan(int q_len, int N, int H, std::mt19937& rng, bool permute) {
-  BlockSparsePlan p;
-  p.q_len = q_len;
-  p.num_keys = N;
-  std::uniform_real_distribution<float> u(0.f, 1.f);
-  for (int h = 0; h < H; ++h) {
-    HeadPlan hp = empty_head_plan(p.num_qblocks());
-    if (permute && h % 2 == 0) {
-      hp.q_order.resize(q_len);
-      std::iota(hp.q_order.begin(), hp.q_order.end(), 0);
-      std::shuffle(hp.q_order.begin(), hp.q_order.end(), rng);
-    }
-    if (permute && h % 3 != 2) {
-      hp.k_order.resize(N);
-      std::iota(hp.k_order.begin(), hp.k_order.end(), 0);
-      std::shuffle(hp.k_order.begin(), hp.k_order.end(), rng);
-    }
-    const float keep = 0.15f + 0.7f * u(rng);
-    for (int m = 0; m < p.num_qblocks(); ++m) {
-      std::vector<uint8_t> covered(N, 0);
-      if (u(rng) > 0.1f) {  // else an empty query block: zero rows
-        for (int k0 = int(u(rng) * 40); k0 < N;) {
-          if (u(rng) < keep) {
-            hp.blocks.push_back(k0);
-            for (int i = k0; i < std::min(N, k0 + 64); ++i) covered[hp.k_order.empty() ? i : hp.k_order[i]] = 1;
-            k0 += 64;
-          }
-          k0 += 1 + (u(rng) < 0.5f ? 63 : int(u(rng) * 100));
-        }
-        for (int j = 0; j < N; ++j)
-          if (!covered[j] && u(rng) < 0.05f) hp.cols.push_back(j);
-      }
-      hp.block_ptr[m + 1] = static_cast<int32_t>(hp.blocks.size());
-      hp.col_ptr[m + 1] = static_cast<int32_t>(hp.cols.size());
-    }
-    p.heads.push_back(std::move(hp));
-  }
-  validate_plan(p);
-  return p;
-}
-
 TEST(CudaBlockSparse, RandomPlansMatchCpuReference) {
   VLM_REQUIRE_GPU();
   struct C {
@@ -167,35 +121,6 @@ TEST(CudaBlockSparse, RandomPlansMatchCpuReference) {
     const auto got = b.sparse(ptrs, 7.f), ref = b.cpu_ref(ptrs, 7.f);
     EXPECT_LE(normalized_error(got, ref), tolerance(c.act)) << "H " << c.H << " D " << c.D << " permute " << c.permute;
   }
-}
-
-// Per head one query block attends every causal key block (the long row), the others their
-// first and diagonal key blocks and a few gathered columns.
-BlockSparsePlan long_row_plan(int q_len, int N, int H, std::mt19937& rng) {
-  BlockSparsePlan p;
-  p.q_len = q_len;
-  p.num_keys = N;
-  const int off = N - q_len, nqb = p.num_qblocks();
-  for (int h = 0; h < H; ++h) {
-    HeadPlan hp = empty_head_plan(nqb);
-    const int long_m = static_cast<int>(rng() % nqb);
-    for (int m = 0; m < nqb; ++m) {
-      const int last = off + std::min(q_len, (m + 1) * 64) - 1;  // the block's last row position
-      if (m == long_m) {
-        for (int k0 = 0; k0 <= last; k0 += 64) hp.blocks.push_back(k0);
-      } else {
-        const int diag = (off + m * 64) / 64 * 64;
-        hp.blocks.push_back(0);
-        if (diag > 0) hp.blocks.push_back(diag);
-        for (int j = 64 + static_cast<int>(rng() % 64); j < std::min(diag, 400); j += 50) hp.cols.push_back(j);
-      }
-      hp.block_ptr[m + 1] = static_cast<int32_t>(hp.blocks.size());
-      hp.col_ptr[m + 1] = static_cast<int32_t>(hp.cols.size());
-    }
-    p.heads.push_back(std::move(hp));
-  }
-  validate_plan(p);
-  return p;
 }
 
 TEST(CudaBlockSparse, SplitLongItemsMatchUnsplitAndCpuReference) {
@@ -244,42 +169,6 @@ TEST(CudaBlockSparse, SplitLongItemsMatchUnsplitAndCpuReference) {
       EXPECT_LE(e_ref, tolerance(c.act));
     }
   }
-}
-
-// Permuted rows and keys; per head two query blocks list every aligned key block (the kernel
-// takes their keys in position order, not k_order: the same keys), the others two random ones;
-// the last head's key blocks start off the 64-grid (never taken in position order).
-BlockSparsePlan every_key_plan(int q_len, int N, int H, std::mt19937& rng) {
-  BlockSparsePlan p;
-  p.q_len = q_len;
-  p.num_keys = N;
-  const int nqb = p.num_qblocks(), nkb = p.num_kblocks();
-  for (int h = 0; h < H; ++h) {
-    HeadPlan hp = empty_head_plan(nqb);
-    hp.q_order.resize(q_len);
-    std::iota(hp.q_order.begin(), hp.q_order.end(), 0);
-    std::shuffle(hp.q_order.begin(), hp.q_order.end(), rng);
-    hp.k_order.resize(N);
-    std::iota(hp.k_order.begin(), hp.k_order.end(), 0);
-    std::shuffle(hp.k_order.begin(), hp.k_order.end(), rng);
-    const int m0 = static_cast<int>(rng() % nqb), m1 = static_cast<int>(rng() % nqb);
-    const int shift = h == H - 1 ? 1 : 0;  // unaligned starts: k0 = 1, 65, ... (N - 1 keys)
-    for (int m = 0; m < nqb; ++m) {
-      if (m == m0 || m == m1) {
-        for (int b = 0; b < nkb; ++b)
-          if (b * 64 + shift < N) hp.blocks.push_back(b * 64 + shift);
-      } else {
-        const int b0 = static_cast<int>(rng() % nkb), b1 = static_cast<int>(rng() % nkb);
-        hp.blocks.push_back(std::min(b0, b1) * 64);
-        if (b1 != b0) hp.blocks.push_back(std::max(b0, b1) * 64);
-      }
-      hp.block_ptr[m + 1] = static_cast<int32_t>(hp.blocks.size());
-      hp.col_ptr[m + 1] = static_cast<int32_t>(hp.cols.size());
-    }
-    p.heads.push_back(std::move(hp));
-  }
-  validate_plan(p);
-  return p;
 }
 
 TEST(CudaBlockSparse, EveryKeyItemsMatchCpuReference) {
