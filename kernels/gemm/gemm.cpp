@@ -112,7 +112,28 @@ RowSplit plan_row_split(int64_t N, int64_t K, int64_t esize, int64_t min_elems, 
   p.rows_per_task = (p.rows_per_task + 7) / 8 * 8;
   p.num_tasks = (N + p.rows_per_task - 1) / p.rows_per_task;
   p.block_rows = std::max<int64_t>(8, (131072 / (K * esize)) / 8 * 8);
+  p.min_rows = (min_rows + 7) / 8 * 8;
   return p;
+}
+
+void plan_row_tasks(std::span<const LinearTarget> targets, const RowSplit* splits, int num_threads,
+                    std::vector<RowTask>& tasks) {
+  tasks.clear();
+  int64_t left = 0;
+  for (const LinearTarget& t : targets) left += t.W->dim(0);
+  const int64_t share = 2 * std::max(1, num_threads);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const int64_t N = targets[i].W->dim(0);
+    const RowSplit& p = splits[i];
+    for (int64_t n0 = 0; n0 < N;) {
+      int64_t rows = (left / share + 7) / 8 * 8;
+      rows = std::clamp(rows, std::min(p.min_rows, p.rows_per_task), p.rows_per_task);
+      const int64_t n1 = std::min(N, n0 + rows);
+      tasks.push_back({static_cast<int64_t>(i), n0, n1});
+      left -= n1 - n0;
+      n0 = n1;
+    }
+  }
 }
 
 }  // namespace gemm_detail

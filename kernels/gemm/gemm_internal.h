@@ -14,39 +14,42 @@
 namespace vlm::gemm_detail {
 
 // How the streaming kernels (small-M, bf16 GEMV) cut one W [N, K] over pool tasks: tasks of
-// contiguous rows (at least min_elems weights, to amortize the hand-off; at most
-// tasks_per_thread per thread, for dynamic balance on a shared machine; multiples of 8 rows), and
-// inside a task blocks of ~128 KB of W that stay in L2 while every row group of x passes over
-// them, so W is read from memory once for any M.
+// contiguous rows (at least min_rows, min_elems weights, to amortize the hand-off; at most
+// rows_per_task, tasks_per_thread per thread; multiples of 8 rows), and inside a task blocks of
+// ~128 KB of W that stay in L2 while every row group of x passes over them, so W is read from
+// memory once for any M.
 struct RowSplit {
   int64_t rows_per_task = 0;
-  int64_t num_tasks = 0;
+  int64_t num_tasks = 0;  // at rows_per_task rows each
   int64_t block_rows = 0;
+  int64_t min_rows = 0;
 };
 RowSplit plan_row_split(int64_t N, int64_t K, int64_t esize, int64_t min_elems, int64_t tasks_per_thread,
                         int num_threads);
 
-// One pool job over every target's tasks (splits[i] for targets[i], from plan_row_split):
+// One W's rows [n0, n1) as one pool task.
+struct RowTask {
+  int64_t target, n0, n1;
+};
+// The tasks of one job over every target (splits[i] for targets[i]), guided: a task takes a
+// 1/(2 * num_threads) share of the rows not yet given out over all targets, clamped to
+// [min_rows, rows_per_task] and to its target's end, so the tasks shrink toward the end of the
+// job and the threads finish it together (with equal tasks, one thread could wait up to a whole
+// task, ~1 ms on the LM head's 34 MB tasks). Tasks are claimed in order, largest first.
+void plan_row_tasks(std::span<const LinearTarget> targets, const RowSplit* splits, int num_threads,
+                    std::vector<RowTask>& tasks);
+
+// One pool job over every target's tasks (plan_row_tasks):
 // block(i, n0, n1) for each block [n0, n1) of W rows of each task.
 template <class Block>
 void run_row_blocks(std::span<const LinearTarget> targets, const RowSplit* splits, Block&& block) {
-  constexpr size_t kInline = 4;  // q/k/v or gate/up without a heap allocation per call
-  int64_t first_inline[kInline + 1];
-  std::vector<int64_t> first_heap;
-  int64_t* first = first_inline;  // prefix sums of the task counts
-  if (targets.size() > kInline) {
-    first_heap.resize(targets.size() + 1);
-    first = first_heap.data();
-  }
-  first[0] = 0;
-  for (size_t i = 0; i < targets.size(); ++i) first[i + 1] = first[i] + splits[i].num_tasks;
-  const size_t n = targets.size();
-  global_thread_pool().run_tasks(first[n], [&](int64_t task) {
-    const size_t i = static_cast<size_t>(std::upper_bound(first, first + n + 1, task) - first) - 1;
-    const RowSplit& p = splits[i];
-    const int64_t N = targets[i].W->dim(0);
-    const int64_t t0 = (task - first[i]) * p.rows_per_task, t1 = std::min(N, t0 + p.rows_per_task);
-    for (int64_t n0 = t0; n0 < t1; n0 += p.block_rows) block(i, n0, std::min(t1, n0 + p.block_rows));
+  ThreadPool& pool = global_thread_pool();
+  std::vector<RowTask> tasks;
+  plan_row_tasks(targets, splits, pool.num_threads(), tasks);
+  pool.run_tasks(static_cast<int64_t>(tasks.size()), [&](int64_t task) {
+    const RowTask& t = tasks[static_cast<size_t>(task)];
+    const int64_t step = splits[t.target].block_rows;
+    for (int64_t n0 = t.n0; n0 < t.n1; n0 += step) block(static_cast<size_t>(t.target), n0, std::min(t.n1, n0 + step));
   });
 }
 

@@ -82,6 +82,71 @@ TEST(GemmMulti, QkvAndGateUpShapesEqualSeparateProducts) {
   set_bf16_activations(old);
 }
 
+TEST(GemmMulti, ManyTasksEqualSeparateProducts) {
+  // Several guided tasks per W (task bounds differ between the joint job and the single ones).
+  const bool old = bf16_activations();
+  for (bool bf16 : {false, true}) {
+    if (bf16 && !gemm_detail::bf16_dot_supported()) continue;
+    set_bf16_activations(bf16);
+    const int64_t K = 64;
+    const std::vector<Weight> ws = weights({{5000, K}, {3000, K}}, DType::BF16, 9);
+    for (int64_t M : {1, 4, 16}) check_multi_equals_single(M, ws, K);
+  }
+  set_bf16_activations(old);
+}
+
+// plan_row_tasks: every row of every target in exactly one task, in order; tasks of whole
+// multiples of 8 rows (but a target's last), within [min_rows, rows_per_task] (but a target's
+// last), shrinking toward the end of the job.
+TEST(GemmRowTasks, GuidedTasksCoverEveryRowOnceAndShrink) {
+  for (int threads : {1, 2, 4}) {
+    for (const std::vector<std::pair<int64_t, int64_t>>& shapes :
+         std::vector<std::vector<std::pair<int64_t, int64_t>>>{{{151936, 896}}, {{4864, 896}, {4864, 896}},
+                                                                {{896, 896}, {128, 896}, {128, 896}}, {{896, 4864}},
+                                                                {{1001, 64}, {13, 64}}}) {
+      std::vector<TensorView> views;
+      std::vector<LinearTarget> targets;
+      std::vector<gemm_detail::RowSplit> splits;
+      views.reserve(shapes.size());
+      for (const auto& [N, K] : shapes) {
+        views.push_back(TensorView(nullptr, DType::BF16, Shape{N, K}));
+        splits.push_back(gemm_detail::plan_row_split(N, K, 2, 65536, 4, threads));
+      }
+      for (const TensorView& v : views) targets.push_back({&v, nullptr, nullptr});
+      std::vector<gemm_detail::RowTask> tasks;
+      gemm_detail::plan_row_tasks(targets, splits.data(), threads, tasks);
+      size_t i = 0;
+      for (size_t t = 0; t < targets.size(); ++t) {
+        const int64_t N = shapes[t].first;
+        const gemm_detail::RowSplit& p = splits[t];
+        int64_t next = 0, prev_rows = p.rows_per_task;
+        for (; i < tasks.size() && tasks[i].target == static_cast<int64_t>(t); ++i) {
+          const gemm_detail::RowTask& task = tasks[i];
+          ASSERT_EQ(task.n0, next);
+          ASSERT_GT(task.n1, task.n0);
+          const int64_t rows = task.n1 - task.n0;
+          next = task.n1;
+          if (task.n1 == N) break;  // a target's last task: what is left
+          EXPECT_EQ(rows % 8, 0);
+          EXPECT_LE(rows, p.rows_per_task);
+          EXPECT_GE(rows, std::min(p.min_rows, p.rows_per_task));
+          EXPECT_LE(rows, prev_rows);
+          prev_rows = rows;
+        }
+        ASSERT_LT(i, tasks.size());
+        EXPECT_EQ(tasks[i].n1, N) << "target " << t;
+        ++i;
+      }
+      EXPECT_EQ(i, tasks.size());
+      if (shapes[0].first == 151936 && threads == 2) {
+        // The LM head: the last tasks are the smallest (~128 KB of W), not an eighth of it.
+        EXPECT_LE(tasks.back().n1 - tasks.back().n0, splits[0].min_rows);
+        EXPECT_LE(tasks.size(), 64u);
+      }
+    }
+  }
+}
+
 TEST(GemmMulti, MixedDtypesFallBackToOneProductEach) {
   const int64_t K = 40;
   std::vector<Weight> ws = weights({{32, K}}, DType::BF16, 6);
