@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "kernels/core/aligned_scratch.h"
-#include "kernels/core/prefetch_ahead.h"
 
 namespace vlm::attn {
 namespace {
@@ -95,12 +94,7 @@ void run_key_range(const TileOps& ops, const PagedKVLayer& kv, const int32_t* bl
   const float* vrows[KT];
   const int ahead = kPrefetchTiles * KT;
   prefetch_keys(kv, block_row, kvh, k_begin, std::min(ahead, k_end - k_begin));
-  // The next kernels' weights (kernels/core/prefetch_ahead.h), a share of each tile's K/V bytes:
-  // this loop computes more than it reads, so the memory bus has room for them.
-  const size_t ahead_bytes =
-      prefetch_ahead_ratio8() * static_cast<size_t>(KT * kv.head_dim) * 2 * dtype_size(kv.dtype) / 8;
   for (int k0 = k_begin; k0 < k_end; k0 += KT) {
-    if (ahead_bytes) prefetch_ahead_pump(ahead_bytes);
     const int n = std::min(KT, k_end - k0);
     for (int r = 0; r < rows; ++r) {  // causal mask: row r sees keys <= first_pos + r
       const int nv = first_pos < 0 ? n : std::clamp(first_pos + r - k0 + 1, 0, n);

@@ -57,6 +57,7 @@ constexpr int KT = kKeyTile;
 constexpr int kMaxTileVectors = 64;   // query vectors (rows x G) per tile, when G allows
 constexpr int kMinSplitKeys = 256;    // a split-K piece covers at least this many keys
 constexpr int kItemsPerThread = 4;    // split long items until there is about this much work
+constexpr int64_t kInlineMergeFloats = 16384;  // merges of up to this many partial floats run inline
 
 struct WorkItem {
   int seq, kvh;
@@ -172,9 +173,15 @@ void paged_attention_with(const TileOps& ops, const float* q /*[T,H,D]*/, int nu
   const Ctx c{{ops, q, out, kv, batch, num_heads, G, kv.head_dim, Dp, scale * std::numbers::log2e_v<float>},
               partials.data()};
   pool.run_tasks(static_cast<int64_t>(items.size()), [&](int64_t i) { run_item(c, items[i]); });
-  if (!groups.empty())
-    pool.run_tasks(static_cast<int64_t>(groups.size()),
-                   [&](int64_t i) { merge_group(c, groups[i]); });
+  // The merge reads num_parts partials per query vector: for a decode row (a few groups of G
+  // vectors) that is a few microseconds, less than a pool hand-off; it runs here then.
+  int64_t merge_floats = 0;
+  for (const MergeGroup& mg : groups) merge_floats += static_cast<int64_t>(mg.rows) * G * mg.num_parts * Dp;
+  if (merge_floats <= kInlineMergeFloats) {
+    for (const MergeGroup& mg : groups) merge_group(c, mg);
+  } else {
+    pool.run_tasks(static_cast<int64_t>(groups.size()), [&](int64_t i) { merge_group(c, groups[i]); });
+  }
 }
 
 }  // namespace attn

@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "kernels/core/check.h"
-#include "kernels/core/prefetch_ahead.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -23,10 +22,6 @@ namespace {
 constexpr int kPauseSpins = 512;  // polls with a pause instruction before polls with a yield
 uint32_t generation_of(uint64_t state) { return static_cast<uint32_t>(state >> 32); }
 int64_t task_of(uint64_t state) { return static_cast<int64_t>(state & 0xffffffffu); }
-// A thread waiting for work (or for the job's last tasks) prefetches the weights queued for the
-// next kernels (kernels/core/prefetch_ahead.h) a few lines at a time; false when none are queued.
-constexpr size_t kPumpBytes = 1024;
-bool pump_ahead() { return prefetch_ahead_pump(kPumpBytes); }
 // The task field while the caller publishes a job: no task can be claimed.
 constexpr int64_t kClosed = 0xffffffff;
 }  // namespace
@@ -88,7 +83,7 @@ void ThreadPool::worker_loop(int /*index*/) {
     // than cores a pure spin would hold the core the caller needs.
     for (int i = 0; gen == seen && !stop_.load(std::memory_order_relaxed); ++i) {
       if (i < kPauseSpins) {
-        if (!pump_ahead()) VLM_CPU_RELAX();
+        VLM_CPU_RELAX();
       } else {
         std::this_thread::yield();
         if (std::chrono::steady_clock::now() > spin_until) break;
@@ -136,8 +131,8 @@ void ThreadPool::run_tasks(int64_t num_tasks, const std::function<void(int64_t)>
   work_on(gen);
   // The last tasks may still run on workers.
   for (int i = 0; tasks_done_.load() < num_tasks; ++i) {
-    if (i >= kPauseSpins) std::this_thread::yield();
-    else if (!pump_ahead()) VLM_CPU_RELAX();
+    if (i < kPauseSpins) VLM_CPU_RELAX();
+    else std::this_thread::yield();
   }
   std::exception_ptr err;
   {

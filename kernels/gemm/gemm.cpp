@@ -110,7 +110,6 @@ RowSplit plan_row_split(int64_t N, int64_t K, int64_t esize, int64_t min_elems, 
   const int64_t max_tasks = tasks_per_thread * static_cast<int64_t>(num_threads);
   p.rows_per_task = std::max(min_rows, (N + max_tasks - 1) / max_tasks);
   p.rows_per_task = (p.rows_per_task + 7) / 8 * 8;
-  p.num_tasks = (N + p.rows_per_task - 1) / p.rows_per_task;
   p.block_rows = std::max<int64_t>(8, (131072 / (K * esize)) / 8 * 8);
   p.min_rows = (min_rows + 7) / 8 * 8;
   return p;

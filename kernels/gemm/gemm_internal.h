@@ -20,7 +20,6 @@ namespace vlm::gemm_detail {
 // memory once for any M.
 struct RowSplit {
   int64_t rows_per_task = 0;
-  int64_t num_tasks = 0;  // at rows_per_task rows each
   int64_t block_rows = 0;
   int64_t min_rows = 0;
 };

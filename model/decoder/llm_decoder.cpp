@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 
 #include "kernels/core/check.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/core/log.h"
-#include "kernels/core/prefetch_ahead.h"
 #include "kernels/ops/ops.h"
 #include "kernels/attention/paged_attention.h"
 
@@ -69,8 +67,6 @@ LlmDecoder::LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNam
 }
 
 namespace {
-// Batches of at most this many tokens (decode steps) prefetch the next weights during attention.
-constexpr int64_t kPrefetchAheadMaxTokens = 16;
 const float* f32_or_null(const TensorView& t) { return t.empty() ? nullptr : t.as<const float>(); }
 }  // namespace
 
@@ -121,18 +117,6 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
     for (int64_t t = 0; t < T; ++t)
       if (override.use[t]) std::copy(override.embeds + t * C, override.embeds + (t + 1) * C, xp + t * C);
   }
-  // Decode steps (few tokens) stream every weight once and wait between the matrix products
-  // (norms, RoPE, attention, the pool's hand-offs): before each product the weights read after it
-  // are queued, and what waits or computes meanwhile prefetches them (kernels/core/prefetch_ahead.h;
-  // prefetch only, no result changes).
-  const bool prefetch = T <= kPrefetchAheadMaxTokens;
-  auto ahead = [&](std::initializer_list<const TensorView*> next) {
-    if (!prefetch) return;
-    PrefetchRange r[kMaxPrefetchRanges];
-    size_t n = 0;
-    for (const TensorView* t : next) r[n++] = {t->data, static_cast<size_t>(t->nbytes())};
-    prefetch_ahead_set(std::span<const PrefetchRange>(r, n));
-  };
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
     const PagedKVLayer& kv = kv_layers[l];
@@ -143,7 +127,6 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
     const LinearTarget qkv[] = {{&L.q, f32_or_null(L.q_bias), q.as<float>()},
                                 {&L.k, f32_or_null(L.k_bias), k.as<float>()},
                                 {&L.v, f32_or_null(L.v_bias), v.as<float>()}};
-    ahead({&L.o, &L.gate, &L.up});  // during qkv's last tasks, RoPE and attention
     linear_multi(hp, T, qkv);  // one pass over h for q, k and v
     rope_.apply_cached(q.as<float>(), H, k.as<float>(), Hkv, rope_table.as<float>(), T);
     attention_.forward(static_cast<int>(l), q.as<float>(), k.as<float>(), v.as<float>(), static_cast<int>(H), kv, batch,
@@ -154,11 +137,8 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
     rms_norm(xp, L.post_norm, eps, T, hp);
     const LinearTarget gate_up[] = {{&L.gate, f32_or_null(L.gate_bias), gate.as<float>()},
                                     {&L.up, f32_or_null(L.up_bias), up.as<float>()}};
-    ahead({&L.down});
     linear_multi(hp, T, gate_up);
     silu_mul(gate.as<float>(), up.as<float>(), T, I, gate.as<float>());
-    if (l + 1 < c.num_layers) ahead({&layers_[l + 1].q, &layers_[l + 1].k, &layers_[l + 1].v});
-    else ahead({&lm_head_});
     linear(gate.as<float>(), T, L.down, f32_or_null(L.down_bias), hp);
     add_inplace(xp, hp, T * C);
   }
@@ -166,10 +146,7 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
   // Final norm and LM head, only for the rows that need logits.
   const auto num_out = static_cast<int64_t>(batch.logits_indices.size());
   logits.resize(static_cast<size_t>(num_out * V));
-  if (num_out == 0) {
-    if (prefetch) prefetch_ahead_clear();
-    return;
-  }
+  if (num_out == 0) return;
   Tensor sel = Tensor::empty({num_out, C});
   for (int64_t r = 0; r < num_out; ++r) {
     const int32_t row = batch.logits_indices[r];
@@ -178,7 +155,6 @@ void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer
   }
   rms_norm(sel.as<float>(), final_norm_, eps, num_out, sel.as<float>());
   linear(sel.as<float>(), num_out, lm_head_, nullptr, logits.data());
-  if (prefetch) prefetch_ahead_clear();
 }
 
 }  // namespace vlm
