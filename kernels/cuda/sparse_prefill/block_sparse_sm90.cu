@@ -388,12 +388,8 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
   auto* kernel = block_sparse_sm90_kernel<F, T, TQ>;
   static const bool smem_ok = allow_dynamic_smem(kernel, smem);
   (void)smem_ok;
-  int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
-  if (plan.queue) {
-    static const int resident = sparse::resident_ctas(kernel, kThreads, smem);
-    ctas = std::min(ctas, resident);
-    VLM_CUDA_CHECK(cudaMemsetAsync(plan.queue, 0, sizeof(int32_t), stream));
-  }
+  static const int resident = sparse::resident_ctas(kernel, kThreads, smem);
+  const int ctas = sparse::launch_ctas(plan, resident, stream);
   kernel<<<ctas, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch.block_tables,
                                            batch.max_blocks_per_seq, plan, scale * float(M_LOG2E),
                                            static_cast<TQ*>(out));
