@@ -395,7 +395,7 @@ int main(int argc, char** argv) {
             {vlm::cuda::BlockSparseKernel::kWgmma2, "wgmma, 2 stages, Q in shared memory"},
             {vlm::cuda::BlockSparseKernel::kWgmma, "wgmma, 3 stages, Q in registers"},
             {vlm::cuda::BlockSparseKernel::kWgmmaOverlap, "wgmma-overlap"},
-            {vlm::cuda::BlockSparseKernel::kWgmmaCoalesced, "wgmma-coalesced (not yet run on a GPU)"},
+            {vlm::cuda::BlockSparseKernel::kWgmmaCoalesced, "wgmma-coalesced"},
         }};
         for (const auto& [k, name] : kernels) {
           vlm::cuda::set_block_sparse_kernel(k);

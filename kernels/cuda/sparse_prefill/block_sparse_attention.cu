@@ -217,12 +217,8 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
                               allow_dynamic_smem(block_sparse_kernel<D, false, T, TQ>, smem);
   (void)smem_ok;
   auto kernel = g_row_offsets ? block_sparse_kernel<D, true, T, TQ> : block_sparse_kernel<D, false, T, TQ>;
-  int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
-  if (plan.queue) {
-    static const int resident = sparse::resident_ctas(block_sparse_kernel<D, true, T, TQ>, kThreads, smem);
-    ctas = std::min(ctas, resident);
-    VLM_CUDA_CHECK(cudaMemsetAsync(plan.queue, 0, sizeof(int32_t), stream));
-  }
+  static const int resident = sparse::resident_ctas(block_sparse_kernel<D, true, T, TQ>, kThreads, smem);
+  const int ctas = sparse::launch_ctas(plan, resident, stream);
   kernel<<<ctas, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch.block_tables,
                                            batch.max_blocks_per_seq, plan, scale * float(M_LOG2E),
                                            static_cast<TQ*>(out));

@@ -200,4 +200,15 @@ int resident_ctas(Kernel* kernel, int threads, int smem) {
   return sms * per_sm > 0 ? sms * per_sm : 1;
 }
 
+// The grid of a launch over `plan`: a CTA per piece (per item when unsplit); with a queue, at most
+// `resident` CTAs (resident_ctas of the kernel) taking pieces from the queue, reset on `stream`.
+inline int launch_ctas(const SparsePlanView& plan, int resident, cudaStream_t stream) {
+  int ctas = plan.piece_off ? plan.max_pieces : plan.num_items;
+  if (plan.queue) {
+    ctas = ctas < resident ? ctas : resident;
+    VLM_CUDA_CHECK(cudaMemsetAsync(plan.queue, 0, sizeof(int32_t), stream));
+  }
+  return ctas;
+}
+
 }  // namespace vlm::cuda::sparse

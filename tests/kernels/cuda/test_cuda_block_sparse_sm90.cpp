@@ -4,7 +4,7 @@
 // list every key block (taken in position order); long rows split into pieces (the automatic
 // policy and forced short pieces, then the combine); one-CTA-per-piece launches and the resident
 // grid's queue; GQA 1/4/7; f32, bf16 and f16 activations over a bf16 cache; both consumer
-// forms (kWgmma2, kWgmma, kWgmmaOverlap). Skips with a message when no GPU, or no sm_90 GPU, is visible.
+// forms (kWgmma2, kWgmma, kWgmmaOverlap, kWgmmaCoalesced). Skips with a message when no GPU, or no sm_90 GPU, is visible.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -98,7 +98,7 @@ TEST(CudaBlockSparseSm90, EqualsMmaKernelOnRandomPlans) {
           mma = b.sparse(view, 7.f);
         }
         for (const auto kernel : {cuda::BlockSparseKernel::kWgmma2, cuda::BlockSparseKernel::kWgmma,
-                                  cuda::BlockSparseKernel::kWgmmaOverlap}) {
+                                  cuda::BlockSparseKernel::kWgmmaOverlap, cuda::BlockSparseKernel::kWgmmaCoalesced}) {
           KernelKnob k(kernel);
           const auto got = b.sparse(view, 7.f);
           const double e_mma = normalized_error(got, mma), e_ref = normalized_error(got, ref);
@@ -107,7 +107,8 @@ TEST(CudaBlockSparseSm90, EqualsMmaKernelOnRandomPlans) {
                                    std::to_string(piece) + (resident ? " resident" : "") +
                                    (kernel == cuda::BlockSparseKernel::kWgmma    ? " wgmma"
                                     : kernel == cuda::BlockSparseKernel::kWgmma2 ? " wgmma2"
-                                                                                 : " overlap");
+                                    : kernel == cuda::BlockSparseKernel::kWgmmaOverlap ? " overlap"
+                                                                                       : " coalesced");
           std::printf("%s: vs mma.sync %.6f, vs CPU ref %.5f (mma.sync vs CPU ref %.5f)\n", what.c_str(), e_mma, e_ref,
                       normalized_error(mma, ref));
           std::fflush(stdout);
