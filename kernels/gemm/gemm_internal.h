@@ -34,7 +34,7 @@ struct RowTask {
 // 1/(2 * num_threads) share of the rows not yet given out over all targets, clamped to
 // [min_rows, rows_per_task] and to its target's end, so the tasks shrink toward the end of the
 // job and the threads finish it together (with equal tasks, one thread could wait up to a whole
-// task, ~1 ms on the LM head's 34 MB tasks). Tasks are claimed in order, largest first.
+// task, ~1 ms on the LM head's 34 MB tasks). Tasks are claimed in order (about largest first).
 void plan_row_tasks(std::span<const LinearTarget> targets, const RowSplit* splits, int num_threads,
                     std::vector<RowTask>& tasks);
 
