@@ -130,10 +130,15 @@ BlockCounts plan_block_counts(const BlockSparsePlan& p) {
   BlockCounts c;
   for (const HeadPlan& hp : p.heads)
     c.computed += static_cast<double>(hp.blocks.size()) + static_cast<double>(hp.cols.size()) / p.block_n;
-  for (int m = 0; m < p.num_qblocks(); ++m)
-    c.causal += (p.offset() + std::min(p.q_len, (m + 1) * p.block_m) - 1) / p.block_n + 1;
-  c.causal *= static_cast<double>(p.heads.size());
+  c.causal = causal_key_blocks(p.q_len, p.num_keys, p.block_m, p.block_n) * static_cast<double>(p.heads.size());
   return c;
+}
+
+double causal_key_blocks(int q_len, int num_keys, int block_m, int block_n) {
+  double causal = 0;
+  for (int m = 0; m < (q_len + block_m - 1) / block_m; ++m)
+    causal += (num_keys - q_len + std::min(q_len, (m + 1) * block_m) - 1) / block_n + 1;
+  return causal;
 }
 
 double plan_block_density(const BlockSparsePlan& p) {

@@ -80,6 +80,9 @@ struct BlockCounts {
   }
 };
 BlockCounts plan_block_counts(const BlockSparsePlan& plan);
+// Key blocks of the dense causal plan of one head: q_len rows in blocks of block_m over num_keys
+// keys (the rows are the last q_len of them) in blocks of block_n.
+double causal_key_blocks(int q_len, int num_keys, int block_m, int block_n);
 double plan_block_density(const BlockSparsePlan& plan);  // computed / causal (1 when no causal block)
 
 }  // namespace vlm

@@ -97,7 +97,7 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   grid_plan_fill(d_layouts, sh, out, stream);
   num_heads_ = H;
   stream_ = stream;
-  causal_ = grid_plan_causal_blocks(H, q_len, N);
+  causal_ = H * causal_key_blocks(q_len, N, 64, 64);
 }
 
 CudaGridPlan::~CudaGridPlan() {
@@ -119,12 +119,6 @@ BlockCounts download_block_counts(const int32_t* const totals[2], double causal,
   c.computed = t[0] + t[1] / 64.0;
   c.causal = causal;
   return c;
-}
-
-double grid_plan_causal_blocks(int H, int q_len, int N) {
-  double causal = 0;
-  for (int m = 0; m < (q_len + 63) / 64; ++m) causal += (N - q_len + std::min(q_len, (m + 1) * 64) - 1) / 64 + 1;
-  return causal * H;
 }
 
 void grid_plan_run_schedule(GridPlanSchedule& sc, GridPlanScheduleArgs& args, int t0, int64_t tiles_bound,

@@ -79,7 +79,5 @@ class CudaGridPlan {
 // Computed / causal key blocks of a device plan from its list totals (device: blocks, columns);
 // synchronizes `stream` (tests and benches).
 BlockCounts download_block_counts(const int32_t* const totals[2], double causal, cudaStream_t stream);
-// The causal key blocks of H heads of a chunk of q_len rows over num_keys keys (64-row blocks).
-double grid_plan_causal_blocks(int H, int q_len, int num_keys);
 
 }  // namespace vlm::cuda

@@ -69,7 +69,7 @@ void CudaVerticalSlashPlan::build(const CudaVerticalSlash& est, int t0, int q_le
                          view_, stream);
   vertical_slash_plan_fill(L, sh, out, stream);
   stream_ = stream;
-  causal_ = grid_plan_causal_blocks(H, q_len, N);
+  causal_ = H * causal_key_blocks(q_len, N, 64, 64);
 }
 
 BlockCounts CudaVerticalSlashPlan::block_counts() const { return download_block_counts(totals_, causal_, stream_); }

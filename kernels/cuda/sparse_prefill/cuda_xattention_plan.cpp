@@ -97,8 +97,7 @@ void CudaXAttentionPlan::build(cudaStream_t stream) {
   view_.num_items = n;
   counts_ = {};
   counts_.computed = total_;
-  for (int m = 0; m < nqb; ++m) counts_.causal += (N - q_len + std::min(q_len, (m + 1) * 64) - 1) / 64 + 1;
-  counts_.causal *= H;
+  counts_.causal = H * causal_key_blocks(q_len, N, 64, 64);
   // descs is pageable: the copy has left it when cudaMemcpyAsync returns.
 }
 
