@@ -382,7 +382,7 @@ int main(int argc, char** argv) {
                   gplan.block_density(), rel_l2(su.out, su.dense, qn));
       std::fflush(stdout);
       // VLM_BENCH_KERNELS=1: the kernels side by side on the same plans (the mma.sync kernel and
-      // the sm_90a forms; best of 3 each), and the sm_90a outputs against the mma.sync output.
+      // the sm_90a kernel; best of 3 each), and the sm_90a output against the mma.sync output.
       const char* ab = std::getenv("VLM_BENCH_KERNELS");
       if (ab && std::string(ab) == "1") {
         auto call = [&](void* out) {
@@ -390,12 +390,9 @@ int main(int argc, char** argv) {
                                                   scale, out, nullptr);
         };
         DeviceBuffer mma_out(qn * 2);
-        const std::array<std::pair<vlm::cuda::BlockSparseKernel, const char*>, 5> kernels = {{
+        const std::array<std::pair<vlm::cuda::BlockSparseKernel, const char*>, 2> kernels = {{
             {vlm::cuda::BlockSparseKernel::kMma, "mma.sync"},
-            {vlm::cuda::BlockSparseKernel::kWgmma2, "wgmma, 2 stages, Q in shared memory"},
-            {vlm::cuda::BlockSparseKernel::kWgmma, "wgmma, 3 stages, Q in registers"},
-            {vlm::cuda::BlockSparseKernel::kWgmmaOverlap, "wgmma-overlap"},
-            {vlm::cuda::BlockSparseKernel::kWgmmaCoalesced, "wgmma-coalesced"},
+            {vlm::cuda::BlockSparseKernel::kWgmma, "wgmma (sm_90a)"},
         }};
         for (const auto& [k, name] : kernels) {
           vlm::cuda::set_block_sparse_kernel(k);

@@ -233,9 +233,8 @@ void set_block_sparse_row_offsets(bool on) { g_row_offsets = on; }
 void launch_block_sparse_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
                                    const CudaAttentionBatch& batch, const SparsePlanView& view, float scale, void* out,
                                    cudaStream_t stream) {
-  const BlockSparseKernel k = block_sparse_kernel_for(kv);
-  if (k != BlockSparseKernel::kMma) {
-    launch_block_sparse_sm90(q, act, num_heads, kv, batch, view, scale, out, k, stream);
+  if (block_sparse_kernel_for(kv) == BlockSparseKernel::kWgmma) {
+    launch_block_sparse_sm90(q, act, num_heads, kv, batch, view, scale, out, stream);
     return;
   }
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {

@@ -1,11 +1,11 @@
 // Block-sparse prefill attention on Hopper (sm_90a): wgmma over the plan's key tiles (see
-// block_sparse_sm90.h). One CTA = 2 warpgroups: the producer (warpgroup 0) copies (the item's Q
-// rows through q_order, in the form that keeps Q in shared memory, and) each 64-key tile's K/V rows (positions from the plan: listed key
-// blocks through k_order, gathered columns, every-key items in position order) into SW128 shared
-// memory, the tile's key positions beside them; the consumer (warpgroup 1) computes (its Q, in the
-// form that keeps it in registers, read from global memory per piece). A resident
-// grid takes (item, piece) from the plan's queue, longest first; split pieces write partials that
-// the combine kernel merges (block_sparse_tiles.cuh, shared with the mma.sync kernel).
+// block_sparse_sm90.h). One CTA = 2 warpgroups: the producer (warpgroup 0) copies each 64-key
+// tile's K/V rows (positions from the plan: listed key blocks through k_order, gathered columns,
+// every-key items in position order) into SW128 shared memory, the tile's key positions beside
+// them; the consumer (warpgroup 1) holds the item's Q as wgmma A fragments (read from global
+// memory through q_order per piece) and computes. A resident grid takes (item, piece) from the
+// plan's queue, longest first; split pieces write partials that the combine kernel merges
+// (block_sparse_tiles.cuh, shared with the mma.sync kernel).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,40 +27,23 @@ using sparse::kBN;
 constexpr int kD = 128;
 constexpr int kThreads = 256;  // producer + consumer warpgroup
 constexpr int kTileElems = kBN * kD;
+constexpr int kStages = 3;  // K/V stages in shared memory (2 CTAs per SM)
 // Registers per thread after setmaxnreg (the CTA's 2 x 128 x 128 at launch, 2 CTAs per SM).
 constexpr int kProducerRegs = 56, kConsumerRegs = 200;
 
-// A kernel form: STAGES shared-memory stages of K/V; QREG: the consumer holds Q as wgmma A
-// fragments in registers (loaded from global memory per piece; no Q tile in shared memory, which
-// makes room for a third stage at 2 CTAs per SM), else Q is an SW128 tile in shared memory (the
-// producer copies it); OVERLAP: S of tile i issued before P V of tile i - 1 (needs 3 stages: the
-// consumer holds tile i - 1 while it waits for tile i); COALESCED: the producer's copies run
-// along the rows (16 consecutive threads copy one row's 16 chunks, the rows' cache offsets
-// shared through shared memory) instead of each thread copying half a row.
-template <int STAGES, bool QREG, bool OVERLAP, bool COALESCED = false>
-struct Form {
-  static constexpr int kStages = STAGES, kQElems = QREG ? 0 : kBM * kD;
-  static constexpr bool kQReg = QREG, kOverlap = OVERLAP, kCoalesced = COALESCED;
-  static_assert(!OVERLAP || STAGES >= 3, "the overlapped consumer holds two stages");
-};
-
-// Dynamic shared memory (1024-byte aligned for the swizzle): [Q [64][128]], F::kStages x (K, V)
-// [64][128], then the tiles' key positions [kStages][64], the item's rows [64], the mbarriers, the
-// piece's scalars and (F::kCoalesced) the rows' cache offsets [2][64].
-template <class F>
+// Dynamic shared memory (1024-byte aligned for the swizzle): kStages x (K, V) [64][128], then the
+// tiles' key positions [kStages][64], the item's rows [64], the mbarriers, the piece's scalars and
+// the rows' cache offsets [2][64].
 struct Smem {
-  static constexpr int kStages = F::kStages;
-  static constexpr int kBytes = (F::kQElems + kStages * 2 * kTileElems) * 2 + kStages * kBN * 4 + kBM * 4 +
-                                kStages * 2 * 8 + 8 * 4 + (F::kCoalesced ? 2 * kBN * 8 : 0);
+  static constexpr int kBytes =
+      kStages * 2 * kTileElems * 2 + kStages * kBN * 4 + kBM * 4 + kStages * 2 * 8 + 8 * 4 + 2 * kBN * 8;
   unsigned char* raw;
   template <class T>
-  __device__ T* q() const { return reinterpret_cast<T*>(raw); }
-  template <class T>
-  __device__ T* k(int st) const { return q<T>() + F::kQElems + st * 2 * kTileElems; }
+  __device__ T* k(int st) const { return reinterpret_cast<T*>(raw) + st * 2 * kTileElems; }
   template <class T>
   __device__ T* v(int st) const { return k<T>(st) + kTileElems; }
   __device__ int* kpos(int st) const {
-    return reinterpret_cast<int*>(raw + (F::kQElems + kStages * 2 * kTileElems) * 2) + st * kBN;
+    return reinterpret_cast<int*>(raw + kStages * 2 * kTileElems * 2) + st * kBN;
   }
   __device__ int* rows() const { return kpos(kStages); }
   __device__ uint64_t* full() const { return reinterpret_cast<uint64_t*>(rows() + kBM); }
@@ -73,82 +56,52 @@ __device__ __forceinline__ int64_t row_offset(const KVView& kv, const int32_t* t
   return pos >= 0 ? kv.token_offset(table, hk, pos) : -1;
 }
 
-// The producer warpgroup's part of one piece: thread tid copies half (chunks 8 half .. 8 half + 7)
-// of tile row r = tid / 2 (F::kCoalesced: chunk tid % 16 of rows tid / 16 + 8 j, j < 8, the
-// offsets looked up by threads tid < 64, one row each) for each of the piece's tiles [t_begin,
-// t_end), the Q rows with the first; k0: the CTA's running tile count (stage k % kStages, phase k / kStages). A stage is
-// published (full) once its copies landed, refilled once the consumer released it (empty). Each
-// row's plan position is loaded two tiles ahead and its cache offset one tile ahead, so the
-// dependent loads overlap the copies in flight.
-template <class F, class T, class TQ>
-__device__ __forceinline__ void produce(const TQ* __restrict__ q, int H, int h, int t0, const KVView& kv,
-                                        const int32_t* table, int hk, const sparse::TileList& tl, int t_begin,
-                                        int t_end, int k0, const Smem<F>& sm, int tid) {
-  constexpr int kStages = F::kStages;
+// The producer warpgroup's part of one piece: for each of the piece's tiles [t_begin, t_end),
+// threads tid < 64 look up one tile row's plan position and cache offset each (the position two
+// tiles ahead, the offset one tile ahead, so the dependent loads overlap the copies in flight) and
+// share the offsets through shared memory; then the copies run along the rows: thread tid copies
+// 16-byte chunk tid % 16 of rows tid / 16 + 8 j, j < 8 (a warp reads 2 whole rows per
+// instruction: every 32-byte L2 sector once). k0: the CTA's running tile count (stage k %
+// kStages, phase k / kStages). A stage is published (full) once its copies landed, refilled once
+// the consumer released it (empty).
+template <class T>
+__device__ __forceinline__ void produce(const KVView& kv, const int32_t* table, int hk, const sparse::TileList& tl,
+                                        int t_begin, int t_end, int k0, const Smem& sm, int tid) {
   const int n = t_end - t_begin;
   if (n <= 0) return;
-  const int r = tid >> 1, half = tid & 1;
   const T* kbase = static_cast<const T*>(kv.k);
   const T* vbase = static_cast<const T*>(kv.v);
-  // The row this thread looks up (-1: none).
-  const int lr = F::kCoalesced ? (tid < kBN ? tid : -1) : r;
+  const int lr = tid < kBN ? tid : -1;  // the row this thread looks up (-1: none)
   auto position = [&](int t) { return lr >= 0 && t < t_end ? tl.position(t, lr) : -1; };
   int pos = position(t_begin);
   int pos_next = position(t_begin + 1);
   int64_t off = row_offset(kv, table, hk, pos);
-  // Q rows through the item's row indices (zero rows past q_len).
-  if constexpr (!F::kQReg) {
-    const int ri = sm.rows()[r];
-    T* sq = sm.template q<T>();
-    const TQ* src = q + (int64_t(t0 + (ri >= 0 ? ri : 0)) * H + h) * kD;
-#pragma unroll
-    for (int c = half * 8; c < half * 8 + 8; ++c) {
-      T* dst = sq + wg::sw128<kBM>(r, c);
-      if constexpr (std::is_same_v<T, TQ>) {
-        tile::cp_async16(dst, src + c * 8, ri >= 0 ? 16 : 0);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) dst[e] = from_f32<T>(ri >= 0 ? to_f32(src[c * 8 + e]) : 0.f);
-      }
-    }
-  }
+  const int c = tid & 15;
   for (int i = 0; i < n; ++i) {
     const int k = k0 + i, st = k % kStages;
     if (k >= kStages) wg::mbar_wait(&sm.empty()[st], ((k / kStages) - 1) & 1);
     T* const sk = sm.template k<T>(st);
     T* const sv = sm.template v<T>(st);
-    if constexpr (F::kCoalesced) {
-      int64_t* const ro = sm.roff(i & 1);  // two buffers: the barrier below orders their reuse
-      if (tid < kBN) {
-        sm.kpos(st)[tid] = pos >= 0 ? pos : sparse::kNoKey;
-        ro[tid] = off;
-      }
-      asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the producer warpgroup only
-      const int c = tid & 15;
+    int64_t* const ro = sm.roff(i & 1);  // two buffers: the barrier below orders their reuse
+    if (tid < kBN) {
+      sm.kpos(st)[tid] = pos >= 0 ? pos : sparse::kNoKey;
+      ro[tid] = off;
+    }
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the producer warpgroup only
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        const int row = (tid >> 4) + 8 * j;
-        const int64_t ro_row = ro[row];
-        const int s = wg::sw128<kBN>(row, c);
-        const int64_t o = ro_row >= 0 ? ro_row + c * 8 : 0;
-        tile::cp_async16(sk + s, kbase + o, ro_row >= 0 ? 16 : 0);
-        tile::cp_async16(sv + s, vbase + o, ro_row >= 0 ? 16 : 0);
-      }
-    } else {
-      if (half == 0) sm.kpos(st)[r] = pos >= 0 ? pos : sparse::kNoKey;
-#pragma unroll
-      for (int c = half * 8; c < half * 8 + 8; ++c) {
-        const int s = wg::sw128<kBN>(r, c);
-        const int64_t o = off >= 0 ? off + c * 8 : 0;
-        tile::cp_async16(sk + s, kbase + o, off >= 0 ? 16 : 0);
-        tile::cp_async16(sv + s, vbase + o, off >= 0 ? 16 : 0);
-      }
+    for (int j = 0; j < kBN / 8; ++j) {
+      const int row = (tid >> 4) + 8 * j;
+      const int64_t ro_row = ro[row];
+      const int s = wg::sw128<kBN>(row, c);
+      const int64_t o = ro_row >= 0 ? ro_row + c * 8 : 0;
+      tile::cp_async16(sk + s, kbase + o, ro_row >= 0 ? 16 : 0);
+      tile::cp_async16(sv + s, vbase + o, ro_row >= 0 ? 16 : 0);
     }
     tile::cp_async_commit();
     pos = pos_next;
     off = row_offset(kv, table, hk, pos);
     pos_next = position(t_begin + i + 2);
-    if (i >= 1) {  // tile i - 1 (and Q with the first) landed: publish it
+    if (i >= 1) {  // tile i - 1 landed: publish it
       tile::cp_async_wait<1>();
       wg::fence_proxy_async();
       wg::mbar_arrive(&sm.full()[(k - 1) % kStages]);
@@ -170,19 +123,14 @@ __device__ __forceinline__ void mask_positions(float (&s)[8][4], const int* kpos
   }
 }
 
-// S = Q K^T of the tile in stage st (not committed): Q from the consumer's registers (F::kQReg)
-// or from shared memory.
-template <class F, class T>
-__device__ __forceinline__ void issue_s(float (&s)[8][4], const uint32_t (&q)[8][4], const Smem<F>& sm, int st) {
+// S = Q K^T of the tile in stage st (not committed), Q from the consumer's registers.
+template <class T>
+__device__ __forceinline__ void issue_s(float (&s)[8][4], const uint32_t (&q)[8][4], const Smem& sm, int st) {
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    const uint64_t bk = wg::desc_k_major<kBN>(sm.template k<T>(st), 0, kk);
-    if constexpr (F::kQReg) wg::mma_rs_n64<T>(s, q[kk], bk, kk > 0);
-    else wg::mma_ss_n64<T>(s, wg::desc_k_major<kBM>(sm.template q<T>(), 0, kk), bk, kk > 0);
-  }
+  for (int kk = 0; kk < kD / 16; ++kk) wg::mma_rs_n64<T>(s, q[kk], wg::desc_k_major<kBN>(sm.template k<T>(st), 0, kk), kk > 0);
 }
-template <class F, class T>
-__device__ __forceinline__ void issue_pv(float (&o)[16][4], const uint32_t (&p)[4][4], const Smem<F>& sm, int st) {
+template <class T>
+__device__ __forceinline__ void issue_pv(float (&o)[16][4], const uint32_t (&p)[4][4], const Smem& sm, int st) {
 #pragma unroll
   for (int kk = 0; kk < kBN / 16; ++kk) wg::mma_rs_mn<T>(o, p[kk], wg::desc_mn_major<kBN>(sm.template v<T>(st), kk));
 }
@@ -214,89 +162,41 @@ __device__ __forceinline__ void load_q_frags(uint32_t (&a)[8][4], const TQ* __re
 }
 
 // The consumer warpgroup's part of one piece of n tiles (k0 as in produce): per tile S, mask,
-// online softmax, O += P V. F::kOverlap: S of tile i is issued before P V of tile i - 1, and the
-// softmax of S_i runs while P V_{i-1} is in flight (O rescaled after it).
-template <class F, class T>
+// online softmax, O += P V.
+template <class T>
 __device__ __forceinline__ void consume(float (&o)[16][4], float (&m)[2], float (&l)[2], uint32_t (&q)[8][4], int n,
-                                        int k0, const Smem<F>& sm, const int (&rpos)[2], float scale_log2, int lane) {
-  constexpr int kStages = F::kStages;
+                                        int k0, const Smem& sm, const int (&rpos)[2], float scale_log2, int lane) {
   const int t4 = lane % 4;
   float s[8][4];
   uint32_t p[4][4];
-  if constexpr (!F::kOverlap) {
-    for (int i = 0; i < n; ++i) {
-      const int k = k0 + i, st = k % kStages;
-      wg::mbar_wait(&sm.full()[st], (k / kStages) & 1);
-      wg::fence();
-      issue_s<F, T>(s, q, sm, st);
-      wg::commit();
-      wg::wait<0>();
-      wg::fence_regs(s);
-      if constexpr (F::kQReg) wg::fence_regs(q);
-      mask_positions(s, sm.kpos(st), rpos, t4);
-      tile::online_softmax<kD, 8>(s, m, l, o, scale_log2);
-      wg::pack_p<T>(s, p);
-      wg::fence_regs(o);
-      wg::fence();
-      issue_pv<F, T>(o, p, sm, st);
-      wg::commit();
-      wg::wait<0>();
-      wg::fence_regs(o);
-      wg::fence_regs(p);
-      wg::mbar_arrive(&sm.empty()[st]);
-    }
-  } else {
-    if (n <= 0) return;
-    // Tile 0: S_0 and its softmax.
-    wg::mbar_wait(&sm.full()[k0 % kStages], (k0 / kStages) & 1);
+  for (int i = 0; i < n; ++i) {
+    const int k = k0 + i, st = k % kStages;
+    wg::mbar_wait(&sm.full()[st], (k / kStages) & 1);
     wg::fence();
-    issue_s<F, T>(s, q, sm, k0 % kStages);
+    issue_s<T>(s, q, sm, st);
     wg::commit();
     wg::wait<0>();
     wg::fence_regs(s);
-    if constexpr (F::kQReg) wg::fence_regs(q);
-    mask_positions(s, sm.kpos(k0 % kStages), rpos, t4);
+    wg::fence_regs(q);
+    mask_positions(s, sm.kpos(st), rpos, t4);
     tile::online_softmax<kD, 8>(s, m, l, o, scale_log2);
     wg::pack_p<T>(s, p);
-    for (int i = 1; i < n; ++i) {  // S_i, then P_{i-1} V_{i-1} in flight under the softmax of S_i
-      const int k = k0 + i, st = k % kStages, prev = (k - 1) % kStages;
-      wg::mbar_wait(&sm.full()[st], (k / kStages) & 1);
-      wg::fence_regs(o);
-      wg::fence();
-      issue_s<F, T>(s, q, sm, st);
-      wg::commit();
-      issue_pv<F, T>(o, p, sm, prev);
-      wg::commit();
-      wg::wait<1>();
-      wg::fence_regs(s);
-      if constexpr (F::kQReg) wg::fence_regs(q);
-      mask_positions(s, sm.kpos(st), rpos, t4);
-      float corr[2];
-      tile::online_softmax_scores<8>(s, m, l, scale_log2, corr);
-      wg::wait<0>();
-      wg::fence_regs(o);
-      wg::fence_regs(p);
-      wg::mbar_arrive(&sm.empty()[prev]);
-      tile::rescale_rows<kD>(o, corr);
-      wg::pack_p<T>(s, p);
-    }
-    const int last = (k0 + n - 1) % kStages;
     wg::fence_regs(o);
     wg::fence();
-    issue_pv<F, T>(o, p, sm, last);
+    issue_pv<T>(o, p, sm, st);
     wg::commit();
     wg::wait<0>();
     wg::fence_regs(o);
     wg::fence_regs(p);
-    wg::mbar_arrive(&sm.empty()[last]);
+    wg::mbar_arrive(&sm.empty()[st]);
   }
 }
 
 // The piece loop of one warpgroup (both run it in step: the CTA's barriers): take the next
 // piece (thread 0: from plan.queue, or blockIdx.x once), set up its item (rows through q_order,
 // their largest position), then body(piece, item, head descriptor, tile list, t_begin, t_end, k0).
-template <class F, class Body>
-__device__ __forceinline__ void piece_loop(const SparsePlanView& plan, const Smem<F>& sm, Body&& body) {
+template <class Body>
+__device__ __forceinline__ void piece_loop(const SparsePlanView& plan, const Smem& sm, Body&& body) {
   const int tid = threadIdx.x;
   int* const scal = sm.scalars();
   const int total = sparse::total_pieces(plan);
@@ -333,17 +233,17 @@ __device__ __forceinline__ void piece_loop(const SparsePlanView& plan, const Sme
   }
 }
 
-template <class F, class T, class TQ>
+template <class T, class TQ>
 __global__ void __launch_bounds__(kThreads, 2)
 block_sparse_sm90_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32_t* __restrict__ block_tables,
                          int max_blocks_per_seq, SparsePlanView plan, float scale_log2, TQ* __restrict__ out) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const Smem<F> sm{smem_raw};
+  const Smem sm{smem_raw};
   const int tid = threadIdx.x;
   if (tid == 0) {
     if (tile::smem_addr(smem_raw) & 1023) __trap();  // the swizzle needs 1024-byte alignment
-    for (int s = 0; s < F::kStages; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       wg::mbar_init(&sm.full()[s], 128);
       wg::mbar_init(&sm.empty()[s], 128);
     }
@@ -355,9 +255,8 @@ block_sparse_sm90_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     piece_loop(plan, sm, [&](const sparse::PieceRef&, const int32_t* item, const SparseHeadDesc& hd,
                              const sparse::TileList& tl, int t_begin, int t_end, int k0) {
-      const int h = item[1];
-      produce<F, T, TQ>(q, H, h, hd.t0, kv, block_tables + int64_t(item[0]) * max_blocks_per_seq,
-                     h / (H / kv.num_kv_heads), tl, t_begin, t_end, k0, sm, wtid);
+      produce<T>(kv, block_tables + int64_t(item[0]) * max_blocks_per_seq, item[1] / (H / kv.num_kv_heads), tl,
+                 t_begin, t_end, k0, sm, wtid);
     });
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
@@ -373,19 +272,19 @@ block_sparse_sm90_kernel(const TQ* __restrict__ q, int H, KVView kv, const int32
       float o[16][4] = {};
       float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
       uint32_t qf[8][4];
-      if constexpr (F::kQReg) load_q_frags<T>(qf, q, H, item[1], hd.t0, sm.rows(), warp * 16, lane);
-      consume<F, T>(o, m, l, qf, t_end - t_begin, k0, sm, rpos, scale_log2, lane);
+      load_q_frags<T>(qf, q, H, item[1], hd.t0, sm.rows(), warp * 16, lane);
+      consume<T>(o, m, l, qf, t_end - t_begin, k0, sm, rpos, scale_log2, lane);
       sparse::store_item_rows<kD, TQ>(plan, pr, o, m, l, warp * 16, sm.rows(), hd.t0, H, item[1], out, lane);
     });
   }
 #endif
 }
 
-template <class F, class T, class TQ>
+template <class T, class TQ>
 void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, const SparsePlanView& plan,
             float scale, void* out, cudaStream_t stream) {
-  constexpr int smem = Smem<F>::kBytes;
-  auto* kernel = block_sparse_sm90_kernel<F, T, TQ>;
+  constexpr int smem = Smem::kBytes;
+  auto* kernel = block_sparse_sm90_kernel<T, TQ>;
   static const bool smem_ok = allow_dynamic_smem(kernel, smem);
   (void)smem_ok;
   static const int resident = sparse::resident_ctas(kernel, kThreads, smem);
@@ -395,17 +294,6 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
                                            static_cast<TQ*>(out));
   VLM_CUDA_CHECK_LAUNCH();
   sparse::combine_pieces<kD>(H, plan, static_cast<TQ*>(out), stream);
-}
-
-template <class T, class TQ>
-void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, const SparsePlanView& plan,
-            float scale, void* out, BlockSparseKernel form, cudaStream_t stream) {
-  if (form == BlockSparseKernel::kWgmma2) launch<Form<2, false, false>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
-  else if (form == BlockSparseKernel::kWgmmaOverlap)
-    launch<Form<3, true, true>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
-  else if (form == BlockSparseKernel::kWgmmaCoalesced)
-    launch<Form<3, true, false, true>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
-  else launch<Form<3, true, false>, T, TQ>(q, H, kv, batch, plan, scale, out, stream);
 }
 
 BlockSparseKernel g_kernel = BlockSparseKernel::kAuto;  // set_block_sparse_kernel
@@ -418,31 +306,22 @@ BlockSparseKernel block_sparse_kernel_for(const PagedKVLayer& kv) {
   static const BlockSparseKernel env = [] {
     const char* e = std::getenv("VLM_CUDA_SPARSE_KERNEL");
     const std::string v = e ? e : "";
-    return v == "mma"       ? BlockSparseKernel::kMma
-           : v == "wgmma"   ? BlockSparseKernel::kWgmma
-           : v == "wgmma2"  ? BlockSparseKernel::kWgmma2
-           : v == "overlap" ? BlockSparseKernel::kWgmmaOverlap
-           : v == "coalesced" ? BlockSparseKernel::kWgmmaCoalesced
-                            : BlockSparseKernel::kAuto;
+    return v == "mma" ? BlockSparseKernel::kMma : v == "wgmma" ? BlockSparseKernel::kWgmma : BlockSparseKernel::kAuto;
   }();
-  BlockSparseKernel k = g_kernel != BlockSparseKernel::kAuto ? g_kernel : env;
-  // The default stays the mma.sync kernel until the coalesced form has passed the GPU tests and the
-  // end-to-end run: on the H100 it ran the 128K kernel bench's plans in 12.8 ms against mma.sync's
-  // 19.3 ms with the same output (bench/RESULTS.md, "End to end V"), not yet anything else.
-  if (k == BlockSparseKernel::kAuto) k = BlockSparseKernel::kMma;
-  if (k != BlockSparseKernel::kMma && !prefill_sm90_supported(kv)) k = BlockSparseKernel::kMma;
-  return k;
+  const BlockSparseKernel k = g_kernel != BlockSparseKernel::kAuto ? g_kernel : env;
+  if (k == BlockSparseKernel::kMma || !prefill_sm90_supported(kv)) return BlockSparseKernel::kMma;
+  return BlockSparseKernel::kWgmma;
 }
 
 void launch_block_sparse_sm90(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
                               const CudaAttentionBatch& batch, const SparsePlanView& plan, float scale, void* out,
-                              BlockSparseKernel form, cudaStream_t stream) {
+                              cudaStream_t stream) {
   VLM_CHECK(prefill_sm90_supported(kv), "sm_90 block-sparse attention: needs an sm_90 GPU, D 128 and a 16-bit cache");
   dispatch_float(act, [&](auto a) {
     using TQ = decltype(a);
     const auto run = [&](auto c) {
       using T = decltype(c);
-      launch<T, TQ>(q, num_heads, kv, batch, plan, scale, out, form, stream);
+      launch<T, TQ>(q, num_heads, kv, batch, plan, scale, out, stream);
     };
     if (kv.dtype == DType::BF16) run(__nv_bfloat16{});
     else run(__half{});

@@ -9,11 +9,11 @@
 // 128-byte-swizzled shared memory beside the tile's key positions, and a consumer warpgroup that
 // owns the item's 64 query rows: S = Q K^T by wgmma m64n64k16 (K from shared memory), the causal
 // mask by original positions, the online softmax in registers, O += P V by wgmma m64n128k16 (P
-// from registers); shared-memory stages between them (mbarriers), two CTAs per SM (setmaxnreg:
-// 56 registers for the producer, 200 for the consumer). The mma.sync kernel is the default (on
-// other GPUs and shapes the only one) and the reference the tests compare the sm_90a kernel with;
-// the sm_90a kernel's coalesced form is faster as measured (below) and becomes the default on
-// sm_90 once it has passed the GPU tests and the end-to-end run.
+// from registers); three shared-memory stages between them (mbarriers), two CTAs per SM
+// (setmaxnreg: 56 registers for the producer, 200 for the consumer). The producer's copies run
+// along the rows (a warp reads 2 whole rows per instruction: every 32-byte L2 sector once). It is
+// the default on sm_90; the mma.sync kernel runs everywhere else and is the reference the tests
+// compare it with.
 #pragma once
 
 #include "kernels/cuda/sparse_prefill/sparse_plan_view.h"
@@ -21,27 +21,21 @@
 namespace vlm::cuda {
 
 // Which kernel paged_block_sparse_attention runs. kAuto: the environment's VLM_CUDA_SPARSE_KERNEL
-// (read once: "mma", "wgmma", "wgmma2", "overlap" or "coalesced"), else kMma. Measured on the
-// H100 on the same 128K plans (bench_cuda_sparse_prefill; bench/RESULTS.md, "End to end V"):
-// kWgmmaCoalesced 12.8 ms, mma.sync 19.3 ms, the other sm_90a forms 26.4-28.0 ms, all with the
-// same output bit for bit (the other forms also in the tests; the coalesced form's tests were
-// added after the last GPU call and have not run yet). The sm_90a forms: kWgmma three K/V stages, Q as wgmma A fragments in
-// the consumer's registers, the producer's copies 16-byte pieces of 16 rows per warp instruction;
-// kWgmma2 two stages, Q an SW128 tile in shared memory (the first form); kWgmmaOverlap as kWgmma
-// with S of the next tile issued before P V of the current one (the softmax of one tile under the
-// other's products); kWgmmaCoalesced as kWgmma with the copies along the rows (a warp reads 2
-// whole rows per instruction: every 32-byte L2 sector once). A wgmma choice where the sm_90a
-// kernel is not supported (another GPU, D 64, an f32 cache) runs kMma.
-enum class BlockSparseKernel { kAuto, kMma, kWgmma, kWgmma2, kWgmmaOverlap, kWgmmaCoalesced };
+// (read once: "mma" or "wgmma"), else kWgmma. kWgmma where the sm_90a kernel is not supported
+// (another GPU, D 64, an f32 cache) runs kMma. Measured on the H100 (bench/RESULTS.md, "End to
+// end V" and "End to end VI"): on the same 128K plans kWgmma 12.8 ms, kMma 19.3 ms, the same output
+// bit for bit; over a 128K prompt's 16 chunks 0.54 s against 0.74 s. Three slower sm_90a forms
+// (Q in shared memory, two stages, S of the next tile overlapping P V; 26.4-28.0 ms, each thread
+// copying half a row) were measured and removed.
+enum class BlockSparseKernel { kAuto, kMma, kWgmma };
 // Test and bench knob (A/B of the kernels on the same plans). Not thread-safe; set before launching.
 void set_block_sparse_kernel(BlockSparseKernel k);
 // The kernel the next launch over this cache runs (never kAuto).
 BlockSparseKernel block_sparse_kernel_for(const PagedKVLayer& kv);
 
-// The sm_90a kernel's launch in form `form` (one of the wgmma forms; block_sparse_kernel_for(kv)
-// is not kMma; checks done by the caller).
+// The sm_90a kernel's launch (block_sparse_kernel_for(kv) is kWgmma; checks done by the caller).
 void launch_block_sparse_sm90(const void* q /*[T,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                               const CudaAttentionBatch& batch, const SparsePlanView& plan, float scale,
-                              void* out /*[T,H,D]*/, BlockSparseKernel form, cudaStream_t stream);
+                              void* out /*[T,H,D]*/, cudaStream_t stream);
 
 }  // namespace vlm::cuda
