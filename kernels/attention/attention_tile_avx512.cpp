@@ -81,11 +81,12 @@ VLM_AVX512 void load_kv_avx512(const PagedKVLayer& kv, const int32_t* block_row,
 // ---- scores --------------------------------------------------------------------------------
 
 template <int R, int NC>
-VLM_AVX512 void scores_block(const float* q, int Dp, const float* kt, float* s) {
+VLM_AVX512 void scores_block(const float* q, int Dp, const float* kt, float* s, PrefetchLines* pf) {
   __m512 acc[R][NC];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
   for (int d = 0; d < Dp; ++d) {
+    if (pf) pf->issue(2);
     __m512 k[NC];
     for (int c = 0; c < NC; ++c) k[c] = _mm512_loadu_ps(kt + d * KT + 16 * c);
     for (int r = 0; r < R; ++r) {
@@ -98,15 +99,15 @@ VLM_AVX512 void scores_block(const float* q, int Dp, const float* kt, float* s) 
 }
 
 template <int NC>
-VLM_AVX512 void scores_rows(const float* q, int M, int Dp, const float* kt, float* s) {
+VLM_AVX512 void scores_rows(const float* q, int M, int Dp, const float* kt, float* s, PrefetchLines* pf) {
   constexpr int RM = NC == 1 ? 12 : 8;  // rows per register block
   int m = 0;
-  for (; m + RM <= M; m += RM) scores_block<RM, NC>(q + m * Dp, Dp, kt, s + m * KT);
+  for (; m + RM <= M; m += RM) scores_block<RM, NC>(q + m * Dp, Dp, kt, s + m * KT, pf);
   const float* qm = q + m * Dp;
   float* sm = s + m * KT;
   switch (M - m) {
     case 0: break;
-#define VLM_CASE(r) case r: scores_block<r, NC>(qm, Dp, kt, sm); break;
+#define VLM_CASE(r) case r: scores_block<r, NC>(qm, Dp, kt, sm, pf); break;
     VLM_CASE(1) VLM_CASE(2) VLM_CASE(3) VLM_CASE(4) VLM_CASE(5) VLM_CASE(6) VLM_CASE(7)
     VLM_CASE(8) VLM_CASE(9) VLM_CASE(10) VLM_CASE(11)
 #undef VLM_CASE
@@ -114,9 +115,10 @@ VLM_AVX512 void scores_rows(const float* q, int M, int Dp, const float* kt, floa
 }
 
 VLM_AVX512 void scores_avx512(const float* q /*[M,Dp]*/, int M, int Dp,
-                              const float* kt /*[Dp,KT]*/, int n, float* s /*[M,KT]*/) {
-  if (n <= 16) scores_rows<1>(q, M, Dp, kt, s);
-  else scores_rows<2>(q, M, Dp, kt, s);
+                              const float* kt /*[Dp,KT]*/, int n, float* s /*[M,KT]*/,
+                              PrefetchLines* pf) {
+  if (n <= 16) scores_rows<1>(q, M, Dp, kt, s, pf);
+  else scores_rows<2>(q, M, Dp, kt, s, pf);
 }
 
 // ---- softmax -------------------------------------------------------------------------------
@@ -189,11 +191,12 @@ namespace {
 
 template <int R, int C>
 VLM_AVX512 void pv_block(const float* p, int nk, int Dp, const float* const* vrows, int d0,
-                         float* acc) {
+                         float* acc, PrefetchLines* pf) {
   __m512 a[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) a[r][c] = _mm512_loadu_ps(acc + r * Dp + 16 * c);
   for (int j = 0; j < nk; ++j) {
+    if (pf) pf->issue(4);
     __m512 vj[C];
     for (int c = 0; c < C; ++c) vj[c] = _mm512_loadu_ps(vrows[j] + d0 + 16 * c);
     for (int r = 0; r < R; ++r) {
@@ -206,19 +209,21 @@ VLM_AVX512 void pv_block(const float* p, int nk, int Dp, const float* const* vro
 }
 
 template <int R>
-VLM_AVX512 void pv_rows(const float* p, int nk, int Dp, const float* const* vrows, float* acc) {
+VLM_AVX512 void pv_rows(const float* p, int nk, int Dp, const float* const* vrows, float* acc,
+                        PrefetchLines* pf) {
   int d = 0;
-  for (; d + 64 <= Dp; d += 64) pv_block<R, 4>(p, nk, Dp, vrows, d, acc + d);
+  for (; d + 64 <= Dp; d += 64) pv_block<R, 4>(p, nk, Dp, vrows, d, acc + d, pf);
   switch ((Dp - d) / 16) {
-    case 1: pv_block<R, 1>(p, nk, Dp, vrows, d, acc + d); break;
-    case 2: pv_block<R, 2>(p, nk, Dp, vrows, d, acc + d); break;
-    case 3: pv_block<R, 3>(p, nk, Dp, vrows, d, acc + d); break;
+    case 1: pv_block<R, 1>(p, nk, Dp, vrows, d, acc + d, pf); break;
+    case 2: pv_block<R, 2>(p, nk, Dp, vrows, d, acc + d, pf); break;
+    case 3: pv_block<R, 3>(p, nk, Dp, vrows, d, acc + d, pf); break;
     default: break;
   }
 }
 
 VLM_AVX512 void pv_avx512(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
-                          const float* const* vrows /*[KT]*/, float* acc /*[M,Dp]*/) {
+                          const float* const* vrows /*[KT]*/, float* acc /*[M,Dp]*/,
+                          PrefetchLines* pf) {
   constexpr int RM = 4;  // rows per register block: 4 x 4 chunks = 16 accumulators
   for (int m = 0; m < M; m += RM) {
     const int rows = std::min(RM, M - m);
@@ -228,10 +233,10 @@ VLM_AVX512 void pv_avx512(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, 
     const float* pm = p + m * KT;
     float* am = acc + m * Dp;
     switch (rows) {
-      case 1: pv_rows<1>(pm, nk, Dp, vrows, am); break;
-      case 2: pv_rows<2>(pm, nk, Dp, vrows, am); break;
-      case 3: pv_rows<3>(pm, nk, Dp, vrows, am); break;
-      default: pv_rows<4>(pm, nk, Dp, vrows, am); break;
+      case 1: pv_rows<1>(pm, nk, Dp, vrows, am, pf); break;
+      case 2: pv_rows<2>(pm, nk, Dp, vrows, am, pf); break;
+      case 3: pv_rows<3>(pm, nk, Dp, vrows, am, pf); break;
+      default: pv_rows<4>(pm, nk, Dp, vrows, am, pf); break;
     }
   }
 }

@@ -56,11 +56,13 @@ VLM_BF16 void load_kv_bf16(const PagedKVLayer& kv, const int32_t* block_row, int
 
 // s[r, 16c + x] = sum_i dpbf16(q pair i of row r, kt[i, 16c + x]) for R rows, NC 16-key chunks.
 template <int R, int NC>
-VLM_BF16 void scores_block_bf16(const uint32_t* q, int D2q, int D2, const uint32_t* kt, float* s) {
+VLM_BF16 void scores_block_bf16(const uint32_t* q, int D2q, int D2, const uint32_t* kt, float* s,
+                               PrefetchLines* pf) {
   __m512 acc[R][NC];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
   for (int i = 0; i < D2; ++i) {
+    if (pf) pf->issue(2);
     __m512bh k[NC];
     for (int c = 0; c < NC; ++c) k[c] = (__m512bh)_mm512_loadu_si512(kt + i * KT + 16 * c);
     for (int r = 0; r < R; ++r) {
@@ -73,16 +75,17 @@ VLM_BF16 void scores_block_bf16(const uint32_t* q, int D2q, int D2, const uint32
 }
 
 template <int NC>
-VLM_BF16 void scores_rows_bf16(const uint32_t* q, int M, int Dp, const uint32_t* kt, float* s) {
+VLM_BF16 void scores_rows_bf16(const uint32_t* q, int M, int Dp, const uint32_t* kt, float* s,
+                              PrefetchLines* pf) {
   constexpr int RM = NC == 1 ? 12 : 8;  // rows per register block
   const int D2q = Dp, D2 = Dp / 2;      // a q row keeps its Dp-float stride
   int m = 0;
-  for (; m + RM <= M; m += RM) scores_block_bf16<RM, NC>(q + m * D2q, D2q, D2, kt, s + m * KT);
+  for (; m + RM <= M; m += RM) scores_block_bf16<RM, NC>(q + m * D2q, D2q, D2, kt, s + m * KT, pf);
   const uint32_t* qm = q + m * D2q;
   float* sm = s + m * KT;
   switch (M - m) {
     case 0: break;
-#define VLM_CASE(r) case r: scores_block_bf16<r, NC>(qm, D2q, D2, kt, sm); break;
+#define VLM_CASE(r) case r: scores_block_bf16<r, NC>(qm, D2q, D2, kt, sm, pf); break;
     VLM_CASE(1) VLM_CASE(2) VLM_CASE(3) VLM_CASE(4) VLM_CASE(5) VLM_CASE(6) VLM_CASE(7)
     VLM_CASE(8) VLM_CASE(9) VLM_CASE(10) VLM_CASE(11)
 #undef VLM_CASE
@@ -90,18 +93,18 @@ VLM_BF16 void scores_rows_bf16(const uint32_t* q, int M, int Dp, const uint32_t*
 }
 
 VLM_BF16 void scores_bf16(const float* q /*[M,Dp] bf16 pairs*/, int M, int Dp, const float* kt, int n,
-                          float* s /*[M,KT]*/) {
+                          float* s /*[M,KT]*/, PrefetchLines* pf) {
   const auto* qd = reinterpret_cast<const uint32_t*>(q);
   const auto* kd = reinterpret_cast<const uint32_t*>(kt);
-  if (n <= 16) scores_rows_bf16<1>(qd, M, Dp, kd, s);
-  else scores_rows_bf16<2>(qd, M, Dp, kd, s);
+  if (n <= 16) scores_rows_bf16<1>(qd, M, Dp, kd, s, pf);
+  else scores_rows_bf16<2>(qd, M, Dp, kd, s, pf);
 }
 
 // acc[r, d0 + 32h + x] += sum over key pairs of dpbf16((p_j, p_j+1), (v[j][.], v[j+1][.])) for R
 // rows, the 32 dims [d0, d0 + 32) (two accumulators of 16). p2 rows: KT / 2 dwords.
 template <int R>
 VLM_BF16 void pv_block_bf16(const uint32_t* p2, int npairs, int nk, const uint16_t* const* v, int d0, int Dp,
-                            float* acc) {
+                            float* acc, PrefetchLines* pf) {
   const __m512i idx_lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                           39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
@@ -111,6 +114,7 @@ VLM_BF16 void pv_block_bf16(const uint32_t* p2, int npairs, int nk, const uint16
     a[r][1] = _mm512_loadu_ps(acc + r * Dp + d0 + 16);
   }
   for (int jj = 0; jj < npairs; ++jj) {
+    if (pf) pf->issue(4);
     const int j = 2 * jj;
     const uint16_t* v1 = j + 1 < nk ? v[j + 1] : v[j];  // its p is 0
     const __m512i x0 = _mm512_loadu_si512(v[j] + d0), x1 = _mm512_loadu_si512(v1 + d0);
@@ -129,7 +133,8 @@ VLM_BF16 void pv_block_bf16(const uint32_t* p2, int npairs, int nk, const uint16
 }
 
 VLM_BF16 void pv_bf16(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
-                      const float* const* vrows /*[KT] bf16 rows*/, float* acc /*[M,Dp]*/) {
+                      const float* const* vrows /*[KT] bf16 rows*/, float* acc /*[M,Dp]*/,
+                      PrefetchLines* pf) {
   constexpr int RM = 8;  // rows per register block: 8 x 2 accumulators
   static_assert(KT == 32, "one 32-float p row rounds into 16 dwords");
   const auto* v = reinterpret_cast<const uint16_t* const*>(vrows);
@@ -142,9 +147,9 @@ VLM_BF16 void pv_bf16(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, int 
     const int npairs = (nk + 1) / 2;
     float* am = acc + static_cast<int64_t>(m) * Dp;
     for (int d0 = 0; d0 < Dp; d0 += 32) switch (rows) {
-#define VLM_CASE(r) case r: pv_block_bf16<r>(p2, npairs, nk, v, d0, Dp, am); break;
+#define VLM_CASE(r) case r: pv_block_bf16<r>(p2, npairs, nk, v, d0, Dp, am, pf); break;
         VLM_CASE(1) VLM_CASE(2) VLM_CASE(3) VLM_CASE(4) VLM_CASE(5) VLM_CASE(6) VLM_CASE(7)
-        default: pv_block_bf16<8>(p2, npairs, nk, v, d0, Dp, am);
+        default: pv_block_bf16<8>(p2, npairs, nk, v, d0, Dp, am, pf);
 #undef VLM_CASE
       }
   }

@@ -33,7 +33,7 @@ void load_kv_generic(const PagedKVLayer& kv, const int32_t* block_row, int kvh, 
 }
 
 void scores_generic(const float* q /*[M,Dp]*/, int M, int Dp, const float* kt /*[Dp,KT]*/,
-                    int n, float* s /*[M,KT]*/) {
+                    int n, float* s /*[M,KT]*/, PrefetchLines* /*pf: the caller issues them*/) {
   for (int m = 0; m < M; ++m) {
     float row[KT] = {};
     const float* qm = q + m * Dp;
@@ -76,7 +76,7 @@ void softmax_generic(float* s /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int 
 }
 
 void pv_generic(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
-                const float* const* vrows /*[KT]*/, float* acc /*[M,Dp]*/) {
+                const float* const* vrows /*[KT]*/, float* acc /*[M,Dp]*/, PrefetchLines* /*pf*/) {
   for (int m = 0; m < M; ++m) {
     float* a = acc + m * Dp;
     for (int j = 0; j < nvalid[m]; ++j) {

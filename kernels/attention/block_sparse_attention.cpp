@@ -91,10 +91,10 @@ void run_item(const Ctx& c, const Item& it) {
   }
 
   auto step = [&](int n) {
-    c.ops.scores(b.qt.data(), M, Dp, b.kt.data(), n, b.s.data());
+    c.ops.scores(b.qt.data(), M, Dp, b.kt.data(), n, b.s.data(), nullptr);
     c.ops.softmax(b.s.data(), b.nvalid.data(), M, Dp, b.m_run.data(), b.l_run.data(),
                   b.acc.data());
-    c.ops.pv(b.s.data(), b.nvalid.data(), M, Dp, vrows, b.acc.data());
+    c.ops.pv(b.s.data(), b.nvalid.data(), M, Dp, vrows, b.acc.data(), nullptr);
   };
   // Contiguous keys [k0, k1): the causal mask of a tile is nvalid = keys <= qpos.
   auto run_range = [&](int k0, int k1) {

@@ -17,6 +17,7 @@ struct Scratch : AlignedScratch {
   float* s = nullptr;     // [M, KT] scores
   float* kt = nullptr;    // [Dp, KT] keys, transposed
   float* vbuf = nullptr;  // [KT, Dp] values converted to f32
+  PrefetchLines pf;       // the lines of the tile kPrefetchTiles ahead
 };
 thread_local Scratch tls_scratch;
 
@@ -25,20 +26,25 @@ inline size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 // Key tiles requested ahead of the one computed.
 // Into L2 (prefetcht1), 4 tiles ahead: against 1 tile into L1, ~20 % less CPU time per cold
 // 4K/32K decode row (bench_attention BM_DecodeCold/bf16_dot_tiles, CPU time at load ~2-6).
+// A tile's requests go out from inside the tile kernels' loops (PrefetchLines), not in one burst:
+// 4K decode rows from memory ~25 % faster (bench/RESULTS.md, issue 24, branch cpu-decode4).
 constexpr int kPrefetchTiles = 4;
 
-// Asks the caches for keys [k0, k0 + n) of kv head kvh (K and V), so that a later key tile
-// streams in while this one is computed: blocks are scattered, which hardware prefetch misses.
-void prefetch_keys(const PagedKVLayer& kv, const int32_t* table, int kvh, int k0, int n) {
+// The cache lines of keys [k0, k0 + n) of kv head kvh (K and V), as pf's list (replacing it),
+// so that a later key tile streams in while this one is computed: blocks are scattered, which
+// hardware prefetch misses. Lines beyond pf's capacity are left out.
+void list_key_lines(const PagedKVLayer& kv, const int32_t* table, int kvh, int k0, int n,
+                    PrefetchLines& pf) {
   const int64_t esize = static_cast<int64_t>(dtype_size(kv.dtype));
   const int64_t row_bytes = kv.head_dim * esize;
+  pf.n = pf.next = 0;
   for (int j = k0; j < k0 + n;) {  // one run of consecutive slots of one block at a time
     const int run = std::min(k0 + n - j, kv.block_size - j % kv.block_size);
     const int64_t off = (table[j / kv.block_size] * kv.block_stride() + kvh * kv.head_stride() +
                          static_cast<int64_t>(j % kv.block_size) * kv.head_dim) * esize;
-    for (int64_t b = 0; b < run * row_bytes; b += 64) {
-      __builtin_prefetch(static_cast<const char*>(kv.k) + off + b, 0, 2);
-      __builtin_prefetch(static_cast<const char*>(kv.v) + off + b, 0, 2);
+    for (int64_t b = 0; b < run * row_bytes && pf.n + 2 <= PrefetchLines::kCapacity; b += 64) {
+      pf.line[pf.n++] = static_cast<const char*>(kv.k) + off + b;
+      pf.line[pf.n++] = static_cast<const char*>(kv.v) + off + b;
     }
     j += run;
   }
@@ -93,18 +99,24 @@ void run_key_range(const TileOps& ops, const PagedKVLayer& kv, const int32_t* bl
   int* nvalid = sc.nvalid.data();
   const float* vrows[KT];
   const int ahead = kPrefetchTiles * KT;
-  prefetch_keys(kv, block_row, kvh, k_begin, std::min(ahead, k_end - k_begin));
+  PrefetchLines& pf = sc.pf;
+  for (int k0 = k_begin; k0 < std::min(k_end, k_begin + ahead); k0 += KT) {  // the first tiles at once
+    list_key_lines(kv, block_row, kvh, k0, std::min(KT, k_end - k0), pf);
+    pf.issue_all();
+  }
   for (int k0 = k_begin; k0 < k_end; k0 += KT) {
     const int n = std::min(KT, k_end - k0);
     for (int r = 0; r < rows; ++r) {  // causal mask: row r sees keys <= first_pos + r
       const int nv = first_pos < 0 ? n : std::clamp(first_pos + r - k0 + 1, 0, n);
       std::fill(nvalid + r * G, nvalid + (r + 1) * G, nv);
     }
+    pf.n = pf.next = 0;
+    if (k0 + ahead < k_end) list_key_lines(kv, block_row, kvh, k0 + ahead, std::min(KT, k_end - k0 - ahead), pf);
     ops.load_kv(kv, block_row, kvh, k0, n, Dp, sc.kt, sc.vbuf, vrows);
-    if (k0 + ahead < k_end) prefetch_keys(kv, block_row, kvh, k0 + ahead, std::min(KT, k_end - k0 - ahead));
-    ops.scores(st.qt, M, Dp, sc.kt, n, sc.s);
+    ops.scores(st.qt, M, Dp, sc.kt, n, sc.s, &pf);
     ops.softmax(sc.s, nvalid, M, Dp, st.m_run, st.l_run, st.acc);
-    ops.pv(sc.s, nvalid, M, Dp, vrows, st.acc);
+    ops.pv(sc.s, nvalid, M, Dp, vrows, st.acc, &pf);
+    pf.issue_all();  // what the tile kernels left
   }
 }
 

@@ -26,6 +26,22 @@ constexpr float kRescaleThreshold = 8.0f;
 // may use any of the lanes.
 constexpr int kSumLanes = 16;
 
+// Cache lines that a later key tile will read, requested (software prefetch into L2) a few at a
+// time from inside a tile's loops, between its arithmetic: a burst of a whole tile's lines at
+// once fills the core's miss buffers and stalls the arithmetic behind it until the lines arrive
+// (measured: 4K decode rows from memory ~20 % faster spread than in one burst per tile).
+// line[next, n) are still to be requested, in order.
+struct PrefetchLines {
+  static constexpr int kCapacity = 1024;
+  const char* line[kCapacity];
+  int n = 0, next = 0;
+
+  void issue(int count) {
+    for (; count > 0 && next < n; --count) __builtin_prefetch(line[next++], 0, 2);
+  }
+  void issue_all() { issue(n - next); }
+};
+
 // The four steps of one key tile; one implementation per instruction set. The f32 tiles (generic,
 // avx512) hold q, kt and the V rows as f32 as described below; the bf16 tiles (avx512_bf16,
 // attention_tile_bf16.cpp) hold q, kt and V in bf16 in their own layouts inside the same buffers
@@ -42,9 +58,11 @@ struct TileOps {
   void (*load_kv)(const PagedKVLayer& kv, const int32_t* block_row, int kvh, int k0, int n,
                   int Dp, float* kt /*[Dp,KT]*/, float* vbuf /*[KT,Dp]*/,
                   const float** vrows /*[KT]*/);
-  // s[m, j] = q[m, :] . kt[:, j] for m < M and j < n (columns >= n unspecified).
+  // s[m, j] = q[m, :] . kt[:, j] for m < M and j < n (columns >= n unspecified). pf (or null):
+  // lines to request meanwhile; an implementation may issue some of them (PrefetchLines::issue),
+  // the caller issues the rest.
   void (*scores)(const float* q /*[M,Dp]*/, int M, int Dp, const float* kt /*[Dp,KT]*/, int n,
-                 float* s /*[M,KT]*/);
+                 float* s /*[M,KT]*/, PrefetchLines* pf);
   // Online softmax step. Row m has nvalid[m] valid keys (the rest are masked). For a row with
   // nvalid[m] > 0 whose valid max mx exceeds m_run[m] + kRescaleThreshold (always when m_run is
   // -inf): m_run = mx, acc row and l_run row scaled by exp2(old - new). Then the s row becomes
@@ -52,9 +70,10 @@ struct TileOps {
   // nvalid[m] == 0 get p = 0 and keep their state. m_run starts at -inf, l_run and acc at 0.
   void (*softmax)(float* s /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
                   float* m_run /*[M]*/, float* l_run /*[M,kSumLanes]*/, float* acc /*[M,Dp]*/);
-  // acc[m, :] += sum_{j < nvalid[m]} p[m, j] * vrows[j][:]  (p is 0 beyond nvalid[m]).
+  // acc[m, :] += sum_{j < nvalid[m]} p[m, j] * vrows[j][:]  (p is 0 beyond nvalid[m]). pf: as
+  // for scores.
   void (*pv)(const float* p /*[M,KT]*/, const int* nvalid /*[M]*/, int M, int Dp,
-             const float* const* vrows /*[KT]*/, float* acc /*[M,Dp]*/);
+             const float* const* vrows /*[KT]*/, float* acc /*[M,Dp]*/, PrefetchLines* pf);
 };
 
 const TileOps& tile_ops_generic();
