@@ -137,24 +137,30 @@ __device__ __forceinline__ void store_item_rows(const SparsePlanView& plan, cons
   }
 }
 
-// One CTA per work item; items of more than one piece merge their pieces' partials (log-sum-exp
-// over the rows' maxima m, in the log2 domain of online_softmax) into the output rows.
+// The combine of split items: each item of more than one piece merges its pieces' partials
+// (log-sum-exp over the rows' maxima m, in the log2 domain of online_softmax) into the output
+// rows. A small grid (combine_ctas: a few CTAs per SM, not one per item: most items are not
+// split, and a chunk's few split items each spread over a whole CTA of 256 threads). CTA b takes
+// items b, b + G, b + 2G, ... (G = gridDim.x): warp 0 reads 32 of its items' piece counts at
+// once and lists the split ones; then the CTA merges them one by one, each thread a float4 of a
+// row per pass with its pieces' loads independent (the first version: one CTA of 128 threads per
+// item, every element's pieces read in a dependent chain: ~0.2 ms a layer, latency-bound). The
+// arithmetic is the first version's, term by term in piece order: the same output bit for bit.
+constexpr int kCombineThreads = 256;
+
 template <int D, class TQ>
-__global__ void __launch_bounds__(128) combine_kernel(int H, SparsePlanView plan, TQ* __restrict__ out) {
-  const int it = blockIdx.x;
+__device__ __forceinline__ void combine_item(int H, const SparsePlanView& plan, int it, TQ* __restrict__ out,
+                                             float* row_max, float* row_inv, int* row_idx) {
   const int np = plan.piece_off[it + 1] - plan.piece_off[it];
-  if (np <= 1) return;
   const float* slots = plan.partial + int64_t(plan.slot_off[it]) * kSplitSlotFloats;
   const int32_t* item = plan.items + 4 * int64_t(it);
   const int h = item[1], qb = item[2];
   const SparseHeadDesc hd = plan.descs[item[3]];
-  __shared__ float row_max[kBM], row_inv[kBM];
-  __shared__ int row_idx[kBM];
   const int tid = threadIdx.x;
   if (tid < kBM) {
-    const int i = qb * kBM + tid;
-    row_idx[tid] = sparse::item_row(plan.data, hd, i);
+    row_idx[tid] = sparse::item_row(plan.data, hd, qb * kBM + tid);
     float mx = -INFINITY;
+#pragma unroll 4
     for (int k = 0; k < np; ++k) mx = fmaxf(mx, slots[k * kSplitSlotFloats + 64 * 128 + 2 * tid]);
     float sum = 0.f;
     if (mx != -INFINITY)
@@ -166,26 +172,74 @@ __global__ void __launch_bounds__(128) combine_kernel(int H, SparsePlanView plan
     row_inv[tid] = sum > 0.f ? 1.f / sum : 0.f;
   }
   __syncthreads();
-  for (int e = tid; e < kBM * D; e += 128) {
-    const int row = e / D, c = e % D, ri = row_idx[row];
+  constexpr int kQuads = D / 4;                      // float4s per row
+  constexpr int kRowsPerPass = kCombineThreads / kQuads;
+  const int c = (tid % kQuads) * 4;
+  for (int row = tid / kQuads; row < kBM; row += kRowsPerPass) {
+    const int ri = row_idx[row];
     if (ri < 0) continue;
     const float mx = row_max[row];
-    float acc = 0.f;
-    if (mx != -INFINITY)
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (mx != -INFINITY) {
+#pragma unroll 4
       for (int k = 0; k < np; ++k) {
         const float* sl = slots + k * kSplitSlotFloats;
         const float mk = sl[64 * 128 + 2 * row];
-        if (mk != -INFINITY) acc += sl[row * 128 + c] * exp2f(mk - mx);
+        const float4 v = *reinterpret_cast<const float4*>(sl + row * 128 + c);
+        if (mk != -INFINITY) {
+          const float w = exp2f(mk - mx);
+          acc[0] += v.x * w;
+          acc[1] += v.y * w;
+          acc[2] += v.z * w;
+          acc[3] += v.w * w;
+        }
       }
-    out[(int64_t(hd.t0 + ri) * H + h) * D + c] = from_f32<TQ>(acc * row_inv[row]);
+    }
+    TQ* dst = out + (int64_t(hd.t0 + ri) * H + h) * D + c;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dst[e] = from_f32<TQ>(acc[e] * row_inv[row]);
   }
+  __syncthreads();  // the rows' shared values are read
+}
+
+template <int D, class TQ>
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(int H, SparsePlanView plan, TQ* __restrict__ out) {
+  __shared__ float row_max[kBM], row_inv[kBM];
+  __shared__ int row_idx[kBM];
+  __shared__ int split_items[32];
+  __shared__ int num_split;
+  const int tid = threadIdx.x, G = gridDim.x;
+  for (int base = blockIdx.x; base < plan.num_items; base += 32 * G) {
+    if (tid < 32) {
+      const int it = base + tid * G;
+      const bool split = it < plan.num_items && plan.piece_off[it + 1] - plan.piece_off[it] > 1;
+      const unsigned ballot = __ballot_sync(0xffffffffu, split);
+      if (split) split_items[__popc(ballot & ((1u << tid) - 1))] = it;
+      if (tid == 0) num_split = __popc(ballot);
+    }
+    __syncthreads();
+    const int n = num_split;
+    for (int j = 0; j < n; ++j) combine_item<D, TQ>(H, plan, split_items[j], out, row_max, row_inv, row_idx);
+    __syncthreads();  // split_items and num_split are rewritten next pass
+  }
+}
+
+// The combine's grid: 4 CTAs per SM of the current device at most, one per item at most.
+inline int combine_ctas(int num_items) {
+  static const int ctas = [] {
+    int dev = 0, sms = 0;
+    VLM_CUDA_CHECK(cudaGetDevice(&dev));
+    VLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return 4 * (sms > 0 ? sms : 1);
+  }();
+  return num_items < ctas ? num_items : ctas;
 }
 
 // The combine after a launch over split pieces (plan.piece_off set; else nothing).
 template <int D, class TQ>
 void combine_pieces(int H, const SparsePlanView& plan, TQ* out, cudaStream_t stream) {
-  if (!plan.piece_off) return;
-  combine_kernel<D, TQ><<<plan.num_items, 128, 0, stream>>>(H, plan, out);
+  if (!plan.piece_off || plan.num_items <= 0) return;
+  combine_kernel<D, TQ><<<combine_ctas(plan.num_items), kCombineThreads, 0, stream>>>(H, plan, out);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

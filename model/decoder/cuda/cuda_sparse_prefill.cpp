@@ -172,7 +172,7 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
   BlockCounts* target = b.sparse_block_counts.empty() ? nullptr : b.sparse_block_counts[0];
   const int q_len = q_len_of(b, 0), N = b.context_lens[0];
   unsigned long long* acc = counts_.counter(target, stream);
-  device_plan_.build(layouts, pats[0].grid, b.cu_seqlens_q[0], q_len, N, stream, acc);
+  device_plan_.build(layouts, pats[0].grid, b.cu_seqlens_q[0], q_len, N, stream, acc, layer);
   if (acc) counts_.add_causal(device_plan_.causal_blocks());
   mark("sparse_plan");
   last_plan_ = device_plan_.view();
