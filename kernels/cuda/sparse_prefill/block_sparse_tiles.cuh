@@ -146,7 +146,7 @@ __device__ __forceinline__ void store_item_rows(const SparsePlanView& plan, cons
 // thread a float4 of a row per pass with its pieces' loads independent. (The first version: one
 // CTA of 128 threads per item, every element's pieces read in a dependent chain: ~0.2 ms a layer
 // late in a 128K prompt, latency-bound.) The arithmetic is the first version's, term by term in
-// piece order: the same output bit for bit.
+// piece order (the same sums in the same order).
 constexpr int kCombineThreads = 256;
 constexpr int kCombineParts = 4, kCombineRows = kBM / kCombineParts;
 
