@@ -137,55 +137,119 @@ __device__ __forceinline__ void store_item_rows(const SparsePlanView& plan, cons
   }
 }
 
-// One CTA per work item; items of more than one piece merge their pieces' partials (log-sum-exp
-// over the rows' maxima m, in the log2 domain of online_softmax) into the output rows.
+// The combine of split items: each item of more than one piece merges its pieces' partials
+// (log-sum-exp over the rows' maxima m, in the log2 domain of online_softmax) into the output
+// rows. A small grid (combine_ctas: a few CTAs per SM, not one per item: most items are not
+// split) over units of kCombineRows rows of a split item: unit u = item * kCombineParts + part,
+// CTA b takes units b, b + G, b + 2G, ... (G = gridDim.x); warp 0 reads the piece counts of 32 of
+// its units' items at once and lists the split ones, then the CTA merges them one by one, each
+// thread a float4 of a row per pass with its pieces' loads independent. (The first version: one
+// CTA of 128 threads per item, every element's pieces read in a dependent chain: ~0.2 ms a layer
+// late in a 128K prompt, latency-bound.) The arithmetic is the first version's, term by term in
+// piece order (the same sums in the same order).
+constexpr int kCombineThreads = 256;
+constexpr int kCombineParts = 4, kCombineRows = kBM / kCombineParts;
+
 template <int D, class TQ>
-__global__ void __launch_bounds__(128) combine_kernel(int H, SparsePlanView plan, TQ* __restrict__ out) {
-  const int it = blockIdx.x;
+__device__ __forceinline__ void combine_rows(int H, const SparsePlanView& plan, int it, int part, TQ* __restrict__ out,
+                                             float* row_max, float* row_inv, int* row_idx) {
   const int np = plan.piece_off[it + 1] - plan.piece_off[it];
-  if (np <= 1) return;
   const float* slots = plan.partial + int64_t(plan.slot_off[it]) * kSplitSlotFloats;
   const int32_t* item = plan.items + 4 * int64_t(it);
   const int h = item[1], qb = item[2];
   const SparseHeadDesc hd = plan.descs[item[3]];
-  __shared__ float row_max[kBM], row_inv[kBM];
-  __shared__ int row_idx[kBM];
-  const int tid = threadIdx.x;
-  if (tid < kBM) {
-    const int i = qb * kBM + tid;
-    row_idx[tid] = sparse::item_row(plan.data, hd, i);
+  const int tid = threadIdx.x, row0 = part * kCombineRows;
+  if (tid < kCombineRows) {
+    const int row = row0 + tid;
+    row_idx[tid] = sparse::item_row(plan.data, hd, qb * kBM + row);
     float mx = -INFINITY;
-    for (int k = 0; k < np; ++k) mx = fmaxf(mx, slots[k * kSplitSlotFloats + 64 * 128 + 2 * tid]);
+#pragma unroll 8
+    for (int k = 0; k < np; ++k) mx = fmaxf(mx, slots[k * kSplitSlotFloats + 64 * 128 + 2 * row]);
     float sum = 0.f;
-    if (mx != -INFINITY)
+    if (mx != -INFINITY) {
+#pragma unroll 8
       for (int k = 0; k < np; ++k) {
-        const float* ml = slots + k * kSplitSlotFloats + 64 * 128 + 2 * tid;
-        if (ml[0] != -INFINITY) sum += ml[1] * exp2f(ml[0] - mx);
+        const float2 ml = *reinterpret_cast<const float2*>(slots + k * kSplitSlotFloats + 64 * 128 + 2 * row);
+        if (ml.x != -INFINITY) sum += ml.y * exp2f(ml.x - mx);
       }
+    }
     row_max[tid] = mx;
     row_inv[tid] = sum > 0.f ? 1.f / sum : 0.f;
   }
   __syncthreads();
-  for (int e = tid; e < kBM * D; e += 128) {
-    const int row = e / D, c = e % D, ri = row_idx[row];
+  constexpr int kQuads = D / 4;  // float4s per row
+  constexpr int kRowsPerPass = kCombineThreads / kQuads;
+  const int c = (tid % kQuads) * 4;
+  for (int r = tid / kQuads; r < kCombineRows; r += kRowsPerPass) {
+    const int ri = row_idx[r], row = row0 + r;
     if (ri < 0) continue;
-    const float mx = row_max[row];
-    float acc = 0.f;
-    if (mx != -INFINITY)
+    const float mx = row_max[r];
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (mx != -INFINITY) {
+#pragma unroll 8
       for (int k = 0; k < np; ++k) {
         const float* sl = slots + k * kSplitSlotFloats;
         const float mk = sl[64 * 128 + 2 * row];
-        if (mk != -INFINITY) acc += sl[row * 128 + c] * exp2f(mk - mx);
+        const float4 v = *reinterpret_cast<const float4*>(sl + row * 128 + c);
+        if (mk != -INFINITY) {
+          const float w = exp2f(mk - mx);
+          acc[0] += v.x * w;
+          acc[1] += v.y * w;
+          acc[2] += v.z * w;
+          acc[3] += v.w * w;
+        }
       }
-    out[(int64_t(hd.t0 + ri) * H + h) * D + c] = from_f32<TQ>(acc * row_inv[row]);
+    }
+    TQ* dst = out + (int64_t(hd.t0 + ri) * H + h) * D + c;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dst[e] = from_f32<TQ>(acc[e] * row_inv[r]);
   }
+  __syncthreads();  // the rows' shared values are read
+}
+
+template <int D, class TQ>
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(int H, SparsePlanView plan, TQ* __restrict__ out) {
+  __shared__ float row_max[kCombineRows], row_inv[kCombineRows];
+  __shared__ int row_idx[kCombineRows];
+  __shared__ int split_units[32];
+  __shared__ int num_split;
+  const int tid = threadIdx.x, G = gridDim.x;
+  const int64_t units = int64_t(plan.num_items) * kCombineParts;
+  for (int64_t base = blockIdx.x; base < units; base += 32 * int64_t(G)) {
+    if (tid < 32) {
+      const int64_t u = base + int64_t(tid) * G;
+      const int it = static_cast<int>(u / kCombineParts);
+      const bool split = u < units && plan.piece_off[it + 1] - plan.piece_off[it] > 1;
+      const unsigned ballot = __ballot_sync(0xffffffffu, split);
+      if (split) split_units[__popc(ballot & ((1u << tid) - 1))] = static_cast<int>(u);
+      if (tid == 0) num_split = __popc(ballot);
+    }
+    __syncthreads();
+    const int n = num_split;
+    for (int j = 0; j < n; ++j)
+      combine_rows<D, TQ>(H, plan, split_units[j] / kCombineParts, split_units[j] % kCombineParts, out, row_max,
+                          row_inv, row_idx);
+    __syncthreads();  // split_units and num_split are rewritten next pass
+  }
+}
+
+// The combine's grid: 4 CTAs per SM of the current device at most, one per unit at most.
+inline int combine_ctas(int num_items) {
+  static const int ctas = [] {
+    int dev = 0, sms = 0;
+    VLM_CUDA_CHECK(cudaGetDevice(&dev));
+    VLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return 4 * (sms > 0 ? sms : 1);
+  }();
+  const int64_t units = int64_t(num_items) * kCombineParts;
+  return units < ctas ? static_cast<int>(units) : ctas;
 }
 
 // The combine after a launch over split pieces (plan.piece_off set; else nothing).
 template <int D, class TQ>
 void combine_pieces(int H, const SparsePlanView& plan, TQ* out, cudaStream_t stream) {
-  if (!plan.piece_off) return;
-  combine_kernel<D, TQ><<<plan.num_items, 128, 0, stream>>>(H, plan, out);
+  if (!plan.piece_off || plan.num_items <= 0) return;
+  combine_kernel<D, TQ><<<combine_ctas(plan.num_items), kCombineThreads, 0, stream>>>(H, plan, out);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

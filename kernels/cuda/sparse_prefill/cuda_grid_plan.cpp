@@ -18,8 +18,32 @@ void grow(DeviceBuffer& b, size_t bytes) {
 
 }  // namespace
 
+const GridHeadLayout* CudaGridPlan::upload_layouts(const std::vector<GridHeadLayout>& dl, int key,
+                                                  cudaStream_t stream) {
+  const size_t bytes = dl.size() * sizeof(GridHeadLayout);
+  DeviceBuffer* target = &layouts_;
+  if (key >= 0) {
+    if (static_cast<int>(kept_.size()) <= key) kept_.resize(key + 1);
+    KeptLayouts& k = kept_[key];
+    if (k.host.size() == dl.size() && std::memcmp(k.host.data(), dl.data(), bytes) == 0)
+      return k.device.as<GridHeadLayout>();  // unchanged: the copy made by an earlier build on the stream
+    k.host = dl;
+    target = &k.device;
+  }
+  grow(*target, bytes);
+  Stage& st = stages_[next_stage_];
+  next_stage_ = (next_stage_ + 1) % kStages;
+  if (st.copied) VLM_CUDA_CHECK(cudaEventSynchronize(st.copied));  // the stage's last copy has read it
+  else VLM_CUDA_CHECK(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming));
+  st.host.reserve(bytes);
+  std::memcpy(st.host.get(), dl.data(), bytes);
+  VLM_CUDA_CHECK(cudaMemcpyAsync(target->get(), st.host.get(), bytes, cudaMemcpyHostToDevice, stream));
+  VLM_CUDA_CHECK(cudaEventRecord(st.copied, stream));
+  return target->as<GridHeadLayout>();
+}
+
 void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& p, int t0, int q_len, int N,
-                         cudaStream_t stream, unsigned long long* count_acc) {
+                         cudaStream_t stream, unsigned long long* count_acc, int layout_key) {
   const int H = static_cast<int>(layouts.size());
   VLM_CHECK(H > 0 && q_len > 0 && N >= q_len, "grid plan: {} heads q_len {} keys {}", H, q_len, N);
   GridPlanShape sh;
@@ -28,14 +52,7 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   sh.num_keys = N;
   sh.band = p.use_slash ? std::max(p.band, 0) : -1;
   sh.n_init = std::max(p.n_init, 0);
-  grow(layouts_, H * sizeof(GridHeadLayout));
-  GridHeadLayout* d_layouts = layouts_.as<GridHeadLayout>();
-  Stage& st = stages_[next_stage_];
-  next_stage_ = (next_stage_ + 1) % kStages;
-  if (st.copied) VLM_CUDA_CHECK(cudaEventSynchronize(st.copied));  // the stage's last copy has read it
-  else VLM_CUDA_CHECK(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming));
-  st.host.reserve(H * sizeof(GridHeadLayout));
-  auto* dl = st.host.as<GridHeadLayout>();
+  std::vector<GridHeadLayout> dl(H);
   for (int h = 0; h < H; ++h) {
     const GridLayout& l = layouts[h];
     VLM_CHECK(l.stride > 0 && l.stride <= kGridPlanMaxStride, "grid plan on the GPU: stride {} (at most {})", l.stride,
@@ -52,8 +69,7 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
     std::copy_n(l.hgroups.begin(), d.nh, d.h);
     sh.max_stride = std::max(sh.max_stride, l.stride);
   }
-  VLM_CUDA_CHECK(cudaMemcpyAsync(d_layouts, dl, H * sizeof(GridHeadLayout), cudaMemcpyHostToDevice, stream));
-  VLM_CUDA_CHECK(cudaEventRecord(st.copied, stream));
+  const GridHeadLayout* d_layouts = upload_layouts(dl, layout_key, stream);
   const int nqb = sh.num_qblocks(), nkb = sh.num_kblocks(), n = H * nqb;
   VLM_CHECK(sh.max_stride * 4 + nkb + 16 <= 200 * 1024, "grid plan on the GPU: {} keys too many", N);
 

@@ -36,9 +36,13 @@ class CudaGridPlan {
   // row in q; rows are positions [num_keys - q_len, num_keys) of the sequence (batch sequence 0).
   // Asynchronous on `stream` (no host synchronization, no host memory read by the stream).
   // count_acc (optional, device [2]): the plan's listed key blocks and gathered columns are added
-  // to it on the stream (usage's density without a download per layer).
+  // to it on the stream (usage's density without a download per layer). layout_key >= 0 (the
+  // decoder: the layer): the device copy of the layouts is kept under that key and uploaded again
+  // only when they differ from that key's last build (a chunked prompt's later chunks reuse the
+  // first chunk's layouts: no copy per layer, whose transfer and its wait cost ~10 us of GPU
+  // timeline); < 0: uploaded every build.
   void build(std::span<const GridLayout> layouts, const GridParams& params, int t0, int q_len, int num_keys,
-             cudaStream_t stream, unsigned long long* count_acc = nullptr);
+             cudaStream_t stream, unsigned long long* count_acc = nullptr, int layout_key = -1);
 
   SparsePlanView view() const { return view_; }
   int num_heads() const { return num_heads_; }
@@ -67,6 +71,16 @@ class CudaGridPlan {
   };
   Stage stages_[kStages];
   int next_stage_ = 0;
+
+  // The device layouts of one key (build's layout_key) and the host copy they were made from.
+  struct KeptLayouts {
+    std::vector<GridHeadLayout> host;
+    DeviceBuffer device;
+  };
+  std::vector<KeptLayouts> kept_;
+  // The device copy of dl[H] for this build: kept_[key]'s when unchanged, else uploaded (through
+  // the staging ring) into kept_[key] or, key < 0, into layouts_.
+  const GridHeadLayout* upload_layouts(const std::vector<GridHeadLayout>& dl, int key, cudaStream_t stream);
 
   DeviceBuffer layouts_, scratch_, temp_, plan_, split_, partial_;
   SparsePlanView view_;

@@ -4,6 +4,7 @@
 // the few thousand items of a chunk. The order: a bitonic sort in shared memory of unique 64-bit
 // keys (cost descending, then item index ascending: the stable order of
 // CudaBlockSparsePlan::upload).
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
@@ -14,6 +15,10 @@ namespace {
 
 constexpr int kThreads = 1024, kItems = 4;
 using Scan = cub::BlockScan<int, kThreads>;
+// Up to kThreads * kItems items are ordered by a stable radix sort of their costs (descending)
+// instead of the bitonic sort (78 barrier-separated stages for 4,096 keys; the radix sort takes
+// ceil(bits / 4) passes over the costs' bits).
+using RadixSort = cub::BlockRadixSort<unsigned, kThreads, kItems, int>;
 
 // out[i] = v(0) + ... + v(i - 1) for i <= count (out[count]: the total, returned to every thread).
 template <class V>
@@ -56,15 +61,50 @@ __device__ void cta_bitonic_sort(unsigned long long* key, int P) {
     }
 }
 
+// key[i] (i < n) = the bitonic sort's key of the i-th item in the stable cost order (cost
+// descending, index ascending), by a stable radix sort of cost + 1 (n <= kThreads * kItems).
+__device__ void cta_radix_order(const int32_t* nblocks, const int32_t* ncols, int n, unsigned long long* key,
+                                typename RadixSort::TempStorage& tmp, unsigned* max_key) {
+  unsigned k[kItems];
+  int v[kItems];
+  unsigned mx = 0;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = threadIdx.x * kItems + j;  // blocked arrangement: the sort is stable in i
+    k[j] = i < n ? static_cast<unsigned>(nblocks[i] * 64 + ncols[i]) + 1u : 0u;  // padding sorts last
+    v[j] = i;
+    mx = max(mx, k[j]);
+  }
+  if (threadIdx.x == 0) *max_key = 0;
+  __syncthreads();
+  mx = __reduce_max_sync(0xffffffffu, mx);
+  if (threadIdx.x % 32 == 0) atomicMax(max_key, mx);
+  __syncthreads();
+  const int bits = 32 - __clz(*max_key | 1u);
+  RadixSort(tmp).SortDescending(k, v, 0, bits);
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int r = threadIdx.x * kItems + j;
+    if (r < n)
+      key[r] = (static_cast<unsigned long long>(0x7fffffff - static_cast<int>(k[j] - 1u)) << 32) |
+               static_cast<unsigned>(v[j]);
+  }
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(kThreads) schedule_kernel(GridPlanScheduleArgs a) {
   extern __shared__ unsigned long long key[];  // [P] when sorting here
   __shared__ typename Scan::TempStorage tmp;
+  __shared__ typename RadixSort::TempStorage sort_tmp;
+  __shared__ unsigned max_key;
   const GridPlanShape& sh = a.shape;
   const int nqb = sh.num_qblocks(), H = sh.num_heads, n = H * nqb;
   const int32_t *nblocks = a.nblocks, *ncols = a.ncols;
   const int blocks = cta_exclusive_sum([&](int i) { return nblocks[i]; }, n, a.block_off, tmp);
   const int cols = cta_exclusive_sum([&](int i) { return ncols[i]; }, n, a.col_off, tmp);
-  if (!a.order) {
+  if (!a.order && n <= kThreads * kItems) {
+    cta_radix_order(nblocks, ncols, n, key, sort_tmp, &max_key);
+  } else if (!a.order) {
     int P = 1;
     while (P < n) P <<= 1;
     for (int i = threadIdx.x; i < P; i += kThreads)

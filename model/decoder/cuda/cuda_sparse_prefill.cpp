@@ -1,7 +1,9 @@
 #include "model/decoder/cuda/cuda_sparse_prefill.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "kernels/core/check.h"
 #include "kernels/core/thread_pool.h"
@@ -23,7 +25,56 @@ bool sparse_here(const ForwardBatch& b, int s) {
   return s < static_cast<int>(b.sparse_prefill.size()) && b.sparse_prefill[s].enabled() && q_len_of(b, s) > 1;
 }
 
+int g_plan_ahead = -1;  // set_sparse_plan_ahead (-1: the environment's)
+
 }  // namespace
+
+void set_sparse_plan_ahead(bool on) { g_plan_ahead = on ? 1 : 0; }
+
+bool CudaSparsePrefill::plan_ahead_wanted() {
+  static const bool env = [] {
+    const char* e = std::getenv("VLM_CUDA_SPARSE_PLAN_AHEAD");
+    return !(e && std::string(e) == "0");
+  }();
+  return g_plan_ahead < 0 ? env : g_plan_ahead == 1;
+}
+
+CudaSparsePrefill::~CudaSparsePrefill() {
+  if (side_) cudaStreamSynchronize(side_);
+  for (cudaEvent_t e : {go_, ready_[0], ready_[1]})
+    if (e) cudaEventDestroy(e);
+  if (side_) cudaStreamDestroy(side_);
+}
+
+bool CudaSparsePrefill::device_grid_heads(const std::vector<HeadPattern>& pats) {
+  for (const HeadPattern& pt : pats)
+    if (pt.type != HeadPatternType::Grid || pt.boundary != BoundaryKind::None || !same_grid(pt.grid, pats[0].grid) ||
+        pt.grid.num_vlines > cuda::kGridPlanMaxLines || pt.grid.max_stride > cuda::kGridPlanMaxStride)
+      return false;
+  return !pats.empty();
+}
+
+void CudaSparsePrefill::plan_ahead(int layer, const ForwardBatch& b, int H, unsigned long long* acc) {
+  const int next = layer + 1;
+  const SparsePrefillConfig& cfg = b.sparse_prefill[0];
+  GridLayoutStore* store = cfg.grid_search_once && !b.grid_layouts.empty() ? b.grid_layouts[0] : nullptr;
+  if (!store || next >= static_cast<int>(store->layers.size()) ||
+      static_cast<int>(store->layers[next].size()) != H)
+    return;  // not stored: the next layer searches (or there is none)
+  const std::vector<HeadPattern> pats = head_patterns(next, cfg, H);
+  if (!device_grid_heads(pats)) return;  // the next layer takes another path
+  const std::vector<GridLayout>& layouts = store->layers[next];
+  for (const GridLayout& l : layouts)
+    if (l.stride > cuda::kGridPlanMaxStride) return;
+  // The side stream starts where this layer's kernel starts (go_): the other buffer's last
+  // reader, the previous layer's kernel and combine, is done then.
+  const int buf = next & 1;
+  VLM_CUDA_CHECK(cudaStreamWaitEvent(side_, go_, 0));
+  ahead_ = {next, b.cu_seqlens_q[0], q_len_of(b, 0), b.context_lens[0]};
+  device_plans_[buf].build(layouts, pats[0].grid, ahead_.t0, ahead_.q_len, ahead_.num_keys, side_, acc, next);
+  VLM_CUDA_CHECK(cudaEventRecord(ready_[buf], side_));
+  pending_[buf] = true;
+}
 
 bool CudaSparsePrefill::active(const ForwardBatch& b) {
   for (int s = 0; s < b.num_seqs(); ++s)
@@ -161,22 +212,38 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
     last_plan_ = xattn_.view();
     return true;
   }
-  for (const HeadPattern& pt : pats)
-    if (pt.type != HeadPatternType::Grid || pt.boundary != BoundaryKind::None || !same_grid(pt.grid, pats[0].grid) ||
-        pt.grid.num_vlines > cuda::kGridPlanMaxLines || pt.grid.max_stride > cuda::kGridPlanMaxStride)
-      return false;
+  if (!device_grid_heads(pats)) return false;
   const std::vector<GridLayout> layouts = grid_layouts(layer, b, 0, pats, q, act, kv, meta, scale, stream);
   for (const GridLayout& l : layouts)
     if (l.stride > cuda::kGridPlanMaxStride) return false;  // a known stride beyond the device plan's range
   // The counts stay on the device until the step ends (finish_step: no sync per layer).
   BlockCounts* target = b.sparse_block_counts.empty() ? nullptr : b.sparse_block_counts[0];
-  const int q_len = q_len_of(b, 0), N = b.context_lens[0];
+  const int t0 = b.cu_seqlens_q[0], q_len = q_len_of(b, 0), N = b.context_lens[0];
   unsigned long long* acc = counts_.counter(target, stream);
-  device_plan_.build(layouts, pats[0].grid, b.cu_seqlens_q[0], q_len, N, stream, acc);
-  if (acc) counts_.add_causal(device_plan_.causal_blocks());
+  const int buf = layer & 1;
+  cuda::CudaGridPlan& plan = device_plans_[buf];
+  if (pending_[buf]) {  // built (or being built) on the side stream
+    VLM_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_[buf], 0));
+    pending_[buf] = false;
+  }
+  // The plan built ahead for this layer (plan_ahead at the previous layer), else built here.
+  const bool built = ahead_.layer == layer && ahead_.t0 == t0 && ahead_.q_len == q_len && ahead_.num_keys == N;
+  ahead_ = Ahead{};
+  if (!built) plan.build(layouts, pats[0].grid, t0, q_len, N, stream, acc, layer);
+  if (acc) counts_.add_causal(plan.causal_blocks());
   mark("sparse_plan");
-  last_plan_ = device_plan_.view();
-  cuda::paged_block_sparse_attention(q, act, H, kv, meta, device_plan_.view(), scale, out, stream);
+  last_plan_ = plan.view();
+  const bool ahead = plan_ahead_wanted();
+  if (ahead) {
+    if (!side_) {
+      VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+      for (cudaEvent_t* e : {&go_, &ready_[0], &ready_[1]})
+        VLM_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    }
+    VLM_CUDA_CHECK(cudaEventRecord(go_, stream));
+  }
+  cuda::paged_block_sparse_attention(q, act, H, kv, meta, plan.view(), scale, out, stream);
+  if (ahead) plan_ahead(layer, b, H, acc);
   mark("sparse_kernel");
   return true;
 }

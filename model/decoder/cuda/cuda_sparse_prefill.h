@@ -17,6 +17,12 @@
 // With SparsePrefillConfig::grid_search_once and a sequence's ForwardBatch::grid_layouts store,
 // the grid search runs on the sequence's first sparse chunk only (per layer); later chunks plan
 // from the stored layouts: no search and no download of line sums.
+// Plan ahead (set_sparse_plan_ahead, default on): on the device-planned grid path, when the next
+// layer's layouts are in the store (a later chunk), its plan is built on a second stream while
+// this layer's block-sparse kernel runs (two plan buffers by layer parity; the next layer's
+// attention waits for it): the plan's small launches fill the kernel's ramp and tail and the
+// combine instead of running alone between the layers. The plans are the same. Cost: a second
+// plan buffer (CudaGridPlan's bounds: ~46 MB for 8K rows over 128K keys, ~180 MB over 512K).
 #pragma once
 
 #include <vector>
@@ -32,8 +38,18 @@
 
 namespace vlm {
 
+// Test and bench knob: whether CudaSparsePrefill builds the next layer's grid plan ahead (above).
+// Read at each attention call; not thread-safe. VLM_CUDA_SPARSE_PLAN_AHEAD=0 in the environment
+// turns the default off.
+void set_sparse_plan_ahead(bool on);
+
 class CudaSparsePrefill {
  public:
+  CudaSparsePrefill() = default;
+  CudaSparsePrefill(const CudaSparsePrefill&) = delete;
+  CudaSparsePrefill& operator=(const CudaSparsePrefill&) = delete;
+  ~CudaSparsePrefill();
+
   // Whether some sequence of b prefills sparsely this step (enabled, q_len > 1).
   static bool active(const ForwardBatch& b);
 
@@ -46,7 +62,10 @@ class CudaSparsePrefill {
                  cudaStream_t stream, StepProfiler* prof = nullptr);
   // After a step's last layer: device-planned steps' block counts reach b.sparse_block_counts
   // when the stream gets there (CudaSparseCounts).
-  void finish_step(cudaStream_t stream) { counts_.finish(stream); }
+  void finish_step(cudaStream_t stream) {
+    counts_.finish(stream);
+    ahead_ = Ahead{};  // a step's last layer builds nothing ahead; an aborted step's plan is dropped
+  }
   // The plan view the last attention() ran (tools: per-head block counts, head_error.h).
   const cuda::SparsePlanView& last_plan() const { return last_plan_; }
 
@@ -63,13 +82,27 @@ class CudaSparsePrefill {
   // done) otherwise.
   bool device_planned(int layer, const ForwardBatch& b, const void* q, DType act, int H, const PagedKVLayer& kv,
                       const cuda::CudaAttentionBatch& meta, float scale, void* out, cudaStream_t stream);
+  // Whether pats is one grid parameter set the device plan takes (every head a grid head, no boundary).
+  static bool device_grid_heads(const std::vector<HeadPattern>& pats);
+  static bool plan_ahead_wanted();  // set_sparse_plan_ahead / the environment
+  // After layer `layer`'s device-planned grid attention was enqueued (its kernel after the event
+  // go_): builds layer + 1's plan on side_ into device_plans_[(layer + 1) & 1] when its layouts are
+  // stored and it will take the same path (ahead_ records it). acc: the step's count accumulator.
+  void plan_ahead(int layer, const ForwardBatch& b, int H, unsigned long long* acc);
   BlockSparsePlan plan_sequence(int layer, const ForwardBatch& b, int s, const void* q, DType act, int H,
                                 const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale,
                                 cudaStream_t stream);
 
   cuda::CudaGridSearch grid_;
   cuda::CudaBlockSparsePlan plan_;
-  cuda::CudaGridPlan device_plan_;
+  cuda::CudaGridPlan device_plans_[2];  // by layer parity (plan ahead)
+  struct Ahead {
+    int layer = -1, t0 = 0, q_len = 0, num_keys = 0;
+  };
+  Ahead ahead_;  // the plan built ahead (layer -1: none)
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t go_ = nullptr, ready_[2] = {nullptr, nullptr};
+  bool pending_[2] = {false, false};  // device_plans_[i] is being built on side_ (ready_[i] after it)
   CudaLineHeads lines_;  // vertical-slash and boundary heads (cuda_line_heads.h)
   CudaXAttentionPrefill xattn_;  // XAttention heads (estimated on the device)
   CudaSparseCounts counts_;

@@ -32,6 +32,7 @@
 
 #include "engine/scheduling/kv_cache.h"
 #include "model/decoder/cuda/cuda_decoder.h"
+#include "model/decoder/cuda/cuda_sparse_prefill.h"
 #include "model/decoder/safetensors.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/gpu_test.h"
@@ -308,6 +309,31 @@ TEST_F(CudaSparsePrefillDecoder, GridSearchOnceReusesTheStoredLayouts) {
   RecordProperty("mminference_once_vs_dense", std::to_string(e_once));
   RecordProperty("mminference_per_chunk_vs_dense", std::to_string(e_chunk));
   EXPECT_LT(searched_once.counts[0].computed, searched_once.counts[0].causal);
+}
+
+// The next layer's plan built ahead on a second stream (set_sparse_plan_ahead, the default) runs
+// the same plans as built inline: from a store whose layouts differ by layer (stride 16 or 32,
+// phases by layer: the two plan buffers alternate by layer parity), the logits are equal bit for
+// bit and the block counts equal, on and off.
+TEST_F(CudaSparsePrefillDecoder, PlanAheadEqualsPlanInline) {
+  GridParams searched = slash_grid();
+  searched.stride = 0;
+  SparsePrefillConfig once = grid_config(searched);
+  once.grid_search_once = true;
+  std::vector<GridLayoutStore> stores(1);
+  for (int l = 0; l < kL; ++l)
+    stores[0].layers.push_back(std::vector<GridLayout>(kH, fixed_grid_layout(l % 2 ? 32 : 16, l, searched)));
+  set_sparse_plan_ahead(false);
+  const Result in_line = m_->run(true, {prompts_[0]}, once, &stores);
+  set_sparse_plan_ahead(true);
+  const Result ahead = m_->run(true, {prompts_[0]}, once, &stores);
+  ASSERT_EQ(in_line.logits[0].size(), ahead.logits[0].size());
+  size_t differ = 0;
+  for (size_t i = 0; i < ahead.logits[0].size(); ++i) differ += in_line.logits[0][i] != ahead.logits[0][i];
+  EXPECT_EQ(differ, 0u);
+  EXPECT_EQ(in_line.counts[0].computed, ahead.counts[0].computed);
+  EXPECT_EQ(in_line.counts[0].causal, ahead.counts[0].causal);
+  EXPECT_GT(err(ahead.logits[0], gpu_dense_.logits[0]), 5 * scale_);  // sparse: the plans matter
 }
 
 // XAttention (estimated on the GPU: CudaXAttentionPrefill). Threshold 1 equals dense. A threshold
