@@ -321,11 +321,18 @@ xattn_select_kernel(const float* __restrict__ blk, XAttnShape sh, XAttnHeads hea
 
 // ---- fill: one warp per (head, query block) --------------------------------------------------
 __global__ void xattn_fill_kernel(const uint32_t* __restrict__ keep, const int32_t* __restrict__ block_off, int n,
-                                  int words, int32_t* __restrict__ blocks) {
+                                  int nqb, int words, int32_t* __restrict__ blocks, int32_t* __restrict__ ptrs) {
   const int x = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (x >= n) return;
   const uint32_t* kw = keep + int64_t(x) * words;
   int o = block_off[x];
+  if (lane == 0) {  // head h's pointers: block_ptr [nqb + 1] then col_ptr [nqb + 1] (no columns)
+    const int h = x / nqb, m = x % nqb;
+    int32_t* bptr = ptrs + int64_t(h) * 2 * (nqb + 1);
+    bptr[m] = o;
+    bptr[nqb + 1 + m] = 0;
+    if (m == nqb - 1) bptr[2 * nqb + 1] = 0;
+  }
   for (int w0 = 0; w0 < words; w0 += 32) {
     const uint32_t word = w0 + lane < words ? kw[w0 + lane] : 0u;
     const int c = __popc(word);
@@ -338,6 +345,7 @@ __global__ void xattn_fill_kernel(const uint32_t* __restrict__ keep, const int32
     for (uint32_t bits = word; bits; bits &= bits - 1) blocks[p++] = ((w0 + lane) * 32 + __ffs(bits) - 1) * kXAttnBlock;
     o += __shfl_sync(0xffffffffu, incl, 31);
   }
+  if (lane == 0 && x % nqb == nqb - 1) ptrs[int64_t(x / nqb) * 2 * (nqb + 1) + nqb] = o;  // the head's end
 }
 
 }  // namespace
@@ -383,12 +391,13 @@ void xattn_select(const float* blk, const XAttnShape& sh, const XAttnHeads& head
   VLM_CUDA_CHECK_LAUNCH();
 }
 
-void xattn_fill(const uint32_t* keep, const int32_t* block_off, int n, int words, int32_t* blocks,
-                cudaStream_t stream) {
+void xattn_fill(const uint32_t* keep, const int32_t* block_off, int n, int nqb, int words, int32_t* blocks,
+                int32_t* ptrs, cudaStream_t stream) {
   if (n <= 0) return;
+  VLM_CHECK(nqb > 0 && n % nqb == 0, "xattention fill: {} items of {} query blocks", n, nqb);
   constexpr int kWarpsPerCta = 8;
-  xattn_fill_kernel<<<(n + kWarpsPerCta - 1) / kWarpsPerCta, 32 * kWarpsPerCta, 0, stream>>>(keep, block_off, n,
-                                                                                            words, blocks);
+  xattn_fill_kernel<<<(n + kWarpsPerCta - 1) / kWarpsPerCta, 32 * kWarpsPerCta, 0, stream>>>(keep, block_off, n, nqb,
+                                                                                            words, blocks, ptrs);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

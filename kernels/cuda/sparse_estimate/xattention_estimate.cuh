@@ -56,8 +56,10 @@ void xattn_select(const float* blk /*[n,nqb,nkb]*/, const XAttnShape& shape, con
                   cudaStream_t stream);
 
 // blocks[block_off[x] ..] = the starts J * 64 of the kept key blocks of item x = h * nqb + I,
-// ascending (x < n = H * nqb).
-void xattn_fill(const uint32_t* keep /*[n,words]*/, const int32_t* block_off /*[n]*/, int n, int words,
-                int32_t* blocks, cudaStream_t stream);
+// ascending (x < n = H * nqb), and the pointers of each head h as the schedule's descs read them
+// (grid_plan.cuh): at ptrs + h * 2 (nqb + 1), block_ptr[I] = block_off[h * nqb + I] (absolute;
+// block_ptr[nqb]: the head's end) then col_ptr [nqb + 1] all zero (no gathered columns).
+void xattn_fill(const uint32_t* keep /*[n,words]*/, const int32_t* block_off /*[n]*/, int n, int nqb, int words,
+                int32_t* blocks, int32_t* ptrs /*[H,2,nqb+1]*/, cudaStream_t stream);
 
 }  // namespace vlm::cuda

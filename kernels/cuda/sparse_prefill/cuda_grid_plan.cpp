@@ -9,14 +9,9 @@
 #include "kernels/core/check.h"
 
 namespace vlm::cuda {
-namespace {
-
-// Grows b to at least `bytes`, by half again at least (each growth frees: a device-wide sync).
-void grow(DeviceBuffer& b, size_t bytes) {
+void grid_plan_grow(DeviceBuffer& b, size_t bytes) {
   if (bytes > b.bytes()) b.resize(std::max(bytes, b.bytes() + b.bytes() / 2));
 }
-
-}  // namespace
 
 const GridHeadLayout* CudaGridPlan::upload_layouts(const std::vector<GridHeadLayout>& dl, int key,
                                                   cudaStream_t stream) {
@@ -30,7 +25,7 @@ const GridHeadLayout* CudaGridPlan::upload_layouts(const std::vector<GridHeadLay
     k.host = dl;
     target = &k.device;
   }
-  grow(*target, bytes);
+  grid_plan_grow(*target, bytes);
   Stage& st = stages_[next_stage_];
   next_stage_ = (next_stage_ + 1) % kStages;
   if (st.copied) VLM_CUDA_CHECK(cudaEventSynchronize(st.copied));  // the stage's last copy has read it
@@ -74,7 +69,7 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   VLM_CHECK(sh.max_stride * 4 + nkb + 16 <= 200 * 1024, "grid plan on the GPU: {} keys too many", N);
 
   const size_t n1 = static_cast<size_t>(n) + 1;
-  grow(scratch_, grid_plan_schedule_words(n) * sizeof(int32_t));
+  grid_plan_grow(scratch_, grid_plan_schedule_words(n) * sizeof(int32_t));
   GridPlanSchedule sc = grid_plan_schedule_over(scratch_.as<int32_t>(), n);
   totals_[0] = sc.block_off + n;
   totals_[1] = sc.col_off + n;
@@ -92,7 +87,7 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   out.cols_base = out.blocks_base + blocks_bound;
   const int64_t words = out.cols_base + cols_bound;
   VLM_CHECK(words < (int64_t(1) << 31), "grid plan of {} words too large", words);
-  grow(plan_, static_cast<size_t>(words) * sizeof(int32_t));
+  grid_plan_grow(plan_, static_cast<size_t>(words) * sizeof(int32_t));
   int32_t* const d = plan_.as<int32_t>();
   out.data = d;
   out.block_off = sc.block_off;
@@ -143,7 +138,7 @@ void grid_plan_run_schedule(GridPlanSchedule& sc, GridPlanScheduleArgs& args, in
   const int n = sc.n;
   const bool sort_here = n <= kGridPlanCtaSortItems;
   if (!sort_here) {
-    grow(temp, sc.temp_bytes);
+    grid_plan_grow(temp, sc.temp_bytes);
     sc.temp = temp.get();
     grid_plan_sort(sc, stream);
   }
@@ -171,7 +166,7 @@ void grid_plan_device_split(int n, int64_t tiles_bound, unsigned long long* coun
   split.resident = block_sparse_policy_ctas();
   split.count_acc = count_acc;
   const size_t n1 = static_cast<size_t>(n) + 1;
-  grow(split_buf, (2 * n1 + 1) * sizeof(int32_t));
+  grid_plan_grow(split_buf, (2 * n1 + 1) * sizeof(int32_t));
   int32_t* sw = split_buf.as<int32_t>();
   args.piece_off = sw;
   args.slot_off = sw + n1;
@@ -190,7 +185,7 @@ void grid_plan_device_split(int n, int64_t tiles_bound, unsigned long long* coun
   view.partial = nullptr;
   if (slots_bound > 0) {
     // The automatic policy's bound at once (a growing bound would reallocate, a device-wide sync).
-    grow(partial_buf,
+    grid_plan_grow(partial_buf,
          static_cast<size_t>(std::max(slots_bound, kMaxSplitSlots + 1)) * kSplitSlotFloats * sizeof(float));
     view.partial = partial_buf.as<float>();
   }
@@ -207,24 +202,6 @@ GridPlanSchedule grid_plan_schedule_over(int32_t* w, int n) {
   sc.keys_in = w + 4 * n1, sc.keys_out = sc.keys_in + n, sc.idx_in = sc.keys_out + n, sc.idx_out = sc.idx_in + n;
   sc.temp_bytes = grid_plan_schedule_temp_bytes(n);
   return sc;
-}
-
-void grid_plan_fixed_split(const GridPlanSchedule& sc, const SplitPolicy& policy, const SplitBounds& bounds,
-                           DeviceBuffer& split_buf, DeviceBuffer& partial_buf, SparsePlanView& view, const char* what,
-                           cudaStream_t stream) {
-  const size_t n1 = static_cast<size_t>(sc.n) + 1;
-  split_buf.reserve(4 * n1 * sizeof(int32_t));
-  int32_t* sw = split_buf.as<int32_t>();
-  GridPlanSplit split;
-  split.fixed = policy;
-  split.fixed_policy = true;
-  grid_plan_split(sc, split, sw, sw + 2 * n1, sw + 3 * n1, stream);
-  partial_buf.reserve(static_cast<size_t>(std::max(bounds.slots, kMaxSplitSlots)) * kSplitSlotFloats * sizeof(float));
-  VLM_CHECK(bounds.pieces < (int64_t(1) << 31), "{} plan: {} pieces", what, bounds.pieces);
-  view.piece_off = sw + 2 * n1;
-  view.slot_off = sw + 3 * n1;
-  view.max_pieces = static_cast<int>(bounds.pieces);
-  view.partial = partial_buf.as<float>();
 }
 
 }  // namespace vlm::cuda

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/core/check.h"
+#include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 #include "kernels/cuda/sparse_prefill/grid_plan.cuh"
 
 namespace vlm::cuda {
@@ -44,62 +45,48 @@ void CudaXAttentionPlan::estimate(const void* q, DType act, const PagedKVLayer& 
   }
 }
 
-void CudaXAttentionPlan::build(cudaStream_t stream) {
+void CudaXAttentionPlan::build(cudaStream_t stream, unsigned long long* count_acc) {
   const int H = shape_.num_heads, nqb = shape_.num_qblocks(), n = H * nqb, q_len = shape_.q_len,
             N = shape_.num_keys;
-  const size_t n1 = size_t(n) + 1;
-  GridPlanSchedule sc = grid_plan_schedule_over(scratch_.as<int32_t>(), n);
-  temp_.reserve(sc.temp_bytes);
-  sc.temp = temp_.get();
-  grid_plan_schedule(sc, stream);
-  VLM_CUDA_CHECK(cudaMemcpyAsync(&total_, sc.block_off + n, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-  VLM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  GridPlanSchedule sc = grid_plan_schedule_over(scratch_.as<int32_t>(), n);  // the counts: estimate's
+  totals_[0] = sc.block_off + n;
+  totals_[1] = sc.col_off + n;
+  causal_ = H * causal_key_blocks(q_len, N, kXAttnBlock, kXAttnBlock);
 
-  // The plan buffer: items [n, 4], descs [H], block pointers [n + 1], zero column pointers
-  // [n + 1], blocks [total].
-  const int64_t item_words = 4 * int64_t(n), desc_words = int64_t(H) * (sizeof(SparseHeadDesc) / 4);
-  const int64_t ptr_base = item_words + desc_words, zero_base = ptr_base + int64_t(n1),
-                blocks_base = zero_base + int64_t(n1), words = blocks_base + total_;
-  VLM_CHECK(words < (int64_t(1) << 31), "xattention plan of {} words too large", words);
-  plan_.reserve(size_t(words) * sizeof(int32_t));
+  // The plan buffer: items [n, 4], descs [H], pointers [H, 2, nqb + 1], blocks at their bound (a
+  // query block keeps at most its causal key blocks: H x causal_key_blocks in all; 128K one-shot
+  // at 28 heads: 58.7M words, 235 MB; 512K one-shot: 940M words, 3.8 GB; a chunk of 8K rows
+  // against 512K keys: 29.1M words, 117 MB).
+  const int64_t blocks_bound = static_cast<int64_t>(causal_);
+  const int64_t item_words = 4 * static_cast<int64_t>(n);
+  const int64_t desc_words = static_cast<int64_t>(H) * (sizeof(SparseHeadDesc) / 4);
+  GridPlanScheduleArgs args;
+  args.shape.num_heads = H;
+  args.shape.q_len = q_len;
+  args.shape.num_keys = N;
+  args.out.order_base = -1;
+  args.out.ptr_base = item_words + desc_words;
+  args.out.blocks_base = args.out.cols_base = args.out.ptr_base + static_cast<int64_t>(H) * 2 * (nqb + 1);
+  const int64_t words = args.out.blocks_base + blocks_bound;
+  VLM_CHECK(words < (int64_t(1) << 31),
+            "xattention plan on the GPU: {} heads x {} query blocks over {} keys bound {} listed blocks ({} words, "
+            "limit 2^31): prefill in shorter chunks",
+            H, nqb, N, blocks_bound, words);
+  grid_plan_grow(plan_, static_cast<size_t>(words) * sizeof(int32_t));
   int32_t* const d = plan_.as<int32_t>();
-  VLM_CUDA_CHECK(
-      cudaMemcpyAsync(d + ptr_base, sc.block_off, n1 * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
-  VLM_CUDA_CHECK(cudaMemsetAsync(d + zero_base, 0, n1 * sizeof(int32_t), stream));
-  xattn_fill(keep_.as<uint32_t>(), sc.block_off, n, shape_.words(), d + blocks_base, stream);
-  grid_plan_items(sc.idx_out, n, nqb, d, stream);
-  // The split of long items: the policy CudaBlockSparsePlan::upload takes for these totals (known
-  // here), so the schedule is the uploaded plans' (one CTA per piece, no queue).
-  const SplitPolicy policy = block_sparse_split_policy(total_, 0, n);
-  const SplitBounds bounds = block_sparse_split_bounds(policy, total_, 0, n);
-  view_.piece_off = view_.slot_off = nullptr;
-  view_.partial = nullptr;
-  view_.queue = nullptr;
-  view_.max_pieces = n;
-  if (policy.piece > 0) grid_plan_fixed_split(sc, policy, bounds, split_, partial_, view_, "xattention", stream);
-  std::vector<SparseHeadDesc> descs(H);
-  for (int h = 0; h < H; ++h) {
-    SparseHeadDesc& x = descs[h];
-    x.q_order = x.k_order = -1;
-    x.block_ptr = ptr_base + int64_t(h) * nqb;
-    x.col_ptr = zero_base + int64_t(h) * nqb;
-    x.blocks = x.cols = blocks_base;
-    x.t0 = shape_.t0;
-    x.q_len = q_len;
-    x.num_keys = N;
-    x.flags = kHeadAlignedBlocks;  // XAttention lists aligned blocks
-  }
-  VLM_CUDA_CHECK(
-      cudaMemcpyAsync(d + item_words, descs.data(), H * sizeof(SparseHeadDesc), cudaMemcpyHostToDevice, stream));
-  view_.data = d;
-  view_.items = d;
-  view_.descs = reinterpret_cast<const SparseHeadDesc*>(d + item_words);
-  view_.num_items = n;
-  counts_ = {};
-  counts_.computed = total_;
-  counts_.causal = H * causal_key_blocks(q_len, N, 64, 64);
-  // descs is pageable: the copy has left it when cudaMemcpyAsync returns.
+  args.out.data = d;
+  args.out.block_off = sc.block_off;
+  args.out.col_off = sc.col_off;
+  args.descs = reinterpret_cast<SparseHeadDesc*>(d + item_words);
+  // The schedule (one CTA; the CUB sort first for more items than it sorts), then the lists and
+  // pointers at the scanned offsets.
+  grid_plan_run_schedule(sc, args, shape_.t0, blocks_bound + n, count_acc, temp_, split_, partial_, view_, stream);
+  xattn_fill(keep_.as<uint32_t>(), sc.block_off, n, nqb, shape_.words(), d + args.out.blocks_base,
+             d + args.out.ptr_base, stream);
+  stream_ = stream;
 }
+
+BlockCounts CudaXAttentionPlan::block_counts() const { return download_block_counts(totals_, causal_, stream_); }
 
 std::vector<HeadPlan> CudaXAttentionPlan::host_plans(std::span<const int> heads, cudaStream_t stream) {
   const int nqb = shape_.num_qblocks(), words = shape_.words();

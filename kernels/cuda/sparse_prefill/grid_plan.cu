@@ -5,7 +5,6 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
 #include "kernels/cuda/sparse_prefill/grid_plan.cuh"
@@ -189,41 +188,11 @@ fill_lists_kernel(const GridHeadLayout* layouts, GridPlanShape sh, GridPlanOut o
   }
 }
 
-// items[i] = (seq 0, head, qblock, desc = head) of the i-th work item in cost order.
-__global__ void items_kernel(const int32_t* order, int n, int nqb, int32_t* items) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const int hm = order[i];
-  int4 it;
-  it.x = 0, it.y = hm / nqb, it.z = hm % nqb, it.w = hm / nqb;
-  reinterpret_cast<int4*>(items)[i] = it;
-}
-
 __global__ void cost_kernel(const int32_t* nblocks, const int32_t* ncols, int n, int32_t* keys, int32_t* idx) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   keys[i] = nblocks[i] * kBlock + ncols[i];
   idx[i] = i;
-}
-
-// counts[i] / counts[n + 1 + i]: the pieces / slots of the i-th item in cost order; entry n zero.
-__global__ void split_counts_kernel(const int32_t* order, const int32_t* nblocks, const int32_t* ncols,
-                                    const int32_t* block_off, const int32_t* col_off, int n, GridPlanSplit split,
-                                    int32_t* counts) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i > n) return;
-  const SplitPolicy policy =
-      split.fixed_policy ? split.fixed : auto_split_policy(block_off[n], col_off[n], n, split.resident);
-  int np = 0;
-  if (i < n) {
-    const int hm = order[i];
-    np = policy.pieces(nblocks[hm] + (ncols[hm] + kBlock - 1) / kBlock);
-  } else if (split.count_acc) {
-    atomicAdd(split.count_acc, static_cast<unsigned long long>(block_off[n]));
-    atomicAdd(split.count_acc + 1, static_cast<unsigned long long>(col_off[n]));
-  }
-  counts[i] = i < n ? np : 0;
-  counts[n + 1 + i] = np > 1 ? np : 0;
 }
 
 int smem_bytes(const GridPlanShape& sh) { return sh.max_stride * 4 + ((sh.num_kblocks() + 15) & ~15); }
@@ -249,14 +218,12 @@ void grid_plan_fill(const GridHeadLayout* layouts, const GridPlanShape& sh, cons
 }
 
 size_t grid_plan_schedule_temp_bytes(int n) {
-  size_t a = 0, b = 0;
-  VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, a, static_cast<const int32_t*>(nullptr),
-                                               static_cast<int32_t*>(nullptr), n + 1));
-  VLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(nullptr, b, static_cast<const int32_t*>(nullptr),
+  size_t bytes = 0;
+  VLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(nullptr, bytes, static_cast<const int32_t*>(nullptr),
                                                            static_cast<int32_t*>(nullptr),
                                                            static_cast<const int32_t*>(nullptr),
                                                            static_cast<int32_t*>(nullptr), n));
-  return std::max(a, b);
+  return bytes;
 }
 
 void grid_plan_sort(const GridPlanSchedule& s, cudaStream_t stream) {
@@ -266,33 +233,6 @@ void grid_plan_sort(const GridPlanSchedule& s, cudaStream_t stream) {
   size_t bytes = s.temp_bytes;
   VLM_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(s.temp, bytes, s.keys_in, s.keys_out, s.idx_in, s.idx_out,
                                                            n, 0, 32, stream));
-}
-
-void grid_plan_schedule(const GridPlanSchedule& s, cudaStream_t stream) {
-  const int n = s.n;
-  size_t bytes = s.temp_bytes;
-  // Exclusive sums over n + 1 entries (the counts are followed by a zero): the last is the total.
-  VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, s.nblocks, s.block_off, n + 1, stream));
-  bytes = s.temp_bytes;
-  VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, s.ncols, s.col_off, n + 1, stream));
-  grid_plan_sort(s, stream);
-}
-
-void grid_plan_split(const GridPlanSchedule& s, const GridPlanSplit& split, int32_t* counts, int32_t* piece_off,
-                     int32_t* slot_off, cudaStream_t stream) {
-  const int n = s.n;
-  split_counts_kernel<<<(n + 256) / 256, 256, 0, stream>>>(s.idx_out, s.nblocks, s.ncols, s.block_off, s.col_off, n,
-                                                           split, counts);
-  VLM_CUDA_CHECK_LAUNCH();
-  size_t bytes = s.temp_bytes;
-  VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, counts, piece_off, n + 1, stream));
-  bytes = s.temp_bytes;
-  VLM_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(s.temp, bytes, counts + n + 1, slot_off, n + 1, stream));
-}
-
-void grid_plan_items(const int32_t* order, int n, int nqb, int32_t* items, cudaStream_t stream) {
-  items_kernel<<<(n + 255) / 256, 256, 0, stream>>>(order, n, nqb, items);
-  VLM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace vlm::cuda

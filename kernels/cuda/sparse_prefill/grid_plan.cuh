@@ -54,10 +54,11 @@ void grid_plan_count(const GridHeadLayout* layouts /*[H]*/, const GridPlanShape&
 void grid_plan_fill(const GridHeadLayout* layouts /*[H]*/, const GridPlanShape& shape, const GridPlanOut& out,
                     cudaStream_t stream);
 
-// Between the passes: block_off / col_off = exclusive sums of nblocks / ncols over n + 1 entries
-// (entry n of the counts is zero, so entry n of the sums is the total), and the work items in
-// cost order (idx_out: h * nqb + m sorted by blocks * 64 + cols, descending, stable, as
-// CudaBlockSparsePlan::upload orders them). temp: grid_plan_schedule_temp_bytes(n) bytes.
+// The schedule's scratch over n = H * nqb items (grid_plan_schedule_over): the counts nblocks /
+// ncols [n + 1] (written by the plan's count pass), their exclusive sums block_off / col_off
+// [n + 1] (grid_plan_schedule_cta writes them; entry n: the total), and, for more items than one
+// CTA sorts, grid_plan_sort's keys and values (idx_out: h * nqb + m sorted by blocks * 64 + cols,
+// descending, stable, as CudaBlockSparsePlan::upload orders them; temp: temp_bytes).
 struct GridPlanSchedule {
   int n = 0;  // H * nqb
   const int32_t *nblocks = nullptr, *ncols = nullptr;  // [n + 1]
@@ -67,8 +68,7 @@ struct GridPlanSchedule {
   size_t temp_bytes = 0;
 };
 size_t grid_plan_schedule_temp_bytes(int n);
-void grid_plan_schedule(const GridPlanSchedule& schedule, cudaStream_t stream);
-// The sort alone (idx_out from the counts; no sums).
+// The CUB sort (idx_out from the counts).
 void grid_plan_sort(const GridPlanSchedule& schedule, cudaStream_t stream);
 // The schedule's arrays over the scratch w of n items: grid_plan_schedule_words(n) int32 words,
 // counts 2 (n + 1) (nblocks, then ncols), offsets 2 (n + 1), sort keys and values 4 n; temp_bytes
@@ -76,34 +76,26 @@ void grid_plan_sort(const GridPlanSchedule& schedule, cudaStream_t stream);
 size_t grid_plan_schedule_words(int n);
 GridPlanSchedule grid_plan_schedule_over(int32_t* w, int n);
 
-// The split of the items in cost order (SplitPolicy): piece_off / slot_off [n + 1] = the
-// exclusive sums of each item's pieces and slots (tiles = nblocks + ceil(ncols / 64) of item
-// order[i]). The policy: `fixed` when fixed_policy, else auto_split_policy from the totals
-// (block_off[n], col_off[n]) for `resident` CTAs, computed on the device. count_acc (optional,
-// device [2]): the totals (listed key blocks, gathered columns) are added to it. counts: scratch
-// of 2 (n + 1) int32; temp as for grid_plan_schedule.
+// The split policy's inputs for grid_plan_schedule_cta: `fixed` when fixed_policy, else
+// auto_split_policy from the totals (block_off[n], col_off[n]) for `resident` CTAs, computed on
+// the device. count_acc (optional, device [2]): the totals (listed key blocks, gathered columns)
+// are added to it.
 struct GridPlanSplit {
   SplitPolicy fixed;
   bool fixed_policy = false;
   int resident = 1;
   unsigned long long* count_acc = nullptr;
 };
-void grid_plan_split(const GridPlanSchedule& schedule, const GridPlanSplit& split, int32_t* counts,
-                     int32_t* piece_off, int32_t* slot_off, cudaStream_t stream);
 
-// A fixed split policy (bounds: block_sparse_split_bounds of it) of the schedule's items into
-// view: grid_plan_split's counts and offsets in split_buf, the split pieces' workspace in
-// partial_buf; sets view.piece_off, slot_off, max_pieces, partial. what: the plan's name in errors.
-void grid_plan_fixed_split(const GridPlanSchedule& schedule, const SplitPolicy& policy, const SplitBounds& bounds,
-                           DeviceBuffer& split_buf, DeviceBuffer& partial_buf, SparsePlanView& view, const char* what,
-                           cudaStream_t stream);
+// Grows b to at least `bytes`, by half again at least (each growth frees: a device-wide sync).
+void grid_plan_grow(DeviceBuffer& b, size_t bytes);
 
 // The grid plan's schedule in one launch of one CTA (between grid_plan_count and grid_plan_fill):
-// block_off / col_off as grid_plan_schedule's, the items in cost order (sorted in shared memory
+// block_off / col_off (the exclusive sums of the counts), the items in cost order (sorted in shared memory
 // when order is nullptr, n <= kGridPlanCtaSortItems; else order[n] from grid_plan_sort), the
 // descs (each head's q_order, k_order, pointers and the shared lists at `out`'s offsets, rows t0..
-// of the batch), the split (piece_off / slot_off as grid_plan_split's, the same policy) and
-// count_acc. n = H * nqb.
+// of the batch), the split (piece_off / slot_off [n + 1]: the exclusive sums of each item's pieces
+// and slots under the policy, tiles = nblocks + ceil(ncols / 64) of the item) and count_acc. n = H * nqb.
 constexpr int kGridPlanCtaSortItems = 16384;
 struct GridPlanScheduleArgs {
   GridPlanShape shape;
@@ -123,7 +115,7 @@ struct GridPlanScheduleArgs {
 void grid_plan_schedule_cta(const GridPlanScheduleArgs& args, cudaStream_t stream);
 
 // Everything between a device plan's count pass and its fill pass (CudaGridPlan,
-// CudaVerticalSlashPlan): the CUB sort when there are more than kGridPlanCtaSortItems items (temp
+// CudaVerticalSlashPlan, CudaXAttentionPlan): the CUB sort when there are more than kGridPlanCtaSortItems items (temp
 // grown), the split (grid_plan_device_split) and grid_plan_schedule_cta over sc (args' shape, out,
 // descs and unaligned set by the caller; the items at out.data), and view (data, items, descs,
 // num_items and the split's fields).
@@ -138,8 +130,5 @@ void grid_plan_run_schedule(GridPlanSchedule& sc, GridPlanScheduleArgs& args, in
 // (partial_buf at the policy's slot bound).
 void grid_plan_device_split(int n, int64_t tiles_bound, unsigned long long* count_acc, DeviceBuffer& split_buf,
                             DeviceBuffer& partial_buf, SparsePlanView& view, GridPlanScheduleArgs& args);
-
-// items[n, 4] = (0, h, m, h) for h * nqb + m = order[i].
-void grid_plan_items(const int32_t* order /*[n]*/, int n, int nqb, int32_t* items /*[n,4]*/, cudaStream_t stream);
 
 }  // namespace vlm::cuda

@@ -1,7 +1,7 @@
 // grid_plan_schedule_cta (grid_plan.cuh): the grid plan's schedule -- the sums of the counts, the
-// items in cost order, the descs, the split offsets -- in one CTA, where the multi-launch path
-// (grid_plan_schedule + grid_plan_items + grid_plan_split) took ~15 launches of a few us each for
-// the few thousand items of a chunk. The order: a bitonic sort in shared memory of unique 64-bit
+// items in cost order, the descs, the split offsets -- in one CTA, where the first multi-launch
+// path (CUB scans, an items launch, the split's counts and scans) took ~15 launches of a few us
+// each for the few thousand items of a chunk. The order: a bitonic sort in shared memory of unique 64-bit
 // keys (cost descending, then item index ascending: the stable order of
 // CudaBlockSparsePlan::upload).
 #include <cub/block/block_radix_sort.cuh>

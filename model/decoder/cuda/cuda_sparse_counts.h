@@ -1,7 +1,8 @@
 // CudaSparseCounts: usage.vlm.prefill_attention_density's block counts for the device-planned
-// sparse prefill (CudaGridPlan) without a host sync per layer. Each layer's plan adds its listed
-// key blocks and gathered columns to a device accumulator (CudaGridPlan::build's count_acc) and
-// its causal blocks (host arithmetic) to the step's record; finish() enqueues, once per step, the
+// sparse prefill (CudaGridPlan, CudaVerticalSlashPlan, CudaXAttentionPlan) without a host sync
+// per layer. Each layer's plan adds its listed key blocks and gathered columns to a device
+// accumulator (the plans' build's count_acc) and its causal blocks (host arithmetic) to the
+// step's record; finish() enqueues, once per step, the
 // accumulator's copy into pinned memory and a host function that adds the step's counts to the
 // target BlockCounts when the stream reaches it. So the target is complete once the stream has
 // passed the step (the engine reads it after a synchronizing sample or logits download).

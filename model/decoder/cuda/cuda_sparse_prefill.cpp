@@ -208,7 +208,7 @@ bool CudaSparsePrefill::device_planned(int layer, const ForwardBatch& b, const v
       cfg.method != SparsePrefillMethod::XAttention)
     return false;
   const std::vector<HeadPattern> pats = head_patterns(layer, cfg, H);
-  if (xattn_.device_planned(b, pats, q, act, kv, meta, scale, out, stream)) {
+  if (xattn_.device_planned(b, pats, q, act, kv, meta, scale, out, stream, counts_)) {
     last_plan_ = xattn_.view();
     return true;
   }

@@ -42,14 +42,15 @@ void CudaXAttentionPrefill::estimate(const ForwardBatch& b, int s, const std::ve
 bool CudaXAttentionPrefill::device_planned(const ForwardBatch& b, const std::vector<HeadPattern>& pats,
                                            const void* q, DType act, const PagedKVLayer& kv,
                                            const cuda::CudaAttentionBatch& meta, float scale, void* out,
-                                           cudaStream_t stream) {
+                                           cudaStream_t stream, CudaSparseCounts& counts) {
   if (b.num_seqs() != 1 || pats.empty()) return false;
   for (const HeadPattern& p : pats)
     if (!is_xattention(p) || !same_params(p.xattention, pats[0].xattention)) return false;
   estimate(b, 0, pats, q, act, kv, meta, scale, stream);
-  plan_.build(stream);
+  unsigned long long* acc = counts.counter(b.sparse_block_counts.empty() ? nullptr : b.sparse_block_counts[0], stream);
+  plan_.build(stream, acc);
+  if (acc) counts.add_causal(plan_.causal_blocks());
   if (marker) marker("sparse_plan");
-  if (!b.sparse_block_counts.empty() && b.sparse_block_counts[0]) *b.sparse_block_counts[0] += plan_.block_counts();
   cuda::paged_block_sparse_attention(q, act, static_cast<int>(pats.size()), kv, meta, plan_.view(), scale, out,
                                      stream);
   if (marker) marker("sparse_kernel");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cuda/sparse_prefill/cuda_xattention_plan.h"
+#include "model/decoder/cuda/cuda_sparse_counts.h"
 #include "model/decoder/forward_batch.h"
 
 namespace vlm {
@@ -18,11 +19,12 @@ namespace vlm {
 class CudaXAttentionPrefill {
  public:
   // pats[H]: the step's sequence 0 head patterns. True when they are all XAttention heads of one
-  // parameter set and b has that one sparse sequence: estimation, plan and attention done (the
-  // block counts added to b.sparse_block_counts[0]). False: nothing done.
+  // parameter set and b has that one sparse sequence: estimation, plan and attention done, with
+  // no host synchronization (the block counts go to b.sparse_block_counts[0] through counts, at
+  // the step's end). False: nothing done.
   bool device_planned(const ForwardBatch& b, const std::vector<HeadPattern>& pats, const void* q /*[T,H,D]*/,
                       DType act, const PagedKVLayer& kv, const cuda::CudaAttentionBatch& meta, float scale,
-                      void* out /*[T,H,D]*/, cudaStream_t stream);
+                      void* out /*[T,H,D]*/, cudaStream_t stream, CudaSparseCounts& counts);
   // The plans of sequence s's XAttention heads ([H]; other heads' entries empty).
   std::vector<HeadPlan> host_plans(const ForwardBatch& b, int s, const std::vector<HeadPattern>& pats,
                                    const void* q /*[T,H,D]*/, DType act, const PagedKVLayer& kv,

@@ -6,17 +6,22 @@
 //    quantized random scores full of ties): equal plans, thresholds below and at 1, dense tails;
 //  - the whole plan: CudaXAttentionPlan's device plan vs the CPU planner's plan (block lists),
 //    its attention vs the CPU reference attention of the CPU plan, the device-built view vs the
-//    same plans downloaded and uploaded (bit for bit), threshold 1 vs the dense kernel, and the
-//    error against dense at threshold 0.9 (printed with the density).
+//    same plans downloaded and uploaded (its lists and pointers array by array, the upload's work
+//    items and split offsets, the count accumulator, the attention bit for bit; also past one
+//    CTA's sort, with the automatic split and with every long item split), threshold 1 vs the
+//    dense kernel, and the error against dense at threshold 0.9 (printed with the density).
 // Skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <numeric>
 #include <random>
 #include <vector>
 
 #include "kernels/cuda/sparse_prefill/cuda_xattention_plan.h"
+#include "kernels/cuda/sparse_prefill/grid_plan.cuh"
 #include "kernels/sparse_prefill/sparse_prefill_planner.h"
 #include "kernels/sparse_prefill/xattention.h"
 #include "tests/kernels/cuda/cuda_sparse_fixture.h"
@@ -153,6 +158,72 @@ TEST(CudaXAttention, SelectionEqualsHostWithTies) {
   }
 }
 
+std::vector<int32_t> download(const void* d, int64_t n) {
+  std::vector<int32_t> v(n);
+  VLM_CUDA_CHECK(cudaDeviceSynchronize());
+  if (n > 0) VLM_CUDA_CHECK(cudaMemcpy(v.data(), d, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+std::vector<int32_t> slice(const std::vector<int32_t>& data, int64_t at, int64_t n) {
+  return {data.begin() + at, data.begin() + at + n};
+}
+
+// A device plan's view (sequence 0 of b) against the same plans downloaded (host) and uploaded:
+// each head's desc, pointers and lists, the count accumulator acc (device [2]), the upload's
+// work items and split offsets, and the attention bit for bit.
+void expect_view_equals_upload(Batch& b, const cuda::SparsePlanView& v, const BlockSparsePlan& host,
+                               const unsigned long long* acc) {
+  const int nqb = host.num_qblocks();
+  ASSERT_EQ(v.num_items, b.H * nqb);
+  const auto descs_raw = download(v.descs, b.H * int64_t(sizeof(cuda::SparseHeadDesc) / 4));
+  const auto* descs = reinterpret_cast<const cuda::SparseHeadDesc*>(descs_raw.data());
+  int64_t words = 0;
+  for (int h = 0; h < b.H; ++h) words = std::max(words, descs[h].col_ptr + nqb + 1);
+  const auto ptrs = download(v.data, words);
+  int64_t end = words;
+  for (int h = 0; h < b.H; ++h) end = std::max<int64_t>(end, descs[h].blocks + ptrs[descs[h].block_ptr + nqb]);
+  const auto data = download(v.data, end);
+  for (int h = 0; h < b.H; ++h) {
+    SCOPED_TRACE("head " + std::to_string(h));
+    const cuda::SparseHeadDesc& d = descs[h];
+    EXPECT_EQ(d.q_order, -1);
+    EXPECT_EQ(d.k_order, -1);
+    EXPECT_EQ(d.flags, cuda::kHeadAlignedBlocks);
+    EXPECT_EQ(d.t0, b.cu[0]);
+    EXPECT_EQ(d.q_len, host.q_len);
+    EXPECT_EQ(d.num_keys, host.num_keys);
+    const HeadPlan& hp = host.heads[h];
+    for (int m = 0; m < nqb; ++m) {
+      const int b0 = data[d.block_ptr + m], b1 = data[d.block_ptr + m + 1];
+      ASSERT_EQ(slice(data, d.blocks + b0, b1 - b0),
+                std::vector<int32_t>(hp.blocks.begin() + hp.block_ptr[m], hp.blocks.begin() + hp.block_ptr[m + 1]))
+          << "query block " << m;
+      ASSERT_EQ(data[d.col_ptr + m + 1] - data[d.col_ptr + m], 0) << "query block " << m;
+    }
+  }
+  unsigned long long totals[2];
+  VLM_CUDA_CHECK(cudaMemcpy(totals, acc, sizeof totals, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(static_cast<double>(totals[0]), plan_block_counts(host).computed) << "the count accumulator";
+  EXPECT_EQ(totals[1], 0u);
+  const BlockSparsePlan* hptr = &host;
+  cuda::CudaBlockSparsePlan up;
+  up.upload({&hptr, 1}, b.cu.data(), b.H, nullptr);
+  const cuda::SparsePlanView uv = up.view();
+  EXPECT_EQ(download(v.items, 4 * int64_t(v.num_items)), download(uv.items, 4 * int64_t(uv.num_items)));
+  std::vector<int32_t> want_pieces(v.num_items + 1), want_slots(v.num_items + 1, 0);
+  std::iota(want_pieces.begin(), want_pieces.end(), 0);
+  if (uv.piece_off) {
+    want_pieces = download(uv.piece_off, v.num_items + 1);
+    want_slots = download(uv.slot_off, v.num_items + 1);
+  }
+  ASSERT_NE(v.piece_off, nullptr);
+  EXPECT_EQ(download(v.piece_off, v.num_items + 1), want_pieces);
+  EXPECT_EQ(download(v.slot_off, v.num_items + 1), want_slots);
+  EXPECT_GE(v.max_pieces, want_pieces.back());
+  EXPECT_EQ(b.sparse(v), b.sparse(uv)) << "attention over the device plan vs the same plans uploaded";
+}
+
 // The CPU planner's XAttention plan of sequence 0 (host q, bf16 cache).
 BlockSparsePlan cpu_plan(const Batch& b, const XAttentionParams& p) {
   SparsePrefillConfig cfg;
@@ -170,6 +241,7 @@ TEST(CudaXAttention, DevicePlanMatchesCpuPlanAndReference) {
   VLM_REQUIRE_GPU();
   uint32_t seed = 21;
   cuda::CudaXAttentionPlan xp;  // reused across cases (buffers grow)
+  cuda::DeviceBuffer acc(2 * sizeof(unsigned long long));
   for (const auto& [q_len, ctx] : std::vector<std::pair<int, int>>{{2048, 2048}, {700, 3000}}) {
     SCOPED_TRACE("q_len " + std::to_string(q_len) + " keys " + std::to_string(ctx));
     Batch b({{q_len, ctx}}, 4, 2, 128, DType::BF16, seed++, /*structured=*/true);
@@ -181,10 +253,12 @@ TEST(CudaXAttention, DevicePlanMatchesCpuPlanAndReference) {
       xp.begin(b.H, 0, q_len, ctx, nullptr);
       const std::vector<int> heads = {0, 1, 2, 3};
       xp.estimate(b.dq.get(), b.act, b.dev_kv, b.dtables.as<int32_t>(), heads, p, ctx - p.n_last, b.scale(), nullptr);
-      xp.build(nullptr);
+      VLM_CUDA_CHECK(cudaMemset(acc.get(), 0, acc.bytes()));
+      xp.build(nullptr, acc.as<unsigned long long>());
       BlockSparsePlan host;
       host.q_len = q_len, host.num_keys = ctx;
       host.heads = xp.host_plans(heads, nullptr);
+      expect_view_equals_upload(b, xp.view(), host, acc.as<unsigned long long>());
       int differ = 0;
       const int nqb = want.num_qblocks();
       for (int h = 0; h < b.H; ++h)
@@ -197,7 +271,7 @@ TEST(CudaXAttention, DevicePlanMatchesCpuPlanAndReference) {
         }
       const BlockCounts counts = xp.block_counts();
       EXPECT_EQ(counts.causal, plan_block_counts(want).causal);
-      std::vector<const BlockSparsePlan*> cpu_ptrs = {&want}, host_ptrs = {&host};
+      std::vector<const BlockSparsePlan*> cpu_ptrs = {&want};
       const std::vector<float> got = b.sparse(xp.view());
       const std::vector<float> ref = b.cpu_ref(cpu_ptrs);
       const std::vector<float> dense = b.dense_gpu();
@@ -208,7 +282,6 @@ TEST(CudaXAttention, DevicePlanMatchesCpuPlanAndReference) {
                   e_dense);
       EXPECT_LE(differ, b.H * nqb / 100);  // at most 1 % (near-tied masses rounded differently)
       EXPECT_LE(e_ref, 2e-2 + 8e-3);       // test_cuda_block_sparse's bf16 tolerance
-      EXPECT_EQ(got, b.sparse(host_ptrs)) << "device-built plan vs the same plan uploaded";
       if (th >= 1.f) {
         EXPECT_EQ(counts.computed, counts.causal);
         EXPECT_LE(e_dense, 1e-2);
@@ -216,6 +289,38 @@ TEST(CudaXAttention, DevicePlanMatchesCpuPlanAndReference) {
         EXPECT_LT(counts.computed, counts.causal);
       }
     }
+  }
+}
+
+// Past one CTA's sort (more work items than kGridPlanCtaSortItems: the CUB sort, then the
+// one-CTA schedule): the device plan equals the same plans downloaded and uploaded, with the
+// automatic split and with every item of more than 5 tiles split.
+TEST(CudaXAttention, DevicePlanPastOneCtaSortEqualsUpload) {
+  VLM_REQUIRE_GPU();
+  const int len = 33000;  // 32 heads x 516 query blocks: 16,512 items
+  Batch b({{len, len}}, 32, 4, 64, DType::BF16, 29, /*structured=*/true);
+  std::vector<int> heads(b.H);
+  std::iota(heads.begin(), heads.end(), 0);
+  cuda::CudaXAttentionPlan xp;
+  cuda::DeviceBuffer acc(2 * sizeof(unsigned long long));
+  for (const int knob : {0, 5}) {
+    SCOPED_TRACE("split knob " + std::to_string(knob));
+    testing::SplitKnob split(knob);
+    XAttentionParams p;
+    p.threshold = 0.9f;
+    xp.begin(b.H, 0, len, len, nullptr);
+    xp.estimate(b.dq.get(), b.act, b.dev_kv, b.dtables.as<int32_t>(), heads, p, len - p.n_last, b.scale(), nullptr);
+    VLM_CUDA_CHECK(cudaMemset(acc.get(), 0, acc.bytes()));
+    xp.build(nullptr, acc.as<unsigned long long>());
+    ASSERT_GT(xp.view().num_items, cuda::kGridPlanCtaSortItems);
+    BlockSparsePlan host;
+    host.q_len = host.num_keys = len;
+    host.heads = xp.host_plans(heads, nullptr);
+    const BlockCounts counts = xp.block_counts();
+    EXPECT_EQ(counts.computed, plan_block_counts(host).computed);
+    EXPECT_EQ(counts.causal, plan_block_counts(host).causal);
+    EXPECT_LT(counts.computed, counts.causal);
+    expect_view_equals_upload(b, xp.view(), host, acc.as<unsigned long long>());
   }
 }
 
