@@ -118,6 +118,28 @@ TEST(VlmGenerate, DeviceCpuRunsTheCpuBackend) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// The KV cache's dtype: auto follows --dtype (f32 on the exact path, bf16 otherwise), as the
+// server's; --kv-dtype stays an alias of --kv-cache-dtype. Read from the engine's start line.
+TEST(VlmGenerate, KvCacheDtypeFollowsTheDtype) {
+  const std::string base = "--model " + fixture_model_dir("qwen2_tiny") + " --prompt-ids 1,2,3 --max-tokens 2 --log-level info";
+  const auto kv_line = [](const std::string& out) {
+    const size_t at = out.find("engine: KV cache");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  Result r = run(base);  // --dtype float32 (run's default here)
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(kv_line(r.output).find("MiB F32)"), std::string::npos) << r.output;
+  r = run(base + " --dtype bfloat16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(kv_line(r.output).find("MiB BF16)"), std::string::npos) << r.output;
+  r = run(base + " --kv-dtype bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(kv_line(r.output).find("MiB BF16)"), std::string::npos) << r.output;
+  r = run(base + " --kv-dtype bf16 --kv-cache-dtype f32");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("give --kv-cache-dtype once"), std::string::npos) << r.output;
+}
+
 TEST(VlmGenerate, MissingModelIsALoadError) {
   const Result r = run("--model /nonexistent/dir --prompt-ids 1");
   EXPECT_EQ(r.exit_code, 1);

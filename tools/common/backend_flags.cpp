@@ -17,6 +17,9 @@ void add_backend_flags(FlagTable& table) {
   table["media-step-patches"] =
       "GPU: media beyond this many patches (a long video) encode in whole-frame groups as the prefill chunks reach "
       "them, bounding one step's encode (e.g. 8192; default 0: a step's media encode whole)";
+  table["kv-cache-dtype"] =
+      "auto (default: f32 with --dtype float32, the exact path; else bf16), f32, bf16 or f16: the CPU's KV cache "
+      "(the GPU keeps its cache in the model dtype)";
   table["enforce-eager"] = "1: GPU decode steps without CUDA graphs (default 0: graphs per batch/context bucket)";
 }
 
@@ -40,6 +43,13 @@ void apply_backend_flags(const std::map<std::string, std::string>& flags, const 
     else if (v == "float16") config.dtype = DType::F16;
     else if (v == "float32") config.dtype = DType::F32;
     else parser.fail("--dtype must be auto, bfloat16, float16 or float32, got '" + v + "'");
+  }
+  // After --dtype: auto follows it.
+  if (auto it = flags.find("kv-cache-dtype"); it != flags.end() && it->second != "auto") {
+    if (!parse_float_dtype_name(it->second, &config.kv_dtype))
+      parser.fail("--kv-cache-dtype must be auto, f32, bf16 or f16, got '" + it->second + "'");
+  } else {
+    config.kv_dtype = config.dtype == DType::F32 ? DType::F32 : DType::BF16;
   }
   if (auto it = flags.find("gpu-memory-utilization"); it != flags.end())
     config.gpu_memory_utilization = parser.number("gpu-memory-utilization", it->second, 0.0, 1.0, true);

@@ -5,6 +5,8 @@
 //   --gpu-memory-utilization F      (0.9; the KV cache takes what weights and activations leave)
 //   --max-media-patches N           (32768; the GPU vision encoder's reservation, in encoder rows)
 //   --gemm-activations f32|bf16     (the older CPU flag: an alias of --dtype float32|bfloat16)
+//   --kv-cache-dtype auto|f32|bf16|f16  (the CPU's KV cache; auto: f32 with --dtype float32, the
+//                                     exact path, else bf16 -- vLLM's auto, the model's dtype)
 #pragma once
 
 #include <map>
@@ -18,7 +20,8 @@ namespace vlm::cli {
 // Adds the flags' help lines to `table`.
 void add_backend_flags(FlagTable& table);
 
-// Applies whichever of them are in `flags` to `config`; parser.fail()s on a bad value.
+// Applies whichever of them are in `flags` to `config` (config.kv_dtype always: the flag's or
+// auto's); parser.fail()s on a bad value.
 void apply_backend_flags(const std::map<std::string, std::string>& flags, const FlagParser& parser,
                          EngineConfig& config);
 

@@ -2,7 +2,7 @@
 // and benchmarks.
 //   vlm-generate --model DIR (--prompt-ids 1,2,3 | --prompt-ids @FILE | --prompt "text" [--chat]) [...] [--parallel N]
 //                [--max-tokens 16] [--top-logprobs 5 | --no-logprobs] [--chunk-size 512]
-//                [--kv-dtype f32|bf16|f16] [--block-size 16] [--threads N] [--ignore-eos]
+//                [--kv-cache-dtype auto|f32|bf16|f16] [--block-size 16] [--threads N] [--ignore-eos]
 //                [--temperature 0] [--top-k K] [--top-p P] [--seed S] [--log-level warn]
 //                [--dtype auto|bfloat16|float16|float32] [--device auto|cpu|cuda]  (tools/common/backend_flags.h)
 // --parallel N runs N sequences at once: sequence i takes the (i mod P)-th of the P prompts given
@@ -49,7 +49,6 @@ struct Options {
   int chunk_size = 512;
   int block_size = 16;
   int threads = 0;
-  vlm::DType kv_dtype = vlm::DType::F32;
   bool ignore_eos = false;
   float temperature = 0.0f;
   int top_k = 0;
@@ -77,7 +76,7 @@ const vlm::cli::FlagParser kCli(
      {"chunk-size", "N: prefill chunk (max batched tokens, default 512)"},
      {"block-size", "N: KV block size (default 16)"},
      {"threads", "N: compute threads (default: all cores)"},
-     {"kv-dtype", "f32|bf16|f16: KV cache dtype (default f32)"},
+     {"kv-dtype", "older alias of --kv-cache-dtype"},
      {"ignore-eos", "(switch) keep generating past EOS"},
      {"temperature", "T (default 0: greedy)"},
      {"top-k", "K (default 0: off; -1 also off)"},
@@ -134,10 +133,10 @@ Options parse(int argc, char** argv) {
     else if (a == "block-size") o.block_size = parse_int(a, v, 1);
     else if (a == "threads") o.threads = parse_int(a, v, 1);
     else if (a == "device" || a == "dtype" || a == "gpu-memory-utilization" || a == "gemm-activations" ||
-             a == "enforce-eager")
-      o.backend[a] = v;
-    else if (a == "kv-dtype") {
-      if (!vlm::parse_float_dtype_name(v, &o.kv_dtype)) usage("--kv-dtype must be f32, bf16 or f16");
+             a == "enforce-eager" || a == "kv-cache-dtype" || a == "kv-dtype") {
+      const std::string key = a == "kv-dtype" ? "kv-cache-dtype" : a;
+      if (o.backend.count(key)) usage("give --kv-cache-dtype once (--kv-dtype is its older alias)");
+      o.backend[key] = v;
     } else if (a == "ignore-eos") o.ignore_eos = true;
     else if (a == "temperature") o.temperature = parse_float(a, v);
     else if (a == "top-k") o.top_k = parse_int(a, v, -1);
@@ -216,7 +215,6 @@ int run(Options o) {
   vlm::EngineConfig ec;
   vlm::cli::apply_backend_flags(o.backend, kCli, ec);
   ec.block_size = o.block_size;
-  ec.kv_dtype = o.kv_dtype;
   ec.max_model_len = static_cast<int64_t>(longest) + o.max_tokens;
   int64_t blocks = 0;
   for (int i = 0; i < o.parallel; ++i)

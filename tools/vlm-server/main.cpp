@@ -2,7 +2,7 @@
 //   vlm-server --model DIR [--served-model-name NAME] [--host 127.0.0.1] [--port 8000]
 //              [--api-key KEY] [--config FILE.json] [--max-num-seqs N] [--max-num-batched-tokens N]
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
-//              [--kv-cache-dtype f32|bf16|f16] [--sink-router off|on] [--sink-router-config FILE]
+//              [--kv-cache-dtype auto|f32|bf16|f16] [--sink-router off|on] [--sink-router-config FILE]
 //              [--max-waiting N] [--threads N] [--log-level L] [--[no-]enable-prefix-caching]
 //              [--dtype auto|bfloat16|float16|float32] [--device auto|cpu|cuda]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
@@ -76,7 +76,6 @@ const std::map<std::string, std::string> kFlags = {
     {"max-num-seqs", "running sequences (default 256)"}, {"max-num-batched-tokens", "tokens per step (default 2048)"},
     {"max-model-len", "longest sequence (default: the model's)"}, {"block-size", "KV block size (default 16)"},
     {"kv-cache-memory-gib", "KV cache size (default 1)"}, {"num-kv-blocks", "KV blocks (overrides memory)"},
-    {"kv-cache-dtype", "f32, bf16 (default) or f16"},
     {"sink-router", "off (default) or on: SinkRouter decode routing (per request: \"sink_router\")"},
     {"sink-router-config", "SinkRouter thresholds, e.g. configs/<model>/sink_router.json from vlm-calibrate-sink"},
     {"max-waiting", "waiting queue bound (default 1024)"},
@@ -319,8 +318,6 @@ int main(int argc, char** argv) {
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
     ec.enable_prefix_caching = bool_flag(flags, "enable-prefix-caching", true);
     vlm::cli::apply_backend_flags(flags, cli(), ec);
-    if (flags.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(flags.at("kv-cache-dtype"), &ec.kv_dtype))
-      usage("--kv-cache-dtype must be f32, bf16 or f16");
     if (flags.count("look-m") && flags.at("look-m") != "off") {
       auto p = vlm::look_m_mode_from_name(flags.at("look-m"));
       if (!p) usage("--look-m: unknown mode '" + flags.at("look-m") + "'");

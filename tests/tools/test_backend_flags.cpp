@@ -1,0 +1,47 @@
+// tools/common/backend_flags: the backend flags every model-running tool shares, here the KV cache
+// dtype's auto rule (vLLM's --kv-cache-dtype auto: the model's dtype): f32 with --dtype float32
+// (the exact path end to end), bf16 otherwise; an explicit value wins; a bad one is a usage error.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "tools/common/backend_flags.h"
+
+namespace vlm::cli {
+namespace {
+
+const FlagParser& parser() {
+  static const FlagParser p("tool [flags]", [] {
+    FlagTable t;
+    add_backend_flags(t);
+    return t;
+  }());
+  return p;
+}
+
+DType kv_of(const std::map<std::string, std::string>& flags) {
+  EngineConfig c;
+  apply_backend_flags(flags, parser(), c);
+  return c.kv_dtype;
+}
+
+TEST(BackendFlags, KvCacheDtypeAutoFollowsTheDtype) {
+  EXPECT_EQ(kv_of({}), DType::BF16);
+  EXPECT_EQ(kv_of({{"dtype", "auto"}}), DType::BF16);
+  EXPECT_EQ(kv_of({{"dtype", "bfloat16"}}), DType::BF16);
+  EXPECT_EQ(kv_of({{"dtype", "float32"}}), DType::F32);
+  EXPECT_EQ(kv_of({{"gemm-activations", "f32"}}), DType::F32);
+  EXPECT_EQ(kv_of({{"dtype", "float32"}, {"kv-cache-dtype", "auto"}}), DType::F32);
+}
+
+TEST(BackendFlags, KvCacheDtypeGivenWins) {
+  EXPECT_EQ(kv_of({{"dtype", "float32"}, {"kv-cache-dtype", "bf16"}}), DType::BF16);
+  EXPECT_EQ(kv_of({{"kv-cache-dtype", "f32"}}), DType::F32);
+  EXPECT_EQ(kv_of({{"kv-cache-dtype", "f16"}}), DType::F16);
+  EXPECT_EXIT(kv_of({{"kv-cache-dtype", "f64"}}), ::testing::ExitedWithCode(2),
+              "--kv-cache-dtype must be auto, f32, bf16 or f16, got 'f64'");
+}
+
+}  // namespace
+}  // namespace vlm::cli
