@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 
@@ -35,6 +36,11 @@ class CudaAllocation {
   // Reallocates (contents lost) when `bytes` is larger than the current size.
   void reserve(size_t bytes) {
     if (bytes > bytes_) resize(bytes);
+  }
+  // As reserve, but to half again the current size at least: a buffer that grows step by step
+  // reallocates (frees: a device-wide sync) a logarithmic number of times.
+  void grow(size_t bytes) {
+    if (bytes > bytes_) resize(std::max(bytes, bytes_ + bytes_ / 2));
   }
   void resize(size_t bytes) {
     reset();

@@ -9,10 +9,6 @@
 #include "kernels/core/check.h"
 
 namespace vlm::cuda {
-void grid_plan_grow(DeviceBuffer& b, size_t bytes) {
-  if (bytes > b.bytes()) b.resize(std::max(bytes, b.bytes() + b.bytes() / 2));
-}
-
 const GridHeadLayout* CudaGridPlan::upload_layouts(const std::vector<GridHeadLayout>& dl, int key,
                                                   cudaStream_t stream) {
   const size_t bytes = dl.size() * sizeof(GridHeadLayout);
@@ -25,7 +21,7 @@ const GridHeadLayout* CudaGridPlan::upload_layouts(const std::vector<GridHeadLay
     k.host = dl;
     target = &k.device;
   }
-  grid_plan_grow(*target, bytes);
+  target->grow(bytes);
   Stage& st = stages_[next_stage_];
   next_stage_ = (next_stage_ + 1) % kStages;
   if (st.copied) VLM_CUDA_CHECK(cudaEventSynchronize(st.copied));  // the stage's last copy has read it
@@ -69,7 +65,7 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   VLM_CHECK(sh.max_stride * 4 + nkb + 16 <= 200 * 1024, "grid plan on the GPU: {} keys too many", N);
 
   const size_t n1 = static_cast<size_t>(n) + 1;
-  grid_plan_grow(scratch_, grid_plan_schedule_words(n) * sizeof(int32_t));
+  scratch_.grow(grid_plan_schedule_words(n) * sizeof(int32_t));
   GridPlanSchedule sc = grid_plan_schedule_over(scratch_.as<int32_t>(), n);
   totals_[0] = sc.block_off + n;
   totals_[1] = sc.col_off + n;
@@ -87,7 +83,7 @@ void CudaGridPlan::build(std::span<const GridLayout> layouts, const GridParams& 
   out.cols_base = out.blocks_base + blocks_bound;
   const int64_t words = out.cols_base + cols_bound;
   VLM_CHECK(words < (int64_t(1) << 31), "grid plan of {} words too large", words);
-  grid_plan_grow(plan_, static_cast<size_t>(words) * sizeof(int32_t));
+  plan_.grow(static_cast<size_t>(words) * sizeof(int32_t));
   int32_t* const d = plan_.as<int32_t>();
   out.data = d;
   out.block_off = sc.block_off;
@@ -138,7 +134,7 @@ void grid_plan_run_schedule(GridPlanSchedule& sc, GridPlanScheduleArgs& args, in
   const int n = sc.n;
   const bool sort_here = n <= kGridPlanCtaSortItems;
   if (!sort_here) {
-    grid_plan_grow(temp, sc.temp_bytes);
+    temp.grow(sc.temp_bytes);
     sc.temp = temp.get();
     grid_plan_sort(sc, stream);
   }
@@ -166,7 +162,7 @@ void grid_plan_device_split(int n, int64_t tiles_bound, unsigned long long* coun
   split.resident = block_sparse_policy_ctas();
   split.count_acc = count_acc;
   const size_t n1 = static_cast<size_t>(n) + 1;
-  grid_plan_grow(split_buf, (2 * n1 + 1) * sizeof(int32_t));
+  split_buf.grow((2 * n1 + 1) * sizeof(int32_t));
   int32_t* sw = split_buf.as<int32_t>();
   args.piece_off = sw;
   args.slot_off = sw + n1;
@@ -185,8 +181,7 @@ void grid_plan_device_split(int n, int64_t tiles_bound, unsigned long long* coun
   view.partial = nullptr;
   if (slots_bound > 0) {
     // The automatic policy's bound at once (a growing bound would reallocate, a device-wide sync).
-    grid_plan_grow(partial_buf,
-         static_cast<size_t>(std::max(slots_bound, kMaxSplitSlots + 1)) * kSplitSlotFloats * sizeof(float));
+    partial_buf.grow(static_cast<size_t>(std::max(slots_bound, kMaxSplitSlots + 1)) * kSplitSlotFloats * sizeof(float));
     view.partial = partial_buf.as<float>();
   }
 }

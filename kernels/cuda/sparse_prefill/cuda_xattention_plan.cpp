@@ -72,7 +72,7 @@ void CudaXAttentionPlan::build(cudaStream_t stream, unsigned long long* count_ac
             "xattention plan on the GPU: {} heads x {} query blocks over {} keys bound {} listed blocks ({} words, "
             "limit 2^31): prefill in shorter chunks",
             H, nqb, N, blocks_bound, words);
-  grid_plan_grow(plan_, static_cast<size_t>(words) * sizeof(int32_t));
+  plan_.grow(static_cast<size_t>(words) * sizeof(int32_t));
   int32_t* const d = plan_.as<int32_t>();
   args.out.data = d;
   args.out.block_off = sc.block_off;

@@ -87,9 +87,6 @@ struct GridPlanSplit {
   unsigned long long* count_acc = nullptr;
 };
 
-// Grows b to at least `bytes`, by half again at least (each growth frees: a device-wide sync).
-void grid_plan_grow(DeviceBuffer& b, size_t bytes);
-
 // The grid plan's schedule in one launch of one CTA (between grid_plan_count and grid_plan_fill):
 // block_off / col_off (the exclusive sums of the counts), the items in cost order (sorted in shared memory
 // when order is nullptr, n <= kGridPlanCtaSortItems; else order[n] from grid_plan_sort), the

@@ -2,6 +2,8 @@
 // shuffled blocks, on the host (for the CPU planners and references) and on the GPU.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -264,6 +266,35 @@ inline BlockSparsePlan every_key_plan(int q_len, int N, int H, std::mt19937& rng
   }
   validate_plan(p);
   return p;
+}
+
+// n int32 words of device memory, once the device has finished its work.
+inline std::vector<int32_t> download(const void* d, int64_t n) {
+  std::vector<int32_t> v(n);
+  VLM_CUDA_CHECK(cudaDeviceSynchronize());
+  if (n > 0) VLM_CUDA_CHECK(cudaMemcpy(v.data(), d, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+inline std::vector<int32_t> slice(const std::vector<int32_t>& data, int64_t at, int64_t n) {
+  return {data.begin() + at, data.begin() + at + n};
+}
+
+// A device-built plan view v against the same plans uploaded (uv, CudaBlockSparsePlan::upload):
+// the same work items in the same order and the same split (piece and slot offsets; the upload
+// lists none when it split nothing: one piece per item then), and room for its pieces.
+inline void expect_same_items_and_split(const cuda::SparsePlanView& v, const cuda::SparsePlanView& uv) {
+  EXPECT_EQ(download(v.items, 4 * int64_t(v.num_items)), download(uv.items, 4 * int64_t(uv.num_items)));
+  std::vector<int32_t> want_pieces(v.num_items + 1), want_slots(v.num_items + 1, 0);
+  std::iota(want_pieces.begin(), want_pieces.end(), 0);
+  if (uv.piece_off) {
+    want_pieces = download(uv.piece_off, v.num_items + 1);
+    want_slots = download(uv.slot_off, v.num_items + 1);
+  }
+  ASSERT_NE(v.piece_off, nullptr);
+  EXPECT_EQ(download(v.piece_off, v.num_items + 1), want_pieces);
+  EXPECT_EQ(download(v.slot_off, v.num_items + 1), want_slots);
+  EXPECT_GE(v.max_pieces, want_pieces.back());
 }
 
 }  // namespace vlm::testing

@@ -24,16 +24,8 @@ namespace {
 
 using testing::Batch;
 
-std::vector<int32_t> download(const int32_t* d, int64_t n) {
-  std::vector<int32_t> v(n);
-  VLM_CUDA_CHECK(cudaDeviceSynchronize());
-  if (n > 0) VLM_CUDA_CHECK(cudaMemcpy(v.data(), d, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  return v;
-}
-
-std::vector<int32_t> slice(const std::vector<int32_t>& data, int64_t at, int64_t n) {
-  return {data.begin() + at, data.begin() + at + n};
-}
+using testing::download;
+using testing::slice;
 
 // A random layout per head: stride from `strides`, random phase, distinct vertical groups.
 GridLayout random_layout(const std::vector<int>& strides, const GridParams& p, std::mt19937& rng) {
@@ -141,27 +133,15 @@ TEST(CudaGridPlan, DevicePlansEqualHostPlans) {
             << "query block " << m;
       }
     }
-    // The work items in the host upload's order, and the same attention bit for bit.
+    // The same plans uploaded by the host: the same work items, pieces and attention.
     const BlockSparsePlan* hptr = &host;
     cuda::CudaBlockSparsePlan up;
     up.upload({&hptr, 1}, b.cu.data(), b.H, nullptr);
-    const auto items_dev = download(v.items, 4 * int64_t(v.num_items));
-    const auto items_host = download(up.view().items, 4 * int64_t(up.view().num_items));
-    EXPECT_EQ(items_dev, items_host);
-    // The same pieces: the device's offsets equal the host's (one piece per item when the host
-    // split none).
+    // The work items in the host upload's order and the same pieces (one piece per item when the
+    // host split none).
     const cuda::SparsePlanView uv = up.view();
     if (knob > 0 && uv.piece_off) ++split_cases;
-    std::vector<int32_t> want_pieces(v.num_items + 1), want_slots(v.num_items + 1, 0);
-    std::iota(want_pieces.begin(), want_pieces.end(), 0);
-    if (uv.piece_off) {
-      want_pieces = download(uv.piece_off, v.num_items + 1);
-      want_slots = download(uv.slot_off, v.num_items + 1);
-    }
-    ASSERT_NE(v.piece_off, nullptr);
-    EXPECT_EQ(download(v.piece_off, v.num_items + 1), want_pieces);
-    EXPECT_EQ(download(v.slot_off, v.num_items + 1), want_slots);
-    EXPECT_GE(v.max_pieces, want_pieces.back());
+    testing::expect_same_items_and_split(v, uv);
     EXPECT_EQ(b.sparse(v), b.sparse(up.view())) << "attention over the device plan vs the host plan";
   }
   cuda::set_block_sparse_split(0);

@@ -158,16 +158,8 @@ TEST(CudaXAttention, SelectionEqualsHostWithTies) {
   }
 }
 
-std::vector<int32_t> download(const void* d, int64_t n) {
-  std::vector<int32_t> v(n);
-  VLM_CUDA_CHECK(cudaDeviceSynchronize());
-  if (n > 0) VLM_CUDA_CHECK(cudaMemcpy(v.data(), d, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  return v;
-}
-
-std::vector<int32_t> slice(const std::vector<int32_t>& data, int64_t at, int64_t n) {
-  return {data.begin() + at, data.begin() + at + n};
-}
+using testing::download;
+using testing::slice;
 
 // A device plan's view (sequence 0 of b) against the same plans downloaded (host) and uploaded:
 // each head's desc, pointers and lists, the count accumulator acc (device [2]), the upload's
@@ -210,17 +202,7 @@ void expect_view_equals_upload(Batch& b, const cuda::SparsePlanView& v, const Bl
   cuda::CudaBlockSparsePlan up;
   up.upload({&hptr, 1}, b.cu.data(), b.H, nullptr);
   const cuda::SparsePlanView uv = up.view();
-  EXPECT_EQ(download(v.items, 4 * int64_t(v.num_items)), download(uv.items, 4 * int64_t(uv.num_items)));
-  std::vector<int32_t> want_pieces(v.num_items + 1), want_slots(v.num_items + 1, 0);
-  std::iota(want_pieces.begin(), want_pieces.end(), 0);
-  if (uv.piece_off) {
-    want_pieces = download(uv.piece_off, v.num_items + 1);
-    want_slots = download(uv.slot_off, v.num_items + 1);
-  }
-  ASSERT_NE(v.piece_off, nullptr);
-  EXPECT_EQ(download(v.piece_off, v.num_items + 1), want_pieces);
-  EXPECT_EQ(download(v.slot_off, v.num_items + 1), want_slots);
-  EXPECT_GE(v.max_pieces, want_pieces.back());
+  testing::expect_same_items_and_split(v, uv);
   EXPECT_EQ(b.sparse(v), b.sparse(uv)) << "attention over the device plan vs the same plans uploaded";
 }
 

@@ -163,6 +163,16 @@ SparsePrefillConfig grid_config(const GridParams& g) {
   return c;
 }
 
+// slash_grid() with its stride searched (stride 0), once per prompt (grid_search_once): later
+// chunks plan from the sequence's store of layouts.
+SparsePrefillConfig search_once_config() {
+  GridParams searched = slash_grid();
+  searched.stride = 0;
+  SparsePrefillConfig c = grid_config(searched);
+  c.grid_search_once = true;
+  return c;
+}
+
 class CudaSparsePrefillDecoder : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -273,12 +283,9 @@ TEST_F(CudaSparsePrefillDecoder, TwoSparseSequencesHostPlansMatchCpu) {
 // ran: the online search would have chosen on the data). Also prints the error against dense of
 // MMInference's default head searched once per prompt beside searched per chunk.
 TEST_F(CudaSparsePrefillDecoder, GridSearchOnceReusesTheStoredLayouts) {
-  GridParams searched = slash_grid();
-  searched.stride = 0;
-  SparsePrefillConfig once = grid_config(searched);
-  once.grid_search_once = true;
+  const SparsePrefillConfig once = search_once_config();
   std::vector<GridLayoutStore> stores(1);
-  stores[0].layers.assign(kL, std::vector<GridLayout>(kH, fixed_grid_layout(16, 0, searched)));
+  stores[0].layers.assign(kL, std::vector<GridLayout>(kH, fixed_grid_layout(16, 0, once.grid)));
   const Result g = m_->run(true, {prompts_[0]}, once, &stores);
   const Result fixed = m_->run(true, {prompts_[0]}, grid_config(slash_grid()));
   const double e = err(g.logits[0], fixed.logits[0]);
@@ -316,13 +323,10 @@ TEST_F(CudaSparsePrefillDecoder, GridSearchOnceReusesTheStoredLayouts) {
 // phases by layer: the two plan buffers alternate by layer parity), the logits are equal bit for
 // bit and the block counts equal, on and off.
 TEST_F(CudaSparsePrefillDecoder, PlanAheadEqualsPlanInline) {
-  GridParams searched = slash_grid();
-  searched.stride = 0;
-  SparsePrefillConfig once = grid_config(searched);
-  once.grid_search_once = true;
+  const SparsePrefillConfig once = search_once_config();
   std::vector<GridLayoutStore> stores(1);
   for (int l = 0; l < kL; ++l)
-    stores[0].layers.push_back(std::vector<GridLayout>(kH, fixed_grid_layout(l % 2 ? 32 : 16, l, searched)));
+    stores[0].layers.push_back(std::vector<GridLayout>(kH, fixed_grid_layout(l % 2 ? 32 : 16, l, once.grid)));
   set_sparse_plan_ahead(false);
   const Result in_line = m_->run(true, {prompts_[0]}, once, &stores);
   set_sparse_plan_ahead(true);
