@@ -10,6 +10,8 @@
 // fps (default 24, as HF assumes for bare frames) is the rate of the given frames; see server/media/qwen2vl_media_loader.h.
 // A single URL there is a video file (MP4/MOV, WebM/MKV, GIF), sampled at "fps" (or
 // "num_frames", with "min_frames"/"max_frames") over the checkpoint's video processor defaults.
+// Messages reach the chat template in the shape it reads (server/chat_messages.h: content as a
+// string or as parts, null content, tool results, developer messages).
 // Handlers parse JSON into native requests (server/openai_request), tokenize (chat template
 // first for chat), submit to the engine, and answer with a CompletionStream (stream: true) or a
 // CompletionCollector (a deferred whole response). Errors use the OpenAI envelope.
