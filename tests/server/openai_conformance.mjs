@@ -8,7 +8,8 @@
 // Cases: text parts; system and developer parts; the tool round trip (a required call, then the
 // assistant message with content null and the tool result, as a string and as parts, then the
 // answer); max_completion_tokens; stream_options.include_usage; n > 1; logprobs with
-// top_logprobs; response_format json_schema; images as parts; /tokenize with the same messages.
+// top_logprobs; response_format json_schema; vLLM's benchmark client's payload and stream reading;
+// images as parts; /tokenize with the same messages.
 // Prints one JSON summary line; exits 1 on the first failure.
 import { readFileSync } from "node:fs";
 import OpenAI from "openai";
@@ -148,6 +149,33 @@ for await (const chunk of stream) {
 check(usage && afterUsage === 0 && usage.total_tokens === usage.prompt_tokens + usage.completion_tokens,
   `stream usage ${show(usage)}`);
 check(streamed === r1.choices[0].message.content.slice(0, streamed.length) && finish, `stream ${show(streamed)} ${finish}`);
+
+// ---- vLLM's benchmark client (`--backend openai-chat`): its payload and its reading of the stream
+// (lines stripped, ":" comments skipped, "data: " removed, JSON until [DONE]; the usage chunk gives
+// the output length) --------------------------------------------------------------------------
+{
+  const res = await fetch(`${baseURL}/v1/chat/completions`, {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ model, messages: [{ role: "user", content: [text("Tell me a story.")] }], temperature: 0.0,
+      max_completion_tokens: 12, stream: true, stream_options: { include_usage: true }, ignore_eos: true }),
+    signal: AbortSignal.timeout(120000),
+  });
+  check(res.status === 200, `benchmark payload: ${res.status}`);
+  let firstContent = false, outputTokens = null, done = false;
+  for (const line of (await res.text()).split("\n")) {
+    const l = line.trim();
+    if (!l || l.startsWith(":")) continue;
+    const chunk = l.replace(/^data: /, "");
+    if (chunk === "[DONE]") {
+      done = true;
+      continue;
+    }
+    const data = JSON.parse(chunk);
+    if (data.choices?.length) firstContent ||= data.choices[0].delta.content !== undefined;
+    else if (data.usage) outputTokens = data.usage.completion_tokens;
+  }
+  check(firstContent && done && outputTokens === 12, `benchmark stream: content ${firstContent}, done ${done}, tokens ${outputTokens}`);
+}
 
 // ---- images as parts --------------------------------------------------------------------------
 const look = (url) => [{ role: "user", content: [text("What is in the picture?"), { type: "image_url", image_url: { url } }] }];
