@@ -3,8 +3,9 @@
 //  - even: the rest is a template's source (from a model directory: operator input), parsed
 //    and, when it parses, rendered with a fixed conversation;
 //  - odd: the rest is a request's `messages` JSON (user input), rendered with the real Qwen3
-//    template (tests/data/tokenizers/qwen3) after the same validation the server does
-//    (server/openai_request).
+//    template (tests/data/tokenizers/qwen3) after the same validation and shaping the server does
+//    (server/openai_request, server/chat_messages: the template's string format, or the parts
+//    when bit 2 is set).
 // Parse errors are LoadError, render errors RequestError; anything else is a finding.
 #include <cstdint>
 #include <optional>
@@ -14,6 +15,7 @@
 
 #include "fuzz/fuzz_util.h"
 #include "model/chat/chat_template.h"
+#include "server/chat_messages.h"
 #include "server/openai_request.h"
 
 namespace {
@@ -55,7 +57,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // The server's path: the body's messages validated by parse_api_request, then rendered.
       std::string body = R"({"messages": )" + rest + "}";
       auto req = vlm::parse_api_request(vlm::ApiKind::Chat, body, {});
-      t.render(req.messages, context);
+      vlm::ChatMessagesOptions o;
+      o.format = (data[0] & 4) ? vlm::ChatContentFormat::OpenAI : t.content_format();
+      t.render(vlm::prepare_chat_messages(req.messages, o), context);
     });
   }
   return 0;

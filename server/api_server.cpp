@@ -77,6 +77,7 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
     media_loader_ = std::make_unique<Qwen2VLMediaLoader>(options_.media, options_.image_limits, *options_.qwen2vl);
   else if (options_.onevision)
     media_loader_ = std::make_unique<OnevisionMediaLoader>(options_.media, options_.image_limits, *options_.onevision);
+  if (chat_template_) chat_messages_ = chat_messages_options();
   using T = MetricsRegistry::Type;
   auto& m = metrics_;
   m.declare("vllm:num_requests_running", T::Gauge, "Number of requests in model execution batches.");
@@ -127,6 +128,40 @@ void ApiServer::register_routes(Router& router) {
   router.add("GET", "/metrics", [this](const HttpRequest& r) { return metrics_text(r); });
   router.add("POST", "/reset_prefix_cache", [this](const HttpRequest& r) { return reset_prefix_cache(r); });
   router.add("GET", "/version", [](const HttpRequest&) { return HttpReply::json(200, R"({"version":"0.1.0"})"); });
+}
+
+void ApiServer::register_loading_routes(Router& router) {
+  router.set_fallback([](const HttpRequest&) {
+    HttpReply r = HttpReply::error(503, "unavailable_error", "model is loading");
+    r.headers.emplace_back("Retry-After", kUnavailableRetryAfter);
+    return r;
+  });
+}
+
+ChatMessagesOptions ApiServer::chat_messages_options() const {
+  ChatMessagesOptions o;
+  const ChatContentFormat detected = chat_template_->content_format();
+  o.format = options_.chat_content_format.value_or(detected);
+  o.developer_role = chat_template_->supports_developer_role();
+  VLM_LOG_INFO("chat template content format: {} ({})", chat_content_format_name(o.format),
+               options_.chat_content_format ? fmt::format("set; the template reads {}", chat_content_format_name(detected))
+                                            : std::string("detected"));
+  // String-format templates get media parts as the model's placeholder text (vLLM's
+  // get_placeholder_str): the image / video token, Qwen2-VL's inside its vision markers.
+  if (!tokenizer_) return o;
+  std::optional<int32_t> image_id, video_id;
+  if (options_.images) image_id = options_.images->image_token_id;
+  if (media_loader_) {
+    image_id = media_loader_->image_token_id();
+    if (media_loader_->accepts_video()) video_id = media_loader_->video_token_id();
+  }
+  auto placeholder = [&](int32_t id) {
+    const std::string t = tokenizer_->id_to_token(id);
+    return options_.qwen2vl ? "<|vision_start|>" + t + "<|vision_end|>" : t;
+  };
+  if (image_id) o.image_placeholder = placeholder(*image_id);
+  if (video_id) o.video_placeholder = placeholder(*video_id);
+  return o;
 }
 
 void ApiServer::admit(const HttpRequest& req, const std::string& model, bool json_body) const {
@@ -242,7 +277,7 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
       if (type == "text") continue;
       const std::string param = fmt::format("messages[{}].content[{}].{}", i, k, type);
       if (type == "image_url") {
-        if (!options_.images && !media_loader_) bad("messages", "this model does not accept image_url input");
+        if (!options_.images && !media_loader_) bad(param, "this model does not accept image_url input");
         const auto& u = part["image_url"];
         parts.push_back({Modality::Image, {u.is_string() ? u.get<std::string>() : u["url"].get<std::string>()}, false,
                          0.0, param});
@@ -250,7 +285,7 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
         part = nlohmann::ordered_json{{"type", "image"}};
       } else if (type == "video_url" || type == "video") {
         if (!media_loader_ || !media_loader_->accepts_video())
-          bad("messages", "this model does not accept video input (" + type + ")");
+          bad(param, "this model does not accept video input (" + type + ")");
         parts.push_back(video_part(part, type, param, media_loader_->default_sampling()));
         part = nlohmann::ordered_json{{"type", "video"}};
       } else {
@@ -265,19 +300,9 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   if (num_videos > options_.max_videos_per_request)
     bad("messages", fmt::format("the request has {} videos; at most {} are allowed per request", num_videos,
                                 options_.max_videos_per_request));
-  // Assistant tool calls: arguments as objects, as HF templates expect (OpenAI sends JSON text).
-  for (auto& m : messages) {
-    if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
-    for (auto& call : m["tool_calls"]) {
-      if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
-      auto& args = call["function"]["arguments"];
-      if (!args.is_string()) continue;
-      try {
-        args = nlohmann::ordered_json::parse(args.get<std::string>());
-      } catch (const nlohmann::ordered_json::exception&) {
-      }
-    }
-  }
+  // The content as the template reads it, null content, tool calls' arguments as objects,
+  // developer messages (server/chat_messages.h).
+  messages = prepare_chat_messages(messages, chat_messages_);
   nlohmann::ordered_json context = r.chat_template_kwargs;
   context["add_generation_prompt"] = r.add_generation_prompt;
   if (!r.tools.tools.empty() && !context.contains("tools")) context["tools"] = r.tools.tools;
@@ -286,8 +311,7 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
   if (tl) tl->template_ms = tl->lap();
   if (r.continue_final_message) {
     // Cut the rendering after the final message's text (as vLLM does).
-    const auto& last = r.messages.back()["content"];
-    const std::string text = last.is_string() ? last.get<std::string>() : "";
+    const std::string text = final_message_text(r.messages);
     const size_t at = text.empty() ? std::string::npos : prompt.rfind(text);
     if (at != std::string::npos) prompt.resize(at + text.size());
   }
@@ -482,8 +506,11 @@ HttpReply ApiServer::models(const HttpRequest& req) const {
 }
 
 HttpReply ApiServer::health(const HttpRequest&) const {
-  if (!ready_) return HttpReply::error(503, "unavailable_error", "model is loading");
-  if (draining_) return HttpReply::error(503, "unavailable_error", "server is shutting down");
+  if (!ready_ || draining_) {
+    HttpReply r = HttpReply::error(503, "unavailable_error", draining_ ? "server is shutting down" : "model is loading");
+    r.headers.emplace_back("Retry-After", kUnavailableRetryAfter);
+    return r;
+  }
   return HttpReply::json(200, R"({"status":"ok"})");
 }
 

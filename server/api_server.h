@@ -10,6 +10,8 @@
 // fps (default 24, as HF assumes for bare frames) is the rate of the given frames; see server/media/qwen2vl_media_loader.h.
 // A single URL there is a video file (MP4/MOV, WebM/MKV, GIF), sampled at "fps" (or
 // "num_frames", with "min_frames"/"max_frames") over the checkpoint's video processor defaults.
+// Messages reach the chat template in the shape it reads (server/chat_messages.h: content as a
+// string or as parts, null content, tool results, developer messages).
 // Handlers parse JSON into native requests (server/openai_request), tokenize (chat template
 // first for chat), submit to the engine, and answer with a CompletionStream (stream: true) or a
 // CompletionCollector (a deferred whole response). Errors use the OpenAI envelope.
@@ -35,6 +37,7 @@
 #include "server/media/qwen2vl_media_loader.h"
 #include "server/media/media_fetch.h"
 #include "server/media/processed_media_cache.h"
+#include "server/chat_messages.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/request_timeline.h"
@@ -65,6 +68,9 @@ struct ApiServerOptions {
   // their bytes' hash, LRU within this many pixel bytes; 0: off (--mm-processor-cache-gb).
   int64_t mm_processor_cache_bytes = 4ll << 30;
   int heartbeat_ms = 5000;
+  // How chat messages' content reaches the template (server/chat_messages.h): nullopt (auto)
+  // detects it from the template (model/chat/chat_content_format.h); --chat-template-content-format.
+  std::optional<ChatContentFormat> chat_content_format;
 };
 
 class ApiServer {
@@ -74,6 +80,9 @@ class ApiServer {
             std::optional<ChatTemplate> chat_template, SamplingDefaults defaults);
 
   void register_routes(Router& router);
+  // While the model loads: every request answers 503 "model is loading" (OpenAI envelope) with
+  // Retry-After, on any path and method (the router's fallback).
+  static void register_loading_routes(Router& router);
   void set_ready(bool ready) { ready_ = ready; }
   void set_draining(bool draining) { draining_ = draining; }
   MetricsRegistry& metrics() { return metrics_; }
@@ -92,6 +101,7 @@ class ApiServer {
   // 401 / 503 / 415 / 404 checks shared by the generation endpoints; throws RequestError.
   void admit(const HttpRequest& req, const std::string& model, bool json_body = true) const;
   const Tokenizer& need_tokenizer(const std::string& what) const;
+  ChatMessagesOptions chat_messages_options() const;  // with a chat template; logs the format
   // One prompt for the engine: token ids (image placeholders expanded), their modality tags
   // (empty: all text) and the images.
   struct PromptInput {
@@ -127,6 +137,7 @@ class ApiServer {
   SamplingDefaults defaults_;
   std::unique_ptr<structured::ConstraintCache> constraints_;  // with a tokenizer
   ToolCallFormat tool_format_ = ToolCallFormat::Hermes;      // from the chat template
+  ChatMessagesOptions chat_messages_;                        // content format, placeholders
   MetricsRegistry metrics_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "kernels/core/check.h"
+#include "server/chat_messages.h"
 #include "server/look_m_option.h"
 
 namespace vlm {
@@ -159,8 +160,9 @@ void parse_messages(const json& j, ApiRequest& r) {
   auto it = j.find("messages");
   if (it == j.end()) bad("messages", "'messages' is required");
   if (!it->is_array() || it->empty()) bad("messages", "'messages' must be a non-empty list");
-  for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
+  json messages = *it;  // canonical parts (server/chat_messages.h)
+  for (size_t i = 0; i < messages.size(); ++i) {
+    json& m = messages[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) bad(where, where + " must be an object");
     auto role = m.find("role");
@@ -168,21 +170,20 @@ void parse_messages(const json& j, ApiRequest& r) {
     const std::string rs = role->get<std::string>();
     if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer")
       bad(where + ".role", "unknown role '" + rs + "' in " + where);
+    validate_message_fields(m, where);
+    // Null or missing content is no parts, for every role (as vLLM).
     auto content = m.find("content");
-    if (content == m.end() || content->is_null()) {
-      if (rs != "assistant") bad(where + ".content", where + ".content is required");
-      continue;
-    }
-    if (content->is_string()) continue;
-    if (!content->is_array()) bad(where + ".content", where + ".content must be a string or a list of parts");
+    if (content == m.end() || content->is_null() || content->is_string()) continue;
+    if (!content->is_array()) bad(where + ".content", where + ".content must be a string, a list of parts or null");
+    json parts = json::array();
     for (size_t k = 0; k < content->size(); ++k) {
-      const json& part = (*content)[k];
       const std::string pw = where + ".content[" + std::to_string(k) + "]";
-      if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-        bad(pw, pw + " must be an object with a 'type'");
+      std::optional<json> canonical = canonical_content_part((*content)[k], pw);
+      if (!canonical) continue;  // a text part without text (vLLM skips it)
+      const json& part = parts.emplace_back(std::move(*canonical));
       const std::string type = part["type"].get<std::string>();
       if (type == "text") {
-        if (!part.contains("text") || !part["text"].is_string()) bad(pw + ".text", pw + ".text must be a string");
+        continue;
       } else if (type == "image_url") {
         const json& u = part.contains(type) ? part[type] : json();
         const bool ok = u.is_string() || (u.is_object() && u.contains("url") && u["url"].is_string());
@@ -222,12 +223,11 @@ void parse_messages(const json& j, ApiRequest& r) {
           }
         }
         if (has_fps && has_num_frames) bad(pw + ".num_frames", pw + ": give fps or num_frames, not both");
-      } else {
-        bad(pw + ".type", "unsupported content part type '" + type + "' in " + pw);
       }
     }
+    *content = std::move(parts);
   }
-  r.messages = *it;
+  r.messages = std::move(messages);
 }
 
 void parse_prompts(const json& j, ApiRequest& r) {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/chat/chat_content_format.h"
 #include "model/chat/jinja/template.h"
 
 namespace vlm {
@@ -55,16 +56,22 @@ class ChatTemplate {
 
   const std::string& source() const { return source_; }
   const std::string& origin() const { return origin_; }
+  // How the template reads message content (model/chat/chat_content_format.h), detected at parse.
+  ChatContentFormat content_format() const { return content_format_; }
+  // Whether the template names the "developer" role (else developer messages render as system).
+  bool supports_developer_role() const { return template_supports_developer_role(source_); }
 
  private:
   ChatTemplate(std::string source, std::string origin, jinja::Template tmpl)
-      : source_(std::move(source)), origin_(std::move(origin)), template_(std::move(tmpl)) {}
+      : source_(std::move(source)), origin_(std::move(origin)), template_(std::move(tmpl)),
+        content_format_(detect_chat_content_format(template_)) {}
   template <typename Json>
   std::string render_impl(const Json& messages, const Json& context) const;
 
   std::string source_;
   std::string origin_;
   jinja::Template template_;
+  ChatContentFormat content_format_;
 };
 
 }  // namespace vlm

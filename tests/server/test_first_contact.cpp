@@ -1,5 +1,5 @@
 // What a new user meets first (issue 18): GET /v1/models answers 503 while the model loads, as
-// /health does; usage.vlm.prefill_attention_density and the histogram
+// /health and every other route do (with Retry-After, issue 46); usage.vlm.prefill_attention_density and the histogram
 // vlm:prefill_attention_density report a sparse-prefilled prompt (absent for a dense one).
 #include <gtest/gtest.h>
 
@@ -14,6 +14,8 @@
 #include <fstream>
 #include <regex>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -47,6 +49,23 @@ TEST(FirstContact, ModelsAnswers503WhileLoading) {
     EXPECT_EQ(models.status, 503) << models.body;
     EXPECT_NE(models.body.find("loading"), std::string::npos) << models.body;
     EXPECT_EQ(http_request("GET", s.base_url() + "/health").status, 503);
+    // Every route (issue 46: chat answered 404 "no route" while loading): 503 in the OpenAI
+    // envelope with Retry-After, which clients and load balancers retry.
+    const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "hi"}]})";
+    for (const auto& [method, path, body] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"POST", "/v1/chat/completions", chat}, {"POST", "/v1/completions", R"({"prompt": "hi"})"},
+             {"POST", "/tokenize", R"({"prompt": "hi"})"}, {"POST", "/detokenize", R"({"tokens": [1]})"},
+             {"GET", "/v1/models", ""}, {"GET", "/health", ""}, {"GET", "/metrics", ""}, {"GET", "/version", ""},
+             {"POST", "/reset_prefix_cache", ""}, {"GET", "/v1/chat/completions", ""}}) {
+      SCOPED_TRACE(method + " " + path);
+      const HttpResult r = http_request(method, s.base_url() + path, body);
+      EXPECT_EQ(r.status, 503) << r.body;
+      const json e = json::parse(r.body);
+      EXPECT_EQ(e["error"]["type"], "unavailable_error");
+      EXPECT_EQ(e["error"]["code"], 503);
+      EXPECT_EQ(e["error"]["message"], "model is loading");
+      EXPECT_NE(r.headers.find("Retry-After: 5"), std::string::npos) << r.headers;
+    }
     // Feed the pipe to every reader until the server is ready (bounded: 60 s).
     writer = std::thread([&] {
       const std::string content = "{}";

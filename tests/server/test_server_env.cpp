@@ -54,6 +54,17 @@ TEST(ServerEnv, BadEnvironmentValueIsAUsageError) {
   }
 }
 
+TEST(ServerEnv, BadContentFormatIsAUsageError) {
+  try {
+    ServerProcess s(server_bin(), {"--model", demo_model_dir(), "--chat-template-content-format", "list"}, 30);
+    ADD_FAILURE() << "the server started with --chat-template-content-format list";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--chat-template-content-format must be auto, string or openai"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ServerEnv, ListenWhileLoadingOffServes) {
   // The port opens after the load (tests/scaleout/replica_test.py restarts replicas this way
   // behind nginx); here: the flag is accepted and the server serves.

@@ -16,7 +16,7 @@
 //              [--write-timeout-ms MS] [--max-requests-per-connection N] [--media-connect-timeout-ms MS]
 //              [--media-timeout-ms MS] [--max-media-redirects N]   (docs/RELIABILITY.md lists every limit)
 //              [--sparse-prefill METHOD] [--sparse-prefill-config FILE] [--sparse-prefill-min-len N]
-//              [--sparse-prefill-grid-search chunk|prompt]
+//              [--sparse-prefill-grid-search chunk|prompt] [--chat-template-content-format auto|string|openai]
 //              [--no-webui]
 // The model class comes from DIR/config.json's architectures: LlamaForCausalLM and
 // Qwen2ForCausalLM (text), LlavaForConditionalGeneration (images in chat messages; needs
@@ -30,7 +30,10 @@
 // VLM_SERVER_MODEL=/model, VLM_SERVER_DRAIN_TIMEOUT=60 (for containers): flags > environment > --config.
 // --listen-while-loading off: the port opens only once the model is loaded (connection refused until
 // then), for load balancers that only check passively (nginx max_fails): they then retry elsewhere
-// instead of handing requests to a replica that is still loading. Default on: /health answers 503.
+// instead of handing requests to a replica that is still loading. Default on: every route answers
+// 503 "model is loading" with Retry-After.
+// --chat-template-content-format auto|string|openai: message content as one string (text parts
+// joined) or as the list of parts; auto reads it off the template (server/chat_messages.h).
 // GET / serves the web playground (server/webui) unless --no-webui (a bare flag, or 1/0, true/false).
 // SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
 #include <signal.h>
@@ -85,7 +88,10 @@ const std::map<std::string, std::string> kFlags = {
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
     {"drain-timeout", "seconds to finish requests on SIGTERM (default 30)"},
-    {"listen-while-loading", "on (default): /health answers 503 while loading; off: the port opens when ready"},
+    {"listen-while-loading", "on (default): every route answers 503 (Retry-After) while loading; off: the port opens "
+                             "when ready"},
+    {"chat-template-content-format", "auto (default: from the chat template), string or openai: how message content "
+                                     "reaches the chat template (as vLLM's flag)"},
     {"max-images-per-request", "images in one chat request (default 8)"},
     {"max-image-bytes", "encoded bytes of one image (default 20 MiB)"},
     {"max-image-pixels", "width x height of one image (default 64 Mi)"},
@@ -275,6 +281,13 @@ int main(int argc, char** argv) {
     api.api_key = flags.count("api-key") ? flags.at("api-key") : "";
     if (flags.count("allowed-media-domains")) api.media.allowed_domains = split_commas(flags.at("allowed-media-domains"));
     if (flags.count("allowed-local-media-path")) api.media.allowed_local_path = flags.at("allowed-local-media-path");
+    if (flags.count("chat-template-content-format")) {
+      try {
+        api.chat_content_format = vlm::parse_chat_content_format(flags.at("chat-template-content-format"));
+      } catch (const std::invalid_argument&) {
+        usage("--chat-template-content-format must be auto, string or openai");
+      }
+    }
     api.max_images_per_request = static_cast<int>(int_flag(flags, "max-images-per-request", 8, 0));
     api.max_videos_per_request = static_cast<int>(int_flag(flags, "max-videos-per-request", 4, 0));
     const int max_video_frames = static_cast<int>(int_flag(flags, "max-video-frames", 32, 1));
@@ -364,11 +377,9 @@ int main(int argc, char** argv) {
     }
 
     vlm::Router loading_router;
-    // Until the model is ready, /health and /v1/models answer 503 (clients poll either).
-    for (const char* path : {"/health", "/v1/models"})
-      loading_router.add("GET", path, [](const vlm::HttpRequest&) {
-        return vlm::HttpReply::error(503, "unavailable_error", "model is loading");
-      });
+    // Until the model is ready every request answers 503 with Retry-After (clients and load
+    // balancers retry a 503; they give up on a 404).
+    vlm::ApiServer::register_loading_routes(loading_router);
     const std::string listen_while_loading = flags.count("listen-while-loading") ? flags.at("listen-while-loading") : "on";
     if (listen_while_loading != "on" && listen_while_loading != "off") usage("--listen-while-loading must be on or off");
     std::unique_ptr<vlm::HttpServer> loading;

@@ -25,6 +25,9 @@ class Template {
   // kRaised) with the position of the failing node.
   std::string render(std::vector<std::pair<std::string, Value>> variables) const;
 
+  // The parsed statements (for inspections such as model/chat/chat_content_format.h).
+  const Body& body() const { return *body_; }
+
  private:
   std::shared_ptr<const Body> body_;
 };
