@@ -37,6 +37,7 @@ struct VideoLimits {
   double max_seconds = 600;          // duration
   int64_t max_frames = 7200;         // frames in the file (before sampling)
   int64_t timeout_ms = 30000;        // probing + demuxing + decoding
+  int decode_threads = 0;            // FFmpeg's decoding threads; 0: default_media_threads()
 };
 
 struct VideoInfo {
