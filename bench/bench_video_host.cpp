@@ -7,7 +7,8 @@
 //   --model: a directory with the Qwen2-VL video processor settings (video_preprocessor_config.json;
 //            default: Qwen2-VL-7B's, size {3136, 12845056})
 //   --threads: decode and preprocessing threads (VideoLimits::decode_threads and the media pool;
-//            0 = the machine's, the default)
+//            0 = the machine's, the default); --decode-threads N: FFmpeg's alone
+//   --no-skip 1: VideoLimits::skip_unpicked off (A/B)
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -30,13 +31,16 @@ int main(int argc, char** argv) {
   const std::string file = argv[1];
   std::string model;
   double fps = 2.0;
-  int rounds = 3, threads = 0;
+  int rounds = 3, threads = 0, decode_threads = -1;
+  bool skip = true;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model") model = argv[i + 1];
     else if (a == "--fps") fps = std::atof(argv[i + 1]);
     else if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--decode-threads") decode_threads = std::atoi(argv[i + 1]);
+    else if (a == "--no-skip") skip = std::atoi(argv[i + 1]) == 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -58,7 +62,8 @@ int main(int argc, char** argv) {
   VideoLimits limits;
   limits.max_bytes = 1ll << 30;
   limits.timeout_ms = 600000;
-  limits.decode_threads = threads;
+  limits.decode_threads = decode_threads >= 0 ? decode_threads : threads;
+  limits.skip_unpicked = skip;
   if (threads > 0) set_media_threads(threads);
   const int64_t total_pixels = 90316800;  // Qwen2VLMediaOptions::video_total_pixels
   for (int r = 0; r < rounds; ++r) {
