@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <fstream>
 
@@ -123,34 +124,54 @@ void run_on(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64
 // Horizontal pass over input rows [y0, y0 + rows) into out[rows, out_w, 3]. Rows go in tiles of
 // kTile: a tile is transposed to tile[x][r * 3 + c] so that one output column is a sum over taps
 // of contiguous 48-lane vectors (the same integer sums as one pixel at a time; resize_bicubic_ref
-// is the reference).
-void resample_rows(const RgbImage& in, int y0, int rows, const AxisCoeffs& c, RgbImage& out, ThreadPool* pool) {
-  constexpr int kTile = 16, kLanes = kTile * 3;
-  const int out_w = static_cast<int>(c.first.size());
+// is the reference). Built for AVX2 too (hpass_tile_avx2), picked at run time.
+constexpr int kTile = 16, kLanes = kTile * 3;
+
+// Tile rows [r0, r0 + nr) of the pass; `tile` holds [in.width, kLanes] bytes.
+__attribute__((always_inline)) inline void hpass_tile_body(const RgbImage& in, int y0, int r0, int nr,
+                                                          const AxisCoeffs& c, RgbImage& out, uint8_t* tile) {
   const int in_w = in.width;
+  const int out_w = static_cast<int>(c.first.size());
+  for (int r = 0; r < nr; ++r) {
+    const uint8_t* src = in.at(y0 + r0 + r, 0);
+    uint8_t* dst = tile + r * 3;
+    for (int x = 0; x < in_w; ++x, src += 3, dst += kLanes) dst[0] = src[0], dst[1] = src[1], dst[2] = src[2];
+  }
+  for (int xx = 0; xx < out_w; ++xx) {
+    const Taps t = c.taps(xx);
+    int32_t acc[kLanes];
+    for (int j = 0; j < kLanes; ++j) acc[j] = 1 << (kPrecisionBits - 1);
+    const uint8_t* p = tile + static_cast<size_t>(t.first) * kLanes;
+    for (int x = 0; x < t.count; ++x, p += kLanes) {
+      const int32_t k = t.w[x];
+      for (int j = 0; j < kLanes; ++j) acc[j] += p[j] * k;
+    }
+    uint8_t res[kLanes];
+    for (int j = 0; j < kLanes; ++j) res[j] = static_cast<uint8_t>(std::clamp(acc[j] >> kPrecisionBits, 0, 255));
+    for (int r = 0; r < nr; ++r) std::memcpy(out.at(r0 + r, xx), res + r * 3, 3);
+  }
+}
+void hpass_tile_base(const RgbImage& in, int y0, int r0, int nr, const AxisCoeffs& c, RgbImage& out, uint8_t* tile) {
+  hpass_tile_body(in, y0, r0, nr, c, out, tile);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void hpass_tile_avx2(const RgbImage& in, int y0, int r0, int nr, const AxisCoeffs& c,
+                                                     RgbImage& out, uint8_t* tile) {
+  hpass_tile_body(in, y0, r0, nr, c, out, tile);
+}
+#endif
+
+void resample_rows(const RgbImage& in, int y0, int rows, const AxisCoeffs& c, RgbImage& out, ThreadPool* pool) {
   const int64_t tiles = (rows + kTile - 1) / kTile;
-  const MacFn mac = mac_u8();
+  auto* hpass = hpass_tile_base;
+#if defined(__x86_64__)
+  if (cpu_has_avx2_fma()) hpass = hpass_tile_avx2;
+#endif
   run_on(pool, tiles, [&](int64_t t0, int64_t t1) {
-    std::vector<uint8_t> tile(static_cast<size_t>(in_w) * kLanes);  // [in_w, kTile * 3]
+    std::vector<uint8_t> tile(static_cast<size_t>(in.width) * kLanes);  // [in_w, kTile * 3]
     for (int64_t ti = t0; ti < t1; ++ti) {
       const int r0 = static_cast<int>(ti * kTile);
-      const int nr = std::min(kTile, rows - r0);
-      for (int r = 0; r < nr; ++r) {
-        const uint8_t* src = in.at(y0 + r0 + r, 0);
-        for (int x = 0; x < in_w; ++x)
-          for (int ch = 0; ch < 3; ++ch) tile[static_cast<size_t>(x) * kLanes + r * 3 + ch] = src[x * 3 + ch];
-      }
-      for (int xx = 0; xx < out_w; ++xx) {
-        const Taps t = c.taps(xx);
-        int32_t acc[kLanes];
-        for (int j = 0; j < kLanes; ++j) acc[j] = 1 << (kPrecisionBits - 1);
-        for (int x = 0; x < t.count; ++x)
-          mac(acc, tile.data() + static_cast<size_t>(t.first + x) * kLanes, t.w[x], kLanes);
-        for (int r = 0; r < nr; ++r) {
-          uint8_t* o = out.at(r0 + r, xx);
-          o[0] = clip8(acc[r * 3]), o[1] = clip8(acc[r * 3 + 1]), o[2] = clip8(acc[r * 3 + 2]);
-        }
-      }
+      hpass(in, y0, r0, std::min(kTile, rows - r0), c, out, tile.data());
     }
   }, 1);
 }
