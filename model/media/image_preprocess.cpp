@@ -95,26 +95,6 @@ inline uint8_t clip8(int32_t acc) {
   return static_cast<uint8_t>(std::clamp(v, 0, 255));
 }
 
-// acc[j] += p[j] * k for j < n: the resize's inner loop (integer: exact whichever way it is
-// vectorized), built for AVX2 too and picked at run time (the build targets baseline x86-64).
-void mac_u8_base(int32_t* acc, const uint8_t* p, int32_t k, int n) {
-  for (int j = 0; j < n; ++j) acc[j] += p[j] * k;
-}
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) void mac_u8_avx2(int32_t* acc, const uint8_t* p, int32_t k, int n) {
-  for (int j = 0; j < n; ++j) acc[j] += p[j] * k;
-}
-#endif
-using MacFn = void (*)(int32_t*, const uint8_t*, int32_t, int);
-MacFn mac_u8() {
-#if defined(__x86_64__)
-  static const MacFn fn = cpu_has_avx2_fma() ? mac_u8_avx2 : mac_u8_base;
-  return fn;
-#else
-  return mac_u8_base;
-#endif
-}
-
 // fn(0, n) on `pool`, or on the calling thread when pool is null.
 void run_on(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
   if (pool) pool->parallel_for(n, fn, grain);
@@ -177,21 +157,38 @@ void resample_rows(const RgbImage& in, int y0, int rows, const AxisCoeffs& c, Rg
 }
 
 // Vertical pass: out row yy reads input rows first[yy] - shift ...
+// One output row of the vertical pass (acc: [n] scratch), built for AVX2 too.
+__attribute__((always_inline)) inline void vpass_row_body(const RgbImage& in, int shift, const Taps& t, int n,
+                                                         int32_t* acc, uint8_t* o) {
+  for (int i = 0; i < n; ++i) acc[i] = 1 << (kPrecisionBits - 1);
+  for (int y = 0; y < t.count; ++y) {
+    const uint8_t* p = in.at(t.first - shift + y, 0);
+    const int32_t k = t.w[y];
+    for (int i = 0; i < n; ++i) acc[i] += p[i] * k;
+  }
+  for (int i = 0; i < n; ++i) o[i] = static_cast<uint8_t>(std::clamp(acc[i] >> kPrecisionBits, 0, 255));
+}
+void vpass_row_base(const RgbImage& in, int shift, const Taps& t, int n, int32_t* acc, uint8_t* o) {
+  vpass_row_body(in, shift, t, n, acc, o);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void vpass_row_avx2(const RgbImage& in, int shift, const Taps& t, int n, int32_t* acc,
+                                                    uint8_t* o) {
+  vpass_row_body(in, shift, t, n, acc, o);
+}
+#endif
+
 void resample_cols(const RgbImage& in, int shift, const AxisCoeffs& c, RgbImage& out, ThreadPool* pool) {
   const int out_h = static_cast<int>(c.first.size());
-  const int W = in.width;
-  const MacFn mac = mac_u8();
+  const int n = in.width * 3;
+  auto* vpass = vpass_row_base;
+#if defined(__x86_64__)
+  if (cpu_has_avx2_fma()) vpass = vpass_row_avx2;
+#endif
   run_on(pool, out_h, [&](int64_t y0, int64_t y1) {
-    std::vector<int32_t> acc(static_cast<size_t>(W) * 3);
-    for (int64_t yy = y0; yy < y1; ++yy) {
-      const Taps t = c.taps(static_cast<int>(yy));
-      std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
-      for (int y = 0; y < t.count; ++y) {
-        mac(acc.data(), in.at(t.first - shift + y, 0), t.w[y], W * 3);
-      }
-      uint8_t* o = out.at(static_cast<int>(yy), 0);
-      for (int i = 0; i < W * 3; ++i) o[i] = clip8(acc[i]);
-    }
+    std::vector<int32_t> acc(static_cast<size_t>(n));
+    for (int64_t yy = y0; yy < y1; ++yy)
+      vpass(in, shift, c.taps(static_cast<int>(yy)), n, acc.data(), out.at(static_cast<int>(yy), 0));
   }, 4);
 }
 
