@@ -78,8 +78,14 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
   else if (options_.onevision)
     media_loader_ = std::make_unique<OnevisionMediaLoader>(options_.media, options_.image_limits, *options_.onevision);
   if (chat_template_) chat_messages_ = chat_messages_options();
+  if (options_.media_workers > 0 && (media_loader_ || image_loader_))
+    media_workers_ = std::make_unique<MediaWorkers>(options_.media_workers, std::max(0, options_.media_queue));
   using T = MetricsRegistry::Type;
   auto& m = metrics_;
+  m.declare("vlm:media_jobs_running", T::Gauge, "Requests with media being handled on the media workers.");
+  m.declare("vlm:media_jobs_waiting", T::Gauge, "Requests with media waiting for a media worker.");
+  m.declare("vlm:media_jobs_rejected_total", T::Counter,
+            "Requests with media answered 503 because the media workers and their queue were full.");
   m.declare("vllm:num_requests_running", T::Gauge, "Number of requests in model execution batches.");
   m.declare("vllm:num_requests_waiting", T::Gauge, "Number of requests waiting to be processed.");
   m.declare("vllm:kv_cache_usage_perc", T::Gauge, "KV-cache usage. 1 means 100 percent usage.");
@@ -119,7 +125,7 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
 }
 
 void ApiServer::register_routes(Router& router) {
-  router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return chat(r); });
+  router.add("POST", "/v1/chat/completions", [this](const HttpRequest& r) { return chat_offloaded(r); });
   router.add("POST", "/v1/completions", [this](const HttpRequest& r) { return completions(r); });
   router.add("GET", "/v1/models", [this](const HttpRequest& r) { return models(r); });
   router.add("GET", "/health", [this](const HttpRequest& r) { return health(r); });
@@ -391,6 +397,26 @@ HttpReply ApiServer::chat(const HttpRequest& req) {
   return respond(r, std::move(prompts), {}, "chatcmpl-", tl);
 }
 
+HttpReply ApiServer::chat_offloaded(const HttpRequest& req) {
+  if (!media_workers_) return chat(req);
+  const std::string& b = req.body;
+  const bool media = b.find("image_url") != std::string::npos || b.find("video_url") != std::string::npos ||
+                     b.find("\"image\"") != std::string::npos || b.find("\"video\"") != std::string::npos;
+  if (!media) return chat(req);
+  std::shared_ptr<DeferredReply> job = media_workers_->try_submit([this, req] { return chat(req); });
+  if (!job) {
+    HttpReply r = HttpReply::error(
+        503, "unavailable_error",
+        fmt::format("the media workers are busy ({} running, {} waiting); retry later (--media-workers, --media-queue)",
+                    options_.media_workers, options_.media_queue));
+    r.headers.emplace_back("Retry-After", kUnavailableRetryAfter);
+    return r;
+  }
+  HttpReply r;
+  r.deferred = std::move(job);
+  return r;
+}
+
 HttpReply ApiServer::completions(const HttpRequest& req) {
   RequestTimeline tl;
   ApiRequest r = parse_api_request(ApiKind::Completion, req.body, defaults_);
@@ -559,6 +585,10 @@ HttpReply ApiServer::metrics_text(const HttpRequest&) {
   metrics_.set("vllm:num_requests_running", s.num_running_seqs, model);
   metrics_.set("vllm:num_requests_waiting", s.num_waiting_seqs, model);
   metrics_.set("vllm:kv_cache_usage_perc", s.kv_usage, model);
+  if (media_workers_) {
+    metrics_.set("vlm:media_jobs_running", media_workers_->running(), model);
+    metrics_.set("vlm:media_jobs_waiting", media_workers_->waiting(), model);
+  }
   // vLLM's counters have a sample from the first scrape on, 0 until they move (as vLLM exports
   // them: a dashboard's rate() needs the series before the first event, e.g. the prefix-cache
   // counters with caching off). Ours (vlm:*) appear with their first event.
@@ -573,6 +603,7 @@ HttpReply ApiServer::metrics_text(const HttpRequest&) {
   counter_to("vllm:prefix_cache_queries_total", static_cast<double>(s.prefix_cache_queries));
   counter_to("vllm:prefix_cache_hits_total", static_cast<double>(s.prefix_cache_hits));
   counter_to("vlm:media_items_encoded_total", static_cast<double>(s.num_media_items_encoded));
+  if (media_workers_) counter_to("vlm:media_jobs_rejected_total", static_cast<double>(media_workers_->rejected()));
   metrics_.set("vlm:prefix_cache_blocks", static_cast<double>(s.num_cached_kv_blocks), model);
   const ProcessedMediaCache::Stats mc = media_cache_->stats();
   counter_to("vlm:mm_processor_cache_queries_total", static_cast<double>(mc.hits + mc.misses));

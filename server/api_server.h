@@ -37,6 +37,7 @@
 #include "server/media/qwen2vl_media_loader.h"
 #include "server/media/media_fetch.h"
 #include "server/media/processed_media_cache.h"
+#include "server/media_workers.h"
 #include "server/chat_messages.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -71,6 +72,12 @@ struct ApiServerOptions {
   // How chat messages' content reaches the template (server/chat_messages.h): nullopt (auto)
   // detects it from the template (model/chat/chat_content_format.h); --chat-template-content-format.
   std::optional<ChatContentFormat> chat_content_format;
+  // Chat requests with media run their whole handler (fetch, decode, preprocess, submit) on this
+  // many media worker threads (server/media_workers.h), off the HTTP I/O threads; at most
+  // media_queue more wait, beyond that a 503 with Retry-After. 0 workers: on the I/O threads
+  // (--media-workers, --media-queue).
+  int media_workers = 2;
+  int media_queue = 16;
 };
 
 class ApiServer {
@@ -90,6 +97,9 @@ class ApiServer {
 
  private:
   HttpReply chat(const HttpRequest& req);
+  // chat() on a media worker when the body names media (image_url, video_url, "image", "video"),
+  // else on the calling thread; 503 when the media workers and their queue are full.
+  HttpReply chat_offloaded(const HttpRequest& req);
   HttpReply completions(const HttpRequest& req);
   HttpReply models(const HttpRequest& req) const;
   HttpReply health(const HttpRequest& req) const;
@@ -143,6 +153,8 @@ class ApiServer {
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{0};
   std::mutex metrics_mu_;  // /metrics brings the engine's counters up to date one caller at a time
+  // Last: destroyed first, joining jobs that use the members above.
+  std::unique_ptr<MediaWorkers> media_workers_;  // with media input and media_workers > 0
 };
 
 // The tokenizer as the engine's text decoder factory (incremental detokenization).

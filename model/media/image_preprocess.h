@@ -19,6 +19,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "kernels/core/thread_pool.h"
 #include "model/media/image_decode.h"
 
 namespace vlm {
@@ -59,7 +60,11 @@ RgbImage pad_to_square(const RgbImage& img, std::array<uint8_t, 3> color);
 // a = -0.5, support 2 * max(1, in/out)), horizontal pass first (only the rows the vertical pass
 // reads), 8-bit rounding between passes, 22-bit fixed-point coefficients. A pass whose size is
 // unchanged is skipped, as in PIL.
+// Runs on global_thread_pool().
 RgbImage resize_bicubic(const RgbImage& img, int out_w, int out_h);
+// The same on `pool`, or on the calling thread when pool is null (callers already running one
+// task per frame on a pool of their own). Identical output.
+RgbImage resize_bicubic(const RgbImage& img, int out_w, int out_h, ThreadPool* pool);
 // Reference: the same math one output sample at a time with freshly computed coefficients.
 RgbImage resize_bicubic_ref(const RgbImage& img, int out_w, int out_h);
 

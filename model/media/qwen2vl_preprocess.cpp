@@ -2,6 +2,7 @@
 // video_processing_qwen2_vl.py: smart_resize, the patchify reshape/permute); no code taken.
 #include "model/media/qwen2vl_preprocess.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 
 #include "kernels/core/check.h"
 #include "model/media/image_preprocess.h"
+#include "model/media/media_thread_pool.h"
 #include "model/media/processor_config.h"
 
 namespace vlm {
@@ -74,23 +76,54 @@ std::pair<int, int> smart_resize(int height, int width, int factor, int64_t min_
   return {static_cast<int>(h), static_cast<int>(w)};
 }
 
-VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg) {
-  if (frames.empty()) throw RequestError(400, "invalid_request_error", "a video needs at least one frame");
-  for (const RgbImage& f : frames)
-    if (f.width != frames[0].width || f.height != frames[0].height)
-      throw RequestError(400, "invalid_request_error", "video frames differ in size");
-  const int ps = cfg.patch_size, ms = cfg.merge_size, tp = cfg.temporal_patch_size;
-  int h = frames[0].height, w = frames[0].width;
-  if (cfg.do_resize) std::tie(h, w) = smart_resize(h, w, ps * ms, cfg.min_pixels, cfg.max_pixels);
-  if (h % (ps * ms) != 0 || w % (ps * ms) != 0)
-    throw RequestError(400, "invalid_request_error",
-                       fmt::format("image {}x{} is not a multiple of {} (resizing is off)", w, h, ps * ms));
+namespace {
+
+ImagePreprocessConfig normalize_config(const Qwen2VLPreprocessConfig& cfg) {
   ImagePreprocessConfig norm;
   norm.do_rescale = cfg.do_rescale;
   norm.rescale_factor = cfg.rescale_factor;
   norm.do_normalize = cfg.do_normalize;
   norm.mean = cfg.mean;
   norm.std = cfg.std;
+  return norm;
+}
+
+// normalize_to_chw of each level 0..255, per channel: lut[c][level].
+std::array<std::array<float, 256>, 3> normalize_table(const Qwen2VLPreprocessConfig& cfg) {
+  RgbImage levels;
+  levels.width = 256;
+  levels.height = 1;
+  levels.pixels.resize(256 * 3);
+  for (int v = 0; v < 256; ++v)
+    for (int c = 0; c < 3; ++c) levels.pixels[static_cast<size_t>(v) * 3 + c] = static_cast<uint8_t>(v);
+  float chw[3 * 256];
+  normalize_to_chw(levels, normalize_config(cfg), chw);
+  std::array<std::array<float, 256>, 3> lut{};
+  for (int c = 0; c < 3; ++c) std::copy(chw + c * 256, chw + (c + 1) * 256, lut[static_cast<size_t>(c)].begin());
+  return lut;
+}
+
+// The frames' checks and the output size {h, w}.
+std::pair<int, int> check_and_size(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg) {
+  if (frames.empty()) throw RequestError(400, "invalid_request_error", "a video needs at least one frame");
+  for (const RgbImage& f : frames)
+    if (f.width != frames[0].width || f.height != frames[0].height)
+      throw RequestError(400, "invalid_request_error", "video frames differ in size");
+  const int ps = cfg.patch_size, ms = cfg.merge_size;
+  int h = frames[0].height, w = frames[0].width;
+  if (cfg.do_resize) std::tie(h, w) = smart_resize(h, w, ps * ms, cfg.min_pixels, cfg.max_pixels);
+  if (h % (ps * ms) != 0 || w % (ps * ms) != 0)
+    throw RequestError(400, "invalid_request_error",
+                       fmt::format("image {}x{} is not a multiple of {} (resizing is off)", w, h, ps * ms));
+  return {h, w};
+}
+
+}  // namespace
+
+VisionPatches qwen2vl_preprocess_ref(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg) {
+  const auto [h, w] = check_and_size(frames, cfg);
+  const int ps = cfg.patch_size, ms = cfg.merge_size, tp = cfg.temporal_patch_size;
+  const ImagePreprocessConfig norm = normalize_config(cfg);
   const int64_t n = static_cast<int64_t>(frames.size());
   const int64_t T = (n + tp - 1) / tp * tp;  // padded frame count
   const int64_t HW = static_cast<int64_t>(h) * w;
@@ -121,6 +154,59 @@ VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VL
                   std::copy(src + (y0 + ky) * w + x0, src + (y0 + ky) * w + x0 + ps, dst);
               }
           }
+  return out;
+}
+
+VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg) {
+  const auto [h, w] = check_and_size(frames, cfg);
+  const int ps = cfg.patch_size, ms = cfg.merge_size, tp = cfg.temporal_patch_size;
+  // Rescale + normalize as a table per channel: a pixel is one of 256 levels, and each entry is
+  // computed with normalize_to_chw's float operations, so the rows are bit-identical to
+  // normalizing whole frames first (qwen2vl_preprocess_ref).
+  const std::array<std::array<float, 256>, 3> lut = normalize_table(cfg);
+  const int64_t n = static_cast<int64_t>(frames.size());
+  const int64_t T = (n + tp - 1) / tp * tp;  // padded frame count
+  const int64_t gt = T / tp, gh = h / ps, gw = w / ps;
+  VisionPatches out;
+  out.grid_thw = {static_cast<int32_t>(gt), static_cast<int32_t>(gh), static_cast<int32_t>(gw)};
+  const int64_t K = cfg.patch_dim();
+  const int64_t rows_per_t = gh * gw;
+  out.pixels.resize(static_cast<size_t>(gt * rows_per_t * K));
+  // One task per temporal patch: resize its tp frames (none when the size is already right),
+  // then write its rows straight from the 8-bit pixels through the table.
+  media_thread_pool().parallel_for(gt, [&](int64_t t_begin, int64_t t_end) {
+    std::vector<RgbImage> resized(static_cast<size_t>(tp));
+    std::vector<const RgbImage*> src(static_cast<size_t>(tp));
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      for (int64_t ft = 0; ft < tp; ++ft) {
+        const RgbImage& f = frames[static_cast<size_t>(std::min(t * tp + ft, n - 1))];  // pad: repeat the last
+        if (f.width == w && f.height == h) {
+          src[static_cast<size_t>(ft)] = &f;
+        } else {
+          resized[static_cast<size_t>(ft)] = resize_bicubic(f, w, h, nullptr);  // one thread per task
+          src[static_cast<size_t>(ft)] = &resized[static_cast<size_t>(ft)];
+        }
+      }
+      float* row = out.pixels.data() + t * rows_per_t * K;
+      for (int64_t by = 0; by < gh / ms; ++by)
+        for (int64_t bx = 0; bx < gw / ms; ++bx)
+          for (int64_t my = 0; my < ms; ++my)
+            for (int64_t mx = 0; mx < ms; ++mx, row += K) {
+              const int64_t y0 = (by * ms + my) * ps, x0 = (bx * ms + mx) * ps;
+              float* dst = row;
+              for (int64_t c = 0; c < 3; ++c) {
+                const float* table = lut[static_cast<size_t>(c)].data();
+                for (int64_t ft = 0; ft < tp; ++ft) {
+                  const RgbImage& img = *src[static_cast<size_t>(ft)];
+                  for (int64_t ky = 0; ky < ps; ++ky, dst += ps) {
+                    const uint8_t* p = img.at(static_cast<int>(y0 + ky), static_cast<int>(x0)) + c;
+                    for (int64_t kx = 0; kx < ps; ++kx) dst[kx] = table[p[kx * 3]];
+                  }
+                }
+              }
+            }
+    }
+  });
   return out;
 }
 

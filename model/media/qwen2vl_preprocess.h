@@ -56,6 +56,12 @@ struct VisionPatches {
 
 // Preprocesses one image (one frame) or one video (frames of equal size). Throws RequestError
 // (400) for no frames, frames of different sizes, or a size smart_resize refuses.
+// Runs over temporal patches on media_thread_pool() (model/media/media_thread_pool.h), each task
+// resizing its frames and writing its rows straight from the 8-bit pixels through a per-channel
+// table of the 256 normalized levels (no full-size float copy of the frames).
 VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg);
+// Reference: one thread, each frame resized and normalized into a [n, 3, h, w] buffer, then
+// patchified. qwen2vl_preprocess's output is bit-identical (tests/model/media).
+VisionPatches qwen2vl_preprocess_ref(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg);
 
 }  // namespace vlm

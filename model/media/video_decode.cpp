@@ -20,6 +20,7 @@ extern "C" {
 }
 
 #include "kernels/core/check.h"
+#include "model/media/media_thread_pool.h"
 
 namespace vlm {
 
@@ -221,7 +222,8 @@ PacketPtr new_packet() {
 }
 
 // Pass 1, demuxing only: frames, duration and rate; the frame limit applies as packets arrive.
-VideoInfo count_frames(Demuxer& dm, const VideoLimits& limits, const Deadline& deadline) {
+// `pts` gets every packet's presentation time in decode order (AV_NOPTS_VALUE where absent).
+VideoInfo count_frames(Demuxer& dm, const VideoLimits& limits, const Deadline& deadline, std::vector<int64_t>& pts) {
   VideoInfo info;
   info.container = dm.format()->iformat->name;
   info.codec = dm.decoder()->name;
@@ -234,6 +236,7 @@ VideoInfo count_frames(Demuxer& dm, const VideoLimits& limits, const Deadline& d
     if (++info.num_frames > limits.max_frames)
       throw bad(fmt::format("the video has more than {} frames; at most {} are allowed", limits.max_frames,
                             limits.max_frames));
+    pts.push_back(pkt->pts);
     const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
     if (ts != AV_NOPTS_VALUE) {
       if (first == AV_NOPTS_VALUE || ts < first) first = ts;
@@ -273,25 +276,72 @@ RgbImage to_rgb(const AVFrame* f, std::unique_ptr<SwsContext, SwsDeleter>& sws) 
   return img;
 }
 
+using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
+
+// The picked frames' RGB conversion, spread over the media pool: decoded frames (references to
+// the decoder's buffers) wait in `pending` and are converted a batch at a time, in order.
+class RgbConverter {
+ public:
+  explicit RgbConverter(std::vector<RgbImage>& out) : out_(out) {}
+  void add(const AVFrame* f) {
+    FramePtr ref(av_frame_clone(f));
+    if (!ref) throw std::bad_alloc();
+    pending_.push_back(std::move(ref));
+    if (static_cast<int64_t>(pending_.size()) >= kBatch) flush();
+  }
+  void flush() {
+    if (pending_.empty()) return;
+    const size_t base = out_.size();
+    out_.resize(base + pending_.size());
+    media_thread_pool().parallel_for(static_cast<int64_t>(pending_.size()), [&](int64_t b, int64_t e) {
+      std::unique_ptr<SwsContext, SwsDeleter> sws;  // one per task: swscale contexts are not shared
+      for (int64_t i = b; i < e; ++i) out_[base + static_cast<size_t>(i)] = to_rgb(pending_[static_cast<size_t>(i)].get(), sws);
+    });
+    pending_.clear();
+  }
+
+ private:
+  static constexpr int64_t kBatch = 32;  // frames held before converting (bounds the references held)
+  std::vector<RgbImage>& out_;
+  std::vector<FramePtr> pending_;
+};
+
 // Pass 2: decodes every frame up to the last picked one, converting the picked ones.
-void decode_picked(Demuxer& dm, const VideoLimits& limits, const Deadline& deadline, DecodedVideo& out) {
+// Frames are identified by their presentation order: by their pts among the packets' (`pts`, all
+// present and distinct), else by counting the decoder's output. With pts, packets of frames the
+// sampler does not pick are sent with skip_frame = AVDISCARD_NONREF, so the decoder skips the
+// non-reference ones (nothing depends on them; the reference ones are still decoded).
+void decode_picked(Demuxer& dm, const VideoLimits& limits, const Deadline& deadline, std::vector<int64_t> pts,
+                   DecodedVideo& out) {
   std::unique_ptr<AVCodecContext, CodecDeleter> ctx(avcodec_alloc_context3(dm.decoder()));
   if (!ctx) throw std::bad_alloc();
   int err = avcodec_parameters_to_context(ctx.get(), dm.stream()->codecpar);
   if (err < 0) throw bad("the video's codec parameters are invalid (" + av_error(err) + ")");
-  ctx->thread_count = 1;
+  ctx->thread_count = limits.decode_threads > 0 ? limits.decode_threads : default_media_threads();
+  ctx->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
   AVDictionary* opts = nullptr;
   av_dict_set(&opts, "codec_whitelist", kCodecWhitelist, 0);
   av_dict_set_int(&opts, "max_pixels", limits.max_pixels, 0);
   err = avcodec_open2(ctx.get(), dm.decoder(), &opts);
   av_dict_free(&opts);
   if (err < 0) throw bad("the video decoder refused the stream (" + av_error(err) + ")");
-  std::unique_ptr<AVFrame, FrameDeleter> frame(av_frame_alloc());
+
+  // Presentation order by pts: sorted[i] is frame i's pts; picked_pts the picked frames'.
+  std::vector<int64_t> sorted = pts;
+  std::sort(sorted.begin(), sorted.end());
+  const bool by_pts = !sorted.empty() && sorted.front() != AV_NOPTS_VALUE &&
+                      std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+  std::vector<int64_t> picked_pts;
+  if (by_pts)
+    for (int64_t i : out.indices) picked_pts.push_back(sorted[static_cast<size_t>(i)]);
+  const bool skip = by_pts && limits.skip_unpicked;
+
+  FramePtr frame(av_frame_alloc());
   if (!frame) throw std::bad_alloc();
-  std::unique_ptr<SwsContext, SwsDeleter> sws;
+  RgbConverter rgb(out.frames);
   PacketPtr pkt = new_packet();
-  int64_t decoded = 0;
-  size_t want = 0;  // next entry of out.indices
+  int64_t decoded = 0;  // frames the decoder returned
+  size_t want = 0;      // next entry of out.indices
   auto drain = [&] {
     for (;;) {
       const int r = avcodec_receive_frame(ctx.get(), frame.get());
@@ -300,8 +350,15 @@ void decode_picked(Demuxer& dm, const VideoLimits& limits, const Deadline& deadl
       if (frame->width != out.info.width || frame->height != out.info.height)
         throw bad(fmt::format("video frame {} is {}x{} pixels, the stream says {}x{}", decoded, frame->width,
                               frame->height, out.info.width, out.info.height));
-      if (want < out.indices.size() && out.indices[want] == decoded) {
-        out.frames.push_back(to_rgb(frame.get(), sws));
+      if (by_pts && frame->pts != AV_NOPTS_VALUE) {
+        // Every pick up to this frame's pts: a picked frame the decoder dropped (a corrupt
+        // stream) takes the next frame that decoded, as counting the output would.
+        while (want < picked_pts.size() && picked_pts[want] <= frame->pts) {
+          rgb.add(frame.get());
+          ++want;
+        }
+      } else if (want < out.indices.size() && out.indices[want] == decoded) {
+        rgb.add(frame.get());
         ++want;
       }
       ++decoded;
@@ -309,6 +366,10 @@ void decode_picked(Demuxer& dm, const VideoLimits& limits, const Deadline& deadl
     }
   };
   while (want < out.indices.size() && dm.next(pkt.get(), deadline)) {
+    if (skip) {
+      const bool picked = std::binary_search(picked_pts.begin(), picked_pts.end(), pkt->pts);
+      ctx->skip_frame = picked ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+    }
     err = avcodec_send_packet(ctx.get(), pkt.get());
     av_packet_unref(pkt.get());
     if (err < 0 && err != AVERROR(EAGAIN))
@@ -316,9 +377,11 @@ void decode_picked(Demuxer& dm, const VideoLimits& limits, const Deadline& deadl
     drain();
   }
   if (want < out.indices.size()) {
+    ctx->skip_frame = AVDISCARD_DEFAULT;
     avcodec_send_packet(ctx.get(), nullptr);  // flush the decoder's delayed frames
     drain();
   }
+  rgb.flush();
   if (want < out.indices.size())
     throw bad(fmt::format("the video ends after {} decodable frames; its file lists {}", decoded,
                           out.info.num_frames));
@@ -333,9 +396,10 @@ DecodedVideo decode_video(std::span<const uint8_t> bytes, const VideoLimits& lim
   quiet_libav();
   const Deadline deadline{Clock::now() + std::chrono::milliseconds(limits.timeout_ms), limits.timeout_ms};
   DecodedVideo out;
+  std::vector<int64_t> pts;  // [num_frames] the packets' pts, decode order
   {
     Demuxer dm(bytes, limits, deadline);
-    out.info = count_frames(dm, limits, deadline);
+    out.info = count_frames(dm, limits, deadline, pts);
   }
   out.indices = pick(out.info);
   for (size_t i = 0; i < out.indices.size(); ++i)
@@ -343,7 +407,7 @@ DecodedVideo decode_video(std::span<const uint8_t> bytes, const VideoLimits& lim
               "picked frame ", out.indices[i], " of ", out.info.num_frames);
   if (out.indices.empty()) return out;
   Demuxer dm(bytes, limits, deadline);
-  decode_picked(dm, limits, deadline, out);
+  decode_picked(dm, limits, deadline, std::move(pts), out);
   return out;
 }
 

@@ -14,6 +14,15 @@
 //   by libav's interrupt callback.
 // Every refusal is a RequestError (400, invalid_request_error) whose message says what was wrong.
 //
+// Speed: FFmpeg decodes with decode_threads frame + slice threads (the limits above hold the same:
+// the deadline is checked between packets and by the interrupt callback). Decoding stops at the
+// last picked frame. With skip_unpicked, packets of frames the sampler did not pick are sent with
+// skip_frame = AVDISCARD_NONREF (the decoder drops them when nothing references them); frames
+// are then matched to picks by pts (used only when every packet has a distinct pts). The picked
+// frames are converted to RGB in batches on media_thread_pool() (model/media/media_thread_pool.h).
+// The output is the same with any thread count and either skip setting
+// (tests/model/media/test_video_decode_threads.cpp).
+//
 // Frames are counted as packets of the video stream (one per frame for these codecs; what
 // transformers' readers report for them); the frame rate is the stream's average frame rate
 // (avg_frame_rate), else frames / duration. Conversion to RGB is swscale's with SWS_BICUBIC, as
@@ -37,6 +46,8 @@ struct VideoLimits {
   double max_seconds = 600;          // duration
   int64_t max_frames = 7200;         // frames in the file (before sampling)
   int64_t timeout_ms = 30000;        // probing + demuxing + decoding
+  int decode_threads = 0;            // FFmpeg's decoding threads; 0: default_media_threads()
+  bool skip_unpicked = true;         // let the decoder skip non-reference frames not picked
 };
 
 struct VideoInfo {

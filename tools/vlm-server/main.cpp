@@ -7,7 +7,7 @@
 //              [--dtype auto|bfloat16|float16|float32] [--device auto|cpu|cuda]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]
 //              [--max-images-per-request N] [--max-image-bytes N] [--max-image-pixels N]
-//              [--mm-processor-cache-gb G]
+//              [--mm-processor-cache-gb G] [--media-workers N] [--media-queue N]
 //              [--max-videos-per-request N] [--max-video-frames N] [--max-video-bytes N]
 //              [--max-video-seconds S] [--max-video-file-frames N] [--video-decode-timeout-ms MS]
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
@@ -96,6 +96,10 @@ const std::map<std::string, std::string> kFlags = {
     {"max-image-bytes", "encoded bytes of one image (default 20 MiB)"},
     {"max-image-pixels", "width x height of one image (default 64 Mi)"},
     {"mm-processor-cache-gb", "preprocessed images kept by their bytes' hash, GiB (default 4, as vLLM; 0: off)"},
+    {"media-workers", "threads that handle chat requests with media (fetch, decode, preprocess) off the HTTP "
+                      "threads (default 2; 0: on the HTTP threads)"},
+    {"media-queue", "chat requests with media that may wait for a media worker; beyond: 503 with Retry-After "
+                    "(default 16)"},
     {"max-videos-per-request", "videos in one chat request (default 4; Qwen2-VL family)"},
     {"max-video-frames", "frames of one video (default 32; Qwen2-VL family)"},
     {"max-video-bytes", "encoded bytes of one video file (default 64 MiB)"},
@@ -290,6 +294,8 @@ int main(int argc, char** argv) {
     }
     api.max_images_per_request = static_cast<int>(int_flag(flags, "max-images-per-request", 8, 0));
     api.max_videos_per_request = static_cast<int>(int_flag(flags, "max-videos-per-request", 4, 0));
+    api.media_workers = static_cast<int>(int_flag(flags, "media-workers", api.media_workers, 0));
+    api.media_queue = static_cast<int>(int_flag(flags, "media-queue", api.media_queue, 0));
     const int max_video_frames = static_cast<int>(int_flag(flags, "max-video-frames", 32, 1));
     api.image_limits.max_bytes = int_flag(flags, "max-image-bytes", api.media.max_bytes, 1);
     api.image_limits.max_pixels = int_flag(flags, "max-image-pixels", api.image_limits.max_pixels, 1);
