@@ -41,8 +41,24 @@ void look_m_accumulate_scores(const void* q /*[R,H,D]*/, DType act, int32_t R, i
 // folded into its most similar kept key (cosine on keys, first maximum; merge rule p.merge, as
 // merge_kept_kv), and the C merged entries are written, in order, to slots [0, C) of each head.
 // workspace: look_m_compact_workspace_bytes(L, C, Hkv, D) bytes.
+//
+// The similarity search (LookMSearch::Auto): bf16/f16 caches with D 64 or 128 on tensor cores
+// (look_m_search_mma.cuh: the dot products as mma.sync GEMMs over chunks of 128 cache rows x 64
+// kept keys with a fused first-maximum arg-max; 16-bit products are exact, only the f32
+// summation order differs from the f32 path, so a choice can differ from the CPU's only where two
+// kept keys' cosines agree to f32 rounding; tests/kernels/cuda/test_cuda_look_m.cpp pins equality
+// on its shapes); f32 caches and other D: the f32 CUDA-core kernels (LookMSearch::F32, the
+// naive reference the tests compare with).
+enum class LookMSearch : uint8_t { Auto, F32 };
 size_t look_m_compact_workspace_bytes(int32_t L, int32_t C, int num_kv_heads, int head_dim);
 void look_m_compact(const PagedKVLayer& kv, const int32_t* block_table, int32_t L, const int32_t* kept /*[Hkv,C]*/,
                     int32_t C, KVMerge merge, void* workspace, cudaStream_t stream);
+
+// The search alone (tests, bench): arg[h * L + e] = the kept index (into kept[h, :]) of evicted
+// position e's most similar kept key, w[h * L + e] its cosine; entries of kept positions are
+// unspecified. workspace as look_m_compact's.
+void look_m_nearest_kept(const PagedKVLayer& kv, const int32_t* block_table, int32_t L, const int32_t* kept /*[Hkv,C]*/,
+                         int32_t C, LookMSearch how, void* workspace, int32_t* arg /*[Hkv,L]*/, float* w /*[Hkv,L]*/,
+                         cudaStream_t stream);
 
 }  // namespace vlm::cuda

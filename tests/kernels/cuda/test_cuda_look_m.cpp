@@ -149,5 +149,76 @@ TEST(CudaLookM, CompactedCachesMatchTheCpu) {
     }
 }
 
+// The tensor-core search (16-bit caches, D 64/128) against the f32 CUDA-core search (the naive
+// reference) and a double-precision host search: the same kept index for every evicted position
+// on these shapes (random keys: no two kept cosines within f32 rounding), cosines within 1e-3.
+TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
+  VLM_REQUIRE_GPU();
+  const Case cases[] = {{129, 6, 3, 64, 32, DType::BF16}, {777, 28, 4, 128, 16, DType::BF16},
+                        {200, 14, 2, 64, 16, DType::F16}, {3001, 28, 4, 128, 16, DType::BF16}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "L=" << c.L << " D=" << c.D << " " << dtype_name(c.dt));
+    SeqCache sc(c.L, c.Hkv, c.D, c.B, c.dt, 900 + c.L);
+    const LookMParams p;  // 10 % recent + 10 % important
+    const LookMBudget budget = look_m_budget(p, c.L);
+    const int32_t C = budget.kept();
+    std::mt19937 rng(c.L);
+    std::vector<int32_t> kept;  // [Hkv, C]: a random important set + the recent window
+    for (int h = 0; h < c.Hkv; ++h) {
+      std::vector<int32_t> cand(c.L - budget.recent);
+      std::iota(cand.begin(), cand.end(), 0);
+      std::shuffle(cand.begin(), cand.end(), rng);
+      std::vector<int32_t> k(cand.begin(), cand.begin() + budget.important);
+      std::sort(k.begin(), k.end());
+      for (int j = c.L - budget.recent; j < c.L; ++j) k.push_back(j);
+      ASSERT_EQ(int32_t(k.size()), C);
+      kept.insert(kept.end(), k.begin(), k.end());
+    }
+    cuda::DeviceBuffer dkept = to_device(kept), ws(cuda::look_m_compact_workspace_bytes(c.L, C, c.Hkv, c.D));
+    cuda::DeviceBuffer da(size_t(c.Hkv) * c.L * 4), dw(size_t(c.Hkv) * c.L * 4);
+    std::vector<int32_t> arg[2];
+    std::vector<float> w[2];
+    for (int i = 0; i < 2; ++i) {
+      cuda::look_m_nearest_kept(sc.dkv, sc.dtable.as<int32_t>(), c.L, dkept.as<int32_t>(), C,
+                                i == 0 ? cuda::LookMSearch::Auto : cuda::LookMSearch::F32, ws.get(),
+                                da.as<int32_t>(), dw.as<float>(), nullptr);
+      arg[i] = to_host<int32_t>(da, size_t(c.Hkv) * c.L);
+      w[i] = to_host<float>(dw, size_t(c.Hkv) * c.L);
+    }
+    std::vector<float> kh(size_t(c.L) * c.D), vh(kh.size());
+    int differ = 0, host_differ = 0, checked = 0;
+    for (int h = 0; h < c.Hkv; ++h) {
+      gather_kv_head(sc.kv, sc.table.data(), c.L, h, kh.data(), vh.data());
+      std::vector<uint8_t> is_kept(c.L, 0);
+      for (int i = 0; i < C; ++i) is_kept[kept[size_t(h) * C + i]] = 1;
+      std::vector<double> norm(c.L, 0.0);
+      for (int pos = 0; pos < c.L; ++pos) {
+        for (int d = 0; d < c.D; ++d) norm[pos] += double(kh[size_t(pos) * c.D + d]) * kh[size_t(pos) * c.D + d];
+        norm[pos] = std::sqrt(norm[pos]);
+      }
+      for (int e = 0; e < c.L; ++e) {
+        if (is_kept[e]) continue;
+        const size_t i = size_t(h) * c.L + e;
+        ++checked;
+        differ += arg[0][i] != arg[1][i];
+        EXPECT_NEAR(w[0][i], w[1][i], 1e-3);
+        double best = -2;
+        int bc = 0;
+        for (int j = 0; j < C; ++j) {
+          const int pos = kept[size_t(h) * C + j];
+          double dot = 0;
+          for (int d = 0; d < c.D; ++d) dot += double(kh[size_t(e) * c.D + d]) * kh[size_t(pos) * c.D + d];
+          const double cs = dot / (norm[e] * norm[pos]);
+          if (cs > best) best = cs, bc = j;
+        }
+        host_differ += arg[0][i] != bc;
+      }
+    }
+    EXPECT_GT(checked, 0);
+    EXPECT_EQ(differ, 0);
+    EXPECT_EQ(host_differ, 0);
+  }
+}
+
 }  // namespace
 }  // namespace vlm
