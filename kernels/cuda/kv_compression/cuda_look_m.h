@@ -1,9 +1,8 @@
 // LOOK-M at the end of prefill on the GPU (paper §3, ALGORITHMS.md §7; the CPU's
 // kernels/kv_compression): importance scores as column sums of prompt softmax attention, and the
 // merge + compaction of one sequence's layer given each kv head's kept positions. The kept sets
-// themselves are chosen on the host by the CPU's select_kept_tokens from the downloaded scores
-// (one download of [Hkv, L] floats per layer at the end of a prompt; the ranking is then the
-// CPU's exactly). Contract as kernels/cuda/attention/cuda_attention.h: device pointers, work on
+// are chosen on the device too (look_m_select_kept: the CPU's ranking exactly), so the end of a prompt needs
+// no host round trip. Contract as kernels/cuda/attention/cuda_attention.h: device pointers, work on
 // `stream`, no sync; the scratch buffers are the caller's.
 #pragma once
 
@@ -35,6 +34,16 @@ size_t look_m_row_stats_bytes(int32_t R, int num_heads, int32_t num_keys);
 void look_m_accumulate_scores(const void* q /*[R,H,D]*/, DType act, int32_t R, int num_heads, const PagedKVLayer& kv,
                               const int32_t* block_table, int32_t first_pos, float scale, void* row_stats,
                               float* scores /*[Hkv, stride]*/, int64_t stride, cudaStream_t stream);
+
+// select_kept_tokens (kernels/kv_compression/token_selection.h) on the device for `segments`
+// score rows (scores[i * stride + j], j < L; e.g. every layer's and kv head's of one sequence):
+// kept[i, 0 .. N + M) = the top N candidates of [0, L - M) by (prior, score, lower position) in
+// ascending positions, then the recent window L - M .. L - 1; exactly the CPU's set (ties and -0
+// as the CPU). Prior: is_text[j] (device, [L]) when text_prior, else j < num_sink_tokens.
+// Preconditions: M + N < L (the caller keeps everything otherwise); finite scores.
+void look_m_select_kept(const float* scores, int64_t stride, int segments, const uint8_t* is_text /*[L]*/, int32_t L,
+                        int32_t recent, int32_t important, bool text_prior, int32_t num_sink_tokens,
+                        int32_t* kept /*[segments, N+M]*/, cudaStream_t stream);
 
 // compact_sequence_kv's merge and write-back for one sequence and layer of L cached tokens:
 // kept[h, c] (ascending positions, C per head) from select_kept_tokens; every evicted position is

@@ -220,5 +220,39 @@ TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
   }
 }
 
+// The device's kept-token choice against select_kept_tokens: every segment's set equal, with many
+// exact ties (scores quantized to a few values, -0 beside +0), text prior and sinks, and budgets
+// from one token to most of the prompt.
+TEST(CudaLookM, DeviceSelectionMatchesTheCpu) {
+  VLM_REQUIRE_GPU();
+  struct Sel { int L, segments, M, N, levels; const char* mode; };
+  const Sel cases[] = {{37, 3, 3, 3, 4, "text-prior-pivot"}, {1000, 8, 100, 100, 7, "pivot"},
+                       {1000, 5, 0, 1, 2, "text-prior-h2o"},   {4097, 4, 409, 409, 1000000, "weighted"},
+                       {300, 6, 10, 280, 3, "avg"},              {20000, 2, 2000, 2000, 50, "text-prior-avg"}};
+  for (const Sel& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "L=" << c.L << " M=" << c.M << " N=" << c.N << " " << c.mode);
+    const LookMParams p = *look_m_mode_from_name(c.mode);
+    std::mt19937 rng(c.L + c.N);
+    std::uniform_int_distribution<int> level(0, c.levels - 1);
+    std::vector<float> scores(size_t(c.segments) * c.L);
+    for (float& x : scores) {
+      const int v = level(rng);
+      x = v == 0 ? (rng() % 2 ? -0.0f : 0.0f) : float(v - c.levels / 2) * 0.125f;
+    }
+    std::vector<uint8_t> is_text(c.L, 1);
+    for (int j = c.L / 4; j < c.L * 3 / 4; ++j) is_text[j] = rng() % 10 == 0;  // text interleaved in media
+    cuda::DeviceBuffer ds = to_device(scores), dt = to_device(is_text), dk(size_t(c.segments) * (c.M + c.N) * 4);
+    cuda::look_m_select_kept(ds.as<float>(), c.L, c.segments, dt.as<uint8_t>(), c.L, c.M, c.N, p.text_prior,
+                             p.num_sink_tokens, dk.as<int32_t>(), nullptr);
+    const std::vector<int32_t> got = to_host<int32_t>(dk, size_t(c.segments) * (c.M + c.N));
+    const LookMBudget budget{c.M, c.N};
+    for (int i = 0; i < c.segments; ++i) {
+      const auto want = select_kept_tokens(scores.data() + size_t(i) * c.L, is_text.data(), c.L, p, budget);
+      ASSERT_EQ(want.size(), size_t(c.M + c.N));
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got.begin() + size_t(i) * (c.M + c.N))) << "segment " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vlm
