@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -151,7 +152,8 @@ TEST(CudaLookM, CompactedCachesMatchTheCpu) {
 
 // The tensor-core search (16-bit caches, D 64/128) against the f32 CUDA-core search (the naive
 // reference) and a double-precision host search: the same kept index for every evicted position
-// on these shapes (random keys: no two kept cosines within f32 rounding), cosines within 1e-3.
+// except at a near tie (the chosen key's exact cosine within 1e-5 of the best: f32 rounding, the
+// contract in cuda_look_m.h; the count is printed, expected 0 on these shapes), cosines within 1e-3.
 TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
   VLM_REQUIRE_GPU();
   const Case cases[] = {{129, 6, 3, 64, 32, DType::BF16}, {777, 28, 4, 128, 16, DType::BF16},
@@ -186,7 +188,7 @@ TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
       w[i] = to_host<float>(dw, size_t(c.Hkv) * c.L);
     }
     std::vector<float> kh(size_t(c.L) * c.D), vh(kh.size());
-    int differ = 0, host_differ = 0, checked = 0;
+    int differ = 0, near_ties = 0, bad = 0, checked = 0;
     for (int h = 0; h < c.Hkv; ++h) {
       gather_kv_head(sc.kv, sc.table.data(), c.L, h, kh.data(), vh.data());
       std::vector<uint8_t> is_kept(c.L, 0);
@@ -200,23 +202,31 @@ TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
         if (is_kept[e]) continue;
         const size_t i = size_t(h) * c.L + e;
         ++checked;
-        differ += arg[0][i] != arg[1][i];
         EXPECT_NEAR(w[0][i], w[1][i], 1e-3);
         double best = -2;
         int bc = 0;
+        std::vector<double> cs(C);
         for (int j = 0; j < C; ++j) {
           const int pos = kept[size_t(h) * C + j];
           double dot = 0;
           for (int d = 0; d < c.D; ++d) dot += double(kh[size_t(e) * c.D + d]) * kh[size_t(pos) * c.D + d];
-          const double cs = dot / (norm[e] * norm[pos]);
-          if (cs > best) best = cs, bc = j;
+          cs[j] = dot / (norm[e] * norm[pos]);
+          if (cs[j] > best) best = cs[j], bc = j;
         }
-        host_differ += arg[0][i] != bc;
+        // A different choice is allowed only at a near tie (f32 rounding of the cosines); counted.
+        for (int k = 0; k < 2; ++k)
+          if (arg[k][i] != bc) {
+            ++near_ties;
+            bad += arg[k][i] < 0 || arg[k][i] >= C || best - cs[arg[k][i]] > 1e-5;
+          }
+        differ += arg[0][i] != arg[1][i];
       }
     }
     EXPECT_GT(checked, 0);
-    EXPECT_EQ(differ, 0);
-    EXPECT_EQ(host_differ, 0);
+    EXPECT_EQ(bad, 0);
+    EXPECT_LE(differ, near_ties);
+    std::printf("L=%d: %d evicted rows, tensor-core vs f32 choices differ at %d, near ties (< 1e-5) %d\n", c.L, checked,
+                differ, near_ties);
   }
 }
 
