@@ -1,6 +1,8 @@
 // LOOK-M's GPU kernels (contract in cuda_look_m.h). Straightforward f32 kernels: the score pass
 // costs R * L * H * D per layer (the window's 64 rows at the end of a prompt; the full mode's every
-// row is an attention pass over again), the merge E * C * D per kv head.
+// row is an attention pass over again), the merge E * C * D per kv head: on tensor cores for 16-bit
+// caches (look_m_search_mma.cu), here the f32 search kernels (f32 caches, D > 128, and the
+// reference the tests compare with), then one fold of every evicted entry into its target.
 #include "kernels/cuda/kv_compression/cuda_look_m.h"
 
 #include <cuda_runtime.h>
