@@ -261,6 +261,19 @@ void bench_look_m_compaction(int L) {
   }
   check(cudaMemcpy(kept, hk.data(), hk.size() * 4, cudaMemcpyHostToDevice), "kept");
   const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // The same choice on the device (what CudaLookMStep runs): one layer's Hkv segments.
+  uint8_t* dtext = device_copy(is_text);
+  float select_ms = 0;
+  check(cudaEventRecord(e2), "record");
+  vlm::cuda::look_m_select_kept(scores, L, kHkv, dtext, L, budget.recent, budget.important, p.text_prior,
+                                p.num_sink_tokens, kept, nullptr);
+  check(cudaEventRecord(e3), "record");
+  check(cudaEventSynchronize(e3), "sync");
+  check(cudaEventElapsedTime(&select_ms, e2, e3), "elapsed");
+  std::vector<int32_t> dk(hk.size());
+  check(cudaMemcpy(dk.data(), kept, dk.size() * 4, cudaMemcpyDeviceToHost), "kept back");
+  const bool same = dk == hk;
+  cudaFree(dtext);
   check(cudaEventRecord(e2), "record");
   vlm::cuda::look_m_compact(lay.kv[0], lay.batch.block_tables, L, kept, C, p.merge, ws, nullptr);
   check(cudaEventRecord(e3), "record");
@@ -269,8 +282,27 @@ void bench_look_m_compaction(int L) {
   float score_ms = 0, compact_ms = 0;
   check(cudaEventElapsedTime(&score_ms, e0, e1), "elapsed");
   check(cudaEventElapsedTime(&compact_ms, e2, e3), "elapsed");
-  std::printf("lookm-compact L=%d kept=%d per layer: scores_ms=%.2f host_select_ms=%.2f merge_compact_ms=%.2f\n", L, C,
-              score_ms, host_ms, compact_ms);
+  // The search alone, tensor cores (Auto) and the f32 reference path.
+  float search_ms[2] = {0, 0};
+  int32_t* arg = nullptr;
+  float* w = nullptr;
+  check(cudaMalloc(&arg, size_t(kHkv) * L * 4), "malloc");
+  check(cudaMalloc(&w, size_t(kHkv) * L * 4), "malloc");
+  for (int i = 0; i < 2; ++i) {
+    check(cudaEventRecord(e2), "record");
+    vlm::cuda::look_m_nearest_kept(lay.kv[0], lay.batch.block_tables, L, kept, C,
+                                   i == 0 ? vlm::cuda::LookMSearch::Auto : vlm::cuda::LookMSearch::F32, ws, arg, w,
+                                   nullptr);
+    check(cudaEventRecord(e3), "record");
+    check(cudaEventSynchronize(e3), "sync");
+    check(cudaEventElapsedTime(&search_ms[i], e2, e3), "elapsed");
+  }
+  std::printf("lookm-compact L=%d kept=%d per layer: scores_ms=%.2f host_select_ms=%.2f merge_compact_ms=%.2f "
+              "device_select_ms=%.3f (same_as_host=%d) search_mma_ms=%.2f search_f32_ms=%.2f step_28_layers_s=%.3f\n",
+              L, C, score_ms, host_ms, compact_ms, select_ms, int(same), search_ms[0], search_ms[1],
+              28 * (score_ms + select_ms + compact_ms) / 1000.0);
+  cudaFree(arg);
+  cudaFree(w);
   for (void* x : {static_cast<void*>(q), static_cast<void*>(scores), stats, ws, static_cast<void*>(kept)}) cudaFree(x);
 }
 
@@ -290,6 +322,6 @@ int main(int argc, char** argv) {
     std::printf("lookm seqs=8 ctx=%d full_ms=%.4f ctx_kept=%d kept_ms=%.4f speedup=%.2f\n", full, a, kept, b, a / b);
   }
   if (part == "compact" || part == "all")
-    for (int L : {32768, 131072}) bench_look_m_compaction(L);
+    for (int L : {32768, 98304, 131072}) bench_look_m_compaction(L);
   return 0;
 }

@@ -1,6 +1,8 @@
 // LOOK-M's GPU kernels (contract in cuda_look_m.h). Straightforward f32 kernels: the score pass
 // costs R * L * H * D per layer (the window's 64 rows at the end of a prompt; the full mode's every
-// row is an attention pass over again), the merge E * C * D per kv head.
+// row is an attention pass over again), the merge E * C * D per kv head: on tensor cores for 16-bit
+// caches (look_m_search_mma.cu), here the f32 search kernels (f32 caches, D > 128, and the
+// reference the tests compare with), then one fold of every evicted entry into its target.
 #include "kernels/cuda/kv_compression/cuda_look_m.h"
 
 #include <cuda_runtime.h>
@@ -10,6 +12,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
+#include "kernels/cuda/kv_compression/look_m_search_mma.cuh"
 
 namespace vlm::cuda {
 namespace {
@@ -144,7 +147,16 @@ __device__ __forceinline__ void fold_evicted(const KVView& kv, DType dt, const i
   if (lane == 0) atomicAdd(count + int64_t(h) * C + arg, 1);
 }
 
-// Merge for D > 128: grid (ceil(L / 4), Hkv), 4 warps: warp w takes position e; an evicted e finds
+// grid (ceil(L / 4), Hkv), 4 warps: evicted position e (slot -1) folds into arg[h, e] with w[h, e].
+__global__ void fold_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L, int C,
+                            const int32_t* __restrict__ slot, const int32_t* __restrict__ arg, const float* __restrict__ w,
+                            int merge, float* __restrict__ ksum, float* __restrict__ vsum, int32_t* __restrict__ count) {
+  const int h = blockIdx.y, e = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (e >= L || slot[int64_t(h) * L + e] >= 0) return;
+  fold_evicted(kv, dt, table, h, e, C, arg[int64_t(h) * L + e], w[int64_t(h) * L + e], merge, ksum, vsum, count);
+}
+
+// Search for D > 128: grid (ceil(L / 4), Hkv), 4 warps: warp w takes position e; an evicted e finds
 // its most similar kept key (first maximum over c) and folds its K/V into that entry's sums (atomics).
 // slot[h, pos] = kept index or -1; inv_norm[h, pos] = 1 / |k_pos| (0 for a zero key).
 __global__ void kept_slots_kernel(const int32_t* __restrict__ kept, int C, int L, int32_t* __restrict__ slot) {
@@ -167,8 +179,7 @@ __global__ void inv_norm_kernel(KVView kv, DType dt, const int32_t* __restrict__
 
 __global__ void merge_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L, int C,
                              const int32_t* __restrict__ kept, const int32_t* __restrict__ slot,
-                             const float* __restrict__ inv, int merge, float* __restrict__ ksum, float* __restrict__ vsum,
-                             int32_t* __restrict__ count) {
+                             const float* __restrict__ inv, int32_t* __restrict__ out_arg, float* __restrict__ out_w) {
   const int h = blockIdx.y, lane = threadIdx.x % 32;
   const int e = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (e >= L || slot[int64_t(h) * L + e] >= 0) return;
@@ -192,7 +203,10 @@ __global__ void merge_kernel(KVView kv, DType dt, const int32_t* __restrict__ ta
       arg = c;
     }
   }
-  fold_evicted(kv, dt, table, h, e, C, arg, best, merge, ksum, vsum, count);
+  if (lane == 0) {
+    out_arg[int64_t(h) * L + e] = arg;
+    out_w[int64_t(h) * L + e] = best;
+  }
 }
 
 // Merge for D <= 128: grid (ceil(L / 32), Hkv), 4 warps x 8 positions; the block's 32 positions'
@@ -208,7 +222,7 @@ template <int DM>
 __global__ void __launch_bounds__(128)
 merge_tiled_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L, int C,
                    const int32_t* __restrict__ kept, const int32_t* __restrict__ slot, const float* __restrict__ inv,
-                   int merge, float* __restrict__ ksum, float* __restrict__ vsum, int32_t* __restrict__ count) {
+                   int32_t* __restrict__ out_arg, float* __restrict__ out_w) {
   static_assert(DM % 4 == 0, "rows are read as float4");
   __shared__ __align__(16) float rows[kMergeRows][DM];
   __shared__ float keys[DM][kMergeTile];
@@ -286,7 +300,10 @@ merge_tiled_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int e = e0 + warp * kRowsPerWarp + i;
-    if (e < L && slot[int64_t(h) * L + e] < 0) fold_evicted(kv, dt, table, h, e, C, arg[i], best[i], merge, ksum, vsum, count);
+    if (lane == 0 && e < L && slot[int64_t(h) * L + e] < 0) {
+      out_arg[int64_t(h) * L + e] = arg[i];
+      out_w[int64_t(h) * L + e] = best[i];
+    }
   }
 }
 
@@ -324,8 +341,8 @@ __global__ void scatter_kernel(KVView kv, DType dt, const int32_t* __restrict__ 
 }
 
 struct CompactWorkspace {  // carved from the caller's buffer
-  int32_t *slot, *count;
-  float *inv, *ksum, *vsum, *kout, *vout;
+  int32_t *slot, *count, *arg;
+  float *inv, *w, *ksum, *vsum, *kout, *vout;
   size_t bytes;
   CompactWorkspace(void* base, int64_t L, int64_t C, int64_t Hkv, int64_t D) {
     size_t used = 0;
@@ -336,6 +353,8 @@ struct CompactWorkspace {  // carved from the caller's buffer
     };
     slot = reinterpret_cast<int32_t*>(take(size_t(Hkv * L) * 4));
     inv = reinterpret_cast<float*>(take(size_t(Hkv * L) * 4));
+    arg = reinterpret_cast<int32_t*>(take(size_t(Hkv * L) * 4));
+    w = reinterpret_cast<float*>(take(size_t(Hkv * L) * 4));
     count = reinterpret_cast<int32_t*>(take(size_t(Hkv * C) * 4));
     ksum = reinterpret_cast<float*>(take(size_t(Hkv * C * D) * 4));
     vsum = reinterpret_cast<float*>(take(size_t(Hkv * C * D) * 4));
@@ -345,7 +364,39 @@ struct CompactWorkspace {  // carved from the caller's buffer
   }
 };
 
+// inv, then arg / w of every evicted position (slot -1); the mma path fills every position.
+void search(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* kept, int32_t C, const int32_t* slot,
+            float* inv, int32_t* arg, float* w, LookMSearch how, cudaStream_t stream) {
+  const KVView v = kv_view(kv);
+  const int Hkv = kv.num_kv_heads, D = kv.head_dim;
+  inv_norm_kernel<<<dim3((L + 127) / 128, Hkv), 128, 0, stream>>>(v, kv.dtype, table, L, inv);
+  VLM_CUDA_CHECK_LAUNCH();
+  if (how == LookMSearch::Auto && look_m_search_mma_supported(kv.dtype, D)) {
+    look_m_search_mma(kv, table, L, kept, C, inv, arg, w, stream);
+    return;
+  }
+  if (D <= 64)
+    merge_tiled_kernel<64><<<dim3((L + kMergeRows - 1) / kMergeRows, Hkv), 128, 0, stream>>>(
+        v, kv.dtype, table, L, C, kept, slot, inv, arg, w);
+  else if (D <= 128)
+    merge_tiled_kernel<128><<<dim3((L + kMergeRows - 1) / kMergeRows, Hkv), 128, 0, stream>>>(
+        v, kv.dtype, table, L, C, kept, slot, inv, arg, w);
+  else
+    merge_kernel<<<dim3((L + 3) / 4, Hkv), 128, 0, stream>>>(v, kv.dtype, table, L, C, kept, slot, inv, arg, w);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
+
+void look_m_nearest_kept(const PagedKVLayer& kv, const int32_t* block_table, int32_t L, const int32_t* kept, int32_t C,
+                         LookMSearch how, void* workspace, int32_t* arg, float* w, cudaStream_t stream) {
+  VLM_CHECK(kv.head_dim <= 256 && C > 0 && C <= L, "LOOK-M search: D {} C {} L {}", kv.head_dim, C, L);
+  const CompactWorkspace ws(workspace, L, C, kv.num_kv_heads, kv.head_dim);
+  VLM_CUDA_CHECK(cudaMemsetAsync(ws.slot, 0xff, size_t(kv.num_kv_heads) * L * 4, stream));
+  kept_slots_kernel<<<dim3((C + 255) / 256, kv.num_kv_heads), 256, 0, stream>>>(kept, C, L, ws.slot);
+  VLM_CUDA_CHECK_LAUNCH();
+  search(kv, block_table, L, kept, C, ws.slot, ws.inv, arg, w, how, stream);
+}
 
 size_t look_m_row_stats_bytes(int32_t R, int num_heads, int32_t num_keys) {
   const int64_t chunks = (int64_t(num_keys) + kThreads - 1) / kThreads;
@@ -408,17 +459,9 @@ void look_m_compact(const PagedKVLayer& kv, const int32_t* block_table, int32_t 
   kept_slots_kernel<<<dim3((C + 255) / 256, Hkv), 256, 0, stream>>>(kept, C, L, w.slot);
   VLM_CUDA_CHECK_LAUNCH();
   if (m != kMergeNone && C < L) {
-    inv_norm_kernel<<<dim3((L + 127) / 128, Hkv), 128, 0, stream>>>(v, kv.dtype, block_table, L, w.inv);
-    VLM_CUDA_CHECK_LAUNCH();
-    if (D <= 64)
-      merge_tiled_kernel<64><<<dim3((L + kMergeRows - 1) / kMergeRows, Hkv), 128, 0, stream>>>(
-          v, kv.dtype, block_table, L, C, kept, w.slot, w.inv, m, w.ksum, w.vsum, w.count);
-    else if (D <= 128)
-      merge_tiled_kernel<128><<<dim3((L + kMergeRows - 1) / kMergeRows, Hkv), 128, 0, stream>>>(
-          v, kv.dtype, block_table, L, C, kept, w.slot, w.inv, m, w.ksum, w.vsum, w.count);
-    else
-      merge_kernel<<<dim3((L + 3) / 4, Hkv), 128, 0, stream>>>(v, kv.dtype, block_table, L, C, kept, w.slot, w.inv, m,
-                                                               w.ksum, w.vsum, w.count);
+    search(kv, block_table, L, kept, C, w.slot, w.inv, w.arg, w.w, LookMSearch::Auto, stream);
+    fold_kernel<<<dim3((L + 3) / 4, Hkv), 128, 0, stream>>>(v, kv.dtype, block_table, L, C, w.slot, w.arg, w.w, m,
+                                                            w.ksum, w.vsum, w.count);
     VLM_CUDA_CHECK_LAUNCH();
   }
   finalize_kernel<<<dim3(C, Hkv), D, 0, stream>>>(v, kv.dtype, block_table, C, kept, m, w.ksum, w.vsum, w.count,

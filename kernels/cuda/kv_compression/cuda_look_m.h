@@ -1,9 +1,8 @@
 // LOOK-M at the end of prefill on the GPU (paper §3, ALGORITHMS.md §7; the CPU's
 // kernels/kv_compression): importance scores as column sums of prompt softmax attention, and the
 // merge + compaction of one sequence's layer given each kv head's kept positions. The kept sets
-// themselves are chosen on the host by the CPU's select_kept_tokens from the downloaded scores
-// (one download of [Hkv, L] floats per layer at the end of a prompt; the ranking is then the
-// CPU's exactly). Contract as kernels/cuda/attention/cuda_attention.h: device pointers, work on
+// are chosen on the device too (look_m_select_kept: the CPU's ranking exactly), so the end of a prompt needs
+// no host round trip. Contract as kernels/cuda/attention/cuda_attention.h: device pointers, work on
 // `stream`, no sync; the scratch buffers are the caller's.
 #pragma once
 
@@ -36,13 +35,39 @@ void look_m_accumulate_scores(const void* q /*[R,H,D]*/, DType act, int32_t R, i
                               const int32_t* block_table, int32_t first_pos, float scale, void* row_stats,
                               float* scores /*[Hkv, stride]*/, int64_t stride, cudaStream_t stream);
 
+// select_kept_tokens (kernels/kv_compression/token_selection.h) on the device for `segments`
+// score rows (scores[i * stride + j], j < L; e.g. every layer's and kv head's of one sequence):
+// kept[i, 0 .. N + M) = the top N candidates of [0, L - M) by (prior, score, lower position) in
+// ascending positions, then the recent window L - M .. L - 1; exactly the CPU's set (ties and -0
+// as the CPU). Prior: is_text[j] (device, [L]) when text_prior, else j < num_sink_tokens.
+// Preconditions: M + N < L (the caller keeps everything otherwise); finite scores.
+void look_m_select_kept(const float* scores, int64_t stride, int segments, const uint8_t* is_text /*[L]*/, int32_t L,
+                        int32_t recent, int32_t important, bool text_prior, int32_t num_sink_tokens,
+                        int32_t* kept /*[segments, N+M]*/, cudaStream_t stream);
+
 // compact_sequence_kv's merge and write-back for one sequence and layer of L cached tokens:
 // kept[h, c] (ascending positions, C per head) from select_kept_tokens; every evicted position is
 // folded into its most similar kept key (cosine on keys, first maximum; merge rule p.merge, as
 // merge_kept_kv), and the C merged entries are written, in order, to slots [0, C) of each head.
 // workspace: look_m_compact_workspace_bytes(L, C, Hkv, D) bytes.
+//
+// The similarity search (LookMSearch::Auto): bf16/f16 caches with D 64 or 128 on tensor cores
+// (look_m_search_mma.cuh: the dot products as mma.sync GEMMs over chunks of 128 cache rows x 64
+// kept keys with a fused first-maximum arg-max; 16-bit products are exact, only the f32
+// summation order differs from the f32 path, so a choice can differ from the CPU's only where two
+// kept keys' cosines agree to f32 rounding; tests/kernels/cuda/test_cuda_look_m.cpp pins equality
+// on its shapes); f32 caches and other D: the f32 CUDA-core kernels (LookMSearch::F32, the
+// naive reference the tests compare with).
+enum class LookMSearch : uint8_t { Auto, F32 };
 size_t look_m_compact_workspace_bytes(int32_t L, int32_t C, int num_kv_heads, int head_dim);
 void look_m_compact(const PagedKVLayer& kv, const int32_t* block_table, int32_t L, const int32_t* kept /*[Hkv,C]*/,
                     int32_t C, KVMerge merge, void* workspace, cudaStream_t stream);
+
+// The search alone (tests, bench): arg[h * L + e] = the kept index (into kept[h, :]) of evicted
+// position e's most similar kept key, w[h * L + e] its cosine; entries of kept positions are
+// unspecified. workspace as look_m_compact's.
+void look_m_nearest_kept(const PagedKVLayer& kv, const int32_t* block_table, int32_t L, const int32_t* kept /*[Hkv,C]*/,
+                         int32_t C, LookMSearch how, void* workspace, int32_t* arg /*[Hkv,L]*/, float* w /*[Hkv,L]*/,
+                         cudaStream_t stream);
 
 }  // namespace vlm::cuda

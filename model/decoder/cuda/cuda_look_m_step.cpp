@@ -6,7 +6,6 @@
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/kv_compression/cuda_look_m.h"
-#include "kernels/kv_compression/token_selection.h"
 #include "model/methods/look_m_state.h"
 
 namespace vlm {
@@ -29,8 +28,9 @@ void CudaLookMStep::layer(int layer, const void* q, DType act, int num_heads, co
     const int64_t layer_floats = static_cast<int64_t>(st->num_kv_heads) * st->prefill_len;
     if (!st->device_scores) {  // freed with the state
       void* p = nullptr;
-      VLM_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(layer_floats * st->num_layers) * 4));
-      st->device_scores = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+      // Stream-ordered: finish() releases it behind the step's work, without a sync.
+      VLM_CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(layer_floats * st->num_layers) * 4, stream));
+      st->device_scores = std::shared_ptr<void>(p, [stream](void* q) { cudaFreeAsync(q, stream); });
     }
     float* scores = static_cast<float*>(st->device_scores.get()) + layer * layer_floats;
     if (first == 0) VLM_CUDA_CHECK(cudaMemsetAsync(scores, 0, static_cast<size_t>(layer_floats) * 4, stream));
@@ -52,36 +52,35 @@ void CudaLookMStep::finish(const ForwardBatch& b, const std::vector<PagedKVLayer
   bool any = false;
   for (size_t s = 0; s < b.look_m.size(); ++s) any |= b.look_m[s] != nullptr && b.finishes_prefill[s] != 0;
   if (!any) return;
-  VLM_CUDA_CHECK(cudaStreamSynchronize(stream));  // the scores of the whole prompt are complete
   for (int s = 0; s < b.num_seqs(); ++s) {
     LookMState* st = b.look_m[static_cast<size_t>(s)];
     if (st == nullptr || !b.finishes_prefill[static_cast<size_t>(s)]) continue;
     const int32_t L = st->prefill_len;
     VLM_CHECK(st->device_scores != nullptr, "LOOK-M: no scores for a finishing prefill");
-    VLM_CUDA_CHECK(cudaMemcpy(st->scores.data(), st->device_scores.get(), st->scores.size() * 4, cudaMemcpyDeviceToHost));
-    st->device_scores.reset();
+    const float* scores = static_cast<const float*>(st->device_scores.get());
     const LookMBudget budget = look_m_budget(st->params, L);
     const int32_t C = std::min(L, budget.kept());
     st->compressed_len = C;
-    if (C >= L) continue;
-    // Kept sets of every layer and head: [layers, Hkv, C].
     const int Hkv = st->num_kv_heads;
-    kept_host_.clear();
-    for (int l = 0; l < st->num_layers; ++l)
-      for (int h = 0; h < Hkv; ++h) {
-        const auto k = select_kept_tokens(st->layer_scores(l) + static_cast<int64_t>(h) * L, st->is_text.data(), L,
-                                          st->params, budget);
-        VLM_CHECK(static_cast<int32_t>(k.size()) == C, "LOOK-M: layer {} head {} keeps {} of {}", l, h, k.size(), C);
-        kept_host_.insert(kept_host_.end(), k.begin(), k.end());
-      }
-    kept_.reserve(kept_host_.size() * 4);
-    VLM_CUDA_CHECK(cudaMemcpyAsync(kept_.get(), kept_host_.data(), kept_host_.size() * 4, cudaMemcpyHostToDevice, stream));
-    work_.reserve(cuda::look_m_compact_workspace_bytes(L, C, Hkv, kv[0].head_dim));
-    const int32_t* table = block_tables + static_cast<int64_t>(s) * b.max_blocks_per_seq;
-    for (int l = 0; l < st->num_layers; ++l)
-      cuda::look_m_compact(kv[static_cast<size_t>(l)], table, L, kept_.as<int32_t>() + static_cast<int64_t>(l) * Hkv * C,
-                           C, st->params.merge, work_.get(), stream);
-    VLM_CUDA_CHECK(cudaStreamSynchronize(stream));  // kept_host_ and the workspace are reused
+    if (C < L) {
+      // Kept sets of every layer and head on the device: [layers, Hkv, C].
+      is_text_.reserve(static_cast<size_t>(L));
+      VLM_CUDA_CHECK(cudaMemcpyAsync(is_text_.get(), st->is_text.data(), static_cast<size_t>(L), cudaMemcpyHostToDevice,
+                                     stream));
+      kept_.reserve(static_cast<size_t>(st->num_layers) * Hkv * C * 4);
+      cuda::look_m_select_kept(scores, L, st->num_layers * Hkv, is_text_.as<uint8_t>(), L, budget.recent,
+                               budget.important, st->params.text_prior, st->params.num_sink_tokens, kept_.as<int32_t>(),
+                               stream);
+      work_.reserve(cuda::look_m_compact_workspace_bytes(L, C, Hkv, kv[0].head_dim));
+      const int32_t* table = block_tables + static_cast<int64_t>(s) * b.max_blocks_per_seq;
+      for (int l = 0; l < st->num_layers; ++l)
+        cuda::look_m_compact(kv[static_cast<size_t>(l)], table, L,
+                             kept_.as<int32_t>() + static_cast<int64_t>(l) * Hkv * C, C, st->params.merge, work_.get(),
+                             stream);
+    }
+    // The scores to the state (inspection, tests): stream-ordered after the selection.
+    VLM_CUDA_CHECK(cudaMemcpyAsync(st->scores.data(), scores, st->scores.size() * 4, cudaMemcpyDeviceToHost, stream));
+    st->device_scores.reset();  // cudaFreeAsync on the stream, behind the copy
   }
 }
 

@@ -4,11 +4,12 @@
 //    state's scores ([layers, Hkv, L] f32, LookMState::device_scores: it lives and dies with the
 //    state, zeroed at a chunk that starts at position 0): every row ("full"), or the last `window`
 //    rows of the chunk that finishes prefill ("window"); kernels/cuda/kv_compression.
-//  - After the last layer of a step in which some states finish prefill: one stream sync, the
-//    scores go to the state (host), each layer's and head's kept set is chosen by the CPU's
-//    select_kept_tokens (the CPU's ranking exactly), uploaded, and every layer is merged and
-//    compacted on the device; state.compressed_len is set, so the engine's KVCompressor trims the
-//    block table and frees the tail in the same step, as on the CPU.
+//  - After the last layer of a step in which some states finish prefill: every layer's and head's
+//    kept set is chosen on the device (look_m_select_kept: the CPU's select_kept_tokens ranking
+//    exactly), every layer is merged and compacted on the device, all on `stream` without a host
+//    sync; the scores are copied to the state (host) behind them; state.compressed_len is set from
+//    the budget, so the engine's KVCompressor trims the block table and frees the tail in the same
+//    step, as on the CPU.
 // Prefill outputs use the uncompressed cache (the compaction runs after every layer's attention).
 #pragma once
 
@@ -27,14 +28,14 @@ class CudaLookMStep {
   // post-RoPE queries); block_tables: the batch's tables on the device ([S, max_blocks]).
   void layer(int layer, const void* q, DType act, int num_heads, const PagedKVLayer& kv, const ForwardBatch& batch,
              const int32_t* block_tables, float scale, cudaStream_t stream);
-  // The compaction of every state finishing prefill this step (synchronizes the stream when there
-  // is one). kv: every layer's cache.
+  // The compaction of every state finishing prefill this step (stream-ordered; the state's host
+  // scores are written by a D2H copy on the stream, complete once the stream is). kv: every
+  // layer's cache.
   void finish(const ForwardBatch& batch, const std::vector<PagedKVLayer>& kv, const int32_t* block_tables,
               cudaStream_t stream);
 
  private:
-  cuda::DeviceBuffer stats_, kept_, work_;
-  std::vector<int32_t> kept_host_;
+  cuda::DeviceBuffer stats_, kept_, work_, is_text_;
 };
 
 }  // namespace vlm

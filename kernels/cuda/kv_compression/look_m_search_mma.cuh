@@ -1,0 +1,22 @@
+// LOOK-M's similarity search on tensor cores (internal to cuda_look_m.cu; contract in cuda_look_m.h,
+// look_m_nearest_kept): for every cache position e of kv head h, the kept index
+// arg = first argmax_c cos(k_e, k_kept[c]) and its cosine w, computed as dot(k_e, k_c) * (ie * ic)
+// with the dot a bf16/f16 mma.sync GEMM (exact 16-bit products, f32 accumulation in the tensor
+// cores' order: the only difference from the f32 path is the summation order).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention/paged_kv.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace vlm::cuda {
+
+// True when the mma search serves this cache: 16-bit dtype, D in {64, 128}.
+bool look_m_search_mma_supported(DType dt, int head_dim);
+// arg[h * L + e], w[h * L + e] for every e < L (kept positions too: their entries are unused).
+// inv[h * L + pos] = 1 / |k_pos| (0 for a zero key); kept [Hkv, C].
+void look_m_search_mma(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* kept, int32_t C,
+                       const float* inv, int32_t* arg, float* w, cudaStream_t stream);
+}  // namespace vlm::cuda
