@@ -29,7 +29,9 @@ struct EngineConfig {
   // GPU: encoder rows (patches; LLaVA: image tokens) one vision-encoder call may hold; their
   // activations are reserved inside gpu_memory_utilization before the KV cache (the default fits
   // a 64-frame 448x448 video of Qwen2-VL: 32768 patches). A step's media beyond it encode in
-  // several calls; one item beyond it is refused with a 400.
+  // several calls; a video beyond it on a tower that splits frames (Qwen2-VL) in whole-frame
+  // groups of at most this (so the processor's longest video, 768 frames, is taken); an item
+  // whose single frame (LLaVA: the image) is beyond it is refused with a 400.
   int64_t max_media_patches = 32768;
   // GPU: a step's media of more patches than this (a long video) is encoded in groups of whole
   // frames of at most this many patches, each when a prefill chunk first needs its rows, so that

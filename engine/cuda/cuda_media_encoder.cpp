@@ -60,9 +60,14 @@ std::unique_ptr<CudaMediaEncoder> CudaMediaEncoder::make(const MultimodalModel& 
   if (max_cost < 1)
     throw LoadError(fmt::format("--max-media-patches {} holds no image of this model", max_media_patches));
   tower->reserve(max_cost);
-  VLM_LOG_INFO("GPU: vision encoder {:.2f} GiB of weights, {:.2f} GiB of activations reserved for {} encoder rows",
+  VLM_LOG_INFO("GPU: vision encoder {:.2f} GiB of weights, {:.2f} GiB of activations reserved for {} encoder rows "
+               "(--max-media-patches) per encoder call; {}",
                static_cast<double>(tower->weight_bytes()) / (1 << 30),
-               static_cast<double>(tower->workspace_bytes(max_cost)) / (1 << 30), max_media_patches);
+               static_cast<double>(tower->workspace_bytes(max_cost)) / (1 << 30), max_media_patches,
+               tower->splits_frames()
+                   ? "a longer video encodes in whole-frame groups of at most that, so any video whose single "
+                     "frame fits is accepted (Qwen2-VL's 768 frames at its per-frame cap included)"
+                   : "a larger image is refused with a 400");
   return std::make_unique<CudaMediaEncoder>(std::move(tower), step_patches);
 }
 
@@ -79,7 +84,12 @@ std::shared_ptr<const DeviceEmbeddings> CudaMediaEncoder::encode(std::span<const
     cost += tower_->cost(*it);
   }
   const int64_t C = tower_->out_features();
-  if (step_patches_ > 0 && cost > step_patches_ && tower_->splits_frames()) {
+  // Lazy (a long video under --media-step-patches), or eager in whole-frame groups of at most the
+  // reservation when an item alone exceeds it (a splitting tower admits such items: check()).
+  bool over = false;
+  for (const MediaPixels* it : items) over = over || tower_->cost(*it) > tower_->reserved_cost();
+  const bool lazy = step_patches_ > 0 && cost > step_patches_;
+  if (tower_->splits_frames() && (lazy || over)) {
     auto e = std::make_shared<LazyGpuEmbeddings>();
     e->buf.resize(static_cast<size_t>(rows * C) * 4);
     e->data = e->buf.as<float>();
@@ -88,9 +98,9 @@ std::shared_ptr<const DeviceEmbeddings> CudaMediaEncoder::encode(std::span<const
     e->stream = s;
     e->C = C;
     e->owners = std::move(owners);
-    // Units of whole frames of at most step_patches_ patches (or one frame); contiguous frames of
-    // one item are one slice.
-    const int64_t limit = std::min(step_patches_, tower_->reserved_cost());
+    // Units of whole frames of at most step_patches_ patches (or one frame; the reservation when
+    // eager); contiguous frames of one item are one slice.
+    const int64_t limit = lazy ? std::min(step_patches_, tower_->reserved_cost()) : tower_->reserved_cost();
     int64_t unit_cost = 0, row = 0;
     for (const MediaPixels* it : items) {
       const int32_t F = item_frames(*it);
@@ -107,6 +117,7 @@ std::shared_ptr<const DeviceEmbeddings> CudaMediaEncoder::encode(std::span<const
         unit_cost += frame_cost;
       }
     }
+    if (!lazy) e->ensure_rows(0, rows);  // every unit now, in order, as the eager path would
     return e;
   }
   auto e = std::make_shared<GpuEmbeddings>();

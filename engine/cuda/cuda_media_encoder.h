@@ -2,9 +2,11 @@
 // model's tower (LLaVA: CudaClipVision; Qwen2-VL / Qwen2.5-VL: CudaQwen2Vision; none for other
 // families, whose media the ModelRunner encodes on the host), reserves its activations for
 // max_media_patches encoder rows (before the KV cache is sized, so inside
-// --gpu-memory-utilization), refuses items beyond that with a 400 at admission, and encodes a
-// step's items into one device allocation of their rows (several tower calls when the items
-// together exceed the reservation), on the decoder's stream. Media of more than step_patches
+// --gpu-memory-utilization), refuses items beyond that with a 400 at admission (on a tower that
+// splits frames, only items one of whose frames is beyond it), and encodes a step's items into one
+// device allocation of their rows (several tower calls when the items together exceed the
+// reservation; an item alone beyond it in whole-frame groups of at most the reservation), on the
+// decoder's stream. Media of more than step_patches
 // patches (a long video) on a tower that splits frames are encoded lazily: in units of whole
 // frames of at most step_patches patches, each when DeviceEmbeddings::ensure_rows first asks for
 // its rows (the prefill chunk that reads them), so one step's encode is bounded by a unit or two.
@@ -30,7 +32,8 @@ class CudaMediaEncoder {
   CudaMediaEncoder(std::unique_ptr<CudaVisionTower> tower, int64_t step_patches)
       : tower_(std::move(tower)), step_patches_(step_patches) {}
 
-  // RequestError (400, "messages") when item k alone exceeds the reservation.
+  // RequestError (400, "messages") when item k alone (a splitting tower: one of its frames)
+  // exceeds the reservation.
   void check(const MediaPixels& item, int k) const;
   // items -> [sum out_rows, C] f32 in one new device allocation, enqueued on s (now, or lazily on
   // ensure_rows; owners keep the items alive as long as the embeddings).

@@ -44,7 +44,10 @@ class Hasher128 {
  public:
   Hasher128& add(uint64_t word);
   Hasher128& add(const BlockHash& h) { return add(h.lo).add(h.hi); }
+  // Order- and length-sensitive; inputs of kLanesFromBytes or more hash their whole 32-byte
+  // blocks in four interleaved lanes (same quality, several times the speed), the rest word by word.
   Hasher128& add_bytes(const void* data, size_t n);
+  static constexpr size_t kLanesFromBytes = 1024;
   BlockHash digest() const;
 
  private:

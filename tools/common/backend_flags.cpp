@@ -13,7 +13,8 @@ void add_backend_flags(FlagTable& table) {
   table["gpu-memory-utilization"] = "fraction of GPU memory to use; the KV cache takes the rest (default 0.9)";
   table["max-media-patches"] =
       "GPU: vision-encoder rows (patches; LLaVA: image tokens) one encoder call holds, reserved before the KV cache; "
-      "larger media are refused with a 400 (default 32768: a 64-frame 448x448 Qwen2-VL video)";
+      "Qwen2-VL videos beyond it encode in whole-frame groups, an image or frame beyond it is refused with a 400 "
+      "(default 32768: a 64-frame 448x448 Qwen2-VL video per call)";
   table["media-step-patches"] =
       "GPU: media beyond this many patches (a long video) encode in whole-frame groups as the prefill chunks reach "
       "them, bounding one step's encode (e.g. 8192; default 0: a step's media encode whole)";

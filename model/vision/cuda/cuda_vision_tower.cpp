@@ -19,15 +19,18 @@ void CudaVisionTower::encode_frames(std::span<const FrameSlice> slices, float* o
 }
 
 void check_vision_fits(const CudaVisionTower& tower, const MediaPixels& item, int k) {
-  const int64_t cost = tower.cost(item), reserved = tower.reserved_cost();
+  // A tower that splits frames encodes an item in whole-frame groups: one frame must fit.
+  const bool per_frame = tower.splits_frames() && item_frames(item) > 1;
+  const int64_t cost = per_frame ? tower.cost(item) / item_frames(item) : tower.cost(item);
+  const int64_t reserved = tower.reserved_cost();
   if (cost <= reserved) return;
   const double need = static_cast<double>(tower.workspace_bytes(cost)) / (1 << 30);
   const double have = static_cast<double>(tower.workspace_bytes(reserved)) / (1 << 30);
   throw RequestError(400, "invalid_request_error",
-                     fmt::format("{} {} needs {} vision-encoder rows ({:.2f} GiB of GPU activations); the server "
+                     fmt::format("{} {} needs {} vision-encoder rows{} ({:.2f} GiB of GPU activations); the server "
                                  "reserves {} rows ({:.2f} GiB) for the encoder (--max-media-patches): send fewer "
                                  "frames or a smaller resolution",
-                                 modality_name(item.modality), k, cost, need, reserved, have),
+                                 modality_name(item.modality), k, cost, per_frame ? " per frame" : "", need, reserved, have),
                      "messages");
 }
 

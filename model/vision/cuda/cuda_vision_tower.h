@@ -73,7 +73,9 @@ class CudaVisionTower {
 namespace vlm {
 
 // Throws RequestError (400, param "messages") naming the sizes when item k costs more than the
-// tower's reservation (its activations would not fit the memory planned for the encoder).
+// tower's reservation (its activations would not fit the memory planned for the encoder); on a
+// tower that splits frames, when one of its frames (temporal patch groups) does: the encoder then
+// takes a longer item in whole-frame groups.
 void check_vision_fits(const CudaVisionTower& tower, const MediaPixels& item, int k);
 
 }  // namespace vlm

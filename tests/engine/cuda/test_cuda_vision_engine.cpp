@@ -4,7 +4,8 @@
 // generate exactly transformers 5.17's greedy tokens on the exact path (--dtype float32): each
 // alone, and all together with a text request under prefill chunks that cut through media runs
 // (a step's media encoded whole, or lazily frame by frame as the chunks reach them).
-// A video beyond the encoder's reservation is refused with a 400 and the engine keeps serving.
+// An image beyond the encoder's reservation is refused with a 400 and the engine keeps serving; a
+// video beyond it whose frames fit encodes in whole-frame groups.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -149,6 +150,37 @@ TEST(CudaEngineQwen2VLMemory, MediaBeyondTheReservationIsA400) {
     EXPECT_NE(std::string(e.what()).find("--max-media-patches"), std::string::npos) << e.what();
   }
   expect_tokens(run_engine(*engine, {{0, fits}}), fits.id, prompts[0].greedy);
+}
+
+// Issue 38 item 6: the reservation bounds one encoder call, not a video. A video of more encoder
+// rows than --max-media-patches whose frames fit is accepted and encoded in whole-frame groups
+// (eagerly, media_step_patches 0) to the same tokens as HF (= the eager whole-video encode of
+// EachPromptAloneMatchesHfGreedy); a reservation below one frame is a 400 naming the flag.
+TEST(CudaEngineQwen2VLMemory, VideoBeyondTheReservationEncodesInFrameGroups) {
+  VLM_REQUIRE_GPU();
+  const auto prompts = qwen_prompts("qwen2_vl_tiny");
+  const QwenPrompt& video = prompts[1];  // one video of 2x4x6 patches: 48 rows, 24 a frame
+  ASSERT_EQ(video.request.images.size(), 1u);
+  ASSERT_EQ(video.request.images[0].grid_thw[0], 2);
+  for (int64_t reserved : {int64_t(24), int64_t(30)}) {
+    SCOPED_TRACE("max_media_patches " + std::to_string(reserved));
+    EngineConfig c = gpu_config(16, 64, 512);
+    c.max_media_patches = reserved;  // below the video's 48 rows, at or above one frame's 24
+    auto engine = qwen_engine("qwen2_vl_tiny", c);
+    EXPECT_NO_THROW(engine->validate(video.request));
+    expect_tokens(run_engine(*engine, {{0, video.request}}), video.request.id, video.greedy);
+  }
+  EngineConfig c = gpu_config(16, 64, 512);
+  c.max_media_patches = 23;  // below one frame
+  auto engine = qwen_engine("qwen2_vl_tiny", c);
+  try {
+    engine->validate(video.request);
+    ADD_FAILURE() << "a video whose frame exceeds the reservation was accepted";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("needs 24 vision-encoder rows per frame"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--max-media-patches"), std::string::npos) << e.what();
+  }
 }
 
 // LLaVA: HF's input_ids and pixel_values (tests/fixtures/llava/llava_small/reference.safetensors).

@@ -4,6 +4,7 @@
 // freed blocks stay cached and are evicted least recently freed first, a sequence's tail first;
 // what a sequence may publish; reset; and the integrity check over all of it.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <memory>
 #include <numeric>
@@ -132,6 +133,29 @@ Sequence media_seq(int64_t id, std::shared_ptr<MediaInputs> m) {
       s.token_ids[static_cast<size_t>(m->first_token[static_cast<size_t>(k)] + i)] = 9;  // placeholders
   s.media = std::move(m);
   return s;
+}
+
+// Bulk inputs (patch rows) hash in four interleaved lanes: every byte still counts, in order.
+TEST(PrefixCache, BulkBytesHashSeesEveryByteAndItsPlace) {
+  std::vector<unsigned char> bytes(Hasher128::kLanesFromBytes * 3 + 13);  // whole 32-byte blocks and a tail
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
+  auto key = [](const std::vector<unsigned char>& b, size_t n) { return Hasher128().add_bytes(b.data(), n).digest(); };
+  const BlockHash base = key(bytes, bytes.size());
+  EXPECT_EQ(base, key(bytes, bytes.size())) << "deterministic";
+  for (size_t at : {size_t(0), size_t(7), size_t(8), size_t(31), size_t(32), size_t(1000), bytes.size() - 14,
+                    bytes.size() - 1}) {
+    std::vector<unsigned char> b = bytes;
+    b[at] ^= 1;
+    EXPECT_NE(key(b, b.size()), base) << "byte " << at << " changed";
+  }
+  std::vector<unsigned char> swapped = bytes;  // two words of different lanes swap places
+  std::swap_ranges(swapped.begin() + 64, swapped.begin() + 72, swapped.begin() + 72);
+  EXPECT_NE(key(swapped, swapped.size()), base) << "words swapped across lanes";
+  std::vector<unsigned char> moved = bytes;  // the same word moves within a lane
+  std::swap_ranges(moved.begin() + 64, moved.begin() + 72, moved.begin() + 96);
+  EXPECT_NE(key(moved, moved.size()), base) << "words swapped within a lane";
+  EXPECT_NE(key(bytes, bytes.size() - 1), base) << "a shorter input";
+  EXPECT_NE(key(bytes, Hasher128::kLanesFromBytes), key(bytes, Hasher128::kLanesFromBytes - 1));
 }
 
 TEST(PrefixCache, MediaIdentityIsPartOfTheBlocksThatHoldItsTokens) {
