@@ -90,7 +90,7 @@ def video_body(data_url, opts, a, max_tokens, prompt="Describe this video."):
 
 def text_body(max_tokens, text="Say something about the sea."):
     return {"model": "m", "stream": True, "stream_options": {"include_usage": True}, "max_tokens": max_tokens,
-            "min_tokens": max_tokens, "ignore_eos": True, "temperature": 0,
+            "min_tokens": max_tokens, "ignore_eos": True, "temperature": 0, "vlm_options": ROWS["dense"],
             "messages": [{"role": "user", "content": text}]}
 
 
