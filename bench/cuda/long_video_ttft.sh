@@ -67,6 +67,9 @@ v["max_frames"] = 2048
 json.dump(v, open(f"{d}/video_preprocessor_config.json", "w"), indent=2)
 PY
 fi
+pid=
+trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null' EXIT
+trap 'exit 143' TERM INT   # timeout's TERM: the EXIT trap stops the server
 # Starts the server with the method flags $1; sets pid and ready.
 start_server() {
   stamp "server start ($1)"
