@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Packs the CUDA build for a GPU machine: the executables built under build/bin (vlm-server,
 # vlm-bench, vlm-generate, vlm-random-model, bench_cuda_decoder, test_cuda; whichever exist),
-# the shared libraries they need that a stock CUDA image lacks (everything ldd resolves except
-# glibc, libstdc++/libgcc and the CUDA libraries, which the image has under
-# /usr/local/cuda/lib64), bench/gpu_speed.sh with its Python peers, and the Qwen3 tokenizer the
+# the shared libraries they need that a stock CUDA image lacks (what ldd resolves except glibc,
+# libstdc++/libgcc and the CUDA libraries, which the image has under /usr/local/cuda/lib64; of
+# FFmpeg's ~100 dependencies only what the allowed codecs load, stand-ins for the rest), bench/gpu_speed.sh with its Python peers, and the Qwen3 tokenizer the
 # served benchmark uses (tests/data/tokenizers/qwen3, from scripts/fetch_test_data.sh) into
-# build/vlm-gpu-bundle.tar.xz (must stay under 60 MiB; ~15 MiB). README.md ("On a GPU") says how to run it.
+# build/vlm-gpu-bundle.tar.xz (must stay under 60 MiB). README.md ("On a GPU") says how to run it.
 # Usage: scripts/gpu_bundle.sh [build-dir] [out-archive]
 #   VLM_BUNDLE_BINS="test_cuda bench_cuda_attention" packs only those executables of build/bin
-#   (a smaller archive for one test or benchmark; the FFmpeg libraries alone are ~40 MiB).
+#   (a smaller archive for one test or benchmark).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -23,12 +23,11 @@ done
 [ ${#bins[@]} -gt 0 ] || { echo "gpu_bundle: no executables in $build/bin (build first)" >&2; exit 1; }
 cp "${bins[@]}" "$stage/vlm/bin/"
 strip --strip-unneeded "$stage"/vlm/bin/* 2>/dev/null || true
-# Libraries: the union of what the executables need, minus the base system and CUDA.
-skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libnvJitLink)'
-ldd "${bins[@]}" | awk '/=> \// { print $1, $3 }' | sort -u | while read -r name path; do
-  [[ "$name" =~ $skip ]] && continue
-  cp -L "$path" "$stage/vlm/lib/$name"
-done
+# Libraries: the executables' own and what they need; through FFmpeg only what the allowed demuxers and
+# decoders load, stand-ins (a few KiB each, same sonames and symbols) for the encoders, filters and
+# protocols Debian's FFmpeg also names (scripts/bundle_stub_libs.py says why that is sound).
+ldd "${bins[@]}" | awk '/=> \// { print $1, $3 }' | sort -u |
+  python3 scripts/bundle_stub_libs.py "$stage/vlm/lib" "${bins[@]}"
 strip --strip-unneeded "$stage"/vlm/lib/* 2>/dev/null || true
 cp bench/gpu_speed.sh "$stage/vlm/bench/"
 cp bench/gpu/*.py "$stage/vlm/bench/gpu/"

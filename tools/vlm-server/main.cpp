@@ -10,6 +10,7 @@
 //              [--mm-processor-cache-gb G] [--media-workers N] [--media-queue N]
 //              [--max-videos-per-request N] [--max-video-frames N] [--max-video-bytes N]
 //              [--max-video-seconds S] [--max-video-file-frames N] [--video-decode-timeout-ms MS]
+//              [--video-total-pixels N]
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
 //              [--look-m-scores window|full] [--look-m-text-only 0|1]
 //              [--max-body-bytes N] [--max-header-bytes N] [--read-timeout-ms MS] [--idle-timeout-ms MS]
@@ -106,6 +107,8 @@ const std::map<std::string, std::string> kFlags = {
     {"max-video-seconds", "duration of one video file (default 600)"},
     {"max-video-file-frames", "frames in one video file, before sampling (default 7200)"},
     {"video-decode-timeout-ms", "to probe and decode one video file (default 30000)"},
+    {"video-total-pixels", "pixels of all sampled frames of one video file, capping each frame's size (default "
+                           "90316800, qwen-vl-utils' VIDEO_TOTAL_PIXELS; Qwen2-VL family)"},
     {"max-body-bytes", "request body (default 32 MiB; larger: 413)"},
     {"max-header-bytes", "request headers (default 16 KiB; larger: 431)"},
     {"read-timeout-ms", "to read one request (default 30000)"},
@@ -297,6 +300,7 @@ int main(int argc, char** argv) {
     api.media_workers = static_cast<int>(int_flag(flags, "media-workers", api.media_workers, 0));
     api.media_queue = static_cast<int>(int_flag(flags, "media-queue", api.media_queue, 0));
     const int max_video_frames = static_cast<int>(int_flag(flags, "max-video-frames", 32, 1));
+    const int64_t video_total_pixels = int_flag(flags, "video-total-pixels", 90316800, 1);
     api.image_limits.max_bytes = int_flag(flags, "max-image-bytes", api.media.max_bytes, 1);
     api.image_limits.max_pixels = int_flag(flags, "max-image-pixels", api.image_limits.max_pixels, 1);
     api.media.max_bytes = api.image_limits.max_bytes;
@@ -435,6 +439,7 @@ int main(int argc, char** argv) {
         media.image_token_id = model->image_token_id();
         media.video_token_id = model->video_token_id();
         media.max_video_frames = max_video_frames;
+        media.video_total_pixels = video_total_pixels;
         media.sampling = vlm::VideoSamplingParams::load(model_dir);
         media.video_limits = video_limits;
         const vlm::Qwen2VisionConfig& vc = model->config().vision;
