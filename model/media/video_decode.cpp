@@ -265,7 +265,11 @@ RgbImage to_rgb(const AVFrame* f, std::unique_ptr<SwsContext, SwsDeleter>& sws) 
   RgbImage img;
   img.width = f->width;
   img.height = f->height;
-  img.pixels.resize(static_cast<size_t>(f->width) * f->height * 3);
+  // swscale's SIMD writers may store past a tightly packed row's end (seen: a 56x56 frame corrupted
+  // the heap). Rows are written top-down, so a row's spill lands in the next row before that row is
+  // written; only the last row's spill leaves the image: give it slack, then drop the slack.
+  const size_t bytes = static_cast<size_t>(f->width) * f->height * 3;
+  img.pixels.resize(bytes + std::max<size_t>(256, static_cast<size_t>(f->width) * 3));
   sws.reset(sws_getCachedContext(sws.release(), f->width, f->height, static_cast<AVPixelFormat>(f->format), f->width,
                                  f->height, AV_PIX_FMT_RGB24, SWS_BICUBIC, nullptr, nullptr, nullptr));
   if (!sws) throw bad(fmt::format("video pixel format '{}' cannot be converted to RGB",
@@ -273,6 +277,7 @@ RgbImage to_rgb(const AVFrame* f, std::unique_ptr<SwsContext, SwsDeleter>& sws) 
   uint8_t* dst[4] = {img.pixels.data(), nullptr, nullptr, nullptr};
   int stride[4] = {f->width * 3, 0, 0, 0};
   sws_scale(sws.get(), f->data, f->linesize, 0, f->height, dst, stride);
+  img.pixels.resize(bytes);  // keeps the allocation: no copy
   return img;
 }
 
