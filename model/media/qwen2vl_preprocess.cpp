@@ -158,7 +158,8 @@ VisionPatches qwen2vl_preprocess_ref(std::span<const RgbImage> frames, const Qwe
 }
 
 VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg) {
-  const auto [h, w] = check_and_size(frames, cfg);
+  const std::pair<int, int> hw = check_and_size(frames, cfg);
+  const int h = hw.first, w = hw.second;  // plain locals: the pool's lambda captures them (clang 14 refuses structured bindings there)
   const int ps = cfg.patch_size, ms = cfg.merge_size, tp = cfg.temporal_patch_size;
   // Rescale + normalize as a table per channel: a pixel is one of 256 levels, and each entry is
   // computed with normalize_to_chw's float operations, so the rows are bit-identical to
