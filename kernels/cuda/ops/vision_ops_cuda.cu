@@ -1,5 +1,7 @@
 #include "kernels/cuda/ops/vision_ops_cuda.h"
 
+#include <type_traits>
+
 #include "kernels/cuda/core/block_reduce.cuh"
 #include "kernels/cuda/core/element.cuh"
 
@@ -45,6 +47,62 @@ __global__ void layer_norm_kernel(const float* x, const float* w, const float* b
   } else {
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
       out[r * C + c] = from_f32<T>(fmaf((xr[c] - mean) * inv, w[c], b[c]));
+  }
+}
+
+// One warp per row for rows of C = 4 n (n <= 32 kLnWarpVecs, 16-byte aligned): each lane holds its
+// float4s in registers, warp-shuffle sums, 4 stores per lane per vector. The same two-pass math
+// (mean, then the centred sum of squares) as layer_norm_kernel; the block form above serves the rest.
+constexpr int kLnWarpVecs = 12;  // C <= 1536 (ViT widths: CLIP 1024, SigLIP 1152, Qwen2-VL 1280)
+constexpr int kLnWarpRows = 4;   // rows (warps) per block
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ void store4(T* p, float a, float b, float c, float d) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(a, b, c, d);
+  } else {
+    T e[4] = {from_f32<T>(a), from_f32<T>(b), from_f32<T>(c), from_f32<T>(d)};
+    *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(e);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(32 * kLnWarpRows) layer_norm_warp_kernel(const float* x, const float* w,
+                                                                          const float* b, float eps, int64_t T_,
+                                                                          int64_t C, T* out) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnWarpRows + threadIdx.x / 32;
+  if (r >= T_) return;
+  const int lane = threadIdx.x % 32, n4 = static_cast<int>(C / 4);
+  const float4* xr = reinterpret_cast<const float4*>(x + r * C);
+  float4 v[kLnWarpVecs];
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kLnWarpVecs; ++i) {
+    const int c4 = lane + 32 * i;
+    v[i] = c4 < n4 ? xr[c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
+  }
+  const float mean = warp_sum(sum) / static_cast<float>(C);
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kLnWarpVecs; ++i)
+    if (lane + 32 * i < n4) {
+      const float a = v[i].x - mean, bb = v[i].y - mean, c = v[i].z - mean, d = v[i].w - mean;
+      ss = fmaf(a, a, ss), ss = fmaf(bb, bb, ss), ss = fmaf(c, c, ss), ss = fmaf(d, d, ss);
+    }
+  const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(C) + eps);
+#pragma unroll
+  for (int i = 0; i < kLnWarpVecs; ++i) {
+    const int c4 = lane + 32 * i;
+    if (c4 >= n4) continue;
+    const float4 ww = reinterpret_cast<const float4*>(w)[c4], bv = reinterpret_cast<const float4*>(b)[c4];
+    store4(out + r * C + 4 * c4, fmaf((v[i].x - mean) * inv, ww.x, bv.x), fmaf((v[i].y - mean) * inv, ww.y, bv.y),
+           fmaf((v[i].z - mean) * inv, ww.z, bv.z), fmaf((v[i].w - mean) * inv, ww.w, bv.w));
   }
 }
 
@@ -111,21 +169,34 @@ __global__ void vision_rope_table_kernel(const int32_t* pos_hw, const float* inv
   }
 }
 
-// One thread per rotated pair (t, j, i): head j < H of q or j - H of k (adjacent in [3, H, D]),
-// dims i and D/2 + i.
-template <typename T>
+// One thread per kP adjacent rotated pairs (t, j, i..i+kP-1): head j < H of q or j - H of k
+// (adjacent in [3, H, D]), dims i.. and D/2 + i..; kP = 4 or 2 when D/2 and the alignment allow
+// (8- or 4-byte loads of bf16), else 1. The same per-element products and roundings in every form.
+template <typename T, int kP>
+struct alignas(kP * sizeof(T)) Pack {
+  T e[kP];
+};
+
+template <typename T, int kP>
 __global__ void vision_rope_qk_kernel(T* qkv, int64_t T_, int64_t H, int64_t D, const float* table) {
-  const int64_t half = D / 2;
+  const int64_t half = D / 2, groups = half / kP;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= T_ * 2 * H * half) return;
-  const int64_t i = n % half, j = (n / half) % (2 * H), t = n / (half * 2 * H);
+  if (n >= T_ * 2 * H * groups) return;
+  const int64_t i = (n % groups) * kP, j = (n / groups) % (2 * H), t = n / (groups * 2 * H);
   T* x = qkv + (t * 3 * H + j) * D;
-  const float c = table[t * D + i], s = table[t * D + half + i];
-  const float x1 = to_f32(x[i]), x2 = to_f32(x[half + i]);
-  const float a1 = __fmul_rn(x1, c), b1 = __fmul_rn(x2, s);
-  const float a2 = __fmul_rn(x2, c), b2 = __fmul_rn(x1, s);
-  x[i] = from_f32<T>(__fsub_rn(a1, b1));
-  x[half + i] = from_f32<T>(__fadd_rn(a2, b2));
+  using P = Pack<T, kP>;
+  P lo = *reinterpret_cast<const P*>(x + i), hi = *reinterpret_cast<const P*>(x + half + i);
+#pragma unroll
+  for (int p = 0; p < kP; ++p) {
+    const float c = table[t * D + i + p], s = table[t * D + half + i + p];
+    const float x1 = to_f32(lo.e[p]), x2 = to_f32(hi.e[p]);
+    const float a1 = __fmul_rn(x1, c), b1 = __fmul_rn(x2, s);
+    const float a2 = __fmul_rn(x2, c), b2 = __fmul_rn(x1, s);
+    lo.e[p] = from_f32<T>(__fsub_rn(a1, b1));
+    hi.e[p] = from_f32<T>(__fadd_rn(a2, b2));
+  }
+  *reinterpret_cast<P*>(x + i) = lo;
+  *reinterpret_cast<P*>(x + half + i) = hi;
 }
 
 }  // namespace
@@ -135,7 +206,13 @@ void layer_norm(const float* x, const float* w, const float* b, float eps, int64
   if (T == 0) return;
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
-    layer_norm_kernel<E><<<T, row_threads(C / 4), 0, s>>>(x, w, b, eps, C, static_cast<E*>(out));
+    const auto aligned = [](const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+    if (C % 4 == 0 && C <= 128 * kLnWarpVecs && aligned(x, 16) && aligned(w, 16) && aligned(b, 16) &&
+        aligned(out, 4 * sizeof(E)))
+      layer_norm_warp_kernel<E><<<static_cast<unsigned>((T + kLnWarpRows - 1) / kLnWarpRows), 32 * kLnWarpRows, 0,
+                                  s>>>(x, w, b, eps, T, C, static_cast<E*>(out));
+    else
+      layer_norm_kernel<E><<<T, row_threads(C / 4), 0, s>>>(x, w, b, eps, C, static_cast<E*>(out));
   });
   VLM_CUDA_CHECK_LAUNCH();
 }
@@ -194,9 +271,21 @@ void vision_rope_qk(void* qkv, DType dt, int64_t T, int64_t H, int64_t D, const 
   if (T == 0) return;
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
-    const int64_t n = T * 2 * H * (D / 2);
-    vision_rope_qk_kernel<E><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(static_cast<E*>(qkv), T, H, D,
-                                                                                  table);
+    const int64_t half = D / 2;
+    // kP pairs per thread when every row offset of the pack is aligned to its size.
+    const auto launch = [&](auto kp) {
+      constexpr int kP = decltype(kp)::value;
+      const int64_t n = T * 2 * H * (half / kP);
+      vision_rope_qk_kernel<E, kP><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(static_cast<E*>(qkv), T, H,
+                                                                                        D, table);
+    };
+    const auto fits = [&](int kP) {
+      const size_t bytes = kP * sizeof(E);
+      return half % kP == 0 && (D * sizeof(E)) % bytes == 0 && reinterpret_cast<uintptr_t>(qkv) % bytes == 0;
+    };
+    if (fits(4)) launch(std::integral_constant<int, 4>{});
+    else if (fits(2)) launch(std::integral_constant<int, 2>{});
+    else launch(std::integral_constant<int, 1>{});
   });
   VLM_CUDA_CHECK_LAUNCH();
 }

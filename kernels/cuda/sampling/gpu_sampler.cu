@@ -41,11 +41,19 @@ __device__ ArgMax block_argmax(const float* x, int64_t V, float after_v, int32_t
                                ArgMax* result) {
   ArgMax best{-FLT_MAX, INT32_MAX};
   bool any = false;
-  for (int64_t i = threadIdx.x; i < V; i += kThreads) {
-    const float v = x[i];
-    if (bounded && !before(after_v, after_i, v, static_cast<int32_t>(i))) continue;
+  const auto take = [&](float v, int64_t i) {
+    if (bounded && !before(after_v, after_i, v, static_cast<int32_t>(i))) return;
     if (!any || before(v, static_cast<int32_t>(i), best.v, best.i)) best = {v, static_cast<int32_t>(i)};
     any = true;
+  };
+  if (V % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {  // 16-byte loads: 4x the bytes in flight
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    for (int64_t i = threadIdx.x; i < V / 4; i += kThreads) {
+      const float4 v = x4[i];
+      take(v.x, 4 * i), take(v.y, 4 * i + 1), take(v.z, 4 * i + 2), take(v.w, 4 * i + 3);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < V; i += kThreads) take(x[i], i);
   }
   if (!any) best = {-INFINITY, INT32_MAX};
   __syncthreads();
@@ -80,17 +88,11 @@ __device__ __forceinline__ float float_of(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t V, const SampleJob* jobs,
-                                                          const int32_t* pen_tok, const int32_t* pen_cnt,
-                                                          const int32_t* mask, float* work, SampleOut* out) {
-  __shared__ Shared sh;
-  __shared__ ArgMax arg_result;
-  __shared__ double d_result;
-  __shared__ long long i_result;
-  __shared__ int32_t picked;
-  const SampleJob job = jobs[blockIdx.x];
-  const float* raw = logits + static_cast<int64_t>(job.row) * V;
-  float* w = work + static_cast<int64_t>(blockIdx.x) * V;
+// The general path of sample_kernel: penalties, mask and temperature on the working copy w, then the
+// greedy choice or a draw (top-k, min-p, top-p).
+__device__ int32_t pick(const float* raw, int64_t V, const SampleJob& job, const int32_t* pen_tok,
+                        const int32_t* pen_cnt, const int32_t* mask, float* w, Shared& sh, ArgMax& arg_result,
+                        double& d_result, long long& i_result, int32_t& picked) {
   for (int64_t i = threadIdx.x; i < V; i += kThreads) w[i] = raw[i];
   __syncthreads();
   for (int j = job.penalty_begin + threadIdx.x; j < job.penalty_end; j += kThreads) {
@@ -189,8 +191,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     }
     token = picked;
   }
+  return token;
+}
 
-  SampleOut* o = out + blockIdx.x;
+// Writes the token and, when the job asks (num_top >= 0), its logprob, rank and the top logprobs of
+// the raw row.
+__device__ void finish(const float* raw, int64_t V, const SampleJob& job, int32_t token, SampleOut* o, Shared& sh,
+                       ArgMax& arg_result, double& d_result, long long& i_result) {
   if (threadIdx.x == 0) o->token = token;
   if (job.num_top < 0) return;
   // Logprobs of the raw row.
@@ -214,6 +221,27 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
       o->top_logprobs[k] = static_cast<float>(prev.v - lse);
     }
   }
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t V, const SampleJob* jobs,
+                                                          const int32_t* pen_tok, const int32_t* pen_cnt,
+                                                          const int32_t* mask, float* work, SampleOut* out) {
+  __shared__ Shared sh;
+  __shared__ ArgMax arg_result;
+  __shared__ double d_result;
+  __shared__ long long i_result;
+  __shared__ int32_t picked;
+  const SampleJob job = jobs[blockIdx.x];
+  const float* raw = logits + static_cast<int64_t>(job.row) * V;
+  float* w = work + static_cast<int64_t>(blockIdx.x) * V;
+  int32_t token;
+  if (job.temperature < 1e-5f && job.penalty_begin == job.penalty_end && job.mask_begin == job.mask_end) {
+    // Greedy over the raw row (no penalties, no mask): no working copy.
+    token = block_argmax(raw, V, 0, 0, false, sh, &arg_result).i;
+  } else {
+    token = pick(raw, V, job, pen_tok, pen_cnt, mask, w, sh, arg_result, d_result, i_result, picked);
+  }
+  finish(raw, V, job, token, out + blockIdx.x, sh, arg_result, d_result, i_result);
 }
 
 }  // namespace

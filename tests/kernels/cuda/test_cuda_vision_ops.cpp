@@ -87,15 +87,28 @@ TEST(CudaVarlenAttention, NaiveF32MatchesCpuReference) {
 
 TEST(CudaVisionOps, LayerNormAndActivationsMatchCpu) {
   VLM_REQUIRE_GPU();
+  // 1280 / 1152: the warp-per-row form (7 rows: a partial block); 1030 (not a multiple of 4) and
+  // 2048 (beyond its registers): the block-per-row form.
+  for (const int64_t C : {int64_t{1280}, int64_t{1152}, int64_t{1030}, int64_t{2048}}) {
+    const int64_t T = 7;
+    const auto x = random_vector(T * C, 1), w = random_vector(C, 2), b = random_vector(C, 3);
+    std::vector<float> want(T * C);
+    layer_norm(x.data(), TensorView(const_cast<float*>(w.data()), DType::F32, {C}),
+               TensorView(const_cast<float*>(b.data()), DType::F32, {C}), 1e-6f, T, want.data());
+    auto dx = to_device(x), dw = to_device(w), db = to_device(b);
+    cuda::DeviceBuffer out(T * C * 4);
+    cuda::layer_norm(dx.as<float>(), dw.as<float>(), db.as<float>(), 1e-6f, T, C, out.get(), DType::F32, nullptr);
+    EXPECT_LE(rel_error(to_host<float>(out, T * C), want), 1e-6) << C;
+    cuda::DeviceBuffer half(T * C * 2);
+    cuda::layer_norm(dx.as<float>(), dw.as<float>(), db.as<float>(), 1e-6f, T, C, half.get(), DType::BF16, nullptr);
+    std::vector<uint16_t> raw(T * C);
+    cudaMemcpy(raw.data(), half.get(), raw.size() * 2, cudaMemcpyDeviceToHost);
+    std::vector<float> got(T * C);
+    for (size_t i = 0; i < raw.size(); ++i) got[i] = bf16_to_f32(raw[i]);
+    EXPECT_LE(rel_error(got, want), 4e-3) << C;
+  }
   const int64_t T = 7, C = 1280;
-  const auto x = random_vector(T * C, 1), w = random_vector(C, 2), b = random_vector(C, 3);
-  std::vector<float> want(T * C);
-  layer_norm(x.data(), TensorView(const_cast<float*>(w.data()), DType::F32, {C}),
-             TensorView(const_cast<float*>(b.data()), DType::F32, {C}), 1e-6f, T, want.data());
-  auto dx = to_device(x), dw = to_device(w), db = to_device(b);
-  cuda::DeviceBuffer out(T * C * 4);
-  cuda::layer_norm(dx.as<float>(), dw.as<float>(), db.as<float>(), 1e-6f, T, C, out.get(), DType::F32, nullptr);
-  EXPECT_LE(rel_error(to_host<float>(out, T * C), want), 1e-6);
+  const auto x = random_vector(T * C, 1);
 
   for (auto [act, cpu] : {std::pair{cuda::Activation::QuickGelu, &quick_gelu}, {cuda::Activation::GeluErf, &gelu_erf},
                           {cuda::Activation::GeluTanh, &gelu_tanh}}) {
@@ -109,40 +122,44 @@ TEST(CudaVisionOps, LayerNormAndActivationsMatchCpu) {
 
 TEST(CudaVisionOps, RotaryMatchesApplyCached) {
   VLM_REQUIRE_GPU();
-  const int64_t T = 9, H = 3, D = 80;
-  std::vector<int32_t> pos(2 * T);
-  for (int64_t t = 0; t < T; ++t) pos[2 * t] = static_cast<int32_t>(t / 3), pos[2 * t + 1] = static_cast<int32_t>(t % 3 + 5);
-  RopeConfig half;
-  half.head_dim = half.rotary_dim = D / 2;
-  const std::vector<float> inv_freq = RotaryEmbedding(half).inv_freq();
-  std::vector<float> table(T * D);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < D / 2; ++i) {
-      const float angle = static_cast<float>(pos[2 * t + (i < D / 4 ? 0 : 1)]) * inv_freq[i % (D / 4)];
-      table[t * D + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      table[t * D + D / 2 + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
-    }
-  auto dpos = to_device(pos), dinv = to_device(inv_freq);
-  cuda::DeviceBuffer dtable(T * D * 4);
-  cuda::vision_rope_table(dpos.as<int32_t>(), dinv.as<float>(), T, D, dtable.as<float>(), nullptr);
-  EXPECT_EQ(to_host<float>(dtable, T * D), table);
+  // D 80: 4 pairs a thread (Qwen2-VL's head size); 84: 2 (half 42).
+  for (const int64_t D : {int64_t{80}, int64_t{84}}) {
+    SCOPED_TRACE(D);
+    const int64_t T = 9, H = 3;
+    std::vector<int32_t> pos(2 * T);
+    for (int64_t t = 0; t < T; ++t) pos[2 * t] = static_cast<int32_t>(t / 3), pos[2 * t + 1] = static_cast<int32_t>(t % 3 + 5);
+    RopeConfig half;
+    half.head_dim = half.rotary_dim = D / 2;
+    const std::vector<float> inv_freq = RotaryEmbedding(half).inv_freq();
+    std::vector<float> table(T * D);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const float angle = static_cast<float>(pos[2 * t + (i < D / 4 ? 0 : 1)]) * inv_freq[i % (D / 4)];
+        table[t * D + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+        table[t * D + D / 2 + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      }
+    auto dpos = to_device(pos), dinv = to_device(inv_freq);
+    cuda::DeviceBuffer dtable(T * D * 4);
+    cuda::vision_rope_table(dpos.as<int32_t>(), dinv.as<float>(), T, D, dtable.as<float>(), nullptr);
+    EXPECT_EQ(to_host<float>(dtable, T * D), table);
 
-  const auto qkv = random_vector(T * 3 * H * D, 4);
-  std::vector<float> q(T * H * D), k(T * H * D);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < H * D; ++i) q[t * H * D + i] = qkv[t * 3 * H * D + i], k[t * H * D + i] = qkv[t * 3 * H * D + H * D + i];
-  RopeConfig full;
-  full.head_dim = full.rotary_dim = static_cast<int>(D);
-  RotaryEmbedding(full).apply_cached(q.data(), H, k.data(), H, table.data(), T);
-  auto d = to_device(qkv);
-  cuda::vision_rope_qk(d.get(), DType::F32, T, H, D, dtable.as<float>(), nullptr);
-  const auto got = to_host<float>(d, T * 3 * H * D);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < H * D; ++i) {
-      ASSERT_EQ(got[t * 3 * H * D + i], q[t * H * D + i]) << t << " " << i;
-      ASSERT_EQ(got[t * 3 * H * D + H * D + i], k[t * H * D + i]) << t << " " << i;
-      ASSERT_EQ(got[t * 3 * H * D + 2 * H * D + i], qkv[t * 3 * H * D + 2 * H * D + i]);
-    }
+    const auto qkv = random_vector(T * 3 * H * D, 4);
+    std::vector<float> q(T * H * D), k(T * H * D);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H * D; ++i) q[t * H * D + i] = qkv[t * 3 * H * D + i], k[t * H * D + i] = qkv[t * 3 * H * D + H * D + i];
+    RopeConfig full;
+    full.head_dim = full.rotary_dim = static_cast<int>(D);
+    RotaryEmbedding(full).apply_cached(q.data(), H, k.data(), H, table.data(), T);
+    auto d = to_device(qkv);
+    cuda::vision_rope_qk(d.get(), DType::F32, T, H, D, dtable.as<float>(), nullptr);
+    const auto got = to_host<float>(d, T * 3 * H * D);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H * D; ++i) {
+        ASSERT_EQ(got[t * 3 * H * D + i], q[t * H * D + i]) << t << " " << i;
+        ASSERT_EQ(got[t * 3 * H * D + H * D + i], k[t * H * D + i]) << t << " " << i;
+        ASSERT_EQ(got[t * 3 * H * D + 2 * H * D + i], qkv[t * 3 * H * D + 2 * H * D + i]);
+      }
+  }
 }
 
 TEST(CudaVisionOps, UnfoldMatchesConvLayout) {
