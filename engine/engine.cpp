@@ -102,8 +102,12 @@ void Engine::step() {
   const SchedulerOutput out = timed(t.schedule_s, [&] { return schedule(); });
   if (!out.empty() && timed(t.run_s, [&] { return run(out); })) {
     for (const ScheduledChunk& c : out.chunks) blocks_.cache_full_blocks(*c.seq);  // K/V now computed
-    timed(t.run_s, [&] { compress_kv(out); });
+    double compress_s = 0;
+    timed(compress_s, [&] { compress_kv(out); });
+    t.run_s += compress_s;
     std::vector<Sampled> sampled = timed(t.sample_s, [&] { return sample(out); });
+    const double encode_ms = runner_.take_encode_ms();  // always taken: the timer's events are pooled
+    if (spdlog::should_log(spdlog::level::debug)) account_prefill(out, encode_ms, compress_s);
     timed(t.postprocess_s, [&] { postprocess(sampled); });
   }
   if (config_.check_integrity_every_step) scheduler_.check_integrity();
@@ -115,6 +119,22 @@ void Engine::step() {
   stats_.last_step_num_prefill_seqs = out.num_prefill_seqs;
   stats_.num_computed_prefill_tokens += out.num_prefill_tokens;
   update_gauges();
+}
+
+// The debug timeline: this step's time (schedule, run, compression, sample: the GPU has finished
+// the step) and its media encoding, to the requests whose prompt it prefilled.
+void Engine::account_prefill(const SchedulerOutput& out, double encode_ms, double compress_s) {
+  const double step_ms = (step_timings_.schedule_s + step_timings_.run_s + step_timings_.sample_s) * 1e3;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.is_prefill || c.seq->index != 0) continue;
+    auto it = request_of_seq_.find(c.seq->id);
+    if (it == request_of_seq_.end()) continue;
+    Request& r = *it->second;
+    ++r.prefill_steps;
+    r.prefill_steps_ms += step_ms;
+    if (c.seq->media) r.media_encode_ms += encode_ms;
+    if (c.finishes_prefill) r.compress_ms += compress_s * 1e3;
+  }
 }
 
 SchedulerOutput Engine::schedule() {
@@ -243,10 +263,12 @@ void Engine::log_first_token(const Request& r) const {
       r.req.submitted_at.time_since_epoch().count() ? ms(step_started_ - r.req.submitted_at).count() : 0;
   VLM_LOG_DEBUG("engine: request {}: {} prompt tokens ({} cached) queued {:.2f} ms, first token {:.2f} ms after "
                 "the engine took it; its step began {:.2f} ms before it ({:.2f} ms after the submit): schedule "
-                "{:.2f} run {:.2f} sample {:.2f} ms",
+                "{:.2f} run {:.2f} sample {:.2f} ms; prefill {} steps {:.2f} ms, of which media encode {:.2f} ms "
+                "and KV compression {:.2f} ms",
                 r.req.id, r.req.prompt_ids.size(), r.seqs.front()->num_prefix_cached_tokens, waited,
                 ms(now - r.added_at).count(), ms(now - step_started_).count(), step_after_submit,
-                t.schedule_s * 1e3, t.run_s * 1e3, t.sample_s * 1e3);
+                t.schedule_s * 1e3, t.run_s * 1e3, t.sample_s * 1e3, r.prefill_steps, r.prefill_steps_ms,
+                r.media_encode_ms, r.compress_ms);
 }
 
 void Engine::update_gauges() {

@@ -126,6 +126,12 @@ bool chunk_has_media(const ScheduledChunk& c) {
 
 }  // namespace
 
+double ModelRunner::take_encode_ms() {
+  const double ms = host_encode_ms_ + backend_.take_media_encode_ms();
+  host_encode_ms_ = 0;
+  return ms;
+}
+
 void ModelRunner::encode_media(const SchedulerOutput& out) {
   // Per sequence: the first item it still needs. Items wholly before the chunk are in the cache
   // already (a prefix-cache hit, or earlier chunks): they are not encoded again.
@@ -163,7 +169,9 @@ void ModelRunner::encode_media(const SchedulerOutput& out) {
     return;
   }
   std::vector<float> all(static_cast<size_t>(rows * C));  // [sum tokens, C]
+  const auto h0 = std::chrono::steady_clock::now();
   multimodal_->encode_media(items, all.data());
+  host_encode_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
   int64_t first = 0;
   for (const auto& [seq, k0] : todo) {
     // [total_tokens, C] as gather_media indexes it; the rows of skipped items stay zero (unread).

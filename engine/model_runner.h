@@ -54,6 +54,9 @@ class ModelRunner {
 
   int64_t num_images_encoded() const { return num_images_encoded_; }  // media items (images, videos)
   double encode_seconds() const { return encode_s_; }
+  // Media-encode milliseconds since the last call: the host's encode time when the host encodes,
+  // else the backend's device time (StepBackend::take_media_encode_ms). Call after the step's sample.
+  double take_encode_ms();
   // SinkRouter: routes the sequences whose SamplingParams::sink_router is true, or unset when
   // default_on (their anchor stores go into the batch); off by default.
   void set_sink_router(bool default_on, const SinkRouterConfig& config);
@@ -77,6 +80,7 @@ class ModelRunner {
   std::vector<DeviceRowRun> device_runs_;  // rows in the backend's memory (GPU-encoded media)
   int64_t num_images_encoded_ = 0;
   double encode_s_ = 0;
+  double host_encode_ms_ = 0;  // host encode time not yet taken (take_encode_ms)
   bool sink_default_on_ = false;
   SinkRouterConfig sink_config_;
   SinkRouterCounters sink_counters_;

@@ -162,12 +162,17 @@ void bench_decode(int seqs, int ctx) {
 
 }  // namespace
 
-// Argument "prefill": the prefill shapes only.
+// Argument "prefill": the prefill shapes only; "decode CTX...": decode of 1 sequence at those contexts
+// (VLM_CUDA_DECODE_MIN_PARTITION sweeps the split length).
 int main(int argc, char** argv) {
   const bool prefill_only = argc > 1 && std::string(argv[1]) == "prefill";
   cudaDeviceProp prop{};
   ok(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  if (argc > 1 && std::string(argv[1]) == "decode") {  // decode of 1 sequence at the given contexts only
+    for (int i = 2; i < argc; ++i) bench_decode(1, std::atoi(argv[i]));
+    return 0;
+  }
   for (int n : {8192, 32768}) bench_prefill(n);
   if (prefill_only) return 0;
   for (int seqs : {1, 64})

@@ -61,6 +61,10 @@ class StepBackend {
   // Throws RequestError (400, param "messages") when item k cannot be encoded within the
   // backend's memory plan (never an out-of-memory failure later).
   virtual void check_media(const MediaPixels& /*item*/, int /*k*/) const {}
+  // Milliseconds the backend's device spent encoding media since the last call, counting the work
+  // completed by now (all of it after sample(), which waits for the step): the debug timeline's
+  // media-encode share. 0 when the backend does not encode media (host encoding is the runner's).
+  virtual double take_media_encode_ms() { return 0.0; }
 };
 
 }  // namespace vlm

@@ -43,6 +43,7 @@ class CudaBackend : public StepBackend {
   void check_media(const MediaPixels& item, int k) const override {
     if (media_) media_->check(item, k);
   }
+  double take_media_encode_ms() override { return media_ ? media_->take_encode_ms() : 0.0; }
 
   CudaDecoder& decoder() { return gpu_; }
 

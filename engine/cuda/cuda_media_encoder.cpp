@@ -5,6 +5,7 @@
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
 #include "kernels/cuda/core/device_buffer.h"
+#include "kernels/cuda/core/gpu_interval_timer.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
 #include "model/vision/cuda/cuda_clip_vision.h"
@@ -27,6 +28,7 @@ struct LazyGpuEmbeddings : GpuEmbeddings {
     mutable bool done = false;
   };
   CudaVisionTower* tower = nullptr;
+  std::shared_ptr<cuda::GpuIntervalTimer> timer;  // the encoder's (debug timeline)
   cudaStream_t stream = nullptr;
   int64_t C = 0;
   std::vector<Unit> units;
@@ -36,7 +38,9 @@ struct LazyGpuEmbeddings : GpuEmbeddings {
     VLM_CHECK(0 <= begin && end <= rows, "media rows {}..{} of {}", begin, end, rows);
     for (const Unit& u : units)
       if (!u.done && u.row0 < end && begin < u.row1) {
+        timer->begin(stream);
         tower->encode_frames(u.slices, buf.as<float>() + u.row0 * C, stream);
+        timer->end(stream);
         u.done = true;
       }
   }
@@ -95,6 +99,7 @@ std::shared_ptr<const DeviceEmbeddings> CudaMediaEncoder::encode(std::span<const
     e->data = e->buf.as<float>();
     e->rows = rows;
     e->tower = tower_.get();
+    e->timer = timer_;
     e->stream = s;
     e->C = C;
     e->owners = std::move(owners);
@@ -137,7 +142,9 @@ std::shared_ptr<const DeviceEmbeddings> CudaMediaEncoder::encode(std::span<const
     }
     VLM_CHECK(j > i, "media item of {} encoder rows > the {} reserved (admission lets none through)",
               tower_->cost(*items[i]), tower_->reserved_cost());
+    timer_->begin(s);
     tower_->encode(items.subspan(i, j - i), e->buf.as<float>() + row * C, s);
+    timer_->end(s);
     row += n;
     i = j;
   }

@@ -17,6 +17,8 @@
 #include <memory>
 #include <span>
 
+#include "kernels/cuda/core/gpu_interval_timer.h"
+
 #include "model/families/multimodal_model.h"
 #include "model/vision/cuda/cuda_vision_tower.h"
 
@@ -30,7 +32,7 @@ class CudaMediaEncoder {
   static std::unique_ptr<CudaMediaEncoder> make(const MultimodalModel& model, DType dt, int64_t max_media_patches,
                                                 int64_t step_patches);
   CudaMediaEncoder(std::unique_ptr<CudaVisionTower> tower, int64_t step_patches)
-      : tower_(std::move(tower)), step_patches_(step_patches) {}
+      : tower_(std::move(tower)), step_patches_(step_patches), timer_(std::make_shared<cuda::GpuIntervalTimer>()) {}
 
   // RequestError (400, "messages") when item k alone (a splitting tower: one of its frames)
   // exceeds the reservation.
@@ -40,10 +42,14 @@ class CudaMediaEncoder {
   std::shared_ptr<const DeviceEmbeddings> encode(std::span<const MediaPixels* const> items,
                                                  std::vector<std::shared_ptr<const void>> owners, cudaStream_t s);
   const CudaVisionTower& tower() const { return *tower_; }
+  // GPU milliseconds of the tower calls completed since the last call (every call enqueued so far
+  // after a sync of the stream): the debug timeline's media-encode share.
+  double take_encode_ms() { return timer_->collect(); }
 
  private:
   std::unique_ptr<CudaVisionTower> tower_;
   int64_t step_patches_ = 0;
+  std::shared_ptr<cuda::GpuIntervalTimer> timer_;  // around every tower call (shared with lazy embeddings)
 };
 
 }  // namespace vlm

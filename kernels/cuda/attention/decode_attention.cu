@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "kernels/cuda/attention/attention_f32.cuh"
 #include "kernels/cuda/attention/cuda_attention.h"
@@ -46,9 +47,16 @@ DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int 
   }();
   const int pairs = std::max(1, num_seqs * num_kv_heads);
   const int want = std::max(1, sms * std::min(blocks_per_sm, kMaxBlocksPerSm) / pairs);
+  // The shortest partition (a multiple of kBN, at least 128 keys): VLM_CUDA_DECODE_MIN_PARTITION, a
+  // measuring knob (bench_cuda_attention decode); read once.
+  static const int min_partition = [] {
+    const char* e = std::getenv("VLM_CUDA_DECODE_MIN_PARTITION");
+    const int v = e ? std::atoi(e) : 0;
+    return std::max(128, (v + kBN - 1) / kBN * kBN);
+  }();
   const int ctx = std::max(1, max_context_len);
   int partition = (ctx + want - 1) / want;
-  partition = std::max(128, (partition + kBN - 1) / kBN * kBN);
+  partition = std::max(min_partition, (partition + kBN - 1) / kBN * kBN);
   return {partition, (ctx + partition - 1) / partition};
 }
 
