@@ -56,7 +56,7 @@ function(vlm_cuda_libraries)
   target_compile_options(vlm_cuda_attention PRIVATE ${cuda_opts})
   add_library(vlm_cuda_kernels STATIC ${ksrcs} $<TARGET_OBJECTS:vlm_cuda_attention>)
   target_include_directories(vlm_cuda_kernels PUBLIC ${CMAKE_SOURCE_DIR})
-  target_link_libraries(vlm_cuda_kernels PUBLIC vlm_kernels CUDA::cudart CUDA::cublasLt)
+  target_link_libraries(vlm_cuda_kernels PUBLIC vlm_kernels CUDA::cudart CUDA::cublasLt ${CMAKE_DL_LIBS})  # dl: cuDNN is dlopened (cudnn_library.h)
   target_compile_options(vlm_cuda_kernels PRIVATE ${cuda_opts})
   target_compile_definitions(vlm_cuda_kernels PUBLIC VLM_HAVE_CUDA=1)
 

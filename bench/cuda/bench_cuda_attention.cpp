@@ -7,6 +7,11 @@
 // enough cache copies that the working set exceeds the L2. Run beside bench/cuda/sdpa_attention.py
 // (torch SDPA, FlashAttention backend) in the same call: bench/cuda/run_attention_bench.sh.
 // Output: one line per shape, "ours <kind> ... ms=<median> <rate>".
+// Argument "cudnn": the prefill shapes, ours beside cuDNN's fused flash attention
+// (kernels/cuda/attention/cudnn_attention.h) on contiguous q/k/v of the same shape, one line per
+// finalized engine config ("cudnn prefill tokens=... config=<i> ms=... tflops=..."), trying
+// heuristics A, then with a stats output, then B and FALLBACK, until one builds; each attempt's
+// cuDNN log is printed.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +25,7 @@
 
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "kernels/cuda/attention/cudnn_attention.h"
 
 namespace {
 
@@ -160,12 +166,57 @@ void bench_decode(int seqs, int ctx) {
   for (void* p : {q, out, ws}) cudaFree(p);
 }
 
+// cuDNN's fused attention on contiguous q [n, H, D], k/v [n, Hkv, D]: every candidate config timed.
+void bench_cudnn_prefill(int n) {
+  void* k = random_bf16(size_t(n) * kHkv * kD, 1);
+  void* v = random_bf16(size_t(n) * kHkv * kD, 2);
+  void* q = random_bf16(size_t(n) * kH * kD, 3);
+  void* out = random_bf16(size_t(n) * kH * kD, 4);
+  vlm::cuda::CudnnAttentionShape shape;
+  shape.seq_q = shape.seq_kv = n;
+  shape.heads = kH;
+  shape.kv_heads = kHkv;
+  shape.head_dim = kD;
+  const float scale = 1.f / std::sqrt(float(kD));
+  const double flops = 2.0 * double(n) * n * kD * kH;
+  struct Try {
+    const char* name;
+    vlm::cuda::CudnnAttentionOptions o;
+  };
+  const Try tries[] = {{"heur A", {3, false, 8}}, {"heur A + stats output", {3, true, 8}},
+                       {"heur B", {1, false, 8}}, {"heur FALLBACK", {2, false, 8}}};
+  for (const Try& t : tries) {
+    vlm::cuda::CudnnAttention att(t.o);
+    std::string why;
+    if (!att.available(&why)) {
+      std::printf("cudnn unavailable: %s\n", why.c_str());
+      break;
+    }
+    const bool ok = att.prepare(shape, &why);
+    std::printf("cudnn %zu (%s) tokens=%d %s: %s\n%s", att.version(), att.library_path().c_str(), n, t.name,
+                ok ? "plan built" : "no plan", att.log(shape).c_str());
+    if (!ok) continue;
+    for (int c = 0; c < att.num_candidates(shape); ++c) {
+      att.select(shape, c);
+      bool run_ok = true;
+      const double ms = median_ms(3, n <= 8192 ? 20 : 7, 1, [&](int) {
+        if (run_ok && !att.run(shape, q, k, v, out, scale, nullptr, &why)) run_ok = false;
+      });
+      if (!run_ok) std::printf("cudnn prefill tokens=%d config=%d run failed: %s\n", n, c, why.c_str());
+      else std::printf("cudnn prefill tokens=%d config=%d ms=%.3f tflops=%.1f\n", n, c, ms, flops / ms * 1e-9);
+    }
+    break;
+  }
+  for (void* p : {k, v, q, out}) cudaFree(p);
+}
+
 }  // namespace
 
-// Argument "prefill": the prefill shapes only; "decode CTX...": decode of 1 sequence at those contexts
-// (VLM_CUDA_DECODE_MIN_PARTITION sweeps the split length).
+// Argument "prefill": the prefill shapes only; "cudnn": the prefill shapes, ours and cuDNN's; "decode
+// CTX...": decode of 1 sequence at those contexts (VLM_CUDA_DECODE_MIN_PARTITION sweeps the split length).
 int main(int argc, char** argv) {
   const bool prefill_only = argc > 1 && std::string(argv[1]) == "prefill";
+  const bool with_cudnn = argc > 1 && std::string(argv[1]) == "cudnn";
   cudaDeviceProp prop{};
   ok(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -173,8 +224,11 @@ int main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) bench_decode(1, std::atoi(argv[i]));
     return 0;
   }
-  for (int n : {8192, 32768}) bench_prefill(n);
-  if (prefill_only) return 0;
+  for (int n : {8192, 32768}) {
+    bench_prefill(n);
+    if (with_cudnn) bench_cudnn_prefill(n);
+  }
+  if (prefill_only || with_cudnn) return 0;
   for (int seqs : {1, 64})
     for (int ctx : {1024, 32768, 131072}) bench_decode(seqs, ctx);
   return 0;

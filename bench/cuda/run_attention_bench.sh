@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: the CUDA attention tests, then bench_cuda_attention (the default kernels,
 # then the prefill shapes through the other Hopper kernels (wgmma without warp specialization,
-# warp-specialized without pingpong) and the mma.sync kernel) and torch SDPA (FlashAttention
+# warp-specialized without pingpong) and the mma.sync kernel, then ours beside cuDNN's fused
+# attention) and torch SDPA (FlashAttention
 # backend) on the same shapes, one after the other in this one call.
 # Usage: bench/cuda/run_attention_bench.sh BIN_DIR [LOG_DIR]
 #   BIN_DIR holds test_cuda and bench_cuda_attention (LD_LIBRARY_PATH set by the caller).
@@ -18,4 +19,6 @@ echo "warp-specialized wgmma prefill kernel without pingpong (VLM_CUDA_PREFILL_K
 VLM_CUDA_PREFILL_KERNEL=ws "$BIN/bench_cuda_attention" prefill 2>&1 | tee -a "$LOG/bench_ours.log"
 echo "mma.sync prefill kernel (VLM_CUDA_PREFILL_KERNEL=mma):" | tee -a "$LOG/bench_ours.log"
 VLM_CUDA_PREFILL_KERNEL=mma "$BIN/bench_cuda_attention" prefill 2>&1 | tee -a "$LOG/bench_ours.log"
+echo "cuDNN's fused flash attention (CudnnAttention) beside ours, prefill shapes:" | tee -a "$LOG/bench_ours.log"
+"$BIN/bench_cuda_attention" cudnn 2>&1 | tee -a "$LOG/bench_ours.log"
 python3 "$HERE/sdpa_attention.py" 2>&1 | tee "$LOG/bench_sdpa.log"

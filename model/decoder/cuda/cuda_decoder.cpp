@@ -31,7 +31,8 @@ bool present(const TensorView& t) { return !t.empty(); }
 
 }  // namespace
 
-CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& options) : host_(host), opt_(options) {
+CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& options)
+    : host_(host), opt_(options), cudnn_(options.cudnn_prefill, options.cudnn_min_tokens, options.cudnn_bucket) {
   VLM_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16,
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));
   VLM_CUDA_CHECK(cudaSetDevice(opt_.device));
@@ -159,10 +160,11 @@ void CudaDecoder::reserve_activations(int64_t T, int64_t R) {
   x_.resize(static_cast<size_t>(T * C * 4));
   h_.resize(static_cast<size_t>(T * C * e));
   qkv_.resize(static_cast<size_t>(T * (QD + 2 * KD) * e));
-  q_.resize(static_cast<size_t>(T * QD * e));
-  k_.resize(static_cast<size_t>(T * KD * e));
-  v_.resize(static_cast<size_t>(T * KD * e));
-  attn_.resize(static_cast<size_t>(T * QD * e));
+  const int64_t Tq = T + cudnn_.slack_rows();  // cuDNN prefill pads sequences past T (cuda_cudnn_prefill.h)
+  q_.resize(static_cast<size_t>(Tq * QD * e));
+  k_.resize(static_cast<size_t>(Tq * KD * e));
+  v_.resize(static_cast<size_t>(Tq * KD * e));
+  attn_.resize(static_cast<size_t>(Tq * QD * e));
   gu_.resize(static_cast<size_t>(T * 2 * I * e));
   act_.resize(static_cast<size_t>(T * I * e));
   rope_table_.resize(static_cast<size_t>(T * 2 * rope_half_ * 4));
@@ -252,6 +254,9 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
     VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
     sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_,
                               &prof_);
+  } else if (cudnn_step_ && cudnn_.attention(*batch_, q_.get(), k_.get(), v_.get(), attn_.get(), T, H,
+                                             static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim),
+                                             opt_.dtype, scale, stream_)) {
   } else if (decode_kernel()) {
     cuda::CudaAttentionBatch m = meta;
     if (methods_) sink_.route_layer(l, q_.get(), opt_.dtype, H, kv, m, stream_);  // SinkRouter's group skips
@@ -269,7 +274,7 @@ void CudaDecoder::rope_kv_write(int l, int64_t T) {
   const ModelConfig& c = config();
   const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
   const int64_t R = 2 * rope_half_;
-  if (cuda::rope_kv_write_supported(kv, opt_.dtype, R)) {  // one pass: q out, k and v into the cache
+  if (!cudnn_step_ && cuda::rope_kv_write_supported(kv, opt_.dtype, R)) {  // one pass: q out, k and v into the cache
     cuda::rope_split_q_kv_write(qkv_.get(), T, c.num_heads, rope_table_.as<float>(), R, q_.get(), kv, d_slots_,
                                 opt_.dtype, stream_);
     prof_.mark(stream_, "rope_kv_write");
@@ -331,6 +336,7 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   methods_ = look_m_on_ ||
              std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; });
   sparse_ = CudaSparsePrefill::active(b);
+  cudnn_step_ = !sparse_ && cudnn_.covers(b, config(), opt_.dtype);
   // batch_ stays set until forward() returns: forward_graph runs the step twice (eagerly, then
   // under stream capture), and each run_step reads it.
   struct BatchScope {

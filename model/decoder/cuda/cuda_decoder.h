@@ -40,6 +40,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "model/decoder/cuda/cuda_cudnn_prefill.h"
 #include "model/decoder/cuda/cuda_look_m_step.h"
 #include "model/decoder/cuda/cuda_sink_router_step.h"
 #include "model/decoder/cuda/cuda_sparse_prefill.h"
@@ -58,6 +59,12 @@ struct CudaDecoderOptions {
   int device = 0;
   bool enforce_eager = false;           // no CUDA graphs (vLLM's --enforce-eager)
   int max_graphs = 48;                  // decode graphs kept
+  // Dense prefill of first chunks through cuDNN (cuda_cudnn_prefill.h): -1 = VLM_CUDA_PREFILL_CUDNN
+  // (unset: on), 0 off, 1 on; sequences of at least cudnn_min_tokens rows, plans per
+  // cudnn_bucket-row length bucket.
+  int cudnn_prefill = -1;
+  int cudnn_min_tokens = 1024;
+  int cudnn_bucket = 1024;
 };
 
 class CudaDecoder {
@@ -104,6 +111,8 @@ class CudaDecoder {
   // Decode graphs captured so far, and graph launches (tests, benchmarks).
   int64_t graphs_captured() const { return graphs_captured_; }
   int64_t graph_launches() const { return graph_launches_; }
+  // Layers whose prefill attention ran through cuDNN (tests).
+  int64_t cudnn_prefill_calls() const { return cudnn_.calls(); }
 
  private:
   struct Layer;
@@ -117,7 +126,8 @@ class CudaDecoder {
   void run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch& meta, const EmbeddingOverride& override);
   void run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   // RoPE of the fused q/k/v projection qkv_ into q_, k and v into layer l's cache slots (one
-  // kernel where rope_kv_write_supported, else rope_split_qkv into k_/v_ and paged_kv_write).
+  // kernel where rope_kv_write_supported, else -- and on cuDNN prefill steps, which read k_/v_ --
+  // rope_split_qkv into k_/v_ and paged_kv_write).
   void rope_kv_write(int l, int64_t T);
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
@@ -154,6 +164,8 @@ class CudaDecoder {
   const ForwardBatch* batch_ = nullptr;  // the step's batch while forward() runs
   bool sparse_ = false;                  // some sequence of the step prefills sparsely
   CudaSparsePrefill sparse_prefill_;
+  CudaCudnnPrefill cudnn_;
+  bool cudnn_step_ = false;  // this step's attention runs through cudnn_ (k_/v_ hold its K/V rows)
   CudaSinkRouterStep sink_;
   CudaLookMStep look_m_;
   AttentionProbe probe_;

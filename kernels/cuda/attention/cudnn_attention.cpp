@@ -1,0 +1,259 @@
+// CudnnAttention: the SDPA operation graph written with cuDNN's backend descriptors (contract in
+// cudnn_attention.h). The graph follows the pattern NVIDIA documents for the fused flash-attention
+// fprop engine (cuDNN developer guide, "Graph API" / "Fused Flash Attention fprop"): two matmuls,
+// a by-value scale, the causal mask as GEN_INDEX + CMP_GE + BINARY_SELECT, the softmax spelled as
+// reductions and pointwise ops with the log-sum-exp statistics, P in the I/O dtype for the second
+// matmul.
+#include "kernels/cuda/attention/cudnn_attention.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention/cudnn_graph_builder.h"
+#include "kernels/cuda/attention/cudnn_library.h"
+
+namespace vlm::cuda {
+
+struct CudnnAttention::Plan {
+  std::unique_ptr<CudnnGraphBuilder> graph;  // owns every descriptor
+  std::vector<CudnnApi::Desc> plans;         // finalized execution plans (candidates)
+  std::vector<int64_t> workspace;            // bytes per candidate
+  int selected = 0;
+  void* workspace_ptr = nullptr;
+  void* stats_ptr = nullptr;  // f32 [b, H, s_q] when opts.stats_output
+  std::string log;
+  float scale = 1.f;
+  float lowest = std::numeric_limits<float>::lowest();
+  int32_t seq_q = 0, seq_kv = 0;
+  ~Plan() {
+    if (workspace_ptr != nullptr) cudaFree(workspace_ptr);
+    if (stats_ptr != nullptr) cudaFree(stats_ptr);
+  }
+};
+
+namespace {
+
+// Unique ids of the real tensors (the variant pack's keys).
+enum Uid : int64_t { kQ = 1, kK = 2, kV = 3, kO = 4, kStats = 5, kScale = 6, kLowest = 7, kSkv = 8, kSq = 9 };
+
+// Builds the graph's operations into g; returns the operation descriptors.
+std::vector<CudnnApi::Desc> sdpa_ops(CudnnGraphBuilder& g, const CudnnAttentionShape& s, bool stats_output) {
+  using B = CudnnGraphBuilder;
+  const int64_t b = s.batch, h = s.heads, hk = s.kv_heads, sq = s.seq_q, skv = s.seq_kv, d = s.head_dim;
+  const int io = s.dtype == DType::F16 ? B::kHalf : B::kBf16;
+  // q, out [b*sq, h, d] as [b, h, sq, d]; k [b*skv, hk, d] as Kᵀ [b, hk, d, skv]; v as [b, hk, skv, d].
+  auto q = g.tensor(kQ, io, {b, h, sq, d}, {sq * h * d, d, h * d, 1});
+  auto kt = g.tensor(kK, io, {b, hk, d, skv}, {skv * hk * d, d, 1, hk * d});
+  auto v = g.tensor(kV, io, {b, hk, skv, d}, {skv * hk * d, d, hk * d, 1});
+  auto o = g.tensor(kO, io, {b, h, sq, d}, {sq * h * d, d, h * d, 1});
+  const std::vector<int64_t> sdim = {b, h, sq, skv}, sstr = {h * sq * skv, sq * skv, skv, 1};
+  const std::vector<int64_t> rdim = {b, h, sq, 1}, rstr = {h * sq, sq, 1, 1};
+  const std::vector<int64_t> one = {1, 1, 1, 1};
+  std::vector<CudnnApi::Desc> ops;
+
+  auto s0 = g.virt(B::kFloat, sdim, sstr);
+  ops.push_back(g.matmul(q, kt, s0));
+  auto scale = g.tensor(kScale, B::kFloat, one, one, /*by_value=*/true);
+  auto s1 = g.virt(B::kFloat, sdim, sstr);
+  ops.push_back(g.pointwise(B::kMul, B::kFloat, s0, scale, s1));
+  auto last = s1;
+  if (s.causal) {
+    auto row = g.virt(B::kInt32, sdim, sstr);
+    ops.push_back(g.pointwise(B::kGenIndex, B::kInt32, last, nullptr, row, nullptr, /*axis=*/2));
+    if (sq != skv) {  // bottom-right: row + skv - sq
+      auto skv_t = g.tensor(kSkv, B::kInt32, one, one, true);
+      auto sq_t = g.tensor(kSq, B::kInt32, one, one, true);
+      auto r1 = g.virt(B::kInt32, sdim, sstr);
+      ops.push_back(g.pointwise(B::kAdd, B::kInt32, row, skv_t, r1));
+      auto r2 = g.virt(B::kInt32, sdim, sstr);
+      ops.push_back(g.pointwise(B::kSub, B::kInt32, r1, sq_t, r2));
+      row = r2;
+    }
+    auto col = g.virt(B::kInt32, sdim, sstr);
+    ops.push_back(g.pointwise(B::kGenIndex, B::kInt32, last, nullptr, col, nullptr, /*axis=*/3));
+    auto keep = g.virt(B::kBool, sdim, sstr);
+    ops.push_back(g.pointwise(B::kCmpGe, B::kBool, row, col, keep));
+    auto lowest = g.tensor(kLowest, B::kFloat, one, one, true);
+    auto masked = g.virt(B::kFloat, sdim, sstr);
+    ops.push_back(g.pointwise(B::kBinarySelect, B::kFloat, last, lowest, masked, keep));
+    last = masked;
+  }
+  // softmax with statistics
+  auto mx = g.virt(B::kFloat, rdim, rstr);
+  ops.push_back(g.reduction(B::kReduceMax, last, mx));
+  auto sub = g.virt(B::kFloat, sdim, sstr);
+  ops.push_back(g.pointwise(B::kSub, B::kFloat, last, mx, sub));
+  auto ex = g.virt(B::kFloat, sdim, sstr);
+  ops.push_back(g.pointwise(B::kExp, B::kFloat, sub, nullptr, ex));
+  auto sum = g.virt(B::kFloat, rdim, rstr);
+  ops.push_back(g.reduction(B::kReduceAdd, ex, sum));
+  auto lg = g.virt(B::kFloat, rdim, rstr);
+  ops.push_back(g.pointwise(B::kLog, B::kFloat, sum, nullptr, lg));
+  auto stats = stats_output ? g.tensor(kStats, B::kFloat, rdim, rstr) : g.virt(B::kFloat, rdim, rstr);
+  ops.push_back(g.pointwise(B::kAdd, B::kFloat, mx, lg, stats));
+  auto p = g.virt(io, sdim, sstr);  // bmm2's A in the I/O dtype (the engine requires it)
+  ops.push_back(g.pointwise(B::kDiv, B::kFloat, ex, sum, p));
+  ops.push_back(g.matmul(p, v, o));
+  return ops;
+}
+
+}  // namespace
+
+CudnnAttention::CudnnAttention(CudnnAttentionOptions opts) : opts_(opts) {
+  std::string why;
+  const CudnnApi* api = cudnn_api(&why);
+  if (api == nullptr) {
+    unavailable_ = why;
+    return;
+  }
+  const CudnnApi::Status st = api->Create(&handle_);
+  if (st != 0) {
+    unavailable_ = "cudnnCreate: " + api->describe(st);
+    handle_ = nullptr;
+  }
+}
+
+CudnnAttention::~CudnnAttention() {
+  plans_.clear();
+  if (handle_ != nullptr) cudnn_api()->Destroy(handle_);
+}
+
+bool CudnnAttention::available(std::string* why) const {
+  if (why != nullptr) *why = unavailable_;
+  return handle_ != nullptr;
+}
+
+size_t CudnnAttention::version() const { return handle_ != nullptr ? cudnn_api()->GetVersion() : 0; }
+
+std::string CudnnAttention::library_path() const {
+  std::string where;
+  cudnn_api(nullptr, &where);
+  return where;
+}
+
+bool CudnnAttention::supports(const CudnnAttentionShape& s, std::string* why) {
+  std::string w;
+  if (s.dtype != DType::BF16 && s.dtype != DType::F16) w = "dtype must be BF16 or F16";
+  else if (s.head_dim <= 0 || s.head_dim % 8 != 0 || s.head_dim > 256) w = "head_dim must be a multiple of 8 up to 256";
+  else if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0) w = "heads must be a multiple of kv_heads";
+  else if (s.seq_q <= 0 || s.seq_kv < s.seq_q || s.batch <= 0) w = "need 0 < seq_q <= seq_kv and batch > 0";
+  if (why != nullptr) *why = w;
+  return w.empty();
+}
+
+CudnnAttention::Plan* CudnnAttention::find_or_build(const CudnnAttentionShape& s) {
+  auto it = plans_.find(s);
+  if (it != plans_.end()) return it->second.get();
+  auto plan = std::make_unique<Plan>();
+  Plan& p = *plan;
+  p.seq_q = s.seq_q;
+  p.seq_kv = s.seq_kv;
+  const CudnnApi& api = *cudnn_api();
+  p.graph = std::make_unique<CudnnGraphBuilder>(api, handle_);
+  CudnnGraphBuilder& g = *p.graph;
+  try {
+    const std::vector<CudnnApi::Desc> ops = sdpa_ops(g, s, opts_.stats_output);
+    CudnnApi::Desc graph = g.operation_graph(ops);
+    g.note("operation graph finalized (" + std::to_string(ops.size()) + " ops)");
+    std::vector<CudnnApi::Desc> configs = g.heuristic_configs(graph, opts_.heur_mode);
+    if (configs.empty()) configs = g.global_configs(graph);
+    for (size_t i = 0; i < configs.size() && int(p.plans.size()) < opts_.max_configs; ++i) {
+      int64_t ws = 0;
+      CudnnApi::Desc pl = g.execution_plan(configs[i], &ws, "config " + std::to_string(i));
+      if (pl == nullptr) continue;
+      p.plans.push_back(pl);
+      p.workspace.push_back(ws);
+    }
+  } catch (const std::exception& e) {
+    g.note(std::string("failed: ") + e.what());
+  }
+  if (!p.plans.empty()) {
+    const int64_t ws = *std::max_element(p.workspace.begin(), p.workspace.end());
+    if (ws > 0 && cudaMalloc(&p.workspace_ptr, size_t(ws)) != cudaSuccess) {
+      g.note("cudaMalloc of the " + std::to_string(ws) + "-byte workspace failed");
+      p.plans.clear();
+    }
+    if (opts_.stats_output &&
+        cudaMalloc(&p.stats_ptr, size_t(s.batch) * s.heads * s.seq_q * sizeof(float)) != cudaSuccess) {
+      g.note("cudaMalloc of the stats output failed");
+      p.plans.clear();
+    }
+  } else {
+    g.note("no engine config finalized into an execution plan");
+  }
+  p.log = g.log();
+  Plan* raw = plan.get();
+  plans_.emplace(s, std::move(plan));
+  return raw;
+}
+
+bool CudnnAttention::prepare(const CudnnAttentionShape& s, std::string* why) {
+  std::string w;
+  if (!available(&w) || !supports(s, &w)) {
+    if (why != nullptr) *why = w;
+    return false;
+  }
+  Plan* p = find_or_build(s);
+  if (p->plans.empty() && why != nullptr) *why = p->log;
+  return !p->plans.empty();
+}
+
+bool CudnnAttention::run(const CudnnAttentionShape& s, const void* q, const void* k, const void* v, void* out,
+                         float scale, cudaStream_t stream, std::string* why) {
+  if (!prepare(s, why)) return false;
+  Plan& p = *plans_.at(s);
+  const CudnnApi& api = *cudnn_api();
+  CudnnApi::Status st = api.SetStream(handle_, stream);
+  if (st == 0) {
+    p.scale = scale;
+    std::vector<int64_t> uids = {kQ, kK, kV, kO, kScale};
+    std::vector<void*> ptrs = {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), out, &p.scale};
+    if (s.causal) {
+      uids.push_back(kLowest);
+      ptrs.push_back(&p.lowest);
+      if (s.seq_q != s.seq_kv) {
+        uids.insert(uids.end(), {kSkv, kSq});
+        ptrs.insert(ptrs.end(), {&p.seq_kv, &p.seq_q});
+      }
+    }
+    if (opts_.stats_output) {
+      uids.push_back(kStats);
+      ptrs.push_back(p.stats_ptr);
+    }
+    std::string err;
+    CudnnApi::Desc pack = p.graph->variant_pack(uids, ptrs, p.workspace_ptr, &err);
+    if (pack == nullptr) {
+      if (why != nullptr) *why = "variant pack: " + err;
+      return false;
+    }
+    st = api.BackendExecute(handle_, p.plans[size_t(p.selected)], pack);
+    p.graph->destroy(pack);
+    if (st == 0) return true;
+    if (why != nullptr) *why = "cudnnBackendExecute: " + api.describe(st);
+    return false;
+  }
+  if (why != nullptr) *why = "cudnnSetStream: " + api.describe(st);
+  return false;
+}
+
+int CudnnAttention::num_candidates(const CudnnAttentionShape& s) const {
+  auto it = plans_.find(s);
+  return it == plans_.end() ? 0 : int(it->second->plans.size());
+}
+
+void CudnnAttention::select(const CudnnAttentionShape& s, int i) {
+  auto it = plans_.find(s);
+  if (it != plans_.end() && i >= 0 && i < int(it->second->plans.size())) it->second->selected = i;
+}
+
+std::string CudnnAttention::log(const CudnnAttentionShape& s) const {
+  auto it = plans_.find(s);
+  return it == plans_.end() ? std::string("(not built)") : it->second->log;
+}
+
+}  // namespace vlm::cuda

@@ -1,0 +1,90 @@
+// Dense causal (or full) attention through cuDNN 9's fused flash-attention engine, reached with
+// the cuDNN backend (graph) API: the operation graph
+//   S = Q·Kᵀ (f32) → S·scale → [causal: GEN_INDEX row/col, row >= col, BINARY_SELECT(S, lowest)]
+//   → softmax (max, sub, exp, sum, log+max = stats, div; P in the I/O dtype) → O = P·V
+// which the SDPA runtime-fusion engine recognizes. cuDNN is loaded at run time
+// (cudnn_library.h); every failure (library absent, graph not finalized, no engine) is reported
+// as text with cuDNN's status names and messages, never thrown, so a caller can fall back to
+// paged_prefill_attention.
+//
+// Layout (no copies): q, out [batch * seq_q, H, D]; k, v [batch * seq_kv, Hkv, D]; sequences of
+// equal length back to back (batch > 1: padded batches of one length). BF16 or F16 throughout
+// (q, k, v, out one dtype); f32 accumulation and softmax. Query head h reads KV head
+// h / (H / Hkv) (GQA). Causal is top-left aligned when seq_q == seq_kv (a first chunk with no
+// cached context); for seq_q < seq_kv it is bottom-right aligned (row i sees keys
+// [0, seq_kv - seq_q + i]), the alignment paged_prefill_attention uses.
+//
+// One plan per shape, built on first use and cached (with its workspace, allocated then); calls
+// with a cached shape enqueue one cuDNN execution on `stream` and do not allocate. Not
+// thread-safe: one CudnnAttention per thread / stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/core/dtype.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace vlm::cuda {
+
+struct CudnnAttentionShape {
+  int batch = 1, seq_q = 0, seq_kv = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool causal = true;
+  DType dtype = DType::BF16;
+  auto key() const { return std::make_tuple(batch, seq_q, seq_kv, heads, kv_heads, head_dim, causal, int(dtype)); }
+  bool operator<(const CudnnAttentionShape& o) const { return key() < o.key(); }
+};
+
+// How the plan is chosen (benchmarks and the probe try several).
+struct CudnnAttentionOptions {
+  int heur_mode = 3;           // CUDNN_HEUR_MODE_A (3), B (1) or FALLBACK (2)
+  bool stats_output = false;   // softmax stats as a real f32 output [b, H, s_q] (some engines want it)
+  int max_configs = 8;         // engine configs finalized per shape (candidates for select())
+};
+
+class CudnnAttention {
+ public:
+  explicit CudnnAttention(CudnnAttentionOptions opts = {});
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // cuDNN loaded and a handle created; else false with *why.
+  bool available(std::string* why = nullptr) const;
+  // Whether the shape is one this class builds graphs for (dtype, head_dim % 8, heads % kv_heads).
+  static bool supports(const CudnnAttentionShape& s, std::string* why = nullptr);
+
+  // Builds (or finds) the plan for the shape: true when some engine config finalized.
+  bool prepare(const CudnnAttentionShape& s, std::string* why = nullptr);
+  // Runs it (prepare first if needed). scale multiplies q·k. False (with *why) when cuDNN is
+  // absent, the shape is unsupported, no plan finalized, or execution failed.
+  bool run(const CudnnAttentionShape& s, const void* q, const void* k, const void* v, void* out, float scale,
+           cudaStream_t stream, std::string* why = nullptr);
+
+  // Candidates of a prepared shape (finalized engine configs, heuristics order) and the one run()
+  // uses (default 0); select() changes it (benchmarks time each).
+  int num_candidates(const CudnnAttentionShape& s) const;
+  void select(const CudnnAttentionShape& s, int i);
+  // What happened while building the shape's plan: per step, status names and messages.
+  std::string log(const CudnnAttentionShape& s) const;
+  // cuDNN's version (e.g. 91900) and the library path; 0 / "" when absent.
+  size_t version() const;
+  std::string library_path() const;
+
+  struct Plan;  // descriptors, workspace, candidates (cudnn_attention.cpp)
+
+ private:
+  Plan* find_or_build(const CudnnAttentionShape& s);
+  CudnnAttentionOptions opts_;
+  void* handle_ = nullptr;
+  std::string unavailable_;
+  std::map<CudnnAttentionShape, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace vlm::cuda
