@@ -15,8 +15,9 @@ namespace vlm::cuda {
 
 // True when the mma search serves this cache: 16-bit dtype, D in {64, 128}.
 bool look_m_search_mma_supported(DType dt, int head_dim);
-// arg[h * L + e], w[h * L + e] for every e < L (kept positions too: their entries are unused).
-// inv[h * L + pos] = 1 / |k_pos| (0 for a zero key); kept [Hkv, C].
-void look_m_search_mma(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* kept, int32_t C,
-                       const float* inv, int32_t* arg, float* w, cudaStream_t stream);
+// arg[h * L + e], w[h * L + e] for every e = rows[h * E + i], i < E (rows null: every e < L, E = L;
+// other entries untouched). inv[h * L + pos] = 1 / |k_pos| (0 for a zero key); kept [Hkv, C].
+void look_m_search_mma(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* rows /*[Hkv,E]*/,
+                       int32_t E, const int32_t* kept, int32_t C, const float* inv, int32_t* arg, float* w,
+                       cudaStream_t stream);
 }  // namespace vlm::cuda
