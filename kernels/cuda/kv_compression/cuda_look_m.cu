@@ -359,7 +359,8 @@ __global__ void scatter_kernel(KVView kv, DType dt, const int32_t* __restrict__ 
 
 struct CompactWorkspace {  // carved from the caller's buffer
   int32_t *slot, *count, *arg, *rows;
-  float *inv, *w, *ksum, *vsum, *kout, *vout;
+  float *inv, *w, *ksum, *vsum, *kout, *vout, *kic;
+  void* kk;  // [Hkv, C, D] 16-bit: the mma search's gathered kept keys
   size_t bytes;
   CompactWorkspace(void* base, int64_t L, int64_t C, int64_t Hkv, int64_t D) {
     size_t used = 0;
@@ -373,6 +374,8 @@ struct CompactWorkspace {  // carved from the caller's buffer
     arg = reinterpret_cast<int32_t*>(take(size_t(Hkv * L) * 4));
     w = reinterpret_cast<float*>(take(size_t(Hkv * L) * 4));
     rows = reinterpret_cast<int32_t*>(take(size_t(Hkv * L) * 4));
+    kk = take(size_t(Hkv * C * D) * 2);
+    kic = reinterpret_cast<float*>(take(size_t(Hkv * C) * 4));
     count = reinterpret_cast<int32_t*>(take(size_t(Hkv * C) * 4));
     ksum = reinterpret_cast<float*>(take(size_t(Hkv * C * D) * 4));
     vsum = reinterpret_cast<float*>(take(size_t(Hkv * C * D) * 4));
@@ -384,17 +387,19 @@ struct CompactWorkspace {  // carved from the caller's buffer
 
 // inv, then arg / w of every evicted position (slot -1); the mma path searches the evicted rows
 // only (listed in `rows`, a scratch [Hkv, L - C]).
-void search(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* kept, int32_t C, const int32_t* slot,
-            float* inv, int32_t* rows, int32_t* arg, float* w, LookMSearch how, cudaStream_t stream) {
+void search(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* kept, int32_t C,
+            const CompactWorkspace& ws, int32_t* arg, float* w, LookMSearch how, cudaStream_t stream) {
+  const int32_t* slot = ws.slot;
+  float* inv = ws.inv;
   const KVView v = kv_view(kv);
   const int Hkv = kv.num_kv_heads, D = kv.head_dim;
   inv_norm_kernel<<<dim3((L + 127) / 128, Hkv), 128, 0, stream>>>(v, kv.dtype, table, L, inv);
   VLM_CUDA_CHECK_LAUNCH();
   if (how == LookMSearch::Auto && look_m_search_mma_supported(kv.dtype, D)) {
     if (C == L) return;
-    evicted_rows_kernel<<<dim3((L + 255) / 256, Hkv), 256, 0, stream>>>(kept, C, L, slot, rows);
+    evicted_rows_kernel<<<dim3((L + 255) / 256, Hkv), 256, 0, stream>>>(kept, C, L, slot, ws.rows);
     VLM_CUDA_CHECK_LAUNCH();
-    look_m_search_mma(kv, table, L, rows, L - C, kept, C, inv, arg, w, stream);
+    look_m_search_mma(kv, table, L, ws.rows, L - C, kept, C, inv, ws.kk, ws.kic, arg, w, stream);
     return;
   }
   if (D <= 64)
@@ -417,7 +422,7 @@ void look_m_nearest_kept(const PagedKVLayer& kv, const int32_t* block_table, int
   VLM_CUDA_CHECK(cudaMemsetAsync(ws.slot, 0xff, size_t(kv.num_kv_heads) * L * 4, stream));
   kept_slots_kernel<<<dim3((C + 255) / 256, kv.num_kv_heads), 256, 0, stream>>>(kept, C, L, ws.slot);
   VLM_CUDA_CHECK_LAUNCH();
-  search(kv, block_table, L, kept, C, ws.slot, ws.inv, ws.rows, arg, w, how, stream);
+  search(kv, block_table, L, kept, C, ws, arg, w, how, stream);
 }
 
 size_t look_m_row_stats_bytes(int32_t R, int num_heads, int32_t num_keys) {
@@ -489,7 +494,7 @@ void look_m_compact(const PagedKVLayer& kv, const int32_t* block_table, int32_t 
   kept_slots_kernel<<<dim3((C + 255) / 256, Hkv), 256, 0, stream>>>(kept, C, L, w.slot);
   VLM_CUDA_CHECK_LAUNCH();
   if (m != kMergeNone && C < L) {
-    search(kv, block_table, L, kept, C, w.slot, w.inv, w.rows, w.arg, w.w, LookMSearch::Auto, stream);
+    search(kv, block_table, L, kept, C, w, w.arg, w.w, LookMSearch::Auto, stream);
     fold_kernel<<<dim3((L + 3) / 4, Hkv), 128, 0, stream>>>(v, kv.dtype, block_table, L, C, w.slot, w.arg, w.w, m,
                                                             w.ksum, w.vsum, w.count);
     VLM_CUDA_CHECK_LAUNCH();

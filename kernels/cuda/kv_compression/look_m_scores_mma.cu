@@ -19,6 +19,11 @@ namespace {
 constexpr int kWarps = 4, kMT = 2, kChunk = 16 * kMT * kWarps, kCols = 64, kNC = kCols / 8;
 static_assert(kChunk == 128, "the partials' chunk is the f32 kernels' 128 keys");
 
+// 8-byte async copy global -> shared.
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(tile::smem_addr(dst)), "l"(src));
+}
+
 // Query rows [n0, n0 + kCols) of kv group hk into a swizzled tile; per column its last visible
 // key (first_pos + r; -1 past the rows) and, for the column pass, its (max, sum).
 template <int D, class T, bool kColumns>
@@ -33,7 +38,10 @@ __device__ __forceinline__ void load_rows(const T* q, int H, int hk, int G, int 
   if (tid < kCols) {
     const int n = n0 + tid;
     slim[tid] = n < NQ ? first_pos + n / G : -1;
-    if constexpr (kColumns) sst[tid] = n < NQ ? stats[int64_t(n / G) * H + hk * G + n % G] : make_float2(0.f, 1.f);
+    if constexpr (kColumns) {  // past NQ: any row's (never read: slim -1)
+      const int m = n < NQ ? n : 0;
+      cp_async8(sst + tid, stats + int64_t(m / G) * H + hk * G + m % G);
+    }
   }
 }
 
@@ -55,10 +63,20 @@ scores_mma_kernel(const T* __restrict__ q, int R, int H, KVView kv, const int32_
   const int r_lo = j0 > first_pos ? j0 - first_pos : 0, n_lo = r_lo * G;
   const T* kb = static_cast<const T*>(kv.k);
   constexpr int kChunks = D / 8;
-  for (int i = tid; i < kChunk * kChunks; i += 32 * kWarps) {
-    const int r = i / kChunks, ch = i % kChunks, j = j0 + r;
-    const int64_t off = j < n_keys ? kv.offset(table[j / kv.block_size], hk, j % kv.block_size) + ch * 8 : 0;
-    tile::cp_async16(sk + tile::swz<D>(r, ch * 8), kb + off, j < n_keys ? 16 : 0);
+  {  // thread tid copies chunk tid % kChunks of keys tid / kChunks + kStep * i: the block-table
+     // lookups first (independent loads), then the copies
+    constexpr int kStep = 32 * kWarps / kChunks, kPer = kChunk / kStep;
+    const int ch = tid % kChunks;
+    int64_t off[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int j = j0 + tid / kChunks + kStep * i;
+      off[i] = j < n_keys ? kv.offset(table[j / kv.block_size], hk, j % kv.block_size) + ch * 8 : -1;
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      tile::cp_async16(sk + tile::swz<D>(tid / kChunks + kStep * i, ch * 8), kb + (off[i] >= 0 ? off[i] : 0),
+                       off[i] >= 0 ? 16 : 0);
   }
   const int tiles = n_lo < NQ ? (NQ - n_lo + kCols - 1) / kCols : 0;
   if (tiles > 0) load_rows<D, T, kColumns>(q, H, hk, G, NQ, n_lo, first_pos, stats, sq, slim, sst, tid);

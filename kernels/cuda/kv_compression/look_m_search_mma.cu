@@ -1,7 +1,8 @@
-// LOOK-M's tensor-core similarity search (look_m_search_mma.cuh). CTA: 4 warps x 64 rows (the
-// evicted positions of `rows`, four 16-row slabs of A fragments held in registers), kept keys
-// streamed through double-buffered swizzled shared tiles of 64 (cp.async gathers by kept
-// position). Each warp computes one 8-key column block at a time (S[64 x 8] by mma.sync
+// LOOK-M's tensor-core similarity search (look_m_search_mma.cuh). The kept keys are first gathered
+// into one contiguous [Hkv, C, D] copy (a tile's addresses then need no dependent loads of kept
+// positions and block tables in the loop). CTA: 4 warps x 64 rows (the evicted positions of
+// `rows`, four 16-row slabs of A fragments held in registers), kept keys streamed from the copy
+// through double-buffered swizzled shared tiles of 64 (cp.async). Each warp computes one 8-key column block at a time (S[64 x 8] by mma.sync
 // m16n8k16, every B fragment read once from shared memory for the warp's 64 rows: half the
 // shared-memory traffic per product of 32-row warps) and folds it, scaled by ie * ic, into each
 // thread's running first maximum; the 4 threads of a row (quad) merge at the end, the lower kept
@@ -18,47 +19,77 @@ namespace {
 
 constexpr int kWarps = 4, kMT = 4, kRows = 16 * kMT * kWarps, kKeys = 64, kNK = kKeys / 8;
 
+// 4-byte async copy global -> shared (src_bytes 0: zero).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(tile::smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+
+// Kept keys [c0, c0 + kKeys) of head h from the gathered copy kk[h, C, D] (contiguous: the
+// addresses need no loads) into a swizzled tile, their inverse norms into sic; zero past C.
 template <int D, class T>
-__device__ __forceinline__ void load_kept_tile(const KVView& kv, const int32_t* table, int h, const int32_t* kept_h,
-                                               int C, int c0, const float* inv_h, T* sk, float* sic, int tid) {
+__device__ __forceinline__ void load_kept_tile(const T* kk_h, const float* kic_h, int C, int c0, T* sk, float* sic,
+                                               int tid) {
   constexpr int kChunks = D / 8;
-  const T* kb = static_cast<const T*>(kv.k);
+#pragma unroll 4
   for (int i = tid; i < kKeys * kChunks; i += 32 * kWarps) {
     const int t = i / kChunks, ch = i % kChunks, c = c0 + t;
-    int64_t off = 0;
-    if (c < C) {
-      const int p = kept_h[c];
-      off = kv.offset(table[p / kv.block_size], h, p % kv.block_size) + ch * 8;
-    }
-    tile::cp_async16(sk + tile::swz<D>(t, ch * 8), kb + off, c < C ? 16 : 0);
+    tile::cp_async16(sk + tile::swz<D>(t, ch * 8), kk_h + (c < C ? int64_t(c) * D + ch * 8 : 0), c < C ? 16 : 0);
   }
-  if (tid < kKeys) sic[tid] = c0 + tid < C ? inv_h[kept_h[c0 + tid]] : 0.f;
+  if (tid < kKeys) cp_async4(sic + tid, kic_h + (c0 + tid < C ? c0 + tid : 0), c0 + tid < C ? 4 : 0);
+}
+
+// grid (ceil(C * D / 8 / 256), Hkv): kk[h, c, :] = K of kept[h, c] (16-byte chunks), kic[h, c] = its
+// inverse norm.
+template <int D>
+__global__ void gather_kept_kernel(KVView kv, const int32_t* __restrict__ table, int L, int C,
+                                   const int32_t* __restrict__ kept, const float* __restrict__ inv, uint4* __restrict__ kk,
+                                   float* __restrict__ kic) {
+  constexpr int kChunks = D / 8;
+  const int h = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= C * kChunks) return;
+  const int c = i / kChunks, ch = i % kChunks, p = kept[int64_t(h) * C + c];
+  const uint16_t* kb = static_cast<const uint16_t*>(kv.k);
+  kk[(int64_t(h) * C + c) * kChunks + ch] =
+      *reinterpret_cast<const uint4*>(kb + kv.offset(table[p / kv.block_size], h, p % kv.block_size) + ch * 8);
+  if (ch == 0) kic[int64_t(h) * C + c] = inv[int64_t(h) * L + p];
 }
 
 // rows [Hkv, E]: the positions searched (null: every position, E = L).
 template <int D, class T>
 __global__ void __launch_bounds__(32 * kWarps, 2)
 search_mma_kernel(KVView kv, const int32_t* __restrict__ table, int L, const int32_t* __restrict__ rows, int E, int C,
-                  const int32_t* __restrict__ kept, const float* __restrict__ inv, int32_t* __restrict__ out_arg,
-                  float* __restrict__ out_w) {
+                  const T* __restrict__ kk, const float* __restrict__ kic, const float* __restrict__ inv,
+                  int32_t* __restrict__ out_arg, float* __restrict__ out_w) {
   extern __shared__ __align__(128) unsigned char smem[];
   T* sr = reinterpret_cast<T*>(smem);                          // [kRows][D] swizzled
   T* sk = sr + kRows * D;                                      // [2][kKeys][D] swizzled
   float* sic = reinterpret_cast<float*>(sk + 2 * kKeys * D);  // [2][kKeys]
   const int h = blockIdx.y, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int i0 = blockIdx.x * kRows;
-  const int32_t* kept_h = kept + int64_t(h) * C;
+  const T* kk_h = kk + int64_t(h) * C * D;
+  const float* kic_h = kic + int64_t(h) * C;
   const int32_t* rows_h = rows ? rows + int64_t(h) * E : nullptr;
   const float* inv_h = inv + int64_t(h) * L;
   constexpr int kChunks = D / 8;
   const T* kb = static_cast<const T*>(kv.k);
-  for (int i = tid; i < kRows * kChunks; i += 32 * kWarps) {
-    const int r = i / kChunks, ch = i % kChunks, idx = i0 + r;
-    const int e = idx < E ? (rows_h ? rows_h[idx] : idx) : 0;
-    const int64_t off = idx < E ? kv.offset(table[e / kv.block_size], h, e % kv.block_size) + ch * 8 : 0;
-    tile::cp_async16(sr + tile::swz<D>(r, ch * 8), kb + off, idx < E ? 16 : 0);
+  // The CTA's rows: thread tid copies chunk tid % kChunks of rows tid / kChunks + kStep * i; their
+  // cache offsets first (independent loads), then the copies.
+  constexpr int kStep = 32 * kWarps / kChunks, kPer = kRows / kStep;
+  const int ch = tid % kChunks;
+  int64_t off[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int idx = i0 + tid / kChunks + kStep * i;
+    off[i] = idx < E ? (rows_h ? rows_h[idx] : idx) : -1;
   }
-  load_kept_tile<D, T>(kv, table, h, kept_h, C, 0, inv_h, sk, sic, tid);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i)
+    if (off[i] >= 0) off[i] = kv.offset(table[off[i] / kv.block_size], h, int(off[i] % kv.block_size)) + ch * 8;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i)
+    tile::cp_async16(sr + tile::swz<D>(tid / kChunks + kStep * i, ch * 8), kb + (off[i] >= 0 ? off[i] : 0),
+                     off[i] >= 0 ? 16 : 0);
+  load_kept_tile<D, T>(kk_h, kic_h, C, 0, sk, sic, tid);
   tile::cp_async_commit();
   tile::cp_async_wait<0>();
   __syncthreads();
@@ -86,8 +117,7 @@ search_mma_kernel(KVView kv, const int32_t* __restrict__ table, int L, const int
     const int buf = t & 1;
     // The other buffer was last read in tile t - 1, behind that tile's closing barrier.
     if (t + 1 < tiles)
-      load_kept_tile<D, T>(kv, table, h, kept_h, C, (t + 1) * kKeys, inv_h, sk + (buf ^ 1) * kKeys * D,
-                           sic + (buf ^ 1) * kKeys, tid);
+      load_kept_tile<D, T>(kk_h, kic_h, C, (t + 1) * kKeys, sk + (buf ^ 1) * kKeys * D, sic + (buf ^ 1) * kKeys, tid);
     tile::cp_async_commit();
     const T* k = sk + buf * kKeys * D;
     const int c0 = t * kKeys;
@@ -150,7 +180,12 @@ search_mma_kernel(KVView kv, const int32_t* __restrict__ table, int L, const int
 
 template <int D, class T>
 void launch(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* rows, int32_t E,
-            const int32_t* kept, int32_t C, const float* inv, int32_t* arg, float* w, cudaStream_t stream) {
+            const int32_t* kept, int32_t C, const float* inv, void* kk, float* kic, int32_t* arg, float* w,
+            cudaStream_t stream) {
+  const int chunks = C * (D / 8);
+  gather_kept_kernel<D><<<dim3((chunks + 255) / 256, kv.num_kv_heads), 256, 0, stream>>>(
+      kv_view(kv), table, L, C, kept, inv, static_cast<uint4*>(kk), kic);
+  VLM_CUDA_CHECK_LAUNCH();
   const size_t smem = size_t(kRows + 2 * kKeys) * D * sizeof(T) + 2 * kKeys * sizeof(float);
   static bool attr = [&] {
     return cudaFuncSetAttribute(search_mma_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
@@ -158,7 +193,7 @@ void launch(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32
   }();
   (void)attr;
   search_mma_kernel<D, T><<<dim3((E + kRows - 1) / kRows, kv.num_kv_heads), 32 * kWarps, smem, stream>>>(
-      kv_view(kv), table, L, rows, E, C, kept, inv, arg, w);
+      kv_view(kv), table, L, rows, E, C, static_cast<const T*>(kk), kic, inv, arg, w);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -169,16 +204,17 @@ bool look_m_search_mma_supported(DType dt, int head_dim) {
 }
 
 void look_m_search_mma(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* rows, int32_t E,
-                       const int32_t* kept, int32_t C, const float* inv, int32_t* arg, float* w, cudaStream_t stream) {
+                       const int32_t* kept, int32_t C, const float* inv, void* kept_keys, float* kept_inv, int32_t* arg,
+                       float* w, cudaStream_t stream) {
   VLM_CHECK(look_m_search_mma_supported(kv.dtype, kv.head_dim) && C > 0 && E >= 0 && E <= L,
             "LOOK-M mma search: {} D {} C {} E {}", dtype_name(kv.dtype), kv.head_dim, C, E);
   if (E == 0) return;
   if (kv.dtype == DType::BF16) {
-    if (kv.head_dim == 64) launch<64, __nv_bfloat16>(kv, table, L, rows, E, kept, C, inv, arg, w, stream);
-    else launch<128, __nv_bfloat16>(kv, table, L, rows, E, kept, C, inv, arg, w, stream);
+    if (kv.head_dim == 64) launch<64, __nv_bfloat16>(kv, table, L, rows, E, kept, C, inv, kept_keys, kept_inv, arg, w, stream);
+    else launch<128, __nv_bfloat16>(kv, table, L, rows, E, kept, C, inv, kept_keys, kept_inv, arg, w, stream);
   } else {
-    if (kv.head_dim == 64) launch<64, __half>(kv, table, L, rows, E, kept, C, inv, arg, w, stream);
-    else launch<128, __half>(kv, table, L, rows, E, kept, C, inv, arg, w, stream);
+    if (kv.head_dim == 64) launch<64, __half>(kv, table, L, rows, E, kept, C, inv, kept_keys, kept_inv, arg, w, stream);
+    else launch<128, __half>(kv, table, L, rows, E, kept, C, inv, kept_keys, kept_inv, arg, w, stream);
   }
 }
 

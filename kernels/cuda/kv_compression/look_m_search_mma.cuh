@@ -17,7 +17,8 @@ namespace vlm::cuda {
 bool look_m_search_mma_supported(DType dt, int head_dim);
 // arg[h * L + e], w[h * L + e] for every e = rows[h * E + i], i < E (rows null: every e < L, E = L;
 // other entries untouched). inv[h * L + pos] = 1 / |k_pos| (0 for a zero key); kept [Hkv, C].
+// Scratch: kept_keys Hkv * C * D 16-bit elements, kept_inv Hkv * C floats.
 void look_m_search_mma(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* rows /*[Hkv,E]*/,
-                       int32_t E, const int32_t* kept, int32_t C, const float* inv, int32_t* arg, float* w,
-                       cudaStream_t stream);
+                       int32_t E, const int32_t* kept, int32_t C, const float* inv, void* kept_keys /*[Hkv,C,D]*/,
+                       float* kept_inv /*[Hkv,C]*/, int32_t* arg, float* w, cudaStream_t stream);
 }  // namespace vlm::cuda
