@@ -4,7 +4,8 @@
 // double-buffered swizzled shared tiles of 64 (cp.async). Each warp computes S^T[32 keys x 64 rows]
 // by mma.sync m16n8k16 per tile. Stats pass: per row, the max over the warp's keys (quad lanes and
 // shuffles), the sum of exp against it, merged over the 4 warps in shared memory. Column pass:
-// each thread sums exp(s - max) / sum over its rows per key, the quad merges at the end.
+// each thread sums exp(s - max) * (1 / sum) over its rows per key (the reciprocal once per row: an
+// ulp from the f32 kernels' division), the quad merges at the end.
 #include "kernels/cuda/kv_compression/look_m_scores_mma.cuh"
 
 #include <cuda_runtime.h>
@@ -46,7 +47,7 @@ __device__ __forceinline__ void load_rows(const T* q, int H, int hk, int G, int 
 }
 
 template <int D, class T, bool kColumns>
-__global__ void __launch_bounds__(32 * kWarps)
+__global__ void __launch_bounds__(32 * kWarps, 3)
 scores_mma_kernel(const T* __restrict__ q, int R, int H, KVView kv, const int32_t* __restrict__ table, int first_pos,
                   float scale, const float2* __restrict__ stats, float2* __restrict__ parts, float* __restrict__ scores,
                   int64_t stride) {
@@ -82,6 +83,7 @@ scores_mma_kernel(const T* __restrict__ q, int R, int H, KVView kv, const int32_
   if (tiles > 0) load_rows<D, T, kColumns>(q, H, hk, G, NQ, n_lo, first_pos, stats, sq, slim, sst, tid);
   tile::cp_async_commit();
   tile::cp_async_wait<0>();
+  if (kColumns && tid < kCols) sst[tid].y = 1.f / sst[tid].y;  // the thread's own copy: visible to it
   __syncthreads();
   uint32_t kf[kMT][D / 16][4];  // A fragments: the warp's 32 keys
 #pragma unroll
@@ -103,39 +105,37 @@ scores_mma_kernel(const T* __restrict__ q, int R, int H, KVView kv, const int32_
                                 slim + (buf ^ 1) * kCols, sst + (buf ^ 1) * kCols, tid);
     tile::cp_async_commit();
     const T* qt = sq + buf * kCols * D;
-    float s[kMT][kNC][4] = {};
-#pragma unroll
-    for (int n = 0; n < kNC; ++n)
+#pragma unroll 2
+    for (int n = 0; n < kNC; ++n) {  // one 8-row column block at a time (registers: 3 CTAs per SM)
+      float s[kMT][4] = {};
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk += 2) {
         uint32_t b[4];
         tile::ldmatrix_x4(b, qt + tile::swz<D>(n * 8 + (lane & 7), kk * 16 + (lane >> 3) * 8));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          tile::mma<T>(s[mt][n], kf[mt][kk], b[0], b[1]);
-          tile::mma<T>(s[mt][n], kf[mt][kk + 1], b[2], b[3]);
+          tile::mma<T>(s[mt], kf[mt][kk], b[0], b[1]);
+          tile::mma<T>(s[mt], kf[mt][kk + 1], b[2], b[3]);
         }
       }
-#pragma unroll
-    for (int n = 0; n < kNC; ++n)
 #pragma unroll
       for (int qq = 0; qq < 2; ++qq) {
         const int c = n * 8 + 2 * (lane % 4) + qq;
         const int lim = slim[buf * kCols + c];
         if constexpr (kColumns) {
-          const float2 st = sst[buf * kCols + c];
+          const float2 st = sst[buf * kCols + c];  // (max, 1 / sum)
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
             for (int j = 0; j < 2; ++j)
-              if (key[mt][j] <= lim) col[mt][j] += expf(scale * s[mt][n][2 * j + qq] - st.x) / st.y;
+              if (key[mt][j] <= lim) col[mt][j] += expf(scale * s[mt][2 * j + qq] - st.x) * st.y;
         } else {
           float x[kMT][2], m = -INFINITY;
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-              x[mt][j] = key[mt][j] <= lim ? scale * s[mt][n][2 * j + qq] : -INFINITY;
+              x[mt][j] = key[mt][j] <= lim ? scale * s[mt][2 * j + qq] : -INFINITY;
               m = fmaxf(m, x[mt][j]);
             }
           for (int o = 4; o < 32; o *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -149,6 +149,7 @@ scores_mma_kernel(const T* __restrict__ q, int R, int H, KVView kv, const int32_
           if (lane < 4) red[warp][c] = make_float2(m, l);
         }
       }
+    }
     if constexpr (!kColumns) {
       __syncthreads();
       if (tid < kCols && n0 + tid < NQ) {
@@ -161,6 +162,7 @@ scores_mma_kernel(const T* __restrict__ q, int R, int H, KVView kv, const int32_
       }
     }
     tile::cp_async_wait<0>();
+    if (kColumns && tid < kCols) sst[(buf ^ 1) * kCols + tid].y = 1.f / sst[(buf ^ 1) * kCols + tid].y;
     __syncthreads();
   }
   if constexpr (!kColumns) {

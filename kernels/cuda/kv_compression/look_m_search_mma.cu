@@ -2,11 +2,12 @@
 // into one contiguous [Hkv, C, D] copy (a tile's addresses then need no dependent loads of kept
 // positions and block tables in the loop). CTA: 4 warps x 64 rows (the evicted positions of
 // `rows`, four 16-row slabs of A fragments held in registers), kept keys streamed from the copy
-// through double-buffered swizzled shared tiles of 64 (cp.async). Each warp computes one 8-key column block at a time (S[64 x 8] by mma.sync
-// m16n8k16, every B fragment read once from shared memory for the warp's 64 rows: half the
-// shared-memory traffic per product of 32-row warps) and folds it, scaled by ie * ic, into each
-// thread's running first maximum; the 4 threads of a row (quad) merge at the end, the lower kept
-// index on equal values. Work: E * C * D multiply-adds per kv head on tensor cores (E evicted).
+// through double-buffered swizzled shared tiles of 64 (cp.async). Each warp computes one 8-key
+// column block at a time (S[64 x 8] by mma.sync m16n8k16, every B fragment read once from shared
+// memory for the warp's 64 rows: half the shared-memory traffic per product of 32-row warps) and
+// folds it, scaled by ic, into each thread's running first maximum (the row's ie > 0 does not
+// change the order: w = max * ie at the end); the 4 threads of a row (quad) merge at the end, the
+// lower kept index on equal values. Work: E * C * D multiply-adds per kv head on tensor cores.
 #include "kernels/cuda/kv_compression/look_m_search_mma.cuh"
 
 #include <cuda_runtime.h>
@@ -144,7 +145,7 @@ search_mma_kernel(KVView kv, const int32_t* __restrict__ table, int L, const int
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            const float v = s[mt][2 * j + q] * (ie[mt][j] * ic);
+            const float v = s[mt][2 * j + q] * ic;  // the row's 1 / |k_e| > 0 applies at the end
             if (on && v > best[mt][j]) {
               best[mt][j] = v;
               arg[mt][j] = c;
@@ -173,7 +174,7 @@ search_mma_kernel(KVView kv, const int32_t* __restrict__ table, int L, const int
       if (lane % 4 == 0 && idx < E) {
         const int e = rows_h ? rows_h[idx] : idx;
         out_arg[int64_t(h) * L + e] = bc;
-        out_w[int64_t(h) * L + e] = bv;
+        out_w[int64_t(h) * L + e] = bv * ie[mt][j];
       }
     }
 }

@@ -1,8 +1,9 @@
 // LOOK-M's similarity search on tensor cores (internal to cuda_look_m.cu; contract in cuda_look_m.h,
 // look_m_nearest_kept): for every cache position e of kv head h, the kept index
-// arg = first argmax_c cos(k_e, k_kept[c]) and its cosine w, computed as dot(k_e, k_c) * (ie * ic)
-// with the dot a bf16/f16 mma.sync GEMM (exact 16-bit products, f32 accumulation in the tensor
-// cores' order: the only difference from the f32 path is the summation order).
+// arg = first argmax_c cos(k_e, k_kept[c]) and its cosine w: the first maximum of dot(k_e, k_c) * ic
+// over c, w = that * ie, with the dot a bf16/f16 mma.sync GEMM (exact 16-bit products, f32
+// accumulation in the tensor cores' order: beside the f32 path's dot * (ie * ic), only the
+// summation order and an ulp of scaling differ; the CPU normalizes both keys before its sgemm).
 #pragma once
 
 #include <cstdint>
