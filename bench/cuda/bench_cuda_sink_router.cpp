@@ -326,17 +326,37 @@ void bench_look_m_compaction(int L) {
     vlm::cuda::look_m_nearest_kept(lay.kv[0], lay.batch.block_tables, L, kept, C, how, ws, arg, w, nullptr);
   };
   const auto se_mma = first_and_median_ms(5, [&] { search(vlm::cuda::LookMSearch::Auto); });
+  const std::vector<int32_t> arg_auto = [&] {
+    std::vector<int32_t> a(size_t(kHkv) * L);
+    check(cudaMemcpy(a.data(), arg, a.size() * 4, cudaMemcpyDeviceToHost), "arg");
+    return a;
+  }();
+  const auto se_sync = first_and_median_ms(5, [&] { search(vlm::cuda::LookMSearch::MmaSync); });
+  int arg_diff = 0;  // evicted rows whose Auto choice differs from mma.sync's
+  {
+    std::vector<int32_t> a(size_t(kHkv) * L), k(size_t(kHkv) * C);
+    check(cudaMemcpy(a.data(), arg, a.size() * 4, cudaMemcpyDeviceToHost), "arg");
+    check(cudaMemcpy(k.data(), kept, k.size() * 4, cudaMemcpyDeviceToHost), "kept");
+    for (int h = 0; h < kHkv; ++h) {
+      std::vector<uint8_t> is_kept(size_t(L), 0);
+      for (int c = 0; c < C; ++c) is_kept[size_t(k[size_t(h) * C + c])] = 1;
+      for (int e = 0; e < L; ++e)
+        arg_diff += !is_kept[size_t(e)] && a[size_t(h) * L + e] != arg_auto[size_t(h) * L + e];
+    }
+  }
   std::pair<float, float> se_f32{0.f, 0.f};
   if (L <= 131072) se_f32 = first_and_median_ms(1, [&] { search(vlm::cuda::LookMSearch::F32); });
   const double flop = 2.0 * double(L - C) * C * kD * kHkv;
   const float step = sc_mma.second + sel.second + comp.second;
   std::printf("lookm-compact L=%d kept=%d per layer, warm median (first call): scores_ms=%.3f (%.2f) "
               "scores_f32_ms=%.3f (%.2f) scores_rel_diff=%.2e kept_set_diff_vs_f32_scores=%d host_select_ms=%.2f "
-              "device_select_ms=%.3f (%.2f) same_as_host=%d merge_compact_ms=%.3f (%.2f) [search_mma_ms=%.3f (%.2f) "
-              "%.0f TFLOP/s, rest_ms=%.3f] search_f32_ms=%.2f step_28_layers_s=%.3f (first calls: %.3f)\n",
+              "device_select_ms=%.3f (%.2f) same_as_host=%d merge_compact_ms=%.3f (%.2f) [search_auto_ms=%.3f (%.2f) "
+              "%.0f TFLOP/s, rest_ms=%.3f] search_mmasync_ms=%.3f (%.0f TFLOP/s, choices differing from Auto: %d) "
+              "search_f32_ms=%.2f step_28_layers_s=%.3f (first calls: %.3f)\n",
               L, C, sc_mma.second, sc_mma.first, sc_f32.second, sc_f32.first, score_diff, set_diff, host_ms,
               sel.second, sel.first, int(same), comp.second, comp.first, se_mma.second, se_mma.first,
-              flop / (se_mma.second * 1e-3) / 1e12, comp.second - se_mma.second, se_f32.second, 28 * step / 1000.0,
+              flop / (se_mma.second * 1e-3) / 1e12, comp.second - se_mma.second, se_sync.second,
+              flop / (se_sync.second * 1e-3) / 1e12, arg_diff, se_f32.second, 28 * step / 1000.0,
               28 * (sc_mma.first + sel.first + comp.first) / 1000.0);
   std::fflush(stdout);
   cudaFree(arg);

@@ -395,11 +395,15 @@ void search(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32
   const int Hkv = kv.num_kv_heads, D = kv.head_dim;
   inv_norm_kernel<<<dim3((L + 127) / 128, Hkv), 128, 0, stream>>>(v, kv.dtype, table, L, inv);
   VLM_CUDA_CHECK_LAUNCH();
-  if (how == LookMSearch::Auto && look_m_search_mma_supported(kv.dtype, D)) {
+  if (how != LookMSearch::F32 && look_m_search_mma_supported(kv.dtype, D)) {
     if (C == L) return;
     evicted_rows_kernel<<<dim3((L + 255) / 256, Hkv), 256, 0, stream>>>(kept, C, L, slot, ws.rows);
     VLM_CUDA_CHECK_LAUNCH();
-    look_m_search_mma(kv, table, L, ws.rows, L - C, kept, C, inv, ws.kk, ws.kic, arg, w, stream);
+    look_m_gather_kept(kv, table, L, kept, C, inv, ws.kk, ws.kic, stream);
+    if (how == LookMSearch::Auto && look_m_search_wgmma_supported(kv.dtype, D))
+      look_m_search_wgmma(kv, table, L, ws.rows, L - C, C, ws.kk, ws.kic, inv, arg, w, stream);
+    else
+      look_m_search_mma(kv, table, L, ws.rows, L - C, C, ws.kk, ws.kic, inv, arg, w, stream);
     return;
   }
   if (D <= 64)
@@ -439,7 +443,7 @@ void look_m_accumulate_scores(const void* q, DType act, int32_t R, int num_heads
             "LOOK-M scores: H {} Hkv {} D {} stride {}", num_heads, kv.num_kv_heads, kv.head_dim, stride);
   const int G = num_heads / kv.num_kv_heads, Hkv = kv.num_kv_heads;
   const size_t esz = dtype_size(act);
-  const bool mma = how == LookMSearch::Auto && look_m_scores_mma_supported(act, kv.dtype, kv.head_dim);
+  const bool mma = how != LookMSearch::F32 && look_m_scores_mma_supported(act, kv.dtype, kv.head_dim);
   auto run = [&](auto t, auto dm) {
     using TQ = decltype(t);
     constexpr int DM = decltype(dm)::value;

@@ -180,13 +180,8 @@ search_mma_kernel(KVView kv, const int32_t* __restrict__ table, int L, const int
 }
 
 template <int D, class T>
-void launch(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* rows, int32_t E,
-            const int32_t* kept, int32_t C, const float* inv, void* kk, float* kic, int32_t* arg, float* w,
-            cudaStream_t stream) {
-  const int chunks = C * (D / 8);
-  gather_kept_kernel<D><<<dim3((chunks + 255) / 256, kv.num_kv_heads), 256, 0, stream>>>(
-      kv_view(kv), table, L, C, kept, inv, static_cast<uint4*>(kk), kic);
-  VLM_CUDA_CHECK_LAUNCH();
+void launch(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* rows, int32_t E, int32_t C,
+            const void* kk, const float* kic, const float* inv, int32_t* arg, float* w, cudaStream_t stream) {
   const size_t smem = size_t(kRows + 2 * kKeys) * D * sizeof(T) + 2 * kKeys * sizeof(float);
   static bool attr = [&] {
     return cudaFuncSetAttribute(search_mma_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
@@ -204,18 +199,33 @@ bool look_m_search_mma_supported(DType dt, int head_dim) {
   return (dt == DType::BF16 || dt == DType::F16) && (head_dim == 64 || head_dim == 128);
 }
 
+void look_m_gather_kept(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* kept, int32_t C,
+                        const float* inv, void* kept_keys, float* kept_inv, cudaStream_t stream) {
+  VLM_CHECK(look_m_search_mma_supported(kv.dtype, kv.head_dim) && C > 0, "LOOK-M kept-key gather: {} D {} C {}",
+            dtype_name(kv.dtype), kv.head_dim, C);
+  const int chunks = C * (kv.head_dim / 8);
+  const dim3 grid((chunks + 255) / 256, kv.num_kv_heads);
+  if (kv.head_dim == 64)
+    gather_kept_kernel<64><<<grid, 256, 0, stream>>>(kv_view(kv), table, L, C, kept, inv, static_cast<uint4*>(kept_keys),
+                                                     kept_inv);
+  else
+    gather_kept_kernel<128><<<grid, 256, 0, stream>>>(kv_view(kv), table, L, C, kept, inv,
+                                                      static_cast<uint4*>(kept_keys), kept_inv);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
 void look_m_search_mma(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* rows, int32_t E,
-                       const int32_t* kept, int32_t C, const float* inv, void* kept_keys, float* kept_inv, int32_t* arg,
+                       int32_t C, const void* kept_keys, const float* kept_inv, const float* inv, int32_t* arg,
                        float* w, cudaStream_t stream) {
   VLM_CHECK(look_m_search_mma_supported(kv.dtype, kv.head_dim) && C > 0 && E >= 0 && E <= L,
             "LOOK-M mma search: {} D {} C {} E {}", dtype_name(kv.dtype), kv.head_dim, C, E);
   if (E == 0) return;
   if (kv.dtype == DType::BF16) {
-    if (kv.head_dim == 64) launch<64, __nv_bfloat16>(kv, table, L, rows, E, kept, C, inv, kept_keys, kept_inv, arg, w, stream);
-    else launch<128, __nv_bfloat16>(kv, table, L, rows, E, kept, C, inv, kept_keys, kept_inv, arg, w, stream);
+    if (kv.head_dim == 64) launch<64, __nv_bfloat16>(kv, table, L, rows, E, C, kept_keys, kept_inv, inv, arg, w, stream);
+    else launch<128, __nv_bfloat16>(kv, table, L, rows, E, C, kept_keys, kept_inv, inv, arg, w, stream);
   } else {
-    if (kv.head_dim == 64) launch<64, __half>(kv, table, L, rows, E, kept, C, inv, kept_keys, kept_inv, arg, w, stream);
-    else launch<128, __half>(kv, table, L, rows, E, kept, C, inv, kept_keys, kept_inv, arg, w, stream);
+    if (kv.head_dim == 64) launch<64, __half>(kv, table, L, rows, E, C, kept_keys, kept_inv, inv, arg, w, stream);
+    else launch<128, __half>(kv, table, L, rows, E, C, kept_keys, kept_inv, inv, arg, w, stream);
   }
 }
 

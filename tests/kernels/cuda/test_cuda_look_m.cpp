@@ -179,11 +179,12 @@ TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
     }
     cuda::DeviceBuffer dkept = to_device(kept), ws(cuda::look_m_compact_workspace_bytes(c.L, C, c.Hkv, c.D));
     cuda::DeviceBuffer da(size_t(c.Hkv) * c.L * 4), dw(size_t(c.Hkv) * c.L * 4);
-    std::vector<int32_t> arg[2];
-    std::vector<float> w[2];
-    for (int i = 0; i < 2; ++i) {
-      cuda::look_m_nearest_kept(sc.dkv, sc.dtable.as<int32_t>(), c.L, dkept.as<int32_t>(), C,
-                                i == 0 ? cuda::LookMSearch::Auto : cuda::LookMSearch::F32, ws.get(),
+    // 0: Auto (wgmma on an sm_90 GPU at D 128, else mma.sync), 1: F32, 2: mma.sync.
+    const cuda::LookMSearch how[3] = {cuda::LookMSearch::Auto, cuda::LookMSearch::F32, cuda::LookMSearch::MmaSync};
+    std::vector<int32_t> arg[3];
+    std::vector<float> w[3];
+    for (int i = 0; i < 3; ++i) {
+      cuda::look_m_nearest_kept(sc.dkv, sc.dtable.as<int32_t>(), c.L, dkept.as<int32_t>(), C, how[i], ws.get(),
                                 da.as<int32_t>(), dw.as<float>(), nullptr);
       arg[i] = to_host<int32_t>(da, size_t(c.Hkv) * c.L);
       w[i] = to_host<float>(dw, size_t(c.Hkv) * c.L);
@@ -204,6 +205,7 @@ TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
         const size_t i = size_t(h) * c.L + e;
         ++checked;
         EXPECT_NEAR(w[0][i], w[1][i], 1e-3);
+        EXPECT_NEAR(w[2][i], w[1][i], 1e-3);
         double best = -2;
         int bc = 0;
         std::vector<double> cs(C);
@@ -215,18 +217,18 @@ TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
           if (cs[j] > best) best = cs[j], bc = j;
         }
         // A different choice is allowed only at a near tie (f32 rounding of the cosines); counted.
-        for (int k = 0; k < 2; ++k)
+        for (int k = 0; k < 3; ++k)
           if (arg[k][i] != bc) {
             ++near_ties;
             bad += arg[k][i] < 0 || arg[k][i] >= C || best - cs[arg[k][i]] > 1e-5;
           }
-        differ += arg[0][i] != arg[1][i];
+        differ += (arg[0][i] != arg[1][i]) + (arg[2][i] != arg[1][i]);
       }
     }
     EXPECT_GT(checked, 0);
     EXPECT_EQ(bad, 0);
     EXPECT_LE(differ, near_ties);
-    std::printf("L=%d: %d evicted rows, tensor-core vs f32 choices differ at %d, near ties (< 1e-5) %d\n", c.L, checked,
+    std::printf("L=%d: %d evicted rows, tensor-core (Auto, mma.sync) vs f32 choices differ at %d, near ties (< 1e-5) %d\n", c.L, checked,
                 differ, near_ties);
   }
 }
