@@ -9,8 +9,9 @@
 //          anchor key, cosine 1; the others random; tau = 0.5), checked on the device's decisions.
 //  look-m: 8 sequences of 128K context against 8 of 20 % of it (the cache LOOK-M leaves at a
 //          20 % budget), aggregate decode attention per layer; and the end-of-prefill cost of LOOK-M
-//          for one layer of one sequence at 32K and 128K (text-prior-pivot, window scores): the
-//          score pass (64 rows), the host's selection of the kept sets, the merge + compaction.
+//          for one layer of one sequence at 32K, 96K and 128K or the lengths given (text-prior-pivot,
+//          window scores): the score pass (64 rows; tensor cores and the f32 kernels), the host's and
+//          the device's selection of the kept sets, the merge + compaction, the search alone.
 // Device events around 10 calls queued back to back, warm-up first, median of the repeats; the
 // caches rotate so the working set exceeds the L2.
 // Output: one line per shape, "<kind> ... dense_ms=.. ms=.. speedup=..".
@@ -24,6 +25,8 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
+#include <iterator>
 #include <vector>
 
 #include "kernels/core/dtype.h"
@@ -217,7 +220,33 @@ double decode_ms(int seqs, int ctx) {
   return ms;
 }
 
-// One layer of LOOK-M at the end of a prompt of L tokens (random cache, random window queries).
+// Device time of fn(): the first call alone (cold: module load, attributes), then the median of
+// `reps` single calls after it.
+template <class Fn>
+std::pair<float, float> first_and_median_ms(int reps, Fn&& fn) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  std::vector<float> ms(size_t(reps) + 1);
+  for (int r = 0; r <= reps; ++r) {
+    check(cudaEventRecord(a), "record");
+    fn();
+    check(cudaEventRecord(b), "record");
+    check(cudaEventSynchronize(b), "sync");
+    check(cudaEventElapsedTime(&ms[size_t(r)], a, b), "elapsed");
+  }
+  check(cudaGetLastError(), "launch");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  const float first = ms[0];
+  ms.erase(ms.begin());
+  std::sort(ms.begin(), ms.end());
+  return {first, ms[ms.size() / 2]};
+}
+
+// One layer of LOOK-M at the end of a prompt of L tokens (random cache, random window queries):
+// each part's first call and warm median, the tensor-core kernels (Auto) beside the f32 ones.
+// The compaction rewrites slots [0, C) of the cache; the repeats run on what it left (same cost).
 void bench_look_m_compaction(int L) {
   Layers lay(1, L, 1);
   std::vector<float> fill(size_t(L) * kHkv * kD);
@@ -230,85 +259,117 @@ void bench_look_m_compaction(int L) {
   const int W = 64;
   std::vector<float> qh(size_t(W) * kH * kD);
   for (float& x : qh) x = nd(rng);
-  uint16_t* q = device_copy(bf16(qh));
-  float* scores = nullptr;
+  uint16_t* q = device_copy(bf16(qh));  // [W, H, D] bf16
+  float *scores = nullptr, *scores2 = nullptr;
   void *stats = nullptr, *ws = nullptr;
   int32_t* kept = nullptr;
   vlm::LookMParams p;  // text-prior-pivot, 10 % + 10 %
   const vlm::LookMBudget budget = vlm::look_m_budget(p, L);
   const int C = budget.kept();
-  check(cudaMalloc(&scores, size_t(kHkv) * L * 4), "malloc");
-  check(cudaMemset(scores, 0, size_t(kHkv) * L * 4), "memset");
+  check(cudaMalloc(&scores, size_t(kHkv) * L * 4), "malloc");   // [Hkv, L]
+  check(cudaMalloc(&scores2, size_t(kHkv) * L * 4), "malloc");  // [Hkv, L], the f32 path's
   check(cudaMalloc(&stats, vlm::cuda::look_m_row_stats_bytes(W, kH, L)), "malloc");
   check(cudaMalloc(&ws, vlm::cuda::look_m_compact_workspace_bytes(L, C, kHkv, kD)), "malloc");
-  check(cudaMalloc(&kept, size_t(kHkv) * C * 4), "malloc");
-  cudaEvent_t e0, e1, e2, e3;
-  for (cudaEvent_t* e : {&e0, &e1, &e2, &e3}) check(cudaEventCreate(e), "event");
-  check(cudaEventRecord(e0), "record");
-  vlm::cuda::look_m_accumulate_scores(q, DType::BF16, W, kH, lay.kv[0], lay.batch.block_tables, L - W,
-                                      1.f / std::sqrt(float(kD)), stats, scores, L, nullptr);
-  check(cudaEventRecord(e1), "record");
-  check(cudaEventSynchronize(e1), "sync");
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> hs(size_t(kHkv) * L);
+  check(cudaMalloc(&kept, size_t(kHkv) * C * 4), "malloc");  // [Hkv, C]
+  const float scale = 1.f / std::sqrt(float(kD));
+  auto score = [&](vlm::cuda::LookMSearch how, float* out) {
+    check(cudaMemsetAsync(out, 0, size_t(kHkv) * L * 4), "memset");
+    vlm::cuda::look_m_accumulate_scores(q, DType::BF16, W, kH, lay.kv[0], lay.batch.block_tables, L - W, scale, stats,
+                                        out, L, nullptr, how);
+  };
+  const auto sc_mma = first_and_median_ms(5, [&] { score(vlm::cuda::LookMSearch::Auto, scores); });
+  const auto sc_f32 = first_and_median_ms(3, [&] { score(vlm::cuda::LookMSearch::F32, scores2); });
+  check(cudaDeviceSynchronize(), "sync");
+  std::vector<float> hs(size_t(kHkv) * L), hs2(hs.size());
   check(cudaMemcpy(hs.data(), scores, hs.size() * 4, cudaMemcpyDeviceToHost), "scores");
+  check(cudaMemcpy(hs2.data(), scores2, hs2.size() * 4, cudaMemcpyDeviceToHost), "scores");
+  double score_diff = 0;
+  for (size_t i = 0; i < hs.size(); ++i)
+    score_diff = std::max(score_diff, std::abs(double(hs[i]) - hs2[i]) / std::max(1.0, std::abs(double(hs2[i]))));
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<uint8_t> is_text(size_t(L), 1);
   for (int j = L / 10; j < L * 9 / 10; ++j) is_text[size_t(j)] = 0;  // an image span of 80 %
-  std::vector<int32_t> hk;
+  std::vector<int32_t> hk, hk2;
   for (int h = 0; h < kHkv; ++h) {
     const auto k = vlm::select_kept_tokens(hs.data() + size_t(h) * L, is_text.data(), L, p, budget);
     hk.insert(hk.end(), k.begin(), k.end());
+    const auto k2 = vlm::select_kept_tokens(hs2.data() + size_t(h) * L, is_text.data(), L, p, budget);
+    hk2.insert(hk2.end(), k2.begin(), k2.end());
   }
-  check(cudaMemcpy(kept, hk.data(), hk.size() * 4, cudaMemcpyHostToDevice), "kept");
-  const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 2;
+  int set_diff = 0;  // kept positions chosen from the tensor-core scores but not from the f32 ones
+  for (int h = 0; h < kHkv; ++h) {
+    std::vector<int32_t> d;
+    std::set_difference(hk.begin() + size_t(h) * C, hk.begin() + size_t(h + 1) * C, hk2.begin() + size_t(h) * C,
+                        hk2.begin() + size_t(h + 1) * C, std::back_inserter(d));
+    set_diff += int(d.size());
+  }
   // The same choice on the device (what CudaLookMStep runs): one layer's Hkv segments.
   uint8_t* dtext = device_copy(is_text);
-  float select_ms = 0;
-  check(cudaEventRecord(e2), "record");
-  vlm::cuda::look_m_select_kept(scores, L, kHkv, dtext, L, budget.recent, budget.important, p.text_prior,
-                                p.num_sink_tokens, kept, nullptr);
-  check(cudaEventRecord(e3), "record");
-  check(cudaEventSynchronize(e3), "sync");
-  check(cudaEventElapsedTime(&select_ms, e2, e3), "elapsed");
+  const auto sel = first_and_median_ms(5, [&] {
+    vlm::cuda::look_m_select_kept(scores, L, kHkv, dtext, L, budget.recent, budget.important, p.text_prior,
+                                  p.num_sink_tokens, kept, nullptr);
+  });
   std::vector<int32_t> dk(hk.size());
   check(cudaMemcpy(dk.data(), kept, dk.size() * 4, cudaMemcpyDeviceToHost), "kept back");
   const bool same = dk == hk;
   cudaFree(dtext);
-  check(cudaEventRecord(e2), "record");
-  vlm::cuda::look_m_compact(lay.kv[0], lay.batch.block_tables, L, kept, C, p.merge, ws, nullptr);
-  check(cudaEventRecord(e3), "record");
-  check(cudaEventSynchronize(e3), "sync");
-  check(cudaGetLastError(), "launch");
-  float score_ms = 0, compact_ms = 0;
-  check(cudaEventElapsedTime(&score_ms, e0, e1), "elapsed");
-  check(cudaEventElapsedTime(&compact_ms, e2, e3), "elapsed");
-  // The search alone, tensor cores (Auto) and the f32 reference path.
-  float search_ms[2] = {0, 0};
+  const auto comp = first_and_median_ms(5, [&] {
+    vlm::cuda::look_m_compact(lay.kv[0], lay.batch.block_tables, L, kept, C, p.merge, ws, nullptr);
+  });
+  // The search alone, tensor cores (Auto) and the f32 reference path (not past 131,072: seconds).
   int32_t* arg = nullptr;
   float* w = nullptr;
   check(cudaMalloc(&arg, size_t(kHkv) * L * 4), "malloc");
   check(cudaMalloc(&w, size_t(kHkv) * L * 4), "malloc");
-  for (int i = 0; i < 2; ++i) {
-    check(cudaEventRecord(e2), "record");
-    vlm::cuda::look_m_nearest_kept(lay.kv[0], lay.batch.block_tables, L, kept, C,
-                                   i == 0 ? vlm::cuda::LookMSearch::Auto : vlm::cuda::LookMSearch::F32, ws, arg, w,
-                                   nullptr);
-    check(cudaEventRecord(e3), "record");
-    check(cudaEventSynchronize(e3), "sync");
-    check(cudaEventElapsedTime(&search_ms[i], e2, e3), "elapsed");
+  auto search = [&](vlm::cuda::LookMSearch how) {
+    vlm::cuda::look_m_nearest_kept(lay.kv[0], lay.batch.block_tables, L, kept, C, how, ws, arg, w, nullptr);
+  };
+  const auto se_mma = first_and_median_ms(5, [&] { search(vlm::cuda::LookMSearch::Auto); });
+  const std::vector<int32_t> arg_auto = [&] {
+    std::vector<int32_t> a(size_t(kHkv) * L);
+    check(cudaMemcpy(a.data(), arg, a.size() * 4, cudaMemcpyDeviceToHost), "arg");
+    return a;
+  }();
+  const auto se_sync = first_and_median_ms(5, [&] { search(vlm::cuda::LookMSearch::MmaSync); });
+  int arg_diff = 0;  // evicted rows whose Auto choice differs from mma.sync's
+  {
+    std::vector<int32_t> a(size_t(kHkv) * L), k(size_t(kHkv) * C);
+    check(cudaMemcpy(a.data(), arg, a.size() * 4, cudaMemcpyDeviceToHost), "arg");
+    check(cudaMemcpy(k.data(), kept, k.size() * 4, cudaMemcpyDeviceToHost), "kept");
+    for (int h = 0; h < kHkv; ++h) {
+      std::vector<uint8_t> is_kept(size_t(L), 0);
+      for (int c = 0; c < C; ++c) is_kept[size_t(k[size_t(h) * C + c])] = 1;
+      for (int e = 0; e < L; ++e)
+        arg_diff += !is_kept[size_t(e)] && a[size_t(h) * L + e] != arg_auto[size_t(h) * L + e];
+    }
   }
-  std::printf("lookm-compact L=%d kept=%d per layer: scores_ms=%.2f host_select_ms=%.2f merge_compact_ms=%.2f "
-              "device_select_ms=%.3f (same_as_host=%d) search_mma_ms=%.2f search_f32_ms=%.2f step_28_layers_s=%.3f\n",
-              L, C, score_ms, host_ms, compact_ms, select_ms, int(same), search_ms[0], search_ms[1],
-              28 * (score_ms + select_ms + compact_ms) / 1000.0);
+  std::pair<float, float> se_f32{0.f, 0.f};
+  if (L <= 131072) se_f32 = first_and_median_ms(1, [&] { search(vlm::cuda::LookMSearch::F32); });
+  const double flop = 2.0 * double(L - C) * C * kD * kHkv;
+  const float step = sc_mma.second + sel.second + comp.second;
+  std::printf("lookm-compact L=%d kept=%d per layer, warm median (first call): scores_ms=%.3f (%.2f) "
+              "scores_f32_ms=%.3f (%.2f) scores_rel_diff=%.2e kept_set_diff_vs_f32_scores=%d host_select_ms=%.2f "
+              "device_select_ms=%.3f (%.2f) same_as_host=%d merge_compact_ms=%.3f (%.2f) [search_auto_ms=%.3f (%.2f) "
+              "%.0f TFLOP/s, rest_ms=%.3f] search_mmasync_ms=%.3f (%.0f TFLOP/s, choices differing from Auto: %d) "
+              "search_f32_ms=%.2f step_28_layers_s=%.3f (first calls: %.3f)\n",
+              L, C, sc_mma.second, sc_mma.first, sc_f32.second, sc_f32.first, score_diff, set_diff, host_ms,
+              sel.second, sel.first, int(same), comp.second, comp.first, se_mma.second, se_mma.first,
+              flop / (se_mma.second * 1e-3) / 1e12, comp.second - se_mma.second, se_sync.second,
+              flop / (se_sync.second * 1e-3) / 1e12, arg_diff, se_f32.second, 28 * step / 1000.0,
+              28 * (sc_mma.first + sel.first + comp.first) / 1000.0);
+  std::fflush(stdout);
   cudaFree(arg);
   cudaFree(w);
-  for (void* x : {static_cast<void*>(q), static_cast<void*>(scores), stats, ws, static_cast<void*>(kept)}) cudaFree(x);
+  for (void* x : {static_cast<void*>(q), static_cast<void*>(scores), static_cast<void*>(scores2), stats, ws,
+                  static_cast<void*>(kept)})
+    cudaFree(x);
 }
 
 }  // namespace
 
-// Arguments: "sink", "lookm" or "compact" for one part only.
+// Arguments: "sink", "lookm" or "compact" for one part only; after "compact", the prompt lengths
+// (default 32768 98304 131072).
 int main(int argc, char** argv) {
   const std::string part = argc > 1 ? argv[1] : "all";
   cudaDeviceProp prop{};
@@ -321,7 +382,11 @@ int main(int argc, char** argv) {
     const double a = decode_ms(8, full), b = decode_ms(8, kept);
     std::printf("lookm seqs=8 ctx=%d full_ms=%.4f ctx_kept=%d kept_ms=%.4f speedup=%.2f\n", full, a, kept, b, a / b);
   }
-  if (part == "compact" || part == "all")
-    for (int L : {32768, 98304, 131072}) bench_look_m_compaction(L);
+  if (part == "compact" || part == "all") {
+    std::vector<int> lens;
+    for (int i = 2; i < argc; ++i) lens.push_back(std::atoi(argv[i]));
+    if (lens.empty()) lens = {32768, 98304, 131072};
+    for (int L : lens) bench_look_m_compaction(L);
+  }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
+#include "kernels/cuda/kv_compression/look_m_scores_mma.cuh"
 #include "kernels/cuda/kv_compression/look_m_search_mma.cuh"
 
 namespace vlm::cuda {
@@ -163,6 +164,22 @@ __global__ void kept_slots_kernel(const int32_t* __restrict__ kept, int C, int L
   const int h = blockIdx.y;
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
     slot[int64_t(h) * L + kept[int64_t(h) * C + c]] = c;
+}
+
+// grid (ceil(L / 256), Hkv): the evicted positions of head h in ascending order, rows[h * (L - C) + i]
+// (an evicted e is the (e - #kept below e)-th; kept[h] ascending).
+__global__ void evicted_rows_kernel(const int32_t* __restrict__ kept, int C, int L, const int32_t* __restrict__ slot,
+                                    int32_t* __restrict__ rows) {
+  const int h = blockIdx.y, e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= L || slot[int64_t(h) * L + e] >= 0) return;
+  const int32_t* k = kept + int64_t(h) * C;
+  int lo = 0, hi = C;  // first kept index with position > e
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (k[mid] < e) lo = mid + 1;
+    else hi = mid;
+  }
+  rows[int64_t(h) * (L - C) + (e - lo)] = e;
 }
 
 __global__ void inv_norm_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L, float* __restrict__ inv) {
@@ -341,8 +358,9 @@ __global__ void scatter_kernel(KVView kv, DType dt, const int32_t* __restrict__ 
 }
 
 struct CompactWorkspace {  // carved from the caller's buffer
-  int32_t *slot, *count, *arg;
-  float *inv, *w, *ksum, *vsum, *kout, *vout;
+  int32_t *slot, *count, *arg, *rows;
+  float *inv, *w, *ksum, *vsum, *kout, *vout, *kic;
+  void* kk;  // [Hkv, C, D] 16-bit: the mma search's gathered kept keys
   size_t bytes;
   CompactWorkspace(void* base, int64_t L, int64_t C, int64_t Hkv, int64_t D) {
     size_t used = 0;
@@ -355,6 +373,9 @@ struct CompactWorkspace {  // carved from the caller's buffer
     inv = reinterpret_cast<float*>(take(size_t(Hkv * L) * 4));
     arg = reinterpret_cast<int32_t*>(take(size_t(Hkv * L) * 4));
     w = reinterpret_cast<float*>(take(size_t(Hkv * L) * 4));
+    rows = reinterpret_cast<int32_t*>(take(size_t(Hkv * L) * 4));
+    kk = take(size_t(Hkv * C * D) * 2);
+    kic = reinterpret_cast<float*>(take(size_t(Hkv * C) * 4));
     count = reinterpret_cast<int32_t*>(take(size_t(Hkv * C) * 4));
     ksum = reinterpret_cast<float*>(take(size_t(Hkv * C * D) * 4));
     vsum = reinterpret_cast<float*>(take(size_t(Hkv * C * D) * 4));
@@ -364,15 +385,25 @@ struct CompactWorkspace {  // carved from the caller's buffer
   }
 };
 
-// inv, then arg / w of every evicted position (slot -1); the mma path fills every position.
-void search(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* kept, int32_t C, const int32_t* slot,
-            float* inv, int32_t* arg, float* w, LookMSearch how, cudaStream_t stream) {
+// inv, then arg / w of every evicted position (slot -1); the mma path searches the evicted rows
+// only (listed in `rows`, a scratch [Hkv, L - C]).
+void search(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* kept, int32_t C,
+            const CompactWorkspace& ws, int32_t* arg, float* w, LookMSearch how, cudaStream_t stream) {
+  const int32_t* slot = ws.slot;
+  float* inv = ws.inv;
   const KVView v = kv_view(kv);
   const int Hkv = kv.num_kv_heads, D = kv.head_dim;
   inv_norm_kernel<<<dim3((L + 127) / 128, Hkv), 128, 0, stream>>>(v, kv.dtype, table, L, inv);
   VLM_CUDA_CHECK_LAUNCH();
-  if (how == LookMSearch::Auto && look_m_search_mma_supported(kv.dtype, D)) {
-    look_m_search_mma(kv, table, L, kept, C, inv, arg, w, stream);
+  if (how != LookMSearch::F32 && look_m_search_mma_supported(kv.dtype, D)) {
+    if (C == L) return;
+    evicted_rows_kernel<<<dim3((L + 255) / 256, Hkv), 256, 0, stream>>>(kept, C, L, slot, ws.rows);
+    VLM_CUDA_CHECK_LAUNCH();
+    look_m_gather_kept(kv, table, L, kept, C, inv, ws.kk, ws.kic, stream);
+    if (how == LookMSearch::Auto && look_m_search_wgmma_supported(kv.dtype, D))
+      look_m_search_wgmma(kv, table, L, ws.rows, L - C, C, ws.kk, ws.kic, inv, arg, w, stream);
+    else
+      look_m_search_mma(kv, table, L, ws.rows, L - C, C, ws.kk, ws.kic, inv, arg, w, stream);
     return;
   }
   if (D <= 64)
@@ -395,7 +426,7 @@ void look_m_nearest_kept(const PagedKVLayer& kv, const int32_t* block_table, int
   VLM_CUDA_CHECK(cudaMemsetAsync(ws.slot, 0xff, size_t(kv.num_kv_heads) * L * 4, stream));
   kept_slots_kernel<<<dim3((C + 255) / 256, kv.num_kv_heads), 256, 0, stream>>>(kept, C, L, ws.slot);
   VLM_CUDA_CHECK_LAUNCH();
-  search(kv, block_table, L, kept, C, ws.slot, ws.inv, arg, w, how, stream);
+  search(kv, block_table, L, kept, C, ws, arg, w, how, stream);
 }
 
 size_t look_m_row_stats_bytes(int32_t R, int num_heads, int32_t num_keys) {
@@ -405,13 +436,14 @@ size_t look_m_row_stats_bytes(int32_t R, int num_heads, int32_t num_keys) {
 
 void look_m_accumulate_scores(const void* q, DType act, int32_t R, int num_heads, const PagedKVLayer& kv,
                               const int32_t* block_table, int32_t first_pos, float scale, void* row_stats,
-                              float* scores, int64_t stride, cudaStream_t stream) {
+                              float* scores, int64_t stride, cudaStream_t stream, LookMSearch how) {
   if (R == 0) return;
   VLM_CHECK(num_heads % kv.num_kv_heads == 0 && num_heads / kv.num_kv_heads <= 16 && kv.head_dim <= 256 &&
                 stride >= first_pos + R,
             "LOOK-M scores: H {} Hkv {} D {} stride {}", num_heads, kv.num_kv_heads, kv.head_dim, stride);
   const int G = num_heads / kv.num_kv_heads, Hkv = kv.num_kv_heads;
   const size_t esz = dtype_size(act);
+  const bool mma = how != LookMSearch::F32 && look_m_scores_mma_supported(act, kv.dtype, kv.head_dim);
   auto run = [&](auto t, auto dm) {
     using TQ = decltype(t);
     constexpr int DM = decltype(dm)::value;
@@ -424,6 +456,13 @@ void look_m_accumulate_scores(const void* q, DType act, int32_t R, int num_heads
       auto* parts = static_cast<float2*>(row_stats);
       float2* stats = parts + int64_t(chunks) * rows * num_heads;
       const TQ* qb = reinterpret_cast<const TQ*>(static_cast<const char*>(q) + int64_t(r0) * num_heads * kv.head_dim * esz);
+      if (mma) {  // the same passes on tensor cores (look_m_scores_mma.cuh)
+        look_m_scores_mma_stats(qb, rows, num_heads, kv, block_table, first, scale, parts, stream);
+        merge_stats_kernel<<<dim3(rows, num_heads), 32, 0, stream>>>(parts, chunks, rows, num_heads, stats);
+        VLM_CUDA_CHECK_LAUNCH();
+        look_m_scores_mma_columns(qb, rows, num_heads, kv, block_table, first, scale, stats, scores, stride, stream);
+        continue;
+      }
       chunk_stats_kernel<TQ, DM><<<dim3(chunks, Hkv), kThreads, smem, stream>>>(qb, rows, num_heads, kv_view(kv),
                                                                                kv.dtype, block_table, first, scale, parts);
       VLM_CUDA_CHECK_LAUNCH();
@@ -459,7 +498,7 @@ void look_m_compact(const PagedKVLayer& kv, const int32_t* block_table, int32_t 
   kept_slots_kernel<<<dim3((C + 255) / 256, Hkv), 256, 0, stream>>>(kept, C, L, w.slot);
   VLM_CUDA_CHECK_LAUNCH();
   if (m != kMergeNone && C < L) {
-    search(kv, block_table, L, kept, C, w.slot, w.inv, w.arg, w.w, LookMSearch::Auto, stream);
+    search(kv, block_table, L, kept, C, w, w.arg, w.w, LookMSearch::Auto, stream);
     fold_kernel<<<dim3((L + 3) / 4, Hkv), 128, 0, stream>>>(v, kv.dtype, block_table, L, C, w.slot, w.arg, w.w, m,
                                                             w.ksum, w.vsum, w.count);
     VLM_CUDA_CHECK_LAUNCH();

@@ -23,17 +23,27 @@ enum class KVMerge : uint8_t;
 
 namespace vlm::cuda {
 
+// Which kernels serve a pass: Auto, tensor cores where they apply (16-bit caches, D 64 / 128; the
+// score passes also need act == the cache's dtype; the search on an sm_90 GPU with D 128: wgmma,
+// else mma.sync); MmaSync, the same but the search always by mma.sync (the wgmma kernel's
+// comparison); F32, the CUDA-core f32 kernels everywhere (the naive reference the tests compare
+// the tensor-core kernels with).
+enum class LookMSearch : uint8_t { Auto, F32, MmaSync };
+
 // accumulate_attention_scores (kernels/kv_compression/attention_scores.h) on the device: q[R, H, D]
 // (dtype act) are consecutive query rows of one sequence at cache positions first_pos + r, keys
 // read through block_table; scores[h * stride + j] += Σ_{r, heads of group h} softmax_r(j) for
-// j < first_pos + R. Per block of 64 rows: every key chunk's max and sum of exp per row and head,
-// merged into each row's (max, sum), then the column sums (one thread per key with the key in
-// registers, f32, rows in order). row_stats: look_m_row_stats_bytes(R, H, first_pos + R) bytes.
-// Preconditions: H % Hkv == 0; H / Hkv <= 16; D <= 256.
+// j < first_pos + R. Per block of 64 rows: every key chunk's (128 keys) max and sum of exp per row
+// and head, merged into each row's (max, sum), then the column sums. F32: one thread per key with
+// the key in registers, f32, rows in order. Auto with bf16/f16 act == cache dtype and D 64 / 128:
+// the same passes with the logits on tensor cores (look_m_scores_mma.cuh; exact 16-bit products,
+// only the f32 summation order differs). row_stats: look_m_row_stats_bytes(R, H, first_pos + R)
+// bytes. Preconditions: H % Hkv == 0; H / Hkv <= 16; D <= 256.
 size_t look_m_row_stats_bytes(int32_t R, int num_heads, int32_t num_keys);
 void look_m_accumulate_scores(const void* q /*[R,H,D]*/, DType act, int32_t R, int num_heads, const PagedKVLayer& kv,
                               const int32_t* block_table, int32_t first_pos, float scale, void* row_stats,
-                              float* scores /*[Hkv, stride]*/, int64_t stride, cudaStream_t stream);
+                              float* scores /*[Hkv, stride]*/, int64_t stride, cudaStream_t stream,
+                              LookMSearch how = LookMSearch::Auto);
 
 // select_kept_tokens (kernels/kv_compression/token_selection.h) on the device for `segments`
 // score rows (scores[i * stride + j], j < L; e.g. every layer's and kv head's of one sequence):
@@ -52,13 +62,14 @@ void look_m_select_kept(const float* scores, int64_t stride, int segments, const
 // workspace: look_m_compact_workspace_bytes(L, C, Hkv, D) bytes.
 //
 // The similarity search (LookMSearch::Auto): bf16/f16 caches with D 64 or 128 on tensor cores
-// (look_m_search_mma.cuh: the dot products as mma.sync GEMMs over chunks of 128 cache rows x 64
-// kept keys with a fused first-maximum arg-max; 16-bit products are exact, only the f32
-// summation order differs from the f32 path, so a choice can differ from the CPU's only where two
-// kept keys' cosines agree to f32 rounding; tests/kernels/cuda/test_cuda_look_m.cpp pins equality
-// on its shapes); f32 caches and other D: the f32 CUDA-core kernels (LookMSearch::F32, the
-// naive reference the tests compare with).
-enum class LookMSearch : uint8_t { Auto, F32 };
+// (look_m_search_mma.cuh: the evicted rows listed and the kept keys gathered into one contiguous
+// copy first, then the dot products as GEMMs with a fused first-maximum arg-max: wgmma over 128
+// evicted rows x 128 kept keys per step on an sm_90 GPU with D 128, else mma.sync over 256 x 64);
+// 16-bit products are exact, only the f32 summation order (and an ulp of the cosine's scaling)
+// differs from the f32 path, so a choice can differ from the CPU's only where two kept keys'
+// cosines agree to f32 rounding; tests/kernels/cuda/test_cuda_look_m.cpp pins equality on its
+// shapes); f32 caches and other D: the f32 CUDA-core kernels (LookMSearch::F32, the naive
+// reference the tests compare with).
 size_t look_m_compact_workspace_bytes(int32_t L, int32_t C, int num_kv_heads, int head_dim);
 void look_m_compact(const PagedKVLayer& kv, const int32_t* block_table, int32_t L, const int32_t* kept /*[Hkv,C]*/,
                     int32_t C, KVMerge merge, void* workspace, cudaStream_t stream);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -178,11 +179,12 @@ TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
     }
     cuda::DeviceBuffer dkept = to_device(kept), ws(cuda::look_m_compact_workspace_bytes(c.L, C, c.Hkv, c.D));
     cuda::DeviceBuffer da(size_t(c.Hkv) * c.L * 4), dw(size_t(c.Hkv) * c.L * 4);
-    std::vector<int32_t> arg[2];
-    std::vector<float> w[2];
-    for (int i = 0; i < 2; ++i) {
-      cuda::look_m_nearest_kept(sc.dkv, sc.dtable.as<int32_t>(), c.L, dkept.as<int32_t>(), C,
-                                i == 0 ? cuda::LookMSearch::Auto : cuda::LookMSearch::F32, ws.get(),
+    // 0: Auto (wgmma on an sm_90 GPU at D 128, else mma.sync), 1: F32, 2: mma.sync.
+    const cuda::LookMSearch how[3] = {cuda::LookMSearch::Auto, cuda::LookMSearch::F32, cuda::LookMSearch::MmaSync};
+    std::vector<int32_t> arg[3];
+    std::vector<float> w[3];
+    for (int i = 0; i < 3; ++i) {
+      cuda::look_m_nearest_kept(sc.dkv, sc.dtable.as<int32_t>(), c.L, dkept.as<int32_t>(), C, how[i], ws.get(),
                                 da.as<int32_t>(), dw.as<float>(), nullptr);
       arg[i] = to_host<int32_t>(da, size_t(c.Hkv) * c.L);
       w[i] = to_host<float>(dw, size_t(c.Hkv) * c.L);
@@ -203,6 +205,7 @@ TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
         const size_t i = size_t(h) * c.L + e;
         ++checked;
         EXPECT_NEAR(w[0][i], w[1][i], 1e-3);
+        EXPECT_NEAR(w[2][i], w[1][i], 1e-3);
         double best = -2;
         int bc = 0;
         std::vector<double> cs(C);
@@ -214,19 +217,81 @@ TEST(CudaLookM, TensorCoreSearchMatchesTheF32Search) {
           if (cs[j] > best) best = cs[j], bc = j;
         }
         // A different choice is allowed only at a near tie (f32 rounding of the cosines); counted.
-        for (int k = 0; k < 2; ++k)
+        for (int k = 0; k < 3; ++k)
           if (arg[k][i] != bc) {
             ++near_ties;
             bad += arg[k][i] < 0 || arg[k][i] >= C || best - cs[arg[k][i]] > 1e-5;
           }
-        differ += arg[0][i] != arg[1][i];
+        differ += (arg[0][i] != arg[1][i]) + (arg[2][i] != arg[1][i]);
       }
     }
     EXPECT_GT(checked, 0);
     EXPECT_EQ(bad, 0);
     EXPECT_LE(differ, near_ties);
-    std::printf("L=%d: %d evicted rows, tensor-core vs f32 choices differ at %d, near ties (< 1e-5) %d\n", c.L, checked,
+    std::printf("L=%d: %d evicted rows, tensor-core (Auto, mma.sync) vs f32 choices differ at %d, near ties (< 1e-5) %d\n", c.L, checked,
                 differ, near_ties);
+  }
+}
+
+// The tensor-core score passes (bf16/f16 queries and caches) against the f32 kernels and the CPU on
+// the same 16-bit inputs (full scores over chunks, then a window on top), and the kept sets the
+// tensor-core scores give: the CPU's set except where the CPU's own scores nearly tie (counted).
+TEST(CudaLookM, TensorCoreScoresMatchTheF32ScoresAndTheCpu) {
+  VLM_REQUIRE_GPU();
+  const Case cases[] = {{129, 6, 3, 64, 32, DType::BF16}, {777, 28, 4, 128, 16, DType::BF16},
+                        {200, 14, 2, 64, 16, DType::F16}, {3001, 28, 4, 128, 16, DType::BF16}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "L=" << c.L << " H=" << c.H << " D=" << c.D << " " << dtype_name(c.dt));
+    SeqCache sc(c.L, c.Hkv, c.D, c.B, c.dt, 5 + c.L);
+    const std::vector<uint8_t> q16 = testing::encode(testing::random_vector(size_t(c.L) * c.H * c.D, 11 + c.L, 1.5f), c.dt);
+    const std::vector<float> q = testing::decode(q16, c.dt);  // [L, H, D], the same values in f32
+    const float scale = 1.0f / std::sqrt(float(c.D));
+    const int cuts[] = {0, c.L / 3, c.L / 2 + 1, c.L};
+    std::vector<float> cpu(size_t(c.Hkv) * c.L, 0.0f);
+    cuda::DeviceBuffer dq = to_device(q16), dmma = to_device(cpu), df32 = to_device(cpu),
+                       stats(cuda::look_m_row_stats_bytes(c.L, c.H, c.L));
+    const size_t row = size_t(c.H) * c.D * dtype_size(c.dt);
+    auto all = [&](int first, int R) {
+      accumulate_attention_scores(q.data() + size_t(first) * c.H * c.D, R, c.H, sc.kv, sc.table.data(), first, scale,
+                                  cpu.data(), c.L);
+      for (int i = 0; i < 2; ++i)
+        cuda::look_m_accumulate_scores(dq.as<uint8_t>() + first * row, c.dt, R, c.H, sc.dkv, sc.dtable.as<int32_t>(),
+                                       first, scale, stats.get(), (i == 0 ? dmma : df32).as<float>(), c.L, nullptr,
+                                       i == 0 ? cuda::LookMSearch::Auto : cuda::LookMSearch::F32);
+    };
+    for (int i = 0; i < 3; ++i) all(cuts[i], cuts[i + 1] - cuts[i]);
+    const int W = std::min(64, c.L);
+    all(c.L - W, W);
+    const std::vector<float> mma = to_host<float>(dmma, cpu.size()), f32 = to_host<float>(df32, cpu.size());
+    double worst_f32 = 0, worst_cpu = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      worst_f32 = std::max(worst_f32, std::abs(double(mma[i]) - f32[i]) / std::max(1.0, std::abs(double(f32[i]))));
+      worst_cpu = std::max(worst_cpu, std::abs(double(mma[i]) - cpu[i]) / std::max(1.0, std::abs(double(cpu[i]))));
+    }
+    EXPECT_LE(worst_f32, 2e-5);
+    EXPECT_LE(worst_cpu, 2e-5);
+    // Kept sets (text prior over an image span) from the tensor-core scores against the CPU's.
+    const LookMParams p;
+    const LookMBudget budget = look_m_budget(p, c.L);
+    std::vector<uint8_t> is_text(c.L, 1);
+    for (int j = c.L / 10; j < c.L * 9 / 10; ++j) is_text[j] = 0;
+    int differ = 0, far = 0;
+    for (int h = 0; h < c.Hkv; ++h) {
+      const float* sc_cpu = cpu.data() + size_t(h) * c.L;
+      const auto want = select_kept_tokens(sc_cpu, is_text.data(), c.L, p, budget);
+      const auto got = select_kept_tokens(mma.data() + size_t(h) * c.L, is_text.data(), c.L, p, budget);
+      std::vector<int32_t> d;
+      std::set_symmetric_difference(want.begin(), want.end(), got.begin(), got.end(), std::back_inserter(d));
+      differ += int(d.size());
+      // A swapped position must sit at the CPU's boundary: within 1e-5 of a position the other side chose.
+      for (int32_t j : d)
+        far += std::none_of(d.begin(), d.end(), [&](int32_t o) {
+          return o != j && is_text[o] == is_text[j] && std::abs(sc_cpu[o] - sc_cpu[j]) <= 1e-5f * std::abs(sc_cpu[j]);
+        });
+    }
+    EXPECT_EQ(far, 0);
+    std::printf("L=%d: tensor-core scores rel diff %.2e vs f32, %.2e vs CPU; kept positions differing from the CPU's %d\n",
+                c.L, worst_f32, worst_cpu, differ);
   }
 }
 
