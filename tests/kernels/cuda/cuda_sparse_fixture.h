@@ -22,16 +22,6 @@ struct Seq {
   int q_len, ctx;
 };
 
-// Normalized error max|a - b| / max|ref| (non-finite: +inf).
-inline double normalized_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double err = 0, mag = 1e-30;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::isfinite(got[i]) ? std::abs(double(got[i]) - ref[i]) : INFINITY);
-    mag = std::max(mag, std::abs(double(ref[i])));
-  }
-  return err / mag;
-}
-
 // One batch of sequences over a bf16 paged cache (shuffled blocks), on the host and the GPU.
 // structured: the video-structured input of bench_sparse_prefill (frames of 256 tokens after a
 // 200-token prefix: a key direction per spatial index, sink keys, one salient index) so the

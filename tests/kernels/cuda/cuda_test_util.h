@@ -1,6 +1,7 @@
 // Host <-> device helpers and error measures for the GPU kernel tests.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -48,6 +49,16 @@ inline std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1
 }
 
 // ||a - b|| / ||b|| over all elements; NaN anywhere gives +inf.
+// Normalized error max|got - ref| / max|ref| (a non-finite got: +inf).
+inline double normalized_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double err = 0, mag = 1e-30;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err = std::max(err, std::isfinite(got[i]) ? std::abs(double(got[i]) - ref[i]) : INFINITY);
+    mag = std::max(mag, std::abs(double(ref[i])));
+  }
+  return err / mag;
+}
+
 inline double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {

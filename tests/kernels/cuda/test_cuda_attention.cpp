@@ -17,10 +17,13 @@
 
 #include "kernels/attention/paged_attention.h"
 #include "kernels/cuda/attention/cuda_attention.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/support/gpu_test.h"
 
 namespace vlm {
 namespace {
+
+using testing::normalized_error;
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
@@ -60,15 +63,6 @@ std::vector<uint8_t> to_act(std::vector<float>& x, DType act) {
   convert_from_f32(x.data(), act, bytes.data(), static_cast<int64_t>(x.size()));
   convert_to_f32(bytes.data(), act, x.data(), static_cast<int64_t>(x.size()));
   return bytes;
-}
-
-double normalized_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double err = 0, mag = 1e-30;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::isfinite(got[i]) ? std::abs(double(got[i]) - ref[i]) : INFINITY);
-    mag = std::max(mag, std::abs(double(ref[i])));
-  }
-  return err / mag;
 }
 
 void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::PrefillKernel::kAuto) {

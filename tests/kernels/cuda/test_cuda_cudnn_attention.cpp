@@ -24,16 +24,8 @@ namespace {
 
 using testing::decode;
 using testing::encode;
+using testing::normalized_error;
 using testing::to_device;
-
-double normalized_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double err = 0, mag = 1e-30;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::isfinite(got[i]) ? std::abs(double(got[i]) - ref[i]) : INFINITY);
-    mag = std::max(mag, std::abs(double(ref[i])));
-  }
-  return err / mag;
-}
 
 struct Case {
   int batch, seq_q, seq_kv, H, Hkv, D;
