@@ -18,7 +18,6 @@ LookMState::LookMState(const LookMParams& params_, int num_layers_, int num_kv_h
   is_text.assign(prefill_len, 1);
   for (int32_t j = 0; j < prefill_len && j < static_cast<int32_t>(tags.size()); ++j)
     is_text[j] = tags[j].modality == Modality::Text ? 1 : 0;
-  scores.assign(static_cast<size_t>(num_layers) * num_kv_heads * prefill_len, 0.0f);
 }
 
 void run_look_m(int layer, const float* q, int num_heads, const PagedKVLayer& kv, const ForwardBatch& batch,

@@ -31,13 +31,20 @@ struct LookMState {
   int num_kv_heads = 0;
   int32_t prefill_len = 0;       // L
   std::vector<uint8_t> is_text;  // [L]
-  std::vector<float> scores;     // [num_layers, Hkv, L]
+  // [num_layers, Hkv, L] on the host: the CPU path accumulates here (allocated, zeroed, by its first
+  // layer_scores call); a GPU backend keeps its scores on the device and copies them here at the
+  // end of prefill only when this is already sized (tests, inspection: call host_scores() first).
+  std::vector<float> scores;
   int32_t compressed_len = -1;   // cache length after compaction (-1: not yet); same for all layers
   // A GPU backend's device copy of `scores` while the prompt is prefilled (opaque here; freed with
   // the state, so a preempted sequence's copy goes with it). Null on the CPU.
   std::shared_ptr<void> device_scores;
 
-  float* layer_scores(int layer) { return scores.data() + static_cast<size_t>(layer) * num_kv_heads * prefill_len; }
+  void host_scores() { scores.resize(static_cast<size_t>(num_layers) * num_kv_heads * prefill_len, 0.0f); }
+  float* layer_scores(int layer) {
+    if (scores.empty()) host_scores();
+    return scores.data() + static_cast<size_t>(layer) * num_kv_heads * prefill_len;
+  }
 };
 
 // For each sequence s of the batch with batch.look_m[s] set (its chunk is prefill, cache position

@@ -108,6 +108,7 @@ TEST(CudaLookMDecoder, ScoresCompactionAndDecodeEqualTheCpus) {
     p.scores = md.scores;
     p.window = 24;
     LookMState cs(p, kL, kHkv, L, tags), gs(p, kL, kHkv, L, tags);
+    gs.host_scores();  // the GPU's scores back to the host at the end of prefill
     std::vector<float> lc, lg;
     for (int32_t start : {0, 90}) {  // two prefill chunks
       SequenceChunk c;
