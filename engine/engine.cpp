@@ -12,6 +12,7 @@
 #include "engine/backends/make_step_backend.h"
 #include "engine/engine_request.h"
 #include "kernels/core/check.h"
+#include "kernels/core/device_error.h"
 #include "kernels/core/log.h"
 
 namespace vlm {
@@ -151,6 +152,9 @@ bool Engine::run(const SchedulerOutput& out) {
     runner_.run(out);
     return true;
   } catch (const std::exception& e) {
+    // The device failed: its state is unknown, so the engine cannot go on. EngineLoop marks the
+    // failure (health 503) and then ends every request, this step's too.
+    if (dynamic_cast<const DeviceError*>(&e) != nullptr) throw;
     // The whole step failed: its requests end with an error, the others go on.
     VLM_LOG_ERROR("engine step failed: {}", e.what());
     const RequestFailure failure{500, "server_error", std::string("internal error: ") + e.what(), ""};

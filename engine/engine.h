@@ -75,7 +75,9 @@ class Engine {
   // so that EngineLoop::submit hashes the pixels off the engine thread.
   static void fill_media_keys(GenerationRequest& request);
 
-  // One engine step (a no-op when nothing is scheduled).
+  // One engine step (a no-op when nothing is scheduled). A failed model run ends the step's
+  // requests with a 500 and returns; a DeviceError is rethrown untouched (the device's state is
+  // unknown: EngineLoop marks the engine failed, then ends every request).
   void step();
 
   // For when the engine goes idle: the block integrity check, and no block may still be in use

@@ -64,6 +64,9 @@ struct EngineConfig {
   // not set SamplingParams::sink_router, and its knobs.
   bool sink_router = false;
   SinkRouterConfig sink_router_config;
+  // Tests only (vlm-server --debug-fail-step N): the backend's forward number N (1-based) and
+  // every later one throw a DeviceError, as a failed GPU would (FaultInjectionBackend). 0: off.
+  int64_t debug_fail_step = 0;
 };
 
 // Time spent in each stage of Engine::step(), in seconds.

@@ -3,12 +3,13 @@
 #include <fmt/format.h>
 
 #include "kernels/core/check.h"
+#include "kernels/core/device_error.h"
 #include "kernels/core/log.h"
 
 namespace vlm {
 
-EngineLoop::EngineLoop(std::unique_ptr<Engine> engine)
-    : engine_(std::move(engine)), queue_(std::make_shared<RequestQueue>()) {
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, std::function<void()> on_failure)
+    : engine_(std::move(engine)), queue_(std::make_shared<RequestQueue>()), on_failure_(std::move(on_failure)) {
   publish_stats();
   thread_ = std::thread([this] { run(); });
 }
@@ -16,6 +17,7 @@ EngineLoop::EngineLoop(std::unique_ptr<Engine> engine)
 EngineLoop::~EngineLoop() { stop(); }
 
 RequestHandle EngineLoop::submit(GenerationRequest request, std::function<void()> notify) {
+  if (failed_) throw RequestError(503, "unavailable_error", "the engine failed and the server is restarting: " + failure());
   if (stop_) throw RequestError(503, "unavailable_error", "the engine is shutting down");
   engine_->validate(request);  // const, reads only the configuration
   Engine::fill_media_keys(request);  // hashes the pixels here, not on the engine thread
@@ -37,6 +39,34 @@ RequestHandle EngineLoop::submit(GenerationRequest request, std::function<void()
 void EngineLoop::abort(const std::string& request_id) { queue_->push_abort(request_id); }
 
 void EngineLoop::reset_prefix_cache() { queue_->push_reset_prefix_cache(); }
+
+std::string EngineLoop::failure() const {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  return failure_;
+}
+
+void EngineLoop::mark_failed(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    failure_ = why;
+  }
+  failed_ = true;
+  VLM_LOG_ERROR("engine failed for good: {}", why);
+}
+
+bool EngineLoop::on_step_failure(const std::exception& e) {
+  const bool device = dynamic_cast<const DeviceError*>(&e) != nullptr;
+  const std::string what = std::string(device ? "the compute device failed: " : "internal error: ") + e.what();
+  VLM_LOG_ERROR("engine step failed, ending every live request: {}", what);
+  // Failed before any request hears of it, so a client that got its error sees /health at 503.
+  if (device) mark_failed(what);
+  engine_->fail_all({500, "server_error", what, ""});
+  if (device) return true;
+  // A broken invariant outside the model run: the engine goes on when its blocks are still sound.
+  if (engine_->check_idle()) return false;
+  mark_failed(what + " (and the KV blocks are no longer consistent)");
+  return true;
+}
 
 EngineStats EngineLoop::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
@@ -82,9 +112,7 @@ void EngineLoop::run() {
       try {
         engine_->step();
       } catch (const std::exception& e) {
-        // A broken invariant outside the model run: end every request, keep serving.
-        VLM_LOG_ERROR("engine step failed, ending every live request: {}", e.what());
-        engine_->fail_all({500, "server_error", std::string("internal error: ") + e.what(), ""});
+        if (on_step_failure(e)) break;
       }
     } else if (!idle_checked) {
       engine_->check_idle();
@@ -92,12 +120,14 @@ void EngineLoop::run() {
     }
     publish_stats();
   }
-  // Shutdown: requests still queued or live get an error.
-  for (EngineCommand& c : queue_->drain(false, {}))
-    if (c.kind == EngineCommand::Kind::Add)
-      c.channel->push(error_event({503, "unavailable_error", "the engine is shutting down", ""}));
-  engine_->fail_all({503, "unavailable_error", "the engine is shutting down", ""});
+  // Shutdown (or failure): requests still queued or live get an error.
+  const std::string why = failed_ ? "the engine failed and the server is restarting: " + failure()
+                                  : std::string("the engine is shutting down");
+  for (EngineCommand& c : queue_->close({503, "unavailable_error", why, ""}))
+    if (c.kind == EngineCommand::Kind::Add) c.channel->push(error_event({503, "unavailable_error", why, ""}));
+  engine_->fail_all({503, "unavailable_error", why, ""});
   publish_stats();
+  if (failed_ && on_failure_) on_failure_();
 }
 
 }  // namespace vlm

@@ -38,6 +38,9 @@ void Engine::validate(const GenerationRequest& request) const {
       bad_request("vlm_options", fmt::format("sparse prefill method {} does not run on {} yet",
                                              sparse_prefill_method_name(sp.method), backend_->device()));
   }
+  if (request.look_m && request.look_m->enabled && !backend_->runs_look_m())
+    bad_request("vlm_options", fmt::format("LOOK-M does not run on {} for this model's attention shape",
+                                           backend_->device()));
   if (request.params.n > config_.scheduler.max_num_seqs)
     bad_request("n", fmt::format("n = {} is more than the server runs at once ({})", request.params.n,
                                  config_.scheduler.max_num_seqs));

@@ -5,6 +5,10 @@ namespace vlm {
 void RequestQueue::push_add(GenerationRequest request, std::shared_ptr<RequestChannel> channel) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) {
+      channel->push(error_event(*closed_));
+      return;
+    }
     EngineCommand c;
     c.kind = EngineCommand::Kind::Add;
     c.request = std::move(request);
@@ -57,6 +61,15 @@ void RequestQueue::wake() {
 size_t RequestQueue::num_pending_adds() const {
   std::lock_guard<std::mutex> lock(mu_);
   return num_adds_;
+}
+
+std::vector<EngineCommand> RequestQueue::close(RequestFailure failure) {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = std::move(failure);
+  std::vector<EngineCommand> out = std::move(pending_);
+  pending_.clear();
+  num_adds_ = 0;
+  return out;
 }
 
 }  // namespace vlm

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct EngineCommand {
 
 class RequestQueue {
  public:
+  // After close(): the channel gets the close failure at once instead (nothing is queued).
   void push_add(GenerationRequest request, std::shared_ptr<RequestChannel> channel);
   void push_abort(std::string request_id);
   void push_reset_prefix_cache();
@@ -34,6 +36,9 @@ class RequestQueue {
   // Wakes a waiting drain(); later pushes are still accepted (and drained).
   void wake();
   size_t num_pending_adds() const;
+  // Refuses every later push_add with `failure` (the engine thread is gone); returns the
+  // commands still pending, for the caller to answer.
+  std::vector<EngineCommand> close(RequestFailure failure);
 
  private:
   mutable std::mutex mu_;
@@ -41,6 +46,7 @@ class RequestQueue {
   std::vector<EngineCommand> pending_;
   size_t num_adds_ = 0;
   bool woken_ = false;
+  std::optional<RequestFailure> closed_;
 };
 
 }  // namespace vlm

@@ -174,6 +174,7 @@ void ApiServer::admit(const HttpRequest& req, const std::string& model, bool jso
   if (!options_.api_key.empty() && !constant_time_equals(req.header("authorization"), "Bearer " + options_.api_key))
     bad("", "invalid or missing API key", 401, "authentication_error");
   if (!ready_ || draining_) bad("", draining_ ? "server is shutting down" : "model is loading", 503, "unavailable_error");
+  if (engine_.failed()) bad("", "the engine failed and the server is restarting", 503, "unavailable_error");
   if (req.method == "POST" && json_body) {
     const std::string& ct = req.header("content-type");
     if (ct.rfind("application/json", 0) != 0)
@@ -339,6 +340,11 @@ HttpReply ApiServer::models(const HttpRequest& req) const {
 }
 
 HttpReply ApiServer::health(const HttpRequest&) const {
+  if (engine_.failed()) {  // the process exits soon (tools/vlm-server): an orchestrator restarts it
+    HttpReply r = HttpReply::error(503, "unavailable_error", "the engine failed: " + engine_.failure());
+    r.headers.emplace_back("Retry-After", kUnavailableRetryAfter);
+    return r;
+  }
   if (!ready_ || draining_) {
     HttpReply r = HttpReply::error(503, "unavailable_error", draining_ ? "server is shutting down" : "model is loading");
     r.headers.emplace_back("Retry-After", kUnavailableRetryAfter);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "engine/backends/cpu_backend.h"
+#include "engine/backends/cuda_model_support.h"
+#include "engine/backends/fault_injection_backend.h"
 #include "engine/compute_dtype.h"
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
@@ -57,9 +59,22 @@ std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const LlmD
   if (c.block_size < 1 || c.block_size > 1024) throw LoadError(fmt::format("engine config: block size {}", c.block_size));
   Device device = c.device;
   std::string why;
-  if (device == Device::Auto) device = cuda_available(&why) ? Device::Cuda : Device::Cpu;
-  else if (device == Device::Cuda && !cuda_available(&why))
+  // The GPU kernels' shape limits, checked on the host before any GPU is opened: --device cuda
+  // refuses the model naming them; --device auto falls back to the CPU with a warning.
+  const std::vector<std::string> problems =
+      device == Device::Cpu ? std::vector<std::string>{}
+                            : cuda_model_support(decoder.config(), c, c.dtype.value_or(decoder.config().dtype),
+                                                 max_model_len, multimodal ? multimodal->vision_head_dim() : 0);
+  if (device == Device::Cuda && !problems.empty()) throw LoadError(cuda_support_message(problems));
+  if (device == Device::Auto) {
+    device = cuda_available(&why) ? Device::Cuda : Device::Cpu;
+    if (device == Device::Cuda && !problems.empty()) {
+      VLM_LOG_WARN("--device auto: running on the CPU, not the GPU: {}", cuda_support_message(problems));
+      device = Device::Cpu;
+    }
+  } else if (device == Device::Cuda && !cuda_available(&why)) {
     throw LoadError("--device cuda: " + why);
+  }
   std::unique_ptr<StepBackend> backend;
   if (device == Device::Cpu) {
     const ModelConfig& m = decoder.config();
@@ -84,6 +99,11 @@ std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const LlmD
 #endif
   }
   VLM_LOG_INFO("engine: device {}", backend->device());
+  if (c.debug_fail_step > 0) {
+    VLM_LOG_WARN("engine: --debug-fail-step {}: forward {} will fail as a broken device would (tests only)",
+                 c.debug_fail_step, c.debug_fail_step);
+    backend = std::make_unique<FaultInjectionBackend>(std::move(backend), c.debug_fail_step);
+  }
   return backend;
 }
 

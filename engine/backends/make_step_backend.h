@@ -23,7 +23,9 @@ bool cuda_available(std::string* why = nullptr);
 // Resolves Auto and builds the backend: the CPU one with a cache of config.num_kv_blocks (else
 // kv_cache_memory_gib) blocks, the CUDA one sized by gpu_memory_utilization. Throws LoadError
 // for device cuda without the backend or a GPU, a bad block size, or a cache that cannot hold one
-// sequence of max_model_len tokens.
+// sequence of max_model_len tokens, and (before any GPU is opened) for device cuda when the GPU
+// kernels cannot run the model's shapes or the asked-for methods (cuda_model_support.h; the
+// message names each problem). Device auto then picks the CPU, with a warning.
 // With `multimodal` (the model whose decoder is `decoder`), the CUDA backend also puts the
 // model's vision encoder on the GPU where it has one there.
 std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& config, const LlmDecoder& decoder,

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/backends/cuda_model_support.h"
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
 
@@ -139,7 +140,13 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
 }
 
 bool CudaBackend::runs_sparse_prefill(const SparsePrefillConfig& cfg) const {
-  return !cfg.enabled() || (plannable_without_host_data(cfg) && cfg.block == 64 && gpu_.dtype() != DType::F32);
+  return !cfg.enabled() || (plannable_without_host_data(cfg) && cfg.block == 64 && gpu_.dtype() != DType::F32 &&
+                            cuda_fast_head_dim(gpu_.config().head_dim));
+}
+
+bool CudaBackend::runs_look_m() const {
+  const ModelConfig& m = gpu_.config();
+  return m.num_heads / m.num_kv_heads <= kCudaDecodeMaxGroup && m.head_dim <= 256;
 }
 
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmDecoder& decoder,
@@ -149,12 +156,7 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmD
   // SinkRouter run on the GPU (CudaDecoder: CudaLookMStep, CudaSinkRouterStep).
   CudaDecoderOptions o;
   o.dtype = c.dtype.value_or(decoder.config().dtype);
-  if (c.sparse_prefill.enabled() && !(plannable_without_host_data(c.sparse_prefill) && c.sparse_prefill.block == 64 &&
-                                      o.dtype != DType::F32))  // runs_sparse_prefill, before the upload
-    throw LoadError(fmt::format("--device cuda: sparse prefill method {} does not run on the GPU yet (the GPU plans "
-                                "a_shape, tri_shape, grid, vertical_slash, xattention (strides dividing 64) and "
-                                "mminference, 64-token blocks, a bf16/f16 cache); use --device cpu",
-                                sparse_prefill_method_name(c.sparse_prefill.method)));
+  // The shapes and methods were checked before (make_step_backend: cuda_model_support).
   o.block_size = c.block_size;
   o.num_kv_blocks = c.num_kv_blocks;
   o.gpu_memory_utilization = c.gpu_memory_utilization;

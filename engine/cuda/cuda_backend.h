@@ -32,6 +32,7 @@ class CudaBackend : public StepBackend {
   int64_t kv_bytes_per_block() const override { return gpu_.kv_bytes_per_block(); }
   DType kv_dtype() const override { return gpu_.dtype(); }
   bool runs_sparse_prefill(const SparsePrefillConfig& cfg) const override;
+  bool runs_look_m() const override;
   void copy_block(int32_t src, int32_t dst) override { gpu_.copy_block(src, dst); }
   void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override { gpu_.forward(batch, override); }
   void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) override;

@@ -54,6 +54,7 @@ class LlavaModel : public MultimodalModel {
   int64_t tokens_per_image() const { return config_.tokens_per_image(); }
   // The side S of the square pixel input [3, S, S] encode_images() expects.
   int image_size() const { return static_cast<int>(config_.vision.image_size); }
+  int64_t vision_head_dim() const override { return config_.vision.head_dim(); }
   int32_t image_token_id() const override { return config_.image_token_id; }
   const ClipVisionEncoder& vision() const { return *vision_; }
   const LlavaProjector& projector() const { return *projector_; }

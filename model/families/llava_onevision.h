@@ -43,6 +43,7 @@ class LlavaOnevisionModel : public MultimodalModel {
   const LlavaOnevisionConfig& config() const { return config_; }
   const LlmDecoder& decoder() const override { return base_->decoder(); }
   bool accepts_video() const override { return true; }
+  int64_t vision_head_dim() const override { return config_.llava.vision.head_dim(); }
   int32_t image_token_id() const override { return config_.llava.image_token_id; }
   int32_t video_token_id() const override { return config_.video_token_id; }
   int tile_size() const { return static_cast<int>(config_.llava.vision.image_size); }

@@ -21,6 +21,8 @@ class MultimodalModel {
 
   virtual const LlmDecoder& decoder() const = 0;
   virtual bool accepts_video() const { return false; }
+  // The vision tower's attention head size (0: none); the GPU's shape checks read it.
+  virtual int64_t vision_head_dim() const { return 0; }
   // The placeholder token ids of image / video tokens in prompts (-1: none).
   virtual int32_t image_token_id() const = 0;
   virtual int32_t video_token_id() const { return -1; }

@@ -54,6 +54,7 @@ class Qwen2VLModel : public MultimodalModel {
   // (model/qwen2vl_preprocess); an image has t = 1. It takes t*h*w / merge^2 prompt tokens,
   // h*w / merge^2 per temporal grid step (tokens_per_frame).
   bool accepts_video() const override { return true; }
+  int64_t vision_head_dim() const override { return config_.vision.head_dim(); }
   int32_t image_token_id() const override { return config_.image_token_id; }
   int32_t video_token_id() const override { return config_.video_token_id; }
   int64_t media_tokens(const MediaPixels& item, int k) const override;

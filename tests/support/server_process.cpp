@@ -80,6 +80,20 @@ std::string ServerProcess::log() const {
   return ss.str();
 }
 
+int ServerProcess::wait_exit(double timeout_s) {
+  if (pid_ <= 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
 int ServerProcess::terminate(double timeout_s) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);

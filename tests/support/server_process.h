@@ -32,6 +32,9 @@ class ServerProcess {
   double metric(const std::string& name) const;
   // Sends SIGTERM and waits up to timeout_s; returns the exit status (or -1 on timeout/signal).
   int terminate(double timeout_s = 30);
+  // Waits up to timeout_s for the process to exit by itself (no signal); returns its exit status,
+  // or -1 when it did not exit in time (it is then still running) or ended by a signal.
+  int wait_exit(double timeout_s);
 
  private:
   pid_t pid_ = -1;

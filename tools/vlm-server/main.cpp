@@ -37,9 +37,15 @@
 // joined) or as the list of parts; auto reads it off the template (server/chat_messages.h).
 // GET / serves the web playground (server/webui) unless --no-webui (a bare flag, or 1/0, true/false).
 // SIGINT/SIGTERM: stop accepting, finish in-flight requests for up to --drain-timeout seconds, exit 0.
+// Engine failure (a CUDA error in a step, EngineLoop::failed): live requests end with a 500, /health
+// and new requests answer 503 for --failure-exit-delay seconds after the replies are out (so a
+// health probe sees it), then exit 3 for an orchestrator to restart the server. --debug-fail-step N
+// (tests only) makes the backend's forward N fail as a broken GPU would.
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -89,6 +95,9 @@ const std::map<std::string, std::string> kFlags = {
     {"allowed-media-domains", "comma-separated hosts media may come from"},
     {"allowed-local-media-path", "directory file:// media may come from"},
     {"drain-timeout", "seconds to finish requests on SIGTERM (default 30)"},
+    {"failure-exit-delay", "seconds /health answers 503 after an engine failure (a GPU error) before the process "
+                           "exits 3 (default 2)"},
+    {"debug-fail-step", "tests only: the backend's forward N fails as a broken GPU would (default 0: off)"},
     {"listen-while-loading", "on (default): every route answers 503 (Retry-After) while loading; off: the port opens "
                              "when ready"},
     {"chat-template-content-format", "auto (default: from the chat template), string or openai: how message content "
@@ -257,10 +266,34 @@ void warm_weights(const vlm::LlmDecoder& decoder) {
 }
 
 int g_signal_pipe[2] = {-1, -1};
+constexpr unsigned char kEngineFailed = 0xfe;  // on the signal pipe: the engine failed for good
+constexpr int kExitEngineFailed = 3;
 
 void on_signal(int sig) {
   const unsigned char b = static_cast<unsigned char>(sig);
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
+}
+
+// After the engine failed for good: /health already answers 503 (ApiServer reads
+// EngineLoop::failed); the replies in flight (500s, error events) go out within --drain-timeout,
+// then the server keeps answering 503 for --failure-exit-delay seconds (a signal ends that early)
+// and the process exits kExitEngineFailed.
+int exit_after_failure(double drain_s, double delay_s, vlm::EngineLoop& loop, vlm::HttpServer& server) {
+  VLM_LOG_ERROR("the engine failed: {}; /health answers 503; exiting {} once the replies are out", loop.failure(),
+                kExitEngineFailed);
+  const auto now = [] { return std::chrono::steady_clock::now(); };
+  const auto drain_end = now() + std::chrono::duration<double>(drain_s);
+  while (server.active_requests() > 0 && now() < drain_end) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto linger_end = now() + std::chrono::duration<double>(delay_s);
+  while (now() < linger_end) {
+    pollfd p{g_signal_pipe[0], POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(linger_end - now()).count();
+    if (poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 1, 1000))) > 0) break;  // SIGTERM: go now
+  }
+  server.stop();
+  loop.stop();
+  VLM_LOG_ERROR("exiting {} after the engine failure", kExitEngineFailed);
+  return kExitEngineFailed;
 }
 
 }  // namespace
@@ -341,6 +374,10 @@ int main(int argc, char** argv) {
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
     ec.enable_prefix_caching = bool_flag(flags, "enable-prefix-caching", true);
     vlm::cli::apply_backend_flags(flags, cli(), ec);
+    ec.debug_fail_step = int_flag(flags, "debug-fail-step", 0, 0);
+    const double failure_exit_delay =
+        flags.count("failure-exit-delay") ? cli().number("failure-exit-delay", flags.at("failure-exit-delay"), 0.0, 86400.0)
+                                          : 2.0;
     if (flags.count("look-m") && flags.at("look-m") != "off") {
       auto p = vlm::look_m_mode_from_name(flags.at("look-m"));
       if (!p) usage("--look-m: unknown mode '" + flags.at("look-m") + "'");
@@ -476,7 +513,11 @@ int main(int argc, char** argv) {
         break;
       }
     }
-    vlm::EngineLoop loop(std::move(engine));
+    // An engine that failed for good (EngineLoop::failed) wakes the wait below as a signal would.
+    vlm::EngineLoop loop(std::move(engine), [] {
+      const unsigned char b = kEngineFailed;
+      [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
+    });
     vlm::ApiServer api_server(api, loop, tokenizer, std::move(chat_template), vlm::SamplingDefaults::load(model_dir));
     api_server.register_routes(router);
     if (!bool_flag(flags, "no-webui")) vlm::register_web_ui(router);
@@ -496,6 +537,8 @@ int main(int argc, char** argv) {
     unsigned char sig = 0;
     while (read(g_signal_pipe[0], &sig, 1) != 1) {
     }
+    if (sig == kEngineFailed)
+      return exit_after_failure(float_flag(flags, "drain-timeout", 30.0), failure_exit_delay, loop, *server);
     VLM_LOG_INFO("signal {}: draining", sig);
     api_server.set_draining(true);
     server->stop_accepting();
@@ -507,6 +550,6 @@ int main(int argc, char** argv) {
     server->stop();
     loop.stop();
     VLM_LOG_INFO("stopped");
-    return 0;
+    return loop.failed() ? kExitEngineFailed : 0;  // a signal that came before the failure's wake-up
   });
 }

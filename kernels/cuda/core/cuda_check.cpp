@@ -3,11 +3,12 @@
 #include <fmt/format.h>
 
 #include "kernels/core/check.h"
+#include "kernels/core/device_error.h"
 
 namespace vlm::cuda {
 
 void cuda_failed(const char* file, int line, const char* what, cudaError_t err) {
-  throw InternalError(fmt::format("{}:{}: {} failed: {} ({})", file, line, what, cudaGetErrorString(err),
+  throw DeviceError(fmt::format("{}:{}: {} failed: {} ({})", file, line, what, cudaGetErrorString(err),
                                   cudaGetErrorName(err)));
 }
 

@@ -1,0 +1,171 @@
+// cuda_model_support (engine/backends/cuda_model_support.h): the GPU kernels' shape limits checked
+// on the host at load, on the fixtures' configs with edited fields (no GPU needed: CI runs these),
+// and make_step_backend refusing --device cuda with the message before any GPU is opened.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/backends/cuda_model_support.h"
+#include "engine/backends/make_step_backend.h"
+#include "kernels/core/check.h"
+#include "model/decoder/llm_decoder.h"
+#include "model/families/qwen2_vl.h"
+#include "tests/engine/engine_test_util.h"
+
+namespace vlm::testing {
+namespace {
+
+std::string joined(const std::vector<std::string>& p) {
+  std::string s;
+  for (const auto& x : p) s += x + "\n";
+  return s;
+}
+
+bool mentions(const std::vector<std::string>& p, const std::string& what) {
+  return joined(p).find(what) != std::string::npos;
+}
+
+// The Qwen2-VL-7B text shapes (H 28, Hkv 4, D 128) on the tiny fixture's config.
+ModelConfig qwen2vl_7b_shaped() {
+  ModelConfig m = ModelConfig::load(fixture_model_dir("qwen2_tiny"));
+  m.num_heads = 28;
+  m.num_kv_heads = 4;
+  m.head_dim = 128;
+  m.hidden_size = 3584;
+  return m;
+}
+
+EngineConfig all_methods() {
+  EngineConfig c;
+  c.sparse_prefill.method = SparsePrefillMethod::MMInference;
+  c.sink_router = true;
+  c.look_m.enabled = true;
+  return c;
+}
+
+TEST(CudaModelSupport, SevenBShapesRunEveryMethod) {
+  const ModelConfig m = qwen2vl_7b_shaped();
+  EXPECT_TRUE(cuda_model_support(m, all_methods(), DType::BF16, 32768, /*vision_head_dim=*/80).empty())
+      << joined(cuda_model_support(m, all_methods(), DType::BF16, 32768, 80));
+  // head size 64 (Llama-3.2-1B) too
+  ModelConfig l = m;
+  l.num_heads = 32;
+  l.num_kv_heads = 8;
+  l.head_dim = 64;
+  EXPECT_TRUE(cuda_model_support(l, all_methods(), DType::F16, 131072).empty());
+}
+
+TEST(CudaModelSupport, HeadSizeTwelveIsRefusedNamingIt) {
+  ModelConfig m = ModelConfig::load(fixture_model_dir("llama_tiny"));
+  m.head_dim = 12;
+  const auto p = cuda_model_support(m, EngineConfig{}, DType::BF16, 512);
+  ASSERT_FALSE(p.empty());
+  EXPECT_TRUE(mentions(p, "head size 12: the GPU's KV cache write needs a multiple of 8")) << joined(p);
+  EXPECT_NE(cuda_support_message(p).find("--device cuda cannot run this model"), std::string::npos);
+}
+
+TEST(CudaModelSupport, HeadSizeAbove256IsRefused) {
+  ModelConfig m = qwen2vl_7b_shaped();
+  m.head_dim = 264;
+  EXPECT_TRUE(mentions(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096), "head size 264: the GPU's kernels "
+                                                                                "take at most 256"));
+}
+
+TEST(CudaModelSupport, ReferenceKernelHeadSizesNeedAShortContext) {
+  // The Qwen2-VL server fixture: head size 16 (the reference kernel), 32768 positions.
+  const Qwen2VLConfig q = Qwen2VLConfig::load(std::string(VLM_FIXTURES_DIR) + "/qwen2vl_server/qwen2_vl_chat");
+  ASSERT_EQ(q.text.head_dim, 16);
+  const auto p = cuda_model_support(q.text, EngineConfig{}, DType::BF16, 32768, q.vision.head_dim());
+  ASSERT_EQ(p.size(), 1u) << joined(p);
+  EXPECT_TRUE(mentions(p, "at most 12000 tokens of context, and max_model_len is 32768: pass --max-model-len 12000"))
+      << joined(p);
+  EXPECT_TRUE(cuda_model_support(q.text, EngineConfig{}, DType::BF16, 12000, q.vision.head_dim()).empty());
+}
+
+TEST(CudaModelSupport, MethodsByFlagOnShapesTheGpuCannotRunAreRefused) {
+  const ModelConfig tiny = ModelConfig::load(fixture_model_dir("llama_tiny"));  // D 16, G 2
+  EngineConfig c = all_methods();
+  auto p = cuda_model_support(tiny, c, DType::BF16, 512);
+  EXPECT_TRUE(mentions(p, "--sparse-prefill mminference: the GPU's block-sparse kernel takes head size 64 or 128, "
+                          "not 16"))
+      << joined(p);
+  EXPECT_TRUE(mentions(p, "--sink-router on: the GPU routes on its decode kernel")) << joined(p);
+  EXPECT_FALSE(mentions(p, "--look-m")) << "LOOK-M runs D 16, G 2 on the GPU:\n" << joined(p);
+
+  // G 32 (64 query heads over 2 KV heads): past the decode kernel's 16 and LOOK-M's scores.
+  ModelConfig wide = qwen2vl_7b_shaped();
+  wide.num_heads = 64;
+  wide.num_kv_heads = 2;
+  p = cuda_model_support(wide, c, DType::BF16, 4096);
+  EXPECT_TRUE(mentions(p, "not head size 128 with 32 per KV head")) << joined(p);
+  EXPECT_TRUE(mentions(p, "--look-m: the GPU's LOOK-M scores take at most 16 query heads per KV head")) << joined(p);
+  EXPECT_FALSE(mentions(p, "--sparse-prefill")) << joined(p);
+
+  // Sparse prefill needs a bf16/f16 cache, and a method the GPU plans (64-token blocks).
+  c = EngineConfig{};
+  c.sparse_prefill.method = SparsePrefillMethod::MMInference;
+  p = cuda_model_support(qwen2vl_7b_shaped(), c, DType::F32, 4096);
+  EXPECT_TRUE(mentions(p, "needs a bf16/f16 cache, not --dtype float32")) << joined(p);
+  c.sparse_prefill.block = 32;
+  p = cuda_model_support(qwen2vl_7b_shaped(), c, DType::BF16, 4096);
+  EXPECT_TRUE(mentions(p, "over 64-token blocks")) << joined(p);
+  // Off by flag: nothing to refuse (requests asking for it get a 400: StepBackend::runs_sparse_prefill).
+  EXPECT_TRUE(cuda_model_support(tiny, EngineConfig{}, DType::BF16, 512).empty());
+}
+
+TEST(CudaModelSupport, GroupAndBlockShapes) {
+  ModelConfig m = qwen2vl_7b_shaped();
+  m.num_kv_heads = 5;  // 28 over 5
+  auto p = cuda_model_support(m, EngineConfig{}, DType::BF16, 4096);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(mentions(p, "28 query heads over 5 KV heads")) << joined(p);
+  EngineConfig c;
+  c.block_size = 24;
+  p = cuda_model_support(qwen2vl_7b_shaped(), c, DType::BF16, 4096);
+  EXPECT_TRUE(mentions(p, "--block-size 24: the GPU's attention kernels need a power of two")) << joined(p);
+}
+
+TEST(CudaModelSupport, VisionOffTensorCoresBoundsTheMediaPatches) {
+  const ModelConfig m = qwen2vl_7b_shaped();
+  EngineConfig c;
+  c.max_media_patches = 65536;
+  // Qwen2-VL's tower (head size 80) in bf16 runs on tensor cores: any segment length.
+  EXPECT_TRUE(cuda_model_support(m, c, DType::BF16, 4096, 80).empty());
+  // float32 (the exact path) runs the reference kernel: at most 40960 rows per image or frame.
+  auto p = cuda_model_support(m, c, DType::F32, 4096, 80);
+  EXPECT_TRUE(mentions(p, "pass --max-media-patches 40960")) << joined(p);
+  p = cuda_model_support(m, c, DType::BF16, 4096, 12);  // head size 12: off tensor cores too
+  EXPECT_TRUE(mentions(p, "head size 12")) << joined(p);
+  c.max_media_patches = 32768;  // the default
+  EXPECT_TRUE(cuda_model_support(m, c, DType::F32, 4096, 12).empty());
+}
+
+TEST(CudaModelSupport, DeviceCudaIsRefusedBeforeAnyGpuIsOpened) {
+  // On CI (no GPU, maybe no CUDA build) the shape message comes first, not "no GPU".
+  auto decoder = LlmDecoder::load(fixture_model_dir("llama_tiny"));
+  EngineConfig c = test_config();
+  c.device = Device::Cuda;
+  c.sink_router = true;  // D 16: the GPU cannot route it
+  try {
+    make_step_backend(c, *decoder, {}, 512);
+    FAIL() << "--device cuda with --sink-router on at head size 16 must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("--device cuda cannot run this model as configured: --sink-router on"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CudaModelSupport, DeviceAutoFallsBackToTheCpu) {
+  // --device auto takes the CPU instead (with a warning) where the GPU cannot run the model.
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: auto is the CPU anyway";
+  auto decoder = LlmDecoder::load(fixture_model_dir("llama_tiny"));
+  EngineConfig c = test_config();
+  c.device = Device::Auto;
+  c.sink_router = true;
+  EXPECT_EQ(make_step_backend(c, *decoder, {}, 512)->device().rfind("cpu", 0), 0u);
+}
+
+}  // namespace
+}  // namespace vlm::testing
