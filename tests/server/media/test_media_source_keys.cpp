@@ -70,8 +70,8 @@ TEST(MediaSourceKeys, ImageUrlAndBase64AndBothFormsShareAKey) {
     expect_same_rows(g, a);
     // Other preprocessing, other key.
     const MediaPixels small = loader(false, 40 * 28 * 28).load_image(b64, "p");
-    EXPECT_NE(small.grid_thw, a.grid_thw);
-    EXPECT_NE(media_item_key(small), media_item_key(a));
+    if (std::string(name) == "coffee.jpg") EXPECT_NE(small.grid_thw, a.grid_thw);  // the small one fits both
+    EXPECT_NE(media_item_key(small), media_item_key(a)) << "other settings, other key (even at the same grid)";
   }
   EXPECT_NE(media_item_key(cpu.load_image(data_url(kImages + "cat_crop.png", "image/png"), "p")),
             media_item_key(cpu.load_image(data_url(kImages + "camera_crop.png", "image/png"), "p")))
