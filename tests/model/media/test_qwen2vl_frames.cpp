@@ -2,7 +2,9 @@
 // qwen2vl_preprocess rows bit for bit, whole and per temporal-group slice, on real decoded video
 // frames (tests/fixtures/video) and on random frames of odd sizes that resize (down and up), with
 // frame counts that are not a multiple of the temporal patch (the last frame repeated); the item's
-// size, grid and frame count are qwen2vl_preprocess's; frames8_fit's bounds.
+// size, grid and frame count are qwen2vl_preprocess's; frames8_fit's bounds; the CPU model
+// (Qwen2VLModel) takes a Frames8 item with the Rows item's tokens and embeddings, and refuses one
+// whose frames do not match its grid with a 400.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <random>
 
 #include "kernels/core/check.h"
+#include "model/families/qwen2_vl.h"
 #include "model/media/qwen2vl_frames.h"
 #include "model/media/video_decode.h"
 
@@ -124,6 +127,30 @@ TEST(Qwen2VLFrames8, FitBounds) {
   EXPECT_FALSE(frames8_fit(9000, 100, 448, 28)) << "a side over kFrames8MaxSide";
   EXPECT_FALSE(frames8_fit(100, 8000, 4000, 28)) << "the horizontal pass's intermediate (4000 x 8000)";
   EXPECT_FALSE(frames8_fit(0, 10, 28, 28));
+}
+
+TEST(Qwen2VLFrames8, CpuModelEncodesItAsTheRows) {
+  const auto model = Qwen2VLModel::load(std::string(VLM_FIXTURES_DIR) + "/qwen2vl/qwen2_vl_tiny");
+  std::mt19937 g(8);
+  std::vector<RgbImage> frames;
+  for (int i = 0; i < 3; ++i) frames.push_back(random_image(85, 57, g));
+  const MediaPixels f8 = qwen2vl_frames8(frames, Qwen2VLPreprocessConfig{}, Modality::Video);
+  const MediaPixels rows = to_rows_form(f8);
+  ASSERT_EQ(model->media_tokens(f8, 0), model->media_tokens(rows, 0));
+  const int64_t n = model->media_tokens(rows, 0), C = model->config().text.hidden_size;
+  std::vector<float> a(static_cast<size_t>(2 * n * C)), b(a.size());
+  const MediaPixels* both_f8[] = {&f8, &rows};  // mixed forms in one call
+  const MediaPixels* both_rows[] = {&rows, &rows};
+  model->encode_media(both_f8, a.data());
+  model->encode_media(both_rows, b.data());
+  EXPECT_TRUE(same_bits(a, b));
+  MediaPixels bad = f8;
+  bad.grid_thw[0] = 3;  // 3 frames are 2 temporal groups
+  EXPECT_THROW(model->media_tokens(bad, 1), RequestError);
+  bad = f8;
+  bad.frames.pop_back();
+  bad.frames.pop_back();  // 1 frame: 1 group
+  EXPECT_THROW(model->media_tokens(bad, 1), RequestError);
 }
 
 }  // namespace
