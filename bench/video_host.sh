@@ -5,7 +5,9 @@
 # + qwen2vl_preprocess with the tiny Qwen2-VL fixture's video processor settings, or MODEL=DIR's,
 # or MODEL=7b for Qwen2-VL-7B's), alternating with `ffmpeg -threads 2 -i FILE -f null -`, ROUNDS
 # rounds; prints each time, the medians and their ratio (issue 38's CI target: <= 1.5).
-# Usage: bench/video_host.sh [BIN_DIR]   env: ROUNDS=5 THREADS=0 (0: the machine's) MODEL=... FILE=...
+# FRAMES8=1: the CUDA backend's host path instead (decode, then the 8-bit frames kept for the GPU's
+# preprocessing; no rows made on the host) — bench_video_host --frames8.
+# Usage: bench/video_host.sh [BIN_DIR]   env: ROUNDS=5 THREADS=0 (0: the machine's) MODEL=... FILE=... FRAMES8=0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/bin}
@@ -30,7 +32,7 @@ for ((r = 0; r < ROUNDS; ++r)); do
   ffmpeg -hide_banner -loglevel error -threads 2 -i "$FILE" -f null -
   t1=$(date +%s.%N)
   ff=$(echo "$t1 - $t0" | bc -l)
-  line=$("$BIN/bench_video_host" "$FILE" "${model_args[@]}" --fps 2 --rounds 1 --threads "$THREADS")
+  line=$("$BIN/bench_video_host" "$FILE" "${model_args[@]}" --fps 2 --rounds 1 --threads "$THREADS" --frames8 "${FRAMES8:-0}")
   host=$(sed -n 's/.*host media \([0-9.]*\) s.*/\1/p' <<<"$line")
   printf 'round %d: ffmpeg -threads 2 decode %.3f s | ours %s\n' "$r" "$ff" "${line#round 0: }"
   theirs+=("$ff") ours+=("$host")

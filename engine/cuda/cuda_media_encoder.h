@@ -10,6 +10,10 @@
 // patches (a long video) on a tower that splits frames are encoded lazily: in units of whole
 // frames of at most step_patches patches, each when DeviceEmbeddings::ensure_rows first asks for
 // its rows (the prefill chunk that reads them), so one step's encode is bounded by a unit or two.
+// Qwen2-VL items in the Frames8 form (8-bit frames, server/media/qwen2vl_media_loader.h with
+// gpu_preprocess) are preprocessed on the GPU as each unit (or eager group) is encoded: only that
+// unit's frames are uploaded, a temporal group at a time, into a fixed scratch the reservation
+// includes (CudaFramePreprocessor: 48 MiB for Qwen2-VL, in the logged activation bytes).
 #pragma once
 
 #include <cuda_runtime_api.h>

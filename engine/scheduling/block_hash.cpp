@@ -78,7 +78,31 @@ BlockHash media_item_key(const MediaPixels& item) {
   uint32_t spg = 0;
   std::memcpy(&spg, &item.second_per_grid, sizeof spg);
   h.add(spg).add(static_cast<uint64_t>(item.num_frames));
-  h.add_bytes(item.data.data(), item.data.size() * sizeof(float));
+  if (item.has_source_key) {  // the loader's identity of the bytes and the preprocessing: no pixel walk
+    h.add(0x736f75726365ull);  // "source"
+    h.add(item.source_key[0]).add(item.source_key[1]);
+  } else if (item.is_frames8()) {  // the 8-bit frames and the settings the rows follow from
+    const Qwen2VLPreprocessConfig& c = item.preprocess;
+    h.add(0x6672616d657338ull);  // "frames8"
+    for (int64_t v : {c.min_pixels, c.max_pixels, int64_t{c.patch_size}, int64_t{c.temporal_patch_size},
+                      int64_t{c.merge_size}, int64_t{c.do_resize}, int64_t{c.do_rescale}, int64_t{c.do_normalize}})
+      h.add(static_cast<uint64_t>(v));
+    uint64_t rf = 0;
+    std::memcpy(&rf, &c.rescale_factor, sizeof rf);
+    h.add(rf);
+    for (int i = 0; i < 3; ++i) {
+      uint32_t m = 0, s = 0;
+      std::memcpy(&m, &c.mean[static_cast<size_t>(i)], sizeof m);
+      std::memcpy(&s, &c.std[static_cast<size_t>(i)], sizeof s);
+      h.add(m).add(s);
+    }
+    for (const RgbImage& f : item.frames) {
+      h.add(static_cast<uint64_t>(f.width)).add(static_cast<uint64_t>(f.height));
+      h.add_bytes(f.pixels.data(), f.pixels.size());
+    }
+  } else {
+    h.add_bytes(item.data.data(), item.data.size() * sizeof(float));
+  }
   return h.digest();
 }
 

@@ -9,10 +9,20 @@
 // LOOK-M, sparse prefill, SinkRouter-routed decode; see Sequence::prefix_cache_publish_limit):
 //   - the chain's seed: Sequence::prefix_cache_salt (the request's cache_salt, vLLM's field);
 //   - the token ids of the block (placeholders of media tokens included);
-//   - for each media item overlapping the block, its MediaInputs::item_keys entry: a hash of the
-//     preprocessed pixels (so the decoded image and the preprocessing both count, and the same
-//     image sent as a URL or as base64 matches), its grid and modality (M-RoPE positions follow
-//     from these and the tokens).
+//   - for each media item overlapping the block, its MediaInputs::item_keys entry
+//     (media_item_key): its modality, size, grid, frames and seconds per grid step (M-RoPE
+//     positions follow from these and the tokens), and either
+//       * the loader's source key (MediaPixels::source_key; the Qwen2-VL loader sets it, image
+//         and video alike): a hash of the fetched bytes (after a data: URL's base64 decode, so
+//         the same file sent as a URL or as base64 matches) and of everything that changes the
+//         preprocessed result (processor settings, limits, the sampled frame indices and rate,
+//         the per-frame pixel cap, hence the resize target); nothing walks the pixels, and the
+//         key is the same whichever form (Rows or Frames8) the item travels in;
+//       * else the pixels: the f32 values of a Rows item (LLaVA families), or the 8-bit frames
+//         and processor settings of a Frames8 item. The decoded image and the preprocessing
+//         both count, and URL vs base64 still match (the same bytes decode the same).
+//     A different preprocessing (another fps, frame count, resize target or setting) gives a
+//     different key either way.
 // The hash is not cryptographic: a collision would silently reuse the wrong K/V. With 128 bits
 // the chance for honest traffic is negligible, but a client able to craft collisions could
 // poison another tenant's prefix; vLLM hashes with sha256 by default for that reason
@@ -60,8 +70,9 @@ class Hasher128 {
 // different cache_salt never share blocks).
 BlockHash prefix_cache_seed(std::string_view cache_salt);
 
-// Identity of one preprocessed media item: its pixels (or patch rows), sizes, grid, modality,
-// frames and seconds per grid step.
+// Identity of one media item (see above): its source key when set, else its pixels (patch rows,
+// or a Frames8 item's frames and settings); with its sizes, grid, modality, frames and seconds
+// per grid step.
 BlockHash media_item_key(const MediaPixels& item);
 
 // Appends to seq.block_hashes the hash of every full block of seq.token_ids not hashed yet

@@ -134,6 +134,9 @@ int64_t LlavaModel::media_tokens(const MediaPixels& item, int k) const {
   if (item.modality != Modality::Image)
     throw RequestError(400, "invalid_request_error",
                        fmt::format("this model does not accept {} input", modality_name(item.modality)), "messages");
+  if (item.is_frames8())  // the Qwen2-VL family's 8-bit form (model/media/media_pixels.h)
+    throw RequestError(400, "invalid_request_error",
+                       fmt::format("image {} is 8-bit frames; this model takes preprocessed pixel values", k), "messages");
   if (item.height != S || item.width != S || item.data.size() != static_cast<size_t>(3) * S * S)
     throw RequestError(400, "invalid_request_error",
                        fmt::format("image {} is {}x{} pixels ({} values); the model takes 3x{}x{}", k, item.height,

@@ -101,6 +101,7 @@ AnyresLayout LlavaOnevisionModel::image_layout(Resolution image) const {
 
 int64_t LlavaOnevisionModel::media_tokens(const MediaPixels& item, int k) const {
   const int64_t tile = 3LL * tile_size() * tile_size();
+  if (item.is_frames8()) bad_item(k, "8-bit frames (the Qwen2-VL family's form); this model takes preprocessed tiles");
   if (item.data.empty() || item.data.size() % static_cast<size_t>(tile) != 0)
     bad_item(k, fmt::format("{} values are not whole 3x{}x{} tiles", item.data.size(), tile_size(), tile_size()));
   const int64_t n = static_cast<int64_t>(item.data.size()) / tile;

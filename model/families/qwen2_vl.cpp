@@ -1,4 +1,5 @@
 #include "model/families/qwen2_vl.h"
+#include "model/media/qwen2vl_frames.h"
 #include "model/decoder/json_file.h"
 
 #include <fstream>
@@ -92,8 +93,23 @@ int64_t Qwen2VLModel::media_tokens(const MediaPixels& item, int k) const {
     bad(fmt::format("grid ({}, {}, {}) is not a positive multiple of the merge size {}", g[0], g[1], g[2], m));
   if (item.modality == Modality::Image && g[0] != 1) bad(fmt::format("an image has grid t = {}, not 1", g[0]));
   const int64_t P = static_cast<int64_t>(g[0]) * g[1] * g[2];
-  if (static_cast<int64_t>(item.data.size()) != P * config_.vision.patch_dim())
+  if (item.is_frames8()) {  // 8-bit frames: what the rows will be made of must match the grid
+    const Qwen2VLPreprocessConfig& c = item.preprocess;
+    const int64_t n = static_cast<int64_t>(item.frames.size());
+    if (c.patch_dim() != config_.vision.patch_dim() || c.patch_size != config_.vision.patch_size ||
+        c.temporal_patch_size != config_.vision.temporal_patch_size)
+      bad(fmt::format("frames preprocessed with patch {} / temporal patch {}, the tower takes {} / {}", c.patch_size,
+                      c.temporal_patch_size, config_.vision.patch_size, config_.vision.temporal_patch_size));
+    if (n < 1 || (n + c.temporal_patch_size - 1) / c.temporal_patch_size != g[0] ||
+        item.height != g[1] * c.patch_size || item.width != g[2] * c.patch_size)
+      bad(fmt::format("{} frames resized to {}x{} for grid ({}, {}, {})", n, item.width, item.height, g[0], g[1], g[2]));
+    for (const RgbImage& f : item.frames)
+      if (f.width != item.frames[0].width || f.height != item.frames[0].height ||
+          f.pixels.size() != static_cast<size_t>(f.width) * f.height * 3)
+        bad("frames differ in size");
+  } else if (static_cast<int64_t>(item.data.size()) != P * config_.vision.patch_dim()) {
     bad(fmt::format("{} values for {} patches of {}", item.data.size(), P, config_.vision.patch_dim()));
+  }
   return P / (m * m);
 }
 
@@ -105,17 +121,26 @@ int64_t Qwen2VLModel::tokens_per_frame(const MediaPixels& item) const {
 void Qwen2VLModel::encode_media(std::span<const MediaPixels* const> items, float* out) const {
   std::vector<std::array<int32_t, 3>> grids;
   size_t total = 0;
+  bool frames8 = false;
   for (const MediaPixels* it : items) {
     grids.push_back(it->grid_thw);
     total += it->data.size();
+    frames8 = frames8 || it->is_frames8();
   }
-  if (items.size() == 1) {
+  if (items.size() == 1 && !frames8) {
     vision_->encode(items[0]->data.data(), grids, out);
     return;
   }
-  std::vector<float> pixels;  // [sum P, K]
+  std::vector<float> pixels;  // [sum P, K]; a Frames8 item's rows made here (the CPU reference)
   pixels.reserve(total);
-  for (const MediaPixels* it : items) pixels.insert(pixels.end(), it->data.begin(), it->data.end());
+  for (const MediaPixels* it : items) {
+    if (it->is_frames8()) {
+      const std::vector<float> rows = qwen2vl_frames_rows(*it, 0, it->grid_thw[0]);
+      pixels.insert(pixels.end(), rows.begin(), rows.end());
+    } else {
+      pixels.insert(pixels.end(), it->data.begin(), it->data.end());
+    }
+  }
   vision_->encode(pixels.data(), grids, out);
 }
 

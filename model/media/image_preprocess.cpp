@@ -230,6 +230,18 @@ RgbImage pad_to_square(const RgbImage& img, std::array<uint8_t, 3> color) {
   return out;
 }
 
+ResizeAxisTaps resize_axis_taps(int in_size, int out_size) {
+  static_assert(kResizePrecisionBits == kPrecisionBits);
+  VLM_CHECK(in_size > 0 && out_size > 0, "resize taps {} -> {}", in_size, out_size);
+  AxisCoeffs c = axis_coeffs(in_size, out_size);
+  ResizeAxisTaps t;
+  t.ksize = c.ksize;
+  t.first.assign(c.first.begin(), c.first.end());
+  t.count.assign(c.count.begin(), c.count.end());
+  t.w = std::move(c.w);
+  return t;
+}
+
 RgbImage resize_bicubic(const RgbImage& img, int out_w, int out_h) {
   return resize_bicubic(img, out_w, out_h, &global_thread_pool());
 }

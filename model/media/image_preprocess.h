@@ -68,6 +68,19 @@ RgbImage resize_bicubic(const RgbImage& img, int out_w, int out_h, ThreadPool* p
 // Reference: the same math one output sample at a time with freshly computed coefficients.
 RgbImage resize_bicubic_ref(const RgbImage& img, int out_w, int out_h);
 
+// The fixed-point taps resize_bicubic uses on one axis (PIL's precompute_coeffs +
+// normalize_coeffs_8bpc): output sample i reads input [first[i], first[i] + count[i]) with
+// weights w[i * ksize + j] (kResizePrecisionBits fractional bits); a pass sums
+// (1 << (kResizePrecisionBits - 1)) + sum in * w, shifts right by kResizePrecisionBits and clamps
+// to [0, 255]. The GPU resize (kernels/cuda/media/frame_preprocess_cuda.h) runs on these.
+constexpr int kResizePrecisionBits = 22;
+struct ResizeAxisTaps {
+  int ksize = 0;
+  std::vector<int32_t> first, count;  // [out]
+  std::vector<int32_t> w;             // [out, ksize]
+};
+ResizeAxisTaps resize_axis_taps(int in_size, int out_size);
+
 // Crops the centered crop_w x crop_h window (top = (h - crop_h) / 2); zero-pads first when the
 // image is smaller (torchvision center_crop).
 RgbImage center_crop(const RgbImage& img, int crop_w, int crop_h);

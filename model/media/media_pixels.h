@@ -1,5 +1,22 @@
-// One preprocessed media item of a request (an image, or a video as a list of frames) in the
-// layout its model's encoder takes, with what the prompt and M-RoPE need to know about it.
+// One media item of a request (an image, or a video as a list of frames) in the layout its
+// model's encoder takes, with what the prompt and M-RoPE need to know about it.
+//
+// Two forms (`form`):
+//   - Rows (every family): `data` holds the preprocessed values (LLaVA: pixel_values [3, H, W];
+//     Qwen2-VL family: patch rows [P, K]). `frames` is empty.
+//   - Frames8 (Qwen2-VL family only; server/media/qwen2vl_media_loader.h makes it for the CUDA
+//     backend): `frames` holds the sampled frames as decoded, 8-bit RGB of one size, and
+//     `preprocess` the processor settings; `data` is EMPTY. The rows are what
+//     qwen2vl_preprocess(frames, preprocess) gives (model/media/qwen2vl_frames.h:
+//     qwen2vl_frames_rows is the CPU reference; the GPU makes them per encode unit,
+//     model/vision/cuda/cuda_qwen2_vision.h). height/width are the resize target, grid_thw the
+//     grid of the rows. Readers of `data` either handle this form or refuse it by name
+//     (Qwen2VLModel converts it on the CPU; LLaVA's checks refuse an item without values).
+// In both forms, modality / grid_thw / second_per_grid / num_frames mean the same.
+//
+// source_key: when set (has_source_key), the identity of the source bytes and of everything that
+// changes the preprocessed result (engine/scheduling/block_hash.h: media_item_key uses it instead
+// of walking the pixels). Loaders that know the bytes set it; otherwise the key hashes pixels.
 #pragma once
 
 #include <array>
@@ -7,12 +24,18 @@
 #include <vector>
 
 #include "model/decoder/modality.h"
+#include "model/media/image_decode.h"
+#include "model/media/qwen2vl_preprocess.h"
 
 namespace vlm {
 
+enum class PixelForm : uint8_t { Rows, Frames8 };
+
 struct MediaPixels {
-  // LLaVA: pixel_values [3, H, W] (model/image_preprocess). Qwen2-VL family: patch rows [P, K],
-  // P = t * h * w of grid_thw, K = 3 * temporal_patch_size * 14 * 14 (model/qwen2vl_preprocess).
+  // (The first members keep their order: callers build Rows items as {data, height, width}.)
+  // Rows: LLaVA: pixel_values [3, H, W] (model/image_preprocess). Qwen2-VL family: patch rows
+  // [P, K], P = t * h * w of grid_thw, K = 3 * temporal_patch_size * 14 * 14
+  // (model/qwen2vl_preprocess). Frames8: empty.
   std::vector<float> data;
   int height = 0;  // LLaVA: pixel rows H (Qwen2-VL: the resized frame's pixel rows)
   int width = 0;   // LLaVA: pixel columns W (Qwen2-VL: the resized frame's pixel columns)
@@ -20,6 +43,19 @@ struct MediaPixels {
   std::array<int32_t, 3> grid_thw{0, 0, 0};  // Qwen2-VL family: (t, h, w) in patches; zeros: LLaVA
   float second_per_grid = 1.0f;  // video: seconds per temporal grid step (temporal_patch_size / fps)
   int32_t num_frames = 0;        // video: frames given (before padding to temporal_patch_size)
+
+  PixelForm form = PixelForm::Rows;
+
+  // Frames8 only: [n] frames (n = num_frames for a video, 1 for an image), each [H0, W0, 3]
+  // 8-bit RGB of one size; padded to a multiple of preprocess.temporal_patch_size by repeating
+  // the last when the rows are made. Rows: empty.
+  std::vector<RgbImage> frames;
+  Qwen2VLPreprocessConfig preprocess;  // Frames8 only: the settings the rows are made with
+
+  bool has_source_key = false;
+  std::array<uint64_t, 2> source_key{0, 0};  // see above (a BlockHash's lo, hi)
+
+  bool is_frames8() const { return form == PixelForm::Frames8; }
 };
 
 }  // namespace vlm

@@ -88,8 +88,9 @@ ImagePreprocessConfig normalize_config(const Qwen2VLPreprocessConfig& cfg) {
   return norm;
 }
 
-// normalize_to_chw of each level 0..255, per channel: lut[c][level].
-std::array<std::array<float, 256>, 3> normalize_table(const Qwen2VLPreprocessConfig& cfg) {
+}  // namespace
+
+std::array<std::array<float, 256>, 3> qwen2vl_normalize_table(const Qwen2VLPreprocessConfig& cfg) {
   RgbImage levels;
   levels.width = 256;
   levels.height = 1;
@@ -103,8 +104,7 @@ std::array<std::array<float, 256>, 3> normalize_table(const Qwen2VLPreprocessCon
   return lut;
 }
 
-// The frames' checks and the output size {h, w}.
-std::pair<int, int> check_and_size(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg) {
+std::pair<int, int> qwen2vl_output_size(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg) {
   if (frames.empty()) throw RequestError(400, "invalid_request_error", "a video needs at least one frame");
   for (const RgbImage& f : frames)
     if (f.width != frames[0].width || f.height != frames[0].height)
@@ -118,10 +118,8 @@ std::pair<int, int> check_and_size(std::span<const RgbImage> frames, const Qwen2
   return {h, w};
 }
 
-}  // namespace
-
 VisionPatches qwen2vl_preprocess_ref(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg) {
-  const auto [h, w] = check_and_size(frames, cfg);
+  const auto [h, w] = qwen2vl_output_size(frames, cfg);
   const int ps = cfg.patch_size, ms = cfg.merge_size, tp = cfg.temporal_patch_size;
   const ImagePreprocessConfig norm = normalize_config(cfg);
   const int64_t n = static_cast<int64_t>(frames.size());
@@ -158,13 +156,13 @@ VisionPatches qwen2vl_preprocess_ref(std::span<const RgbImage> frames, const Qwe
 }
 
 VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg) {
-  const std::pair<int, int> hw = check_and_size(frames, cfg);
+  const std::pair<int, int> hw = qwen2vl_output_size(frames, cfg);
   const int h = hw.first, w = hw.second;  // plain locals: the pool's lambda captures them (clang 14 refuses structured bindings there)
   const int ps = cfg.patch_size, ms = cfg.merge_size, tp = cfg.temporal_patch_size;
   // Rescale + normalize as a table per channel: a pixel is one of 256 levels, and each entry is
   // computed with normalize_to_chw's float operations, so the rows are bit-identical to
   // normalizing whole frames first (qwen2vl_preprocess_ref).
-  const std::array<std::array<float, 256>, 3> lut = normalize_table(cfg);
+  const std::array<std::array<float, 256>, 3> lut = qwen2vl_normalize_table(cfg);
   const int64_t n = static_cast<int64_t>(frames.size());
   const int64_t T = (n + tp - 1) / tp * tp;  // padded frame count
   const int64_t gt = T / tp, gh = h / ps, gw = w / ps;

@@ -49,6 +49,16 @@ struct Qwen2VLPreprocessConfig {
 // (Python round). Throws RequestError (400) for a side under 10 pixels or an aspect ratio over 200.
 std::pair<int, int> smart_resize(int height, int width, int factor, int64_t min_pixels, int64_t max_pixels);
 
+// The output size {h, w} of qwen2vl_preprocess for these frames (smart_resize, or the frames' own
+// size when resizing is off). Throws RequestError (400) as qwen2vl_preprocess does for no frames,
+// frames of different sizes, or a size smart_resize refuses.
+std::pair<int, int> qwen2vl_output_size(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg);
+
+// Rescale + normalize of each 8-bit level, per channel: table[c][level], computed with
+// normalize_to_chw's float operations (qwen2vl_preprocess writes its rows through it; the GPU
+// path uploads it, so both give bit-identical values).
+std::array<std::array<float, 256>, 3> qwen2vl_normalize_table(const Qwen2VLPreprocessConfig& cfg);
+
 struct VisionPatches {
   std::vector<float> pixels;        // [P, K] P = t * h * w
   std::array<int32_t, 3> grid_thw;  // (t, h, w) in patches

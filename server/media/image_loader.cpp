@@ -55,7 +55,8 @@ RgbImage decode_fetched_image(const MediaBytes& bytes, const ImageLimits& limits
 
 std::vector<RgbImage> fetch_video_frames(const std::vector<std::string>& frames, double fps, int max_frames,
                                          const MediaFetchOptions& fetch, const ImageLimits& limits,
-                                         const std::string& param) {
+                                         const std::string& param,
+                                         const std::function<void(const MediaBytes&)>& on_bytes) {
   auto bad = [&](const std::string& msg) { return RequestError(400, "invalid_request_error", msg, param); };
   if (frames.empty()) throw bad("a video needs at least one frame");
   if (static_cast<int64_t>(frames.size()) > max_frames)
@@ -65,7 +66,9 @@ std::vector<RgbImage> fetch_video_frames(const std::vector<std::string>& frames,
   std::vector<RgbImage> rgb;
   rgb.reserve(frames.size());
   for (size_t f = 0; f < frames.size(); ++f) {
-    rgb.push_back(fetch_image(frames[f], fetch, limits, param));
+    const MediaBytes bytes = fetch_media(frames[f], fetch, param);
+    if (on_bytes) on_bytes(bytes);
+    rgb.push_back(decode_fetched_image(bytes, limits, param));
     if (rgb.back().width != rgb.front().width || rgb.back().height != rgb.front().height)
       throw bad(fmt::format("video frame {} is {}x{} pixels, frame 0 is {}x{}: all frames must have one size", f,
                             rgb.back().width, rgb.back().height, rgb.front().width, rgb.front().height));

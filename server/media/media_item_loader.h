@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,9 +49,10 @@ class MediaItemLoader {
 
 // The frames of a video part, fetched and decoded: throws RequestError (400, param `param`) for
 // no frames, more than max_frames, fps not in (0, 1000], frames of different sizes, and what
-// fetch_image refuses.
+// fetch_image refuses. on_bytes (optional) sees each frame's fetched bytes, in order.
 std::vector<RgbImage> fetch_video_frames(const std::vector<std::string>& frames, double fps, int max_frames,
                                          const MediaFetchOptions& fetch, const ImageLimits& limits,
-                                         const std::string& param);
+                                         const std::string& param,
+                                         const std::function<void(const MediaBytes&)>& on_bytes = {});
 
 }  // namespace vlm

@@ -15,7 +15,9 @@ BlockHash ProcessedMediaCache::key(std::string_view bytes, const BlockHash& prep
 }
 
 int64_t ProcessedMediaCache::bytes_of(const Item& item) {
-  return static_cast<int64_t>(item.pixels.data.size() * sizeof(float) + sizeof(Item));
+  int64_t frames = 0;  // a Frames8 item's 8-bit frames
+  for (const RgbImage& f : item.pixels.frames) frames += static_cast<int64_t>(f.pixels.size());
+  return static_cast<int64_t>(item.pixels.data.size() * sizeof(float) + sizeof(Item)) + frames;
 }
 
 std::shared_ptr<const ProcessedMediaCache::Item> ProcessedMediaCache::get_or_make(

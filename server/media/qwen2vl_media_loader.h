@@ -18,6 +18,15 @@
 // each frame capped by qwen-vl-utils' total-pixel budget, then preprocessed as frame lists are;
 // second_per_grid = temporal_patch_size / the sampled rate (transformers 5.17's
 // VideoMetadata.sampled_fps), so Qwen2.5-VL's temporal positions follow the real time.
+//
+// Form: with options.gpu_preprocess (the server sets it when the engine runs on the CUDA backend,
+// whose encoder preprocesses on the GPU), images and videos whose frames fit frames8_fit() come
+// out in the Frames8 form (model/media/media_pixels.h: the 8-bit frames, no rows made here);
+// otherwise, and always on the CPU backend, in the Rows form (qwen2vl_preprocess).
+// Keys: every item gets a source key (MediaPixels::source_key, engine/scheduling/block_hash.h):
+// the fetched bytes (a frame list: each frame's) with everything that changes the rows: the
+// processor settings and limits (image_preprocess_key()), for video files the per-frame pixel cap,
+// the sampled frame indices and rate, for frame lists the given fps. The same in both forms.
 #pragma once
 
 #include <string>
@@ -44,6 +53,7 @@ struct Qwen2VLMediaOptions {
   VideoSamplingParams sampling;   // video files: video_preprocessor_config.json's fps, min/max frames
   VideoLimits video_limits;       // video files: bytes, pixels, seconds, frames, decode time
   int64_t video_total_pixels = 90316800;  // qwen-vl-utils VIDEO_TOTAL_PIXELS (128000 * 28 * 28 * 0.9)
+  bool gpu_preprocess = false;    // hand the Frames8 form (the CUDA backend's encoder preprocesses)
 };
 
 class Qwen2VLMediaLoader : public MediaItemLoader {
@@ -75,7 +85,8 @@ class Qwen2VLMediaLoader : public MediaItemLoader {
 
  private:
   MediaFetchOptions fetch_;
-  BlockHash preprocess_key_;
+  BlockHash preprocess_key_;        // image settings and limits
+  BlockHash video_preprocess_key_;  // video settings, limits, max frames, total pixels
   ImageLimits limits_;
   Qwen2VLMediaOptions options_;
 };

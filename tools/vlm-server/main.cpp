@@ -10,7 +10,7 @@
 //              [--mm-processor-cache-gb G] [--media-workers N] [--media-queue N]
 //              [--max-videos-per-request N] [--max-video-frames N] [--max-video-bytes N]
 //              [--max-video-seconds S] [--max-video-file-frames N] [--video-decode-timeout-ms MS]
-//              [--video-total-pixels N]
+//              [--video-total-pixels N] [--gpu-media-preprocess 0|1]
 //              [--look-m MODE|off] [--look-m-recent-ratio R] [--look-m-important-ratio R]
 //              [--look-m-scores window|full] [--look-m-text-only 0|1]
 //              [--max-body-bytes N] [--max-header-bytes N] [--read-timeout-ms MS] [--idle-timeout-ms MS]
@@ -59,6 +59,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/backends/make_step_backend.h"
 #include "engine/engine_loop.h"
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
@@ -118,6 +119,9 @@ const std::map<std::string, std::string> kFlags = {
     {"video-decode-timeout-ms", "to probe and decode one video file (default 30000)"},
     {"video-total-pixels", "pixels of all sampled frames of one video file, capping each frame's size (default "
                            "90316800, qwen-vl-utils' VIDEO_TOTAL_PIXELS; Qwen2-VL family)"},
+    {"gpu-media-preprocess", "with --device cuda, Qwen2-VL-family images and video frames go to the GPU as 8-bit "
+                             "frames and are resized, normalized and patchified there per encode unit (default 1; "
+                             "0: on the CPU, as on the CPU backend)"},
     {"max-body-bytes", "request body (default 32 MiB; larger: 413)"},
     {"max-header-bytes", "request headers (default 16 KiB; larger: 431)"},
     {"read-timeout-ms", "to read one request (default 30000)"},
@@ -479,6 +483,10 @@ int main(int argc, char** argv) {
         media.video_total_pixels = video_total_pixels;
         media.sampling = vlm::VideoSamplingParams::load(model_dir);
         media.video_limits = video_limits;
+        // The 8-bit form only where the CUDA backend's encoder preprocesses (the engine resolves
+        // --device auto the same way).
+        media.gpu_preprocess = bool_flag(flags, "gpu-media-preprocess", true) &&
+                               (ec.device == vlm::Device::Cuda || (ec.device == vlm::Device::Auto && vlm::cuda_available()));
         const vlm::Qwen2VisionConfig& vc = model->config().vision;
         for (const auto* p : {&media.image, &media.video})
           if (p->patch_size != vc.patch_size || p->merge_size != vc.spatial_merge_size ||

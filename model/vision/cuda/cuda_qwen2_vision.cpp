@@ -102,7 +102,8 @@ int64_t CudaQwen2Vision::out_rows(const MediaPixels& item) const {
 }
 
 int64_t CudaQwen2Vision::workspace_bytes(int64_t max_cost) const {
-  return qwen2_vision_workspace_bytes(host_.config(), max_cost, dt_);
+  return qwen2_vision_workspace_bytes(host_.config(), max_cost, dt_) +
+         CudaFramePreprocessor::workspace_bytes(host_.config().temporal_patch_size);  // Frames8 items' scratch
 }
 
 void CudaQwen2Vision::reserve(int64_t P) {
@@ -127,6 +128,7 @@ void CudaQwen2Vision::reserve(int64_t P) {
   table_.resize(n * D * 4);
   m1_.resize(U * C * static_cast<size_t>(unit) * e);
   m2_.resize(U * static_cast<size_t>(c.out_hidden_size) * 4);
+  frames_.reserve(c.temporal_patch_size);
   reserved_ = P;
 }
 
@@ -134,11 +136,19 @@ void CudaQwen2Vision::upload_pixels(std::span<const MediaPixels* const> items, c
   const int64_t K = host_.config().patch_dim();
   int64_t row = 0;
   for (const MediaPixels* it : items) {
-    VLM_CHECK(static_cast<int64_t>(it->data.size()) == cost(*it) * K, "item of {} values for grid {}x{}x{}",
-              it->data.size(), it->grid_thw[0], it->grid_thw[1], it->grid_thw[2]);
+    VLM_CHECK(it->is_frames8() || static_cast<int64_t>(it->data.size()) == cost(*it) * K,
+              "item of {} values for grid {}x{}x{}", it->data.size(), it->grid_thw[0], it->grid_thw[1], it->grid_thw[2]);
     VLM_CHECK(row + cost(*it) <= reserved_, "vision call beyond the {} patches reserved", reserved_);
-    VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<float>() + row * K, it->data.data(), it->data.size() * 4,
-                                   cudaMemcpyHostToDevice, s));
+    if (it->is_frames8()) {  // rows made on the GPU, on copy_ (which owns the scratch), as f32
+      VLM_CUDA_CHECK(cudaEventRecord(tower_free_, s));
+      VLM_CUDA_CHECK(cudaStreamWaitEvent(copy_, tower_free_));
+      frames_.rows(*it, 0, it->grid_thw[0], pixels_.as<float>() + row * K, DType::F32, copy_);
+      VLM_CUDA_CHECK(cudaEventRecord(uploaded_, copy_));
+      VLM_CUDA_CHECK(cudaStreamWaitEvent(s, uploaded_));
+    } else {
+      VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<float>() + row * K, it->data.data(), it->data.size() * 4,
+                                     cudaMemcpyHostToDevice, s));
+    }
     row += cost(*it);
   }
 }
@@ -163,16 +173,17 @@ void CudaQwen2Vision::encode_frames(std::span<const FrameSlice> slices, float* o
   const Qwen2VisionConfig& c = host_.config();
   const int64_t K = c.patch_dim(), unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size;
   struct Piece {
-    const float* pixels;
-    std::array<int32_t, 3> grid;
+    const MediaPixels* item;
+    int32_t t0;                   // its first temporal group
+    std::array<int32_t, 3> grid;  // (groups, h, w)
   };
   std::vector<std::vector<Piece>> groups(1);
   int64_t in_group = 0, total = 0;
   for (const FrameSlice& f : slices) {
     const MediaPixels* it = f.item;
     const std::array<int32_t, 3>& g = it->grid_thw;
-    VLM_CHECK(static_cast<int64_t>(it->data.size()) == cost(*it) * K, "item of {} values for grid {}x{}x{}",
-              it->data.size(), g[0], g[1], g[2]);
+    VLM_CHECK(it->is_frames8() || static_cast<int64_t>(it->data.size()) == cost(*it) * K,
+              "item of {} values for grid {}x{}x{}", it->data.size(), g[0], g[1], g[2]);
     VLM_CHECK(0 <= f.t0 && f.t0 < f.t1 && f.t1 <= g[0], "frames {}..{} of {}", f.t0, f.t1, g[0]);
     const int64_t hw = static_cast<int64_t>(g[1]) * g[2];
     total += (f.t1 - f.t0) * hw;
@@ -184,7 +195,7 @@ void CudaQwen2Vision::encode_frames(std::span<const FrameSlice> slices, float* o
         continue;
       }
       n = std::max(n, 1);
-      groups.back().push_back({it->data.data() + t * hw * K, {n, g[1], g[2]}});
+      groups.back().push_back({it, t, {n, g[1], g[2]}});
       in_group += n * hw;
       t += n;
     }
@@ -210,13 +221,19 @@ void CudaQwen2Vision::encode_frames(std::span<const FrameSlice> slices, float* o
     grids.clear();
     for (const Piece& p : group) {
       const int64_t n = static_cast<int64_t>(p.grid[0]) * p.grid[1] * p.grid[2];
-      convert_from_f32(p.pixels, dt_, staging_.as<char>() + static_cast<size_t>(row * K) * e, n * K);
+      const size_t at = static_cast<size_t>(row * K) * e;
+      if (p.item->is_frames8()) {  // 8-bit frames: the rows made on the GPU, in copy_'s order
+        frames_.rows(*p.item, p.t0, p.t0 + p.grid[0], pixels_.as<char>() + at, dt_, copy_);
+      } else {
+        const float* src = p.item->data.data() + static_cast<int64_t>(p.t0) * p.grid[1] * p.grid[2] * K;
+        convert_from_f32(src, dt_, staging_.as<char>() + at, n * K);
+        VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<char>() + at, staging_.as<char>() + at, static_cast<size_t>(n * K) * e,
+                                       cudaMemcpyHostToDevice, copy_));
+      }
       grids.push_back(p.grid);
       row += n;
     }
-    const size_t off = static_cast<size_t>(first * K) * e, bytes = static_cast<size_t>((row - first) * K) * e;
-    VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<char>() + off, staging_.as<char>() + off, bytes, cudaMemcpyHostToDevice,
-                                   copy_));
+    const size_t off = static_cast<size_t>(first * K) * e;
     VLM_CUDA_CHECK(cudaEventRecord(uploaded_, copy_));
     const bool side = gi % 2 == 1;
     cudaStream_t gs = side ? side_ : s;

@@ -10,6 +10,9 @@
 //                fused [gate; up] GEMM -> silu * up -> down (Qwen2.5-VL), adding into x;
 //   merger:      norm, 2x2 units as rows of 4 Cv, Linear -> GELU -> Linear (f32 out), rows
 //                scattered back to the prompt order straight into the caller's output.
+// Items in the Frames8 form (model/media/media_pixels.h: 8-bit frames) get their rows made on the
+// GPU (CudaFramePreprocessor, on the copy stream, into the same rows the f32 upload fills), group
+// by group: only the frames being encoded are uploaded. The workspace includes its scratch.
 #pragma once
 
 #include <memory>
@@ -17,13 +20,16 @@
 
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
+#include "model/vision/cuda/cuda_frame_preprocessor.h"
 #include "model/vision/cuda/cuda_vision_tower.h"
 #include "model/vision/cuda/cuda_vit_block.h"
 #include "model/vision/qwen2_vision.h"
 
 namespace vlm {
 
-// Bytes of the activations of a call over `patches` patches (the plan CudaQwen2Vision reserves).
+// Bytes of the activations of a call over `patches` patches (the plan CudaQwen2Vision reserves;
+// its workspace_bytes() adds the GPU frame preprocessing's fixed scratch,
+// CudaFramePreprocessor::workspace_bytes).
 int64_t qwen2_vision_workspace_bytes(const Qwen2VisionConfig& c, int64_t patches, DType dt);
 
 class CudaQwen2Vision : public CudaVisionTower {
@@ -79,6 +85,7 @@ class CudaQwen2Vision : public CudaVisionTower {
   cudaEvent_t tower_free_ = nullptr, uploaded_ = nullptr;
   cudaEvent_t staged_ = nullptr;      // encode()'s last copy out of staging_
   cuda::PinnedBuffer staging_;        // encode()'s pixels as dt [P, K] (pinned host)
+  CudaFramePreprocessor frames_;      // Frames8 items' rows, on copy_
 };
 
 }  // namespace vlm
