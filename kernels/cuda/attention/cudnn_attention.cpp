@@ -47,9 +47,11 @@ std::vector<CudnnApi::Desc> sdpa_ops(CudnnGraphBuilder& g, const CudnnAttentionS
   const int64_t b = s.batch, h = s.heads, hk = s.kv_heads, sq = s.seq_q, skv = s.seq_kv, d = s.head_dim;
   const int io = s.dtype == DType::F16 ? B::kHalf : B::kBf16;
   // q, out [b*sq, h, d] as [b, h, sq, d]; k [b*skv, hk, d] as Kᵀ [b, hk, d, skv]; v as [b, hk, skv, d].
-  auto q = g.tensor(kQ, io, {b, h, sq, d}, {sq * h * d, d, h * d, 1});
-  auto kt = g.tensor(kK, io, {b, hk, d, skv}, {skv * hk * d, d, 1, hk * d});
-  auto v = g.tensor(kV, io, {b, hk, skv, d}, {skv * hk * d, d, hk * d, 1});
+  // Row strides: contiguous rows, or s.row_stride apart (a fused [T, 3, H, D] projection).
+  const int64_t rq = s.row_stride > 0 ? s.row_stride : h * d, rk = s.row_stride > 0 ? s.row_stride : hk * d;
+  auto q = g.tensor(kQ, io, {b, h, sq, d}, {sq * rq, d, rq, 1});
+  auto kt = g.tensor(kK, io, {b, hk, d, skv}, {skv * rk, d, 1, rk});
+  auto v = g.tensor(kV, io, {b, hk, skv, d}, {skv * rk, d, rk, 1});
   auto o = g.tensor(kO, io, {b, h, sq, d}, {sq * h * d, d, h * d, 1});
   const std::vector<int64_t> sdim = {b, h, sq, skv}, sstr = {h * sq * skv, sq * skv, skv, 1};
   const std::vector<int64_t> rdim = {b, h, sq, 1}, rstr = {h * sq, sq, 1, 1};
@@ -143,6 +145,8 @@ bool CudnnAttention::supports(const CudnnAttentionShape& s, std::string* why) {
   else if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0) w = "heads must be a multiple of kv_heads";
   else if (s.seq_q <= 0 || s.seq_kv < s.seq_q || s.batch <= 0) w = "need 0 < seq_q <= seq_kv and batch > 0";
   else if (s.bottom_right && !s.causal) w = "bottom_right needs causal";
+  else if (s.row_stride != 0 && (s.row_stride < int64_t(s.heads) * s.head_dim || s.row_stride % 8 != 0))
+    w = "row_stride must be 0 or a multiple of 8 of at least H * D";
   if (why != nullptr) *why = w;
   return w.empty();
 }

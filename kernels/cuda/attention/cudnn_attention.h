@@ -8,7 +8,9 @@
 // paged_prefill_attention.
 //
 // Layout (no copies): q, out [batch * seq_q, H, D]; k, v [batch * seq_kv, Hkv, D]; sequences of
-// equal length back to back (batch > 1: padded batches of one length). BF16 or F16 throughout
+// equal length back to back (batch > 1: padded batches of one length). shape.row_stride > 0: the
+// rows of q, k and v are row_stride elements apart instead (e.g. 3 H D: the q, k, v parts of a
+// fused projection [T, 3, H, D] read in place); out stays contiguous. BF16 or F16 throughout
 // (q, k, v, out one dtype); f32 accumulation and softmax. Query head h reads KV head
 // h / (H / Hkv) (GQA). Causal is top-left aligned when seq_q == seq_kv (a first chunk with no
 // cached context); for seq_q < seq_kv it is bottom-right aligned (row i sees keys
@@ -46,8 +48,10 @@ struct CudnnAttentionShape {
   bool causal = true;
   bool bottom_right = false;  // causal with the offset from run()'s real lengths (padded shapes)
   DType dtype = DType::BF16;
+  int64_t row_stride = 0;  // elements between rows of q, k and v (0: H * D and Hkv * D)
   auto key() const {
-    return std::make_tuple(batch, seq_q, seq_kv, heads, kv_heads, head_dim, causal, bottom_right, int(dtype));
+    return std::make_tuple(batch, seq_q, seq_kv, heads, kv_heads, head_dim, causal, bottom_right, int(dtype),
+                           row_stride);
   }
   bool operator<(const CudnnAttentionShape& o) const { return key() < o.key(); }
 };
