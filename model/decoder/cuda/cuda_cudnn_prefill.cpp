@@ -42,9 +42,9 @@ int CudaCudnnPrefill::padded_kv(int64_t len) const {
   return static_cast<int>((len + step - 1) / step * step);
 }
 
-void CudaCudnnPrefill::reserve_context(const ModelConfig& c, int64_t max_model_len, DType dt) {
+int64_t CudaCudnnPrefill::reserve(const ModelConfig& c, int64_t max_model_len, DType dt) {
   const int64_t max_len = max_model_len > 0 ? max_model_len : c.max_position_embeddings;
-  if (!enabled_ || scratch_ != nullptr || max_len <= 0 || !model_ok(c, dt)) return;
+  if (!enabled_ || scratch_ != nullptr || max_len <= 0 || !model_ok(c, dt)) return slack_rows();
   const int64_t Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t rows = padded_kv(max_len);
   const int64_t bytes = 2 * rows * Hkv * D * static_cast<int64_t>(dtype_size(dt));
@@ -53,13 +53,14 @@ void CudaCudnnPrefill::reserve_context(const ModelConfig& c, int64_t max_model_l
     scratch_ = nullptr;
     VLM_LOG_WARN("cuDNN chunked prefill off: {:.0f} MiB for its {}-token K/V scratch not available",
                  static_cast<double>(bytes) / (1 << 20), rows);
-    return;
+    return slack_rows();
   }
   VLM_CUDA_CHECK(cudaMemset(scratch_, 0, static_cast<size_t>(bytes)));  // padded keys must be finite
   scratch_rows_ = rows;
   scratch_bytes_ = bytes;
   VLM_LOG_INFO("cuDNN chunked prefill: K/V scratch of {} tokens ({:.0f} MiB)", rows,
                static_cast<double>(bytes) / (1 << 20));
+  return slack_rows();
 }
 
 bool CudaCudnnPrefill::ensure_loaded() {

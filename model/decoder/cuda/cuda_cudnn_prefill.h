@@ -24,7 +24,7 @@
 // query rows read the next rows of q (finite, or slack) and write output rows that later calls
 // overwrite or nobody reads. Hence q and out need slack_rows() rows past T.
 //
-// Memory: reserve_context() allocates the scratch once, 2 * padded_kv(max_model_len) * Hkv * D
+// Memory: reserve() allocates the scratch once, 2 * padded_kv(max_model_len) * Hkv * D
 // * sizeof(dt) bytes (256 MiB for Qwen2-7B's 4 KV heads of 128 at 128K tokens, bf16), called
 // from CudaDecoder::reserve_activations before the KV cache is sized, so it counts in the memory
 // plan; when that allocation fails kPaged is off (warned) and contexts past the scratch fall back.
@@ -37,7 +37,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <set>
 #include <tuple>
@@ -56,7 +55,18 @@ class CudaCudnnPrefill {
   enum Mode { kNone = 0, kFirstChunks = 1, kPaged = 2 };
   // The caller's own attention for a range of the step's sequences (metadata pointing into the
   // step's, absolute row offsets); in kPaged steps it runs after the cuDNN calls.
-  using Builtin = std::function<void(const cuda::CudaAttentionBatch&)>;
+  // A non-owning reference to a callable (no allocation per layer; valid during the call).
+  class Builtin {
+   public:
+    template <class F>
+    Builtin(const F& f)  // NOLINT(google-explicit-constructor): lambdas pass straight in
+        : obj_(&f), call_([](const void* o, const cuda::CudaAttentionBatch& m) { (*static_cast<const F*>(o))(m); }) {}
+    void operator()(const cuda::CudaAttentionBatch& m) const { call_(obj_, m); }
+
+   private:
+    const void* obj_;
+    void (*call_)(const void*, const cuda::CudaAttentionBatch&);
+  };
 
   CudaCudnnPrefill(int mode, int min_tokens, int bucket);
   ~CudaCudnnPrefill();
@@ -64,8 +74,9 @@ class CudaCudnnPrefill {
   // Rows past a step's T that q, k, v and out must have (0 when disabled).
   int64_t slack_rows() const { return enabled_ ? bucket_ : 0; }
   // Allocates the kPaged scratch (once; see Memory above) for contexts up to max_model_len tokens
-  // (<= 0: c.max_position_embeddings); nothing for a model plan_step never covers.
-  void reserve_context(const ModelConfig& c, int64_t max_model_len, DType dt);
+  // (<= 0: c.max_position_embeddings); nothing for a model plan_step never covers. Returns
+  // slack_rows().
+  int64_t reserve(const ModelConfig& c, int64_t max_model_len, DType dt);
   int64_t context_bytes() const { return scratch_bytes_; }
   // The step's mode (host arrays of b); loads cuDNN on the first qualifying step.
   Mode plan_step(const ForwardBatch& b, const ModelConfig& c, DType dt);

@@ -160,8 +160,8 @@ void CudaDecoder::reserve_activations(int64_t T, int64_t R) {
   x_.resize(static_cast<size_t>(T * C * 4));
   h_.resize(static_cast<size_t>(T * C * e));
   qkv_.resize(static_cast<size_t>(T * (QD + 2 * KD) * e));
-  const int64_t Tq = T + cudnn_.slack_rows();  // cuDNN prefill pads sequences past T (cuda_cudnn_prefill.h)
-  cudnn_.reserve_context(c, opt_.max_model_len, opt_.dtype);
+  // cuDNN prefill: its K/V scratch (once), and the rows it pads sequences with past T (cuda_cudnn_prefill.h).
+  const int64_t Tq = T + cudnn_.reserve(c, opt_.max_model_len, opt_.dtype);
   q_.resize(static_cast<size_t>(Tq * QD * e));
   k_.resize(static_cast<size_t>(Tq * KD * e));
   v_.resize(static_cast<size_t>(Tq * KD * e));
@@ -275,8 +275,7 @@ void CudaDecoder::rope_kv_write(int l, int64_t T) {
   const ModelConfig& c = config();
   const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
   const int64_t R = 2 * rope_half_;
-  // One pass: q out, k and v into the cache (not when cuDNN reads this step's contiguous K/V rows).
-  if (!CudaCudnnPrefill::uses_kv_rows(cudnn_mode_) && cuda::rope_kv_write_supported(kv, opt_.dtype, R)) {
+  if (!CudaCudnnPrefill::uses_kv_rows(cudnn_mode_) && cuda::rope_kv_write_supported(kv, opt_.dtype, R)) {  // one pass
     cuda::rope_split_q_kv_write(qkv_.get(), T, c.num_heads, rope_table_.as<float>(), R, q_.get(), kv, d_slots_,
                                 opt_.dtype, stream_);
     prof_.mark(stream_, "rope_kv_write");
