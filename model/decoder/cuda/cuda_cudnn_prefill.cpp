@@ -45,11 +45,12 @@ int CudaCudnnPrefill::padded_kv(int64_t len) const {
 int64_t CudaCudnnPrefill::reserve(const ModelConfig& c, int64_t max_model_len, DType dt) {
   const int64_t max_len = max_model_len > 0 ? max_model_len : c.max_position_embeddings;
   if (!enabled_ || scratch_ != nullptr || max_len <= 0 || !model_ok(c, dt)) return slack_rows();
+  if (!ensure_loaded()) return slack_rows();  // no cuDNN: no scratch (and no slack rows)
   const int64_t Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t rows = padded_kv(max_len);
   const int64_t bytes = 2 * rows * Hkv * D * static_cast<int64_t>(dtype_size(dt));
   if (cudaMalloc(&scratch_, static_cast<size_t>(bytes)) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free allocation error
+    cudaGetLastError();  // clear the (not sticky) allocation error
     scratch_ = nullptr;
     VLM_LOG_WARN("cuDNN chunked prefill off: {:.0f} MiB for its {}-token K/V scratch not available",
                  static_cast<double>(bytes) / (1 << 20), rows);

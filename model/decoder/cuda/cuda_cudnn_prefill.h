@@ -74,8 +74,8 @@ class CudaCudnnPrefill {
   // Rows past a step's T that q, k, v and out must have (0 when disabled).
   int64_t slack_rows() const { return enabled_ ? bucket_ : 0; }
   // Allocates the kPaged scratch (once; see Memory above) for contexts up to max_model_len tokens
-  // (<= 0: c.max_position_embeddings); nothing for a model plan_step never covers. Returns
-  // slack_rows().
+  // (<= 0: c.max_position_embeddings); nothing for a model plan_step never covers. Loads cuDNN
+  // first (when absent: warned, switched off, no scratch). Returns slack_rows().
   int64_t reserve(const ModelConfig& c, int64_t max_model_len, DType dt);
   int64_t context_bytes() const { return scratch_bytes_; }
   // The step's mode (host arrays of b); loads cuDNN on the first qualifying step.
