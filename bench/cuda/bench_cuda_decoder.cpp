@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
     o.block_size = B;
     o.num_kv_blocks = blocks_needed;
     o.max_tokens_per_step = max_prefill;
+    o.max_model_len = std::max(max_prefill, context + steps + 8);  // sizes cuDNN's chunked-prefill K/V scratch
     o.max_logit_rows = std::max<int64_t>(max_batch, 64);
     o.enforce_eager = f["enforce-eager"] == "1";
     const auto t_load = Clock::now();

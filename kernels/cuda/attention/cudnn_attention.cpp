@@ -47,9 +47,11 @@ std::vector<CudnnApi::Desc> sdpa_ops(CudnnGraphBuilder& g, const CudnnAttentionS
   const int64_t b = s.batch, h = s.heads, hk = s.kv_heads, sq = s.seq_q, skv = s.seq_kv, d = s.head_dim;
   const int io = s.dtype == DType::F16 ? B::kHalf : B::kBf16;
   // q, out [b*sq, h, d] as [b, h, sq, d]; k [b*skv, hk, d] as Kᵀ [b, hk, d, skv]; v as [b, hk, skv, d].
-  auto q = g.tensor(kQ, io, {b, h, sq, d}, {sq * h * d, d, h * d, 1});
-  auto kt = g.tensor(kK, io, {b, hk, d, skv}, {skv * hk * d, d, 1, hk * d});
-  auto v = g.tensor(kV, io, {b, hk, skv, d}, {skv * hk * d, d, hk * d, 1});
+  // Row strides: contiguous rows, or s.row_stride apart (a fused [T, 3, H, D] projection).
+  const int64_t rq = s.row_stride > 0 ? s.row_stride : h * d, rk = s.row_stride > 0 ? s.row_stride : hk * d;
+  auto q = g.tensor(kQ, io, {b, h, sq, d}, {sq * rq, d, rq, 1});
+  auto kt = g.tensor(kK, io, {b, hk, d, skv}, {skv * rk, d, 1, rk});
+  auto v = g.tensor(kV, io, {b, hk, skv, d}, {skv * rk, d, rk, 1});
   auto o = g.tensor(kO, io, {b, h, sq, d}, {sq * h * d, d, h * d, 1});
   const std::vector<int64_t> sdim = {b, h, sq, skv}, sstr = {h * sq * skv, sq * skv, skv, 1};
   const std::vector<int64_t> rdim = {b, h, sq, 1}, rstr = {h * sq, sq, 1, 1};
@@ -65,7 +67,7 @@ std::vector<CudnnApi::Desc> sdpa_ops(CudnnGraphBuilder& g, const CudnnAttentionS
   if (s.causal) {
     auto row = g.virt(B::kInt32, sdim, sstr);
     ops.push_back(g.pointwise(B::kGenIndex, B::kInt32, last, nullptr, row, nullptr, /*axis=*/2));
-    if (sq != skv) {  // bottom-right: row + skv - sq
+    if (sq != skv || s.bottom_right) {  // bottom-right: row + skv - sq (by-value scalars)
       auto skv_t = g.tensor(kSkv, B::kInt32, one, one, true);
       auto sq_t = g.tensor(kSq, B::kInt32, one, one, true);
       auto r1 = g.virt(B::kInt32, sdim, sstr);
@@ -142,6 +144,9 @@ bool CudnnAttention::supports(const CudnnAttentionShape& s, std::string* why) {
   else if (s.head_dim <= 0 || s.head_dim % 8 != 0 || s.head_dim > 256) w = "head_dim must be a multiple of 8 up to 256";
   else if (s.kv_heads <= 0 || s.heads % s.kv_heads != 0) w = "heads must be a multiple of kv_heads";
   else if (s.seq_q <= 0 || s.seq_kv < s.seq_q || s.batch <= 0) w = "need 0 < seq_q <= seq_kv and batch > 0";
+  else if (s.bottom_right && !s.causal) w = "bottom_right needs causal";
+  else if (s.row_stride != 0 && (s.row_stride < int64_t(s.heads) * s.head_dim || s.row_stride % 8 != 0))
+    w = "row_stride must be 0 or a multiple of 8 of at least H * D";
   if (why != nullptr) *why = w;
   return w.empty();
 }
@@ -205,8 +210,22 @@ bool CudnnAttention::prepare(const CudnnAttentionShape& s, std::string* why) {
 
 bool CudnnAttention::run(const CudnnAttentionShape& s, const void* q, const void* k, const void* v, void* out,
                          float scale, cudaStream_t stream, std::string* why) {
+  return run_padded(s, s.seq_q, s.seq_kv, q, k, v, out, scale, stream, why);
+}
+
+bool CudnnAttention::run_padded(const CudnnAttentionShape& s, int real_q, int real_kv, const void* q, const void* k,
+                                const void* v, void* out, float scale, cudaStream_t stream, std::string* why) {
+  if (real_q <= 0 || real_q > s.seq_q || real_kv < real_q || real_kv > s.seq_kv ||
+      (!s.bottom_right && (real_q != s.seq_q || real_kv != s.seq_kv))) {
+    if (why != nullptr)
+      *why = "real lengths " + std::to_string(real_q) + " / " + std::to_string(real_kv) + " outside the shape " +
+             std::to_string(s.seq_q) + " / " + std::to_string(s.seq_kv);
+    return false;
+  }
   if (!prepare(s, why)) return false;
   Plan& p = *plans_.at(s);
+  p.seq_q = real_q;  // read by cuDNN through the variant pack's host pointers when executing
+  p.seq_kv = real_kv;
   const CudnnApi& api = *cudnn_api();
   CudnnApi::Status st = api.SetStream(handle_, stream);
   if (st == 0) {
@@ -216,7 +235,7 @@ bool CudnnAttention::run(const CudnnAttentionShape& s, const void* q, const void
     if (s.causal) {
       uids.push_back(kLowest);
       ptrs.push_back(&p.lowest);
-      if (s.seq_q != s.seq_kv) {
+      if (s.seq_q != s.seq_kv || s.bottom_right) {
         uids.insert(uids.end(), {kSkv, kSq});
         ptrs.insert(ptrs.end(), {&p.seq_kv, &p.seq_q});
       }

@@ -8,11 +8,21 @@
 // paged_prefill_attention.
 //
 // Layout (no copies): q, out [batch * seq_q, H, D]; k, v [batch * seq_kv, Hkv, D]; sequences of
-// equal length back to back (batch > 1: padded batches of one length). BF16 or F16 throughout
+// equal length back to back (batch > 1: padded batches of one length). shape.row_stride > 0: the
+// rows of q, k and v are row_stride elements apart instead (e.g. 3 H D: the q, k, v parts of a
+// fused projection [T, 3, H, D] read in place); out stays contiguous. BF16 or F16 throughout
 // (q, k, v, out one dtype); f32 accumulation and softmax. Query head h reads KV head
 // h / (H / Hkv) (GQA). Causal is top-left aligned when seq_q == seq_kv (a first chunk with no
 // cached context); for seq_q < seq_kv it is bottom-right aligned (row i sees keys
 // [0, seq_kv - seq_q + i]), the alignment paged_prefill_attention uses.
+//
+// Padded shapes (shape.bottom_right, causal): the graph always has the bottom-right offset, taken
+// from the real lengths passed to run() (by-value int32 scalars, so one plan serves every
+// (real_q <= seq_q, real_kv <= seq_kv) with real_q <= real_kv): row i sees keys
+// [0, real_kv - real_q + i]. Rows i < real_q therefore never see a key >= real_kv (the padded
+// keys are masked by the causal comparison itself); rows >= real_q are padding, their output is
+// garbage for the caller to ignore. Padded K/V rows must hold finite values (masked scores get
+// probability exactly 0, and 0 * NaN would still poison the product with V).
 //
 // One plan per shape, built on first use and cached (with its workspace, allocated then); calls
 // with a cached shape enqueue one cuDNN execution on `stream` and do not allocate. Not
@@ -36,8 +46,13 @@ namespace vlm::cuda {
 struct CudnnAttentionShape {
   int batch = 1, seq_q = 0, seq_kv = 0, heads = 0, kv_heads = 0, head_dim = 0;
   bool causal = true;
+  bool bottom_right = false;  // causal with the offset from run()'s real lengths (padded shapes)
   DType dtype = DType::BF16;
-  auto key() const { return std::make_tuple(batch, seq_q, seq_kv, heads, kv_heads, head_dim, causal, int(dtype)); }
+  int64_t row_stride = 0;  // elements between rows of q, k and v (0: H * D and Hkv * D)
+  auto key() const {
+    return std::make_tuple(batch, seq_q, seq_kv, heads, kv_heads, head_dim, causal, bottom_right, int(dtype),
+                           row_stride);
+  }
   bool operator<(const CudnnAttentionShape& o) const { return key() < o.key(); }
 };
 
@@ -66,6 +81,10 @@ class CudnnAttention {
   // absent, the shape is unsupported, no plan finalized, or execution failed.
   bool run(const CudnnAttentionShape& s, const void* q, const void* k, const void* v, void* out, float scale,
            cudaStream_t stream, std::string* why = nullptr);
+  // A padded shape (s.bottom_right): the real lengths set the causal offset (real_kv - real_q);
+  // needs 0 < real_q <= s.seq_q, real_q <= real_kv <= s.seq_kv (false with *why otherwise).
+  bool run_padded(const CudnnAttentionShape& s, int real_q, int real_kv, const void* q, const void* k, const void* v,
+                  void* out, float scale, cudaStream_t stream, std::string* why = nullptr);
 
   // Candidates of a prepared shape (finalized engine configs, heuristics order) and the one run()
   // uses (default 0); select() changes it (benchmarks time each).

@@ -160,7 +160,8 @@ void CudaDecoder::reserve_activations(int64_t T, int64_t R) {
   x_.resize(static_cast<size_t>(T * C * 4));
   h_.resize(static_cast<size_t>(T * C * e));
   qkv_.resize(static_cast<size_t>(T * (QD + 2 * KD) * e));
-  const int64_t Tq = T + cudnn_.slack_rows();  // cuDNN prefill pads sequences past T (cuda_cudnn_prefill.h)
+  // cuDNN prefill: its K/V scratch (once), and the rows it pads sequences with past T (cuda_cudnn_prefill.h).
+  const int64_t Tq = T + cudnn_.reserve(c, opt_.max_model_len, opt_.dtype);
   q_.resize(static_cast<size_t>(Tq * QD * e));
   k_.resize(static_cast<size_t>(Tq * KD * e));
   v_.resize(static_cast<size_t>(Tq * KD * e));
@@ -250,21 +251,21 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const int H = static_cast<int>(c.num_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (probe_) probe_(l, q_.get(), H, kv, meta, scale, stream_);
+  auto builtin = [&](cuda::CudaAttentionBatch m) {  // our kernels (all rows, or cuDNN's leftover ranges)
+    if (decode_kernel() && methods_) sink_.route_layer(l, q_.get(), opt_.dtype, H, kv, m, stream_);  // group skips
+    if (decode_kernel())
+      cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), decode_ws_.get(), stream_);
+    else if (fast_attention())
+      cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), stream_);
+    else
+      cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), stream_);
+  };
   if (sparse_) {
     VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
-    sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_,
-                              &prof_);
-  } else if (cudnn_step_ && cudnn_.attention(*batch_, q_.get(), k_.get(), v_.get(), attn_.get(), T, H,
-                                             static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim),
-                                             opt_.dtype, scale, stream_)) {
-  } else if (decode_kernel()) {
-    cuda::CudaAttentionBatch m = meta;
-    if (methods_) sink_.route_layer(l, q_.get(), opt_.dtype, H, kv, m, stream_);  // SinkRouter's group skips
-    cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), decode_ws_.get(), stream_);
-  } else if (fast_attention()) {
-    cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
-  } else {
-    cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_);
+    sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_, &prof_);
+  } else if (!cudnn_.attention(cudnn_mode_, *batch_, meta, kv, q_.get(), k_.get(), v_.get(), attn_.get(), T, H,
+                                opt_.dtype, scale, stream_, builtin)) {  // kNone: false
+    builtin(meta);
   }
   if (look_m_on_) look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_);
   prof_.mark(stream_, "attention");
@@ -274,7 +275,7 @@ void CudaDecoder::rope_kv_write(int l, int64_t T) {
   const ModelConfig& c = config();
   const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
   const int64_t R = 2 * rope_half_;
-  if (!cudnn_step_ && cuda::rope_kv_write_supported(kv, opt_.dtype, R)) {  // one pass: q out, k and v into the cache
+  if (!CudaCudnnPrefill::uses_kv_rows(cudnn_mode_) && cuda::rope_kv_write_supported(kv, opt_.dtype, R)) {  // one pass
     cuda::rope_split_q_kv_write(qkv_.get(), T, c.num_heads, rope_table_.as<float>(), R, q_.get(), kv, d_slots_,
                                 opt_.dtype, stream_);
     prof_.mark(stream_, "rope_kv_write");
@@ -336,7 +337,7 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   methods_ = look_m_on_ ||
              std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; });
   sparse_ = CudaSparsePrefill::active(b);
-  cudnn_step_ = !sparse_ && cudnn_.covers(b, config(), opt_.dtype);
+  cudnn_mode_ = sparse_ ? CudaCudnnPrefill::kNone : cudnn_.plan_step(b, config(), opt_.dtype);
   // batch_ stays set until forward() returns: forward_graph runs the step twice (eagerly, then
   // under stream capture), and each run_step reads it.
   struct BatchScope {

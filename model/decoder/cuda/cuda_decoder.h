@@ -59,12 +59,14 @@ struct CudaDecoderOptions {
   int device = 0;
   bool enforce_eager = false;           // no CUDA graphs (vLLM's --enforce-eager)
   int max_graphs = 48;                  // decode graphs kept
-  // Dense prefill of first chunks through cuDNN (cuda_cudnn_prefill.h): -1 = VLM_CUDA_PREFILL_CUDNN
-  // (unset: on), 0 off, 1 on; sequences of at least cudnn_min_tokens rows, plans per
-  // cudnn_bucket-row length bucket.
+  // Dense prefill through cuDNN (cuda_cudnn_prefill.h): -1 = VLM_CUDA_PREFILL_CUDNN (unset: on),
+  // 0 off, 1 on; chunks of at least cudnn_min_tokens rows, plans per cudnn_bucket-row length
+  // bucket; chunks over cached context up to max_model_len tokens (0: the model's
+  // max_position_embeddings) through a K/V scratch reserved with the activations.
   int cudnn_prefill = -1;
   int cudnn_min_tokens = 1024;
   int cudnn_bucket = 1024;
+  int64_t max_model_len = 0;
 };
 
 class CudaDecoder {
@@ -113,6 +115,7 @@ class CudaDecoder {
   int64_t graph_launches() const { return graph_launches_; }
   // Layers whose prefill attention ran through cuDNN (tests).
   int64_t cudnn_prefill_calls() const { return cudnn_.calls(); }
+  int64_t cudnn_paged_calls() const { return cudnn_.paged_calls(); }  // of those, chunks over cached context
 
  private:
   struct Layer;
@@ -165,7 +168,7 @@ class CudaDecoder {
   bool sparse_ = false;                  // some sequence of the step prefills sparsely
   CudaSparsePrefill sparse_prefill_;
   CudaCudnnPrefill cudnn_;
-  bool cudnn_step_ = false;  // this step's attention runs through cudnn_ (k_/v_ hold its K/V rows)
+  CudaCudnnPrefill::Mode cudnn_mode_ = CudaCudnnPrefill::kNone;  // this step's cuDNN attention (cuda_cudnn_prefill.h)
   CudaSinkRouterStep sink_;
   CudaLookMStep look_m_;
   AttentionProbe probe_;

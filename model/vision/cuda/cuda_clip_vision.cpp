@@ -147,8 +147,8 @@ void CudaClipVision::run(std::span<const MediaPixels* const> items, float* out, 
   const VitBlockShape shape{.C = C, .I = I, .H = H, .D = D, .eps = eps, .rms = false, .gated = false, .act = act};
   const VitBlockBuffers buf{x_.as<float>(), h_.get(), qkv_.get(), attn_.get(), f_.get(), nullptr};
   for (size_t l = 0; l < layers_.size(); ++l) {
-    vit_block_forward(gemm_, layers_[l], shape, dt_, T, buf, {d_cu, static_cast<int>(N), static_cast<int>(L)}, nullptr,
-                      s);
+    const VitSegments seg{d_cu, static_cast<int>(N), static_cast<int>(L), static_cast<int>(L), &cudnn_};  // equal
+    vit_block_forward(gemm_, layers_[l], shape, dt_, T, buf, seg, nullptr, s);
     emit(static_cast<int>(l) + 1, N, s);
   }
   const int64_t R = N * rows_, Ct = projector_.out_features(), Fin = projector_.in_features();

@@ -12,6 +12,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "model/vision/clip_vision.h"
+#include "model/vision/cuda/cuda_vision_cudnn.h"
 #include "model/vision/cuda/cuda_vision_tower.h"
 #include "model/vision/cuda/cuda_vit_block.h"
 #include "model/vision/projector.h"
@@ -48,6 +49,7 @@ class CudaClipVision : public CudaVisionTower {
   int64_t rows_;  // tokens per image
   DType dt_;
   cuda::CublasLtGemm gemm_;
+  CudaVisionCudnn cudnn_;  // the images' attention through cuDNN where it covers them (cuda_vision_cudnn.h)
   std::vector<VitBlockWeights> layers_;
   cuda::DeviceBuffer patch_w_, patch_b_, class_emb_, pos_emb_, pre_ln_w_, pre_ln_b_;
   cuda::DeviceBuffer w1_, b1_, w2_, b2_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/core/check.h"
@@ -157,7 +158,7 @@ void CudaQwen2Vision::run(std::span<const MediaPixels* const> items, float* out,
   std::vector<std::array<int32_t, 3>> grids;
   for (const MediaPixels* it : items) grids.push_back(it->grid_thw);
   VLM_CUDA_CHECK(cudaEventSynchronize(meta_done_));  // meta_host_ has left for the previous call
-  run_grids(grids, pixels_.get(), DType::F32, out, s, {0, 0, &gemm_});
+  run_grids(grids, pixels_.get(), DType::F32, out, s, {0, 0, &gemm_, &cudnn_});
   VLM_CUDA_CHECK(cudaEventRecord(meta_done_, s));
 }
 
@@ -239,7 +240,7 @@ void CudaQwen2Vision::encode_frames(std::span<const FrameSlice> slices, float* o
     cudaStream_t gs = side ? side_ : s;
     VLM_CUDA_CHECK(cudaStreamWaitEvent(gs, uploaded_));
     meta += run_grids(grids, pixels_.as<char>() + off, dt_, out + out_row * c.out_hidden_size, gs,
-                      {first, meta, side ? &side_gemm_ : &gemm_});
+                      {first, meta, side ? &side_gemm_ : &gemm_, side ? &side_cudnn_ : &cudnn_});
     out_row += (row - first) / unit;
   }
   VLM_CUDA_CHECK(cudaEventRecord(staged_, copy_));
@@ -271,14 +272,16 @@ int64_t CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids
     scatter[src] = static_cast<int32_t>(u);
   }
   std::memcpy(pos, lay.pos_hw.data(), lay.pos_hw.size() * 4);
-  int max_frame = 0, max_window = 0;
+  int max_frame = 0, max_window = 0, min_frame = INT32_MAX, min_window = INT32_MAX;
   for (size_t i = 0; i < lay.frame_cu.size(); ++i) {
     frame_cu[i] = static_cast<int32_t>(lay.frame_cu[i]);
     if (i) max_frame = std::max(max_frame, frame_cu[i] - frame_cu[i - 1]);
+    if (i) min_frame = std::min(min_frame, frame_cu[i] - frame_cu[i - 1]);
   }
   for (size_t i = 0; i < lay.window_cu.size(); ++i) {
     window_cu[i] = static_cast<int32_t>(lay.window_cu[i]);
     if (i) max_window = std::max(max_window, window_cu[i] - window_cu[i - 1]);
+    if (i) min_window = std::min(min_window, window_cu[i] - window_cu[i - 1]);
   }
   const size_t meta_bytes = static_cast<size_t>((scatter + U) - mh) * 4;
   const int32_t* d = meta_dev_.as<int32_t>() + lane.meta0;
@@ -311,7 +314,11 @@ int64_t CudaQwen2Vision::run_grids(std::span<const std::array<int32_t, 3>> grids
                             c.qwen25 ? act_.as<char>() + r0 * I * e : nullptr};
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const bool full = host_.full_attention(static_cast<int64_t>(l));
-    const VitSegments seg = full ? VitSegments{d_frame, num_frames, max_frame} : VitSegments{d_window, num_windows, max_window};
+    // Equal segments (every frame of a video group; windows rarely) may run through cuDNN.
+    const VitSegments seg = full ? VitSegments{d_frame, num_frames, max_frame, min_frame == max_frame ? max_frame : 0,
+                                               lane.cudnn}
+                                 : VitSegments{d_window, num_windows, max_window,
+                                               min_window == max_window ? max_window : 0, lane.cudnn};
     vit_block_forward(gemm, blocks_[l], shape, dt_, P, buf, seg, table, s);
   }
   // Merger over units [U, unit * Cv]; rows back to the prompt order straight into out.

@@ -21,6 +21,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "model/vision/cuda/cuda_frame_preprocessor.h"
+#include "model/vision/cuda/cuda_vision_cudnn.h"
 #include "model/vision/cuda/cuda_vision_tower.h"
 #include "model/vision/cuda/cuda_vit_block.h"
 #include "model/vision/qwen2_vision.h"
@@ -53,6 +54,8 @@ class CudaQwen2Vision : public CudaVisionTower {
   bool splits_frames() const override { return true; }
   void encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s) override;
   int64_t group_patches() const { return group_patches_; }
+  // Segment attentions that ran through cuDNN (cuda_vision_cudnn.h; tests).
+  int64_t cudnn_calls() const { return cudnn_.calls() + side_cudnn_.calls(); }
   void set_group_patches(int64_t n) { group_patches_ = n; }
 
  private:
@@ -61,6 +64,7 @@ class CudaQwen2Vision : public CudaVisionTower {
   struct Lane {
     int64_t row0, meta0;
     cuda::CublasLtGemm* gemm;
+    CudaVisionCudnn* cudnn;  // equal segments through cuDNN (cuda_vision_cudnn.h), one per stream
   };
   // The tower over items of `grids` whose pixel rows [P, K] of pixel_dt (prompt order) are at
   // pixels, on s in the lane's rows; returns the metadata ints it used. The caller has waited
@@ -71,6 +75,7 @@ class CudaQwen2Vision : public CudaVisionTower {
   const Qwen2VisionEncoder& host_;
   DType dt_;
   cuda::CublasLtGemm gemm_, side_gemm_;  // side_gemm_: side_'s (its own cuBLASLt workspace)
+  CudaVisionCudnn cudnn_, side_cudnn_;   // likewise (their own plans' workspaces)
   std::vector<VitBlockWeights> blocks_;
   int64_t group_patches_ = 4096;
   cuda::DeviceBuffer patch_w_, inv_freq_;

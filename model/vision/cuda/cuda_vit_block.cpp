@@ -5,6 +5,7 @@
 #include "kernels/cuda/attention/varlen_attention.h"
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/ops/ops_cuda.h"
+#include "model/vision/cuda/cuda_vision_cudnn.h"
 
 namespace vlm {
 
@@ -52,8 +53,11 @@ void vit_block_forward(cuda::CublasLtGemm& gemm, const VitBlockWeights& B, const
   if (rope) cuda::vision_rope_qk(buf.qkv, dt, T, sh.H, sh.D, rope, s);
   const char* qkv = static_cast<const char*>(buf.qkv);
   const float scale = 1.0f / std::sqrt(static_cast<float>(sh.D));
-  cuda::varlen_attention(qkv, qkv + C * e, qkv + 2 * C * e, 3 * C, dt, sh.H, sh.D, seg.cu, seg.segments, seg.max_len,
-                         scale, buf.attn, s);
+  if (seg.cudnn == nullptr || seg.equal_len <= 0 ||
+      !seg.cudnn->attention(qkv, qkv + C * e, qkv + 2 * C * e, 3 * C, dt, sh.H, sh.D, seg.segments, seg.equal_len,
+                            scale, buf.attn, s))
+    cuda::varlen_attention(qkv, qkv + C * e, qkv + 2 * C * e, 3 * C, dt, sh.H, sh.D, seg.cu, seg.segments,
+                           seg.max_len, scale, buf.attn, s);
   gemm.linear(buf.attn, B.proj.get(), dt, B.proj_b.get(), buf.x, DType::F32, 1.0f, T, C, C, s);
   vit_norm(sh, B.norm2_w, B.norm2_b, dt, T, buf.x, buf.h, s);
   if (sh.gated) {

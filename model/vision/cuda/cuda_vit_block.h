@@ -58,10 +58,16 @@ struct VitBlockBuffers {
   void *h, *qkv, *attn, *f, *act;
 };
 
-// Attention segments: cu [segments + 1] cumulative row counts (device), the longest segment.
+class CudaVisionCudnn;
+
+// Attention segments: cu [segments + 1] cumulative row counts (device), the longest segment;
+// equal_len > 0 (host): every segment has that many rows, so cudnn (if set, cuda_vision_cudnn.h)
+// may run them as one batch; else, or when it declines, varlen_attention runs.
 struct VitSegments {
   const int32_t* cu;
   int segments, max_len;
+  int equal_len = 0;
+  CudaVisionCudnn* cudnn = nullptr;
 };
 
 // h [T, C] dt = norm(x [T, C] f32) with weight w and bias b (LayerNorm) or none (RMSNorm).

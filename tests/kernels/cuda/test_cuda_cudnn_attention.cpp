@@ -1,7 +1,9 @@
 // CudnnAttention (cuDNN's fused flash attention through the backend graph API) against the naive
 // CUDA reference (paged_attention_naive) on small shapes: causal first chunks (seq_q == seq_kv),
 // a chunk over earlier context (seq_q < seq_kv, bottom-right causal), GQA 1/4/7, D 64/128,
-// batch 1 and 2, bf16 and f16. Skips where no GPU is visible or cuDNN 9 cannot be loaded (saying
+// batch 1 and 2, bf16 and f16; padded shapes (bottom_right, run_padded: real lengths inside
+// bucketed seq_q / seq_kv, the padding keys holding large finite values so a leak shows), compared
+// on the real rows. Skips where no GPU is visible or cuDNN 9 cannot be loaded (saying
 // why); a loaded cuDNN that builds no plan fails, with cuDNN's log.
 #include <gtest/gtest.h>
 
@@ -117,6 +119,89 @@ TEST(CudnnAttention, MatchesNaiveReference) {
   };
   uint32_t seed = 1;
   for (const Case& c : cases) run_case(att, c, seed++);
+}
+
+// A padded shape: cuDNN sees q [qp, H, D] and k/v [kvp, Hkv, D] whose first real_q / real_kv rows
+// are the real ones (the rest: padding of magnitude 4, finite); the naive reference sees only the
+// real rows. The first real_q output rows must match.
+void run_padded_case(cuda::CudnnAttention& att, const Case& c, int real_q, int real_kv, uint32_t seed) {
+  SCOPED_TRACE("padded seq_q " + std::to_string(c.seq_q) + " seq_kv " + std::to_string(c.seq_kv) + " real " +
+               std::to_string(real_q) + " / " + std::to_string(real_kv));
+  constexpr int kB = 16;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  std::vector<float> q(size_t(c.seq_q) * c.H * c.D), k(size_t(c.seq_kv) * c.Hkv * c.D), v(k.size());
+  for (float& x : q) x = 2.f * uni(rng);
+  for (float& x : k) x = uni(rng);
+  for (float& x : v) x = uni(rng);
+  for (size_t i = size_t(real_kv) * c.Hkv * c.D; i < k.size(); ++i) k[i] = v[i] = 4.f;  // padding keys
+  const auto qb = encode(q, c.dt), kb = encode(k, c.dt), vb = encode(v, c.dt);
+  auto dq = to_device(qb), dk = to_device(kb), dv = to_device(vb);
+  cuda::DeviceBuffer dout(qb.size()), dref(qb.size());
+  const int per = (real_kv + kB - 1) / kB;
+  PagedKVLayer kv;
+  kv.dtype = c.dt;
+  kv.num_blocks = per;
+  kv.block_size = kB;
+  kv.num_kv_heads = c.Hkv;
+  kv.head_dim = c.D;
+  const size_t cache_bytes = size_t(kv.num_blocks) * kv.block_stride() * dtype_size(c.dt);
+  cuda::DeviceBuffer ck(cache_bytes), cv(cache_bytes);
+  kv.k = ck.get();
+  kv.v = cv.get();
+  std::vector<int32_t> slots(static_cast<size_t>(real_kv)), cu{0, real_q}, lens{real_kv},
+      table(static_cast<size_t>(per));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::iota(table.begin(), table.end(), 0);
+  auto dslots = to_device(slots), dcu = to_device(cu), dlens = to_device(lens), dtable = to_device(table);
+  cuda::paged_kv_write(kv, dk.get(), dv.get(), c.dt, static_cast<int32_t*>(dslots.get()), real_kv, nullptr);
+  cuda::CudaAttentionBatch batch;
+  batch.num_seqs = 1;
+  batch.cu_seqlens_q = static_cast<int32_t*>(dcu.get());
+  batch.context_lens = static_cast<int32_t*>(dlens.get());
+  batch.block_tables = static_cast<int32_t*>(dtable.get());
+  batch.max_blocks_per_seq = per;
+  batch.max_q_len = real_q;
+  batch.max_context_len = real_kv;
+  const float scale = 1.f / std::sqrt(float(c.D));
+  cuda::paged_attention_naive(dq.get(), c.dt, c.H, kv, batch, scale, dref.get(), nullptr);
+  cuda::CudnnAttentionShape shape;
+  shape.seq_q = c.seq_q;
+  shape.seq_kv = c.seq_kv;
+  shape.heads = c.H;
+  shape.kv_heads = c.Hkv;
+  shape.head_dim = c.D;
+  shape.causal = true;
+  shape.bottom_right = true;
+  shape.dtype = c.dt;
+  std::string why;
+  ASSERT_TRUE(att.run_padded(shape, real_q, real_kv, dq.get(), dk.get(), dv.get(), dout.get(), scale, nullptr, &why))
+      << why << "\nplan log:\n" << att.log(shape);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const size_t n = size_t(real_q) * c.H * c.D * dtype_size(c.dt);
+  const auto got = decode(testing::to_host<uint8_t>(dout, n), c.dt);
+  const auto ref = decode(testing::to_host<uint8_t>(dref, n), c.dt);
+  const double err = normalized_error(got, ref);
+  EXPECT_LE(err, c.dt == DType::BF16 ? 2.8e-2 : 1.2e-2) << "normalized error " << err;
+}
+
+TEST(CudnnAttention, PaddedShapesMatchNaiveReference) {
+  VLM_REQUIRE_GPU();
+  cuda::CudnnAttention att;
+  std::string why;
+  if (!att.available(&why)) GTEST_SKIP() << "cuDNN unavailable: " << why;
+  // One plan (256 x 512) for several real lengths, then a square bucket with a shorter chunk.
+  const Case bucket{1, 256, 512, 8, 2, 128, DType::BF16};
+  run_padded_case(att, bucket, 256, 512, 11);  // no padding
+  run_padded_case(att, bucket, 200, 480, 12);  // both padded
+  run_padded_case(att, bucket, 256, 300, 13);  // keys padded only
+  run_padded_case(att, bucket, 37, 37, 14);    // a first chunk inside a padded plan
+  EXPECT_GT(att.num_candidates({1, 256, 512, 8, 2, 128, true, true, DType::BF16}), 0);  // one plan served all four
+  run_padded_case(att, {1, 512, 512, 4, 1, 64, DType::F16}, 300, 500, 15);
+  // A padded plan refuses real lengths outside its shape.
+  cuda::CudnnAttentionShape s{1, 256, 512, 8, 2, 128, true, true, DType::BF16};
+  EXPECT_FALSE(att.run_padded(s, 300, 400, nullptr, nullptr, nullptr, nullptr, 1.f, nullptr, &why));
+  EXPECT_NE(why.find("outside"), std::string::npos) << why;
 }
 
 TEST(CudnnAttention, RejectsWhatItDoesNotCover) {

@@ -5,11 +5,16 @@
 //  - one sequence of 700 tokens in one step (padded to 1024 inside cuDNN);
 //  - two first chunks of 600 and 333 tokens in one step (the first one's padding overlaps the
 //    second's rows);
-//  - a 1000-token prompt in chunks of 600 (cuDNN) and 400 (cached context: the built-in kernel),
-//    then one decode step (both read the K/V the cuDNN step wrote into the cache).
+//  - a 1000-token prompt in chunks of 600 (first chunk) and 400 (over 600 cached: the K/V
+//    gathered from the paged cache, padded to 512 x 1024 inside cuDNN), then one decode step;
+//  - a prompt in four chunks (300, 500, 400, 300) over growing cached context;
+//  - two sequences of different lengths, first chunks then chunks over different contexts;
+//  - chunks beside decode rows (a decode row before and after the chunk in the step) and a chunk
+//    too short for cuDNN beside a long one (the built-in kernel runs the leftover sequences).
 // Each: the cuDNN path is no farther from the CPU's logits than 1.5x the built-in path's error
 // (the bf16 rounding scale) and within that scale of the built-in path; cuDNN ran every layer of
-// the steps it covers (and none of the others). Skips without a GPU or without cuDNN 9.
+// the steps it covers (and none of the others; the paged ones counted apart). Skips without a
+// GPU or without cuDNN 9.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,6 +63,7 @@ class CudnnPrefillDecoder : public ::testing::Test {
       o.cudnn_prefill = on;
       o.cudnn_min_tokens = 256;
       o.cudnn_bucket = 512;
+      o.max_model_len = kBlocks / 2 * kB;  // the K/V scratch for chunks over cached context
       gpu_[on] = std::make_unique<CudaDecoder>(*host_, o);
     }
     std::vector<int32_t> ids(kBlocks);
@@ -94,8 +100,8 @@ class CudnnPrefillDecoder : public ::testing::Test {
 
   // The same steps on all three; checks the logits of each, and that cuDNN ran `cudnn_steps` steps.
   void run_steps(const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::vector<int>>& starts,
-                 const std::vector<std::vector<int>>& lens, int cudnn_steps) {
-    const int64_t calls0 = gpu_[1]->cudnn_prefill_calls();
+                 const std::vector<std::vector<int>>& lens, int cudnn_steps, int paged_steps = 0) {
+    const int64_t calls0 = gpu_[1]->cudnn_prefill_calls(), paged0 = gpu_[1]->cudnn_paged_calls();
     for (size_t i = 0; i < starts.size(); ++i) {
       SCOPED_TRACE("step " + std::to_string(i));
       const auto ours = step(0, prompts, starts[i], lens[i]);
@@ -108,11 +114,12 @@ class CudnnPrefillDecoder : public ::testing::Test {
       std::printf("step %zu: rows %lld, vs CPU: built-in %.4g, cuDNN %.4g; cuDNN vs built-in %.4g\n", i,
                   static_cast<long long>(rows), e_ours, e_cudnn, e_pair);
       ASSERT_GT(e_ours, 0.0);
-      EXPECT_LT(e_ours, 0.1);  // the bf16 path itself is sane
-      EXPECT_LE(e_cudnn, 1.5 * e_ours);
-      EXPECT_LE(e_pair, 1.5 * e_ours);
+      EXPECT_LT(e_ours, 0.1) << "built-in vs CPU " << e_ours;  // the bf16 path itself is sane
+      EXPECT_LE(e_cudnn, 1.5 * e_ours) << "cuDNN vs CPU " << e_cudnn << ", built-in vs CPU " << e_ours;
+      EXPECT_LE(e_pair, 1.5 * e_ours) << "cuDNN vs built-in " << e_pair << ", built-in vs CPU " << e_ours;
     }
     EXPECT_EQ(gpu_[1]->cudnn_prefill_calls() - calls0, int64_t(cudnn_steps) * kL);
+    EXPECT_EQ(gpu_[1]->cudnn_paged_calls() - paged0, int64_t(paged_steps) * kL);
     EXPECT_EQ(gpu_[0]->cudnn_prefill_calls(), 0);
   }
 
@@ -137,8 +144,26 @@ TEST_F(CudnnPrefillDecoder, TwoFirstChunksInOneStep) {
 }
 
 TEST_F(CudnnPrefillDecoder, ChunkOverCachedContextThenDecode) {
-  // Chunk 1 (600, first: cuDNN), chunk 2 (400 over 600 cached: built-in), one decode row.
-  run_steps({prompt(1001, 4)}, {{0}, {600}, {1000}}, {{600}, {400}, {1}}, 1);
+  // Chunk 1 (600, first: cuDNN), chunk 2 (400 over 600 cached: cuDNN over the gathered K/V), one
+  // decode row (built-in).
+  run_steps({prompt(1001, 4)}, {{0}, {600}, {1000}}, {{600}, {400}, {1}}, 2, 1);
+}
+
+TEST_F(CudnnPrefillDecoder, SeveralChunksOverCachedContext) {
+  run_steps({prompt(1500, 5)}, {{0}, {300}, {800}, {1200}}, {{300}, {500}, {400}, {300}}, 4, 3);
+}
+
+TEST_F(CudnnPrefillDecoder, TwoSequencesOfDifferentLengthsOverContext) {
+  // Step 0: first chunks 600 and 333; step 1: 400 over 1000 and 290 over 623 in one step.
+  run_steps({prompt(1000, 6), prompt(623, 7)}, {{0, 0}, {600, 333}}, {{600, 333}, {400, 290}}, 2, 1);
+}
+
+TEST_F(CudnnPrefillDecoder, ChunksBesideDecodeRowsAndShortChunks) {
+  // Step 0: first chunks (600, 300). Step 1: a decode row of A before B's 400 over 700. Step 2:
+  // A's 400 over 1001 before a decode row of B. Step 3: A's 100-row chunk (too short: built-in)
+  // beside B's 300 over 1001 (cuDNN).
+  run_steps({prompt(1101, 8), prompt(1001, 9)}, {{0, 0}, {600, 300}, {601, 700}, {1001, 701}},
+            {{600, 300}, {1, 400}, {400, 1}, {100, 300}}, 4, 3);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 //  - bf16 against HF's own bf16 (issue I's rule: at most 1.5x HF bf16's error against HF f32),
 //    when VLM_HF_BF16_DIR holds bench/gpu/hf_bf16_vision.py's output (made on the GPU machine);
 //  - encode()'s whole-frame groups give the rows of one call;
+//  - Qwen2-VL bf16 with the equal-segment attention through cuDNN and without it (VLM_CUDA_VISION_CUDNN=0);
 //  - the memory plan (no GPU needed): the workspace grows with the patches, an item beyond the
 //    reservation is a 400 naming its size and the flag.
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <fstream>
 
 #include "kernels/core/check.h"
+#include "kernels/cuda/attention/cudnn_library.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/decoder/safetensors.h"
 #include "model/families/llava.h"
@@ -165,6 +167,36 @@ TEST_P(CudaQwen2VisionTower, FrameGroupsEqualOneCall) {
   const std::vector<float> split = encode_on_gpu(tower, vc.items);
   ASSERT_EQ(split.size(), whole.size());
   EXPECT_LE(rel_error(split, whole), 1e-6);
+}
+
+// bf16 with the equal-segment attention through cuDNN (default) and with VLM_CUDA_VISION_CUDNN=0
+// (varlen_attention): both within the bf16 bound of HF's f32 rows and of each other; cuDNN ran
+// (the single image and the video's frames are equal segments) only when on.
+TEST_P(CudaQwen2VisionTower, CudnnOnAndOffAgree) {
+  VLM_REQUIRE_GPU();
+  std::string why;
+  if (cuda::cudnn_api(&why) == nullptr) GTEST_SKIP() << "cuDNN unavailable: " << why;
+  const std::string dir = kFix + "/qwen2vl/" + GetParam();
+  const auto model = Qwen2VLModel::load(dir);
+  const auto ref = SafetensorsFile::open(dir + "/reference.safetensors");
+  setenv("VLM_CUDA_VISION_CUDNN", "0", 1);
+  CudaQwen2Vision off(model->vision(), DType::BF16);
+  unsetenv("VLM_CUDA_VISION_CUDNN");
+  CudaQwen2Vision on(model->vision(), DType::BF16);
+  for (const VisionCase& vc : qwen2_cases()) {
+    const std::vector<float> want = floats(*ref, vc.name);
+    const std::vector<float> a = encode_on_gpu(on, vc.items), b = encode_on_gpu(off, vc.items);
+    ASSERT_EQ(a.size(), want.size()) << vc.name;
+    ASSERT_EQ(b.size(), want.size()) << vc.name;
+    const double e_on = rel_error(a, want), e_off = rel_error(b, want), e_pair = rel_error(a, b);
+    std::printf("[ gpu vision cudnn ] %s %s: cuDNN %.3g, built-in %.3g, between %.3g\n", GetParam().c_str(),
+                vc.name.c_str(), e_on, e_off, e_pair);
+    EXPECT_LE(e_on, 2e-2) << vc.name << " cuDNN vs HF f32 " << e_on;
+    EXPECT_LE(e_off, 2e-2) << vc.name << " built-in vs HF f32 " << e_off;
+    EXPECT_LE(e_pair, 2e-2) << vc.name << " cuDNN vs built-in " << e_pair;
+  }
+  EXPECT_GT(on.cudnn_calls(), 0) << "cuDNN never ran (a plan that did not build is in the warnings)";
+  EXPECT_EQ(off.cudnn_calls(), 0);
 }
 
 TEST_P(CudaQwen2VisionTower, Bf16IsAsCloseToHfF32AsHfBf16) {
