@@ -6,14 +6,23 @@
 #   bench/cuda/fail_loudly_gpu.sh BIN_DIR      (from a checkout's root; TOKENIZER: Qwen3's tokenizer dir,
 #                                               default tests/data/tokenizers/qwen3; the bundle has /tmp/vlm/tokenizer)
 set -uo pipefail
+pid=
+trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null' EXIT  # never leave a server holding the GPU
+trap 'exit 143' TERM INT
 BIN=${1:?usage: fail_loudly_gpu.sh BIN_DIR}
 PORT=${PORT:-18470}
-M=/tmp/fail-loudly-model; mkdir -p "$M"
-cp tests/fixtures/qwen2vl_server/qwen2_vl_chat/* "$M/"
-cp "${TOKENIZER:-tests/data/tokenizers/qwen3}"/tokenizer{,_config}.json "$M/"
+# FAIL_DEVICE: part 2's device (cuda; cpu checks the script here). FAIL_MODEL: a model directory for part 2 instead of the tiny fixture (parts 1b and 1c, which need the
+# fixture's head size 16, are then left out).
+M=${FAIL_MODEL:-/tmp/fail-loudly-model}
+if [ -z "${FAIL_MODEL:-}" ]; then
+  mkdir -p "$M"
+  cp tests/fixtures/qwen2vl_server/qwen2_vl_chat/* "$M/"
+  cp "${TOKENIZER:-tests/data/tokenizers/qwen3}"/tokenizer{,_config}.json "$M/"
+fi
 echo "== 1a. head size 24 with 131072 positions (llama3_tiny), --device cuda"
 timeout 120 "$BIN/vlm-server" --model tests/fixtures/models/llama3_tiny --device cuda --port 0 2>&1 | grep -E "error|cannot" | head -3
 echo "exit ${PIPESTATUS[0]}"
+if [ -z "${FAIL_MODEL:-}" ]; then
 echo "== 1b. the tiny Qwen2-VL fixture (head size 16) with --sparse-prefill mminference, --device cuda"
 timeout 120 "$BIN/vlm-server" --model "$M" --device cuda --max-model-len 8192 --sparse-prefill mminference --port 0 2>&1 \
   | grep -E "error|cannot" | head -3
@@ -25,8 +34,10 @@ pid=$!
 for _ in $(seq 300); do grep -q "ready:" /tmp/fail-loudly-auto.log && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
 grep -E "running on the CPU|engine: device" /tmp/fail-loudly-auto.log | head -3
 kill $pid 2>/dev/null; wait $pid
+fi
 echo "== 2. a device failure at forward 6 on the GPU"
-timeout 180 "$BIN/vlm-server" --model "$M" --device cuda --max-model-len 8192 --port "$PORT" --debug-fail-step 6 \
+timeout 180 "$BIN/vlm-server" --model "$M" --served-model-name x --device "${FAIL_DEVICE:-cuda}" --max-model-len 8192 --port "$PORT" \
+  --debug-fail-step 6 \
   --failure-exit-delay 5 > /tmp/fail-loudly.log 2>&1 &
 pid=$!
 for _ in $(seq 600); do grep -q "ready:" /tmp/fail-loudly.log && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done

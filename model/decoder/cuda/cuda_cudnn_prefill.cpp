@@ -29,6 +29,13 @@ bool model_ok(const ModelConfig& c, DType dt) {
 
 }  // namespace
 
+bool cudnn_paged_prefill_enabled() {
+  const char* e = std::getenv("VLM_CUDA_PREFILL_CUDNN_CHUNKS");
+  if (e == nullptr) return false;
+  const std::string v(e);
+  return v == "1" || v == "on" || v == "true" || v == "ON" || v == "TRUE";
+}
+
 CudaCudnnPrefill::CudaCudnnPrefill(int mode, int min_tokens, int bucket)
     : enabled_(mode < 0 ? env_enabled() : mode != 0), min_tokens_(std::max(min_tokens, 2)), bucket_(std::max(bucket, 64)) {}
 
@@ -45,6 +52,7 @@ int CudaCudnnPrefill::padded_kv(int64_t len) const {
 int64_t CudaCudnnPrefill::reserve(const ModelConfig& c, int64_t max_model_len, DType dt) {
   const int64_t max_len = max_model_len > 0 ? max_model_len : c.max_position_embeddings;
   if (!enabled_ || scratch_ != nullptr || max_len <= 0 || !model_ok(c, dt)) return slack_rows();
+  if (!cudnn_paged_prefill_enabled()) return slack_rows();  // kPaged off: no scratch, covered() false
   if (!ensure_loaded()) return slack_rows();  // no cuDNN: no scratch (and no slack rows)
   const int64_t Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t rows = padded_kv(max_len);

@@ -29,6 +29,12 @@
 // from CudaDecoder::reserve_activations before the KV cache is sized, so it counts in the memory
 // plan; when that allocation fails kPaged is off (warned) and contexts past the scratch fall back.
 //
+// kPaged is OFF by default (cudnn_paged_prefill_enabled: VLM_CUDA_PREFILL_CUDNN_CHUNKS=1 turns it on,
+// for experiments): on the H200 (cuDNN 9.14 and 9.19, 2026-11-29) its padded shapes did not match
+// the reference (CudnnAttention.PaddedShapesMatchNaiveReference and the chunked decoder tests
+// failed: the run-time causal offset is not what the engine applies), so chunks over cached
+// context run the built-in kernel, and no scratch is reserved.
+//
 // Switch: mode -1 reads VLM_CUDA_PREFILL_CUDNN (0 / off / false: never, both kinds; unset or
 // anything else: on), 0 off, 1 on. When cuDNN is missing or a bucket's plan does not build or
 // run, it warns once and the decoder runs its own kernel (plan_step returns kNone / attention()
@@ -49,6 +55,9 @@
 #include "model/decoder/model_config.h"
 
 namespace vlm {
+
+// VLM_CUDA_PREFILL_CUDNN_CHUNKS is 1 / on / true: kPaged steps allowed (off by default, see above).
+bool cudnn_paged_prefill_enabled();
 
 class CudaCudnnPrefill {
  public:

@@ -24,6 +24,7 @@
 
 #include "engine/scheduling/kv_cache.h"
 #include "kernels/cuda/attention/cudnn_library.h"
+#include "model/decoder/cuda/cuda_cudnn_prefill.h"
 #include "model/decoder/cuda/cuda_decoder.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/gpu_test.h"
@@ -146,16 +147,21 @@ TEST_F(CudnnPrefillDecoder, TwoFirstChunksInOneStep) {
 TEST_F(CudnnPrefillDecoder, ChunkOverCachedContextThenDecode) {
   // Chunk 1 (600, first: cuDNN), chunk 2 (400 over 600 cached: cuDNN over the gathered K/V), one
   // decode row (built-in).
-  run_steps({prompt(1001, 4)}, {{0}, {600}, {1000}}, {{600}, {400}, {1}}, 2, 1);
+  // With chunks over cached context through cuDNN off (the default), only chunk 1 takes cuDNN.
+  const bool paged = cudnn_paged_prefill_enabled();
+  run_steps({prompt(1001, 4)}, {{0}, {600}, {1000}}, {{600}, {400}, {1}}, paged ? 2 : 1, paged ? 1 : 0);
 }
 
 TEST_F(CudnnPrefillDecoder, SeveralChunksOverCachedContext) {
-  run_steps({prompt(1500, 5)}, {{0}, {300}, {800}, {1200}}, {{300}, {500}, {400}, {300}}, 4, 3);
+  const bool paged = cudnn_paged_prefill_enabled();
+  run_steps({prompt(1500, 5)}, {{0}, {300}, {800}, {1200}}, {{300}, {500}, {400}, {300}}, paged ? 4 : 1, paged ? 3 : 0);
 }
 
 TEST_F(CudnnPrefillDecoder, TwoSequencesOfDifferentLengthsOverContext) {
   // Step 0: first chunks 600 and 333; step 1: 400 over 1000 and 290 over 623 in one step.
-  run_steps({prompt(1000, 6), prompt(623, 7)}, {{0, 0}, {600, 333}}, {{600, 333}, {400, 290}}, 2, 1);
+  const bool paged = cudnn_paged_prefill_enabled();
+  run_steps({prompt(1000, 6), prompt(623, 7)}, {{0, 0}, {600, 333}}, {{600, 333}, {400, 290}}, paged ? 2 : 1,
+            paged ? 1 : 0);
 }
 
 TEST_F(CudnnPrefillDecoder, ChunksBesideDecodeRowsAndShortChunks) {
@@ -163,7 +169,8 @@ TEST_F(CudnnPrefillDecoder, ChunksBesideDecodeRowsAndShortChunks) {
   // A's 400 over 1001 before a decode row of B. Step 3: A's 100-row chunk (too short: built-in)
   // beside B's 300 over 1001 (cuDNN).
   run_steps({prompt(1101, 8), prompt(1001, 9)}, {{0, 0}, {600, 300}, {601, 700}, {1001, 701}},
-            {{600, 300}, {1, 400}, {400, 1}, {100, 300}}, 4, 3);
+            {{600, 300}, {1, 400}, {400, 1}, {100, 300}}, cudnn_paged_prefill_enabled() ? 4 : 1,
+            cudnn_paged_prefill_enabled() ? 3 : 0);
 }
 
 }  // namespace
