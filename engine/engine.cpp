@@ -103,12 +103,10 @@ void Engine::step() {
   const SchedulerOutput out = timed(t.schedule_s, [&] { return schedule(); });
   if (!out.empty() && timed(t.run_s, [&] { return run(out); })) {
     for (const ScheduledChunk& c : out.chunks) blocks_.cache_full_blocks(*c.seq);  // K/V now computed
-    double compress_s = 0;
-    timed(compress_s, [&] { compress_kv(out); });
-    t.run_s += compress_s;
+    timed(t.run_s, [&] { compress_kv(out); });
     std::vector<Sampled> sampled = timed(t.sample_s, [&] { return sample(out); });
     const double encode_ms = runner_.take_encode_ms();  // always taken: the timer's events are pooled
-    if (spdlog::should_log(spdlog::level::debug)) account_prefill(out, encode_ms, compress_s);
+    if (spdlog::should_log(spdlog::level::debug)) account_prefill(out, encode_ms);
     timed(t.postprocess_s, [&] { postprocess(sampled); });
   }
   if (config_.check_integrity_every_step) scheduler_.check_integrity();
@@ -122,9 +120,9 @@ void Engine::step() {
   update_gauges();
 }
 
-// The debug timeline: this step's time (schedule, run, compression, sample: the GPU has finished
-// the step) and its media encoding, to the requests whose prompt it prefilled.
-void Engine::account_prefill(const SchedulerOutput& out, double encode_ms, double compress_s) {
+// The debug timeline: this step's time (schedule, run, sample: the GPU has finished the step) and
+// its media encoding, to the requests whose prompt it prefilled.
+void Engine::account_prefill(const SchedulerOutput& out, double encode_ms) {
   const double step_ms = (step_timings_.schedule_s + step_timings_.run_s + step_timings_.sample_s) * 1e3;
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.is_prefill || c.seq->index != 0) continue;
@@ -134,7 +132,6 @@ void Engine::account_prefill(const SchedulerOutput& out, double encode_ms, doubl
     ++r.prefill_steps;
     r.prefill_steps_ms += step_ms;
     if (c.seq->media) r.media_encode_ms += encode_ms;
-    if (c.finishes_prefill) r.compress_ms += compress_s * 1e3;
   }
 }
 
@@ -267,12 +264,11 @@ void Engine::log_first_token(const Request& r) const {
       r.req.submitted_at.time_since_epoch().count() ? ms(step_started_ - r.req.submitted_at).count() : 0;
   VLM_LOG_DEBUG("engine: request {}: {} prompt tokens ({} cached) queued {:.2f} ms, first token {:.2f} ms after "
                 "the engine took it; its step began {:.2f} ms before it ({:.2f} ms after the submit): schedule "
-                "{:.2f} run {:.2f} sample {:.2f} ms; prefill {} steps {:.2f} ms, of which media encode {:.2f} ms "
-                "and KV compression {:.2f} ms",
+                "{:.2f} run {:.2f} sample {:.2f} ms; prefill {} steps {:.2f} ms, media encode {:.2f} ms",
                 r.req.id, r.req.prompt_ids.size(), r.seqs.front()->num_prefix_cached_tokens, waited,
                 ms(now - r.added_at).count(), ms(now - step_started_).count(), step_after_submit,
                 t.schedule_s * 1e3, t.run_s * 1e3, t.sample_s * 1e3, r.prefill_steps, r.prefill_steps_ms,
-                r.media_encode_ms, r.compress_ms);
+                r.media_encode_ms);
 }
 
 void Engine::update_gauges() {

@@ -100,7 +100,7 @@ class Engine {
 
   void emit_token(Request& r, Sequence& seq, SampleResult& result);
   void log_first_token(const Request& r) const;  // debug: where a request's TTFT went
-  void account_prefill(const SchedulerOutput& out, double encode_ms, double compress_s);  // debug: its prefill steps' share
+  void account_prefill(const SchedulerOutput& out, double encode_ms);  // debug: its prefill steps' share
   void abort_cancelled();
   void fork_choices(Request& r, Sequence* parent);
   void register_sequence(Request& r, std::unique_ptr<Sequence> seq);

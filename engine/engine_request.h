@@ -19,10 +19,12 @@ struct Engine::Request {
   int num_finished = 0;
   std::chrono::steady_clock::time_point added_at = std::chrono::steady_clock::now();  // add_request
   // The debug timeline of choice 0's prefill (log_first_token): steps with a prefill chunk of it,
-  // their wall time up to the sample, the media encoding they did (a step's encode time goes to each
-  // of its media-bearing prefill chunks), and the last prefill step's KV compression (LOOK-M).
+  // their wall time up to the sample, and the media encoding they did (a step's encode time goes to
+  // each of its media-bearing prefill chunks; on the GPU the span between events around the tower
+  // calls, which work of other streams running beside it lengthens). LOOK-M's end of prefill runs
+  // inside the last prefill step (the line's "its step").
   int prefill_steps = 0;
-  double prefill_steps_ms = 0, media_encode_ms = 0, compress_ms = 0;
+  double prefill_steps_ms = 0, media_encode_ms = 0;
 
   Usage usage() const {
     Usage u;

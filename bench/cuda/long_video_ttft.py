@@ -29,8 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ttft_breakdown import ENGINE, SERVER  # noqa: E402
 
 # The engine line's prefill parts (engine.cpp's log_first_token, after "sample ... ms").
-PREFILL = re.compile(r"prefill (\d+) steps ([\d.]+) ms, of which media encode ([\d.]+) ms and KV compression "
-                     r"([\d.]+) ms")
+PREFILL = re.compile(r"prefill (\d+) steps ([\d.]+) ms, media encode ([\d.]+) ms")
 
 ROWS = {
     "dense": {"sparse_prefill": "off", "look_m": "off", "sink_router": False},
@@ -133,8 +132,7 @@ def row_figures(res, sm, em):
                  step_run_ms=float(em.group(9)))
         pm = PREFILL.search(em.string)
         if pm:
-            f.update(prefill_steps=int(pm.group(1)), prefill_ms=float(pm.group(2)), encode_ms=float(pm.group(3)),
-                     compress_ms=float(pm.group(4)))
+            f.update(prefill_steps=int(pm.group(1)), prefill_ms=float(pm.group(2)), encode_ms=float(pm.group(3)))
     vlm = (res["usage"] or {}).get("vlm") or {}
     f.update({k: vlm[k] for k in ("prefill_attention_density", "look_m_kv_tokens_kept", "sink_groups_skipped_ratio")
               if k in vlm})
@@ -237,10 +235,9 @@ def main():
     print("\n### Long video, streamed, prefix caching off (times in ms unless said; server parts from "
           "--log-level debug)")
     print("| video | method | prompt tokens | TTFT (s) | parse | template | tokenize | media (decode + preprocess) "
-          "| submit | queued | engine: took -> first token | prefill steps (n, ms) | of which media encode (GPU) "
-          "| of which LOOK-M | its step | decode tok/s | vlm usage |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-          "| --- |")
+          "| submit | queued | engine: took -> first token | prefill steps (n, ms) | media encode (GPU span) "
+          "| its step (LOOK-M's end of prefill is in it) | decode tok/s | vlm usage |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, row, f in results:
         extra = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in f.items()
                           if k in ("prefill_attention_density", "look_m_kv_tokens_kept", "sink_groups_skipped_ratio"))
@@ -248,7 +245,7 @@ def main():
               f"| {fmt(f.get('template_ms'), 1, 1)} | {fmt(f.get('tokenize_ms'), 1, 1)} | {fmt(f.get('media_ms'), 1, 0)} "
               f"| {fmt(f.get('submit_ms'), 1, 0)} | {fmt(f.get('queued_ms'), 1, 1)} | {fmt(f.get('engine_first_ms'), 1, 0)} "
               f"| {f.get('prefill_steps', '-')}, {fmt(f.get('prefill_ms'), 1, 0)} | {fmt(f.get('encode_ms'), 1, 0)} "
-              f"| {fmt(f.get('compress_ms'), 1, 0)} | {fmt(f.get('step_ms'), 1, 0)} | {fmt(f['decode_tok_s'], 1, 1)} "
+              f"| {fmt(f.get('step_ms'), 1, 0)} | {fmt(f['decode_tok_s'], 1, 1)} "
               f"| {extra} |")
     if a.concurrent:
         name = os.path.basename(a.concurrent)
