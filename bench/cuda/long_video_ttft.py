@@ -156,11 +156,12 @@ def concurrent_probe(a, data_url, video):
 
     shorts = []
 
-    def shorter():
+    def shorter():  # one at a time; "during": SENT while the video waited for its first token
         while not stop.is_set():
             if video_done.get("start"):
+                sent_during = not video_done.get("end")
                 r = stream_chat(a.url, text_body(8, "Hi."), a.timeout)
-                r["during"] = not video_done.get("end")
+                r["during"] = sent_during
                 shorts.append(r)
             time.sleep(0.5)
     ts = [threading.Thread(target=runner, daemon=True), threading.Thread(target=shorter, daemon=True)]
