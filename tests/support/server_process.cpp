@@ -97,16 +97,10 @@ int ServerProcess::wait_exit(double timeout_s) {
 int ServerProcess::terminate(double timeout_s) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const int code = wait_exit(timeout_s);
+  if (pid_ <= 0) return code;  // exited within the timeout
   kill(pid_, SIGKILL);
+  int status = 0;
   waitpid(pid_, &status, 0);
   pid_ = -1;
   return -1;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernels/core/env_switch.h"
 #include "kernels/core/log.h"
 #include "kernels/cuda/attention/paged_kv_gather.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -15,12 +16,7 @@
 namespace vlm {
 namespace {
 
-bool env_enabled() {
-  const char* e = std::getenv("VLM_CUDA_PREFILL_CUDNN");
-  if (e == nullptr) return true;
-  const std::string v(e);
-  return !(v == "0" || v == "off" || v == "false" || v == "OFF" || v == "FALSE");
-}
+bool env_enabled() { return env_switch("VLM_CUDA_PREFILL_CUDNN", true); }
 
 bool model_ok(const ModelConfig& c, DType dt) {
   return (dt == DType::BF16 || dt == DType::F16) && c.head_dim % 8 == 0 && c.head_dim <= 128 && c.num_kv_heads > 0 &&
@@ -29,12 +25,7 @@ bool model_ok(const ModelConfig& c, DType dt) {
 
 }  // namespace
 
-bool cudnn_paged_prefill_enabled() {
-  const char* e = std::getenv("VLM_CUDA_PREFILL_CUDNN_CHUNKS");
-  if (e == nullptr) return false;
-  const std::string v(e);
-  return v == "1" || v == "on" || v == "true" || v == "ON" || v == "TRUE";
-}
+bool cudnn_paged_prefill_enabled() { return env_switch("VLM_CUDA_PREFILL_CUDNN_CHUNKS", false); }
 
 CudaCudnnPrefill::CudaCudnnPrefill(int mode, int min_tokens, int bucket)
     : enabled_(mode < 0 ? env_enabled() : mode != 0), min_tokens_(std::max(min_tokens, 2)), bucket_(std::max(bucket, 64)) {}

@@ -5,17 +5,13 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernels/core/env_switch.h"
 #include "kernels/core/log.h"
 
 namespace vlm {
 namespace {
 
-bool env_enabled() {
-  const char* e = std::getenv("VLM_CUDA_VISION_CUDNN");
-  if (e == nullptr) return true;
-  const std::string v(e);
-  return !(v == "0" || v == "off" || v == "false" || v == "OFF" || v == "FALSE");
-}
+bool env_enabled() { return env_switch("VLM_CUDA_VISION_CUDNN", true); }
 
 }  // namespace
 

@@ -16,23 +16,10 @@
 #include "model/families/qwen2_vl.h"
 #include "model/media/qwen2vl_frames.h"
 #include "model/media/video_decode.h"
+#include "tests/support/random_image.h"
 
 namespace vlm {
 namespace {
-
-RgbImage random_image(int w, int h, std::mt19937& g) {
-  RgbImage img;
-  img.width = w;
-  img.height = h;
-  img.pixels.resize(static_cast<size_t>(w) * h * 3);
-  std::uniform_int_distribution<int> d(0, 255);
-  for (auto& p : img.pixels) p = static_cast<uint8_t>(d(g));
-  return img;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // frames as Frames8 against qwen2vl_preprocess_ref and qwen2vl_preprocess of the same frames.
 void expect_rows_match(const std::vector<RgbImage>& frames, const Qwen2VLPreprocessConfig& cfg, Modality modality) {

@@ -12,23 +12,10 @@
 #include "model/media/image_preprocess.h"
 #include "model/media/media_thread_pool.h"
 #include "model/media/qwen2vl_preprocess.h"
+#include "tests/support/random_image.h"
 
 namespace vlm {
 namespace {
-
-RgbImage random_image(int w, int h, std::mt19937& g) {
-  RgbImage img;
-  img.width = w;
-  img.height = h;
-  img.pixels.resize(static_cast<size_t>(w) * h * 3);
-  std::uniform_int_distribution<int> d(0, 255);
-  for (auto& p : img.pixels) p = static_cast<uint8_t>(d(g));
-  return img;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 TEST(Qwen2VLPreprocessParallel, BitIdenticalToTheReference) {
   std::mt19937 g(7);

@@ -20,21 +20,12 @@
 #include "model/vision/cuda/cuda_frame_preprocessor.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/support/gpu_test.h"
+#include "tests/support/random_image.h"
 
 namespace vlm::testing {
 namespace {
 
 const std::string kFix = VLM_FIXTURES_DIR;
-
-RgbImage random_image(int w, int h, std::mt19937& g) {
-  RgbImage img;
-  img.width = w;
-  img.height = h;
-  img.pixels.resize(static_cast<size_t>(w) * h * 3);
-  std::uniform_int_distribution<int> d(0, 255);
-  for (auto& p : img.pixels) p = static_cast<uint8_t>(d(g));
-  return img;
-}
 
 std::vector<RgbImage> clip_frames(const char* clip, int n) {
   std::ifstream in(kFix + "/video/" + clip, std::ios::binary);
