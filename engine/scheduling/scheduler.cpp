@@ -12,6 +12,7 @@ namespace vlm {
 
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : config_(config), blocks_(blocks) {
   VLM_CHECK(config.max_num_seqs >= 1 && config.max_num_batched_tokens >= 1 && config.prefill_chunk_size >= 0 &&
+                config.long_prefill_token_threshold >= 0 &&
                 config.max_waiting >= 0,
             "scheduler config: max_num_seqs {}, max_num_batched_tokens {}, prefill_chunk_size {}, max_waiting {}",
             config.max_num_seqs, config.max_num_batched_tokens, config.prefill_chunk_size, config.max_waiting);
@@ -87,11 +88,14 @@ SchedulerOutput Scheduler::schedule() {
     run_chunk(seq, 1);
     ++i;
   }
-  // 2. Prefill chunks of running sequences.
+  // 2. Prefill chunks of running sequences (held to the threshold while others wait).
+  const int64_t running_cap = !waiting_.empty() && config_.long_prefill_token_threshold > 0
+                                  ? std::min<int64_t>(chunk_cap, config_.long_prefill_token_threshold)
+                                  : chunk_cap;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
     if (scheduled.count(seq) || seq->num_uncomputed_tokens() <= 1) { ++i; continue; }
-    const auto n = static_cast<int32_t>(std::min<int64_t>({seq->num_uncomputed_tokens(), budget, chunk_cap}));
+    const auto n = static_cast<int32_t>(std::min<int64_t>({seq->num_uncomputed_tokens(), budget, running_cap}));
     if (!make_room(seq, n)) continue;
     run_chunk(seq, n);
     ++i;

@@ -6,7 +6,9 @@
 // One step (schedule()):
 //  1. Decodes: every running sequence with one uncomputed token, oldest first.
 //  2. Prefill chunks of running sequences (chunked prefill), oldest first, up to the budget and
-//     prefill_chunk_size per sequence.
+//     prefill_chunk_size per sequence; while sequences wait to be admitted, a chunk is also held
+//     to long_prefill_token_threshold (when set), so the rest of the budget admits them this step
+//     instead of after the whole long prompt (a short request beside a long video's prefill).
 //  3. Waiting sequences are admitted (FCFS, preempted ones first) while budgets, max_num_seqs
 //     (counting the n choices a request will fork into) and free blocks allow, unless a
 //     preemption happened in this step. With prefix caching, an admitted sequence first takes
@@ -32,6 +34,9 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 2048;   // tokens per step (decodes + prefill chunks)
   int prefill_chunk_size = 0;          // most prompt tokens of one sequence per step; 0: budget
   int max_waiting = 1024;              // waiting sequences; add() beyond it is a 429
+  // vLLM's --long-prefill-token-threshold, applied only while sequences wait: the most prompt
+  // tokens of one running sequence per step then; 0: no such cap.
+  int long_prefill_token_threshold = 0;
 };
 
 class Scheduler {

@@ -179,6 +179,42 @@ TEST(Scheduler, SplitsALongPromptIntoBudgetSizedChunks) {
   EXPECT_EQ(s->num_output_tokens(), 1);
 }
 
+TEST(Scheduler, LongPrefillThresholdAdmitsWaitingPromptsBesideALongOne) {
+  // Budget 64, threshold 48: alone, the long prompt takes whole budgets; once a short prompt waits,
+  // the long one's chunk is held to 48 and the short one is admitted in the same step.
+  SchedulerConfig c = cfg(8, 64);
+  c.long_prefill_token_threshold = 48;
+  Sim sim(64, 16, c);
+  Sequence* a = sim.add(300, 1);
+  const SchedulerOutput first = sim.step();
+  ASSERT_EQ(first.chunks.size(), 1u);
+  EXPECT_EQ(first.chunks[0].num_tokens, 64);  // nobody waits: the whole budget
+  Sequence* b = sim.add(10, 2);
+  const SchedulerOutput both = sim.step();
+  ASSERT_EQ(both.chunks.size(), 2u);
+  EXPECT_EQ(both.chunks[0].seq, a);
+  EXPECT_EQ(both.chunks[0].num_tokens, 48);
+  EXPECT_EQ(both.chunks[1].seq, b);
+  EXPECT_EQ(both.chunks[1].num_tokens, 10);
+  EXPECT_TRUE(both.chunks[1].samples);
+  // Nobody waits again: b decodes (1 token) and a takes the rest of the budget.
+  const SchedulerOutput next = sim.step();
+  ASSERT_EQ(next.chunks.size(), 2u);
+  EXPECT_EQ(next.chunks[0].seq, b);
+  EXPECT_EQ(next.chunks[1].seq, a);
+  EXPECT_EQ(next.chunks[1].num_tokens, 63);
+}
+
+TEST(Scheduler, WithoutTheThresholdAWaitingPromptWaitsForTheLongOne) {
+  Sim sim(64, 16, cfg(8, 64));
+  sim.add(300, 1);
+  sim.step();
+  sim.add(10, 2);
+  const SchedulerOutput out = sim.step();
+  ASSERT_EQ(out.chunks.size(), 1u);  // the long prompt's chunk takes the whole budget
+  EXPECT_EQ(out.chunks[0].num_tokens, 64);
+}
+
 TEST(Scheduler, DecodesGoFirstAndPrefillFillsTheRestOfTheBudget) {
   Sim sim(64, 16, cfg(8, 32));
   Sequence* a = sim.add(10, 50);
