@@ -86,7 +86,7 @@ const std::map<std::string, std::string> kFlags = {
     {"api-key", "require 'Authorization: Bearer KEY'"}, {"config", "JSON file of flags"},
     {"max-num-seqs", "running sequences (default 256)"}, {"max-num-batched-tokens", "tokens per step (default 2048)"},
     {"long-prefill-token-threshold",
-     "while requests wait, a long prompt's chunk per step (default 0: its whole budget share)"},
+     "while requests wait, a long prompt's chunk per step (default 3/4 of --max-num-batched-tokens; 0: off)"},
     {"max-model-len", "longest sequence (default: the model's)"}, {"block-size", "KV block size (default 16)"},
     {"kv-cache-memory-gib", "KV cache size (default 1)"}, {"num-kv-blocks", "KV blocks (overrides memory)"},
     {"sink-router", "off (default) or on: SinkRouter decode routing (per request: \"sink_router\")"},
@@ -377,8 +377,9 @@ int main(int argc, char** argv) {
     ec.max_model_len = int_flag(flags, "max-model-len", 0, 1);
     ec.scheduler.max_num_seqs = static_cast<int>(int_flag(flags, "max-num-seqs", 256, 1));
     ec.scheduler.max_num_batched_tokens = static_cast<int>(int_flag(flags, "max-num-batched-tokens", 2048, 1));
-    ec.scheduler.long_prefill_token_threshold =
-        static_cast<int>(int_flag(flags, "long-prefill-token-threshold", 0, 0));
+    // By default a long prompt leaves a quarter of the step's budget to requests waiting beside it.
+    ec.scheduler.long_prefill_token_threshold = static_cast<int>(
+        int_flag(flags, "long-prefill-token-threshold", ec.scheduler.max_num_batched_tokens * 3 / 4, 0));
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
     ec.enable_prefix_caching = bool_flag(flags, "enable-prefix-caching", true);
     vlm::cli::apply_backend_flags(flags, cli(), ec);
