@@ -37,6 +37,9 @@ import threading
 import time
 import urllib.parse
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "soak"))
+from soak import metric_sum  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGES = ["tests/fixtures/llava/images/cat_crop.png", "tests/fixtures/llava/images/rocket_crop.png",
           "tests/fixtures/llava/images/camera_crop.png", "tests/fixtures/qwen2vl_server/media/wide.png",
@@ -240,12 +243,9 @@ class Soak:
 
 
 def metric(text, name):
-    total, found = 0.0, False
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
-            found = True
-    return total if found else None
+    """The sum of a Prometheus metric's samples (tools/soak/soak.py's metric_sum), None when absent."""
+    v = metric_sum(text, name)
+    return None if v < 0 else v
 
 
 def flat(samples, idx, warm_done):
@@ -340,7 +340,8 @@ def main():
     def fmt(v, h):
         if v is None:
             return "not sampled"
-        return f"{v[0]:.1f} / {v[1]:.1f} / {v[2]:.1f} MiB (+{v[3]:.1f}; second half of the requests +{h:.1f})"
+        half = "not sampled" if h is None else f"+{h:.1f}"
+        return f"{v[0]:.1f} / {v[1]:.1f} / {v[2]:.1f} MiB (+{v[3]:.1f}; second half of the requests {half})"
     print()
     print(f"| figure | value |")
     print(f"| --- | --- |")

@@ -44,6 +44,8 @@ int64_t CudaCudnnPrefill::reserve(const ModelConfig& c, int64_t max_model_len, D
   const int64_t max_len = max_model_len > 0 ? max_model_len : c.max_position_embeddings;
   if (!enabled_ || scratch_ != nullptr || max_len <= 0 || !model_ok(c, dt)) return slack_rows();
   if (!cudnn_paged_prefill_enabled()) return slack_rows();  // kPaged off: no scratch, covered() false
+  VLM_LOG_WARN("VLM_CUDA_PREFILL_CUDNN_CHUNKS=1: chunks over cached context through cuDNN are experimental: on the "
+               "H200 (cuDNN 9.14) their padded shapes failed the reference tests, so their outputs may be wrong");
   if (!ensure_loaded()) return slack_rows();  // no cuDNN: no scratch (and no slack rows)
   const int64_t Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t rows = padded_kv(max_len);
