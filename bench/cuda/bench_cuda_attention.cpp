@@ -210,16 +210,66 @@ void bench_cudnn_prefill(int n) {
   for (void* p : {k, v, q, out}) cudaFree(p);
 }
 
+// A chunk of q rows over ctx cached tokens (the chunk's own rows last), causal bottom-right: ours
+// (paged_prefill_attention on the shuffled paged cache) beside cuDNN's padded plans on a contiguous
+// copy of the context (what CudaCudnnPrefill's gather makes), in a plan of exactly (q, ctx) keys
+// and in one of (q, plan_kv) keys with the real lengths given at run time (padding costs nothing
+// when the engine honours the GEMM overrides).
+void bench_chunk(int q_len, int ctx, int plan_kv) {
+  Batch batch(1, q_len, ctx, 9);
+  const size_t cache = size_t(batch.num_blocks) * kHkv * kB * kD;
+  void* k = random_bf16(cache, 1);
+  void* v = random_bf16(cache, 2);
+  void* q = random_bf16(size_t(q_len) * kH * kD, 3);
+  void* out = random_bf16(size_t(q_len) * kH * kD, 4);
+  const vlm::PagedKVLayer kv = layer(k, v, batch.num_blocks);
+  const float scale = 1.f / std::sqrt(float(kD));
+  const double flops = 4.0 * double(q_len) * (double(ctx) - q_len / 2.0) * kD * kH;
+  const double ms = median_ms(2, 7, 1, [&](int) {
+    vlm::cuda::paged_prefill_attention(q, DType::BF16, kH, kv, batch.b, scale, out, nullptr);
+  });
+  std::printf("ours chunk q=%d ctx=%d ms=%.3f tflops=%.1f\n", q_len, ctx, ms, flops / ms * 1e-9);
+  void* kc = random_bf16(size_t(plan_kv) * kHkv * kD, 5);
+  void* vc = random_bf16(size_t(plan_kv) * kHkv * kD, 6);
+  vlm::cuda::CudnnAttention att;
+  for (int skv : {ctx, plan_kv}) {
+    vlm::cuda::CudnnAttentionShape shape;
+    shape.seq_q = q_len;
+    shape.seq_kv = skv;
+    shape.heads = kH;
+    shape.kv_heads = kHkv;
+    shape.head_dim = kD;
+    shape.bottom_right = true;
+    std::string why;
+    if (!att.prepare(shape, &why)) {
+      std::printf("cudnn chunk q=%d ctx=%d plan_kv=%d: no plan: %s\n", q_len, ctx, skv, why.c_str());
+      continue;
+    }
+    bool run_ok = true;
+    const double cms = median_ms(2, 7, 1, [&](int) {
+      if (run_ok && !att.run_padded(shape, q_len, ctx, q, kc, vc, out, scale, nullptr, &why)) run_ok = false;
+    });
+    if (!run_ok) std::printf("cudnn chunk q=%d ctx=%d plan_kv=%d: run failed: %s\n", q_len, ctx, skv, why.c_str());
+    else std::printf("cudnn chunk q=%d ctx=%d plan_kv=%d ms=%.3f tflops=%.1f\n", q_len, ctx, skv, cms, flops / cms * 1e-9);
+  }
+  for (void* p : {k, v, q, out, kc, vc}) cudaFree(p);
+}
+
 }  // namespace
 
 // Argument "prefill": the prefill shapes only; "cudnn": the prefill shapes, ours and cuDNN's; "decode
-// CTX...": decode of 1 sequence at those contexts (VLM_CUDA_DECODE_MIN_PARTITION sweeps the split length).
+// CTX...": decode of 1 sequence at those contexts (VLM_CUDA_DECODE_MIN_PARTITION sweeps the split length);
+// "chunks Q PLAN_KV CTX...": a Q-row chunk over each context, ours and cuDNN's padded plans (bench_chunk).
 int main(int argc, char** argv) {
   const bool prefill_only = argc > 1 && std::string(argv[1]) == "prefill";
   const bool with_cudnn = argc > 1 && std::string(argv[1]) == "cudnn";
   cudaDeviceProp prop{};
   ok(cudaGetDeviceProperties(&prop, 0), "properties");
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  if (argc > 3 && std::string(argv[1]) == "chunks") {  // chunks Q PLAN_KV CTX...: chunks over cached context
+    for (int i = 4; i < argc; ++i) bench_chunk(std::atoi(argv[2]), std::atoi(argv[i]), std::atoi(argv[3]));
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "decode") {  // decode of 1 sequence at the given contexts only
     for (int i = 2; i < argc; ++i) bench_decode(1, std::atoi(argv[i]));
     return 0;

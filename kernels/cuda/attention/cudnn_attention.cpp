@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/attention/cudnn_graph_builder.h"
 #include "kernels/cuda/attention/cudnn_library.h"
+#include "kernels/cuda/attention/cudnn_seq_lens.h"
 
 namespace vlm::cuda {
 
@@ -29,8 +30,10 @@ struct CudnnAttention::Plan {
   std::string log;
   float scale = 1.f;
   float lowest = std::numeric_limits<float>::lowest();
-  int32_t seq_q = 0, seq_kv = 0;
+  int32_t seq_q = 0, seq_kv = 0;  // by-value dims (exact shapes with seq_q != seq_kv)
+  int32_t* seq_lens = nullptr;    // padded shapes: device seq_q [b] then seq_kv [b] (int32)
   ~Plan() {
+    if (seq_lens != nullptr) cudaFree(seq_lens);
     if (workspace_ptr != nullptr) cudaFree(workspace_ptr);
     if (stats_ptr != nullptr) cudaFree(stats_ptr);
   }
@@ -58,29 +61,53 @@ std::vector<CudnnApi::Desc> sdpa_ops(CudnnGraphBuilder& g, const CudnnAttentionS
   const std::vector<int64_t> one = {1, 1, 1, 1};
   std::vector<CudnnApi::Desc> ops;
 
+  // Padded shapes: the real lengths as int32 device tensors [b, 1, 1, 1] that bound both GEMMs
+  // (M / N / K overrides) and the masks, the pattern of cuDNN's padding mask with a bottom-right
+  // diagonal. (By-value scalars there are not honoured at run time: the engine derives the
+  // bottom-right offset from the dims, which is right for exact shapes only.)
+  const bool padded = s.bottom_right;
+  CudnnApi::Desc sq_t = nullptr, skv_t = nullptr;
+  if (padded) {
+    sq_t = g.tensor(kSq, B::kInt32, {b, 1, 1, 1}, {1, 1, 1, 1});
+    skv_t = g.tensor(kSkv, B::kInt32, {b, 1, 1, 1}, {1, 1, 1, 1});
+  }
   auto s0 = g.virt(B::kFloat, sdim, sstr);
-  ops.push_back(g.matmul(q, kt, s0));
+  ops.push_back(g.matmul(q, kt, s0, sq_t, skv_t));
   auto scale = g.tensor(kScale, B::kFloat, one, one, /*by_value=*/true);
   auto s1 = g.virt(B::kFloat, sdim, sstr);
   ops.push_back(g.pointwise(B::kMul, B::kFloat, s0, scale, s1));
   auto last = s1;
+  CudnnApi::Desc lowest = nullptr;
+  if (s.causal) lowest = g.tensor(kLowest, B::kFloat, one, one, true);
+  if (padded) {  // keep row < seq_q[b] && col < seq_kv[b]
+    auto row = g.virt(B::kInt32, sdim, sstr), col = g.virt(B::kInt32, sdim, sstr);
+    ops.push_back(g.pointwise(B::kGenIndex, B::kInt32, last, nullptr, row, nullptr, /*axis=*/2));
+    ops.push_back(g.pointwise(B::kGenIndex, B::kInt32, last, nullptr, col, nullptr, /*axis=*/3));
+    auto row_ok = g.virt(B::kBool, sdim, sstr), col_ok = g.virt(B::kBool, sdim, sstr);
+    ops.push_back(g.pointwise(B::kCmpLt, B::kBool, row, sq_t, row_ok));
+    ops.push_back(g.pointwise(B::kCmpLt, B::kBool, col, skv_t, col_ok));
+    auto ok = g.virt(B::kBool, sdim, sstr);
+    ops.push_back(g.pointwise(B::kLogicalAnd, B::kBool, row_ok, col_ok, ok));
+    auto masked = g.virt(B::kFloat, sdim, sstr);
+    ops.push_back(g.pointwise(B::kBinarySelect, B::kFloat, last, lowest, masked, ok));
+    last = masked;
+  }
   if (s.causal) {
     auto row = g.virt(B::kInt32, sdim, sstr);
     ops.push_back(g.pointwise(B::kGenIndex, B::kInt32, last, nullptr, row, nullptr, /*axis=*/2));
-    if (sq != skv || s.bottom_right) {  // bottom-right: row + skv - sq (by-value scalars)
-      auto skv_t = g.tensor(kSkv, B::kInt32, one, one, true);
-      auto sq_t = g.tensor(kSq, B::kInt32, one, one, true);
+    if (sq != skv || padded) {  // bottom-right: row + skv - sq (padded: the device lengths; else by-value dims)
+      auto skv_b = padded ? skv_t : g.tensor(kSkv, B::kInt32, one, one, true);
+      auto sq_b = padded ? sq_t : g.tensor(kSq, B::kInt32, one, one, true);
       auto r1 = g.virt(B::kInt32, sdim, sstr);
-      ops.push_back(g.pointwise(B::kAdd, B::kInt32, row, skv_t, r1));
+      ops.push_back(g.pointwise(B::kAdd, B::kInt32, row, skv_b, r1));
       auto r2 = g.virt(B::kInt32, sdim, sstr);
-      ops.push_back(g.pointwise(B::kSub, B::kInt32, r1, sq_t, r2));
+      ops.push_back(g.pointwise(B::kSub, B::kInt32, r1, sq_b, r2));
       row = r2;
     }
     auto col = g.virt(B::kInt32, sdim, sstr);
     ops.push_back(g.pointwise(B::kGenIndex, B::kInt32, last, nullptr, col, nullptr, /*axis=*/3));
     auto keep = g.virt(B::kBool, sdim, sstr);
     ops.push_back(g.pointwise(B::kCmpGe, B::kBool, row, col, keep));
-    auto lowest = g.tensor(kLowest, B::kFloat, one, one, true);
     auto masked = g.virt(B::kFloat, sdim, sstr);
     ops.push_back(g.pointwise(B::kBinarySelect, B::kFloat, last, lowest, masked, keep));
     last = masked;
@@ -100,7 +127,7 @@ std::vector<CudnnApi::Desc> sdpa_ops(CudnnGraphBuilder& g, const CudnnAttentionS
   ops.push_back(g.pointwise(B::kAdd, B::kFloat, mx, lg, stats));
   auto p = g.virt(io, sdim, sstr);  // bmm2's A in the I/O dtype (the engine requires it)
   ops.push_back(g.pointwise(B::kDiv, B::kFloat, ex, sum, p));
-  ops.push_back(g.matmul(p, v, o));
+  ops.push_back(g.matmul(p, v, o, sq_t, nullptr, skv_t));
   return ops;
 }
 
@@ -183,6 +210,10 @@ CudnnAttention::Plan* CudnnAttention::find_or_build(const CudnnAttentionShape& s
       g.note("cudaMalloc of the " + std::to_string(ws) + "-byte workspace failed");
       p.plans.clear();
     }
+    if (s.bottom_right && cudaMalloc(&p.seq_lens, 2 * size_t(s.batch) * sizeof(int32_t)) != cudaSuccess) {
+      g.note("cudaMalloc of the sequence lengths failed");
+      p.plans.clear();
+    }
     if (opts_.stats_output &&
         cudaMalloc(&p.stats_ptr, size_t(s.batch) * s.heads * s.seq_q * sizeof(float)) != cudaSuccess) {
       g.note("cudaMalloc of the stats output failed");
@@ -224,8 +255,6 @@ bool CudnnAttention::run_padded(const CudnnAttentionShape& s, int real_q, int re
   }
   if (!prepare(s, why)) return false;
   Plan& p = *plans_.at(s);
-  p.seq_q = real_q;  // read by cuDNN through the variant pack's host pointers when executing
-  p.seq_kv = real_kv;
   const CudnnApi& api = *cudnn_api();
   CudnnApi::Status st = api.SetStream(handle_, stream);
   if (st == 0) {
@@ -235,10 +264,14 @@ bool CudnnAttention::run_padded(const CudnnAttentionShape& s, int real_q, int re
     if (s.causal) {
       uids.push_back(kLowest);
       ptrs.push_back(&p.lowest);
-      if (s.seq_q != s.seq_kv || s.bottom_right) {
-        uids.insert(uids.end(), {kSkv, kSq});
-        ptrs.insert(ptrs.end(), {&p.seq_kv, &p.seq_q});
-      }
+    }
+    if (s.bottom_right) {  // the real lengths, written on the stream before the execution
+      write_cudnn_seq_lens(p.seq_lens, p.seq_lens + s.batch, s.batch, real_q, real_kv, stream);
+      uids.insert(uids.end(), {kSq, kSkv});
+      ptrs.insert(ptrs.end(), {p.seq_lens, p.seq_lens + s.batch});
+    } else if (s.causal && s.seq_q != s.seq_kv) {
+      uids.insert(uids.end(), {kSkv, kSq});
+      ptrs.insert(ptrs.end(), {&p.seq_kv, &p.seq_q});
     }
     if (opts_.stats_output) {
       uids.push_back(kStats);

@@ -16,13 +16,15 @@
 // cached context); for seq_q < seq_kv it is bottom-right aligned (row i sees keys
 // [0, seq_kv - seq_q + i]), the alignment paged_prefill_attention uses.
 //
-// Padded shapes (shape.bottom_right, causal): the graph always has the bottom-right offset, taken
-// from the real lengths passed to run() (by-value int32 scalars, so one plan serves every
-// (real_q <= seq_q, real_kv <= seq_kv) with real_q <= real_kv): row i sees keys
-// [0, real_kv - real_q + i]. Rows i < real_q therefore never see a key >= real_kv (the padded
-// keys are masked by the causal comparison itself); rows >= real_q are padding, their output is
-// garbage for the caller to ignore. Padded K/V rows must hold finite values (masked scores get
-// probability exactly 0, and 0 * NaN would still poison the product with V).
+// Padded shapes (shape.bottom_right, causal): one plan serves every (real_q <= seq_q, real_kv <=
+// seq_kv) with real_q <= real_kv, the real lengths passed to run_padded(). They reach cuDNN as
+// int32 device tensors [batch, 1, 1, 1] (written on the stream before each execution) that bound
+// both GEMMs (M / N / K overrides: padded rows and keys cost no compute) and mask scores outside
+// row < real_q && col < real_kv, then the causal comparison row + real_kv - real_q >= col: row
+// i < real_q sees keys [0, real_kv - real_q + i], never a padded key. Rows >= real_q are
+// padding: their output is unspecified (the caller ignores it). (An earlier version passed the
+// lengths as by-value scalars: the engine took the offset from the dims instead, so results were
+// wrong whenever real_kv - real_q != seq_kv - seq_q.)
 //
 // One plan per shape, built on first use and cached (with its workspace, allocated then); calls
 // with a cached shape enqueue one cuDNN execution on `stream` and do not allocate. Not

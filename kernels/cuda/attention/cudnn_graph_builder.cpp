@@ -20,7 +20,8 @@ static_assert(B::kFloat == CUDNN_DATA_FLOAT && B::kHalf == CUDNN_DATA_HALF && B:
               B::kBf16 == CUDNN_DATA_BFLOAT16 && B::kBool == CUDNN_DATA_BOOLEAN);
 static_assert(B::kAdd == CUDNN_POINTWISE_ADD && B::kMul == CUDNN_POINTWISE_MUL && B::kDiv == CUDNN_POINTWISE_DIV &&
               B::kSub == CUDNN_POINTWISE_SUB && B::kExp == CUDNN_POINTWISE_EXP && B::kLog == CUDNN_POINTWISE_LOG &&
-              B::kCmpGe == CUDNN_POINTWISE_CMP_GE && B::kGenIndex == CUDNN_POINTWISE_GEN_INDEX &&
+              B::kCmpGe == CUDNN_POINTWISE_CMP_GE && B::kCmpLt == CUDNN_POINTWISE_CMP_LT &&
+              B::kLogicalAnd == CUDNN_POINTWISE_LOGICAL_AND && B::kGenIndex == CUDNN_POINTWISE_GEN_INDEX &&
               B::kBinarySelect == CUDNN_POINTWISE_BINARY_SELECT);
 static_assert(B::kReduceAdd == CUDNN_REDUCE_TENSOR_ADD && B::kReduceMax == CUDNN_REDUCE_TENSOR_MAX);
 
@@ -71,7 +72,7 @@ CudnnGraphBuilder::Desc CudnnGraphBuilder::virt(int dtype, const std::vector<int
   return tensor(next_virtual_uid_++, dtype, dims, strides);
 }
 
-CudnnGraphBuilder::Desc CudnnGraphBuilder::matmul(Desc a, Desc b, Desc c) {
+CudnnGraphBuilder::Desc CudnnGraphBuilder::matmul(Desc a, Desc b, Desc c, Desc m, Desc n, Desc k) {
   Desc mm = create(CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul");
   const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
   set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "matmul comp type");
@@ -81,6 +82,9 @@ CudnnGraphBuilder::Desc CudnnGraphBuilder::matmul(Desc a, Desc b, Desc c) {
   set(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "matmul B");
   set(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "matmul C");
   set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, "matmul desc");
+  if (m != nullptr) set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m, "matmul M override");
+  if (n != nullptr) set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, "matmul N override");
+  if (k != nullptr) set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k, "matmul K override");
   finalize(op, "matmul op");
   return op;
 }
@@ -235,7 +239,9 @@ CudnnGraphBuilder::Desc CudnnGraphBuilder::tensor(int64_t, int, const std::vecto
 CudnnGraphBuilder::Desc CudnnGraphBuilder::virt(int, const std::vector<int64_t>&, const std::vector<int64_t>&) {
   throw std::runtime_error(kNoHeaders);
 }
-CudnnGraphBuilder::Desc CudnnGraphBuilder::matmul(Desc, Desc, Desc) { throw std::runtime_error(kNoHeaders); }
+CudnnGraphBuilder::Desc CudnnGraphBuilder::matmul(Desc, Desc, Desc, Desc, Desc, Desc) {
+  throw std::runtime_error(kNoHeaders);
+}
 CudnnGraphBuilder::Desc CudnnGraphBuilder::pointwise(int, int, Desc, Desc, Desc, Desc, int64_t) {
   throw std::runtime_error(kNoHeaders);
 }

@@ -20,7 +20,7 @@ class CudnnGraphBuilder {
   // cuDNN's enum values (checked against cudnn_graph.h where it is found at build time).
   static constexpr int kFloat = 0, kHalf = 2, kInt32 = 4, kBf16 = 9, kBool = 11;           // cudnnDataType_t
   static constexpr int kAdd = 0, kMul = 1, kDiv = 6, kSub = 9, kExp = 13, kLog = 15,       // cudnnPointwiseMode_t
-      kCmpGe = 303, kGenIndex = 501, kBinarySelect = 601;
+      kCmpGe = 303, kCmpLt = 304, kLogicalAnd = 400, kGenIndex = 501, kBinarySelect = 601;
   static constexpr int kReduceAdd = 0, kReduceMax = 3;                                     // cudnnReduceTensorOp_t
 
   CudnnGraphBuilder(const CudnnApi& api, void* handle) : api_(api), handle_(handle) {}
@@ -33,7 +33,9 @@ class CudnnGraphBuilder {
               bool by_value = false);
   // A virtual tensor (an intermediate; uid assigned from 1000 up).
   Desc virt(int dtype, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides);
-  Desc matmul(Desc a, Desc b, Desc c);  // f32 compute
+  // f32 compute. m / n / k: optional int32 tensors [b, 1, 1, 1] overriding the GEMM's M, N, K per
+  // batch entry at run time (the real lengths of a padded attention; cuDNN's *_OVERRIDE_DESC).
+  Desc matmul(Desc a, Desc b, Desc c, Desc m = nullptr, Desc n = nullptr, Desc k = nullptr);
   // y = mode(x, b) (b may be null for unary modes); t: BINARY_SELECT's mask; axis >= 0: GEN_INDEX's.
   Desc pointwise(int mode, int math_prec, Desc x, Desc b, Desc y, Desc t = nullptr, int64_t axis = -1);
   Desc reduction(int op, Desc x, Desc y);  // f32 compute

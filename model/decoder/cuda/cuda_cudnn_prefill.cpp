@@ -25,18 +25,22 @@ bool model_ok(const ModelConfig& c, DType dt) {
 
 }  // namespace
 
-bool cudnn_paged_prefill_enabled() { return env_switch("VLM_CUDA_PREFILL_CUDNN_CHUNKS", false); }
+bool cudnn_paged_prefill_enabled() { return env_switch("VLM_CUDA_PREFILL_CUDNN_CHUNKS", true); }
 
 CudaCudnnPrefill::CudaCudnnPrefill(int mode, int min_tokens, int bucket)
-    : enabled_(mode < 0 ? env_enabled() : mode != 0), min_tokens_(std::max(min_tokens, 2)), bucket_(std::max(bucket, 64)) {}
+    : enabled_(mode < 0 ? env_enabled() : mode != 0), min_tokens_(std::max(min_tokens, 2)), bucket_(std::max(bucket, 64)) {
+  if (const char* e = std::getenv("VLM_CUDA_PREFILL_CUDNN_KV_BUCKETS"); e != nullptr && *e != '\0')
+    kv_buckets_ = std::max(0, std::atoi(e));
+}
 
 CudaCudnnPrefill::~CudaCudnnPrefill() {
   if (scratch_ != nullptr) cudaFree(scratch_);
 }
 
 int CudaCudnnPrefill::padded_kv(int64_t len) const {
+  if (kv_buckets_ == 0 && scratch_rows_ > 0) return static_cast<int>(scratch_rows_);  // one plan for every context
   int64_t step = bucket_;
-  while (step * 16 <= len) step *= 2;  // step >= 2^(floor(log2(len)) - 3): <= 8 buckets per octave
+  while (step * 2 * std::max(kv_buckets_, 1) <= len) step *= 2;  // <= kv_buckets_ buckets per octave
   return static_cast<int>((len + step - 1) / step * step);
 }
 
@@ -44,11 +48,9 @@ int64_t CudaCudnnPrefill::reserve(const ModelConfig& c, int64_t max_model_len, D
   const int64_t max_len = max_model_len > 0 ? max_model_len : c.max_position_embeddings;
   if (!enabled_ || scratch_ != nullptr || max_len <= 0 || !model_ok(c, dt)) return slack_rows();
   if (!cudnn_paged_prefill_enabled()) return slack_rows();  // kPaged off: no scratch, covered() false
-  VLM_LOG_WARN("VLM_CUDA_PREFILL_CUDNN_CHUNKS=1: chunks over cached context through cuDNN are experimental: on the "
-               "H200 (cuDNN 9.14) their padded shapes failed the reference tests, so their outputs may be wrong");
   if (!ensure_loaded()) return slack_rows();  // no cuDNN: no scratch (and no slack rows)
   const int64_t Hkv = c.num_kv_heads, D = c.head_dim;
-  const int64_t rows = padded_kv(max_len);
+  const int64_t rows = kv_buckets_ == 0 ? (max_len + bucket_ - 1) / bucket_ * bucket_ : padded_kv(max_len);
   const int64_t bytes = 2 * rows * Hkv * D * static_cast<int64_t>(dtype_size(dt));
   if (cudaMalloc(&scratch_, static_cast<size_t>(bytes)) != cudaSuccess) {
     cudaGetLastError();  // clear the (not sticky) allocation error

@@ -15,25 +15,25 @@
 //    of sequences (a CudaAttentionBatch pointing into the step's metadata), so they also
 //    overwrite any padding rows a cuDNN call wrote into their output rows.
 //
-// Plans are per length bucket: q_len rounded up to a multiple of `bucket`; in kPaged mode
-// context_len rounded up to a multiple of max(bucket, 2^(floor(log2(ctx)) - 3)) (at most 8 kv
-// buckets per octave, so a 98K-token prompt builds ~30, each ~140 ms once per process). Padding
-// is exact: the causal offset comes from the real lengths (CudnnAttention::run_padded), so real
-// query row i sees keys [0, ctx - q_len + i] and never a padded key; padded key rows of the
-// scratch hold finite values (zeroed at allocation, then earlier gathers' cache rows); padding
-// query rows read the next rows of q (finite, or slack) and write output rows that later calls
-// overwrite or nobody reads. Hence q and out need slack_rows() rows past T.
+// Plans are per length bucket: q_len rounded up to a multiple of `bucket`; in kPaged mode one kv
+// length for every context, the scratch's (padded keys cost nothing: on the H200 a 2,048-row
+// chunk over 8K / 32K / 98K keys took the same time in a plan of 131,072 keys as in an exact one,
+// bench_cuda_attention chunks, bench/RESULTS.md), so a long prompt builds one or two plans (~80 ms
+// each, once per process). VLM_CUDA_PREFILL_CUDNN_KV_BUCKETS=N: N kv lengths per octave instead
+// (multiples of max(bucket, 2^(floor(log2(ctx)) + 1) / N)). Padding is exact: the real lengths
+// reach cuDNN at run time (CudnnAttention::run_padded: GEMM bounds, padding mask, bottom-right
+// causal offset), so real query row i sees keys [0, ctx - q_len + i] and never a padded key;
+// padding query rows read the next rows of q (finite, or slack) and write output rows that later
+// calls overwrite or nobody reads. Hence q and out need slack_rows() rows past T.
 //
 // Memory: reserve() allocates the scratch once, 2 * padded_kv(max_model_len) * Hkv * D
 // * sizeof(dt) bytes (256 MiB for Qwen2-7B's 4 KV heads of 128 at 128K tokens, bf16), called
 // from CudaDecoder::reserve_activations before the KV cache is sized, so it counts in the memory
 // plan; when that allocation fails kPaged is off (warned) and contexts past the scratch fall back.
 //
-// kPaged is OFF by default (cudnn_paged_prefill_enabled: VLM_CUDA_PREFILL_CUDNN_CHUNKS=1 turns it on,
-// for experiments): on the H200 (cuDNN 9.14 and 9.19, 2026-11-29) its padded shapes did not match
-// the reference (CudnnAttention.PaddedShapesMatchNaiveReference and the chunked decoder tests
-// failed: the run-time causal offset is not what the engine applies), so chunks over cached
-// context run the built-in kernel, and no scratch is reserved.
+// kPaged is on by default; VLM_CUDA_PREFILL_CUDNN_CHUNKS=0 turns it off (first chunks stay on).
+// (Session 11's version passed the real lengths as by-value scalars, which the engine ignored:
+// its padded shapes failed the reference tests on the H200 and it shipped off.)
 //
 // Switch: mode -1 reads VLM_CUDA_PREFILL_CUDNN (0 / off / false: never, both kinds; unset or
 // anything else: on), 0 off, 1 on. When cuDNN is missing or a bucket's plan does not build or
@@ -56,7 +56,7 @@
 
 namespace vlm {
 
-// VLM_CUDA_PREFILL_CUDNN_CHUNKS is 1 / on / true: kPaged steps allowed (off by default, see above).
+// VLM_CUDA_PREFILL_CUDNN_CHUNKS is not 0 / off / false: kPaged steps allowed (on by default).
 bool cudnn_paged_prefill_enabled();
 
 class CudaCudnnPrefill {
@@ -120,6 +120,7 @@ class CudaCudnnPrefill {
   std::set<std::tuple<int, int, bool>> failed_;  // (seq_q, seq_kv, bottom_right) plans that did not build or run
   void* scratch_ = nullptr;              // K then V, [scratch_rows_, Hkv, D] each
   int64_t scratch_rows_ = 0, scratch_bytes_ = 0;
+  int kv_buckets_ = 0;  // kv plan lengths per octave (VLM_CUDA_PREFILL_CUDNN_KV_BUCKETS); 0: one, the scratch's
   int64_t calls_ = 0, paged_calls_ = 0;
 };
 

@@ -188,11 +188,6 @@ void run_padded_case(cuda::CudnnAttention& att, const Case& c, int real_q, int r
 
 TEST(CudnnAttention, PaddedShapesMatchNaiveReference) {
   VLM_REQUIRE_GPU();
-  // run_padded serves only the decoder's chunks over cached context, off by default because this
-  // test failed on the H200 (cuDNN 9.14 / 9.19, 2026-11-29): run it with VLM_CUDA_PREFILL_CUDNN_CHUNKS=1.
-  const char* chunks = std::getenv("VLM_CUDA_PREFILL_CUDNN_CHUNKS");
-  if (chunks == nullptr || std::string(chunks) != "1")
-    GTEST_SKIP() << "padded cuDNN shapes are off by default (VLM_CUDA_PREFILL_CUDNN_CHUNKS=1 runs this test)";
   cuda::CudnnAttention att;
   std::string why;
   if (!att.available(&why)) GTEST_SKIP() << "cuDNN unavailable: " << why;
@@ -204,6 +199,11 @@ TEST(CudnnAttention, PaddedShapesMatchNaiveReference) {
   run_padded_case(att, bucket, 37, 37, 14);    // a first chunk inside a padded plan
   EXPECT_GT(att.num_candidates({1, 256, 512, 8, 2, 128, true, true, DType::BF16}), 0);  // one plan served all four
   run_padded_case(att, {1, 512, 512, 4, 1, 64, DType::F16}, 300, 500, 15);
+  // A large plan serving a small real context (the decoder's one-kv-plan policy), and the last
+  // real query row seeing every real key.
+  const Case wide{1, 1024, 4096, 8, 2, 128, DType::BF16};
+  run_padded_case(att, wide, 1000, 1500, 16);
+  run_padded_case(att, wide, 64, 3000, 17);
   // A padded plan refuses real lengths outside its shape.
   cuda::CudnnAttentionShape s{1, 256, 512, 8, 2, 128, true, true, DType::BF16};
   EXPECT_FALSE(att.run_padded(s, 300, 400, nullptr, nullptr, nullptr, nullptr, 1.f, nullptr, &why));
