@@ -36,9 +36,11 @@ struct EngineConfig {
   // GPU: a step's media of more patches than this (a long video) is encoded in groups of whole
   // frames of at most this many patches, each when a prefill chunk first needs its rows, so that
   // one step's encode stalls the other sequences' decode for about one group, not the whole video
-  // (8192: one 2048-token chunk of Qwen2-VL). 0 (the default until a served run shows the gain;
-  // bench/RESULTS.md): a step's media are encoded whole.
-  int64_t media_step_patches = 0;
+  // (8192: one 2048-token chunk of Qwen2-VL). -1 (default): 4 * scheduler.max_num_batched_tokens
+  // (a chunk's worth under a 2x2 merge; on the H200 a 98K-token video's step gaps for a running
+  // stream went from p99 1203 ms to 325 ms with the methods' TTFT unchanged, bench/RESULTS.md);
+  // 0: a step's media are encoded whole.
+  int64_t media_step_patches = -1;
   // GPU: run decode steps eagerly, without CUDA graphs (vLLM's --enforce-eager).
   bool enforce_eager = false;
   // KV cache: num_kv_blocks when > 0, else as many blocks as fit in kv_cache_memory_gib.

@@ -165,7 +165,9 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmD
   o.max_model_len = c.max_model_len;  // 0: the model's max_position_embeddings (the engine's default too)
   o.max_logit_rows = c.scheduler.max_num_seqs;
   std::unique_ptr<CudaMediaEncoder> media;
-  if (multimodal) media = CudaMediaEncoder::make(*multimodal, o.dtype, c.max_media_patches, c.media_step_patches);
+  const int64_t step_patches =
+      c.media_step_patches >= 0 ? c.media_step_patches : 4 * int64_t(c.scheduler.max_num_batched_tokens);
+  if (multimodal) media = CudaMediaEncoder::make(*multimodal, o.dtype, c.max_media_patches, step_patches);
   return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), std::move(media));
 }
 

@@ -17,7 +17,8 @@ void add_backend_flags(FlagTable& table) {
       "(default 32768: a 64-frame 448x448 Qwen2-VL video per call)";
   table["media-step-patches"] =
       "GPU: media beyond this many patches (a long video) encode in whole-frame groups as the prefill chunks reach "
-      "them, bounding one step's encode (e.g. 8192; default 0: a step's media encode whole)";
+      "them, bounding one step's encode (default: 4 x --max-num-batched-tokens, 8192 for 2048; 0: a step's media "
+      "encode whole)";
   table["kv-cache-dtype"] =
       "auto (default: f32 with --dtype float32, the exact path; else bf16), f32, bf16 or f16: the CPU's KV cache "
       "(the GPU keeps its cache in the model dtype)";

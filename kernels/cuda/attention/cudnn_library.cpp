@@ -102,7 +102,11 @@ Loaded load() {
   for (const std::string& d : nvidia_dirs)
     for (const std::string& f : glob_paths(d + "/cudnn/lib/libcudnn.so.9")) found.emplace_back(probe_version(f), f);
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (const auto& f : found) candidates.push_back(f.second);
+  std::string report;  // the versions found, for the log
+  for (const auto& f : found) {
+    candidates.push_back(f.second);
+    report += " [" + f.second + ": " + (f.first > 0 ? std::to_string(f.first) : std::string("not loadable")) + "]";
+  }
   void* lib = nullptr;
   std::string tried;
   for (const std::string& c : candidates) {
@@ -147,7 +151,7 @@ Loaded load() {
     return r;
   }
   r.ok = true;
-  if (!tried.empty()) r.why = "loaded after:" + tried;
+  r.why = "found:" + report + (tried.empty() ? "" : "; loaded after:" + tried);
   return r;
 }
 

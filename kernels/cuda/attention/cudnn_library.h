@@ -41,7 +41,8 @@ struct CudnnApi {
 };
 
 // The process-wide cuDNN, loaded on first call (thread-safe). Null when not found; *why (if not
-// null) then says what was tried. `where` receives the path loaded from.
+// null) then says what was tried; when loaded, *why lists the candidates found with their
+// versions (and any that failed to load first). `where` receives the path loaded from.
 const CudnnApi* cudnn_api(std::string* why = nullptr, std::string* where = nullptr);
 
 }  // namespace vlm::cuda

@@ -10,6 +10,7 @@
 
 #include "kernels/core/env_switch.h"
 #include "kernels/core/log.h"
+#include "kernels/cuda/attention/cudnn_library.h"
 #include "kernels/cuda/attention/paged_kv_gather.h"
 #include "kernels/cuda/core/cuda_check.h"
 
@@ -76,8 +77,10 @@ bool CudaCudnnPrefill::ensure_loaded() {
     enabled_ = false;
     return false;
   }
-  VLM_LOG_INFO("prefill attention of chunks >= {} tokens through cuDNN {} ({})", min_tokens_, att_->version(),
-               att_->library_path());
+  std::string found;
+  cuda::cudnn_api(&found);
+  VLM_LOG_INFO("prefill attention of chunks >= {} tokens through cuDNN {} ({}; {})", min_tokens_, att_->version(),
+               att_->library_path(), found);
   return true;
 }
 

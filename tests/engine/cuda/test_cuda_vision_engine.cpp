@@ -166,6 +166,7 @@ TEST(CudaEngineQwen2VLMemory, VideoBeyondTheReservationEncodesInFrameGroups) {
     SCOPED_TRACE("max_media_patches " + std::to_string(reserved));
     EngineConfig c = gpu_config(16, 64, 512);
     c.max_media_patches = reserved;  // below the video's 48 rows, at or above one frame's 24
+    c.media_step_patches = 0;        // eager groups (not the lazy per-chunk units)
     auto engine = qwen_engine("qwen2_vl_tiny", c);
     EXPECT_NO_THROW(engine->validate(video.request));
     expect_tokens(run_engine(*engine, {{0, video.request}}), video.request.id, video.greedy);

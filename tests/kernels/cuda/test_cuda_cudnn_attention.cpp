@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cudnn_attention.h"
+#include "kernels/cuda/attention/cudnn_library.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/support/gpu_test.h"
 
@@ -110,7 +111,9 @@ TEST(CudnnAttention, MatchesNaiveReference) {
   cuda::CudnnAttention att;
   std::string why;
   if (!att.available(&why)) GTEST_SKIP() << "cuDNN unavailable: " << why;
-  std::printf("cuDNN %zu from %s\n", att.version(), att.library_path().c_str());
+  std::string found;
+  cuda::cudnn_api(&found);
+  std::printf("cuDNN %zu from %s (%s)\n", att.version(), att.library_path().c_str(), found.c_str());
   const Case cases[] = {
       {1, 128, 128, 4, 1, 128, DType::BF16},   // GQA 4, first chunk
       {1, 200, 200, 7, 1, 128, DType::BF16},   // GQA 7, length not a multiple of 64
