@@ -49,6 +49,8 @@ body = json.dumps({"model": "x", "prompt": "Tell me", "max_tokens": 50, "ignore_
 r = urllib.request.urlopen(urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"}))
 lines = [l for l in r.read().decode().splitlines() if l.startswith("data: ")]
 print("stream:", r.status, len(lines), "events; last:", lines[-1][:200] if lines else None)
+errors = [l for l in lines if '"error"' in l]
+print("stream error events:", len(errors), errors[0][:240] if errors else "(none: expected one)")
 try:
     urllib.request.urlopen(url + "/health")
     print("health: 200 (expected 503)")

@@ -4,12 +4,10 @@
 #include <dlfcn.h>
 #include <glob.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace vlm::cuda {
@@ -72,17 +70,6 @@ bool resolve(void* lib, const char* name, F& fn, std::string* missing) {
   return fn != nullptr;
 }
 
-// cudnnGetVersion() of a libcudnn.so.9 opened privately (RTLD_LOCAL) and closed again; 0 if it
-// does not open or lacks the symbol. The dispatcher needs none of its engine libraries for this.
-size_t probe_version(const std::string& file) {
-  void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) return 0;
-  size_t v = 0;
-  if (auto fn = reinterpret_cast<size_t (*)()>(dlsym(h, "cudnnGetVersion")); fn != nullptr) v = fn();
-  dlclose(h);
-  return v;
-}
-
 struct Loaded {
   CudnnApi api;
   bool ok = false;
@@ -96,17 +83,12 @@ Loaded load() {
     const std::string e(env);
     candidates.push_back(glob_paths(e + "/libcudnn.so.9").empty() ? e : e + "/libcudnn.so.9");
   }
+  candidates.push_back("libcudnn.so.9");
   const std::vector<std::string> nvidia_dirs = nvidia_package_dirs();
-  std::vector<std::pair<size_t, std::string>> found;  // (version, file) of the loader's and Python's
-  found.emplace_back(probe_version("libcudnn.so.9"), "libcudnn.so.9");
   for (const std::string& d : nvidia_dirs)
-    for (const std::string& f : glob_paths(d + "/cudnn/lib/libcudnn.so.9")) found.emplace_back(probe_version(f), f);
-  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::string report;  // the versions found, for the log
-  for (const auto& f : found) {
-    candidates.push_back(f.second);
-    report += " [" + f.second + ": " + (f.first > 0 ? std::to_string(f.first) : std::string("not loadable")) + "]";
-  }
+    for (const std::string& f : glob_paths(d + "/cudnn/lib/libcudnn.so.9")) candidates.push_back(f);
+  std::string report;  // the candidates in order, for the log
+  for (const std::string& c : candidates) report += " " + c;
   void* lib = nullptr;
   std::string tried;
   for (const std::string& c : candidates) {
@@ -151,7 +133,7 @@ Loaded load() {
     return r;
   }
   r.ok = true;
-  r.why = "found:" + report + (tried.empty() ? "" : "; loaded after:" + tried);
+  r.why = "candidates:" + report + (tried.empty() ? "" : "; loaded after:" + tried);
   return r;
 }
 

@@ -2,13 +2,12 @@
 // machine's cuDNN (a system install or the one in Python's nvidia-cudnn package) is found where it
 // is. Only the backend (graph) API entry points that CudnnAttention uses are resolved.
 //
-// Which libcudnn.so.9: $VLM_CUDNN_LIB (a file or a directory) when set; otherwise the newest of
-// the dynamic loader's (LD_LIBRARY_PATH, ldconfig) and those in site-packages/nvidia/cudnn/lib of
-// the usual Python prefixes and of `python3` on PATH (each probed for cudnnGetVersion in a local
-// namespace first, then unloaded; ties keep that order). Newer engines are faster: on the H200 the
-// fused attention ran at 683 TFLOP/s with 9.19 against ~550 with 9.14 (bench/RESULTS.md). When found in a directory, its sibling libcudnn_*.so.9 (the engine
-// libraries) and NVRTC from site-packages/nvidia/cuda_nvrtc/lib are loaded first, RTLD_GLOBAL, so
-// the dispatcher's own dlopen of them succeeds without LD_LIBRARY_PATH.
+// Search order for libcudnn.so.9: $VLM_CUDNN_LIB (a file or a directory), the dynamic loader's path
+// (LD_LIBRARY_PATH, ldconfig), then site-packages/nvidia/cudnn/lib of the usual Python prefixes
+// and of `python3` on PATH; the first that loads is used. When found in a directory, its sibling
+// libcudnn_*.so.9 (the engine libraries) and NVRTC from site-packages/nvidia/cuda_nvrtc/lib are
+// loaded first, RTLD_GLOBAL, so the dispatcher's own dlopen of them succeeds without
+// LD_LIBRARY_PATH.
 #pragma once
 
 #include <cstddef>
@@ -41,8 +40,8 @@ struct CudnnApi {
 };
 
 // The process-wide cuDNN, loaded on first call (thread-safe). Null when not found; *why (if not
-// null) then says what was tried; when loaded, *why lists the candidates found with their
-// versions (and any that failed to load first). `where` receives the path loaded from.
+// null) then says what was tried; when loaded, *why lists the candidates in search order (and
+// any that failed to load first). `where` receives the path loaded from.
 const CudnnApi* cudnn_api(std::string* why = nullptr, std::string* where = nullptr);
 
 }  // namespace vlm::cuda
