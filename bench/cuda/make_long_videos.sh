@@ -7,6 +7,7 @@
 #   v2048.mp4  448x448, 4 fps, 512 s (2,048 frames): all 2,048 frames (fps 4, max_frames 2048) ->
 #              262,144 video tokens with the total-pixel budget raised (--video-total-pixels)
 #   tiny.mp4   64x64, 4 fps, 4 s (16 frames): the CPU check with the tiny fixture (--tiny)
+#   bad_codec.mp4  64x48 MPEG-4 Part 2 (a codec the server refuses): bench/cuda/bad_video_gpu.sh
 # Every frame differs (a moving square and a frame counter band), as a real video's would.
 set -euo pipefail
 DIR=${1:-.device/videos}
@@ -25,4 +26,6 @@ make() {  # NAME SIZE SECONDS
 make tiny.mp4 64x64 4  # (56x56 crashes main's server: sws_scale overruns an unpadded RGB row buffer)
 make v400.mp4 448x448 400
 make v2048.mp4 448x448 512
+[ -s "$DIR/bad_codec.mp4" ] || ffmpeg -hide_banner -loglevel error -y -f lavfi -i testsrc2=s=64x48:r=10:d=1 -c:v mpeg4 \
+  "$DIR/bad_codec.mp4"
 du -sh "$DIR"
