@@ -8,7 +8,8 @@
 // naive kernel for head sizes those do not cover); x += attn Wo^T (the residual add in the GEMM, x in f32);
 // h = rms_norm(x); gu = h [Wgate; Wup]^T; x += (silu(g) * u) Wdown^T. Then the final norm and
 // the LM head on the logits rows only. Steps of at most kGemvMaxRows rows in bf16/f16 run the
-// linear layers as GEMVs (kernels/cuda/gemm/gemv.h; gate/up with SiLU·mul fused), others through
+// linear layers as GEMVs (kernels/cuda/gemm/gemv.h; gate/up with SiLU·mul fused; each RMSNorm
+// folded into the GEMV after it, gemv_norm.h, unless options.fused_norm is off), others through
 // cuBLASLt.
 // Decode steps (every sequence one new token, no embedding override) run as CUDA graphs unless
 // options.enforce_eager: one graph per bucket (sequences padded up to 1..4, then multiples of 8
@@ -67,6 +68,10 @@ struct CudaDecoderOptions {
   int cudnn_min_tokens = 1024;
   int cudnn_bucket = 1024;
   int64_t max_model_len = 0;
+  // RMSNorm folded into the GEMV that reads it on steps of few rows (kernels/cuda/gemm/gemv_norm.h:
+  // input norm -> q/k/v, post-attention norm -> gate/up, final norm -> LM head; the same logits
+  // bit for bit at hidden sizes <= 4096): -1 = VLM_CUDA_DECODE_FUSED_NORM (unset: on), 0 off, 1 on.
+  int fused_norm = -1;
 };
 
 class CudaDecoder {
@@ -146,6 +151,7 @@ class CudaDecoder {
 
   const LlmDecoder& host_;
   CudaDecoderOptions opt_;
+  bool fused_norm_ = true;  // options.fused_norm resolved
   cudaStream_t stream_ = nullptr;
   cuda::CublasLtGemm gemm_;
   StepProfiler prof_;  // VLM_CUDA_PROFILE=1: per-op GPU time of each forward on stderr
