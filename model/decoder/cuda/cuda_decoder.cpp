@@ -31,9 +31,13 @@ namespace {
 
 bool present(const TensorView& t) { return !t.empty(); }
 
-// VLM_CUDA_DECODE_FUSED_NORM (unset: on), read once per process.
+// VLM_CUDA_DECODE_FUSED_NORM / VLM_CUDA_DECODE_FUSED_REDUCE (unset: on), each read once per process.
 bool fused_norm_env() {
   static const bool on = env_switch("VLM_CUDA_DECODE_FUSED_NORM", true);
+  return on;
+}
+bool fused_reduce_env() {
+  static const bool on = env_switch("VLM_CUDA_DECODE_FUSED_REDUCE", true);
   return on;
 }
 
@@ -43,6 +47,7 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
     : host_(host),
       opt_(options),
       fused_norm_(options.fused_norm < 0 ? fused_norm_env() : options.fused_norm != 0),
+      fused_reduce_(options.fused_decode_reduce < 0 ? fused_reduce_env() : options.fused_decode_reduce != 0),
       cudnn_(options.cudnn_prefill, options.cudnn_min_tokens, options.cudnn_bucket) {
   VLM_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16,
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));
@@ -265,7 +270,8 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   auto builtin = [&](cuda::CudaAttentionBatch m) {  // our kernels (all rows, or cuDNN's leftover ranges)
     if (decode_kernel() && methods_) sink_.route_layer(l, q_.get(), opt_.dtype, H, kv, m, stream_);  // group skips
     if (decode_kernel())
-      cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), decode_ws_.get(), stream_);
+      cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), decode_ws_.get(), stream_,
+                                   fused_reduce_ ? decode_counters_.as<int32_t>() : nullptr);
     else if (fast_attention())
       cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), stream_);
     else
@@ -405,6 +411,13 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
     if (need > decode_ws_.bytes()) {
       VLM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a graph in flight may use it
       decode_ws_.reserve(need);
+      ++buffers_epoch_;
+    }
+    const size_t counters = static_cast<size_t>(meta.num_seqs) * static_cast<size_t>(c.num_kv_heads) * 4;
+    if (fused_reduce_ && counters > decode_counters_.bytes()) {  // zero once; each launch leaves them zero
+      VLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      decode_counters_.reserve(counters);
+      VLM_CUDA_CHECK(cudaMemsetAsync(decode_counters_.get(), 0, decode_counters_.bytes(), stream_));
       ++buffers_epoch_;
     }
   }
