@@ -98,7 +98,9 @@ void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads
 // [num_seqs, Hkv], all 0 before the first call (every call leaves them 0; calls sharing them run on
 // one stream): then the split kernel's last CTA of each (sequence, KV head) merges the splits
 // itself, no reduce launch (capturable in a CUDA graph; the same arithmetic up to the order of
-// the softmax sums' f32 additions); where its weights do not fit shared memory, the reduce runs.
+// the softmax sums' f32 additions) for plans of at most 32 splits per KV head
+// (VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS), else -- or where its weights do not fit shared
+// memory -- the reduce kernel runs.
 size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                                     int max_context_len);
 void paged_decode_attention(const void* q /*[S,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,

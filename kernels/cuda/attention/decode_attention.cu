@@ -344,6 +344,19 @@ __global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D,
   out[qh * D + d] = from_f32<TQ>(acc / lsum);
 }
 
+// The merged reduce puts a group's whole merge on one SM (G x D columns over its splits), the
+// reduce kernel spreads it over num_seqs x H CTAs but costs a launch: the merged one is taken for
+// plans of at most this many splits per group (VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS, a
+// measuring knob read once; default 32, where the merge is a few loads a thread).
+constexpr int kMergedReduceMaxSplits = 32;
+int merged_reduce_max_splits() {
+  static const int v = [] {
+    const char* e = std::getenv("VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS");
+    return e != nullptr && *e != '\0' ? std::max(0, std::atoi(e)) : kMergedReduceMaxSplits;
+  }();
+  return v;
+}
+
 template <int D, class T, class TQ>
 void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                    void* out, void* workspace, int32_t* counters, cudaStream_t stream) {
@@ -361,9 +374,11 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
   float* ws = plan.max_splits > 1 || routed ? static_cast<float*>(workspace) : nullptr;
   const int ws_stride = routed ? plan.max_splits * kv.num_kv_heads : plan.max_splits;
   const dim3 grid(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
-  // The merged reduce's weights ([G][splits] + [G] floats) fit the kernel's shared memory.
+  // The merged reduce: for plans of at most merged_reduce_max_splits() splits a group, and when its
+  // weights ([G][splits] + [G] floats) fit the kernel's shared memory.
   const int G = H / kv.num_kv_heads;
-  const bool merged = counters != nullptr && ws != nullptr && (G * ws_stride + G) * 4 <= smem;
+  const bool merged = counters != nullptr && ws != nullptr && plan.max_splits <= merged_reduce_max_splits() &&
+                      (G * ws_stride + G) * 4 <= smem;
   decode_split_kernel<D, T, TQ><<<grid, kThreads, smem, stream>>>(
       static_cast<const TQ*>(q), H, kv_view(kv), batch, scale * float(M_LOG2E), plan.partition, ws,
       static_cast<TQ*>(out), merged ? counters : nullptr);
