@@ -25,8 +25,11 @@ struct alignas(4 * sizeof(T)) Vec4 {
 
 // xs[m, :] = round_dt(nw * (x[row(m), :] * inv_m)), inv_m = rsqrt(ss_m / K + eps), for the block's
 // M rows; ss_m summed as rms_norm_x4_kernel sums it (per thread fmaf over x, y, z, w of its groups
-// in order, then block_sum's trees: the warp's xor butterfly, then ((w0 + w2) + (w1 + w3)), which
-// is what block_sum's second butterfly gives over 4 warp partials and zeros). Ends with a barrier.
+// t, t + 128, ... in order, then block_sum's trees: the warp's xor butterfly, then
+// ((w0 + w2) + (w1 + w3)), which is what block_sum's second butterfly gives over 4 warp partials
+// and zeros). Loads go out kLoads at a time (a row of K <= 4096 in one round trip from L2 per
+// phase), the sums stay in order. Ends with a barrier.
+constexpr int kLoads = 8;
 template <class T, int M>
 __device__ __forceinline__ void stage_normalized(const float* __restrict__ x, const int32_t* __restrict__ rows,
                                                  const float* __restrict__ nw, float eps, int K, T* xs) {
@@ -36,40 +39,56 @@ __device__ __forceinline__ void stage_normalized(const float* __restrict__ x, co
 #pragma unroll
   for (int m = 0; m < M; ++m) xr[m] = reinterpret_cast<const float4*>(x + int64_t(rows ? rows[m] : m) * K);
   if (warp < kNormWarps) {
-    float ss[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m) ss[m] = 0.0f;
-    for (int c4 = tid; c4 < C4; c4 += kNormThreads) {
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const float4 v = __ldg(xr[m] + c4);
-        ss[m] = fmaf(v.x, v.x, ss[m]);
-        ss[m] = fmaf(v.y, v.y, ss[m]);
-        ss[m] = fmaf(v.z, v.z, ss[m]);
-        ss[m] = fmaf(v.w, v.w, ss[m]);
-      }
-    }
-#pragma unroll
+#pragma unroll 1
     for (int m = 0; m < M; ++m) {
-      ss[m] = warp_sum(ss[m]);
-      if (lane == 0) part[m][warp] = ss[m];
+      float ss = 0.0f;
+      for (int base = tid; base < C4; base += kNormThreads * kLoads) {
+        float4 v[kLoads];
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j) {
+          const int c4 = base + kNormThreads * j;
+          v[j] = c4 < C4 ? __ldg(xr[m] + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int j = 0; j < kLoads; ++j) {
+          if (base + kNormThreads * j >= C4) break;
+          ss = fmaf(v[j].x, v[j].x, ss);
+          ss = fmaf(v[j].y, v[j].y, ss);
+          ss = fmaf(v[j].z, v[j].z, ss);
+          ss = fmaf(v[j].w, v[j].w, ss);
+        }
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) part[m][warp] = ss;
     }
   }
   __syncthreads();
   const float4* g4 = reinterpret_cast<const float4*>(nw);
-#pragma unroll
+  constexpr int kPairs = kLoads / 2;  // x and the norm weight
+#pragma unroll 1
   for (int m = 0; m < M; ++m) {
     const float ss = (part[m][0] + part[m][2]) + (part[m][1] + part[m][3]);
     const float inv = rsqrtf(ss / static_cast<float>(K) + eps);
     Vec4<T>* out = reinterpret_cast<Vec4<T>*>(xs + int64_t(m) * K);
-    for (int c4 = tid; c4 < C4; c4 += kThreads) {
-      const float4 v = __ldg(xr[m] + c4), g = __ldg(g4 + c4);
-      Vec4<T> h;
-      h.e[0] = from_f32<T>(__fmul_rn(g.x, __fmul_rn(v.x, inv)));
-      h.e[1] = from_f32<T>(__fmul_rn(g.y, __fmul_rn(v.y, inv)));
-      h.e[2] = from_f32<T>(__fmul_rn(g.z, __fmul_rn(v.z, inv)));
-      h.e[3] = from_f32<T>(__fmul_rn(g.w, __fmul_rn(v.w, inv)));
-      out[c4] = h;
+    for (int base = tid; base < C4; base += kThreads * kPairs) {
+      float4 v[kPairs], g[kPairs];
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {
+        const int c4 = base + kThreads * j;
+        v[j] = c4 < C4 ? __ldg(xr[m] + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+        g[j] = c4 < C4 ? __ldg(g4 + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {
+        const int c4 = base + kThreads * j;
+        if (c4 >= C4) break;
+        Vec4<T> h;
+        h.e[0] = from_f32<T>(__fmul_rn(g[j].x, __fmul_rn(v[j].x, inv)));
+        h.e[1] = from_f32<T>(__fmul_rn(g[j].y, __fmul_rn(v[j].y, inv)));
+        h.e[2] = from_f32<T>(__fmul_rn(g[j].z, __fmul_rn(v[j].z, inv)));
+        h.e[3] = from_f32<T>(__fmul_rn(g[j].w, __fmul_rn(v[j].w, inv)));
+        out[c4] = h;
+      }
     }
   }
   __syncthreads();
