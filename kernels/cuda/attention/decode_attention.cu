@@ -118,7 +118,7 @@ __device__ void reduce_group(const float* ws, const float* ml, int ws_stride, in
     const float4* col = reinterpret_cast<const float4*>(ws + qh * ws_stride * D) + c4;
     const float* w = wgt + row * splits;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
+#pragma unroll 16
     for (int i = 0; i < splits; ++i) {
       const float4 v = __ldcg(col + int64_t(i) * D4);
       const float f = w[i];
