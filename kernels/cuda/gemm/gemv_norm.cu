@@ -94,6 +94,16 @@ __device__ __forceinline__ void stage_normalized(const float* __restrict__ x, co
   __syncthreads();
 }
 
+// Asks L2 for the first kUnroll x 32 vectors of a row of w (the warp's first loads in warp_dot),
+// so the weight stream is under way while the block stages its normalized rows. A hint only.
+__device__ __forceinline__ void prefetch_row_head(const uint4* row, int K8, int lane) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int i = lane + 32 * u;
+    if (i < K8) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + i));
+  }
+}
+
 // Blocks stride over the ceil(N / kWarps) column groups; warp -> column n of its group. The
 // epilogue is gemv_kernel's.
 template <class T, class TO, int M>
@@ -102,8 +112,10 @@ gemv_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, 
                  const T* __restrict__ w, const TO* __restrict__ bias, TO* y, bool accumulate, int N, int K) {
   extern __shared__ __align__(16) unsigned char staged[];
   T* xs = reinterpret_cast<T*>(staged);  // [M, K] dt, the normalized rows
-  stage_normalized<T, M>(x, rows, nw, eps, K, xs);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, K8 = K / 8, groups = (N + kWarps - 1) / kWarps;
+  if (const int n0 = blockIdx.x * kWarps + warp; n0 < N)
+    prefetch_row_head(reinterpret_cast<const uint4*>(w) + int64_t(n0) * K8, K8, lane);
+  stage_normalized<T, M>(x, rows, nw, eps, K, xs);
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int n = grp * kWarps + warp;
     if (n >= N) break;  // only in the last group
@@ -128,9 +140,13 @@ gemv_silu_mul_norm_kernel(const float* __restrict__ x, const int32_t* __restrict
                           float eps, const T* __restrict__ w, const T* __restrict__ bias, T* out, int I, int K) {
   extern __shared__ __align__(16) unsigned char staged[];
   T* xs = reinterpret_cast<T*>(staged);  // [M, K] dt, the normalized rows
-  stage_normalized<T, M>(x, rows, nw, eps, K, xs);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, K8 = K / 8, groups = (I + kWarps - 1) / kWarps;
   const uint4* base = reinterpret_cast<const uint4*>(w);
+  if (const int i0 = blockIdx.x * kWarps + warp; i0 < I) {
+    prefetch_row_head(base + int64_t(i0) * K8, K8, lane);
+    prefetch_row_head(base + int64_t(I + i0) * K8, K8, lane);
+  }
+  stage_normalized<T, M>(x, rows, nw, eps, K, xs);
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int i = grp * kWarps + warp;
     if (i >= I) break;  // only in the last group
