@@ -31,7 +31,7 @@ constexpr double kTol = 1e-4;
 // A DecoderRunner whose steps run on the GPU (its own cache of the same block count).
 struct GpuRunner {
   GpuRunner(const std::string& model, int block_size, int64_t num_blocks, DType dtype, uint32_t seed = 7,
-            bool eager = false, int fused_norm = -1, int fused_reduce = -1)
+            bool eager = false, int fused_norm = -1)
       : runner(model, block_size, num_blocks, DType::F32, seed) {
     CudaDecoderOptions o;
     o.dtype = dtype;
@@ -41,7 +41,6 @@ struct GpuRunner {
     o.max_logit_rows = 512;
     o.enforce_eager = eager;
     o.fused_norm = fused_norm;
-    o.fused_decode_reduce = fused_reduce;
     gpu = std::make_unique<CudaDecoder>(runner.decoder(), o);
     runner.forward_override = [this](const ForwardBatch& fb, std::vector<float>& logits) {
       gpu->forward(fb);
@@ -301,51 +300,6 @@ TEST_P(CudaDecoderFixture, FusedNormDecodeEqualsUnfused) {
         EXPECT_GT(fused.gpu->graph_launches(), 0);
       }
     }
-  }
-}
-
-// Decode attention's reduce merged into its split kernel (CudaDecoderOptions::fused_decode_reduce)
-// against the reduce kernel: prompts of 300+ tokens (so a sequence's context has several
-// 128-key splits), 8 decode steps of 1 and 3 sequences as graphs, bf16 and f16; the logits agree
-// to the graphs-vs-eager bound (the merged reduce adds the softmax sums in another order).
-TEST_P(CudaDecoderFixture, FusedReduceDecodeMatchesReduceKernel) {
-  for (DType dt : {DType::BF16, DType::F16}) {
-    GpuRunner merged(GetParam(), 16, 256, dt, 7, false, -1, 1), plain(GetParam(), 16, 256, dt, 7, false, -1, 0);
-    const int64_t V = plain.runner.vocab();
-    for (int nseq : {1, 3}) {
-      std::vector<TestSequence> a, b;
-      std::mt19937 rng(11);
-      for (int i = 0; i < nseq; ++i) {
-        std::vector<int32_t> prompt = ref_.ids(i % ref_.num_prompts());
-        while (prompt.size() < static_cast<size_t>(300 + 37 * i))
-          prompt.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(V)));
-        a.push_back(TestSequence{prompt});
-        b.push_back(TestSequence{prompt});
-        merged.runner.prefill(a.back(), 64);
-        plain.runner.prefill(b.back(), 64);
-      }
-      std::vector<TestSequence*> pa, pb;
-      for (int i = 0; i < nseq; ++i) {
-        pa.push_back(&a[i]);
-        pb.push_back(&b[i]);
-      }
-      for (int step = 0; step < 8; ++step) {
-        for (int i = 0; i < nseq; ++i) {
-          const float* last = b[i].logits.data() + (static_cast<int64_t>(b[i].cached) - 1) * V;
-          const auto next = static_cast<int32_t>(std::max_element(last, last + V) - last);
-          a[i].tokens.push_back(next);
-          b[i].tokens.push_back(next);
-        }
-        merged.runner.step(pa, std::vector<int32_t>(nseq, 1));
-        plain.runner.step(pb, std::vector<int32_t>(nseq, 1));
-      }
-      for (int i = 0; i < nseq; ++i) {
-        const int64_t first = b[i].cached - 8;
-        const double err = max_row_rel_error(a[i].logits.data() + first * V, b[i].logits.data() + first * V, 8, V);
-        EXPECT_LE(err, 2e-2) << dtype_name(dt) << ", " << nseq << " sequences, seq " << i;
-      }
-    }
-    EXPECT_GT(merged.gpu->graph_launches(), 0);
   }
 }
 
