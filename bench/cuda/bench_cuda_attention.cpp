@@ -6,7 +6,8 @@
 // median of the repeats; decode rotates among
 // enough cache copies that the working set exceeds the L2. Run beside bench/cuda/sdpa_attention.py
 // (torch SDPA, FlashAttention backend) in the same call: bench/cuda/run_attention_bench.sh.
-// Output: one line per shape, "ours <kind> ... ms=<median> <rate>".
+// Output: one line per shape, "ours <kind> ... ms=<median> <rate>" (decode: a second line with
+// "reduce=merged", the split reduce merged into the split kernel).
 // Argument "cudnn": the prefill shapes, ours beside cuDNN's fused flash attention
 // (kernels/cuda/attention/cudnn_attention.h) on contiguous q/k/v of the same shape, one line per
 // finalized engine config ("cudnn prefill tokens=... config=<i> ms=... tflops=..."), trying
@@ -155,15 +156,24 @@ void bench_decode(int seqs, int ctx) {
   void* out = random_bf16(size_t(seqs) * kH * kD, 6);
   void* ws = nullptr;
   ok(cudaMalloc(&ws, vlm::cuda::paged_decode_workspace_bytes(seqs, kH, kHkv, kD, ctx)), "malloc");
+  void* counters = nullptr;  // the merged reduce's (zero; each call leaves them zero)
+  ok(cudaMalloc(&counters, size_t(seqs) * kHkv * 4), "malloc");
+  ok(cudaMemset(counters, 0, size_t(seqs) * kHkv * 4), "memset");
   const float scale = 1.f / std::sqrt(float(kD));
-  const double ms = median_ms(5, 30, 10, [&](int i) {
-    const vlm::PagedKVLayer kv = layer(ks[i % copies], vs[i % copies], batch.num_blocks);
-    vlm::cuda::paged_decode_attention(q, DType::BF16, kH, kv, batch.b, scale, out, ws, nullptr);
-  });
-  std::printf("ours decode seqs=%d ctx=%d ms=%.4f gbps=%.0f\n", seqs, ctx, ms, bytes / ms * 1e-6);
+  // The reduce kernel, then the reduce merged into the split kernel (where the plan has at most
+  // VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS splits a head, default 32; else the same launches).
+  for (bool merged : {false, true}) {
+    const double ms = median_ms(5, 30, 10, [&](int i) {
+      const vlm::PagedKVLayer kv = layer(ks[i % copies], vs[i % copies], batch.num_blocks);
+      vlm::cuda::paged_decode_attention(q, DType::BF16, kH, kv, batch.b, scale, out, ws, nullptr,
+                                        merged ? static_cast<int32_t*>(counters) : nullptr);
+    });
+    std::printf("ours decode seqs=%d ctx=%d%s ms=%.4f gbps=%.0f\n", seqs, ctx, merged ? " reduce=merged" : "", ms,
+                bytes / ms * 1e-6);
+  }
   for (void* p : ks) cudaFree(p);
   for (void* p : vs) cudaFree(p);
-  for (void* p : {q, out, ws}) cudaFree(p);
+  for (void* p : {q, out, ws, counters}) cudaFree(p);
 }
 
 // cuDNN's fused attention on contiguous q [n, H, D], k/v [n, Hkv, D]: every candidate config timed.

@@ -94,12 +94,18 @@ void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads
 // q[num_seqs, H, D] and out[num_seqs, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;
 // H / Hkv <= 16; kv.block_size a power of two. workspace: device memory of
 // paged_decode_workspace_bytes(...) bytes (partial outputs and softmax statistics of the splits),
-// reusable across layers (calls on one stream).
+// reusable across layers (calls on one stream). counters: null, or device int32
+// [num_seqs, Hkv], all 0 before the first call (every call leaves them 0; calls sharing them run on
+// one stream): then the split kernel's last CTA of each (sequence, KV head) merges the splits
+// itself, no reduce launch (capturable in a CUDA graph; the same arithmetic up to the order of
+// the softmax sums' f32 additions) for plans of at most 32 splits per KV head
+// (VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS), else -- or where its weights do not fit shared
+// memory -- the reduce kernel runs.
 size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                                     int max_context_len);
 void paged_decode_attention(const void* q /*[S,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                             const CudaAttentionBatch& batch, float scale, void* out /*[S,H,D]*/,
-                            void* workspace, cudaStream_t stream);
+                            void* workspace, cudaStream_t stream, int32_t* counters /*[S,Hkv] or null*/ = nullptr);
 
 // ---- naive reference for both (any D <= 256, any q_len) ----
 // One thread block per (query row, head); scores of the row in shared memory (context up to

@@ -7,6 +7,8 @@
 // own online softmax, and the 4 warps are merged in shared memory. With one split in all the kernel
 // writes the output; otherwise it writes unnormalized partials (O, max, sum) to the workspace and
 // the reduce kernel (grid (num_seqs, H), D threads) merges the splits.
+// With counters (paged_decode_attention's last argument) the last CTA of each (sequence, group)
+// to finish merges the group's splits instead (one launch fewer per layer; reduce_group).
 // SinkRouter (batch.group_skip set): the launch shape stays the dense one (capturable; it does not
 // depend on the decisions), but a sequence's A active groups share its Hkv x max_splits CTAs of
 // the (split, group) plane, each with floor(Hkv * max_splits / A) splits of a partition computed
@@ -81,10 +83,63 @@ constexpr int decode_smem_bytes() {
                   kRows * D * int(sizeof(T)) + kWarps * kRows * (D + 2) * 4);
 }
 
+// The last CTA of group hk of sequence s to finish merges the splits' partials of the group's G
+// heads (what decode_reduce_kernel does for them): per head a warp computes the splits' weights
+// exp2(m_i - M) into shared memory (smem, [G][splits] floats, then [G] sums), then each thread
+// sums float4 columns over the splits in order. Partials of other CTAs are read through L2
+// (__ldcg: L1 is not coherent across SMs).
+template <class TQ>
+__device__ void reduce_group(const float* ws, const float* ml, int ws_stride, int splits, int64_t qh0, int G, int D,
+                             float* smem, TQ* __restrict__ out) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  float* wgt = smem;                 // [G][splits]
+  float* lsum = smem + G * splits;   // [G]
+  for (int row = warp; row < G; row += kWarps) {
+    const float* mlr = ml + (qh0 + row) * ws_stride * 2;
+    float mx = -INFINITY;
+    for (int i = lane; i < splits; i += 32) mx = fmaxf(mx, __ldcg(mlr + 2 * i));
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float l = 0.f;
+    for (int i = lane; i < splits; i += 32) {
+      const float w = exp2f(__ldcg(mlr + 2 * i) - mx);
+      wgt[row * splits + i] = w;
+      l += w * __ldcg(mlr + 2 * i + 1);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (lane == 0) lsum[row] = l;
+  }
+  __syncthreads();
+  const int D4 = D / 4;
+  for (int t = tid; t < G * D4; t += kThreads) {
+    const int row = t / D4, c4 = t % D4;
+    const int64_t qh = qh0 + row;
+    const float4* col = reinterpret_cast<const float4*>(ws + qh * ws_stride * D) + c4;
+    const float* w = wgt + row * splits;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 16
+    for (int i = 0; i < splits; ++i) {
+      const float4 v = __ldcg(col + int64_t(i) * D4);
+      const float f = w[i];
+      acc.x += f * v.x;
+      acc.y += f * v.y;
+      acc.z += f * v.z;
+      acc.w += f * v.w;
+    }
+    const float l = lsum[row];
+    TQ* o = out + qh * D + 4 * c4;
+    o[0] = from_f32<TQ>(acc.x / l);
+    o[1] = from_f32<TQ>(acc.y / l);
+    o[2] = from_f32<TQ>(acc.z / l);
+    o[3] = from_f32<TQ>(acc.w / l);
+  }
+}
+
 template <int D, class T, class TQ>
 __global__ void __launch_bounds__(kThreads)
 decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
-                    int partition, float* __restrict__ ws, TQ* __restrict__ out) {
+                    int partition, float* __restrict__ ws, TQ* __restrict__ out, int* __restrict__ counters) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
   // Stage i: K at kv_smem + i * 2 * kBN * D, V right after it (no arrays: they would live in
@@ -96,6 +151,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   const int s = blockIdx.z;
   const int ctx = batch.context_lens[s];
   int ws_stride = gridDim.x;  // workspace slots per (sequence, head)
+  int slots = gridDim.x;      // splits this CTA's group can have
   if (batch.group_skip != nullptr) {  // SinkRouter: CTA (0, g) writes sink group g's surrogate
     const int Hkv = kv.num_kv_heads, G = H / Hkv;
     if (split == 0)
@@ -112,6 +168,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
       if (skip[hk] == 0) --a;
     split = c % p.per;
     partition = p.partition;
+    slots = p.per;
   }
   const int k_begin = split * partition;
   if (k_begin >= ctx) return;
@@ -205,6 +262,24 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
       }
     }
   }
+  if (ws == nullptr || counters == nullptr) return;  // decode_reduce_kernel merges the splits
+  // Merged reduce: the group's CTAs that wrote partials (ceil(ctx / partition) of them, routed or
+  // not) each take a ticket after their partials are visible device-wide; the last one merges
+  // them and puts the counter back to 0 for the next launch (nothing else touches it in this one).
+  __shared__ int is_last;
+  __threadfence();
+  __syncthreads();
+  int* counter = counters + int64_t(s) * kv.num_kv_heads + hk;
+  const int splits = min(slots, (ctx + partition - 1) / partition);  // the CTAs that wrote partials
+  if (tid == 0) {
+    is_last = atomicAdd(counter, 1) == splits - 1;
+    if (is_last) *counter = 0;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  reduce_group<TQ>(ws, ws + int64_t(gridDim.z) * H * ws_stride * D, ws_stride, splits, int64_t(s) * H + h0, G, D,
+                   reinterpret_cast<float*>(smem_raw), out);
 }
 
 // Max (is_max) or sum of x over the block (blockDim.x a multiple of 32, at most 1024 threads).
@@ -269,9 +344,22 @@ __global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D,
   out[qh * D + d] = from_f32<TQ>(acc / lsum);
 }
 
+// The merged reduce puts a group's whole merge on one SM (G x D columns over its splits), the
+// reduce kernel spreads it over num_seqs x H CTAs but costs a launch: the merged one is taken for
+// plans of at most this many splits per group (VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS, a
+// measuring knob read once; default 32, where the merge is a few loads a thread).
+constexpr int kMergedReduceMaxSplits = 32;
+int merged_reduce_max_splits() {
+  static const int v = [] {
+    const char* e = std::getenv("VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS");
+    return e != nullptr && *e != '\0' ? std::max(0, std::atoi(e)) : kMergedReduceMaxSplits;
+  }();
+  return v;
+}
+
 template <int D, class T, class TQ>
 void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
-                   void* out, void* workspace, cudaStream_t stream) {
+                   void* out, void* workspace, int32_t* counters, cudaStream_t stream) {
   constexpr int smem = decode_smem_bytes<D, T>();
   static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ>, smem);
   (void)smem_ok;
@@ -286,11 +374,16 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
   float* ws = plan.max_splits > 1 || routed ? static_cast<float*>(workspace) : nullptr;
   const int ws_stride = routed ? plan.max_splits * kv.num_kv_heads : plan.max_splits;
   const dim3 grid(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
+  // The merged reduce: for plans of at most merged_reduce_max_splits() splits a group, and when its
+  // weights ([G][splits] + [G] floats) fit the kernel's shared memory.
+  const int G = H / kv.num_kv_heads;
+  const bool merged = counters != nullptr && ws != nullptr && plan.max_splits <= merged_reduce_max_splits() &&
+                      (G * ws_stride + G) * 4 <= smem;
   decode_split_kernel<D, T, TQ><<<grid, kThreads, smem, stream>>>(
       static_cast<const TQ*>(q), H, kv_view(kv), batch, scale * float(M_LOG2E), plan.partition, ws,
-      static_cast<TQ*>(out));
+      static_cast<TQ*>(out), merged ? counters : nullptr);
   VLM_CUDA_CHECK_LAUNCH();
-  if (ws == nullptr) return;
+  if (ws == nullptr || merged) return;
   const int cols = routed ? kRoutedReduceCols : D, lanes = routed ? kRoutedReduceLanes : 1;
   decode_reduce_kernel<TQ><<<dim3(batch.num_seqs, H, D / cols), cols * lanes, (ws_stride + cols * lanes) * sizeof(float),
                              stream>>>(ws, H, D, ws_stride, plan.partition, batch.num_seqs, batch.context_lens,
@@ -310,7 +403,7 @@ size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_head
 
 void paged_decode_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
                             const CudaAttentionBatch& batch, float scale, void* out, void* workspace,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, int32_t* counters) {
   check_tiled_attention(kv, num_heads, "decode attention");
   VLM_CHECK(num_heads / kv.num_kv_heads <= kRows, "decode attention: group {} > {}", num_heads / kv.num_kv_heads, kRows);
   if (batch.num_seqs == 0) return;
@@ -319,7 +412,8 @@ void paged_decode_attention(const void* q, DType act, int num_heads, const Paged
     return;
   }
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
-    launch_decode<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, scale, out, workspace, stream);
+    launch_decode<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, scale, out, workspace, counters,
+                                                                 stream);
   });
 }
 

@@ -9,10 +9,12 @@
 #include <fmt/format.h>
 
 #include "kernels/core/check.h"
+#include "kernels/core/env_switch.h"
 #include "kernels/core/log.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/gemm/gemv.h"
+#include "kernels/cuda/gemm/gemv_norm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 #include "kernels/ops/rope.h"
 
@@ -29,10 +31,24 @@ namespace {
 
 bool present(const TensorView& t) { return !t.empty(); }
 
+// VLM_CUDA_DECODE_FUSED_NORM / VLM_CUDA_DECODE_FUSED_REDUCE (unset: on), each read once per process.
+bool fused_norm_env() {
+  static const bool on = env_switch("VLM_CUDA_DECODE_FUSED_NORM", true);
+  return on;
+}
+bool fused_reduce_env() {
+  static const bool on = env_switch("VLM_CUDA_DECODE_FUSED_REDUCE", true);
+  return on;
+}
+
 }  // namespace
 
 CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& options)
-    : host_(host), opt_(options), cudnn_(options.cudnn_prefill, options.cudnn_min_tokens, options.cudnn_bucket) {
+    : host_(host),
+      opt_(options),
+      fused_norm_(options.fused_norm < 0 ? fused_norm_env() : options.fused_norm != 0),
+      fused_reduce_(options.fused_decode_reduce < 0 ? fused_reduce_env() : options.fused_decode_reduce != 0),
+      cudnn_(options.cudnn_prefill, options.cudnn_min_tokens, options.cudnn_bucket) {
   VLM_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16,
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));
   VLM_CUDA_CHECK(cudaSetDevice(opt_.device));
@@ -254,7 +270,8 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   auto builtin = [&](cuda::CudaAttentionBatch m) {  // our kernels (all rows, or cuDNN's leftover ranges)
     if (decode_kernel() && methods_) sink_.route_layer(l, q_.get(), opt_.dtype, H, kv, m, stream_);  // group skips
     if (decode_kernel())
-      cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), decode_ws_.get(), stream_);
+      cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), decode_ws_.get(), stream_,
+                                   fused_reduce_ ? decode_counters_.as<int32_t>() : nullptr);
     else if (fast_attention())
       cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), stream_);
     else
@@ -295,22 +312,34 @@ void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& me
   const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t QD = H * D, W = QD + 2 * Hkv * D;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  cuda::rms_norm(x_.as<float>(), nullptr, L.input_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
-  prof_.mark(stream_, "norm");
-  linear(h_.get(), L.qkv.get(), L.qkv_bias.get(), qkv_.get(), dt, false, T, W, C);
+  // Decode rows: each norm folded into the GEMV that reads it (gemv_norm.h; h_ is not written).
+  const bool fuse = fused_norm_ && cuda::gemv_norm_supported(T, C, dt);
+  if (fuse) {
+    cuda::gemv_norm(x_.as<float>(), nullptr, L.input_norm.as<float>(), eps, L.qkv.get(), dt, L.qkv_bias.get(),
+                    qkv_.get(), dt, false, T, W, C, stream_);
+  } else {
+    cuda::rms_norm(x_.as<float>(), nullptr, L.input_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
+    prof_.mark(stream_, "norm");
+    linear(h_.get(), L.qkv.get(), L.qkv_bias.get(), qkv_.get(), dt, false, T, W, C);
+  }
   prof_.mark(stream_, "gemm_qkv");
   rope_kv_write(l, T);
   attention(l, T, meta);
   linear(attn_.get(), L.o.get(), L.o_bias.get(), x_.get(), DType::F32, true, T, C, QD);
   prof_.mark(stream_, "gemm_o");
-  cuda::rms_norm(x_.as<float>(), nullptr, L.post_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
-  prof_.mark(stream_, "norm");
-  if (cuda::gemv_supported(T, C, dt)) {  // gate/up and SiLU·mul in one pass
-    cuda::gemv_silu_mul(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), act_.get(), T, I, C, stream_);
+  if (fuse) {  // post-attention norm, gate/up and SiLU·mul in one pass
+    cuda::gemv_silu_mul_norm(x_.as<float>(), nullptr, L.post_norm.as<float>(), eps, L.gate_up.get(), dt,
+                             L.gate_up_bias.get(), act_.get(), T, I, C, stream_);
   } else {
-    gemm_.linear(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), gu_.get(), dt, 0.0f, T, 2 * I, C, stream_);
-    prof_.mark(stream_, "gemm_gate_up");
-    cuda::silu_mul(gu_.get(), T, I, act_.get(), dt, stream_);
+    cuda::rms_norm(x_.as<float>(), nullptr, L.post_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
+    prof_.mark(stream_, "norm");
+    if (cuda::gemv_supported(T, C, dt)) {  // gate/up and SiLU·mul in one pass
+      cuda::gemv_silu_mul(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), act_.get(), T, I, C, stream_);
+    } else {
+      gemm_.linear(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), gu_.get(), dt, 0.0f, T, 2 * I, C, stream_);
+      prof_.mark(stream_, "gemm_gate_up");
+      cuda::silu_mul(gu_.get(), T, I, act_.get(), dt, stream_);
+    }
   }
   prof_.mark(stream_, "silu_mul");
   linear(act_.get(), L.down.get(), L.down_bias.get(), x_.get(), DType::F32, true, T, C, I);
@@ -384,6 +413,13 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
       decode_ws_.reserve(need);
       ++buffers_epoch_;
     }
+    const size_t counters = static_cast<size_t>(meta.num_seqs) * static_cast<size_t>(c.num_kv_heads) * 4;
+    if (fused_reduce_ && counters > decode_counters_.bytes()) {  // zero once; each launch leaves them zero
+      VLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      decode_counters_.reserve(counters);
+      VLM_CUDA_CHECK(cudaMemsetAsync(decode_counters_.get(), 0, decode_counters_.bytes(), stream_));
+      ++buffers_epoch_;
+    }
   }
   cuda::rope_table(d_pos_, d_mrope_, mrope_sec0_, mrope_sec1_, inv_freq_.as<float>(), rope_half_, rope_scaling_, T,
                    rope_table_.as<float>(), stream_);
@@ -396,10 +432,16 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   num_logit_rows_ = R;
   if (R == 0) return prof_.end(stream_, T);
   const DType dt = opt_.dtype;
-  cuda::rms_norm(x_.as<float>(), nullptr, final_norm_.as<float>(), static_cast<float>(c.rms_norm_eps), d_rows_, R,
-                 c.hidden_size, sel_.get(), dt, stream_);
-  linear(sel_.get(), lm_head_tied_ ? embed_.get() : lm_head_.get(), nullptr, logits_.get(), DType::F32, false, R,
-         c.vocab_size, c.hidden_size);
+  const void* head = lm_head_tied_ ? embed_.get() : lm_head_.get();
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  if (fused_norm_ && cuda::gemv_norm_supported(R, c.hidden_size, dt)) {  // final norm of the rows in the LM head's GEMV
+    cuda::gemv_norm(x_.as<float>(), d_rows_, final_norm_.as<float>(), eps, head, dt, nullptr, logits_.get(), DType::F32,
+                    false, R, c.vocab_size, c.hidden_size, stream_);
+  } else {
+    cuda::rms_norm(x_.as<float>(), nullptr, final_norm_.as<float>(), eps, d_rows_, R, c.hidden_size, sel_.get(), dt,
+                   stream_);
+    linear(sel_.get(), head, nullptr, logits_.get(), DType::F32, false, R, c.vocab_size, c.hidden_size);
+  }
   prof_.mark(stream_, "lm_head");
   prof_.end(stream_, T);
 }

@@ -8,7 +8,8 @@
 // naive kernel for head sizes those do not cover); x += attn Wo^T (the residual add in the GEMM, x in f32);
 // h = rms_norm(x); gu = h [Wgate; Wup]^T; x += (silu(g) * u) Wdown^T. Then the final norm and
 // the LM head on the logits rows only. Steps of at most kGemvMaxRows rows in bf16/f16 run the
-// linear layers as GEMVs (kernels/cuda/gemm/gemv.h; gate/up with SiLU·mul fused), others through
+// linear layers as GEMVs (kernels/cuda/gemm/gemv.h; gate/up with SiLU·mul fused; each RMSNorm
+// folded into the GEMV after it, gemv_norm.h, unless options.fused_norm is off), others through
 // cuBLASLt.
 // Decode steps (every sequence one new token, no embedding override) run as CUDA graphs unless
 // options.enforce_eager: one graph per bucket (sequences padded up to 1..4, then multiples of 8
@@ -67,6 +68,13 @@ struct CudaDecoderOptions {
   int cudnn_min_tokens = 1024;
   int cudnn_bucket = 1024;
   int64_t max_model_len = 0;
+  // RMSNorm folded into the GEMV that reads it on steps of few rows (kernels/cuda/gemm/gemv_norm.h:
+  // input norm -> q/k/v, post-attention norm -> gate/up, final norm -> LM head; the same logits
+  // bit for bit at hidden sizes <= 4096): -1 = VLM_CUDA_DECODE_FUSED_NORM (unset: on), 0 off, 1 on.
+  int fused_norm = -1;
+  // Decode attention's split reduce merged into its split kernel (the last CTA of each sequence
+  // and KV head merges; cuda_attention.h): -1 = VLM_CUDA_DECODE_FUSED_REDUCE (unset: on), 0 off, 1 on.
+  int fused_decode_reduce = -1;
 };
 
 class CudaDecoder {
@@ -146,6 +154,8 @@ class CudaDecoder {
 
   const LlmDecoder& host_;
   CudaDecoderOptions opt_;
+  bool fused_norm_ = true;    // options.fused_norm resolved
+  bool fused_reduce_ = true;  // options.fused_decode_reduce resolved
   cudaStream_t stream_ = nullptr;
   cuda::CublasLtGemm gemm_;
   StepProfiler prof_;  // VLM_CUDA_PROFILE=1: per-op GPU time of each forward on stderr
@@ -163,6 +173,7 @@ class CudaDecoder {
   cuda::PinnedBuffer meta_host_;
   cuda::DeviceBuffer meta_dev_;
   cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, gu_, act_, rope_table_, sel_, logits_, decode_ws_;
+  cuda::DeviceBuffer decode_counters_;  // [num_seqs, Hkv] int32, zero between launches (fused_reduce_)
   bool all_decode_ = false;  // every sequence of the step has one row
   const ForwardBatch* batch_ = nullptr;  // the step's batch while forward() runs
   bool sparse_ = false;                  // some sequence of the step prefills sparsely

@@ -173,6 +173,29 @@ void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::P
   if (c.decode) {
     DevMem ws(cuda::paged_decode_workspace_bytes(n, c.H, c.Hkv, D, max_ctx));
     cuda::paged_decode_attention(dq.p, c.act, c.H, dev_kv, batch, scale, dout.p, ws.p, nullptr);
+    // The reduce merged into the split kernel (counters), twice (each call leaves them 0): the
+    // reduce kernel's result up to the order of the softmax sums' f32 additions, the same bytes
+    // both times, the counters back to 0.
+    DevMem counters(size_t(n) * c.Hkv * 4), merged(q_act.size());
+    CUDA_OK(cudaMemset(counters.p, 0, size_t(n) * c.Hkv * 4));
+    std::vector<uint8_t> first(q_act.size()), again(q_act.size()), plain(q_act.size());
+    for (std::vector<uint8_t>* dst : {&first, &again}) {
+      CUDA_OK(cudaMemset(merged.p, 0xff, q_act.size()));
+      cuda::paged_decode_attention(dq.p, c.act, c.H, dev_kv, batch, scale, merged.p, ws.p, nullptr,
+                                   counters.as<int32_t>());
+      CUDA_OK(cudaMemcpy(dst->data(), merged.p, dst->size(), cudaMemcpyDeviceToHost));
+    }
+    CUDA_OK(cudaMemcpy(plain.data(), dout.p, plain.size(), cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(first == again) << "merged reduce: two calls differ";
+    std::vector<int32_t> left(size_t(n) * c.Hkv, -1);
+    CUDA_OK(cudaMemcpy(left.data(), counters.p, left.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0), int64_t(left.size())) << "counters not back to 0";
+    std::vector<float> a(q.size()), b(q.size());
+    convert_to_f32(first.data(), c.act, a.data(), int64_t(a.size()));
+    convert_to_f32(plain.data(), c.act, b.data(), int64_t(b.size()));
+    // One rounding of the activation type apart at most (f32: a few f32 ulps).
+    EXPECT_LE(normalized_error(a, b), c.act == DType::F32 ? 1e-5 : (c.act == DType::F16 ? 1e-3 : 8e-3))
+        << "merged reduce vs reduce kernel";
   } else {
     cuda::paged_prefill_attention(dq.p, c.act, c.H, dev_kv, batch, scale, dout.p, nullptr, kernel);
   }

@@ -250,27 +250,39 @@ void check_skip_decode(int H, int Hkv, int D, DType dt, DType act, const std::ve
   cuda::DeviceBuffer dq = to_device(testing::encode(qf, act)), dskip = to_device(skip), dsur = to_device(sur),
                      out(qf.size() * dtype_size(act)),
                      ws(cuda::paged_decode_workspace_bytes(S, H, Hkv, D, dev.batch.max_context_len));
-  VLM_CUDA_CHECK(cudaMemset(out.get(), 0x7f, out.bytes()));
   dev.batch.group_skip = dskip.as<uint8_t>();
   dev.batch.group_surrogate = surrogate ? dsur.as<float>() : nullptr;
-  cuda::paged_decode_attention(dq.get(), act, H, dev.kv, dev.batch, scale, out.get(), ws.get(), nullptr);
-  const std::vector<float> got = testing::decode(to_host<uint8_t>(out, out.bytes()), act);
   // Tolerance: the CPU tests' 1e-5 on an f32 cache (f32 activations); the dense GPU kernel's
   // normalized bound (test_cuda_attention) on 16-bit caches.
   const double tol = dt == DType::F32 && act == DType::F32 ? 1e-5 : dt == DType::F16 ? 4e-3 : 2e-2;
-  double mag = 1e-30, err = 0;
+  double mag = 1e-30;
   for (float x : ref) mag = std::max(mag, double(std::abs(x)));
-  for (int s = 0; s < S; ++s)
-    for (int h = 0; h < H; ++h) {
-      const size_t o = (size_t(s) * H + h) * D;
-      const bool sk = skip[size_t(s) * Hkv + h / G];
-      for (int d = 0; d < D; ++d) {
-        ASSERT_TRUE(std::isfinite(got[o + d])) << "s=" << s << " h=" << h;  // a poisoned read shows as NaN
-        if (sk) ASSERT_EQ(got[o + d], surrogate ? sur[(size_t(s) * Hkv + h / G) * D + d] : 0.f);
-        else err = std::max(err, std::abs(double(got[o + d]) - ref[o + d]));
+  // The reduce kernel, then the reduce merged into the split kernel (counters: twice, each call
+  // leaving them 0 for the next).
+  cuda::DeviceBuffer counters(size_t(S) * Hkv * 4);
+  VLM_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
+  for (int merged = 0; merged < 2; ++merged) {
+    SCOPED_TRACE(merged ? "merged reduce" : "reduce kernel");
+    VLM_CUDA_CHECK(cudaMemset(out.get(), 0x7f, out.bytes()));
+    for (int rep = 0; rep <= merged; ++rep)
+      cuda::paged_decode_attention(dq.get(), act, H, dev.kv, dev.batch, scale, out.get(), ws.get(), nullptr,
+                                   merged ? counters.as<int32_t>() : nullptr);
+    const std::vector<float> got = testing::decode(to_host<uint8_t>(out, out.bytes()), act);
+    double err = 0;
+    for (int s = 0; s < S; ++s)
+      for (int h = 0; h < H; ++h) {
+        const size_t o = (size_t(s) * H + h) * D;
+        const bool sk = skip[size_t(s) * Hkv + h / G];
+        for (int d = 0; d < D; ++d) {
+          ASSERT_TRUE(std::isfinite(got[o + d])) << "s=" << s << " h=" << h;  // a poisoned read shows as NaN
+          if (sk) ASSERT_EQ(got[o + d], surrogate ? sur[(size_t(s) * Hkv + h / G) * D + d] : 0.f);
+          else err = std::max(err, std::abs(double(got[o + d]) - ref[o + d]));
+        }
       }
-    }
-  EXPECT_LE(dt == DType::F32 && act == DType::F32 ? err : err / mag, tol);
+    EXPECT_LE(dt == DType::F32 && act == DType::F32 ? err : err / mag, tol);
+    const std::vector<int32_t> left = to_host<int32_t>(counters, size_t(S) * Hkv);
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0), S * Hkv) << "counters not back to 0";
+  }
 }
 
 TEST(CudaSinkRouter, SkippedGroupsNeverReadTheirCache) {

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 
@@ -30,7 +31,7 @@ constexpr double kTol = 1e-4;
 // A DecoderRunner whose steps run on the GPU (its own cache of the same block count).
 struct GpuRunner {
   GpuRunner(const std::string& model, int block_size, int64_t num_blocks, DType dtype, uint32_t seed = 7,
-            bool eager = false)
+            bool eager = false, int fused_norm = -1)
       : runner(model, block_size, num_blocks, DType::F32, seed) {
     CudaDecoderOptions o;
     o.dtype = dtype;
@@ -39,6 +40,7 @@ struct GpuRunner {
     o.max_tokens_per_step = 512;
     o.max_logit_rows = 512;
     o.enforce_eager = eager;
+    o.fused_norm = fused_norm;
     gpu = std::make_unique<CudaDecoder>(runner.decoder(), o);
     runner.forward_override = [this](const ForwardBatch& fb, std::vector<float>& logits) {
       gpu->forward(fb);
@@ -247,6 +249,57 @@ TEST_P(CudaDecoderFixture, DecodeGraphsMatchEagerSteps) {
     EXPECT_GT(graphs.gpu->graph_launches(), 0);
     EXPECT_GE(graphs.gpu->graphs_captured(), 4);  // buckets 1, 3 and 8, and 3 or 8 again past 256
     EXPECT_EQ(eager.gpu->graphs_captured(), 0);
+  }
+}
+
+// The RMSNorms folded into the decode GEMVs (CudaDecoderOptions::fused_norm, gemv_norm.h) give
+// the same logits bit for bit as rms_norm then the GEMV (hidden sizes <= 4096): prefill (64-row
+// chunks, unfused in both) then 8 decode steps of 1, 3 and 5 sequences (5 pads to 8: unfused
+// too), as graphs and eagerly, bf16 and f16.
+TEST_P(CudaDecoderFixture, FusedNormDecodeEqualsUnfused) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (bool eager : {false, true}) {
+      GpuRunner fused(GetParam(), 16, 256, dt, 7, eager, 1), plain(GetParam(), 16, 256, dt, 7, eager, 0);
+      const int64_t V = plain.runner.vocab();
+      for (int nseq : {1, 3, 5}) {
+        std::vector<TestSequence> a, b;
+        for (int i = 0; i < nseq; ++i) {
+          a.push_back(TestSequence{ref_.ids(i % ref_.num_prompts())});
+          b.push_back(TestSequence{ref_.ids(i % ref_.num_prompts())});
+          fused.runner.prefill(a.back(), 64);
+          plain.runner.prefill(b.back(), 64);
+        }
+        std::vector<TestSequence*> pa, pb;
+        for (int i = 0; i < nseq; ++i) {
+          pa.push_back(&a[i]);
+          pb.push_back(&b[i]);
+        }
+        for (int step = 0; step < 8; ++step) {
+          for (int i = 0; i < nseq; ++i) {  // both feed the unfused run's greedy token
+            const float* last = b[i].logits.data() + (static_cast<int64_t>(b[i].cached) - 1) * V;
+            const auto next = static_cast<int32_t>(std::max_element(last, last + V) - last);
+            a[i].tokens.push_back(next);
+            b[i].tokens.push_back(next);
+          }
+          fused.runner.step(pa, std::vector<int32_t>(nseq, 1));
+          plain.runner.step(pb, std::vector<int32_t>(nseq, 1));
+        }
+        for (int i = 0; i < nseq; ++i) {
+          ASSERT_EQ(a[i].logits.size(), b[i].logits.size());
+          int64_t differ = 0;
+          double worst = 0;
+          for (size_t k = 0; k < a[i].logits.size(); ++k) {
+            differ += std::memcmp(&a[i].logits[k], &b[i].logits[k], sizeof(float)) != 0;
+            worst = std::max(worst, std::abs(static_cast<double>(a[i].logits[k]) - b[i].logits[k]));
+          }
+          EXPECT_EQ(differ, 0) << dtype_name(dt) << (eager ? " eager" : " graphs") << ", " << nseq
+                               << " sequences, seq " << i << ": max |difference| " << worst;
+        }
+      }
+      if (!eager) {
+        EXPECT_GT(fused.gpu->graph_launches(), 0);
+      }
+    }
   }
 }
 
