@@ -16,6 +16,7 @@
 #include "kernels/core/check.h"
 #include "kernels/core/cpu_features.h"
 #include "kernels/core/thread_pool.h"
+#include "model/media/resize_hpass_simd.h"
 
 namespace vlm {
 namespace {
@@ -104,8 +105,8 @@ void run_on(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64
 // Horizontal pass over input rows [y0, y0 + rows) into out[rows, out_w, 3]. Rows go in tiles of
 // kTile: a tile is transposed to tile[x][r * 3 + c] so that one output column is a sum over taps
 // of contiguous 48-lane vectors (the same integer sums as one pixel at a time; resize_bicubic_ref
-// is the reference). Built for AVX2 too (hpass_tile_avx2), picked at run time.
-constexpr int kTile = 16, kLanes = kTile * 3;
+// is the reference). With AVX2, hpass_tile_avx2 (intrinsics), picked at run time.
+constexpr int kTile = kResizeTileRows, kLanes = kTile * 3;
 
 // Tile rows [r0, r0 + nr) of the pass; `tile` holds [in.width, kLanes] bytes.
 __attribute__((always_inline)) inline void hpass_tile_body(const RgbImage& in, int y0, int r0, int nr,
@@ -134,12 +135,14 @@ __attribute__((always_inline)) inline void hpass_tile_body(const RgbImage& in, i
 void hpass_tile_base(const RgbImage& in, int y0, int r0, int nr, const AxisCoeffs& c, RgbImage& out, uint8_t* tile) {
   hpass_tile_body(in, y0, r0, nr, c, out, tile);
 }
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) void hpass_tile_avx2(const RgbImage& in, int y0, int r0, int nr, const AxisCoeffs& c,
-                                                     RgbImage& out, uint8_t* tile) {
-  hpass_tile_body(in, y0, r0, nr, c, out, tile);
+// The AVX2 intrinsics' tile (model/media/resize_hpass_simd.h): the same bytes.
+void hpass_tile_avx2(const RgbImage& in, int y0, int r0, int nr, const AxisCoeffs& c, RgbImage& out, uint8_t* tile) {
+  const uint8_t* rows[kTile];
+  uint8_t* out_rows[kTile];
+  for (int r = 0; r < nr; ++r) rows[r] = in.at(y0 + r0 + r, 0), out_rows[r] = out.at(r0 + r, 0);
+  resize_hpass_tile_avx2(rows, nr, in.width, static_cast<int>(c.first.size()), c.first.data(), c.count.data(),
+                         c.w.data(), c.ksize, out_rows, tile);
 }
-#endif
 
 void resample_rows(const RgbImage& in, int y0, int rows, const AxisCoeffs& c, RgbImage& out, ThreadPool* pool) {
   const int64_t tiles = (rows + kTile - 1) / kTile;
@@ -148,7 +151,7 @@ void resample_rows(const RgbImage& in, int y0, int rows, const AxisCoeffs& c, Rg
   if (cpu_has_avx2_fma()) hpass = hpass_tile_avx2;
 #endif
   run_on(pool, tiles, [&](int64_t t0, int64_t t1) {
-    std::vector<uint8_t> tile(static_cast<size_t>(in.width) * kLanes);  // [in_w, kTile * 3]
+    std::vector<uint8_t> tile(static_cast<size_t>(in.width + out.width) * kLanes);  // [in_w (+ out_w), kTile * 3]
     for (int64_t ti = t0; ti < t1; ++ti) {
       const int r0 = static_cast<int>(ti * kTile);
       hpass(in, y0, r0, std::min(kTile, rows - r0), c, out, tile.data());

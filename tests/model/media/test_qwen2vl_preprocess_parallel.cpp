@@ -65,7 +65,8 @@ TEST(ResizeBicubic, PoolOrNotMatchesTheReference) {
   std::mt19937 g(9);
   ThreadPool pool(3);
   for (const auto [w, h, ow, oh] : {std::array<int, 4>{448, 448, 224, 224}, {97, 61, 150, 40}, {33, 200, 33, 77},
-                                   {640, 360, 641, 360}, {17, 5, 3, 9}}) {
+                                   {640, 360, 641, 360}, {17, 5, 3, 9}, {1000, 37, 7, 37}, {50, 50, 49, 51},
+                                   {3, 20, 200, 20}, {448, 448, 448, 224}, {1280, 720, 644, 336}}) {
     const RgbImage src = random_image(w, h, g);
     const RgbImage ref = resize_bicubic_ref(src, ow, oh);
     EXPECT_TRUE(resize_bicubic(src, ow, oh).pixels == ref.pixels) << w << "x" << h << " -> " << ow << "x" << oh;
