@@ -28,6 +28,9 @@ void Qwen2VLVideoRows::begin(const VideoInfo& info, int64_t num_picked) {
   out_w_ = hw.second;
   lut_ = qwen2vl_normalize_table(cfg_);
   num_frames_ = num_picked;
+  in_w_ = info.width;
+  in_h_ = info.height;
+  free_.clear();
   const int64_t tp = cfg_.temporal_patch_size, ps = cfg_.patch_size;
   const int64_t gt = (num_picked + tp - 1) / tp, gh = out_h_ / ps, gw = out_w_ / ps;
   out_.grid_thw = {static_cast<int32_t>(gt), static_cast<int32_t>(gh), static_cast<int32_t>(gw)};
@@ -40,13 +43,29 @@ void Qwen2VLVideoRows::frame(int64_t k, const RgbImage& rgb) {
   VLM_CHECK(k >= 0 && k < num_frames_, "frame {} of {}", k, num_frames_);
   const int64_t tp = cfg_.temporal_patch_size;
   const bool same = rgb.width == out_w_ && rgb.height == out_h_;
-  RgbImage resized;
-  if (!same) resized = resize_bicubic(rgb, out_w_, out_h_, nullptr);  // already on a pool thread
-  const RgbImage& f = same ? rgb : resized;
+  std::unique_ptr<Resize> r;
+  if (!same) {
+    VLM_CHECK(rgb.width == in_w_ && rgb.height == in_h_, "frame {}x{}, the stream's {}x{}", rgb.width, rgb.height, in_w_,
+              in_h_);
+    {
+      std::lock_guard<std::mutex> lock(free_mu_);
+      if (!free_.empty()) {
+        r = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    if (!r) r = std::make_unique<Resize>(in_w_, in_h_, out_w_, out_h_);
+    r->resizer.resize(rgb, r->frame);  // already on a pool thread: this thread only
+  }
+  const RgbImage& f = same ? rgb : r->frame;
   float* group = out_.pixels.data() + (k / tp) * group_size_;
   qwen2vl_write_frame_rows(f, static_cast<int>(k % tp), cfg_, lut_, group);
   if (k == num_frames_ - 1)  // pad: the last frame repeated into the last group's remaining slots
     for (int64_t ft = k % tp + 1; ft < tp; ++ft) qwen2vl_write_frame_rows(f, static_cast<int>(ft), cfg_, lut_, group);
+  if (r) {
+    std::lock_guard<std::mutex> lock(free_mu_);
+    free_.push_back(std::move(r));
+  }
 }
 
 VisionPatches Qwen2VLVideoRows::take() {

@@ -3,8 +3,9 @@
 // and writes it into its temporal group's rows (qwen2vl_write_frame_rows), on the decoding's
 // conversion threads. No RGB frame is kept: where decode_video + qwen2vl_preprocess held every
 // picked frame at full size (462 MB for 768 frames of 448x448) and then walked them again, this
-// holds one scratch frame per pool thread, and the rows' pages are made present up front on the
-// media pool (kernels/core/populated_vector.h).
+// holds one scratch frame per pool thread, resizes with a BicubicResizer per thread (taps and
+// buffers made once), and the rows' pages are made present up front on the media pool
+// (kernels/core/populated_vector.h).
 //
 // The rows are bit-identical to qwen2vl_preprocess(frames, config()) of the frames
 // decode_video would have returned (tests/model/media/test_qwen2vl_video_rows.cpp).
@@ -14,7 +15,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
 
+#include "model/media/image_preprocess.h"
 #include "model/media/qwen2vl_preprocess.h"
 #include "model/media/video_decode.h"
 
@@ -46,6 +51,15 @@ class Qwen2VLVideoRows : public VideoFrameSink {
   int64_t num_frames_ = 0;   // picked frames
   int64_t group_size_ = 0;   // floats of one temporal group's rows
   VisionPatches out_;
+  // Resizers with their output frames, one per concurrent frame() call, reused call to call.
+  struct Resize {
+    BicubicResizer resizer;
+    RgbImage frame;
+    Resize(int in_w, int in_h, int out_w, int out_h) : resizer(in_w, in_h, out_w, out_h) {}
+  };
+  int in_w_ = 0, in_h_ = 0;
+  std::mutex free_mu_;
+  std::vector<std::unique_ptr<Resize>> free_;
 };
 
 }  // namespace vlm

@@ -49,6 +49,7 @@ void to_rgb(const AVFrame* f, std::unique_ptr<SwsContext, SwsDeleter>& sws, RgbI
 struct VideoRgbConverter::Slot {
   std::unique_ptr<SwsContext, SwsDeleter> sws;  // swscale contexts are not shared between threads
   RgbImage scratch;                             // sink mode: the frame handed to the sink
+  std::atomic<bool> busy{false};                // held by a running task
 };
 
 struct VideoRgbConverter::Batch {
@@ -151,24 +152,31 @@ void VideoRgbConverter::run() {
 void VideoRgbConverter::convert(Batch& b) {
   ThreadPool& pool = media_thread_pool();
   const auto n = static_cast<int64_t>(b.frames.size());
-  // One task per slot, each taking every tasks-th frame: a slot is used by one thread at a time.
-  const int64_t tasks = std::min<int64_t>(n, pool.num_threads());
-  while (static_cast<int64_t>(slots_.size()) < tasks) slots_.push_back(std::make_unique<Slot>());
+  // One task per frame, claimed dynamically (a descheduled worker leaves its share to the
+  // others); a task takes a free slot: at most num_threads tasks run at once, so one is free.
+  const auto num_slots = static_cast<size_t>(std::min<int64_t>(n, pool.num_threads()));
+  while (slots_.size() < num_slots) slots_.push_back(std::make_unique<Slot>());
   if (!sink_) out_.resize(static_cast<size_t>(b.first + n));
-  pool.run_tasks(tasks, [&](int64_t task) {
-    Slot& slot = *slots_[static_cast<size_t>(task)];
-    for (int64_t i = task; i < n; i += tasks) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stopping_) return;  // the decoding gave up: drop the rest
-      }
-      const AVFrame* f = b.frames[static_cast<size_t>(i)];
-      if (sink_) {
-        to_rgb(f, slot.sws, slot.scratch);
-        sink_->frame(b.first + i, slot.scratch);
-      } else {
-        to_rgb(f, slot.sws, out_[static_cast<size_t>(b.first + i)]);
-      }
+  pool.run_tasks(n, [&](int64_t i) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;  // the decoding gave up: drop the rest
+    }
+    Slot* slot = nullptr;
+    for (size_t s = 0; !slot; s = (s + 1) % slots_.size()) {
+      bool free = false;
+      if (slots_[s]->busy.compare_exchange_strong(free, true)) slot = slots_[s].get();
+    }
+    struct Release {
+      Slot* s;
+      ~Release() { s->busy.store(false); }
+    } release{slot};
+    const AVFrame* f = b.frames[static_cast<size_t>(i)];
+    if (sink_) {
+      to_rgb(f, slot->sws, slot->scratch);
+      sink_->frame(b.first + i, slot->scratch);
+    } else {
+      to_rgb(f, slot->sws, out_[static_cast<size_t>(b.first + i)]);
     }
   });
 }

@@ -50,7 +50,7 @@ class VideoRgbConverter {
   void finish();
 
  private:
-  struct Slot;   // one pool task's swscale context and scratch image
+  struct Slot;   // a running task's swscale context and scratch image (one per pool thread)
   struct Batch;  // owned frame references and the k of the first
   static constexpr int64_t kBatch = 16;
 
