@@ -14,6 +14,9 @@
 //   --threads: decode and preprocessing threads (VideoLimits::decode_threads and the media pool;
 //            0 = the machine's, the default); --decode-threads N: FFmpeg's alone
 //   --no-skip 1: VideoLimits::skip_unpicked off (A/B)
+//   --fused 0: the rows made after decoding (decode_video's frames, then qwen2vl_preprocess), as
+//            before Qwen2VLVideoRows; default 1: made while decoding (the loader's CPU path, so
+//            "decode" holds nearly all the time and "preprocess" ~0)
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +30,7 @@
 #include "model/media/qwen2vl_frames.h"
 #include "model/media/media_thread_pool.h"
 #include "model/media/qwen2vl_preprocess.h"
+#include "model/media/qwen2vl_video_rows.h"
 #include "model/media/video_decode.h"
 #include "model/media/video_sampling.h"
 
@@ -40,7 +44,7 @@ int main(int argc, char** argv) {
   std::string model;
   double fps = 2.0;
   int rounds = 3, threads = 0, decode_threads = -1;
-  bool skip = true, frames8 = false;
+  bool skip = true, frames8 = false, fused = true;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model") model = argv[i + 1];
@@ -50,6 +54,7 @@ int main(int argc, char** argv) {
     else if (a == "--decode-threads") decode_threads = std::atoi(argv[i + 1]);
     else if (a == "--no-skip") skip = std::atoi(argv[i + 1]) == 0;
     else if (a == "--frames8") frames8 = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--fused") fused = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -78,29 +83,47 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     const double t0 = bench::now();
     FrameSample sample;
-    DecodedVideo video = decode_video(bytes, limits, [&](const VideoInfo& info) {
+    auto picker = [&](const VideoInfo& info) {
       sample = sample_frames(info.num_frames, info.fps, sp);
       return sample.indices;
-    });
-    const double t1 = bench::now();
-    Qwen2VLPreprocessConfig c = cfg;
-    c.max_pixels = std::min(c.max_pixels, video_frame_max_pixels(c.min_pixels, c.max_pixels, total_pixels,
-                                                                 static_cast<int64_t>(video.frames.size()),
-                                                                 c.temporal_patch_size));
-    const auto n = static_cast<int64_t>(video.frames.size()), total = video.info.num_frames;
+    };
     MediaPixels m;
-    if (frames8) {
-      m = qwen2vl_frames8(std::move(video.frames), c, Modality::Video);
-    } else {
-      VisionPatches p = qwen2vl_preprocess(video.frames, c);
+    int64_t n = 0, total = 0;
+    double t1 = 0;
+    std::vector<int64_t> indices;
+    if (fused && !frames8) {  // the loader's CPU path: rows made while decoding
+      Qwen2VLVideoRows sink(cfg, total_pixels);
+      DecodedVideo video = decode_video(bytes, limits, picker, sink);
+      t1 = bench::now();
+      VisionPatches p = sink.take();
       m.data = std::move(p.pixels);
       m.grid_thw = p.grid_thw;
+      n = static_cast<int64_t>(video.indices.size());
+      total = video.info.num_frames;
+      indices = std::move(video.indices);
+    } else {
+      DecodedVideo video = decode_video(bytes, limits, picker);
+      t1 = bench::now();
+      Qwen2VLPreprocessConfig c = cfg;
+      c.max_pixels = std::min(c.max_pixels, video_frame_max_pixels(c.min_pixels, c.max_pixels, total_pixels,
+                                                                   static_cast<int64_t>(video.frames.size()),
+                                                                   c.temporal_patch_size));
+      n = static_cast<int64_t>(video.frames.size());
+      total = video.info.num_frames;
+      indices = video.indices;
+      if (frames8) {
+        m = qwen2vl_frames8(std::move(video.frames), c, Modality::Video);
+      } else {
+        VisionPatches p = qwen2vl_preprocess(video.frames, c);
+        m.data = std::move(p.pixels);
+        m.grid_thw = p.grid_thw;
+      }
     }
     const double t2 = bench::now();
     if (frames8) {  // the loader's source key: the bytes (and settings, sampled indices: small)
       Hasher128 h;
       h.add_bytes(bytes.data(), bytes.size());
-      for (int64_t i : video.indices) h.add(static_cast<uint64_t>(i));
+      for (int64_t i : indices) h.add(static_cast<uint64_t>(i));
       const BlockHash k = h.digest();
       m.has_source_key = true;
       m.source_key = {k.lo, k.hi};

@@ -5,9 +5,12 @@
 # + qwen2vl_preprocess with the tiny Qwen2-VL fixture's video processor settings, or MODEL=DIR's,
 # or MODEL=7b for Qwen2-VL-7B's), alternating with `ffmpeg -threads 2 -i FILE -f null -`, ROUNDS
 # rounds; prints each time, the medians and their ratio (issue 38's CI target: <= 1.5).
+# The CPU backend's path makes the rows while the file decodes (Qwen2VLVideoRows), so its line
+# shows nearly all the time under "decode" and "preprocess" ~0; FUSED=0: the rows made after
+# decoding instead (decode_video's frames, then qwen2vl_preprocess: the path before) for an A/B.
 # FRAMES8=1: the CUDA backend's host path instead (decode, then the 8-bit frames kept for the GPU's
 # preprocessing; no rows made on the host) — bench_video_host --frames8.
-# Usage: bench/video_host.sh [BIN_DIR]   env: ROUNDS=5 THREADS=0 (0: the machine's) MODEL=... FILE=... FRAMES8=0
+# Usage: bench/video_host.sh [BIN_DIR]   env: ROUNDS=5 THREADS=0 (0: the machine's) MODEL=... FILE=... FRAMES8=0 FUSED=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/bin}
@@ -25,18 +28,18 @@ if [[ ! -s $FILE ]]; then
 fi
 model_args=(--model "$MODEL")
 [[ $MODEL == 7b ]] && model_args=()
-echo "file: $FILE ($(stat -c %s "$FILE") bytes); model settings: $MODEL; threads: $THREADS; $(nproc) cores"
+echo "file: $FILE ($(stat -c %s "$FILE") bytes); model settings: $MODEL; threads: $THREADS; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 ours=() theirs=()
 for ((r = 0; r < ROUNDS; ++r)); do
   t0=$(date +%s.%N)
   ffmpeg -hide_banner -loglevel error -threads 2 -i "$FILE" -f null -
   t1=$(date +%s.%N)
   ff=$(echo "$t1 - $t0" | bc -l)
-  line=$("$BIN/bench_video_host" "$FILE" "${model_args[@]}" --fps 2 --rounds 1 --threads "$THREADS" --frames8 "${FRAMES8:-0}")
+  line=$("$BIN/bench_video_host" "$FILE" "${model_args[@]}" --fps 2 --rounds 1 --threads "$THREADS" --frames8 "${FRAMES8:-0}" --fused "${FUSED:-1}")
   host=$(sed -n 's/.*host media \([0-9.]*\) s.*/\1/p' <<<"$line")
   printf 'round %d: ffmpeg -threads 2 decode %.3f s | ours %s\n' "$r" "$ff" "${line#round 0: }"
   theirs+=("$ff") ours+=("$host")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 mo=$(median "${ours[@]}") mt=$(median "${theirs[@]}")
-printf 'median: host media %.3f s, ffmpeg -threads 2 %.3f s, ratio %.2f\n' "$mo" "$mt" "$(echo "$mo / $mt" | bc -l)"
+printf 'median: host media %.3f s, ffmpeg -threads 2 %.3f s, ratio %.2f (load after: %s)\n' "$mo" "$mt" "$(echo "$mo / $mt" | bc -l)" "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -31,6 +31,11 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads))
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
+ThreadPool::ThreadPool(int num_threads, int64_t spin_micros)
+    : spin_micros_(std::max<int64_t>(0, spin_micros)), num_threads_(std::max(1, num_threads)) {
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -26,6 +26,10 @@ namespace vlm {
 class ThreadPool {
  public:
   explicit ThreadPool(int num_threads);
+  // With an idle worker's polling time of its own (microseconds, >= 0; 0: workers sleep as soon
+  // as a job ends), instead of kSpinMicros / VLM_POOL_SPIN_US: for pools whose jobs are long and
+  // sparse (the media pool), where polling only takes cores from other threads.
+  ThreadPool(int num_threads, int64_t spin_micros);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

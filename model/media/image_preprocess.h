@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +68,24 @@ RgbImage resize_bicubic(const RgbImage& img, int out_w, int out_h);
 RgbImage resize_bicubic(const RgbImage& img, int out_w, int out_h, ThreadPool* pool);
 // Reference: the same math one output sample at a time with freshly computed coefficients.
 RgbImage resize_bicubic_ref(const RgbImage& img, int out_w, int out_h);
+
+// resize_bicubic for many images of one size on the calling thread: the taps computed once, the
+// intermediate image and scratch kept from call to call (model/media/bicubic_resizer.cpp, with
+// resize_bicubic). Not for concurrent calls on one resizer.
+class BicubicResizer {
+ public:
+  BicubicResizer(int in_w, int in_h, int out_w, int out_h);  // all > 0
+  ~BicubicResizer();
+  BicubicResizer(const BicubicResizer&) = delete;
+  BicubicResizer& operator=(const BicubicResizer&) = delete;
+  // out = resize_bicubic(img, out_w, out_h), byte for byte; img must be in_w x in_h. out's
+  // allocation is reused when big enough.
+  void resize(const RgbImage& img, RgbImage& out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // The fixed-point taps resize_bicubic uses on one axis (PIL's precompute_coeffs +
 // normalize_coeffs_8bpc): output sample i reads input [first[i], first[i] + count[i]) with

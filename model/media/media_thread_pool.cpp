@@ -10,6 +10,10 @@ namespace vlm {
 
 namespace {
 
+// Media jobs (a batch of frames, a video's preprocessing) last milliseconds and come seldom: idle
+// workers sleep at once rather than poll, which would take cores from FFmpeg's decoding threads.
+constexpr int64_t kMediaSpinMicros = 0;
+
 std::mutex g_mu;
 std::unique_ptr<ThreadPool> g_pool;
 
@@ -25,14 +29,14 @@ ThreadPool& media_thread_pool() {
   if (!g_pool) {
     int n = default_media_threads();
     if (const char* env = std::getenv("VLM_MEDIA_THREADS")) n = std::max(1, std::atoi(env));
-    g_pool = std::make_unique<ThreadPool>(n);
+    g_pool = std::make_unique<ThreadPool>(n, kMediaSpinMicros);
   }
   return *g_pool;
 }
 
 void set_media_threads(int n) {
   std::lock_guard<std::mutex> lock(g_mu);
-  g_pool = std::make_unique<ThreadPool>(std::max(1, n));
+  g_pool = std::make_unique<ThreadPool>(std::max(1, n), kMediaSpinMicros);
 }
 
 }  // namespace vlm

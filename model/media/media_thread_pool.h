@@ -1,7 +1,8 @@
 // The thread pool of the host media work (video frames' RGB conversion, Qwen2-VL preprocessing):
 // a ThreadPool (kernels/core/thread_pool.h) of its own, so that media work never takes the
 // engine's pool (global_thread_pool) from a decode step, nor the other way round. Created on
-// first use with min(hardware threads, 16) threads (VLM_MEDIA_THREADS overrides the count).
+// first use with min(hardware threads, 16) threads (VLM_MEDIA_THREADS overrides the count); its
+// idle workers sleep at once instead of polling for the next job (media jobs are long and sparse).
 // ThreadPool::parallel_for is not re-entrant: while one request's media work holds the pool, a
 // second request's parallel_for runs serially on its own thread (still correct, just slower),
 // so concurrent media work is bounded by the server's media workers, not by this pool.

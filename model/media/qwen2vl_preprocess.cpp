@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/core/check.h"
+#include "kernels/core/populated_vector.h"
 #include "model/media/image_preprocess.h"
 #include "model/media/media_thread_pool.h"
 #include "model/media/processor_config.h"
@@ -90,7 +91,7 @@ ImagePreprocessConfig normalize_config(const Qwen2VLPreprocessConfig& cfg) {
 
 }  // namespace
 
-std::array<std::array<float, 256>, 3> qwen2vl_normalize_table(const Qwen2VLPreprocessConfig& cfg) {
+Qwen2VLNormalizeTable qwen2vl_normalize_table(const Qwen2VLPreprocessConfig& cfg) {
   RgbImage levels;
   levels.width = 256;
   levels.height = 1;
@@ -99,7 +100,7 @@ std::array<std::array<float, 256>, 3> qwen2vl_normalize_table(const Qwen2VLPrepr
     for (int c = 0; c < 3; ++c) levels.pixels[static_cast<size_t>(v) * 3 + c] = static_cast<uint8_t>(v);
   float chw[3 * 256];
   normalize_to_chw(levels, normalize_config(cfg), chw);
-  std::array<std::array<float, 256>, 3> lut{};
+  Qwen2VLNormalizeTable lut{};
   for (int c = 0; c < 3; ++c) std::copy(chw + c * 256, chw + (c + 1) * 256, lut[static_cast<size_t>(c)].begin());
   return lut;
 }
@@ -155,14 +156,36 @@ VisionPatches qwen2vl_preprocess_ref(std::span<const RgbImage> frames, const Qwe
   return out;
 }
 
+void qwen2vl_write_frame_rows(const RgbImage& frame, int ft, const Qwen2VLPreprocessConfig& cfg,
+                              const Qwen2VLNormalizeTable& lut, float* group_rows) {
+  const int64_t ps = cfg.patch_size, ms = cfg.merge_size, tp = cfg.temporal_patch_size;
+  const int64_t gh = frame.height / ps, gw = frame.width / ps;
+  const int64_t K = cfg.patch_dim();
+  float* row = group_rows;
+  for (int64_t by = 0; by < gh / ms; ++by)
+    for (int64_t bx = 0; bx < gw / ms; ++bx)
+      for (int64_t my = 0; my < ms; ++my)
+        for (int64_t mx = 0; mx < ms; ++mx, row += K) {
+          const int64_t y0 = (by * ms + my) * ps, x0 = (bx * ms + mx) * ps;
+          for (int64_t c = 0; c < 3; ++c) {
+            const float* table = lut[static_cast<size_t>(c)].data();
+            float* dst = row + (c * tp + ft) * ps * ps;
+            for (int64_t ky = 0; ky < ps; ++ky, dst += ps) {
+              const uint8_t* p = frame.at(static_cast<int>(y0 + ky), static_cast<int>(x0)) + c;
+              for (int64_t kx = 0; kx < ps; ++kx) dst[kx] = table[p[kx * 3]];
+            }
+          }
+        }
+}
+
 VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg) {
   const std::pair<int, int> hw = qwen2vl_output_size(frames, cfg);
   const int h = hw.first, w = hw.second;  // plain locals: the pool's lambda captures them (clang 14 refuses structured bindings there)
-  const int ps = cfg.patch_size, ms = cfg.merge_size, tp = cfg.temporal_patch_size;
+  const int ps = cfg.patch_size, tp = cfg.temporal_patch_size;
   // Rescale + normalize as a table per channel: a pixel is one of 256 levels, and each entry is
   // computed with normalize_to_chw's float operations, so the rows are bit-identical to
   // normalizing whole frames first (qwen2vl_preprocess_ref).
-  const std::array<std::array<float, 256>, 3> lut = qwen2vl_normalize_table(cfg);
+  const Qwen2VLNormalizeTable lut = qwen2vl_normalize_table(cfg);
   const int64_t n = static_cast<int64_t>(frames.size());
   const int64_t T = (n + tp - 1) / tp * tp;  // padded frame count
   const int64_t gt = T / tp, gh = h / ps, gw = w / ps;
@@ -170,41 +193,20 @@ VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VL
   out.grid_thw = {static_cast<int32_t>(gt), static_cast<int32_t>(gh), static_cast<int32_t>(gw)};
   const int64_t K = cfg.patch_dim();
   const int64_t rows_per_t = gh * gw;
-  out.pixels.resize(static_cast<size_t>(gt * rows_per_t * K));
+  ThreadPool& pool = media_thread_pool();
+  resize_populated(out.pixels, static_cast<size_t>(gt * rows_per_t * K), &pool);
   // One task per temporal patch: resize its tp frames (none when the size is already right),
   // then write its rows straight from the 8-bit pixels through the table.
-  media_thread_pool().parallel_for(gt, [&](int64_t t_begin, int64_t t_end) {
-    std::vector<RgbImage> resized(static_cast<size_t>(tp));
-    std::vector<const RgbImage*> src(static_cast<size_t>(tp));
-    for (int64_t t = t_begin; t < t_end; ++t) {
+  pool.parallel_for(gt, [&](int64_t t_begin, int64_t t_end) {
+    RgbImage resized;
+    for (int64_t t = t_begin; t < t_end; ++t)
       for (int64_t ft = 0; ft < tp; ++ft) {
         const RgbImage& f = frames[static_cast<size_t>(std::min(t * tp + ft, n - 1))];  // pad: repeat the last
-        if (f.width == w && f.height == h) {
-          src[static_cast<size_t>(ft)] = &f;
-        } else {
-          resized[static_cast<size_t>(ft)] = resize_bicubic(f, w, h, nullptr);  // one thread per task
-          src[static_cast<size_t>(ft)] = &resized[static_cast<size_t>(ft)];
-        }
+        const bool same = f.width == w && f.height == h;
+        if (!same) resized = resize_bicubic(f, w, h, nullptr);  // one thread per task
+        qwen2vl_write_frame_rows(same ? f : resized, static_cast<int>(ft), cfg, lut,
+                                 out.pixels.data() + t * rows_per_t * K);
       }
-      float* row = out.pixels.data() + t * rows_per_t * K;
-      for (int64_t by = 0; by < gh / ms; ++by)
-        for (int64_t bx = 0; bx < gw / ms; ++bx)
-          for (int64_t my = 0; my < ms; ++my)
-            for (int64_t mx = 0; mx < ms; ++mx, row += K) {
-              const int64_t y0 = (by * ms + my) * ps, x0 = (bx * ms + mx) * ps;
-              float* dst = row;
-              for (int64_t c = 0; c < 3; ++c) {
-                const float* table = lut[static_cast<size_t>(c)].data();
-                for (int64_t ft = 0; ft < tp; ++ft) {
-                  const RgbImage& img = *src[static_cast<size_t>(ft)];
-                  for (int64_t ky = 0; ky < ps; ++ky, dst += ps) {
-                    const uint8_t* p = img.at(static_cast<int>(y0 + ky), static_cast<int>(x0)) + c;
-                    for (int64_t kx = 0; kx < ps; ++kx) dst[kx] = table[p[kx * 3]];
-                  }
-                }
-              }
-            }
-    }
   });
   return out;
 }

@@ -57,7 +57,16 @@ std::pair<int, int> qwen2vl_output_size(std::span<const RgbImage> frames, const 
 // Rescale + normalize of each 8-bit level, per channel: table[c][level], computed with
 // normalize_to_chw's float operations (qwen2vl_preprocess writes its rows through it; the GPU
 // path uploads it, so both give bit-identical values).
-std::array<std::array<float, 256>, 3> qwen2vl_normalize_table(const Qwen2VLPreprocessConfig& cfg);
+using Qwen2VLNormalizeTable = std::array<std::array<float, 256>, 3>;  // [channel][level]
+Qwen2VLNormalizeTable qwen2vl_normalize_table(const Qwen2VLPreprocessConfig& cfg);
+
+// One frame already at the output size {h, w} (qwen2vl_output_size) into slot ft
+// (0 <= ft < temporal_patch_size) of one temporal group's rows, group_rows [(h / ps) * (w / ps), K]
+// in qwen2vl_preprocess's row order: in every row, columns [(c * tp + ft) * ps * ps, + ps * ps)
+// for c = 0, 1, 2 get the frame's patch through `lut` (qwen2vl_normalize_table(cfg)); the other
+// slots' columns are not touched. qwen2vl_preprocess writes every frame through this.
+void qwen2vl_write_frame_rows(const RgbImage& frame, int ft, const Qwen2VLPreprocessConfig& cfg,
+                              const Qwen2VLNormalizeTable& lut, float* group_rows);
 
 struct VisionPatches {
   std::vector<float> pixels;        // [P, K] P = t * h * w
@@ -68,7 +77,9 @@ struct VisionPatches {
 // (400) for no frames, frames of different sizes, or a size smart_resize refuses.
 // Runs over temporal patches on media_thread_pool() (model/media/media_thread_pool.h), each task
 // resizing its frames and writing its rows straight from the 8-bit pixels through a per-channel
-// table of the 256 normalized levels (no full-size float copy of the frames).
+// table of the 256 normalized levels (no full-size float copy of the frames); the rows' pages are
+// made present on the pool first (kernels/core/populated_vector.h).
+// A video file's rows can instead be made while it decodes: model/media/qwen2vl_video_rows.h.
 VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg);
 // Reference: one thread, each frame resized and normalized into a [n, 3, h, w] buffer, then
 // patchified. qwen2vl_preprocess's output is bit-identical (tests/model/media).

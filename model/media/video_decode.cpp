@@ -16,11 +16,11 @@ extern "C" {
 #include <libavutil/avutil.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
-#include <libswscale/swscale.h>
 }
 
 #include "kernels/core/check.h"
 #include "model/media/media_thread_pool.h"
+#include "model/media/video_rgb_converter.h"
 
 namespace vlm {
 
@@ -210,9 +210,6 @@ struct FrameDeleter {
 struct CodecDeleter {
   void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
 };
-struct SwsDeleter {
-  void operator()(SwsContext* s) const { sws_freeContext(s); }
-};
 using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
 
 PacketPtr new_packet() {
@@ -260,56 +257,7 @@ VideoInfo count_frames(Demuxer& dm, const VideoLimits& limits, const Deadline& d
   return info;
 }
 
-// One decoded frame -> RGB24 of the same size (swscale, SWS_BICUBIC as OpenCV's reader).
-RgbImage to_rgb(const AVFrame* f, std::unique_ptr<SwsContext, SwsDeleter>& sws) {
-  RgbImage img;
-  img.width = f->width;
-  img.height = f->height;
-  // swscale's SIMD writers may store past a tightly packed row's end (seen: a 56x56 frame corrupted
-  // the heap). Rows are written top-down, so a row's spill lands in the next row before that row is
-  // written; only the last row's spill leaves the image: give it slack, then drop the slack.
-  const size_t bytes = static_cast<size_t>(f->width) * f->height * 3;
-  img.pixels.resize(bytes + std::max<size_t>(256, static_cast<size_t>(f->width) * 3));
-  sws.reset(sws_getCachedContext(sws.release(), f->width, f->height, static_cast<AVPixelFormat>(f->format), f->width,
-                                 f->height, AV_PIX_FMT_RGB24, SWS_BICUBIC, nullptr, nullptr, nullptr));
-  if (!sws) throw bad(fmt::format("video pixel format '{}' cannot be converted to RGB",
-                                  av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format))));
-  uint8_t* dst[4] = {img.pixels.data(), nullptr, nullptr, nullptr};
-  int stride[4] = {f->width * 3, 0, 0, 0};
-  sws_scale(sws.get(), f->data, f->linesize, 0, f->height, dst, stride);
-  img.pixels.resize(bytes);  // keeps the allocation: no copy
-  return img;
-}
-
 using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
-
-// The picked frames' RGB conversion, spread over the media pool: decoded frames (references to
-// the decoder's buffers) wait in `pending` and are converted a batch at a time, in order.
-class RgbConverter {
- public:
-  explicit RgbConverter(std::vector<RgbImage>& out) : out_(out) {}
-  void add(const AVFrame* f) {
-    FramePtr ref(av_frame_clone(f));
-    if (!ref) throw std::bad_alloc();
-    pending_.push_back(std::move(ref));
-    if (static_cast<int64_t>(pending_.size()) >= kBatch) flush();
-  }
-  void flush() {
-    if (pending_.empty()) return;
-    const size_t base = out_.size();
-    out_.resize(base + pending_.size());
-    media_thread_pool().parallel_for(static_cast<int64_t>(pending_.size()), [&](int64_t b, int64_t e) {
-      std::unique_ptr<SwsContext, SwsDeleter> sws;  // one per task: swscale contexts are not shared
-      for (int64_t i = b; i < e; ++i) out_[base + static_cast<size_t>(i)] = to_rgb(pending_[static_cast<size_t>(i)].get(), sws);
-    });
-    pending_.clear();
-  }
-
- private:
-  static constexpr int64_t kBatch = 32;  // frames held before converting (bounds the references held)
-  std::vector<RgbImage>& out_;
-  std::vector<FramePtr> pending_;
-};
 
 // Pass 2: decodes every frame up to the last picked one, converting the picked ones.
 // Frames are identified by their presentation order: by their pts among the packets' (`pts`, all
@@ -317,7 +265,7 @@ class RgbConverter {
 // sampler does not pick are sent with skip_frame = AVDISCARD_NONREF, so the decoder skips the
 // non-reference ones (nothing depends on them; the reference ones are still decoded).
 void decode_picked(Demuxer& dm, const VideoLimits& limits, const Deadline& deadline, std::vector<int64_t> pts,
-                   DecodedVideo& out) {
+                   DecodedVideo& out, VideoFrameSink* sink) {
   std::unique_ptr<AVCodecContext, CodecDeleter> ctx(avcodec_alloc_context3(dm.decoder()));
   if (!ctx) throw std::bad_alloc();
   int err = avcodec_parameters_to_context(ctx.get(), dm.stream()->codecpar);
@@ -343,7 +291,7 @@ void decode_picked(Demuxer& dm, const VideoLimits& limits, const Deadline& deadl
 
   FramePtr frame(av_frame_alloc());
   if (!frame) throw std::bad_alloc();
-  RgbConverter rgb(out.frames);
+  VideoRgbConverter rgb(out.frames, sink, out.info, static_cast<int64_t>(out.indices.size()));
   PacketPtr pkt = new_packet();
   int64_t decoded = 0;  // frames the decoder returned
   size_t want = 0;      // next entry of out.indices
@@ -386,7 +334,7 @@ void decode_picked(Demuxer& dm, const VideoLimits& limits, const Deadline& deadl
     avcodec_send_packet(ctx.get(), nullptr);  // flush the decoder's delayed frames
     drain();
   }
-  rgb.flush();
+  rgb.finish();
   if (want < out.indices.size())
     throw bad(fmt::format("the video ends after {} decodable frames; its file lists {}", decoded,
                           out.info.num_frames));
@@ -394,7 +342,10 @@ void decode_picked(Demuxer& dm, const VideoLimits& limits, const Deadline& deadl
 
 }  // namespace
 
-DecodedVideo decode_video(std::span<const uint8_t> bytes, const VideoLimits& limits, const FramePicker& pick) {
+namespace {
+
+DecodedVideo decode(std::span<const uint8_t> bytes, const VideoLimits& limits, const FramePicker& pick,
+                    VideoFrameSink* sink) {
   if (bytes.empty()) throw bad("the video file is empty");
   if (static_cast<int64_t>(bytes.size()) > limits.max_bytes)
     throw bad(fmt::format("the video file has {} bytes; at most {} are allowed", bytes.size(), limits.max_bytes));
@@ -412,8 +363,19 @@ DecodedVideo decode_video(std::span<const uint8_t> bytes, const VideoLimits& lim
               "picked frame ", out.indices[i], " of ", out.info.num_frames);
   if (out.indices.empty()) return out;
   Demuxer dm(bytes, limits, deadline);
-  decode_picked(dm, limits, deadline, std::move(pts), out);
+  decode_picked(dm, limits, deadline, std::move(pts), out, sink);
   return out;
+}
+
+}  // namespace
+
+DecodedVideo decode_video(std::span<const uint8_t> bytes, const VideoLimits& limits, const FramePicker& pick) {
+  return decode(bytes, limits, pick, nullptr);
+}
+
+DecodedVideo decode_video(std::span<const uint8_t> bytes, const VideoLimits& limits, const FramePicker& pick,
+                          VideoFrameSink& sink) {
+  return decode(bytes, limits, pick, &sink);
 }
 
 }  // namespace vlm

@@ -19,7 +19,9 @@
 // last picked frame. With skip_unpicked, packets of frames the sampler did not pick are sent with
 // skip_frame = AVDISCARD_NONREF (the decoder drops them when nothing references them); frames
 // are then matched to picks by pts (used only when every packet has a distinct pts). The picked
-// frames are converted to RGB in batches on media_thread_pool() (model/media/media_thread_pool.h).
+// frames are converted to RGB in batches on media_thread_pool() (model/media/media_thread_pool.h)
+// by a conversion thread beside the decoding (model/media/video_rgb_converter.h); with a
+// VideoFrameSink each frame goes on to the sink from there, none kept.
 // The output is the same with any thread count and either skip setting
 // (tests/model/media/test_video_decode_threads.cpp).
 //
@@ -70,8 +72,30 @@ struct DecodedVideo {
 // [0, info.num_frames). May throw RequestError.
 using FramePicker = std::function<std::vector<int64_t>(const VideoInfo&)>;
 
+// Takes the picked frames as they are decoded, instead of DecodedVideo::frames (a consumer that
+// turns each frame into its own output at once, e.g. model/media/qwen2vl_video_rows.h, so that the
+// RGB frames are never all held and the work overlaps the decoding).
+class VideoFrameSink {
+ public:
+  virtual ~VideoFrameSink() = default;
+  // Once, after the pick and before any frame: the file's info (frames are info.width x
+  // info.height) and the number of picked frames. May throw (RequestError: decode_video passes
+  // it on, no frame follows).
+  virtual void begin(const VideoInfo& info, int64_t num_picked) = 0;
+  // Picked frame k (0 <= k < num_picked: the k-th of the picks), 8-bit RGB; `rgb` is valid only
+  // during the call. Called on media_thread_pool() threads, for different k at the same time and
+  // in any order; once per k when decode_video returns normally (it throws when a frame is
+  // missing). May throw: decode_video rethrows the first exception after the running calls end.
+  virtual void frame(int64_t k, const RgbImage& rgb) = 0;
+};
+
 // Throws RequestError (400) for an empty, truncated or corrupt file, a container or codec not on
 // the allow-lists, no video stream, a file over a limit, or a decode over the time limit.
 DecodedVideo decode_video(std::span<const uint8_t> bytes, const VideoLimits& limits, const FramePicker& pick);
+// The same, the picked frames handed to `sink` as they decode (same frames, same order of k as
+// DecodedVideo::frames); the result's `frames` is empty. No call to the sink when nothing is
+// picked (begin included) or when the file is refused before decoding.
+DecodedVideo decode_video(std::span<const uint8_t> bytes, const VideoLimits& limits, const FramePicker& pick,
+                          VideoFrameSink& sink);
 
 }  // namespace vlm

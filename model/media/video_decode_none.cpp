@@ -13,4 +13,9 @@ DecodedVideo decode_video(std::span<const uint8_t> /*bytes*/, const VideoLimits&
                      "video");
 }
 
+DecodedVideo decode_video(std::span<const uint8_t> bytes, const VideoLimits& limits, const FramePicker& pick,
+                          VideoFrameSink& /*sink*/) {
+  return decode_video(bytes, limits, pick);
+}
+
 }  // namespace vlm

@@ -6,6 +6,7 @@
 
 #include "kernels/core/check.h"
 #include "model/media/qwen2vl_frames.h"
+#include "model/media/qwen2vl_video_rows.h"
 #include "server/media/image_loader.h"
 
 namespace vlm {
@@ -133,18 +134,30 @@ MediaPixels Qwen2VLMediaLoader::load_video_file(const std::string& url, const Vi
   const MediaBytes bytes = fetch_media(url, fetch, param);
   return with_param(param, [&] {
     FrameSample sample;
-    DecodedVideo video = decode_video(
-        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data.data()), bytes.data.size()),
-        options_.video_limits, [&](const VideoInfo& info) {
-          sample = sample_frames(info.num_frames, info.fps, p);
-          return sample.indices;
-        });
+    auto pick = [&](const VideoInfo& info) {
+      sample = sample_frames(info.num_frames, info.fps, p);
+      return sample.indices;
+    };
+    const std::span<const uint8_t> file(reinterpret_cast<const uint8_t*>(bytes.data.data()), bytes.data.size());
     Qwen2VLPreprocessConfig cfg = options_.video;
-    cfg.max_pixels = std::min(cfg.max_pixels,
-                              video_frame_max_pixels(cfg.min_pixels, cfg.max_pixels, options_.video_total_pixels,
-                                                     static_cast<int64_t>(video.frames.size()), cfg.temporal_patch_size));
-    const auto n = static_cast<int32_t>(video.frames.size());
-    MediaPixels m = make_media(std::move(video.frames), Modality::Video, cfg, options_.gpu_preprocess);
+    MediaPixels m;
+    DecodedVideo video;
+    if (options_.gpu_preprocess) {  // the frames kept for the GPU (or rows, when they do not fit it)
+      video = decode_video(file, options_.video_limits, pick);
+      cfg.max_pixels = std::min(cfg.max_pixels, video_frame_max_pixels(cfg.min_pixels, cfg.max_pixels,
+                                                                       options_.video_total_pixels,
+                                                                       static_cast<int64_t>(video.frames.size()),
+                                                                       cfg.temporal_patch_size));
+      m = make_media(std::move(video.frames), Modality::Video, cfg, true);
+    } else {  // the CPU backend: the rows made while the file decodes, no frame kept
+      Qwen2VLVideoRows rows(cfg, options_.video_total_pixels);
+      video = decode_video(file, options_.video_limits, pick, rows);
+      if (video.indices.empty())  // as qwen2vl_output_size refuses no frames (sample_frames picks >= 1)
+        throw RequestError(400, "invalid_request_error", "a video needs at least one frame");
+      cfg = rows.config();
+      m = to_media(rows.take(), Modality::Video, cfg);
+    }
+    const auto n = static_cast<int32_t>(video.indices.size());
     m.num_frames = n;
     m.second_per_grid = static_cast<float>(cfg.temporal_patch_size / sample.sampled_fps);
     // The source key: the file's bytes, the settings, the per-frame cap and what was sampled.

@@ -22,7 +22,9 @@
 // Form: with options.gpu_preprocess (the server sets it when the engine runs on the CUDA backend,
 // whose encoder preprocesses on the GPU), images and videos whose frames fit frames8_fit() come
 // out in the Frames8 form (model/media/media_pixels.h: the 8-bit frames, no rows made here);
-// otherwise, and always on the CPU backend, in the Rows form (qwen2vl_preprocess).
+// otherwise, and always on the CPU backend, in the Rows form (qwen2vl_preprocess; a video file's
+// rows on the CPU backend are made while it decodes, model/media/qwen2vl_video_rows.h: the same
+// rows, no frame kept).
 // Keys: every item gets a source key (MediaPixels::source_key, engine/scheduling/block_hash.h):
 // the fetched bytes (a frame list: each frame's) with everything that changes the rows: the
 // processor settings and limits (image_preprocess_key()), for video files the per-frame pixel cap,

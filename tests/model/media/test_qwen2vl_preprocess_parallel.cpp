@@ -2,7 +2,7 @@
 // of the 256 normalized levels) against qwen2vl_preprocess_ref (one thread, whole frames
 // normalized first): bit-identical rows and the same grid, on random frames that are downscaled,
 // upscaled or kept, with odd frame counts (the last frame repeated), any pool size; and
-// resize_bicubic with and without a pool against resize_bicubic_ref.
+// resize_bicubic with and without a pool, and BicubicResizer, against resize_bicubic_ref.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -65,12 +65,23 @@ TEST(ResizeBicubic, PoolOrNotMatchesTheReference) {
   std::mt19937 g(9);
   ThreadPool pool(3);
   for (const auto [w, h, ow, oh] : {std::array<int, 4>{448, 448, 224, 224}, {97, 61, 150, 40}, {33, 200, 33, 77},
-                                   {640, 360, 641, 360}, {17, 5, 3, 9}}) {
+                                   {640, 360, 641, 360}, {17, 5, 3, 9}, {1000, 37, 7, 37}, {50, 50, 49, 51},
+                                   {3, 20, 200, 20}, {448, 448, 448, 224}, {1280, 720, 644, 336}, {64, 48, 64, 48}}) {
     const RgbImage src = random_image(w, h, g);
     const RgbImage ref = resize_bicubic_ref(src, ow, oh);
     EXPECT_TRUE(resize_bicubic(src, ow, oh).pixels == ref.pixels) << w << "x" << h << " -> " << ow << "x" << oh;
     EXPECT_TRUE(resize_bicubic(src, ow, oh, nullptr).pixels == ref.pixels);
     EXPECT_TRUE(resize_bicubic(src, ow, oh, &pool).pixels == ref.pixels);
+    // BicubicResizer: the same bytes, and again on a second image with its buffers reused.
+    BicubicResizer resizer(w, h, ow, oh);
+    RgbImage out;
+    resizer.resize(src, out);
+    EXPECT_EQ(out.width, ow);
+    EXPECT_EQ(out.height, oh);
+    EXPECT_TRUE(out.pixels == ref.pixels) << "resizer " << w << "x" << h << " -> " << ow << "x" << oh;
+    const RgbImage src2 = random_image(w, h, g);
+    resizer.resize(src2, out);
+    EXPECT_TRUE(out.pixels == resize_bicubic_ref(src2, ow, oh).pixels) << "resizer, second image";
   }
 }
 
