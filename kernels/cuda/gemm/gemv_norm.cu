@@ -122,14 +122,7 @@ gemv_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, 
     const uint4* wr[1] = {reinterpret_cast<const uint4*>(w) + int64_t(n) * K8};
     float acc[1][M];
     warp_dot<T, M, 1, true>(reinterpret_cast<const uint4*>(xs), wr, K8, lane, acc);
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      if (m != lane) continue;
-      float v = acc[0][m];
-      if (bias) v += to_f32(bias[n]);
-      if (accumulate) v += to_f32(y[int64_t(m) * N + n]);
-      y[int64_t(m) * N + n] = from_f32<TO>(v);
-    }
+    store_column<TO, M>(acc, lane, bias, accumulate, y, N, n);
   }
 }
 
@@ -153,12 +146,7 @@ gemv_silu_mul_norm_kernel(const float* __restrict__ x, const int32_t* __restrict
     const uint4* wr[2] = {base + int64_t(i) * K8, base + int64_t(I + i) * K8};
     float acc[2][M];
     warp_dot<T, M, 2, true>(reinterpret_cast<const uint4*>(xs), wr, K8, lane, acc);
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      if (m != lane) continue;
-      const float g = acc[0][m] + (bias ? to_f32(bias[i]) : 0.f), u = acc[1][m] + (bias ? to_f32(bias[I + i]) : 0.f);
-      out[int64_t(m) * I + i] = from_f32<T>(silu_mul_of<T>(g, u));
-    }
+    store_silu_mul<T, M>(acc, lane, bias, out, I, i);
   }
 }
 

@@ -98,6 +98,32 @@ __device__ __forceinline__ float silu_mul_of(float g, float u) {
   return g / (1.0f + expf(-g)) * u;  // as ops_cuda's silu_mul
 }
 
+// The epilogues: lane m < M writes row m's output of column n (y [M, N]: + bias[n], + y when
+// accumulating) or of gate/up pair i (out [M, I] = silu_mul(gate + bias[i], up + bias[I + i])).
+template <class TO, int M>
+__device__ __forceinline__ void store_column(const float (&acc)[1][M], int lane, const TO* bias, bool accumulate,
+                                             TO* y, int N, int n) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    if (m != lane) continue;
+    float v = acc[0][m];
+    if (bias) v += to_f32(bias[n]);
+    if (accumulate) v += to_f32(y[int64_t(m) * N + n]);
+    y[int64_t(m) * N + n] = from_f32<TO>(v);
+  }
+}
+
+template <class T, int M>
+__device__ __forceinline__ void store_silu_mul(const float (&acc)[2][M], int lane, const T* bias, T* out, int I,
+                                               int i) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    if (m != lane) continue;
+    const float g = acc[0][m] + (bias ? to_f32(bias[i]) : 0.f), u = acc[1][m] + (bias ? to_f32(bias[I + i]) : 0.f);
+    out[int64_t(m) * I + i] = from_f32<T>(silu_mul_of<T>(g, u));
+  }
+}
+
 // Calls f(std::integral_constant<int, M>) for M in [1, 4] (kGemvMaxRows).
 template <class F>
 void dispatch_rows(int64_t M, F&& f) {

@@ -36,6 +36,21 @@ struct Case {
   DType dt;
 };
 
+// The causal shape cuDNN sees for a case (bottom_right: a padded plan, real lengths at run time).
+cuda::CudnnAttentionShape shape_of(const Case& c, bool bottom_right) {
+  cuda::CudnnAttentionShape shape;
+  shape.batch = c.batch;
+  shape.seq_q = c.seq_q;
+  shape.seq_kv = c.seq_kv;
+  shape.heads = c.H;
+  shape.kv_heads = c.Hkv;
+  shape.head_dim = c.D;
+  shape.causal = true;
+  shape.bottom_right = bottom_right;
+  shape.dtype = c.dt;
+  return shape;
+}
+
 // Runs cuDNN on contiguous q/k/v and the naive kernel on the same K/V written into a paged cache
 // (block size 16, each sequence its own blocks); compares the outputs.
 void run_case(cuda::CudnnAttention& att, const Case& c, uint32_t seed) {
@@ -86,15 +101,7 @@ void run_case(cuda::CudnnAttention& att, const Case& c, uint32_t seed) {
   const float scale = 1.f / std::sqrt(float(c.D));
   cuda::paged_attention_naive(dq.get(), c.dt, c.H, kv, batch, scale, dref.get(), nullptr);
 
-  cuda::CudnnAttentionShape shape;
-  shape.batch = c.batch;
-  shape.seq_q = c.seq_q;
-  shape.seq_kv = c.seq_kv;
-  shape.heads = c.H;
-  shape.kv_heads = c.Hkv;
-  shape.head_dim = c.D;
-  shape.causal = true;
-  shape.dtype = c.dt;
+  const cuda::CudnnAttentionShape shape = shape_of(c, /*bottom_right=*/false);
   std::string why;
   ASSERT_TRUE(att.run(shape, dq.get(), dk.get(), dv.get(), dout.get(), scale, nullptr, &why))
       << why << "\nplan log:\n" << att.log(shape);
@@ -169,15 +176,7 @@ void run_padded_case(cuda::CudnnAttention& att, const Case& c, int real_q, int r
   batch.max_context_len = real_kv;
   const float scale = 1.f / std::sqrt(float(c.D));
   cuda::paged_attention_naive(dq.get(), c.dt, c.H, kv, batch, scale, dref.get(), nullptr);
-  cuda::CudnnAttentionShape shape;
-  shape.seq_q = c.seq_q;
-  shape.seq_kv = c.seq_kv;
-  shape.heads = c.H;
-  shape.kv_heads = c.Hkv;
-  shape.head_dim = c.D;
-  shape.causal = true;
-  shape.bottom_right = true;
-  shape.dtype = c.dt;
+  const cuda::CudnnAttentionShape shape = shape_of(c, /*bottom_right=*/true);
   std::string why;
   ASSERT_TRUE(att.run_padded(shape, real_q, real_kv, dq.get(), dk.get(), dv.get(), dout.get(), scale, nullptr, &why))
       << why << "\nplan log:\n" << att.log(shape);

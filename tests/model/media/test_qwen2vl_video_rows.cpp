@@ -10,9 +10,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <stdexcept>
 
 #include "kernels/core/check.h"
@@ -22,21 +20,13 @@
 #include "model/media/video_decode.h"
 #include "model/media/video_sampling.h"
 #include "tests/support/random_image.h"
+#include "tests/support/video_clips.h"
 
 namespace vlm {
 namespace {
 
-const std::string kDir = std::string(VLM_FIXTURES_DIR) + "/video";
-const char* kClips[] = {"h264.mp4", "hevc.mov", "vp8.webm", "vp9.webm", "h264.mkv", "anim.gif", "rgb.mp4", "av1.webm"};
-
-std::vector<uint8_t> slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string s = ss.str();
-  return {s.begin(), s.end()};
-}
+const std::string& kDir = testing::video_fixture_dir();
+using testing::kVideoClips;
 
 FramePicker every(int64_t start, int64_t step) {
   return [=](const VideoInfo& info) {
@@ -76,8 +66,8 @@ TEST(Qwen2VLVideoRows, SameRowsAsDecodeThenPreprocess) {
   small.max_pixels = 28 * 28 * 2;  // downscaled
   for (const int threads : {1, 3}) {
     set_media_threads(threads);
-    for (const char* clip : kClips) {
-      const auto bytes = slurp(kDir + "/" + clip);
+    for (const char* clip : kVideoClips) {
+      const auto bytes = testing::read_bytes(kDir + "/" + clip);
       for (const auto& [start, step] : {std::pair<int64_t, int64_t>{0, 1}, {1, 3}, {0, 2}, {2, 5}}) {
         SCOPED_TRACE(std::string(clip) + " start " + std::to_string(start) + " step " + std::to_string(step) +
                      " threads " + std::to_string(threads));
@@ -97,7 +87,7 @@ TEST(Qwen2VLVideoRows, SameRowsOnALargerH264Clip) {
   const std::string cmd = "ffmpeg -hide_banner -loglevel error -y -f lavfi -i testsrc2=size=448x448:rate=4:duration=30 "
                           "-c:v libx264 -pix_fmt yuv420p -preset ultrafast -bf 3 " + path + " 2>/dev/null";
   if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "no ffmpeg CLI to make the clip";
-  const auto bytes = slurp(path);
+  const auto bytes = testing::read_bytes(path);
   std::remove(path.c_str());
   Qwen2VLPreprocessConfig fixture;  // tests/fixtures/qwen2vl_server/qwen2_vl_chat's video settings
   fixture.min_pixels = 3136;
@@ -136,9 +126,9 @@ struct RecordingSink : VideoFrameSink {
 };
 
 TEST(VideoFrameSink, EachPickedFrameOnceAsDecodedVideoHasIt) {
-  for (const char* clip : kClips) {
+  for (const char* clip : kVideoClips) {
     SCOPED_TRACE(clip);
-    const auto bytes = slurp(kDir + "/" + clip);
+    const auto bytes = testing::read_bytes(kDir + "/" + clip);
     const DecodedVideo video = decode_video(bytes, VideoLimits{}, every(1, 2));
     RecordingSink sink;
     decode_video(bytes, VideoLimits{}, every(1, 2), sink);
@@ -153,7 +143,7 @@ TEST(VideoFrameSink, EachPickedFrameOnceAsDecodedVideoHasIt) {
 }
 
 TEST(VideoFrameSink, ASinksErrorComesOutAndNothingPickedCallsNothing) {
-  const auto bytes = slurp(kDir + "/h264.mp4");
+  const auto bytes = testing::read_bytes(kDir + "/h264.mp4");
   RecordingSink bad;
   bad.throw_at = 3;
   EXPECT_THROW(decode_video(bytes, VideoLimits{}, every(0, 1), bad), std::runtime_error);

@@ -4,26 +4,16 @@
 // plain path (a 400, never another error) through the threaded one.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "kernels/core/check.h"
 #include "model/media/video_decode.h"
+#include "tests/support/video_clips.h"
 
 namespace vlm {
 namespace {
 
-const std::string kDir = std::string(VLM_FIXTURES_DIR) + "/video";
-const char* kClips[] = {"h264.mp4", "hevc.mov", "vp8.webm", "vp9.webm", "h264.mkv", "anim.gif", "rgb.mp4", "av1.webm"};
-
-std::vector<uint8_t> slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string s = ss.str();
-  return {s.begin(), s.end()};
-}
+const std::string& kDir = testing::video_fixture_dir();
+using testing::kVideoClips;
 
 // Every `step`-th frame from `start`.
 DecodedVideo decode_every(const std::vector<uint8_t>& bytes, int threads, bool skip, int64_t start, int64_t step) {
@@ -38,8 +28,8 @@ DecodedVideo decode_every(const std::vector<uint8_t>& bytes, int threads, bool s
 }
 
 TEST(VideoDecodeThreads, SameFramesAsOneThreadWithoutSkipping) {
-  for (const char* clip : kClips) {
-    const auto bytes = slurp(kDir + "/" + clip);
+  for (const char* clip : kVideoClips) {
+    const auto bytes = testing::read_bytes(kDir + "/" + clip);
     for (const auto [start, step] : {std::pair<int64_t, int64_t>{0, 1}, {1, 3}, {2, 2}, {5, 7}}) {
       SCOPED_TRACE(std::string(clip) + " start " + std::to_string(start) + " step " + std::to_string(step));
       const DecodedVideo plain = decode_every(bytes, 1, false, start, step);
@@ -75,9 +65,9 @@ void expect_400_or_frames(const std::vector<uint8_t>& bytes, int threads) {
 // frame count in its header, e.g. WebM, whose cut leaves fewer whole frames) the same frames.
 TEST(VideoDecodeThreads, TruncatedFilesGiveThePlainPathsOutcome) {
   int refused = 0;
-  for (const char* clip : kClips) {
+  for (const char* clip : kVideoClips) {
     SCOPED_TRACE(clip);
-    const auto bytes = slurp(kDir + "/" + clip);
+    const auto bytes = testing::read_bytes(kDir + "/" + clip);
     for (const double keep : {0.3, 0.6, 0.9}) {
       SCOPED_TRACE(keep);
       const std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<int64_t>(bytes.size() * keep));
@@ -102,9 +92,9 @@ TEST(VideoDecodeThreads, TruncatedFilesGiveThePlainPathsOutcome) {
 }
 
 TEST(VideoDecodeThreads, CorruptFilesAre400sOrFrames) {
-  for (const char* clip : kClips) {
+  for (const char* clip : kVideoClips) {
     SCOPED_TRACE(clip);
-    const auto bytes = slurp(kDir + "/" + clip);
+    const auto bytes = testing::read_bytes(kDir + "/" + clip);
     uint32_t seed = 12345;
     for (int trial = 0; trial < 12; ++trial) {
       std::vector<uint8_t> bad = bytes;
