@@ -1,13 +1,9 @@
 #include "model/decoder/llm_decoder.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include "kernels/core/check.h"
-#include "kernels/gemm/gemm.h"
 #include "kernels/core/log.h"
-#include "kernels/ops/ops.h"
-#include "kernels/attention/paged_attention.h"
+#include "model/layers/cpu/cpu_layers.h"
+#include "model/layers/cpu/cpu_step.h"
 
 namespace vlm {
 
@@ -18,143 +14,48 @@ std::unique_ptr<LlmDecoder> LlmDecoder::load(const std::string& model_dir) {
 }
 
 LlmDecoder::LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNames names)
-    : config_(std::move(config)), weights_(std::move(weights)), rope_(config_.rope) {
+    : config_(std::move(config)), weights_(std::move(weights)) {
   const ModelConfig& c = config_;
-  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t QD = c.num_heads * c.head_dim, KD = c.num_kv_heads * c.head_dim;
-  const WeightStore& w = weights_;
-  embed_ = w.get(names.prefix + "embed_tokens.weight", {V, C});
-  final_norm_ = w.get(names.prefix + "norm.weight", {C});
-  // Tied checkpoints usually omit lm_head.weight; some keep a copy. Follow the config.
-  lm_head_ = c.tie_word_embeddings ? embed_ : w.get(names.lm_head, {V, C});
-  auto bias = [&](bool present, const std::string& name, int64_t n) {
-    return present ? w.get(name, {n}) : TensorView();
+  const int64_t C = c.hidden_size, V = c.vocab_size;
+  backend_ = std::make_unique<CpuLayers>();
+  arch_ = std::make_unique<LlamaDecoder>(c, *backend_, weights_, names);
+  // The same tensors by role, for the GPU decoder's upload.
+  const WeightSource w(weights_, names.prefix);
+  embed_ = w.get("embed_tokens.weight", {V, C});
+  final_norm_ = w.get("norm.weight", {C});
+  lm_head_ = c.tie_word_embeddings ? embed_ : weights_.get(names.lm_head, {V, C});
+  auto f32 = [&](const LinearPart& p) {
+    if (p.bias.empty()) return TensorView();
+    const TensorView b = w.get(p.bias, {p.weight.shape[0]});
+    Tensor f = Tensor::empty(b.shape, DType::F32);  // tiny: an f32 copy the matmuls add directly
+    convert_to_f32(b.data, b.dtype, f.as<float>(), b.numel());
+    bias_storage_.push_back(std::move(f));
+    return bias_storage_.back().view();
   };
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = names.prefix + "layers." + std::to_string(l) + ".";
+    const LlamaLayerSpec s = llama_layer_spec(c, l);
     Layer L;
-    L.input_norm = w.get(p + "input_layernorm.weight", {C});
-    L.post_norm = w.get(p + "post_attention_layernorm.weight", {C});
-    L.q = w.get(p + "self_attn.q_proj.weight", {QD, C});
-    L.k = w.get(p + "self_attn.k_proj.weight", {KD, C});
-    L.v = w.get(p + "self_attn.v_proj.weight", {KD, C});
-    L.o = w.get(p + "self_attn.o_proj.weight", {C, QD});
-    L.q_bias = bias(c.qkv_bias, p + "self_attn.q_proj.bias", QD);
-    L.k_bias = bias(c.qkv_bias, p + "self_attn.k_proj.bias", KD);
-    L.v_bias = bias(c.qkv_bias, p + "self_attn.v_proj.bias", KD);
-    L.o_bias = bias(c.o_bias, p + "self_attn.o_proj.bias", C);
-    L.gate = w.get(p + "mlp.gate_proj.weight", {I, C});
-    L.up = w.get(p + "mlp.up_proj.weight", {I, C});
-    L.down = w.get(p + "mlp.down_proj.weight", {C, I});
-    L.gate_bias = bias(c.mlp_bias, p + "mlp.gate_proj.bias", I);
-    L.up_bias = bias(c.mlp_bias, p + "mlp.up_proj.bias", I);
-    L.down_bias = bias(c.mlp_bias, p + "mlp.down_proj.bias", C);
+    L.input_norm = w.get(s.input_norm.weight);
+    L.post_norm = w.get(s.post_norm.weight);
+    L.q = w.get(s.q.weight), L.k = w.get(s.k.weight), L.v = w.get(s.v.weight), L.o = w.get(s.o.weight);
+    L.q_bias = f32(s.q), L.k_bias = f32(s.k), L.v_bias = f32(s.v), L.o_bias = f32(s.o);
+    L.gate = w.get(s.mlp.gate.weight), L.up = w.get(s.mlp.up.weight), L.down = w.get(s.mlp.down.weight);
+    L.gate_bias = f32(s.mlp.gate), L.up_bias = f32(s.mlp.up), L.down_bias = f32(s.mlp.down);
     layers_.push_back(L);
   }
-  // Biases are tiny: keep an f32 copy so the matmuls can add them directly.
-  for (Layer& L : layers_)
-    for (TensorView* b : {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.gate_bias, &L.up_bias,
-                          &L.down_bias}) {
-      if (b->empty()) continue;
-      Tensor f = Tensor::empty(b->shape, DType::F32);
-      convert_to_f32(b->data, b->dtype, f.as<float>(), b->numel());
-      *b = f.view();
-      bias_storage_.push_back(std::move(f));
-    }
   VLM_LOG_INFO("loaded {} ({} layers, hidden {}, heads {}/{}, head_dim {}, vocab {}, {:.1f} MiB of weights)",
                c.architecture, c.num_layers, C, c.num_heads, c.num_kv_heads, c.head_dim, V,
                static_cast<double>(weights_.total_bytes()) / (1 << 20));
 }
 
-namespace {
-const float* f32_or_null(const TensorView& t) { return t.empty() ? nullptr : t.as<const float>(); }
-}  // namespace
+LlmDecoder::~LlmDecoder() = default;
 
 void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer> kv_layers,
                          std::vector<float>& logits, const EmbeddingOverride& override) const {
-  const ModelConfig& c = config_;
-  const int64_t T = batch.num_tokens();
-  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
-  VLM_CHECK(static_cast<int64_t>(kv_layers.size()) == c.num_layers, "{} KV layers for {} decoder layers",
-            kv_layers.size(), c.num_layers);
-  VLM_CHECK(T > 0, "empty batch");
-  VLM_CHECK(static_cast<int64_t>(batch.positions.size()) == T &&
-                static_cast<int64_t>(batch.slot_mapping.size()) == T,
-            "batch arrays disagree on the token count {}", T);
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-
-  Tensor x = Tensor::empty({T, C});     // residual stream [T, C]
-  Tensor h = Tensor::empty({T, C});     // normed input / branch output [T, C]
-  Tensor q = Tensor::empty({T, H * D});
-  Tensor k = Tensor::empty({T, Hkv * D});
-  Tensor v = Tensor::empty({T, Hkv * D});
-  Tensor attn = Tensor::empty({T, H * D});
-  Tensor gate = Tensor::empty({T, I});
-  Tensor up = Tensor::empty({T, I});
-  float* xp = x.as<float>();
-  float* hp = h.as<float>();
-  // cos/sin of every token's position, computed once for all layers.
-  Tensor rope_table = Tensor::empty({T, std::max<int64_t>(rope_.inv_freq().size() * 2, 1)});
-  if (!batch.mrope_positions.empty()) {
-    VLM_CHECK(static_cast<int64_t>(batch.mrope_positions.size()) == 3 * T, "{} M-RoPE positions for {} tokens",
-              batch.mrope_positions.size(), T);
-    rope_.cos_sin_table_mrope(batch.mrope_positions.data(), T, rope_table.as<float>());
-  } else {
-    rope_.cos_sin_table(batch.positions.data(), T, rope_table.as<float>());
-  }
-
-  VLM_CHECK(override.num_device_runs == 0, "device-memory media rows given to the CPU decoder");
-  if (override.use == nullptr) {
-    embedding_lookup(embed_, batch.token_ids.data(), T, xp);
-  } else {
-    VLM_CHECK(override.embeds != nullptr, "embedding override without embeddings");
-    std::vector<int32_t> ids(batch.token_ids);  // overridden rows look up row 0, then get replaced
-    for (int64_t t = 0; t < T; ++t)
-      if (override.use[t]) ids[t] = 0;
-    embedding_lookup(embed_, ids.data(), T, xp);
-    for (int64_t t = 0; t < T; ++t)
-      if (override.use[t]) std::copy(override.embeds + t * C, override.embeds + (t + 1) * C, xp + t * C);
-  }
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const Layer& L = layers_[l];
-    const PagedKVLayer& kv = kv_layers[l];
-    VLM_CHECK(kv.num_kv_heads == Hkv && kv.head_dim == D, "KV layer {} is {}x{}, model needs {}x{}", l,
-              kv.num_kv_heads, kv.head_dim, Hkv, D);
-    // Attention branch.
-    rms_norm(xp, L.input_norm, eps, T, hp);
-    const LinearTarget qkv[] = {{&L.q, f32_or_null(L.q_bias), q.as<float>()},
-                                {&L.k, f32_or_null(L.k_bias), k.as<float>()},
-                                {&L.v, f32_or_null(L.v_bias), v.as<float>()}};
-    linear_multi(hp, T, qkv);  // one pass over h for q, k and v
-    rope_.apply_cached(q.as<float>(), H, k.as<float>(), Hkv, rope_table.as<float>(), T);
-    attention_.forward(static_cast<int>(l), q.as<float>(), k.as<float>(), v.as<float>(), static_cast<int>(H), kv, batch,
-                       scale, attn.as<float>());
-    linear(attn.as<float>(), T, L.o, f32_or_null(L.o_bias), hp);
-    add_inplace(xp, hp, T * C);
-    // MLP branch.
-    rms_norm(xp, L.post_norm, eps, T, hp);
-    const LinearTarget gate_up[] = {{&L.gate, f32_or_null(L.gate_bias), gate.as<float>()},
-                                    {&L.up, f32_or_null(L.up_bias), up.as<float>()}};
-    linear_multi(hp, T, gate_up);
-    silu_mul(gate.as<float>(), up.as<float>(), T, I, gate.as<float>());
-    linear(gate.as<float>(), T, L.down, f32_or_null(L.down_bias), hp);
-    add_inplace(xp, hp, T * C);
-  }
-
-  // Final norm and LM head, only for the rows that need logits.
-  const auto num_out = static_cast<int64_t>(batch.logits_indices.size());
-  logits.resize(static_cast<size_t>(num_out * V));
-  if (num_out == 0) return;
-  Tensor sel = Tensor::empty({num_out, C});
-  for (int64_t r = 0; r < num_out; ++r) {
-    const int32_t row = batch.logits_indices[r];
-    VLM_CHECK(row >= 0 && row < T, "logits index {} outside the batch of {}", row, T);
-    std::copy(xp + row * C, xp + (row + 1) * C, sel.as<float>() + r * C);
-  }
-  rms_norm(sel.as<float>(), final_norm_, eps, num_out, sel.as<float>());
-  linear(sel.as<float>(), num_out, lm_head_, nullptr, logits.data());
+  VLM_CHECK(static_cast<int64_t>(kv_layers.size()) == config_.num_layers, "{} KV layers for {} decoder layers",
+            kv_layers.size(), config_.num_layers);
+  CpuStep step(arch_->plan(), batch, kv_layers, override, logits);
+  arch_->forward(step);
 }
 
 }  // namespace vlm

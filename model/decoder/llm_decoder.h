@@ -1,7 +1,7 @@
 // LlmDecoder: LlamaForCausalLM / Qwen2ForCausalLM on the CPU, matching Hugging Face
-// transformers (f32 compute over weights kept in their stored dtype).
-// Per layer: x += o_proj(attn(rope(q, k), v)) over the paged KV cache, then
-// x += down(silu(gate(h)) * up(h)), each branch after an RMSNorm; a final norm and the LM head.
+// transformers (f32 compute over weights kept in their stored dtype): the checkpoint, its config
+// and the architecture (model/arch/llama_decoder.h) over the CPU layers (model/layers/cpu/).
+// It also hands the weights by role to the GPU decoder, which still uploads them itself.
 #pragma once
 
 #include <memory>
@@ -10,52 +10,17 @@
 #include <vector>
 
 #include "kernels/attention/paged_kv.h"
-#include "kernels/ops/rope.h"
-#include "model/decoder/attention_layer.h"
+#include "model/arch/llama_decoder.h"
+#include "model/decoder/embedding_override.h"
 #include "model/decoder/forward_batch.h"
 #include "model/decoder/model_config.h"
 #include "model/decoder/weights.h"
+#include "model/layers/layer_backend.h"
 
 namespace vlm {
 
-// Checkpoint names of the decoder's tensors: `prefix` + "embed_tokens.weight" / "layers.N...." /
-// "norm.weight", and the LM head. Defaults: a plain *ForCausalLM checkpoint. A multimodal
-// checkpoint nests the decoder (e.g. LLaVA: "model.language_model." or "language_model.model.").
-struct DecoderWeightNames {
-  std::string prefix = "model.";
-  std::string lm_head = "lm_head.weight";
-};
-
-// Optional input embeddings for some rows of a batch (e.g. image tokens spliced in by a VLM):
-// row t takes embeds[t, :] instead of the token embedding when use[t] != 0. Both null: none.
-// A backend may instead hold the media rows in its own memory (the GPU's): device_runs lists
-// runs of rows [row, row + n) of the batch taking src[0 .. n) ([n, C] f32 in that memory); only a
-// backend that made them reads them (the CPU decoder rejects them).
-struct DeviceRowRun {
-  int64_t row = 0;
-  const float* src = nullptr;
-  int64_t n = 0;
-};
-struct EmbeddingOverride {
-  const float* embeds = nullptr;  // [T, C]
-  const uint8_t* use = nullptr;   // [T]
-  const DeviceRowRun* device_runs = nullptr;
-  int64_t num_device_runs = 0;
-};
-
-// Media embeddings a backend encoded into its own memory: rows [rows, C] f32 at data (device
-// memory), freed with the object.
-struct DeviceEmbeddings {
-  virtual ~DeviceEmbeddings() = default;
-  // Makes rows [begin, end) valid, in stream order before the next forward: a backend may encode
-  // a long item's rows on demand, a group of frames at a time (the rest of the object's contract
-  // holds for the rows made valid). The default: all rows are valid from the start.
-  virtual void ensure_rows(int64_t /*begin*/, int64_t /*end*/) const {}
-  const float* data = nullptr;
-  int64_t rows = 0;
-};
-
-// One decoder layer's weights as views into the checkpoint (biases: f32 copies).
+// One decoder layer's weights as views into the checkpoint (biases: f32 copies), for the GPU
+// decoder's upload; names from llama_layer_spec().
 struct DecoderLayerWeights {
   TensorView input_norm;           // [C]
   TensorView q, k, v, o;           // [H*D, C], [Hkv*D, C], [Hkv*D, C], [C, H*D]
@@ -72,6 +37,7 @@ class LlmDecoder {
   // unsupported architecture.
   static std::unique_ptr<LlmDecoder> load(const std::string& model_dir);
   LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNames names = {});
+  ~LlmDecoder();
 
   const ModelConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
@@ -96,13 +62,13 @@ class LlmDecoder {
 
   ModelConfig config_;
   WeightStore weights_;
-  RotaryEmbedding rope_;
-  AttentionLayer attention_;  // the per-layer attention methods
   TensorView embed_;       // [V, C]
   TensorView final_norm_;  // [C]
   TensorView lm_head_;     // [V, C] (embed_ when tied)
   std::vector<Layer> layers_;
   std::vector<Tensor> bias_storage_;  // f32 copies of the biases
+  std::unique_ptr<LayerBackend> backend_;  // CpuLayers
+  std::unique_ptr<LlamaDecoder> arch_;     // over weights_ (declared after it)
 };
 
 }  // namespace vlm

@@ -50,6 +50,7 @@ class DecoderRunner {
                 DType kv_dtype = DType::F32, uint32_t shuffle_seed = 7);
   const LlmDecoder& decoder() const { return *decoder_; }
   int64_t vocab() const { return decoder_->config().vocab_size; }
+  const KVCache& cache() const { return *cache_; }
 
   // One forward step: sequence i feeds `counts[i]` uncached tokens (0 = not in this step).
   // Logits of every fed row are appended to the sequence's logits.

@@ -1,0 +1,83 @@
+#include "model/arch/llama_decoder.h"
+
+#include <cmath>
+
+namespace vlm {
+
+LlamaLayerSpec llama_layer_spec(const ModelConfig& c, int64_t layer) {
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  const int64_t QD = c.num_heads * c.head_dim, KD = c.num_kv_heads * c.head_dim;
+  const std::string p = "layers." + std::to_string(layer) + ".";
+  auto part = [&](const std::string& name, Shape shape, bool bias) {
+    return LinearPart{{p + name + ".weight", shape}, bias ? p + name + ".bias" : std::string()};
+  };
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  LlamaLayerSpec s;
+  s.input_norm = {NormKind::Rms, eps, {p + "input_layernorm.weight", {C}}, {}};
+  s.post_norm = {NormKind::Rms, eps, {p + "post_attention_layernorm.weight", {C}}, {}};
+  s.q = part("self_attn.q_proj", {QD, C}, c.qkv_bias);
+  s.k = part("self_attn.k_proj", {KD, C}, c.qkv_bias);
+  s.v = part("self_attn.v_proj", {KD, C}, c.qkv_bias);
+  s.o = part("self_attn.o_proj", {C, QD}, c.o_bias);
+  s.mlp = {MlpKind::GatedSilu, C, I, part("mlp.gate_proj", {I, C}, c.mlp_bias), part("mlp.up_proj", {I, C}, c.mlp_bias),
+           part("mlp.down_proj", {C, I}, c.mlp_bias)};
+  return s;
+}
+
+LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const WeightStore& weights,
+                           const DecoderWeightNames& names)
+    : vocab_(c.vocab_size) {
+  const int64_t C = c.hidden_size, V = c.vocab_size, D = c.head_dim;
+  const int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
+  const WeightSource w(weights, names.prefix);
+  embed_ = backend.embedding(w, {"embed_tokens.weight", {V, C}});
+  rope_ = backend.rope_table(c.rope);
+  final_norm_ = backend.norm(w, {NormKind::Rms, static_cast<float>(c.rms_norm_eps), {"norm.weight", {C}}, {}});
+  // Tied checkpoints usually omit lm_head.weight; some keep a copy. Follow the config.
+  head_ = c.tie_word_embeddings ? backend.tied_linear(*embed_)
+                                : backend.linear(WeightSource(weights, ""), {{{names.lm_head, {V, C}}, {}}});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  int64_t inner = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LlamaLayerSpec s = llama_layer_spec(c, l);
+    Block b;
+    b.attn_norm = backend.norm(w, s.input_norm);
+    b.qkv = backend.linear(w, {s.q, s.k, s.v});
+    b.attn = backend.causal_attention({static_cast<int>(l), c.num_heads, c.num_kv_heads, D, scale}, *rope_);
+    b.o = backend.linear(w, {s.o});
+    b.mlp_norm = backend.norm(w, s.post_norm);
+    b.mlp = backend.mlp(w, s.mlp);
+    inner = std::max(inner, b.mlp->inner_cols());
+    blocks_.push_back(std::move(b));
+  }
+  plan_.bufs.resize(kNumBufs);
+  plan_.bufs[kResidual] = {C, ActRole::Residual, false};
+  plan_.bufs[kHidden] = {C, ActRole::Hidden, false};
+  plan_.bufs[kQkv] = {QD + 2 * KD, ActRole::Hidden, false};
+  plan_.bufs[kAttn] = {QD, ActRole::Hidden, false};
+  plan_.bufs[kInner] = {inner, ActRole::Hidden, false};
+  plan_.bufs[kSelected] = {C, ActRole::Hidden, true};
+}
+
+void LlamaDecoder::forward(Step& s) const {
+  const Act x = s.act(kResidual), h = s.act(kHidden), qkv = s.act(kQkv), a = s.act(kAttn), inner = s.act(kInner);
+  const RopeRows rope = rope_->build(s);  // cos/sin of every row, once for all layers
+  embed_->forward(s, x);                  // token rows, media rows from the step's override
+  for (const Block& b : blocks_) {
+    b.attn_norm->forward(s, x, h);        // h = rms(x) * g
+    b.qkv->forward(s, h, qkv);            // q | k | v (+ bias)
+    b.attn->forward(s, qkv, rope, a);     // RoPE, K/V -> cache, attention with the methods
+    b.o->forward(s, a, x, Accum::Add);    // x += a Wo^T (+ bias)
+    b.mlp_norm->forward(s, x, h);
+    b.mlp->forward(s, h, inner, x, Accum::Add);  // x += down(silu(gate h) * up h)
+  }
+  if (s.num_logit_rows() == 0) {
+    s.logits(vocab_);
+    return;
+  }
+  const Act sel = s.act(kSelected);       // [R, C]
+  final_norm_->forward_rows(s, x, sel);
+  head_->forward(s, sel, s.logits(vocab_));
+}
+
+}  // namespace vlm

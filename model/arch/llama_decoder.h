@@ -1,0 +1,65 @@
+// LlamaDecoder: the Llama / Qwen2 decoder (and the decoders of the VLMs built on them) written
+// once over the layer vocabulary (model/layers/layers.h); a LayerBackend makes its layers, so the
+// same forward runs on every backend. Per layer: x += o(attn(rope(q, k), v)) over the paged KV
+// cache, then x += mlp(h), each branch after an RMSNorm; a final norm and the LM head on the
+// step's logit rows only.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/decoder/model_config.h"
+#include "model/layers/layer_backend.h"
+
+namespace vlm {
+
+// Checkpoint names of the decoder's tensors: `prefix` + "embed_tokens.weight" / "layers.N...." /
+// "norm.weight", and the LM head. Defaults: a plain *ForCausalLM checkpoint. A multimodal
+// checkpoint nests the decoder (e.g. LLaVA: "model.language_model." or "language_model.model.").
+struct DecoderWeightNames {
+  std::string prefix = "model.";
+  std::string lm_head = "lm_head.weight";
+};
+
+// One decoder layer's tensors as specs, names relative to the decoder's prefix (the one place
+// those names are written; a GPU copy of the weights reads them too).
+struct LlamaLayerSpec {
+  NormSpec input_norm, post_norm;
+  LinearPart q, k, v, o;
+  MlpSpec mlp;
+};
+LlamaLayerSpec llama_layer_spec(const ModelConfig& c, int64_t layer);
+
+class LlamaDecoder {
+ public:
+  // Makes every layer through `backend` from `weights` (LoadError naming a missing or misshapen
+  // tensor). The weights must outlive the decoder.
+  LlamaDecoder(const ModelConfig& config, LayerBackend& backend, const WeightStore& weights,
+               const DecoderWeightNames& names = {});
+
+  // The activations forward() asks the step for.
+  const ActivationPlan& plan() const { return plan_; }
+  // Embeds the step's tokens (and media rows), runs every layer (K/V into the cache, the methods
+  // in attention) and writes the logits of the step's logit rows, [R, V] f32.
+  void forward(Step& s) const;
+
+ private:
+  struct Block {
+    std::unique_ptr<Norm> attn_norm, mlp_norm;
+    std::unique_ptr<Linear> qkv, o;
+    std::unique_ptr<CausalAttention> attn;
+    std::unique_ptr<Mlp> mlp;
+  };
+  enum Buf { kResidual, kHidden, kQkv, kAttn, kInner, kSelected, kNumBufs };
+
+  int64_t vocab_ = 0;
+  ActivationPlan plan_;
+  std::unique_ptr<Embedding> embed_;
+  std::unique_ptr<RopeTable> rope_;
+  std::vector<Block> blocks_;
+  std::unique_ptr<Norm> final_norm_;
+  std::unique_ptr<Linear> head_;
+};
+
+}  // namespace vlm

@@ -1,0 +1,234 @@
+#include "model/layers/cpu/cpu_layers.h"
+
+#include <algorithm>
+
+#include "kernels/core/check.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/ops/ops.h"
+#include "kernels/ops/vision_ops.h"
+#include "model/decoder/attention_layer.h"
+#include "model/layers/cpu/cpu_step.h"
+
+namespace vlm {
+namespace {
+
+// An f32 copy of a (small) tensor, e.g. a bias, so the kernels can add it directly.
+Tensor f32_copy(const TensorView& t) {
+  Tensor f = Tensor::empty(t.shape, DType::F32);
+  convert_to_f32(t.data, t.dtype, f.as<float>(), t.numel());
+  return f;
+}
+
+class CpuEmbedding final : public Embedding {
+ public:
+  explicit CpuEmbedding(TensorView table) : table_(table) {}
+  const TensorView& table() const { return table_; }
+
+  void forward(Step& st, Act x) const override {
+    CpuStep& s = CpuStep::of(st);
+    const ForwardBatch& b = s.batch;
+    const int64_t T = b.num_tokens(), C = table_.dim(1);
+    const EmbeddingOverride& o = s.override;
+    VLM_CHECK(o.num_device_runs == 0, "device-memory media rows given to the CPU decoder");
+    if (o.use == nullptr) {
+      embedding_lookup(table_, b.token_ids.data(), T, x.f32());
+      return;
+    }
+    VLM_CHECK(o.embeds != nullptr, "embedding override without embeddings");
+    std::vector<int32_t> ids(b.token_ids);  // overridden rows look up row 0, then get replaced
+    for (int64_t t = 0; t < T; ++t)
+      if (o.use[t]) ids[t] = 0;
+    embedding_lookup(table_, ids.data(), T, x.f32());
+    for (int64_t t = 0; t < T; ++t)
+      if (o.use[t]) std::copy(o.embeds + t * C, o.embeds + (t + 1) * C, x.f32() + t * C);
+  }
+
+ private:
+  TensorView table_;  // [V, C]
+};
+
+class CpuNorm final : public Norm {
+ public:
+  CpuNorm(const WeightSource& w, const NormSpec& spec) : spec_(spec), weight_(w.get(spec.weight)) {
+    if (!spec.bias.empty()) bias_ = w.get(spec.bias, spec.weight.shape);
+    VLM_CHECK(spec.kind == NormKind::Rms || !bias_.empty(), "LayerNorm {} without a bias", spec.weight.name);
+  }
+
+  void forward(Step&, Act x, Act h) const override { apply(x.f32(), x.rows, h.f32()); }
+
+  void forward_rows(Step& st, Act x, Act h) const override {
+    const std::vector<int32_t>& rows = CpuStep::of(st).batch.logits_indices;
+    const int64_t C = x.cols;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      VLM_CHECK(rows[r] >= 0 && rows[r] < x.rows, "logits index {} outside the batch of {}", rows[r], x.rows);
+      std::copy(x.f32() + rows[r] * C, x.f32() + (rows[r] + 1) * C, h.f32() + static_cast<int64_t>(r) * C);
+    }
+    apply(h.f32(), static_cast<int64_t>(rows.size()), h.f32());
+  }
+
+ private:
+  void apply(const float* x, int64_t T, float* y) const {
+    if (spec_.kind == NormKind::Rms) rms_norm(x, weight_, spec_.eps, T, y);
+    else layer_norm(x, weight_, bias_, spec_.eps, T, y);
+  }
+  NormSpec spec_;
+  TensorView weight_, bias_;  // [C]
+};
+
+class CpuLinear final : public Linear {
+ public:
+  struct Part {
+    TensorView w;  // [N_i, K]
+    Tensor bias;   // [N_i] f32, or empty
+  };
+  explicit CpuLinear(std::vector<Part> parts) : parts_(std::move(parts)) {
+    VLM_CHECK(!parts_.empty(), "a linear layer of no parts");
+    for (const Part& p : parts_) n_ += p.w.dim(0);
+  }
+  int64_t out_features() const override { return n_; }
+
+  void forward(Step& st, Act x, Act y, Accum a) const override {
+    const int64_t M = x.rows;
+    float* out = y.f32();
+    if (a == Accum::Add) {
+      VLM_CHECK(parts_.size() == 1, "a residual add into a linear of {} parts", parts_.size());
+      out = CpuStep::of(st).scratch(CpuStep::kLinearOut, M * n_);
+    }
+    if (parts_.size() == 1) {
+      linear(x.f32(), M, parts_[0].w, bias(parts_[0]), out);
+    } else {  // one pass over x for every part, each into its plane
+      std::vector<LinearTarget> targets;
+      float* plane = out;
+      for (const Part& p : parts_) {
+        targets.push_back({&p.w, bias(p), plane});
+        plane += M * p.w.dim(0);
+      }
+      linear_multi(x.f32(), M, targets);
+    }
+    if (a == Accum::Add) add_inplace(y.f32(), out, M * n_);
+  }
+
+ private:
+  static const float* bias(const Part& p) { return p.bias.data() ? p.bias.as<float>() : nullptr; }
+  std::vector<Part> parts_;
+  int64_t n_ = 0;
+};
+
+CpuLinear::Part load_part(const WeightSource& w, const LinearPart& p) {
+  CpuLinear::Part part{w.get(p.weight), {}};
+  if (!p.bias.empty()) part.bias = f32_copy(w.get(p.bias, {p.weight.shape[0]}));
+  return part;
+}
+
+std::vector<CpuLinear::Part> load_parts(const WeightSource& w, const std::vector<LinearPart>& parts) {
+  std::vector<CpuLinear::Part> loaded;
+  for (const LinearPart& p : parts) loaded.push_back(load_part(w, p));
+  return loaded;
+}
+
+class CpuRopeTable final : public RopeTable {
+ public:
+  explicit CpuRopeTable(const RopeConfig& c) : rope_(c) {}
+  const RotaryEmbedding& rotary() const { return rope_; }
+
+  RopeRows build(Step& st) const override {
+    CpuStep& s = CpuStep::of(st);
+    const ForwardBatch& b = s.batch;
+    const int64_t T = b.num_tokens();
+    const int64_t R = std::max<int64_t>(static_cast<int64_t>(rope_.inv_freq().size()) * 2, 1);
+    float* table = s.scratch(CpuStep::kRopeTable, T * R);  // [T, R]
+    if (!b.mrope_positions.empty()) {
+      VLM_CHECK(static_cast<int64_t>(b.mrope_positions.size()) == 3 * T, "{} M-RoPE positions for {} tokens",
+                b.mrope_positions.size(), T);
+      rope_.cos_sin_table_mrope(b.mrope_positions.data(), T, table);
+    } else {
+      rope_.cos_sin_table(b.positions.data(), T, table);
+    }
+    return RopeRows{table, R};
+  }
+
+ private:
+  RotaryEmbedding rope_;
+};
+
+class CpuCausalAttention final : public CausalAttention {
+ public:
+  CpuCausalAttention(const AttentionSpec& spec, const RotaryEmbedding& rope) : spec_(spec), rope_(rope) {}
+
+  void forward(Step& st, Act qkv, const RopeRows& rope, Act out) const override {
+    CpuStep& s = CpuStep::of(st);
+    const int64_t T = qkv.rows, H = spec_.num_heads, Hkv = spec_.num_kv_heads, D = spec_.head_dim;
+    VLM_CHECK(spec_.layer < static_cast<int>(s.kv.size()), "no KV layer {} of {}", spec_.layer, s.kv.size());
+    const PagedKVLayer& kv = s.kv[static_cast<size_t>(spec_.layer)];
+    VLM_CHECK(kv.num_kv_heads == Hkv && kv.head_dim == D, "KV layer {} is {}x{}, model needs {}x{}", spec_.layer,
+              kv.num_kv_heads, kv.head_dim, Hkv, D);
+    float* q = qkv.f32();  // planes [T, H*D], [T, Hkv*D], [T, Hkv*D]
+    float* k = q + T * H * D;
+    float* v = k + T * Hkv * D;
+    rope_.apply_cached(q, H, k, Hkv, static_cast<const float*>(rope.table), T);
+    attention_.forward(spec_.layer, q, k, v, static_cast<int>(H), kv, s.batch, spec_.scale, out.f32());
+  }
+
+ private:
+  AttentionSpec spec_;
+  const RotaryEmbedding& rope_;
+  AttentionLayer attention_;  // the exact path and the methods' hooks
+};
+
+class CpuGatedMlp final : public Mlp {
+ public:
+  CpuGatedMlp(const WeightSource& w, const MlpSpec& spec)
+      : spec_(spec), gate_up_(load_parts(w, {spec.gate, spec.up})), down_(load_parts(w, {spec.down})) {}
+  int64_t inner_cols() const override { return 2 * spec_.inner; }
+
+  void forward(Step& s, Act h, Act inner, Act y, Accum a) const override {
+    const int64_t T = h.rows, I = spec_.inner;
+    gate_up_.forward(s, h, inner, Accum::Write);  // planes gate [T, I], up [T, I]
+    float* gate = inner.f32();
+    silu_mul(gate, gate + T * I, T, I, gate);  // in place
+    down_.forward(s, Act{gate, T, I, DType::F32}, y, a);
+  }
+
+ private:
+  MlpSpec spec_;
+  CpuLinear gate_up_, down_;
+};
+
+}  // namespace
+
+std::unique_ptr<Embedding> CpuLayers::embedding(const WeightSource& w, const WeightRef& table) {
+  return std::make_unique<CpuEmbedding>(w.get(table));
+}
+
+std::unique_ptr<Norm> CpuLayers::norm(const WeightSource& w, const NormSpec& spec) {
+  return std::make_unique<CpuNorm>(w, spec);
+}
+
+std::unique_ptr<Linear> CpuLayers::linear(const WeightSource& w, const std::vector<LinearPart>& parts) {
+  return std::make_unique<CpuLinear>(load_parts(w, parts));
+}
+
+std::unique_ptr<Linear> CpuLayers::tied_linear(const Embedding& table) {
+  const auto* e = dynamic_cast<const CpuEmbedding*>(&table);
+  VLM_CHECK(e != nullptr, "a CPU tied linear over another backend's embedding");
+  std::vector<CpuLinear::Part> parts;
+  parts.push_back({e->table(), {}});
+  return std::make_unique<CpuLinear>(std::move(parts));
+}
+
+std::unique_ptr<RopeTable> CpuLayers::rope_table(const RopeConfig& rope) {
+  return std::make_unique<CpuRopeTable>(rope);
+}
+
+std::unique_ptr<CausalAttention> CpuLayers::causal_attention(const AttentionSpec& spec, const RopeTable& rope) {
+  const auto* r = dynamic_cast<const CpuRopeTable*>(&rope);
+  VLM_CHECK(r != nullptr, "a CPU attention over another backend's rope table");
+  return std::make_unique<CpuCausalAttention>(spec, r->rotary());
+}
+
+std::unique_ptr<Mlp> CpuLayers::mlp(const WeightSource& w, const MlpSpec& spec) {
+  VLM_CHECK(spec.kind == MlpKind::GatedSilu, "unknown MLP kind");
+  return std::make_unique<CpuGatedMlp>(w, spec);
+}
+
+}  // namespace vlm

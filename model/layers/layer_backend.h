@@ -1,0 +1,29 @@
+// LayerBackend: makes the layers of one backend (CpuLayers, later CudaLayers) from specs and a
+// checkpoint. Weights are the layer's: a CPU layer keeps views into the mapped checkpoint, a GPU
+// layer a converted copy in device memory. Throws LoadError for a missing tensor or a wrong shape
+// (naming it), and for a spec the backend cannot run (naming the limit).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/ops/rope.h"
+#include "model/layers/layer_specs.h"
+#include "model/layers/layers.h"
+
+namespace vlm {
+
+class LayerBackend {
+ public:
+  virtual ~LayerBackend() = default;
+  virtual std::unique_ptr<Embedding> embedding(const WeightSource& w, const WeightRef& table /*[V,C]*/) = 0;
+  virtual std::unique_ptr<Norm> norm(const WeightSource& w, const NormSpec& spec) = 0;
+  virtual std::unique_ptr<Linear> linear(const WeightSource& w, const std::vector<LinearPart>& parts) = 0;
+  // A linear layer over the embedding's table (a tied LM head), sharing its memory.
+  virtual std::unique_ptr<Linear> tied_linear(const Embedding& table) = 0;
+  virtual std::unique_ptr<RopeTable> rope_table(const RopeConfig& rope) = 0;
+  virtual std::unique_ptr<CausalAttention> causal_attention(const AttentionSpec& spec, const RopeTable& rope) = 0;
+  virtual std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) = 0;
+};
+
+}  // namespace vlm

@@ -1,0 +1,66 @@
+// The layer vocabulary: what architecture files (model/arch/) compose. Each interface has a CPU
+// implementation, the exact f32 reference (model/layers/cpu/), and a CUDA one (model/layers/cuda/).
+// Contracts shared by all: Acts come from the same backend's Step; shapes in the comments are
+// the Acts' [rows, cols]; T = the step's tokens, R = its logit rows; a layer's forward may be
+// called once per step per layer instance (the GPU records it into CUDA graphs: no host reads
+// of device data, no data-dependent host branching).
+#pragma once
+
+#include <cstdint>
+
+#include "model/layers/act.h"
+#include "model/layers/step.h"
+
+namespace vlm {
+
+// Token embeddings, with the step's media rows (the embedding override) in place of theirs.
+class Embedding {
+ public:
+  virtual ~Embedding() = default;
+  virtual void forward(Step& s, Act x /*[T,C] Residual*/) const = 0;
+};
+
+// RMSNorm or LayerNorm.
+class Norm {
+ public:
+  virtual ~Norm() = default;
+  virtual void forward(Step& s, Act x /*[T,C]*/, Act h /*[T,C]*/) const = 0;
+  // The step's logit rows of x, normed: h[r] = norm(x[logit row r]).
+  virtual void forward_rows(Step& s, Act x /*[T,C]*/, Act h /*[R,C]*/) const = 0;
+};
+
+// y = x W^T (+ bias) for one weight or several parts of the same input (q|k|v, gate|up).
+class Linear {
+ public:
+  virtual ~Linear() = default;
+  virtual int64_t out_features() const = 0;  // N (all parts)
+  virtual void forward(Step& s, Act x /*[M,K]*/, Act y /*[M,N]*/, Accum a = Accum::Write) const = 0;
+};
+
+// cos/sin of every row of the step, made once and read by every layer's attention.
+struct RopeRows {
+  const void* table = nullptr;  // backend memory, backend layout
+  int64_t cols = 0;
+};
+class RopeTable {
+ public:
+  virtual ~RopeTable() = default;
+  virtual RopeRows build(Step& s) const = 0;  // 1-D positions, or M-RoPE when the step has them
+};
+
+class CausalAttention {
+ public:
+  virtual ~CausalAttention() = default;
+  // qkv: the fused projection of the layer's input; out: attention [T, H*D] (Hidden).
+  virtual void forward(Step& s, Act qkv /*[T,(H+2Hkv)D]*/, const RopeRows& rope, Act out /*[T,H*D]*/) const = 0;
+};
+
+class Mlp {
+ public:
+  virtual ~Mlp() = default;
+  virtual int64_t inner_cols() const = 0;  // columns of the `inner` scratch forward() needs
+  virtual void forward(Step& s, Act h /*[T,C]*/, Act inner /*[T,inner_cols]*/, Act y /*[T,C]*/,
+                       Accum a = Accum::Write) const = 0;
+};
+
+}  // namespace vlm
