@@ -9,6 +9,8 @@
 #     concurrency 64 (throughput, TTFT/TPOT percentiles).
 # Run from an unpacked scripts/gpu_bundle.sh archive (README.md, "On a GPU"):
 #   cd vlm && LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64 bench/gpu_speed.sh [OUTDIR] [sections=0123]
+# VLM_DUMP_LOGITS=FILE: section 1's graph run also writes bench_cuda_decoder --dump-logits FILE
+# (each configuration's last step's logits, raw f32: old vs new binaries compared with cmp, issue 39).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/vlm-gpu-speed}; sections=${2:-0123}
@@ -22,8 +24,9 @@ if [[ $sections == *0* && ! -f $model/config.json ]]; then
   echo "model written in $(( $(date +%s) - t0 )) s: $(du -sh "$model" | cut -f1)"
 fi
 if [[ $sections == *1* ]]; then
+  dump=(); [ -n "${VLM_DUMP_LOGITS:-}" ] && dump=(--dump-logits "$VLM_DUMP_LOGITS")
   timeout ${VLM_BENCH_TIMEOUT:-150} bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
-    --prefill 8192,32768 --reps 2 2>&1 | tee "$out/vlm_speed.txt" | grep -v "^\[" || echo "bench_cuda_decoder failed"
+    --prefill 8192,32768 --reps 2 "${dump[@]}" 2>&1 | tee "$out/vlm_speed.txt" | grep -v "^\[" || echo "bench_cuda_decoder failed"
   # The same decode steps without CUDA graphs (--enforce-eager 1), for the graphs' share.
   timeout ${VLM_BENCH_TIMEOUT:-150} bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
     --prefill 0 --enforce-eager 1 2>&1 | tee -a "$out/vlm_speed.txt" | grep "^decode" || echo "bench_cuda_decoder (eager) failed"

@@ -7,7 +7,18 @@
 //           of the median of `reps` runs after one warm-up run.
 // Usage: bench_cuda_decoder --model DIR [--dtype bfloat16|float16|float32] [--batches 1,64]
 //          [--context 1024] [--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1]
+//          [--dump-logits FILE]
 // Decode steps run as CUDA graphs unless --enforce-eager 1 (the line says how many were captured).
+// --dump-logits FILE (issue 39: old vs refactored binaries, `cmp` bit for bit; bench_dump.h):
+// raw little-endian f32, one record per configuration in the order the bench runs them:
+//   for each B of --batches: the logits [B, V] of the LAST measured decode step;
+//   for each L of --prefill: the logits [1, V] (the last row) of the LAST rep's prefill.
+// Only the last step of a configuration: every step's logits at 64 sequences would be 2.5 GB
+// for a 152K vocabulary; the last step depends on every earlier one through the KV cache and
+// the greedy tokens fed back. The logits are copied after the step's timed region ends (the
+// sampler only reads them). Inputs are deterministic: prompt tokens from std::mt19937 seeded 1,
+// drawn in the same order for the same flags; decode tokens are the greedy samples; KV blocks
+// are handed out from 0 for each configuration. (A stdout line per record gives its offset.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda/bench_dump.h"
 #include "engine/cuda/cuda_backend.h"
 #include "kernels/core/log.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -53,14 +65,22 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> f = {{"dtype", "bfloat16"}, {"batches", "1,64"}, {"context", "1024"},
                                           {"steps", "64"}, {"prefill", "8192,32768"}, {"reps", "3"},
                                           {"enforce-eager", "0"}};
-  for (int i = 1; i + 1 < argc; i += 2) f[std::string(argv[i]).substr(2)] = argv[i + 1];
-  if (!f.count("model")) {
+  bool bad = argc % 2 == 0;  // a flag without its value
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const std::string k = a.rfind("--", 0) == 0 ? a.substr(2) : std::string();
+    if (!f.count(k) && k != "model" && k != "dump-logits") bad = true;  // an unknown flag
+    f[k] = argv[i + 1];
+  }
+  if (bad || !f.count("model")) {
     std::fprintf(stderr, "usage: bench_cuda_decoder --model DIR [--dtype ..] [--batches 1,64] [--context 1024] "
-                         "[--steps 64] [--prefill 8192,32768] [--reps 3]\n");
+                         "[--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1] "
+                         "[--dump-logits FILE]\n");
     return 2;
   }
   try {
     vlm::set_log_level("info");
+    vlm::bench::BenchDump dump(f["dump-logits"]);  // opened first: a bad path fails before the GPU work
     const auto batches = list(f["batches"]), prefills = f["prefill"] == "0" ? std::vector<int64_t>{} : list(f["prefill"]);
     const int64_t context = std::stoll(f["context"]), steps = std::stoll(f["steps"]), reps = std::stoll(f["reps"]);
     const int B = 16;
@@ -122,6 +142,13 @@ int main(int argc, char** argv) {
       return dt;
     };
 
+    // The last step's logits [rows, V] into the dump (after its timed region: step() has returned).
+    std::vector<float> logits;
+    auto dump_logits = [&](const std::string& what) {
+      backend.decoder().download_logits(logits);
+      dump.append(what, logits.data(), static_cast<int64_t>(logits.size()) / V, V);
+    };
+
     for (int64_t batch : batches) {
       next_block = 0;
       std::vector<Seq> seqs;
@@ -144,6 +171,7 @@ int main(int argc, char** argv) {
         const double dt = step(all, std::vector<int64_t>(all.size(), 1));
         if (k >= 3) times.push_back(dt);
       }
+      if (dump.enabled()) dump_logits("decode batch " + std::to_string(batch) + " last step");
       const double ms = 1e3 * median(times);
       std::printf("decode batch %ld context %ld: %.3f ms/step, %.1f tokens/s (%s: %ld graphs captured, %ld launched)\n",
                   static_cast<long>(batch), static_cast<long>(context), ms, 1e3 * static_cast<double>(batch) / ms,
@@ -158,6 +186,7 @@ int main(int argc, char** argv) {
         const double dt = step({&s}, {len});
         if (r > 0) times.push_back(dt);
       }
+      if (dump.enabled()) dump_logits("prefill " + std::to_string(len) + " last rep");
       const double t = median(times);
       std::printf("prefill %ld tokens: %.3f s, %.0f tokens/s\n", static_cast<long>(len), t,
                   static_cast<double>(len) / t);

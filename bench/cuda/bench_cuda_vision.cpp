@@ -1,68 +1,98 @@
-// Vision encode time of the Qwen2-VL-7B vision tower on the GPU (CudaQwen2Vision, bf16 tensor
-// cores, random bf16 weights: depth 32, width 1280, 16 heads, MLP 5120, merger to 3584) on the
-// issue's shapes: a 448x448 image (grid 1x32x32: 1024 patches), 8 frames (4x32x32) and 64 frames
-// (32x32x32) of 448x448. Times per shape: run() alone over pixels already on the GPU (the peer's
-// case, "resident"), and whole encode() calls as the server makes them (pixel rows uploaded from
-// pageable host memory included, group by group of whole frames overlapped with the tower:
-// "with_upload_g<group patches>"), each until the stream is idle: median of --reps after two warm-ups. bench/cuda/hf_vision_encode.py times transformers on the same shapes (the
-// peer, in the same run: bench/cuda/run_vision_bench.sh). Prints "vision <shape> resident|with_upload_g<N> <ms> ms".
+// Vision encode time of GPU vision towers (bf16 tensor cores, random bf16 weights: RandomWeights,
+// seeded per tensor name), shape after shape, in this order:
+//   Qwen2-VL-7B's tower (CudaQwen2Vision: depth 32, width 1280, 16 heads, MLP 5120, merger to
+//   3584): a 448x448 image (grid 1x32x32: 1024 patches), 8 frames (4x32x32) and 64 frames
+//   (32x32x32) of 448x448 ("image_448", "frames8_448", "frames64_448");
+//   CLIP-L/336 as LLaVA-1.5-7B uses it (CudaClipVision: 24 layers of 1024, 16 heads of 64, MLP
+//   4096, quick_gelu, 336 px / 14-px patches: 577 tokens with the class token; hidden state 23 of
+//   24 (vision_feature_layer -2, so 23 layers run), class row dropped, projector 1024 -> 4096):
+//   1 and 8 images ("clip_l336_x1", "clip_l336_x8");
+//   SigLIP-so400m as LLaVA-OneVision uses it (CudaClipVision with siglip: 27 layers of 1152, 16
+//   heads of 72, MLP 4304, gelu_tanh; the last hidden state, every row, projector 1152 -> 3584):
+//   1 and 10 tiles ("siglip_378_x1", "siglip_378_x10"). At 378 px (27 x 14), not the released
+//   384: ClipVisionConfig refuses an image size that is not a multiple of the patch (see
+//   docs/WRITTEN_ONCE.md, "Found while reading"); both give 27x27 = 729 patches, so the tower's
+//   work is the same. The 384-px case waits for step 7 of that plan.
+// Times per shape: run() alone over pixels already on the GPU (the peer's case, "resident"), and
+// whole encode() calls as the server makes them (pixels uploaded from pageable host memory
+// included; Qwen2-VL: group by group of whole frames overlapped with the tower,
+// "with_upload_g<group patches>"; CLIP/SigLIP: the upload, then the tower, "with_upload"), each
+// until the stream is idle: median of --reps after two warm-ups. bench/cuda/hf_vision_encode.py
+// times transformers on the Qwen2-VL shapes (the peer, in the same run:
+// bench/cuda/run_vision_bench.sh). Prints "vision <shape> <variant> <ms> ms ...".
+//
+// Usage: bench_cuda_vision [--reps 10] [--dump FILE]
+// --dump FILE (issue 39: old vs refactored binaries, `cmp` bit for bit; bench_dump.h): raw
+// little-endian f32, one record per (shape, variant) in the order above and the order the
+// variants print: the output rows [rows, C] of the variant's last timed call (f32, what the
+// decoder would take). About 0.9 GB in all (64 frames: 8192 x 3584 per variant, four variants: 0.47 GB).
+// Inputs are deterministic: weights seeded by tensor name, pixels from a fixed formula.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "bench/cuda/bench_dump.h"
+#include "bench/cuda/random_weights.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_buffer.h"
+#include "model/vision/cuda/cuda_clip_vision.h"
 #include "model/vision/cuda/cuda_qwen2_vision.h"
 
 using namespace vlm;
+using bench::BenchDump;
+using bench::RandomWeights;
 
 namespace {
 
-// Uniform values in [-a, a] (norm weights: 1 +- a) as bf16, from a 64-bit LCG (fast for 630M values).
-TensorView random_bf16(const std::string& name, const Shape& shape, std::map<std::string, Tensor>& store) {
-  Tensor t = Tensor::empty(shape, DType::BF16);
-  static uint64_t s = 88172645463325252ULL;
-  const bool norm_w = (name.find("norm") != std::string::npos || name.find("ln_q") != std::string::npos) &&
-                      name.find("weight") != std::string::npos;
-  const float a = 0.03f;
-  auto* p = static_cast<uint16_t*>(t.data());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    const float u = (static_cast<float>(s >> 40) / 16777216.0f * 2.0f - 1.0f) * a + (norm_w ? 1.0f : 0.0f);
-    uint32_t bits;
-    std::memcpy(&bits, &u, 4);
-    p[i] = static_cast<uint16_t>(bits >> 16);
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Runs `call` (enqueues one encode on s) reps + 2 times, each timed until s is idle; returns the
+// times of the last `reps` calls in ms, sorted.
+template <typename F>
+std::vector<double> time_calls(int reps, cudaStream_t s, const F& call) {
+  std::vector<double> ms;
+  for (int r = 0; r < reps + 2; ++r) {
+    VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+    const auto a = Clock::now();
+    call();
+    VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (r >= 2) ms.push_back(1e3 * seconds_since(a));
   }
-  TensorView v = t.view();
-  store[name] = std::move(t);
-  return v;
+  std::sort(ms.begin(), ms.end());
+  return ms;
 }
 
-}  // namespace
+// Prints a variant's line and appends its output rows (device, [rows, cols] f32) to the dump.
+void report(const std::string& shape, const std::string& variant, const std::vector<double>& ms, int64_t patches,
+            const float* out, int64_t rows, int64_t cols, BenchDump& dump, cudaStream_t s) {
+  std::printf("vision %s %s %.2f ms (min %.2f, %lld patches)\n", shape.c_str(), variant.c_str(), ms[ms.size() / 2],
+              ms.front(), static_cast<long long>(patches));
+  if (!dump.enabled()) return;
+  std::vector<float> host(static_cast<size_t>(rows * cols));
+  VLM_CUDA_CHECK(cudaMemcpyAsync(host.data(), out, host.size() * 4, cudaMemcpyDeviceToHost, s));
+  VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  dump.append(shape + " " + variant, host.data(), rows, cols);
+}
 
-int main(int argc, char** argv) {
-  int reps = 10;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[i + 1]);
+void bench_qwen2(int reps, BenchDump& dump, cudaStream_t s) {
   Qwen2VisionConfig cfg;  // the defaults are Qwen2-VL-7B's vision tower
-  std::map<std::string, Tensor> store;
-  const auto t0 = std::chrono::steady_clock::now();
-  Qwen2VisionEncoder host(cfg, [&](const std::string& n, const Shape& s) { return random_bf16(n, s, store); }, "");
+  RandomWeights weights;
+  const auto t0 = Clock::now();
+  Qwen2VisionEncoder host(cfg, [&](const std::string& n, const Shape& sh) { return weights(n, sh); }, "");
   CudaQwen2Vision gpu(host, DType::BF16);
   gpu.reserve(32768);
-  std::printf("vision tower: %s, weights %.2f GiB, workspace %.2f GiB for 32768 patches, setup %.1f s\n",
+  std::printf("vision tower qwen2vl_7b: %s, weights %.2f GiB, workspace %.2f GiB for 32768 patches, setup %.1f s\n",
               cuda::describe_gpu(0).c_str(), static_cast<double>(gpu.weight_bytes()) / (1 << 30),
-              static_cast<double>(gpu.workspace_bytes(32768)) / (1 << 30),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  cudaStream_t s;
-  VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+              static_cast<double>(gpu.workspace_bytes(32768)) / (1 << 30), seconds_since(t0));
   cuda::DeviceBuffer out(static_cast<size_t>(8192 * cfg.out_hidden_size) * 4);
   const std::vector<std::pair<std::string, std::array<int32_t, 3>>> shapes = {
       {"image_448", {1, 32, 32}}, {"frames8_448", {4, 32, 32}}, {"frames64_448", {32, 32, 32}}};
@@ -84,21 +114,118 @@ int main(int argc, char** argv) {
       one_group_done = g >= P;
       if (g > 0) gpu.set_group_patches(g);
       else gpu.upload_pixels(items, s);  // once: run() reads them
-      std::vector<double> ms;
-      for (int r = 0; r < reps + 2; ++r) {
-        VLM_CUDA_CHECK(cudaStreamSynchronize(s));
-        const auto a = std::chrono::steady_clock::now();
+      const auto ms = time_calls(reps, s, [&] {
         if (g > 0) gpu.encode(items, out.as<float>(), s);
         else gpu.run(items, out.as<float>(), s);
-        VLM_CUDA_CHECK(cudaStreamSynchronize(s));
-        const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
-        if (r >= 2) ms.push_back(t);
-      }
-      std::sort(ms.begin(), ms.end());
+      });
       const std::string what = g > 0 ? "with_upload_g" + std::to_string(g) : std::string("resident");
-      std::printf("vision %s %s %.2f ms (min %.2f, %lld patches)\n", name.c_str(), what.c_str(), ms[ms.size() / 2],
-                  ms.front(), static_cast<long long>(P));
+      report(name, what, ms, P, out.as<float>(), gpu.out_rows(m), gpu.out_features(), dump, s);
     }
+  }
+}
+
+// A CLIP / SigLIP tower with a LLaVA projector, and the image counts it runs.
+struct ClipShape {
+  std::string name;
+  ClipVisionConfig cfg;
+  int feature_layer;     // the hidden state the projector reads (layers run: this many)
+  bool drop_cls;         // LLaVA's "default" strategy (CLIP), else "full"
+  int64_t out_features;  // the projector's output: the decoder's hidden size
+  std::vector<int> images;
+};
+
+void bench_clip(const ClipShape& sh, int reps, BenchDump& dump, cudaStream_t s) {
+  const ClipVisionConfig& c = sh.cfg;
+  RandomWeights weights;
+  const auto t0 = Clock::now();
+  const WeightLookup lookup = [&](const std::string& n, const Shape& shape) { return weights(n, shape); };
+  ClipVisionEncoder host(c, lookup, "vision_tower.vision_model.", sh.feature_layer);
+  LlavaProjector projector(lookup, "multi_modal_projector.", c.hidden_size, sh.out_features, true);
+  CudaClipVision gpu(host, projector, {sh.feature_layer}, sh.drop_cls, DType::BF16);
+  const int max_images = *std::max_element(sh.images.begin(), sh.images.end());
+  gpu.reserve(max_images);
+  std::printf("vision tower %s: %lld layers run of %lld, %lld tokens per image, weights %.2f GiB, workspace %.2f GiB "
+              "for %d images, setup %.1f s\n",
+              sh.name.c_str(), static_cast<long long>(sh.feature_layer), static_cast<long long>(c.num_layers),
+              static_cast<long long>(c.num_positions()), static_cast<double>(gpu.weight_bytes()) / (1 << 30),
+              static_cast<double>(gpu.workspace_bytes(max_images)) / (1 << 30), max_images, seconds_since(t0));
+  std::vector<MediaPixels> pixels(static_cast<size_t>(max_images));
+  for (size_t n = 0; n < pixels.size(); ++n) {  // pixel_values [3, S, S], a fixed pattern per image
+    MediaPixels& m = pixels[n];
+    m.height = m.width = static_cast<int>(c.image_size);
+    m.data.resize(static_cast<size_t>(3 * c.image_size * c.image_size));
+    for (size_t i = 0; i < m.data.size(); ++i)
+      m.data[i] = static_cast<float>((i * 2654435761u + n * 7919u) % 1000) / 500.0f - 1.0f;
+  }
+  const int64_t C = gpu.out_features();
+  cuda::DeviceBuffer out(static_cast<size_t>(max_images * gpu.out_rows(pixels[0]) * C) * 4);
+  for (int N : sh.images) {
+    std::vector<const MediaPixels*> items;
+    for (int n = 0; n < N; ++n) items.push_back(&pixels[static_cast<size_t>(n)]);
+    const std::string name = sh.name + "_x" + std::to_string(N);
+    const int64_t rows = N * gpu.out_rows(pixels[0]), patches = N * c.num_patches();
+    gpu.upload_pixels(items, s);  // once: run() reads them
+    auto ms = time_calls(reps, s, [&] { gpu.run(items, out.as<float>(), s); });
+    report(name, "resident", ms, patches, out.as<float>(), rows, C, dump, s);
+    ms = time_calls(reps, s, [&] { gpu.encode(items, out.as<float>(), s); });
+    report(name, "with_upload", ms, patches, out.as<float>(), rows, C, dump, s);
+  }
+}
+
+std::vector<ClipShape> clip_shapes() {
+  ClipShape clip{.name = "clip_l336", .cfg = {}, .feature_layer = 23, .drop_cls = true, .out_features = 4096,
+                 .images = {1, 8}};
+  clip.cfg.hidden_size = 1024;
+  clip.cfg.intermediate_size = 4096;
+  clip.cfg.num_layers = 24;
+  clip.cfg.num_heads = 16;
+  clip.cfg.image_size = 336;
+  clip.cfg.patch_size = 14;
+  clip.cfg.layer_norm_eps = 1e-5;
+  clip.cfg.act = VisionActivation::QuickGelu;
+  ClipShape siglip{.name = "siglip_378", .cfg = {}, .feature_layer = 27, .drop_cls = false, .out_features = 3584,
+                   .images = {1, 10}};  // 10 tiles: a 3x3 AnyRes grid and the base image
+  siglip.cfg.hidden_size = 1152;
+  siglip.cfg.intermediate_size = 4304;
+  siglip.cfg.num_layers = 27;
+  siglip.cfg.num_heads = 16;
+  siglip.cfg.image_size = 378;  // 27 x 14; the released 384 waits for step 7 (see the top comment)
+  siglip.cfg.patch_size = 14;
+  siglip.cfg.layer_norm_eps = 1e-6;
+  siglip.cfg.act = VisionActivation::GeluTanh;
+  siglip.cfg.siglip = true;
+  return {clip, siglip};
+}
+
+int usage(int rc) {
+  std::fprintf(rc == 0 ? stdout : stderr, "usage: bench_cuda_vision [--reps 10] [--dump FILE]\n");
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 10;
+  std::string dump_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") return usage(0);
+    if (i + 1 >= argc) return usage(2);
+    if (a == "--reps") reps = std::atoi(argv[++i]);
+    else if (a == "--dump") dump_path = argv[++i];
+    else return usage(2);
+  }
+  if (reps < 1) return usage(2);
+  try {
+    BenchDump dump(dump_path);  // opened first: a bad path fails before the GPU work
+    cudaStream_t s;
+    VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    bench_qwen2(reps, dump, s);
+    for (const ClipShape& sh : clip_shapes()) bench_clip(sh, reps, dump, s);
+    VLM_CUDA_CHECK(cudaStreamDestroy(s));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda_vision: %s\n", e.what());
+    return 1;
   }
   return 0;
 }
