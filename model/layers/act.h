@@ -25,15 +25,20 @@ struct Act {
   float* f32() const { return static_cast<float*>(data); }
 };
 
-// The named activations of an architecture's forward: the runner sizes each once (rows = the
-// step's tokens, or its logit rows) and hands them out by index (Step::act).
+// The named activations of an architecture's forward: the runner sizes each once and hands them
+// out by index (Step::act). A decoder's buffers have the step's tokens or its logit rows as rows;
+// an encoder call states its rows (it knows its patches and merged units).
 struct ActivationPlan {
   struct Buf {
     int64_t cols = 0;
     ActRole role = ActRole::Hidden;
     bool logit_rows = false;  // [R, cols] (the rows whose logits are wanted), else [T, cols]
+    int64_t rows = 0;         // > 0: [rows, cols] whatever the step
   };
   std::vector<Buf> bufs;
 };
+
+// x viewed as [rows, cols] (same values, row-major; rows * cols == x.rows * x.cols).
+Act reshaped(const Act& x, int64_t rows, int64_t cols);
 
 }  // namespace vlm

@@ -24,6 +24,9 @@ class LayerBackend {
   virtual std::unique_ptr<RopeTable> rope_table(const RopeConfig& rope) = 0;
   virtual std::unique_ptr<CausalAttention> causal_attention(const AttentionSpec& spec, const RopeTable& rope) = 0;
   virtual std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) = 0;
+  virtual std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec& spec) = 0;
+  virtual std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) = 0;
+  virtual std::unique_ptr<RowOps> row_ops() = 0;
 };
 
 }  // namespace vlm

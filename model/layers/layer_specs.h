@@ -28,13 +28,30 @@ struct AttentionSpec {
 };
 
 enum class MlpKind {
-  GatedSilu,  // down(silu(gate x) * up x): Llama, Qwen2
+  GatedSilu,  // down(silu(gate x) * up x): Llama, Qwen2, the Qwen2.5-VL tower
+  QuickGelu,  // down(quick_gelu(up x)): CLIP, the Qwen2-VL tower
+  GeluErf,    // down(gelu(up x)): the Qwen2-VL merger, LLaVA's projector
+  GeluTanh,   // down(gelu_tanh(up x)): SigLIP
 };
 
 struct MlpSpec {
   MlpKind kind = MlpKind::GatedSilu;
-  int64_t hidden = 0, inner = 0;  // C, I
-  LinearPart gate, up, down;      // [I, C], [I, C], [C, I]
+  int64_t hidden = 0, inner = 0;  // C (the input's width), I
+  LinearPart gate, up, down;      // [I, C] (gated only), [I, C], [Cout, I]
+};
+
+// Bidirectional attention within segments of rows (a frame, a window, an image): H heads of D.
+// The input is the fused q|k|v projection; q and k are rotated first when a rope table is given.
+struct SegmentAttentionSpec {
+  int64_t num_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+};
+
+// The 2-D rotary embedding of vision towers (Qwen2-VL): per head, frequencies [0, D/4) rotate by
+// the patch's row, [D/4, D/2) by its column (theta over D/2 dims), rotate_half style.
+struct VisionRopeSpec {
+  int64_t head_dim = 0;
+  double theta = 10000.0;
 };
 
 }  // namespace vlm

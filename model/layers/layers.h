@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "model/layers/act.h"
 #include "model/layers/step.h"
@@ -61,6 +62,30 @@ class Mlp {
   virtual int64_t inner_cols() const = 0;  // columns of the `inner` scratch forward() needs
   virtual void forward(Step& s, Act h /*[T,C]*/, Act inner /*[T,inner_cols]*/, Act y /*[T,C]*/,
                        Accum a = Accum::Write) const = 0;
+};
+
+// Bidirectional attention within segments: rows [cu[i], cu[i+1]) attend to each other only.
+class SegmentAttention {
+ public:
+  virtual ~SegmentAttention() = default;
+  virtual void forward(Step& s, Act qkv /*[T,3*H*D]*/, const RopeRows* rope /*or null*/,
+                       std::span<const int64_t> cu /*[segments+1]*/, Act out /*[T,H*D]*/) const = 0;
+};
+
+class VisionRopeTable {
+ public:
+  virtual ~VisionRopeTable() = default;
+  virtual RopeRows build(Step& s, std::span<const int32_t> pos_hw /*[T,2] row, column*/) const = 0;
+};
+
+// Data movement between activations, no weights. Rows move in units of `unit` consecutive rows.
+class RowOps {
+ public:
+  virtual ~RowOps() = default;
+  // dst unit j = src unit order[j].
+  virtual void gather_units(Step& s, Act src, std::span<const int64_t> order, int64_t unit, Act dst) const = 0;
+  // dst unit order[j] = src unit j.
+  virtual void scatter_units(Step& s, Act src, std::span<const int64_t> order, int64_t unit, Act dst) const = 0;
 };
 
 }  // namespace vlm

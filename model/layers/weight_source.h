@@ -1,13 +1,18 @@
 // WeightSource: a checkpoint's tensors under a name prefix, as layers load them. Every lookup
 // states the shape it expects; a missing tensor or another shape is a LoadError naming the
-// checkpoint and the tensor (WeightStore::get).
+// checkpoint and the tensor (WeightStore::get, or whatever lookup the source was made with:
+// benchmarks make random weights on demand).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "model/decoder/weights.h"
 
 namespace vlm {
+
+// Returns the checkpoint tensor `name`, checked against `expected`; throws LoadError otherwise.
+using WeightLookup = std::function<TensorView(const std::string& name, const Shape& expected)>;
 
 // A tensor the layer needs: its name under the prefix and its shape.
 struct WeightRef {
@@ -16,25 +21,28 @@ struct WeightRef {
 };
 
 // One part of a (possibly fused) linear layer: weight [N, K], optional bias [N] (empty name:
-// none). A layer of several parts (q|k|v, gate|up) computes each part from the same input.
+// none). A layer of several parts (q|k|v, gate|up) computes each part from the same input. A
+// weight of more than two dims (a conv kernel [N, ...]) is read as [N, product of the rest]. A
+// part may be rows [row_begin, row_end) of its tensor (e.g. q of a checkpoint's fused qkv).
 struct LinearPart {
   WeightRef weight;
   std::string bias;
+  int64_t row_begin = 0, row_end = -1;  // -1: all rows
 };
 
 class WeightSource {
  public:
-  WeightSource(const WeightStore& store, std::string prefix) : store_(store), prefix_(std::move(prefix)) {}
-  TensorView get(const WeightRef& ref) const { return store_.get(prefix_ + ref.name, ref.shape); }
-  TensorView get(const std::string& name, const Shape& shape) const { return store_.get(prefix_ + name, shape); }
-  bool has(const std::string& name) const { return store_.has(prefix_ + name); }
-  // A source for the tensors under prefix() + sub (e.g. "layers.3.").
-  WeightSource under(const std::string& sub) const { return WeightSource(store_, prefix_ + sub); }
+  WeightSource(const WeightStore& store, std::string prefix)
+      : lookup_([&store](const std::string& n, const Shape& s) { return store.get(n, s); }), prefix_(std::move(prefix)) {}
+  WeightSource(WeightLookup lookup, std::string prefix) : lookup_(std::move(lookup)), prefix_(std::move(prefix)) {}
+  TensorView get(const WeightRef& ref) const { return lookup_(prefix_ + ref.name, ref.shape); }
+  TensorView get(const std::string& name, const Shape& shape) const { return lookup_(prefix_ + name, shape); }
+  // A source for the tensors under prefix() + sub (e.g. "blocks.3.").
+  WeightSource under(const std::string& sub) const { return WeightSource(lookup_, prefix_ + sub); }
   const std::string& prefix() const { return prefix_; }
-  const WeightStore& store() const { return store_; }
 
  private:
-  const WeightStore& store_;
+  WeightLookup lookup_;
   std::string prefix_;
 };
 

@@ -18,6 +18,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "kernels/core/tensor.h"
+#include "model/layers/weight_source.h"  // WeightLookup
 
 namespace vlm {
 
@@ -47,8 +48,6 @@ struct ClipVisionConfig {  // defaults: transformers CLIPVisionConfig (SiglipVis
   static ClipVisionConfig from_json(const nlohmann::json& j, const std::string& source);
 };
 
-// Returns the checkpoint tensor `name`, checked against `expected`; throws LoadError otherwise.
-using WeightLookup = std::function<TensorView(const std::string& name, const Shape& expected)>;
 
 class ClipVisionEncoder {
  public:

@@ -7,11 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/attention/dense_attention.h"
 #include "kernels/core/check.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/ops/ops.h"
 #include "kernels/ops/vision_ops.h"
+#include "model/arch/qwen2_vision_tower.h"
+#include "model/layers/cpu/cpu_layers.h"
+#include "model/layers/cpu/cpu_step.h"
 
 namespace vlm {
 
@@ -72,58 +74,52 @@ RopeConfig vision_rope_config(const Qwen2VisionConfig& c) {
 }
 }  // namespace
 
-Qwen2VisionEncoder::Qwen2VisionEncoder(const Qwen2VisionConfig& c, const WeightLookup& w, const std::string& p)
-    : config_(c), rope_(vision_rope_config(c)) {
-  const int64_t C = c.hidden_size, I = c.intermediate_size, K = c.patch_dim();
-  const int64_t M = C * c.spatial_merge_size * c.spatial_merge_size;
-  TensorView conv = w(p + "patch_embed.proj.weight",
-                      {C, 3, c.temporal_patch_size, c.patch_size, c.patch_size});
-  patch_w_ = TensorView(conv.data, conv.dtype, {C, K});
+Qwen2VisionEncoder::Qwen2VisionEncoder(const Qwen2VisionConfig& c, const WeightLookup& lookup, const std::string& p)
+    : config_(c) {
+  const WeightSource w(lookup, p);
+  layers_ = std::make_unique<CpuLayers>();
+  tower_ = std::make_unique<Qwen2VisionTower>(c, *layers_, w);
+  // The same tensors by role, for a copy on another device (names from the tower's specs).
+  const LinearPart pe = qwen2_vision_patch_spec(c);
+  const TensorView conv = w.get(pe.weight);
+  patch_w_ = TensorView(conv.data, conv.dtype, {c.hidden_size, c.patch_dim()});
+  auto opt = [&](const std::string& name, const Shape& shape) { return name.empty() ? TensorView() : f32(w.get(name, shape)); };
+  auto bias = [&](const LinearPart& l) { return opt(l.bias, {l.weight.shape[0]}); };
   for (int64_t l = 0; l < c.depth; ++l) {
-    const std::string b = p + "blocks." + std::to_string(l) + ".";
+    const Qwen2VisionBlockSpec s = qwen2_vision_block_spec(c, l);
     Block B;
-    B.norm1_w = f32(w(b + "norm1.weight", {C}));
-    B.norm2_w = f32(w(b + "norm2.weight", {C}));
-    if (!c.qwen25) {
-      B.norm1_b = f32(w(b + "norm1.bias", {C}));
-      B.norm2_b = f32(w(b + "norm2.bias", {C}));
-    }
-    B.qkv = w(b + "attn.qkv.weight", {3 * C, C});
-    B.qkv_b = f32(w(b + "attn.qkv.bias", {3 * C}));
-    B.proj = w(b + "attn.proj.weight", {C, C});
-    B.proj_b = f32(w(b + "attn.proj.bias", {C}));
+    B.norm1_w = f32(w.get(s.norm1.weight));
+    B.norm2_w = f32(w.get(s.norm2.weight));
+    B.norm1_b = opt(s.norm1.bias, s.norm1.weight.shape);
+    B.norm2_b = opt(s.norm2.bias, s.norm2.weight.shape);
+    B.qkv = w.get(s.q.weight);  // the fused [3Cv, Cv] tensor the three parts slice
+    B.qkv_b = bias(s.q);
+    B.proj = w.get(s.proj.weight);
+    B.proj_b = bias(s.proj);
+    const MlpSpec& m = s.mlp;
     if (c.qwen25) {
-      B.gate = w(b + "mlp.gate_proj.weight", {I, C});
-      B.gate_b = f32(w(b + "mlp.gate_proj.bias", {I}));
-      B.up = w(b + "mlp.up_proj.weight", {I, C});
-      B.up_b = f32(w(b + "mlp.up_proj.bias", {I}));
-      B.down = w(b + "mlp.down_proj.weight", {C, I});
-      B.down_b = f32(w(b + "mlp.down_proj.bias", {C}));
+      B.gate = w.get(m.gate.weight), B.gate_b = bias(m.gate);
+      B.up = w.get(m.up.weight), B.up_b = bias(m.up);
+      B.down = w.get(m.down.weight), B.down_b = bias(m.down);
     } else {
-      B.fc1 = w(b + "mlp.fc1.weight", {I, C});
-      B.fc1_b = f32(w(b + "mlp.fc1.bias", {I}));
-      B.fc2 = w(b + "mlp.fc2.weight", {C, I});
-      B.fc2_b = f32(w(b + "mlp.fc2.bias", {C}));
+      B.fc1 = w.get(m.up.weight), B.fc1_b = bias(m.up);
+      B.fc2 = w.get(m.down.weight), B.fc2_b = bias(m.down);
     }
     blocks_.push_back(B);
   }
-  merge_norm_w_ = f32(w(p + "merger.ln_q.weight", {C}));
-  if (!c.qwen25) merge_norm_b_ = f32(w(p + "merger.ln_q.bias", {C}));
-  mlp0_ = w(p + "merger.mlp.0.weight", {M, M});
-  mlp0_b_ = f32(w(p + "merger.mlp.0.bias", {M}));
-  mlp2_ = w(p + "merger.mlp.2.weight", {c.out_hidden_size, M});
-  mlp2_b_ = f32(w(p + "merger.mlp.2.bias", {c.out_hidden_size}));
+  const NormSpec mn = qwen2_vision_merger_norm_spec(c);
+  const MlpSpec mm = qwen2_vision_merger_mlp_spec(c);
+  merge_norm_w_ = f32(w.get(mn.weight));
+  merge_norm_b_ = opt(mn.bias, mn.weight.shape);
+  mlp0_ = w.get(mm.up.weight), mlp0_b_ = bias(mm.up);
+  mlp2_ = w.get(mm.down.weight), mlp2_b_ = bias(mm.down);
   // VisionRotaryEmbedding(head_dim / 2): the default inverse frequencies over D/2 dims.
   RopeConfig half = vision_rope_config(c);
   half.head_dim = half.rotary_dim = static_cast<int>(c.head_dim() / 2);
   inv_freq_ = RotaryEmbedding(half).inv_freq();
 }
 
-void Qwen2VisionEncoder::norm(const float* x, const TensorView& w, const TensorView& b, int64_t T, float* y) const {
-  const float eps = static_cast<float>(config_.norm_eps);
-  if (config_.qwen25) rms_norm(x, w, eps, T, y);
-  else layer_norm(x, w, b, eps, T, y);
-}
+Qwen2VisionEncoder::~Qwen2VisionEncoder() = default;
 
 bool Qwen2VisionEncoder::full_attention(int64_t l) const {
   const auto& f = config_.fullatt_block_indexes;
@@ -181,85 +177,12 @@ Qwen2VisionLayout Qwen2VisionEncoder::layout(std::span<const std::array<int32_t,
 }
 
 void Qwen2VisionEncoder::encode(const float* pixels, std::span<const std::array<int32_t, 3>> grids, float* out) const {
-  const Qwen2VisionConfig& c = config_;
-  const int64_t C = c.hidden_size, I = c.intermediate_size, D = c.head_dim();
-  const int64_t ms = c.spatial_merge_size, unit = ms * ms, M = C * unit;
-  const int H = static_cast<int>(c.num_heads);
   const Qwen2VisionLayout lay = layout(grids);
-  const int64_t P = lay.num_patches, U = P / unit;
-  const std::vector<int64_t>& order = lay.order;
-
-  // Rotary table per patch in the run order: [P, D] (cos D/2, sin D/2).
-  const int64_t q4 = D / 4, half = D / 2;
-  std::vector<float> rope_table(static_cast<size_t>(P * D));
-  for (int64_t row = 0; row < P; ++row) {
-    const float hp = static_cast<float>(lay.pos_hw[static_cast<size_t>(2 * row)]);
-    const float wp = static_cast<float>(lay.pos_hw[static_cast<size_t>(2 * row + 1)]);
-    float* cs = rope_table.data() + row * D;
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = (i < q4 ? hp : wp) * inv_freq_[static_cast<size_t>(i % q4)];
-      cs[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      cs[half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
-    }
-  }
-
-  // Patch embedding, then rows into the unit order.
-  Tensor pe = Tensor::empty({P, C});
-  linear(pixels, P, patch_w_, nullptr, pe.as<float>());
-  Tensor x = Tensor::empty({P, C});
-  float* xp = x.as<float>();
-  for (int64_t j = 0; j < U; ++j) {
-    const int64_t src = order[static_cast<size_t>(j)];
-    std::copy(pe.as<float>() + src * unit * C, pe.as<float>() + (src + 1) * unit * C, xp + j * unit * C);
-  }
-
-  Tensor h = Tensor::empty({P, C}), qkv = Tensor::empty({P, 3 * C}), q = Tensor::empty({P, C});
-  Tensor k = Tensor::empty({P, C}), v = Tensor::empty({P, C}), attn = Tensor::empty({P, C});
-  Tensor f1 = Tensor::empty({P, I}), f2 = Tensor::empty({P, I});
-  float* hp = h.as<float>();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  for (int64_t l = 0; l < c.depth; ++l) {
-    const Block& B = blocks_[static_cast<size_t>(l)];
-    const std::vector<int64_t>& cu = full_attention(l) ? lay.frame_cu : lay.window_cu;
-    norm(xp, B.norm1_w, B.norm1_b, P, hp);
-    linear(hp, P, B.qkv, B.qkv_b.as<const float>(), qkv.as<float>());
-    for (int64_t t = 0; t < P; ++t) {
-      const float* r = qkv.as<float>() + t * 3 * C;
-      std::copy(r, r + C, q.as<float>() + t * C);
-      std::copy(r + C, r + 2 * C, k.as<float>() + t * C);
-      std::copy(r + 2 * C, r + 3 * C, v.as<float>() + t * C);
-    }
-    rope_.apply_cached(q.as<float>(), H, k.as<float>(), H, rope_table.data(), P);
-    for (size_t s = 0; s + 1 < cu.size(); ++s) {
-      const int64_t off = cu[s] * C, len = cu[s + 1] - cu[s];
-      dense_attention(q.as<float>() + off, k.as<float>() + off, v.as<float>() + off, 1, len, H,
-                      static_cast<int>(D), scale, attn.as<float>() + off);
-    }
-    linear(attn.as<float>(), P, B.proj, B.proj_b.as<const float>(), hp);
-    add_inplace(xp, hp, P * C);
-    norm(xp, B.norm2_w, B.norm2_b, P, hp);
-    if (c.qwen25) {
-      linear(hp, P, B.gate, B.gate_b.as<const float>(), f1.as<float>());
-      linear(hp, P, B.up, B.up_b.as<const float>(), f2.as<float>());
-      silu_mul(f1.as<float>(), f2.as<float>(), P, I, f1.as<float>());
-      linear(f1.as<float>(), P, B.down, B.down_b.as<const float>(), hp);
-    } else {
-      linear(hp, P, B.fc1, B.fc1_b.as<const float>(), f1.as<float>());
-      quick_gelu(f1.as<float>(), P * I);
-      linear(f1.as<float>(), P, B.fc2, B.fc2_b.as<const float>(), hp);
-    }
-    add_inplace(xp, hp, P * C);
-  }
-
-  // Merger over units [U, unit * Cv], then back to the original unit order.
-  norm(xp, merge_norm_w_, merge_norm_b_, P, hp);
-  Tensor m1 = Tensor::empty({U, M}), m2 = Tensor::empty({U, c.out_hidden_size});
-  linear(hp, U, mlp0_, mlp0_b_.as<const float>(), m1.as<float>());
-  gelu_erf(m1.as<float>(), U * M);
-  linear(m1.as<float>(), U, mlp2_, mlp2_b_.as<const float>(), m2.as<float>());
-  const int64_t Co = c.out_hidden_size;
-  for (int64_t j = 0; j < U; ++j)
-    std::copy(m2.as<float>() + j * Co, m2.as<float>() + (j + 1) * Co, out + order[static_cast<size_t>(j)] * Co);
+  const ActivationPlan plan = tower_->plan(lay);
+  CpuStep step(plan, lay.num_patches);
+  const int64_t U = lay.num_patches / (config_.spatial_merge_size * config_.spatial_merge_size);
+  tower_->forward(step, Act{const_cast<float*>(pixels), lay.num_patches, config_.patch_dim(), DType::F32}, lay,
+                  Act{out, U, config_.out_hidden_size, DType::F32});
 }
 
 }  // namespace vlm

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -27,6 +28,9 @@
 #include "model/vision/clip_vision.h"  // WeightLookup
 
 namespace vlm {
+
+class LayerBackend;
+class Qwen2VisionTower;
 
 struct Qwen2VisionConfig {
   bool qwen25 = false;              // Qwen2.5-VL variant (RMSNorm, SwiGLU, window attention)
@@ -80,6 +84,7 @@ class Qwen2VisionEncoder {
 
   // Loads `prefix` + "patch_embed.*", "blocks.N.*", "merger.*".
   Qwen2VisionEncoder(const Qwen2VisionConfig& config, const WeightLookup& weights, const std::string& prefix);
+  ~Qwen2VisionEncoder();
   const Qwen2VisionConfig& config() const { return config_; }
 
   // pixels[P, K] of items with grids[N] (P = sum t*h*w) -> out[P / merge^2, C], item by item.
@@ -98,15 +103,15 @@ class Qwen2VisionEncoder {
 
  private:
   TensorView f32(const TensorView& t);
-  void norm(const float* x, const TensorView& w, const TensorView& b, int64_t T, float* y) const;
 
   Qwen2VisionConfig config_;
   TensorView patch_w_;  // [Cv, K]
   std::vector<Block> blocks_;
   TensorView merge_norm_w_, merge_norm_b_, mlp0_, mlp0_b_, mlp2_, mlp2_b_;  // [Cv], [4Cv,4Cv], [C,4Cv]
-  RotaryEmbedding rope_;        // applies the [T, D] cos/sin tables (head_dim D)
   std::vector<float> inv_freq_; // [D / 4]
   std::vector<Tensor> storage_; // f32 copies of biases and norms
+  std::unique_ptr<LayerBackend> layers_;     // CpuLayers
+  std::unique_ptr<Qwen2VisionTower> tower_;  // the forward (model/arch/qwen2_vision_tower.h)
 };
 
 }  // namespace vlm

@@ -7,17 +7,12 @@
 #include "kernels/ops/ops.h"
 #include "kernels/ops/vision_ops.h"
 #include "model/decoder/attention_layer.h"
+#include "model/layers/cpu/cpu_linear.h"
 #include "model/layers/cpu/cpu_step.h"
+#include "model/layers/cpu/cpu_vision_layers.h"
 
 namespace vlm {
 namespace {
-
-// An f32 copy of a (small) tensor, e.g. a bias, so the kernels can add it directly.
-Tensor f32_copy(const TensorView& t) {
-  Tensor f = Tensor::empty(t.shape, DType::F32);
-  convert_to_f32(t.data, t.dtype, f.as<float>(), t.numel());
-  return f;
-}
 
 class CpuEmbedding final : public Embedding {
  public:
@@ -26,9 +21,9 @@ class CpuEmbedding final : public Embedding {
 
   void forward(Step& st, Act x) const override {
     CpuStep& s = CpuStep::of(st);
-    const ForwardBatch& b = s.batch;
+    const ForwardBatch& b = s.batch();
     const int64_t T = b.num_tokens(), C = table_.dim(1);
-    const EmbeddingOverride& o = s.override;
+    const EmbeddingOverride& o = s.override();
     VLM_CHECK(o.num_device_runs == 0, "device-memory media rows given to the CPU decoder");
     if (o.use == nullptr) {
       embedding_lookup(table_, b.token_ids.data(), T, x.f32());
@@ -57,7 +52,7 @@ class CpuNorm final : public Norm {
   void forward(Step&, Act x, Act h) const override { apply(x.f32(), x.rows, h.f32()); }
 
   void forward_rows(Step& st, Act x, Act h) const override {
-    const std::vector<int32_t>& rows = CpuStep::of(st).batch.logits_indices;
+    const std::vector<int32_t>& rows = CpuStep::of(st).batch().logits_indices;
     const int64_t C = x.cols;
     for (size_t r = 0; r < rows.size(); ++r) {
       VLM_CHECK(rows[r] >= 0 && rows[r] < x.rows, "logits index {} outside the batch of {}", rows[r], x.rows);
@@ -75,57 +70,6 @@ class CpuNorm final : public Norm {
   TensorView weight_, bias_;  // [C]
 };
 
-class CpuLinear final : public Linear {
- public:
-  struct Part {
-    TensorView w;  // [N_i, K]
-    Tensor bias;   // [N_i] f32, or empty
-  };
-  explicit CpuLinear(std::vector<Part> parts) : parts_(std::move(parts)) {
-    VLM_CHECK(!parts_.empty(), "a linear layer of no parts");
-    for (const Part& p : parts_) n_ += p.w.dim(0);
-  }
-  int64_t out_features() const override { return n_; }
-
-  void forward(Step& st, Act x, Act y, Accum a) const override {
-    const int64_t M = x.rows;
-    float* out = y.f32();
-    if (a == Accum::Add) {
-      VLM_CHECK(parts_.size() == 1, "a residual add into a linear of {} parts", parts_.size());
-      out = CpuStep::of(st).scratch(CpuStep::kLinearOut, M * n_);
-    }
-    if (parts_.size() == 1) {
-      linear(x.f32(), M, parts_[0].w, bias(parts_[0]), out);
-    } else {  // one pass over x for every part, each into its plane
-      std::vector<LinearTarget> targets;
-      float* plane = out;
-      for (const Part& p : parts_) {
-        targets.push_back({&p.w, bias(p), plane});
-        plane += M * p.w.dim(0);
-      }
-      linear_multi(x.f32(), M, targets);
-    }
-    if (a == Accum::Add) add_inplace(y.f32(), out, M * n_);
-  }
-
- private:
-  static const float* bias(const Part& p) { return p.bias.data() ? p.bias.as<float>() : nullptr; }
-  std::vector<Part> parts_;
-  int64_t n_ = 0;
-};
-
-CpuLinear::Part load_part(const WeightSource& w, const LinearPart& p) {
-  CpuLinear::Part part{w.get(p.weight), {}};
-  if (!p.bias.empty()) part.bias = f32_copy(w.get(p.bias, {p.weight.shape[0]}));
-  return part;
-}
-
-std::vector<CpuLinear::Part> load_parts(const WeightSource& w, const std::vector<LinearPart>& parts) {
-  std::vector<CpuLinear::Part> loaded;
-  for (const LinearPart& p : parts) loaded.push_back(load_part(w, p));
-  return loaded;
-}
-
 class CpuRopeTable final : public RopeTable {
  public:
   explicit CpuRopeTable(const RopeConfig& c) : rope_(c) {}
@@ -133,7 +77,7 @@ class CpuRopeTable final : public RopeTable {
 
   RopeRows build(Step& st) const override {
     CpuStep& s = CpuStep::of(st);
-    const ForwardBatch& b = s.batch;
+    const ForwardBatch& b = s.batch();
     const int64_t T = b.num_tokens();
     const int64_t R = std::max<int64_t>(static_cast<int64_t>(rope_.inv_freq().size()) * 2, 1);
     float* table = s.scratch(CpuStep::kRopeTable, T * R);  // [T, R]
@@ -158,15 +102,15 @@ class CpuCausalAttention final : public CausalAttention {
   void forward(Step& st, Act qkv, const RopeRows& rope, Act out) const override {
     CpuStep& s = CpuStep::of(st);
     const int64_t T = qkv.rows, H = spec_.num_heads, Hkv = spec_.num_kv_heads, D = spec_.head_dim;
-    VLM_CHECK(spec_.layer < static_cast<int>(s.kv.size()), "no KV layer {} of {}", spec_.layer, s.kv.size());
-    const PagedKVLayer& kv = s.kv[static_cast<size_t>(spec_.layer)];
+    VLM_CHECK(spec_.layer < static_cast<int>(s.kv().size()), "no KV layer {} of {}", spec_.layer, s.kv().size());
+    const PagedKVLayer& kv = s.kv()[static_cast<size_t>(spec_.layer)];
     VLM_CHECK(kv.num_kv_heads == Hkv && kv.head_dim == D, "KV layer {} is {}x{}, model needs {}x{}", spec_.layer,
               kv.num_kv_heads, kv.head_dim, Hkv, D);
     float* q = qkv.f32();  // planes [T, H*D], [T, Hkv*D], [T, Hkv*D]
     float* k = q + T * H * D;
     float* v = k + T * Hkv * D;
     rope_.apply_cached(q, H, k, Hkv, static_cast<const float*>(rope.table), T);
-    attention_.forward(spec_.layer, q, k, v, static_cast<int>(H), kv, s.batch, spec_.scale, out.f32());
+    attention_.forward(spec_.layer, q, k, v, static_cast<int>(H), kv, s.batch(), spec_.scale, out.f32());
   }
 
  private:
@@ -175,23 +119,31 @@ class CpuCausalAttention final : public CausalAttention {
   AttentionLayer attention_;  // the exact path and the methods' hooks
 };
 
-class CpuGatedMlp final : public Mlp {
+class CpuMlp final : public Mlp {
  public:
-  CpuGatedMlp(const WeightSource& w, const MlpSpec& spec)
-      : spec_(spec), gate_up_(load_parts(w, {spec.gate, spec.up})), down_(load_parts(w, {spec.down})) {}
-  int64_t inner_cols() const override { return 2 * spec_.inner; }
+  CpuMlp(const WeightSource& w, const MlpSpec& spec)
+      : spec_(spec),
+        in_(load_cpu_linear_parts(w, gated() ? std::vector<LinearPart>{spec.gate, spec.up} : std::vector<LinearPart>{spec.up})),
+        down_(load_cpu_linear_parts(w, {spec.down})) {}
+  int64_t inner_cols() const override { return gated() ? 2 * spec_.inner : spec_.inner; }
 
   void forward(Step& s, Act h, Act inner, Act y, Accum a) const override {
     const int64_t T = h.rows, I = spec_.inner;
-    gate_up_.forward(s, h, inner, Accum::Write);  // planes gate [T, I], up [T, I]
-    float* gate = inner.f32();
-    silu_mul(gate, gate + T * I, T, I, gate);  // in place
-    down_.forward(s, Act{gate, T, I, DType::F32}, y, a);
+    in_.forward(s, h, inner, Accum::Write);  // gated: planes gate [T, I], up [T, I]; else [T, I]
+    float* f = inner.f32();
+    switch (spec_.kind) {
+      case MlpKind::GatedSilu: silu_mul(f, f + T * I, T, I, f); break;  // in place
+      case MlpKind::QuickGelu: quick_gelu(f, T * I); break;
+      case MlpKind::GeluErf: gelu_erf(f, T * I); break;
+      case MlpKind::GeluTanh: gelu_tanh(f, T * I); break;
+    }
+    down_.forward(s, Act{f, T, I, DType::F32}, y, a);
   }
 
  private:
+  bool gated() const { return spec_.kind == MlpKind::GatedSilu; }
   MlpSpec spec_;
-  CpuLinear gate_up_, down_;
+  CpuLinear in_, down_;
 };
 
 }  // namespace
@@ -205,7 +157,7 @@ std::unique_ptr<Norm> CpuLayers::norm(const WeightSource& w, const NormSpec& spe
 }
 
 std::unique_ptr<Linear> CpuLayers::linear(const WeightSource& w, const std::vector<LinearPart>& parts) {
-  return std::make_unique<CpuLinear>(load_parts(w, parts));
+  return std::make_unique<CpuLinear>(load_cpu_linear_parts(w, parts));
 }
 
 std::unique_ptr<Linear> CpuLayers::tied_linear(const Embedding& table) {
@@ -227,8 +179,17 @@ std::unique_ptr<CausalAttention> CpuLayers::causal_attention(const AttentionSpec
 }
 
 std::unique_ptr<Mlp> CpuLayers::mlp(const WeightSource& w, const MlpSpec& spec) {
-  VLM_CHECK(spec.kind == MlpKind::GatedSilu, "unknown MLP kind");
-  return std::make_unique<CpuGatedMlp>(w, spec);
+  return std::make_unique<CpuMlp>(w, spec);
 }
+
+std::unique_ptr<SegmentAttention> CpuLayers::segment_attention(const SegmentAttentionSpec& spec) {
+  return make_cpu_segment_attention(spec);
+}
+
+std::unique_ptr<VisionRopeTable> CpuLayers::vision_rope_table(const VisionRopeSpec& spec) {
+  return make_cpu_vision_rope_table(spec);
+}
+
+std::unique_ptr<RowOps> CpuLayers::row_ops() { return make_cpu_row_ops(); }
 
 }  // namespace vlm

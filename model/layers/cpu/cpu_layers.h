@@ -19,6 +19,9 @@ class CpuLayers final : public LayerBackend {
   std::unique_ptr<RopeTable> rope_table(const RopeConfig& rope) override;
   std::unique_ptr<CausalAttention> causal_attention(const AttentionSpec& spec, const RopeTable& rope) override;
   std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) override;
+  std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec& spec) override;
+  std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) override;
+  std::unique_ptr<RowOps> row_ops() override;
 };
 
 }  // namespace vlm

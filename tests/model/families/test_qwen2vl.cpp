@@ -4,6 +4,9 @@
 // and logits <= 1e-4 relative on HF's pixel_values, greedy tokens exact (image, video, mixed).
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
+
 #include <algorithm>
 #include <numeric>
 
@@ -11,11 +14,14 @@
 
 #include "engine/scheduling/kv_cache.h"
 #include "kernels/core/check.h"
+#include "kernels/core/cpu_features.h"
+#include "kernels/gemm/gemm.h"
 #include "model/families/qwen2_vl.h"
 #include "model/decoder/forward_batch.h"
 #include "model/media/qwen2vl_preprocess.h"
 #include "model/decoder/safetensors.h"
 #include "tests/support/decoder_harness.h"
+#include "tests/support/qwen2_vision_loop.h"
 
 namespace vlm {
 namespace {
@@ -168,6 +174,43 @@ TEST_P(Qwen2VLFixture, VisionEmbeddingsMatchHf) {
       const int64_t rows = static_cast<int64_t>(want.size()) / C;
       EXPECT_LE(testing::max_row_rel_error(got.data(), want.data(), rows, C), 1e-4) << p;
     }
+}
+
+// The tower written over layers (model/arch/qwen2_vision_tower.h) against the loop it replaced
+// (tests/support/qwen2_vision_loop.h): the same kernels in the same order, so the same rows bit for
+// bit — the fixture's images and videos, and random pixels over a grid with several windows.
+TEST_P(Qwen2VLFixture, VisionTowerOverLayersEqualsTheLoopBitForBit) {
+  Model m(GetParam());
+  const Qwen2VisionEncoder& enc = m.model->vision();
+  const int64_t C = enc.config().out_hidden_size, K = enc.config().patch_dim();
+  auto check = [&](const std::vector<Grid>& g, const std::vector<float>& px, const std::string& what) {
+    int64_t rows = 0;
+    for (const auto& x : g) rows += int64_t(x[0]) * x[1] * x[2] / 4;
+    std::vector<float> a(static_cast<size_t>(rows * C)), b(a.size());
+    for (bool bf16 : {false, true}) {  // f32 activations, and bf16 ones where the CPU has them
+      if (bf16 && !cpu_has_avx512_bf16()) continue;
+      set_bf16_activations(bf16);
+      enc.encode(px.data(), g, a.data());
+      testing::qwen2_vision_loop(enc, px.data(), g, b.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << what << (bf16 ? " bf16" : "");
+    }
+    set_bf16_activations(false);
+  };
+  int checked = 0;
+  for (int k = 0; k < m.num_prompts(); ++k)
+    for (bool video : {false, true}) {
+      const std::string p = "p" + std::to_string(k) + (video ? ".video" : ".image");
+      if (!has(*m.ref, p + "_embeds")) continue;
+      check(grids(*m.ref, p + "_grid"), m.pixels(k, video), p);
+      ++checked;
+    }
+  EXPECT_GE(checked, 3);
+  const std::vector<Grid> big = {{2, 16, 12}, {1, 4, 6}};
+  std::vector<float> px(static_cast<size_t>((2 * 16 * 12 + 4 * 6) * K));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : px) v = u(rng);
+  check(big, px, "random grids");
 }
 
 // Prefill (in chunks, with M-RoPE positions and media embeddings), then greedy decode with

@@ -1,0 +1,16 @@
+// The CPU's vision layers (CpuLayers makes them): attention within segments, the 2-D vision rope
+// table, and row movement. Exact f32, the kernels the pre-layer towers called, in their order.
+#pragma once
+
+#include <memory>
+
+#include "model/layers/layer_specs.h"
+#include "model/layers/layers.h"
+
+namespace vlm {
+
+std::unique_ptr<SegmentAttention> make_cpu_segment_attention(const SegmentAttentionSpec& spec);
+std::unique_ptr<VisionRopeTable> make_cpu_vision_rope_table(const VisionRopeSpec& spec);
+std::unique_ptr<RowOps> make_cpu_row_ops();
+
+}  // namespace vlm
