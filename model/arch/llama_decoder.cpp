@@ -20,7 +20,7 @@ LlamaLayerSpec llama_layer_spec(const ModelConfig& c, int64_t layer) {
   s.v = part("self_attn.v_proj", {KD, C}, c.qkv_bias);
   s.o = part("self_attn.o_proj", {C, QD}, c.o_bias);
   s.mlp = {MlpKind::GatedSilu, C, I, part("mlp.gate_proj", {I, C}, c.mlp_bias), part("mlp.up_proj", {I, C}, c.mlp_bias),
-           part("mlp.down_proj", {C, I}, c.mlp_bias)};
+           part("mlp.down_proj", {C, I}, c.mlp_bias), s.post_norm};
   return s;
 }
 
@@ -32,52 +32,45 @@ LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const We
   const WeightSource w(weights, names.prefix);
   embed_ = backend.embedding(w, {"embed_tokens.weight", {V, C}});
   rope_ = backend.rope_table(c.rope);
-  final_norm_ = backend.norm(w, {NormKind::Rms, static_cast<float>(c.rms_norm_eps), {"norm.weight", {C}}, {}});
-  // Tied checkpoints usually omit lm_head.weight; some keep a copy. Follow the config.
-  head_ = c.tie_word_embeddings ? backend.tied_linear(*embed_)
-                                : backend.linear(WeightSource(weights, ""), {{{names.lm_head, {V, C}}, {}}});
+  const NormSpec final_norm{NormKind::Rms, static_cast<float>(c.rms_norm_eps), {"norm.weight", {C}}, {}};
+  // The LM head after the final norm. Tied checkpoints usually omit lm_head.weight; some keep a
+  // copy. Follow the config.
+  if (c.tie_word_embeddings) {
+    head_ = backend.tied_linear(*embed_, w, &final_norm);
+  } else {
+    const NormSpec absolute{final_norm.kind, final_norm.eps, {names.prefix + "norm.weight", {C}}, {}};
+    head_ = backend.linear(WeightSource(weights, ""), {{{names.lm_head, {V, C}}, {}}}, &absolute);
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   int64_t inner = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LlamaLayerSpec s = llama_layer_spec(c, l);
     Block b;
-    b.attn_norm = backend.norm(w, s.input_norm);
-    b.qkv = backend.linear(w, {s.q, s.k, s.v});
+    b.qkv = backend.linear(w, {s.q, s.k, s.v}, &s.input_norm);
     b.attn = backend.causal_attention({static_cast<int>(l), c.num_heads, c.num_kv_heads, D, scale}, *rope_);
     b.o = backend.linear(w, {s.o});
-    b.mlp_norm = backend.norm(w, s.post_norm);
-    b.mlp = backend.mlp(w, s.mlp);
+    b.mlp = backend.mlp(w, s.mlp);  // with the post-attention norm
     inner = std::max(inner, b.mlp->inner_cols());
     blocks_.push_back(std::move(b));
   }
   plan_.bufs.resize(kNumBufs);
   plan_.bufs[kResidual] = {C, ActRole::Residual, false};
-  plan_.bufs[kHidden] = {C, ActRole::Hidden, false};
   plan_.bufs[kQkv] = {QD + 2 * KD, ActRole::Hidden, false};
   plan_.bufs[kAttn] = {QD, ActRole::Hidden, false};
   plan_.bufs[kInner] = {inner, ActRole::Hidden, false};
-  plan_.bufs[kSelected] = {C, ActRole::Hidden, true};
 }
 
 void LlamaDecoder::forward(Step& s) const {
-  const Act x = s.act(kResidual), h = s.act(kHidden), qkv = s.act(kQkv), a = s.act(kAttn), inner = s.act(kInner);
+  const Act x = s.act(kResidual), qkv = s.act(kQkv), a = s.act(kAttn), inner = s.act(kInner);
   const RopeRows rope = rope_->build(s);  // cos/sin of every row, once for all layers
   embed_->forward(s, x);                  // token rows, media rows from the step's override
   for (const Block& b : blocks_) {
-    b.attn_norm->forward(s, x, h);        // h = rms(x) * g
-    b.qkv->forward(s, h, qkv);            // q | k | v (+ bias)
+    b.qkv->forward(s, x, qkv);            // q | k | v of rms(x) * g (+ bias)
     b.attn->forward(s, qkv, rope, a);     // RoPE, K/V -> cache, attention with the methods
     b.o->forward(s, a, x, Accum::Add);    // x += a Wo^T (+ bias)
-    b.mlp_norm->forward(s, x, h);
-    b.mlp->forward(s, h, inner, x, Accum::Add);  // x += down(silu(gate h) * up h)
+    b.mlp->forward(s, x, inner, x, Accum::Add);  // x += down(silu(gate h) * up h), h = rms(x) * g2
   }
-  if (s.num_logit_rows() == 0) {
-    s.logits(vocab_);
-    return;
-  }
-  const Act sel = s.act(kSelected);       // [R, C]
-  final_norm_->forward_rows(s, x, sel);
-  head_->forward(s, sel, s.logits(vocab_));
+  head_->forward_rows(s, x, s.logits(vocab_));  // logit rows only, after the final norm
 }
 
 }  // namespace vlm

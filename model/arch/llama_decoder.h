@@ -46,20 +46,18 @@ class LlamaDecoder {
 
  private:
   struct Block {
-    std::unique_ptr<Norm> attn_norm, mlp_norm;
-    std::unique_ptr<Linear> qkv, o;
+    std::unique_ptr<Linear> qkv, o;  // qkv with the input norm
     std::unique_ptr<CausalAttention> attn;
-    std::unique_ptr<Mlp> mlp;
+    std::unique_ptr<Mlp> mlp;        // with the post-attention norm
   };
-  enum Buf { kResidual, kHidden, kQkv, kAttn, kInner, kSelected, kNumBufs };
+  enum Buf { kResidual, kQkv, kAttn, kInner, kNumBufs };
 
   int64_t vocab_ = 0;
   ActivationPlan plan_;
   std::unique_ptr<Embedding> embed_;
   std::unique_ptr<RopeTable> rope_;
   std::vector<Block> blocks_;
-  std::unique_ptr<Norm> final_norm_;
-  std::unique_ptr<Linear> head_;
+  std::unique_ptr<Linear> head_;  // with the final norm
 };
 
 }  // namespace vlm

@@ -24,9 +24,9 @@ Qwen2VisionBlockSpec qwen2_vision_block_spec(const Qwen2VisionConfig& c, int64_t
   Qwen2VisionBlockSpec s{norm("norm1"), norm("norm2"), third(0), third(1), third(2), part("attn.proj", {C, C}), {}};
   if (c.qwen25)
     s.mlp = {MlpKind::GatedSilu, C, I, part("mlp.gate_proj", {I, C}), part("mlp.up_proj", {I, C}),
-             part("mlp.down_proj", {C, I})};
+             part("mlp.down_proj", {C, I}), s.norm2};
   else
-    s.mlp = {MlpKind::QuickGelu, C, I, {}, part("mlp.fc1", {I, C}), part("mlp.fc2", {C, I})};
+    s.mlp = {MlpKind::QuickGelu, C, I, {}, part("mlp.fc1", {I, C}), part("mlp.fc2", {C, I}), s.norm2};
   return s;
 }
 
@@ -55,11 +55,9 @@ Qwen2VisionTower::Qwen2VisionTower(const Qwen2VisionConfig& c, LayerBackend& b, 
   for (int64_t l = 0; l < c.depth; ++l) {
     const Qwen2VisionBlockSpec s = qwen2_vision_block_spec(c, l);
     Block B;
-    B.norm1 = b.norm(w, s.norm1);
-    B.qkv = b.linear(w, {s.q, s.k, s.v});
+    B.qkv = b.linear(w, {s.q, s.k, s.v}, &s.norm1);
     B.proj = b.linear(w, {s.proj});
-    B.norm2 = b.norm(w, s.norm2);
-    B.mlp = b.mlp(w, s.mlp);
+    B.mlp = b.mlp(w, s.mlp);  // with norm2
     B.full = !c.qwen25 || std::find(full.begin(), full.end(), l) != full.end();
     blocks_.push_back(std::move(B));
   }
@@ -92,12 +90,10 @@ void Qwen2VisionTower::forward(Step& s, Act pixels, const Qwen2VisionLayout& lay
   patch_->forward(s, pixels, pe, Accum::Write);       // [P, Cv] in prompt order
   rows_->gather_units(s, pe, lay.order, unit, x);     // into the run order
   for (const Block& B : blocks_) {
-    B.norm1->forward(s, x, h);
-    B.qkv->forward(s, h, qkv, Accum::Write);
+    B.qkv->forward(s, x, qkv, Accum::Write);  // of norm1(x)
     attn_->forward(s, qkv, &rope, B.full ? lay.frame_cu : lay.window_cu, a);
     B.proj->forward(s, a, x, Accum::Add);
-    B.norm2->forward(s, x, h);
-    B.mlp->forward(s, h, inner, x, Accum::Add);
+    B.mlp->forward(s, x, inner, x, Accum::Add);  // of norm2(x)
   }
   merger_norm_->forward(s, x, h);
   const Act merged = s.act(kMerged);  // [U, C] in the run order

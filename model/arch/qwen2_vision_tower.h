@@ -45,9 +45,8 @@ class Qwen2VisionTower {
 
  private:
   struct Block {
-    std::unique_ptr<Norm> norm1, norm2;
-    std::unique_ptr<Linear> qkv, proj;
-    std::unique_ptr<Mlp> mlp;
+    std::unique_ptr<Linear> qkv, proj;  // qkv with norm1
+    std::unique_ptr<Mlp> mlp;           // with norm2
     bool full = true;  // attends over whole frames (else within windows)
   };
   enum Buf { kPatchRows, kX, kH, kQkv, kAttn, kInner, kMergerInner, kMerged, kNumBufs };

@@ -18,9 +18,13 @@ class LayerBackend {
   virtual ~LayerBackend() = default;
   virtual std::unique_ptr<Embedding> embedding(const WeightSource& w, const WeightRef& table /*[V,C]*/) = 0;
   virtual std::unique_ptr<Norm> norm(const WeightSource& w, const NormSpec& spec) = 0;
-  virtual std::unique_ptr<Linear> linear(const WeightSource& w, const std::vector<LinearPart>& parts) = 0;
-  // A linear layer over the embedding's table (a tied LM head), sharing its memory.
-  virtual std::unique_ptr<Linear> tied_linear(const Embedding& table) = 0;
+  // pre_norm (or null): the norm the layer applies to its input first.
+  virtual std::unique_ptr<Linear> linear(const WeightSource& w, const std::vector<LinearPart>& parts,
+                                         const NormSpec* pre_norm = nullptr) = 0;
+  // A linear layer over the embedding's table (a tied LM head), sharing its memory; pre_norm
+  // (or null) read from w.
+  virtual std::unique_ptr<Linear> tied_linear(const Embedding& table, const WeightSource& w,
+                                              const NormSpec* pre_norm = nullptr) = 0;
   virtual std::unique_ptr<RopeTable> rope_table(const RopeConfig& rope) = 0;
   virtual std::unique_ptr<CausalAttention> causal_attention(const AttentionSpec& spec, const RopeTable& rope) = 0;
   virtual std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) = 0;

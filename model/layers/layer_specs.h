@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "model/layers/weight_source.h"
@@ -38,6 +39,7 @@ struct MlpSpec {
   MlpKind kind = MlpKind::GatedSilu;
   int64_t hidden = 0, inner = 0;  // C (the input's width), I
   LinearPart gate, up, down;      // [I, C] (gated only), [I, C], [Cout, I]
+  std::optional<NormSpec> pre_norm;  // the block's norm before the MLP, when it is the MLP's
 };
 
 // Bidirectional attention within segments of rows (a frame, a window, an image): H heads of D.

@@ -26,16 +26,18 @@ class Norm {
  public:
   virtual ~Norm() = default;
   virtual void forward(Step& s, Act x /*[T,C]*/, Act h /*[T,C]*/) const = 0;
-  // The step's logit rows of x, normed: h[r] = norm(x[logit row r]).
-  virtual void forward_rows(Step& s, Act x /*[T,C]*/, Act h /*[R,C]*/) const = 0;
 };
 
-// y = x W^T (+ bias) for one weight or several parts of the same input (q|k|v, gate|up).
+// y = n(x) W^T (+ bias) for one weight or several parts of the same input (q|k|v, gate|up), n the
+// layer's pre-norm when it has one (else the identity). The norm belongs to the layer so that a
+// backend may fold it into the product (the GPU does for few rows: gemv_norm.h).
 class Linear {
  public:
   virtual ~Linear() = default;
   virtual int64_t out_features() const = 0;  // N (all parts)
   virtual void forward(Step& s, Act x /*[M,K]*/, Act y /*[M,N]*/, Accum a = Accum::Write) const = 0;
+  // y[r] = n(x[logit row r]) W^T for the step's logit rows (an LM head after the final norm).
+  virtual void forward_rows(Step& s, Act x /*[T,K]*/, Act y /*[R,N]*/) const = 0;
 };
 
 // cos/sin of every row of the step, made once and read by every layer's attention.
@@ -56,11 +58,13 @@ class CausalAttention {
   virtual void forward(Step& s, Act qkv /*[T,(H+2Hkv)D]*/, const RopeRows& rope, Act out /*[T,H*D]*/) const = 0;
 };
 
+// y (+)= mlp(n(x)), n the layer's pre-norm when it has one. x and y may be the same Act (the
+// residual add: every read of x happens before y is written).
 class Mlp {
  public:
   virtual ~Mlp() = default;
   virtual int64_t inner_cols() const = 0;  // columns of the `inner` scratch forward() needs
-  virtual void forward(Step& s, Act h /*[T,C]*/, Act inner /*[T,inner_cols]*/, Act y /*[T,C]*/,
+  virtual void forward(Step& s, Act x /*[T,C]*/, Act inner /*[T,inner_cols]*/, Act y /*[T,Cout]*/,
                        Accum a = Accum::Write) const = 0;
 };
 

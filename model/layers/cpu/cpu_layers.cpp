@@ -42,34 +42,6 @@ class CpuEmbedding final : public Embedding {
   TensorView table_;  // [V, C]
 };
 
-class CpuNorm final : public Norm {
- public:
-  CpuNorm(const WeightSource& w, const NormSpec& spec) : spec_(spec), weight_(w.get(spec.weight)) {
-    if (!spec.bias.empty()) bias_ = w.get(spec.bias, spec.weight.shape);
-    VLM_CHECK(spec.kind == NormKind::Rms || !bias_.empty(), "LayerNorm {} without a bias", spec.weight.name);
-  }
-
-  void forward(Step&, Act x, Act h) const override { apply(x.f32(), x.rows, h.f32()); }
-
-  void forward_rows(Step& st, Act x, Act h) const override {
-    const std::vector<int32_t>& rows = CpuStep::of(st).batch().logits_indices;
-    const int64_t C = x.cols;
-    for (size_t r = 0; r < rows.size(); ++r) {
-      VLM_CHECK(rows[r] >= 0 && rows[r] < x.rows, "logits index {} outside the batch of {}", rows[r], x.rows);
-      std::copy(x.f32() + rows[r] * C, x.f32() + (rows[r] + 1) * C, h.f32() + static_cast<int64_t>(r) * C);
-    }
-    apply(h.f32(), static_cast<int64_t>(rows.size()), h.f32());
-  }
-
- private:
-  void apply(const float* x, int64_t T, float* y) const {
-    if (spec_.kind == NormKind::Rms) rms_norm(x, weight_, spec_.eps, T, y);
-    else layer_norm(x, weight_, bias_, spec_.eps, T, y);
-  }
-  NormSpec spec_;
-  TensorView weight_, bias_;  // [C]
-};
-
 class CpuRopeTable final : public RopeTable {
  public:
   explicit CpuRopeTable(const RopeConfig& c) : rope_(c) {}
@@ -123,13 +95,14 @@ class CpuMlp final : public Mlp {
  public:
   CpuMlp(const WeightSource& w, const MlpSpec& spec)
       : spec_(spec),
-        in_(load_cpu_linear_parts(w, gated() ? std::vector<LinearPart>{spec.gate, spec.up} : std::vector<LinearPart>{spec.up})),
+        in_(load_cpu_linear_parts(w, gated() ? std::vector<LinearPart>{spec.gate, spec.up} : std::vector<LinearPart>{spec.up}),
+            make_cpu_norm(w, spec.pre_norm ? &*spec.pre_norm : nullptr)),
         down_(load_cpu_linear_parts(w, {spec.down})) {}
   int64_t inner_cols() const override { return gated() ? 2 * spec_.inner : spec_.inner; }
 
-  void forward(Step& s, Act h, Act inner, Act y, Accum a) const override {
-    const int64_t T = h.rows, I = spec_.inner;
-    in_.forward(s, h, inner, Accum::Write);  // gated: planes gate [T, I], up [T, I]; else [T, I]
+  void forward(Step& s, Act x, Act inner, Act y, Accum a) const override {
+    const int64_t T = x.rows, I = spec_.inner;
+    in_.forward(s, x, inner, Accum::Write);  // gated: planes gate [T, I], up [T, I]; else [T, I]
     float* f = inner.f32();
     switch (spec_.kind) {
       case MlpKind::GatedSilu: silu_mul(f, f + T * I, T, I, f); break;  // in place
@@ -156,16 +129,17 @@ std::unique_ptr<Norm> CpuLayers::norm(const WeightSource& w, const NormSpec& spe
   return std::make_unique<CpuNorm>(w, spec);
 }
 
-std::unique_ptr<Linear> CpuLayers::linear(const WeightSource& w, const std::vector<LinearPart>& parts) {
-  return std::make_unique<CpuLinear>(load_cpu_linear_parts(w, parts));
+std::unique_ptr<Linear> CpuLayers::linear(const WeightSource& w, const std::vector<LinearPart>& parts,
+                                          const NormSpec* pre_norm) {
+  return std::make_unique<CpuLinear>(load_cpu_linear_parts(w, parts), make_cpu_norm(w, pre_norm));
 }
 
-std::unique_ptr<Linear> CpuLayers::tied_linear(const Embedding& table) {
+std::unique_ptr<Linear> CpuLayers::tied_linear(const Embedding& table, const WeightSource& w, const NormSpec* pre_norm) {
   const auto* e = dynamic_cast<const CpuEmbedding*>(&table);
   VLM_CHECK(e != nullptr, "a CPU tied linear over another backend's embedding");
   std::vector<CpuLinear::Part> parts;
   parts.push_back({e->table(), {}});
-  return std::make_unique<CpuLinear>(std::move(parts));
+  return std::make_unique<CpuLinear>(std::move(parts), make_cpu_norm(w, pre_norm));
 }
 
 std::unique_ptr<RopeTable> CpuLayers::rope_table(const RopeConfig& rope) {

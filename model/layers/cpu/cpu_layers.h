@@ -14,8 +14,9 @@ class CpuLayers final : public LayerBackend {
  public:
   std::unique_ptr<Embedding> embedding(const WeightSource& w, const WeightRef& table) override;
   std::unique_ptr<Norm> norm(const WeightSource& w, const NormSpec& spec) override;
-  std::unique_ptr<Linear> linear(const WeightSource& w, const std::vector<LinearPart>& parts) override;
-  std::unique_ptr<Linear> tied_linear(const Embedding& table) override;
+  std::unique_ptr<Linear> linear(const WeightSource& w, const std::vector<LinearPart>& parts,
+                                 const NormSpec* pre_norm) override;
+  std::unique_ptr<Linear> tied_linear(const Embedding& table, const WeightSource& w, const NormSpec* pre_norm) override;
   std::unique_ptr<RopeTable> rope_table(const RopeConfig& rope) override;
   std::unique_ptr<CausalAttention> causal_attention(const AttentionSpec& spec, const RopeTable& rope) override;
   std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) override;
