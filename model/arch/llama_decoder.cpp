@@ -56,17 +56,16 @@ LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const We
   plan_.bufs.resize(kNumBufs);
   plan_.bufs[kResidual] = {C, ActRole::Residual, false};
   plan_.bufs[kQkv] = {QD + 2 * KD, ActRole::Hidden, false};
-  plan_.bufs[kAttn] = {QD, ActRole::Hidden, false};
   plan_.bufs[kInner] = {inner, ActRole::Hidden, false};
 }
 
 void LlamaDecoder::forward(Step& s) const {
-  const Act x = s.act(kResidual), qkv = s.act(kQkv), a = s.act(kAttn), inner = s.act(kInner);
+  const Act x = s.act(kResidual), qkv = s.act(kQkv), inner = s.act(kInner);
   const RopeRows rope = rope_->build(s);  // cos/sin of every row, once for all layers
   embed_->forward(s, x);                  // token rows, media rows from the step's override
   for (const Block& b : blocks_) {
     b.qkv->forward(s, x, qkv);            // q | k | v of rms(x) * g (+ bias)
-    b.attn->forward(s, qkv, rope, a);     // RoPE, K/V -> cache, attention with the methods
+    const Act a = b.attn->forward(s, qkv, rope);  // RoPE, K/V -> cache, attention with the methods
     b.o->forward(s, a, x, Accum::Add);    // x += a Wo^T (+ bias)
     b.mlp->forward(s, x, inner, x, Accum::Add);  // x += down(silu(gate h) * up h), h = rms(x) * g2
   }

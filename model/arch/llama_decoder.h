@@ -50,7 +50,7 @@ class LlamaDecoder {
     std::unique_ptr<CausalAttention> attn;
     std::unique_ptr<Mlp> mlp;        // with the post-attention norm
   };
-  enum Buf { kResidual, kQkv, kAttn, kInner, kNumBufs };
+  enum Buf { kResidual, kQkv, kInner, kNumBufs };
 
   int64_t vocab_ = 0;
   ActivationPlan plan_;

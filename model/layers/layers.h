@@ -54,8 +54,10 @@ class RopeTable {
 class CausalAttention {
  public:
   virtual ~CausalAttention() = default;
-  // qkv: the fused projection of the layer's input; out: attention [T, H*D] (Hidden).
-  virtual void forward(Step& s, Act qkv /*[T,(H+2Hkv)D]*/, const RopeRows& rope, Act out /*[T,H*D]*/) const = 0;
+  // qkv: the fused projection of the layer's input. Returns the attention [T, H*D] (Hidden) in
+  // memory the backend owns (the GPU's carries rows of slack its prefill kernels pad into), valid
+  // until the next layer's attention runs.
+  virtual Act forward(Step& s, Act qkv /*[T,(H+2Hkv)D]*/, const RopeRows& rope) const = 0;
 };
 
 // y (+)= mlp(n(x)), n the layer's pre-norm when it has one. x and y may be the same Act (the

@@ -71,7 +71,7 @@ class CpuCausalAttention final : public CausalAttention {
  public:
   CpuCausalAttention(const AttentionSpec& spec, const RotaryEmbedding& rope) : spec_(spec), rope_(rope) {}
 
-  void forward(Step& st, Act qkv, const RopeRows& rope, Act out) const override {
+  Act forward(Step& st, Act qkv, const RopeRows& rope) const override {
     CpuStep& s = CpuStep::of(st);
     const int64_t T = qkv.rows, H = spec_.num_heads, Hkv = spec_.num_kv_heads, D = spec_.head_dim;
     VLM_CHECK(spec_.layer < static_cast<int>(s.kv().size()), "no KV layer {} of {}", spec_.layer, s.kv().size());
@@ -82,7 +82,9 @@ class CpuCausalAttention final : public CausalAttention {
     float* k = q + T * H * D;
     float* v = k + T * Hkv * D;
     rope_.apply_cached(q, H, k, Hkv, static_cast<const float*>(rope.table), T);
-    attention_.forward(spec_.layer, q, k, v, static_cast<int>(H), kv, s.batch(), spec_.scale, out.f32());
+    float* out = s.scratch(CpuStep::kAttnOut, T * H * D);  // [T, H*D]
+    attention_.forward(spec_.layer, q, k, v, static_cast<int>(H), kv, s.batch(), spec_.scale, out);
+    return Act{out, T, H * D, DType::F32};
   }
 
  private:
