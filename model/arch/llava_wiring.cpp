@@ -10,7 +10,7 @@ namespace vlm {
 
 MlpSpec llava_projector_spec(int64_t in, int64_t out, bool bias) {
   return {MlpKind::GeluErf, in, out, {}, {{"linear_1.weight", {out, in}}, bias ? "linear_1.bias" : ""},
-          {{"linear_2.weight", {out, out}}, bias ? "linear_2.bias" : ""}};
+          {{"linear_2.weight", {out, out}}, bias ? "linear_2.bias" : ""}, std::nullopt};
 }
 
 namespace {

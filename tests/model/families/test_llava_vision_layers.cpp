@@ -86,6 +86,15 @@ void check_model(const LlavaModel& m, const std::string& dir, const std::vector<
         }
     });
   }
+  if (cpu_has_avx512_bf16()) {  // the bf16 runs above took another path: their rows differ from f32's
+    const int64_t N = static_cast<int64_t>(inputs[0].size()) / (3 * S * S);
+    std::vector<float> a(static_cast<size_t>(N * Ti * Fin)), b(a.size());
+    m.vision_features(inputs[0].data(), N, a.data());
+    set_bf16_activations(true);
+    m.vision_features(inputs[0].data(), N, b.data());
+    set_bf16_activations(false);
+    EXPECT_FALSE(same(a, b)) << name << ": bf16 activations changed no row";
+  }
 }
 
 TEST(LlavaVisionOverLayers, EqualsTheLoopBitForBit) {
