@@ -88,8 +88,8 @@ class CpuPatchEmbedding final : public PatchEmbedding {
   CpuPatchEmbedding(const WeightSource& w, const PatchEmbeddingSpec& spec)
       : spec_(spec), conv_(load_cpu_linear_parts(w, {spec.conv})) {
     C_ = conv_.out_features();
-    VLM_CHECK(spec.patch_size > 0 && spec.image_size % spec.patch_size == 0, "image size {} over patches of {}",
-              spec.image_size, spec.patch_size);
+    VLM_CHECK(spec.patch_size > 0 && spec.image_size >= spec.patch_size, "image size {} over patches of {}",
+              spec.image_size, spec.patch_size);  // the last image_size % patch_size pixels fall outside every patch
     G_ = spec.image_size / spec.patch_size;
     const int64_t L = tokens_per_image();
     VLM_CHECK(spec.positions.shape == Shape({L, C_}), "positions {} are not [{}, {}]", spec.positions.name, L, C_);
