@@ -59,6 +59,10 @@ RopeConfig parse_rope(const json& j, const ModelConfig& c, const std::string& so
     if (r.mrope_section.size() != 3 || sum * 2 != r.rotary_dim)
       fail(source, fmt::format("mrope_section must be 3 sections summing to rotary_dim / 2 = {}", r.rotary_dim / 2));
     if (type == "mrope") type = "default";  // legacy Qwen2-VL configs: {"type": "mrope", ...}
+    // Qwen3-VL interleaves the sections over the frequencies (THWTHW...): not the contiguous
+    // layout cos_sin_table_mrope computes.
+    if (get_or<bool>(params, "mrope_interleaved", false))
+      fail(source, "mrope_interleaved=true (interleaved M-RoPE, Qwen3-VL) is not supported yet");
   }
   r.type = parse_rope_type(type, source);
   if (r.type == RopeType::Default) return r;

@@ -187,6 +187,12 @@ TEST(ModelConfig, Qwen3FieldsThatChangeTheMathAreRefusedNamingThem) {
   j = qwen3_8b_config();
   j["hidden_act"] = "gelu";
   EXPECT_NE(error_of(j).find("hidden_act 'gelu'"), std::string::npos) << error_of(j);
+  // Qwen3-VL's text rope (interleaved M-RoPE) must not pass for Qwen2-VL's contiguous sections.
+  j = qwen3_8b_config();
+  j["rope_scaling"] = {{"rope_type", "default"}, {"mrope_section", {24, 20, 20}}, {"mrope_interleaved", true}};
+  EXPECT_NE(error_of(j).find("mrope_interleaved=true"), std::string::npos) << error_of(j);
+  j["rope_scaling"]["mrope_interleaved"] = false;
+  EXPECT_EQ(error_of(j), "");
 }
 
 // A scratch copy of a fixture model that tests may damage.
