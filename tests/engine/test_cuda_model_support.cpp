@@ -192,7 +192,7 @@ TEST(CudaModelSupport, Qwen3QkNormIsRefusedNamingIt) {
 TEST(CudaModelSupport, Qwen3CheckpointRunsOnTheCpuOnly) {
   if (!std::filesystem::exists(fixture_model_dir("qwen3_tiny") + "/config.json"))
     GTEST_SKIP() << "fixture tests/fixtures/models/qwen3_tiny not generated yet: run "
-                    "tools/fixtures/make_decoder_fixtures.py on the GPU machine";
+                    "tools/fixtures/run_qwen3_fixtures.sh on the GPU machine";
   auto decoder = LlmDecoder::load(fixture_model_dir("qwen3_tiny"));
   EngineConfig c = test_config();
   c.device = Device::Cuda;

@@ -21,7 +21,7 @@ class DecoderFixture : public ::testing::TestWithParam<std::string> {
     // their tests skip, saying so, and assert the moment they are.
     if (!std::filesystem::exists(fixture_model_dir(GetParam()) + "/reference.safetensors"))
       GTEST_SKIP() << "fixture tests/fixtures/models/" << GetParam() << " not generated yet: run "
-                   << "tools/fixtures/make_decoder_fixtures.py OUT qwen3_tiny qwen3_f32 on the GPU machine";
+                   << "tools/fixtures/run_qwen3_fixtures.sh on the GPU machine";
     ref_ = load_reference(GetParam());
   }
   Reference ref_;
