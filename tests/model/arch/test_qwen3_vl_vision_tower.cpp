@@ -267,6 +267,19 @@ TEST(CpuPositionTable, TableSizedGridAddsTheTableInMergeBlockOrder) {
   EXPECT_THROW(pos->add(step, grids, Act{small.data(), 4, 3, DType::F32}), InternalError);
 }
 
+// A backend without the layer (LayerBackend's default) refuses it at load, naming it.
+TEST(CpuPositionTable, ABackendWithoutItRefusesTheSpec) {
+  RandomTensors t;
+  const WeightSource w([&t](const std::string& n, const Shape& s) { return t(n, s); }, "");
+  CpuLayers layers;
+  try {
+    layers.LayerBackend::position_table(w, qwen3_vl_vision_position_spec(tiny()));
+    FAIL() << "no LoadError";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("PositionTable, Qwen3-VL's pos_embed.weight"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Qwen3VLVisionTower, MissingTensorIsNamed) {
   Qwen3VLVisionConfig c = tiny();
   RandomTensors t;
