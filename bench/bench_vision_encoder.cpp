@@ -35,7 +35,8 @@ struct Model {
     cfg.patch_size = 14;
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 0.02f);
-    WeightLookup lookup = [&](const std::string& name, const Shape& shape) {
+    WeightLookup lookup = [&](const std::string& name, const Shape& shape) {  // one tensor per name
+      if (auto it = tensors.find(name); it != tensors.end()) return it->second.view();
       Tensor t = Tensor::empty(shape, DType::BF16);
       std::vector<float> f(static_cast<size_t>(t.numel()));
       const bool norm = name.find("norm") != std::string::npos || name.find("layrnorm") != std::string::npos;

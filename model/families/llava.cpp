@@ -7,6 +7,9 @@
 
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
+#include "model/arch/llava_wiring.h"
+#include "model/layers/cpu/cpu_layers.h"
+#include "model/layers/cpu/cpu_step.h"
 
 namespace vlm {
 namespace {
@@ -113,20 +116,32 @@ LlavaModel::LlavaModel(LlavaConfig config, WeightStore weights)
   projector_ = std::make_unique<LlavaProjector>(
       lookup, pp, config_.vision.hidden_size * static_cast<int64_t>(config_.feature_layers.size()),
       config_.text.hidden_size, config_.projector_bias);
+  backend_ = std::make_unique<CpuLayers>();
+  wiring_ = std::make_unique<LlavaVision>(
+      LlavaVisionSpec{config_.vision, config_.feature_layers, config_.drop_cls, config_.text.hidden_size,
+                      config_.projector_bias},
+      *backend_, WeightSource(w, vp), WeightSource(w, pp));
   VLM_LOG_INFO("loaded LLaVA: vision {}x{} patch {} ({} of {} layers used), {} image tokens, id {}",
                config_.vision.image_size, config_.vision.image_size, config_.vision.patch_size, deepest,
                config_.vision.num_layers, tokens_per_image(), config_.image_token_id);
 }
 
+LlavaModel::~LlavaModel() = default;
+
 void LlavaModel::vision_features(const float* pixels, int64_t N, float* out) const {
-  vision_->encode(pixels, N, config_.feature_layers, config_.drop_cls, out);
+  const ActivationPlan plan = wiring_->plan(N);
+  CpuStep step(plan, N * config_.vision.num_positions());
+  const int64_t S = image_size();
+  wiring_->features(step, Act{const_cast<float*>(pixels), N, 3 * S * S, DType::F32},
+                    Act{out, N * tokens_per_image(), wiring_->spec().features(), DType::F32});
 }
 
 void LlavaModel::encode_images(const float* pixels, int64_t N, float* out) const {
-  const int64_t rows = N * tokens_per_image();
-  Tensor feats = Tensor::empty({rows, projector_->in_features()});
-  vision_features(pixels, N, feats.as<float>());
-  projector_->forward(feats.as<float>(), rows, out);
+  const ActivationPlan plan = wiring_->plan(N);
+  CpuStep step(plan, N * config_.vision.num_positions());
+  const int64_t S = image_size();
+  wiring_->forward(step, Act{const_cast<float*>(pixels), N, 3 * S * S, DType::F32},
+                   Act{out, N * tokens_per_image(), config_.text.hidden_size, DType::F32});
 }
 
 int64_t LlavaModel::media_tokens(const MediaPixels& item, int k) const {

@@ -26,6 +26,9 @@
 
 namespace vlm {
 
+class LayerBackend;
+class LlavaVision;
+
 struct LlavaConfig {
   ModelConfig text;
   ClipVisionConfig vision;
@@ -47,6 +50,7 @@ class LlavaModel : public MultimodalModel {
   // Loads DIR/config.json and the weights. Throws LoadError naming the file (and tensor).
   static std::unique_ptr<LlavaModel> load(const std::string& model_dir);
   LlavaModel(LlavaConfig config, WeightStore weights);
+  ~LlavaModel() override;
 
   const LlavaConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
@@ -56,6 +60,7 @@ class LlavaModel : public MultimodalModel {
   int image_size() const { return static_cast<int>(config_.vision.image_size); }
   int64_t vision_head_dim() const override { return config_.vision.head_dim(); }
   int32_t image_token_id() const override { return config_.image_token_id; }
+  // The tower's and the projector's weights by role (the GPU copy reads them).
   const ClipVisionEncoder& vision() const { return *vision_; }
   const LlavaProjector& projector() const { return *projector_; }
 
@@ -77,6 +82,8 @@ class LlavaModel : public MultimodalModel {
   std::unique_ptr<LlmDecoder> decoder_;
   std::unique_ptr<ClipVisionEncoder> vision_;
   std::unique_ptr<LlavaProjector> projector_;
+  std::unique_ptr<LayerBackend> backend_;  // CpuLayers
+  std::unique_ptr<LlavaVision> wiring_;    // tower + projector over layers (model/arch/llava_wiring.h)
 };
 
 }  // namespace vlm

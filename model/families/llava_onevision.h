@@ -42,6 +42,7 @@ class LlavaOnevisionModel : public MultimodalModel {
 
   const LlavaOnevisionConfig& config() const { return config_; }
   const LlmDecoder& decoder() const override { return base_->decoder(); }
+  const LlavaModel& base() const { return *base_; }  // the tower and projector (LLaVA's)
   bool accepts_video() const override { return true; }
   int64_t vision_head_dim() const override { return config_.llava.vision.head_dim(); }
   int32_t image_token_id() const override { return config_.llava.image_token_id; }

@@ -30,6 +30,7 @@ class LayerBackend {
   virtual std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) = 0;
   virtual std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec& spec) = 0;
   virtual std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) = 0;
+  virtual std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) = 0;
   virtual std::unique_ptr<RowOps> row_ops() = 0;
 };
 

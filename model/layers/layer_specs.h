@@ -49,6 +49,17 @@ struct SegmentAttentionSpec {
   float scale = 1.0f;
 };
 
+// A ViT's embedding of whole square images (CLIP, SigLIP): the conv of stride = kernel = p over
+// `channels` planes of S x S pixels (a linear layer over each unfolded p x p patch, + its bias
+// when it has one), then a class token before each image's patches (when given) and a learned
+// position added to every row. L = G * G (+ 1 with the class token), G = S / p.
+struct PatchEmbeddingSpec {
+  int64_t image_size = 0, patch_size = 0, channels = 3;  // S, p
+  LinearPart conv;              // weight [C, channels, p, p]; bias [C] or none
+  std::string class_embedding;  // [C], or empty: no class token (SigLIP)
+  WeightRef positions;          // [L, C]
+};
+
 // The 2-D rotary embedding of vision towers (Qwen2-VL): per head, frequencies [0, D/4) rotate by
 // the patch's row, [D/4, D/2) by its column (theta over D/2 dims), rotate_half style.
 struct VisionRopeSpec {

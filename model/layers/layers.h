@@ -21,7 +21,7 @@ class Embedding {
   virtual void forward(Step& s, Act x /*[T,C] Residual*/) const = 0;
 };
 
-// RMSNorm or LayerNorm.
+// RMSNorm or LayerNorm. h may be x (in place).
 class Norm {
  public:
   virtual ~Norm() = default;
@@ -78,6 +78,18 @@ class SegmentAttention {
                        std::span<const int64_t> cu /*[segments+1]*/, Act out /*[T,H*D]*/) const = 0;
 };
 
+// A ViT's embedding of N whole images (PatchEmbeddingSpec): pixels [N, channels*S*S] (each
+// image its channel planes of S rows of S) -> x [N*L, C] Residual, image by image: the class row
+// (class token + position 0) when there is one, then the G x G patches row-major, each
+// conv(patch) (+ bias) + its position. One call, so a backend may do bias, class token and
+// positions in one pass after the product (the GPU's clip_embed).
+class PatchEmbedding {
+ public:
+  virtual ~PatchEmbedding() = default;
+  virtual int64_t tokens_per_image() const = 0;  // L
+  virtual void forward(Step& s, Act pixels /*[N,channels*S*S]*/, Act x /*[N*L,C]*/) const = 0;
+};
+
 class VisionRopeTable {
  public:
   virtual ~VisionRopeTable() = default;
@@ -92,6 +104,10 @@ class RowOps {
   virtual void gather_units(Step& s, Act src, std::span<const int64_t> order, int64_t unit, Act dst) const = 0;
   // dst unit order[j] = src unit j.
   virtual void scatter_units(Step& s, Act src, std::span<const int64_t> order, int64_t unit, Act dst) const = 0;
+  // dst[r, col : col + src.cols] = src[rows[r]] for every r < rows.size(); dst's other columns
+  // are left as they are (one column slot of a wider Act: side-by-side hidden states).
+  virtual void gather_rows(Step& s, Act src /*[T,C]*/, std::span<const int64_t> rows /*[R]*/, Act dst /*[R,>=col+C]*/,
+                           int64_t col) const = 0;
 };
 
 }  // namespace vlm

@@ -5,11 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/attention/dense_attention.h"
 #include "kernels/core/check.h"
-#include "kernels/gemm/gemm.h"
-#include "kernels/ops/ops.h"
-#include "kernels/ops/vision_ops.h"
+#include "model/arch/clip_vision_tower.h"
+#include "model/layers/cpu/cpu_layers.h"
+#include "model/layers/cpu/cpu_step.h"
 
 namespace vlm {
 
@@ -58,131 +57,59 @@ TensorView ClipVisionEncoder::f32_copy(const TensorView& t) {
   return v;
 }
 
-ClipVisionEncoder::ClipVisionEncoder(const ClipVisionConfig& config, const WeightLookup& w,
+ClipVisionEncoder::ClipVisionEncoder(const ClipVisionConfig& config, const WeightLookup& lookup,
                                      const std::string& prefix, int64_t num_layers_used)
     : config_(config) {
-  const int64_t C = config.hidden_size, I = config.intermediate_size, p = config.patch_size;
-  const int64_t L = config.num_positions();
-  VLM_CHECK(num_layers_used >= 0 && num_layers_used <= config.num_layers, "{} of {} vision layers",
-            num_layers_used, config.num_layers);
-  const std::string e = prefix + "embeddings.";
-  TensorView conv = w(e + "patch_embedding.weight", {C, 3, p, p});
-  patch_w_ = TensorView(conv.data, conv.dtype, {C, 3 * p * p});
+  const WeightSource w(lookup, prefix);
+  backend_ = std::make_unique<CpuLayers>();
+  tower_ = std::make_unique<ClipVisionTower>(config, *backend_, w, num_layers_used);
+  // The same tensors by role, for a copy on another device (names from the tower's specs).
+  const int64_t C = config.hidden_size;
+  const PatchEmbeddingSpec e = clip_vision_embedding_spec(config);
+  const TensorView conv = w.get(e.conv.weight);
+  patch_w_ = TensorView(conv.data, conv.dtype, {C, conv.numel() / C});
   auto f32 = [&](const std::string& name, const Shape& shape, std::vector<float>& dst) {
-    TensorView t = w(name, shape);
+    TensorView t = w.get(name, shape);
     dst.resize(static_cast<size_t>(t.numel()));
     convert_to_f32(t.data, t.dtype, dst.data(), t.numel());
   };
-  if (config.siglip) {
-    f32(e + "patch_embedding.bias", {C}, patch_b_);
-  } else {
-    f32(e + "class_embedding", {C}, class_emb_);
-    pre_ln_w_ = w(prefix + "pre_layrnorm.weight", {C});
-    pre_ln_b_ = w(prefix + "pre_layrnorm.bias", {C});
+  if (!e.conv.bias.empty()) f32(e.conv.bias, {C}, patch_b_);
+  if (!e.class_embedding.empty()) f32(e.class_embedding, {C}, class_emb_);
+  f32(e.positions.name, e.positions.shape, pos_emb_);
+  if (!config.siglip) {
+    const NormSpec pre = clip_vision_pre_norm_spec(config);
+    pre_ln_w_ = w.get(pre.weight);
+    pre_ln_b_ = w.get(pre.bias, pre.weight.shape);
   }
-  f32(e + "position_embedding.weight", {L, C}, pos_emb_);
+  auto bias = [&](const LinearPart& p) { return f32_copy(w.get(p.bias, {p.weight.shape[0]})); };
   for (int64_t l = 0; l < num_layers_used; ++l) {
-    const std::string lp = prefix + "encoder.layers." + std::to_string(l) + ".";
+    const ClipVisionLayerSpec s = clip_vision_layer_spec(config, l);
     Layer L;
-    L.ln1_w = w(lp + "layer_norm1.weight", {C});
-    L.ln1_b = w(lp + "layer_norm1.bias", {C});
-    L.ln2_w = w(lp + "layer_norm2.weight", {C});
-    L.ln2_b = w(lp + "layer_norm2.bias", {C});
-    L.q = w(lp + "self_attn.q_proj.weight", {C, C});
-    L.k = w(lp + "self_attn.k_proj.weight", {C, C});
-    L.v = w(lp + "self_attn.v_proj.weight", {C, C});
-    L.o = w(lp + "self_attn.out_proj.weight", {C, C});
-    L.q_b = f32_copy(w(lp + "self_attn.q_proj.bias", {C}));
-    L.k_b = f32_copy(w(lp + "self_attn.k_proj.bias", {C}));
-    L.v_b = f32_copy(w(lp + "self_attn.v_proj.bias", {C}));
-    L.o_b = f32_copy(w(lp + "self_attn.out_proj.bias", {C}));
-    L.fc1 = w(lp + "mlp.fc1.weight", {I, C});
-    L.fc2 = w(lp + "mlp.fc2.weight", {C, I});
-    L.fc1_b = f32_copy(w(lp + "mlp.fc1.bias", {I}));
-    L.fc2_b = f32_copy(w(lp + "mlp.fc2.bias", {C}));
+    L.ln1_w = w.get(s.ln1.weight);
+    L.ln1_b = w.get(s.ln1.bias, s.ln1.weight.shape);
+    L.ln2_w = w.get(s.ln2.weight);
+    L.ln2_b = w.get(s.ln2.bias, s.ln2.weight.shape);
+    L.q = w.get(s.q.weight), L.q_b = bias(s.q);
+    L.k = w.get(s.k.weight), L.k_b = bias(s.k);
+    L.v = w.get(s.v.weight), L.v_b = bias(s.v);
+    L.o = w.get(s.o.weight), L.o_b = bias(s.o);
+    L.fc1 = w.get(s.mlp.up.weight), L.fc1_b = bias(s.mlp.up);
+    L.fc2 = w.get(s.mlp.down.weight), L.fc2_b = bias(s.mlp.down);
     layers_.push_back(L);
   }
 }
 
-void ClipVisionEncoder::encode(const float* pixels, int64_t N, std::span<const int> layers,
-                               bool drop_cls, float* out) const {
-  const ClipVisionConfig& c = config_;
-  const int64_t C = c.hidden_size, I = c.intermediate_size, p = c.patch_size, S = c.image_size;
-  const int64_t G = c.grid(), P = c.num_patches(), L = c.num_positions(), T = N * L;
-  const int64_t cls = L - P;  // 1 (CLIP's class token) or 0 (SigLIP)
-  const int H = static_cast<int>(c.num_heads), D = static_cast<int>(c.head_dim());
-  const float eps = static_cast<float>(c.layer_norm_eps);
+ClipVisionEncoder::~ClipVisionEncoder() = default;
+
+void ClipVisionEncoder::encode(const float* pixels, int64_t N, std::span<const int> layers, bool drop_cls,
+                               float* out) const {
   VLM_CHECK(N > 0 && !layers.empty(), "encode N={} with {} layers", N, layers.size());
-  VLM_CHECK(!drop_cls || cls == 1, "drop_cls on a tower without a class token");
-  int deepest = 0;
-  for (int l : layers) {
-    VLM_CHECK(l >= 0 && l <= static_cast<int>(layers_.size()), "hidden state {} of {} loaded layers", l,
-              layers_.size());
-    deepest = std::max(deepest, l);
-  }
-
-  // Unfold the patches: row (n, gy, gx) holds [ch, ky, kx], the conv weight's layout.
-  Tensor patches = Tensor::empty({N * P, 3 * p * p});
-  float* pp = patches.as<float>();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t gy = 0; gy < G; ++gy)
-      for (int64_t gx = 0; gx < G; ++gx) {
-        float* row = pp + ((n * G + gy) * G + gx) * 3 * p * p;
-        for (int64_t ch = 0; ch < 3; ++ch)
-          for (int64_t ky = 0; ky < p; ++ky) {
-            const float* src = pixels + ((n * 3 + ch) * S + gy * p + ky) * S + gx * p;
-            std::copy(src, src + p, row + (ch * p + ky) * p);
-          }
-      }
-  Tensor pe = Tensor::empty({N * P, C});
-  linear(pp, N * P, patch_w_, patch_b_.empty() ? nullptr : patch_b_.data(), pe.as<float>());
-
-  Tensor x = Tensor::empty({T, C});  // residual stream [N * L, Cv]
-  float* xp = x.as<float>();
-  for (int64_t n = 0; n < N; ++n) {
-    if (cls)
-      for (int64_t i = 0; i < C; ++i) xp[n * L * C + i] = class_emb_[i] + pos_emb_[i];
-    for (int64_t t = cls; t < L; ++t)
-      for (int64_t i = 0; i < C; ++i)
-        xp[(n * L + t) * C + i] = pe.as<float>()[(n * P + t - cls) * C + i] + pos_emb_[t * C + i];
-  }
-  if (!c.siglip) layer_norm(xp, pre_ln_w_, pre_ln_b_, eps, T, xp);
-
-  const int64_t first = drop_cls ? 1 : 0, rows = L - first;
-  const int64_t out_c = C * static_cast<int64_t>(layers.size());
-  auto emit = [&](int hidden_index) {
-    for (size_t j = 0; j < layers.size(); ++j) {
-      if (layers[j] != hidden_index) continue;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t t = 0; t < rows; ++t)
-          std::copy(xp + (n * L + first + t) * C, xp + (n * L + first + t + 1) * C,
-                    out + (n * rows + t) * out_c + static_cast<int64_t>(j) * C);
-    }
-  };
-  emit(0);
-
-  Tensor h = Tensor::empty({T, C}), q = Tensor::empty({T, C}), k = Tensor::empty({T, C});
-  Tensor v = Tensor::empty({T, C}), attn = Tensor::empty({T, C}), f = Tensor::empty({T, I});
-  float* hp = h.as<float>();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  for (int l = 0; l < deepest; ++l) {
-    const Layer& Ly = layers_[l];
-    layer_norm(xp, Ly.ln1_w, Ly.ln1_b, eps, T, hp);
-    linear(hp, T, Ly.q, Ly.q_b.as<const float>(), q.as<float>());
-    linear(hp, T, Ly.k, Ly.k_b.as<const float>(), k.as<float>());
-    linear(hp, T, Ly.v, Ly.v_b.as<const float>(), v.as<float>());
-    dense_attention(q.as<float>(), k.as<float>(), v.as<float>(), N, L, H, D, scale, attn.as<float>());
-    linear(attn.as<float>(), T, Ly.o, Ly.o_b.as<const float>(), hp);
-    add_inplace(xp, hp, T * C);
-    layer_norm(xp, Ly.ln2_w, Ly.ln2_b, eps, T, hp);
-    linear(hp, T, Ly.fc1, Ly.fc1_b.as<const float>(), f.as<float>());
-    if (c.act == VisionActivation::QuickGelu) quick_gelu(f.as<float>(), T * I);
-    else if (c.act == VisionActivation::GeluTanh) gelu_tanh(f.as<float>(), T * I);
-    else gelu_erf(f.as<float>(), T * I);
-    linear(f.as<float>(), T, Ly.fc2, Ly.fc2_b.as<const float>(), hp);
-    add_inplace(xp, hp, T * C);
-    emit(l + 1);
-  }
+  const ClipVisionConfig& c = config_;
+  const ActivationPlan plan = tower_->plan(N);
+  CpuStep step(plan, N * c.num_positions());
+  const int64_t rows = tower_->out_rows(drop_cls), S = c.image_size;
+  tower_->forward(step, Act{const_cast<float*>(pixels), N, c.num_channels * S * S, DType::F32}, layers, drop_cls,
+                  Act{out, N * rows, c.hidden_size * static_cast<int64_t>(layers.size()), DType::F32});
 }
 
 }  // namespace vlm

@@ -1,16 +1,15 @@
-// CLIPVisionModel (transformers modeling_clip) on the CPU: patch embedding (the stride-p conv as a
-// GEMM over unfolded patches), class token, learned positions, pre-LayerNorm, then pre-LN encoder
-// layers (bidirectional attention, fc1 -> quick_gelu/gelu -> fc2). SiglipVisionModel
-// (modeling_siglip, config.siglip) is the same encoder without the class token and the
-// pre-LayerNorm, with a bias on the patch conv and gelu_pytorch_tanh: hidden_states[0] is the patch
-// embeddings plus positions. Returns the hidden states the
-// caller selects (HF hidden_states[i]: i = 0 is the pre-LayerNorm output, i = l after layer l), so
-// only the layers up to the deepest selected one run. post_layernorm is never needed by LLaVA.
-// f32 compute over weights kept in their stored dtype.
+// CLIPVisionModel (transformers modeling_clip) and SiglipVisionModel (modeling_siglip,
+// config.siglip) on the CPU: the tower written over layers (model/arch/clip_vision_tower.h: patch
+// embedding, class token and positions, pre-LayerNorm for CLIP, pre-LN encoder layers) run on
+// CpuLayers, plus its weights by role for a copy on another device (model/vision/cuda). Returns
+// the hidden states the caller selects (HF hidden_states[i]: i = 0 is the embeddings (CLIP: after
+// the pre-LayerNorm), i = l after layer l), so only the layers up to the deepest selected one run.
+// post_layernorm is never needed by LLaVA. f32 compute over weights kept in their stored dtype.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +20,9 @@
 #include "model/layers/weight_source.h"  // WeightLookup
 
 namespace vlm {
+
+class LayerBackend;
+class ClipVisionTower;
 
 enum class VisionActivation { QuickGelu, Gelu, GeluTanh };
 
@@ -54,6 +56,7 @@ class ClipVisionEncoder {
   // Loads `prefix` + "embeddings.*", "pre_layrnorm.*" (CLIP) and "encoder.layers.{0..num_layers_used-1}.*".
   ClipVisionEncoder(const ClipVisionConfig& config, const WeightLookup& weights,
                     const std::string& prefix, int64_t num_layers_used);
+  ~ClipVisionEncoder();
 
   const ClipVisionConfig& config() const { return config_; }
 
@@ -91,6 +94,8 @@ class ClipVisionEncoder {
   TensorView pre_ln_w_, pre_ln_b_;
   std::vector<Layer> layers_;
   std::vector<Tensor> storage_;   // f32 bias copies
+  std::unique_ptr<LayerBackend> backend_;  // CpuLayers
+  std::unique_ptr<ClipVisionTower> tower_;  // the forward (model/arch/clip_vision_tower.h)
 };
 
 }  // namespace vlm

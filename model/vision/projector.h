@@ -1,8 +1,11 @@
 // LlavaMultiModalProjector: out = linear_2(gelu(linear_1(features))), biases optional
-// (multimodal_projector_bias). f32 compute over weights in their stored dtype.
+// (multimodal_projector_bias): the Mlp of model/arch/llava_wiring.h (llava_projector_spec) run on
+// CpuLayers, plus its weights by role for a copy on another device (model/vision/cuda).
+// f32 compute over weights in their stored dtype.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,11 +13,14 @@
 
 namespace vlm {
 
+class Mlp;
+
 class LlavaProjector {
  public:
   // Loads prefix + "linear_1.{weight,bias}" [C, Fin] and "linear_2.{weight,bias}" [C, C].
   LlavaProjector(const WeightLookup& weights, const std::string& prefix, int64_t in_features,
                  int64_t out_features, bool bias);
+  ~LlavaProjector();
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   // x[M, Fin] -> y[M, C].
@@ -30,6 +36,8 @@ class LlavaProjector {
   int64_t in_, out_;
   TensorView w1_, w2_;
   std::vector<float> b1_, b2_;  // empty without biases
+  std::unique_ptr<LayerBackend> backend_;  // CpuLayers
+  std::unique_ptr<Mlp> mlp_;
 };
 
 }  // namespace vlm

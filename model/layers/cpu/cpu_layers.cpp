@@ -166,6 +166,10 @@ std::unique_ptr<VisionRopeTable> CpuLayers::vision_rope_table(const VisionRopeSp
   return make_cpu_vision_rope_table(spec);
 }
 
+std::unique_ptr<PatchEmbedding> CpuLayers::patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) {
+  return make_cpu_patch_embedding(w, spec);
+}
+
 std::unique_ptr<RowOps> CpuLayers::row_ops() { return make_cpu_row_ops(); }
 
 }  // namespace vlm

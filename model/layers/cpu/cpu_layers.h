@@ -22,6 +22,7 @@ class CpuLayers final : public LayerBackend {
   std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) override;
   std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec& spec) override;
   std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) override;
+  std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) override;
   std::unique_ptr<RowOps> row_ops() override;
 };
 

@@ -6,6 +6,7 @@
 #include "kernels/attention/dense_attention.h"
 #include "kernels/core/check.h"
 #include "kernels/ops/rope.h"
+#include "model/layers/cpu/cpu_linear.h"
 #include "model/layers/cpu/cpu_step.h"
 
 namespace vlm {
@@ -80,6 +81,66 @@ class CpuVisionRopeTable final : public VisionRopeTable {
   std::vector<float> inv_freq_;  // [D / 4]
 };
 
+// Unfold (row (n, gy, gx) holds [ch, ky, kx], the conv weight's layout), the conv as a linear
+// layer with its bias, then class token and positions: the pre-layer CLIP encoder's loops.
+class CpuPatchEmbedding final : public PatchEmbedding {
+ public:
+  CpuPatchEmbedding(const WeightSource& w, const PatchEmbeddingSpec& spec)
+      : spec_(spec), conv_(load_cpu_linear_parts(w, {spec.conv})) {
+    C_ = conv_.out_features();
+    VLM_CHECK(spec.patch_size > 0 && spec.image_size % spec.patch_size == 0, "image size {} over patches of {}",
+              spec.image_size, spec.patch_size);
+    G_ = spec.image_size / spec.patch_size;
+    const int64_t L = tokens_per_image();
+    VLM_CHECK(spec.positions.shape == Shape({L, C_}), "positions {} are not [{}, {}]", spec.positions.name, L, C_);
+    if (!spec.class_embedding.empty()) class_ = f32_copy(w.get(spec.class_embedding, {C_}));
+    pos_ = f32_copy(w.get(spec.positions));
+  }
+  int64_t tokens_per_image() const override { return G_ * G_ + (spec_.class_embedding.empty() ? 0 : 1); }
+
+  void forward(Step& st, Act pixels, Act x) const override {
+    CpuStep& s = CpuStep::of(st);
+    const int64_t p = spec_.patch_size, S = spec_.image_size, ch = spec_.channels, K = ch * p * p;
+    const int64_t N = pixels.rows, P = G_ * G_, L = tokens_per_image(), C = C_, cls = L - P;
+    VLM_CHECK(pixels.cols == ch * S * S && x.rows == N * L && x.cols == C, "patch embedding of [{}, {}] into [{}, {}]",
+              pixels.rows, pixels.cols, x.rows, x.cols);
+    float* pp = s.scratch(CpuStep::kPatches, N * P * K);  // [N*P, K]
+    const float* px = pixels.f32();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t gy = 0; gy < G_; ++gy)
+        for (int64_t gx = 0; gx < G_; ++gx) {
+          float* row = pp + ((n * G_ + gy) * G_ + gx) * K;
+          for (int64_t c = 0; c < ch; ++c)
+            for (int64_t ky = 0; ky < p; ++ky) {
+              const float* src = px + ((n * ch + c) * S + gy * p + ky) * S + gx * p;
+              std::copy(src, src + p, row + (c * p + ky) * p);
+            }
+        }
+    float* pe = s.scratch(CpuStep::kPatchOut, N * P * C);  // [N*P, C], conv + bias
+    conv_.forward(st, Act{pp, N * P, K, DType::F32}, Act{pe, N * P, C, DType::F32}, Accum::Write);
+    const float* cl = class_.data() ? class_.as<float>() : nullptr;
+    const float* pos = pos_.as<float>();
+    float* xp = x.f32();
+    for (int64_t n = 0; n < N; ++n) {
+      if (cls)
+        for (int64_t i = 0; i < C; ++i) xp[n * L * C + i] = cl[i] + pos[i];
+      for (int64_t t = cls; t < L; ++t)
+        for (int64_t i = 0; i < C; ++i) xp[(n * L + t) * C + i] = pe[(n * P + t - cls) * C + i] + pos[t * C + i];
+    }
+  }
+
+ private:
+  static Tensor f32_copy(const TensorView& t) {
+    Tensor f = Tensor::empty(t.shape, DType::F32);
+    convert_to_f32(t.data, t.dtype, f.as<float>(), t.numel());
+    return f;
+  }
+  PatchEmbeddingSpec spec_;
+  CpuLinear conv_;     // [C, channels*p*p]
+  int64_t C_ = 0, G_ = 0;
+  Tensor class_, pos_;  // [C] f32 (or empty), [L, C] f32
+};
+
 class CpuRowOps final : public RowOps {
  public:
   void gather_units(Step&, Act src, std::span<const int64_t> order, int64_t unit, Act dst) const override {
@@ -93,6 +154,15 @@ class CpuRowOps final : public RowOps {
       std::copy(src.f32() + static_cast<int64_t>(j) * n, src.f32() + static_cast<int64_t>(j + 1) * n,
                 dst.f32() + order[j] * n);
   }
+  void gather_rows(Step&, Act src, std::span<const int64_t> rows, Act dst, int64_t col) const override {
+    const int64_t C = src.cols;
+    VLM_CHECK(static_cast<int64_t>(rows.size()) == dst.rows && col >= 0 && col + C <= dst.cols,
+              "{} rows of {} into columns [{}, {}) of [{}, {}]", rows.size(), C, col, col + C, dst.rows, dst.cols);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      VLM_CHECK(rows[r] >= 0 && rows[r] < src.rows, "row {} of {}", rows[r], src.rows);
+      std::copy(src.f32() + rows[r] * C, src.f32() + (rows[r] + 1) * C, dst.f32() + static_cast<int64_t>(r) * dst.cols + col);
+    }
+  }
 };
 
 }  // namespace
@@ -104,5 +174,8 @@ std::unique_ptr<VisionRopeTable> make_cpu_vision_rope_table(const VisionRopeSpec
   return std::make_unique<CpuVisionRopeTable>(spec);
 }
 std::unique_ptr<RowOps> make_cpu_row_ops() { return std::make_unique<CpuRowOps>(); }
+std::unique_ptr<PatchEmbedding> make_cpu_patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) {
+  return std::make_unique<CpuPatchEmbedding>(w, spec);
+}
 
 }  // namespace vlm

@@ -1,5 +1,5 @@
 // The CPU's vision layers (CpuLayers makes them): attention within segments, the 2-D vision rope
-// table, and row movement. Exact f32, the kernels the pre-layer towers called, in their order.
+// table, the patch embedding of whole images, and row movement. Exact f32, the kernels the pre-layer towers called, in their order.
 #pragma once
 
 #include <memory>
@@ -12,5 +12,6 @@ namespace vlm {
 std::unique_ptr<SegmentAttention> make_cpu_segment_attention(const SegmentAttentionSpec& spec);
 std::unique_ptr<VisionRopeTable> make_cpu_vision_rope_table(const VisionRopeSpec& spec);
 std::unique_ptr<RowOps> make_cpu_row_ops();
+std::unique_ptr<PatchEmbedding> make_cpu_patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec);
 
 }  // namespace vlm
