@@ -332,4 +332,8 @@ std::unique_ptr<VisionRopeTable> CudaLayers::vision_rope_table(const VisionRopeS
 
 std::unique_ptr<RowOps> CudaLayers::row_ops() { not_yet("row gathers between activations"); }
 
+std::unique_ptr<PatchEmbedding> CudaLayers::patch_embedding(const WeightSource&, const PatchEmbeddingSpec&) {
+  not_yet("the patch embedding of CLIP / SigLIP");
+}
+
 }  // namespace vlm
