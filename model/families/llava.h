@@ -76,6 +76,9 @@ class LlavaModel : public MultimodalModel {
   // The tagged prompt of token ids holding num_images images (see expand_image_tokens).
   MultimodalPrompt build_prompt(std::span<const int32_t> ids, int32_t num_images) const;
 
+  // The tower and projector over the CPU layers (model/arch/llava_wiring.h).
+  const LlavaVision& wiring() const { return *wiring_; }
+
  private:
   LlavaConfig config_;
   WeightStore weights_;

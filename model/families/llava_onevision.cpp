@@ -1,5 +1,9 @@
 #include "model/families/llava_onevision.h"
 
+#include "model/arch/onevision_wiring.h"
+#include "model/layers/cpu/cpu_layers.h"
+#include "model/layers/cpu/cpu_step.h"
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -86,14 +90,15 @@ LlavaOnevisionModel::LlavaOnevisionModel(LlavaOnevisionConfig config, std::uniqu
   for (const char* n : {"model.image_newline", "image_newline"})
     if (w.has(n)) name = n;
   if (name.empty()) throw LoadError("LLaVA-OneVision checkpoint: no image_newline (looked for model.image_newline, image_newline)");
-  TensorView t = w.get(name, {C});
-  newline_.resize(static_cast<size_t>(C));
-  convert_to_f32(t.data, t.dtype, newline_.data(), C);
+  backend_ = std::make_unique<CpuLayers>();
+  wiring_ = std::make_unique<OnevisionWiring>(base_->wiring(), *backend_, WeightSource(w, ""), WeightRef{name, {C}});
   VLM_LOG_INFO("loaded LLaVA-OneVision: {} tiles {}px ({} features each), {} pinpoints, anyres_max_{}, "
                "image/video ids {}/{}",
                config_.llava.vision.siglip ? "SigLIP" : "CLIP", tile_size(), grid() * grid(),
                config_.grid_pinpoints.size(), config_.max_num_patches, image_token_id(), video_token_id());
 }
+
+LlavaOnevisionModel::~LlavaOnevisionModel() = default;
 
 AnyresLayout LlavaOnevisionModel::image_layout(Resolution image) const {
   return anyres_layout(image, config_.grid_pinpoints, tile_size(), grid(), config_.max_num_patches);
@@ -120,44 +125,21 @@ int64_t LlavaOnevisionModel::tokens_per_frame(const MediaPixels& item) const {
 }
 
 void LlavaOnevisionModel::encode_item(const MediaPixels& item, float* out) const {
-  const int g = grid();
-  const int64_t C = config_.llava.text.hidden_size, per_tile = static_cast<int64_t>(g) * g;
-  const int64_t N = static_cast<int64_t>(item.data.size()) / (3LL * tile_size() * tile_size());
-  Tensor feats = Tensor::empty({N * per_tile, C});  // [N, g*g, C] projector output per tile
-  base_->encode_images(item.data.data(), N, feats.as<float>());
-  const float* f = feats.as<float>();
+  const int64_t S = tile_size(), C = config_.llava.text.hidden_size;
+  const int64_t N = static_cast<int64_t>(item.data.size()) / (3 * S * S);
+  const Act px{const_cast<float*>(item.data.data()), N, 3 * S * S, DType::F32};
+  const int64_t rows = N * config_.llava.vision.num_positions();
   if (item.modality == Modality::Video) {
-    const int64_t p = (g + 1) / 2;
-    for (int64_t t = 0; t < N; ++t) bilinear_resize(f + t * per_tile * C, g, g, C, p, p, out + t * p * p * C);
-    std::copy(newline_.begin(), newline_.end(), out + N * p * p * C);
+    const ActivationPlan plan = wiring_->plan(N, nullptr);
+    CpuStep step(plan, rows);
+    const int64_t p = (grid() + 1) / 2;
+    wiring_->video(step, px, Act{out, N * p * p + 1, C, DType::F32});
     return;
   }
   const AnyresLayout a = image_layout({item.height, item.width});
-  std::copy(f, f + per_tile * C, out);  // the base tile
-  out += per_tile * C;
-  // The tiles' features as one [rows*g, cols*g, C] map, cut to the unpadded window.
-  const int64_t H = a.unpad_h, W = a.unpad_w;
-  std::vector<float> map(static_cast<size_t>(H * W * C));
-  for (int64_t y = 0; y < H; ++y)
-    for (int64_t x = 0; x < W; ++x) {
-      const int64_t gy = y + a.unpad_top, gx = x + a.unpad_left;
-      const int64_t t = 1 + (gy / g) * a.tile_cols + gx / g;
-      const float* src = f + (t * per_tile + (gy % g) * g + gx % g) * C;
-      std::copy(src, src + C, map.data() + (y * W + x) * C);
-    }
-  const float* rows = map.data();
-  std::vector<float> shrunk;
-  if (a.shrinks()) {
-    shrunk.resize(static_cast<size_t>(a.out_h) * a.out_w * C);
-    bilinear_resize(map.data(), H, W, C, a.out_h, a.out_w, shrunk.data());
-    rows = shrunk.data();
-  }
-  for (int64_t y = 0; y < a.out_h; ++y) {
-    std::copy(rows + y * a.out_w * C, rows + (y + 1) * a.out_w * C, out);
-    out += a.out_w * C;
-    std::copy(newline_.begin(), newline_.end(), out);
-    out += C;
-  }
+  const ActivationPlan plan = wiring_->plan(N, &a);
+  CpuStep step(plan, rows);
+  wiring_->image(step, px, a, Act{out, a.num_tokens(), C, DType::F32});
 }
 
 void LlavaOnevisionModel::encode_media(std::span<const MediaPixels* const> items, float* out) const {

@@ -21,6 +21,9 @@
 
 namespace vlm {
 
+class LayerBackend;
+class OnevisionWiring;
+
 struct LlavaOnevisionConfig {
   LlavaConfig llava;                   // text (qwen2), vision (siglip), projector, image token
   int32_t video_token_id = 151647;
@@ -39,6 +42,7 @@ class LlavaOnevisionModel : public MultimodalModel {
   // Loads DIR/config.json and the weights (both LLaVA weight layouts, plus image_newline).
   static std::unique_ptr<LlavaOnevisionModel> load(const std::string& model_dir);
   LlavaOnevisionModel(LlavaOnevisionConfig config, std::unique_ptr<LlavaModel> base);
+  ~LlavaOnevisionModel() override;
 
   const LlavaOnevisionConfig& config() const { return config_; }
   const LlmDecoder& decoder() const override { return base_->decoder(); }
@@ -67,7 +71,8 @@ class LlavaOnevisionModel : public MultimodalModel {
  private:
   LlavaOnevisionConfig config_;
   std::unique_ptr<LlavaModel> base_;
-  std::vector<float> newline_;  // [C] image_newline
+  std::unique_ptr<LayerBackend> backend_;     // CpuLayers
+  std::unique_ptr<OnevisionWiring> wiring_;   // tiles and frames to rows (model/arch/onevision_wiring.h)
 };
 
 }  // namespace vlm

@@ -9,4 +9,10 @@ Act reshaped(const Act& x, int64_t rows, int64_t cols) {
   return Act{x.data, rows, cols, x.dtype};
 }
 
+Act row_slice(const Act& x, int64_t begin, int64_t n) {
+  VLM_CHECK(begin >= 0 && n >= 0 && begin + n <= x.rows, "rows [{}, {}) of {}", begin, begin + n, x.rows);
+  const auto row_bytes = x.cols * static_cast<int64_t>(dtype_size(x.dtype));
+  return Act{static_cast<char*>(x.data) + begin * row_bytes, n, x.cols, x.dtype};
+}
+
 }  // namespace vlm

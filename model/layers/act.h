@@ -40,5 +40,7 @@ struct ActivationPlan {
 
 // x viewed as [rows, cols] (same values, row-major; rows * cols == x.rows * x.cols).
 Act reshaped(const Act& x, int64_t rows, int64_t cols);
+// Rows [begin, begin + n) of x (row-major; 0 <= begin, begin + n <= x.rows).
+Act row_slice(const Act& x, int64_t begin, int64_t n);
 
 }  // namespace vlm

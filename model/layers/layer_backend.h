@@ -32,6 +32,8 @@ class LayerBackend {
   virtual std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) = 0;
   virtual std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) = 0;
   virtual std::unique_ptr<RowOps> row_ops() = 0;
+  // table: [n, C], or [C] read as one row.
+  virtual std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) = 0;
 };
 
 }  // namespace vlm

@@ -108,6 +108,22 @@ class RowOps {
   // are left as they are (one column slot of a wider Act: side-by-side hidden states).
   virtual void gather_rows(Step& s, Act src /*[T,C]*/, std::span<const int64_t> rows /*[R]*/, Act dst /*[R,>=col+C]*/,
                            int64_t col) const = 0;
+  // dst[dst_rows[j]] = src[src_rows[j]] for every j (same widths).
+  virtual void copy_rows(Step& s, Act src /*[T,C]*/, std::span<const int64_t> src_rows, Act dst /*[U,C]*/,
+                         std::span<const int64_t> dst_rows) const = 0;
+  // torch's interpolate(mode="bilinear", align_corners=False) of a channels-last map: src rows are
+  // an h x w map, dst rows an oh x ow one (LLaVA-OneVision's pooling and shrink).
+  virtual void bilinear(Step& s, Act src /*[h*w,C]*/, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                        Act dst /*[oh*ow,C]*/) const = 0;
+};
+
+// Rows learned with the model (LLaVA-OneVision's image_newline): a table [n, C] in the backend's
+// memory, written into rows of an activation.
+class LearnedRows {
+ public:
+  virtual ~LearnedRows() = default;
+  // dst[rows[j]] = table[index] for every j.
+  virtual void write(Step& s, int64_t index, std::span<const int64_t> rows, Act dst /*[*,C]*/) const = 0;
 };
 
 }  // namespace vlm

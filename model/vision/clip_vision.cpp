@@ -42,9 +42,12 @@ ClipVisionConfig ClipVisionConfig::from_json(const nlohmann::json& j, const std:
   if (c.hidden_size % c.num_heads != 0)
     throw LoadError(source + fmt::format(": vision hidden_size {} is not a multiple of num_attention_heads {}",
                                          c.hidden_size, c.num_heads));
-  if (c.image_size % c.patch_size != 0)
-    throw LoadError(source + fmt::format(": vision image_size {} is not a multiple of patch_size {}",
-                                         c.image_size, c.patch_size));
+  // Not necessarily a multiple: the stride-p conv drops the last image_size % patch_size pixels
+  // of each row and column (SigLIP-so400m at 384 px with 14-px patches: 27 x 27 patches, as the
+  // released LLaVA-OneVision checkpoints have it).
+  if (c.patch_size <= 0 || c.image_size < c.patch_size)
+    throw LoadError(source + fmt::format(": vision image_size {} is smaller than patch_size {}", c.image_size,
+                                         c.patch_size));
   if (c.num_channels != 3) throw LoadError(source + ": only 3-channel vision towers are supported");
   return c;
 }

@@ -24,6 +24,7 @@ class CpuLayers final : public LayerBackend {
   std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) override;
   std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) override;
   std::unique_ptr<RowOps> row_ops() override;
+  std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) override;
 };
 
 }  // namespace vlm

@@ -6,6 +6,7 @@
 #include "kernels/attention/dense_attention.h"
 #include "kernels/core/check.h"
 #include "kernels/ops/rope.h"
+#include "kernels/ops/vision_ops.h"
 #include "model/layers/cpu/cpu_linear.h"
 #include "model/layers/cpu/cpu_step.h"
 
@@ -88,8 +89,8 @@ class CpuPatchEmbedding final : public PatchEmbedding {
   CpuPatchEmbedding(const WeightSource& w, const PatchEmbeddingSpec& spec)
       : spec_(spec), conv_(load_linear_parts(w, {spec.conv})) {
     C_ = conv_.out_features();
-    VLM_CHECK(spec.patch_size > 0 && spec.image_size % spec.patch_size == 0, "image size {} over patches of {}",
-              spec.image_size, spec.patch_size);
+    VLM_CHECK(spec.patch_size > 0 && spec.image_size >= spec.patch_size, "image size {} over patches of {}",
+              spec.image_size, spec.patch_size);  // the last image_size % patch_size pixels fall outside every patch
     G_ = spec.image_size / spec.patch_size;
     const int64_t L = tokens_per_image();
     VLM_CHECK(spec.positions.shape == Shape({L, C_}), "positions {} are not [{}, {}]", spec.positions.name, L, C_);
@@ -163,6 +164,46 @@ class CpuRowOps final : public RowOps {
       std::copy(src.f32() + rows[r] * C, src.f32() + (rows[r] + 1) * C, dst.f32() + static_cast<int64_t>(r) * dst.cols + col);
     }
   }
+  void copy_rows(Step&, Act src, std::span<const int64_t> src_rows, Act dst,
+                 std::span<const int64_t> dst_rows) const override {
+    const int64_t C = src.cols;
+    VLM_CHECK(src_rows.size() == dst_rows.size() && dst.cols == C, "{} rows of {} into {} rows of {}", src_rows.size(),
+              C, dst_rows.size(), dst.cols);
+    for (size_t j = 0; j < src_rows.size(); ++j) {
+      VLM_CHECK(src_rows[j] >= 0 && src_rows[j] < src.rows && dst_rows[j] >= 0 && dst_rows[j] < dst.rows,
+                "row {} of {} to row {} of {}", src_rows[j], src.rows, dst_rows[j], dst.rows);
+      std::copy(src.f32() + src_rows[j] * C, src.f32() + (src_rows[j] + 1) * C, dst.f32() + dst_rows[j] * C);
+    }
+  }
+  void bilinear(Step&, Act src, int64_t h, int64_t w, int64_t oh, int64_t ow, Act dst) const override {
+    VLM_CHECK(src.rows == h * w && dst.rows == oh * ow && src.cols == dst.cols, "bilinear [{}, {}] as {}x{} into [{}, {}] as {}x{}",
+              src.rows, src.cols, h, w, dst.rows, dst.cols, oh, ow);
+    bilinear_resize(src.f32(), h, w, src.cols, oh, ow, dst.f32());
+  }
+};
+
+class CpuLearnedRows final : public LearnedRows {
+ public:
+  CpuLearnedRows(const WeightSource& w, const WeightRef& table) {
+    const TensorView t = w.get(table);
+    rows_ = t.ndim() == 1 ? 1 : t.dim(0);
+    cols_ = t.numel() / rows_;
+    table_.resize(static_cast<size_t>(t.numel()));
+    convert_to_f32(t.data, t.dtype, table_.data(), t.numel());
+  }
+  void write(Step&, int64_t index, std::span<const int64_t> rows, Act dst) const override {
+    VLM_CHECK(index >= 0 && index < rows_ && dst.cols == cols_, "learned row {} of {} into [{}, {}]", index, rows_,
+              dst.rows, dst.cols);
+    const float* src = table_.data() + index * cols_;
+    for (int64_t r : rows) {
+      VLM_CHECK(r >= 0 && r < dst.rows, "row {} of {}", r, dst.rows);
+      std::copy(src, src + cols_, dst.f32() + r * cols_);
+    }
+  }
+
+ private:
+  std::vector<float> table_;  // [rows, cols] f32
+  int64_t rows_ = 0, cols_ = 0;
 };
 
 }  // namespace
@@ -174,6 +215,9 @@ std::unique_ptr<VisionRopeTable> make_cpu_vision_rope_table(const VisionRopeSpec
   return std::make_unique<CpuVisionRopeTable>(spec);
 }
 std::unique_ptr<RowOps> make_cpu_row_ops() { return std::make_unique<CpuRowOps>(); }
+std::unique_ptr<LearnedRows> make_cpu_learned_rows(const WeightSource& w, const WeightRef& table) {
+  return std::make_unique<CpuLearnedRows>(w, table);
+}
 std::unique_ptr<PatchEmbedding> make_cpu_patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) {
   return std::make_unique<CpuPatchEmbedding>(w, spec);
 }

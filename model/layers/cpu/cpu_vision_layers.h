@@ -12,6 +12,7 @@ namespace vlm {
 std::unique_ptr<SegmentAttention> make_cpu_segment_attention(const SegmentAttentionSpec& spec);
 std::unique_ptr<VisionRopeTable> make_cpu_vision_rope_table(const VisionRopeSpec& spec);
 std::unique_ptr<RowOps> make_cpu_row_ops();
+std::unique_ptr<LearnedRows> make_cpu_learned_rows(const WeightSource& w, const WeightRef& table);
 std::unique_ptr<PatchEmbedding> make_cpu_patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec);
 
 }  // namespace vlm

@@ -5,6 +5,8 @@
 // pooled video features, last-row logits (<= 1e-4 relative) and greedy tokens of every case.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -23,6 +25,7 @@
 #include "model/media/onevision_preprocess.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/onevision_fixture.h"
+#include "tests/support/onevision_item_loop.h"
 
 namespace vlm {
 namespace {
@@ -171,6 +174,31 @@ TEST(LlavaOnevision, TowerAndPackedFeaturesMatchHf) {
     }
     std::printf("\n");
   }
+}
+
+// The wiring over layers (model/arch/onevision_wiring.h) against the encode_item it replaced
+// (tests/support/onevision_item_loop.h): every fixture case's images (AnyRes, with and without the
+// bilinear shrink) and videos, equal rows bit for bit.
+TEST(LlavaOnevision, WiringOverLayersEqualsTheLoopBitForBit) {
+  const Fixture& f = fixture();
+  const int64_t C = f.model->config().llava.text.hidden_size;
+  int images = 0, videos = 0, shrunk = 0;
+  for (const auto& c : f.cases)
+    for (const MediaPixels& m : f.media(c)) {
+      const int64_t n = f.model->media_tokens(m, 0) * C;
+      std::vector<float> a(static_cast<size_t>(n)), b(a.size());
+      f.model->encode_item(m, a.data());
+      testing::onevision_item_loop(*f.model, m, b.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << c["name"];
+      if (m.modality == Modality::Video) ++videos;
+      else {
+        ++images;
+        shrunk += f.model->image_layout({m.height, m.width}).shrinks() ? 1 : 0;
+      }
+    }
+  EXPECT_GT(images, 0);
+  EXPECT_GT(videos, 0);
+  std::printf("  %d images (%d shrunk), %d videos\n", images, shrunk, videos);
 }
 
 // Prefill of the case's prompt in chunks (edges inside media runs), then greedy decoding.

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/core/cpu_features.h"
 #include "kernels/gemm/gemm.h"
 #include "model/decoder/safetensors.h"
@@ -133,6 +135,45 @@ TEST(LlavaOnevisionVisionOverLayers, EqualsTheLoopBitForBit) {
   inputs.push_back(std::move(t));
   inputs.push_back(random_pixels(5 * 3 * S * S, 12));
   check_model(m->base(), dir, inputs, "ov_tiny");
+}
+
+// A tile that is not a multiple of the patch (released LLaVA-OneVision: SigLIP at 384 px with
+// 14-px patches, 27 x 27 patches): the stride-p conv drops the last S % p pixels of each row and
+// column, so the tower on an S + r pixel tile gives exactly its rows on the S pixel crop, with the
+// same weights and the same number of positions. (ov_tiny: 40 px, 8-px patches; 44 px here.)
+TEST(ClipVisionTower, ImageSizeNotAMultipleOfThePatchDropsTheRemainder) {
+  const std::string dir = kOnevision + "/ov_tiny";
+  const auto m = LlavaOnevisionModel::load(dir);
+  const ClipVisionConfig& cfg = m->config().llava.vision;
+  const int64_t S = cfg.image_size, p = cfg.patch_size, r = p / 2, S2 = S + r;
+  ASSERT_GT(r, 0);
+  ClipVisionConfig wide = cfg;
+  wide.image_size = S2;
+  ASSERT_EQ(wide.grid(), cfg.grid());
+  const WeightStore w = WeightStore::open(dir);
+  const WeightLookup lookup = [&w](const std::string& n, const Shape& s) { return w.get(n, s); };
+  std::string prefix;
+  for (const char* pre : {"vision_tower.vision_model.", "vision_tower."})
+    if (prefix.empty() && w.has(std::string(pre) + "embeddings.patch_embedding.weight")) prefix = pre;
+  const ClipVisionEncoder at_s(cfg, lookup, prefix, cfg.num_layers), at_s2(wide, lookup, prefix, cfg.num_layers);
+  const int64_t N = 3;
+  const std::vector<float> big = random_pixels(N * 3 * S2 * S2, 21);
+  std::vector<float> crop(static_cast<size_t>(N * 3 * S * S));
+  for (int64_t i = 0; i < N * 3; ++i)
+    for (int64_t y = 0; y < S; ++y)
+      std::copy(big.begin() + (i * S2 + y) * S2, big.begin() + (i * S2 + y) * S2 + S, crop.begin() + (i * S + y) * S);
+  const std::vector<int> layers = {static_cast<int>(cfg.num_layers)};
+  const int64_t rows = N * cfg.num_positions() * cfg.hidden_size;
+  std::vector<float> a(static_cast<size_t>(rows)), b(a.size());
+  at_s2.encode(big.data(), N, layers, false, a.data());
+  at_s.encode(crop.data(), N, layers, false, b.data());
+  EXPECT_TRUE(same(a, b));
+  // The config reader takes such a size; one smaller than a patch is refused.
+  nlohmann::json j = {{"model_type", "siglip_vision_model"}, {"image_size", 384}, {"patch_size", 14},
+                      {"hidden_size", 1152}, {"num_attention_heads", 16}, {"hidden_act", "gelu_pytorch_tanh"}};
+  EXPECT_EQ(ClipVisionConfig::from_json(j, "config.json").grid(), 27);
+  j["image_size"] = 10;
+  EXPECT_THROW(ClipVisionConfig::from_json(j, "config.json"), LoadError);
 }
 
 }  // namespace

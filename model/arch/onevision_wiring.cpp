@@ -1,0 +1,91 @@
+// Restated from transformers 5.17 modeling_llava_onevision.py (pack_image_features, unpad_image,
+// apply_pooling); no code taken.
+#include "model/arch/onevision_wiring.h"
+
+#include <numeric>
+#include <vector>
+
+#include "kernels/core/check.h"
+
+namespace vlm {
+
+namespace {
+
+std::vector<int64_t> iota_rows(int64_t begin, int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), begin);
+  return v;
+}
+
+}  // namespace
+
+OnevisionWiring::OnevisionWiring(const LlavaVision& vision, LayerBackend& backend, const WeightSource& w,
+                                 const WeightRef& newline)
+    : vision_(vision), rows_(backend.row_ops()), newline_(backend.learned_rows(w, newline)) {
+  VLM_CHECK(vision.spec().tokens_per_image() == grid() * grid(), "OneVision tiles of {} rows, a grid of {}",
+            vision.spec().tokens_per_image(), grid());
+}
+
+OnevisionWiring::~OnevisionWiring() = default;
+
+ActivationPlan OnevisionWiring::plan(int64_t N, const AnyresLayout* a) const {
+  ActivationPlan p = vision_.plan(N);
+  const int64_t C = vision_.spec().out_features, g = grid();
+  p.bufs.push_back({C, ActRole::Hidden, false, N * g * g});  // the tiles' rows
+  if (a != nullptr) {
+    p.bufs.push_back({C, ActRole::Hidden, false, std::max<int64_t>(int64_t{a->unpad_h} * a->unpad_w, 1)});  // map
+    p.bufs.push_back({C, ActRole::Hidden, false, std::max<int64_t>(int64_t{a->out_h} * a->out_w, 1)});      // shrunk
+  }
+  return p;
+}
+
+void OnevisionWiring::image(Step& s, Act tiles, const AnyresLayout& a, Act out) const {
+  const int64_t g = grid(), per_tile = g * g, first = static_cast<int64_t>(vision_.plan(tiles.rows).bufs.size());
+  VLM_CHECK(tiles.rows == a.num_tiles() && out.rows == a.num_tokens(), "{} tiles for a layout of {}, {} rows for {}",
+            tiles.rows, a.num_tiles(), out.rows, a.num_tokens());
+  const Act feats = s.act(static_cast<int>(first));  // [N * g*g, C]
+  vision_.forward(s, tiles, feats);
+  rows_->gather_rows(s, feats, iota_rows(0, per_tile), row_slice(out, 0, per_tile), 0);  // the base tile
+  // The tiles' rows as one map, cut to the unpadded window.
+  const int64_t H = a.unpad_h, W = a.unpad_w;
+  std::vector<int64_t> src(static_cast<size_t>(H * W));
+  for (int64_t y = 0; y < H; ++y)
+    for (int64_t x = 0; x < W; ++x) {
+      const int64_t gy = y + a.unpad_top, gx = x + a.unpad_left;
+      const int64_t t = 1 + (gy / g) * a.tile_cols + gx / g;
+      src[static_cast<size_t>(y * W + x)] = t * per_tile + (gy % g) * g + gx % g;
+    }
+  Act map = s.act(static_cast<int>(first + 1));
+  rows_->gather_rows(s, feats, src, map, 0);
+  if (a.shrinks()) {
+    const Act shrunk = s.act(static_cast<int>(first + 2));
+    rows_->bilinear(s, map, H, W, a.out_h, a.out_w, shrunk);
+    map = shrunk;
+  }
+  // Map row y -> out rows after the base tile, each followed by the newline.
+  std::vector<int64_t> from, to, newlines;
+  for (int64_t y = 0; y < a.out_h; ++y) {
+    const int64_t base = per_tile + y * (a.out_w + 1);
+    for (int64_t x = 0; x < a.out_w; ++x) {
+      from.push_back(y * a.out_w + x);
+      to.push_back(base + x);
+    }
+    newlines.push_back(base + a.out_w);
+  }
+  rows_->copy_rows(s, map, from, out, to);
+  newline_->write(s, 0, newlines, out);
+}
+
+void OnevisionWiring::video(Step& s, Act frames, Act out) const {
+  const int64_t g = grid(), per_tile = g * g, p = (g + 1) / 2, F = frames.rows;
+  const int64_t first = static_cast<int64_t>(vision_.plan(F).bufs.size());
+  VLM_CHECK(out.rows == F * p * p + 1, "{} rows for {} frames of {}", out.rows, F, p * p);
+  const Act feats = s.act(static_cast<int>(first));  // [F * g*g, C]
+  vision_.forward(s, frames, feats);
+  for (int64_t t = 0; t < F; ++t)
+    rows_->bilinear(s, row_slice(feats, t * per_tile, per_tile), g, g, p, p, row_slice(out, t * p * p, p * p));
+  const int64_t last = F * p * p;
+  newline_->write(s, 0, std::span<const int64_t>(&last, 1), out);
+}
+
+}  // namespace vlm
