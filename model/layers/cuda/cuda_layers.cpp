@@ -332,6 +332,10 @@ std::unique_ptr<VisionRopeTable> CudaLayers::vision_rope_table(const VisionRopeS
 
 std::unique_ptr<RowOps> CudaLayers::row_ops() { not_yet("row gathers between activations"); }
 
+std::unique_ptr<LearnedRows> CudaLayers::learned_rows(const WeightSource&, const WeightRef&) {
+  not_yet("learned rows (LLaVA-OneVision's image_newline)");
+}
+
 std::unique_ptr<PatchEmbedding> CudaLayers::patch_embedding(const WeightSource&, const PatchEmbeddingSpec&) {
   not_yet("the patch embedding of CLIP / SigLIP");
 }

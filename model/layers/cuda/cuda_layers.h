@@ -29,6 +29,7 @@ class CudaLayers final : public LayerBackend {
   std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec& spec) override;
   std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) override;
   std::unique_ptr<RowOps> row_ops() override;
+  std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) override;
   std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) override;
 
  private:
