@@ -6,14 +6,17 @@
 # order must give the same bits) and each row's new/old speed. Prints PASS/FAIL per check.
 # Usage (on the GPU machine): bench/cuda/compare_bundles.sh OLD_DIR NEW_DIR [OUT_DIR] [parts=dv]
 #   OLD_DIR, NEW_DIR: unpacked bundles (bin/ with bench_cuda_decoder, bench_cuda_vision,
-#   vlm-random-model; lib/). parts: d = decoder, v = vision. Dumps stay in /tmp (GBs).
+#   vlm-random-model; lib/). OLD_DIR may hold bin/ only (the same libraries: the device tool
+#   carries 64 MiB, two whole bundles do not fit). parts: d = decoder, v = vision. Dumps stay in
+#   /tmp (GBs).
 set -uo pipefail
 old=${1:?old bundle dir}; new=${2:?new bundle dir}; out=${3:-/tmp/compare_bundles}; parts=${4:-dv}
 mkdir -p "$out"
 model=/tmp/vlm-qwen2-7b-bf16
-run() {  # run BUNDLE_DIR BINARY ARGS...: with the bundle's own libraries
+run() {  # run BUNDLE_DIR BINARY ARGS...: with the bundle's own libraries (NEW's when it has none)
   local dir=$1; shift
-  LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64" "$dir/bin/$@"
+  local lib=$dir/lib; [ -d "$lib" ] || lib=$new/lib
+  LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64" "$dir/bin/$@"
 }
 status=0
 check() {  # check NAME A B: cmp of two dumps

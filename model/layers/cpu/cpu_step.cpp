@@ -47,11 +47,7 @@ Act CpuStep::logits(int64_t vocab) {
   return Act{logits_->data(), num_logit_rows(), vocab, DType::F32};
 }
 
-float* CpuStep::scratch(Scratch slot, int64_t n) {
-  std::vector<float>& v = scratch_[slot];
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
+float* CpuStep::scratch(Scratch slot, int64_t n) { return scratch_[slot].get(static_cast<size_t>(std::max<int64_t>(n, 1))); }
 
 CpuStep& CpuStep::of(Step& s) {
   auto* c = dynamic_cast<CpuStep*>(&s);

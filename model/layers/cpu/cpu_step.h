@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/attention/paged_kv.h"
+#include "kernels/core/aligned_scratch.h"
 #include "kernels/core/tensor.h"
 #include "model/decoder/embedding_override.h"
 #include "model/decoder/forward_batch.h"
@@ -48,7 +49,7 @@ class CpuStep final : public Step {
   const EmbeddingOverride* override_ = nullptr;
   std::vector<float>* logits_ = nullptr;
   std::vector<Tensor> acts_;  // by plan index, made on first use
-  std::vector<float> scratch_[kNumScratch];
+  AlignedScratch scratch_[kNumScratch];  // 64-byte aligned, not zeroed
 };
 
 }  // namespace vlm
