@@ -34,7 +34,11 @@ ClipVisionLayerSpec clip_vision_layer_spec(const ClipVisionConfig& c, int64_t la
                         part("self_attn.v_proj", {C, C}),
                         part("self_attn.out_proj", {C, C}),
                         {}};
-  s.mlp = {mlp_kind(c.act), C, I, {}, part("mlp.fc1", {I, C}), part("mlp.fc2", {C, I}), s.ln2};
+  s.mlp.kind = mlp_kind(c.act);  // (fields one by one: GCC 12 warns on the braced temporary's empty gate)
+  s.mlp.hidden = C, s.mlp.inner = I;
+  s.mlp.up = part("mlp.fc1", {I, C});
+  s.mlp.down = part("mlp.fc2", {C, I});
+  s.mlp.pre_norm = s.ln2;
   return s;
 }
 

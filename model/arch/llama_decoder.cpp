@@ -19,6 +19,10 @@ LlamaLayerSpec llama_layer_spec(const ModelConfig& c, int64_t layer) {
   s.k = part("self_attn.k_proj", {KD, C}, c.qkv_bias);
   s.v = part("self_attn.v_proj", {KD, C}, c.qkv_bias);
   s.o = part("self_attn.o_proj", {C, QD}, c.o_bias);
+  if (c.qk_norm) {
+    s.q_norm = NormSpec{NormKind::Rms, eps, {p + "self_attn.q_norm.weight", {c.head_dim}}, {}};
+    s.k_norm = NormSpec{NormKind::Rms, eps, {p + "self_attn.k_norm.weight", {c.head_dim}}, {}};
+  }
   s.mlp = {MlpKind::GatedSilu, C, I, part("mlp.gate_proj", {I, C}, c.mlp_bias), part("mlp.up_proj", {I, C}, c.mlp_bias),
            part("mlp.down_proj", {C, I}, c.mlp_bias), s.post_norm};
   return s;
@@ -47,7 +51,8 @@ LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const We
     const LlamaLayerSpec s = llama_layer_spec(c, l);
     Block b;
     b.qkv = backend.linear(w, {s.q, s.k, s.v}, &s.input_norm);
-    b.attn = backend.causal_attention({static_cast<int>(l), c.num_heads, c.num_kv_heads, D, scale}, *rope_);
+    const AttentionSpec attn{static_cast<int>(l), c.num_heads, c.num_kv_heads, D, scale, s.q_norm, s.k_norm};
+    b.attn = backend.causal_attention(w, attn, *rope_);  // with the q/k norm's weights, if any
     b.o = backend.linear(w, {s.o});
     b.mlp = backend.mlp(w, s.mlp);  // with the post-attention norm
     inner = std::max(inner, b.mlp->inner_cols());

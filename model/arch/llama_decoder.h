@@ -1,11 +1,13 @@
-// LlamaDecoder: the Llama / Qwen2 decoder (and the decoders of the VLMs built on them) written
-// once over the layer vocabulary (model/layers/layers.h); a LayerBackend makes its layers, so the
-// same forward runs on every backend. Per layer: x += o(attn(rope(q, k), v)) over the paged KV
-// cache, then x += mlp(h), each branch after an RMSNorm; a final norm and the LM head on the
-// step's logit rows only.
+// LlamaDecoder: the Llama / Qwen2 / Qwen3 decoder (and the decoders of the VLMs built on them)
+// written once over the layer vocabulary (model/layers/layers.h); a LayerBackend makes its layers,
+// so the same forward runs on every backend. Per layer: x += o(attn(rope(q, k), v)) over the paged
+// KV cache (Qwen3: q and k through a per-head RMSNorm first, inside the attention layer), then
+// x += mlp(h), each branch after an RMSNorm; a final norm and the LM head on the step's logit
+// rows only.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@ struct DecoderWeightNames {
 struct LlamaLayerSpec {
   NormSpec input_norm, post_norm;
   LinearPart q, k, v, o;
+  std::optional<NormSpec> q_norm, k_norm;  // [D] each, when config.qk_norm (Qwen3)
   MlpSpec mlp;
 };
 LlamaLayerSpec llama_layer_spec(const ModelConfig& c, int64_t layer);

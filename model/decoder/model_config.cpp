@@ -59,6 +59,10 @@ RopeConfig parse_rope(const json& j, const ModelConfig& c, const std::string& so
     if (r.mrope_section.size() != 3 || sum * 2 != r.rotary_dim)
       fail(source, fmt::format("mrope_section must be 3 sections summing to rotary_dim / 2 = {}", r.rotary_dim / 2));
     if (type == "mrope") type = "default";  // legacy Qwen2-VL configs: {"type": "mrope", ...}
+    // Qwen3-VL interleaves the sections over the frequencies (THWTHW...): not the contiguous
+    // layout cos_sin_table_mrope computes.
+    if (get_or<bool>(params, "mrope_interleaved", false))
+      fail(source, "mrope_interleaved=true (interleaved M-RoPE, Qwen3-VL) is not supported yet");
   }
   r.type = parse_rope_type(type, source);
   if (r.type == RopeType::Default) return r;
@@ -108,9 +112,11 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     c.family = DecoderFamily::Llama;
   } else if (c.architecture == "Qwen2ForCausalLM" || (c.architecture.empty() && model_type == "qwen2")) {
     c.family = DecoderFamily::Qwen2;
+  } else if (c.architecture == "Qwen3ForCausalLM" || (c.architecture.empty() && model_type == "qwen3")) {
+    c.family = DecoderFamily::Qwen3;
   } else {
     fail(source, "unsupported architecture '" + c.architecture + "' (model_type '" + model_type +
-                     "'); supported: LlamaForCausalLM, Qwen2ForCausalLM");
+                     "'); supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
   }
   c.vocab_size = get_int(j, "vocab_size", source);
   c.hidden_size = get_int(j, "hidden_size", source);
@@ -130,10 +136,22 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   c.tie_word_embeddings = get_or<bool>(j, "tie_word_embeddings", false);
   std::string act = get_or<std::string>(j, "hidden_act", "silu");
   if (act != "silu") fail(source, "unsupported hidden_act '" + act + "' (supported: silu)");
-  if (c.family == DecoderFamily::Qwen2) {
-    c.qkv_bias = true;
+  if (c.family == DecoderFamily::Qwen2 || c.family == DecoderFamily::Qwen3) {
+    // Qwen2: q/k/v always biased, o never. Qwen3: all four follow attention_bias (Qwen3Attention),
+    // the MLP has none, q and k have a per-head RMSNorm.
+    if (c.family == DecoderFamily::Qwen2) {
+      c.qkv_bias = true;
+    } else {
+      c.qkv_bias = c.o_bias = get_or<bool>(j, "attention_bias", false);
+      c.qk_norm = true;
+    }
     if (get_or<bool>(j, "use_sliding_window", false))
       fail(source, "use_sliding_window=true is not supported");
+    // transformers 5 writes layer_types; any layer other than full attention changes the math.
+    if (j.contains("layer_types") && j["layer_types"].is_array())
+      for (const auto& t : j["layer_types"])
+        if (!t.is_string() || t.get<std::string>() != "full_attention")
+          fail(source, "layer_types entry " + t.dump() + " is not supported (only full_attention)");
   } else {
     c.qkv_bias = c.o_bias = get_or<bool>(j, "attention_bias", false);
     c.mlp_bias = get_or<bool>(j, "mlp_bias", false);

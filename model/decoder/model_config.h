@@ -17,10 +17,10 @@
 
 namespace vlm {
 
-enum class DecoderFamily { Llama, Qwen2 };
+enum class DecoderFamily { Llama, Qwen2, Qwen3 };
 
 struct ModelConfig {
-  std::string architecture;  // "LlamaForCausalLM", "Qwen2ForCausalLM"
+  std::string architecture;  // "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
   DecoderFamily family = DecoderFamily::Llama;
   int64_t vocab_size = 0;         // V
   int64_t hidden_size = 0;        // C
@@ -32,9 +32,11 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;  // Qwen2: always; Llama: attention_bias
-  bool o_bias = false;    // Llama: attention_bias
+  bool qkv_bias = false;  // Qwen2: always; Llama, Qwen3: attention_bias
+  bool o_bias = false;    // Llama, Qwen3: attention_bias
   bool mlp_bias = false;  // Llama: mlp_bias
+  bool qk_norm = false;   // Qwen3: per-head RMSNorm of q and k over head_dim before RoPE
+                          // (self_attn.q_norm.weight / k_norm.weight [D], eps rms_norm_eps)
   RopeConfig rope;
   DType dtype = DType::BF16;  // stored weight dtype (torch_dtype / dtype), informational
   int64_t bos_token_id = -1;
@@ -42,7 +44,8 @@ struct ModelConfig {
 
   // Parses config.json content; `source` names the file in error messages.
   // Throws LoadError for a missing or invalid field, an unsupported architecture, activation,
-  // rope type or sliding-window attention.
+  // rope type, sliding-window attention (use_sliding_window, or a layer_types entry other than
+  // full_attention), naming the field.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
   // Reads DIR/config.json. Throws LoadError naming the file when it cannot be read or parsed.
   static ModelConfig load(const std::string& model_dir);

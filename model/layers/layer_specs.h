@@ -22,10 +22,14 @@ struct NormSpec {
 // One decoder layer's causal attention over the paged KV cache: H query heads, Hkv KV heads of
 // D, scale on q·k. The input is the layer's fused q|k|v projection (unrotated); the layer
 // rotates q and k, writes K/V into this layer's cache slots and runs the attention methods.
+// q_norm / k_norm (Qwen3; both or neither): a per-head RMSNorm over D of every q and k head,
+// weights [D] shared by the heads, applied before RoPE (transformers' Qwen3Attention).
 struct AttentionSpec {
   int layer = 0;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
+  std::optional<NormSpec> q_norm, k_norm;  // weights [D]
+  bool qk_norm() const { return q_norm.has_value() || k_norm.has_value(); }
 };
 
 enum class MlpKind {

@@ -3,6 +3,7 @@
 // and make_step_backend refusing --device cuda with the message before any GPU is opened.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,44 @@ TEST(CudaModelSupport, DeviceAutoFallsBackToTheCpu) {
   EngineConfig c = test_config();
   c.device = Device::Auto;
   c.sink_router = true;
+  EXPECT_EQ(make_step_backend(c, *decoder, {}, 512)->device().rfind("cpu", 0), 0u);
+}
+
+// Qwen3's per-head q/k RMSNorm is not on the GPU yet: refused at load, naming it, whatever the
+// shapes (Qwen3-8B's: H 32, Hkv 8, D 128, which the kernels take).
+TEST(CudaModelSupport, Qwen3QkNormIsRefusedNamingIt) {
+  ModelConfig m = qwen2vl_7b_shaped();
+  m.architecture = "Qwen3ForCausalLM";
+  m.family = DecoderFamily::Qwen3;
+  m.num_heads = 32;
+  m.num_kv_heads = 8;
+  m.qk_norm = true;
+  const auto p = cuda_model_support(m, EngineConfig{}, DType::BF16, 4096);
+  ASSERT_EQ(p.size(), 1u) << joined(p);
+  EXPECT_TRUE(mentions(p, "Qwen3ForCausalLM's per-head q/k RMSNorm (self_attn.q_norm / k_norm, Qwen3): the GPU "
+                          "decoder does not implement it yet"))
+      << joined(p);
+  EXPECT_NE(cuda_support_message(p).find("(--device cpu runs it)"), std::string::npos);
+  m.qk_norm = false;
+  EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
+}
+
+// The same through make_step_backend on the Qwen3 fixture model: --device cuda refused before any
+// GPU is opened, --device auto on the CPU.
+TEST(CudaModelSupport, Qwen3CheckpointRunsOnTheCpuOnly) {
+  if (!std::filesystem::exists(fixture_model_dir("qwen3_tiny") + "/config.json"))
+    GTEST_SKIP() << "fixture tests/fixtures/models/qwen3_tiny not generated yet: run "
+                    "tools/fixtures/run_qwen3_fixtures.sh on the GPU machine";
+  auto decoder = LlmDecoder::load(fixture_model_dir("qwen3_tiny"));
+  EngineConfig c = test_config();
+  c.device = Device::Cuda;
+  try {
+    make_step_backend(c, *decoder, {}, 512);
+    FAIL() << "--device cuda with a q/k norm must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("per-head q/k RMSNorm"), std::string::npos) << e.what();
+  }
+  c.device = Device::Auto;
   EXPECT_EQ(make_step_backend(c, *decoder, {}, 512)->device().rfind("cpu", 0), 0u);
 }
 

@@ -69,7 +69,9 @@ class CpuRopeTable final : public RopeTable {
 
 class CpuCausalAttention final : public CausalAttention {
  public:
-  CpuCausalAttention(const AttentionSpec& spec, const RotaryEmbedding& rope) : spec_(spec), rope_(rope) {}
+  CpuCausalAttention(const AttentionSpec& spec, const RotaryEmbedding& rope, std::unique_ptr<CpuNorm> q_norm,
+                     std::unique_ptr<CpuNorm> k_norm)
+      : spec_(spec), rope_(rope), q_norm_(std::move(q_norm)), k_norm_(std::move(k_norm)) {}
 
   Act forward(Step& st, Act qkv, const RopeRows& rope) const override {
     CpuStep& s = CpuStep::of(st);
@@ -81,6 +83,8 @@ class CpuCausalAttention final : public CausalAttention {
     float* q = qkv.f32();  // planes [T, H*D], [T, Hkv*D], [T, Hkv*D]
     float* k = q + T * H * D;
     float* v = k + T * Hkv * D;
+    if (q_norm_) q_norm_->apply(q, T * H, q);      // per head: rows [T*H, D]
+    if (k_norm_) k_norm_->apply(k, T * Hkv, k);    // rows [T*Hkv, D]
     rope_.apply_cached(q, H, k, Hkv, static_cast<const float*>(rope.table), T);
     float* out = s.scratch(CpuStep::kAttnOut, T * H * D);  // [T, H*D]
     attention_.forward(spec_.layer, q, k, v, static_cast<int>(H), kv, s.batch(), spec_.scale, out);
@@ -90,6 +94,7 @@ class CpuCausalAttention final : public CausalAttention {
  private:
   AttentionSpec spec_;
   const RotaryEmbedding& rope_;
+  std::unique_ptr<CpuNorm> q_norm_, k_norm_;  // [D] each, or null
   AttentionLayer attention_;  // the exact path and the methods' hooks
 };
 
@@ -149,9 +154,23 @@ std::unique_ptr<RopeTable> CpuLayers::rope_table(const RopeConfig& rope) {
 }
 
 std::unique_ptr<CausalAttention> CpuLayers::causal_attention(const AttentionSpec& spec, const RopeTable& rope) {
+  VLM_CHECK(!spec.qk_norm(), "attention layer {}: q/k norm weights need the WeightSource overload", spec.layer);
+  return causal_attention(WeightSource(WeightLookup(), ""), spec, rope);
+}
+
+std::unique_ptr<CausalAttention> CpuLayers::causal_attention(const WeightSource& w, const AttentionSpec& spec,
+                                                             const RopeTable& rope) {
   const auto* r = dynamic_cast<const CpuRopeTable*>(&rope);
   VLM_CHECK(r != nullptr, "a CPU attention over another backend's rope table");
-  return std::make_unique<CpuCausalAttention>(spec, r->rotary());
+  VLM_CHECK(spec.q_norm.has_value() == spec.k_norm.has_value(), "attention layer {}: q_norm without k_norm or the "
+            "reverse", spec.layer);
+  for (const auto* n : {&spec.q_norm, &spec.k_norm})
+    if (n->has_value())
+      VLM_CHECK((*n)->kind == NormKind::Rms && (*n)->weight.shape == Shape{spec.head_dim},
+                "attention layer {}: a q/k norm is an RMSNorm of [{}]", spec.layer, spec.head_dim);
+  auto q_norm = make_cpu_norm(w, spec.q_norm ? &*spec.q_norm : nullptr);  // q first: errors name q's weight
+  auto k_norm = make_cpu_norm(w, spec.k_norm ? &*spec.k_norm : nullptr);
+  return std::make_unique<CpuCausalAttention>(spec, r->rotary(), std::move(q_norm), std::move(k_norm));
 }
 
 std::unique_ptr<Mlp> CpuLayers::mlp(const WeightSource& w, const MlpSpec& spec) {

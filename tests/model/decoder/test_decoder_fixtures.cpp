@@ -3,6 +3,8 @@
 // continuations token for token, whole-prompt, chunked (1, 7, 64) and two sequences per batch.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "kernels/core/cpu_features.h"
 #include "kernels/gemm/gemm.h"
 #include "tests/support/decoder_harness.h"
@@ -14,7 +16,14 @@ constexpr double kTol = 1e-4;
 
 class DecoderFixture : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { ref_ = load_reference(GetParam()); }
+  void SetUp() override {
+    // The Qwen3 models are made on the GPU machine (transformers 5.17); until they are committed
+    // their tests skip, saying so, and assert the moment they are.
+    if (!std::filesystem::exists(fixture_model_dir(GetParam()) + "/reference.safetensors"))
+      GTEST_SKIP() << "fixture tests/fixtures/models/" << GetParam() << " not generated yet: run "
+                   << "tools/fixtures/run_qwen3_fixtures.sh on the GPU machine";
+    ref_ = load_reference(GetParam());
+  }
   Reference ref_;
 };
 
@@ -151,7 +160,7 @@ TEST_P(DecoderFixture, SixteenBitKVCacheErrorIsSmall) {
 
 INSTANTIATE_TEST_SUITE_P(Models, DecoderFixture,
                          ::testing::Values("llama_tiny", "llama3_tiny", "llama_linear_f32",
-                                           "qwen2_tiny", "qwen2_yarn_f16"));
+                                           "qwen2_tiny", "qwen2_yarn_f16", "qwen3_tiny", "qwen3_f32"));
 
 }  // namespace
 }  // namespace vlm::testing

@@ -119,6 +119,82 @@ TEST(ModelConfig, ClearErrors) {
   EXPECT_NE(error_of(j).find("cfg.json"), std::string::npos);
 }
 
+// Qwen3 (issue 40), the released layout (Qwen3-8B's config.json: rope_theta at the top,
+// rope_scaling null, torch_dtype) and transformers 5's (rope_parameters, dtype, layer_types).
+json qwen3_8b_config() {
+  return json::parse(R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12288,
+    "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
+    "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+    "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+TEST(ModelConfig, Qwen3ReleasedLayout) {
+  const ModelConfig c = ModelConfig::from_json(qwen3_8b_config(), "cfg.json");
+  EXPECT_EQ(c.family, DecoderFamily::Qwen3);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_FALSE(c.mlp_bias);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.num_kv_heads, 8);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.rope.type, RopeType::Default);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1e6);
+  EXPECT_EQ(c.rope.rotary_dim, 128);
+  EXPECT_EQ(c.dtype, DType::BF16);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{151645}));
+}
+
+TEST(ModelConfig, Qwen3Transformers5LayoutTiedAndIndependentHeadDim) {
+  json j = qwen3_8b_config();
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j.erase("torch_dtype");
+  j.erase("architectures");  // model_type alone names the family
+  j["dtype"] = "float32";
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e6}};
+  j["layer_types"] = json::array();
+  for (int i = 0; i < 36; ++i) j["layer_types"].push_back("full_attention");
+  j["hidden_size"] = 1024;  // Qwen3-0.6B: 16 heads of 128 over hidden 1024, tied, biased here
+  j["num_attention_heads"] = 16;
+  j["tie_word_embeddings"] = true;
+  j["attention_bias"] = true;
+  const ModelConfig c = ModelConfig::from_json(j, "cfg.json");
+  EXPECT_EQ(c.family, DecoderFamily::Qwen3);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.num_heads * c.head_dim, 2048);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_TRUE(c.o_bias);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 5e6);
+  EXPECT_EQ(c.dtype, DType::F32);
+}
+
+TEST(ModelConfig, Qwen3FieldsThatChangeTheMathAreRefusedNamingThem) {
+  json j = qwen3_8b_config();
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4096;
+  EXPECT_NE(error_of(j).find("use_sliding_window"), std::string::npos) << error_of(j);
+  j = qwen3_8b_config();
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_NE(error_of(j).find("layer_types entry \"sliding_attention\""), std::string::npos) << error_of(j);
+  j = qwen3_8b_config();
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_NE(error_of(j).find("unsupported rope type 'dynamic'"), std::string::npos) << error_of(j);
+  j = qwen3_8b_config();
+  j["hidden_act"] = "gelu";
+  EXPECT_NE(error_of(j).find("hidden_act 'gelu'"), std::string::npos) << error_of(j);
+  // Qwen3-VL's text rope (interleaved M-RoPE) must not pass for Qwen2-VL's contiguous sections.
+  j = qwen3_8b_config();
+  j["rope_scaling"] = {{"rope_type", "default"}, {"mrope_section", {24, 20, 20}}, {"mrope_interleaved", true}};
+  EXPECT_NE(error_of(j).find("mrope_interleaved=true"), std::string::npos) << error_of(j);
+  j["rope_scaling"]["mrope_interleaved"] = false;
+  EXPECT_EQ(error_of(j), "");
+}
+
 // A scratch copy of a fixture model that tests may damage.
 class DamagedCheckpoint : public ::testing::Test {
  protected:
@@ -209,6 +285,17 @@ TEST_F(DamagedCheckpoint, UnsupportedArchitecture) {
   std::ofstream(dir_ / "config.json") << c.dump();
   const std::string e = load_error();
   EXPECT_NE(e.find("config.json: unsupported architecture 'GPT2LMHeadModel'"), std::string::npos) << e;
+}
+
+// A Qwen3 config over a checkpoint without q_norm / k_norm: the decoder asks for them by name.
+TEST_F(DamagedCheckpoint, Qwen3WithoutQkNormWeightsNamesTheTensor) {
+  std::ifstream in(dir_ / "config.json");
+  json c = json::parse(in);
+  c["architectures"] = {"Qwen3ForCausalLM"};
+  c["model_type"] = "qwen3";
+  std::ofstream(dir_ / "config.json") << c.dump();
+  const std::string e = load_error();
+  EXPECT_NE(e.find("model.layers.0.self_attn.q_norm.weight"), std::string::npos) << e;
 }
 
 TEST_F(DamagedCheckpoint, MissingShardOfIndex) {

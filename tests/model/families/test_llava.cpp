@@ -176,6 +176,12 @@ TEST(Architecture, DispatchAndClearError) {
   EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::Qwen2VL);
   std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen2_5_VLForConditionalGeneration"]})";
   EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::Qwen2VL);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"]})";
+  EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::CausalLM);
+  std::ofstream(dir / "config.json") << R"({"model_type": "qwen3"})";
+  EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::CausalLM);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3VLForConditionalGeneration"]})";
+  EXPECT_THROW(detect_architecture(dir.string()), LoadError);  // not yet (issue 40's second half)
   std::ofstream(dir / "config.json") << R"({"architectures": ["MllamaForConditionalGeneration"]})";
   try {
     detect_architecture(dir.string());
