@@ -7,8 +7,6 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/core/check.h"
-
 #include "kernels/ops/rope.h"
 #include "model/layers/layer_specs.h"
 #include "model/layers/layers.h"
@@ -28,18 +26,10 @@ class LayerBackend {
   virtual std::unique_ptr<Linear> tied_linear(const Embedding& table, const WeightSource& w,
                                               const NormSpec* pre_norm = nullptr) = 0;
   virtual std::unique_ptr<RopeTable> rope_table(const RopeConfig& rope) = 0;
-  virtual std::unique_ptr<CausalAttention> causal_attention(const AttentionSpec& spec, const RopeTable& rope) = 0;
-  // The same with the attention's own weights (spec.q_norm / k_norm) read from w. A backend that
-  // implements q/k norm overrides this; the default refuses such a spec (LoadError naming it) and
-  // runs every other one as causal_attention(spec, rope).
+  // The attention's own weights (spec.q_norm / k_norm, Qwen3) are read from w. A backend that
+  // lacks a feature of the spec refuses it here (LoadError naming it and the layer).
   virtual std::unique_ptr<CausalAttention> causal_attention(const WeightSource& w, const AttentionSpec& spec,
-                                                            const RopeTable& rope) {
-    (void)w;
-    if (spec.qk_norm())
-      throw LoadError("this layer backend does not implement the per-head q/k RMSNorm (q_norm / k_norm, Qwen3) "
-                      "of attention layer " + std::to_string(spec.layer));
-    return causal_attention(spec, rope);
-  }
+                                                            const RopeTable& rope) = 0;
   virtual std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) = 0;
   virtual std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec& spec) = 0;
   virtual std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) = 0;

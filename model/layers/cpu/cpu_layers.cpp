@@ -153,11 +153,6 @@ std::unique_ptr<RopeTable> CpuLayers::rope_table(const RopeConfig& rope) {
   return std::make_unique<CpuRopeTable>(rope);
 }
 
-std::unique_ptr<CausalAttention> CpuLayers::causal_attention(const AttentionSpec& spec, const RopeTable& rope) {
-  VLM_CHECK(!spec.qk_norm(), "attention layer {}: q/k norm weights need the WeightSource overload", spec.layer);
-  return causal_attention(WeightSource(WeightLookup(), ""), spec, rope);
-}
-
 std::unique_ptr<CausalAttention> CpuLayers::causal_attention(const WeightSource& w, const AttentionSpec& spec,
                                                              const RopeTable& rope) {
   const auto* r = dynamic_cast<const CpuRopeTable*>(&rope);

@@ -19,7 +19,6 @@ class CpuLayers final : public LayerBackend {
                                  const NormSpec* pre_norm) override;
   std::unique_ptr<Linear> tied_linear(const Embedding& table, const WeightSource& w, const NormSpec* pre_norm) override;
   std::unique_ptr<RopeTable> rope_table(const RopeConfig& rope) override;
-  std::unique_ptr<CausalAttention> causal_attention(const AttentionSpec& spec, const RopeTable& rope) override;
   std::unique_ptr<CausalAttention> causal_attention(const WeightSource& w, const AttentionSpec& spec,
                                                     const RopeTable& rope) override;
   std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) override;

@@ -139,27 +139,5 @@ TEST(CpuQkNorm, MissingWeightIsALoadErrorNamingIt) {
   }
 }
 
-// A backend that implements only the plain attention keeps LayerBackend's default of the overload
-// with weights: it refuses a q/k norm spec at load, naming it, and runs any other spec. (Called
-// on the CPU backend by its qualified name, which runs the base class's default.)
-TEST(CpuQkNorm, ABackendWithoutItRefusesTheSpec) {
-  CpuLayers backend;
-  Weights w;
-  RopeConfig rc;
-  rc.head_dim = rc.rotary_dim = static_cast<int>(D);
-  auto rope = backend.rope_table(rc);
-  AttentionSpec s{3, H, Hkv, D, 1.0f, {}, {}};
-  EXPECT_NE(backend.LayerBackend::causal_attention(w.source(), s, *rope), nullptr);  // no norm: runs
-  s.q_norm = NormSpec{NormKind::Rms, kEps, {"q_norm.weight", {D}}, {}};
-  s.k_norm = s.q_norm;
-  try {
-    backend.LayerBackend::causal_attention(w.source(), s, *rope);
-    FAIL() << "no LoadError";
-  } catch (const LoadError& e) {
-    EXPECT_NE(std::string(e.what()).find("q_norm / k_norm"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("attention layer 3"), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 }  // namespace vlm::testing
