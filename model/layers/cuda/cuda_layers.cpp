@@ -313,7 +313,9 @@ std::unique_ptr<Linear> CudaLayers::tied_linear(const Embedding& table, const We
 
 std::unique_ptr<RopeTable> CudaLayers::rope_table(const RopeConfig& rope) { return std::make_unique<CudaRopeTable>(rope); }
 
-std::unique_ptr<CausalAttention> CudaLayers::causal_attention(const AttentionSpec& spec, const RopeTable&) {
+std::unique_ptr<CausalAttention> CudaLayers::causal_attention(const WeightSource&, const AttentionSpec& spec,
+                                                              const RopeTable&) {
+  if (spec.qk_norm()) not_yet("the per-head q/k RMSNorm (q_norm / k_norm, Qwen3)");
   return std::make_unique<CudaCausalAttention>(spec);
 }
 

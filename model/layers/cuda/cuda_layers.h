@@ -24,9 +24,9 @@ class CudaLayers final : public LayerBackend {
                                  const NormSpec* pre_norm) override;
   std::unique_ptr<Linear> tied_linear(const Embedding& table, const WeightSource& w, const NormSpec* pre_norm) override;
   std::unique_ptr<RopeTable> rope_table(const RopeConfig& rope) override;
-  // A spec with Qwen3's q/k norm is refused by LayerBackend's three-argument form (not on the GPU yet).
-  using LayerBackend::causal_attention;
-  std::unique_ptr<CausalAttention> causal_attention(const AttentionSpec& spec, const RopeTable& rope) override;
+  // Refuses a spec with Qwen3's q/k norm (not on the GPU yet).
+  std::unique_ptr<CausalAttention> causal_attention(const WeightSource& w, const AttentionSpec& spec,
+                                                    const RopeTable& rope) override;
   std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) override;
   std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec& spec) override;
   std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) override;
