@@ -220,17 +220,28 @@ void RotaryEmbedding::cos_sin_table(const int32_t* positions, int64_t T, float* 
   });
 }
 
+int RotaryEmbedding::mrope_axis(int64_t i) const {
+  const int64_t half = cfg_.rotary_dim / 2;
+  const std::vector<int>& s = cfg_.mrope_section;
+  VLM_CHECK(s.size() == 3, "M-RoPE needs 3 sections, have {}", s.size());
+  VLM_CHECK(s[0] >= 0 && s[1] >= 0 && s[2] >= 0 && s[0] + s[1] + s[2] == half,
+            "mrope_section [{}, {}, {}] must be non-negative and sum to rotary_dim / 2 = {}", s[0], s[1], s[2],
+            half);
+  VLM_CHECK(i >= 0 && i < half, "M-RoPE frequency {} of {}", i, half);
+  if (cfg_.mrope_interleaved) {
+    // T H W T H W ...: slots 1, 4, 7, ... below 3 * s1 are h, slots 2, 5, 8, ... below 3 * s2 are w.
+    if (i % 3 == 1 && i < 3 * int64_t{s[1]}) return 1;
+    if (i % 3 == 2 && i < 3 * int64_t{s[2]}) return 2;
+    return 0;
+  }
+  if (i < s[0]) return 0;
+  return i < s[0] + s[1] ? 1 : 2;
+}
+
 void RotaryEmbedding::cos_sin_table_mrope(const int32_t* positions, int64_t T, float* table) const {
   const int64_t half = cfg_.rotary_dim / 2;
-  VLM_CHECK(cfg_.mrope_section.size() == 3, "M-RoPE needs 3 sections, have {}", cfg_.mrope_section.size());
-  VLM_CHECK(cfg_.mrope_section[0] + cfg_.mrope_section[1] + cfg_.mrope_section[2] == half,
-            "mrope_section sums to {}, rotary_dim / 2 is {}",
-            cfg_.mrope_section[0] + cfg_.mrope_section[1] + cfg_.mrope_section[2], half);
   std::vector<int> axis(static_cast<size_t>(half));
-  for (int64_t i = 0, a = 0, end = cfg_.mrope_section[0]; i < half; ++i) {
-    while (i >= end) end += cfg_.mrope_section[static_cast<size_t>(++a)];
-    axis[static_cast<size_t>(i)] = static_cast<int>(a);
-  }
+  for (int64_t i = 0; i < half; ++i) axis[static_cast<size_t>(i)] = mrope_axis(i);
   for_tokens(T, token_grain(0, half, true), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* c = table + t * 2 * half;

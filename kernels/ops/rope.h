@@ -36,6 +36,10 @@ struct RopeConfig {
   // M-RoPE (Qwen2-VL): frequencies [0, s0) take the temporal position, the next s1 the height
   // and the next s2 the width position (sections sum to rotary_dim / 2). Empty: 1-D RoPE.
   std::vector<int> mrope_section;
+  // Interleaved M-RoPE (Qwen3-VL, transformers' apply_interleaved_mrope): frequency j takes the
+  // height position when j % 3 == 1 and j < 3 * s1, the width position when j % 3 == 2 and
+  // j < 3 * s2, else the temporal one (T H W T H W ... T T). Only with mrope_section.
+  bool mrope_interleaved = false;
 };
 
 const char* rope_type_name(RopeType t);
@@ -60,8 +64,12 @@ class RotaryEmbedding {
   // table[t, R/2:R] = sin, attention_scaling included; R = rotary_dim.
   void cos_sin_table(const int32_t* positions, int64_t T, float* table /*[T, R]*/) const;
   // cos_sin_table() for 3-axis positions (M-RoPE): frequency i uses positions[t, a(i)], where
-  // a(i) is the mrope_section the frequency falls in (see RopeConfig). Requires mrope_section.
+  // a(i) is mrope_axis(i): the mrope_section the frequency falls in, or the interleaved mapping
+  // when mrope_interleaved (see RopeConfig). Requires mrope_section.
   void cos_sin_table_mrope(const int32_t* positions /*[T, 3]*/, int64_t T, float* table /*[T, R]*/) const;
+  // The position axis (0 = t, 1 = h, 2 = w) frequency i in [0, rotary_dim / 2) takes under
+  // M-RoPE. Requires mrope_section (3 sections summing to rotary_dim / 2).
+  int mrope_axis(int64_t i) const;
   // apply() with a table from cos_sin_table() for the same positions; bit-identical to apply().
   void apply_cached(float* q, int64_t num_q_heads, float* k, int64_t num_k_heads,
                     const float* table /*[T, R]*/, int64_t T) const;

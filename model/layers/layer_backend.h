@@ -35,6 +35,13 @@ class LayerBackend {
   virtual std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) = 0;
   virtual std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) = 0;
   virtual std::unique_ptr<RowOps> row_ops() = 0;
+  // Qwen3-VL's interpolated position grid. A backend that implements it overrides this (CpuLayers
+  // does); the default refuses (LoadError naming it), so a model needing it fails at load there.
+  virtual std::unique_ptr<PositionTable> position_table(const WeightSource& w, const PositionTableSpec& spec) {
+    (void)w;
+    throw LoadError("this layer backend does not implement the interpolated position table (PositionTable, "
+                    "Qwen3-VL's " + spec.table.name + ")");
+  }
   // table: [n, C], or [C] read as one row.
   virtual std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) = 0;
 };

@@ -71,4 +71,11 @@ struct VisionRopeSpec {
   double theta = 10000.0;
 };
 
+// A learned position grid interpolated to each item's patch grid (PositionTable, Qwen3-VL).
+struct PositionTableSpec {
+  WeightRef table;    // [N*N, C]
+  int64_t side = 0;   // N
+  int64_t merge = 1;  // rows in merge-block order of merge x merge patches
+};
+
 }  // namespace vlm

@@ -6,6 +6,7 @@
 // of device data, no data-dependent host branching).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 
@@ -94,6 +95,21 @@ class VisionRopeTable {
  public:
   virtual ~VisionRopeTable() = default;
   virtual RopeRows build(Step& s, std::span<const int32_t> pos_hw /*[T,2] row, column*/) const = 0;
+};
+
+// A learned N x N grid of positions (Qwen3-VL's pos_embed [N*N, C], PositionTableSpec) added to
+// the patch rows of items with grids (t, h, w), item by item: the table bilinearly sampled at an
+// h x w grid of points (transformers' fast_pos_embed_interpolate: per axis linspace(0, N-1, h)
+// in f32, f = floor, c = min(f + 1, N - 1), d = point - f; row (i, j) = the corners (f_i, f_j),
+// (f_i, c_j), (c_i, f_j), (c_i, c_j) times (1-dh)(1-dw), (1-dh)dw, dh(1-dw), dh dw, products
+// rounded to f32 and summed in that order), the same for each of the t frames, rows in
+// merge-block order (the merge x merge patches of a merged unit consecutive, units row-major;
+// the order of the preprocessed patch rows).
+class PositionTable {
+ public:
+  virtual ~PositionTable() = default;
+  // x [P, C] += the positions, P = sum t*h*w; h and w multiples of the spec's merge.
+  virtual void add(Step& s, std::span<const std::array<int32_t, 3>> grids /*(t, h, w)*/, Act x /*[P,C]*/) const = 0;
 };
 
 // Data movement between activations, no weights. Rows move in units of `unit` consecutive rows.

@@ -187,6 +187,19 @@ TEST(CudaModelSupport, Qwen3QkNormIsRefusedNamingIt) {
   EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
 }
 
+// Interleaved M-RoPE (Qwen3-VL's text rope) is not in the GPU's rope table yet: refused by name;
+// the contiguous layout (Qwen2-VL) still runs.
+TEST(CudaModelSupport, InterleavedMropeIsRefusedNamingIt) {
+  ModelConfig m = qwen2vl_7b_shaped();
+  m.rope.mrope_section = {24, 20, 20};
+  m.rope.mrope_interleaved = true;
+  const auto p = cuda_model_support(m, EngineConfig{}, DType::BF16, 4096);
+  ASSERT_EQ(p.size(), 1u) << joined(p);
+  EXPECT_TRUE(mentions(p, "interleaved M-RoPE (rope mrope_interleaved, Qwen3-VL)")) << joined(p);
+  m.rope.mrope_interleaved = false;
+  EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
+}
+
 // The same through make_step_backend on the Qwen3 fixture model: --device cuda refused before any
 // GPU is opened, --device auto on the CPU.
 TEST(CudaModelSupport, Qwen3CheckpointRunsOnTheCpuOnly) {

@@ -185,6 +185,9 @@ std::unique_ptr<PatchEmbedding> CpuLayers::patch_embedding(const WeightSource& w
 }
 
 std::unique_ptr<RowOps> CpuLayers::row_ops() { return make_cpu_row_ops(); }
+std::unique_ptr<PositionTable> CpuLayers::position_table(const WeightSource& w, const PositionTableSpec& spec) {
+  return make_cpu_position_table(w, spec);
+}
 
 std::unique_ptr<LearnedRows> CpuLayers::learned_rows(const WeightSource& w, const WeightRef& table) {
   return make_cpu_learned_rows(w, table);

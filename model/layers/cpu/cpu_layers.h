@@ -26,6 +26,7 @@ class CpuLayers final : public LayerBackend {
   std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) override;
   std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) override;
   std::unique_ptr<RowOps> row_ops() override;
+  std::unique_ptr<PositionTable> position_table(const WeightSource& w, const PositionTableSpec& spec) override;
   std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) override;
 };
 

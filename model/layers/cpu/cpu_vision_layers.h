@@ -1,5 +1,6 @@
 // The CPU's vision layers (CpuLayers makes them): attention within segments, the 2-D vision rope
-// table, the patch embedding of whole images, and row movement. Exact f32, the kernels the pre-layer towers called, in their order.
+// table, the patch embedding of whole images, row movement, and the interpolated position table
+// (cpu_position_table.cpp). Exact f32, the kernels the pre-layer towers called, in their order.
 #pragma once
 
 #include <memory>
@@ -12,6 +13,7 @@ namespace vlm {
 std::unique_ptr<SegmentAttention> make_cpu_segment_attention(const SegmentAttentionSpec& spec);
 std::unique_ptr<VisionRopeTable> make_cpu_vision_rope_table(const VisionRopeSpec& spec);
 std::unique_ptr<RowOps> make_cpu_row_ops();
+std::unique_ptr<PositionTable> make_cpu_position_table(const WeightSource& w, const PositionTableSpec& spec);
 std::unique_ptr<LearnedRows> make_cpu_learned_rows(const WeightSource& w, const WeightRef& table);
 std::unique_ptr<PatchEmbedding> make_cpu_patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec);
 
