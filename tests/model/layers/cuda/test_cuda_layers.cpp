@@ -119,7 +119,7 @@ class CudaLayer : public ::testing::Test {
 };
 
 TEST_F(CudaLayer, LinearMlpAndHeadMatchTheCpuLayers) {
-  const int64_t C = shape_.hidden, I = shape_.intermediate, V = shape_.vocab;
+  const int64_t C = shape_.hidden, V = shape_.vocab;
   const int64_t QKV = (shape_.heads + 2 * shape_.kv_heads) * (C / shape_.heads);
   const LlamaLayerSpec spec = llama_layer_spec(config_, 0);
   const WeightSource w(*store_, "model.");
