@@ -21,7 +21,10 @@ std::vector<int64_t> iota_rows(int64_t begin, int64_t n) {
 
 OnevisionWiring::OnevisionWiring(const LlavaVision& vision, LayerBackend& backend, const WeightSource& w,
                                  const WeightRef& newline)
-    : vision_(vision), rows_(backend.row_ops()), newline_(backend.learned_rows(w, newline)) {
+    : vision_(vision),
+      first_(static_cast<int>(vision.plan(1).bufs.size())),
+      rows_(backend.row_ops()),
+      newline_(backend.learned_rows(w, newline)) {
   VLM_CHECK(vision.spec().tokens_per_image() == grid() * grid(), "OneVision tiles of {} rows, a grid of {}",
             vision.spec().tokens_per_image(), grid());
 }
@@ -40,10 +43,10 @@ ActivationPlan OnevisionWiring::plan(int64_t N, const AnyresLayout* a) const {
 }
 
 void OnevisionWiring::image(Step& s, Act tiles, const AnyresLayout& a, Act out) const {
-  const int64_t g = grid(), per_tile = g * g, first = static_cast<int64_t>(vision_.plan(tiles.rows).bufs.size());
+  const int64_t g = grid(), per_tile = g * g;
   VLM_CHECK(tiles.rows == a.num_tiles() && out.rows == a.num_tokens(), "{} tiles for a layout of {}, {} rows for {}",
             tiles.rows, a.num_tiles(), out.rows, a.num_tokens());
-  const Act feats = s.act(static_cast<int>(first));  // [N * g*g, C]
+  const Act feats = s.act(first_);  // [N * g*g, C]
   vision_.forward(s, tiles, feats);
   rows_->gather_rows(s, feats, iota_rows(0, per_tile), row_slice(out, 0, per_tile), 0);  // the base tile
   // The tiles' rows as one map, cut to the unpadded window.
@@ -55,10 +58,10 @@ void OnevisionWiring::image(Step& s, Act tiles, const AnyresLayout& a, Act out) 
       const int64_t t = 1 + (gy / g) * a.tile_cols + gx / g;
       src[static_cast<size_t>(y * W + x)] = t * per_tile + (gy % g) * g + gx % g;
     }
-  Act map = s.act(static_cast<int>(first + 1));
+  Act map = s.act(first_ + 1);
   rows_->gather_rows(s, feats, src, map, 0);
   if (a.shrinks()) {
-    const Act shrunk = s.act(static_cast<int>(first + 2));
+    const Act shrunk = s.act(first_ + 2);
     rows_->bilinear(s, map, H, W, a.out_h, a.out_w, shrunk);
     map = shrunk;
   }
@@ -78,9 +81,8 @@ void OnevisionWiring::image(Step& s, Act tiles, const AnyresLayout& a, Act out) 
 
 void OnevisionWiring::video(Step& s, Act frames, Act out) const {
   const int64_t g = grid(), per_tile = g * g, p = (g + 1) / 2, F = frames.rows;
-  const int64_t first = static_cast<int64_t>(vision_.plan(F).bufs.size());
   VLM_CHECK(out.rows == F * p * p + 1, "{} rows for {} frames of {}", out.rows, F, p * p);
-  const Act feats = s.act(static_cast<int>(first));  // [F * g*g, C]
+  const Act feats = s.act(first_);  // [F * g*g, C]
   vision_.forward(s, frames, feats);
   for (int64_t t = 0; t < F; ++t)
     rows_->bilinear(s, row_slice(feats, t * per_tile, per_tile), g, g, p, p, row_slice(out, t * p * p, p * p));

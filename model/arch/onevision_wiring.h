@@ -32,6 +32,7 @@ class OnevisionWiring {
  private:
   int64_t grid() const { return vision_.spec().vision.grid(); }
   const LlavaVision& vision_;
+  int first_;  // plan index of the tiles' rows: after the vision's buffers (as many for every N)
   std::unique_ptr<RowOps> rows_;
   std::unique_ptr<LearnedRows> newline_;
 };
