@@ -14,7 +14,7 @@ std::unique_ptr<LlmDecoder> LlmDecoder::load(const std::string& model_dir) {
 }
 
 LlmDecoder::LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNames names)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+    : config_(std::move(config)), weights_(std::move(weights)), names_(names) {
   const ModelConfig& c = config_;
   const int64_t C = c.hidden_size, V = c.vocab_size;
   backend_ = std::make_unique<CpuLayers>();

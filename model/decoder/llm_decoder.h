@@ -41,6 +41,7 @@ class LlmDecoder {
 
   const ModelConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
+  const DecoderWeightNames& names() const { return names_; }  // where the decoder's tensors are
   // The dtype of the layers' matrix weights (the checkpoint's dtype; what --dtype auto runs).
   DType weight_dtype() const { return layers_.empty() ? embed_.dtype : layers_.front().q.dtype; }
   // The weights by role (views valid while the decoder lives), e.g. for a GPU backend's copy.
@@ -62,6 +63,7 @@ class LlmDecoder {
 
   ModelConfig config_;
   WeightStore weights_;
+  DecoderWeightNames names_;
   TensorView embed_;       // [V, C]
   TensorView final_norm_;  // [C]
   TensorView lm_head_;     // [V, C] (embed_ when tied)

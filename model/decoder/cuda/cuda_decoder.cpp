@@ -20,16 +20,7 @@
 
 namespace vlm {
 
-struct CudaDecoder::Layer {
-  cuda::DeviceBuffer input_norm, post_norm;  // [C] f32
-  cuda::DeviceBuffer qkv, o, gate_up, down;  // [QD + 2 KD, C], [C, QD], [2I, C], [C, I] dt
-  cuda::DeviceBuffer qkv_bias, gate_up_bias;  // dt, or empty
-  cuda::DeviceBuffer o_bias, down_bias;       // f32, or empty
-};
-
 namespace {
-
-bool present(const TensorView& t) { return !t.empty(); }
 
 // VLM_CUDA_DECODE_FUSED_NORM / VLM_CUDA_DECODE_FUSED_REDUCE (unset: on), each read once per process.
 bool fused_norm_env() {
@@ -56,17 +47,12 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&graph_staged_, cudaEventDisableTiming));
   const ModelConfig& c = config();
   VLM_CHECK(c.head_dim <= 256, "head_dim {} > 256 on the GPU", c.head_dim);
-  RotaryEmbedding rope(c.rope);
-  rope_half_ = static_cast<int>(rope.inv_freq().size());
-  rope_scaling_ = rope.attention_scaling();
-  if (!c.rope.mrope_section.empty()) {
-    VLM_CHECK(c.rope.mrope_section.size() == 3, "mrope_section of {} entries", c.rope.mrope_section.size());
-    mrope_sec0_ = c.rope.mrope_section[0];
-    mrope_sec1_ = c.rope.mrope_section[1];
-  }
-  inv_freq_.resize(sizeof(float) * rope.inv_freq().size());
-  VLM_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), rope.inv_freq().data(), inv_freq_.bytes(), cudaMemcpyHostToDevice));
-  upload_weights();
+  VLM_LOG_INFO("GPU: {}; loading {} layers as {}", cuda::describe_gpu(opt_.device), c.num_layers,
+               dtype_name(opt_.dtype));
+  layers_ = std::make_unique<CudaLayers>(opt_.dtype);
+  arch_ = std::make_unique<LlamaDecoder>(c, *layers_, host_.weights(), host_.names());
+  weight_bytes_ = layers_->weight_bytes();
+  VLM_LOG_INFO("GPU: loaded {} layers ({:.2f} GiB)", c.num_layers, static_cast<double>(weight_bytes_) / (1 << 30));
   allocate_cache();
 }
 
@@ -75,39 +61,6 @@ CudaDecoder::~CudaDecoder() {
   graphs_.clear();
   if (graph_staged_) cudaEventDestroy(graph_staged_);
   if (stream_) cudaStreamDestroy(stream_);
-}
-
-void CudaDecoder::upload_weights() {
-  const ModelConfig& c = config();
-  const DType dt = opt_.dtype;
-  VLM_LOG_INFO("GPU: {}; loading {} layers as {}", cuda::describe_gpu(opt_.device), c.num_layers, dtype_name(dt));
-  int64_t bytes = 0;
-  embed_ = cuda::upload_converted({host_.embed_weight()}, dt, &bytes);
-  final_norm_ = cuda::upload_converted({host_.final_norm_weight()}, DType::F32, &bytes);
-  lm_head_tied_ = host_.lm_head_weight().data == host_.embed_weight().data;
-  if (!lm_head_tied_) lm_head_ = cuda::upload_converted({host_.lm_head_weight()}, dt, &bytes);
-  int last_pct = -1;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const DecoderLayerWeights& L = host_.layer_weights(l);
-    auto layer = std::make_unique<Layer>();
-    layer->input_norm = cuda::upload_converted({L.input_norm}, DType::F32, &bytes);
-    layer->post_norm = cuda::upload_converted({L.post_norm}, DType::F32, &bytes);
-    layer->qkv = cuda::upload_converted({L.q, L.k, L.v}, dt, &bytes);
-    layer->o = cuda::upload_converted({L.o}, dt, &bytes);
-    layer->gate_up = cuda::upload_converted({L.gate, L.up}, dt, &bytes);
-    layer->down = cuda::upload_converted({L.down}, dt, &bytes);
-    if (present(L.q_bias)) layer->qkv_bias = cuda::upload_converted({L.q_bias, L.k_bias, L.v_bias}, dt, &bytes);
-    if (present(L.gate_bias)) layer->gate_up_bias = cuda::upload_converted({L.gate_bias, L.up_bias}, dt, &bytes);
-    if (present(L.o_bias)) layer->o_bias = cuda::upload_converted({L.o_bias}, DType::F32, &bytes);
-    if (present(L.down_bias)) layer->down_bias = cuda::upload_converted({L.down_bias}, DType::F32, &bytes);
-    layers_.push_back(std::move(layer));
-    const int pct = static_cast<int>(100 * (l + 1) / c.num_layers);
-    if (pct / 10 != last_pct / 10 || l + 1 == c.num_layers) {
-      VLM_LOG_INFO("GPU: loaded layer {}/{} ({:.2f} GiB)", l + 1, c.num_layers, static_cast<double>(bytes) / (1 << 30));
-      last_pct = pct;
-    }
-  }
-  weight_bytes_ = bytes;
 }
 
 int64_t CudaDecoder::kv_bytes_per_block() const {
@@ -171,22 +124,27 @@ void CudaDecoder::reserve_activations(int64_t T, int64_t R) {
   VLM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers in use by the previous step
   const ModelConfig& c = config();
   const auto e = static_cast<int64_t>(dtype_size(opt_.dtype));
-  const int64_t C = c.hidden_size, I = c.intermediate_size, QD = c.num_heads * c.head_dim,
-                KD = c.num_kv_heads * c.head_dim;
-  x_.resize(static_cast<size_t>(T * C * 4));
-  h_.resize(static_cast<size_t>(T * C * e));
-  qkv_.resize(static_cast<size_t>(T * (QD + 2 * KD) * e));
+  const int64_t QD = c.num_heads * c.head_dim, KD = c.num_kv_heads * c.head_dim;
+  const ActivationPlan& plan = arch_->plan();
+  acts_.resize(plan.bufs.size());
+  for (size_t i = 0; i < plan.bufs.size(); ++i) {  // the architecture's activations
+    const ActivationPlan::Buf& b = plan.bufs[i];
+    const int64_t rows = b.logit_rows ? R : T, esz = b.role == ActRole::Hidden ? e : 4;
+    acts_[i].resize(static_cast<size_t>(std::max<int64_t>(rows, 1) * b.cols * esz));
+  }
   // cuDNN prefill: its K/V scratch (once), and the rows it pads sequences with past T (cuda_cudnn_prefill.h).
   const int64_t Tq = T + cudnn_.reserve(c, opt_.max_model_len, opt_.dtype);
   q_.resize(static_cast<size_t>(Tq * QD * e));
   k_.resize(static_cast<size_t>(Tq * KD * e));
   v_.resize(static_cast<size_t>(Tq * KD * e));
   attn_.resize(static_cast<size_t>(Tq * QD * e));
-  gu_.resize(static_cast<size_t>(T * 2 * I * e));
-  act_.resize(static_cast<size_t>(T * I * e));
-  rope_table_.resize(static_cast<size_t>(T * 2 * rope_half_ * 4));
-  sel_.resize(static_cast<size_t>(R * C * e));
   logits_.resize(static_cast<size_t>(R * c.vocab_size * 4));
+  // The layers' scratch at its size for T rows now, before the KV cache takes the free memory
+  // (they would grow it on first use otherwise): normed rows, SiLU·mul rows, the RoPE table.
+  const int64_t half = static_cast<int64_t>(RotaryEmbedding(c.rope).inv_freq().size());
+  scratch_.get(CudaScratch::kNormOut, std::max(T, R) * c.hidden_size * e, stream_);
+  scratch_.get(CudaScratch::kAct, T * c.intermediate_size * e, stream_);
+  scratch_.get(CudaScratch::kRopeTable, T * 2 * half * 4, stream_);
   ++buffers_epoch_;
   cap_tokens_ = T;
   cap_rows_ = R;
@@ -236,29 +194,11 @@ int64_t CudaDecoder::upload_metadata(const ForwardBatch& b) {
   return S;
 }
 
-void CudaDecoder::embed(int64_t T, const EmbeddingOverride& override) {
-  const int64_t C = config().hidden_size;
-  cuda::embedding(embed_.get(), opt_.dtype, d_ids_, T, C, x_.as<float>(), stream_);
-  for (int64_t i = 0; i < override.num_device_runs; ++i) {  // media rows encoded on this GPU
-    const DeviceRowRun& r = override.device_runs[i];
-    VLM_CHECK(r.row >= 0 && r.n >= 0 && r.row + r.n <= T, "device embedding run [{}, +{}) of {} rows", r.row, r.n, T);
-    VLM_CUDA_CHECK(cudaMemcpyAsync(x_.as<float>() + r.row * C, r.src, static_cast<size_t>(r.n * C) * 4,
-                                   cudaMemcpyDeviceToDevice, stream_));
-  }
-  if (override.use == nullptr) return;
-  VLM_CHECK(override.embeds != nullptr, "embedding override without embeddings");
-  // Media rows: copy each run of overridden rows (media steps only; pageable host memory).
-  for (int64_t t = 0; t < T;) {
-    if (!override.use[t]) {
-      ++t;
-      continue;
-    }
-    int64_t e = t;
-    while (e < T && override.use[e]) ++e;
-    VLM_CUDA_CHECK(cudaMemcpyAsync(x_.as<float>() + t * C, override.embeds + t * C,
-                                   static_cast<size_t>((e - t) * C) * 4, cudaMemcpyHostToDevice, stream_));
-    t = e;
-  }
+Act CudaDecoder::attend(int l, Act qkv, const RopeRows& rope) {
+  const ModelConfig& c = config();
+  rope_kv_write(l, qkv.rows, qkv.data, rope);
+  attention(l, qkv.rows, *meta_);
+  return Act{attn_.get(), qkv.rows, c.num_heads * c.head_dim, opt_.dtype};
 }
 
 void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
@@ -288,70 +228,21 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   prof_.mark(stream_, "attention");
 }
 
-void CudaDecoder::rope_kv_write(int l, int64_t T) {
+void CudaDecoder::rope_kv_write(int l, int64_t T, const void* qkv, const RopeRows& rope) {
   const ModelConfig& c = config();
   const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
-  const int64_t R = 2 * rope_half_;
+  const int64_t R = rope.cols;
+  const auto* table = static_cast<const float*>(rope.table);
   if (!CudaCudnnPrefill::uses_kv_rows(cudnn_mode_) && cuda::rope_kv_write_supported(kv, opt_.dtype, R)) {  // one pass
-    cuda::rope_split_q_kv_write(qkv_.get(), T, c.num_heads, rope_table_.as<float>(), R, q_.get(), kv, d_slots_,
-                                opt_.dtype, stream_);
+    cuda::rope_split_q_kv_write(qkv, T, c.num_heads, table, R, q_.get(), kv, d_slots_, opt_.dtype, stream_);
     prof_.mark(stream_, "rope_kv_write");
     return;
   }
-  cuda::rope_split_qkv(qkv_.get(), T, c.num_heads, c.num_kv_heads, c.head_dim, rope_table_.as<float>(), R, q_.get(),
-                       k_.get(), v_.get(), opt_.dtype, stream_);
+  cuda::rope_split_qkv(qkv, T, c.num_heads, c.num_kv_heads, c.head_dim, table, R, q_.get(), k_.get(), v_.get(),
+                       opt_.dtype, stream_);
   prof_.mark(stream_, "rope");
   cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
   prof_.mark(stream_, "kv_write");
-}
-
-void CudaDecoder::run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
-  const ModelConfig& c = config();
-  const Layer& L = *layers_[static_cast<size_t>(l)];
-  const DType dt = opt_.dtype;
-  const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
-  const int64_t QD = H * D, W = QD + 2 * Hkv * D;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  // Decode rows: each norm folded into the GEMV that reads it (gemv_norm.h; h_ is not written).
-  const bool fuse = fused_norm_ && cuda::gemv_norm_supported(T, C, dt);
-  if (fuse) {
-    cuda::gemv_norm(x_.as<float>(), nullptr, L.input_norm.as<float>(), eps, L.qkv.get(), dt, L.qkv_bias.get(),
-                    qkv_.get(), dt, false, T, W, C, stream_);
-  } else {
-    cuda::rms_norm(x_.as<float>(), nullptr, L.input_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
-    prof_.mark(stream_, "norm");
-    linear(h_.get(), L.qkv.get(), L.qkv_bias.get(), qkv_.get(), dt, false, T, W, C);
-  }
-  prof_.mark(stream_, "gemm_qkv");
-  rope_kv_write(l, T);
-  attention(l, T, meta);
-  linear(attn_.get(), L.o.get(), L.o_bias.get(), x_.get(), DType::F32, true, T, C, QD);
-  prof_.mark(stream_, "gemm_o");
-  if (fuse) {  // post-attention norm, gate/up and SiLU·mul in one pass
-    cuda::gemv_silu_mul_norm(x_.as<float>(), nullptr, L.post_norm.as<float>(), eps, L.gate_up.get(), dt,
-                             L.gate_up_bias.get(), act_.get(), T, I, C, stream_);
-  } else {
-    cuda::rms_norm(x_.as<float>(), nullptr, L.post_norm.as<float>(), eps, nullptr, T, C, h_.get(), dt, stream_);
-    prof_.mark(stream_, "norm");
-    if (cuda::gemv_supported(T, C, dt)) {  // gate/up and SiLU·mul in one pass
-      cuda::gemv_silu_mul(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), act_.get(), T, I, C, stream_);
-    } else {
-      gemm_.linear(h_.get(), L.gate_up.get(), dt, L.gate_up_bias.get(), gu_.get(), dt, 0.0f, T, 2 * I, C, stream_);
-      prof_.mark(stream_, "gemm_gate_up");
-      cuda::silu_mul(gu_.get(), T, I, act_.get(), dt, stream_);
-    }
-  }
-  prof_.mark(stream_, "silu_mul");
-  linear(act_.get(), L.down.get(), L.down_bias.get(), x_.get(), DType::F32, true, T, C, I);
-  prof_.mark(stream_, "gemm_down");
-}
-
-void CudaDecoder::linear(const void* x, const void* w, const void* bias, void* y, DType out_dt, bool accumulate,
-                         int64_t M, int64_t N, int64_t K) {
-  if (cuda::gemv_supported(M, K, opt_.dtype))
-    cuda::gemv(x, w, opt_.dtype, bias, y, out_dt, accumulate, M, N, K, stream_);
-  else
-    gemm_.linear(x, w, opt_.dtype, bias, y, out_dt, accumulate ? 1.0f : 0.0f, M, N, K, stream_);
 }
 
 void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& override) {
@@ -421,28 +312,36 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
       ++buffers_epoch_;
     }
   }
-  cuda::rope_table(d_pos_, d_mrope_, mrope_sec0_, mrope_sec1_, inv_freq_.as<float>(), rope_half_, rope_scaling_, T,
-                   rope_table_.as<float>(), stream_);
-  embed(T, override);
-  prof_.mark(stream_, "upload_embed_rope_table");
-  for (int l = 0; l < static_cast<int>(c.num_layers); ++l) run_layer(l, T, meta);
+  CudaStep& s = step_;
+  s.stream = stream_;
+  s.dt = opt_.dtype;
+  s.T = T;
+  s.R = R;
+  s.batch = batch_;
+  s.override = &override;
+  s.ids = d_ids_;
+  s.pos = d_pos_;
+  s.mrope = d_mrope_;
+  s.rows = d_rows_;
+  s.fused_norm = fused_norm_;
+  s.logits_buf = logits_.as<float>();
+  s.gemm = &gemm_;
+  s.prof = &prof_;
+  s.pool = &scratch_;
+  s.attention = this;
+  const ActivationPlan& plan = arch_->plan();
+  s.acts.resize(plan.bufs.size());
+  for (size_t i = 0; i < plan.bufs.size(); ++i) {
+    const ActivationPlan::Buf& b = plan.bufs[i];
+    s.acts[i] = Act{acts_[i].get(), b.logit_rows ? R : T, b.cols, b.role == ActRole::Hidden ? opt_.dtype : DType::F32};
+  }
+  meta_ = &meta;
+  arch_->forward(s);  // the rope table, the embedding, every layer, the head on the logit rows
+  meta_ = nullptr;
   if (sparse_) sparse_prefill_.finish_step(stream_);  // the step's block counts, when the stream gets there
   if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);     // SinkRouter's anchors of finished
   if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // prompts, then LOOK-M's compaction
   num_logit_rows_ = R;
-  if (R == 0) return prof_.end(stream_, T);
-  const DType dt = opt_.dtype;
-  const void* head = lm_head_tied_ ? embed_.get() : lm_head_.get();
-  const auto eps = static_cast<float>(c.rms_norm_eps);
-  if (fused_norm_ && cuda::gemv_norm_supported(R, c.hidden_size, dt)) {  // final norm of the rows in the LM head's GEMV
-    cuda::gemv_norm(x_.as<float>(), d_rows_, final_norm_.as<float>(), eps, head, dt, nullptr, logits_.get(), DType::F32,
-                    false, R, c.vocab_size, c.hidden_size, stream_);
-  } else {
-    cuda::rms_norm(x_.as<float>(), nullptr, final_norm_.as<float>(), eps, d_rows_, R, c.hidden_size, sel_.get(), dt,
-                   stream_);
-    linear(sel_.get(), head, nullptr, logits_.get(), DType::F32, false, R, c.vocab_size, c.hidden_size);
-  }
-  prof_.mark(stream_, "lm_head");
   prof_.end(stream_, T);
 }
 

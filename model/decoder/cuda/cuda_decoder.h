@@ -47,6 +47,8 @@
 #include "model/decoder/cuda/cuda_sparse_prefill.h"
 #include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/llm_decoder.h"
+#include "model/layers/cuda/cuda_layers.h"
+#include "model/layers/cuda/cuda_step.h"
 
 namespace vlm {
 
@@ -77,7 +79,10 @@ struct CudaDecoderOptions {
   int fused_decode_reduce = -1;
 };
 
-class CudaDecoder {
+// The runner of the decoder's architecture (model/arch/llama_decoder.h) over the GPU's layers
+// (model/layers/cuda/): it owns the KV cache, the step's metadata and activations, the decode
+// graphs, and the attention with its methods (CudaAttentionRunner: the layers' attention calls it).
+class CudaDecoder final : private CudaAttentionRunner {
  public:
   // Uploads the host decoder's weights (converted to options.dtype; progress in the log) and
   // allocates the KV cache. Throws LoadError when the GPU lacks the memory for the weights or
@@ -126,28 +131,24 @@ class CudaDecoder {
   int64_t cudnn_paged_calls() const { return cudnn_.paged_calls(); }  // of those, chunks over cached context
 
  private:
-  struct Layer;
   struct Graph;
-  void upload_weights();
   void allocate_cache();
   void reserve_activations(int64_t T, int64_t R);
   int64_t upload_metadata(const ForwardBatch& b);  // returns the number of sequences
-  void embed(int64_t T, const EmbeddingOverride& override);
-  // The step's work after the metadata upload: RoPE table, embedding (+ override), layers, head.
+  // The step's work after the metadata upload: the architecture's forward (RoPE table, embedding
+  // with the override, layers, head), then the methods' end of step.
   void run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch& meta, const EmbeddingOverride& override);
-  void run_layer(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
-  // RoPE of the fused q/k/v projection qkv_ into q_, k and v into layer l's cache slots (one
-  // kernel where rope_kv_write_supported, else -- and on cuDNN prefill steps, which read k_/v_ --
+  // CudaAttentionRunner: RoPE, K/V into layer l's cache, attention with the step's methods.
+  Act attend(int l, Act qkv, const RopeRows& rope) override;
+  // RoPE of the fused q/k/v projection into q_, k and v into layer l's cache slots (one kernel
+  // where rope_kv_write_supported, else -- and on cuDNN prefill steps, which read k_/v_ --
   // rope_split_qkv into k_/v_ and paged_kv_write).
-  void rope_kv_write(int l, int64_t T);
+  void rope_kv_write(int l, int64_t T, const void* qkv, const RopeRows& rope);
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
   bool fast_attention() const { return config().head_dim == 64 || config().head_dim == 128; }
   bool decode_shape() const { return fast_attention() && config().num_heads / config().num_kv_heads <= 16; }
   bool decode_kernel() const { return decode_shape() && all_decode_; }
-  // y = x w^T (+ bias) (+ y): the GEMV for few 16-bit rows, else cuBLASLt.
-  void linear(const void* x, const void* w, const void* bias, void* y, DType out_dt, bool accumulate, int64_t M,
-              int64_t N, int64_t K);
   // cuda_decoder_graphs.cpp: runs b as a graph when it qualifies; false: run it eagerly.
   bool forward_graph(const ForwardBatch& b, const EmbeddingOverride& override);
   void drop_graphs();
@@ -159,12 +160,9 @@ class CudaDecoder {
   cudaStream_t stream_ = nullptr;
   cuda::CublasLtGemm gemm_;
   StepProfiler prof_;  // VLM_CUDA_PROFILE=1: per-op GPU time of each forward on stderr
-  std::vector<std::unique_ptr<Layer>> layers_;
-  cuda::DeviceBuffer embed_, final_norm_, lm_head_, inv_freq_;
-  bool lm_head_tied_ = false;
+  std::unique_ptr<CudaLayers> layers_;   // the GPU's layers (they hold the weights)
+  std::unique_ptr<LlamaDecoder> arch_;   // the forward, written once
   int64_t weight_bytes_ = 0;
-  float rope_scaling_ = 1.0f;
-  int rope_half_ = 0, mrope_sec0_ = 0, mrope_sec1_ = 0;
   // KV cache: one allocation, layer l's K at kv_[l * 2], V at kv_[l * 2 + 1] blocks.
   cuda::DeviceBuffer kv_;
   int64_t num_blocks_ = 0;
@@ -172,7 +170,8 @@ class CudaDecoder {
   // Step buffers (grown on demand).
   cuda::PinnedBuffer meta_host_;
   cuda::DeviceBuffer meta_dev_;
-  cuda::DeviceBuffer x_, h_, qkv_, q_, k_, v_, attn_, gu_, act_, rope_table_, sel_, logits_, decode_ws_;
+  std::vector<cuda::DeviceBuffer> acts_;  // the architecture's plan, by index
+  cuda::DeviceBuffer q_, k_, v_, attn_, logits_, decode_ws_;  // attention's (with cuDNN's slack rows), logits
   cuda::DeviceBuffer decode_counters_;  // [num_seqs, Hkv] int32, zero between launches (fused_reduce_)
   bool all_decode_ = false;  // every sequence of the step has one row
   const ForwardBatch* batch_ = nullptr;  // the step's batch while forward() runs
@@ -187,6 +186,9 @@ class CudaDecoder {
   bool look_m_on_ = false;  // the step carries LOOK-M states (runs eagerly)
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
   int64_t buffers_epoch_ = 0;  // bumped when a step buffer is reallocated (graphs hold pointers)
+  CudaScratch scratch_{&buffers_epoch_};  // the layers' scratch
+  CudaStep step_;                         // the layers' view of the step being run
+  const cuda::CudaAttentionBatch* meta_ = nullptr;  // the step's, while run_step runs
   std::vector<std::unique_ptr<Graph>> graphs_;
   cuda::PinnedBuffer graph_host_;   // staging of a graph step's metadata
   cudaEvent_t graph_staged_ = nullptr;  // the staging's last upload done

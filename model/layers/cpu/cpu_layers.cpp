@@ -102,9 +102,9 @@ class CpuMlp final : public Mlp {
  public:
   CpuMlp(const WeightSource& w, const MlpSpec& spec)
       : spec_(spec),
-        in_(load_cpu_linear_parts(w, gated() ? std::vector<LinearPart>{spec.gate, spec.up} : std::vector<LinearPart>{spec.up}),
+        in_(load_linear_parts(w, gated() ? std::vector<LinearPart>{spec.gate, spec.up} : std::vector<LinearPart>{spec.up}),
             make_cpu_norm(w, spec.pre_norm ? &*spec.pre_norm : nullptr)),
-        down_(load_cpu_linear_parts(w, {spec.down})) {}
+        down_(load_linear_parts(w, {spec.down})) {}
   int64_t inner_cols() const override { return gated() ? 2 * spec_.inner : spec_.inner; }
 
   void forward(Step& s, Act x, Act inner, Act y, Accum a) const override {
@@ -138,7 +138,7 @@ std::unique_ptr<Norm> CpuLayers::norm(const WeightSource& w, const NormSpec& spe
 
 std::unique_ptr<Linear> CpuLayers::linear(const WeightSource& w, const std::vector<LinearPart>& parts,
                                           const NormSpec* pre_norm) {
-  return std::make_unique<CpuLinear>(load_cpu_linear_parts(w, parts), make_cpu_norm(w, pre_norm));
+  return std::make_unique<CpuLinear>(load_linear_parts(w, parts), make_cpu_norm(w, pre_norm));
 }
 
 std::unique_ptr<Linear> CpuLayers::tied_linear(const Embedding& table, const WeightSource& w, const NormSpec* pre_norm) {

@@ -12,6 +12,7 @@
 #include "kernels/core/tensor.h"
 #include "model/layers/layer_specs.h"
 #include "model/layers/layers.h"
+#include "model/layers/linear_parts.h"
 
 namespace vlm {
 
@@ -28,10 +29,7 @@ class CpuNorm final : public Norm {
 
 class CpuLinear final : public Linear {
  public:
-  struct Part {
-    TensorView w;  // [N_i, K]
-    Tensor bias;   // [N_i] f32, or empty
-  };
+  using Part = HostLinearPart;
   explicit CpuLinear(std::vector<Part> parts, std::unique_ptr<CpuNorm> pre_norm = nullptr);
   int64_t out_features() const override { return n_; }
   void forward(Step& s, Act x, Act y, Accum a) const override;
@@ -44,9 +42,6 @@ class CpuLinear final : public Linear {
   int64_t n_ = 0, k_ = 0;
 };
 
-// The parts as views into the checkpoint (a weight of more than two dims read as [N, rest]; row
-// ranges sliced), biases converted to f32.
-std::vector<CpuLinear::Part> load_cpu_linear_parts(const WeightSource& w, const std::vector<LinearPart>& parts);
 std::unique_ptr<CpuNorm> make_cpu_norm(const WeightSource& w, const NormSpec* spec);  // null spec: null
 
 }  // namespace vlm

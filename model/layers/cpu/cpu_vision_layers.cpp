@@ -87,7 +87,7 @@ class CpuVisionRopeTable final : public VisionRopeTable {
 class CpuPatchEmbedding final : public PatchEmbedding {
  public:
   CpuPatchEmbedding(const WeightSource& w, const PatchEmbeddingSpec& spec)
-      : spec_(spec), conv_(load_cpu_linear_parts(w, {spec.conv})) {
+      : spec_(spec), conv_(load_linear_parts(w, {spec.conv})) {
     C_ = conv_.out_features();
     VLM_CHECK(spec.patch_size > 0 && spec.image_size >= spec.patch_size, "image size {} over patches of {}",
               spec.image_size, spec.patch_size);  // the last image_size % patch_size pixels fall outside every patch

@@ -1,0 +1,42 @@
+// CudaLayers: the GPU implementation of the layer vocabulary (the decoder's layers; the vision
+// towers' come with step 5b of docs/WRITTEN_ONCE.md and are refused at load until then). Weights
+// are uploaded at construction, converted to the compute dtype (norm weights f32; biases in the
+// compute dtype and in f32, as the output they are added to). The kernels and their choices are
+// CudaDecoder's before the refactor: GEMVs for steps of at most kGemvMaxRows 16-bit rows (a
+// pre-norm folded into them, gemv_norm.h, when CudaStep::fused_norm), cuBLASLt otherwise; the
+// residual add in the GEMM/GEMV epilogue; gate/up with SiLU·mul fused into the GEMV. Attention is
+// the runner's (CudaAttentionRunner: the paged cache and the methods live there).
+#pragma once
+
+#include "model/layers/layer_backend.h"
+
+namespace vlm {
+
+class CudaLayers final : public LayerBackend {
+ public:
+  explicit CudaLayers(DType dt);
+  DType dtype() const { return dt_; }
+  int64_t weight_bytes() const { return bytes_; }  // uploaded so far
+
+  std::unique_ptr<Embedding> embedding(const WeightSource& w, const WeightRef& table) override;
+  std::unique_ptr<Norm> norm(const WeightSource& w, const NormSpec& spec) override;
+  std::unique_ptr<Linear> linear(const WeightSource& w, const std::vector<LinearPart>& parts,
+                                 const NormSpec* pre_norm) override;
+  std::unique_ptr<Linear> tied_linear(const Embedding& table, const WeightSource& w, const NormSpec* pre_norm) override;
+  std::unique_ptr<RopeTable> rope_table(const RopeConfig& rope) override;
+  // Refuses a spec with Qwen3's q/k norm (not on the GPU yet).
+  std::unique_ptr<CausalAttention> causal_attention(const WeightSource& w, const AttentionSpec& spec,
+                                                    const RopeTable& rope) override;
+  std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) override;
+  std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec& spec) override;
+  std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) override;
+  std::unique_ptr<RowOps> row_ops() override;
+  std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) override;
+  std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) override;
+
+ private:
+  DType dt_;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace vlm
