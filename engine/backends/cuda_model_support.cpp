@@ -29,13 +29,6 @@ std::vector<std::string> cuda_model_support(const ModelConfig& m, const EngineCo
     return p;  // the group size G below means nothing
   }
   const int64_t G = H / Hkv;
-  if (m.qk_norm)
-    p.push_back(fmt::format("{}'s per-head q/k RMSNorm (self_attn.q_norm / k_norm, Qwen3): the GPU decoder does not "
-                            "implement it yet",
-                            m.architecture.empty() ? std::string("this model") : m.architecture));
-  if (m.rope.mrope_interleaved)
-    p.push_back("interleaved M-RoPE (rope mrope_interleaved, Qwen3-VL): the GPU's rope table computes only the "
-                "contiguous mrope_section layout");
   if (D <= 0 || D % 8 != 0)
     p.push_back(fmt::format("head size {}: the GPU's KV cache write needs a multiple of 8", D));
   if (D > kMaxHeadDim) p.push_back(fmt::format("head size {}: the GPU's kernels take at most {}", D, kMaxHeadDim));

@@ -125,14 +125,18 @@ __global__ void silu_mul_x8_kernel(const T* gu, int64_t T_rows, int64_t I, T* ou
   }
 }
 
-__global__ void rope_table_kernel(const int32_t* positions, const int32_t* mrope, int sec0, int sec1,
+__device__ __forceinline__ int mrope_axis(const MropeAxes& a, int i) {
+  if (a.interleaved) return (i % 3 == 1 && i < 3 * a.s1) ? 1 : ((i % 3 == 2 && i < 3 * a.s2) ? 2 : 0);
+  return i < a.s0 ? 0 : (i < a.s0 + a.s1 ? 1 : 2);
+}
+
+__global__ void rope_table_kernel(const int32_t* positions, const int32_t* mrope, MropeAxes axes,
                                   const float* inv_freq, int half, float scaling, float* table) {
   const int64_t t = blockIdx.x;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     int32_t p;
     if (mrope) {
-      const int axis = i < sec0 ? 0 : (i < sec0 + sec1 ? 1 : 2);
-      p = mrope[t * 3 + axis];
+      p = mrope[t * 3 + mrope_axis(axes, i)];
     } else {
       p = positions[t];
     }
@@ -140,6 +144,24 @@ __global__ void rope_table_kernel(const int32_t* positions, const int32_t* mrope
     table[t * 2 * half + i] = __fmul_rn(static_cast<float>(cos(angle)), scaling);
     table[t * 2 * half + half + i] = __fmul_rn(static_cast<float>(sin(angle)), scaling);
   }
+}
+
+// grid (T, H + Hkv): one block per (token, q or k head) of the fused rows; each thread normalizes
+// the elements it read (no element crosses threads between the two passes).
+template <typename T>
+__global__ void head_rms_norm_kernel(T* qkv, int64_t H, int64_t Hkv, int64_t D, const float* q_w, const float* k_w,
+                                     float eps) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  T* x = qkv + (t * (H + 2 * Hkv) + h) * D;
+  const float* w = h < H ? q_w : k_w;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = to_f32(x[i]);
+    ss = fmaf(v, v, ss);
+  }
+  ss = block_sum(ss);
+  const float inv = rsqrtf(ss / static_cast<float>(D) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) x[i] = from_f32<T>(__fmul_rn(w[i], __fmul_rn(to_f32(x[i]), inv)));
 }
 
 // grid (T, H + 2 Hkv): one block per (token, head); heads [0, H) are q, then k, then v.
@@ -232,10 +254,21 @@ void silu_mul(const void* gu, int64_t T, int64_t I, void* out, DType dt, cudaStr
   VLM_CUDA_CHECK_LAUNCH();
 }
 
-void rope_table(const int32_t* positions, const int32_t* mrope_positions, int sec0, int sec1, const float* inv_freq,
+void rope_table(const int32_t* positions, const int32_t* mrope_positions, const MropeAxes& axes, const float* inv_freq,
                 int half, float scaling, int64_t T, float* table, cudaStream_t s) {
   if (T == 0) return;
-  rope_table_kernel<<<T, 64, 0, s>>>(positions, mrope_positions, sec0, sec1, inv_freq, half, scaling, table);
+  rope_table_kernel<<<T, 64, 0, s>>>(positions, mrope_positions, axes, inv_freq, half, scaling, table);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void head_rms_norm(void* qkv, int64_t T, int64_t H, int64_t Hkv, int64_t D, const float* q_w, const float* k_w,
+                   float eps, DType dt, cudaStream_t s) {
+  if (T == 0) return;
+  dispatch_float(dt, [&](auto tag) {
+    using E = decltype(tag);
+    head_rms_norm_kernel<E><<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(H + Hkv)), D >= 128 ? 128 : 64, 0,
+                              s>>>(static_cast<E*>(qkv), H, Hkv, D, q_w, k_w, eps);
+  });
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,12 +27,27 @@ void rms_norm(float* x, const void* residual, const float* w, float eps, const i
 // out[t, i] = silu(gu[t, i]) * gu[t, I + i]; gu [T, 2I] dt (gate | up), out [T, I] dt.
 void silu_mul(const void* gu, int64_t T, int64_t I, void* out, DType dt, cudaStream_t s);
 
+// M-RoPE's frequency-to-axis map (RopeConfig::mrope_section / mrope_interleaved): contiguous,
+// frequency i takes axis 0 for i < s0, 1 for i < s0 + s1, else 2; interleaved (Qwen3-VL), axis 1
+// when i % 3 == 1 and i < 3 s1, axis 2 when i % 3 == 2 and i < 3 s2, else 0.
+struct MropeAxes {
+  int s0 = 0, s1 = 0, s2 = 0;
+  bool interleaved = false;
+};
+
 // The RoPE cos/sin table of every token: table[t, 0:R/2] = cos, [R/2:R] = sin of
 // f32(pos) * inv_freq[i] (cos/sin in double, rounded to f32), times `scaling`; R = 2 * half.
-// With mrope_positions [T, 3] (else null: positions [T]), frequency i takes axis a(i) with
-// a(i) = 0 for i < sec0, 1 for i < sec0 + sec1, else 2 (RopeConfig::mrope_section).
-void rope_table(const int32_t* positions, const int32_t* mrope_positions, int sec0, int sec1, const float* inv_freq,
+// With mrope_positions [T, 3] (else null: positions [T]), frequency i takes the position of axis
+// a(i) of `axes` (RotaryEmbedding::mrope_axis).
+void rope_table(const int32_t* positions, const int32_t* mrope_positions, const MropeAxes& axes, const float* inv_freq,
                 int half, float scaling, int64_t T, float* table, cudaStream_t s);
+
+// Qwen3's per-head q/k RMSNorm, in place on the fused projection qkv [T, (H + 2 Hkv) D] (dt; per
+// row q heads, then k, then v): each q head x [D] becomes q_w * (x * rsqrt(mean(x^2) + eps)),
+// each k head the same with k_w (q_w, k_w [D] f32), v untouched; f32 arithmetic, one rounding
+// to dt (CpuNorm::apply on planes, the CPU layers' order).
+void head_rms_norm(void* qkv, int64_t T, int64_t H, int64_t Hkv, int64_t D, const float* q_w, const float* k_w,
+                   float eps, DType dt, cudaStream_t s);
 
 // Splits the fused projection qkv [T, (H + 2 Hkv) D] (dt; per row q heads, then k, then v) into
 // q [T, H, D], k [T, Hkv, D] and v [T, Hkv, D] (dt), rotating q and k as

@@ -200,35 +200,46 @@ class CudaRopeTable final : public RopeTable {
     scaling_ = rope.attention_scaling();
     if (!c.mrope_section.empty()) {
       VLM_CHECK(c.mrope_section.size() == 3, "mrope_section of {} entries", c.mrope_section.size());
-      sec0_ = c.mrope_section[0];
-      sec1_ = c.mrope_section[1];
+      axes_.s0 = c.mrope_section[0];
+      axes_.s1 = c.mrope_section[1];
+      axes_.s2 = c.mrope_section[2];
+      axes_.interleaved = c.mrope_interleaved;
     }
     inv_freq_ = cuda::upload_converted({cuda::f32_view(rope.inv_freq())}, DType::F32, nullptr);
   }
   RopeRows build(Step& st) const override {
     CudaStep& s = CudaStep::of(st);
     auto* table = static_cast<float*>(s.scratch(CudaScratch::kRopeTable, s.T * 2 * half_ * 4));  // [T, 2 half] f32
-    cuda::rope_table(s.pos, s.mrope, sec0_, sec1_, inv_freq_.as<float>(), half_, scaling_, s.T, table, s.stream);
+    cuda::rope_table(s.pos, s.mrope, axes_, inv_freq_.as<float>(), half_, scaling_, s.T, table, s.stream);
     return RopeRows{table, 2 * half_};
   }
 
  private:
   cuda::DeviceBuffer inv_freq_;
-  int half_ = 0, sec0_ = 0, sec1_ = 0;
+  int half_ = 0;
+  cuda::MropeAxes axes_;
   float scaling_ = 1.0f;
 };
 
+// Qwen3's q/k norm (in place on the fused rows), then the runner's rope, KV write and attention.
 class CudaCausalAttention final : public CausalAttention {
  public:
-  explicit CudaCausalAttention(const AttentionSpec& spec) : spec_(spec) {}
+  CudaCausalAttention(const AttentionSpec& spec, std::unique_ptr<CudaPreNorm> q_norm, std::unique_ptr<CudaPreNorm> k_norm)
+      : spec_(spec), q_norm_(std::move(q_norm)), k_norm_(std::move(k_norm)) {}
   Act forward(Step& st, Act qkv, const RopeRows& rope) const override {
     CudaStep& s = CudaStep::of(st);
     VLM_CHECK(s.attention != nullptr, "a GPU step without an attention runner");
+    if (q_norm_) {
+      cuda::head_rms_norm(qkv.data, qkv.rows, spec_.num_heads, spec_.num_kv_heads, spec_.head_dim,
+                          q_norm_->w.as<float>(), k_norm_->w.as<float>(), q_norm_->eps, qkv.dtype, s.stream);
+      s.mark("qk_norm");
+    }
     return s.attention->attend(spec_.layer, qkv, rope);
   }
 
  private:
   AttentionSpec spec_;
+  std::unique_ptr<CudaPreNorm> q_norm_, k_norm_;  // [D] f32 each, or null
 };
 
 // down(silu(gate n(x)) * up n(x)): for few 16-bit rows the norm, gate/up and SiLU·mul in one
@@ -313,10 +324,18 @@ std::unique_ptr<Linear> CudaLayers::tied_linear(const Embedding& table, const We
 
 std::unique_ptr<RopeTable> CudaLayers::rope_table(const RopeConfig& rope) { return std::make_unique<CudaRopeTable>(rope); }
 
-std::unique_ptr<CausalAttention> CudaLayers::causal_attention(const WeightSource&, const AttentionSpec& spec,
+std::unique_ptr<CausalAttention> CudaLayers::causal_attention(const WeightSource& w, const AttentionSpec& spec,
                                                               const RopeTable&) {
-  if (spec.qk_norm()) not_yet("the per-head q/k RMSNorm (q_norm / k_norm, Qwen3)");
-  return std::make_unique<CudaCausalAttention>(spec);
+  VLM_CHECK(spec.q_norm.has_value() == spec.k_norm.has_value(), "attention layer {}: q_norm without k_norm or the "
+            "reverse", spec.layer);
+  std::unique_ptr<CudaPreNorm> q_norm, k_norm;
+  if (spec.qk_norm()) {
+    VLM_CHECK(spec.q_norm->eps == spec.k_norm->eps, "attention layer {}: q_norm eps {} and k_norm eps {} differ",
+              spec.layer, spec.q_norm->eps, spec.k_norm->eps);
+    q_norm = upload_pre_norm(w, &*spec.q_norm, &bytes_);  // q first: errors name q's weight
+    k_norm = upload_pre_norm(w, &*spec.k_norm, &bytes_);
+  }
+  return std::make_unique<CudaCausalAttention>(spec, std::move(q_norm), std::move(k_norm));
 }
 
 std::unique_ptr<Mlp> CudaLayers::mlp(const WeightSource& w, const MlpSpec& spec) {

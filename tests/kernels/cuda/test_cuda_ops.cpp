@@ -104,7 +104,7 @@ TEST_P(CudaOps, SiluMulMatchesCpu) {
 TEST_P(CudaOps, RopeMatchesCpuForEveryScaling) {
   const DType dt = GetParam();
   const int64_t T = 11, H = 4, Hkv = 2, D = 64;
-  std::vector<RopeConfig> cfgs(5);
+  std::vector<RopeConfig> cfgs(6);
   for (RopeConfig& c : cfgs) {
     c.head_dim = D;
     c.theta = 10000.0;
@@ -118,6 +118,8 @@ TEST_P(CudaOps, RopeMatchesCpuForEveryScaling) {
   cfgs[3].type = RopeType::Linear;
   cfgs[3].factor = 2;
   cfgs[4].mrope_section = {8, 12, 12};
+  cfgs[5].mrope_section = {12, 10, 10};  // Qwen3-VL's layout: T H W T H W ... (RopeMrope tests the CPU's)
+  cfgs[5].mrope_interleaved = true;
   for (size_t ci = 0; ci < cfgs.size(); ++ci) {
     const RotaryEmbedding rope(cfgs[ci]);
     const bool mrope = !cfgs[ci].mrope_section.empty();
@@ -134,7 +136,14 @@ TEST_P(CudaOps, RopeMatchesCpuForEveryScaling) {
     auto d_inv = to_device(rope.inv_freq());
     const int half = static_cast<int>(rope.inv_freq().size());
     auto d_table = poisoned(T * 2 * half * 4);
-    cuda::rope_table(d_pos.as<int32_t>(), mrope ? d_mpos.as<int32_t>() : nullptr, 8, 12, d_inv.as<float>(), half,
+    cuda::MropeAxes axes;
+    if (mrope) {
+      axes.s0 = cfgs[ci].mrope_section[0];
+      axes.s1 = cfgs[ci].mrope_section[1];
+      axes.s2 = cfgs[ci].mrope_section[2];
+      axes.interleaved = cfgs[ci].mrope_interleaved;
+    }
+    cuda::rope_table(d_pos.as<int32_t>(), mrope ? d_mpos.as<int32_t>() : nullptr, axes, d_inv.as<float>(), half,
                      rope.attention_scaling(), T, d_table.as<float>(), nullptr);
     const size_t e = dtype_size(dt);
     auto d_q = poisoned(T * H * D * e), d_k = poisoned(T * Hkv * D * e), d_v = poisoned(T * Hkv * D * e);
@@ -155,6 +164,31 @@ TEST_P(CudaOps, RopeMatchesCpuForEveryScaling) {
     EXPECT_EQ(decode(to_host<uint8_t>(d_v, T * Hkv * D * e), dt), v) << "config " << ci;  // v copied as is
     EXPECT_LE(rel_error(got_q, q), std::max(tol(), 1e-6)) << "config " << ci;
     EXPECT_LE(rel_error(got_k, k), std::max(tol(), 1e-6)) << "config " << ci;
+  }
+}
+
+// Qwen3's per-head q/k RMSNorm in place on fused qkv rows, against rms_norm_ref over each head
+// (v untouched), for head sizes below and above one block of threads.
+TEST_P(CudaOps, HeadRmsNormMatchesCpuPerHead) {
+  const DType dt = GetParam();
+  for (int64_t D : {24, 128, 256}) {
+    const int64_t T = 9, H = 4, Hkv = 2, W = (H + 2 * Hkv) * D;
+    const auto qkv = round_to(random_vector(T * W, 40 + static_cast<uint32_t>(D)), dt);
+    const auto qw = random_vector(D, 41), kw = random_vector(D, 42);
+    auto d_qkv = to_device(encode(qkv, dt));
+    auto d_qw = to_device(qw), d_kw = to_device(kw);
+    cuda::head_rms_norm(d_qkv.get(), T, H, Hkv, D, d_qw.as<float>(), d_kw.as<float>(), 1e-6f, dt, nullptr);
+    const auto got = decode(to_host<uint8_t>(d_qkv, T * W * dtype_size(dt)), dt);
+    std::vector<float> want(qkv);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H + Hkv; ++h) {
+        float* x = want.data() + t * W + h * D;
+        const std::vector<float>& w = h < H ? qw : kw;
+        rms_norm_ref(x, TensorView(const_cast<float*>(w.data()), DType::F32, {D}), 1e-6f, 1, x);
+      }
+    for (int64_t t = 0; t < T; ++t)  // v heads copied as they were, bit for bit
+      for (int64_t i = (H + Hkv) * D; i < W; ++i) ASSERT_EQ(got[t * W + i], qkv[t * W + i]) << "D " << D;
+    EXPECT_LE(rel_error(got, want), std::max(tol(), 1e-6)) << "D " << D;
   }
 }
 

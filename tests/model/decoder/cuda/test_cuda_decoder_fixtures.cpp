@@ -305,7 +305,7 @@ TEST_P(CudaDecoderFixture, FusedNormDecodeEqualsUnfused) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaDecoderFixture,
                          ::testing::Values("llama_tiny", "llama3_tiny", "llama_linear_f32", "qwen2_tiny",
-                                           "qwen2_yarn_f16"));
+                                           "qwen2_yarn_f16", "qwen3_tiny", "qwen3_f32"));
 
 }  // namespace
 }  // namespace vlm::testing
