@@ -15,12 +15,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/vlm-gpu-speed}; sections=${2:-0123}
 mkdir -p "$out"
-model=/tmp/vlm-qwen2-7b-bf16
+# VLM_SPEED_PRESET: the vlm-random-model preset (qwen2-7b; qwen3-8b for issue 40's rows).
+preset=${VLM_SPEED_PRESET:-qwen2-7b}
+model=/tmp/vlm-$preset-bf16
 echo "# bench/gpu_speed.sh $(date -u '+%Y-%m-%d %H:%M UTC'); $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
 if [[ $sections == *0* && ! -f $model/config.json ]]; then
   t0=$(date +%s)
   tok=(); [ -f tokenizer/tokenizer.json ] && tok=(--tokenizer-from tokenizer)
-  bin/vlm-random-model --out "$model" --preset qwen2-7b --dtype bf16 --threads "$(nproc)" "${tok[@]}" || exit 1
+  bin/vlm-random-model --out "$model" --preset "$preset" --dtype bf16 --threads "$(nproc)" "${tok[@]}" || exit 1
   echo "model written in $(( $(date +%s) - t0 )) s: $(du -sh "$model" | cut -f1)"
 fi
 if [[ $sections == *1* ]]; then

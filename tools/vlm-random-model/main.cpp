@@ -1,7 +1,7 @@
 // vlm-random-model: writes a Hugging Face-style checkpoint directory (config.json +
 // model.safetensors) with random weights in the shape of a real model, for benchmarks and
 // load tests without downloading anything.
-//   vlm-random-model --out DIR [--preset tiny-qwen2|qwen2-0.5b|llama-3.2-1b|qwen2-7b]
+//   vlm-random-model --out DIR [--preset tiny-qwen2|qwen2-0.5b|llama-3.2-1b|qwen2-7b|qwen3-8b]
 //                    [--dtype bf16|f16|f32] [--layers N] [--seed S] [--std X] [--tokenizer-from DIR]
 //                    [--threads N]
 // --threads N > 1 draws the rows of each tensor on N threads, row r of tensor k from its own
@@ -54,6 +54,13 @@ json preset(const std::string& name) {
             {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0}, {"tie_word_embeddings", false},
             {"use_sliding_window", false}, {"hidden_act", "silu"}, {"bos_token_id", 151643},
             {"eos_token_id", 151645}};
+  if (name == "qwen3-8b")  // Qwen3-8B's text shape (and Qwen3-VL-8B's decoder but for its M-RoPE)
+    return {{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"}, {"vocab_size", 151936},
+            {"hidden_size", 4096}, {"intermediate_size", 12288}, {"num_hidden_layers", 36},
+            {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 128},
+            {"max_position_embeddings", 40960}, {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0},
+            {"tie_word_embeddings", false}, {"attention_bias", false}, {"hidden_act", "silu"},
+            {"bos_token_id", 151643}, {"eos_token_id", 151645}};
   if (name == "llama-3.2-1b")
     return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 128256},
             {"hidden_size", 2048}, {"intermediate_size", 8192}, {"num_hidden_layers", 16},
@@ -63,12 +70,12 @@ json preset(const std::string& name) {
             {"eos_token_id", {128001, 128008, 128009}},
             {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
                               {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}};
-  std::fprintf(stderr, "unknown preset '%s' (tiny-qwen2, qwen2-0.5b, qwen2-7b, llama-3.2-1b)\n", name.c_str());
+  std::fprintf(stderr, "unknown preset '%s' (tiny-qwen2, qwen2-0.5b, qwen2-7b, qwen3-8b, llama-3.2-1b)\n", name.c_str());
   std::exit(2);
 }
 
 const char* const kUsage =
-    "usage: vlm-random-model --out DIR [--preset tiny-qwen2|qwen2-0.5b|qwen2-7b|llama-3.2-1b] [--dtype bf16|f16|f32]\n"
+    "usage: vlm-random-model --out DIR [--preset tiny-qwen2|qwen2-0.5b|qwen2-7b|qwen3-8b|llama-3.2-1b] [--dtype bf16|f16|f32]\n"
     "         [--layers N] [--seed S] [--std SIGMA] [--tokenizer-from DIR]\n";
 
 }  // namespace
@@ -157,6 +164,10 @@ int main(int argc, char** argv) {
       add(p + "self_attn.q_proj.bias", {QD});
       add(p + "self_attn.k_proj.bias", {KD});
       add(p + "self_attn.v_proj.bias", {KD});
+    }
+    if (c.qk_norm) {  // Qwen3: per-head RMSNorm weights of q and k
+      add(p + "self_attn.q_norm.weight", {c.head_dim}, true);
+      add(p + "self_attn.k_norm.weight", {c.head_dim}, true);
     }
     add(p + "mlp.gate_proj.weight", {I, C});
     add(p + "mlp.up_proj.weight", {I, C});
