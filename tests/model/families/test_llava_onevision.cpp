@@ -34,31 +34,47 @@ using testing::read_whole_file;
 const std::string kRoot = testing::onevision_fixture_root();
 const std::string kModel = kRoot + "/ov_tiny";
 
-RgbImage load_png(const std::string& name) {
-  const std::string b = read_whole_file(kRoot + "/media/" + name);
+RgbImage load_png_from(const std::string& root, const std::string& name) {
+  const std::string b = read_whole_file(root + "/media/" + name);
   return decode_image({reinterpret_cast<const uint8_t*>(b.data()), b.size()});
 }
+RgbImage load_png(const std::string& name) { return load_png_from(kRoot, name); }
 
-// The model, its processor configs, the references and the recorded cases (loaded once).
+// The model, its processor configs, the references and the recorded cases (loaded once per
+// fixture: ROOT/MODEL under tests/fixtures; ov_tiny by default).
 struct Fixture {
-  std::unique_ptr<LlavaOnevisionModel> model = LlavaOnevisionModel::load(kModel);
-  OnevisionPreprocessConfig image = OnevisionPreprocessConfig::load(kModel, false);
-  OnevisionPreprocessConfig video = OnevisionPreprocessConfig::load(kModel, true);
-  std::unique_ptr<SafetensorsFile> ref = SafetensorsFile::open(kRoot + "/reference.safetensors");
-  nlohmann::json cases = nlohmann::json::parse(read_whole_file(kModel + "/cases.json"));
+  explicit Fixture(const std::string& root = kRoot, const std::string& model_dir = "ov_tiny")
+      : root(root),
+        dir(root + "/" + model_dir),
+        model(LlavaOnevisionModel::load(dir)),
+        image(OnevisionPreprocessConfig::load(dir, false)),
+        video(OnevisionPreprocessConfig::load(dir, true)),
+        ref(SafetensorsFile::open(root + "/reference.safetensors")),
+        cases(nlohmann::json::parse(read_whole_file(dir + "/cases.json"))) {}
+  std::string root, dir;
+  std::unique_ptr<LlavaOnevisionModel> model;
+  OnevisionPreprocessConfig image, video;
+  std::unique_ptr<SafetensorsFile> ref;
+  nlohmann::json cases;
 
   const TensorView& t(const std::string& name) const { return ref->tensors().at(name); }
   bool has(const std::string& name) const { return ref->tensors().count(name) > 0; }
+  int64_t tile_floats() const { return 3 * int64_t{image.size} * image.size; }  // one tile's [3, S, S]
+  int64_t tile_patches() const {  // (S / p)^2: a remainder of the tile beyond the patches is dropped
+    const int64_t g = image.size / model->config().llava.vision.patch_size;
+    return g * g;
+  }
+  RgbImage png(const std::string& name) const { return load_png_from(root, name); }
 
   // The case's media in prompt order (the template renders a message's images, then its videos).
   std::vector<MediaPixels> media(const nlohmann::json& c) const {
     std::vector<MediaPixels> images, videos;
     for (const auto& m : c["messages"])
       for (const auto& p : m["content"]) {
-        if (p["type"] == "image") images.push_back(preprocess_onevision_image(load_png(p["media"][0]), image));
+        if (p["type"] == "image") images.push_back(preprocess_onevision_image(png(p["media"][0]), image));
         if (p["type"] == "video") {
           std::vector<RgbImage> frames;
-          for (const auto& f : p["media"]) frames.push_back(load_png(f));
+          for (const auto& f : p["media"]) frames.push_back(png(f));
           videos.push_back(preprocess_onevision_video(frames, video));
         }
       }
@@ -71,6 +87,17 @@ const Fixture& fixture() {
   static const Fixture f;
   return f;
 }
+
+// The HF-matching tests run on both recorded models: ov_tiny (40-px tiles, text head size 4) and
+// ov_gpu (tools/fixtures/make_llava_onevision_fixtures.py --variant gpu: 44-px tiles over 8-px
+// patches, so the patch embedding drops a 4-px remainder; text and SigLIP head size 8).
+const Fixture& fixture(const std::string& which) {
+  if (which == "ov_tiny") return fixture();
+  static const Fixture gpu(testing::onevision_fixture_root() + "_gpu", "ov_gpu");
+  return gpu;
+}
+
+class OnevisionHf : public ::testing::TestWithParam<std::string> {};
 
 std::vector<int> levels(const float* p, size_t n) {  // mean = std = 0.5: level = (p + 1) * 127.5
   std::vector<int> out(n);
@@ -99,9 +126,9 @@ TEST(LlavaOnevisionConfig, ReadsTheCheckpoint) {
   EXPECT_TRUE(f.video.grid_pinpoints.empty());
 }
 
-TEST(OnevisionPreprocess, TilesAndLevelsMatchHf) {
-  const Fixture& f = fixture();
-  const int64_t tile = 3 * 40 * 40;
+TEST_P(OnevisionHf, TilesAndLevelsMatchHf) {
+  const Fixture& f = fixture(GetParam());
+  const int64_t tile = f.tile_floats();
   for (const char* name : {"wide", "tall", "big", "small", "square", "odd"}) {
     const nlohmann::json* c = nullptr;
     for (const auto& x : f.cases)
@@ -126,14 +153,14 @@ TEST(OnevisionPreprocess, TilesAndLevelsMatchHf) {
                 m.data.size() / static_cast<size_t>(tile), max_pil, max_tv);
   }
   // The normalisation arithmetic, value for value.
-  const MediaPixels wide = preprocess_onevision_image(load_png("wide.png"), f.image);
+  const MediaPixels wide = preprocess_onevision_image(f.png("wide.png"), f.image);
   const TensorView& px = f.t("wide.pixels");
   ASSERT_EQ(static_cast<int64_t>(wide.data.size()), px.numel());
   EXPECT_LE(rel_err(wide.data.data(), px.as<const float>(), 1, px.numel()), 1e-6);
 }
 
-TEST(LlavaOnevision, TowerAndPackedFeaturesMatchHf) {
-  const Fixture& f = fixture();
+TEST_P(OnevisionHf, TowerAndPackedFeaturesMatchHf) {
+  const Fixture& f = fixture(GetParam());
   const int64_t C = f.model->config().llava.text.hidden_size, Cv = f.model->config().llava.vision.hidden_size;
   for (const auto& c : f.cases) {
     const std::string name = c["name"];
@@ -147,8 +174,8 @@ TEST(LlavaOnevision, TowerAndPackedFeaturesMatchHf) {
         const TensorView& px = f.t(name + ".video");
         EXPECT_LE(rel_err(m.data.data(), px.as<const float>(), 1, px.numel()), 1e-6) << name << ": frames";
       }
-      const int64_t N = static_cast<int64_t>(m.data.size()) / (3 * 40 * 40);
-      std::vector<float> feats(static_cast<size_t>(N * 25 * Cv));
+      const int64_t N = static_cast<int64_t>(m.data.size()) / f.tile_floats();
+      std::vector<float> feats(static_cast<size_t>(N * f.tile_patches() * Cv));
       f.model->vision_features(m.data.data(), N, feats.data());
       tower.insert(tower.end(), feats.begin(), feats.end());
       std::vector<float> e(static_cast<size_t>(f.model->media_tokens(m, static_cast<int>(k)) * C));
@@ -202,8 +229,8 @@ TEST(LlavaOnevision, WiringOverLayersEqualsTheLoopBitForBit) {
 }
 
 // Prefill of the case's prompt in chunks (edges inside media runs), then greedy decoding.
-TEST(LlavaOnevision, LogitsAndGreedyMatchHf) {
-  const Fixture& f = fixture();
+TEST_P(OnevisionHf, LogitsAndGreedyMatchHf) {
+  const Fixture& f = fixture(GetParam());
   const LlmDecoder& dec = f.model->decoder();
   const ModelConfig& tc = dec.config();
   const int64_t C = tc.hidden_size, V = tc.vocab_size;
@@ -267,6 +294,8 @@ TEST(LlavaOnevision, LogitsAndGreedyMatchHf) {
     EXPECT_EQ(ours, c["generated_ids"].get<std::vector<int32_t>>()) << name;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OnevisionHf, ::testing::Values("ov_tiny", "ov_gpu"));
 
 TEST(OnevisionPreprocess, ReadsBothProcessorLayouts) {
   namespace fs = std::filesystem;
