@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a GGUF file (llama.cpp's model format) from a Qwen2 Hugging Face checkpoint directory
+"""Writes a GGUF file (llama.cpp's model format) from a Qwen2 or Qwen3 Hugging Face checkpoint directory
 (config.json + one model.safetensors), for the side-by-side CPU benchmark bench/peer_llamacpp.sh.
 
 Written from the public GGUF specification (ggml's docs/gguf.md): little-endian header "GGUF",
@@ -9,7 +9,8 @@ the fastest-varying first, ggml type, offset into the data section); the data se
 GGUF holds exactly the checkpoint's weights, except that 1-D tensors (norm weights, biases) are
 widened to F32 as llama.cpp's own converter stores them (its CPU ops add an f32 activation to an
 f32 bias or scale, not to a bf16 one). Tensor and key names follow llama.cpp's "qwen2"
-architecture. No vocabulary is written (tokenizer.ggml.model = "none" with qwen2.vocab_size):
+architecture ("qwen3" for Qwen3: the per-head q/k norms as blk.N.attn_q_norm / attn_k_norm, and
+the head size as qwen3.attention.key_length / value_length). No vocabulary is written (tokenizer.ggml.model = "none" with qwen2.vocab_size):
 llama-bench and llama-batched-bench draw random token ids and never tokenize text.
 
 Only the Python standard library is used. Usage: bench/hf_to_gguf.py MODEL_DIR OUT.gguf
@@ -46,7 +47,7 @@ def kv(key, vtype, value):
 
 
 def hf_to_gguf_name(name):
-    """HF Qwen2 tensor name -> llama.cpp qwen2 tensor name (None: not needed)."""
+    """HF Qwen2 / Qwen3 tensor name -> llama.cpp qwen2 / qwen3 tensor name (None: not needed)."""
     simple = {
         "model.embed_tokens.weight": "token_embd.weight",
         "model.norm.weight": "output_norm.weight",
@@ -68,6 +69,8 @@ def hf_to_gguf_name(name):
         "self_attn.v_proj.weight": "attn_v.weight",
         "self_attn.v_proj.bias": "attn_v.bias",
         "self_attn.o_proj.weight": "attn_output.weight",
+        "self_attn.q_norm.weight": "attn_q_norm.weight",
+        "self_attn.k_norm.weight": "attn_k_norm.weight",
         "mlp.gate_proj.weight": "ffn_gate.weight",
         "mlp.up_proj.weight": "ffn_up.weight",
         "mlp.down_proj.weight": "ffn_down.weight",
@@ -81,8 +84,8 @@ def main():
     model_dir, out_path = sys.argv[1], sys.argv[2]
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
-    if cfg.get("model_type") != "qwen2":
-        sys.exit(f"hf_to_gguf.py: only qwen2 checkpoints (got {cfg.get('model_type')})")
+    if cfg.get("model_type") not in ("qwen2", "qwen3"):
+        sys.exit(f"hf_to_gguf.py: only qwen2 and qwen3 checkpoints (got {cfg.get('model_type')})")
     st_path = os.path.join(model_dir, "model.safetensors")
     with open(st_path, "rb") as f:
         (hlen,) = struct.unpack("<Q", f.read(8))
@@ -103,7 +106,7 @@ def main():
                         base + begin, end - begin, info["dtype"] if widen else None))
     tensors.sort(key=lambda t: t[0])
 
-    arch = "qwen2"
+    arch = cfg["model_type"]
     meta = [
         kv("general.architecture", T_STRING, arch),
         kv("general.name", T_STRING, os.path.basename(os.path.normpath(model_dir))),
@@ -119,6 +122,10 @@ def main():
         kv(f"{arch}.vocab_size", T_UINT32, cfg["vocab_size"]),
         kv("tokenizer.ggml.model", T_STRING, "none"),
     ]
+    if arch == "qwen3":  # head_dim is independent of hidden / heads in Qwen3
+        head_dim = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+        meta += [kv(f"{arch}.attention.key_length", T_UINT32, head_dim),
+                 kv(f"{arch}.attention.value_length", T_UINT32, head_dim)]
     infos = b""
     offset = 0
     data_offsets = []
