@@ -70,10 +70,19 @@ void paged_kv_write_naive(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/,
 // rows written straight into their slots of the cache (slot -1: skipped), the same bytes as
 // rope_split_qkv then paged_kv_write, in one pass over qkv. qkv [T, (H + 2 Hkv) D] (act);
 // table [T, R] (cos | sin). Needs rope_kv_write_supported (else call the two).
+// With `norm` (q_w non-null: Qwen3's q/k RMSNorm, weights [D] f32 each) the q and k heads are
+// normalized first, the same bits as cuda::head_rms_norm in place then this call without it;
+// needs head_norm_x8_supported(D) (D / 8 a power of two <= 32).
+struct HeadNorm {
+  const float* q_w = nullptr;
+  const float* k_w = nullptr;
+  float eps = 0.0f;
+};
 bool rope_kv_write_supported(const PagedKVLayer& kv, DType act, int64_t R);
+bool rope_kv_write_norm_supported(int64_t head_dim);  // head_dim / 8 a power of two <= 32
 void rope_split_q_kv_write(const void* qkv /*[T,(H+2Hkv)D]*/, int64_t T, int64_t H, const float* table /*[T,R]*/,
                            int64_t R, void* q /*[T,H,D]*/, const PagedKVLayer& kv, const int32_t* slot_mapping /*[T]*/,
-                           DType act, cudaStream_t stream);
+                           DType act, cudaStream_t stream, const HeadNorm& norm = {});
 
 // ---- prefill (any q_len; mixed prefill chunks and decode rows allowed) ----
 // q[T, H, D] and out[T, H, D] in dtype act. D in {64, 128}; H % Hkv == 0;

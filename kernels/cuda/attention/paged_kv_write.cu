@@ -39,16 +39,25 @@ __global__ void kv_write_kernel(KVView kv, const TIn* __restrict__ k, const TIn*
 }
 
 // One thread per 8 elements of a (token, head) row of qkv, heads [0, H) q, then Hkv of k and of v
-// (rope_split_x8_kernel's indexing): q rows to q, k/v rows to their cache slot.
+// (rope_split_x8_kernel's indexing): q rows to q, k/v rows to their cache slot. With norm.q_w, the
+// q and k heads are first normalized (Qwen3's q/k RMSNorm, rope_rows.cuh's head norm): every
+// thread takes part in its head's sum before any returns.
 template <class T>
 __global__ void rope_kv_write_kernel(const T* __restrict__ qkv, int64_t T_, int H, const float* __restrict__ table,
-                                     int R, T* __restrict__ q, KVView kv, const int32_t* __restrict__ slots) {
+                                     int R, T* __restrict__ q, KVView kv, const int32_t* __restrict__ slots,
+                                     HeadNorm norm) {
   const int D = kv.head_dim, Hkv = kv.num_kv_heads;
   const RopeChunk ch = rope_chunk(static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, T_, H, Hkv, D);
-  if (!ch.valid) return;
   const int64_t t = ch.t;
   const int h = ch.h, i = ch.i;
   const T* x = qkv + (t * (H + 2 * Hkv) + h) * D;
+  const float* w = nullptr;
+  float inv = 0.0f;
+  if (norm.q_w) {  // uniform over the launch: every lane reaches head_sum
+    inv = head_inv_rms(head_sum(ch.valid ? sum_sq8(x + i) : 0.0f, D / 8), D, norm.eps);
+    if (h < H + Hkv) w = h < H ? norm.q_w : norm.k_w;
+  }
+  if (!ch.valid) return;
   T* y;
   if (h < H) {
     y = q + (t * H + h) * D;
@@ -60,7 +69,7 @@ __global__ void rope_kv_write_kernel(const T* __restrict__ qkv, int64_t T_, int 
                                                          slot % kv.block_size);
   }
   const int half = h < H + Hkv ? R / 2 : 0;  // v: no rotation
-  *reinterpret_cast<uint4*>(y + i) = rope8(x, i, half, table + t * R);
+  *reinterpret_cast<uint4*>(y + i) = rope8(x, i, half, table + t * R, w, inv);
 }
 
 }  // namespace
@@ -70,10 +79,16 @@ bool rope_kv_write_supported(const PagedKVLayer& kv, DType act, int64_t R) {
          R <= kv.head_dim;
 }
 
+bool rope_kv_write_norm_supported(int64_t head_dim) { return head_norm_x8_supported(head_dim); }
+
 void rope_split_q_kv_write(const void* qkv, int64_t T, int64_t H, const float* table, int64_t R, void* q,
-                           const PagedKVLayer& kv, const int32_t* slot_mapping, DType act, cudaStream_t stream) {
+                           const PagedKVLayer& kv, const int32_t* slot_mapping, DType act, cudaStream_t stream,
+                           const HeadNorm& norm) {
   VLM_CHECK(rope_kv_write_supported(kv, act, R), "rope_split_q_kv_write: act {} cache {} D {} R {}", dtype_name(act),
             dtype_name(kv.dtype), kv.head_dim, R);
+  VLM_CHECK(!norm.q_w || (norm.k_w && head_norm_x8_supported(kv.head_dim)),
+            "rope_split_q_kv_write: a q/k norm over heads of {} (needs both weights and D / 8 a power of two <= 32)",
+            kv.head_dim);
   if (T == 0) return;
   const int64_t n = T * (H + 2 * kv.num_kv_heads) * kv.head_dim / 8;
   const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
@@ -81,7 +96,7 @@ void rope_split_q_kv_write(const void* qkv, int64_t T, int64_t H, const float* t
     using E = decltype(tag);
     rope_kv_write_kernel<E><<<blocks, 256, 0, stream>>>(static_cast<const E*>(qkv), T, static_cast<int>(H), table,
                                                         static_cast<int>(R), static_cast<E*>(q), kv_view(kv),
-                                                        slot_mapping);
+                                                        slot_mapping, norm);
   };
   if (act == DType::BF16) run(__nv_bfloat16{});
   else run(__half{});

@@ -164,6 +164,25 @@ __global__ void head_rms_norm_kernel(T* qkv, int64_t H, int64_t Hkv, int64_t D, 
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) x[i] = from_f32<T>(__fmul_rn(w[i], __fmul_rn(to_f32(x[i]), inv)));
 }
 
+// head_rms_norm_kernel for head_norm_x8_supported(D): one thread per 8 elements of the q and k
+// heads (lanes of a head consecutive), the sum by rope_rows.cuh's helpers, which
+// rope_split_q_kv_write's fused norm shares: the two give the same bits.
+template <typename T>
+__global__ void head_rms_norm_x8_kernel(T* qkv, int64_t T_, int H, int Hkv, int D, const float* q_w, const float* k_w,
+                                        float eps) {
+  const int lanes = D / 8, per_token = (H + Hkv) * lanes;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool valid = idx < T_ * per_token;
+  const int64_t t = valid ? idx / per_token : 0;
+  const int c = static_cast<int>(idx % per_token), h = c / lanes, i = (c % lanes) * 8;
+  T* x = qkv + (t * (H + 2 * Hkv) + h) * D + i;
+  const float inv = head_inv_rms(head_sum(valid ? sum_sq8(x) : 0.0f, lanes), D, eps);
+  if (!valid) return;
+  const float* w = (h < H ? q_w : k_w) + i;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) x[e] = head_norm1(x[e], w[e], inv);
+}
+
 // grid (T, H + 2 Hkv): one block per (token, head); heads [0, H) are q, then k, then v.
 template <typename T>
 __global__ void rope_split_kernel(const T* qkv, int64_t H, int64_t Hkv, int64_t D, const float* table, int64_t R,
@@ -266,6 +285,12 @@ void head_rms_norm(void* qkv, int64_t T, int64_t H, int64_t Hkv, int64_t D, cons
   if (T == 0) return;
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
+    if (head_norm_x8_supported(D)) {
+      const int64_t n = T * (H + Hkv) * (D / 8);
+      head_rms_norm_x8_kernel<E><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
+          static_cast<E*>(qkv), T, static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D), q_w, k_w, eps);
+      return;
+    }
     head_rms_norm_kernel<E><<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(H + Hkv)), D >= 128 ? 128 : 64, 0,
                               s>>>(static_cast<E*>(qkv), H, Hkv, D, q_w, k_w, eps);
   });

@@ -194,9 +194,9 @@ int64_t CudaDecoder::upload_metadata(const ForwardBatch& b) {
   return S;
 }
 
-Act CudaDecoder::attend(int l, Act qkv, const RopeRows& rope) {
+Act CudaDecoder::attend(int l, Act qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {
   const ModelConfig& c = config();
-  rope_kv_write(l, qkv.rows, qkv.data, rope);
+  rope_kv_write(l, qkv.rows, qkv.data, rope, norm);
   attention(l, qkv.rows, *meta_);
   return Act{attn_.get(), qkv.rows, c.num_heads * c.head_dim, opt_.dtype};
 }
@@ -228,15 +228,22 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   prof_.mark(stream_, "attention");
 }
 
-void CudaDecoder::rope_kv_write(int l, int64_t T, const void* qkv, const RopeRows& rope) {
+void CudaDecoder::rope_kv_write(int l, int64_t T, void* qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {
   const ModelConfig& c = config();
   const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
   const int64_t R = rope.cols;
   const auto* table = static_cast<const float*>(rope.table);
-  if (!CudaCudnnPrefill::uses_kv_rows(cudnn_mode_) && cuda::rope_kv_write_supported(kv, opt_.dtype, R)) {  // one pass
-    cuda::rope_split_q_kv_write(qkv, T, c.num_heads, table, R, q_.get(), kv, d_slots_, opt_.dtype, stream_);
+  const bool fuse_norm = norm.q_w == nullptr || cuda::rope_kv_write_norm_supported(c.head_dim);
+  if (!CudaCudnnPrefill::uses_kv_rows(cudnn_mode_) && cuda::rope_kv_write_supported(kv, opt_.dtype, R) &&
+      fuse_norm) {  // one pass
+    cuda::rope_split_q_kv_write(qkv, T, c.num_heads, table, R, q_.get(), kv, d_slots_, opt_.dtype, stream_, norm);
     prof_.mark(stream_, "rope_kv_write");
     return;
+  }
+  if (norm.q_w) {
+    cuda::head_rms_norm(qkv, T, c.num_heads, c.num_kv_heads, c.head_dim, norm.q_w, norm.k_w, norm.eps, opt_.dtype,
+                        stream_);
+    prof_.mark(stream_, "qk_norm");
   }
   cuda::rope_split_qkv(qkv, T, c.num_heads, c.num_kv_heads, c.head_dim, table, R, q_.get(), k_.get(), v_.get(),
                        opt_.dtype, stream_);

@@ -139,11 +139,12 @@ class CudaDecoder final : private CudaAttentionRunner {
   // with the override, layers, head), then the methods' end of step.
   void run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch& meta, const EmbeddingOverride& override);
   // CudaAttentionRunner: RoPE, K/V into layer l's cache, attention with the step's methods.
-  Act attend(int l, Act qkv, const RopeRows& rope) override;
-  // RoPE of the fused q/k/v projection into q_, k and v into layer l's cache slots (one kernel
-  // where rope_kv_write_supported, else -- and on cuDNN prefill steps, which read k_/v_ --
+  Act attend(int l, Act qkv, const RopeRows& rope, const cuda::HeadNorm& norm) override;
+  // [q/k norm,] RoPE of the fused q/k/v projection into q_, k and v into layer l's cache slots
+  // (one kernel where rope_kv_write_supported, the norm fused in where rope_kv_write_norm_supported;
+  // else -- and on cuDNN prefill steps, which read k_/v_ -- head_rms_norm in place on qkv,
   // rope_split_qkv into k_/v_ and paged_kv_write).
-  void rope_kv_write(int l, int64_t T, const void* qkv, const RopeRows& rope);
+  void rope_kv_write(int l, int64_t T, void* qkv, const RopeRows& rope, const cuda::HeadNorm& norm);
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
   bool fast_attention() const { return config().head_dim == 64 || config().head_dim == 128; }

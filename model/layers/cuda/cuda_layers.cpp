@@ -221,7 +221,7 @@ class CudaRopeTable final : public RopeTable {
   float scaling_ = 1.0f;
 };
 
-// Qwen3's q/k norm (in place on the fused rows), then the runner's rope, KV write and attention.
+// The runner's [q/k norm (Qwen3),] rope, KV write and attention.
 class CudaCausalAttention final : public CausalAttention {
  public:
   CudaCausalAttention(const AttentionSpec& spec, std::unique_ptr<CudaPreNorm> q_norm, std::unique_ptr<CudaPreNorm> k_norm)
@@ -229,12 +229,13 @@ class CudaCausalAttention final : public CausalAttention {
   Act forward(Step& st, Act qkv, const RopeRows& rope) const override {
     CudaStep& s = CudaStep::of(st);
     VLM_CHECK(s.attention != nullptr, "a GPU step without an attention runner");
+    cuda::HeadNorm norm;
     if (q_norm_) {
-      cuda::head_rms_norm(qkv.data, qkv.rows, spec_.num_heads, spec_.num_kv_heads, spec_.head_dim,
-                          q_norm_->w.as<float>(), k_norm_->w.as<float>(), q_norm_->eps, qkv.dtype, s.stream);
-      s.mark("qk_norm");
+      norm.q_w = q_norm_->w.as<float>();
+      norm.k_w = k_norm_->w.as<float>();
+      norm.eps = q_norm_->eps;
     }
-    return s.attention->attend(spec_.layer, qkv, rope);
+    return s.attention->attend(spec_.layer, qkv, rope, norm);
   }
 
  private:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/core/dtype.h"
+#include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "model/decoder/embedding_override.h"
@@ -24,10 +25,12 @@ class StepProfiler;
 // The attention of one decoder layer over the paged cache with the step's methods (cuDNN,
 // sparse prefill, SinkRouter, LOOK-M, probes): rotates q/k of the fused projection, writes K/V
 // into layer `layer`'s cache slots, and returns the attention [T, H*D] (dt) in its own memory.
+// With `norm` (q_w non-null) the q and k heads are RMS-normalized first (Qwen3; in place or fused
+// into the rotation, the same bits).
 class CudaAttentionRunner {
  public:
   virtual ~CudaAttentionRunner() = default;
-  virtual Act attend(int layer, Act qkv /*[T,(H+2Hkv)D]*/, const RopeRows& rope) = 0;
+  virtual Act attend(int layer, Act qkv /*[T,(H+2Hkv)D]*/, const RopeRows& rope, const cuda::HeadNorm& norm) = 0;
 };
 
 // Device scratch by slot, grown on demand: growing waits for the stream (a previous step may
