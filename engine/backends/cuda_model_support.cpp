@@ -33,6 +33,11 @@ std::vector<std::string> cuda_model_support(const ModelConfig& m, const EngineCo
     p.push_back(fmt::format("{}'s per-head q/k RMSNorm (self_attn.q_norm / k_norm, Qwen3): the GPU decoder does not "
                             "implement it yet",
                             m.architecture.empty() ? std::string("this model") : m.architecture));
+  if (m.moe.enabled())
+    p.push_back(fmt::format("{}'s mixture-of-experts layers ({} experts, top {}): the GPU decoder does not implement "
+                            "them yet",
+                            m.architecture.empty() ? std::string("this model") : m.architecture, m.moe.num_experts,
+                            m.moe.top_k));
   if (m.rope.mrope_interleaved)
     p.push_back("interleaved M-RoPE (rope mrope_interleaved, Qwen3-VL): the GPU's rope table computes only the "
                 "contiguous mrope_section layout");
