@@ -39,8 +39,10 @@ LlmDecoder::LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNam
     L.post_norm = w.get(s.post_norm.weight);
     L.q = w.get(s.q.weight), L.k = w.get(s.k.weight), L.v = w.get(s.v.weight), L.o = w.get(s.o.weight);
     L.q_bias = f32(s.q), L.k_bias = f32(s.k), L.v_bias = f32(s.v), L.o_bias = f32(s.o);
-    L.gate = w.get(s.mlp.gate.weight), L.up = w.get(s.mlp.up.weight), L.down = w.get(s.mlp.down.weight);
-    L.gate_bias = f32(s.mlp.gate), L.up_bias = f32(s.mlp.up), L.down_bias = f32(s.mlp.down);
+    if (!s.moe) {  // a MoE layer has no dense MLP (the GPU refuses MoE models: cuda_model_support)
+      L.gate = w.get(s.mlp.gate.weight), L.up = w.get(s.mlp.up.weight), L.down = w.get(s.mlp.down.weight);
+      L.gate_bias = f32(s.mlp.gate), L.up_bias = f32(s.mlp.up), L.down_bias = f32(s.mlp.down);
+    }
     layers_.push_back(L);
   }
   VLM_LOG_INFO("loaded {} ({} layers, hidden {}, heads {}/{}, head_dim {}, vocab {}, {:.1f} MiB of weights)",

@@ -26,7 +26,7 @@ struct DecoderLayerWeights {
   TensorView q, k, v, o;           // [H*D, C], [Hkv*D, C], [Hkv*D, C], [C, H*D]
   TensorView q_bias, k_bias, v_bias, o_bias;  // empty when the family has none
   TensorView post_norm;            // [C]
-  TensorView gate, up, down;       // [I, C], [I, C], [C, I]
+  TensorView gate, up, down;       // [I, C], [I, C], [C, I]; empty on a mixture-of-experts layer
   TensorView gate_bias, up_bias, down_bias;
 };
 
