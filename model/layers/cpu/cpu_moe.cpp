@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/core/check.h"
+#include "kernels/core/thread_pool.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/ops/ops.h"
 #include "model/layers/cpu/cpu_linear.h"
@@ -22,18 +23,31 @@ TensorView slab(const TensorView& t, int64_t e, int64_t row, int64_t n) {
   return TensorView(base, t.dtype, Shape{n, cols});
 }
 
-// src [E, R, K] -> a new tensor [E, K, R] of the same dtype (each slice transposed).
+template <typename T>
+void transpose_slice(const T* s /*[R,K]*/, int64_t R, int64_t K, T* d /*[K,R]*/) {
+  constexpr int64_t B = 32;  // tiles of B x B: reads and writes both stay within a few lines
+  for (int64_t r0 = 0; r0 < R; r0 += B)
+    for (int64_t k0 = 0; k0 < K; k0 += B)
+      for (int64_t r = r0; r < std::min(R, r0 + B); ++r)
+        for (int64_t k = k0; k < std::min(K, k0 + B); ++k) d[k * R + r] = s[r * K + k];
+}
+
+// src [E, R, K] -> a new tensor [E, K, R] of the same dtype (each slice transposed; slices split
+// over the global thread pool).
 Tensor transpose_slices(const TensorView& src) {
   const int64_t E = src.dim(0), R = src.dim(1), K = src.dim(2);
-  const auto es = static_cast<size_t>(dtype_size(src.dtype));
   Tensor dst = Tensor::empty(Shape{E, K, R}, src.dtype);
-  const auto* s = static_cast<const char*>(src.data);
-  auto* d = static_cast<char*>(dst.data());
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t k = 0; k < K; ++k)
-        std::memcpy(d + static_cast<size_t>((e * K + k) * R + r) * es, s + static_cast<size_t>((e * R + r) * K + k) * es,
-                    es);
+  const size_t es = dtype_size(src.dtype);
+  VLM_CHECK(es == 2 || es == 4, "experts of {}-byte elements", es);
+  global_thread_pool().parallel_for(E, [&](int64_t e0, int64_t e1) {
+    for (int64_t e = e0; e < e1; ++e) {
+      const size_t off = static_cast<size_t>(e * R * K) * es;
+      const char* s = static_cast<const char*>(src.data) + off;
+      char* d = static_cast<char*>(dst.data()) + off;
+      if (es == 2) transpose_slice(reinterpret_cast<const uint16_t*>(s), R, K, reinterpret_cast<uint16_t*>(d));
+      else transpose_slice(reinterpret_cast<const uint32_t*>(s), R, K, reinterpret_cast<uint32_t*>(d));
+    }
+  });
   return dst;
 }
 
