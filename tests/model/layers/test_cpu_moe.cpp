@@ -314,5 +314,37 @@ TEST(CpuMoe, MissingOrMisshapenExpertsAreRefusedNamingTheTensor) {
   }
 }
 
+// A backend that does not implement the block (LayerBackend's default, which CudaLayers keeps
+// until the GPU has one) refuses it at load, naming it and the router's tensor.
+TEST(CpuMoe, ABackendWithoutMoeRefusesItByName) {
+  struct NoMoe final : LayerBackend {
+    [[noreturn]] static void no() { throw InternalError("not used"); }
+    std::unique_ptr<Embedding> embedding(const WeightSource&, const WeightRef&) override { no(); }
+    std::unique_ptr<Norm> norm(const WeightSource&, const NormSpec&) override { no(); }
+    std::unique_ptr<Linear> linear(const WeightSource&, const std::vector<LinearPart>&, const NormSpec*) override { no(); }
+    std::unique_ptr<Linear> tied_linear(const Embedding&, const WeightSource&, const NormSpec*) override { no(); }
+    std::unique_ptr<RopeTable> rope_table(const RopeConfig&) override { no(); }
+    std::unique_ptr<CausalAttention> causal_attention(const WeightSource&, const AttentionSpec&, const RopeTable&) override {
+      no();
+    }
+    std::unique_ptr<Mlp> mlp(const WeightSource&, const MlpSpec&) override { no(); }
+    std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec&) override { no(); }
+    std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec&) override { no(); }
+    std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource&, const PatchEmbeddingSpec&) override { no(); }
+    std::unique_ptr<RowOps> row_ops() override { no(); }
+    std::unique_ptr<LearnedRows> learned_rows(const WeightSource&, const WeightRef&) override { no(); }
+  } backend;
+  Store st = store_of(random_moe(1, DType::F32), ExpertLayout::Fused, DType::F32);
+  try {
+    backend.moe(st.source(), spec_of(2, true, ExpertLayout::Fused, false));
+    FAIL() << "refused nothing";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not implement mixture-of-experts blocks (Moe, 8 experts, top 2, router "
+                                         "layers.1.mlp.gate.weight)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace vlm::testing
