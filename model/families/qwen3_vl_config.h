@@ -50,7 +50,9 @@ struct Qwen3VLVisionConfig {  // defaults: transformers 5.17 Qwen3VLVisionConfig
 };
 
 struct Qwen3VLConfig {
-  ModelConfig text;  // architecture Qwen3ForCausalLM (Qwen3MoeForCausalLM for the MoE one), qk_norm, rope.mrope_section set, rope.mrope_interleaved
+  // architecture Qwen3ForCausalLM (Qwen3MoeForCausalLM for the MoE one), qk_norm, rope.mrope_section
+  // set, rope.mrope_interleaved
+  ModelConfig text;
   Qwen3VLVisionConfig vision;
   int32_t image_token_id = 151655;
   int32_t video_token_id = 151656;
