@@ -29,6 +29,11 @@ std::vector<std::string> cuda_model_support(const ModelConfig& m, const EngineCo
     return p;  // the group size G below means nothing
   }
   const int64_t G = H / Hkv;
+  if (m.moe.enabled())
+    p.push_back(fmt::format("{}'s mixture-of-experts layers ({} experts, top {}): the GPU decoder does not implement "
+                            "them yet",
+                            m.architecture.empty() ? std::string("this model") : m.architecture, m.moe.num_experts,
+                            m.moe.top_k));
   if (D <= 0 || D % 8 != 0)
     p.push_back(fmt::format("head size {}: the GPU's KV cache write needs a multiple of 8", D));
   if (D > kMaxHeadDim) p.push_back(fmt::format("head size {}: the GPU's kernels take at most {}", D, kMaxHeadDim));

@@ -2,6 +2,10 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
+#include "kernels/core/check.h"
+
 namespace vlm {
 
 LlamaLayerSpec llama_layer_spec(const ModelConfig& c, int64_t layer) {
@@ -25,7 +29,37 @@ LlamaLayerSpec llama_layer_spec(const ModelConfig& c, int64_t layer) {
   }
   s.mlp = {MlpKind::GatedSilu, C, I, part("mlp.gate_proj", {I, C}, c.mlp_bias), part("mlp.up_proj", {I, C}, c.mlp_bias),
            part("mlp.down_proj", {C, I}, c.mlp_bias), s.post_norm};
+  if (c.moe.is_moe_layer(layer)) {
+    MoeSpec m;
+    m.hidden = C;
+    m.inner = c.moe.intermediate_size;
+    m.num_experts = c.moe.num_experts;
+    m.top_k = c.moe.top_k;
+    m.norm_topk_prob = c.moe.norm_topk_prob;
+    m.router = {p + "mlp.gate.weight", {c.moe.num_experts, C}};
+    m.experts = p + "mlp.experts.";
+    m.pre_norm = s.post_norm;
+    s.moe = m;
+  }
   return s;
+}
+
+ExpertLayout resolve_expert_layout(const WeightStore& store, const std::string& prefix, const MoeSpec& spec,
+                                   bool transposed_when_ambiguous) {
+  const std::string base = prefix + spec.experts;
+  const int64_t E = spec.num_experts, C = spec.hidden, I = spec.inner;
+  if (store.has(base + "gate_up_proj")) {
+    const Shape got = store.tensors().at(base + "gate_up_proj").shape;
+    const bool plain = got == Shape{E, 2 * I, C}, transposed = got == Shape{E, C, 2 * I};
+    if (plain && transposed) return transposed_when_ambiguous ? ExpertLayout::FusedTransposed : ExpertLayout::Fused;
+    if (plain) return ExpertLayout::Fused;
+    if (transposed) return ExpertLayout::FusedTransposed;
+    throw LoadError(fmt::format("{}gate_up_proj has shape {}; {} experts of {} x {} are stored as [{}, {}, {}] or "
+                                "[{}, {}, {}]", base, got.str(), E, I, C, E, 2 * I, C, E, C, 2 * I));
+  }
+  if (store.has(base + "0.gate_proj.weight")) return ExpertLayout::PerExpert;
+  throw LoadError("the mixture-of-experts layer's experts are missing: neither " + base + "gate_up_proj / " + base +
+                  "down_proj (fused) nor " + base + "0.gate_proj.weight ... (one per expert) is in the checkpoint");
 }
 
 LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const WeightStore& weights,
@@ -54,7 +88,16 @@ LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const We
     const AttentionSpec attn{static_cast<int>(l), c.num_heads, c.num_kv_heads, D, scale, s.q_norm, s.k_norm};
     b.attn = backend.causal_attention(w, attn, *rope_);  // with the q/k norm's weights, if any
     b.o = backend.linear(w, {s.o});
-    b.mlp = backend.mlp(w, s.mlp);  // with the post-attention norm
+    if (s.moe) {  // a mixture of experts with the post-attention norm
+      if (weights.has(names.prefix + "layers." + std::to_string(l) + ".mlp.shared_expert.gate_proj.weight"))
+        throw LoadError(fmt::format("layer {} has shared-expert tensors (mlp.shared_expert.*, the Qwen2-MoE layout), "
+                                    "which this decoder does not read", l));
+      MoeSpec m = *s.moe;
+      m.layout = resolve_expert_layout(weights, names.prefix, m, c.moe.fused_transposed_when_ambiguous);
+      b.mlp = backend.moe(w, m);
+    } else {
+      b.mlp = backend.mlp(w, s.mlp);  // with the post-attention norm
+    }
     inner = std::max(inner, b.mlp->inner_cols());
     blocks_.push_back(std::move(b));
   }

@@ -2,8 +2,8 @@
 // written once over the layer vocabulary (model/layers/layers.h); a LayerBackend makes its layers,
 // so the same forward runs on every backend. Per layer: x += o(attn(rope(q, k), v)) over the paged
 // KV cache (Qwen3: q and k through a per-head RMSNorm first, inside the attention layer), then
-// x += mlp(h), each branch after an RMSNorm; a final norm and the LM head on the step's logit
-// rows only.
+// x += mlp(h), each branch after an RMSNorm, the MLP a mixture of experts on the layers the
+// config's MoeConfig names (Qwen3-MoE); a final norm and the LM head on the step's logit rows only.
 #pragma once
 
 #include <memory>
@@ -30,9 +30,18 @@ struct LlamaLayerSpec {
   NormSpec input_norm, post_norm;
   LinearPart q, k, v, o;
   std::optional<NormSpec> q_norm, k_norm;  // [D] each, when config.qk_norm (Qwen3)
-  MlpSpec mlp;
+  MlpSpec mlp;                 // the dense MLP (unused when moe is set)
+  std::optional<MoeSpec> moe;  // when config.moe.is_moe_layer(layer): the router "mlp.gate.weight" and
+                               // the experts under "mlp.experts."; layout PerExpert until resolved
 };
 LlamaLayerSpec llama_layer_spec(const ModelConfig& c, int64_t layer);
+
+// How `store` holds the experts of `spec` (names under `prefix`): per-expert tensors, or fused
+// gate_up_proj / down_proj read by shape ([E, 2I, C] Fused, [E, C, 2I] FusedTransposed; a shape
+// that reads both ways, C == 2I, takes `transposed_when_ambiguous`). Throws LoadError naming the
+// tensors looked for when neither is there, or a fused shape that is neither.
+ExpertLayout resolve_expert_layout(const WeightStore& store, const std::string& prefix, const MoeSpec& spec,
+                                   bool transposed_when_ambiguous);
 
 class LlamaDecoder {
  public:

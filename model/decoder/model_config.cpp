@@ -100,7 +100,65 @@ RopeConfig parse_rope(const json& j, const ModelConfig& c, const std::string& so
   return r;
 }
 
+// Qwen3MoeConfig's fields (transformers 5.17; num_experts is also read as num_local_experts, its
+// attribute_map name), and the refusal of MoE layouts whose math differs from Qwen3MoeSparseMoeBlock.
+MoeConfig parse_moe(const json& j, int64_t num_layers, const std::string& source) {
+  auto positive = [&](const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null() || !it->is_number()) return 0.0;
+    return it->get<double>();
+  };
+  for (const char* key : {"shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"})
+    if (positive(key) > 0)
+      fail(source, fmt::format("{} = {}: shared experts (Qwen2-MoE / DeepSeek layout) are not supported; "
+                               "Qwen3MoeForCausalLM has none", key, j[key].dump()));
+  const std::string scoring = get_or<std::string>(j, "scoring_func", "softmax");
+  if (scoring != "softmax")
+    fail(source, "scoring_func '" + scoring + "': only the softmax router (Qwen3-MoE) is supported");
+  for (const char* key : {"router_type", "topk_method"})
+    if (j.contains(key) && !j[key].is_null() && !(j[key].is_string() && j[key].get<std::string>() == "greedy"))
+      fail(source, fmt::format("{} = {}: only the plain softmax top-k router (Qwen3-MoE) is supported", key,
+                               j[key].dump()));
+  for (const char* key : {"n_group", "topk_group"})
+    if (positive(key) > 1)
+      fail(source, fmt::format("{} = {}: group-limited expert routing is not supported", key, j[key].dump()));
+  if (j.contains("routed_scaling_factor") && !j["routed_scaling_factor"].is_null() &&
+      get_or<double>(j, "routed_scaling_factor", 1.0) != 1.0)
+    fail(source, "routed_scaling_factor = " + j["routed_scaling_factor"].dump() + ": scaled expert weights are not "
+                 "supported");
+  if (positive("first_k_dense_replace") > 0 || (j.contains("moe_layer_freq") && positive("moe_layer_freq") != 1))
+    fail(source, "first_k_dense_replace / moe_layer_freq (DeepSeek's layer schedule) are not supported; Qwen3-MoE "
+                 "uses decoder_sparse_step and mlp_only_layers");
+  MoeConfig m;
+  const char* experts_key = j.contains("num_experts") && !j["num_experts"].is_null() ? "num_experts" : "num_local_experts";
+  m.num_experts = get_int(j, experts_key, source);
+  m.top_k = get_int(j, "num_experts_per_tok", source);
+  if (m.top_k > m.num_experts)
+    fail(source, fmt::format("num_experts_per_tok {} exceeds {} {}", m.top_k, experts_key, m.num_experts));
+  m.intermediate_size = get_int(j, "moe_intermediate_size", source);
+  m.norm_topk_prob = get_or<bool>(j, "norm_topk_prob", false);
+  m.decoder_sparse_step = j.contains("decoder_sparse_step") && !j["decoder_sparse_step"].is_null()
+                              ? get_int(j, "decoder_sparse_step", source)
+                              : 1;
+  if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+    if (!j["mlp_only_layers"].is_array()) fail(source, "mlp_only_layers must be a list of layer indices");
+    for (const auto& l : j["mlp_only_layers"]) {
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= num_layers)
+        fail(source, fmt::format("mlp_only_layers entry {} is not a layer index in [0, {})", l.dump(), num_layers));
+      m.mlp_only_layers.push_back(l.get<int64_t>());
+    }
+  }
+  return m;
+}
+
 }  // namespace
+
+bool MoeConfig::is_moe_layer(int64_t layer) const {
+  if (num_experts <= 0 || decoder_sparse_step <= 0) return false;
+  for (int64_t l : mlp_only_layers)
+    if (l == layer) return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
 
 ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   if (!j.is_object()) fail(source, "not a JSON object");
@@ -114,14 +172,23 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     c.family = DecoderFamily::Qwen2;
   } else if (c.architecture == "Qwen3ForCausalLM" || (c.architecture.empty() && model_type == "qwen3")) {
     c.family = DecoderFamily::Qwen3;
+  } else if (c.architecture == "Qwen3MoeForCausalLM" || (c.architecture.empty() && model_type == "qwen3_moe")) {
+    c.family = DecoderFamily::Qwen3;  // Qwen3's attention; the MLPs from `moe` below
+    if (c.architecture.empty()) c.architecture = "Qwen3MoeForCausalLM";
   } else {
     fail(source, "unsupported architecture '" + c.architecture + "' (model_type '" + model_type +
-                     "'); supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
+                     "'); supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM");
   }
   c.vocab_size = get_int(j, "vocab_size", source);
   c.hidden_size = get_int(j, "hidden_size", source);
-  c.intermediate_size = get_int(j, "intermediate_size", source);
   c.num_layers = get_int(j, "num_hidden_layers", source);
+  if (c.architecture == "Qwen3MoeForCausalLM") {
+    c.moe = parse_moe(j, c.num_layers, source);
+    // Only dense layers read it; transformers' default when the file omits it.
+    c.intermediate_size = j.contains("intermediate_size") ? get_int(j, "intermediate_size", source) : 6144;
+  } else {
+    c.intermediate_size = get_int(j, "intermediate_size", source);
+  }
   c.num_heads = get_int(j, "num_attention_heads", source);
   c.num_kv_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
                        ? get_int(j, "num_key_value_heads", source)

@@ -25,10 +25,13 @@ ModelArchitecture detect_architecture(const std::string& model_dir) {
   if (arch == "LlavaOnevisionForConditionalGeneration" || (arch.empty() && model_type == "llava_onevision"))
     return ModelArchitecture::LlavaOnevision;
   if (arch == "LlamaForCausalLM" || arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" ||
-      (arch.empty() && (model_type == "llama" || model_type == "qwen2" || model_type == "qwen3")))
+      arch == "Qwen3MoeForCausalLM" ||
+      (arch.empty() && (model_type == "llama" || model_type == "qwen2" || model_type == "qwen3" ||
+                        model_type == "qwen3_moe")))
     return ModelArchitecture::CausalLM;
   throw LoadError(path + ": unsupported architecture '" + arch + "' (model_type '" + model_type +
-                  "'); supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, LlavaForConditionalGeneration, "
+                  "'); supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+                  "LlavaForConditionalGeneration, "
                   "Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
                   "LlavaOnevisionForConditionalGeneration");
 }

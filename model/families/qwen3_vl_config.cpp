@@ -90,7 +90,8 @@ Qwen3VLConfig Qwen3VLConfig::from_json(const json& j, const std::string& source)
       j["architectures"][0].is_string())
     arch = j["architectures"][0].get<std::string>();
   const std::string model_type = j.value("model_type", std::string());
-  if (!(arch == "Qwen3VLForConditionalGeneration" || (arch.empty() && model_type == "qwen3_vl")))
+  const bool moe = arch == "Qwen3VLMoeForConditionalGeneration" || (arch.empty() && model_type == "qwen3_vl_moe");
+  if (!(moe || arch == "Qwen3VLForConditionalGeneration" || (arch.empty() && model_type == "qwen3_vl")))
     throw LoadError(source + ": architecture '" + arch + "' (model_type '" + model_type + "') is not Qwen3-VL");
   if (!j.contains("text_config") || !j["text_config"].is_object())
     throw LoadError(source + ": text_config is missing (Qwen3-VL keeps the decoder's fields there)");
@@ -114,11 +115,15 @@ Qwen3VLConfig Qwen3VLConfig::from_json(const json& j, const std::string& source)
     throw LoadError(source + " (text_config): " + rope_key + ".mrope_section must be a list of 3 integers, got " +
                     rope["mrope_section"].dump());
   if (!rope.contains("rope_theta") && !t.contains("rope_theta")) rope["rope_theta"] = 500000.0;
-  t["architectures"] = json::array({"Qwen3ForCausalLM"});
-  t["model_type"] = "qwen3";
+  t["architectures"] = json::array({moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"});
+  t["model_type"] = moe ? "qwen3_moe" : "qwen3";
+  // Qwen3VLMoeTextTopKRouter always renormalises the top-k weights (norm_topk_prob is not one of
+  // Qwen3VLMoeTextConfig's fields: transformers 5.17 ignores whatever the file says).
+  if (moe) t["norm_topk_prob"] = true;
   Qwen3VLConfig c;
   c.text = ModelConfig::from_json(t, source + " (text_config)");
   c.text.rope.mrope_interleaved = true;
+  c.text.moe.fused_transposed_when_ambiguous = moe;  // released Qwen3-VL-MoE experts: [E, C, 2I], [E, I, C]
   c.vision = Qwen3VLVisionConfig::from_json(j.contains("vision_config") ? j["vision_config"] : json::object(), source);
   if (c.vision.out_hidden_size != c.text.hidden_size)
     throw LoadError(source + fmt::format(": vision_config.out_hidden_size {} is not text_config.hidden_size {}",

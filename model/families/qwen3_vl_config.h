@@ -50,15 +50,19 @@ struct Qwen3VLVisionConfig {  // defaults: transformers 5.17 Qwen3VLVisionConfig
 };
 
 struct Qwen3VLConfig {
-  ModelConfig text;  // architecture Qwen3ForCausalLM, qk_norm, rope.mrope_section set, rope.mrope_interleaved
+  // architecture Qwen3ForCausalLM (Qwen3MoeForCausalLM for the MoE one), qk_norm, rope.mrope_section
+  // set, rope.mrope_interleaved
+  ModelConfig text;
   Qwen3VLVisionConfig vision;
   int32_t image_token_id = 151655;
   int32_t video_token_id = 151656;
   int32_t vision_start_token_id = 151652;
   int32_t vision_end_token_id = 151653;
 
+  // Qwen3VLMoeForConditionalGeneration (model_type qwen3_vl_moe) is read too: its text_config is
+  // a Qwen3MoeConfig (text.moe; norm_topk_prob always true, as Qwen3VLMoeTextTopKRouter does).
   // Throws LoadError naming `source` and the field: an architecture other than
-  // Qwen3VLForConditionalGeneration (model_type qwen3_vl), a missing text_config, anything
+  // Qwen3VLForConditionalGeneration (model_type qwen3_vl) or the MoE one, a missing text_config, anything
   // ModelConfig::from_json refuses in it (mrope_section not summing to head_dim / 2 among them),
   // the vision refusals, or a merger width unlike the text hidden size.
   static Qwen3VLConfig from_json(const nlohmann::json& j, const std::string& source);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/ops/rope.h"
@@ -41,6 +42,14 @@ class LayerBackend {
     (void)w;
     throw LoadError("this layer backend does not implement the interpolated position table (PositionTable, "
                     "Qwen3-VL's " + spec.table.name + ")");
+  }
+  // A mixture-of-experts block (MoeSpec), as an Mlp whose inner_cols() states its scratch. A
+  // backend that implements it overrides this (CpuLayers does); the default refuses (LoadError
+  // naming it and the router's tensor), so a model needing it fails at load there.
+  virtual std::unique_ptr<Mlp> moe(const WeightSource& w, const MoeSpec& spec) {
+    throw LoadError("this layer backend does not implement mixture-of-experts blocks (Moe, " +
+                    std::to_string(spec.num_experts) + " experts, top " + std::to_string(spec.top_k) + ", router " +
+                    w.prefix() + spec.router.name + ")");
   }
   // table: [n, C], or [C] read as one row.
   virtual std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) = 0;

@@ -46,6 +46,32 @@ struct MlpSpec {
   std::optional<NormSpec> pre_norm;  // the block's norm before the MLP, when it is the MLP's
 };
 
+// How a checkpoint stores a mixture-of-experts block's experts (E experts, C = hidden, I = the
+// experts' inner size). Under MoeSpec::experts (e.g. "layers.3.mlp.experts."):
+//  - PerExpert: "<e>.gate_proj.weight" [I, C], "<e>.up_proj.weight" [I, C], "<e>.down_proj.weight"
+//    [C, I] for e < E (the released Qwen3-MoE checkpoints; what transformers 5 writes for
+//    qwen3_moe: save_pretrained reverts its load-time merge);
+//  - Fused: "gate_up_proj" [E, 2I, C] (rows [0, I) gate, [I, 2I) up) and "down_proj" [E, C, I]
+//    (transformers 5's in-memory Qwen3MoeExperts layout);
+//  - FusedTransposed: "gate_up_proj" [E, C, 2I] (columns [0, I) gate) and "down_proj" [E, I, C]
+//    (the released Qwen3-VL-MoE checkpoints; transformers 5 transposes them at load).
+enum class ExpertLayout { PerExpert, Fused, FusedTransposed };
+
+// A sparse mixture-of-experts block (Qwen3-MoE, Qwen3-VL-MoE's decoder), used as an Mlp:
+// logits = h W_router^T [T, E]; p = softmax(logits) in f32 over all E; the top_k largest p per
+// token (ties: the lower expert index first); with norm_topk_prob those k weights divided by
+// their sum; y (+)= sum over the chosen experts, in increasing expert index, of
+// weight * down_e(silu(gate_e h) * up_e h). h = pre_norm(x) when it has one, else x.
+struct MoeSpec {
+  int64_t hidden = 0, inner = 0;          // C, I (moe_intermediate_size)
+  int64_t num_experts = 0, top_k = 0;     // E, k (1 <= k <= E)
+  bool norm_topk_prob = false;
+  WeightRef router;                       // [E, C] ("mlp.gate.weight")
+  std::string experts;                    // name prefix of the experts' tensors ("...mlp.experts.")
+  ExpertLayout layout = ExpertLayout::PerExpert;
+  std::optional<NormSpec> pre_norm;       // the block's norm before the MLP
+};
+
 // Bidirectional attention within segments of rows (a frame, a window, an image): H heads of D.
 // The input is the fused q|k|v projection; q and k are rotated first when a rope table is given.
 struct SegmentAttentionSpec {

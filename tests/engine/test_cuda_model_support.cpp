@@ -183,6 +183,23 @@ TEST(CudaModelSupport, Qwen3QkNormAndInterleavedMropeAreTaken) {
   EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
 }
 
+// Mixture-of-experts layers (Qwen3-MoE, Qwen3-VL-MoE's decoder) are not on the GPU yet: refused
+// at load, naming them (the GPU decoder would otherwise look for a dense MLP's tensors).
+TEST(CudaModelSupport, MixtureOfExpertsIsRefusedNamingIt) {
+  ModelConfig m = qwen2vl_7b_shaped();
+  m.architecture = "Qwen3MoeForCausalLM";
+  m.moe.num_experts = 128;
+  m.moe.top_k = 8;
+  m.moe.intermediate_size = 768;
+  const auto p = cuda_model_support(m, EngineConfig{}, DType::BF16, 4096);
+  ASSERT_EQ(p.size(), 1u) << joined(p);
+  EXPECT_TRUE(mentions(p, "Qwen3MoeForCausalLM's mixture-of-experts layers (128 experts, top 8): the GPU decoder "
+                          "does not implement them yet"))
+      << joined(p);
+  m.moe = MoeConfig{};
+  EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
+}
+
 // The Qwen3 fixture checkpoint passes the GPU's checks (test_cuda runs it against HF).
 TEST(CudaModelSupport, Qwen3CheckpointPassesTheGpuChecks) {
   if (!std::filesystem::exists(fixture_model_dir("qwen3_tiny") + "/config.json"))

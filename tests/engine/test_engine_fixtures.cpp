@@ -67,10 +67,13 @@ void expect_matches(const Workload& w, const std::map<std::string, RequestResult
 class EngineFixture : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    // qwen3_tiny is made on the GPU machine (tools/fixtures/run_qwen3_fixtures.sh): skip until then.
+    // qwen3_tiny and qwen3_moe_tiny are made on the GPU machine (tools/fixtures/run_qwen3_fixtures.sh,
+    // tools/fixtures/make_qwen3_moe_fixtures.py): skip until then.
     if (!std::filesystem::exists(fixture_model_dir(GetParam()) + "/reference.safetensors"))
       GTEST_SKIP() << "fixture tests/fixtures/models/" << GetParam() << " not generated yet: run "
-                   << "tools/fixtures/run_qwen3_fixtures.sh on the GPU machine";
+                   << (GetParam().rfind("qwen3_moe", 0) == 0 ? "tools/fixtures/make_qwen3_moe_fixtures.py"
+                                                            : "tools/fixtures/run_qwen3_fixtures.sh")
+                   << " on the GPU machine";
   }
 };
 
@@ -95,7 +98,7 @@ TEST_P(EngineFixture, PreemptionAndRecomputeChangeNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineFixture,
                          ::testing::Values("llama_tiny", "llama3_tiny", "llama_linear_f32", "qwen2_tiny",
-                                           "qwen2_yarn_f16", "qwen3_tiny"));
+                                           "qwen2_yarn_f16", "qwen3_tiny", "qwen3_moe_tiny"));
 
 class EngineChunks : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 

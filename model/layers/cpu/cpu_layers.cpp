@@ -8,6 +8,7 @@
 #include "kernels/ops/vision_ops.h"
 #include "model/decoder/attention_layer.h"
 #include "model/layers/cpu/cpu_linear.h"
+#include "model/layers/cpu/cpu_moe.h"
 #include "model/layers/cpu/cpu_step.h"
 #include "model/layers/cpu/cpu_vision_layers.h"
 
@@ -192,5 +193,7 @@ std::unique_ptr<PositionTable> CpuLayers::position_table(const WeightSource& w, 
 std::unique_ptr<LearnedRows> CpuLayers::learned_rows(const WeightSource& w, const WeightRef& table) {
   return make_cpu_learned_rows(w, table);
 }
+
+std::unique_ptr<Mlp> CpuLayers::moe(const WeightSource& w, const MoeSpec& spec) { return make_cpu_moe(w, spec); }
 
 }  // namespace vlm

@@ -19,7 +19,7 @@ namespace vlm {
 class CpuStep final : public Step {
  public:
   // Scratch slots: one buffer each, grown on demand, kept for the call.
-  enum Scratch { kRopeTable, kNormOut, kLinearOut, kAttnOut, kPatches, kPatchOut, kNumScratch };
+  enum Scratch { kRopeTable, kNormOut, kLinearOut, kAttnOut, kPatches, kPatchOut, kMoeIn, kMoeOut, kNumScratch };
 
   // A decoder call. Checks the batch's arrays agree on T > 0 (InternalError otherwise).
   CpuStep(const ActivationPlan& plan, const ForwardBatch& batch, std::span<const PagedKVLayer> kv,
