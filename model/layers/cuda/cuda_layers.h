@@ -1,11 +1,14 @@
-// CudaLayers: the GPU implementation of the layer vocabulary (the decoder's layers; the vision
-// towers' come with step 5b of docs/WRITTEN_ONCE.md and are refused at load until then). Weights
+// CudaLayers: the GPU implementation of the layer vocabulary: the decoder's layers, and the vision
+// towers' (cuda_vision_layers.h; LayerNorm and the ungated MLPs here), which call the kernels the
+// hand-written towers of model/vision/cuda called, in their order. Not yet: PositionTable
+// (Qwen3-VL; refused by name at load, LayerBackend's default) and the q/k norm (Qwen3). Weights
 // are uploaded at construction, converted to the compute dtype (norm weights f32; biases in the
 // compute dtype and in f32, as the output they are added to). The kernels and their choices are
 // CudaDecoder's before the refactor: GEMVs for steps of at most kGemvMaxRows 16-bit rows (a
 // pre-norm folded into them, gemv_norm.h, when CudaStep::fused_norm), cuBLASLt otherwise; the
-// residual add in the GEMM/GEMV epilogue; gate/up with SiLU·mul fused into the GEMV. Attention is
-// the runner's (CudaAttentionRunner: the paged cache and the methods live there).
+// residual add in the GEMM/GEMV epilogue; gate/up with SiLU·mul fused into the GEMV. A vision
+// step (CudaStep::gemv false) runs cuBLASLt GEMMs whatever its rows, as the towers did. Attention
+// is the runner's (CudaAttentionRunner: the paged cache and the methods live there).
 #pragma once
 
 #include "model/layers/layer_backend.h"
