@@ -4,8 +4,10 @@
 //    through encode() (pixels converted to dt on the host, one group), through encode() in groups
 //    of one frame (two streams, lanes 0 and 1), and through upload_pixels() + run() (f32 pixels
 //    gathered and rounded on the GPU); bf16 with cuDNN on for equal segments in both;
-//  - CudaLlavaVisionRunner vs CudaClipVision (CLIP with the class row dropped, two feature layers
-//    for llava_small): bit for bit;
+//  - CudaLlavaVisionRunner vs CudaClipVision: bit for bit on the fixtures (CLIP, hidden state -2,
+//    class row dropped), and on small random towers for what the fixtures lack: SigLIP (conv bias,
+//    no class token, gelu_tanh, an image size that is not a multiple of the patch), several hidden
+//    states side by side (hidden state 0 among them), GELU erf;
 //  - the runners against Hugging Face's f32 rows (1e-4 relative in f32, 2e-2 in bf16), so that the
 //    reference itself is checked in the same run.
 // Bit for bit: the layers call the kernels the old towers called, in their order, with the same
@@ -14,7 +16,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
+#include <random>
 
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/arch/llava_wiring.h"
@@ -24,6 +28,7 @@
 #include "model/vision/cuda/cuda_llava_vision_runner.h"
 #include "model/vision/cuda/cuda_qwen2_vision.h"
 #include "model/vision/cuda/cuda_qwen2_vision_runner.h"
+#include "model/vision/projector.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/model/vision/cuda/cuda_vision_cases.h"
 #include "tests/support/gpu_test.h"
@@ -148,6 +153,71 @@ TEST_P(CudaLlavaVisionRunnerTest, ProjectorOutputMatchesHuggingFace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaLlavaVisionRunnerTest, ::testing::Values("llava_small", "llava_336"));
+
+// Random bf16 tensors by name (a checkpoint's dtype), uniform in [-0.1, 0.1] (norm weights 1 +- 0.1).
+struct RandomCheckpoint {
+  std::map<std::string, Tensor> store;
+  std::mt19937 rng{11};
+  TensorView operator()(const std::string& name, const Shape& shape) {
+    auto it = store.find(name);
+    if (it != store.end()) return it->second.view();
+    std::vector<float> v(static_cast<size_t>(shape.numel()));
+    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+    const bool norm = name.find("norm") != std::string::npos && name.find(".weight") != std::string::npos;
+    for (float& x : v) x = (norm ? 1.0f : 0.0f) + u(rng);
+    Tensor t = Tensor::empty(shape, DType::BF16);
+    convert_from_f32(v.data(), DType::BF16, t.data(), t.numel());
+    return store.emplace(name, std::move(t)).first->second.view();
+  }
+};
+
+struct RandomClipCase {
+  const char* name;
+  bool siglip;
+  VisionActivation act;
+  int64_t image_size;
+  std::vector<int> hidden;
+  bool drop_cls;
+};
+
+TEST(CudaLlavaVisionRunnerRandom, SiglipAndSeveralHiddenStatesEqualTheHandWrittenTower) {
+  VLM_REQUIRE_GPU();
+  const std::vector<RandomClipCase> cases = {
+      {"clip, hidden states 0 and 2", false, VisionActivation::QuickGelu, 28, {0, 2}, true},
+      {"clip, gelu, every row", false, VisionActivation::Gelu, 28, {3, 1}, false},
+      {"siglip, 30 px over 7-px patches", true, VisionActivation::GeluTanh, 30, {3}, false},
+      {"siglip, hidden states 3 and 1", true, VisionActivation::GeluTanh, 28, {3, 1}, false}};
+  for (const RandomClipCase& rc : cases) {
+    ClipVisionConfig c;
+    c.hidden_size = 64, c.intermediate_size = 96, c.num_layers = 3, c.num_heads = 4;
+    c.image_size = rc.image_size, c.patch_size = 7, c.layer_norm_eps = 1e-6;
+    c.act = rc.act, c.siglip = rc.siglip;
+    const int64_t out_features = 48, N = 3;
+    RandomCheckpoint ckpt;
+    const WeightLookup lookup = [&ckpt](const std::string& n, const Shape& sh) { return ckpt(n, sh); };
+    int deepest = 0;
+    for (int l : rc.hidden) deepest = std::max(deepest, l);
+    const ClipVisionEncoder host(c, lookup, "t.", deepest);
+    const int64_t Fin = c.hidden_size * static_cast<int64_t>(rc.hidden.size());
+    const LlavaProjector projector(lookup, "p.", Fin, out_features, true);
+    std::vector<MediaPixels> images(static_cast<size_t>(N));
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (MediaPixels& m : images) {
+      m.height = m.width = static_cast<int>(c.image_size);
+      m.data.resize(static_cast<size_t>(3 * c.image_size * c.image_size));
+      for (float& x : m.data) x = u(rng);
+    }
+    for (DType dt : {DType::F32, DType::BF16}) {
+      CudaClipVision old_tower(host, projector, rc.hidden, rc.drop_cls, dt);
+      CudaLlavaVisionRunner new_tower(LlavaVisionSpec{c, rc.hidden, rc.drop_cls, out_features, true},
+                                      WeightSource(lookup, "t."), WeightSource(lookup, "p."), dt);
+      const std::vector<float> a = encode_on_gpu(old_tower, images), b = encode_on_gpu(new_tower, images);
+      ASSERT_EQ(a.size(), static_cast<size_t>(N * new_tower.out_rows(images[0]) * out_features)) << rc.name;
+      EXPECT_EQ(first_difference(a, b), "identical") << rc.name << " " << dtype_name(dt);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace vlm::testing
