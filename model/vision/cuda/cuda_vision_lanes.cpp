@@ -34,7 +34,7 @@ void CudaVisionLanes::reserve(const ActivationPlan& largest, int64_t rows, const
   bufs_.resize(largest.bufs.size());
   for (size_t i = 0; i < bufs_.size(); ++i) {
     const ActivationPlan::Buf& b = largest.bufs[i];
-    VLM_CHECK(b.rows > 0 && !b.logit_rows, "vision plan buffer {} without fixed rows", i);
+    VLM_CHECK(b.rows >= 0 && !b.logit_rows, "vision plan buffer {} of logit rows", i);
     bufs_[i].resize(static_cast<size_t>(b.rows * b.cols * elem_bytes(b.role, dt_)));
   }
   for (size_t k = 0; k < scratch_.size(); ++k) scratch_[k].resize(static_cast<size_t>(rows * scratch[k]));
