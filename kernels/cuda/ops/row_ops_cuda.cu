@@ -59,7 +59,31 @@ __global__ void bilinear_naive_kernel(const T* in, int64_t H, int64_t W, int64_t
   out[e] = from_f32<T>(blend(in, W, C, tap(y, H, oh), tap(x, W, ow), c));
 }
 
+__global__ void add_blended_rows_kernel(const float* table, int64_t C, const int32_t* entries, float* dst) {
+  const int32_t* e = entries + 11 * static_cast<int64_t>(blockIdx.x);
+  const float* r0 = table + static_cast<int64_t>(e[0]) * C;
+  const float* r1 = table + static_cast<int64_t>(e[1]) * C;
+  const float* r2 = table + static_cast<int64_t>(e[2]) * C;
+  const float* r3 = table + static_cast<int64_t>(e[3]) * C;
+  const float w0 = __int_as_float(e[4]), w1 = __int_as_float(e[5]), w2 = __int_as_float(e[6]), w3 = __int_as_float(e[7]);
+  const int64_t d = e[8], t = e[9], stride = e[10];
+  for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
+    const float v = __fadd_rn(__fadd_rn(__fadd_rn(__fmul_rn(r0[k], w0), __fmul_rn(r1[k], w1)), __fmul_rn(r2[k], w2)),
+                              __fmul_rn(r3[k], w3));
+    for (int64_t f = 0; f < t; ++f) {
+      float* out = dst + (d + f * stride) * C + k;
+      *out = __fadd_rn(*out, v);
+    }
+  }
+}
+
 }  // namespace
+
+void add_blended_rows(const float* table, int64_t C, const int32_t* entries, int64_t E, float* dst, cudaStream_t s) {
+  if (E == 0 || C == 0) return;
+  add_blended_rows_kernel<<<static_cast<unsigned>(E), row_threads(C / 2), 0, s>>>(table, C, entries, dst);
+  VLM_CUDA_CHECK_LAUNCH();
+}
 
 void copy_rows(const void* src, DType src_dt, const int32_t* src_idx, void* dst, DType dst_dt, const int32_t* dst_idx,
                int64_t R, int64_t C, cudaStream_t s) {

@@ -29,4 +29,12 @@ void bilinear_resize(const void* in, DType dt, int64_t H, int64_t W, int64_t C, 
 void bilinear_resize_naive(const void* in, DType dt, int64_t H, int64_t W, int64_t C, int64_t oh, int64_t ow, void* out,
                            cudaStream_t s);
 
+// Qwen3-VL's interpolated positions (the CUDA PositionTable): for each entry e < E, 11 ints at
+// entries + 11 e: source rows r0..r3 of table [*, C] f32, their weights w0..w3 (f32 bit patterns),
+// a destination row d, a count t and a stride; for f < t,
+//   dst[d + f * stride] += ((table[r0] w0 + table[r1] w1) + table[r2] w2) + table[r3] w3,
+// each product and sum rounded in f32 in that order (CpuPositionTable's arithmetic, which the test
+// compares with bit for bit). dst f32; distinct destination rows across entries and frames.
+void add_blended_rows(const float* table, int64_t C, const int32_t* entries, int64_t E, float* dst, cudaStream_t s);
+
 }  // namespace vlm::cuda

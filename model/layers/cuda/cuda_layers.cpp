@@ -337,4 +337,8 @@ std::unique_ptr<PatchEmbedding> CudaLayers::patch_embedding(const WeightSource& 
   return make_cuda_patch_embedding(w, spec, dt_, &bytes_);
 }
 
+std::unique_ptr<PositionTable> CudaLayers::position_table(const WeightSource& w, const PositionTableSpec& spec) {
+  return make_cuda_position_table(w, spec, &bytes_);
+}
+
 }  // namespace vlm

@@ -1,7 +1,7 @@
 // CudaLayers: the GPU implementation of the layer vocabulary: the decoder's layers, and the vision
 // towers' (cuda_vision_layers.h; LayerNorm and the ungated MLPs here), which call the kernels the
-// hand-written towers of model/vision/cuda called, in their order. Not yet: PositionTable
-// (Qwen3-VL; refused by name at load, LayerBackend's default) and the q/k norm (Qwen3). Weights
+// hand-written towers of model/vision/cuda called, in their order, and Qwen3-VL's PositionTable.
+// Not yet: the q/k norm (Qwen3; refused by name at load). Weights
 // are uploaded at construction, converted to the compute dtype (norm weights f32; biases in the
 // compute dtype and in f32, as the output they are added to). The kernels and their choices are
 // CudaDecoder's before the refactor: GEMVs for steps of at most kGemvMaxRows 16-bit rows (a
@@ -36,6 +36,7 @@ class CudaLayers final : public LayerBackend {
   std::unique_ptr<RowOps> row_ops() override;
   std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) override;
   std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) override;
+  std::unique_ptr<PositionTable> position_table(const WeightSource& w, const PositionTableSpec& spec) override;
 
  private:
   DType dt_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/attention/varlen_attention.h"
@@ -9,6 +10,7 @@
 #include "kernels/cuda/ops/row_ops_cuda.h"
 #include "kernels/cuda/ops/vision_ops_cuda.h"
 #include "kernels/ops/rope.h"
+#include "model/layers/cpu/cpu_vision_layers.h"  // linspace_f32
 #include "model/layers/cuda/cuda_device_linear.h"
 #include "model/layers/cuda/cuda_step.h"
 #include "model/vision/cuda/cuda_vision_cudnn.h"
@@ -17,7 +19,7 @@ namespace vlm {
 namespace {
 
 // Tags of the int arrays a step uploads (CudaStepInts: one device copy per host array and tag).
-enum IntsTag : int64_t { kAsIs = 0, kUnitRows = 1, kInverse = 2, kRepeat = 3 };
+enum IntsTag : int64_t { kAsIs = 0, kUnitRows = 1, kInverse = 2, kRepeat = 3, kBlends = 4 };
 
 CudaStepInts& ints_of(const CudaStep& s) {
   VLM_CHECK(s.ints != nullptr, "a GPU vision step without its metadata buffer");
@@ -239,7 +241,73 @@ class CudaLearnedRows final : public LearnedRows {
   int64_t rows_ = 0, cols_ = 0;
 };
 
+// The table f32 on the device; the blends (corner rows, weights, destination rows) made on the
+// host per call exactly as CpuPositionTable makes them, then one add_blended_rows launch whose
+// f32 arithmetic is the CPU's: the rows are the CPU's bit for bit.
+class CudaPositionTable final : public PositionTable {
+ public:
+  CudaPositionTable(const WeightSource& w, const PositionTableSpec& spec, int64_t* bytes) : spec_(spec) {
+    VLM_CHECK(spec.side > 0 && spec.merge > 0 && spec.table.shape.ndim == 2 &&
+                  spec.table.shape[0] == spec.side * spec.side,
+              "position table {} for an {} x {} grid", spec.table.name, spec.side, spec.side);
+    const TensorView t = w.get(spec.table);
+    C_ = t.dim(1);
+    table_ = cuda::upload_converted({t}, DType::F32, bytes);
+  }
+
+  void add(Step& st, std::span<const std::array<int32_t, 3>> grids, Act x) const override {
+    CudaStep& s = CudaStep::of(st);
+    const int64_t N = spec_.side, ms = spec_.merge;
+    int64_t P = 0, E = 0;
+    for (const auto& g : grids) {
+      VLM_CHECK(g[0] > 0 && g[1] > 0 && g[2] > 0 && g[1] % ms == 0 && g[2] % ms == 0, "grid {}x{}x{} (merge {})", g[0],
+                g[1], g[2], ms);
+      P += static_cast<int64_t>(g[0]) * g[1] * g[2];
+      E += static_cast<int64_t>(g[1]) * g[2];
+    }
+    VLM_CHECK(x.rows == P && x.cols == C_ && x.dtype == DType::F32, "positions of {} patches of {} into [{}, {}] {}", P,
+              C_, x.rows, x.cols, dtype_name(x.dtype));
+    auto fill = [&](int32_t* out) {
+      int64_t base = 0;
+      for (const auto& g : grids) {
+        const int64_t t = g[0], h = g[1], w = g[2];
+        const std::vector<float> ph = linspace_f32(static_cast<float>(N - 1), h);
+        const std::vector<float> pw = linspace_f32(static_cast<float>(N - 1), w);
+        for (int64_t i = 0; i < h; ++i)
+          for (int64_t j = 0; j < w; ++j) {
+            const float pi = ph[static_cast<size_t>(i)], pj = pw[static_cast<size_t>(j)];
+            const auto fh = static_cast<int64_t>(pi), fw = static_cast<int64_t>(pj);
+            const int64_t ch = std::min(fh + 1, N - 1), cw = std::min(fw + 1, N - 1);
+            const float dh = pi - static_cast<float>(fh), dw = pj - static_cast<float>(fw);
+            const float wt[4] = {(1.0f - dh) * (1.0f - dw), (1.0f - dh) * dw, dh * (1.0f - dw), dh * dw};
+            const int64_t in_frame = ((i / ms) * (w / ms) + j / ms) * ms * ms + (i % ms) * ms + j % ms;
+            out[0] = static_cast<int32_t>(fh * N + fw), out[1] = static_cast<int32_t>(fh * N + cw);
+            out[2] = static_cast<int32_t>(ch * N + fw), out[3] = static_cast<int32_t>(ch * N + cw);
+            std::memcpy(out + 4, wt, sizeof(wt));
+            out[8] = static_cast<int32_t>(base + in_frame), out[9] = static_cast<int32_t>(t);
+            out[10] = static_cast<int32_t>(h * w);
+            out += 11;
+          }
+        base += t * h * w;
+      }
+    };
+    const int32_t* entries = ints_of(s).get(grids.data(), kBlends, 11 * E, fill, s.stream);
+    cuda::add_blended_rows(table_.as<float>(), C_, entries, E, x.f32(), s.stream);
+    s.mark("position_table");
+  }
+
+ private:
+  PositionTableSpec spec_;
+  int64_t C_ = 0;
+  cuda::DeviceBuffer table_;  // [N*N, C] f32
+};
+
 }  // namespace
+
+std::unique_ptr<PositionTable> make_cuda_position_table(const WeightSource& w, const PositionTableSpec& spec,
+                                                        int64_t* bytes) {
+  return std::make_unique<CudaPositionTable>(w, spec, bytes);
+}
 
 std::unique_ptr<SegmentAttention> make_cuda_segment_attention(const SegmentAttentionSpec& spec) {
   return std::make_unique<CudaSegmentAttention>(spec);

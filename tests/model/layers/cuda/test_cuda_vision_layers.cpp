@@ -5,12 +5,14 @@
 // with and without the 2-D rotary table), the patch embedding (CLIP: class token; SigLIP: conv
 // bias, an image size that is not a multiple of the patch), and the row moves and learned rows. In
 // f32 within 1e-5 relative (the GEMM path, as test_cuda_layers.cpp); in bf16 within 2e-2; copies
-// exactly; the bilinear resize of f32 rows bit for bit (the same f32 operations). Skips without a GPU.
+// exactly; the bilinear resize of f32 rows and Qwen3-VL's position table bit for bit (the same f32
+// operations). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <array>
 #include <cstring>
 #include <map>
 #include <random>
@@ -290,17 +292,24 @@ TEST_F(CudaVisionLayer, RowOpsAndLearnedRowsMatchTheCpu) {
   both("learned rows", 6, C, [&](Act d) { cl->write(cs, 1, to, d); }, [&](Act d) { gl->write(g.s, 1, to, d); });
 }
 
-// No GPU needed: the refusal happens before any upload.
-TEST(CudaVisionLayerSpecs, PositionTableIsRefusedByName) {
-  RandomTensors t;
-  const WeightSource w([&t](const std::string& n, const Shape& s) { return t(n, s); }, "v.");
-  CudaLayers gpu(DType::F32);
-  try {
-    gpu.position_table(w, PositionTableSpec{{"pos_embed.weight", {16, 8}}, 4, 2});
-    ADD_FAILURE() << "the GPU layers made a PositionTable";
-  } catch (const LoadError& e) {
-    EXPECT_NE(std::string(e.what()).find("pos_embed.weight"), std::string::npos) << e.what();
-  }
+// Qwen3-VL's interpolated positions: side 5 sampled at grids of 4 x 6 (two frames), 2 x 2 and
+// 6 x 4 (merge 2), added into f32 rows: the CPU's bits (the same f32 blends, one add each).
+TEST_F(CudaVisionLayer, PositionTableMatchesTheCpuBitForBit) {
+  const int64_t C = 40;
+  const PositionTableSpec spec{{"pos_embed.weight", {25, C}}, 5, 2};
+  const std::vector<std::array<int32_t, 3>> grids = {{2, 4, 6}, {1, 2, 2}, {1, 6, 4}};
+  const int64_t P = 2 * 24 + 4 + 24;
+  const std::vector<float> x = random_rows(P * C, 8);
+  std::vector<float> want = x;
+  CpuStep cs(plan_, P);
+  cpu_.position_table(w_, spec)->add(cs, grids, Act{want.data(), P, C, DType::F32});
+  CudaLayers gpu(DType::BF16);  // the positions add into the f32 residual whatever the compute dtype
+  GpuStep g(DType::BF16, P);
+  Dev dx(x, P, C, DType::F32);
+  gpu.position_table(w_, spec)->add(g.s, grids, dx.act());
+  const std::vector<float> got = dx.host();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "rel error " << rel_err(got, want);
 }
 
 }  // namespace
