@@ -8,6 +8,8 @@
 //    class row dropped), and on small random towers for what the fixtures lack: SigLIP (conv bias,
 //    no class token, gelu_tanh, an image size that is not a multiple of the patch), several hidden
 //    states side by side (hidden state 0 among them), GELU erf;
+//  - CudaMediaEncoder (what the server runs) with VLM_CUDA_VISION_LEGACY=1 and without, on
+//    Frames8 items (rows made on the GPU), eager and lazy: the same bits, and the right tower;
 //  - the runners against Hugging Face's f32 rows (1e-4 relative in f32, 2e-2 in bf16), so that the
 //    reference itself is checked in the same run.
 // Bit for bit: the layers call the kernels the old towers called, in their order, with the same
@@ -20,10 +22,13 @@
 #include <memory>
 #include <random>
 
+#include "engine/cuda/cuda_media_encoder.h"
+#include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/arch/llava_wiring.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
+#include "model/media/qwen2vl_frames.h"
 #include "model/vision/cuda/cuda_clip_vision.h"
 #include "model/vision/cuda/cuda_llava_vision_runner.h"
 #include "model/vision/cuda/cuda_qwen2_vision.h"
@@ -32,6 +37,7 @@
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/model/vision/cuda/cuda_vision_cases.h"
 #include "tests/support/gpu_test.h"
+#include "tests/support/random_image.h"
 
 namespace vlm::testing {
 namespace {
@@ -216,6 +222,44 @@ TEST(CudaLlavaVisionRunnerRandom, SiglipAndSeveralHiddenStatesEqualTheHandWritte
       ASSERT_EQ(a.size(), static_cast<size_t>(N * new_tower.out_rows(images[0]) * out_features)) << rc.name;
       EXPECT_EQ(first_difference(a, b), "identical") << rc.name << " " << dtype_name(dt);
     }
+  }
+}
+
+// The media encoder's rows for items (its tower chosen at make()), downloaded.
+std::vector<float> media_encoder_rows(CudaMediaEncoder& enc, const std::vector<MediaPixels>& items) {
+  std::vector<const MediaPixels*> ptrs;
+  for (const MediaPixels& m : items) ptrs.push_back(&m);
+  const auto e = enc.encode(ptrs, {}, nullptr);
+  e->ensure_rows(0, e->rows);
+  VLM_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> out(static_cast<size_t>(e->rows * enc.tower().out_features()));
+  VLM_CUDA_CHECK(cudaMemcpy(out.data(), e->data, out.size() * 4, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+TEST(CudaVisionMediaEncoder, LegacySwitchAndLayersGiveTheSameRows) {
+  VLM_REQUIRE_GPU();
+  std::mt19937 g(9);
+  std::vector<RgbImage> frames;
+  for (int i = 0; i < 5; ++i) frames.push_back(random_image(85, 57, g));
+  const std::vector<MediaPixels> items = {
+      qwen2vl_frames8({random_image(100, 70, g)}, Qwen2VLPreprocessConfig{}, Modality::Image),
+      qwen2vl_frames8(frames, Qwen2VLPreprocessConfig{}, Modality::Video)};
+  for (const char* fixture : {"qwen2_vl_tiny", "qwen2_5_vl_tiny"}) {
+    const auto model = Qwen2VLModel::load(kFix + "/qwen2vl/" + fixture);
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int64_t step : {int64_t(0), int64_t(24)}) {  // eager; lazy units of one temporal group
+        SCOPED_TRACE(std::string(fixture) + " " + dtype_name(dt) + " step_patches " + std::to_string(step));
+        setenv("VLM_CUDA_VISION_LEGACY", "1", 1);
+        auto legacy = CudaMediaEncoder::make(*model, dt, 4096, step);
+        unsetenv("VLM_CUDA_VISION_LEGACY");
+        auto layers = CudaMediaEncoder::make(*model, dt, 4096, step);
+        EXPECT_NE(dynamic_cast<const CudaQwen2Vision*>(&legacy->tower()), nullptr);
+        EXPECT_NE(dynamic_cast<const CudaQwen2VisionRunner*>(&layers->tower()), nullptr);
+        const std::vector<float> a = media_encoder_rows(*legacy, items), b = media_encoder_rows(*layers, items);
+        ASSERT_FALSE(a.empty());
+        EXPECT_EQ(first_difference(a, b), "identical");
+      }
   }
 }
 
