@@ -7,7 +7,7 @@ namespace vlm {
 
 CudaLlavaVisionRunner::CudaLlavaVisionRunner(const LlavaVisionSpec& spec, const WeightSource& tower,
                                              const WeightSource& projector, DType dt)
-    : dt_(dt), layers_(dt), lanes_(dt) {
+    : dt_(dt), layers_(dt), lanes_(dt, 1) {
   wiring_ = std::make_unique<LlavaVision>(spec, layers_, tower, projector);
   weight_bytes_ = layers_.weight_bytes();
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&meta_done_, cudaEventDisableTiming));

@@ -11,9 +11,10 @@ int64_t elem_bytes(ActRole role, DType dt) {
 
 }  // namespace
 
-CudaVisionLanes::CudaVisionLanes(DType dt) : dt_(dt) {
+CudaVisionLanes::CudaVisionLanes(DType dt, int lanes) : dt_(dt) {
   VLM_CHECK(dt == DType::F32 || dt == DType::BF16 || dt == DType::F16, "GPU vision dtype {}", dtype_name(dt));
-  for (auto& l : lanes_) l = std::make_unique<Lane>();
+  VLM_CHECK(lanes >= 1 && lanes <= kLanes, "{} vision lanes", lanes);
+  for (int i = 0; i < lanes; ++i) lanes_[static_cast<size_t>(i)] = std::make_unique<Lane>();
 }
 
 CudaVisionLanes::~CudaVisionLanes() = default;
@@ -42,7 +43,8 @@ void CudaVisionLanes::reserve(const ActivationPlan& largest, int64_t rows, const
 }
 
 CudaStep& CudaVisionLanes::step(int lane, const ActivationPlan& plan, int64_t row0, int64_t T, cudaStream_t s) {
-  VLM_CHECK(lane >= 0 && lane < kLanes && plan.bufs.size() == largest_.bufs.size() && row0 >= 0 && row0 + T <= rows_,
+  VLM_CHECK(lane >= 0 && lane < kLanes && lanes_[static_cast<size_t>(lane)] && plan.bufs.size() == largest_.bufs.size() &&
+                row0 >= 0 && row0 + T <= rows_,
             "vision lane {} over rows {}..{} of the {} reserved", lane, row0, row0 + T, rows_);
   Lane& L = *lanes_[static_cast<size_t>(lane)];
   CudaStep& st = L.step;
@@ -80,7 +82,8 @@ CudaStep& CudaVisionLanes::step(int lane, const ActivationPlan& plan, int64_t ro
 
 int64_t CudaVisionLanes::cudnn_calls() const {
   int64_t n = 0;
-  for (const auto& l : lanes_) n += l->cudnn.calls();
+  for (const auto& l : lanes_)
+    if (l) n += l->cudnn.calls();
   return n;
 }
 

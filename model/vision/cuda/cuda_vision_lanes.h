@@ -28,7 +28,8 @@ class CudaVisionLanes {
   static constexpr int kLanes = 2;
   using ScratchPerRow = std::array<int64_t, CudaScratch::kNumSlots>;  // bytes per reserved row, by slot
 
-  explicit CudaVisionLanes(DType dt);
+  // lanes: how many (1 or kLanes; each holds a 32 MiB cuBLASLt workspace).
+  explicit CudaVisionLanes(DType dt, int lanes = kLanes);
   ~CudaVisionLanes();
   DType dtype() const { return dt_; }
 
