@@ -21,7 +21,11 @@
 // times transformers on the Qwen2-VL shapes (the peer, in the same run:
 // bench/cuda/run_vision_bench.sh). Prints "vision <shape> <variant> <ms> ms ...".
 //
-// Usage: bench_cuda_vision [--reps 10] [--dump FILE]
+// Usage: bench_cuda_vision [--reps 10] [--dump FILE] [--towers layers|legacy]
+// --towers (issue 39 step 5b): "layers" (the default) runs the architectures written once over
+// CudaLayers (CudaQwen2VisionRunner, CudaLlavaVisionRunner), "legacy" the hand-written towers they
+// replace (CudaQwen2Vision, CudaClipVision): one binary dumps both, and `cmp` of the two dumps is
+// the old-vs-new check (bench/cuda/compare_bundles.sh, part "w").
 // --dump FILE (issue 39: old vs refactored binaries, `cmp` bit for bit; bench_dump.h): raw
 // little-endian f32, one record per (shape, variant) in the order above and the order the
 // variants print: the output rows [rows, C] of the variant's last timed call (f32, what the
@@ -34,6 +38,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,7 +49,9 @@
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/vision/cuda/cuda_clip_vision.h"
+#include "model/vision/cuda/cuda_llava_vision_runner.h"
 #include "model/vision/cuda/cuda_qwen2_vision.h"
+#include "model/vision/cuda/cuda_qwen2_vision_runner.h"
 
 using namespace vlm;
 using bench::BenchDump;
@@ -83,12 +91,23 @@ void report(const std::string& shape, const std::string& variant, const std::vec
   dump.append(shape + " " + variant, host.data(), rows, cols);
 }
 
-void bench_qwen2(int reps, BenchDump& dump, cudaStream_t s) {
+void bench_qwen2(int reps, bool legacy, BenchDump& dump, cudaStream_t s) {
   Qwen2VisionConfig cfg;  // the defaults are Qwen2-VL-7B's vision tower
   RandomWeights weights;
   const auto t0 = Clock::now();
   Qwen2VisionEncoder host(cfg, [&](const std::string& n, const Shape& sh) { return weights(n, sh); }, "");
-  CudaQwen2Vision gpu(host, DType::BF16);
+  std::unique_ptr<CudaVisionTower> tower;
+  std::function<void(int64_t)> set_group_patches;
+  if (legacy) {
+    auto t = std::make_unique<CudaQwen2Vision>(host, DType::BF16);
+    set_group_patches = [p = t.get()](int64_t n) { p->set_group_patches(n); };
+    tower = std::move(t);
+  } else {
+    auto t = std::make_unique<CudaQwen2VisionRunner>(host, DType::BF16);
+    set_group_patches = [p = t.get()](int64_t n) { p->set_group_patches(n); };
+    tower = std::move(t);
+  }
+  CudaVisionTower& gpu = *tower;
   gpu.reserve(32768);
   std::printf("vision tower qwen2vl_7b: %s, weights %.2f GiB, workspace %.2f GiB for 32768 patches, setup %.1f s\n",
               cuda::describe_gpu(0).c_str(), static_cast<double>(gpu.weight_bytes()) / (1 << 30),
@@ -112,7 +131,7 @@ void bench_qwen2(int reps, BenchDump& dump, cudaStream_t s) {
     for (int64_t g : {int64_t(0), int64_t(4096), int64_t(8192), int64_t(32768)}) {
       if (g > 0 && one_group_done) continue;
       one_group_done = g >= P;
-      if (g > 0) gpu.set_group_patches(g);
+      if (g > 0) set_group_patches(g);
       else gpu.upload_pixels(items, s);  // once: run() reads them
       const auto ms = time_calls(reps, s, [&] {
         if (g > 0) gpu.encode(items, out.as<float>(), s);
@@ -134,14 +153,26 @@ struct ClipShape {
   std::vector<int> images;
 };
 
-void bench_clip(const ClipShape& sh, int reps, BenchDump& dump, cudaStream_t s) {
+void bench_clip(const ClipShape& sh, int reps, bool legacy, BenchDump& dump, cudaStream_t s) {
   const ClipVisionConfig& c = sh.cfg;
   RandomWeights weights;
   const auto t0 = Clock::now();
   const WeightLookup lookup = [&](const std::string& n, const Shape& shape) { return weights(n, shape); };
-  ClipVisionEncoder host(c, lookup, "vision_tower.vision_model.", sh.feature_layer);
-  LlavaProjector projector(lookup, "multi_modal_projector.", c.hidden_size, sh.out_features, true);
-  CudaClipVision gpu(host, projector, {sh.feature_layer}, sh.drop_cls, DType::BF16);
+  const std::string tower_prefix = "vision_tower.vision_model.", projector_prefix = "multi_modal_projector.";
+  std::unique_ptr<ClipVisionEncoder> host;
+  std::unique_ptr<LlavaProjector> projector;
+  std::unique_ptr<CudaVisionTower> tower;
+  if (legacy) {
+    host = std::make_unique<ClipVisionEncoder>(c, lookup, tower_prefix, sh.feature_layer);
+    projector = std::make_unique<LlavaProjector>(lookup, projector_prefix, c.hidden_size, sh.out_features, true);
+    tower = std::make_unique<CudaClipVision>(*host, *projector, std::vector<int>{sh.feature_layer}, sh.drop_cls,
+                                             DType::BF16);
+  } else {
+    const LlavaVisionSpec spec{c, {sh.feature_layer}, sh.drop_cls, sh.out_features, true};
+    tower = std::make_unique<CudaLlavaVisionRunner>(spec, WeightSource(lookup, tower_prefix),
+                                                    WeightSource(lookup, projector_prefix), DType::BF16);
+  }
+  CudaVisionTower& gpu = *tower;
   const int max_images = *std::max_element(sh.images.begin(), sh.images.end());
   gpu.reserve(max_images);
   std::printf("vision tower %s: %lld layers run of %lld, %lld tokens per image, weights %.2f GiB, workspace %.2f GiB "
@@ -198,7 +229,7 @@ std::vector<ClipShape> clip_shapes() {
 }
 
 int usage(int rc) {
-  std::fprintf(rc == 0 ? stdout : stderr, "usage: bench_cuda_vision [--reps 10] [--dump FILE]\n");
+  std::fprintf(rc == 0 ? stdout : stderr, "usage: bench_cuda_vision [--reps 10] [--dump FILE] [--towers layers|legacy]\n");
   return rc;
 }
 
@@ -206,22 +237,26 @@ int usage(int rc) {
 
 int main(int argc, char** argv) {
   int reps = 10;
-  std::string dump_path;
+  std::string dump_path, towers = "layers";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") return usage(0);
     if (i + 1 >= argc) return usage(2);
     if (a == "--reps") reps = std::atoi(argv[++i]);
     else if (a == "--dump") dump_path = argv[++i];
+    else if (a == "--towers") towers = argv[++i];
     else return usage(2);
   }
-  if (reps < 1) return usage(2);
+  if (reps < 1 || (towers != "layers" && towers != "legacy")) return usage(2);
+  const bool legacy = towers == "legacy";
   try {
     BenchDump dump(dump_path);  // opened first: a bad path fails before the GPU work
     cudaStream_t s;
     VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    bench_qwen2(reps, dump, s);
-    for (const ClipShape& sh : clip_shapes()) bench_clip(sh, reps, dump, s);
+    std::printf("vision towers: %s\n", legacy ? "legacy (CudaQwen2Vision, CudaClipVision)"
+                                               : "layers (CudaQwen2VisionRunner, CudaLlavaVisionRunner)");
+    bench_qwen2(reps, legacy, dump, s);
+    for (const ClipShape& sh : clip_shapes()) bench_clip(sh, reps, legacy, dump, s);
     VLM_CUDA_CHECK(cudaStreamDestroy(s));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda_vision: %s\n", e.what());

@@ -70,7 +70,7 @@ ActivationPlan Qwen2VisionTower::plan(const Qwen2VisionLayout& lay) const {
   const int64_t P = lay.num_patches, U = P / (c.spatial_merge_size * c.spatial_merge_size), C = c.hidden_size;
   ActivationPlan p;
   p.bufs.resize(kNumBufs);
-  p.bufs[kPatchRows] = {C, ActRole::Hidden, false, P};
+  p.bufs[kPatchRows] = {c.patch_dim(), ActRole::Hidden, false, P};  // pixel rows in the run order
   p.bufs[kX] = {C, ActRole::Residual, false, P};
   p.bufs[kH] = {C, ActRole::Hidden, false, P};
   p.bufs[kQkv] = {3 * C, ActRole::Hidden, false, P};
@@ -87,8 +87,8 @@ void Qwen2VisionTower::forward(Step& s, Act pixels, const Qwen2VisionLayout& lay
   const Act pe = s.act(kPatchRows), x = s.act(kX), h = s.act(kH), qkv = s.act(kQkv), a = s.act(kAttn);
   const Act inner = s.act(kInner);
   const RopeRows rope = rope_->build(s, lay.pos_hw);  // [P] in the run order
-  patch_->forward(s, pixels, pe, Accum::Write);       // [P, Cv] in prompt order
-  rows_->gather_units(s, pe, lay.order, unit, x);     // into the run order
+  rows_->gather_units(s, pixels, lay.order, unit, pe);  // [P, K] pixel rows into the run order
+  patch_->forward(s, pe, x, Accum::Write);              // [P, Cv]
   for (const Block& B : blocks_) {
     B.qkv->forward(s, x, qkv, Accum::Write);  // of norm1(x)
     attn_->forward(s, qkv, &rope, B.full ? lay.frame_cu : lay.window_cu, a);

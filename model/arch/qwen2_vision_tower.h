@@ -1,9 +1,10 @@
 // Qwen2VisionTower: the Qwen2-VL / Qwen2.5-VL vision tower (transformers 5.17
 // Qwen2VisionTransformerPretrainedModel, Qwen2_5_VisionTransformerPretrainedModel) written once
 // over the layer vocabulary:
-//   patch embed: the Conv3d (3 x tp x p x p, stride = kernel, no bias) as a linear layer over the
-//                preprocessed patch rows [P, K], then the rows into the run order (units of
-//                merge^2 patches; Qwen2.5-VL: window by window);
+//   patch embed: the preprocessed patch rows [P, K] into the run order (units of merge^2
+//                patches; Qwen2.5-VL: window by window), then the Conv3d (3 x tp x p x p, stride =
+//                kernel, no bias) as a linear layer over them (the GPU's pixel rows arrive in the
+//                compute dtype or f32, and this gather rounds them to the layer's input);
 //   2-D rotary:  VisionRopeTable over each patch's (row, column);
 //   blocks:      x += proj(attn(rope(qkv(norm1 x)))), x += mlp(norm2 x). Qwen2-VL: LayerNorm,
 //                fc1 -> quick_gelu -> fc2. Qwen2.5-VL: RMSNorm, down(silu(gate) * up). Attention

@@ -113,6 +113,8 @@ LlavaModel::LlavaModel(LlavaConfig config, WeightStore weights)
   vision_ = std::make_unique<ClipVisionEncoder>(config_.vision, lookup, vp, deepest);
   const std::string pp = first_present({"model.multi_modal_projector.", "multi_modal_projector."},
                                        "linear_1.weight", "projector");
+  tower_prefix_ = vp;
+  projector_prefix_ = pp;
   projector_ = std::make_unique<LlavaProjector>(
       lookup, pp, config_.vision.hidden_size * static_cast<int64_t>(config_.feature_layers.size()),
       config_.text.hidden_size, config_.projector_bias);

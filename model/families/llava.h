@@ -78,10 +78,14 @@ class LlavaModel : public MultimodalModel {
 
   // The tower and projector over the CPU layers (model/arch/llava_wiring.h).
   const LlavaVision& wiring() const { return *wiring_; }
+  // The tower's and the projector's tensors under their prefixes (another backend's LlavaVision).
+  WeightSource tower_weights() const { return WeightSource(weights_, tower_prefix_); }
+  WeightSource projector_weights() const { return WeightSource(weights_, projector_prefix_); }
 
  private:
   LlavaConfig config_;
   WeightStore weights_;
+  std::string tower_prefix_, projector_prefix_;
   std::unique_ptr<LlmDecoder> decoder_;
   std::unique_ptr<ClipVisionEncoder> vision_;
   std::unique_ptr<LlavaProjector> projector_;

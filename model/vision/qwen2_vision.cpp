@@ -75,8 +75,8 @@ RopeConfig vision_rope_config(const Qwen2VisionConfig& c) {
 }  // namespace
 
 Qwen2VisionEncoder::Qwen2VisionEncoder(const Qwen2VisionConfig& c, const WeightLookup& lookup, const std::string& p)
-    : config_(c) {
-  const WeightSource w(lookup, p);
+    : config_(c), source_(lookup, p) {
+  const WeightSource& w = source_;
   layers_ = std::make_unique<CpuLayers>();
   tower_ = std::make_unique<Qwen2VisionTower>(c, *layers_, w);
   // The same tensors by role, for a copy on another device (names from the tower's specs).

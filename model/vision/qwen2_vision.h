@@ -25,6 +25,7 @@
 
 #include "kernels/ops/rope.h"
 #include "kernels/core/tensor.h"
+#include "model/layers/weight_source.h"
 #include "model/vision/clip_vision.h"  // WeightLookup
 
 namespace vlm {
@@ -100,11 +101,14 @@ class Qwen2VisionEncoder {
   const std::vector<Block>& blocks() const { return blocks_; }
   Merger merger() const { return {merge_norm_w_, merge_norm_b_, mlp0_, mlp0_b_, mlp2_, mlp2_b_}; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }  // [D / 4]
+  // The tower's tensors under their prefix (another backend builds the tower from them).
+  const WeightSource& weights() const { return source_; }
 
  private:
   TensorView f32(const TensorView& t);
 
   Qwen2VisionConfig config_;
+  WeightSource source_;
   TensorView patch_w_;  // [Cv, K]
   std::vector<Block> blocks_;
   TensorView merge_norm_w_, merge_norm_b_, mlp0_, mlp0_b_, mlp2_, mlp2_b_;  // [Cv], [4Cv,4Cv], [C,4Cv]

@@ -11,7 +11,6 @@
 #include "model/layers/cpu/cpu_vision_layers.h"
 
 namespace vlm {
-namespace {
 
 std::vector<float> linspace_f32(float end, int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -24,6 +23,8 @@ std::vector<float> linspace_f32(float end, int64_t n) {
     v[static_cast<size_t>(i)] = i < n / 2 ? static_cast<float>(i) * step : end - static_cast<float>(n - 1 - i) * step;
   return v;
 }
+
+namespace {
 
 class CpuPositionTable final : public PositionTable {
  public:

@@ -10,9 +10,11 @@
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemv_norm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
+#include "kernels/cuda/ops/vision_ops_cuda.h"
 #include "kernels/ops/rope.h"
+#include "model/layers/cuda/cuda_device_linear.h"
 #include "model/layers/cuda/cuda_step.h"
-#include "model/layers/linear_parts.h"
+#include "model/layers/cuda/cuda_vision_layers.h"
 
 namespace vlm {
 namespace {
@@ -29,30 +31,10 @@ std::string profile_label(const std::string& weight) {
   return n;
 }
 
-// An RMSNorm folded into (or run before) a linear layer on the GPU: weight [K] f32.
-struct CudaPreNorm {
-  cuda::DeviceBuffer w;
-  float eps = 0;
-};
-
-std::unique_ptr<CudaPreNorm> upload_pre_norm(const WeightSource& w, const NormSpec* spec, int64_t* bytes) {
-  if (spec == nullptr) return nullptr;
-  if (spec->kind != NormKind::Rms)
-    throw LoadError("a LayerNorm before a linear layer (" + w.prefix() + spec->weight.name +
-                    ") does not run on the GPU layers yet");
-  auto n = std::make_unique<CudaPreNorm>();
-  n->w = cuda::upload_converted({w.get(spec->weight)}, DType::F32, bytes);
-  n->eps = spec->eps;
-  return n;
-}
-
 // y = x W^T (+ bias) (+ y): the GEMV for few 16-bit rows, else cuBLASLt (CudaDecoder's choice).
 void product(CudaStep& s, const void* x, const void* w, const void* bias, void* y, DType out_dt, bool accumulate,
              int64_t M, int64_t N, int64_t K) {
-  if (cuda::gemv_supported(M, K, s.dt))
-    cuda::gemv(x, w, s.dt, bias, y, out_dt, accumulate, M, N, K, s.stream);
-  else
-    s.gemm->linear(x, w, s.dt, bias, y, out_dt, accumulate ? 1.0f : 0.0f, M, N, K, s.stream);
+  cuda_product(s, x, w, bias, y, out_dt, accumulate, M, N, K);
 }
 
 class CudaEmbedding final : public Embedding {
@@ -102,45 +84,13 @@ class CudaNorm final : public Norm {
   CudaNorm(const WeightSource& w, const NormSpec& spec, int64_t* bytes) : pre_(upload_pre_norm(w, &spec, bytes)) {}
   void forward(Step& st, Act x, Act h) const override {
     CudaStep& s = CudaStep::of(st);
-    VLM_CHECK(x.dtype == DType::F32, "the GPU's RMSNorm reads an f32 residual");
-    cuda::rms_norm(x.f32(), nullptr, pre_->w.as<float>(), pre_->eps, nullptr, x.rows, x.cols, h.data, h.dtype, s.stream);
+    VLM_CHECK(x.dtype == DType::F32, "the GPU's norms read an f32 residual");
+    pre_->apply(x.f32(), x.rows, x.cols, h.data, h.dtype, s.stream);
   }
 
  private:
   std::unique_ptr<CudaPreNorm> pre_;
 };
-
-// A linear layer's weights on the GPU: the parts concatenated [N, K] (dt), their biases in dt and
-// in f32 (the dtype of the output they are added to), or none.
-struct DeviceLinear {
-  cuda::DeviceBuffer w, bias_dt, bias_f32;
-  int64_t N = 0, K = 0;
-  const void* bias(DType out) const {
-    if (!bias_dt.get()) return nullptr;
-    return out == DType::F32 ? bias_f32.get() : bias_dt.get();
-  }
-};
-
-DeviceLinear upload_linear(const WeightSource& src, const std::vector<LinearPart>& parts, DType dt, bool weights,
-                           int64_t* bytes) {
-  const std::vector<HostLinearPart> host = load_linear_parts(src, parts);
-  DeviceLinear d;
-  std::vector<TensorView> ws, bs;
-  for (const HostLinearPart& p : host) {
-    ws.push_back(p.w);
-    d.N += p.w.dim(0);
-    if (p.bias.data()) bs.push_back(p.bias.view());
-  }
-  d.K = host.front().w.dim(1);
-  VLM_CHECK(bs.empty() || bs.size() == host.size(), "{}{}: a bias on some parts only", src.prefix(),
-            parts.front().weight.name);
-  if (weights) d.w = cuda::upload_converted(std::span<const TensorView>(ws), dt, bytes);
-  if (!bs.empty()) {
-    d.bias_dt = cuda::upload_converted(std::span<const TensorView>(bs), dt, bytes);
-    d.bias_f32 = cuda::upload_converted(std::span<const TensorView>(bs), DType::F32, bytes);
-  }
-  return d;
-}
 
 class CudaLinear final : public Linear {
  public:
@@ -153,14 +103,14 @@ class CudaLinear final : public Linear {
     CudaStep& s = CudaStep::of(st);
     const int64_t M = x.rows, N = d_.N, K = d_.K;
     const bool add = a == Accum::Add;
-    if (pre_ && s.fused_norm && cuda::gemv_norm_supported(M, K, s.dt)) {  // the norm inside the GEMV
+    if (pre_ && pre_->rms && s.fused_norm && cuda::gemv_norm_supported(M, K, s.dt)) {  // the norm inside the GEMV
       cuda::gemv_norm(x.f32(), nullptr, pre_->w.as<float>(), pre_->eps, weight_, s.dt, d_.bias(y.dtype), y.data,
                       y.dtype, add, M, N, K, s.stream);
     } else {
       const void* in = x.data;
       if (pre_) {
         void* h = s.scratch(CudaScratch::kNormOut, M * K * static_cast<int64_t>(dtype_size(s.dt)));
-        cuda::rms_norm(x.f32(), nullptr, pre_->w.as<float>(), pre_->eps, nullptr, M, K, h, s.dt, s.stream);
+        pre_->apply(x.f32(), M, K, h, s.dt, s.stream);
         s.mark("norm");
         in = h;
       }
@@ -171,7 +121,7 @@ class CudaLinear final : public Linear {
 
   void forward_rows(Step& st, Act x, Act y) const override {
     CudaStep& s = CudaStep::of(st);
-    VLM_CHECK(pre_ != nullptr, "{}: the GPU gathers logit rows through the norm before the head", label_);
+    VLM_CHECK(pre_ != nullptr && pre_->rms, "{}: the GPU gathers logit rows through the RMSNorm before the head", label_);
     const int64_t R = s.R, N = d_.N, K = d_.K;
     if (R == 0) return;
     if (s.fused_norm && cuda::gemv_norm_supported(R, K, s.dt)) {  // the final norm of the rows in the GEMV
@@ -260,18 +210,18 @@ class CudaGatedMlp final : public Mlp {
     const DType dt = s.dt;
     void* act = s.scratch(CudaScratch::kAct, T * I * static_cast<int64_t>(dtype_size(dt)));  // [T, I]
     const void* gu_bias = gate_up_.bias(dt);
-    if (pre_ && s.fused_norm && cuda::gemv_norm_supported(T, C, dt)) {  // norm, gate/up and SiLU·mul in one pass
+    if (pre_ && pre_->rms && s.fused_norm && cuda::gemv_norm_supported(T, C, dt)) {  // norm, gate/up, SiLU·mul: one pass
       cuda::gemv_silu_mul_norm(x.f32(), nullptr, pre_->w.as<float>(), pre_->eps, gate_up_.w.get(), dt, gu_bias, act, T, I,
                                C, s.stream);
     } else {
       const void* in = x.data;
       if (pre_) {
         void* h = s.scratch(CudaScratch::kNormOut, T * C * static_cast<int64_t>(dtype_size(dt)));
-        cuda::rms_norm(x.f32(), nullptr, pre_->w.as<float>(), pre_->eps, nullptr, T, C, h, dt, s.stream);
+        pre_->apply(x.f32(), T, C, h, dt, s.stream);
         s.mark("norm");
         in = h;
       }
-      if (cuda::gemv_supported(T, C, dt)) {  // gate/up and SiLU·mul in one pass
+      if (s.gemv && cuda::gemv_supported(T, C, dt)) {  // gate/up and SiLU·mul in one pass
         cuda::gemv_silu_mul(in, gate_up_.w.get(), dt, gu_bias, act, T, I, C, s.stream);
       } else {
         s.gemm->linear(in, gate_up_.w.get(), dt, gu_bias, inner.data, dt, 0.0f, T, 2 * I, C, s.stream);  // [T, 2I]
@@ -290,9 +240,52 @@ class CudaGatedMlp final : public Mlp {
   std::unique_ptr<CudaPreNorm> pre_;
 };
 
-[[noreturn]] void not_yet(const char* what) {
-  throw LoadError(std::string(what) + " does not run on the GPU layers yet (docs/WRITTEN_ONCE.md step 5b)");
-}
+// down(act(up n(x))): the GEMM into inner [T, I] (dt, up's bias in dt), the activation in place,
+// the down GEMM (its bias in y's dtype; the residual add in its epilogue): the vision blocks'
+// fc1 -> act -> fc2, the Qwen2-VL merger and LLaVA's projector, as the towers ran them.
+class CudaMlp final : public Mlp {
+ public:
+  CudaMlp(const WeightSource& w, const MlpSpec& spec, DType dt, int64_t* bytes)
+      : I_(spec.inner),
+        up_(upload_linear(w, {spec.up}, dt, true, bytes)),
+        down_(upload_linear(w, {spec.down}, dt, true, bytes)),
+        pre_(upload_pre_norm(w, spec.pre_norm ? &*spec.pre_norm : nullptr, bytes)),
+        act_(spec.kind == MlpKind::QuickGelu ? cuda::Activation::QuickGelu
+             : spec.kind == MlpKind::GeluTanh ? cuda::Activation::GeluTanh
+                                              : cuda::Activation::GeluErf) {
+    VLM_CHECK(up_.N == I_ && down_.K == I_, "MLP {}{}: inner {} for weights [{}, {}] and [{}, {}]", w.prefix(),
+              spec.up.weight.name, I_, up_.N, up_.K, down_.N, down_.K);
+  }
+  int64_t inner_cols() const override { return I_; }
+
+  void forward(Step& st, Act x, Act inner, Act y, Accum a) const override {
+    CudaStep& s = CudaStep::of(st);
+    const int64_t T = x.rows, C = up_.K, I = I_;
+    const DType dt = s.dt;
+    VLM_CHECK(x.cols == C && inner.cols >= I && inner.dtype == dt, "MLP over [{}, {}] with inner [{}, {}] {}", T, x.cols,
+              inner.rows, inner.cols, dtype_name(inner.dtype));
+    const void* in = x.data;
+    if (pre_) {
+      void* h = s.scratch(CudaScratch::kNormOut, T * C * static_cast<int64_t>(dtype_size(dt)));
+      pre_->apply(x.f32(), T, C, h, dt, s.stream);
+      s.mark("norm");
+      in = h;
+    } else {
+      VLM_CHECK(x.dtype == dt, "MLP input {} on a {} step", dtype_name(x.dtype), dtype_name(dt));
+    }
+    product(s, in, up_.w.get(), up_.bias(dt), inner.data, dt, false, T, I, C);
+    cuda::activation(inner.data, dt, T * I, act_, s.stream);
+    s.mark("mlp_up_act");
+    product(s, inner.data, down_.w.get(), down_.bias(y.dtype), y.data, y.dtype, a == Accum::Add, T, down_.N, I);
+    s.mark("mlp_down");
+  }
+
+ private:
+  int64_t I_;
+  DeviceLinear up_, down_;
+  std::unique_ptr<CudaPreNorm> pre_;
+  cuda::Activation act_;
+};
 
 }  // namespace
 
@@ -331,6 +324,8 @@ std::unique_ptr<CausalAttention> CudaLayers::causal_attention(const WeightSource
             "reverse", spec.layer);
   std::unique_ptr<CudaPreNorm> q_norm, k_norm;
   if (spec.qk_norm()) {
+    VLM_CHECK(spec.q_norm->kind == NormKind::Rms && spec.k_norm->kind == NormKind::Rms,
+              "attention layer {}: a q/k norm other than RMSNorm", spec.layer);
     VLM_CHECK(spec.q_norm->eps == spec.k_norm->eps, "attention layer {}: q_norm eps {} and k_norm eps {} differ",
               spec.layer, spec.q_norm->eps, spec.k_norm->eps);
     q_norm = upload_pre_norm(w, &*spec.q_norm, &bytes_);  // q first: errors name q's weight
@@ -340,26 +335,30 @@ std::unique_ptr<CausalAttention> CudaLayers::causal_attention(const WeightSource
 }
 
 std::unique_ptr<Mlp> CudaLayers::mlp(const WeightSource& w, const MlpSpec& spec) {
-  if (spec.kind != MlpKind::GatedSilu) not_yet("an MLP other than the gated SiLU one");
+  if (spec.kind != MlpKind::GatedSilu) return std::make_unique<CudaMlp>(w, spec, dt_, &bytes_);
   return std::make_unique<CudaGatedMlp>(w, spec, dt_, &bytes_);
 }
 
-std::unique_ptr<SegmentAttention> CudaLayers::segment_attention(const SegmentAttentionSpec&) {
-  not_yet("attention within segments (vision towers)");
+std::unique_ptr<SegmentAttention> CudaLayers::segment_attention(const SegmentAttentionSpec& spec) {
+  return make_cuda_segment_attention(spec);
 }
 
-std::unique_ptr<VisionRopeTable> CudaLayers::vision_rope_table(const VisionRopeSpec&) {
-  not_yet("the 2-D vision rope table");
+std::unique_ptr<VisionRopeTable> CudaLayers::vision_rope_table(const VisionRopeSpec& spec) {
+  return make_cuda_vision_rope_table(spec);
 }
 
-std::unique_ptr<RowOps> CudaLayers::row_ops() { not_yet("row gathers between activations"); }
+std::unique_ptr<RowOps> CudaLayers::row_ops() { return make_cuda_row_ops(); }
 
-std::unique_ptr<LearnedRows> CudaLayers::learned_rows(const WeightSource&, const WeightRef&) {
-  not_yet("learned rows (LLaVA-OneVision's image_newline)");
+std::unique_ptr<LearnedRows> CudaLayers::learned_rows(const WeightSource& w, const WeightRef& table) {
+  return make_cuda_learned_rows(w, table, &bytes_);
 }
 
-std::unique_ptr<PatchEmbedding> CudaLayers::patch_embedding(const WeightSource&, const PatchEmbeddingSpec&) {
-  not_yet("the patch embedding of CLIP / SigLIP");
+std::unique_ptr<PatchEmbedding> CudaLayers::patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) {
+  return make_cuda_patch_embedding(w, spec, dt_, &bytes_);
+}
+
+std::unique_ptr<PositionTable> CudaLayers::position_table(const WeightSource& w, const PositionTableSpec& spec) {
+  return make_cuda_position_table(w, spec, &bytes_);
 }
 
 }  // namespace vlm

@@ -1,11 +1,14 @@
-// CudaLayers: the GPU implementation of the layer vocabulary (the decoder's layers; the vision
-// towers' come with step 5b of docs/WRITTEN_ONCE.md and are refused at load until then). Weights
+// CudaLayers: the GPU implementation of the layer vocabulary: the decoder's layers, and the vision
+// towers' (cuda_vision_layers.h; LayerNorm and the ungated MLPs here), which call the kernels the
+// hand-written towers of model/vision/cuda called, in their order, and Qwen3-VL's PositionTable.
+// Not yet: the q/k norm (Qwen3; refused by name at load). Weights
 // are uploaded at construction, converted to the compute dtype (norm weights f32; biases in the
 // compute dtype and in f32, as the output they are added to). The kernels and their choices are
 // CudaDecoder's before the refactor: GEMVs for steps of at most kGemvMaxRows 16-bit rows (a
 // pre-norm folded into them, gemv_norm.h, when CudaStep::fused_norm), cuBLASLt otherwise; the
-// residual add in the GEMM/GEMV epilogue; gate/up with SiLU·mul fused into the GEMV. Attention is
-// the runner's (CudaAttentionRunner: the paged cache and the methods live there).
+// residual add in the GEMM/GEMV epilogue; gate/up with SiLU·mul fused into the GEMV. A vision
+// step (CudaStep::gemv false) runs cuBLASLt GEMMs whatever its rows, as the towers did. Attention
+// is the runner's (CudaAttentionRunner: the paged cache and the methods live there).
 #pragma once
 
 #include "model/layers/layer_backend.h"
@@ -33,6 +36,7 @@ class CudaLayers final : public LayerBackend {
   std::unique_ptr<RowOps> row_ops() override;
   std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) override;
   std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) override;
+  std::unique_ptr<PositionTable> position_table(const WeightSource& w, const PositionTableSpec& spec) override;
 
  private:
   DType dt_;

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/core/dtype.h"
@@ -21,6 +22,7 @@
 namespace vlm {
 
 class StepProfiler;
+class CudaVisionCudnn;
 
 // The attention of one decoder layer over the paged cache with the step's methods (cuDNN,
 // sparse prefill, SinkRouter, LOOK-M, probes): rotates q/k of the fused projection, writes K/V
@@ -34,16 +36,53 @@ class CudaAttentionRunner {
 };
 
 // Device scratch by slot, grown on demand: growing waits for the stream (a previous step may
-// still read the old buffer) and bumps *epoch (decode graphs hold the old pointers).
+// still read the old buffer) and bumps *epoch (decode graphs hold the old pointers). A slot may
+// instead be given fixed memory (assign: a vision call's share of its reserved workspace, so
+// that encoding never allocates); asking it for more is an InternalError.
 class CudaScratch {
  public:
-  enum Slot { kNormOut, kGateUp, kAct, kRopeTable, kNumSlots };
+  enum Slot { kNormOut, kGateUp, kAct, kRopeTable, kPatches, kPatchOut, kNumSlots };
   explicit CudaScratch(int64_t* epoch) : epoch_(epoch) {}
   void* get(Slot slot, int64_t bytes, cudaStream_t s);
+  void assign(Slot slot, void* p, int64_t bytes);
 
  private:
   int64_t* epoch_;
   cuda::DeviceBuffer bufs_[kNumSlots];
+  void* fixed_[kNumSlots] = {};
+  int64_t fixed_bytes_[kNumSlots] = {};
+};
+
+// Host int arrays a vision call's layers need on the device (segment bounds, gather orders,
+// 2-D positions): each written as int32 into pinned memory and copied once (async, on the
+// step's stream); asking again for the same array (host pointer, length, tag) within a step
+// returns the same device copy. Memory is reserved up front (reserve) and used from the front;
+// the owner calls reset() only once the copies of every earlier call have left the pinned memory
+// (it waits on its own event), and new_step() between steps of one call (whose host arrays may
+// reuse freed addresses).
+class CudaStepInts {
+ public:
+  void reserve(int64_t ints);
+  int64_t capacity() const { return cap_; }
+  void reset() {
+    used_ = 0;
+    new_step();
+  }
+  void new_step() { cache_.clear(); }
+  // n ints made by fill(host) (host: n ints of pinned memory) -> their device copy.
+  const int32_t* get(const void* key, int64_t tag, int64_t n, const std::function<void(int32_t*)>& fill,
+                     cudaStream_t s);
+
+ private:
+  struct Entry {
+    const void* key;
+    int64_t tag, n;
+    const int32_t* dev;
+  };
+  cuda::PinnedBuffer host_;
+  cuda::DeviceBuffer dev_;
+  int64_t cap_ = 0, used_ = 0;
+  std::vector<Entry> cache_;
 };
 
 class CudaStep final : public Step {
@@ -67,6 +106,13 @@ class CudaStep final : public Step {
   const int32_t* mrope = nullptr;
   const int32_t* rows = nullptr;
   bool fused_norm = true;  // fold a pre-norm into the GEMV on steps of few rows (gemv_norm.h)
+  // GEMVs for steps of few 16-bit rows (the decoder's); a vision call sets false: its layers
+  // run cuBLASLt GEMMs whatever the rows, as the towers before the layers did.
+  bool gemv = true;
+  // Vision calls: equal segments through cuDNN (cuda_vision_cudnn.h; null: varlen_attention
+  // always), and the device copies of the call's host int arrays (the vision layers need it).
+  CudaVisionCudnn* cudnn = nullptr;
+  CudaStepInts* ints = nullptr;
   std::vector<Act> acts;   // the plan's buffers
   float* logits_buf = nullptr;  // [R, V]
   cuda::CublasLtGemm* gemm = nullptr;
