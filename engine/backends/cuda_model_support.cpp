@@ -36,6 +36,10 @@ std::vector<std::string> cuda_model_support(const ModelConfig& m, const EngineCo
   if (m.rope.mrope_interleaved)
     p.push_back("interleaved M-RoPE (rope mrope_interleaved, Qwen3-VL): the GPU's rope table computes only the "
                 "contiguous mrope_section layout");
+  if (m.deepstack_layers > 0)
+    p.push_back(fmt::format("DeepStack (Qwen3-VL's vision features added to the media rows after the first {} decoder "
+                            "layers): the GPU decoder does not implement it yet",
+                            m.deepstack_layers));
   if (D <= 0 || D % 8 != 0)
     p.push_back(fmt::format("head size {}: the GPU's KV cache write needs a multiple of 8", D));
   if (D > kMaxHeadDim) p.push_back(fmt::format("head size {}: the GPU's kernels take at most {}", D, kMaxHeadDim));

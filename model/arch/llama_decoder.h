@@ -3,7 +3,8 @@
 // so the same forward runs on every backend. Per layer: x += o(attn(rope(q, k), v)) over the paged
 // KV cache (Qwen3: q and k through a per-head RMSNorm first, inside the attention layer), then
 // x += mlp(h), each branch after an RMSNorm; a final norm and the LM head on the step's logit
-// rows only.
+// rows only. With config.deepstack_layers = K > 0 (Qwen3-VL), after layer i < K the media rows
+// get plane i + 1 of the step's embedding override added (RowOps::add_override_plane).
 #pragma once
 
 #include <memory>
@@ -61,6 +62,8 @@ class LlamaDecoder {
   std::unique_ptr<RopeTable> rope_;
   std::vector<Block> blocks_;
   std::unique_ptr<Linear> head_;  // with the final norm
+  int64_t deepstack_ = 0;         // K
+  std::unique_ptr<RowOps> rows_;  // the DeepStack adds (K > 0)
 };
 
 }  // namespace vlm

@@ -200,6 +200,20 @@ TEST(CudaModelSupport, InterleavedMropeIsRefusedNamingIt) {
   EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
 }
 
+// Qwen3-VL's DeepStack (vision planes added after the first decoder layers) is not on the GPU
+// yet: refused by name.
+TEST(CudaModelSupport, DeepStackIsRefusedNamingIt) {
+  ModelConfig m = qwen2vl_7b_shaped();
+  m.deepstack_layers = 3;
+  const auto p = cuda_model_support(m, EngineConfig{}, DType::BF16, 4096);
+  ASSERT_EQ(p.size(), 1u) << joined(p);
+  EXPECT_TRUE(mentions(p, "DeepStack (Qwen3-VL's vision features added to the media rows after the first 3 decoder "
+                          "layers)"))
+      << joined(p);
+  m.deepstack_layers = 0;
+  EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
+}
+
 // The same through make_step_backend on the Qwen3 fixture model: --device cuda refused before any
 // GPU is opened, --device auto on the CPU.
 TEST(CudaModelSupport, Qwen3CheckpointRunsOnTheCpuOnly) {
