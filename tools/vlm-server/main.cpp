@@ -68,6 +68,7 @@
 #include "model/families/llava_onevision.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
+#include "model/families/qwen3_vl.h"
 #include "model/methods/sink_router_config_file.h"
 #include "model/methods/sparse_patterns_file.h"
 #include "server/api_server.h"
@@ -500,6 +501,32 @@ int main(int argc, char** argv) {
                                              "vision tower's {}/{}/{}",
                                              model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
                                              vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
+        api.qwen2vl = media;
+        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
+                                               vlm::make_text_decoder_factory(tokenizer));
+        break;
+      }
+      case vlm::ModelArchitecture::Qwen3VL: {
+        auto model = vlm::Qwen3VLModel::load(model_dir);
+        warm_weights(model->decoder());
+        // Images as Qwen2VLImageProcessor with the checkpoint's 16-px settings, always as rows
+        // (the GPU does not run Qwen3-VL yet). Videos through the server are not wired yet
+        // (their timestamp text between temporal groups): refused as for a model without video.
+        vlm::Qwen2VLMediaOptions media;
+        media.image = vlm::Qwen2VLPreprocessConfig::load(model_dir, /*video=*/false);
+        media.video = media.image;
+        media.image_token_id = model->image_token_id();
+        media.video_token_id = model->video_token_id();
+        media.accepts_video = false;
+        media.gpu_preprocess = false;
+        const vlm::Qwen3VLVisionConfig& vc = model->config().vision;
+        if (media.image.patch_size != vc.patch_size || media.image.merge_size != vc.spatial_merge_size ||
+            media.image.temporal_patch_size != vc.temporal_patch_size)
+          throw vlm::LoadError(fmt::format("{}: the image processor's patch/merge/temporal sizes {}/{}/{} are not the "
+                                           "vision tower's {}/{}/{}",
+                                           model_dir, media.image.patch_size, media.image.merge_size,
+                                           media.image.temporal_patch_size, vc.patch_size, vc.spatial_merge_size,
+                                           vc.temporal_patch_size));
         api.qwen2vl = media;
         engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
                                                vlm::make_text_decoder_factory(tokenizer));
