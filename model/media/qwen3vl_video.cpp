@@ -107,6 +107,11 @@ std::vector<int64_t> qwen3vl_sample_indices(int64_t total_frames, double video_f
                        fmt::format("video rate {} and sampling rate {} must be positive", video_fps, fps));
   int64_t n = static_cast<int64_t>(static_cast<double>(total_frames) / video_fps * fps);  // Python int(): toward 0
   n = std::min({std::max(n, min_frames), max_frames, total_frames});
+  return qwen3vl_linspace_indices(total_frames, n);
+}
+
+std::vector<int64_t> qwen3vl_linspace_indices(int64_t total_frames, int64_t n) {
+  VLM_CHECK(total_frames >= 1 && n >= 1, "{} indices of {} frames", n, total_frames);
   std::vector<int64_t> out;
   for (int64_t i = 0; i < n; ++i) {
     // numpy linspace: start + i * step (step = (stop - start) / (n - 1)), the last exactly stop.

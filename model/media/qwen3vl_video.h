@@ -53,6 +53,9 @@ VisionPatches qwen3vl_preprocess_video(std::span<const RgbImage> frames, const Q
 std::vector<int64_t> qwen3vl_sample_indices(int64_t total_frames, double video_fps, double fps, int64_t min_frames,
                                             int64_t max_frames);
 
+// round_half_even(numpy linspace(0, total - 1, n)): n >= 1 frame indices of a video of total.
+std::vector<int64_t> qwen3vl_linspace_indices(int64_t total_frames, int64_t n);
+
 // Each temporal group's time in seconds (_calculate_timestamps): the sampled frames' times
 // (frame index / the video's fps), padded with the last to a multiple of temporal_patch_size,
 // then per group the mean of its first and last frame's time.

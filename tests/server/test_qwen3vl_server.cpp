@@ -6,7 +6,8 @@
 // 151668). The widened model computes exactly what the tiny one does on the remapped prompt, so a
 // chat holding case 1's image ("wide", as a BMP data URL: exact pixels) through the chat template,
 // the tokenizer and the image loader must give the processor's input_ids and, under remap(), the
-// tokens HF's generate() gave.
+// tokens HF's generate() gave; so must case 3's video given as frames at 2 fps (timestamps
+// written between its temporal groups).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -174,14 +175,50 @@ TEST_F(Qwen3VLServerTest, ChatWithAnImageGivesHfGreedy) {
   EXPECT_EQ(j["usage"]["prompt_tokens"], ref.ints("p1.ids").size());  // the image's 10 tokens counted
 }
 
-// Videos are not wired through the server yet (their timestamps between temporal groups): a video
-// part is a 400 naming it, not a wrong answer.
-TEST_F(Qwen3VLServerTest, VideoPartIsRefused) {
+// Case 3's video as a list of frame URLs at 2 fps (64 x 96: no resize, exact pixels): the server
+// writes each temporal group after its timestamp ("<0.2 seconds>", "<1.2 seconds>") as the
+// processor does, so /tokenize gives its input_ids and the chat HF's greedy tokens under remap.
+TEST_F(Qwen3VLServerTest, VideoFramesWithTimestampsGiveHfGreedy) {
+  const auto ref = qwen3vl_reference();
+  const auto media = SafetensorsFile::open(qwen3vl_fixture_dir() + "/media.safetensors");
+  const TensorView& clip = media->tensors().at("vid.clip4");  // [4, 64, 96, 3]
+  const int T = static_cast<int>(clip.dim(0)), H = static_cast<int>(clip.dim(1)), W = static_cast<int>(clip.dim(2));
+  ordered_json frames = ordered_json::array();
+  for (int t = 0; t < T; ++t)
+    frames.push_back("data:image/bmp;base64," +
+                     base64_encode(bmp(static_cast<const uint8_t*>(clip.data) + static_cast<size_t>(t) * H * W * 3, W, H)));
+  const ordered_json messages = ordered_json::array(
+      {{{"role", "system"}, {"content", "You are a helpful assistant."}},
+       {{"role", "user"},
+        {"content", ordered_json::array({{{"type", "video"}, {"video", frames}, {"fps", 2.0}},
+                                         {{"type", "text"}, {"text", "What moves?"}}})}}});
+  HttpResult t = post("/tokenize", {{"messages", messages}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(json::parse(t.body)["tokens"].get<std::vector<int32_t>>(), ref.ints("p3.proc_ids"));
+  const auto want = ref.ints("p3.generate");
+  HttpResult r = post("/v1/chat/completions", {{"messages", messages},
+                                               {"max_tokens", static_cast<int>(want.size())},
+                                               {"temperature", 0},
+                                               {"return_token_ids", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  const IdMap map;
+  std::vector<int32_t> tiny;
+  for (int32_t id : j["choices"][0]["token_ids"].get<std::vector<int32_t>>())
+    tiny.push_back(id >= 0 && id < kRealVocab ? map.tiny[static_cast<size_t>(id)] : -1);
+  const auto margins = ref.floats("p3.margin");
+  EXPECT_EQ(tiny, want) << "HF min logit margin " << *std::min_element(margins.begin(), margins.end());
+  EXPECT_EQ(j["usage"]["prompt_tokens"], ref.ints("p3.ids").size());
+}
+
+// A video of one frame: the processor refuses fewer frames than temporal_patch_size, so do we (400).
+TEST_F(Qwen3VLServerTest, OneFrameVideoIsRefused) {
   ordered_json m = case1_messages();
-  m[1]["content"][0] = {{"type", "video_url"}, {"video_url", {{"url", "data:video/mp4;base64,AAAA"}}}};
+  const std::string url = m[1]["content"][0]["image_url"]["url"];
+  m[1]["content"][0] = {{"type", "video"}, {"video", ordered_json::array({url})}, {"fps", 2.0}};
   HttpResult r = post("/v1/chat/completions", {{"messages", m}, {"max_tokens", 2}});
   EXPECT_EQ(r.status, 400) << r.body;
-  EXPECT_NE(r.body.find("video"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("at least 2 frames"), std::string::npos) << r.body;
 }
 
 }  // namespace

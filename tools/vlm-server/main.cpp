@@ -509,25 +509,26 @@ int main(int argc, char** argv) {
       case vlm::ModelArchitecture::Qwen3VL: {
         auto model = vlm::Qwen3VLModel::load(model_dir);
         warm_weights(model->decoder());
-        // Images as Qwen2VLImageProcessor with the checkpoint's 16-px settings, always as rows
-        // (the GPU does not run Qwen3-VL yet). Videos through the server are not wired yet
-        // (their timestamp text between temporal groups): refused as for a model without video.
-        vlm::Qwen2VLMediaOptions media;
-        media.image = vlm::Qwen2VLPreprocessConfig::load(model_dir, /*video=*/false);
-        media.video = media.image;
-        media.image_token_id = model->image_token_id();
-        media.video_token_id = model->video_token_id();
-        media.accepts_video = false;
-        media.gpu_preprocess = false;
+        // Images as Qwen2VLImageProcessor with the checkpoint's 16-px settings, videos as
+        // Qwen3VLVideoProcessor (timestamps per temporal group), always as rows (the GPU does
+        // not run Qwen3-VL yet).
+        vlm::Qwen3VLMediaOptions media;
+        media.image.image = vlm::Qwen2VLPreprocessConfig::load(model_dir, /*video=*/false);
+        media.image.video = media.image.image;
+        media.image.image_token_id = model->image_token_id();
+        media.image.video_token_id = model->video_token_id();
+        media.video = vlm::Qwen3VLVideoConfig::load(model_dir);
+        media.max_video_frames = max_video_frames;
+        media.video_limits = video_limits;
         const vlm::Qwen3VLVisionConfig& vc = model->config().vision;
-        if (media.image.patch_size != vc.patch_size || media.image.merge_size != vc.spatial_merge_size ||
-            media.image.temporal_patch_size != vc.temporal_patch_size)
-          throw vlm::LoadError(fmt::format("{}: the image processor's patch/merge/temporal sizes {}/{}/{} are not the "
-                                           "vision tower's {}/{}/{}",
-                                           model_dir, media.image.patch_size, media.image.merge_size,
-                                           media.image.temporal_patch_size, vc.patch_size, vc.spatial_merge_size,
-                                           vc.temporal_patch_size));
-        api.qwen2vl = media;
+        for (const auto* p : {&media.image.image, &media.video.base})
+          if (p->patch_size != vc.patch_size || p->merge_size != vc.spatial_merge_size ||
+              p->temporal_patch_size != vc.temporal_patch_size)
+            throw vlm::LoadError(fmt::format("{}: the processor's patch/merge/temporal sizes {}/{}/{} are not the "
+                                             "vision tower's {}/{}/{}",
+                                             model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
+                                             vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
+        api.qwen3vl = media;
         engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
                                                vlm::make_text_decoder_factory(tokenizer));
         break;
