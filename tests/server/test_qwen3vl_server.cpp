@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -209,6 +210,40 @@ TEST_F(Qwen3VLServerTest, VideoFramesWithTimestampsGiveHfGreedy) {
   const auto margins = ref.floats("p3.margin");
   EXPECT_EQ(tiny, want) << "HF min logit margin " << *std::min_element(margins.begin(), margins.end());
   EXPECT_EQ(j["usage"]["prompt_tokens"], ref.ints("p3.ids").size());
+}
+
+// The video-file case (case 5 of a fixture run that made it; skipped before): rgb.mp4 (lossless
+// RGB) as a data URL, decoded by FFmpeg at the frames sample_frames picks (fps 2 of its 10), its
+// groups after "<t seconds>" over the file's frame rate: the processor's input_ids, and HF's
+// greedy tokens under remap.
+TEST_F(Qwen3VLServerTest, VideoFileGivesHfGreedy) {
+  const auto ref = qwen3vl_reference();
+  if (!ref.has("p5.ids")) GTEST_SKIP() << "the fixture has no video-file case yet (rerun make_qwen3_vl_fixtures.py)";
+  const auto cases = qwen3vl_cases();
+  ASSERT_GE(cases.size(), 6u);
+  std::ifstream f(std::string(VLM_FIXTURES_DIR) + "/video/" + cases[5].videos.at(0), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const ordered_json messages = ordered_json::array(
+      {{{"role", "system"}, {"content", "You are a helpful assistant."}},
+       {{"role", "user"},
+        {"content", ordered_json::array({{{"type", "video_url"},
+                                          {"video_url", {{"url", "data:video/mp4;base64," + base64_encode(bytes)}}}},
+                                         {{"type", "text"}, {"text", "Describe the clip."}}})}}});
+  HttpResult t = post("/tokenize", {{"messages", messages}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(json::parse(t.body)["tokens"].get<std::vector<int32_t>>(), ref.ints("p5.proc_ids"));
+  const auto want = ref.ints("p5.generate");
+  HttpResult r = post("/v1/chat/completions", {{"messages", messages},
+                                               {"max_tokens", static_cast<int>(want.size())},
+                                               {"temperature", 0},
+                                               {"return_token_ids", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const IdMap map;
+  std::vector<int32_t> tiny;
+  for (int32_t id : json::parse(r.body)["choices"][0]["token_ids"].get<std::vector<int32_t>>())
+    tiny.push_back(id >= 0 && id < kRealVocab ? map.tiny[static_cast<size_t>(id)] : -1);
+  const auto margins = ref.floats("p5.margin");
+  EXPECT_EQ(tiny, want) << "HF min logit margin " << *std::min_element(margins.begin(), margins.end());
 }
 
 // A video of one frame: the processor refuses fewer frames than temporal_patch_size, so do we (400).
