@@ -10,6 +10,7 @@
 #include "kernels/core/log.h"
 #include "model/layers/cpu/cpu_layers.h"
 #include "model/layers/cpu/cpu_step.h"
+#include "model/media/qwen3vl_video.h"
 
 namespace vlm {
 
@@ -110,29 +111,7 @@ MropePositions Qwen3VLModel::positions(std::span<const int32_t> ids, std::span<c
 }
 
 std::vector<MediaPixels> Qwen3VLModel::split_video(const MediaPixels& video) const {
-  if (video.is_frames8())
-    throw RequestError(400, "invalid_request_error", "Qwen3-VL takes a video's preprocessed patch rows, not 8-bit frames",
-                       "messages");
-  const auto& g = video.grid_thw;
-  VLM_CHECK(g[0] >= 1 && g[1] >= 1 && g[2] >= 1, "video grid ({}, {}, {})", g[0], g[1], g[2]);
-  const size_t per = video.data.size() / static_cast<size_t>(g[0]);
-  VLM_CHECK(per * static_cast<size_t>(g[0]) == video.data.size(), "{} values for {} temporal groups", video.data.size(),
-            g[0]);
-  std::vector<MediaPixels> out;
-  for (int32_t t = 0; t < g[0]; ++t) {
-    MediaPixels m;
-    m.data.assign(video.data.begin() + static_cast<std::ptrdiff_t>(t * per),
-                  video.data.begin() + static_cast<std::ptrdiff_t>((t + 1) * per));
-    m.height = video.height;
-    m.width = video.width;
-    m.modality = Modality::Video;
-    m.grid_thw = {1, g[1], g[2]};
-    m.second_per_grid = video.second_per_grid;
-    const int32_t tp = config_.vision.temporal_patch_size;
-    m.num_frames = std::clamp(video.num_frames - t * tp, 1, tp);  // the group's given frames (the rest: padding)
-    out.push_back(std::move(m));
-  }
-  return out;
+  return qwen3vl_split_video(video, config_.vision.temporal_patch_size);
 }
 
 }  // namespace vlm

@@ -134,6 +134,35 @@ std::vector<double> qwen3vl_group_timestamps(std::span<const double> frame_secon
   return out;
 }
 
+std::vector<MediaPixels> qwen3vl_split_video(const MediaPixels& video, int temporal_patch_size) {
+  if (video.is_frames8())
+    throw RequestError(400, "invalid_request_error", "Qwen3-VL takes a video's preprocessed patch rows, not 8-bit frames",
+                       "messages");
+  const auto& g = video.grid_thw;
+  VLM_CHECK(g[0] >= 1 && g[1] >= 1 && g[2] >= 1 && temporal_patch_size >= 1, "video grid ({}, {}, {})", g[0], g[1],
+            g[2]);
+  const size_t per = video.data.size() / static_cast<size_t>(g[0]);
+  VLM_CHECK(per * static_cast<size_t>(g[0]) == video.data.size(), "{} values for {} temporal groups", video.data.size(),
+            g[0]);
+  VLM_CHECK(video.group_seconds.empty() || static_cast<int32_t>(video.group_seconds.size()) == g[0],
+            "{} timestamps for {} temporal groups", video.group_seconds.size(), g[0]);
+  std::vector<MediaPixels> out;
+  for (int32_t t = 0; t < g[0]; ++t) {
+    MediaPixels m;
+    m.data.assign(video.data.begin() + static_cast<std::ptrdiff_t>(t * per),
+                  video.data.begin() + static_cast<std::ptrdiff_t>((t + 1) * per));
+    m.height = video.height;
+    m.width = video.width;
+    m.modality = Modality::Video;
+    m.grid_thw = {1, g[1], g[2]};
+    m.second_per_grid = video.second_per_grid;
+    m.num_frames = std::clamp(video.num_frames - t * temporal_patch_size, 1, temporal_patch_size);
+    if (!video.group_seconds.empty()) m.group_seconds = {video.group_seconds[static_cast<size_t>(t)]};
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 std::string qwen3vl_timestamp_text(double seconds) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "<%.1f seconds>", seconds);

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "model/media/media_pixels.h"
 #include "model/media/qwen2vl_preprocess.h"
 
 namespace vlm {
@@ -60,6 +61,12 @@ std::vector<int64_t> qwen3vl_linspace_indices(int64_t total_frames, int64_t n);
 // (frame index / the video's fps), padded with the last to a multiple of temporal_patch_size,
 // then per group the mean of its first and last frame's time.
 std::vector<double> qwen3vl_group_timestamps(std::span<const double> frame_seconds, int temporal_patch_size);
+
+// A video item of grid (t, h, w) in the Rows form -> t items of grid (1, h, w), its temporal
+// groups in order: rows [g*h*w, (g+1)*h*w) each, num_frames the group's given frames, the group's
+// entry of group_seconds when the video has them, second_per_grid kept. Throws RequestError (400)
+// for a video not in the Rows form.
+std::vector<MediaPixels> qwen3vl_split_video(const MediaPixels& video, int temporal_patch_size);
 
 // The text before a group: "<%.1f seconds>" (Python's formatting: round half to even on the
 // double's exact value, as printf).

@@ -108,25 +108,14 @@ MediaTokens Qwen3VLMediaLoader::tokens(const MediaPixels& item) const {
 }
 
 std::vector<MediaItemLoader::VideoGroup> Qwen3VLMediaLoader::video_groups(const MediaPixels& video) const {
-  const auto& g = video.grid_thw;
-  VLM_CHECK(static_cast<int32_t>(video.group_seconds.size()) == g[0] && g[0] >= 1,
-            "a Qwen3-VL video of {} groups with {} timestamps", g[0], video.group_seconds.size());
-  const size_t per = video.data.size() / static_cast<size_t>(g[0]);
+  VLM_CHECK(static_cast<int32_t>(video.group_seconds.size()) == video.grid_thw[0],
+            "a Qwen3-VL video of {} groups with {} timestamps", video.grid_thw[0], video.group_seconds.size());
   std::vector<VideoGroup> out;
-  for (int32_t t = 0; t < g[0]; ++t) {
+  for (MediaPixels& m : qwen3vl_split_video(video, options_.video.base.temporal_patch_size)) {
     VideoGroup vg;
-    MediaPixels& m = vg.item;
-    m.data.assign(video.data.begin() + static_cast<std::ptrdiff_t>(t * per),
-                  video.data.begin() + static_cast<std::ptrdiff_t>((t + 1) * per));
-    m.height = video.height;
-    m.width = video.width;
-    m.modality = Modality::Video;
-    m.grid_thw = {1, g[1], g[2]};
-    const int32_t tp = options_.video.base.temporal_patch_size;
-    m.num_frames = std::clamp(video.num_frames - t * tp, 1, tp);
-    m.group_seconds = {video.group_seconds[static_cast<size_t>(t)]};
-    vg.before = qwen3vl_timestamp_text(video.group_seconds[static_cast<size_t>(t)]) + "<|vision_start|>";
+    vg.before = qwen3vl_timestamp_text(m.group_seconds.at(0)) + "<|vision_start|>";
     vg.after = "<|vision_end|>";
+    vg.item = std::move(m);
     out.push_back(std::move(vg));
   }
   return out;
