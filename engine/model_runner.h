@@ -74,7 +74,7 @@ class ModelRunner {
   StepBackend& backend_;
   int block_size_;
   const MultimodalModel* multimodal_ = nullptr;
-  std::vector<float> override_embeds_;  // [T, C]
+  std::vector<float> override_embeds_;  // [T, planes * C] (MultimodalModel::embedding_planes)
   std::vector<uint8_t> override_use_;   // [T]
   bool host_rows_ = false;              // override_embeds_ holds rows this step
   std::vector<DeviceRowRun> device_runs_;  // rows in the backend's memory (GPU-encoded media)

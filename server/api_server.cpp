@@ -75,6 +75,8 @@ ApiServer::ApiServer(ApiServerOptions options, EngineLoop& engine, std::shared_p
     image_loader_.emplace(options_.media, options_.image_limits, options_.images->preprocess);
   if (options_.qwen2vl)
     media_loader_ = std::make_unique<Qwen2VLMediaLoader>(options_.media, options_.image_limits, *options_.qwen2vl);
+  else if (options_.qwen3vl)
+    media_loader_ = std::make_unique<Qwen3VLMediaLoader>(options_.media, options_.image_limits, *options_.qwen3vl);
   else if (options_.onevision)
     media_loader_ = std::make_unique<OnevisionMediaLoader>(options_.media, options_.image_limits, *options_.onevision);
   if (chat_template_) chat_messages_ = chat_messages_options();
@@ -163,7 +165,7 @@ ChatMessagesOptions ApiServer::chat_messages_options() const {
   }
   auto placeholder = [&](int32_t id) {
     const std::string t = tokenizer_->id_to_token(id);
-    return options_.qwen2vl ? "<|vision_start|>" + t + "<|vision_end|>" : t;
+    return options_.qwen2vl || options_.qwen3vl ? "<|vision_start|>" + t + "<|vision_end|>" : t;
   };
   if (image_id) o.image_placeholder = placeholder(*image_id);
   if (video_id) o.video_placeholder = placeholder(*video_id);

@@ -35,6 +35,7 @@
 #include "server/media/image_loader.h"
 #include "server/media/onevision_media_loader.h"
 #include "server/media/qwen2vl_media_loader.h"
+#include "server/media/qwen3vl_media_loader.h"
 #include "server/media/media_fetch.h"
 #include "server/media/processed_media_cache.h"
 #include "server/media_workers.h"
@@ -62,6 +63,7 @@ struct ApiServerOptions {
   std::optional<ImageInputOptions> images;  // LLaVA; none (and no qwen2vl): image parts are a 400
   std::optional<Qwen2VLMediaOptions> qwen2vl;  // the Qwen2-VL family: images and videos
   std::optional<OnevisionMediaOptions> onevision;  // LLaVA-OneVision: images (AnyRes) and videos
+  std::optional<Qwen3VLMediaOptions> qwen3vl;  // Qwen3-VL: images, videos with timestamps per group
   int max_images_per_request = 8;
   int max_videos_per_request = 4;
   ImageLimits image_limits;       // encoded bytes and decoded pixels of one image

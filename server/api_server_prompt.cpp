@@ -3,10 +3,13 @@
 // by phase; the routes and the reply phase stay there.
 #include "server/api_server.h"
 
+#include <algorithm>
+
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/scheduling/block_hash.h"
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
 #include "model/families/multimodal_input.h"
@@ -105,6 +108,50 @@ std::vector<MediaPart> in_placeholder_order(std::vector<MediaPart> parts, const 
   return out;
 }
 
+// A family that writes videos as text-separated temporal groups (MediaItemLoader::video_groups,
+// Qwen3-VL): each video's single placeholder becomes its groups, each as "before" + one video
+// placeholder + "after" (tokenized without BOS), and the video item its group items. A prompt whose
+// placeholders are not one per item (already expanded) is left for expand_media_tokens to judge.
+void split_video_groups(std::vector<int32_t>& ids, std::vector<MediaPixels>& media, std::vector<BlockHash>& keys,
+                        std::vector<MediaTokens>& items, const MediaItemLoader& loader, const Tokenizer& tok) {
+  const int32_t image_id = loader.image_token_id(), video_id = loader.video_token_id();
+  const auto placeholders = std::count_if(ids.begin(), ids.end(), [&](int32_t id) { return id == image_id || id == video_id; });
+  if (placeholders != static_cast<std::ptrdiff_t>(media.size())) return;
+  std::vector<int32_t> out_ids;
+  std::vector<MediaPixels> out_media;
+  std::vector<BlockHash> out_keys;
+  std::vector<MediaTokens> out_items;
+  size_t k = 0;
+  for (int32_t id : ids) {
+    if (id != image_id && id != video_id) {
+      out_ids.push_back(id);
+      continue;
+    }
+    std::vector<MediaItemLoader::VideoGroup> groups;
+    if (media[k].modality == Modality::Video) groups = loader.video_groups(media[k]);
+    if (groups.empty()) {
+      out_ids.push_back(id);
+      out_media.push_back(std::move(media[k]));
+      if (!keys.empty()) out_keys.push_back(keys[k]);
+      out_items.push_back(items[k]);
+    } else {
+      for (MediaItemLoader::VideoGroup& g : groups) {
+        for (int32_t t : tok.encode(g.before, /*add_special_tokens=*/false)) out_ids.push_back(t);
+        out_ids.push_back(video_id);
+        for (int32_t t : tok.encode(g.after, /*add_special_tokens=*/false)) out_ids.push_back(t);
+        if (!keys.empty()) out_keys.push_back(media_item_key(g.item));
+        out_items.push_back(loader.tokens(g.item));
+        out_media.push_back(std::move(g.item));
+      }
+    }
+    ++k;
+  }
+  ids = std::move(out_ids);
+  media = std::move(out_media);
+  keys = std::move(out_keys);
+  items = std::move(out_items);
+}
+
 }  // namespace
 
 ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_images, RequestTimeline* tl) const {
@@ -178,6 +225,7 @@ ApiServer::PromptInput ApiServer::render_chat(const ApiRequest& r, bool load_ima
       items.push_back(media_loader_->tokens(in.images.back()));
     }
     complete_media_keys(in);
+    split_video_groups(in.ids, in.images, in.media_keys, items, *media_loader_, tok);
     MultimodalPrompt mp = expand_media_tokens(in.ids, media_loader_->image_token_id(),
                                               media_loader_->video_token_id(), items);
     in.ids = std::move(mp.token_ids);

@@ -101,6 +101,10 @@ LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const We
     inner = std::max(inner, b.mlp->inner_cols());
     blocks_.push_back(std::move(b));
   }
+  VLM_CHECK(c.deepstack_layers >= 0 && c.deepstack_layers <= c.num_layers, "{} DeepStack planes for {} layers",
+            c.deepstack_layers, c.num_layers);
+  deepstack_ = c.deepstack_layers;
+  if (deepstack_ > 0) rows_ = backend.row_ops();
   plan_.bufs.resize(kNumBufs);
   plan_.bufs[kResidual] = {C, ActRole::Residual, false};
   plan_.bufs[kQkv] = {QD + 2 * KD, ActRole::Hidden, false};
@@ -111,11 +115,13 @@ void LlamaDecoder::forward(Step& s) const {
   const Act x = s.act(kResidual), qkv = s.act(kQkv), inner = s.act(kInner);
   const RopeRows rope = rope_->build(s);  // cos/sin of every row, once for all layers
   embed_->forward(s, x);                  // token rows, media rows from the step's override
-  for (const Block& b : blocks_) {
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const Block& b = blocks_[l];
     b.qkv->forward(s, x, qkv);            // q | k | v of rms(x) * g (+ bias)
     const Act a = b.attn->forward(s, qkv, rope);  // RoPE, K/V -> cache, attention with the methods
     b.o->forward(s, a, x, Accum::Add);    // x += a Wo^T (+ bias)
     b.mlp->forward(s, x, inner, x, Accum::Add);  // x += down(silu(gate h) * up h), h = rms(x) * g2
+    if (static_cast<int64_t>(l) < deepstack_) rows_->add_override_plane(s, static_cast<int64_t>(l) + 1, x);  // DeepStack
   }
   head_->forward_rows(s, x, s.logits(vocab_));  // logit rows only, after the final norm
 }

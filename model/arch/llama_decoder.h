@@ -4,6 +4,8 @@
 // KV cache (Qwen3: q and k through a per-head RMSNorm first, inside the attention layer), then
 // x += mlp(h), each branch after an RMSNorm, the MLP a mixture of experts on the layers the
 // config's MoeConfig names (Qwen3-MoE); a final norm and the LM head on the step's logit rows only.
+// With config.deepstack_layers = K > 0 (Qwen3-VL), after layer i < K the media rows get plane
+// i + 1 of the step's embedding override added (RowOps::add_override_plane).
 #pragma once
 
 #include <memory>
@@ -70,6 +72,8 @@ class LlamaDecoder {
   std::unique_ptr<RopeTable> rope_;
   std::vector<Block> blocks_;
   std::unique_ptr<Linear> head_;  // with the final norm
+  int64_t deepstack_ = 0;         // K
+  std::unique_ptr<RowOps> rows_;  // the DeepStack adds (K > 0)
 };
 
 }  // namespace vlm

@@ -7,7 +7,10 @@
 namespace vlm {
 
 // Optional input embeddings for some rows of a batch (e.g. image tokens spliced in by a VLM):
-// row t takes embeds[t, :] instead of the token embedding when use[t] != 0. Both null: none.
+// row t takes embeds[t, 0:C] instead of the token embedding when use[t] != 0. Both null: none.
+// A row may carry more planes than the input one (num_planes > 1: Qwen3-VL's DeepStack): embeds
+// is then [T, num_planes * C], plane 0 the input embedding, plane p (1 <= p < num_planes) what the
+// decoder adds to that row's hidden state after layer p - 1 (RowOps::add_override_plane).
 // A backend may instead hold the media rows in its own memory (the GPU's): device_runs lists
 // runs of rows [row, row + n) of the batch taking src[0 .. n) ([n, C] f32 in that memory); only a
 // backend that made them reads them (the CPU decoder rejects them).
@@ -17,8 +20,9 @@ struct DeviceRowRun {
   int64_t n = 0;
 };
 struct EmbeddingOverride {
-  const float* embeds = nullptr;  // [T, C]
+  const float* embeds = nullptr;  // [T, num_planes * C]
   const uint8_t* use = nullptr;   // [T]
+  int64_t num_planes = 1;         // planes per row of embeds (host rows only)
   const DeviceRowRun* device_runs = nullptr;
   int64_t num_device_runs = 0;
 };

@@ -56,6 +56,10 @@ struct ModelConfig {
   bool qk_norm = false;   // Qwen3: per-head RMSNorm of q and k over head_dim before RoPE
                           // (self_attn.q_norm.weight / k_norm.weight [D], eps rms_norm_eps)
   MoeConfig moe;  // Qwen3MoeForCausalLM (and Qwen3-VL-MoE's text_config); disabled otherwise
+  // Qwen3-VL's DeepStack (set by Qwen3VLConfig, never by a text config.json): after decoder layer
+  // i < deepstack_layers the media rows' hidden states get plane i + 1 of the embedding override
+  // added (EmbeddingOverride::num_planes = 1 + deepstack_layers). 0: none.
+  int64_t deepstack_layers = 0;
   RopeConfig rope;
   DType dtype = DType::BF16;  // stored weight dtype (torch_dtype / dtype), informational
   int64_t bos_token_id = -1;

@@ -5,12 +5,12 @@
 
 namespace vlm {
 
-enum class ModelArchitecture { CausalLM, Llava, Qwen2VL, LlavaOnevision };
+enum class ModelArchitecture { CausalLM, Llava, Qwen2VL, LlavaOnevision, Qwen3VL };
 
 // Reads DIR/config.json. Throws LoadError naming the file when it cannot be read, or when the
 // architecture is not one of LlamaForCausalLM, Qwen2ForCausalLM, LlavaForConditionalGeneration,
 // Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration,
-// LlavaOnevisionForConditionalGeneration (the message lists them;
+// LlavaOnevisionForConditionalGeneration, Qwen3VLForConditionalGeneration (the message lists them;
 // both Qwen2-VL classes are ModelArchitecture::Qwen2VL).
 ModelArchitecture detect_architecture(const std::string& model_dir);
 

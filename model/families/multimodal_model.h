@@ -34,8 +34,13 @@ class MultimodalModel {
   // Video: tokens of one temporal grid step (rows x cols after the merger); image: all of them.
   virtual int64_t tokens_per_frame(const MediaPixels& item) const { return media_tokens(item, 0); }
 
-  // Encodes items (checked by media_tokens) -> out[sum media_tokens, C], item after item, C the
-  // decoder's hidden size. Thread-safe (const); uses the kernels' thread pool.
+  // Planes per media row (EmbeddingOverride::num_planes): 1, or 1 + K with DeepStack (Qwen3-VL:
+  // the decoder's config().deepstack_layers = K).
+  virtual int64_t embedding_planes() const { return 1; }
+
+  // Encodes items (checked by media_tokens) -> out[sum media_tokens, embedding_planes() * C], item
+  // after item, C the decoder's hidden size (each row its planes side by side, plane 0 the input
+  // embedding). Thread-safe (const); uses the kernels' thread pool.
   virtual void encode_media(std::span<const MediaPixels* const> items, float* out) const = 0;
 
   // The M-RoPE positions of a prompt holding `items` (prompt order), or nullopt for a model with

@@ -124,10 +124,18 @@ Qwen3VLConfig Qwen3VLConfig::from_json(const json& j, const std::string& source)
   c.text = ModelConfig::from_json(t, source + " (text_config)");
   c.text.rope.mrope_interleaved = true;
   c.text.moe.fused_transposed_when_ambiguous = moe;  // released Qwen3-VL-MoE experts: [E, C, 2I], [E, I, C]
+  if (c.text.rope.type != RopeType::Default)
+    throw LoadError(source + " (text_config): " + rope_key + ".rope_type '" + rope_type_name(c.text.rope.type) +
+                    "' is not implemented for Qwen3-VL's interleaved M-RoPE (only 'default')");
   c.vision = Qwen3VLVisionConfig::from_json(j.contains("vision_config") ? j["vision_config"] : json::object(), source);
   if (c.vision.out_hidden_size != c.text.hidden_size)
     throw LoadError(source + fmt::format(": vision_config.out_hidden_size {} is not text_config.hidden_size {}",
                                          c.vision.out_hidden_size, c.text.hidden_size));
+  c.text.deepstack_layers = c.vision.num_deepstack();
+  if (c.text.deepstack_layers > c.text.num_layers)
+    throw LoadError(source + fmt::format(": vision_config.deepstack_visual_indexes has {} entries, and the decoder has "
+                                         "only {} layers to add them after",
+                                         c.text.deepstack_layers, c.text.num_layers));
   auto id = [&](const char* key, int32_t& dst) {
     if (!j.contains(key) || j[key].is_null()) return;
     if (!j[key].is_number_integer() || j[key].get<int64_t>() < 0 || j[key].get<int64_t>() >= c.text.vocab_size)

@@ -127,6 +127,10 @@ class RowOps {
   // dst[dst_rows[j]] = src[src_rows[j]] for every j (same widths).
   virtual void copy_rows(Step& s, Act src /*[T,C]*/, std::span<const int64_t> src_rows, Act dst /*[U,C]*/,
                          std::span<const int64_t> dst_rows) const = 0;
+  // x[t] += plane `plane` of the step's embedding override at row t, for every row t the override
+  // replaces (use[t] != 0; none without an override): Qwen3-VL's DeepStack after decoder layer
+  // plane - 1 (transformers' _deepstack_process). 1 <= plane < the override's num_planes.
+  virtual void add_override_plane(Step& s, int64_t plane, Act x /*[T,C]*/) const = 0;
   // torch's interpolate(mode="bilinear", align_corners=False) of a channels-last map: src rows are
   // an h x w map, dst rows an oh x ow one (LLaVA-OneVision's pooling and shrink).
   virtual void bilinear(Step& s, Act src /*[h*w,C]*/, int64_t h, int64_t w, int64_t oh, int64_t ow,

@@ -43,6 +43,9 @@ struct MediaPixels {
   std::array<int32_t, 3> grid_thw{0, 0, 0};  // Qwen2-VL family: (t, h, w) in patches; zeros: LLaVA
   float second_per_grid = 1.0f;  // video: seconds per temporal grid step (temporal_patch_size / fps)
   int32_t num_frames = 0;        // video: frames given (before padding to temporal_patch_size)
+  // Qwen3-VL video: each temporal group's time in seconds (the "<t seconds>" its prompt writes
+  // before the group; model/media/qwen3vl_video.h); empty otherwise.
+  std::vector<double> group_seconds;
 
   PixelForm form = PixelForm::Rows;
 

@@ -200,6 +200,20 @@ TEST(CudaModelSupport, MixtureOfExpertsIsRefusedNamingIt) {
   EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
 }
 
+// Qwen3-VL's DeepStack (vision planes added after the first decoder layers) is not on the GPU
+// yet: refused by name.
+TEST(CudaModelSupport, DeepStackIsRefusedNamingIt) {
+  ModelConfig m = qwen2vl_7b_shaped();
+  m.deepstack_layers = 3;
+  const auto p = cuda_model_support(m, EngineConfig{}, DType::BF16, 4096);
+  ASSERT_EQ(p.size(), 1u) << joined(p);
+  EXPECT_TRUE(mentions(p, "DeepStack (Qwen3-VL's vision features added to the media rows after the first 3 decoder "
+                          "layers)"))
+      << joined(p);
+  m.deepstack_layers = 0;
+  EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
+}
+
 // The Qwen3 fixture checkpoint passes the GPU's checks (test_cuda runs it against HF).
 TEST(CudaModelSupport, Qwen3CheckpointPassesTheGpuChecks) {
   if (!std::filesystem::exists(fixture_model_dir("qwen3_tiny") + "/config.json"))

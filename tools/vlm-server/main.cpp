@@ -68,6 +68,7 @@
 #include "model/families/llava_onevision.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
+#include "model/families/qwen3_vl.h"
 #include "model/methods/sink_router_config_file.h"
 #include "model/methods/sparse_patterns_file.h"
 #include "server/api_server.h"
@@ -501,6 +502,33 @@ int main(int argc, char** argv) {
                                              model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
                                              vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
         api.qwen2vl = media;
+        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
+                                               vlm::make_text_decoder_factory(tokenizer));
+        break;
+      }
+      case vlm::ModelArchitecture::Qwen3VL: {
+        auto model = vlm::Qwen3VLModel::load(model_dir);
+        warm_weights(model->decoder());
+        // Images as Qwen2VLImageProcessor with the checkpoint's 16-px settings, videos as
+        // Qwen3VLVideoProcessor (timestamps per temporal group), always as rows (the GPU does
+        // not run Qwen3-VL yet).
+        vlm::Qwen3VLMediaOptions media;
+        media.image.image = vlm::Qwen2VLPreprocessConfig::load(model_dir, /*video=*/false);
+        media.image.video = media.image.image;
+        media.image.image_token_id = model->image_token_id();
+        media.image.video_token_id = model->video_token_id();
+        media.video = vlm::Qwen3VLVideoConfig::load(model_dir);
+        media.max_video_frames = max_video_frames;
+        media.video_limits = video_limits;
+        const vlm::Qwen3VLVisionConfig& vc = model->config().vision;
+        for (const auto* p : {&media.image.image, &media.video.base})
+          if (p->patch_size != vc.patch_size || p->merge_size != vc.spatial_merge_size ||
+              p->temporal_patch_size != vc.temporal_patch_size)
+            throw vlm::LoadError(fmt::format("{}: the processor's patch/merge/temporal sizes {}/{}/{} are not the "
+                                             "vision tower's {}/{}/{}",
+                                             model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
+                                             vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
+        api.qwen3vl = media;
         engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
                                                vlm::make_text_decoder_factory(tokenizer));
         break;

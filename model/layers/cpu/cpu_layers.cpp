@@ -35,8 +35,9 @@ class CpuEmbedding final : public Embedding {
     for (int64_t t = 0; t < T; ++t)
       if (o.use[t]) ids[t] = 0;
     embedding_lookup(table_, ids.data(), T, x.f32());
+    const int64_t stride = o.num_planes * C;  // plane 0 of each row
     for (int64_t t = 0; t < T; ++t)
-      if (o.use[t]) std::copy(o.embeds + t * C, o.embeds + (t + 1) * C, x.f32() + t * C);
+      if (o.use[t]) std::copy(o.embeds + t * stride, o.embeds + t * stride + C, x.f32() + t * C);
   }
 
  private:

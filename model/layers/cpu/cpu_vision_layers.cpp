@@ -175,6 +175,20 @@ class CpuRowOps final : public RowOps {
       std::copy(src.f32() + src_rows[j] * C, src.f32() + (src_rows[j] + 1) * C, dst.f32() + dst_rows[j] * C);
     }
   }
+  void add_override_plane(Step& st, int64_t plane, Act x) const override {
+    CpuStep& s = CpuStep::of(st);
+    const EmbeddingOverride& o = s.override();
+    if (o.use == nullptr) return;  // no media rows this step
+    VLM_CHECK(o.embeds != nullptr && plane >= 1 && plane < o.num_planes, "override plane {} of {}", plane,
+              o.num_planes);
+    const int64_t C = x.cols, stride = o.num_planes * C;
+    for (int64_t t = 0; t < x.rows; ++t) {
+      if (!o.use[t]) continue;
+      const float* src = o.embeds + t * stride + plane * C;
+      float* dst = x.f32() + t * C;
+      for (int64_t c = 0; c < C; ++c) dst[c] += src[c];
+    }
+  }
   void bilinear(Step&, Act src, int64_t h, int64_t w, int64_t oh, int64_t ow, Act dst) const override {
     VLM_CHECK(src.rows == h * w && dst.rows == oh * ow && src.cols == dst.cols, "bilinear [{}, {}] as {}x{} into [{}, {}] as {}x{}",
               src.rows, src.cols, h, w, dst.rows, dst.cols, oh, ow);

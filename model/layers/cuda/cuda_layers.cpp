@@ -59,6 +59,7 @@ class CudaEmbedding final : public Embedding {
     }
     if (o.use == nullptr) return s.mark("upload_embed_rope_table");
     VLM_CHECK(o.embeds != nullptr, "embedding override without embeddings");
+    VLM_CHECK(o.num_planes == 1, "media rows of {} planes (DeepStack): the GPU decoder takes one", o.num_planes);
     for (int64_t t = 0; t < T;) {  // each run of host media rows in one copy (pageable memory)
       if (!o.use[t]) {
         ++t;

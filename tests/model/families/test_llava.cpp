@@ -181,7 +181,11 @@ TEST(Architecture, DispatchAndClearError) {
   std::ofstream(dir / "config.json") << R"({"model_type": "qwen3"})";
   EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::CausalLM);
   std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3VLForConditionalGeneration"]})";
-  EXPECT_THROW(detect_architecture(dir.string()), LoadError);  // not yet (issue 40's second half)
+  EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::Qwen3VL);
+  std::ofstream(dir / "config.json") << R"({"model_type": "qwen3_vl"})";
+  EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::Qwen3VL);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3VLMoeForConditionalGeneration"]})";
+  EXPECT_THROW(detect_architecture(dir.string()), LoadError);  // the MoE Qwen3-VL: not yet
   std::ofstream(dir / "config.json") << R"({"architectures": ["MllamaForConditionalGeneration"]})";
   try {
     detect_architecture(dir.string());

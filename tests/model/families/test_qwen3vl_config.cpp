@@ -86,6 +86,7 @@ void expect_8b(const Qwen3VLConfig& c) {
   EXPECT_EQ(c.vision.patch_dim(), 1536);
   EXPECT_EQ(c.vision.deepstack_visual_indexes, (std::vector<int>{8, 16, 24}));
   EXPECT_EQ(c.vision.num_deepstack(), 3);
+  EXPECT_EQ(c.text.deepstack_layers, 3);  // the decoder adds the planes after layers 0, 1, 2
   EXPECT_EQ(c.image_token_id, 151655);
   EXPECT_EQ(c.video_token_id, 151656);
   EXPECT_EQ(c.vision_start_token_id, 151652);
@@ -161,6 +162,15 @@ TEST(Qwen3VLConfig, MalformedConfigsAreRefusedNamingTheField) {
       {"image_token_id must be a token id", [](json& j) { j["image_token_id"] = 151936; }},
       {"unsupported hidden_act 'gelu'", [](json& j) { j["text_config"]["hidden_act"] = "gelu"; }},
       {"layer_types entry", [](json& j) { j["text_config"]["layer_types"] = {"sliding_attention"}; }},
+      // issue 40 item 4: a rope type or DeepStack layout we do not implement is refused by name.
+      {"rope_scaling.rope_type 'yarn' is not implemented for Qwen3-VL", [](json& j) {
+         j["text_config"]["rope_scaling"]["rope_type"] = "yarn";
+         j["text_config"]["rope_scaling"]["factor"] = 4.0;
+         j["text_config"]["rope_scaling"]["original_max_position_embeddings"] = 32768;
+       }},
+      {"deepstack_visual_indexes has 3 entries, and the decoder has only 2 layers", [](json& j) {
+         j["text_config"]["num_hidden_layers"] = 2;
+       }},
   };
   for (const Case& k : cases) {
     json j = qwen3vl_8b();

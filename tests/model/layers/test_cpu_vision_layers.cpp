@@ -89,5 +89,36 @@ TEST(CpuRowOps, GatherRowsIntoAColumnSlot) {
   EXPECT_ANY_THROW(ops->gather_rows(step, Act{src.data(), 4, 2, DType::F32}, bad, Act{dst.data(), 3, 5, DType::F32}, 0));
 }
 
+// DeepStack's add: plane p of the override's rows goes onto x at the rows it replaces, nothing else;
+// without an override it does nothing; a plane outside [1, num_planes) is refused.
+TEST(CpuRowOps, AddOverridePlaneOnlyAtMediaRows) {
+  CpuLayers layers;
+  const auto ops = layers.row_ops();
+  ForwardBatch b;
+  b.token_ids = {5, 6, 7};
+  b.positions = {0, 1, 2};
+  b.slot_mapping = {0, 1, 2};
+  const int64_t C = 2, planes = 3;
+  std::vector<float> embeds(3 * planes * C);  // [T, planes * C]
+  for (size_t i = 0; i < embeds.size(); ++i) embeds[i] = static_cast<float>(i);
+  const std::vector<uint8_t> use = {0, 1, 1};
+  EmbeddingOverride ov;
+  ov.embeds = embeds.data();
+  ov.use = use.data();
+  ov.num_planes = planes;
+  std::vector<float> logits, x(3 * C, 100.0f);
+  ActivationPlan plan;
+  CpuStep step(plan, b, {}, ov, logits);
+  ops->add_override_plane(step, 2, Act{x.data(), 3, C, DType::F32});
+  // row 1's plane 2: embeds[1 * 6 + 4 ..], row 2's: embeds[2 * 6 + 4 ..]
+  EXPECT_EQ(x, (std::vector<float>{100, 100, 110, 111, 116, 117}));
+  EXPECT_ANY_THROW(ops->add_override_plane(step, 3, Act{x.data(), 3, C, DType::F32}));
+  EXPECT_ANY_THROW(ops->add_override_plane(step, 0, Act{x.data(), 3, C, DType::F32}));
+  const EmbeddingOverride none;
+  CpuStep plain(plan, b, {}, none, logits);
+  ops->add_override_plane(plain, 1, Act{x.data(), 3, C, DType::F32});
+  EXPECT_EQ(x, (std::vector<float>{100, 100, 110, 111, 116, 117}));
+}
+
 }  // namespace
 }  // namespace vlm

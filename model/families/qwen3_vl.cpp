@@ -1,0 +1,117 @@
+// Qwen3VLModel (model/families/qwen3_vl.h). Restated from transformers 5.17's modeling_qwen3_vl.py
+// (get_rope_index, get_image_features, the DeepStack planes of Qwen3VLModel.forward); no code taken.
+#include "model/families/qwen3_vl.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "kernels/core/check.h"
+#include "kernels/core/log.h"
+#include "model/layers/cpu/cpu_layers.h"
+#include "model/layers/cpu/cpu_step.h"
+#include "model/media/qwen3vl_video.h"
+
+namespace vlm {
+
+std::unique_ptr<Qwen3VLModel> Qwen3VLModel::load(const std::string& model_dir) {
+  return std::make_unique<Qwen3VLModel>(Qwen3VLConfig::load(model_dir), WeightStore::open(model_dir));
+}
+
+Qwen3VLModel::Qwen3VLModel(Qwen3VLConfig config, WeightStore weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  const WeightStore& w = weights_;
+  auto first_present = [&](std::initializer_list<const char*> prefixes, const std::string& probe) -> std::string {
+    for (const char* p : prefixes)
+      if (w.has(std::string(p) + probe)) return p;
+    throw LoadError("Qwen3-VL checkpoint: no tensor " + probe + " under any of the known prefixes");
+  };
+  DecoderWeightNames names;
+  names.prefix = first_present({"model.language_model.", "model."}, "embed_tokens.weight");
+  names.lm_head = "lm_head.weight";
+  decoder_ = std::make_unique<LlmDecoder>(config_.text, weights_, names);
+  const std::string vp = first_present({"model.visual.", "visual."}, "patch_embed.proj.weight");
+  layers_ = std::make_unique<CpuLayers>();
+  tower_ = std::make_unique<Qwen3VLVisionTower>(config_.vision, *layers_, WeightSource(weights_, vp));
+  VLM_LOG_INFO("loaded Qwen3-VL: vision {} blocks width {}, DeepStack after blocks [{}], image/video ids {}/{}",
+               config_.vision.depth, config_.vision.hidden_size, fmt::join(config_.vision.deepstack_visual_indexes, ", "),
+               config_.image_token_id, config_.video_token_id);
+}
+
+Qwen3VLModel::~Qwen3VLModel() = default;
+
+int64_t Qwen3VLModel::media_tokens(const MediaPixels& item, int k) const {
+  const auto& g = item.grid_thw;
+  const int m = config_.vision.spatial_merge_size;
+  auto bad = [&](const std::string& why) {
+    throw RequestError(400, "invalid_request_error",
+                       fmt::format("{} {}: {}", modality_name(item.modality), k, why), "messages");
+  };
+  if (item.modality != Modality::Image && item.modality != Modality::Video) bad("not an image or a video");
+  if (item.is_frames8()) bad("Qwen3-VL takes preprocessed patch rows, not 8-bit frames");
+  if (g[0] < 1 || g[1] < 1 || g[2] < 1 || g[1] % m != 0 || g[2] % m != 0)
+    bad(fmt::format("grid ({}, {}, {}) is not a positive multiple of the merge size {}", g[0], g[1], g[2], m));
+  if (item.modality == Modality::Image && g[0] != 1) bad(fmt::format("an image has grid t = {}, not 1", g[0]));
+  const int64_t P = static_cast<int64_t>(g[0]) * g[1] * g[2];
+  if (static_cast<int64_t>(item.data.size()) != P * config_.vision.patch_dim())
+    bad(fmt::format("{} values for {} patches of {}", item.data.size(), P, config_.vision.patch_dim()));
+  return P / (m * m);
+}
+
+int64_t Qwen3VLModel::tokens_per_frame(const MediaPixels& item) const {
+  const int m = config_.vision.spatial_merge_size;
+  return static_cast<int64_t>(item.grid_thw[1]) * item.grid_thw[2] / (m * m);
+}
+
+void Qwen3VLModel::encode(const float* pixels, std::span<const std::array<int32_t, 3>> grids, float* out) const {
+  const Qwen3VLVisionLayout lay = qwen3_vl_vision_layout(config_.vision, grids);
+  const int64_t m2 = int64_t{config_.vision.spatial_merge_size} * config_.vision.spatial_merge_size;
+  const int64_t U = lay.num_patches / m2, C = config_.vision.out_hidden_size, planes = embedding_planes();
+  std::vector<float> stacked(static_cast<size_t>(planes * U * C));  // [(1 + K) U, C]: plane after plane
+  const ActivationPlan plan = tower_->plan(lay);
+  CpuStep step(plan, lay.num_patches);
+  // The tower reads the pixels only (Act's pointer is not const).
+  tower_->forward(step, Act{const_cast<float*>(pixels), lay.num_patches, config_.vision.patch_dim(), DType::F32}, lay,
+                  Act{stacked.data(), planes * U, C, DType::F32});
+  for (int64_t u = 0; u < U; ++u)  // -> [U, (1 + K) C]: each row its planes side by side
+    for (int64_t p = 0; p < planes; ++p)
+      std::copy_n(stacked.data() + (p * U + u) * C, C, out + (u * planes + p) * C);
+}
+
+void Qwen3VLModel::encode_media(std::span<const MediaPixels* const> items, float* out) const {
+  std::vector<std::array<int32_t, 3>> grids;
+  size_t total = 0;
+  for (const MediaPixels* it : items) {
+    VLM_CHECK(!it->is_frames8(), "Qwen3-VL media item in the Frames8 form (media_tokens refuses it)");
+    grids.push_back(it->grid_thw);
+    total += it->data.size();
+  }
+  if (items.size() == 1) return encode(items[0]->data.data(), grids, out);
+  std::vector<float> pixels;  // [sum P, K]
+  pixels.reserve(total);
+  for (const MediaPixels* it : items) pixels.insert(pixels.end(), it->data.begin(), it->data.end());
+  encode(pixels.data(), grids, out);
+}
+
+std::optional<MropePositions> Qwen3VLModel::mrope_positions(std::span<const int32_t> ids,
+                                                            std::span<const MediaPixels> items) const {
+  std::vector<std::array<int32_t, 3>> image_grids, video_grids;
+  for (const MediaPixels& it : items) (it.modality == Modality::Video ? video_grids : image_grids).push_back(it.grid_thw);
+  return positions(ids, image_grids, video_grids);
+}
+
+MropePositions Qwen3VLModel::positions(std::span<const int32_t> ids, std::span<const std::array<int32_t, 3>> image_grids,
+                                       std::span<const std::array<int32_t, 3>> video_grids) const {
+  std::vector<std::array<int32_t, 3>> groups;  // each video's t groups as grids (1, h, w)
+  for (const auto& g : video_grids)
+    for (int32_t t = 0; t < g[0]; ++t) groups.push_back({1, g[1], g[2]});
+  MropeInput in{config_.image_token_id, config_.video_token_id, config_.vision.spatial_merge_size, image_grids, groups,
+                {}};
+  return compute_mrope_positions(ids, in);
+}
+
+std::vector<MediaPixels> Qwen3VLModel::split_video(const MediaPixels& video) const {
+  return qwen3vl_split_video(video, config_.vision.temporal_patch_size);
+}
+
+}  // namespace vlm

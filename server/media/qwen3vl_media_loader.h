@@ -1,0 +1,65 @@
+// Qwen3VLMediaLoader: the image and video parts of a chat request -> MediaPixels for Qwen3-VL
+// (model/families/qwen3_vl.h), always as patch rows (the GPU does not run Qwen3-VL yet).
+//
+// Images: as Qwen2VLImageProcessor with the checkpoint's 16-px settings (the Qwen2-VL loader's
+// image path, server/media/qwen2vl_media_loader.h). Videos: a list of frame URLs taken as given at
+// the part's fps (frame i at i / fps seconds), or one video file decoded with FFmpeg
+// (model/media/video_decode.h) at the frames Qwen3VLVideoProcessor.sample_frames picks (the
+// request's fps or num_frames over the checkpoint's fps, min/max frames, at most
+// max_video_frames); resized, normalized and patchified as Qwen3VLVideoProcessor
+// (model/media/qwen3vl_video.h). Each video carries its temporal groups' times
+// (MediaPixels::group_seconds), and video_groups() hands the prompt its groups, each written as
+// the processor writes it: "<t seconds><|vision_start|>" group "<|vision_end|>".
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/media/qwen3vl_video.h"
+#include "model/media/video_decode.h"
+#include "server/media/qwen2vl_media_loader.h"
+
+namespace vlm {
+
+struct Qwen3VLMediaOptions {
+  Qwen2VLMediaOptions image;  // the image settings and token ids (its video fields unused)
+  Qwen3VLVideoConfig video;   // video_processor settings (resize budget, fps, min/max frames)
+  int max_video_frames = 32;  // frames of one video (before padding; files: after sampling)
+  VideoLimits video_limits;   // video files: bytes, pixels, seconds, frames, decode time
+};
+
+class Qwen3VLMediaLoader : public MediaItemLoader {
+ public:
+  Qwen3VLMediaLoader(MediaFetchOptions fetch, ImageLimits limits, Qwen3VLMediaOptions options);
+
+  MediaBytes fetch_image_bytes(const std::string& url, const std::string& param) const override {
+    return images_.fetch_image_bytes(url, param);
+  }
+  MediaPixels image_from_bytes(const MediaBytes& bytes, const std::string& param) const override {
+    return images_.image_from_bytes(bytes, param);
+  }
+  BlockHash image_preprocess_key() const override { return images_.image_preprocess_key(); }
+  // Throws RequestError (400, param `param`) as the Qwen2-VL loader, and for fewer frames than
+  // temporal_patch_size (the processor refuses them too).
+  MediaPixels load_video(const std::vector<std::string>& frames, double fps, const std::string& param) const override;
+  MediaPixels load_video_file(const std::string& url, const VideoSamplingParams& sampling,
+                              const std::string& param) const override;
+  VideoSamplingParams default_sampling() const override;
+  MediaTokens tokens(const MediaPixels& item) const override;
+  int32_t image_token_id() const override { return options_.image.image_token_id; }
+  int32_t video_token_id() const override { return options_.image.video_token_id; }
+  bool accepts_video() const override { return true; }
+  // A video's temporal groups as items of grid (1, h, w), each after "<t seconds><|vision_start|>"
+  // and before "<|vision_end|>".
+  std::vector<VideoGroup> video_groups(const MediaPixels& video) const override;
+
+ private:
+  MediaPixels video_item(std::vector<RgbImage> frames, std::span<const double> seconds, const std::string& param) const;
+
+  MediaFetchOptions fetch_;
+  ImageLimits limits_;
+  Qwen3VLMediaOptions options_;
+  Qwen2VLMediaLoader images_;
+};
+
+}  // namespace vlm

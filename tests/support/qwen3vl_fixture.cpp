@@ -1,0 +1,114 @@
+#include "tests/support/qwen3vl_fixture.h"
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace vlm::testing {
+
+std::string qwen3vl_fixture_dir() { return std::string(VLM_FIXTURES_DIR) + "/qwen3vl"; }
+std::string qwen3vl_model_dir() { return qwen3vl_fixture_dir() + "/qwen3_vl_tiny"; }
+bool qwen3vl_fixture_present() { return std::filesystem::exists(qwen3vl_model_dir() + "/reference.safetensors"); }
+
+std::vector<Qwen3VLCase> qwen3vl_cases() {
+  std::ifstream f(qwen3vl_fixture_dir() + "/cases.json");
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::vector<Qwen3VLCase> out;
+  for (size_t k = 0; k < j.size(); ++k) {
+    const auto& e = j[k];
+    if (e.contains("failed")) break;  // the run could not make this case (its log says why)
+    Qwen3VLCase c;
+    c.k = static_cast<int>(k);
+    c.text = e.at("text").get<std::string>();
+    c.rendered = e.at("rendered").get<std::string>();
+    c.images = e.at("images").get<std::vector<std::string>>();
+    c.videos = e.at("videos").get<std::vector<std::string>>();
+    c.fps = e.at("fps").get<std::vector<double>>();
+    c.frames_indices = e.at("frames_indices").get<std::vector<std::vector<int>>>();
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+bool Qwen3VLReference::has(const std::string& n) const { return file->tensors().count(n) != 0; }
+std::vector<int32_t> Qwen3VLReference::ints(const std::string& n) const {
+  if (!has(n)) throw std::runtime_error("fixture tensor missing: " + n);
+  const TensorView& t = file->tensors().at(n);
+  return {t.as<const int32_t>(), t.as<const int32_t>() + t.numel()};
+}
+std::vector<float> Qwen3VLReference::floats(const std::string& n) const {
+  if (!has(n)) throw std::runtime_error("fixture tensor missing: " + n);
+  const TensorView& t = file->tensors().at(n);
+  return {t.as<const float>(), t.as<const float>() + t.numel()};
+}
+std::vector<std::array<int32_t, 3>> Qwen3VLReference::grids(const std::string& n) const {
+  std::vector<std::array<int32_t, 3>> out;
+  if (!has(n)) return out;
+  const auto v = ints(n);
+  for (size_t i = 0; i + 2 < v.size(); i += 3) out.push_back({v[i], v[i + 1], v[i + 2]});
+  return out;
+}
+
+Qwen3VLReference qwen3vl_reference() {
+  return Qwen3VLReference{SafetensorsFile::open(qwen3vl_model_dir() + "/reference.safetensors")};
+}
+
+namespace {
+
+// The items of one kind (images or videos) of case p: HF's rows cut by their grids.
+std::vector<MediaPixels> cut(const Qwen3VLReference& ref, const std::string& p, bool video) {
+  std::vector<MediaPixels> out;
+  const std::string kind = video ? ".video" : ".image";
+  const auto g = ref.grids(p + kind + "_grid");
+  if (g.empty()) return out;
+  const auto px = ref.floats(p + kind + "_pixels");
+  const size_t K = px.size() / [&] {
+    size_t n = 0;
+    for (const auto& x : g) n += static_cast<size_t>(x[0]) * x[1] * x[2];
+    return n;
+  }();
+  size_t at = 0;
+  for (const auto& x : g) {
+    MediaPixels m;
+    const size_t n = static_cast<size_t>(x[0]) * x[1] * x[2] * K;
+    m.data.assign(px.begin() + static_cast<std::ptrdiff_t>(at), px.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+    m.modality = video ? Modality::Video : Modality::Image;
+    m.grid_thw = x;
+    m.height = x[1] * 16;
+    m.width = x[2] * 16;
+    m.num_frames = video ? x[0] * 2 : 1;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+}  // namespace
+
+Qwen3VLPromptItems qwen3vl_prompt_items(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k) {
+  const std::string p = "p" + std::to_string(k);
+  const auto ids = ref.ints(p + ".ids");
+  const std::vector<MediaPixels> images = cut(ref, p, false), videos = cut(ref, p, true);
+  std::vector<MediaPixels> groups;  // the videos' groups, in order
+  for (const MediaPixels& v : videos)
+    for (MediaPixels& g : model.split_video(v)) groups.push_back(std::move(g));
+  Qwen3VLPromptItems out;
+  size_t ni = 0, nv = 0;
+  const int32_t img = model.image_token_id(), vid = model.video_token_id();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if ((ids[i] != img && ids[i] != vid) || (i > 0 && ids[i - 1] == ids[i])) continue;  // a run's first token
+    if (ids[i] == img) out.items.push_back(images.at(ni++));
+    else out.items.push_back(groups.at(nv++));
+  }
+  if (ni != images.size() || nv != groups.size()) throw std::runtime_error(p + ": media runs do not match the grids");
+  std::vector<MediaTokens> tokens;
+  for (size_t j = 0; j < out.items.size(); ++j)
+    tokens.push_back({out.items[j].modality, model.media_tokens(out.items[j], static_cast<int>(j)),
+                      model.tokens_per_frame(out.items[j])});
+  out.prompt = expand_media_tokens(ids, img, vid, tokens);
+  return out;
+}
+
+}  // namespace vlm::testing

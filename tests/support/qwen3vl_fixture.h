@@ -1,0 +1,49 @@
+// The Qwen3-VL fixture (tests/fixtures/qwen3vl, made by tools/fixtures/make_qwen3_vl_fixtures.py
+// with transformers 5.17): the tiny model, its references and the cases, with each case's media
+// items as the engine takes them (HF's pixel rows; a video split into its temporal groups).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/decoder/safetensors.h"
+#include "model/families/multimodal_input.h"
+#include "model/families/qwen3_vl.h"
+#include "model/media/media_pixels.h"
+
+namespace vlm::testing {
+
+std::string qwen3vl_fixture_dir();  // tests/fixtures/qwen3vl
+std::string qwen3vl_model_dir();    // .../qwen3_vl_tiny
+bool qwen3vl_fixture_present();
+
+struct Qwen3VLCase {
+  int k = 0;
+  std::string text, rendered;
+  std::vector<std::string> images, videos;  // media names, prompt order within each kind
+  std::vector<double> fps;                  // per video
+  std::vector<std::vector<int>> frames_indices;
+};
+std::vector<Qwen3VLCase> qwen3vl_cases();  // cases.json, up to the first case the run failed to make
+
+struct Qwen3VLReference {
+  std::unique_ptr<SafetensorsFile> file;
+  bool has(const std::string& n) const;
+  std::vector<int32_t> ints(const std::string& n) const;
+  std::vector<float> floats(const std::string& n) const;
+  std::vector<std::array<int32_t, 3>> grids(const std::string& n) const;  // empty when absent
+};
+Qwen3VLReference qwen3vl_reference();
+
+// Case k's media items in prompt order as the engine takes them: HF's image_pixels per image,
+// each video's video_pixels split by model.split_video into its temporal groups; and the tagged
+// prompt of p<k>.ids over them (expand_media_tokens, the expanded form).
+struct Qwen3VLPromptItems {
+  std::vector<MediaPixels> items;
+  MultimodalPrompt prompt;
+};
+Qwen3VLPromptItems qwen3vl_prompt_items(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k);
+
+}  // namespace vlm::testing
