@@ -151,6 +151,11 @@ class CudaPatchEmbedding final : public PatchEmbedding {
 
 class CudaRowOps final : public RowOps {
  public:
+  // Qwen3-VL's DeepStack is refused at load on the GPU (cuda_model_support): a call here means
+  // that check was bypassed.
+  void add_override_plane(Step&, int64_t plane, Act) const override {
+    throw InternalError(fmt::format("DeepStack (an override plane {}) does not run on the GPU layers yet", plane));
+  }
   void gather_units(Step& st, Act src, std::span<const int64_t> order, int64_t unit, Act dst) const override {
     CudaStep& s = CudaStep::of(st);
     const auto R = static_cast<int64_t>(order.size()) * unit;
