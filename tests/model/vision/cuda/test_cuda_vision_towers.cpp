@@ -8,6 +8,9 @@
 //    for bf16 rounding through two to four layers; printed);
 //  - bf16 against HF's own bf16 (issue I's rule: at most 1.5x HF bf16's error against HF f32),
 //    when VLM_HF_BF16_DIR holds bench/gpu/hf_bf16_vision.py's output (made on the GPU machine);
+//  - Qwen2-VL / Qwen2.5-VL through the other call paths within the same bounds: upload_pixels()
+//    + run() (f32 pixels gathered and rounded on the GPU) and encode() a frame a group (two
+//    streams);
 //  - encode()'s whole-frame groups give the rows of one call;
 //  - Qwen2-VL bf16 with the equal-segment attention through cuDNN and without it (VLM_CUDA_VISION_CUDNN=0);
 //  - the memory plan: the runner's workspace of the Qwen2-VL-7B shape grows linearly with the
