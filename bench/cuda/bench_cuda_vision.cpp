@@ -1,13 +1,13 @@
 // Vision encode time of GPU vision towers (bf16 tensor cores, random bf16 weights: RandomWeights,
 // seeded per tensor name), shape after shape, in this order:
-//   Qwen2-VL-7B's tower (CudaQwen2Vision: depth 32, width 1280, 16 heads, MLP 5120, merger to
+//   Qwen2-VL-7B's tower (CudaQwen2VisionRunner: depth 32, width 1280, 16 heads, MLP 5120, merger to
 //   3584): a 448x448 image (grid 1x32x32: 1024 patches), 8 frames (4x32x32) and 64 frames
 //   (32x32x32) of 448x448 ("image_448", "frames8_448", "frames64_448");
-//   CLIP-L/336 as LLaVA-1.5-7B uses it (CudaClipVision: 24 layers of 1024, 16 heads of 64, MLP
+//   CLIP-L/336 as LLaVA-1.5-7B uses it (CudaLlavaVisionRunner: 24 layers of 1024, 16 heads of 64, MLP
 //   4096, quick_gelu, 336 px / 14-px patches: 577 tokens with the class token; hidden state 23 of
 //   24 (vision_feature_layer -2, so 23 layers run), class row dropped, projector 1024 -> 4096):
 //   1 and 8 images ("clip_l336_x1", "clip_l336_x8");
-//   SigLIP-so400m as LLaVA-OneVision uses it (CudaClipVision with siglip: 27 layers of 1152, 16
+//   SigLIP-so400m as LLaVA-OneVision uses it (CudaLlavaVisionRunner with siglip: 27 layers of 1152, 16
 //   heads of 72, MLP 4304, gelu_tanh; the last hidden state, every row, projector 1152 -> 3584):
 //   1 and 10 tiles ("siglip_378_x1", "siglip_378_x10"). At 378 px (27 x 14), not the released
 //   384: ClipVisionConfig refuses an image size that is not a multiple of the patch (see
@@ -21,11 +21,9 @@
 // times transformers on the Qwen2-VL shapes (the peer, in the same run:
 // bench/cuda/run_vision_bench.sh). Prints "vision <shape> <variant> <ms> ms ...".
 //
-// Usage: bench_cuda_vision [--reps 10] [--dump FILE] [--towers layers|legacy]
-// --towers (issue 39 step 5b): "layers" (the default) runs the architectures written once over
-// CudaLayers (CudaQwen2VisionRunner, CudaLlavaVisionRunner), "legacy" the hand-written towers they
-// replace (CudaQwen2Vision, CudaClipVision): one binary dumps both, and `cmp` of the two dumps is
-// the old-vs-new check (bench/cuda/compare_bundles.sh, part "w").
+// The towers are the architectures written once (model/arch) over CudaLayers.
+//
+// Usage: bench_cuda_vision [--reps 10] [--dump FILE]
 // --dump FILE (issue 39: old vs refactored binaries, `cmp` bit for bit; bench_dump.h): raw
 // little-endian f32, one record per (shape, variant) in the order above and the order the
 // variants print: the output rows [rows, C] of the variant's last timed call (f32, what the
@@ -38,8 +36,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,9 +44,7 @@
 #include "bench/cuda/random_weights.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_buffer.h"
-#include "model/vision/cuda/cuda_clip_vision.h"
 #include "model/vision/cuda/cuda_llava_vision_runner.h"
-#include "model/vision/cuda/cuda_qwen2_vision.h"
 #include "model/vision/cuda/cuda_qwen2_vision_runner.h"
 
 using namespace vlm;
@@ -91,23 +85,12 @@ void report(const std::string& shape, const std::string& variant, const std::vec
   dump.append(shape + " " + variant, host.data(), rows, cols);
 }
 
-void bench_qwen2(int reps, bool legacy, BenchDump& dump, cudaStream_t s) {
+void bench_qwen2(int reps, BenchDump& dump, cudaStream_t s) {
   Qwen2VisionConfig cfg;  // the defaults are Qwen2-VL-7B's vision tower
   RandomWeights weights;
   const auto t0 = Clock::now();
   Qwen2VisionEncoder host(cfg, [&](const std::string& n, const Shape& sh) { return weights(n, sh); }, "");
-  std::unique_ptr<CudaVisionTower> tower;
-  std::function<void(int64_t)> set_group_patches;
-  if (legacy) {
-    auto t = std::make_unique<CudaQwen2Vision>(host, DType::BF16);
-    set_group_patches = [p = t.get()](int64_t n) { p->set_group_patches(n); };
-    tower = std::move(t);
-  } else {
-    auto t = std::make_unique<CudaQwen2VisionRunner>(host, DType::BF16);
-    set_group_patches = [p = t.get()](int64_t n) { p->set_group_patches(n); };
-    tower = std::move(t);
-  }
-  CudaVisionTower& gpu = *tower;
+  CudaQwen2VisionRunner gpu(host, DType::BF16);
   gpu.reserve(32768);
   std::printf("vision tower qwen2vl_7b: %s, weights %.2f GiB, workspace %.2f GiB for 32768 patches, setup %.1f s\n",
               cuda::describe_gpu(0).c_str(), static_cast<double>(gpu.weight_bytes()) / (1 << 30),
@@ -131,7 +114,7 @@ void bench_qwen2(int reps, bool legacy, BenchDump& dump, cudaStream_t s) {
     for (int64_t g : {int64_t(0), int64_t(4096), int64_t(8192), int64_t(32768)}) {
       if (g > 0 && one_group_done) continue;
       one_group_done = g >= P;
-      if (g > 0) set_group_patches(g);
+      if (g > 0) gpu.set_group_patches(g);
       else gpu.upload_pixels(items, s);  // once: run() reads them
       const auto ms = time_calls(reps, s, [&] {
         if (g > 0) gpu.encode(items, out.as<float>(), s);
@@ -153,26 +136,15 @@ struct ClipShape {
   std::vector<int> images;
 };
 
-void bench_clip(const ClipShape& sh, int reps, bool legacy, BenchDump& dump, cudaStream_t s) {
+void bench_clip(const ClipShape& sh, int reps, BenchDump& dump, cudaStream_t s) {
   const ClipVisionConfig& c = sh.cfg;
   RandomWeights weights;
   const auto t0 = Clock::now();
   const WeightLookup lookup = [&](const std::string& n, const Shape& shape) { return weights(n, shape); };
   const std::string tower_prefix = "vision_tower.vision_model.", projector_prefix = "multi_modal_projector.";
-  std::unique_ptr<ClipVisionEncoder> host;
-  std::unique_ptr<LlavaProjector> projector;
-  std::unique_ptr<CudaVisionTower> tower;
-  if (legacy) {
-    host = std::make_unique<ClipVisionEncoder>(c, lookup, tower_prefix, sh.feature_layer);
-    projector = std::make_unique<LlavaProjector>(lookup, projector_prefix, c.hidden_size, sh.out_features, true);
-    tower = std::make_unique<CudaClipVision>(*host, *projector, std::vector<int>{sh.feature_layer}, sh.drop_cls,
-                                             DType::BF16);
-  } else {
-    const LlavaVisionSpec spec{c, {sh.feature_layer}, sh.drop_cls, sh.out_features, true};
-    tower = std::make_unique<CudaLlavaVisionRunner>(spec, WeightSource(lookup, tower_prefix),
-                                                    WeightSource(lookup, projector_prefix), DType::BF16);
-  }
-  CudaVisionTower& gpu = *tower;
+  const LlavaVisionSpec spec{c, {sh.feature_layer}, sh.drop_cls, sh.out_features, true};
+  CudaLlavaVisionRunner gpu(spec, WeightSource(lookup, tower_prefix), WeightSource(lookup, projector_prefix),
+                            DType::BF16);
   const int max_images = *std::max_element(sh.images.begin(), sh.images.end());
   gpu.reserve(max_images);
   std::printf("vision tower %s: %lld layers run of %lld, %lld tokens per image, weights %.2f GiB, workspace %.2f GiB "
@@ -229,7 +201,7 @@ std::vector<ClipShape> clip_shapes() {
 }
 
 int usage(int rc) {
-  std::fprintf(rc == 0 ? stdout : stderr, "usage: bench_cuda_vision [--reps 10] [--dump FILE] [--towers layers|legacy]\n");
+  std::fprintf(rc == 0 ? stdout : stderr, "usage: bench_cuda_vision [--reps 10] [--dump FILE]\n");
   return rc;
 }
 
@@ -237,26 +209,22 @@ int usage(int rc) {
 
 int main(int argc, char** argv) {
   int reps = 10;
-  std::string dump_path, towers = "layers";
+  std::string dump_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") return usage(0);
     if (i + 1 >= argc) return usage(2);
     if (a == "--reps") reps = std::atoi(argv[++i]);
     else if (a == "--dump") dump_path = argv[++i];
-    else if (a == "--towers") towers = argv[++i];
     else return usage(2);
   }
-  if (reps < 1 || (towers != "layers" && towers != "legacy")) return usage(2);
-  const bool legacy = towers == "legacy";
+  if (reps < 1) return usage(2);
   try {
     BenchDump dump(dump_path);  // opened first: a bad path fails before the GPU work
     cudaStream_t s;
     VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    std::printf("vision towers: %s\n", legacy ? "legacy (CudaQwen2Vision, CudaClipVision)"
-                                               : "layers (CudaQwen2VisionRunner, CudaLlavaVisionRunner)");
-    bench_qwen2(reps, legacy, dump, s);
-    for (const ClipShape& sh : clip_shapes()) bench_clip(sh, reps, legacy, dump, s);
+    bench_qwen2(reps, dump, s);
+    for (const ClipShape& sh : clip_shapes()) bench_clip(sh, reps, dump, s);
     VLM_CUDA_CHECK(cudaStreamDestroy(s));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda_vision: %s\n", e.what());

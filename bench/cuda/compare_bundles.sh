@@ -8,9 +8,7 @@
 #   OLD_DIR, NEW_DIR: unpacked bundles (bin/ with bench_cuda_decoder, bench_cuda_vision,
 #   vlm-random-model; lib/). OLD_DIR may hold bin/ only (the same libraries: the device tool
 #   carries 64 MiB, two whole bundles do not fit). parts: d = decoder, v = vision (OLD's binary
-#   against NEW's), w = written once (step 5b: NEW's bench_cuda_vision alone, --towers legacy
-#   against --towers layers, the hand-written towers against the architectures over CudaLayers;
-#   OLD_DIR unused). Dumps stay in /tmp (GBs).
+#   against NEW's). Dumps stay in /tmp (GBs).
 set -uo pipefail
 old=${1:?old bundle dir}; new=${2:?new bundle dir}; out=${3:-/tmp/compare_bundles}; parts=${4:-dv}
 mkdir -p "$out"
@@ -66,14 +64,5 @@ if [[ $parts == *v* ]]; then
   check "vision rows old vs new" /tmp/vis_old_1.f32 /tmp/vis_new_1.f32
   check "vision rows old run to run" /tmp/vis_old_1.f32 /tmp/vis_old_2.f32
   for i in 1 2; do ratios "vision run $i" "$out/vis_old_$i.log" "$out/vis_new_$i.log"; done
-fi
-if [[ $parts == *w* ]]; then
-  for i in 1 2; do
-    run "$new" bench_cuda_vision --reps 10 --towers legacy --dump /tmp/vis_legacy_$i.f32 > "$out/vis_legacy_$i.log" 2>&1
-    run "$new" bench_cuda_vision --reps 10 --towers layers --dump /tmp/vis_layers_$i.f32 > "$out/vis_layers_$i.log" 2>&1
-  done
-  check "vision rows legacy vs layers" /tmp/vis_legacy_1.f32 /tmp/vis_layers_1.f32
-  check "vision rows layers run to run" /tmp/vis_layers_1.f32 /tmp/vis_layers_2.f32
-  for i in 1 2; do ratios "vision legacy->layers run $i" "$out/vis_legacy_$i.log" "$out/vis_layers_$i.log"; done
 fi
 exit $status

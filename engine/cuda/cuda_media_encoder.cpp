@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "kernels/core/check.h"
@@ -11,21 +10,12 @@
 #include "kernels/cuda/core/gpu_interval_timer.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
-#include "model/vision/cuda/cuda_clip_vision.h"
 #include "model/vision/cuda/cuda_llava_vision_runner.h"
-#include "model/vision/cuda/cuda_qwen2_vision.h"
 #include "model/vision/cuda/cuda_qwen2_vision_runner.h"
 
 namespace vlm {
 
 namespace {
-
-// VLM_CUDA_VISION_LEGACY=1: the hand-written towers (CudaClipVision, CudaQwen2Vision), the
-// reference of the towers over the layers until the GPU gate of docs/WRITTEN_ONCE.md step 5b.
-bool legacy_towers() {
-  const char* v = std::getenv("VLM_CUDA_VISION_LEGACY");
-  return v != nullptr && std::string(v) == "1";
-}
 
 struct GpuEmbeddings : DeviceEmbeddings {
   cuda::DeviceBuffer buf;
@@ -66,15 +56,11 @@ std::unique_ptr<CudaMediaEncoder> CudaMediaEncoder::make(const MultimodalModel& 
   int64_t max_cost = max_media_patches;
   if (const auto* llava = dynamic_cast<const LlavaModel*>(&model)) {
     const LlavaConfig& c = llava->config();
-    if (legacy_towers())
-      tower = std::make_unique<CudaClipVision>(llava->vision(), llava->projector(), c.feature_layers, c.drop_cls, dt);
-    else
-      tower = std::make_unique<CudaLlavaVisionRunner>(llava->wiring().spec(), llava->tower_weights(),
-                                                      llava->projector_weights(), dt);
+    tower = std::make_unique<CudaLlavaVisionRunner>(llava->wiring().spec(), llava->tower_weights(),
+                                                    llava->projector_weights(), dt);
     max_cost = max_media_patches / c.vision.num_positions();  // images
   } else if (const auto* qwen = dynamic_cast<const Qwen2VLModel*>(&model)) {
-    if (legacy_towers()) tower = std::make_unique<CudaQwen2Vision>(qwen->vision(), dt);
-    else tower = std::make_unique<CudaQwen2VisionRunner>(qwen->vision(), dt);
+    tower = std::make_unique<CudaQwen2VisionRunner>(qwen->vision(), dt);
   } else {
     return nullptr;
   }

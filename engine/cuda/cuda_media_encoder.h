@@ -1,7 +1,6 @@
 // CudaMediaEncoder: a multimodal model's media encoder on the GPU for the CudaBackend: picks the
 // model's tower (LLaVA: CudaLlavaVisionRunner; Qwen2-VL / Qwen2.5-VL: CudaQwen2VisionRunner, the
-// architectures over CudaLayers; VLM_CUDA_VISION_LEGACY=1: the hand-written CudaClipVision /
-// CudaQwen2Vision they replace, until step 5b's GPU gate; none for other families, whose media
+// architectures written once (model/arch) over CudaLayers; none for other families, whose media
 // the ModelRunner encodes on the host), reserves its activations for
 // max_media_patches encoder rows (before the KV cache is sized, so inside
 // --gpu-memory-utilization), refuses items beyond that with a 400 at admission (on a tower that

@@ -9,7 +9,7 @@
 //     `preprocess` the processor settings; `data` is EMPTY. The rows are what
 //     qwen2vl_preprocess(frames, preprocess) gives (model/media/qwen2vl_frames.h:
 //     qwen2vl_frames_rows is the CPU reference; the GPU makes them per encode unit,
-//     model/vision/cuda/cuda_qwen2_vision.h). height/width are the resize target, grid_thw the
+//     model/vision/cuda/cuda_qwen2_vision_runner.h). height/width are the resize target, grid_thw the
 //     grid of the rows. Readers of `data` either handle this form or refuse it by name
 //     (Qwen2VLModel converts it on the CPU; LLaVA's checks refuse an item without values).
 // In both forms, modality / grid_thw / second_per_grid / num_frames mean the same.

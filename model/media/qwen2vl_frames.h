@@ -1,6 +1,6 @@
 // The Frames8 form of a Qwen2-VL-family media item (model/media/media_pixels.h): the sampled
 // frames kept as decoded 8-bit RGB plus the processor settings, the rows made later (on the GPU
-// per encode unit, model/vision/cuda/cuda_qwen2_vision.h; on the CPU by qwen2vl_frames_rows, the
+// per encode unit, model/vision/cuda/cuda_qwen2_vision_runner.h; on the CPU by qwen2vl_frames_rows, the
 // reference, bit-identical to qwen2vl_preprocess of the same frames).
 #pragma once
 

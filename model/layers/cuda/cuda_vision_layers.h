@@ -2,8 +2,8 @@
 // launch, or cuDNN for equal segments when the step has it), the 2-D vision rope table, the patch
 // embedding of whole images, row movement and learned rows, Qwen3-VL's interpolated position
 // table (add_blended_rows: the CPU's f32 arithmetic). Each calls the kernels the
-// hand-written towers (model/vision/cuda: CudaQwen2Vision, CudaClipVision) called, in their
-// order, so a tower over these layers gives the same bits. Host int arrays (segment bounds,
+// hand-written GPU towers called, in their order, so the towers over these layers gave their
+// bits (checked bit for bit before those were deleted in issue 39 step 5b). Host int arrays (segment bounds,
 // orders, positions) reach the device through the step's CudaStepInts (one pinned copy each).
 #pragma once
 

@@ -1,9 +1,8 @@
 // CudaLlavaVisionRunner: LLaVA's vision side on the GPU (CLIP / SigLIP tower up to the deepest
 // selected hidden state, the selected states side by side, the projector) as the architecture
-// written once (LlavaVision, model/arch/llava_wiring.h) over CudaLayers. It replaces the
-// hand-written CudaClipVision (kept until the GPU gate as the reference, cuda_clip_vision.h) and
-// calls the kernels that one called, in its order: the rows are the same bits. One lane: the
-// images of a call run together (one segment attention over all of them).
+// written once (LlavaVision, model/arch/llava_wiring.h) over CudaLayers. It replaced the
+// hand-written GPU tower (deleted in issue 39 step 5b after the GPU gate showed the same bits).
+// One lane: the images of a call run together (one segment attention over all of them).
 #pragma once
 
 #include <memory>

@@ -1,11 +1,10 @@
 // CudaQwen2VisionRunner: the Qwen2-VL / Qwen2.5-VL vision tower on the GPU as the architecture
 // written once (Qwen2VisionTower, model/arch/qwen2_vision_tower.h) over CudaLayers, with the
-// call machinery of the hand-written CudaQwen2Vision it replaces (kept until the GPU gate as the
-// reference, cuda_qwen2_vision.h): the host layout per call, pixel rows uploaded as f32 (run) or
+// call machinery of the hand-written tower it replaced (deleted in issue 39 step 5b after the GPU
+// gate showed the same bits): the host layout per call, pixel rows uploaded as f32 (run) or
 // group by group of whole frames converted to dt into pinned staging on a copy stream, the groups
 // alternating between the caller's stream and a side stream (CudaVisionLanes: lane 0 and 1, each
-// its rows of the reservation), Frames8 items' rows made on the GPU (CudaFramePreprocessor). The
-// layers call the kernels CudaQwen2Vision called, in its order: the rows are the same bits.
+// its rows of the reservation), Frames8 items' rows made on the GPU (CudaFramePreprocessor).
 #pragma once
 
 #include <memory>
@@ -34,7 +33,7 @@ class CudaQwen2VisionRunner : public CudaVisionTower {
   void reserve(int64_t max_cost) override;
   void upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) override;
   void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
-  // As CudaQwen2Vision::encode: groups of whole frames (at most group_patches() patches) uploaded
+  // Groups of whole frames (at most group_patches() patches) uploaded
   // while the tower runs the groups already up, on two streams.
   void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
   bool splits_frames() const override { return true; }

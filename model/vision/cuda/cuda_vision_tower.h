@@ -1,6 +1,7 @@
 // CudaVisionTower: a vision encoder (tower + projector / merger) on one GPU, the twin of the CPU
-// encoders of model/vision: CudaClipVision (LLaVA: CLIP / SigLIP ViT, the MLP projector) and
-// CudaQwen2Vision (the Qwen2-VL / Qwen2.5-VL ViT with its merger). Weights are copied to the GPU
+// encoders of model/vision: CudaLlavaVisionRunner (LLaVA: CLIP / SigLIP ViT, the MLP projector)
+// and CudaQwen2VisionRunner (the Qwen2-VL / Qwen2.5-VL ViT with its merger), the architectures
+// of model/arch over CudaLayers. Weights are copied to the GPU
 // in the decoder's dtype (F32: the exact path, f32 GEMMs without TF32; BF16 / F16: tensor cores);
 // the residual stream stays f32 and the output rows are f32, written where the caller says (the
 // decoder's input embeddings take them without a host round trip).
@@ -8,7 +9,7 @@
 // Memory: every activation buffer is sized once, by reserve(max_cost), for calls whose items
 // cost (encoder rows: patches, or image tokens) at most max_cost in all; encode() never allocates
 // (the owner calls it before sizing the KV cache, so the reservation sits inside
-// --gpu-memory-utilization). vision_workspace_bytes() states the plan without a GPU.
+// --gpu-memory-utilization). workspace_bytes() states the plan.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -29,6 +29,21 @@ std::vector<float> encode_on_gpu(CudaVisionTower& tower, const std::vector<Media
   return to_host<float>(out, static_cast<size_t>(rows * tower.out_features()));
 }
 
+std::vector<float> run_on_gpu(CudaVisionTower& tower, const std::vector<MediaPixels>& items) {
+  int64_t cost = 0, rows = 0;
+  std::vector<const MediaPixels*> ptrs;
+  for (const MediaPixels& m : items) {
+    cost += tower.cost(m);
+    rows += tower.out_rows(m);
+    ptrs.push_back(&m);
+  }
+  tower.reserve(cost);
+  cuda::DeviceBuffer out(static_cast<size_t>(rows * tower.out_features()) * 4);
+  tower.upload_pixels(ptrs, nullptr);
+  tower.run(ptrs, out.as<float>(), nullptr);
+  return to_host<float>(out, static_cast<size_t>(rows * tower.out_features()));
+}
+
 // The Qwen2-VL fixtures' prompts: an image, a video, two images and a video
 // (bench/gpu/hf_bf16_vision.py feeds HF the same).
 std::vector<VisionCase> qwen2_cases() {

@@ -17,6 +17,9 @@ std::vector<float> floats(const SafetensorsFile& f, const std::string& name);
 // Encodes items on the tower (reserved for exactly their cost) and downloads the rows.
 std::vector<float> encode_on_gpu(CudaVisionTower& tower, const std::vector<MediaPixels>& items);
 
+// As encode_on_gpu through upload_pixels() + run() (f32 pixels on the GPU, one call).
+std::vector<float> run_on_gpu(CudaVisionTower& tower, const std::vector<MediaPixels>& items);
+
 // One reference embedding of a fixture: its name in reference.safetensors and the items encoded.
 struct VisionCase {
   std::string name;

@@ -1,4 +1,5 @@
-// The GPU vision towers against Hugging Face transformers 5.17 on the committed fixtures, as
+// The GPU vision towers (the architectures written once over CudaLayers: CudaQwen2VisionRunner,
+// CudaLlavaVisionRunner) against Hugging Face transformers 5.17 on the committed fixtures, as
 // tests/model/families/test_llava.cpp and test_qwen2vl.cpp check the CPU towers:
 //  - exact path (F32 weights, f32 GEMMs without TF32, the f32 attention kernel): LLaVA's projector
 //    output (CLIP penultimate layer, class token dropped) and Qwen2-VL / Qwen2.5-VL image and video
@@ -7,14 +8,21 @@
 //    for bf16 rounding through two to four layers; printed);
 //  - bf16 against HF's own bf16 (issue I's rule: at most 1.5x HF bf16's error against HF f32),
 //    when VLM_HF_BF16_DIR holds bench/gpu/hf_bf16_vision.py's output (made on the GPU machine);
+//  - Qwen2-VL / Qwen2.5-VL through the other call paths within the same bounds: upload_pixels()
+//    + run() (f32 pixels gathered and rounded on the GPU) and encode() a frame a group (two
+//    streams);
 //  - encode()'s whole-frame groups give the rows of one call;
 //  - Qwen2-VL bf16 with the equal-segment attention through cuDNN and without it (VLM_CUDA_VISION_CUDNN=0);
-//  - the memory plan (no GPU needed): the workspace grows with the patches, an item beyond the
-//    reservation is a 400 naming its size and the flag.
+//  - the memory plan: the runner's workspace of the Qwen2-VL-7B shape grows linearly with the
+//    patches and fits beside the weights (GPU); an item beyond the reservation is a 400 naming
+//    its size and the flag (no GPU needed).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <random>
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/attention/cudnn_library.h"
@@ -22,8 +30,8 @@
 #include "model/decoder/safetensors.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
-#include "model/vision/cuda/cuda_clip_vision.h"
-#include "model/vision/cuda/cuda_qwen2_vision.h"
+#include "model/vision/cuda/cuda_llava_vision_runner.h"
+#include "model/vision/cuda/cuda_qwen2_vision_runner.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/model/vision/cuda/cuda_vision_cases.h"
 #include "tests/support/gpu_test.h"
@@ -68,28 +76,37 @@ void expect_bf16_as_close_as_hf(CudaVisionTower& tower, const std::vector<Vision
   }
 }
 
-class CudaQwen2VisionTower : public ::testing::TestWithParam<std::string> {};
+class CudaQwen2VisionRunnerTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(CudaQwen2VisionTower, EmbeddingsMatchHuggingFace) {
+TEST_P(CudaQwen2VisionRunnerTest, EmbeddingsMatchHuggingFace) {
   VLM_REQUIRE_GPU();
   const std::string dir = kFix + "/qwen2vl/" + GetParam();
   const auto model = Qwen2VLModel::load(dir);
   const auto ref = SafetensorsFile::open(dir + "/reference.safetensors");
   const std::vector<VisionCase> cases = qwen2_cases();
   for (DType dt : {DType::F32, DType::BF16}) {
-    CudaQwen2Vision tower(model->vision(), dt);
+    CudaQwen2VisionRunner tower(model->vision(), dt);
     expect_cases_match(tower, cases, *ref, GetParam(), dt, dt == DType::F32 ? 1e-4 : 2e-2);
+    // The other call paths within the same bounds: upload_pixels() + run() (f32 pixels gathered
+    // and rounded on the GPU, one call), and encode() a frame a group (two streams, lanes 0 and 1).
+    for (const VisionCase& vc : cases) {
+      const std::vector<float> want = floats(*ref, vc.name), got = run_on_gpu(tower, vc.items);
+      ASSERT_EQ(got.size(), want.size()) << vc.name;
+      EXPECT_LE(rel_error(got, want), dt == DType::F32 ? 1e-4 : 2e-2) << vc.name << " " << dtype_name(dt) << " run()";
+    }
+    tower.set_group_patches(1);
+    expect_cases_match(tower, cases, *ref, GetParam() + " a frame a group", dt, dt == DType::F32 ? 1e-4 : 2e-2);
   }
 }
 
 // encode() uploads and runs whole-frame groups (here one frame a group): the rows equal one run()
 // over all the patches, in f32 to rounding (the groups' GEMMs see other row counts).
-TEST_P(CudaQwen2VisionTower, FrameGroupsEqualOneCall) {
+TEST_P(CudaQwen2VisionRunnerTest, FrameGroupsEqualOneCall) {
   VLM_REQUIRE_GPU();
   const auto model = Qwen2VLModel::load(kFix + "/qwen2vl/" + GetParam());
   std::vector<VisionCase> cases = qwen2_cases();
   const VisionCase& vc = cases.back();  // two images and a video
-  CudaQwen2Vision tower(model->vision(), DType::F32);
+  CudaQwen2VisionRunner tower(model->vision(), DType::F32);
   const std::vector<float> whole = encode_on_gpu(tower, vc.items);  // one group
   tower.set_group_patches(1);
   const std::vector<float> split = encode_on_gpu(tower, vc.items);
@@ -100,7 +117,7 @@ TEST_P(CudaQwen2VisionTower, FrameGroupsEqualOneCall) {
 // bf16 with the equal-segment attention through cuDNN (default) and with VLM_CUDA_VISION_CUDNN=0
 // (varlen_attention): both within the bf16 bound of HF's f32 rows and of each other; cuDNN ran
 // (the single image and the video's frames are equal segments) only when on.
-TEST_P(CudaQwen2VisionTower, CudnnOnAndOffAgree) {
+TEST_P(CudaQwen2VisionRunnerTest, CudnnOnAndOffAgree) {
   VLM_REQUIRE_GPU();
   std::string why;
   if (cuda::cudnn_api(&why) == nullptr) GTEST_SKIP() << "cuDNN unavailable: " << why;
@@ -108,9 +125,9 @@ TEST_P(CudaQwen2VisionTower, CudnnOnAndOffAgree) {
   const auto model = Qwen2VLModel::load(dir);
   const auto ref = SafetensorsFile::open(dir + "/reference.safetensors");
   setenv("VLM_CUDA_VISION_CUDNN", "0", 1);
-  CudaQwen2Vision off(model->vision(), DType::BF16);
+  CudaQwen2VisionRunner off(model->vision(), DType::BF16);
   unsetenv("VLM_CUDA_VISION_CUDNN");
-  CudaQwen2Vision on(model->vision(), DType::BF16);
+  CudaQwen2VisionRunner on(model->vision(), DType::BF16);
   for (const VisionCase& vc : qwen2_cases()) {
     const std::vector<float> want = floats(*ref, vc.name);
     const std::vector<float> a = encode_on_gpu(on, vc.items), b = encode_on_gpu(off, vc.items);
@@ -127,20 +144,24 @@ TEST_P(CudaQwen2VisionTower, CudnnOnAndOffAgree) {
   EXPECT_EQ(off.cudnn_calls(), 0);
 }
 
-TEST_P(CudaQwen2VisionTower, Bf16IsAsCloseToHfF32AsHfBf16) {
+TEST_P(CudaQwen2VisionRunnerTest, Bf16IsAsCloseToHfF32AsHfBf16) {
   VLM_REQUIRE_GPU();
   const std::string dir = kFix + "/qwen2vl/" + GetParam();
   const auto model = Qwen2VLModel::load(dir);
   const auto ref = SafetensorsFile::open(dir + "/reference.safetensors");
-  CudaQwen2Vision tower(model->vision(), DType::BF16);
+  CudaQwen2VisionRunner tower(model->vision(), DType::BF16);
   expect_bf16_as_close_as_hf(tower, qwen2_cases(), *ref, GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, CudaQwen2VisionTower, ::testing::Values("qwen2_vl_tiny", "qwen2_5_vl_tiny"));
+INSTANTIATE_TEST_SUITE_P(Tiny, CudaQwen2VisionRunnerTest, ::testing::Values("qwen2_vl_tiny", "qwen2_5_vl_tiny"));
 
-class CudaClipVisionTower : public ::testing::TestWithParam<std::string> {};
+class CudaLlavaVisionRunnerTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(CudaClipVisionTower, ProjectorOutputMatchesHuggingFace) {
+std::unique_ptr<CudaLlavaVisionRunner> llava_runner(const LlavaModel& m, DType dt) {
+  return std::make_unique<CudaLlavaVisionRunner>(m.wiring().spec(), m.tower_weights(), m.projector_weights(), dt);
+}
+
+TEST_P(CudaLlavaVisionRunnerTest, ProjectorOutputMatchesHuggingFace) {
   VLM_REQUIRE_GPU();
   const std::string dir = kFix + "/llava/" + GetParam();
   const auto model = LlavaModel::load(dir);
@@ -149,42 +170,73 @@ TEST_P(CudaClipVisionTower, ProjectorOutputMatchesHuggingFace) {
   const std::vector<VisionCase> cases = clip_cases(*ref, c.vision.image_size);
   EXPECT_FALSE(cases.empty());
   for (DType dt : {DType::F32, DType::BF16}) {
-    CudaClipVision tower(model->vision(), model->projector(), c.feature_layers, c.drop_cls, dt);
-    expect_cases_match(tower, cases, *ref, GetParam(), dt, dt == DType::F32 ? 1e-4 : 2e-2);
+    const auto tower = llava_runner(*model, dt);
+    expect_cases_match(*tower, cases, *ref, GetParam(), dt, dt == DType::F32 ? 1e-4 : 2e-2);
   }
 }
 
-TEST_P(CudaClipVisionTower, Bf16IsAsCloseToHfF32AsHfBf16) {
+TEST_P(CudaLlavaVisionRunnerTest, Bf16IsAsCloseToHfF32AsHfBf16) {
   VLM_REQUIRE_GPU();
   const std::string dir = kFix + "/llava/" + GetParam();
   const auto model = LlavaModel::load(dir);
   const auto ref = SafetensorsFile::open(dir + "/reference.safetensors");
   const LlavaConfig& c = model->config();
-  CudaClipVision tower(model->vision(), model->projector(), c.feature_layers, c.drop_cls, DType::BF16);
-  expect_bf16_as_close_as_hf(tower, clip_cases(*ref, c.vision.image_size), *ref, GetParam());
+  const auto tower = llava_runner(*model, DType::BF16);
+  expect_bf16_as_close_as_hf(*tower, clip_cases(*ref, c.vision.image_size), *ref, GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaClipVisionTower, ::testing::Values("llava_small", "llava_336"));
+INSTANTIATE_TEST_SUITE_P(Models, CudaLlavaVisionRunnerTest, ::testing::Values("llava_small", "llava_336"));
 
-// A tower of the Qwen2-VL-7B shape for the planner (no weights, no GPU).
+// A tower that plans like a Qwen2-VL one (cost: patches; a frame splits off) for
+// check_vision_fits (no weights, no GPU); its workspace is a stand-in of 1 KiB a patch.
 struct PlanOnlyTower : CudaVisionTower {
   Qwen2VisionConfig c;  // the defaults: Qwen2-VL-7B's vision tower
   int64_t cost(const MediaPixels& m) const override { return int64_t(m.grid_thw[0]) * m.grid_thw[1] * m.grid_thw[2]; }
   int64_t out_rows(const MediaPixels& m) const override { return cost(m) / 4; }
   int64_t out_features() const override { return c.out_hidden_size; }
-  int64_t workspace_bytes(int64_t p) const override { return qwen2_vision_workspace_bytes(c, p, DType::BF16); }
+  int64_t workspace_bytes(int64_t p) const override { return p * 1024; }
   void reserve(int64_t p) override { reserved_ = p; }
   void upload_pixels(std::span<const MediaPixels* const>, cudaStream_t) override {}
   void run(std::span<const MediaPixels* const>, float*, cudaStream_t) override {}
 };
 
+// Random bf16 tensors by name, uniform in [-0.1, 0.1] (the planner reads only their shapes).
+struct RandomTensors {
+  std::map<std::string, Tensor> store;
+  std::mt19937 rng{3};
+  TensorView operator()(const std::string& name, const Shape& shape) {
+    auto it = store.find(name);
+    if (it != store.end()) return it->second.view();
+    std::vector<float> v(static_cast<size_t>(shape.numel()));
+    std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+    for (float& x : v) x = u(rng);
+    Tensor t = Tensor::empty(shape, DType::BF16);
+    convert_from_f32(v.data(), DType::BF16, t.data(), t.numel());
+    return store.emplace(name, std::move(t)).first->second.view();
+  }
+};
+
+// The runner's workspace for Qwen2-VL-7B's tower in bf16 (one block: the activations do not
+// depend on the depth) grows linearly with the patches (beyond a fixed scratch) and, at the
+// default --max-media-patches, fits beside the weights and the KV cache on one GPU.
+TEST(CudaVisionMemoryPlan, Qwen2VL7BWorkspaceIsLinearInThePatchesAndFits) {
+  VLM_REQUIRE_GPU();
+  Qwen2VisionConfig c;  // the defaults: Qwen2-VL-7B's vision tower
+  c.depth = 1;
+  RandomTensors weights;
+  const Qwen2VisionEncoder host(c, [&weights](const std::string& n, const Shape& sh) { return weights(n, sh); }, "");
+  CudaQwen2VisionRunner t(host, DType::BF16);
+  const int64_t w8 = t.workspace_bytes(8192), w16 = t.workspace_bytes(16384), w32 = t.workspace_bytes(32768);
+  EXPECT_GT(w16, w8);
+  EXPECT_NEAR(double(w32 - w16), 2.0 * double(w16 - w8), 64.0);  // linear in the patches
+  std::printf("[ plan ] Qwen2-VL-7B tower, bf16: %.2f GiB of activations for 32768 patches\n",
+              static_cast<double>(w32) / (1 << 30));
+  EXPECT_LT(w32, int64_t(8) << 30);  // beside the weights and the KV cache on one GPU
+}
+
 TEST(CudaVisionMemoryPlan, ItemsBeyondTheReservationAreA400) {
   PlanOnlyTower t;
   t.reserve(32768);  // the default --max-media-patches: a 64-frame 448x448 video
-  EXPECT_NEAR(double(t.workspace_bytes(32768)), 2.0 * double(t.workspace_bytes(16384)), 64.0);  // linear in the patches
-  std::printf("[ plan ] Qwen2-VL-7B tower, bf16: %.2f GiB of activations for 32768 patches\n",
-              static_cast<double>(t.workspace_bytes(32768)) / (1 << 30));
-  EXPECT_LT(t.workspace_bytes(32768), int64_t(8) << 30);  // beside the weights and the KV cache on one GPU
   MediaPixels video;
   video.modality = Modality::Video;
   video.grid_thw = {32, 32, 32};  // 64 frames of 448x448
