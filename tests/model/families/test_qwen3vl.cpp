@@ -138,7 +138,7 @@ TEST(Qwen3VLProcessor, VideoPixelsGridsAndTimestampsMatchHf) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 2);
+  EXPECT_GE(checked, 3);  // p3, p4 (frames at an fps) and p5 (a video file's sampled frames)
   // printf's rounding is Python's: ties to even on the double's value.
   EXPECT_EQ(qwen3vl_timestamp_text(0.25), "<0.2 seconds>");
   EXPECT_EQ(qwen3vl_timestamp_text(1.25), "<1.2 seconds>");
