@@ -6,8 +6,8 @@
 // What is checked (the kernels that impose it in brackets):
 //  - the decoder's math: a per-head q/k RMSNorm (ModelConfig::qk_norm, Qwen3) is not on the GPU
 //    yet [CudaDecoder]: refused, so --device auto runs such a model on the CPU; nor is interleaved
-//    M-RoPE (RopeConfig::mrope_interleaved, Qwen3-VL) [the CUDA rope table]: refused alike; so is
-//    DeepStack (ModelConfig::deepstack_layers, Qwen3-VL) [CudaLayers' RowOps];
+//    M-RoPE (RopeConfig::mrope_interleaved, Qwen3-VL) [the CUDA rope table]: refused alike
+//    (DeepStack, ModelConfig::deepstack_layers, runs on the GPU: CudaLayers' RowOps, not checked);
 //  - decoder attention: H % Hkv == 0; head size D a multiple of 8 [paged_kv_write] and at most
 //    256 [CudaDecoder]; a power-of-two block size [the tiled kernels]; D other than 64 / 128
 //    runs on the reference kernel [paged_attention_naive], which holds at most

@@ -30,9 +30,9 @@ Qwen3VLModel::Qwen3VLModel(Qwen3VLConfig config, WeightStore weights)
   names.prefix = first_present({"model.language_model.", "model."}, "embed_tokens.weight");
   names.lm_head = "lm_head.weight";
   decoder_ = std::make_unique<LlmDecoder>(config_.text, weights_, names);
-  const std::string vp = first_present({"model.visual.", "visual."}, "patch_embed.proj.weight");
+  vision_prefix_ = first_present({"model.visual.", "visual."}, "patch_embed.proj.weight");
   layers_ = std::make_unique<CpuLayers>();
-  tower_ = std::make_unique<Qwen3VLVisionTower>(config_.vision, *layers_, WeightSource(weights_, vp));
+  tower_ = std::make_unique<Qwen3VLVisionTower>(config_.vision, *layers_, vision_weights());
   VLM_LOG_INFO("loaded Qwen3-VL: vision {} blocks width {}, DeepStack after blocks [{}], image/video ids {}/{}",
                config_.vision.depth, config_.vision.hidden_size, fmt::join(config_.vision.deepstack_visual_indexes, ", "),
                config_.image_token_id, config_.video_token_id);
