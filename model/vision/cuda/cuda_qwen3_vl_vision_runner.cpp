@@ -50,7 +50,7 @@ int64_t CudaQwen3VLVisionRunner::workspace_bytes(int64_t P) const {
   lay.num_patches = P;
   const int64_t unit = static_cast<int64_t>(config_.spatial_merge_size) * config_.spatial_merge_size;
   return CudaVisionLanes::bytes(tower_->plan(lay), P, scratch_per_row(), ints_for(P), dt_) +
-         P * config_.patch_dim() * 4 +                        // pixels (f32)
+         P * config_.patch_dim() * static_cast<int64_t>(dtype_size(dt_)) +  // pixels (dt)
          planes() * (P / unit) * config_.out_hidden_size * 4;  // the stacked planes (f32)
 }
 
@@ -60,21 +60,29 @@ void CudaQwen3VLVisionRunner::reserve(int64_t P) {
   lay.num_patches = P;
   const int64_t unit = static_cast<int64_t>(config_.spatial_merge_size) * config_.spatial_merge_size;
   lanes_.reserve(tower_->plan(lay), P, scratch_per_row(), ints_for(P));
-  pixels_.resize(static_cast<size_t>(P * config_.patch_dim()) * 4);
+  pixels_.resize(static_cast<size_t>(P * config_.patch_dim()) * dtype_size(dt_));
   stacked_.resize(static_cast<size_t>(planes() * (P / unit) * config_.out_hidden_size) * 4);
   reserved_ = P;
 }
 
 void CudaQwen3VLVisionRunner::upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) {
   const int64_t K = config_.patch_dim();
+  const size_t e = dtype_size(dt_);
   int64_t row = 0;
   for (const MediaPixels* it : items) {
     VLM_CHECK(!it->is_frames8() && static_cast<int64_t>(it->data.size()) == cost(*it) * K,
               "Qwen3-VL item of {} values for grid {}x{}x{} (patch rows of {})", it->data.size(), it->grid_thw[0],
               it->grid_thw[1], it->grid_thw[2], K);
     VLM_CHECK(row + cost(*it) <= reserved_, "vision call beyond the {} patches reserved", reserved_);
-    VLM_CUDA_CHECK(cudaMemcpyAsync(pixels_.as<float>() + row * K, it->data.data(), it->data.size() * 4,
-                                   cudaMemcpyHostToDevice, s));
+    char* dst = pixels_.as<char>() + static_cast<size_t>(row * K) * e;
+    if (dt_ == DType::F32) {
+      VLM_CUDA_CHECK(cudaMemcpyAsync(dst, it->data.data(), it->data.size() * 4, cudaMemcpyHostToDevice, s));
+    } else {  // the patch linear reads its input in the tower's dtype
+      staging_.resize(it->data.size() * e);
+      convert_from_f32(it->data.data(), dt_, staging_.data(), static_cast<int64_t>(it->data.size()));
+      // Pageable memory: the copy has taken the bytes when it returns (staging_ is free again).
+      VLM_CUDA_CHECK(cudaMemcpyAsync(dst, staging_.data(), staging_.size(), cudaMemcpyHostToDevice, s));
+    }
     row += cost(*it);
   }
 }
@@ -89,7 +97,7 @@ void CudaQwen3VLVisionRunner::run(std::span<const MediaPixels* const> items, flo
   VLM_CUDA_CHECK(cudaEventSynchronize(meta_done_));  // the pinned ints have left for the previous call
   lanes_.ints().reset();
   CudaStep& st = lanes_.step(0, tower_->plan(lay), 0, P, s);
-  tower_->forward(st, Act{pixels_.get(), P, config_.patch_dim(), DType::F32}, lay,
+  tower_->forward(st, Act{pixels_.get(), P, config_.patch_dim(), dt_}, lay,
                   Act{stacked_.get(), n * U, C, DType::F32});
   // [(1 + K) U, C] -> out [U, (1 + K) C]: plane p into columns [p C, (p + 1) C) of every row.
   for (int64_t p = 0; p < n; ++p)

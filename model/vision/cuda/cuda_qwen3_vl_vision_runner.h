@@ -1,6 +1,7 @@
 // CudaQwen3VLVisionRunner: the Qwen3-VL vision tower on the GPU as the architecture written once
 // (Qwen3VLVisionTower, model/arch/qwen3_vl_vision_tower.h) over CudaLayers: the merger plane and
-// the K DeepStack planes of each merged unit. One lane; pixel rows uploaded as f32; items run
+// the K DeepStack planes of each merged unit. One lane; pixel rows uploaded in the tower's dtype
+// (the patch linear reads them as its input; converted on the host); items run
 // together in one call (attention within each frame). The tower writes its planes one after the
 // other ([(1 + K) U, C], into the runner's own buffer); the output rows carry them side by side
 // ([U, (1 + K) C], what Qwen3VLModel::encode gives and the decoder's embedding override takes:
@@ -15,6 +16,7 @@
 #include <array>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/arch/qwen3_vl_vision_tower.h"
@@ -37,7 +39,7 @@ class CudaQwen3VLVisionRunner : public CudaVisionTower {
   int64_t planes() const { return 1 + config_.num_deepstack(); }
   int64_t workspace_bytes(int64_t max_patches) const override;
   void reserve(int64_t max_patches) override;
-  // items (Rows form: [t*h*w, patch_dim] f32 each) -> the reserved pixel buffer.
+  // items (Rows form: [t*h*w, patch_dim] f32 each) -> the reserved pixel buffer, as dt.
   void upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) override;
   // -> out [sum U, (1 + K) C] f32 (device).
   void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
@@ -52,7 +54,8 @@ class CudaQwen3VLVisionRunner : public CudaVisionTower {
   CudaLayers layers_;
   std::unique_ptr<Qwen3VLVisionTower> tower_;
   CudaVisionLanes lanes_;
-  cuda::DeviceBuffer pixels_;        // [P, patch_dim] f32
+  cuda::DeviceBuffer pixels_;        // [P, patch_dim] dt
+  std::vector<char> staging_;        // one item's pixels as dt (pageable; 16-bit dtypes)
   cuda::DeviceBuffer stacked_;       // [(1 + K) U, C] f32: the tower's planes one after the other
   cudaEvent_t meta_done_ = nullptr;  // the last call's metadata copies (the pinned ints are free after it)
 };
