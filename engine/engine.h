@@ -58,6 +58,10 @@ class Engine {
   // sampling params, prompt + max_tokens within max_model_len, stop
   // strings only with a text decoder. Throws RequestError (400).
   void validate(const GenerationRequest& request) const;
+  // The request's media as its sequences will carry them (first prompt positions, token counts,
+  // M-RoPE positions, the grid's known strides: engine/media_inputs.h), without the pixels (add_request
+  // moves them in); null without media. Throws RequestError (400) as validate() documents.
+  std::shared_ptr<MediaInputs> check_media(const GenerationRequest& request) const;
   // Validates and queues the request; its events go to `channel`. Throws RequestError without
   // queueing: 400 (validate, or an id already live), 429 (the waiting queue is full).
   void add_request(GenerationRequest request, std::shared_ptr<RequestChannel> channel);
@@ -112,9 +116,6 @@ class Engine {
 
   Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, std::unique_ptr<MultimodalModel> model,
          std::shared_ptr<const TextDecoderFactory> text_decoders);
-  // The request's images with their first prompt positions; null without images. Throws
-  // RequestError (400) as validate() documents.
-  std::shared_ptr<MediaInputs> check_media(const GenerationRequest& request) const;
 
   EngineConfig config_;
   std::unique_ptr<LlmDecoder> owned_decoder_;      // text-only engine

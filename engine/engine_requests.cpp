@@ -96,10 +96,12 @@ std::shared_ptr<MediaInputs> Engine::check_media(const GenerationRequest& reques
     media->num_tokens.push_back(n);
     media->embed_row.push_back(row);
     media->tokens_per_frame.push_back(multimodal_->tokens_per_frame(item));
-    if (item.modality == Modality::Video)
-      media->video_frame_tokens.push_back(static_cast<int32_t>(media->tokens_per_frame.back()));
     row += n;
   }
+  // The grid's known strides: one video per run of group items (Qwen3-VL), its period counting the
+  // timestamp text between groups (engine/media_inputs.h).
+  media->video_frame_tokens =
+      grid_known_strides(video_token_spans(request.images, media->first_token, media->num_tokens, media->tokens_per_frame));
   media->mrope = multimodal_->mrope_positions(request.prompt_ids, request.images);
   return media;
 }

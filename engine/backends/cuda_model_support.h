@@ -4,10 +4,9 @@
 // 500s behind a 200 health check; shared/DESIGN.md, "Models: written once").
 //
 // What is checked (the kernels that impose it in brackets):
-//  - the decoder's math: a per-head q/k RMSNorm (ModelConfig::qk_norm, Qwen3) is not on the GPU
-//    yet [CudaDecoder]: refused, so --device auto runs such a model on the CPU; nor is interleaved
-//    M-RoPE (RopeConfig::mrope_interleaved, Qwen3-VL) [the CUDA rope table]: refused alike
-//    (DeepStack, ModelConfig::deepstack_layers, runs on the GPU: CudaLayers' RowOps, not checked);
+//  - the decoder's math: mixture-of-experts layers (ModelConfig::moe, Qwen3-MoE) [CudaLayers] are
+//    not on the GPU yet: refused, so --device auto runs such a model on the CPU (Qwen3's q/k
+//    RMSNorm, interleaved M-RoPE and Qwen3-VL's DeepStack, CudaLayers' RowOps, run on the GPU);
 //  - decoder attention: H % Hkv == 0; head size D a multiple of 8 [paged_kv_write] and at most
 //    256 [CudaDecoder]; a power-of-two block size [the tiled kernels]; D other than 64 / 128
 //    runs on the reference kernel [paged_attention_naive], which holds at most

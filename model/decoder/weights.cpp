@@ -60,6 +60,15 @@ WeightStore WeightStore::open(const std::string& model_dir) {
   return w;
 }
 
+std::string WeightStore::first_prefix(std::initializer_list<const char*> prefixes, const std::string& probe,
+                                      const std::string& what) const {
+  for (const char* p : prefixes)
+    if (has(std::string(p) + probe)) return p;
+  std::string tried;
+  for (const char* p : prefixes) tried += std::string(tried.empty() ? "" : ", ") + p + probe;
+  throw LoadError(what + ": no tensor (looked for " + tried + ")");
+}
+
 TensorView WeightStore::get(const std::string& name, const Shape& expected) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) throw LoadError(dir_ + ": missing tensor '" + name + "'");

@@ -3,6 +3,7 @@
 // Weights stay memory-mapped in their stored dtype; views are valid while the store lives.
 #pragma once
 
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +21,10 @@ class WeightStore {
   static WeightStore open(const std::string& model_dir);
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  // The first of `prefixes` under which the checkpoint holds prefix + probe (a family's weights
+  // in either checkpoint layout); throws LoadError "<what>: no tensor (looked for ...)" otherwise.
+  std::string first_prefix(std::initializer_list<const char*> prefixes, const std::string& probe,
+                           const std::string& what) const;
   // The tensor `name`; throws LoadError naming the checkpoint and tensor when it is missing,
   // its shape differs from `expected`, or its dtype is not a float type (F32/BF16/F16).
   TensorView get(const std::string& name, const Shape& expected) const;

@@ -90,13 +90,8 @@ std::unique_ptr<LlavaModel> LlavaModel::load(const std::string& model_dir) {
 LlavaModel::LlavaModel(LlavaConfig config, WeightStore weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
   const WeightStore& w = weights_;
-  auto first_present = [&](std::initializer_list<const char*> prefixes, const std::string& probe,
-                           const char* what) -> std::string {
-    for (const char* p : prefixes)
-      if (w.has(std::string(p) + probe)) return p;
-    std::string tried;
-    for (const char* p : prefixes) tried += std::string(tried.empty() ? "" : ", ") + p + probe;
-    throw LoadError(fmt::format("LLaVA checkpoint: no {} weights (looked for {})", what, tried));
+  auto first_present = [&](std::initializer_list<const char*> prefixes, const std::string& probe, const char* what) {
+    return w.first_prefix(prefixes, probe, std::string("LLaVA checkpoint, ") + what);
   };
   DecoderWeightNames names;
   names.prefix = first_present({"model.language_model.", "language_model.model."}, "embed_tokens.weight",

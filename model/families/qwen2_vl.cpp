@@ -60,17 +60,13 @@ std::unique_ptr<Qwen2VLModel> Qwen2VLModel::load(const std::string& model_dir) {
 Qwen2VLModel::Qwen2VLModel(Qwen2VLConfig config, WeightStore weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
   const WeightStore& w = weights_;
-  auto first_present = [&](std::initializer_list<const char*> prefixes, const std::string& probe) -> std::string {
-    for (const char* p : prefixes)
-      if (w.has(std::string(p) + probe)) return p;
-    throw LoadError("Qwen2-VL checkpoint: no tensor " + probe + " under any of the known prefixes");
-  };
   DecoderWeightNames names;
-  names.prefix = first_present({"model.language_model.", "model."}, "embed_tokens.weight");
+  names.prefix = w.first_prefix({"model.language_model.", "model."}, "embed_tokens.weight",
+                                "Qwen2-VL checkpoint, language model");
   names.lm_head = "lm_head.weight";
   decoder_ = std::make_unique<LlmDecoder>(config_.text, weights_, names);
   const WeightLookup lookup = [&w](const std::string& name, const Shape& shape) { return w.get(name, shape); };
-  const std::string vp = first_present({"model.visual.", "visual."}, "patch_embed.proj.weight");
+  const std::string vp = w.first_prefix({"model.visual.", "visual."}, "patch_embed.proj.weight", "Qwen2-VL checkpoint, vision tower");
   vision_ = std::make_unique<Qwen2VisionEncoder>(config_.vision, lookup, vp);
   VLM_LOG_INFO("loaded {}: vision {} blocks width {}, image/video ids {}/{}",
                config_.vision.qwen25 ? "Qwen2.5-VL" : "Qwen2-VL", config_.vision.depth, config_.vision.hidden_size,

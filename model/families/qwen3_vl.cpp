@@ -20,17 +20,13 @@ std::unique_ptr<Qwen3VLModel> Qwen3VLModel::load(const std::string& model_dir) {
 
 Qwen3VLModel::Qwen3VLModel(Qwen3VLConfig config, WeightStore weights)
     : config_(std::move(config)), weights_(std::move(weights)) {
-  const WeightStore& w = weights_;
-  auto first_present = [&](std::initializer_list<const char*> prefixes, const std::string& probe) -> std::string {
-    for (const char* p : prefixes)
-      if (w.has(std::string(p) + probe)) return p;
-    throw LoadError("Qwen3-VL checkpoint: no tensor " + probe + " under any of the known prefixes");
-  };
   DecoderWeightNames names;
-  names.prefix = first_present({"model.language_model.", "model."}, "embed_tokens.weight");
+  names.prefix = weights_.first_prefix({"model.language_model.", "model."}, "embed_tokens.weight",
+                                       "Qwen3-VL checkpoint, language model");
   names.lm_head = "lm_head.weight";
   decoder_ = std::make_unique<LlmDecoder>(config_.text, weights_, names);
-  vision_prefix_ = first_present({"model.visual.", "visual."}, "patch_embed.proj.weight");
+  vision_prefix_ = weights_.first_prefix({"model.visual.", "visual."}, "patch_embed.proj.weight",
+                                         "Qwen3-VL checkpoint, vision tower");
   layers_ = std::make_unique<CpuLayers>();
   tower_ = std::make_unique<Qwen3VLVisionTower>(config_.vision, *layers_, vision_weights());
   VLM_LOG_INFO("loaded Qwen3-VL: vision {} blocks width {}, DeepStack after blocks [{}], image/video ids {}/{}",

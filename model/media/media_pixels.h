@@ -46,6 +46,11 @@ struct MediaPixels {
   // Qwen3-VL video: each temporal group's time in seconds (the "<t seconds>" its prompt writes
   // before the group; model/media/qwen3vl_video.h); empty otherwise.
   std::vector<double> group_seconds;
+  // Qwen3-VL video item as the engine takes it (one temporal group, qwen3vl_split_video): the
+  // group's index in its video (0, 1, ...), so that the engine sees consecutive groups as one
+  // video (engine/media_inputs.h, video_token_spans); -1 for an image or a whole video. Not part
+  // of the item's identity (media_item_key): a group encodes the same at any index.
+  int32_t video_group = -1;
 
   PixelForm form = PixelForm::Rows;
 

@@ -158,6 +158,7 @@ std::vector<MediaPixels> qwen3vl_split_video(const MediaPixels& video, int tempo
     m.second_per_grid = video.second_per_grid;
     m.num_frames = std::clamp(video.num_frames - t * temporal_patch_size, 1, temporal_patch_size);
     if (!video.group_seconds.empty()) m.group_seconds = {video.group_seconds[static_cast<size_t>(t)]};
+    m.video_group = t;
     out.push_back(std::move(m));
   }
   return out;

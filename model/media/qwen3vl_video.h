@@ -64,7 +64,7 @@ std::vector<double> qwen3vl_group_timestamps(std::span<const double> frame_secon
 
 // A video item of grid (t, h, w) in the Rows form -> t items of grid (1, h, w), its temporal
 // groups in order: rows [g*h*w, (g+1)*h*w) each, num_frames the group's given frames, the group's
-// entry of group_seconds when the video has them, second_per_grid kept. Throws RequestError (400)
+// entry of group_seconds when the video has them, video_group g, second_per_grid kept. Throws RequestError (400)
 // for a video not in the Rows form.
 std::vector<MediaPixels> qwen3vl_split_video(const MediaPixels& video, int temporal_patch_size);
 

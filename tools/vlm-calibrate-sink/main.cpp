@@ -31,12 +31,11 @@
 
 #include "kernels/core/check.h"
 #include "kernels/core/thread_pool.h"
-#include "model/families/architecture.h"
-#include "model/families/llava.h"
 #include "model/decoder/llm_decoder.h"
 #include "model/methods/sink_router_config_file.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tools/common/cli_flags.h"
+#include "tools/common/language_model.h"
 #include "tools/vlm-calibrate-sink/calibration_run.h"
 #include "tools/vlm-calibrate-sink/sink_calibration.h"
 
@@ -186,17 +185,10 @@ int main(int argc, char** argv) {
     if (f.count("kv-cache-dtype") && !vlm::parse_float_dtype_name(f.at("kv-cache-dtype"), &run.kv_dtype))
       usage("--kv-cache-dtype must be f32, bf16 or f16");
 
-    // The text decoder (a LLaVA checkpoint's language model: text prompts only).
-    std::unique_ptr<vlm::LlmDecoder> owned;
-    std::unique_ptr<vlm::LlavaModel> llava;
-    const vlm::LlmDecoder* dec = nullptr;
-    if (vlm::detect_architecture(model_dir) == vlm::ModelArchitecture::Llava) {
-      llava = vlm::LlavaModel::load(model_dir);
-      dec = &llava->decoder();
-    } else {
-      owned = vlm::LlmDecoder::load(model_dir);
-      dec = owned.get();
-    }
+    // The text decoder (a vision-language checkpoint's language model, e.g. LLaVA's or Qwen3-VL's:
+    // text prompts only; tools/common/language_model.h).
+    const vlm::cli::LanguageModel lm = vlm::cli::load_language_model(model_dir);
+    const vlm::LlmDecoder* dec = &lm.decoder();
     const vlm::ModelConfig& mc = dec->config();
     if (run.num_dense_layers >= mc.num_layers)
       usage(fmt::format("--layers-skip {}: the model has {} layers, none would be routed", run.num_dense_layers, mc.num_layers));

@@ -5,6 +5,8 @@
 // at most --target-error (dense when none is: exactness first). Writes the per-head file of
 // model/methods/sparse_patterns_file.h, which vlm-server reads with --sparse-prefill-config.
 //
+// DIR: a text checkpoint or a vision-language one (its language model: tools/common/language_model.h;
+// Qwen3-VL included), the calibration prompt as token ids.
 //   vlm-search-patterns --model DIR --out FILE [--calibration IDS_FILE | --length N] [--seed S]
 //                       [--video START:LEN]... [--target-error E] [--block B] [--threads N]
 //                       [--candidates NAME,...] [--device cpu|cuda|auto] [--chunk N]
@@ -41,6 +43,7 @@
 #include "model/methods/sparse_patterns_file.h"
 #include "tools/common/backend_flags.h"
 #include "tools/common/cli_flags.h"
+#include "tools/common/language_model.h"
 #if VLM_HAVE_CUDA
 #include "model/decoder/cuda/cuda_pattern_search.h"
 #endif
@@ -105,7 +108,8 @@ int main(int argc, char** argv) {
       usage("--device cuda searches in bfloat16 (the GPU's sparse kernel), not --dtype " +
             std::string(vlm::dtype_name(*backend.dtype)));
     if (flags.count("threads")) vlm::set_num_threads(static_cast<int>(fp.integer("threads", flags["threads"], 1)));
-    const auto decoder = vlm::LlmDecoder::load(flags["model"]);
+    const vlm::cli::LanguageModel lm = vlm::cli::load_language_model(flags["model"]);  // text or VLM checkpoint
+    const vlm::LlmDecoder* decoder = &lm.decoder();
     const auto& cfg = decoder->config();
     const int L = static_cast<int>(cfg.num_layers), H = static_cast<int>(cfg.num_heads);
     std::vector<int32_t> ids;

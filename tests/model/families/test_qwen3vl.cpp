@@ -146,6 +146,29 @@ TEST(Qwen3VLProcessor, VideoPixelsGridsAndTimestampsMatchHf) {
   EXPECT_EQ(qwen3vl_group_timestamps(std::vector<double>{0, 1, 2}, 2), (std::vector<double>{0.5, 2.0}));
 }
 
+// A video's temporal groups as the engine takes them: grid (1, h, w) items in order, each with its
+// rows, its timestamp and its group index (video_group: the engine's one-video grouping).
+TEST(Qwen3VLProcessor, SplitVideoNumbersItsGroups) {
+  MediaPixels v;
+  v.modality = Modality::Video;
+  v.grid_thw = {3, 2, 2};
+  v.num_frames = 5;
+  v.group_seconds = {0.5, 1.5, 2.25};
+  for (int i = 0; i < 3 * 4 * 2; ++i) v.data.push_back(static_cast<float>(i));  // 12 patches of 2 values
+  const std::vector<MediaPixels> g = qwen3vl_split_video(v, 2);
+  ASSERT_EQ(g.size(), 3u);
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(g[t].video_group, t);
+    EXPECT_EQ(g[t].modality, Modality::Video);
+    EXPECT_EQ(g[t].grid_thw, (std::array<int32_t, 3>{1, 2, 2}));
+    EXPECT_EQ(g[t].group_seconds, std::vector<double>{v.group_seconds[t]});
+    EXPECT_EQ(g[t].data.front(), static_cast<float>(8 * t));
+    EXPECT_EQ(g[t].data.size(), 8u);
+  }
+  EXPECT_EQ(g[2].num_frames, 1);  // the last group holds the fifth frame only
+  EXPECT_EQ(v.video_group, -1);   // a whole video is not a group
+}
+
 TEST(Qwen3VLProcessor, VideoResizeFollowsQwen3Rules) {
   Qwen3VLVideoConfig cfg;
   cfg.base.patch_size = 16;

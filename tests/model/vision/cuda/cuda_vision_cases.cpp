@@ -14,8 +14,10 @@ std::vector<float> floats(const SafetensorsFile& f, const std::string& name) {
   return {t.as<const float>(), t.as<const float>() + t.numel()};
 }
 
-// Encodes items on the tower (reserved for exactly their cost) and downloads the rows.
-std::vector<float> encode_on_gpu(CudaVisionTower& tower, const std::vector<MediaPixels>& items) {
+namespace {
+// The items' rows from the tower, reserved for exactly their cost: through encode(), or through
+// upload_pixels() then run() (the engine's two-phase path).
+std::vector<float> rows_on_gpu(CudaVisionTower& tower, const std::vector<MediaPixels>& items, bool two_phase) {
   int64_t cost = 0, rows = 0;
   std::vector<const MediaPixels*> ptrs;
   for (const MediaPixels& m : items) {
@@ -25,23 +27,22 @@ std::vector<float> encode_on_gpu(CudaVisionTower& tower, const std::vector<Media
   }
   tower.reserve(cost);
   cuda::DeviceBuffer out(static_cast<size_t>(rows * tower.out_features()) * 4);
-  tower.encode(ptrs, out.as<float>(), nullptr);
+  if (two_phase) {
+    tower.upload_pixels(ptrs, nullptr);
+    tower.run(ptrs, out.as<float>(), nullptr);
+  } else {
+    tower.encode(ptrs, out.as<float>(), nullptr);
+  }
   return to_host<float>(out, static_cast<size_t>(rows * tower.out_features()));
+}
+}  // namespace
+
+std::vector<float> encode_on_gpu(CudaVisionTower& tower, const std::vector<MediaPixels>& items) {
+  return rows_on_gpu(tower, items, false);
 }
 
 std::vector<float> run_on_gpu(CudaVisionTower& tower, const std::vector<MediaPixels>& items) {
-  int64_t cost = 0, rows = 0;
-  std::vector<const MediaPixels*> ptrs;
-  for (const MediaPixels& m : items) {
-    cost += tower.cost(m);
-    rows += tower.out_rows(m);
-    ptrs.push_back(&m);
-  }
-  tower.reserve(cost);
-  cuda::DeviceBuffer out(static_cast<size_t>(rows * tower.out_features()) * 4);
-  tower.upload_pixels(ptrs, nullptr);
-  tower.run(ptrs, out.as<float>(), nullptr);
-  return to_host<float>(out, static_cast<size_t>(rows * tower.out_features()));
+  return rows_on_gpu(tower, items, true);
 }
 
 // The Qwen2-VL fixtures' prompts: an image, a video, two images and a video
