@@ -10,8 +10,10 @@
 #include "kernels/cuda/core/gpu_interval_timer.h"
 #include "model/families/llava.h"
 #include "model/families/qwen2_vl.h"
+#include "model/families/qwen3_vl.h"
 #include "model/vision/cuda/cuda_llava_vision_runner.h"
 #include "model/vision/cuda/cuda_qwen2_vision_runner.h"
+#include "model/vision/cuda/cuda_qwen3_vl_vision_runner.h"
 
 namespace vlm {
 
@@ -61,6 +63,9 @@ std::unique_ptr<CudaMediaEncoder> CudaMediaEncoder::make(const MultimodalModel& 
     max_cost = max_media_patches / c.vision.num_positions();  // images
   } else if (const auto* qwen = dynamic_cast<const Qwen2VLModel*>(&model)) {
     tower = std::make_unique<CudaQwen2VisionRunner>(qwen->vision(), dt);
+  } else if (const auto* q3 = dynamic_cast<const Qwen3VLModel*>(&model)) {
+    // Rows of (1 + K) planes side by side (out_features; DeepStack's planes with the merger's).
+    tower = std::make_unique<CudaQwen3VLVisionRunner>(q3->config().vision, q3->vision_weights(), dt);
   } else {
     return nullptr;
   }

@@ -1,6 +1,7 @@
 // CudaMediaEncoder: a multimodal model's media encoder on the GPU for the CudaBackend: picks the
-// model's tower (LLaVA: CudaLlavaVisionRunner; Qwen2-VL / Qwen2.5-VL: CudaQwen2VisionRunner, the
-// architectures written once (model/arch) over CudaLayers; none for other families, whose media
+// model's tower (LLaVA: CudaLlavaVisionRunner; Qwen2-VL / Qwen2.5-VL: CudaQwen2VisionRunner;
+// Qwen3-VL: CudaQwen3VLVisionRunner, whose rows carry the DeepStack planes beside the merger's),
+// the architectures written once (model/arch) over CudaLayers; none for other families, whose media
 // the ModelRunner encodes on the host), reserves its activations for
 // max_media_patches encoder rows (before the KV cache is sized, so inside
 // --gpu-memory-utilization), refuses items beyond that with a 400 at admission (on a tower that
@@ -42,7 +43,8 @@ class CudaMediaEncoder {
   // RequestError (400, "messages") when item k alone (a splitting tower: one of its frames)
   // exceeds the reservation.
   void check(const MediaPixels& item, int k) const;
-  // items -> [sum out_rows, C] f32 in one new device allocation, enqueued on s (now, or lazily on
+  // items -> [sum out_rows, C] f32 in one new device allocation (C: the tower's out_features, the
+  // decoder's width times the model's embedding_planes()), enqueued on s (now, or lazily on
   // ensure_rows; owners keep the items alive as long as the embeddings).
   std::shared_ptr<const DeviceEmbeddings> encode(std::span<const MediaPixels* const> items,
                                                  std::vector<std::shared_ptr<const void>> owners, cudaStream_t s);

@@ -41,6 +41,9 @@ class Qwen3VLModel : public MultimodalModel {
 
   const Qwen3VLConfig& config() const { return config_; }
   const LlmDecoder& decoder() const override { return *decoder_; }
+  // The vision tower's tensors ("patch_embed.*", "blocks.N.*", ... under their prefix): what a
+  // GPU runner builds its own Qwen3VLVisionTower from (CudaQwen3VLVisionRunner).
+  WeightSource vision_weights() const { return WeightSource(weights_, vision_prefix_); }
 
   // MultimodalModel. An item is MediaPixels in the Rows form with grid_thw set and data
   // [t*h*w, patch_dim] (qwen2vl_preprocess with the checkpoint's 16-px settings); an image has
@@ -75,6 +78,7 @@ class Qwen3VLModel : public MultimodalModel {
  private:
   Qwen3VLConfig config_;
   WeightStore weights_;
+  std::string vision_prefix_;  // "model.visual." or "visual."
   std::unique_ptr<LlmDecoder> decoder_;
   std::unique_ptr<LayerBackend> layers_;  // CpuLayers for the tower
   std::unique_ptr<Qwen3VLVisionTower> tower_;
