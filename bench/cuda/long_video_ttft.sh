@@ -9,12 +9,15 @@
 # bench/cuda/make_long_videos.sh makes them beforehand into .device/videos):
 #   bench/cuda/long_video_ttft.sh BIN_DIR [MODEL_DIR]
 #     MODEL_DIR absent: made by bench/cuda/make_qwen2vl_7b_random.py (Qwen2-VL-7B shapes, bf16, random)
-#     with Qwen3's tokenizer from TOKENIZER (default tests/data/tokenizers/qwen3) into /tmp/q7b.
+#     with Qwen3's tokenizer from TOKENIZER (default tests/data/tokenizers/qwen3) into /tmp/q7b;
+#     FAMILY=qwen3vl: made by bench/cuda/make_qwen3vl_8b_random.py (Qwen3-VL-8B shapes) into /tmp/q3vl8b,
+#     and v400.mp4 sampled at 2.5 fps, 1,000 frames (500 groups x 196 = 98,000 video tokens).
 # CPU check (tiny fixture, tiny.mp4, 8 tokens):  bench/cuda/long_video_ttft.sh --tiny BIN_DIR
 # Env: VIDEOS (.device/videos), OUT (files: server log, table), PORT (18437), SKIP_ROWS
 # ("v2048.mp4:dense,..." leaves rows out; a bare row name leaves it out for every video), ROWS
 # (dense,mminference,look_m,sink_router,all), LONG ("v400.mp4 v2048.mp4": drop v2048 to skip 262K),
-# CONCURRENT (v400.mp4; empty: no concurrent probe), SERVER_ARGS (more server flags), REQ_TIMEOUT (300 s).
+# CONCURRENT (v400.mp4; empty: no concurrent probe), SERVER_ARGS (more server flags), REQ_TIMEOUT (300 s),
+# FAMILY (qwen2vl, qwen3vl), V400_FPS / V400_FRAMES (2 / 768; qwen3vl: 2.5 / 1000).
 set -uo pipefail
 TINY=
 [ "${1:-}" = --tiny ] && { TINY=1; shift; }
@@ -45,11 +48,17 @@ else
   MAXTOK=${MAXTOK:-128}; FRAMES=2048
   PATCHES=${PATCHES:-1048576}            # 2,048 frames x 1,024 patches (448x448): the 262K video in one piece
   TOTAL_PIXELS=${TOTAL_PIXELS:-411041792} # 2,048 x 448 x 448: the 2,048 frames keep 448x448 (qwen-vl-utils: 90316800)
+  FAMILY=${FAMILY:-qwen2vl}
+  case $FAMILY in
+    qwen2vl) maker=make_qwen2vl_7b_random.py; V400_FPS=${V400_FPS:-2}; V400_FRAMES=${V400_FRAMES:-768} ;;
+    qwen3vl) maker=make_qwen3vl_8b_random.py; V400_FPS=${V400_FPS:-2.5}; V400_FRAMES=${V400_FRAMES:-1000} ;;
+    *) echo "FAMILY must be qwen2vl or qwen3vl"; exit 2 ;;
+  esac
   if [ -z "$MODEL" ]; then
-    MODEL=/tmp/q7b
+    MODEL=/tmp/q7b; [ "$FAMILY" = qwen3vl ] && MODEL=/tmp/q3vl8b
     if [ ! -s "$MODEL/config.json" ]; then
-      stamp "making the Qwen2-VL-7B-shaped random checkpoint"
-      timeout 400 python3 "$HERE/make_qwen2vl_7b_random.py" "${TOKENIZER:-$ROOT/tests/data/tokenizers/qwen3}" "$MODEL" \
+      stamp "making the $FAMILY random checkpoint"
+      timeout 400 python3 "$HERE/$maker" "${TOKENIZER:-$ROOT/tests/data/tokenizers/qwen3}" "$MODEL" \
         || { echo "checkpoint failed"; exit 1; }
     fi
   fi
@@ -62,9 +71,11 @@ for t in (c, c.get("text_config", {})):
     if "max_position_embeddings" in t:
         t["max_position_embeddings"] = 327680
 json.dump(c, open(f"{d}/config.json", "w"), indent=2)
-v = json.load(open(f"{d}/video_preprocessor_config.json"))
-v["max_frames"] = 2048
-json.dump(v, open(f"{d}/video_preprocessor_config.json", "w"), indent=2)
+import os
+if os.path.exists(f"{d}/video_preprocessor_config.json"):  # Qwen2-VL; Qwen3-VL's maker sets its own budget
+    v = json.load(open(f"{d}/video_preprocessor_config.json"))
+    v["max_frames"] = 2048
+    json.dump(v, open(f"{d}/video_preprocessor_config.json", "w"), indent=2)
 PY
 fi
 pid=
@@ -101,7 +112,8 @@ vids=(); for v in $LONG; do vids+=(--video "$VIDEOS/$v"); done
 conc=(); [ -n "$CONCURRENT" ] && conc=(--concurrent "$VIDEOS/$CONCURRENT")
 timeout "${CLIENT_TIMEOUT:-1500}" python3 "$HERE/long_video_ttft.py" --url "http://127.0.0.1:$PORT" --log "$log" \
   "${vids[@]}" "${conc[@]}" --rows "${ROWS:-dense,mminference,look_m,sink_router,all}" --max-tokens "$MAXTOK" \
-  --fps 2 --fps-for v2048.mp4=4 --max-frames-for v2048.mp4=2048 --max-frames-for v400.mp4=768 --timeout "${REQ_TIMEOUT:-300}" | tee "$OUT/table.md"
+  --fps 2 --fps-for v2048.mp4=4 --max-frames-for v2048.mp4=2048 --fps-for "v400.mp4=${V400_FPS:-2}" \
+  --max-frames-for "v400.mp4=${V400_FRAMES:-768}" --timeout "${REQ_TIMEOUT:-300}" | tee "$OUT/table.md"
 rc=${PIPESTATUS[0]}
 stamp "client rc=$rc"
 kill "$pid" 2>/dev/null
