@@ -1,6 +1,7 @@
 #include "model/arch/llama_decoder.h"
 
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -62,6 +63,48 @@ ExpertLayout resolve_expert_layout(const WeightStore& store, const std::string& 
                   "down_proj (fused) nor " + base + "0.gate_proj.weight ... (one per expert) is in the checkpoint");
 }
 
+void check_mlp_tensors(const WeightStore& store, const std::string& prefix, int64_t layer, const LlamaLayerSpec& spec,
+                       const MoeSpec* moe) {
+  const std::string mlp = prefix + "layers." + std::to_string(layer) + ".mlp.";
+  std::set<std::string> read;  // full names
+  auto add = [&](const LinearPart& p) {
+    read.insert(prefix + p.weight.name);
+    if (!p.bias.empty()) read.insert(prefix + p.bias);
+  };
+  if (moe == nullptr) {
+    add(spec.mlp.gate);
+    add(spec.mlp.up);
+    add(spec.mlp.down);
+  } else {
+    read.insert(prefix + moe->router.name);
+    const std::string base = prefix + moe->experts;
+    if (moe->layout == ExpertLayout::PerExpert) {
+      for (int64_t e = 0; e < moe->num_experts; ++e)
+        for (const char* part : {"gate_proj", "up_proj", "down_proj"})
+          read.insert(fmt::format("{}{}.{}.weight", base, e, part));
+    } else {
+      read.insert(base + "gate_up_proj");
+      read.insert(base + "down_proj");
+    }
+  }
+  const auto& all = store.tensors();
+  for (auto it = all.lower_bound(mlp); it != all.end() && it->first.compare(0, mlp.size(), mlp) == 0; ++it) {
+    if (read.count(it->first)) continue;
+    const char* layout = moe == nullptr                               ? ""
+                         : moe->layout == ExpertLayout::PerExpert     ? "per expert"
+                         : moe->layout == ExpertLayout::Fused         ? "fused [E, 2I, C]"
+                                                                      : "fused [E, C, 2I]";
+    const std::string what =
+        moe == nullptr ? std::string("dense (mlp_only_layers / decoder_sparse_step): gate_proj, up_proj, down_proj")
+                       : fmt::format("a mixture of {} experts: the router mlp.gate.weight and the experts {}",
+                                     moe->num_experts, layout);
+    throw LoadError(fmt::format("checkpoint tensor {} is not read: layer {} is {} (not read: shared experts, a router "
+                                "bias or another gating, quantization scales, experts on a layer the config keeps "
+                                "dense)",
+                                it->first, layer, what));
+  }
+}
+
 LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const WeightStore& weights,
                            const DecoderWeightNames& names)
     : vocab_(c.vocab_size) {
@@ -89,13 +132,12 @@ LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const We
     b.attn = backend.causal_attention(w, attn, *rope_);  // with the q/k norm's weights, if any
     b.o = backend.linear(w, {s.o});
     if (s.moe) {  // a mixture of experts with the post-attention norm
-      if (weights.has(names.prefix + "layers." + std::to_string(l) + ".mlp.shared_expert.gate_proj.weight"))
-        throw LoadError(fmt::format("layer {} has shared-expert tensors (mlp.shared_expert.*, the Qwen2-MoE layout), "
-                                    "which this decoder does not read", l));
       MoeSpec m = *s.moe;
       m.layout = resolve_expert_layout(weights, names.prefix, m, c.moe.fused_transposed_when_ambiguous);
+      check_mlp_tensors(weights, names.prefix, l, s, &m);
       b.mlp = backend.moe(w, m);
     } else {
+      if (c.moe.enabled()) check_mlp_tensors(weights, names.prefix, l, s, nullptr);  // a dense layer of a MoE model
       b.mlp = backend.mlp(w, s.mlp);  // with the post-attention norm
     }
     inner = std::max(inner, b.mlp->inner_cols());

@@ -45,6 +45,13 @@ LlamaLayerSpec llama_layer_spec(const ModelConfig& c, int64_t layer);
 ExpertLayout resolve_expert_layout(const WeightStore& store, const std::string& prefix, const MoeSpec& spec,
                                    bool transposed_when_ambiguous);
 
+// The config's MLP of `layer` must read every checkpoint tensor under "<prefix>layers.<layer>.mlp."
+// (checked for models with MoE layers): the router and the experts of `moe` as resolved, or the
+// dense MLP of `spec` when `moe` is null. Throws LoadError naming the first tensor it would not read
+// (shared experts, a router bias, quantization scales, experts on a layer kept dense).
+void check_mlp_tensors(const WeightStore& store, const std::string& prefix, int64_t layer, const LlamaLayerSpec& spec,
+                       const MoeSpec* moe);
+
 class LlamaDecoder {
  public:
   // Makes every layer through `backend` from `weights` (LoadError naming a missing or misshapen

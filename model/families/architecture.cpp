@@ -22,8 +22,9 @@ ModelArchitecture detect_architecture(const std::string& model_dir) {
   if (arch == "Qwen2VLForConditionalGeneration" || arch == "Qwen2_5_VLForConditionalGeneration" ||
       (arch.empty() && (model_type == "qwen2_vl" || model_type == "qwen2_5_vl")))
     return ModelArchitecture::Qwen2VL;
-  if (arch == "Qwen3VLForConditionalGeneration" || (arch.empty() && model_type == "qwen3_vl"))
-    return ModelArchitecture::Qwen3VL;
+  if (arch == "Qwen3VLForConditionalGeneration" || arch == "Qwen3VLMoeForConditionalGeneration" ||
+      (arch.empty() && (model_type == "qwen3_vl" || model_type == "qwen3_vl_moe")))
+    return ModelArchitecture::Qwen3VL;  // dense or MoE decoder: Qwen3VLConfig reads which
   if (arch == "LlavaOnevisionForConditionalGeneration" || (arch.empty() && model_type == "llava_onevision"))
     return ModelArchitecture::LlavaOnevision;
   if (arch == "LlamaForCausalLM" || arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" ||
@@ -35,7 +36,8 @@ ModelArchitecture detect_architecture(const std::string& model_dir) {
                   "'); supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
                   "LlavaForConditionalGeneration, "
                   "Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
-                  "LlavaOnevisionForConditionalGeneration, Qwen3VLForConditionalGeneration");
+                  "LlavaOnevisionForConditionalGeneration, Qwen3VLForConditionalGeneration, "
+                  "Qwen3VLMoeForConditionalGeneration");
 }
 
 }  // namespace vlm

@@ -8,10 +8,12 @@ namespace vlm {
 enum class ModelArchitecture { CausalLM, Llava, Qwen2VL, LlavaOnevision, Qwen3VL };
 
 // Reads DIR/config.json. Throws LoadError naming the file when it cannot be read, or when the
-// architecture is not one of LlamaForCausalLM, Qwen2ForCausalLM, LlavaForConditionalGeneration,
+// architecture is not one of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+// Qwen3MoeForCausalLM, LlavaForConditionalGeneration,
 // Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration,
-// LlavaOnevisionForConditionalGeneration, Qwen3VLForConditionalGeneration (the message lists them;
-// both Qwen2-VL classes are ModelArchitecture::Qwen2VL).
+// LlavaOnevisionForConditionalGeneration, Qwen3VLForConditionalGeneration,
+// Qwen3VLMoeForConditionalGeneration (the message lists them; both Qwen2-VL classes are
+// ModelArchitecture::Qwen2VL, both Qwen3-VL ones ModelArchitecture::Qwen3VL).
 ModelArchitecture detect_architecture(const std::string& model_dir);
 
 }  // namespace vlm

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -119,7 +120,16 @@ Qwen3VLConfig Qwen3VLConfig::from_json(const json& j, const std::string& source)
   t["model_type"] = moe ? "qwen3_moe" : "qwen3";
   // Qwen3VLMoeTextTopKRouter always renormalises the top-k weights (norm_topk_prob is not one of
   // Qwen3VLMoeTextConfig's fields: transformers 5.17 ignores whatever the file says).
-  if (moe) t["norm_topk_prob"] = true;
+  if (moe) {
+    t["norm_topk_prob"] = true;
+    // Qwen3VLMoeTextConfig's defaults where the file leaves a field out (they are not Qwen3MoeConfig's).
+    if (!t.contains("num_experts") && !t.contains("num_local_experts")) t["num_experts"] = 60;
+    for (const auto& [key, value] : {std::pair<const char*, int64_t>{"num_experts_per_tok", 4},
+                                     {"moe_intermediate_size", 1408},
+                                     {"intermediate_size", 5632},
+                                     {"decoder_sparse_step", 1}})
+      if (!t.contains(key) || t[key].is_null()) t[key] = value;
+  }
   Qwen3VLConfig c;
   c.text = ModelConfig::from_json(t, source + " (text_config)");
   c.text.rope.mrope_interleaved = true;

@@ -60,7 +60,11 @@ struct Qwen3VLConfig {
   int32_t vision_end_token_id = 151653;
 
   // Qwen3VLMoeForConditionalGeneration (model_type qwen3_vl_moe) is read too: its text_config is
-  // a Qwen3MoeConfig (text.moe; norm_topk_prob always true, as Qwen3VLMoeTextTopKRouter does).
+  // a Qwen3MoeConfig (text.moe; norm_topk_prob always true, as Qwen3VLMoeTextTopKRouter does;
+  // fields left out take Qwen3VLMoeTextConfig's defaults: num_experts 60, num_experts_per_tok 4,
+  // moe_intermediate_size 1408, intermediate_size 5632, decoder_sparse_step 1; layers in
+  // mlp_only_layers or off the sparse step keep the dense MLP). A MoE layout we do not read
+  // (shared experts, another gating) is refused naming the field (ModelConfig::from_json).
   // Throws LoadError naming `source` and the field: an architecture other than
   // Qwen3VLForConditionalGeneration (model_type qwen3_vl) or the MoE one, a missing text_config, anything
   // ModelConfig::from_json refuses in it (mrope_section not summing to head_dim / 2 among them),

@@ -4,7 +4,13 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <algorithm>
+#include <numeric>
+
 #include <nlohmann/json.hpp>
+
+#include "engine/scheduling/kv_cache.h"
+#include "model/decoder/forward_batch.h"
 
 namespace vlm::testing {
 
@@ -51,9 +57,10 @@ std::vector<std::array<int32_t, 3>> Qwen3VLReference::grids(const std::string& n
   return out;
 }
 
-Qwen3VLReference qwen3vl_reference() {
-  return Qwen3VLReference{SafetensorsFile::open(qwen3vl_model_dir() + "/reference.safetensors")};
+Qwen3VLReference qwen3vl_reference(const std::string& model_dir) {
+  return Qwen3VLReference{SafetensorsFile::open(model_dir + "/reference.safetensors")};
 }
+Qwen3VLReference qwen3vl_reference() { return qwen3vl_reference(qwen3vl_model_dir()); }
 
 namespace {
 
@@ -108,6 +115,70 @@ Qwen3VLPromptItems qwen3vl_prompt_items(const Qwen3VLModel& model, const Qwen3VL
     tokens.push_back({out.items[j].modality, model.media_tokens(out.items[j], static_cast<int>(j)),
                       model.tokens_per_frame(out.items[j])});
   out.prompt = expand_media_tokens(ids, img, vid, tokens);
+  return out;
+}
+
+std::vector<int32_t> qwen3vl_run(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k, int chunk, int n,
+                                 std::vector<float>& rows) {
+  const ModelConfig& tc = model.decoder().config();
+  const int64_t V = tc.vocab_size, W = model.embedding_planes() * tc.hidden_size;
+  const std::string p = "p" + std::to_string(k);
+  const auto ids = ref.ints(p + ".ids");
+  const auto pi = qwen3vl_prompt_items(model, ref, k);
+  const MropePositions pos = *model.mrope_positions(ids, pi.items);
+  const int64_t L = static_cast<int64_t>(ids.size());
+  std::vector<float> embeds(static_cast<size_t>(L * W));  // [L, (1 + K) C]
+  std::vector<uint8_t> use(static_cast<size_t>(L));
+  if (!pi.items.empty()) {
+    std::vector<const MediaPixels*> ptrs;
+    int64_t total = 0;
+    for (size_t j = 0; j < pi.items.size(); ++j) {
+      ptrs.push_back(&pi.items[j]);
+      total += model.media_tokens(pi.items[j], static_cast<int>(j));
+    }
+    std::vector<float> enc(static_cast<size_t>(total * W));
+    model.encode_media(ptrs, enc.data());
+    std::vector<int64_t> first(pi.items.size() + 1, 0);
+    for (size_t j = 0; j < pi.items.size(); ++j)
+      first[j + 1] = first[j] + model.media_tokens(pi.items[j], static_cast<int>(j));
+    for (int64_t t = 0; t < L; ++t) {
+      const ModalityTag tag = pi.prompt.modalities[static_cast<size_t>(t)];
+      if (tag.media_index < 0) continue;
+      const int64_t row = first[static_cast<size_t>(tag.media_index)] + pi.prompt.media_offset[static_cast<size_t>(t)];
+      std::copy_n(enc.data() + row * W, W, embeds.data() + t * W);
+      use[static_cast<size_t>(t)] = 1;
+    }
+  }
+  constexpr int kBlock = 16;
+  KVCacheShape shape{tc.num_layers, (L + n + kBlock - 1) / kBlock + 1, kBlock, static_cast<int>(tc.num_kv_heads),
+                     static_cast<int>(tc.head_dim), DType::F32};
+  KVCache cache(shape);
+  std::vector<int32_t> blocks(static_cast<size_t>(shape.num_blocks));
+  std::iota(blocks.rbegin(), blocks.rend(), 0);
+  std::vector<int32_t> seq = ids;
+  std::vector<float> logits;
+  for (int64_t s = 0; s < L; s += chunk) {
+    const int64_t len = std::min<int64_t>(chunk, L - s);
+    SequenceChunk sc{std::span<const int32_t>(seq.data() + s, len), static_cast<int32_t>(s), blocks, LogitsFor::All, {}, false};
+    ForwardBatch batch = make_forward_batch(std::span(&sc, 1), kBlock);
+    batch.mrope_positions.assign(pos.positions.begin() + s * 3, pos.positions.begin() + (s + len) * 3);
+    EmbeddingOverride ov{embeds.data() + s * W, use.data() + s};
+    ov.num_planes = model.embedding_planes();
+    model.decoder().forward(batch, cache.layers(), logits, ov);
+    rows.insert(rows.end(), logits.begin(), logits.end());
+  }
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const float* last = logits.data() + logits.size() - V;
+    const int32_t tok = static_cast<int32_t>(std::max_element(last, last + V) - last);
+    out.push_back(tok);
+    seq.push_back(tok);
+    const int32_t at = static_cast<int32_t>(seq.size() - 1);
+    SequenceChunk sc{std::span<const int32_t>(seq.data() + at, 1), at, blocks, LogitsFor::Last, {}, false};
+    ForwardBatch batch = make_forward_batch(std::span(&sc, 1), kBlock);
+    batch.mrope_positions = pos.decode(at, 1);
+    model.decoder().forward(batch, cache.layers(), logits);
+  }
   return out;
 }
 

@@ -35,7 +35,8 @@ struct Qwen3VLReference {
   std::vector<float> floats(const std::string& n) const;
   std::vector<std::array<int32_t, 3>> grids(const std::string& n) const;  // empty when absent
 };
-Qwen3VLReference qwen3vl_reference();
+Qwen3VLReference qwen3vl_reference();                              // qwen3vl_model_dir()'s
+Qwen3VLReference qwen3vl_reference(const std::string& model_dir);  // DIR/reference.safetensors
 
 // Case k's media items in prompt order as the engine takes them: HF's image_pixels per image,
 // each video's video_pixels split by model.split_video into its temporal groups; and the tagged
@@ -45,5 +46,11 @@ struct Qwen3VLPromptItems {
   MultimodalPrompt prompt;
 };
 Qwen3VLPromptItems qwen3vl_prompt_items(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k);
+
+// Case k of `ref` through `model` on the CPU: prefill in chunks of `chunk` tokens (media rows with
+// their planes from the override), then n greedy decode steps with positions p + rope_delta.
+// Returns the generated tokens; rows gets the logits of every prompt row, [L * V].
+std::vector<int32_t> qwen3vl_run(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k, int chunk, int n,
+                                 std::vector<float>& rows);
 
 }  // namespace vlm::testing

@@ -2,7 +2,7 @@
 // language model: tools/common/language_model.h): vlm-search-patterns writes a per-head file
 // of the model's shape that the loader reads back (a loose target admits sparse heads, target 0
 // keeps every head dense), and vlm-calibrate-sink fits a SinkRouter config from token-id prompts
-// with one sample per (decode step, routed layer, kv group).
+// with one sample per (decode step, routed layer, kv group); both take a Qwen3-VL-MoE checkpoint.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -16,6 +16,7 @@
 #include "model/methods/sink_router_config_file.h"
 #include "model/methods/sparse_patterns_file.h"
 #include "tests/support/qwen3vl_fixture.h"
+#include "tests/support/qwen3vl_moe_checkpoint.h"
 #include "tests/support/server_process.h"
 
 namespace vlm::testing {
@@ -86,6 +87,27 @@ TEST_F(Qwen3VLTools, CalibrateSinkFitsAConfigFromTokenIds) {
     EXPECT_EQ(l["samples"], 16);
     EXPECT_DOUBLE_EQ(l["skip_at_tau"].get<double>(), 10.0 / 16);
   }
+}
+
+// A Qwen3-VL-MoE checkpoint (the dense fixture's MLPs made 8 random experts, top 2:
+// tests/support/qwen3vl_moe_checkpoint.h) is taken by both tools through load_language_model.
+TEST_F(Qwen3VLTools, BothToolsTakeAQwen3VLMoeCheckpoint) {
+  MoeCheckpointSpec spec;
+  spec.identical = false;
+  const MoeCheckpoint ck(spec, "tools");
+  const std::string prompts = (dir_ / "ids.txt").string();
+  std::ofstream(prompts) << "1 5 9 33 70 81 2\n";
+  const std::string sink = (dir_ / "sink_router.json").string();
+  CommandResult r = run("vlm-calibrate-sink", "--model " + ck.dir() + " --prompts " + prompts +
+                                                  " --prompt-format ids --lengths 64,128 --decode-steps 2"
+                                                  " --target-skip 0.6 --out " + sink + " --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(load_sink_router_config(sink).length_ref, 128.0);
+  const std::string patterns = (dir_ / "patterns.json").string();
+  r = run("vlm-search-patterns", "--model " + ck.dir() + " --out " + patterns +
+                                     " --length 128 --block 16 --threads 2 --target-error 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(load_sparse_patterns(patterns).layers.size(), 3u);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // The language model of any checkpoint the server serves, for the tools that run text prompts
 // through it only (vlm-search-patterns, vlm-calibrate-sink): a text checkpoint's decoder
 // (LlmDecoder::load), or a vision-language checkpoint's (LLaVA, Qwen2-VL / Qwen2.5-VL,
-// LLaVA-OneVision, Qwen3-VL: the family's model is loaded, vision tower included, and its decoder
-// used; Qwen3-VL's decoder takes text with plain positions, its M-RoPE sections then coincide).
+// LLaVA-OneVision, Qwen3-VL and Qwen3-VL-MoE: the family's model is loaded, vision tower included,
+// and its decoder used; Qwen3-VL's decoder takes text with plain positions, its M-RoPE sections
+// then coincide).
 #pragma once
 
 #include <memory>

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -162,6 +163,43 @@ TEST(Qwen3VLMoeConfig, TheTextConfigIsAQwen3MoeDecoderThatAlwaysRenormalises) {
   d["architectures"] = {"Qwen3VLForConditionalGeneration"};
   d["model_type"] = "qwen3_vl";
   EXPECT_FALSE(Qwen3VLConfig::from_json(d, "cfg.json").text.moe.enabled());
+}
+
+// Fields a Qwen3-VL-MoE text_config leaves out take Qwen3VLMoeTextConfig's defaults (not
+// Qwen3MoeConfig's); num_local_experts (its attribute_map name) is read; mlp_only_layers and
+// decoder_sparse_step keep layers dense.
+TEST(Qwen3VLMoeConfig, DefaultsAliasesAndDenseLayers) {
+  json j = qwen3vl_30b_a3b();
+  json& t = j["text_config"];
+  for (const char* key : {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "intermediate_size",
+                          "decoder_sparse_step", "mlp_only_layers"})
+    t.erase(key);
+  Qwen3VLConfig c = Qwen3VLConfig::from_json(j, "cfg.json");
+  EXPECT_EQ(c.text.moe.num_experts, 60);
+  EXPECT_EQ(c.text.moe.top_k, 4);
+  EXPECT_EQ(c.text.moe.intermediate_size, 1408);
+  EXPECT_EQ(c.text.intermediate_size, 5632);
+  EXPECT_EQ(c.text.moe.decoder_sparse_step, 1);
+  for (int64_t l = 0; l < 48; ++l) EXPECT_TRUE(c.text.moe.is_moe_layer(l)) << l;
+  t["num_local_experts"] = 16;
+  t["num_experts_per_tok"] = 2;
+  t["decoder_sparse_step"] = 2;
+  t["mlp_only_layers"] = {1, 4};
+  c = Qwen3VLConfig::from_json(j, "cfg.json");
+  EXPECT_EQ(c.text.moe.num_experts, 16);
+  EXPECT_EQ(c.text.moe.top_k, 2);
+  std::vector<int64_t> sparse;
+  for (int64_t l = 0; l < 8; ++l)
+    if (c.text.moe.is_moe_layer(l)) sparse.push_back(l);
+  EXPECT_EQ(sparse, (std::vector<int64_t>{3, 5, 7}));  // (l + 1) % 2 == 0, less layer 1
+  t["mlp_only_layers"] = {48};
+  try {
+    Qwen3VLConfig::from_json(j, "cfg.json");
+    ADD_FAILURE() << "mlp_only_layers outside the layers accepted";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("cfg.json (text_config): mlp_only_layers entry 48"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

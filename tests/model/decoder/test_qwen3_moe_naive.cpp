@@ -130,7 +130,8 @@ void expect_refused(const std::string& dir, const std::string& needle) {
 }
 
 // What we do not read is refused at load, naming it: missing experts, a fused tensor of another
-// shape, shared-expert tensors (Qwen2-MoE's layout) beside the experts.
+// shape, shared-expert tensors (Qwen2-MoE's layout) beside the experts, a router bias,
+// quantization scales, a router on a layer the config keeps dense.
 TEST(Qwen3Moe, UnreadableExpertLayoutsAreRefusedNamingThem) {
   const Qwen3Shape s = moe_shape(ExpertLayout::PerExpert, true);
   const Qwen3Checkpoint ck = write_qwen3_checkpoint(s, "vlm_qwen3_moe_bad", 6);
@@ -153,7 +154,25 @@ TEST(Qwen3Moe, UnreadableExpertLayoutsAreRefusedNamingThem) {
                                t["model.layers.0.mlp.shared_expert.gate_proj.weight"] =
                                    TensorView(junk.data(), DType::F32, Shape{s.MI, s.C});
                              }),
-                 "layer 0 has shared-expert tensors");
+                 "checkpoint tensor model.layers.0.mlp.shared_expert.gate_proj.weight is not read: layer 0 is a "
+                 "mixture of 8 experts");
+  // A router bias, per-expert quantization scales, a router on the layer mlp_only_layers keeps dense.
+  expect_refused(edited_copy(ck, "bias",
+                             [&](std::map<std::string, TensorView>& t) {
+                               t["model.layers.2.mlp.gate.bias"] = TensorView(junk.data(), DType::F32, Shape{s.E});
+                             }),
+                 "checkpoint tensor model.layers.2.mlp.gate.bias is not read");
+  expect_refused(edited_copy(ck, "scale",
+                             [&](std::map<std::string, TensorView>& t) {
+                               t["model.layers.0.mlp.experts.3.up_proj.weight_scale_inv"] =
+                                   TensorView(junk.data(), DType::F32, Shape{1, 1});
+                             }),
+                 "checkpoint tensor model.layers.0.mlp.experts.3.up_proj.weight_scale_inv is not read");
+  expect_refused(edited_copy(ck, "dense",
+                             [&](std::map<std::string, TensorView>& t) {
+                               t["model.layers.1.mlp.gate.weight"] = TensorView(junk.data(), DType::F32, Shape{s.E, s.C});
+                             }),
+                 "checkpoint tensor model.layers.1.mlp.gate.weight is not read: layer 1 is dense");
   std::filesystem::remove_all(ck.dir);
 }
 

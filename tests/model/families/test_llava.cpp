@@ -185,7 +185,9 @@ TEST(Architecture, DispatchAndClearError) {
   std::ofstream(dir / "config.json") << R"({"model_type": "qwen3_vl"})";
   EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::Qwen3VL);
   std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3VLMoeForConditionalGeneration"]})";
-  EXPECT_THROW(detect_architecture(dir.string()), LoadError);  // the MoE Qwen3-VL: not yet
+  EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::Qwen3VL);  // the MoE one (Qwen3VLConfig reads it)
+  std::ofstream(dir / "config.json") << R"({"model_type": "qwen3_vl_moe"})";
+  EXPECT_EQ(detect_architecture(dir.string()), ModelArchitecture::Qwen3VL);
   std::ofstream(dir / "config.json") << R"({"architectures": ["MllamaForConditionalGeneration"]})";
   try {
     detect_architecture(dir.string());
