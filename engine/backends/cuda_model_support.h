@@ -5,9 +5,11 @@
 //
 // What is checked (the kernels that impose it in brackets):
 //  - the decoder's math: DeepStack (ModelConfig::deepstack_layers, Qwen3-VL) [CudaLayers' RowOps]
-//    and mixture-of-experts layers (ModelConfig::moe, Qwen3-MoE) [CudaLayers] are not on the GPU
-//    yet: refused, so --device auto runs such a model on the CPU (Qwen3's q/k RMSNorm and
-//    interleaved M-RoPE do run on the GPU);
+//    is not on the GPU yet: refused, so --device auto runs such a model on the CPU (Qwen3's q/k
+//    RMSNorm, interleaved M-RoPE and mixture-of-experts layers do run on the GPU);
+//  - mixture-of-experts layers (ModelConfig::moe; the layouts the config parser refuses stay
+//    refused for both backends): at most cuda::kMoeMaxExperts experts and top-k at most
+//    cuda::kMoeMaxTopK [moe_route, moe_sort, moe_combine];
 //  - decoder attention: H % Hkv == 0; head size D a multiple of 8 [paged_kv_write] and at most
 //    256 [CudaDecoder]; a power-of-two block size [the tiled kernels]; D other than 64 / 128
 //    runs on the reference kernel [paged_attention_naive], which holds at most

@@ -31,6 +31,7 @@ class CudaLayers final : public LayerBackend {
   std::unique_ptr<CausalAttention> causal_attention(const WeightSource& w, const AttentionSpec& spec,
                                                     const RopeTable& rope) override;
   std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) override;
+  std::unique_ptr<Mlp> moe(const WeightSource& w, const MoeSpec& spec) override;  // cuda_moe.h
   std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec& spec) override;
   std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) override;
   std::unique_ptr<RowOps> row_ops() override;
