@@ -16,9 +16,10 @@
 //     product (x = that [P, I], row(r) = r, W_e = down [E, C, I]). One launch covers every expert:
 //     moe_grouped runs bf16/f16 tiles of kMoeTileRows slots on tensor cores (WMMA) over a grid of
 //     moe_max_tiles(P, E) row tiles, the tiles past tile_starts[E] exiting at once (no host-known
-//     per-expert counts); moe_grouped_gemv, for few pairs per expert (decode), gives each expert
-//     a column of blocks that exits at once when the expert has no pairs, so a step reads only
-//     the chosen experts' weights, each weight row once per 4 of the expert's pairs.
+//     per-expert counts); moe_grouped_gemv, for few pairs per expert (decode), gives each of its
+//     min(P, E) columns of blocks to an expert with pairs (moe_sort's `active` list; the columns
+//     past it exit at once), so a step reads only the chosen experts' weights, each weight row
+//     once per 8 of the expert's pairs.
 //  4. moe_combine: y[t] (+)= sum over j (increasing expert) of weight[t, j] * out[slot_of_pair[t*k + j]]
 //     (the sum in f32, then added to y: the CPU's order).
 // Every optimized kernel has a naive reference (*_naive: one thread per token, per pair, or per
@@ -47,6 +48,7 @@ void moe_route_naive(const float* logits /*[T,E]*/, int64_t T, int64_t E, int64_
 struct MoeSorted {
   int32_t* offsets = nullptr;       // [E+1] expert e's slots [offsets[e], offsets[e+1]); offsets[E] = P
   int32_t* tile_starts = nullptr;   // [E+1] expert e's row tiles [tile_starts[e], tile_starts[e+1])
+  int32_t* active = nullptr;        // [E+1] the experts with pairs, increasing, then active[E] = their count
   int32_t* pair_of_slot = nullptr;  // [P]
   int32_t* slot_of_pair = nullptr;  // [P]
 };
@@ -69,6 +71,7 @@ struct MoeGroupedArgs {
   void* out = nullptr;
   const int32_t* offsets = nullptr;      // [E+1] (moe_sort)
   const int32_t* tile_starts = nullptr;  // [E+1] (moe_sort; moe_grouped only)
+  const int32_t* active = nullptr;       // [E+1] (moe_sort; moe_grouped_gemv only)
   int64_t P = 0, E = 0, N = 0, K = 0;
   bool gated = false;
 };

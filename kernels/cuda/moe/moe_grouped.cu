@@ -2,6 +2,8 @@
 // tiles over the sorted slots (prefill), per-expert warp GEMVs (decode), and the naive reference.
 #include <mma.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/core/element.cuh"
 #include "kernels/cuda/gemm/gemv_warp.cuh"
 #include "kernels/cuda/moe/moe_cuda.h"
@@ -9,10 +11,10 @@
 namespace vlm::cuda {
 namespace {
 
-constexpr int kBM = kMoeTileRows, kBN = 64, kBK = 32, kTileThreads = 128;  // 4 warps, 32 x 32 each
+constexpr int kBM = kMoeTileRows, kBN = 64, kBK = 64, kTileThreads = 128;  // 4 warps, 32 x 32 each
 constexpr int kLdAB = kBK + 8;                                            // 16-bit elements per smem row
 constexpr int kLdC = kBN + 4;                                             // floats per staging row
-constexpr int kGemvWarps = 8, kGemvRows = 4;                              // columns per block, pairs per pass
+constexpr int kGemvWarps = 8, kGemvRows = 8;                              // columns per block, pairs per pass
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
@@ -121,11 +123,13 @@ __global__ void __launch_bounds__(kTileThreads) grouped_tc_kernel(MoeGroupedArgs
   }
 }
 
-// Block (column tile, expert): warp w owns output column n (its gate and up rows when gated) and
-// walks the expert's slots kGemvRows at a time; lane j takes 16-byte vectors j, j + 32, ...
+// Block (column tile, y): y indexes the experts with pairs (active; past their count: exit);
+// warp w owns output column n (its gate and up rows when gated) and walks the expert's slots
+// kGemvRows at a time; lane j takes 16-byte vectors j, j + 32, ...
 template <class T, int kG>
 __global__ void __launch_bounds__(32 * kGemvWarps) grouped_gemv_kernel(MoeGroupedArgs a) {
-  const int e = blockIdx.y;
+  if (static_cast<int>(blockIdx.y) >= a.active[a.E]) return;
+  const int e = a.active[blockIdx.y];
   const int s0 = a.offsets[e], s1 = a.offsets[e + 1];
   if (s0 == s1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -210,7 +214,8 @@ void moe_grouped_gemv(const MoeGroupedArgs& a, DType dt, cudaStream_t s) {
   check_args(a);
   if (!moe_grouped_fast_supported(a.K, dt)) precondition_failed("moe_grouped_gemv: 16-bit dt and K % 8 == 0");
   if (a.P == 0) return;
-  const dim3 grid(static_cast<unsigned>((a.N + kGemvWarps - 1) / kGemvWarps), static_cast<unsigned>(a.E));
+  const dim3 grid(static_cast<unsigned>((a.N + kGemvWarps - 1) / kGemvWarps),
+                  static_cast<unsigned>(std::min(a.P, a.E)));  // at most P experts have pairs
   auto launch = [&](auto tag) {
     using T = decltype(tag);
     if (a.gated) grouped_gemv_kernel<T, 2><<<grid, 32 * kGemvWarps, 0, s>>>(a);

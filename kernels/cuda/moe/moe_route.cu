@@ -12,6 +12,10 @@ namespace {
 constexpr int kRouteWarps = 4;
 constexpr int kSortThreads = 256;
 
+constexpr float kTaken = -3.f, kNan = -2.f;  // below every probability
+
+__device__ __forceinline__ float sanitized(float p) { return p == p ? p : kNan; }
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -24,8 +28,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // One warp per token: its probabilities in shared memory [kRouteWarps][E]; K rounds of a warp
-// argmax (ties: the lower expert), the chosen probability marked -1 after each; lane j keeps
-// choice j, then writes it at its rank among the choices by expert index.
+// argmax (ties: the lower expert), the chosen probability marked kTaken after each; lane j keeps
+// choice j, then writes it at its rank among the choices by expert index. A NaN probability (a
+// row of NaN or all -inf logits) counts as kNan, below every real one and above kTaken, so every
+// choice is a valid expert whatever the row holds (the sort indexes by it).
 __global__ void __launch_bounds__(32 * kRouteWarps)
     route_kernel(const float* __restrict__ logits, int T, int E, int K, bool norm, int32_t* expert, float* weight) {
   extern __shared__ float route_smem[];
@@ -43,12 +49,12 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
   float sum = 0.f;
   for (int e = lane; e < E; e += 32) sum += (p[e] = expf(p[e] - mx));
   sum = warp_sum(sum);
-  for (int e = lane; e < E; e += 32) p[e] = p[e] / sum;
+  for (int e = lane; e < E; e += 32) p[e] = sanitized(p[e] / sum);
   __syncwarp();
   int my_e = INT_MAX;
   float my_p = 0.f, wsum = 0.f;
   for (int j = 0; j < K; ++j) {
-    float bv = -2.f;
+    float bv = kTaken;
     int bi = INT_MAX;
     for (int e = lane; e < E; e += 32)
       if (p[e] > bv) bv = p[e], bi = e;  // e ascending in a lane: a tie keeps the lower
@@ -61,7 +67,7 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
     wsum += bv;  // in the order chosen (largest first), as the CPU sums
     if (lane == j) my_e = bi, my_p = bv;
     __syncwarp();
-    if (lane == 0) p[bi] = -1.f;
+    if (lane == 0) p[bi] = kTaken;
     __syncwarp();
   }
   int rank = 0;
@@ -86,18 +92,18 @@ __global__ void route_naive_kernel(const float* __restrict__ logits, float* p_al
   float mx = -FLT_MAX, sum = 0.f;
   for (int e = 0; e < E; ++e) mx = fmaxf(mx, l[e]);
   for (int e = 0; e < E; ++e) sum += (p[e] = expf(l[e] - mx));
-  for (int e = 0; e < E; ++e) p[e] = p[e] / sum;
+  for (int e = 0; e < E; ++e) p[e] = sanitized(p[e] / sum);
   int32_t* ex = expert + static_cast<int64_t>(t) * K;
   float* wt = weight + static_cast<int64_t>(t) * K;
   float wsum = 0.f;
   for (int j = 0; j < K; ++j) {  // the largest left, the lower expert on a tie
     int best = -1;
     for (int e = 0; e < E; ++e)
-      if (p[e] >= 0.f && (best < 0 || p[e] > p[best])) best = e;
+      if (p[e] > kTaken && (best < 0 || p[e] > p[best])) best = e;
     ex[j] = best;
     wt[j] = p[best];
     wsum += p[best];
-    p[best] = -1.f;
+    p[best] = kTaken;
   }
   for (int j = 1; j < K; ++j)  // insertion sort by expert
     for (int i = j; i > 0 && ex[i - 1] > ex[i]; --i) {
@@ -127,13 +133,16 @@ __global__ void __launch_bounds__(kSortThreads)
   __syncthreads();
   __shared__ int base_slot;
   if (tid == 0) {
-    int off = 0, tiles = 0;
-    for (int i = 0; i < e; ++i) off += count[i], tiles += (count[i] + kMoeTileRows - 1) / kMoeTileRows;
+    int off = 0, tiles = 0, busy = 0;
+    for (int i = 0; i < e; ++i)
+      off += count[i], tiles += (count[i] + kMoeTileRows - 1) / kMoeTileRows, busy += count[i] > 0;
     out.offsets[e] = off;
     out.tile_starts[e] = tiles;
+    if (count[e] > 0) out.active[busy] = e;
     if (e == E - 1) {
       out.offsets[E] = off + count[e];
       out.tile_starts[E] = tiles + (count[e] + kMoeTileRows - 1) / kMoeTileRows;
+      out.active[E] = busy + (count[e] > 0);
     }
     base_slot = off;
   }
@@ -165,10 +174,13 @@ __global__ void sort_naive_kernel(const int32_t* __restrict__ expert, int P, int
   for (int e = 0; e <= E; ++e) out.offsets[e] = 0;
   for (int i = 0; i < P; ++i) ++out.offsets[expert[i] + 1];
   out.tile_starts[0] = 0;
+  int busy = 0;
   for (int e = 0; e < E; ++e) {
+    if (out.offsets[e + 1] > 0) out.active[busy++] = e;
     out.tile_starts[e + 1] = out.tile_starts[e] + (out.offsets[e + 1] + kMoeTileRows - 1) / kMoeTileRows;
     out.offsets[e + 1] += out.offsets[e];
   }
+  out.active[E] = busy;
   for (int e = 0; e < E; ++e) {  // pairs of expert e in pair order
     int slot = out.offsets[e];
     for (int i = 0; i < P; ++i)

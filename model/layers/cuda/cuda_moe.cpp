@@ -92,7 +92,7 @@ class CudaMoe final : public Mlp {
         down_ = upload_transposed(w.get(p + "down_proj", Shape{E, I, C}), dt, bytes);
         break;
     }
-    groups_.resize(static_cast<size_t>(2 * (E + 1)) * 4);
+    groups_.resize(static_cast<size_t>(3 * (E + 1)) * 4);
   }
 
   int64_t inner_cols() const override {
@@ -127,6 +127,7 @@ class CudaMoe final : public Mlp {
     cuda::MoeSorted sorted;
     sorted.offsets = groups_.as<int32_t>();
     sorted.tile_starts = sorted.offsets + (E + 1);
+    sorted.active = sorted.tile_starts + (E + 1);
     sorted.pair_of_slot = reinterpret_cast<int32_t*>(base + L.pair_of_slot);
     sorted.slot_of_pair = reinterpret_cast<int32_t*>(base + L.slot_of_pair);
     void* act = base + L.act;  // [P, I] dt
@@ -145,6 +146,7 @@ class CudaMoe final : public Mlp {
     gu.out = act;
     gu.offsets = sorted.offsets;
     gu.tile_starts = sorted.tile_starts;
+    gu.active = sorted.active;
     gu.P = P;
     gu.E = E;
     gu.N = I;
@@ -178,7 +180,7 @@ class CudaMoe final : public Mlp {
   DeviceLinear router_;          // [E, C] dt
   cuda::DeviceBuffer gate_up_;   // [E, 2I, C] dt (gate rows, then up rows, of each expert)
   cuda::DeviceBuffer down_;      // [E, C, I] dt
-  cuda::DeviceBuffer groups_;    // offsets [E+1], tile_starts [E+1] (i32), written by each forward
+  cuda::DeviceBuffer groups_;    // offsets, tile_starts, active: [E+1] i32 each, written by each forward
 };
 
 }  // namespace

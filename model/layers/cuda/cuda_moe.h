@@ -4,13 +4,14 @@
 // product: GEMV or cuBLASLt); routing and the grouping of the T*k (token, expert) pairs by expert
 // on the device; gate|up with SiLU·mul and down as grouped products over the sorted pairs (one
 // launch each for all experts: tensor-core row tiles, or per-expert GEMVs when the step has at
-// most 8 pairs per expert on average, so a decode step reads only its chosen experts' weights;
+// most 8 pairs per expert on average, so a decode step reads only its chosen experts' weights);
 // f32 runs the naive products); the combine weighted by the routing weights back into token order,
 // with the residual add. No host sync, no allocation, no host read of device data in forward: a
 // decode step's MoE layers are captured in the decode CUDA graphs. All of the step's buffers live
 // in the `inner` activation (inner_cols() states them: the logits, choices, weights, both
 // permutations, the SiLU·mul rows [T*k, I] and the experts' outputs [T*k, C] in the compute dtype);
-// the per-expert offsets and tile starts ([E+1] each) are the layer's own device memory.
+// the per-expert offsets, tile starts and the list of experts with pairs ([E+1] each) are the
+// layer's own device memory.
 // Weights: router [E, C], gate|up [E, 2I, C] and down [E, C, I] in the compute dtype, from any
 // ExpertLayout (FusedTransposed transposed on the device at load). Refused at load (LoadError
 // naming the router): more than kMoeMaxExperts experts, top-k above kMoeMaxTopK, and a block

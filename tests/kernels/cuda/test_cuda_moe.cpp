@@ -1,11 +1,12 @@
 // The mixture-of-experts kernels (kernels/cuda/moe/moe_cuda.h), each optimized kernel against
 // its naive reference and the references against host restatements: routing (softmax, top-k with
-// ties to the lower expert, norm_topk, choices in expert order) over E = 8 .. 1000 and k = 1 .. 8;
-// sorting (offsets, tile starts, both permutations; pairs ascending within an expert) with
-// experts left empty, one expert taking every pair, and 70,000 pairs; the grouped products
-// (tensor-core tiles and per-expert GEMVs, gated and not, bf16 and f16) over skewed groups that
-// cross tile edges; the combine (16-byte and scalar paths, Write and Add); the load-time
-// transpose. Outputs are poisoned first so an unwritten element fails. Skips without a GPU.
+// ties to the lower expert, norm_topk, choices in expert order; NaN rows to valid experts) over
+// E = 8 .. 1000 and k = 1 .. 8; sorting (offsets, tile starts, the experts with pairs, both
+// permutations; pairs ascending within an expert) with experts left empty, one expert taking
+// every pair, and 70,000 pairs; the grouped products (tensor-core tiles and per-expert GEMVs,
+// gated and not, bf16 and f16) over skewed groups that cross tile edges; the combine (16-byte and
+// scalar paths, Write and Add); the load-time transpose. Outputs are poisoned first so an
+// unwritten element fails. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -83,19 +84,35 @@ TEST_F(CudaMoe, RouteMatchesNaiveAndHost) {
   }
 }
 
-// Runs moe_sort (or the naive one) on `expert` and returns offsets, tile starts and both
-// permutations (one vector, in that order).
+// A row of NaN logits (or all -inf: softmax 0/0) still routes to valid experts (the lowest
+// ones), never past E: the sort indexes by the choices.
+TEST_F(CudaMoe, RouteOfNanRowsChoosesValidExperts) {
+  const int64_t T = 2, E = 8, K = 2;
+  std::vector<float> logits(T * E, std::nanf(""));
+  std::fill(logits.begin() + E, logits.end(), -INFINITY);
+  auto d_l = to_device(logits);
+  for (bool naive : {false, true}) {
+    auto d_e = poisoned(T * K * 4), d_w = poisoned(T * K * 4);
+    (naive ? cuda::moe_route_naive : cuda::moe_route)(d_l.as<float>(), T, E, K, true, d_e.as<int32_t>(),
+                                                       d_w.as<float>(), nullptr);
+    EXPECT_EQ(to_host<int32_t>(d_e, T * K), (std::vector<int32_t>{0, 1, 0, 1})) << (naive ? "naive" : "fast");
+  }
+}
+
+// Runs moe_sort (or the naive one) on `expert` and returns offsets, tile starts, the active
+// experts and both permutations (one vector, in that order; unwritten entries poisoned: -1).
 std::vector<int32_t> sorted_of(const std::vector<int32_t>& expert, int64_t E, bool naive) {
   const int64_t P = static_cast<int64_t>(expert.size());
   auto d_x = to_device(expert);
-  auto d_meta = poisoned((2 * (E + 1) + 2 * P) * 4);
+  auto d_meta = poisoned((3 * (E + 1) + 2 * P) * 4);
   cuda::MoeSorted s;
   s.offsets = d_meta.as<int32_t>();
   s.tile_starts = s.offsets + E + 1;
-  s.pair_of_slot = s.tile_starts + E + 1;
+  s.active = s.tile_starts + E + 1;
+  s.pair_of_slot = s.active + E + 1;
   s.slot_of_pair = s.pair_of_slot + P;
   (naive ? cuda::moe_sort_naive : cuda::moe_sort)(d_x.as<int32_t>(), P, E, s, nullptr);
-  return to_host<int32_t>(d_meta, 2 * (E + 1) + 2 * P);
+  return to_host<int32_t>(d_meta, 3 * (E + 1) + 2 * P);
 }
 
 TEST_F(CudaMoe, SortMatchesNaiveAndGroupsPairsByExpert) {
@@ -115,7 +132,8 @@ TEST_F(CudaMoe, SortMatchesNaiveAndGroupsPairsByExpert) {
     // The host's grouping: counts, stable order.
     const int32_t* off = naive.data();
     const int32_t* tiles = off + c.E + 1;
-    const int32_t* pos = tiles + c.E + 1;
+    const int32_t* active = tiles + c.E + 1;
+    const int32_t* pos = active + c.E + 1;
     const int32_t* slot = pos + c.P;
     std::vector<int32_t> want_off(c.E + 1, 0);
     for (int32_t e : expert) ++want_off[e + 1];
@@ -128,6 +146,11 @@ TEST_F(CudaMoe, SortMatchesNaiveAndGroupsPairsByExpert) {
     EXPECT_EQ(tiles[c.E], want_tiles);
     EXPECT_LE(want_tiles, cuda::moe_max_tiles(c.P, c.E));
     EXPECT_EQ(std::vector<int32_t>(off, off + c.E + 1), want_off);
+    std::vector<int32_t> want_active;
+    for (int64_t e = 0; e < c.E; ++e)
+      if (want_off[e + 1] > want_off[e]) want_active.push_back(static_cast<int32_t>(e));
+    ASSERT_EQ(active[c.E], static_cast<int32_t>(want_active.size()));
+    EXPECT_EQ(std::vector<int32_t>(active, active + want_active.size()), want_active);
     std::vector<int32_t> fill(want_off.begin(), want_off.end() - 1);
     for (int64_t i = 0; i < c.P; ++i) {
       const int32_t r = fill[expert[i]]++;
@@ -161,7 +184,11 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
       const int64_t rows = g.x_div > 1 ? P / g.x_div + 1 : P;  // x rows (tokens when x_div = top-k)
       const auto x = round_to(random_vector(std::max<int64_t>(rows, 1) * K, 5 + K), dt);
       const auto w = round_to(random_vector(E * G * N * K, 6 + N, 0.1f), dt);
-      std::vector<int32_t> x_rows(P), expert(P), tiles(E + 1, 0);
+      std::vector<int32_t> x_rows(P), expert(P), tiles(E + 1, 0), active(E + 1, -1);
+      int32_t busy = 0;
+      for (int64_t e = 0; e < E; ++e)
+        if (g.counts[e] > 0) active[busy++] = static_cast<int32_t>(e);
+      active[E] = busy;
       std::mt19937 rng(3);
       for (int64_t r = 0; r < P; ++r) x_rows[r] = static_cast<int32_t>(rng() % (rows * g.x_div));
       for (int64_t e = 0; e < E; ++e) {
@@ -170,6 +197,7 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
       }
       auto d_x = to_device(encode(x, dt)), d_w = to_device(encode(w, dt));
       auto d_off = to_device(offsets), d_tiles = to_device(tiles), d_rows = to_device(x_rows);
+      auto d_active = to_device(active);
       auto run = [&](int which) {  // 0 tiles, 1 gemv, 2 naive
         auto d_out = poisoned(P * N * dtype_size(dt));
         cuda::MoeGroupedArgs a;
@@ -180,6 +208,7 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
         a.out = d_out.get();
         a.offsets = d_off.as<int32_t>();
         a.tile_starts = d_tiles.as<int32_t>();
+        a.active = d_active.as<int32_t>();
         a.P = P;
         a.E = E;
         a.N = N;
