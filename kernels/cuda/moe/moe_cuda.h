@@ -14,7 +14,7 @@
 //     [0, 2I) of gate_up [E, 2I, C]: out[r, i] = silu(round(g_i)) * round(u_i), g_i from row i,
 //     u_i from row I + i, rounded to dt as an unfused GEMM would store them), then the down
 //     product (x = that [P, I], row(r) = r, W_e = down [E, C, I]). One launch covers every expert:
-//     moe_grouped runs bf16/f16 tiles of kMoeTileRows slots on tensor cores (WMMA) over a grid of
+//     moe_grouped runs bf16/f16 tiles of kMoeTileRows slots on tensor cores (mma.sync, cp.async) over a grid of
 //     moe_max_tiles(P, E) row tiles, the tiles past tile_starts[E] exiting at once (no host-known
 //     per-expert counts); moe_grouped_gemv, for few pairs per expert (decode), gives each of its
 //     min(P, E) columns of blocks to an expert with pairs (moe_sort's `active` list; the columns
@@ -37,7 +37,7 @@
 
 namespace vlm::cuda {
 
-constexpr int kMoeTileRows = 64;          // slots per row tile of moe_grouped
+constexpr int kMoeTileRows = 128;         // slots per row tile of moe_grouped
 
 // 1 <= K <= min(E, kMoeMaxTopK), E <= kMoeMaxExperts.
 void moe_route(const float* logits /*[T,E]*/, int64_t T, int64_t E, int64_t K, bool norm_topk,

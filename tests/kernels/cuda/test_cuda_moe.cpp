@@ -170,10 +170,12 @@ struct GroupedCase {
 TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
   const std::vector<GroupedCase> cases = {
       {8, 40, 64, 2, {1, 0, 3, 0, 0, 2, 1, 1}, true},              // decode-like, empty experts
-      {8, 96, 200, 2, {150, 0, 64, 65, 1, 0, 7, 33}, true},        // tiles: full, one past, partial
+      {8, 96, 200, 2, {150, 0, 128, 129, 1, 0, 7, 33}, true},      // tiles: full, one past, partial
       {8, 64, 40, 1, {0, 129, 2, 0, 0, 0, 0, 5}, false},           // down: x rows = slots
       {4, 128, 96, 8, {70, 9, 0, 40}, true},                       // two column tiles, K = 3 steps
       {3, 33, 16, 1, {3, 1, 2}, false},                            // N not a multiple of 64 or 8
+      {5, 200, 40, 1, {300, 0, 129, 128, 1}, false},               // 2 column tiles, K past a 32-step
+      {2, 72, 2056, 4, {257, 3}, true},                            // long K, 3 row tiles
   };
   for (DType dt : {DType::BF16, DType::F16}) {
     for (const GroupedCase& g : cases) {
