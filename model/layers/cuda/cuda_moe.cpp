@@ -118,6 +118,7 @@ class CudaMoe final : public Mlp {
     if (pre_) {
       void* n = s.scratch(CudaScratch::kNormOut, T * C * esz);
       pre_->apply(x.f32(), T, C, n, dt, s.stream);
+      s.mark("norm");
       h = n;
     }
     auto* base = static_cast<char*>(inner.data);
@@ -134,6 +135,7 @@ class CudaMoe final : public Mlp {
     void* out = base + L.out;  // [P, C] dt
 
     cuda_product(s, h, router_.w.get(), nullptr, logits, DType::F32, false, T, E, C);
+    s.mark("moe_router");
     cuda::moe_route(logits, T, E, K, spec_.norm_topk_prob, expert, weight, s.stream);
     cuda::moe_sort(expert, P, E, sorted, s.stream);
     s.mark("moe_route");
