@@ -164,7 +164,7 @@ class CudaMoe final : public Mlp {
     dn.K = I;
     dn.gated = false;
     const bool fast = cuda::moe_grouped_fast_supported(C, dt) && cuda::moe_grouped_fast_supported(I, dt);
-    const bool few = P <= 8 * E;  // ~8 pairs per expert or fewer: weight rows read once per 4 pairs
+    const bool few = P <= 8 * E;  // ~8 pairs per expert or fewer: the GEMVs read weight rows once per 8 pairs
     for (const cuda::MoeGroupedArgs* g : {&gu, &dn}) {
       if (!fast) cuda::moe_grouped_naive(*g, dt, s.stream);
       else if (few) cuda::moe_grouped_gemv(*g, dt, s.stream);
