@@ -22,8 +22,12 @@ def main():
         if not os.path.exists(ref_path):
             continue
         ref = load_file(ref_path)
-        model = AutoModelForCausalLM.from_pretrained(os.path.join(root, name), dtype=torch.bfloat16,
-                                                     attn_implementation="eager").cuda().eval()
+        try:  # a fixture written in a layout transformers does not load (qwen3_moe_f32_relayout) is skipped
+            model = AutoModelForCausalLM.from_pretrained(os.path.join(root, name), dtype=torch.bfloat16,
+                                                         attn_implementation="eager").cuda().eval()
+        except Exception as e:  # noqa: BLE001 (any load failure: report and go on)
+            print(f"hf bf16 logits: {name} skipped ({type(e).__name__}: {e})", flush=True)
+            continue
         res = {}
         with torch.inference_mode():
             i = 0

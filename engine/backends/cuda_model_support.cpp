@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cuda/attention/varlen_attention.h"
+#include "kernels/cuda/moe/moe_limits.h"
 
 namespace vlm {
 
@@ -29,11 +30,11 @@ std::vector<std::string> cuda_model_support(const ModelConfig& m, const EngineCo
     return p;  // the group size G below means nothing
   }
   const int64_t G = H / Hkv;
-  if (m.moe.enabled())
-    p.push_back(fmt::format("{}'s mixture-of-experts layers ({} experts, top {}): the GPU decoder does not implement "
-                            "them yet",
+  if (m.moe.enabled() && (m.moe.num_experts > cuda::kMoeMaxExperts || m.moe.top_k > cuda::kMoeMaxTopK))
+    p.push_back(fmt::format("{}'s mixture-of-experts layers ({} experts, top {}): the GPU routes at most {} experts, "
+                            "top {}",
                             m.architecture.empty() ? std::string("this model") : m.architecture, m.moe.num_experts,
-                            m.moe.top_k));
+                            m.moe.top_k, cuda::kMoeMaxExperts, cuda::kMoeMaxTopK));
   if (D <= 0 || D % 8 != 0)
     p.push_back(fmt::format("head size {}: the GPU's KV cache write needs a multiple of 8", D));
   if (D > kMaxHeadDim) p.push_back(fmt::format("head size {}: the GPU's kernels take at most {}", D, kMaxHeadDim));

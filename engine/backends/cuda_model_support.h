@@ -4,9 +4,10 @@
 // 500s behind a 200 health check; shared/DESIGN.md, "Models: written once").
 //
 // What is checked (the kernels that impose it in brackets):
-//  - the decoder's math: mixture-of-experts layers (ModelConfig::moe, Qwen3-MoE) [CudaLayers] are
-//    not on the GPU yet: refused, so --device auto runs such a model on the CPU (Qwen3's q/k
-//    RMSNorm, interleaved M-RoPE and Qwen3-VL's DeepStack, CudaLayers' RowOps, run on the GPU);
+//  - the decoder's math: Qwen3's q/k RMSNorm, interleaved M-RoPE, Qwen3-VL's DeepStack (CudaLayers'
+//    RowOps) and mixture-of-experts layers run on the GPU; for the last, the layouts the config
+//    parser refuses stay refused for both backends, and the GPU takes at most cuda::kMoeMaxExperts
+//    experts and top-k at most cuda::kMoeMaxTopK [moe_route, moe_sort, moe_combine];
 //  - decoder attention: H % Hkv == 0; head size D a multiple of 8 [paged_kv_write] and at most
 //    256 [CudaDecoder]; a power-of-two block size [the tiled kernels]; D other than 64 / 128
 //    runs on the reference kernel [paged_attention_naive], which holds at most

@@ -183,21 +183,27 @@ TEST(CudaModelSupport, Qwen3QkNormAndInterleavedMropeAreTaken) {
   EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
 }
 
-// Mixture-of-experts layers (Qwen3-MoE, Qwen3-VL-MoE's decoder) are not on the GPU yet: refused
-// at load, naming them (the GPU decoder would otherwise look for a dense MLP's tensors).
-TEST(CudaModelSupport, MixtureOfExpertsIsRefusedNamingIt) {
+// Mixture-of-experts layers (Qwen3-MoE, Qwen3-VL-MoE's decoder) run on the GPU (CudaLayers::moe)
+// up to the routing kernels' limits: Qwen3-30B-A3B's 128 experts, top 8, pass; more experts or a
+// wider top-k than the kernels hold are refused at load, naming the limit.
+TEST(CudaModelSupport, MixtureOfExpertsRunsWithinTheRoutingLimits) {
   ModelConfig m = qwen2vl_7b_shaped();
   m.architecture = "Qwen3MoeForCausalLM";
   m.moe.num_experts = 128;
   m.moe.top_k = 8;
   m.moe.intermediate_size = 768;
-  const auto p = cuda_model_support(m, EngineConfig{}, DType::BF16, 4096);
-  ASSERT_EQ(p.size(), 1u) << joined(p);
-  EXPECT_TRUE(mentions(p, "Qwen3MoeForCausalLM's mixture-of-experts layers (128 experts, top 8): the GPU decoder "
-                          "does not implement them yet"))
-      << joined(p);
-  m.moe = MoeConfig{};
   EXPECT_TRUE(cuda_model_support(m, EngineConfig{}, DType::BF16, 4096).empty());
+  m.moe.num_experts = 2048;
+  auto p = cuda_model_support(m, EngineConfig{}, DType::BF16, 4096);
+  ASSERT_EQ(p.size(), 1u) << joined(p);
+  EXPECT_TRUE(mentions(p, "Qwen3MoeForCausalLM's mixture-of-experts layers (2048 experts, top 8): the GPU routes at "
+                          "most 1024 experts, top 32"))
+      << joined(p);
+  m.moe.num_experts = 128;
+  m.moe.top_k = 64;
+  p = cuda_model_support(m, EngineConfig{}, DType::BF16, 4096);
+  ASSERT_EQ(p.size(), 1u) << joined(p);
+  EXPECT_TRUE(mentions(p, "(128 experts, top 64)")) << joined(p);
 }
 
 // Qwen3-VL's DeepStack (vision planes added after the first decoder layers) runs on the GPU

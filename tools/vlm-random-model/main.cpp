@@ -1,7 +1,7 @@
 // vlm-random-model: writes a Hugging Face-style checkpoint directory (config.json +
 // model.safetensors) with random weights in the shape of a real model, for benchmarks and
 // load tests without downloading anything.
-//   vlm-random-model --out DIR [--preset tiny-qwen2|qwen2-0.5b|llama-3.2-1b|qwen2-7b|qwen3-8b]
+//   vlm-random-model --out DIR [--preset tiny-qwen2|qwen2-0.5b|llama-3.2-1b|qwen2-7b|qwen3-8b|qwen3-30b-a3b]
 //                    [--dtype bf16|f16|f32] [--layers N] [--seed S] [--std X] [--tokenizer-from DIR]
 //                    [--threads N]
 // --threads N > 1 draws the rows of each tensor on N threads, row r of tensor k from its own
@@ -61,6 +61,18 @@ json preset(const std::string& name) {
             {"max_position_embeddings", 40960}, {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0},
             {"tie_word_embeddings", false}, {"attention_bias", false}, {"hidden_act", "silu"},
             {"bos_token_id", 151643}, {"eos_token_id", 151645}};
+  // Qwen3-30B-A3B's text shape (Qwen3-VL-30B-A3B's decoder but for its M-RoPE): 48 layers, all
+  // MoE, 128 experts of 768, top 8 renormalised; experts written per expert, as the released
+  // checkpoint stores them. ~61 GB in bf16 (use --threads).
+  if (name == "qwen3-30b-a3b")
+    return {{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"vocab_size", 151936},
+            {"hidden_size", 2048}, {"intermediate_size", 6144}, {"num_hidden_layers", 48},
+            {"num_attention_heads", 32}, {"num_key_value_heads", 4}, {"head_dim", 128},
+            {"num_experts", 128}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 768},
+            {"norm_topk_prob", true}, {"decoder_sparse_step", 1}, {"mlp_only_layers", json::array()},
+            {"max_position_embeddings", 40960}, {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0},
+            {"tie_word_embeddings", false}, {"attention_bias", false}, {"hidden_act", "silu"},
+            {"bos_token_id", 151643}, {"eos_token_id", 151645}};
   if (name == "llama-3.2-1b")
     return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 128256},
             {"hidden_size", 2048}, {"intermediate_size", 8192}, {"num_hidden_layers", 16},
@@ -70,12 +82,14 @@ json preset(const std::string& name) {
             {"eos_token_id", {128001, 128008, 128009}},
             {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
                               {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}};
-  std::fprintf(stderr, "unknown preset '%s' (tiny-qwen2, qwen2-0.5b, qwen2-7b, qwen3-8b, llama-3.2-1b)\n", name.c_str());
+  std::fprintf(stderr, "unknown preset '%s' (tiny-qwen2, qwen2-0.5b, qwen2-7b, qwen3-8b, qwen3-30b-a3b, llama-3.2-1b)\n",
+               name.c_str());
   std::exit(2);
 }
 
 const char* const kUsage =
-    "usage: vlm-random-model --out DIR [--preset tiny-qwen2|qwen2-0.5b|qwen2-7b|qwen3-8b|llama-3.2-1b] [--dtype bf16|f16|f32]\n"
+    "usage: vlm-random-model --out DIR [--preset tiny-qwen2|qwen2-0.5b|qwen2-7b|qwen3-8b|qwen3-30b-a3b|llama-3.2-1b]\n"
+    "         [--dtype bf16|f16|f32]\n"
     "         [--layers N] [--seed S] [--std SIGMA] [--tokenizer-from DIR]\n";
 
 }  // namespace
@@ -168,6 +182,17 @@ int main(int argc, char** argv) {
     if (c.qk_norm) {  // Qwen3: per-head RMSNorm weights of q and k
       add(p + "self_attn.q_norm.weight", {c.head_dim}, true);
       add(p + "self_attn.k_norm.weight", {c.head_dim}, true);
+    }
+    if (c.moe.is_moe_layer(l)) {  // the router and each expert's gate / up / down (PerExpert layout)
+      const int64_t E = c.moe.num_experts, EI = c.moe.intermediate_size;
+      add(p + "mlp.gate.weight", {E, C});
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        add(x + "gate_proj.weight", {EI, C});
+        add(x + "up_proj.weight", {EI, C});
+        add(x + "down_proj.weight", {C, EI});
+      }
+      continue;
     }
     add(p + "mlp.gate_proj.weight", {I, C});
     add(p + "mlp.up_proj.weight", {I, C});

@@ -14,6 +14,7 @@
 #include "kernels/ops/rope.h"
 #include "model/layers/cuda/cuda_device_linear.h"
 #include "model/layers/cuda/cuda_media_rows.h"
+#include "model/layers/cuda/cuda_moe.h"
 #include "model/layers/cuda/cuda_step.h"
 #include "model/layers/cuda/cuda_vision_layers.h"
 
@@ -319,6 +320,10 @@ std::unique_ptr<CausalAttention> CudaLayers::causal_attention(const WeightSource
 std::unique_ptr<Mlp> CudaLayers::mlp(const WeightSource& w, const MlpSpec& spec) {
   if (spec.kind != MlpKind::GatedSilu) return std::make_unique<CudaMlp>(w, spec, dt_, &bytes_);
   return std::make_unique<CudaGatedMlp>(w, spec, dt_, &bytes_);
+}
+
+std::unique_ptr<Mlp> CudaLayers::moe(const WeightSource& w, const MoeSpec& spec) {
+  return make_cuda_moe(w, spec, dt_, &bytes_);
 }
 
 std::unique_ptr<SegmentAttention> CudaLayers::segment_attention(const SegmentAttentionSpec& spec) {

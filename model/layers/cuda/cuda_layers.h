@@ -1,7 +1,7 @@
-// CudaLayers: the GPU implementation of the layer vocabulary: the decoder's layers, and the vision
-// towers' (cuda_vision_layers.h; LayerNorm and the ungated MLPs here), which call the kernels the
-// hand-written GPU towers (deleted in issue 39 step 5b) called, in their order, and Qwen3-VL's PositionTable.
-// Not yet: the q/k norm (Qwen3; refused by name at load). Weights
+// CudaLayers: the GPU implementation of the layer vocabulary: the decoder's layers (the
+// mixture-of-experts block in cuda_moe.h), and the vision towers' (cuda_vision_layers.h;
+// LayerNorm and the ungated MLPs here), which call the kernels the hand-written GPU towers
+// (deleted in issue 39 step 5b) called, in their order, and Qwen3-VL's PositionTable. Weights
 // are uploaded at construction, converted to the compute dtype (norm weights f32; biases in the
 // compute dtype and in f32, as the output they are added to). The kernels and their choices are
 // CudaDecoder's before the refactor: GEMVs for steps of at most kGemvMaxRows 16-bit rows (a
@@ -31,6 +31,7 @@ class CudaLayers final : public LayerBackend {
   std::unique_ptr<CausalAttention> causal_attention(const WeightSource& w, const AttentionSpec& spec,
                                                     const RopeTable& rope) override;
   std::unique_ptr<Mlp> mlp(const WeightSource& w, const MlpSpec& spec) override;
+  std::unique_ptr<Mlp> moe(const WeightSource& w, const MoeSpec& spec) override;  // cuda_moe.h
   std::unique_ptr<SegmentAttention> segment_attention(const SegmentAttentionSpec& spec) override;
   std::unique_ptr<VisionRopeTable> vision_rope_table(const VisionRopeSpec& spec) override;
   std::unique_ptr<RowOps> row_ops() override;

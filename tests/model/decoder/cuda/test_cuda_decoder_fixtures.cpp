@@ -11,6 +11,9 @@
 //    <dir>/<model>.safetensors with p<i>.logits, p<i>.greedy, p<i>.margin); skipped otherwise;
 //  - decode steps as CUDA graphs (the default) against the same steps run eagerly: batches
 //    padded to their bucket, a context crossing a bucket's end, f32 and bf16.
+// The Qwen3-MoE fixtures (8 experts, top 2, layer 1 dense; qwen3_moe_f32_relayout: the experts
+// in the other fused layout) run the GPU's MoE layer (model/layers/cuda/cuda_moe.h) through all
+// of these, its decode steps inside the graphs.
 // Skips where no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -305,7 +308,8 @@ TEST_P(CudaDecoderFixture, FusedNormDecodeEqualsUnfused) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaDecoderFixture,
                          ::testing::Values("llama_tiny", "llama3_tiny", "llama_linear_f32", "qwen2_tiny",
-                                           "qwen2_yarn_f16", "qwen3_tiny", "qwen3_f32"));
+                                           "qwen2_yarn_f16", "qwen3_tiny", "qwen3_f32", "qwen3_moe_tiny",
+                                           "qwen3_moe_f32", "qwen3_moe_f32_relayout"));
 
 }  // namespace
 }  // namespace vlm::testing

@@ -1,0 +1,95 @@
+// The GPU kernels of the mixture-of-experts block (MoeSpec, model/layers/layer_specs.h), in the
+// order CudaLayers' MoE layer (model/layers/cuda/cuda_moe.h) runs them on one stream, none of
+// which synchronizes, allocates or reads device data on the host (so a decode step that runs
+// them is captured in a CUDA graph; every grid is sized from host-known T, P = T*k and E):
+//  1. moe_route: per token, softmax over the E router logits (f32), the top k (ties: the lower
+//     expert), their weights (divided by their sum with norm_topk), the k choices written in
+//     increasing expert index (the CPU's combine order).
+//  2. moe_sort: the P = T*k (token, choice) pairs, pair p = t*k + j, grouped by expert into slots
+//     (expert e's slots [offsets[e], offsets[e+1]), pairs ascending within an expert, as the
+//     CPU groups them) with both directions of the permutation, and each expert's first tile of
+//     kMoeTileRows slots (tile_starts) for the grouped GEMM.
+//  3. moe_grouped (twice): per slot r of expert e, out[r] = x[row(r)] W_e^T: the gate|up product
+//     with SiLU·mul fused (x = the normed tokens, row(r) = pair_of_slot[r] / k; W_e = rows
+//     [0, 2I) of gate_up [E, 2I, C]: out[r, i] = silu(round(g_i)) * round(u_i), g_i from row i,
+//     u_i from row I + i, rounded to dt as an unfused GEMM would store them), then the down
+//     product (x = that [P, I], row(r) = r, W_e = down [E, C, I]). One launch covers every expert:
+//     moe_grouped runs bf16/f16 tiles of kMoeTileRows slots on tensor cores (mma.sync, cp.async) over a grid of
+//     moe_max_tiles(P, E) row tiles, the tiles past tile_starts[E] exiting at once (no host-known
+//     per-expert counts); moe_grouped_gemv, for few pairs per expert (decode), gives each of its
+//     min(P, E) columns of blocks to an expert with pairs (moe_sort's `active` list; the columns
+//     past it exit at once), so a step reads only the chosen experts' weights, each weight row
+//     once per 8 of the expert's pairs.
+//  4. moe_combine: y[t] (+)= sum over j (increasing expert) of weight[t, j] * out[slot_of_pair[t*k + j]]
+//     (the sum in f32, then added to y: the CPU's order).
+// Every optimized kernel has a naive reference (*_naive: one thread per token, per pair, or per
+// output element, sums in index order); f32 runs the naive products (the exact path's speed does
+// not matter). Products sum in f32 and round to dt once. Pointers are device pointers; x, w and
+// out 16-byte aligned for the 16-byte paths.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/moe/moe_limits.h"
+
+namespace vlm::cuda {
+
+constexpr int kMoeTileRows = 128;         // slots per row tile of moe_grouped
+
+// 1 <= K <= min(E, kMoeMaxTopK), E <= kMoeMaxExperts.
+void moe_route(const float* logits /*[T,E]*/, int64_t T, int64_t E, int64_t K, bool norm_topk,
+               int32_t* expert /*[T,K]*/, float* weight /*[T,K]*/, cudaStream_t s);
+void moe_route_naive(const float* logits /*[T,E]*/, int64_t T, int64_t E, int64_t K, bool norm_topk,
+                     int32_t* expert /*[T,K]*/, float* weight /*[T,K]*/, cudaStream_t s);
+
+struct MoeSorted {
+  int32_t* offsets = nullptr;       // [E+1] expert e's slots [offsets[e], offsets[e+1]); offsets[E] = P
+  int32_t* tile_starts = nullptr;   // [E+1] expert e's row tiles [tile_starts[e], tile_starts[e+1])
+  int32_t* active = nullptr;        // [E+1] the experts with pairs, increasing, then active[E] = their count
+  int32_t* pair_of_slot = nullptr;  // [P]
+  int32_t* slot_of_pair = nullptr;  // [P]
+};
+
+// expert [P] in [0, E).
+void moe_sort(const int32_t* expert /*[P]*/, int64_t P, int64_t E, const MoeSorted& out, cudaStream_t s);
+void moe_sort_naive(const int32_t* expert /*[P]*/, int64_t P, int64_t E, const MoeSorted& out, cudaStream_t s);
+
+// An upper bound of tile_starts[E] (sum over e of ceil(count_e / kMoeTileRows)) for P pairs.
+inline int64_t moe_max_tiles(int64_t P, int64_t E) { return P / kMoeTileRows + E; }
+
+// One grouped product (see 3. above). gated: w [E, 2N, K] (gate rows then up rows of each
+// expert), out [P, N] the SiLU·mul; else w [E, N, K], out [P, N]. x_rows null: row(r) = r
+// (x [P, K]); else row(r) = x_rows[r] / x_div (x [rows, K]).
+struct MoeGroupedArgs {
+  const void* x = nullptr;
+  const int32_t* x_rows = nullptr;
+  int64_t x_div = 1;
+  const void* w = nullptr;
+  void* out = nullptr;
+  const int32_t* offsets = nullptr;      // [E+1] (moe_sort)
+  const int32_t* tile_starts = nullptr;  // [E+1] (moe_sort; moe_grouped only)
+  const int32_t* active = nullptr;       // [E+1] (moe_sort; moe_grouped_gemv only)
+  int64_t P = 0, E = 0, N = 0, K = 0;
+  bool gated = false;
+};
+
+// 16-bit dt and K % 8 == 0 (16-byte rows): what moe_grouped and moe_grouped_gemv take.
+bool moe_grouped_fast_supported(int64_t K, DType dt);
+void moe_grouped(const MoeGroupedArgs& a, DType dt, cudaStream_t s);
+void moe_grouped_gemv(const MoeGroupedArgs& a, DType dt, cudaStream_t s);
+void moe_grouped_naive(const MoeGroupedArgs& a, DType dt, cudaStream_t s);
+
+// out [P, C] in dt; weight [T, K] f32; y [T, C] f32.
+void moe_combine(const void* out, DType dt, const int32_t* slot_of_pair /*[T*K]*/, const float* weight, float* y,
+                 bool accumulate, int64_t T, int64_t K, int64_t C, cudaStream_t s);
+void moe_combine_naive(const void* out, DType dt, const int32_t* slot_of_pair /*[T*K]*/, const float* weight,
+                       float* y, bool accumulate, int64_t T, int64_t K, int64_t C, cudaStream_t s);
+
+// dst [E, Cc, R] = each slice of src [E, R, Cc] transposed (the released Qwen3-VL-MoE expert
+// layout to ours at load), elements of dt's size (2 or 4 bytes).
+void moe_transpose_slices(const void* src, void* dst, int64_t E, int64_t R, int64_t Cc, DType dt, cudaStream_t s);
+
+}  // namespace vlm::cuda
