@@ -157,8 +157,7 @@ void ModelRunner::encode_media(const SchedulerOutput& out) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t planes = multimodal_->embedding_planes();
   const int64_t C = decoder_.config().hidden_size * planes;  // a row: its planes side by side
-  if (backend_.encodes_media()) {  // rows stay in the backend's memory
-    VLM_CHECK(planes == 1, "the backend encodes media itself, and the model's rows have {} planes", planes);
+  if (backend_.encodes_media()) {  // rows [rows, C] (every plane) stay in the backend's memory
     std::shared_ptr<const DeviceEmbeddings> dev = backend_.encode_media(items, std::move(owners));
     VLM_CHECK(dev && dev->rows == rows, "backend encoded {} media rows, {} expected", dev ? dev->rows : -1, rows);
     int64_t first = 0;
@@ -213,8 +212,8 @@ void for_each_media_row(const ScheduledChunk& c, Fn&& fn) {
 
 bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
   const int64_t hidden = decoder_.config().hidden_size;
-  // Host rows carry every plane (DeepStack's with the input one), so a chunk that cuts a media
-  // run still adds the right planes to its rows.
+  // Host rows and device rows carry every plane (DeepStack's with the input one), so a chunk that
+  // cuts a media run still adds the right planes to its rows.
   const int64_t C = multimodal_ ? hidden * multimodal_->embedding_planes() : hidden;
   bool any = false;
   host_rows_ = false;
@@ -234,9 +233,9 @@ bool ModelRunner::gather_media(const SchedulerOutput& out, int64_t num_rows) {
         const int64_t src_row = embed_row + seq.media_device_shift;
         VLM_CHECK(src_row >= 0 && src_row < seq.media_embeds_device->rows, "device media row {} of {}", src_row,
                   seq.media_embeds_device->rows);
-        const float* src = seq.media_embeds_device->data + src_row * hidden;
+        const float* src = seq.media_embeds_device->data + src_row * C;  // its planes side by side
         DeviceRowRun* last = device_runs_.empty() ? nullptr : &device_runs_.back();
-        if (last && last->row + last->n == row + i && last->src + last->n * hidden == src) ++last->n;
+        if (last && last->row + last->n == row + i && last->src + last->n * C == src) ++last->n;
         else device_runs_.push_back({row + i, src, 1});
       });
     } else if (chunk_has_media(c)) {
@@ -265,10 +264,10 @@ void ModelRunner::run(const SchedulerOutput& out) {
   encode_media(out);
   EmbeddingOverride ov;
   if (gather_media(out, fb.num_tokens())) {
+    ov.num_planes = multimodal_ ? multimodal_->embedding_planes() : 1;  // host rows and device runs
     if (host_rows_) {
       ov.embeds = override_embeds_.data();
       ov.use = override_use_.data();
-      ov.num_planes = multimodal_ ? multimodal_->embedding_planes() : 1;
     }
     ov.device_runs = device_runs_.data();
     ov.num_device_runs = static_cast<int64_t>(device_runs_.size());

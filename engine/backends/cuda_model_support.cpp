@@ -34,10 +34,6 @@ std::vector<std::string> cuda_model_support(const ModelConfig& m, const EngineCo
                             "them yet",
                             m.architecture.empty() ? std::string("this model") : m.architecture, m.moe.num_experts,
                             m.moe.top_k));
-  if (m.deepstack_layers > 0)
-    p.push_back(fmt::format("DeepStack (Qwen3-VL's vision features added to the media rows after the first {} decoder "
-                            "layers): the GPU decoder does not implement it yet",
-                            m.deepstack_layers));
   if (D <= 0 || D % 8 != 0)
     p.push_back(fmt::format("head size {}: the GPU's KV cache write needs a multiple of 8", D));
   if (D > kMaxHeadDim) p.push_back(fmt::format("head size {}: the GPU's kernels take at most {}", D, kMaxHeadDim));

@@ -4,10 +4,9 @@
 // 500s behind a 200 health check; shared/DESIGN.md, "Models: written once").
 //
 // What is checked (the kernels that impose it in brackets):
-//  - the decoder's math: DeepStack (ModelConfig::deepstack_layers, Qwen3-VL) [CudaLayers' RowOps]
-//    and mixture-of-experts layers (ModelConfig::moe, Qwen3-MoE) [CudaLayers] are not on the GPU
-//    yet: refused, so --device auto runs such a model on the CPU (Qwen3's q/k RMSNorm and
-//    interleaved M-RoPE do run on the GPU);
+//  - the decoder's math: mixture-of-experts layers (ModelConfig::moe, Qwen3-MoE) [CudaLayers] are
+//    not on the GPU yet: refused, so --device auto runs such a model on the CPU (Qwen3's q/k
+//    RMSNorm, interleaved M-RoPE and Qwen3-VL's DeepStack, CudaLayers' RowOps, run on the GPU);
 //  - decoder attention: H % Hkv == 0; head size D a multiple of 8 [paged_kv_write] and at most
 //    256 [CudaDecoder]; a power-of-two block size [the tiled kernels]; D other than 64 / 128
 //    runs on the reference kernel [paged_attention_naive], which holds at most

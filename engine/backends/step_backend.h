@@ -55,7 +55,8 @@ class StepBackend {
   // on the host (Model::encode_media) and passes host rows.
   virtual bool encodes_media() const { return false; }
   // items (each passed the model's media_tokens() and check_media()) -> their embeddings
-  // [sum tokens, C] in the backend's memory, item after item; ordered before the next forward.
+  // [sum tokens, C] in the backend's memory, item after item (C: the decoder's width times the
+  // model's embedding_planes(), the planes side by side); ordered before the next forward.
   // Rows may be encoded later, on DeviceEmbeddings::ensure_rows: `owners` keep the items alive
   // as long as the embeddings (the MediaInputs holding them).
   virtual std::shared_ptr<const DeviceEmbeddings> encode_media(std::span<const MediaPixels* const> items,

@@ -12,6 +12,8 @@
 #include "model/vision/cuda/cuda_llava_vision_runner.h"
 #include "model/vision/cuda/cuda_onevision_vision_runner.h"
 #include "model/vision/cuda/cuda_qwen2_vision_runner.h"
+#include "model/vision/cuda/cuda_qwen3_vl_vision_runner.h"
+#include "model/vision/cuda/cuda_qwen3_vl_vision_runner.h"
 
 namespace vlm {
 
@@ -66,6 +68,11 @@ struct RunnerFor {
   std::unique_ptr<CudaVisionTower> operator()(const Qwen2VisionBinding& b) const {
     *max_cost = max_media_patches;  // patches
     return std::make_unique<CudaQwen2VisionRunner>(*b.encoder, dt);
+  }
+  // Rows of (1 + K) planes side by side (out_features; DeepStack's planes with the merger's).
+  std::unique_ptr<CudaVisionTower> operator()(const Qwen3VLVisionBinding& b) const {
+    *max_cost = max_media_patches;  // patches
+    return std::make_unique<CudaQwen3VLVisionRunner>(b.config, b.weights, dt);
   }
 };
 

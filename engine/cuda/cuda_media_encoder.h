@@ -1,9 +1,10 @@
 // CudaMediaEncoder: a model's media encoder on the GPU for the CudaBackend: picks the runner of
 // the model's vision architecture (Model::vision_binding, model/families/vision_binding.h; no
 // family class named): LLaVA: CudaLlavaVisionRunner; LLaVA-OneVision: CudaOnevisionVisionRunner;
-// Qwen2-VL / Qwen2.5-VL: CudaQwen2VisionRunner, the architectures written once (model/arch) over
-// CudaLayers; none for a model whose binding holds none, whose media the ModelRunner encodes on
-// the host), reserves its activations for
+// Qwen2-VL / Qwen2.5-VL: CudaQwen2VisionRunner; Qwen3-VL: CudaQwen3VLVisionRunner, whose rows
+// carry the DeepStack planes beside the merger's; the architectures written once (model/arch)
+// over CudaLayers; none for a model whose binding holds none, whose media the ModelRunner encodes
+// on the host), reserves its activations for
 // max_media_patches encoder rows (before the KV cache is sized, so inside
 // --gpu-memory-utilization), refuses items beyond that with a 400 at admission (on a tower that
 // splits frames, only items one of whose frames is beyond it), and encodes a step's items into one
@@ -45,7 +46,8 @@ class CudaMediaEncoder {
   // RequestError (400, "messages") when item k alone (a splitting tower: one of its frames)
   // exceeds the reservation.
   void check(const MediaPixels& item, int k) const;
-  // items -> [sum out_rows, C] f32 in one new device allocation, enqueued on s (now, or lazily on
+  // items -> [sum out_rows, C] f32 in one new device allocation (C: the tower's out_features, the
+  // decoder's width times the model's embedding_planes()), enqueued on s (now, or lazily on
   // ensure_rows; owners keep the items alive as long as the embeddings).
   std::shared_ptr<const DeviceEmbeddings> encode(std::span<const MediaPixels* const> items,
                                                  std::vector<std::shared_ptr<const void>> owners, cudaStream_t s);

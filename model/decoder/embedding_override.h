@@ -12,8 +12,9 @@ namespace vlm {
 // is then [T, num_planes * C], plane 0 the input embedding, plane p (1 <= p < num_planes) what the
 // decoder adds to that row's hidden state after layer p - 1 (RowOps::add_override_plane).
 // A backend may instead hold the media rows in its own memory (the GPU's): device_runs lists
-// runs of rows [row, row + n) of the batch taking src[0 .. n) ([n, C] f32 in that memory); only a
-// backend that made them reads them (the CPU decoder rejects them).
+// runs of rows [row, row + n) of the batch taking src[0 .. n) ([n, num_planes * C] f32 in that
+// memory, the planes side by side as in embeds); only a backend that made them reads them (the
+// CPU decoder rejects them).
 struct DeviceRowRun {
   int64_t row = 0;
   const float* src = nullptr;
@@ -22,7 +23,7 @@ struct DeviceRowRun {
 struct EmbeddingOverride {
   const float* embeds = nullptr;  // [T, num_planes * C]
   const uint8_t* use = nullptr;   // [T]
-  int64_t num_planes = 1;         // planes per row of embeds (host rows only)
+  int64_t num_planes = 1;         // planes per row of embeds and of the device runs' src
   const DeviceRowRun* device_runs = nullptr;
   int64_t num_device_runs = 0;
 };

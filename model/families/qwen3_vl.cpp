@@ -25,10 +25,10 @@ Qwen3VLModel::Qwen3VLModel(Qwen3VLConfig config, WeightStore weights)
                                        "Qwen3-VL checkpoint, language model");
   names.lm_head = "lm_head.weight";
   decoder_ = std::make_unique<LlmDecoder>(config_.text, weights_, names);
-  const std::string vp =
-      weights_.first_prefix({"model.visual.", "visual."}, "patch_embed.proj.weight", "Qwen3-VL checkpoint, vision tower");
+  vision_prefix_ = weights_.first_prefix({"model.visual.", "visual."}, "patch_embed.proj.weight",
+                                         "Qwen3-VL checkpoint, vision tower");
   layers_ = std::make_unique<CpuLayers>();
-  tower_ = std::make_unique<Qwen3VLVisionTower>(config_.vision, *layers_, WeightSource(weights_, vp));
+  tower_ = std::make_unique<Qwen3VLVisionTower>(config_.vision, *layers_, vision_weights());
   VLM_LOG_INFO("loaded Qwen3-VL: vision {} blocks width {}, DeepStack after blocks [{}], image/video ids {}/{}",
                config_.vision.depth, config_.vision.hidden_size, fmt::join(config_.vision.deepstack_visual_indexes, ", "),
                config_.image_token_id, config_.video_token_id);

@@ -41,6 +41,10 @@ class Qwen3VLModel : public Model {
 
   const Qwen3VLConfig& config() const { return config_; }
   const LlmDecoder& decoder() const override { return *decoder_; }
+  // The vision tower's tensors ("patch_embed.*", "blocks.N.*", ... under their prefix): what a
+  // GPU runner builds its own Qwen3VLVisionTower from (CudaQwen3VLVisionRunner).
+  WeightSource vision_weights() const { return WeightSource(weights_, vision_prefix_); }
+  VisionBinding vision_binding() const override { return Qwen3VLVisionBinding{config_.vision, vision_weights()}; }
 
   // Model. An item is MediaPixels in the Rows form with grid_thw set and data
   // [t*h*w, patch_dim] (qwen2vl_preprocess with the checkpoint's 16-px settings); an image has
@@ -76,6 +80,7 @@ class Qwen3VLModel : public Model {
  private:
   Qwen3VLConfig config_;
   WeightStore weights_;
+  std::string vision_prefix_;  // "model.visual." or "visual."
   std::unique_ptr<LlmDecoder> decoder_;
   std::unique_ptr<LayerBackend> layers_;  // CpuLayers for the tower
   std::unique_ptr<Qwen3VLVisionTower> tower_;

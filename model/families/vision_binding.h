@@ -8,6 +8,7 @@
 
 #include "model/arch/llava_wiring.h"
 #include "model/arch/onevision_wiring.h"
+#include "model/families/qwen3_vl_config.h"
 #include "model/layers/weight_source.h"
 
 namespace vlm {
@@ -35,6 +36,13 @@ struct Qwen2VisionBinding {
   const Qwen2VisionEncoder* encoder = nullptr;
 };
 
-using VisionBinding = std::variant<std::monostate, LlavaVisionBinding, OnevisionVisionBinding, Qwen2VisionBinding>;
+// Qwen3-VL: its tower (Qwen3VLVisionTower: position grid, DeepStack planes).
+struct Qwen3VLVisionBinding {
+  Qwen3VLVisionConfig config;
+  WeightSource weights;  // "patch_embed.*", "blocks.N.*", ... under their prefix
+};
+
+using VisionBinding = std::variant<std::monostate, LlavaVisionBinding, OnevisionVisionBinding, Qwen2VisionBinding,
+                                   Qwen3VLVisionBinding>;
 
 }  // namespace vlm

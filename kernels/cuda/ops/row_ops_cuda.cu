@@ -77,7 +77,57 @@ __global__ void add_blended_rows_kernel(const float* table, int64_t C, const int
   }
 }
 
+__global__ void add_rows_at_kernel(const float* src, int64_t stride, const int32_t* rows, int64_t C, float* x) {
+  const int64_t j = blockIdx.x;
+  const float* in = src + j * stride;
+  float* out = x + static_cast<int64_t>(rows[j]) * C;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) out[c] = __fadd_rn(out[c], in[c]);
+}
+
+// C, stride multiples of 4 and both bases 16-byte aligned: every row's float4s are aligned.
+__global__ void add_rows_at_vec4_kernel(const float* src, int64_t stride, const int32_t* rows, int64_t C, float* x) {
+  const int64_t j = blockIdx.x;
+  const auto* in = reinterpret_cast<const float4*>(src + j * stride);
+  auto* out = reinterpret_cast<float4*>(x + static_cast<int64_t>(rows[j]) * C);
+  for (int64_t c = threadIdx.x; c < C / 4; c += blockDim.x) {
+    const float4 a = in[c];
+    float4 o = out[c];
+    o.x = __fadd_rn(o.x, a.x), o.y = __fadd_rn(o.y, a.y), o.z = __fadd_rn(o.z, a.z), o.w = __fadd_rn(o.w, a.w);
+    out[c] = o;
+  }
+}
+
+__global__ void add_rows_at_naive_kernel(const float* src, int64_t stride, const int32_t* rows, int64_t M, int64_t C,
+                                         float* x) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= M * C) return;
+  const int64_t j = e / C, c = e % C;
+  float* out = x + static_cast<int64_t>(rows[j]) * C + c;
+  *out = __fadd_rn(*out, src[j * stride + c]);
+}
+
 }  // namespace
+
+void add_rows_at(const float* src, int64_t stride, const int32_t* rows, int64_t M, int64_t C, float* x, cudaStream_t s) {
+  VLM_CHECK(M >= 0 && C >= 0 && stride >= C, "add_rows_at: {} rows of {} at stride {}", M, C, stride);
+  if (M == 0 || C == 0) return;
+  const bool vec = C % 4 == 0 && stride % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (vec)
+    add_rows_at_vec4_kernel<<<static_cast<unsigned>(M), row_threads(C / 4), 0, s>>>(src, stride, rows, C, x);
+  else
+    add_rows_at_kernel<<<static_cast<unsigned>(M), row_threads(C), 0, s>>>(src, stride, rows, C, x);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void add_rows_at_naive(const float* src, int64_t stride, const int32_t* rows, int64_t M, int64_t C, float* x,
+                       cudaStream_t s) {
+  VLM_CHECK(M >= 0 && C >= 0 && stride >= C, "add_rows_at_naive: {} rows of {} at stride {}", M, C, stride);
+  if (M == 0 || C == 0) return;
+  const int64_t n = M * C;
+  add_rows_at_naive_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(src, stride, rows, M, C, x);
+  VLM_CUDA_CHECK_LAUNCH();
+}
 
 void add_blended_rows(const float* table, int64_t C, const int32_t* entries, int64_t E, float* dst, cudaStream_t s) {
   if (E == 0 || C == 0) return;

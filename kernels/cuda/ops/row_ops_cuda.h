@@ -37,4 +37,14 @@ void bilinear_resize_naive(const void* in, DType dt, int64_t H, int64_t W, int64
 // compares with bit for bit). dst f32; distinct destination rows across entries and frames.
 void add_blended_rows(const float* table, int64_t C, const int32_t* entries, int64_t E, float* dst, cudaStream_t s);
 
+// Qwen3-VL's DeepStack on the GPU (CudaRowOps::add_override_plane): for j < M, i < C,
+//   x[rows[j] * C + i] += src[j * stride + i],
+// one f32 add per value (so every implementation gives the same bits). x f32 [*, C], src f32 rows
+// of `stride` floats (stride >= C: one plane of a media row carrying several); rows [M] distinct.
+// One block per row, float4 accesses when C, stride and both pointers allow.
+void add_rows_at(const float* src, int64_t stride, const int32_t* rows, int64_t M, int64_t C, float* x, cudaStream_t s);
+// The naive twin: one thread per value (tests).
+void add_rows_at_naive(const float* src, int64_t stride, const int32_t* rows, int64_t M, int64_t C, float* x,
+                       cudaStream_t s);
+
 }  // namespace vlm::cuda

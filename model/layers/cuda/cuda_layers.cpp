@@ -13,6 +13,7 @@
 #include "kernels/cuda/ops/vision_ops_cuda.h"
 #include "kernels/ops/rope.h"
 #include "model/layers/cuda/cuda_device_linear.h"
+#include "model/layers/cuda/cuda_media_rows.h"
 #include "model/layers/cuda/cuda_step.h"
 #include "model/layers/cuda/cuda_vision_layers.h"
 
@@ -45,32 +46,12 @@ class CudaEmbedding final : public Embedding {
   int64_t vocab() const { return V_; }
   int64_t width() const { return C_; }
 
+  // The token rows, then the step's media rows over them (cuda_media_rows.h: with DeepStack's
+  // planes on the device for add_override_plane).
   void forward(Step& st, Act x) const override {
     CudaStep& s = CudaStep::of(st);
-    const int64_t T = s.T, C = C_;
-    float* xp = x.f32();
-    cuda::embedding(table_.get(), dt_, s.ids, T, C, xp, s.stream);
-    const EmbeddingOverride& o = *s.override;
-    for (int64_t i = 0; i < o.num_device_runs; ++i) {  // media rows encoded on this GPU
-      const DeviceRowRun& r = o.device_runs[i];
-      VLM_CHECK(r.row >= 0 && r.n >= 0 && r.row + r.n <= T, "device embedding run [{}, +{}) of {} rows", r.row, r.n, T);
-      VLM_CUDA_CHECK(cudaMemcpyAsync(xp + r.row * C, r.src, static_cast<size_t>(r.n * C) * 4, cudaMemcpyDeviceToDevice,
-                                     s.stream));
-    }
-    if (o.use == nullptr) return s.mark("upload_embed_rope_table");
-    VLM_CHECK(o.embeds != nullptr, "embedding override without embeddings");
-    VLM_CHECK(o.num_planes == 1, "media rows of {} planes (DeepStack): the GPU decoder takes one", o.num_planes);
-    for (int64_t t = 0; t < T;) {  // each run of host media rows in one copy (pageable memory)
-      if (!o.use[t]) {
-        ++t;
-        continue;
-      }
-      int64_t e = t;
-      while (e < T && o.use[e]) ++e;
-      VLM_CUDA_CHECK(cudaMemcpyAsync(xp + t * C, o.embeds + t * C, static_cast<size_t>((e - t) * C) * 4,
-                                     cudaMemcpyHostToDevice, s.stream));
-      t = e;
-    }
+    cuda::embedding(table_.get(), dt_, s.ids, s.T, C_, x.f32(), s.stream);
+    upload_media_rows(s, C_, x.f32());
     s.mark("upload_embed_rope_table");
   }
 

@@ -41,7 +41,8 @@ class CudaAttentionRunner {
 // that encoding never allocates); asking it for more is an InternalError.
 class CudaScratch {
  public:
-  enum Slot { kNormOut, kGateUp, kAct, kRopeTable, kPatches, kPatchOut, kNumSlots };
+  // kMediaPlanes: a DeepStack step's media rows with all their planes, and their batch rows.
+  enum Slot { kNormOut, kGateUp, kAct, kRopeTable, kPatches, kPatchOut, kMediaPlanes, kNumSlots };
   explicit CudaScratch(int64_t* epoch) : epoch_(epoch) {}
   void* get(Slot slot, int64_t bytes, cudaStream_t s);
   void assign(Slot slot, void* p, int64_t bytes);
@@ -105,6 +106,13 @@ class CudaStep final : public Step {
   const int32_t* pos = nullptr;
   const int32_t* mrope = nullptr;
   const int32_t* rows = nullptr;
+  // DeepStack (Qwen3-VL; num_planes > 1): the step's media rows with every plane, on the device
+  // once per step (the embedding puts them there, scratch kMediaPlanes), media_planes
+  // [num_media_rows, num_planes * C] f32 and their batch rows media_rows [num_media_rows];
+  // RowOps::add_override_plane adds plane p from there. 0 rows: none this step (decode steps).
+  const float* media_planes = nullptr;
+  const int32_t* media_rows = nullptr;
+  int64_t num_media_rows = 0, num_planes = 1;
   bool fused_norm = true;  // fold a pre-norm into the GEMV on steps of few rows (gemv_norm.h)
   // GEMVs for steps of few 16-bit rows (the decoder's); a vision call sets false: its layers
   // run cuBLASLt GEMMs whatever the rows, as the towers before the layers did.

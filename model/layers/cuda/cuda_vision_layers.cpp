@@ -151,10 +151,18 @@ class CudaPatchEmbedding final : public PatchEmbedding {
 
 class CudaRowOps final : public RowOps {
  public:
-  // Qwen3-VL's DeepStack is refused at load on the GPU (cuda_model_support): a call here means
-  // that check was bypassed.
-  void add_override_plane(Step&, int64_t plane, Act) const override {
-    throw InternalError(fmt::format("DeepStack (an override plane {}) does not run on the GPU layers yet", plane));
+  // Qwen3-VL's DeepStack: plane p of the step's media rows (on the device since the embedding,
+  // CudaStep::media_planes) added into x at their rows; nothing on steps without media rows.
+  void add_override_plane(Step& st, int64_t plane, Act x) const override {
+    CudaStep& s = CudaStep::of(st);
+    if (s.num_media_rows == 0) return;
+    VLM_CHECK(s.media_planes != nullptr && plane >= 1 && plane < s.num_planes && x.dtype == DType::F32 && x.rows == s.T,
+              "override plane {} of {} into [{}, {}] {} ({} rows in the step)", plane, s.num_planes, x.rows, x.cols,
+              dtype_name(x.dtype), s.T);
+    const int64_t C = x.cols;
+    cuda::add_rows_at(s.media_planes + plane * C, s.num_planes * C, s.media_rows, s.num_media_rows, C, x.f32(),
+                      s.stream);
+    s.mark("deepstack");
   }
   void gather_units(Step& st, Act src, std::span<const int64_t> order, int64_t unit, Act dst) const override {
     CudaStep& s = CudaStep::of(st);

@@ -1,7 +1,8 @@
 // CudaVisionTower: a vision encoder (tower + projector / merger) on one GPU, the twin of the CPU
-// encoders of model/vision: CudaLlavaVisionRunner (LLaVA: CLIP / SigLIP ViT, the MLP projector)
-// and CudaQwen2VisionRunner (the Qwen2-VL / Qwen2.5-VL ViT with its merger), the architectures
-// of model/arch over CudaLayers. Weights are copied to the GPU
+// encoders of model/vision: CudaLlavaVisionRunner (LLaVA: CLIP / SigLIP ViT, the MLP projector),
+// CudaQwen2VisionRunner (the Qwen2-VL / Qwen2.5-VL ViT with its merger) and
+// CudaQwen3VLVisionRunner (Qwen3-VL: rows of the merger's and the DeepStack planes side by side,
+// out_features (1 + K) C), the architectures of model/arch over CudaLayers. Weights are copied to the GPU
 // in the decoder's dtype (F32: the exact path, f32 GEMMs without TF32; BF16 / F16: tensor cores);
 // the residual stream stays f32 and the output rows are f32, written where the caller says (the
 // decoder's input embeddings take them without a host round trip).

@@ -3,7 +3,9 @@
 // bilinear_resize (kernels/ops/vision_ops.h) over a table of shapes (up, down, 1 x 1, one row or
 // column, OneVision's 2x pooling of odd grids and its shrink): f32 bit for bit with the CPU (the
 // same f32 operations, no FMA on either side), bf16 equal to the naive twin and within bf16's
-// rounding of the CPU over the rounded inputs; copy_rows against a host loop, exactly, across dtypes.
+// rounding of the CPU over the rounded inputs; copy_rows against a host loop, exactly, across dtypes;
+// add_rows_at (DeepStack's plane added at the media rows) against its naive twin and a host loop,
+// bit for bit (one f32 add per value), on the float4 path, the scalar path and an odd stride.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -81,6 +83,36 @@ TEST(CudaCopyRows, MatchesAHostLoop) {
         EXPECT_EQ(decode(to_host<uint8_t>(ddst, ddst.bytes()), ddt), want)
             << dtype_name(sdt) << " -> " << dtype_name(ddt) << (identity ? " (rows in order)" : "");
       }
+}
+
+// Plane p of media rows [M, planes * C] added into x [T, C] at rows `at`, as add_override_plane does.
+TEST(CudaAddRowsAt, MatchesNaiveAndAHostLoop) {
+  VLM_REQUIRE_GPU();
+  struct Case {
+    int64_t C, stride, offset;  // offset: the plane's first column within a row
+  };
+  // float4 path (C, stride, offset multiples of 4), scalar path (odd C), unaligned plane offset.
+  for (const Case& k : {Case{64, 3 * 64, 64}, Case{37, 3 * 37, 2 * 37}, Case{1032, 2 * 1032, 1032}, Case{8, 21, 5}}) {
+    const int64_t T = 11;
+    const std::vector<int32_t> at{9, 0, 4, 5, 10};
+    const auto M = static_cast<int64_t>(at.size());
+    const std::vector<float> src = random_vector(static_cast<size_t>(M * k.stride), 5);
+    const std::vector<float> x0 = random_vector(static_cast<size_t>(T * k.C), 6);
+    std::vector<float> want = x0;
+    for (int64_t j = 0; j < M; ++j)
+      for (int64_t c = 0; c < k.C; ++c)
+        want[static_cast<size_t>(at[static_cast<size_t>(j)] * k.C + c)] += src[static_cast<size_t>(j * k.stride + k.offset + c)];
+    const std::string what = "C " + std::to_string(k.C) + " stride " + std::to_string(k.stride) + " offset " +
+                             std::to_string(k.offset);
+    for (bool naive : {false, true}) {
+      cuda::DeviceBuffer dsrc = to_device(src), dx = to_device(x0), dat = to_device(at);
+      (naive ? cuda::add_rows_at_naive : cuda::add_rows_at)(dsrc.as<float>() + k.offset, k.stride, dat.as<int32_t>(), M,
+                                                            k.C, dx.as<float>(), nullptr);
+      const std::vector<float> got = to_host<float>(dx, want.size());
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << what << (naive ? " (naive)" : "");
+    }
+  }
 }
 
 }  // namespace
