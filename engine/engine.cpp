@@ -42,34 +42,29 @@ std::vector<int32_t> eos_ids(const ModelConfig& m) {
   return ids;
 }
 
-const LlmDecoder* pick_decoder(const LlmDecoder* decoder, const MultimodalModel* model) {
-  VLM_CHECK((decoder != nullptr) != (model != nullptr), "an engine needs a decoder or a multimodal model");
-  return model ? &model->decoder() : decoder;
+const LlmDecoder* model_decoder(const Model* model) {
+  VLM_CHECK(model != nullptr, "an engine without a model");
+  return &model->decoder();
 }
 
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder,
                std::shared_ptr<const TextDecoderFactory> text_decoders)
-    : Engine(config, std::move(decoder), nullptr, std::move(text_decoders)) {}
+    : Engine(config, std::make_unique<TextModel>(std::move(decoder)), std::move(text_decoders)) {}
 
-Engine::Engine(const EngineConfig& config, std::unique_ptr<MultimodalModel> model,
-               std::shared_ptr<const TextDecoderFactory> text_decoders)
-    : Engine(config, nullptr, std::move(model), std::move(text_decoders)) {}
-
-Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, std::unique_ptr<MultimodalModel> model,
+Engine::Engine(const EngineConfig& config, std::unique_ptr<Model> model,
                std::shared_ptr<const TextDecoderFactory> text_decoders)
     : config_(config),
-      owned_decoder_(std::move(decoder)),
-      multimodal_(std::move(model)),
-      decoder_(pick_decoder(owned_decoder_.get(), multimodal_.get())),
+      model_(std::move(model)),
+      decoder_(model_decoder(model_.get())),
       text_decoders_(std::move(text_decoders)),
       max_model_len_(resolve_max_model_len(config_, decoder_->config())),
       eos_token_ids_(eos_ids(decoder_->config())),
-      backend_(make_step_backend(config_, *decoder_, eos_token_ids_, max_model_len_, multimodal_.get())),
+      backend_(make_step_backend(config_, *model_, eos_token_ids_, max_model_len_)),
       blocks_(backend_->num_kv_blocks(), config_.block_size, config_.enable_prefix_caching),
       scheduler_(config_.scheduler, blocks_),
-      runner_(*decoder_, *backend_, config_.block_size, multimodal_.get()),
+      runner_(*model_, *backend_, config_.block_size),
       kv_compressor_(static_cast<int>(decoder_->config().num_layers), static_cast<int>(decoder_->config().num_kv_heads)) {
   if (config_.look_m.enabled) vlm::validate(config_.look_m.params);
   runner_.set_sink_router(config_.sink_router, config_.sink_router_config);

@@ -1,4 +1,4 @@
-// Engine: continuous batching over one decoder, driven by step() on one thread (EngineLoop runs
+// Engine: continuous batching over one model (model/families/model.h), driven by step() on one thread (EngineLoop runs
 // it on its own thread; tests and tools call it directly).
 //   step() = schedule -> run -> sample -> postprocess, each a named, timed call.
 // Requests come in through add_request() with a RequestChannel for their events; a request that
@@ -21,8 +21,7 @@
 #include "engine/request_channel.h"
 #include "engine/scheduling/scheduler.h"
 #include "engine/text_decoder.h"
-#include "model/decoder/llm_decoder.h"
-#include "model/families/multimodal_model.h"
+#include "model/families/model.h"
 
 namespace vlm {
 
@@ -31,10 +30,11 @@ class Engine {
   // Allocates the KV cache. Throws LoadError when the configuration cannot work (the cache
   // cannot hold one max_model_len sequence, a bad block size) and std::bad_alloc when the cache
   // does not fit in memory. text_decoders may be null: no text, and stop strings are refused.
-  Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder,
+  // Requests may carry media (GenerationRequest::images) when the model has_media().
+  Engine(const EngineConfig& config, std::unique_ptr<Model> model,
          std::shared_ptr<const TextDecoderFactory> text_decoders = nullptr);
-  // An engine on a vision-language model: requests may carry images (GenerationRequest::images).
-  Engine(const EngineConfig& config, std::unique_ptr<MultimodalModel> model,
+  // A text checkpoint's decoder: the engine on TextModel(decoder).
+  Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder,
          std::shared_ptr<const TextDecoderFactory> text_decoders = nullptr);
   ~Engine();  // aborts every live request (its channel gets a final abort event)
   Engine(const Engine&) = delete;
@@ -42,8 +42,8 @@ class Engine {
 
   const EngineConfig& config() const { return config_; }
   int64_t max_model_len() const { return max_model_len_; }
-  const LlmDecoder& decoder() const { return *decoder_; }
-  const MultimodalModel* multimodal() const { return multimodal_.get(); }  // null: text only
+  const Model& model() const { return *model_; }
+  const LlmDecoder& decoder() const { return model_->decoder(); }
   const ModelRunner& runner() const { return runner_; }
   const StepBackend& backend() const { return *backend_; }
   const Scheduler& scheduler() const { return scheduler_; }
@@ -114,13 +114,9 @@ class Engine {
   void finish_request(Request& r);
   void update_gauges();
 
-  Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder, std::unique_ptr<MultimodalModel> model,
-         std::shared_ptr<const TextDecoderFactory> text_decoders);
-
   EngineConfig config_;
-  std::unique_ptr<LlmDecoder> owned_decoder_;      // text-only engine
-  std::unique_ptr<MultimodalModel> multimodal_;    // multimodal engine (owns its decoder)
-  const LlmDecoder* decoder_ = nullptr;
+  std::unique_ptr<Model> model_;
+  const LlmDecoder* decoder_ = nullptr;  // the model's
   std::shared_ptr<const TextDecoderFactory> text_decoders_;
   int64_t max_model_len_ = 0;
   std::vector<int32_t> eos_token_ids_;

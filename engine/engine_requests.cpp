@@ -55,15 +55,15 @@ std::shared_ptr<MediaInputs> Engine::check_media(const GenerationRequest& reques
   // On a text-only model, modality tags without images carry no embeddings: they only steer the
   // attention methods (LOOK-M's text prior, modality-aware sparse prefill), e.g. in tests and
   // benchmarks on text checkpoints. Images themselves need a multimodal model.
-  if (!multimodal_ && N == 0) return nullptr;
-  if (!multimodal_) bad_request("messages", "this model does not accept image input");
+  if (!model_->has_media() && N == 0) return nullptr;
+  if (!model_->has_media()) bad_request("messages", "this model does not accept image input");
   auto media = std::make_shared<MediaInputs>();
   media->first_token.assign(static_cast<size_t>(N), -1);
   std::vector<int64_t> count(static_cast<size_t>(N), 0);
   for (size_t pos = 0; pos < request.prompt_modalities.size(); ++pos) {
     const ModalityTag& t = request.prompt_modalities[pos];
     if (t.modality == Modality::Text) continue;
-    if (t.modality == Modality::Video && !multimodal_->accepts_video())
+    if (t.modality == Modality::Video && !model_->accepts_video())
       bad_request("messages", "this model does not accept video input");
     if (t.modality != Modality::Image && t.modality != Modality::Video)
       bad_request("messages", fmt::format("this model does not accept {} input", modality_name(t.modality)));
@@ -84,9 +84,9 @@ std::shared_ptr<MediaInputs> Engine::check_media(const GenerationRequest& reques
   int64_t row = 0;
   for (int32_t k = 0; k < N; ++k) {
     const MediaPixels& item = request.images[static_cast<size_t>(k)];
-    if (item.modality == Modality::Video && !multimodal_->accepts_video())
+    if (item.modality == Modality::Video && !model_->accepts_video())
       bad_request("messages", "this model does not accept video input");
-    const int64_t n = multimodal_->media_tokens(item, k);  // throws for pixels that do not fit
+    const int64_t n = model_->media_tokens(item, k);  // throws for pixels that do not fit
     backend_->check_media(item, k);                        // throws for media beyond the memory plan
     if (count[static_cast<size_t>(k)] != n)
       bad_request("messages", fmt::format("{} {} has {} prompt tokens, the model takes {} for it", modality_name(item.modality),
@@ -95,14 +95,14 @@ std::shared_ptr<MediaInputs> Engine::check_media(const GenerationRequest& reques
       bad_request("messages", "media items must appear in the prompt in order");
     media->num_tokens.push_back(n);
     media->embed_row.push_back(row);
-    media->tokens_per_frame.push_back(multimodal_->tokens_per_frame(item));
+    media->tokens_per_frame.push_back(model_->tokens_per_frame(item));
     row += n;
   }
   // The grid's known strides: one video per run of group items (Qwen3-VL), its period counting the
   // timestamp text between groups (engine/media_inputs.h).
   media->video_frame_tokens =
       grid_known_strides(video_token_spans(request.images, media->first_token, media->num_tokens, media->tokens_per_frame));
-  media->mrope = multimodal_->mrope_positions(request.prompt_ids, request.images);
+  media->mrope = model_->mrope_positions(request.prompt_ids, request.images);
   return media;
 }
 

@@ -67,9 +67,11 @@ void fill_mrope_positions(const SchedulerOutput& out, ForwardBatch& fb) {
 
 }  // namespace
 
-ModelRunner::ModelRunner(const LlmDecoder& decoder, StepBackend& backend, int block_size,
-                         const MultimodalModel* multimodal)
-    : decoder_(decoder), backend_(backend), block_size_(block_size), multimodal_(multimodal) {}
+ModelRunner::ModelRunner(const Model& model, StepBackend& backend, int block_size)
+    : decoder_(model.decoder()),
+      backend_(backend),
+      block_size_(block_size),
+      multimodal_(model.has_media() ? &model : nullptr) {}
 
 ForwardBatch ModelRunner::make_batch(const SchedulerOutput& out, int block_size,
                                      const SparsePrefillConfig* sparse) {

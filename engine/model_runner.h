@@ -19,7 +19,7 @@
 #include "engine/scheduling/scheduler_output.h"
 #include "model/decoder/forward_batch.h"
 #include "model/decoder/llm_decoder.h"
-#include "model/families/multimodal_model.h"
+#include "model/families/model.h"
 #include "model/methods/sink_anchors.h"
 #include "kernels/sink_router/sink_router_config.h"
 
@@ -27,11 +27,10 @@ namespace vlm {
 
 class ModelRunner {
  public:
-  // All must outlive the runner. The backend runs the decoder (it owns the KV cache of
-  // block_size-token blocks); multimodal: null for a text-only model, else the model whose
-  // decoder is `decoder`.
-  ModelRunner(const LlmDecoder& decoder, StepBackend& backend, int block_size,
-              const MultimodalModel* multimodal = nullptr);
+  // All must outlive the runner. The backend runs the model's decoder (it owns the KV cache of
+  // block_size-token blocks); the model's media side encodes on the host unless the backend
+  // encodes media itself.
+  ModelRunner(const Model& model, StepBackend& backend, int block_size);
 
   // Token ids, RoPE positions (logical), cache slots (physical, through the block tables),
   // modality tags, cu_seqlens, context lengths, block tables and finishes_prefill of every
@@ -73,8 +72,8 @@ class ModelRunner {
   const LlmDecoder& decoder_;
   StepBackend& backend_;
   int block_size_;
-  const MultimodalModel* multimodal_ = nullptr;
-  std::vector<float> override_embeds_;  // [T, planes * C] (MultimodalModel::embedding_planes)
+  const Model* multimodal_ = nullptr;  // the model when it has media, else null
+  std::vector<float> override_embeds_;  // [T, planes * C] (Model::embedding_planes)
   std::vector<uint8_t> override_use_;   // [T]
   bool host_rows_ = false;              // override_embeds_ holds rows this step
   std::vector<DeviceRowRun> device_runs_;  // rows in the backend's memory (GPU-encoded media)

@@ -20,7 +20,7 @@ struct GenerationRequest {
   std::string id;                          // unique among live requests (e.g. "chatcmpl-...")
   std::vector<int32_t> prompt_ids;         // [P] tokenized prompt
   std::vector<ModalityTag> prompt_modalities;  // [P], or empty for a text-only prompt
-  // Media items of a multimodal prompt (engine on a MultimodalModel), images and videos in
+  // Media items of a multimodal prompt (engine on a Model with media), images and videos in
   // prompt order: item k fills the model's media_tokens(item k) consecutive prompt tokens tagged
   // {item k's modality, k} (LLaVA: images [3, S, S], tokens_per_image each; Qwen2-VL family:
   // patches with grid_thw, t*h*w / 4 tokens).

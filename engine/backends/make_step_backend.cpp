@@ -53,9 +53,9 @@ void check_holds_one_sequence(int64_t num_blocks, int block_size, int64_t bytes_
 
 }  // namespace
 
-std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const LlmDecoder& decoder,
-                                               std::vector<int32_t> eos_token_ids, int64_t max_model_len,
-                                               const MultimodalModel* multimodal) {
+std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const Model& model,
+                                               std::vector<int32_t> eos_token_ids, int64_t max_model_len) {
+  const LlmDecoder& decoder = model.decoder();
   if (c.block_size < 1 || c.block_size > 1024) throw LoadError(fmt::format("engine config: block size {}", c.block_size));
   Device device = c.device;
   std::string why;
@@ -64,7 +64,7 @@ std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const LlmD
   const std::vector<std::string> problems =
       device == Device::Cpu ? std::vector<std::string>{}
                             : cuda_model_support(decoder.config(), c, c.dtype.value_or(decoder.config().dtype),
-                                                 max_model_len, multimodal ? multimodal->vision_head_dim() : 0);
+                                                 max_model_len, model.vision_head_dim());
   if (device == Device::Cuda && !problems.empty()) throw LoadError(cuda_support_message(problems));
   if (device == Device::Auto) {
     device = cuda_available(&why) ? Device::Cuda : Device::Cpu;
@@ -92,9 +92,8 @@ std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const LlmD
     VLM_LOG_INFO("engine: --dtype {} ({} weights) -> {}", c.dtype ? dtype_name(*c.dtype) : "auto",
                  dtype_name(decoder.weight_dtype()), apply_cpu_dtype(resolve_dtype(c.dtype, decoder.weight_dtype())));
   } else {
-    (void)multimodal;
 #if VLM_HAVE_CUDA
-    backend = make_cuda_backend(c, decoder, std::move(eos_token_ids), multimodal);
+    backend = make_cuda_backend(c, model, std::move(eos_token_ids));
     check_holds_one_sequence(backend->num_kv_blocks(), c.block_size, backend->kv_bytes_per_block(), max_model_len);
 #endif
   }

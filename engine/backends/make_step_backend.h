@@ -8,7 +8,7 @@
 
 #include "engine/backends/step_backend.h"
 #include "engine/engine_config.h"
-#include "model/families/multimodal_model.h"
+#include "model/families/model.h"
 
 namespace vlm {
 
@@ -26,10 +26,9 @@ bool cuda_available(std::string* why = nullptr);
 // sequence of max_model_len tokens, and (before any GPU is opened) for device cuda when the GPU
 // kernels cannot run the model's shapes or the asked-for methods (cuda_model_support.h; the
 // message names each problem). Device auto then picks the CPU, with a warning.
-// With `multimodal` (the model whose decoder is `decoder`), the CUDA backend also puts the
-// model's vision encoder on the GPU where it has one there.
-std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& config, const LlmDecoder& decoder,
-                                               std::vector<int32_t> eos_token_ids, int64_t max_model_len,
-                                               const MultimodalModel* multimodal = nullptr);
+// The CUDA backend also puts the model's vision encoder on the GPU where it has one there
+// (Model::vision_binding). The model must outlive the backend.
+std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& config, const Model& model,
+                                               std::vector<int32_t> eos_token_ids, int64_t max_model_len);
 
 }  // namespace vlm

@@ -52,7 +52,7 @@ class StepBackend {
 
   // Media on the backend's device. encodes_media(): the backend encodes the model's media itself
   // (the CUDA backend with the model's vision tower on the GPU); otherwise the ModelRunner encodes
-  // on the host (MultimodalModel::encode_media) and passes host rows.
+  // on the host (Model::encode_media) and passes host rows.
   virtual bool encodes_media() const { return false; }
   // items (each passed the model's media_tokens() and check_media()) -> their embeddings
   // [sum tokens, C] in the backend's memory, item after item (C: the decoder's width times the

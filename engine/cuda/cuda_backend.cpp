@@ -149,9 +149,9 @@ bool CudaBackend::runs_look_m() const {
   return m.num_heads / m.num_kv_heads <= kCudaDecodeMaxGroup && m.head_dim <= 256;
 }
 
-std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmDecoder& decoder,
-                                               std::vector<int32_t> eos_token_ids,
-                                               const MultimodalModel* multimodal) {
+std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Model& model,
+                                               std::vector<int32_t> eos_token_ids) {
+  const LlmDecoder& decoder = model.decoder();
   // Sparse prefill runs the configurations the GPU plans (CudaSparsePrefill); LOOK-M and
   // SinkRouter run on the GPU (CudaDecoder: CudaLookMStep, CudaSinkRouterStep).
   CudaDecoderOptions o;
@@ -167,7 +167,7 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const LlmD
   std::unique_ptr<CudaMediaEncoder> media;
   const int64_t step_patches =
       c.media_step_patches >= 0 ? c.media_step_patches : 4 * int64_t(c.scheduler.max_num_batched_tokens);
-  if (multimodal) media = CudaMediaEncoder::make(*multimodal, o.dtype, c.max_media_patches, step_patches);
+  if (model.has_media()) media = CudaMediaEncoder::make(model, o.dtype, c.max_media_patches, step_patches);
   return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), std::move(media));
 }
 

@@ -65,11 +65,10 @@ class CudaBackend : public StepBackend {
   std::vector<float> row_;       // [V] a logits row for the fallback
 };
 
-// Options from the engine config (dtype: config's, else the checkpoint's) and the backend; with
-// `multimodal`, its vision encoder on the GPU where the family has one there.
-// Throws LoadError for a sparse prefill configuration the GPU does not plan.
-std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& config, const LlmDecoder& decoder,
-                                               std::vector<int32_t> eos_token_ids,
-                                               const MultimodalModel* multimodal = nullptr);
+// Options from the engine config (dtype: config's, else the checkpoint's) and the backend; for a
+// model with media, its vision encoder on the GPU where its vision architecture has a GPU runner
+// (CudaMediaEncoder::make). Throws LoadError for a sparse prefill configuration the GPU does not plan.
+std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& config, const Model& model,
+                                               std::vector<int32_t> eos_token_ids);
 
 }  // namespace vlm

@@ -3,16 +3,16 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <variant>
 
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/core/gpu_interval_timer.h"
-#include "model/families/llava.h"
-#include "model/families/qwen2_vl.h"
-#include "model/families/qwen3_vl.h"
 #include "model/vision/cuda/cuda_llava_vision_runner.h"
+#include "model/vision/cuda/cuda_onevision_vision_runner.h"
 #include "model/vision/cuda/cuda_qwen2_vision_runner.h"
+#include "model/vision/cuda/cuda_qwen3_vl_vision_runner.h"
 #include "model/vision/cuda/cuda_qwen3_vl_vision_runner.h"
 
 namespace vlm {
@@ -50,25 +50,39 @@ struct LazyGpuEmbeddings : GpuEmbeddings {
   }
 };
 
+// The GPU runner of each vision architecture and the cost its reservation counts in (from
+// --max-media-patches: encoder rows).
+struct RunnerFor {
+  DType dt;
+  int64_t max_media_patches;
+  int64_t* max_cost;
+  std::unique_ptr<CudaVisionTower> operator()(const std::monostate&) const { return nullptr; }
+  std::unique_ptr<CudaVisionTower> operator()(const LlavaVisionBinding& b) const {
+    *max_cost = max_media_patches / b.spec.vision.num_positions();  // images
+    return std::make_unique<CudaLlavaVisionRunner>(b.spec, b.tower, b.projector, dt);
+  }
+  std::unique_ptr<CudaVisionTower> operator()(const OnevisionVisionBinding& b) const {
+    *max_cost = max_media_patches / b.spec.llava.vision.num_positions();  // tiles and frames
+    return std::make_unique<CudaOnevisionVisionRunner>(b.spec, b.tower, b.projector, b.newline_source, b.newline, dt);
+  }
+  std::unique_ptr<CudaVisionTower> operator()(const Qwen2VisionBinding& b) const {
+    *max_cost = max_media_patches;  // patches
+    return std::make_unique<CudaQwen2VisionRunner>(*b.encoder, dt);
+  }
+  // Rows of (1 + K) planes side by side (out_features; DeepStack's planes with the merger's).
+  std::unique_ptr<CudaVisionTower> operator()(const Qwen3VLVisionBinding& b) const {
+    *max_cost = max_media_patches;  // patches
+    return std::make_unique<CudaQwen3VLVisionRunner>(b.config, b.weights, dt);
+  }
+};
+
 }  // namespace
 
-std::unique_ptr<CudaMediaEncoder> CudaMediaEncoder::make(const MultimodalModel& model, DType dt,
-                                                         int64_t max_media_patches, int64_t step_patches) {
-  std::unique_ptr<CudaVisionTower> tower;
+std::unique_ptr<CudaMediaEncoder> CudaMediaEncoder::make(const Model& model, DType dt, int64_t max_media_patches,
+                                                         int64_t step_patches) {
   int64_t max_cost = max_media_patches;
-  if (const auto* llava = dynamic_cast<const LlavaModel*>(&model)) {
-    const LlavaConfig& c = llava->config();
-    tower = std::make_unique<CudaLlavaVisionRunner>(llava->wiring().spec(), llava->tower_weights(),
-                                                    llava->projector_weights(), dt);
-    max_cost = max_media_patches / c.vision.num_positions();  // images
-  } else if (const auto* qwen = dynamic_cast<const Qwen2VLModel*>(&model)) {
-    tower = std::make_unique<CudaQwen2VisionRunner>(qwen->vision(), dt);
-  } else if (const auto* q3 = dynamic_cast<const Qwen3VLModel*>(&model)) {
-    // Rows of (1 + K) planes side by side (out_features; DeepStack's planes with the merger's).
-    tower = std::make_unique<CudaQwen3VLVisionRunner>(q3->config().vision, q3->vision_weights(), dt);
-  } else {
-    return nullptr;
-  }
+  std::unique_ptr<CudaVisionTower> tower = std::visit(RunnerFor{dt, max_media_patches, &max_cost}, model.vision_binding());
+  if (!tower) return nullptr;
   if (max_cost < 1)
     throw LoadError(fmt::format("--max-media-patches {} holds no image of this model", max_media_patches));
   tower->reserve(max_cost);

@@ -1,8 +1,10 @@
-// CudaMediaEncoder: a multimodal model's media encoder on the GPU for the CudaBackend: picks the
-// model's tower (LLaVA: CudaLlavaVisionRunner; Qwen2-VL / Qwen2.5-VL: CudaQwen2VisionRunner;
-// Qwen3-VL: CudaQwen3VLVisionRunner, whose rows carry the DeepStack planes beside the merger's),
-// the architectures written once (model/arch) over CudaLayers; none for other families, whose media
-// the ModelRunner encodes on the host), reserves its activations for
+// CudaMediaEncoder: a model's media encoder on the GPU for the CudaBackend: picks the runner of
+// the model's vision architecture (Model::vision_binding, model/families/vision_binding.h; no
+// family class named): LLaVA: CudaLlavaVisionRunner; LLaVA-OneVision: CudaOnevisionVisionRunner;
+// Qwen2-VL / Qwen2.5-VL: CudaQwen2VisionRunner; Qwen3-VL: CudaQwen3VLVisionRunner, whose rows
+// carry the DeepStack planes beside the merger's; the architectures written once (model/arch)
+// over CudaLayers; none for a model whose binding holds none, whose media the ModelRunner encodes
+// on the host), reserves its activations for
 // max_media_patches encoder rows (before the KV cache is sized, so inside
 // --gpu-memory-utilization), refuses items beyond that with a 400 at admission (on a tower that
 // splits frames, only items one of whose frames is beyond it), and encodes a step's items into one
@@ -25,17 +27,18 @@
 
 #include "kernels/cuda/core/gpu_interval_timer.h"
 
-#include "model/families/multimodal_model.h"
+#include "model/families/model.h"
 #include "model/vision/cuda/cuda_vision_tower.h"
 
 namespace vlm {
 
 class CudaMediaEncoder {
  public:
-  // Null when the model has no GPU tower. dt: the decoder's GPU dtype. Throws LoadError when
-  // max_media_patches cannot hold one item of the model's smallest kind (LLaVA: one image).
-  // step_patches: EngineConfig::media_step_patches (0: never lazy).
-  static std::unique_ptr<CudaMediaEncoder> make(const MultimodalModel& model, DType dt, int64_t max_media_patches,
+  // Null when the model's vision architecture has no GPU runner. dt: the decoder's GPU dtype.
+  // Throws LoadError when max_media_patches cannot hold one item of the model's smallest kind
+  // (LLaVA: one image; OneVision: one tile). step_patches: EngineConfig::media_step_patches
+  // (0: never lazy). The model must outlive the encoder.
+  static std::unique_ptr<CudaMediaEncoder> make(const Model& model, DType dt, int64_t max_media_patches,
                                                 int64_t step_patches);
   CudaMediaEncoder(std::unique_ptr<CudaVisionTower> tower, int64_t step_patches)
       : tower_(std::move(tower)), step_patches_(step_patches), timer_(std::make_shared<cuda::GpuIntervalTimer>()) {}

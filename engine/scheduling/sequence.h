@@ -46,7 +46,7 @@ struct Sequence {
   int32_t num_prompt_tokens = 0;
   std::vector<ModalityTag> prompt_modalities;  // [num_prompt_tokens] or empty (all text)
   std::shared_ptr<const MediaInputs> media;  // null: no media; shared by the request's choices
-  // The encoder's outputs for `media` ([N, Ti, planes * C]: MultimodalModel::embedding_planes): set by the ModelRunner when a chunk needs
+  // The encoder's outputs for `media` ([N, Ti, planes * C]: Model::embedding_planes): set by the ModelRunner when a chunk needs
   // them and dropped once the chunk holding the last media token has run (a recompute after a
   // preemption encodes again).
   std::shared_ptr<const std::vector<float>> media_embeds;

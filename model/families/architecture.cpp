@@ -6,6 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/core/check.h"
+#include "model/families/llava.h"
+#include "model/families/llava_onevision.h"
+#include "model/families/model.h"
+#include "model/families/qwen2_vl.h"
+#include "model/families/qwen3_vl.h"
 
 namespace vlm {
 
@@ -38,6 +43,17 @@ ModelArchitecture detect_architecture(const std::string& model_dir) {
                   "Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration, "
                   "LlavaOnevisionForConditionalGeneration, Qwen3VLForConditionalGeneration, "
                   "Qwen3VLMoeForConditionalGeneration");
+}
+
+std::unique_ptr<Model> load_model(const std::string& model_dir) {
+  switch (detect_architecture(model_dir)) {
+    case ModelArchitecture::CausalLM: return TextModel::load(model_dir);
+    case ModelArchitecture::Llava: return LlavaModel::load(model_dir);
+    case ModelArchitecture::Qwen2VL: return Qwen2VLModel::load(model_dir);
+    case ModelArchitecture::LlavaOnevision: return LlavaOnevisionModel::load(model_dir);
+    case ModelArchitecture::Qwen3VL: return Qwen3VLModel::load(model_dir);
+  }
+  throw InternalError("unknown model architecture");
 }
 
 }  // namespace vlm

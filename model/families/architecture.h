@@ -1,9 +1,12 @@
 // Which model class a checkpoint directory holds, from config.json's `architectures`.
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace vlm {
+
+class Model;
 
 enum class ModelArchitecture { CausalLM, Llava, Qwen2VL, LlavaOnevision, Qwen3VL };
 
@@ -15,5 +18,10 @@ enum class ModelArchitecture { CausalLM, Llava, Qwen2VL, LlavaOnevision, Qwen3VL
 // Qwen3VLMoeForConditionalGeneration (the message lists them; both Qwen2-VL classes are
 // ModelArchitecture::Qwen2VL, both Qwen3-VL ones ModelArchitecture::Qwen3VL).
 ModelArchitecture detect_architecture(const std::string& model_dir);
+
+// The checkpoint as its family's Model (model/families/model.h): TextModel, LlavaModel,
+// Qwen2VLModel, LlavaOnevisionModel or Qwen3VLModel by detect_architecture. Throws LoadError as
+// detect_architecture and the family's load do (naming the file and field).
+std::unique_ptr<Model> load_model(const std::string& model_dir);
 
 }  // namespace vlm

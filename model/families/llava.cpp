@@ -125,6 +125,10 @@ LlavaModel::LlavaModel(LlavaConfig config, WeightStore weights)
 
 LlavaModel::~LlavaModel() = default;
 
+VisionBinding LlavaModel::vision_binding() const {
+  return LlavaVisionBinding{wiring_->spec(), tower_weights(), projector_weights()};
+}
+
 void LlavaModel::vision_features(const float* pixels, int64_t N, float* out) const {
   const ActivationPlan plan = wiring_->plan(N);
   CpuStep step(plan, N * config_.vision.num_positions());

@@ -20,7 +20,7 @@
 #include "model/decoder/llm_decoder.h"
 #include "model/decoder/model_config.h"
 #include "model/families/multimodal_input.h"
-#include "model/families/multimodal_model.h"
+#include "model/families/model.h"
 #include "model/vision/projector.h"
 #include "model/decoder/weights.h"
 
@@ -45,7 +45,7 @@ struct LlavaConfig {
   static LlavaConfig load(const std::string& model_dir);
 };
 
-class LlavaModel : public MultimodalModel {
+class LlavaModel : public Model {
  public:
   // Loads DIR/config.json and the weights. Throws LoadError naming the file (and tensor).
   static std::unique_ptr<LlavaModel> load(const std::string& model_dir);
@@ -64,7 +64,9 @@ class LlavaModel : public MultimodalModel {
   const ClipVisionEncoder& vision() const { return *vision_; }
   const LlavaProjector& projector() const { return *projector_; }
 
-  // MultimodalModel: images only; each [3, S, S] and tokens_per_image tokens.
+  // Model: images only; each [3, S, S] and tokens_per_image tokens.
+  bool has_media() const override { return true; }
+  VisionBinding vision_binding() const override;
   int64_t media_tokens(const MediaPixels& item, int k) const override;
   void encode_media(std::span<const MediaPixels* const> items, float* out) const override;
 

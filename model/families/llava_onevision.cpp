@@ -89,6 +89,7 @@ LlavaOnevisionModel::LlavaOnevisionModel(LlavaOnevisionConfig config, std::uniqu
   std::string name;
   for (const char* n : {"model.image_newline", "image_newline"})
     if (w.has(n)) name = n;
+  newline_ = name;
   if (name.empty()) throw LoadError("LLaVA-OneVision checkpoint: no image_newline (looked for model.image_newline, image_newline)");
   backend_ = std::make_unique<CpuLayers>();
   wiring_ = std::make_unique<OnevisionWiring>(base_->wiring(), *backend_, WeightSource(w, ""), WeightRef{name, {C}});
@@ -99,6 +100,13 @@ LlavaOnevisionModel::LlavaOnevisionModel(LlavaOnevisionConfig config, std::uniqu
 }
 
 LlavaOnevisionModel::~LlavaOnevisionModel() = default;
+
+VisionBinding LlavaOnevisionModel::vision_binding() const {
+  const int64_t C = config_.llava.text.hidden_size;
+  return OnevisionVisionBinding{OnevisionSpec{base_->wiring().spec(), config_.grid_pinpoints, config_.max_num_patches},
+                                base_->tower_weights(), base_->projector_weights(),
+                                WeightSource(base_->weights(), ""), WeightRef{newline_, {C}}};
+}
 
 AnyresLayout LlavaOnevisionModel::image_layout(Resolution image) const {
   return anyres_layout(image, config_.grid_pinpoints, tile_size(), grid(), config_.max_num_patches);

@@ -37,7 +37,7 @@ struct LlavaOnevisionConfig {
   static LlavaOnevisionConfig load(const std::string& model_dir);
 };
 
-class LlavaOnevisionModel : public MultimodalModel {
+class LlavaOnevisionModel : public Model {
  public:
   // Loads DIR/config.json and the weights (both LLaVA weight layouts, plus image_newline).
   static std::unique_ptr<LlavaOnevisionModel> load(const std::string& model_dir);
@@ -47,7 +47,9 @@ class LlavaOnevisionModel : public MultimodalModel {
   const LlavaOnevisionConfig& config() const { return config_; }
   const LlmDecoder& decoder() const override { return base_->decoder(); }
   const LlavaModel& base() const { return *base_; }  // the tower and projector (LLaVA's)
+  bool has_media() const override { return true; }
   bool accepts_video() const override { return true; }
+  VisionBinding vision_binding() const override;
   int64_t vision_head_dim() const override { return config_.llava.vision.head_dim(); }
   int32_t image_token_id() const override { return config_.llava.image_token_id; }
   int32_t video_token_id() const override { return config_.video_token_id; }
@@ -71,6 +73,7 @@ class LlavaOnevisionModel : public MultimodalModel {
  private:
   LlavaOnevisionConfig config_;
   std::unique_ptr<LlavaModel> base_;
+  std::string newline_;                       // image_newline's tensor name
   std::unique_ptr<LayerBackend> backend_;     // CpuLayers
   std::unique_ptr<OnevisionWiring> wiring_;   // tiles and frames to rows (model/arch/onevision_wiring.h)
 };

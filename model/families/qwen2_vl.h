@@ -19,7 +19,7 @@
 
 #include "model/decoder/llm_decoder.h"
 #include "model/decoder/model_config.h"
-#include "model/families/multimodal_model.h"
+#include "model/families/model.h"
 #include "model/decoder/mrope_positions.h"
 #include "model/vision/qwen2_vision.h"
 #include "model/decoder/weights.h"
@@ -40,7 +40,7 @@ struct Qwen2VLConfig {
   static Qwen2VLConfig load(const std::string& model_dir);
 };
 
-class Qwen2VLModel : public MultimodalModel {
+class Qwen2VLModel : public Model {
  public:
   // Loads DIR/config.json and the weights. Throws LoadError naming the file (and tensor).
   static std::unique_ptr<Qwen2VLModel> load(const std::string& model_dir);
@@ -49,10 +49,12 @@ class Qwen2VLModel : public MultimodalModel {
   const Qwen2VLConfig& config() const { return config_; }
   const LlmDecoder& decoder() const override { return *decoder_; }
   const Qwen2VisionEncoder& vision() const { return *vision_; }
+  VisionBinding vision_binding() const override { return Qwen2VisionBinding{vision_.get()}; }
 
-  // MultimodalModel. An item is MediaPixels with grid_thw set and data [t*h*w, patch_dim]
+  // Model. An item is MediaPixels with grid_thw set and data [t*h*w, patch_dim]
   // (model/qwen2vl_preprocess); an image has t = 1. It takes t*h*w / merge^2 prompt tokens,
   // h*w / merge^2 per temporal grid step (tokens_per_frame).
+  bool has_media() const override { return true; }
   bool accepts_video() const override { return true; }
   int64_t vision_head_dim() const override { return config_.vision.head_dim(); }
   int32_t image_token_id() const override { return config_.image_token_id; }

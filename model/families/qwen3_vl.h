@@ -26,12 +26,12 @@
 #include "model/decoder/llm_decoder.h"
 #include "model/decoder/mrope_positions.h"
 #include "model/decoder/weights.h"
-#include "model/families/multimodal_model.h"
+#include "model/families/model.h"
 #include "model/families/qwen3_vl_config.h"
 
 namespace vlm {
 
-class Qwen3VLModel : public MultimodalModel {
+class Qwen3VLModel : public Model {
  public:
   // Loads DIR/config.json and the weights. Throws LoadError naming the file (and tensor, or the
   // config field we do not implement).
@@ -44,11 +44,13 @@ class Qwen3VLModel : public MultimodalModel {
   // The vision tower's tensors ("patch_embed.*", "blocks.N.*", ... under their prefix): what a
   // GPU runner builds its own Qwen3VLVisionTower from (CudaQwen3VLVisionRunner).
   WeightSource vision_weights() const { return WeightSource(weights_, vision_prefix_); }
+  VisionBinding vision_binding() const override { return Qwen3VLVisionBinding{config_.vision, vision_weights()}; }
 
-  // MultimodalModel. An item is MediaPixels in the Rows form with grid_thw set and data
+  // Model. An item is MediaPixels in the Rows form with grid_thw set and data
   // [t*h*w, patch_dim] (qwen2vl_preprocess with the checkpoint's 16-px settings); an image has
   // t = 1; a video item as the engine takes it has t = 1 too (split_video), though the encoder
   // takes any t. It takes t*h*w / merge^2 prompt tokens, h*w / merge^2 per temporal group.
+  bool has_media() const override { return true; }
   bool accepts_video() const override { return true; }
   int64_t vision_head_dim() const override { return config_.vision.head_dim(); }
   int32_t image_token_id() const override { return config_.image_token_id; }

@@ -144,12 +144,12 @@ TEST(CudaModelSupport, VisionOffTensorCoresBoundsTheMediaPatches) {
 
 TEST(CudaModelSupport, DeviceCudaIsRefusedBeforeAnyGpuIsOpened) {
   // On CI (no GPU, maybe no CUDA build) the shape message comes first, not "no GPU".
-  auto decoder = LlmDecoder::load(fixture_model_dir("llama_tiny"));
+  auto model = TextModel::load(fixture_model_dir("llama_tiny"));
   EngineConfig c = test_config();
   c.device = Device::Cuda;
   c.sink_router = true;  // D 16: the GPU cannot route it
   try {
-    make_step_backend(c, *decoder, {}, 512);
+    make_step_backend(c, *model, {}, 512);
     FAIL() << "--device cuda with --sink-router on at head size 16 must be refused";
   } catch (const LoadError& e) {
     EXPECT_NE(std::string(e.what()).find("--device cuda cannot run this model as configured: --sink-router on"),
@@ -161,11 +161,11 @@ TEST(CudaModelSupport, DeviceCudaIsRefusedBeforeAnyGpuIsOpened) {
 TEST(CudaModelSupport, DeviceAutoFallsBackToTheCpu) {
   // --device auto takes the CPU instead (with a warning) where the GPU cannot run the model.
   if (!cuda_available()) GTEST_SKIP() << "no GPU: auto is the CPU anyway";
-  auto decoder = LlmDecoder::load(fixture_model_dir("llama_tiny"));
+  auto model = TextModel::load(fixture_model_dir("llama_tiny"));
   EngineConfig c = test_config();
   c.device = Device::Auto;
   c.sink_router = true;
-  EXPECT_EQ(make_step_backend(c, *decoder, {}, 512)->device().rfind("cpu", 0), 0u);
+  EXPECT_EQ(make_step_backend(c, *model, {}, 512)->device().rfind("cpu", 0), 0u);
 }
 
 // Qwen3's per-head q/k RMSNorm and Qwen3-VL's interleaved M-RoPE run on the GPU (CudaLayers'

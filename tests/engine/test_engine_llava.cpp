@@ -58,7 +58,7 @@ GenerationRequest llava_request(const std::string& id, const LlavaPrompt& p) {
 }
 
 std::unique_ptr<Engine> llava_engine(const EngineConfig& c) {
-  return std::make_unique<Engine>(c, std::unique_ptr<MultimodalModel>(LlavaModel::load(kModel)));
+  return std::make_unique<Engine>(c, std::unique_ptr<Model>(LlavaModel::load(kModel)));
 }
 
 // A text-only prompt on the same decoder; its expected tokens come from a run alone.

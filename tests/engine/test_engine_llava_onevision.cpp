@@ -103,7 +103,7 @@ void expect_hf(const std::map<std::string, RequestResult>& results, const std::s
 }
 
 std::unique_ptr<Engine> ov_engine(const EngineConfig& c) {
-  return std::make_unique<Engine>(c, std::unique_ptr<MultimodalModel>(LlavaOnevisionModel::load(onevision_model_dir())));
+  return std::make_unique<Engine>(c, std::unique_ptr<Model>(LlavaOnevisionModel::load(onevision_model_dir())));
 }
 
 TEST(EngineLlavaOnevision, PromptAssemblyMatchesHfProcessor) {

@@ -41,7 +41,7 @@ GenerationRequest request(const std::string& id, const Case& c) {
 }
 
 std::unique_ptr<Engine> qwen_engine(const std::string& model, const EngineConfig& c) {
-  return std::make_unique<Engine>(c, std::unique_ptr<MultimodalModel>(Qwen2VLModel::load(qwen2vl_chat_model_dir(model))));
+  return std::make_unique<Engine>(c, std::unique_ptr<Model>(Qwen2VLModel::load(qwen2vl_chat_model_dir(model))));
 }
 
 void expect_hf(const std::map<std::string, RequestResult>& results, const std::string& id, const Case& c) {
@@ -184,7 +184,7 @@ TEST(EngineQwen2VLErrors, RefusesBadMedia) {
 
   // LLaVA takes no video.
   auto llava = std::make_unique<Engine>(test_config(16, 64, 512),
-                                        std::unique_ptr<MultimodalModel>(LlavaModel::load(
+                                        std::unique_ptr<Model>(LlavaModel::load(
                                             std::string(VLM_FIXTURES_DIR) + "/llava/llava_small")));
   GenerationRequest v = greedy_request("v", {1, 32000, 32000, 2}, 2);
   MediaPixels vid;

@@ -14,7 +14,7 @@ namespace vlm::testing {
 namespace {
 
 std::unique_ptr<Engine> qwen3vl_engine(const EngineConfig& c) {
-  return std::make_unique<Engine>(c, std::unique_ptr<MultimodalModel>(Qwen3VLModel::load(qwen3vl_model_dir())));
+  return std::make_unique<Engine>(c, std::unique_ptr<Model>(Qwen3VLModel::load(qwen3vl_model_dir())));
 }
 
 GenerationRequest request(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k) {

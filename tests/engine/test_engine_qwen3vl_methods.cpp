@@ -27,7 +27,7 @@ namespace {
 constexpr int kGroups = 24;
 
 std::unique_ptr<Engine> qwen3vl_engine(const EngineConfig& c) {
-  return std::make_unique<Engine>(c, std::unique_ptr<MultimodalModel>(Qwen3VLModel::load(qwen3vl_model_dir())));
+  return std::make_unique<Engine>(c, std::unique_ptr<Model>(Qwen3VLModel::load(qwen3vl_model_dir())));
 }
 
 EngineConfig config() {

@@ -171,7 +171,7 @@ LlavaCase llava_case(int k) {
 std::unique_ptr<Engine> llava_engine(bool cache) {
   EngineConfig c = test_config(4, 128, 512);
   c.enable_prefix_caching = cache;
-  return std::make_unique<Engine>(c, std::unique_ptr<MultimodalModel>(LlavaModel::load(kLlava)));
+  return std::make_unique<Engine>(c, std::unique_ptr<Model>(LlavaModel::load(kLlava)));
 }
 
 // First prompt position of media item k.

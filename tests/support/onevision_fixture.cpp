@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model/media/image_decode.h"
+#include "model/media/onevision_preprocess.h"
 #include "server/http/base64.h"
 
 namespace vlm::testing {
@@ -51,6 +53,34 @@ nlohmann::json onevision_cases() {
 
 std::string onevision_data_url(const std::string& media_file) {
   return "data:image/png;base64," + base64_encode(read_whole_file(onevision_fixture_root() + "/media/" + media_file));
+}
+
+std::string onevision_gpu_root() { return std::string(VLM_FIXTURES_DIR) + "/llava_onevision_gpu"; }
+std::string onevision_gpu_model_dir() { return onevision_gpu_root() + "/ov_gpu"; }
+
+std::vector<OnevisionCase> onevision_recorded_cases(const std::string& root, const std::string& model_dir) {
+  const OnevisionPreprocessConfig image = OnevisionPreprocessConfig::load(model_dir, false);
+  const OnevisionPreprocessConfig video = OnevisionPreprocessConfig::load(model_dir, true);
+  auto png = [&root](const std::string& name) {
+    const std::string b = read_whole_file(root + "/media/" + name);
+    return decode_image({reinterpret_cast<const uint8_t*>(b.data()), b.size()});
+  };
+  std::vector<OnevisionCase> out;
+  for (const auto& c : nlohmann::json::parse(read_whole_file(model_dir + "/cases.json"))) {
+    std::vector<MediaPixels> images, videos;
+    for (const auto& m : c["messages"])
+      for (const auto& p : m["content"]) {
+        if (p["type"] == "image") images.push_back(preprocess_onevision_image(png(p["media"][0]), image));
+        if (p["type"] == "video") {
+          std::vector<RgbImage> frames;
+          for (const auto& f : p["media"]) frames.push_back(png(f));
+          videos.push_back(preprocess_onevision_video(frames, video));
+        }
+      }
+    images.insert(images.end(), videos.begin(), videos.end());
+    out.push_back({c, std::move(images)});
+  }
+  return out;
 }
 
 }  // namespace vlm::testing

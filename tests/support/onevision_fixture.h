@@ -5,8 +5,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "model/media/media_pixels.h"
 
 namespace vlm::testing {
 
@@ -21,5 +24,18 @@ nlohmann::json onevision_cases();
 std::string onevision_data_url(const std::string& media_file);
 // A whole file's bytes; throws std::runtime_error naming it.
 std::string read_whole_file(const std::string& path);
+
+// tests/fixtures/llava_onevision_gpu: ov_gpu (--variant gpu: 44-px tiles over 8-px patches, text
+// and SigLIP head size 8, so the GPU takes it), its media and reference.safetensors.
+std::string onevision_gpu_root();
+std::string onevision_gpu_model_dir();  // ROOT/ov_gpu (no tokenizer: the cases carry HF's input_ids)
+
+// A recorded case with its media as the model takes them: the PNGs of ROOT/media preprocessed
+// with the model dir's processor configs (images, then videos: the template's prompt order).
+struct OnevisionCase {
+  nlohmann::json hf;               // the cases.json entry
+  std::vector<MediaPixels> items;  // prompt order
+};
+std::vector<OnevisionCase> onevision_recorded_cases(const std::string& root, const std::string& model_dir);
 
 }  // namespace vlm::testing

@@ -10,14 +10,13 @@
 #include <string>
 
 #include "model/decoder/llm_decoder.h"
-#include "model/families/multimodal_model.h"
+#include "model/families/model.h"
 
 namespace vlm::cli {
 
 struct LanguageModel {
-  std::unique_ptr<LlmDecoder> text;       // a text checkpoint
-  std::unique_ptr<MultimodalModel> vlm;   // or a vision-language one
-  const LlmDecoder& decoder() const { return text ? *text : vlm->decoder(); }
+  std::unique_ptr<Model> model;  // load_model(dir): a text or a vision-language checkpoint
+  const LlmDecoder& decoder() const { return model->decoder(); }
 };
 
 // Throws LoadError as detect_architecture and the family's load do (naming the file and field).

@@ -473,7 +473,7 @@ int main(int argc, char** argv) {
           throw vlm::LoadError(fmt::format("{}: the image processor's images come out {}x{}, the vision tower takes {}x{}",
                                            model_dir, h, w, model->image_size(), model->image_size()));
         api.images = images;
-        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
+        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::Model>(std::move(model)),
                                                vlm::make_text_decoder_factory(tokenizer));
         break;
       }
@@ -502,7 +502,7 @@ int main(int argc, char** argv) {
                                              model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
                                              vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
         api.qwen2vl = media;
-        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
+        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::Model>(std::move(model)),
                                                vlm::make_text_decoder_factory(tokenizer));
         break;
       }
@@ -529,7 +529,7 @@ int main(int argc, char** argv) {
                                              model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
                                              vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
         api.qwen3vl = media;
-        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
+        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::Model>(std::move(model)),
                                                vlm::make_text_decoder_factory(tokenizer));
         break;
       }
@@ -549,7 +549,7 @@ int main(int argc, char** argv) {
             throw vlm::LoadError(fmt::format("{}: the processor makes {}px tiles, the vision tower takes {}px", model_dir,
                                              p->size, model->tile_size()));
         api.onevision = media;
-        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::MultimodalModel>(std::move(model)),
+        engine = std::make_unique<vlm::Engine>(ec, std::unique_ptr<vlm::Model>(std::move(model)),
                                                vlm::make_text_decoder_factory(tokenizer));
         break;
       }

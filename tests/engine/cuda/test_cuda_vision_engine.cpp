@@ -77,7 +77,7 @@ std::vector<QwenPrompt> qwen_prompts(const std::string& model) {
 
 std::unique_ptr<Engine> qwen_engine(const std::string& model, const EngineConfig& c) {
   return std::make_unique<Engine>(
-      c, std::unique_ptr<MultimodalModel>(Qwen2VLModel::load(std::string(VLM_FIXTURES_DIR) + "/qwen2vl/" + model)));
+      c, std::unique_ptr<Model>(Qwen2VLModel::load(std::string(VLM_FIXTURES_DIR) + "/qwen2vl/" + model)));
 }
 
 void expect_tokens(const std::map<std::string, RequestResult>& results, const std::string& id,
@@ -213,7 +213,7 @@ TEST(CudaEngineLlava, PromptsAloneAndBatchedMatchHf) {
     reqs.push_back(std::move(r));
   }
   auto make = [&](int budget) {
-    return std::make_unique<Engine>(gpu_config(16, 256, budget), std::unique_ptr<MultimodalModel>(LlavaModel::load(dir)));
+    return std::make_unique<Engine>(gpu_config(16, 256, budget), std::unique_ptr<Model>(LlavaModel::load(dir)));
   };
   auto engine = make(512);
   ASSERT_TRUE(engine->backend().encodes_media());
