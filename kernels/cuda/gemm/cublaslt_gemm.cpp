@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "kernels/core/check.h"
+#include "kernels/cuda/core/cuda_check.h"
 
 namespace vlm::cuda {
 
@@ -21,6 +22,7 @@ cudaDataType_t cuda_type(DType dt) {
     case DType::F32: return CUDA_R_32F;
     case DType::BF16: return CUDA_R_16BF;
     case DType::F16: return CUDA_R_16F;
+    case DType::F8_E4M3: return CUDA_R_8F_E4M3;
     default: unsupported_dtype(dt);
   }
 }
@@ -63,10 +65,16 @@ CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
   const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
   check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)), "transa");
   check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)), "transb");
+  const bool fp8 = in_dt == DType::F8_E4M3;
+  if (fp8) {  // per-row scales of w (cuBLAS's A: N values) and x (B: M values) in the epilogue
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)), "A scale mode");
+    check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)), "B scale mode");
+  }
   if (has_bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
-    const cudaDataType_t bt = cuda_type(out_dt);
+    const cudaDataType_t bt = fp8 ? CUDA_R_16BF : cuda_type(out_dt);
     check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), "bias type");
   }
   check_lt(cublasLtMatrixLayoutCreate(&p->a, cuda_type(in_dt), K, N, K), "layout w");
@@ -84,8 +92,9 @@ CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
   cublasLtMatmulPreferenceDestroy(pref);
   check_lt(st, "heuristic");
   if (found == 0)
-    throw InternalError(fmt::format("cuBLASLt has no algorithm for {}x{}x{} {} -> {}{}", M, N, K, dtype_name(in_dt),
-                                    dtype_name(out_dt), has_bias ? " with bias" : ""));
+    throw InternalError(fmt::format("cuBLASLt has no algorithm for {}x{}x{} {} -> {}{}{}", M, N, K, dtype_name(in_dt),
+                                    dtype_name(out_dt), has_bias ? " with bias" : "",
+                                    fp8 ? " (FP8 with per-row scales: compute capability 8.9+, cuBLASLt 12.9+)" : ""));
   p->algo = result.algo;
   (void)accumulate;
   return *plans_.emplace(key, std::move(p)).first->second;
@@ -102,6 +111,26 @@ void CublasLtGemm::linear(const void* x, const void* w, DType in_dt, const void*
   check_lt(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
                           &p.algo, workspace_.get(), workspace_.bytes(), s),
            "matmul");
+}
+
+void CublasLtGemm::linear_fp8(const void* xq, const float* x_scale, const void* wq, const float* w_scale,
+                              const void* bias, void* y, DType out_dt, float beta, int64_t M, int64_t N, int64_t K,
+                              cudaStream_t s) {
+  if (M == 0) return;
+  if (K % 16 != 0) precondition_failed("linear_fp8: K % 16 == 0");
+  if (out_dt != DType::BF16 && out_dt != DType::F32) precondition_failed("linear_fp8: BF16 or F32 output");
+  Plan& p = plan(Key{M, N, K, static_cast<int>(DType::F8_E4M3), static_cast<int>(out_dt), bias != nullptr, beta != 0.0f});
+  if (bias)
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+             "bias pointer");
+  check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)),
+           "A scale pointer");
+  check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale)),
+           "B scale pointer");
+  const float alpha = 1.0f;
+  check_lt(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &alpha, wq, p.a, xq, p.b, &beta, y, p.c, y,
+                          p.c, &p.algo, workspace_.get(), workspace_.bytes(), s),
+           "matmul fp8");
 }
 
 }  // namespace vlm::cuda

@@ -5,6 +5,12 @@
 // The f32 path uses CUBLAS_COMPUTE_32F (no TF32: the exact path); 16-bit inputs use the tensor
 // cores. Algorithms come from cuBLASLt's heuristic, cached per shape. Not thread-safe: one
 // CublasLtGemm per stream.
+// linear_fp8: the same product over FP8 E4M3 inputs with per-row scales, on the FP8 tensor cores
+// (compute capability 8.9+; cuBLASLt's outer-vector scaling, CUDA 12.9+), the scales applied in
+// cuBLASLt's epilogue: y[m, n] = (sum_k xq[m,k] wq[n,k]) * x_scale[m] * w_scale[n] (+ bias[n])
+// (+ beta * y); y BF16 or F32, bias BF16 (cuBLASLt's bias type for FP8 inputs either way).
+// K % 16 == 0 (cuBLASLt's FP8 layouts). kernels/cuda/gemm/fp8_quantize.h's fp8_gemm_naive is its
+// reference.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,6 +36,9 @@ class CublasLtGemm {
   // when cuBLASLt has no algorithm for the shape/types.
   void linear(const void* x /*[M, K]*/, const void* w /*[N, K]*/, DType in_dt, const void* bias /*[N] or null*/,
               void* y /*[M, N]*/, DType out_dt, float beta, int64_t M, int64_t N, int64_t K, cudaStream_t s);
+  void linear_fp8(const void* xq /*[M, K] E4M3*/, const float* x_scale /*[M]*/, const void* wq /*[N, K] E4M3*/,
+                  const float* w_scale /*[N]*/, const void* bias /*[N] BF16 or null*/, void* y /*[M, N]*/,
+                  DType out_dt, float beta, int64_t M, int64_t N, int64_t K, cudaStream_t s);
 
  private:
   struct Plan;
