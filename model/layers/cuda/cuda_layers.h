@@ -9,15 +9,18 @@
 // residual add in the GEMM/GEMV epilogue; gate/up with SiLU·mul fused into the GEMV. A vision
 // step (CudaStep::gemv false) runs cuBLASLt GEMMs whatever its rows, as the towers did. Attention
 // is the runner's (CudaAttentionRunner: the paged cache and the methods live there).
+// FP8 (issue 43, CudaFp8 below): linear layers and gated MLPs over FP8 E4M3 weights
+// (cuda_fp8_linear.h: the norm is not folded into their GEMVs).
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "model/layers/cuda/cuda_device_linear.h"
 #include "model/layers/layer_backend.h"
 
 namespace vlm {
+
+struct DeviceLinear;
 
 // Which linear layers run in FP8 (cuda_fp8_linear.h; the LM head never does, nor the
 // non-gated MLPs of the vision towers): kNone: none (weights an FP8 checkpoint stores are
