@@ -94,7 +94,7 @@ CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
   if (found == 0)
     throw InternalError(fmt::format("cuBLASLt has no algorithm for {}x{}x{} {} -> {}{}{}", M, N, K, dtype_name(in_dt),
                                     dtype_name(out_dt), has_bias ? " with bias" : "",
-                                    fp8 ? " (FP8 with per-row scales: compute capability 8.9+, cuBLASLt 12.9+)" : ""));
+                                    fp8 ? " (FP8 with per-row scales: sm_90, cuBLASLt 12.9+)" : ""));
   p->algo = result.algo;
   (void)accumulate;
   return *plans_.emplace(key, std::move(p)).first->second;

@@ -6,7 +6,7 @@
 // cores. Algorithms come from cuBLASLt's heuristic, cached per shape. Not thread-safe: one
 // CublasLtGemm per stream.
 // linear_fp8: the same product over FP8 E4M3 inputs with per-row scales, on the FP8 tensor cores
-// (compute capability 8.9+; cuBLASLt's outer-vector scaling, CUDA 12.9+), the scales applied in
+// (Hopper, sm_90: cuBLASLt's outer-vector scaling is SM90-only, CUDA 12.9+), the scales applied in
 // cuBLASLt's epilogue: y[m, n] = (sum_k xq[m,k] wq[n,k]) * x_scale[m] * w_scale[n] (+ bias[n])
 // (+ beta * y); y BF16 or F32, bias BF16 (cuBLASLt's bias type for FP8 inputs either way).
 // K % 16 == 0 (cuBLASLt's FP8 layouts). kernels/cuda/gemm/fp8_quantize.h's fp8_gemm_naive is its

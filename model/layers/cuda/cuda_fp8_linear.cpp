@@ -145,10 +145,14 @@ void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear&
 void require_fp8_gpu(int device, const std::string& why) {
   cudaDeviceProp p{};
   VLM_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
-  if (p.major * 10 + p.minor >= 89) return;
-  throw LoadError(fmt::format("{}: GPU {} ({}, compute capability {}.{}) has no FP8 tensor cores (8.9+: Ada, Hopper, "
-                              "Blackwell); serve it without FP8",
-                              why, device, p.name, p.major, p.minor));
+  if (p.major * 10 + p.minor < 89)
+    throw LoadError(fmt::format("{}: GPU {} ({}, compute capability {}.{}) has no FP8 tensor cores (8.9+); serve it "
+                                "without FP8",
+                                why, device, p.name, p.major, p.minor));
+  if (p.major != 9)
+    throw LoadError(fmt::format("{}: GPU {} ({}, compute capability {}.{}): FP8 linear layers run on Hopper (sm_90) only "
+                                "for now (cuBLASLt's per-channel FP8 scaling is SM90-only); serve it without FP8",
+                                why, device, p.name, p.major, p.minor));
 }
 
 }  // namespace vlm

@@ -13,7 +13,9 @@
 //    (x stays bf16), others quantize x per token (dynamic scales: quantize_fp8_rows into the step's
 //    scratch) and run cuBLASLt's FP8 GEMM with both scales in its epilogue.
 //  - require_fp8_gpu: the start-time refusal of a GPU without FP8 tensor cores (compute
-//    capability below 8.9), naming the GPU and what asked for FP8.
+//    capability below 8.9), naming the GPU and what asked for FP8; also of FP8-capable GPUs other
+//    than Hopper (Ada 8.9, Blackwell 10.x/12.x): cuBLASLt's outer-vector (per-row) FP8 scaling the
+//    GEMM relies on is SM90-only (an epilogue kernel after a scalar-scaled GEMM would serve them).
 #pragma once
 
 #include <string>
@@ -33,8 +35,8 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
 void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear& down, const CudaPreNorm* pre,
                    int64_t I, Act x, Act inner, void* act, Act y, bool accumulate);
 
-// Throws LoadError "<why>: GPU <name> (compute capability X.Y) has no FP8 tensor cores (8.9+: Ada,
-// Hopper, Blackwell)" for such a GPU.
+// Throws LoadError "<why>: GPU <n> (<name>, compute capability X.Y) has no FP8 tensor cores ..." for
+// such a GPU, and "... FP8 linear layers run on Hopper (sm_90) only ..." for a non-Hopper one.
 void require_fp8_gpu(int device, const std::string& why);
 
 }  // namespace vlm
