@@ -25,7 +25,7 @@ void add_backend_flags(FlagTable& table) {
   table["enforce-eager"] = "1: GPU decode steps without CUDA graphs (default 0: graphs per batch/context bucket)";
   table["quantization"] =
       "none (default) or fp8: the GPU decoder's linear layers quantized to FP8 E4M3 at load (per-channel weight "
-      "scales, per-token activation scales; vision tower and LM head stay bf16; compute capability 8.9+). FP8 "
+      "scales, per-token activation scales; vision tower and LM head stay bf16; Hopper GPUs). FP8 "
       "checkpoints (quantization_config) load as FP8 without it";
 }
 

@@ -81,7 +81,8 @@ struct CudaDecoderOptions {
   // --quantization fp8) quantizes every decoder linear layer but the LM head at load (per-channel
   // weight scales, per-token activation scales; dtype must be BF16). Without it, an FP8 checkpoint's
   // FP8 layers stay FP8 when dtype is BF16, and are dequantized to dtype otherwise (F32: exact
-  // w.r.t. the stored values). Either FP8 path refuses a GPU below compute capability 8.9 at start.
+  // w.r.t. the stored values). Either FP8 path refuses a GPU other than Hopper at start, naming it
+  // (require_fp8_gpu: below compute capability 8.9 no FP8 tensor cores; Ada/Blackwell not yet).
   bool quantize_fp8 = false;
 };
 
