@@ -1,14 +1,20 @@
 // FP8 linear layers on the GPU decoder (issue 43; CudaDecoderOptions::quantize_fp8, FP8
-// checkpoints) against Hugging Face's f32 logits on the committed fixture models: per fixture the
-// largest row's relative logit error and the top-1 agreement over every prompt row, for the bf16
-// path and the FP8 one side by side (printed), with bounds the FP8 path must meet:
+// checkpoints) on the committed fixture models, against Hugging Face's f32 logits (the largest
+// row's relative logit error and the top-1 agreement over every prompt row, printed beside the
+// bf16 path's and the CPU's FP8-weights-only figures) and against the CPU's exact computation of
+// the same FP8 weights:
 //  - --quantization fp8, prompts in one chunk (the FP8 cuBLASLt GEMMs, activations quantized per
-//    token) and token by token (decode-sized steps: the W8A16 GEMVs);
-//  - a 128x128-block FP8 checkpoint (requantized per channel at load) and a per-channel one (kept
-//    as stored), against the CPU's exact computation of the same checkpoint.
-// The bounds: the FP8 error at most kFp8ErrorBound and at most kFp8OverBf16 times the bf16 path's
-// (whichever is larger), top-1 agreement at least kFp8Top1Bound. Skips where no GPU is visible or
-// it is not a Hopper one (require_fp8_gpu refuses the others).
+//    token): against HF f32 within kFp8ErrorBound / kFp8Top1Bound;
+//  - --quantization fp8, one token a step (decode-sized steps: the W8A16 GEMVs, activations stay
+//    bf16): against the CPU over the same per-channel FP8 weights (written as a compressed-tensors
+//    checkpoint: the bits the GPU quantizes at load) within max(kGemvOverCpu, 4x the bf16 path's
+//    error) -- the GEMVs add only bf16's error to the weights' own;
+//  - a 16x16-block FP8 checkpoint (requantized per channel at load) and a per-channel one (kept as
+//    stored), in one chunk, against the CPU's exact computation of the same checkpoint and HF f32.
+// The CPU's FP8-weights-only error on these fixtures is 0.24-0.41 (test_fp8_checkpoint.cpp: E4M3
+// keeps 3 mantissa bits, the random tiny models have top-2 margins down to 0.01); per-token FP8
+// activations add an error of the same kind. Skips where no GPU is visible or it is not a Hopper
+// one (require_fp8_gpu refuses the others).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -25,9 +31,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kFp8ErrorBound = 0.1;  // max row rel logit error vs HF f32
-constexpr double kFp8OverBf16 = 8.0;    // ... or this many times the bf16 path's, whichever is larger
-constexpr double kFp8Top1Bound = 0.9;   // rows whose argmax is HF f32's
+constexpr double kFp8ErrorBound = 0.7;  // max row rel logit error vs HF f32 (FP8 weights and activations)
+constexpr double kFp8Top1Bound = 0.6;   // rows whose argmax is HF f32's
+constexpr double kGemvOverCpu = 0.1;    // the GEMV path vs the CPU over the same FP8 weights
 
 struct GpuRunner {
   GpuRunner(const std::string& model, DType dtype, bool fp8)
@@ -79,7 +85,7 @@ class CudaFp8Decoder : public ::testing::TestWithParam<std::string> {
     ref_ = load_reference(GetParam());
     want_ = hf_logits(ref_);
   }
-  // Prints and checks one FP8 figure against the bf16 path's.
+  // Prints and checks one FP8 figure against HF f32 (beside the bf16 path's error).
   void check(const char* what, const std::vector<float>& got, double bf16_err, int64_t V) {
     ASSERT_EQ(got.size(), want_.size());
     const int64_t rows = static_cast<int64_t>(want_.size()) / V;
@@ -87,8 +93,19 @@ class CudaFp8Decoder : public ::testing::TestWithParam<std::string> {
     const double top1 = top1_agreement(got.data(), want_.data(), rows, V);
     std::printf("[ fp8 ] %s %s: max row rel logit error %.4g (bf16 path %.4g), top-1 %.3f over %lld rows\n",
                 GetParam().c_str(), what, err, bf16_err, top1, static_cast<long long>(rows));
-    EXPECT_LE(err, std::max(kFp8ErrorBound, kFp8OverBf16 * bf16_err)) << what;
+    EXPECT_LE(err, kFp8ErrorBound) << what;
     EXPECT_GE(top1, kFp8Top1Bound) << what;
+  }
+  double bf16_error(GpuRunner& bf16) {
+    const int64_t V = bf16.runner.vocab(), rows = static_cast<int64_t>(want_.size()) / V;
+    const std::vector<float> b = logits_of(bf16.runner, ref_, 0);
+    const double err = max_row_rel_error(b.data(), want_.data(), rows, V);
+    std::printf("[ bf16 ] %s: max row rel logit error %.4g, top-1 %.3f\n", GetParam().c_str(), err,
+                top1_agreement(b.data(), want_.data(), rows, V));
+    return err;
+  }
+  fs::path scratch_dir() const {
+    return fs::temp_directory_path() / ("vlm_cuda_fp8_" + std::to_string(::getpid()) + "_" + GetParam());
   }
   Reference ref_;
   std::vector<float> want_;
@@ -97,37 +114,47 @@ class CudaFp8Decoder : public ::testing::TestWithParam<std::string> {
 TEST_P(CudaFp8Decoder, QuantizedAtLoadIsCloseToHfF32) {
   GpuRunner bf16(GetParam(), DType::BF16, false), fp8(GetParam(), DType::BF16, true);
   const int64_t V = bf16.runner.vocab(), rows = static_cast<int64_t>(want_.size()) / V;
-  const std::vector<float> b = logits_of(bf16.runner, ref_, 0);
-  const double bf16_err = max_row_rel_error(b.data(), want_.data(), rows, V);
-  std::printf("[ bf16 ] %s: max row rel logit error %.4g, top-1 %.3f\n", GetParam().c_str(), bf16_err,
-              top1_agreement(b.data(), want_.data(), rows, V));
+  const double bf16_err = bf16_error(bf16);
   EXPECT_LT(fp8.gpu->weight_bytes(), bf16.gpu->weight_bytes()) << "FP8 layers hold half the bytes";
   check("--quantization fp8, whole prompts (FP8 GEMMs)", logits_of(fp8.runner, ref_, 0), bf16_err, V);
+  // The same weights on the CPU (exact over the FP8 values: the bits quantize_fp8_rows gives).
+  const fs::path dir = scratch_dir();
+  fs::remove_all(dir);
+  const std::string ckpt =
+      write_fp8_checkpoint(fixture_model_dir(GetParam()), (dir / "channel").string(), Fp8Scales::Channel);
+  DecoderRunner cpu(ckpt, 16, 64, DType::F32);
+  const std::vector<float> exact = logits_of(cpu, ref_, 0);
+  std::printf("[ fp8 ] %s CPU, FP8 weights only: max row rel logit error %.4g, top-1 %.3f\n", GetParam().c_str(),
+              max_row_rel_error(exact.data(), want_.data(), rows, V), top1_agreement(exact.data(), want_.data(), rows, V));
   GpuRunner fp8_steps(GetParam(), DType::BF16, true);
-  check("--quantization fp8, one token a step (FP8 GEMVs)", logits_of(fp8_steps.runner, ref_, 1), bf16_err, V);
+  const std::vector<float> steps = logits_of(fp8_steps.runner, ref_, 1);
+  check("--quantization fp8, one token a step (FP8 GEMVs)", steps, bf16_err, V);
+  const double vs_cpu = max_row_rel_error(steps.data(), exact.data(), rows, V);
+  std::printf("[ fp8 ] %s one token a step vs the CPU over the same FP8 weights: %.4g\n", GetParam().c_str(), vs_cpu);
+  EXPECT_LE(vs_cpu, std::max(kGemvOverCpu, 4 * bf16_err));
+  fs::remove_all(dir);
 }
 
 TEST_P(CudaFp8Decoder, Fp8CheckpointsStayFp8AndMatchTheCpu) {
-  const fs::path dir = fs::temp_directory_path() / ("vlm_cuda_fp8_" + std::to_string(::getpid()) + "_" + GetParam());
+  const fs::path dir = scratch_dir();
   fs::remove_all(dir);
   GpuRunner bf16(GetParam(), DType::BF16, false);
   const int64_t V = bf16.runner.vocab(), rows = static_cast<int64_t>(want_.size()) / V;
-  const std::vector<float> b = logits_of(bf16.runner, ref_, 0);
-  const double bf16_err = max_row_rel_error(b.data(), want_.data(), rows, V);
+  const double bf16_err = bf16_error(bf16);
   for (const Fp8Scales scales : {Fp8Scales::Block, Fp8Scales::Channel}) {
+    const char* name = scales == Fp8Scales::Block ? "16x16-block checkpoint" : "per-channel checkpoint";
     const std::string ckpt = write_fp8_checkpoint(fixture_model_dir(GetParam()),
                                                   (dir / (scales == Fp8Scales::Block ? "block" : "channel")).string(),
                                                   scales, 16);
     DecoderRunner cpu(ckpt, 16, 64, DType::F32);
     const std::vector<float> exact = logits_of(cpu, ref_, 0);  // the stored values, dequantized (exact)
     GpuRunner gpu(ckpt, DType::BF16, false);
-    EXPECT_LT(gpu.gpu->weight_bytes(), bf16.gpu->weight_bytes()) << "the checkpoint's FP8 layers stay FP8";
+    EXPECT_LT(gpu.gpu->weight_bytes(), bf16.gpu->weight_bytes()) << name << ": its FP8 layers stay FP8";
     const std::vector<float> got = logits_of(gpu.runner, ref_, 0);
     const double vs_cpu = max_row_rel_error(got.data(), exact.data(), rows, V);
-    std::printf("[ fp8 ] %s %s checkpoint: GPU vs the CPU's exact dequantized path %.4g\n", GetParam().c_str(),
-                scales == Fp8Scales::Block ? "16x16-block" : "per-channel", vs_cpu);
-    EXPECT_LE(vs_cpu, std::max(kFp8ErrorBound, kFp8OverBf16 * bf16_err));
-    check(scales == Fp8Scales::Block ? "16x16-block checkpoint" : "per-channel checkpoint", got, bf16_err, V);
+    std::printf("[ fp8 ] %s %s: GPU vs the CPU's exact dequantized path %.4g\n", GetParam().c_str(), name, vs_cpu);
+    EXPECT_LE(vs_cpu, kFp8ErrorBound) << name;
+    check(name, got, bf16_err, V);
   }
   fs::remove_all(dir);
 }
