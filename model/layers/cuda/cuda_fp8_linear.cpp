@@ -2,8 +2,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
@@ -50,8 +48,8 @@ void quantize_part(const WeightSource& src, const LinearPart& p, int64_t b, int6
   const TensorView t = src.get(p.weight);
   const auto elt = static_cast<int64_t>(dtype_size(t.dtype));
   const TensorView rows(static_cast<char*>(t.data) + b * K * elt, t.dtype, {R, K});
-  cuda::DeviceBuffer w = cuda::upload_converted({rows}, DType::BF16, nullptr);
-  cuda::quantize_fp8_rows(w.get(), DType::BF16, R, K, q, scale, nullptr);
+  cuda::DeviceBuffer w = cuda::upload_converted({rows}, t.dtype, nullptr);  // as stored (F32, BF16 or F16)
+  cuda::quantize_fp8_rows(w.get(), t.dtype, R, K, q, scale, nullptr);
   VLM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

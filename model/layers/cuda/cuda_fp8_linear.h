@@ -6,7 +6,8 @@
 //    their exact f32 values (dequantize_fp8_blocks, then quantize_fp8_rows): one more E4M3
 //    rounding (<= 2^-4 relative per weight, less where a row's blocks share its largest scale) in
 //    exchange for one GEMM and one GEMV for every format. Any other part (a bf16 checkpoint under
-//    --quantization fp8) is uploaded in bf16 and quantized per output channel on the GPU.
+//    --quantization fp8) is uploaded as stored and quantized per output channel on the GPU (the bits
+//    of kernels/core/fp8.h's quantize_fp8_rows over its values).
 //    Biases stay bf16 and f32. Synchronous (the load's temporaries are freed before it returns).
 //  - fp8_product: y [M, N] (out_dt: BF16 or F32) = x [M, K] (BF16) W^T (+ bias) (+ y when
 //    accumulate): steps of few rows (CudaStep::gemv, fp8_gemv_supported) through the W8A16 GEMV
