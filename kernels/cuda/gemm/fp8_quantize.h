@@ -25,6 +25,11 @@ void quantize_fp8_rows(const void* x /*[R,K]*/, DType dt, int64_t R, int64_t K, 
 void dequantize_fp8_blocks(const uint8_t* q /*[N,K]*/, const float* block_scale /*[ceil(N/bn),ceil(K/bk)]*/,
                            int64_t bn, int64_t bk, int64_t N, int64_t K, float* out /*[N,K]*/, cudaStream_t s);
 
+// y [M, N] f32 = (accumulate ? y : 0) + tmp [M, N] f32 (+ bias [N] BF16): the epilogue of
+// CublasLtGemm::linear_fp8's unfused form (an FP8 GEMM into tmp, then this).
+void fp8_gemm_epilogue(float* y, const float* tmp, const void* bias /*[N] BF16 or null*/, bool accumulate, int64_t M,
+                       int64_t N, cudaStream_t s);
+
 void fp8_gemm_naive(const uint8_t* xq /*[M,K]*/, const float* x_scale /*[M]*/, const uint8_t* wq /*[N,K]*/,
                     const float* w_scale /*[N]*/, const void* bias /*[N] BF16 or null*/, void* y /*[M,N]*/,
                     DType out_dt, bool accumulate, int64_t M, int64_t N, int64_t K, cudaStream_t s);

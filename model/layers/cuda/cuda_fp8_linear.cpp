@@ -112,8 +112,13 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
   auto* xq = static_cast<uint8_t*>(s.scratch(CudaScratch::kFp8Act, M * K));               // [M, K] E4M3
   auto* xs = static_cast<float*>(s.scratch(CudaScratch::kFp8Scale, M * 4));               // [M] f32
   cuda::quantize_fp8_rows(x, s.dt, M, K, xq, xs, s.stream);
-  s.gemm->linear_fp8(xq, xs, d.w8.get(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, accumulate ? 1.0f : 0.0f,
-                     M, N, K, s.stream);
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (s.gemm->linear_fp8(xq, xs, d.w8.get(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, beta, M, N, K, s.stream))
+    return;
+  // cuBLASLt took no F32 output with the bias / residual add and per-row scales: unfused.
+  auto* tmp = static_cast<float*>(s.scratch(CudaScratch::kFp8Out, M * N * 4));  // [M, N] f32
+  s.gemm->linear_fp8(xq, xs, d.w8.get(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, beta, M, N, K, s.stream,
+                     tmp);
 }
 
 void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear& down, const CudaPreNorm* pre,

@@ -41,7 +41,7 @@ class CudaAttentionRunner {
 // that encoding never allocates); asking it for more is an InternalError.
 class CudaScratch {
  public:
-  enum Slot { kNormOut, kGateUp, kAct, kRopeTable, kPatches, kPatchOut, kFp8Act, kFp8Scale, kNumSlots };
+  enum Slot { kNormOut, kGateUp, kAct, kRopeTable, kPatches, kPatchOut, kFp8Act, kFp8Scale, kFp8Out, kNumSlots };
   explicit CudaScratch(int64_t* epoch) : epoch_(epoch) {}
   void* get(Slot slot, int64_t bytes, cudaStream_t s);
   void assign(Slot slot, void* p, int64_t bytes);
