@@ -9,6 +9,9 @@
 #     concurrency 64 (throughput, TTFT/TPOT percentiles).
 # Run from an unpacked scripts/gpu_bundle.sh archive (README.md, "On a GPU"):
 #   cd vlm && LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64 bench/gpu_speed.sh [OUTDIR] [sections=0123]
+# VLM_SPEED_FP8=1: section 1 runs its graph rows (decode 1 and 64 at 1K, prefill 8K and 32K) again with
+# --quantization fp8 right after the bf16 ones, in the same call (issue 43: FP8 vs bf16 side by side;
+# the lines of the FP8 run follow a "# fp8" line in vlm_speed.txt).
 # VLM_DUMP_LOGITS=FILE: section 1's graph run also writes bench_cuda_decoder --dump-logits FILE
 # (each configuration's last step's logits, raw f32: old vs new binaries compared with cmp, issue 39).
 set -uo pipefail
@@ -35,6 +38,11 @@ if [[ $sections == *1* ]]; then
   dump=(); [ -n "${VLM_DUMP_LOGITS:-}" ] && dump=(--dump-logits "$VLM_DUMP_LOGITS")
   timeout $tmo bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
     --prefill 8192,32768 --reps 2 "${dump[@]}" 2>&1 | tee "$out/vlm_speed.txt" | grep -v "^\[" || echo "bench_cuda_decoder failed"
+  if [[ ${VLM_SPEED_FP8:-0} == 1 ]]; then
+    echo "# fp8" | tee -a "$out/vlm_speed.txt"
+    timeout ${VLM_BENCH_TIMEOUT:-150} bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
+      --prefill 8192,32768 --reps 2 --quantization fp8 2>&1 | tee -a "$out/vlm_speed.txt" | grep -v "^\[" || echo "bench_cuda_decoder (fp8) failed"
+  fi
   # The same decode steps without CUDA graphs (--enforce-eager 1), for the graphs' share.
   timeout $tmo bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
     --prefill 0 --enforce-eager 1 2>&1 | tee -a "$out/vlm_speed.txt" | grep "^decode" || echo "bench_cuda_decoder (eager) failed"

@@ -43,6 +43,11 @@ struct EngineConfig {
   int64_t media_step_patches = -1;
   // GPU: run decode steps eagerly, without CUDA graphs (vLLM's --enforce-eager).
   bool enforce_eager = false;
+  // GPU: --quantization fp8 (vLLM's): the decoder's linear layers quantized to FP8 E4M3 at load
+  // (per-channel weight scales, per-token activation scales; the vision tower and LM head stay
+  // 16-bit); needs --dtype bfloat16 (or auto on a bf16 checkpoint) and a Hopper GPU (sm_90).
+  // Off by default; the CPU refuses it. FP8 checkpoints need no flag (CudaDecoderOptions).
+  bool quantize_fp8 = false;
   // KV cache: num_kv_blocks when > 0, else as many blocks as fit in kv_cache_memory_gib.
   int block_size = 16;               // B, tokens per block
   int64_t num_kv_blocks = 0;

@@ -7,7 +7,9 @@
 //           of the median of `reps` runs after one warm-up run.
 // Usage: bench_cuda_decoder --model DIR [--dtype bfloat16|float16|float32] [--batches 1,64]
 //          [--context 1024] [--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1]
-//          [--dump-logits FILE]
+//          [--quantization none|fp8] [--dump-logits FILE]
+// --quantization fp8: the decoder's linear layers in FP8 (CudaDecoderOptions::quantize_fp8;
+// bench/gpu_speed.sh's VLM_SPEED_FP8=1 runs the same rows both ways in one call).
 // Decode steps run as CUDA graphs unless --enforce-eager 1 (the line says how many were captured).
 // --dump-logits FILE (issue 39: old vs refactored binaries, `cmp` bit for bit; bench_dump.h):
 // raw little-endian f32, one record per configuration in the order the bench runs them:
@@ -64,7 +66,7 @@ struct Seq {
 int main(int argc, char** argv) {
   std::map<std::string, std::string> f = {{"dtype", "bfloat16"}, {"batches", "1,64"}, {"context", "1024"},
                                           {"steps", "64"}, {"prefill", "8192,32768"}, {"reps", "3"},
-                                          {"enforce-eager", "0"}};
+                                          {"enforce-eager", "0"}, {"quantization", "none"}};
   bool bad = argc % 2 == 0;  // a flag without its value
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
   if (bad || !f.count("model")) {
     std::fprintf(stderr, "usage: bench_cuda_decoder --model DIR [--dtype ..] [--batches 1,64] [--context 1024] "
                          "[--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1] "
-                         "[--dump-logits FILE]\n");
+                         "[--quantization none|fp8] [--dump-logits FILE]\n");
     return 2;
   }
   try {
@@ -100,11 +102,17 @@ int main(int argc, char** argv) {
     o.max_model_len = std::max(max_prefill, context + steps + 8);  // sizes cuDNN's chunked-prefill K/V scratch
     o.max_logit_rows = std::max<int64_t>(max_batch, 64);
     o.enforce_eager = f["enforce-eager"] == "1";
+    if (f["quantization"] != "none" && f["quantization"] != "fp8") {
+      std::fprintf(stderr, "--quantization must be none or fp8, got '%s'\n", f["quantization"].c_str());
+      return 2;
+    }
+    o.quantize_fp8 = f["quantization"] == "fp8";
     const auto t_load = Clock::now();
     vlm::CudaBackend backend(*host, o, {});
-    std::printf("load: %.1f s (%.2f GiB of weights on %s)\n",
+    std::printf("load: %.1f s (%.2f GiB of weights%s on %s)\n",
                 std::chrono::duration<double>(Clock::now() - t_load).count(),
-                static_cast<double>(backend.decoder().weight_bytes()) / (1 << 30), vlm::cuda::describe_gpu(0).c_str());
+                static_cast<double>(backend.decoder().weight_bytes()) / (1 << 30), o.quantize_fp8 ? ", FP8 linear layers" : "",
+                vlm::cuda::describe_gpu(0).c_str());
     const int64_t V = host->config().vocab_size;
     std::mt19937 rng(1);
     int32_t next_block = 0;

@@ -76,6 +76,10 @@ std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const Mode
     throw LoadError("--device cuda: " + why);
   }
   std::unique_ptr<StepBackend> backend;
+  if (device == Device::Cpu && c.quantize_fp8)
+    throw LoadError(std::string("--quantization fp8 runs on the GPU (--device cuda; here: ") +
+                    (c.device == Device::Auto ? "--device auto chose the CPU" : "--device cpu") +
+                    "); the CPU computes FP8 checkpoints dequantized, without the flag");
   if (device == Device::Cpu) {
     const ModelConfig& m = decoder.config();
     KVCacheShape s;

@@ -25,7 +25,8 @@ bool cuda_available(std::string* why = nullptr);
 // for device cuda without the backend or a GPU, a bad block size, or a cache that cannot hold one
 // sequence of max_model_len tokens, and (before any GPU is opened) for device cuda when the GPU
 // kernels cannot run the model's shapes or the asked-for methods (cuda_model_support.h; the
-// message names each problem). Device auto then picks the CPU, with a warning.
+// message names each problem). Device auto then picks the CPU, with a warning. --quantization fp8
+// (EngineConfig::quantize_fp8) on the CPU is a LoadError.
 // The CUDA backend also puts the model's vision encoder on the GPU where it has one there
 // (Model::vision_binding). The model must outlive the backend.
 std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& config, const Model& model,

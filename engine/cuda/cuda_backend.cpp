@@ -161,6 +161,7 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Mode
   o.num_kv_blocks = c.num_kv_blocks;
   o.gpu_memory_utilization = c.gpu_memory_utilization;
   o.enforce_eager = c.enforce_eager;
+  o.quantize_fp8 = c.quantize_fp8;
   o.max_tokens_per_step = c.scheduler.max_num_batched_tokens;
   o.max_model_len = c.max_model_len;  // 0: the model's max_position_embeddings (the engine's default too)
   o.max_logit_rows = c.scheduler.max_num_seqs;

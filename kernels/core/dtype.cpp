@@ -12,7 +12,7 @@ size_t dtype_size(DType t) {
     case DType::F64: case DType::I64: return 8;
     case DType::F32: case DType::I32: return 4;
     case DType::BF16: case DType::F16: case DType::I16: return 2;
-    case DType::I8: case DType::U8: case DType::BOOL: return 1;
+    case DType::I8: case DType::U8: case DType::BOOL: case DType::F8_E4M3: return 1;
   }
   return 0;
 }
@@ -29,6 +29,7 @@ const char* dtype_name(DType t) {
     case DType::I8: return "I8";
     case DType::U8: return "U8";
     case DType::BOOL: return "BOOL";
+    case DType::F8_E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -37,7 +38,7 @@ bool parse_dtype(std::string_view s, DType* out) {
   static const std::pair<const char*, DType> kNames[] = {
       {"F32", DType::F32}, {"BF16", DType::BF16}, {"F16", DType::F16}, {"F64", DType::F64},
       {"I64", DType::I64}, {"I32", DType::I32},   {"I16", DType::I16}, {"I8", DType::I8},
-      {"U8", DType::U8},   {"BOOL", DType::BOOL}};
+      {"U8", DType::U8},   {"BOOL", DType::BOOL}, {"F8_E4M3", DType::F8_E4M3}};
   for (const auto& [name, t] : kNames)
     if (s == name) { *out = t; return true; }
   return false;

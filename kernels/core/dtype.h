@@ -10,7 +10,9 @@
 
 namespace vlm {
 
-enum class DType : uint8_t { F32, BF16, F16, F64, I64, I32, I16, I8, U8, BOOL };
+// F8_E4M3: FP8 E4M3 ("fn": no infinities, max 448), as safetensors and torch.float8_e4m3fn store it
+// (kernels/core/fp8.h converts it; only FP8 checkpoints' weights and the GPU's FP8 linear layers use it).
+enum class DType : uint8_t { F32, BF16, F16, F64, I64, I32, I16, I8, U8, BOOL, F8_E4M3 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...

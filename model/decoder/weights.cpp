@@ -1,8 +1,11 @@
 #include "model/decoder/weights.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "kernels/core/fp8.h"
 
 namespace vlm {
 
@@ -10,6 +13,7 @@ WeightStore WeightStore::open(const std::string& model_dir) {
   namespace fs = std::filesystem;
   WeightStore w;
   w.dir_ = model_dir;
+  w.quant_ = load_weight_quantization(model_dir);
   std::vector<std::string> shards;
   const std::string single = model_dir + "/model.safetensors";
   const std::string index = model_dir + "/model.safetensors.index.json";
@@ -74,6 +78,21 @@ TensorView WeightStore::get(const std::string& name, const Shape& expected) cons
   if (it == tensors_.end()) throw LoadError(dir_ + ": missing tensor '" + name + "'");
   const TensorView& t = it->second;
   const std::string& file = file_of_.at(name);
+  if (t.dtype == DType::F8_E4M3 && quant_.scales != Fp8Scales::None) {
+    const Fp8Weight f = fp8(name, expected);
+    std::lock_guard<std::mutex> lock(dequantized_->mu);
+    auto [d, fresh] = dequantized_->tensors.try_emplace(name);
+    if (fresh) {
+      const int64_t N = expected[0], K = expected.numel() / std::max<int64_t>(N, 1);
+      d->second = Tensor::empty(expected, DType::F32);
+      const auto* q = static_cast<const uint8_t*>(f.q.data);
+      if (f.scales == Fp8Scales::Block)
+        dequantize_fp8_blocks(q, f.scale.as<float>(), f.block_n, f.block_k, N, K, d->second.as<float>());
+      else
+        dequantize_fp8_rows(q, f.scale.as<float>(), N, K, d->second.as<float>());
+    }
+    return d->second.view();
+  }
   if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
     throw LoadError(file + ": tensor '" + name + "' has dtype " + dtype_name(t.dtype) +
                     ", expected F32, BF16 or F16");
@@ -81,6 +100,45 @@ TensorView WeightStore::get(const std::string& name, const Shape& expected) cons
     throw LoadError(file + ": tensor '" + name + "' has shape " + t.shape.str() + ", expected " +
                     expected.str());
   return t;
+}
+
+bool WeightStore::is_fp8(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return quant_.scales != Fp8Scales::None && it != tensors_.end() && it->second.dtype == DType::F8_E4M3;
+}
+
+Fp8Weight WeightStore::fp8(const std::string& name, const Shape& expected) const {
+  VLM_CHECK(is_fp8(name), "{}: '{}' is not an FP8 weight", dir_, name);
+  const TensorView& t = tensors_.at(name);
+  const std::string& file = file_of_.at(name);
+  if (!(t.shape == expected) || t.ndim() != 2)
+    throw LoadError(file + ": FP8 tensor '" + name + "' has shape " + t.shape.str() + ", expected " + expected.str() +
+                    " (FP8 weights are matrices)");
+  const int64_t N = t.dim(0), K = t.dim(1);
+  const std::string sname = name + quant_.scale_suffix;
+  auto it = tensors_.find(sname);
+  if (it == tensors_.end()) throw LoadError(dir_ + ": FP8 tensor '" + name + "' without its scales '" + sname + "'");
+  const TensorView& s = it->second;
+  Shape want;
+  if (quant_.scales == Fp8Scales::Block) {
+    want = Shape{(N + quant_.block_n - 1) / quant_.block_n, (K + quant_.block_k - 1) / quant_.block_k};
+  } else {
+    want = s.ndim() == 1 ? Shape{N} : Shape{N, 1};
+  }
+  if (!(s.shape == want))
+    throw LoadError(file_of_.at(sname) + ": scales '" + sname + "' have shape " + s.shape.str() + ", expected " +
+                    want.str() + " for " + quant_.describe());
+  if (s.dtype != DType::F32 && s.dtype != DType::BF16 && s.dtype != DType::F16)
+    throw LoadError(file_of_.at(sname) + ": scales '" + sname + "' have dtype " + dtype_name(s.dtype) +
+                    ", expected F32, BF16 or F16");
+  Fp8Weight f;
+  f.q = t;
+  f.scales = quant_.scales;
+  f.block_n = quant_.block_n;
+  f.block_k = quant_.block_k;
+  f.scale = Tensor::empty(quant_.scales == Fp8Scales::Block ? want : Shape{N}, DType::F32);
+  convert_to_f32(s.data, s.dtype, f.scale.as<float>(), s.numel());
+  return f;
 }
 
 int64_t WeightStore::total_bytes() const {

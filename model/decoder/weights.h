@@ -1,16 +1,22 @@
 // All tensors of a Hugging Face checkpoint directory, by checkpoint name. Reads either one
 // `model.safetensors` or the shards listed in `model.safetensors.index.json` (weight_map).
 // Weights stay memory-mapped in their stored dtype; views are valid while the store lives.
+// FP8 checkpoints (config.json's quantization_config, model/decoder/weight_quantization.h): fp8()
+// gives a layer's stored FP8 weight and its scales (the GPU keeps them FP8); get() of such a weight
+// dequantizes it once to f32 (exact w.r.t. the stored values: the CPU computes over those), kept
+// by the store.
 #pragma once
 
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "kernels/core/tensor.h"
 #include "model/decoder/safetensors.h"
+#include "model/decoder/weight_quantization.h"
 
 namespace vlm {
 
@@ -26,8 +32,15 @@ class WeightStore {
   std::string first_prefix(std::initializer_list<const char*> prefixes, const std::string& probe,
                            const std::string& what) const;
   // The tensor `name`; throws LoadError naming the checkpoint and tensor when it is missing,
-  // its shape differs from `expected`, or its dtype is not a float type (F32/BF16/F16).
+  // its shape differs from `expected`, or its dtype is not a float type (F32/BF16/F16; F8_E4M3
+  // in an FP8 checkpoint, returned dequantized to F32).
   TensorView get(const std::string& name, const Shape& expected) const;
+  const WeightQuantization& quantization() const { return quant_; }
+  // Whether `name` is an FP8 weight of an FP8 checkpoint.
+  bool is_fp8(const std::string& name) const;
+  // The FP8 weight `name` [N, K] and its scales (shape and dtype checked; LoadError naming the
+  // tensor otherwise). Precondition: is_fp8(name).
+  Fp8Weight fp8(const std::string& name, const Shape& expected) const;
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   // Sum of the tensors' bytes.
   int64_t total_bytes() const;
@@ -37,6 +50,12 @@ class WeightStore {
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, TensorView> tensors_;
   std::map<std::string, std::string> file_of_;  // tensor name -> file name, for messages
+  WeightQuantization quant_;
+  struct Dequantized {  // FP8 weights get() dequantized, by name (the store is moved: held by pointer)
+    std::mutex mu;
+    std::map<std::string, Tensor> tensors;
+  };
+  std::shared_ptr<Dequantized> dequantized_ = std::make_shared<Dequantized>();
 };
 
 }  // namespace vlm

@@ -158,6 +158,24 @@ TEST(CudaModelSupport, DeviceCudaIsRefusedBeforeAnyGpuIsOpened) {
   }
 }
 
+// --quantization fp8 runs on the GPU only: the CPU refuses it by name.
+TEST(CudaModelSupport, QuantizationFp8OnTheCpuIsRefused) {
+  auto decoder = LlmDecoder::load(fixture_model_dir("llama_tiny"));
+  EngineConfig c = test_config();
+  c.device = Device::Cpu;
+  c.quantize_fp8 = true;
+  try {
+    make_step_backend(c, *decoder, {}, 512);
+    FAIL() << "--quantization fp8 with --device cpu must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("--quantization fp8 runs on the GPU (--device cuda; here: --device cpu)"),
+              std::string::npos)
+        << e.what();
+  }
+  c.quantize_fp8 = false;
+  EXPECT_EQ(make_step_backend(c, *decoder, {}, 512)->device().rfind("cpu", 0), 0u);
+}
+
 TEST(CudaModelSupport, DeviceAutoFallsBackToTheCpu) {
   // --device auto takes the CPU instead (with a warning) where the GPU cannot run the model.
   if (!cuda_available()) GTEST_SKIP() << "no GPU: auto is the CPU anyway";

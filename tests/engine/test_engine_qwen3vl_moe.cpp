@@ -37,7 +37,7 @@ void expect_engine(const std::string& dir, const Qwen3VLReference& ref, const st
                    const std::map<int, std::vector<int32_t>>& want) {
   const auto model = Qwen3VLModel::load(dir);  // for building requests
   auto engine_of = [&](const EngineConfig& c) {
-    return std::make_unique<Engine>(c, std::unique_ptr<MultimodalModel>(Qwen3VLModel::load(dir)));
+    return std::make_unique<Engine>(c, std::unique_ptr<Model>(Qwen3VLModel::load(dir)));
   };
   auto expect = [&](const std::map<std::string, RequestResult>& results, int k) {
     const std::string p = "p" + std::to_string(k);

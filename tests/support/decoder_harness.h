@@ -17,7 +17,9 @@
 
 namespace vlm::testing {
 
+// A fixture model's directory; an absolute path is taken as it is (a checkpoint a test wrote).
 inline std::string fixture_model_dir(const std::string& name) {
+  if (!name.empty() && name[0] == '/') return name;
   return std::string(VLM_FIXTURES_DIR) + "/models/" + name;
 }
 

@@ -43,5 +43,19 @@ TEST(BackendFlags, KvCacheDtypeGivenWins) {
               "--kv-cache-dtype must be auto, f32, bf16 or f16, got 'f64'");
 }
 
+// --quantization (vLLM's flag): off unless fp8 is given; anything else is a usage error.
+TEST(BackendFlags, QuantizationFp8IsOptIn) {
+  auto fp8_of = [](const std::map<std::string, std::string>& flags) {
+    EngineConfig c;
+    apply_backend_flags(flags, parser(), c);
+    return c.quantize_fp8;
+  };
+  EXPECT_FALSE(fp8_of({}));
+  EXPECT_FALSE(fp8_of({{"quantization", "none"}}));
+  EXPECT_TRUE(fp8_of({{"quantization", "fp8"}}));
+  EXPECT_EXIT(fp8_of({{"quantization", "awq"}}), ::testing::ExitedWithCode(2),
+              "--quantization must be none or fp8, got 'awq'");
+}
+
 }  // namespace
 }  // namespace vlm::cli

@@ -23,6 +23,10 @@ void add_backend_flags(FlagTable& table) {
       "auto (default: f32 with --dtype float32, the exact path; else bf16), f32, bf16 or f16: the CPU's KV cache "
       "(the GPU keeps its cache in the model dtype)";
   table["enforce-eager"] = "1: GPU decode steps without CUDA graphs (default 0: graphs per batch/context bucket)";
+  table["quantization"] =
+      "none (default) or fp8: the GPU decoder's linear layers quantized to FP8 E4M3 at load (per-channel weight "
+      "scales, per-token activation scales; vision tower and LM head stay bf16; Hopper GPUs). FP8 "
+      "checkpoints (quantization_config) load as FP8 without it";
 }
 
 void apply_backend_flags(const std::map<std::string, std::string>& flags, const FlagParser& parser,
@@ -64,6 +68,11 @@ void apply_backend_flags(const std::map<std::string, std::string>& flags, const 
     if (v == "1" || v == "true" || v == "on") config.enforce_eager = true;
     else if (v == "0" || v == "false" || v == "off") config.enforce_eager = false;
     else parser.fail("--enforce-eager must be 1/true/on or 0/false/off, got '" + v + "'");
+  }
+  if (auto it = flags.find("quantization"); it != flags.end()) {
+    if (it->second == "fp8") config.quantize_fp8 = true;
+    else if (it->second == "none") config.quantize_fp8 = false;
+    else parser.fail("--quantization must be none or fp8, got '" + it->second + "'");
   }
 }
 

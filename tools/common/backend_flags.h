@@ -7,6 +7,7 @@
 //   --gemm-activations f32|bf16     (the older CPU flag: an alias of --dtype float32|bfloat16)
 //   --kv-cache-dtype auto|f32|bf16|f16  (the CPU's KV cache; auto: f32 with --dtype float32, the
 //                                     exact path, else bf16 -- vLLM's auto, the model's dtype)
+//   --quantization none|fp8         (GPU: FP8 E4M3 decoder linear layers, quantized at load)
 #pragma once
 
 #include <map>

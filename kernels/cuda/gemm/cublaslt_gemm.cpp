@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "kernels/core/check.h"
+#include "kernels/cuda/core/cuda_check.h"
+#include "kernels/cuda/gemm/fp8_quantize.h"
 
 namespace vlm::cuda {
 
@@ -21,6 +23,7 @@ cudaDataType_t cuda_type(DType dt) {
     case DType::F32: return CUDA_R_32F;
     case DType::BF16: return CUDA_R_16BF;
     case DType::F16: return CUDA_R_16F;
+    case DType::F8_E4M3: return CUDA_R_8F_E4M3;
     default: unsupported_dtype(dt);
   }
 }
@@ -53,8 +56,19 @@ CublasLtGemm::~CublasLtGemm() {
 }
 
 CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
+  if (Plan* p = try_plan(key)) return *p;
+  const auto [M, N, K, in_i, out_i, has_bias, accumulate] = key;
+  (void)accumulate;
+  const DType in_dt = static_cast<DType>(in_i), out_dt = static_cast<DType>(out_i);
+  throw InternalError(fmt::format("cuBLASLt has no algorithm for {}x{}x{} {} -> {}{}{}", M, N, K, dtype_name(in_dt),
+                                  dtype_name(out_dt), has_bias ? " with bias" : "",
+                                  in_dt == DType::F8_E4M3 ? " (FP8 with per-row scales: sm_90, cuBLASLt 12.9+)" : ""));
+}
+
+CublasLtGemm::Plan* CublasLtGemm::try_plan(const Key& key) {
   auto it = plans_.find(key);
-  if (it != plans_.end()) return *it->second;
+  if (it != plans_.end()) return it->second.get();
+  if (refused_.count(key)) return nullptr;
   const auto [M, N, K, in_i, out_i, has_bias, accumulate] = key;
   const DType in_dt = static_cast<DType>(in_i), out_dt = static_cast<DType>(out_i);
   auto p = std::make_unique<Plan>();
@@ -63,10 +77,16 @@ CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
   const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
   check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)), "transa");
   check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)), "transb");
+  const bool fp8 = in_dt == DType::F8_E4M3;
+  if (fp8) {  // per-row scales of w (cuBLAS's A: N values) and x (B: M values) in the epilogue
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)), "A scale mode");
+    check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)), "B scale mode");
+  }
   if (has_bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
-    const cudaDataType_t bt = cuda_type(out_dt);
+    const cudaDataType_t bt = fp8 ? CUDA_R_16BF : cuda_type(out_dt);
     check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), "bias type");
   }
   check_lt(cublasLtMatrixLayoutCreate(&p->a, cuda_type(in_dt), K, N, K), "layout w");
@@ -82,13 +102,14 @@ CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,
                                                            p->c, p->c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    refused_[key] = true;  // asked once
+    return nullptr;
+  }
   check_lt(st, "heuristic");
-  if (found == 0)
-    throw InternalError(fmt::format("cuBLASLt has no algorithm for {}x{}x{} {} -> {}{}", M, N, K, dtype_name(in_dt),
-                                    dtype_name(out_dt), has_bias ? " with bias" : ""));
   p->algo = result.algo;
   (void)accumulate;
-  return *plans_.emplace(key, std::move(p)).first->second;
+  return plans_.emplace(key, std::move(p)).first->second.get();
 }
 
 void CublasLtGemm::linear(const void* x, const void* w, DType in_dt, const void* bias, void* y, DType out_dt,
@@ -102,6 +123,46 @@ void CublasLtGemm::linear(const void* x, const void* w, DType in_dt, const void*
   check_lt(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
                           &p.algo, workspace_.get(), workspace_.bytes(), s),
            "matmul");
+}
+
+int CublasLtGemm::run_fp8(Plan& p, const void* xq, const float* x_scale, const void* wq, const float* w_scale,
+                          const void* bias, void* y, float beta, cudaStream_t s) {
+  if (bias)
+    check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+             "bias pointer");
+  check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)),
+           "A scale pointer");
+  check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale)),
+           "B scale pointer");
+  const float alpha = 1.0f;
+  return static_cast<int>(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &alpha, wq, p.a, xq, p.b, &beta,
+                                         y, p.c, y, p.c, &p.algo, workspace_.get(), workspace_.bytes(), s));
+}
+
+bool CublasLtGemm::linear_fp8(const void* xq, const float* x_scale, const void* wq, const float* w_scale,
+                              const void* bias, void* y, DType out_dt, float beta, int64_t M, int64_t N, int64_t K,
+                              cudaStream_t s, float* tmp) {
+  if (M == 0) return true;
+  if (K % 16 != 0) precondition_failed("linear_fp8: K % 16 == 0");
+  if (out_dt != DType::BF16 && out_dt != DType::F32) precondition_failed("linear_fp8: BF16 or F32 output");
+  const int f8 = static_cast<int>(DType::F8_E4M3), out = static_cast<int>(out_dt);
+  const Key fused{M, N, K, f8, out, bias != nullptr, beta != 0.0f};
+  // BF16 output, or F32 without bias and beta: the fused form or nothing (plan() names the shape).
+  const bool can_unfuse = out_dt == DType::F32 && (bias != nullptr || beta != 0.0f);
+  if (Plan* p = can_unfuse ? try_plan(fused) : &plan(fused)) {
+    const int st = run_fp8(*p, xq, x_scale, wq, w_scale, bias, y, beta, s);
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    if (!can_unfuse || (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE))
+      check_lt(static_cast<cublasStatus_t>(st), "matmul fp8");
+    plans_.erase(fused);
+    refused_[fused] = true;
+  }
+  if (tmp == nullptr) return false;
+  Plan& plain = plan(Key{M, N, K, f8, out, false, false});
+  check_lt(static_cast<cublasStatus_t>(run_fp8(plain, xq, x_scale, wq, w_scale, nullptr, tmp, 0.0f, s)),
+           "matmul fp8 (unfused)");
+  fp8_gemm_epilogue(static_cast<float*>(y), tmp, bias, beta != 0.0f, M, N, s);
+  return true;
 }
 
 }  // namespace vlm::cuda

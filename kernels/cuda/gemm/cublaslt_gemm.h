@@ -5,6 +5,12 @@
 // The f32 path uses CUBLAS_COMPUTE_32F (no TF32: the exact path); 16-bit inputs use the tensor
 // cores. Algorithms come from cuBLASLt's heuristic, cached per shape. Not thread-safe: one
 // CublasLtGemm per stream.
+// linear_fp8: the same product over FP8 E4M3 inputs with per-row scales, on the FP8 tensor cores
+// (Hopper, sm_90: cuBLASLt's outer-vector scaling is SM90-only, CUDA 12.9+), the scales applied in
+// cuBLASLt's epilogue: y[m, n] = (sum_k xq[m,k] wq[n,k]) * x_scale[m] * w_scale[n] (+ bias[n])
+// (+ beta * y); y BF16 or F32, bias BF16 (cuBLASLt's bias type for FP8 inputs either way).
+// K % 16 == 0 (cuBLASLt's FP8 layouts). kernels/cuda/gemm/fp8_quantize.h's fp8_gemm_naive is its
+// reference.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,15 +36,28 @@ class CublasLtGemm {
   // when cuBLASLt has no algorithm for the shape/types.
   void linear(const void* x /*[M, K]*/, const void* w /*[N, K]*/, DType in_dt, const void* bias /*[N] or null*/,
               void* y /*[M, N]*/, DType out_dt, float beta, int64_t M, int64_t N, int64_t K, cudaStream_t s);
+  // Returns false, enqueuing nothing, when cuBLASLt takes no F32 output with this bias / beta
+  // combination together with per-row scales and `tmp` is null; given tmp [M, N] f32 (device) it
+  // then runs the unfused form: the FP8 GEMM into tmp, then fp8_gemm_epilogue (bias, y +=). Learned
+  // per shape on the first call (make that call outside a graph capture).
+  bool linear_fp8(const void* xq /*[M, K] E4M3*/, const float* x_scale /*[M]*/, const void* wq /*[N, K] E4M3*/,
+                  const float* w_scale /*[N]*/, const void* bias /*[N] BF16 or null*/, void* y /*[M, N]*/,
+                  DType out_dt, float beta, int64_t M, int64_t N, int64_t K, cudaStream_t s, float* tmp = nullptr);
 
  private:
   struct Plan;
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, bool, bool>;
   Plan& plan(const Key& key);
+  Plan* try_plan(const Key& key);  // null where cuBLASLt has no algorithm (remembered)
+  // cublasLtMatmul's status (cublasStatus_t) for one FP8 product over p's descriptors.
+  int run_fp8(Plan& p, const void* xq, const float* x_scale, const void* wq, const float* w_scale, const void* bias,
+              void* y, float beta, cudaStream_t s);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  // Keys cuBLASLt has no algorithm for (any type), or refused at the matmul (FP8: then run unfused).
+  std::map<Key, bool> refused_;
 };
 
 }  // namespace vlm::cuda

@@ -16,6 +16,7 @@
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemv_norm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
+#include "model/layers/cuda/cuda_fp8_linear.h"
 #include "kernels/ops/rope.h"
 
 namespace vlm {
@@ -49,7 +50,17 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
   VLM_CHECK(c.head_dim <= 256, "head_dim {} > 256 on the GPU", c.head_dim);
   VLM_LOG_INFO("GPU: {}; loading {} layers as {}", cuda::describe_gpu(opt_.device), c.num_layers,
                dtype_name(opt_.dtype));
-  layers_ = std::make_unique<CudaLayers>(opt_.dtype);
+  const WeightQuantization& stored = host_.weights().quantization();
+  const bool stored_fp8 = stored.scales != Fp8Scales::None && opt_.dtype == DType::BF16;
+  if (opt_.quantize_fp8 || stored_fp8) {
+    require_fp8_gpu(opt_.device, opt_.quantize_fp8 ? std::string("--quantization fp8")
+                                                   : "the checkpoint's " + stored.describe() + " weights");
+    VLM_LOG_INFO("GPU: FP8 linear layers ({})", opt_.quantize_fp8 ? "quantized at load, per-channel scales"
+                                                                  : stored.describe() + ", per-channel on the GPU");
+  }
+  layers_ = std::make_unique<CudaLayers>(opt_.dtype, opt_.quantize_fp8 ? CudaFp8::kAll
+                                                     : stored_fp8     ? CudaFp8::kStored
+                                                                      : CudaFp8::kNone);
   arch_ = std::make_unique<LlamaDecoder>(c, *layers_, host_.weights(), host_.names());
   weight_bytes_ = layers_->weight_bytes();
   VLM_LOG_INFO("GPU: loaded {} layers ({:.2f} GiB)", c.num_layers, static_cast<double>(weight_bytes_) / (1 << 30));

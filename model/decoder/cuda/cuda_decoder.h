@@ -77,6 +77,13 @@ struct CudaDecoderOptions {
   // Decode attention's split reduce merged into its split kernel (the last CTA of each sequence
   // and KV head merges; cuda_attention.h): -1 = VLM_CUDA_DECODE_FUSED_REDUCE (unset: on), 0 off, 1 on.
   int fused_decode_reduce = -1;
+  // FP8 linear layers (issue 43, model/layers/cuda/cuda_fp8_linear.h): quantize_fp8 (vLLM's
+  // --quantization fp8) quantizes every decoder linear layer but the LM head at load (per-channel
+  // weight scales, per-token activation scales; dtype must be BF16). Without it, an FP8 checkpoint's
+  // FP8 layers stay FP8 when dtype is BF16, and are dequantized to dtype otherwise (F32: exact
+  // w.r.t. the stored values). Either FP8 path refuses a GPU other than Hopper at start, naming it
+  // (require_fp8_gpu: below compute capability 8.9 no FP8 tensor cores; Ada/Blackwell not yet).
+  bool quantize_fp8 = false;
 };
 
 // The runner of the decoder's architecture (model/arch/llama_decoder.h) over the GPU's layers

@@ -27,10 +27,13 @@ struct CudaPreNorm {
 std::unique_ptr<CudaPreNorm> upload_pre_norm(const WeightSource& w, const NormSpec* spec, int64_t* bytes);
 
 // A linear layer's weights on the GPU: the parts concatenated [N, K] (dt), their biases in dt and
-// in f32 (the dtype of the output they are added to), or none.
+// in f32 (the dtype of the output they are added to), or none. An FP8 layer
+// (cuda_fp8_linear.h) holds w8 [N, K] E4M3 and w_scale [N] f32 instead of w (dt is then BF16).
 struct DeviceLinear {
   cuda::DeviceBuffer w, bias_dt, bias_f32;
+  cuda::DeviceBuffer w8, w_scale;
   int64_t N = 0, K = 0;
+  bool fp8() const { return w8.get() != nullptr; }
   const void* bias(DType out) const {
     if (!bias_dt.get()) return nullptr;
     return out == DType::F32 ? bias_f32.get() : bias_dt.get();

@@ -15,6 +15,7 @@
 #include "model/layers/cuda/cuda_device_linear.h"
 #include "model/layers/cuda/cuda_media_rows.h"
 #include "model/layers/cuda/cuda_moe.h"
+#include "model/layers/cuda/cuda_fp8_linear.h"
 #include "model/layers/cuda/cuda_step.h"
 #include "model/layers/cuda/cuda_vision_layers.h"
 
@@ -86,7 +87,16 @@ class CudaLinear final : public Linear {
     CudaStep& s = CudaStep::of(st);
     const int64_t M = x.rows, N = d_.N, K = d_.K;
     const bool add = a == Accum::Add;
-    if (pre_ && pre_->rms && s.fused_norm && cuda::gemv_norm_supported(M, K, s.dt)) {  // the norm inside the GEMV
+    if (d_.fp8()) {  // FP8 weights: the norm apart, then the FP8 GEMV or GEMM
+      const void* in = x.data;
+      if (pre_) {
+        void* h = s.scratch(CudaScratch::kNormOut, M * K * static_cast<int64_t>(dtype_size(s.dt)));
+        pre_->apply(x.f32(), M, K, h, s.dt, s.stream);
+        s.mark("norm");
+        in = h;
+      }
+      fp8_product(s, d_, in, y.data, y.dtype, add, M);
+    } else if (pre_ && pre_->rms && s.fused_norm && cuda::gemv_norm_supported(M, K, s.dt)) {  // the norm inside the GEMV
       cuda::gemv_norm(x.f32(), nullptr, pre_->w.as<float>(), pre_->eps, weight_, s.dt, d_.bias(y.dtype), y.data,
                       y.dtype, add, M, N, K, s.stream);
     } else {
@@ -106,6 +116,7 @@ class CudaLinear final : public Linear {
     CudaStep& s = CudaStep::of(st);
     VLM_CHECK(pre_ != nullptr && pre_->rms, "{}: the GPU gathers logit rows through the RMSNorm before the head", label_);
     const int64_t R = s.R, N = d_.N, K = d_.K;
+    VLM_CHECK(!d_.fp8(), "{}: an FP8 layer gathering logit rows (the LM head stays 16-bit)", label_);
     if (R == 0) return;
     if (s.fused_norm && cuda::gemv_norm_supported(R, K, s.dt)) {  // the final norm of the rows in the GEMV
       cuda::gemv_norm(x.f32(), s.rows, pre_->w.as<float>(), pre_->eps, weight_, s.dt, d_.bias(y.dtype), y.data, y.dtype,
@@ -180,11 +191,9 @@ class CudaCausalAttention final : public CausalAttention {
 // GEMV (or gate/up and SiLU·mul after the norm), else a GEMM into [T, 2I] and silu_mul.
 class CudaGatedMlp final : public Mlp {
  public:
-  CudaGatedMlp(const WeightSource& w, const MlpSpec& spec, DType dt, int64_t* bytes)
-      : I_(spec.inner),
-        gate_up_(upload_linear(w, {spec.gate, spec.up}, dt, true, bytes)),
-        down_(upload_linear(w, {spec.down}, dt, true, bytes)),
-        pre_(upload_pre_norm(w, spec.pre_norm ? &*spec.pre_norm : nullptr, bytes)) {}
+  // gate_up [2I, C] (gate rows, then up rows) and down [C, I], both 16-bit or both FP8.
+  CudaGatedMlp(const MlpSpec& spec, DeviceLinear gate_up, DeviceLinear down, std::unique_ptr<CudaPreNorm> pre_norm)
+      : I_(spec.inner), gate_up_(std::move(gate_up)), down_(std::move(down)), pre_(std::move(pre_norm)) {}
   int64_t inner_cols() const override { return 2 * I_; }
 
   void forward(Step& st, Act x, Act inner, Act y, Accum a) const override {
@@ -193,6 +202,7 @@ class CudaGatedMlp final : public Mlp {
     const DType dt = s.dt;
     void* act = s.scratch(CudaScratch::kAct, T * I * static_cast<int64_t>(dtype_size(dt)));  // [T, I]
     const void* gu_bias = gate_up_.bias(dt);
+    if (gate_up_.fp8()) return fp8_gated_mlp(s, gate_up_, down_, pre_.get(), I, x, inner, act, y, a == Accum::Add);
     if (pre_ && pre_->rms && s.fused_norm && cuda::gemv_norm_supported(T, C, dt)) {  // norm, gate/up, SiLU·mul: one pass
       cuda::gemv_silu_mul_norm(x.f32(), nullptr, pre_->w.as<float>(), pre_->eps, gate_up_.w.get(), dt, gu_bias, act, T, I,
                                C, s.stream);
@@ -272,8 +282,24 @@ class CudaMlp final : public Mlp {
 
 }  // namespace
 
-CudaLayers::CudaLayers(DType dt) : dt_(dt) {
+CudaLayers::CudaLayers(DType dt, CudaFp8 fp8) : dt_(dt), fp8_(fp8) {
   VLM_CHECK(dt == DType::F32 || dt == DType::BF16 || dt == DType::F16, "GPU dtype {} (F32, BF16 or F16)", dtype_name(dt));
+  if (fp8 == CudaFp8::kAll && dt != DType::BF16)
+    throw LoadError(std::string("--quantization fp8 computes in bfloat16 on the GPU, not ") + dtype_name(dt) +
+                    " (--dtype bfloat16 or auto)");
+}
+
+bool CudaLayers::fp8_layer(const WeightSource& w, const LinearPart& first, const std::string& label) const {
+  if (fp8_ == CudaFp8::kNone || label == "lm_head" || label.ends_with(".lm_head")) return false;
+  if (fp8_ == CudaFp8::kStored && !w.fp8(first.weight)) return false;
+  if (dt_ != DType::BF16)
+    throw LoadError(w.prefix() + first.weight.name + ": FP8 weights compute in bfloat16 on the GPU, not " +
+                    dtype_name(dt_) + " (--dtype bfloat16 or auto)");
+  return true;
+}
+
+DeviceLinear CudaLayers::upload(const WeightSource& w, const std::vector<LinearPart>& parts, bool fp8) {
+  return fp8 ? upload_linear_fp8(w, parts, &bytes_) : upload_linear(w, parts, dt_, true, &bytes_);
 }
 
 std::unique_ptr<Embedding> CudaLayers::embedding(const WeightSource& w, const WeightRef& table) {
@@ -286,8 +312,9 @@ std::unique_ptr<Norm> CudaLayers::norm(const WeightSource& w, const NormSpec& sp
 
 std::unique_ptr<Linear> CudaLayers::linear(const WeightSource& w, const std::vector<LinearPart>& parts,
                                            const NormSpec* pre_norm) {
-  return std::make_unique<CudaLinear>(upload_linear(w, parts, dt_, true, &bytes_), nullptr,
-                                      upload_pre_norm(w, pre_norm, &bytes_), profile_label(parts.front().weight.name));
+  const std::string label = profile_label(parts.front().weight.name);
+  return std::make_unique<CudaLinear>(upload(w, parts, fp8_layer(w, parts.front(), label)), nullptr,
+                                      upload_pre_norm(w, pre_norm, &bytes_), label);
 }
 
 std::unique_ptr<Linear> CudaLayers::tied_linear(const Embedding& table, const WeightSource& w, const NormSpec* pre_norm) {
@@ -319,7 +346,11 @@ std::unique_ptr<CausalAttention> CudaLayers::causal_attention(const WeightSource
 
 std::unique_ptr<Mlp> CudaLayers::mlp(const WeightSource& w, const MlpSpec& spec) {
   if (spec.kind != MlpKind::GatedSilu) return std::make_unique<CudaMlp>(w, spec, dt_, &bytes_);
-  return std::make_unique<CudaGatedMlp>(w, spec, dt_, &bytes_);
+  const bool fp8 = fp8_layer(w, spec.gate, profile_label(spec.gate.weight.name));
+  DeviceLinear gate_up = upload(w, {spec.gate, spec.up}, fp8);
+  DeviceLinear down = upload(w, {spec.down}, fp8);
+  return std::make_unique<CudaGatedMlp>(spec, std::move(gate_up), std::move(down),
+                                        upload_pre_norm(w, spec.pre_norm ? &*spec.pre_norm : nullptr, &bytes_));
 }
 
 std::unique_ptr<Mlp> CudaLayers::moe(const WeightSource& w, const MoeSpec& spec) {

@@ -9,15 +9,29 @@
 // residual add in the GEMM/GEMV epilogue; gate/up with SiLU·mul fused into the GEMV. A vision
 // step (CudaStep::gemv false) runs cuBLASLt GEMMs whatever its rows, as the towers did. Attention
 // is the runner's (CudaAttentionRunner: the paged cache and the methods live there).
+// FP8 (issue 43, CudaFp8 below): linear layers and gated MLPs over FP8 E4M3 weights
+// (cuda_fp8_linear.h: the norm is not folded into their GEMVs).
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "model/layers/layer_backend.h"
 
 namespace vlm {
 
+struct DeviceLinear;
+
+// Which linear layers run in FP8 (cuda_fp8_linear.h; the LM head never does, nor the
+// non-gated MLPs of the vision towers): kNone: none (weights an FP8 checkpoint stores are
+// dequantized and uploaded in dt: the vision towers); kStored: the layers whose weights the
+// checkpoint stores in FP8 (the decoder's default); kAll: every linear layer and gated MLP
+// (--quantization fp8). FP8 layers need dt BF16 (LoadError otherwise).
+enum class CudaFp8 { kNone, kStored, kAll };
+
 class CudaLayers final : public LayerBackend {
  public:
-  explicit CudaLayers(DType dt);
+  explicit CudaLayers(DType dt, CudaFp8 fp8 = CudaFp8::kNone);
   DType dtype() const { return dt_; }
   int64_t weight_bytes() const { return bytes_; }  // uploaded so far
 
@@ -40,7 +54,12 @@ class CudaLayers final : public LayerBackend {
   std::unique_ptr<PositionTable> position_table(const WeightSource& w, const PositionTableSpec& spec) override;
 
  private:
+  // Whether the layer whose first part is `first` (profile label `label`) runs in FP8.
+  bool fp8_layer(const WeightSource& w, const LinearPart& first, const std::string& label) const;
+  DeviceLinear upload(const WeightSource& w, const std::vector<LinearPart>& parts, bool fp8);
+
   DType dt_;
+  CudaFp8 fp8_;
   int64_t bytes_ = 0;
 };
 

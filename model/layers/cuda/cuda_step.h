@@ -42,7 +42,10 @@ class CudaAttentionRunner {
 class CudaScratch {
  public:
   // kMediaPlanes: a DeepStack step's media rows with all their planes, and their batch rows.
-  enum Slot { kNormOut, kGateUp, kAct, kRopeTable, kPatches, kPatchOut, kMediaPlanes, kNumSlots };
+  // kFp8Act / kFp8Scale / kFp8Out: an FP8 linear layer's quantized activations, their per-token scales, its f32 output.
+  enum Slot {
+    kNormOut, kGateUp, kAct, kRopeTable, kPatches, kPatchOut, kMediaPlanes, kFp8Act, kFp8Scale, kFp8Out, kNumSlots
+  };
   explicit CudaScratch(int64_t* epoch) : epoch_(epoch) {}
   void* get(Slot slot, int64_t bytes, cudaStream_t s);
   void assign(Slot slot, void* p, int64_t bytes);

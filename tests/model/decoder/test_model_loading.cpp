@@ -267,9 +267,9 @@ TEST_F(DamagedCheckpoint, ShapeMismatch) {
 }
 
 TEST_F(DamagedCheckpoint, UnknownDtype) {
-  edit_header([](json& h) { h["model.norm.weight"]["dtype"] = "F8_E4M3"; });
+  edit_header([](json& h) { h["model.norm.weight"]["dtype"] = "F8_E5M2"; });
   const std::string e = load_error();
-  EXPECT_NE(e.find("tensor 'model.norm.weight': unknown dtype 'F8_E4M3'"), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor 'model.norm.weight': unknown dtype 'F8_E5M2'"), std::string::npos) << e;
 }
 
 TEST_F(DamagedCheckpoint, NonFloatDtype) {

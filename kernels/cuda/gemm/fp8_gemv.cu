@@ -1,0 +1,224 @@
+#include "kernels/cuda/gemm/fp8_gemv.h"
+
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/gemm/gemv.h"
+#include "kernels/cuda/gemm/gemv_warp.cuh"
+
+namespace vlm::cuda {
+namespace {
+
+using namespace gemv_detail;
+
+// Two E4M3 values (the low and high byte of v) as f32, exactly.
+__device__ __forceinline__ float2 fp8x2_f32(uint32_t v) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+__device__ __forceinline__ float fp8_f32(uint8_t v) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3)));
+}
+
+// acc += fp8(w) . x over 16 elements (k in order): w one 16-byte vector, x two.
+template <class T>
+__device__ __forceinline__ float dot16(const uint4& w, const uint4& x0, const uint4& x1, float acc) {
+  const uint32_t wv[4] = {w.x, w.y, w.z, w.w}, xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = fp8x2_f32(wv[i]), b = fp8x2_f32(wv[i] >> 16);
+    const float2 xa = pair_f32(xv[2 * i], T{}), xb = pair_f32(xv[2 * i + 1], T{});
+    acc = fmaf(a.x, xa.x, acc);
+    acc = fmaf(a.y, xa.y, acc);
+    acc = fmaf(b.x, xb.x, acc);
+    acc = fmaf(b.y, xb.y, acc);
+  }
+  return acc;
+}
+
+// acc[r][m] = sum over the warp of fp8(w_r) . x_m (unscaled); lane j takes 16-byte weight
+// vectors j, j + 32, ... (kUnroll in flight per row), x's rows [M, K] read as 2 vectors each.
+template <class T, int M, int R>
+__device__ __forceinline__ void warp_dot_fp8(const uint4* __restrict__ x, const uint4* const (&w)[R], int K16, int lane,
+                                             float (&acc)[R][M]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
+  const int K8 = 2 * K16;  // x's 16-byte vectors per row
+  for (int base = lane; base < K16; base += 32 * kUnroll) {
+    uint4 wv[R][kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32;
+#pragma unroll
+      for (int r = 0; r < R; ++r) wv[r][u] = i < K16 ? load_stream(w[r] + i) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32;
+      if (i >= K16) break;
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const uint4 x0 = __ldg(x + int64_t(m) * K8 + 2 * i), x1 = __ldg(x + int64_t(m) * K8 + 2 * i + 1);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][m] = dot16<T>(wv[r][u], x0, x1, acc[r][m]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[r][m] = warp_sum(acc[r][m]);
+}
+
+template <class T, class TO, int M>
+__global__ void __launch_bounds__(kThreads)
+fp8_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,
+                const TO* __restrict__ bias, TO* y, bool accumulate, int N, int K) {
+  const int lane = threadIdx.x % 32, n = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (n >= N) return;
+  const int K16 = K / 16;
+  const uint4* rows[1] = {reinterpret_cast<const uint4*>(w) + int64_t(n) * K16};
+  float acc[1][M];
+  warp_dot_fp8<T, M, 1>(reinterpret_cast<const uint4*>(x), rows, K16, lane, acc);
+  if (lane >= M) return;
+  const float sc = w_scale[n];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[0][m] *= sc;
+  store_column<TO, M>(acc, lane, bias, accumulate, y, N, n);
+}
+
+template <class T, int M>
+__global__ void __launch_bounds__(kThreads)
+fp8_gemv_silu_mul_kernel(const T* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,
+                         const T* __restrict__ bias, T* out, int I, int K) {
+  const int lane = threadIdx.x % 32, i = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (i >= I) return;
+  const int K16 = K / 16;
+  const uint4* base = reinterpret_cast<const uint4*>(w);
+  const uint4* rows[2] = {base + int64_t(i) * K16, base + int64_t(I + i) * K16};
+  float acc[2][M];
+  warp_dot_fp8<T, M, 2>(reinterpret_cast<const uint4*>(x), rows, K16, lane, acc);
+  const float sg = w_scale[i], su = w_scale[I + i];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    acc[0][m] *= sg;
+    acc[1][m] *= su;
+  }
+  store_silu_mul<T, M>(acc, lane, bias, out, I, i);
+}
+
+// ---- naive references: one thread per output element ----
+
+template <class T, class TO>
+__global__ void fp8_gemv_naive_kernel(const T* x, const uint8_t* w, const float* ws, const TO* bias, TO* y,
+                                      bool accumulate, int N, int K) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+  if (n >= N) return;
+  float v = 0.f;
+  for (int k = 0; k < K; ++k) v = fmaf(fp8_f32(w[int64_t(n) * K + k]), to_f32(x[int64_t(m) * K + k]), v);
+  v *= ws[n];
+  if (bias) v += to_f32(bias[n]);
+  if (accumulate) v += to_f32(y[int64_t(m) * N + n]);
+  y[int64_t(m) * N + n] = from_f32<TO>(v);
+}
+
+template <class T>
+__global__ void fp8_gemv_silu_mul_naive_kernel(const T* x, const uint8_t* w, const float* ws, const T* bias, T* out,
+                                               int I, int K) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+  if (i >= I) return;
+  float g = 0.f, u = 0.f;
+  for (int k = 0; k < K; ++k) {
+    const float xv = to_f32(x[int64_t(m) * K + k]);
+    g = fmaf(fp8_f32(w[int64_t(i) * K + k]), xv, g);
+    u = fmaf(fp8_f32(w[int64_t(I + i) * K + k]), xv, u);
+  }
+  g *= ws[i];
+  u *= ws[I + i];
+  if (bias) {
+    g += to_f32(bias[i]);
+    u += to_f32(bias[I + i]);
+  }
+  out[int64_t(m) * I + i] = from_f32<T>(silu_mul_of<T>(g, u));
+}
+
+void check_shape(int64_t M, int64_t N, int64_t K, DType dt) {
+  if (!fp8_gemv_supported(M, K, dt)) precondition_failed("fp8_gemv: M in [1, kGemvMaxRows], K % 16 == 0, BF16 or F16");
+  if (N >= (int64_t(1) << 31) || K >= (int64_t(1) << 31)) precondition_failed("fp8_gemv: N and K below 2^31");
+}
+
+}  // namespace
+
+bool fp8_gemv_supported(int64_t M, int64_t K, DType dt) {
+  return M >= 1 && M <= kGemvMaxRows && K % 16 == 0 && (dt == DType::BF16 || dt == DType::F16);
+}
+
+void fp8_gemv(const void* x, const uint8_t* wq, const float* w_scale, DType dt, const void* bias, void* y, DType out_dt,
+              bool accumulate, int64_t M, int64_t N, int64_t K, cudaStream_t s) {
+  check_shape(M, N, K, dt);
+  if (out_dt != dt && out_dt != DType::F32) precondition_failed("fp8_gemv: output in the input's type or F32");
+  dispatch_half(dt, [&](auto t) {
+    using T = decltype(t);
+    dispatch_rows(M, [&](auto rows) {
+      constexpr int R = decltype(rows)::value;
+      if (out_dt == DType::F32)
+        fp8_gemv_kernel<T, float, R><<<blocks(N, kWarps), kThreads, 0, s>>>(
+            static_cast<const T*>(x), wq, w_scale, static_cast<const float*>(bias), static_cast<float*>(y), accumulate,
+            static_cast<int>(N), static_cast<int>(K));
+      else
+        fp8_gemv_kernel<T, T, R><<<blocks(N, kWarps), kThreads, 0, s>>>(
+            static_cast<const T*>(x), wq, w_scale, static_cast<const T*>(bias), static_cast<T*>(y), accumulate,
+            static_cast<int>(N), static_cast<int>(K));
+    });
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_gemv_silu_mul(const void* x, const uint8_t* wq, const float* w_scale, DType dt, const void* bias, void* out,
+                       int64_t M, int64_t I, int64_t K, cudaStream_t s) {
+  check_shape(M, 2 * I, K, dt);
+  dispatch_half(dt, [&](auto t) {
+    using T = decltype(t);
+    dispatch_rows(M, [&](auto rows) {
+      constexpr int R = decltype(rows)::value;
+      fp8_gemv_silu_mul_kernel<T, R><<<blocks(I, kWarps), kThreads, 0, s>>>(
+          static_cast<const T*>(x), wq, w_scale, static_cast<const T*>(bias), static_cast<T*>(out),
+          static_cast<int>(I), static_cast<int>(K));
+    });
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_gemv_naive(const void* x, const uint8_t* wq, const float* w_scale, DType dt, const void* bias, void* y,
+                    DType out_dt, bool accumulate, int64_t M, int64_t N, int64_t K, cudaStream_t s) {
+  check_shape(M, N, K, dt);
+  dispatch_half(dt, [&](auto t) {
+    using T = decltype(t);
+    const dim3 grid(blocks(N, 128), static_cast<unsigned>(M));
+    if (out_dt == DType::F32)
+      fp8_gemv_naive_kernel<T, float><<<grid, 128, 0, s>>>(static_cast<const T*>(x), wq, w_scale,
+                                                           static_cast<const float*>(bias), static_cast<float*>(y),
+                                                           accumulate, static_cast<int>(N), static_cast<int>(K));
+    else
+      fp8_gemv_naive_kernel<T, T><<<grid, 128, 0, s>>>(static_cast<const T*>(x), wq, w_scale,
+                                                       static_cast<const T*>(bias), static_cast<T*>(y), accumulate,
+                                                       static_cast<int>(N), static_cast<int>(K));
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_gemv_silu_mul_naive(const void* x, const uint8_t* wq, const float* w_scale, DType dt, const void* bias,
+                             void* out, int64_t M, int64_t I, int64_t K, cudaStream_t s) {
+  check_shape(M, 2 * I, K, dt);
+  dispatch_half(dt, [&](auto t) {
+    using T = decltype(t);
+    fp8_gemv_silu_mul_naive_kernel<T><<<dim3(blocks(I, 128), static_cast<unsigned>(M)), 128, 0, s>>>(
+        static_cast<const T*>(x), wq, w_scale, static_cast<const T*>(bias), static_cast<T*>(out), static_cast<int>(I),
+        static_cast<int>(K));
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace vlm::cuda

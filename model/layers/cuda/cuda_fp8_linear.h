@@ -1,0 +1,45 @@
+// FP8 linear layers on the GPU (issue 43): weights E4M3 [N, K] with one f32 scale per output
+// channel, products on the FP8 tensor cores.
+//  - upload_linear_fp8: a linear layer's parts as FP8. A part the checkpoint stores in FP8
+//    (WeightSource::fp8) is taken as stored: per-channel scales (compressed-tensors) as they are;
+//    128x128 block scales (transformers' "fp8") requantized per output channel on the GPU from
+//    their exact f32 values (dequantize_fp8_blocks, then quantize_fp8_rows): one more E4M3
+//    rounding (<= 2^-4 relative per weight, less where a row's blocks share its largest scale) in
+//    exchange for one GEMM and one GEMV for every format. Any other part (a bf16 checkpoint under
+//    --quantization fp8) is uploaded as stored and quantized per output channel on the GPU (the bits
+//    of kernels/core/fp8.h's quantize_fp8_rows over its values).
+//    Biases stay bf16 and f32. Synchronous (the load's temporaries are freed before it returns).
+//  - fp8_product: y [M, N] (out_dt: BF16 or F32) = x [M, K] (BF16) W^T (+ bias) (+ y when
+//    accumulate): steps of few rows (CudaStep::gemv, fp8_gemv_supported) through the W8A16 GEMV
+//    (x stays bf16), others quantize x per token (dynamic scales: quantize_fp8_rows into the step's
+//    scratch) and run cuBLASLt's FP8 GEMM with both scales in its epilogue (where cuBLASLt takes no
+//    F32 output with a bias or the residual add beside per-row scales, the GEMM writes an f32
+//    scratch and fp8_gemm_epilogue adds: CublasLtGemm::linear_fp8's unfused form).
+//  - require_fp8_gpu: the start-time refusal of a GPU without FP8 tensor cores (compute
+//    capability below 8.9), naming the GPU and what asked for FP8; also of FP8-capable GPUs other
+//    than Hopper (Ada 8.9, Blackwell 10.x/12.x): cuBLASLt's outer-vector (per-row) FP8 scaling the
+//    GEMM relies on is SM90-only (an epilogue kernel after a scalar-scaled GEMM would serve them).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/layers/cuda/cuda_device_linear.h"
+
+namespace vlm {
+
+DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<LinearPart>& parts, int64_t* bytes);
+
+void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DType out_dt, bool accumulate, int64_t M);
+
+// The gated MLP over FP8 weights (CudaLayers' gated MLP hands its FP8 steps here): the norm apart
+// (pre may be null), gate/up [2I, C] with SiLU·mul in the FP8 GEMV for few rows (act [T, I] dt),
+// else the FP8 GEMM into inner [T, 2I] and silu_mul; y [T, C] (+)= act down^T through fp8_product.
+void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear& down, const CudaPreNorm* pre,
+                   int64_t I, Act x, Act inner, void* act, Act y, bool accumulate);
+
+// Throws LoadError "<why>: GPU <n> (<name>, compute capability X.Y) has no FP8 tensor cores ..." for
+// such a GPU, and "... FP8 linear layers run on Hopper (sm_90) only ..." for a non-Hopper one.
+void require_fp8_gpu(int device, const std::string& why);
+
+}  // namespace vlm
