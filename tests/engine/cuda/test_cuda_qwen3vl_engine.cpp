@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "model/families/qwen3_vl.h"
+#include "model/media/qwen2vl_frames.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/gpu_test.h"
 #include "tests/support/qwen3vl_fixture.h"
