@@ -128,7 +128,7 @@ void split_video_groups(std::vector<int32_t>& ids, std::vector<MediaPixels>& med
       continue;
     }
     std::vector<MediaItemLoader::VideoGroup> groups;
-    if (media[k].modality == Modality::Video) groups = loader.video_groups(media[k]);
+    if (media[k].modality == Modality::Video) groups = loader.video_groups(media[k]);  // takes it apart when it splits
     if (groups.empty()) {
       out_ids.push_back(id);
       out_media.push_back(std::move(media[k]));

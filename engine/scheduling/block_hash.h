@@ -12,8 +12,9 @@
 //   - for each media item overlapping the block, its MediaInputs::item_keys entry
 //     (media_item_key): its modality, size, grid, frames and seconds per grid step (M-RoPE
 //     positions follow from these and the tokens), and either
-//       * the loader's source key (MediaPixels::source_key; the Qwen2-VL loader sets it, image
-//         and video alike): a hash of the fetched bytes (after a data: URL's base64 decode, so
+//       * the loader's source key (MediaPixels::source_key; the Qwen2-VL and Qwen3-VL loaders set
+//         it, image and video alike, and a Qwen3-VL video's groups each the video's with its
+//         index): a hash of the fetched bytes (after a data: URL's base64 decode, so
 //         the same file sent as a URL or as base64 matches) and of everything that changes the
 //         preprocessed result (processor settings, limits, the sampled frame indices and rate,
 //         the per-frame pixel cap, hence the resize target); nothing walks the pixels, and the

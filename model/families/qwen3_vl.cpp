@@ -10,6 +10,7 @@
 #include "kernels/core/log.h"
 #include "model/layers/cpu/cpu_layers.h"
 #include "model/layers/cpu/cpu_step.h"
+#include "model/media/qwen2vl_frames.h"
 #include "model/media/qwen3vl_video.h"
 
 namespace vlm {
@@ -44,13 +45,28 @@ int64_t Qwen3VLModel::media_tokens(const MediaPixels& item, int k) const {
                        fmt::format("{} {}: {}", modality_name(item.modality), k, why), "messages");
   };
   if (item.modality != Modality::Image && item.modality != Modality::Video) bad("not an image or a video");
-  if (item.is_frames8()) bad("Qwen3-VL takes preprocessed patch rows, not 8-bit frames");
   if (g[0] < 1 || g[1] < 1 || g[2] < 1 || g[1] % m != 0 || g[2] % m != 0)
     bad(fmt::format("grid ({}, {}, {}) is not a positive multiple of the merge size {}", g[0], g[1], g[2], m));
   if (item.modality == Modality::Image && g[0] != 1) bad(fmt::format("an image has grid t = {}, not 1", g[0]));
   const int64_t P = static_cast<int64_t>(g[0]) * g[1] * g[2];
-  if (static_cast<int64_t>(item.data.size()) != P * config_.vision.patch_dim())
+  if (item.is_frames8()) {  // 8-bit frames: what the rows will be made of must match the grid
+    const Qwen2VLPreprocessConfig& c = item.preprocess;
+    const int64_t n = static_cast<int64_t>(item.frames.size());
+    if (c.patch_dim() != config_.vision.patch_dim() || c.patch_size != config_.vision.patch_size ||
+        c.temporal_patch_size != config_.vision.temporal_patch_size || c.merge_size != m)
+      bad(fmt::format("frames preprocessed with patch {} / temporal patch {} / merge {}, the tower takes {} / {} / {}",
+                      c.patch_size, c.temporal_patch_size, c.merge_size, config_.vision.patch_size,
+                      config_.vision.temporal_patch_size, m));
+    if (n < 1 || (n + c.temporal_patch_size - 1) / c.temporal_patch_size != g[0] ||
+        item.height != g[1] * c.patch_size || item.width != g[2] * c.patch_size)
+      bad(fmt::format("{} frames resized to {}x{} for grid ({}, {}, {})", n, item.width, item.height, g[0], g[1], g[2]));
+    for (const RgbImage& f : item.frames)
+      if (f.width != item.frames[0].width || f.height != item.frames[0].height ||
+          f.pixels.size() != static_cast<size_t>(f.width) * f.height * 3)
+        bad("frames differ in size");
+  } else if (static_cast<int64_t>(item.data.size()) != P * config_.vision.patch_dim()) {
     bad(fmt::format("{} values for {} patches of {}", item.data.size(), P, config_.vision.patch_dim()));
+  }
   return P / (m * m);
 }
 
@@ -77,15 +93,23 @@ void Qwen3VLModel::encode(const float* pixels, std::span<const std::array<int32_
 void Qwen3VLModel::encode_media(std::span<const MediaPixels* const> items, float* out) const {
   std::vector<std::array<int32_t, 3>> grids;
   size_t total = 0;
+  bool frames8 = false;
   for (const MediaPixels* it : items) {
-    VLM_CHECK(!it->is_frames8(), "Qwen3-VL media item in the Frames8 form (media_tokens refuses it)");
     grids.push_back(it->grid_thw);
     total += it->data.size();
+    frames8 = frames8 || it->is_frames8();
   }
-  if (items.size() == 1) return encode(items[0]->data.data(), grids, out);
-  std::vector<float> pixels;  // [sum P, K]
+  if (items.size() == 1 && !frames8) return encode(items[0]->data.data(), grids, out);
+  std::vector<float> pixels;  // [sum P, K]; a Frames8 item's rows made here (the CPU reference)
   pixels.reserve(total);
-  for (const MediaPixels* it : items) pixels.insert(pixels.end(), it->data.begin(), it->data.end());
+  for (const MediaPixels* it : items) {
+    if (it->is_frames8()) {
+      const std::vector<float> rows = qwen2vl_frames_rows(*it, 0, it->grid_thw[0]);
+      pixels.insert(pixels.end(), rows.begin(), rows.end());
+    } else {
+      pixels.insert(pixels.end(), it->data.begin(), it->data.end());
+    }
+  }
   encode(pixels.data(), grids, out);
 }
 

@@ -46,8 +46,12 @@ class Qwen3VLModel : public Model {
   WeightSource vision_weights() const { return WeightSource(weights_, vision_prefix_); }
   VisionBinding vision_binding() const override { return Qwen3VLVisionBinding{config_.vision, vision_weights()}; }
 
-  // Model. An item is MediaPixels in the Rows form with grid_thw set and data
-  // [t*h*w, patch_dim] (qwen2vl_preprocess with the checkpoint's 16-px settings); an image has
+  // Model. An item is MediaPixels with grid_thw set, in the Rows form with data
+  // [t*h*w, patch_dim] (qwen2vl_preprocess with the checkpoint's 16-px settings), or in the
+  // Frames8 form (8-bit frames, their settings and resize target; model/media/qwen2vl_frames.h:
+  // the loader makes it for the CUDA backend, whose encoder makes the rows on the GPU;
+  // encode_media makes them on the CPU with qwen2vl_frames_rows, and media_tokens refuses frames
+  // whose count, target or patch settings do not give the grid); an image has
   // t = 1; a video item as the engine takes it has t = 1 too (split_video), though the encoder
   // takes any t. It takes t*h*w / merge^2 prompt tokens, h*w / merge^2 per temporal group.
   bool has_media() const override { return true; }
@@ -72,9 +76,9 @@ class Qwen3VLModel : public Model {
   MropePositions positions(std::span<const int32_t> ids, std::span<const std::array<int32_t, 3>> image_grids,
                            std::span<const std::array<int32_t, 3>> video_grids) const;
 
-  // A video item of grid (t, h, w) (Rows form) -> t items of grid (1, h, w), its temporal groups
-  // in order (rows [g*h*w, (g+1)*h*w) each; second_per_grid kept, num_frames the group's
-  // temporal_patch_size). Throws RequestError (400) for an item not in the Rows form.
+  // A video item of grid (t, h, w) -> t items of grid (1, h, w), its temporal groups in order, in
+  // its form (qwen3vl_split_video: rows [g*h*w, (g+1)*h*w) each, or a Frames8 video's frames of
+  // each group; second_per_grid kept, num_frames the group's given frames).
   std::vector<MediaPixels> split_video(const MediaPixels& video) const;
 
  private:

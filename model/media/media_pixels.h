@@ -4,14 +4,15 @@
 // Two forms (`form`):
 //   - Rows (every family): `data` holds the preprocessed values (LLaVA: pixel_values [3, H, W];
 //     Qwen2-VL family: patch rows [P, K]). `frames` is empty.
-//   - Frames8 (Qwen2-VL family only; server/media/qwen2vl_media_loader.h makes it for the CUDA
-//     backend): `frames` holds the sampled frames as decoded, 8-bit RGB of one size, and
-//     `preprocess` the processor settings; `data` is EMPTY. The rows are what
-//     qwen2vl_preprocess(frames, preprocess) gives (model/media/qwen2vl_frames.h:
-//     qwen2vl_frames_rows is the CPU reference; the GPU makes them per encode unit,
-//     model/vision/cuda/cuda_qwen2_vision_runner.h). height/width are the resize target, grid_thw the
-//     grid of the rows. Readers of `data` either handle this form or refuse it by name
-//     (Qwen2VLModel converts it on the CPU; LLaVA's checks refuse an item without values).
+//   - Frames8 (Qwen2-VL family and Qwen3-VL; server/media/qwen2vl_media_loader.h and
+//     qwen3vl_media_loader.h make it for the CUDA backend): `frames` holds the sampled frames as
+//     decoded, 8-bit RGB of one size, and `preprocess` the processor settings; `data` is EMPTY.
+//     The rows are what qwen2vl_preprocess_to(frames, preprocess, height, width) gives
+//     (model/media/qwen2vl_frames.h: qwen2vl_frames_rows is the CPU reference; the GPU makes them
+//     per encode unit, model/vision/cuda/cuda_frame_preprocessor.h). height/width are the resize
+//     target, grid_thw the grid of the rows. Readers of `data` either handle this form or refuse
+//     it by name (Qwen2VLModel and Qwen3VLModel convert it on the CPU; LLaVA's checks refuse an
+//     item without values).
 // In both forms, modality / grid_thw / second_per_grid / num_frames mean the same.
 //
 // source_key: when set (has_source_key), the identity of the source bytes and of everything that

@@ -1,7 +1,11 @@
-// The Frames8 form of a Qwen2-VL-family media item (model/media/media_pixels.h): the sampled
-// frames kept as decoded 8-bit RGB plus the processor settings, the rows made later (on the GPU
-// per encode unit, model/vision/cuda/cuda_qwen2_vision_runner.h; on the CPU by qwen2vl_frames_rows, the
-// reference, bit-identical to qwen2vl_preprocess of the same frames).
+// The Frames8 form of a Qwen2-VL-family or Qwen3-VL media item (model/media/media_pixels.h): the
+// sampled frames kept as decoded 8-bit RGB plus the processor settings and the resize target
+// (height x width), the rows made later (on the GPU per encode unit,
+// model/vision/cuda/cuda_frame_preprocessor.h, for CudaQwen2VisionRunner and
+// CudaQwen3VLVisionRunner; on the CPU by qwen2vl_frames_rows, the reference, bit-identical to
+// qwen2vl_preprocess_to of the same frames at that target: qwen2vl_preprocess for Qwen2-VL's
+// items, whose target is qwen2vl_output_size; Qwen3-VL's videos take their own rule's target,
+// model/media/qwen3vl_video.h: qwen3vl_video_frames8).
 #pragma once
 
 #include <cstdint>
@@ -25,10 +29,16 @@ bool frames8_fit(int in_w, int in_h, int out_w, int out_h);
 // count for a video (0 for an image), frames moved in. Throws RequestError (400) as
 // qwen2vl_preprocess does.
 MediaPixels qwen2vl_frames8(std::vector<RgbImage> frames, const Qwen2VLPreprocessConfig& cfg, Modality modality);
+// The same with the resize target given (out_h x out_w, positive multiples of patch_size *
+// merge_size; cfg.do_resize not read): the rows are qwen2vl_preprocess_to(frames, cfg, out_h,
+// out_w). Throws RequestError (400) as qwen2vl_preprocess_to.
+MediaPixels frames8_item(std::vector<RgbImage> frames, const Qwen2VLPreprocessConfig& cfg, Modality modality,
+                         int out_h, int out_w);
 
 // CPU reference: the patch rows [(t1 - t0) * h * w, K] of temporal groups [t0, t1) of a Frames8
 // item (its frames [t0 * tp, t1 * tp), the last repeated past the end), equal to rows
-// [t0 * h * w, t1 * h * w) of qwen2vl_preprocess(item.frames, item.preprocess).
+// [t0 * h * w, t1 * h * w) of qwen2vl_preprocess_to(item.frames, item.preprocess, item.height,
+// item.width) (for a Qwen2-VL item: of qwen2vl_preprocess(item.frames, item.preprocess)).
 std::vector<float> qwen2vl_frames_rows(const MediaPixels& item, int32_t t0, int32_t t1);
 // The Rows form of any item (a Frames8 item through qwen2vl_frames_rows; a Rows item copied).
 MediaPixels to_rows_form(const MediaPixels& item);

@@ -81,6 +81,14 @@ struct VisionPatches {
 // made present on the pool first (kernels/core/populated_vector.h).
 // A video file's rows can instead be made while it decodes: model/media/qwen2vl_video_rows.h.
 VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg);
+// qwen2vl_preprocess with the output size given: every frame bicubic-resized to out_h x out_w
+// (none when already that size; cfg.do_resize is not read), then normalized and patchified as
+// qwen2vl_preprocess (which is this with qwen2vl_output_size's size). Qwen3-VL's videos resize
+// to their own rule's size (model/media/qwen3vl_video.h) and their Frames8 rows come through here
+// (model/media/qwen2vl_frames.h). Throws RequestError (400) for no frames, frames of different
+// sizes, or a size that is not a positive multiple of patch_size * merge_size.
+VisionPatches qwen2vl_preprocess_to(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg, int out_h,
+                                    int out_w);
 // Reference: one thread, each frame resized and normalized into a [n, 3, h, w] buffer, then
 // patchified. qwen2vl_preprocess's output is bit-identical (tests/model/media).
 VisionPatches qwen2vl_preprocess_ref(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg);

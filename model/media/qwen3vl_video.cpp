@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "kernels/core/check.h"
 #include "model/media/image_preprocess.h"
 #include "model/media/processor_config.h"
+#include "model/media/qwen2vl_frames.h"
 
 namespace vlm {
 
@@ -99,6 +101,21 @@ VisionPatches qwen3vl_preprocess_video(std::span<const RgbImage> frames, const Q
   return qwen2vl_preprocess(resized, rows);
 }
 
+std::pair<int, int> qwen3vl_video_target(std::span<const RgbImage> frames, const Qwen3VLVideoConfig& cfg) {
+  if (frames.empty()) throw RequestError(400, "invalid_request_error", "a video needs at least one frame");
+  for (const RgbImage& f : frames)
+    if (f.width != frames[0].width || f.height != frames[0].height)
+      throw RequestError(400, "invalid_request_error", "video frames differ in size");
+  if (!cfg.base.do_resize) return {frames[0].height, frames[0].width};
+  return qwen3vl_video_size(static_cast<int>(frames.size()), frames[0].height, frames[0].width, cfg);
+}
+
+MediaPixels qwen3vl_video_frames8(std::vector<RgbImage> frames, const Qwen3VLVideoConfig& cfg) {
+  const std::pair<int, int> hw = qwen3vl_video_target(frames, cfg);
+  MediaPixels m = frames8_item(std::move(frames), cfg.base, Modality::Video, hw.first, hw.second);
+  return m;
+}
+
 std::vector<int64_t> qwen3vl_sample_indices(int64_t total_frames, double video_fps, double fps, int64_t min_frames,
                                             int64_t max_frames) {
   if (total_frames < 1) throw RequestError(400, "invalid_request_error", "the video has no frames");
@@ -134,23 +151,36 @@ std::vector<double> qwen3vl_group_timestamps(std::span<const double> frame_secon
   return out;
 }
 
-std::vector<MediaPixels> qwen3vl_split_video(const MediaPixels& video, int temporal_patch_size) {
-  if (video.is_frames8())
-    throw RequestError(400, "invalid_request_error", "Qwen3-VL takes a video's preprocessed patch rows, not 8-bit frames",
-                       "messages");
+std::vector<MediaPixels> qwen3vl_split_video(MediaPixels video, int temporal_patch_size) {
   const auto& g = video.grid_thw;
   VLM_CHECK(g[0] >= 1 && g[1] >= 1 && g[2] >= 1 && temporal_patch_size >= 1, "video grid ({}, {}, {})", g[0], g[1],
             g[2]);
   const size_t per = video.data.size() / static_cast<size_t>(g[0]);
-  VLM_CHECK(per * static_cast<size_t>(g[0]) == video.data.size(), "{} values for {} temporal groups", video.data.size(),
-            g[0]);
+  if (video.is_frames8()) {
+    VLM_CHECK(video.preprocess.temporal_patch_size == temporal_patch_size && !video.frames.empty() &&
+                  (static_cast<int64_t>(video.frames.size()) + temporal_patch_size - 1) / temporal_patch_size == g[0],
+              "{} frames of temporal patch {} for {} temporal groups (split at {})", video.frames.size(),
+              video.preprocess.temporal_patch_size, g[0], temporal_patch_size);
+  } else {
+    VLM_CHECK(per * static_cast<size_t>(g[0]) == video.data.size(), "{} values for {} temporal groups",
+              video.data.size(), g[0]);
+  }
   VLM_CHECK(video.group_seconds.empty() || static_cast<int32_t>(video.group_seconds.size()) == g[0],
             "{} timestamps for {} temporal groups", video.group_seconds.size(), g[0]);
   std::vector<MediaPixels> out;
   for (int32_t t = 0; t < g[0]; ++t) {
     MediaPixels m;
-    m.data.assign(video.data.begin() + static_cast<std::ptrdiff_t>(t * per),
-                  video.data.begin() + static_cast<std::ptrdiff_t>((t + 1) * per));
+    if (video.is_frames8()) {
+      const size_t f0 = static_cast<size_t>(t) * static_cast<size_t>(temporal_patch_size);
+      const size_t f1 = std::min(f0 + static_cast<size_t>(temporal_patch_size), video.frames.size());
+      m.form = PixelForm::Frames8;
+      m.frames.assign(std::make_move_iterator(video.frames.begin() + static_cast<std::ptrdiff_t>(f0)),
+                      std::make_move_iterator(video.frames.begin() + static_cast<std::ptrdiff_t>(f1)));
+      m.preprocess = video.preprocess;
+    } else {
+      m.data.assign(video.data.begin() + static_cast<std::ptrdiff_t>(t * per),
+                    video.data.begin() + static_cast<std::ptrdiff_t>((t + 1) * per));
+    }
     m.height = video.height;
     m.width = video.width;
     m.modality = Modality::Video;

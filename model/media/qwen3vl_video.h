@@ -47,6 +47,18 @@ std::pair<int, int> qwen3vl_video_size(int num_frames, int height, int width, co
 // Qwen3VLVideoProcessor with do_sample_frames false.
 VisionPatches qwen3vl_preprocess_video(std::span<const RgbImage> frames, const Qwen3VLVideoConfig& cfg);
 
+// The size {height, width} qwen3vl_preprocess_video resizes these frames to (qwen3vl_video_size;
+// the frames' own size when do_resize is off). Throws RequestError (400) as
+// qwen3vl_preprocess_video does.
+std::pair<int, int> qwen3vl_video_target(std::span<const RgbImage> frames, const Qwen3VLVideoConfig& cfg);
+
+// The same video in the Frames8 form (model/media/qwen2vl_frames.h): the frames kept as 8-bit RGB
+// with cfg.base and the target qwen3vl_video_target; its rows (qwen2vl_frames_rows, or the GPU's
+// CudaFramePreprocessor) are bit-identical to qwen3vl_preprocess_video's. grid_thw, height,
+// width and num_frames set; group_seconds and source keys are the caller's. Throws as
+// qwen3vl_video_target.
+MediaPixels qwen3vl_video_frames8(std::vector<RgbImage> frames, const Qwen3VLVideoConfig& cfg);
+
 // The frames Qwen3VLVideoProcessor.sample_frames picks from a file of `total_frames` at
 // `video_fps`, sampling at `fps`: n = int(total / video_fps * fps) clamped to [min_frames,
 // max_frames] and to total, indices round_half_even(linspace(0, total - 1, n)). Throws
@@ -62,11 +74,14 @@ std::vector<int64_t> qwen3vl_linspace_indices(int64_t total_frames, int64_t n);
 // then per group the mean of its first and last frame's time.
 std::vector<double> qwen3vl_group_timestamps(std::span<const double> frame_seconds, int temporal_patch_size);
 
-// A video item of grid (t, h, w) in the Rows form -> t items of grid (1, h, w), its temporal
-// groups in order: rows [g*h*w, (g+1)*h*w) each, num_frames the group's given frames, the group's
-// entry of group_seconds when the video has them, video_group g, second_per_grid kept. Throws RequestError (400)
-// for a video not in the Rows form.
-std::vector<MediaPixels> qwen3vl_split_video(const MediaPixels& video, int temporal_patch_size);
+// A video item of grid (t, h, w) -> t items of grid (1, h, w), its temporal groups in order, in
+// the video's form: Rows: rows [g*h*w, (g+1)*h*w) each; Frames8: frames [g*tp, min((g+1)*tp, n))
+// each (moved out of `video`), with its settings and resize target (so each group's rows are the
+// video's rows of that group: the last group pads by repeating its last frame, as the whole
+// video does). num_frames the group's given frames, the group's entry of group_seconds when the
+// video has them, video_group g, second_per_grid kept; source keys are not (a group's identity
+// is the caller's: server/media/qwen3vl_media_loader.h derives it from the video's).
+std::vector<MediaPixels> qwen3vl_split_video(MediaPixels video, int temporal_patch_size);
 
 // The text before a group: "<%.1f seconds>" (Python's formatting: round half to even on the
 // double's exact value, as printf).

@@ -44,12 +44,14 @@ class MediaItemLoader {
   virtual MediaTokens tokens(const MediaPixels& item) const = 0;
   // A family that writes a video as text-separated temporal groups (Qwen3-VL): the video's groups
   // as their own items (prompt order), each with the text the prompt holds before and after its
-  // run of video tokens. Empty (the default): the video is one run of tokens.
+  // run of video tokens. Empty (the default): the video is one run of tokens, and `video` is left
+  // as it was; otherwise `video` is taken apart (its frames or rows moved into the groups: a long
+  // video's are not copied) and only the groups are to be used.
   struct VideoGroup {
     MediaPixels item;
     std::string before, after;
   };
-  virtual std::vector<VideoGroup> video_groups(const MediaPixels& /*video*/) const { return {}; }
+  virtual std::vector<VideoGroup> video_groups(MediaPixels& /*video*/) const { return {}; }
   virtual int32_t image_token_id() const = 0;
   virtual int32_t video_token_id() const = 0;
   virtual bool accepts_video() const = 0;

@@ -1,5 +1,5 @@
 // Qwen3VLMediaLoader: the image and video parts of a chat request -> MediaPixels for Qwen3-VL
-// (model/families/qwen3_vl.h), always as patch rows (the GPU does not run Qwen3-VL yet).
+// (model/families/qwen3_vl.h).
 //
 // Images: as Qwen2VLImageProcessor with the checkpoint's 16-px settings (the Qwen2-VL loader's
 // image path, server/media/qwen2vl_media_loader.h). Videos: a list of frame URLs taken as given at
@@ -10,6 +10,17 @@
 // (model/media/qwen3vl_video.h). Each video carries its temporal groups' times
 // (MediaPixels::group_seconds), and video_groups() hands the prompt its groups, each written as
 // the processor writes it: "<t seconds><|vision_start|>" group "<|vision_end|>".
+//
+// Form: with options.gpu_preprocess (the server sets it when the engine runs on the CUDA backend,
+// as for Qwen2-VL), images and videos (frame lists and files) whose frames fit frames8_fit()
+// come out in the Frames8 form (8-bit frames, the settings and the resize target; no rows made
+// here: CudaQwen3VLVisionRunner makes them on the GPU), and video_groups() splits such a video
+// into Frames8 groups of its frames; otherwise, and always on the CPU backend, as patch rows.
+// Keys: every item gets a source key (MediaPixels::source_key, engine/scheduling/block_hash.h):
+// images as the Qwen2-VL loader's; a video the fetched bytes (a frame list: each frame's) with
+// the processor settings and limits, the sampled frame indices and the file's rate (or the
+// given fps); each group the video's key and its index. The same in both forms, so prefix-cache
+// keys do not depend on the backend's form.
 #pragma once
 
 #include <string>
@@ -26,6 +37,7 @@ struct Qwen3VLMediaOptions {
   Qwen3VLVideoConfig video;   // video_processor settings (resize budget, fps, min/max frames)
   int max_video_frames = 32;  // frames of one video (before padding; files: after sampling)
   VideoLimits video_limits;   // video files: bytes, pixels, seconds, frames, decode time
+  bool gpu_preprocess = false;  // hand the Frames8 form (the CUDA backend's encoder preprocesses)
 };
 
 class Qwen3VLMediaLoader : public MediaItemLoader {
@@ -49,9 +61,10 @@ class Qwen3VLMediaLoader : public MediaItemLoader {
   int32_t image_token_id() const override { return options_.image.image_token_id; }
   int32_t video_token_id() const override { return options_.image.video_token_id; }
   bool accepts_video() const override { return true; }
-  // A video's temporal groups as items of grid (1, h, w), each after "<t seconds><|vision_start|>"
-  // and before "<|vision_end|>".
-  std::vector<VideoGroup> video_groups(const MediaPixels& video) const override;
+  // A video's temporal groups as items of grid (1, h, w) in the video's form, each after
+  // "<t seconds><|vision_start|>" and before "<|vision_end|>"; the video's frames or rows move into
+  // them. Each group's source key: the video's with the group's index (none when the video has none).
+  std::vector<VideoGroup> video_groups(MediaPixels& video) const override;
 
  private:
   MediaPixels video_item(std::vector<RgbImage> frames, std::span<const double> seconds, const std::string& param) const;
@@ -60,6 +73,7 @@ class Qwen3VLMediaLoader : public MediaItemLoader {
   ImageLimits limits_;
   Qwen3VLMediaOptions options_;
   Qwen2VLMediaLoader images_;
+  BlockHash video_preprocess_key_;  // video settings, limits, max frames
 };
 
 }  // namespace vlm

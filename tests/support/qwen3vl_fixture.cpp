@@ -11,6 +11,8 @@
 
 #include "engine/scheduling/kv_cache.h"
 #include "model/decoder/forward_batch.h"
+#include "model/media/qwen2vl_frames.h"
+#include "model/media/qwen3vl_video.h"
 
 namespace vlm::testing {
 
@@ -94,13 +96,12 @@ std::vector<MediaPixels> cut(const Qwen3VLReference& ref, const std::string& p, 
 
 }  // namespace
 
-Qwen3VLPromptItems qwen3vl_prompt_items(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k) {
-  const std::string p = "p" + std::to_string(k);
-  const auto ids = ref.ints(p + ".ids");
-  const std::vector<MediaPixels> images = cut(ref, p, false), videos = cut(ref, p, true);
-  std::vector<MediaPixels> groups;  // the videos' groups, in order
-  for (const MediaPixels& v : videos)
-    for (MediaPixels& g : model.split_video(v)) groups.push_back(std::move(g));
+namespace {
+
+// images and the videos' groups (each kind in prompt order) -> the items in placeholder order
+// and the tagged prompt of ids over them.
+Qwen3VLPromptItems place_items(const Qwen3VLModel& model, const std::string& p, const std::vector<int32_t>& ids,
+                               const std::vector<MediaPixels>& images, const std::vector<MediaPixels>& groups) {
   Qwen3VLPromptItems out;
   size_t ni = 0, nv = 0;
   const int32_t img = model.image_token_id(), vid = model.video_token_id();
@@ -116,6 +117,48 @@ Qwen3VLPromptItems qwen3vl_prompt_items(const Qwen3VLModel& model, const Qwen3VL
                       model.tokens_per_frame(out.items[j])});
   out.prompt = expand_media_tokens(ids, img, vid, tokens);
   return out;
+}
+
+}  // namespace
+
+Qwen3VLPromptItems qwen3vl_prompt_items(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k) {
+  const std::string p = "p" + std::to_string(k);
+  const std::vector<MediaPixels> images = cut(ref, p, false), videos = cut(ref, p, true);
+  std::vector<MediaPixels> groups;  // the videos' groups, in order
+  for (const MediaPixels& v : videos)
+    for (MediaPixels& g : model.split_video(v)) groups.push_back(std::move(g));
+  return place_items(model, p, ref.ints(p + ".ids"), images, groups);
+}
+
+std::vector<RgbImage> qwen3vl_media_frames(const std::string& name) {
+  const auto media = SafetensorsFile::open(qwen3vl_fixture_dir() + "/media.safetensors");
+  const TensorView& t = media->tensors().at(name);
+  const bool video = t.shape.ndim == 4;
+  const int64_t T = video ? t.dim(0) : 1, H = t.dim(video ? 1 : 0), W = t.dim(video ? 2 : 1);
+  std::vector<RgbImage> out;
+  const auto* px = static_cast<const uint8_t*>(t.data);
+  for (int64_t i = 0; i < T; ++i) {
+    RgbImage im;
+    im.width = static_cast<int>(W);
+    im.height = static_cast<int>(H);
+    im.pixels.assign(px + i * H * W * 3, px + (i + 1) * H * W * 3);
+    out.push_back(std::move(im));
+  }
+  return out;
+}
+
+Qwen3VLPromptItems qwen3vl_frames8_items(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k) {
+  const std::string p = "p" + std::to_string(k);
+  const Qwen3VLCase c = qwen3vl_cases().at(static_cast<size_t>(k));
+  const std::string proc = qwen3vl_fixture_dir() + "/processor";
+  const Qwen2VLPreprocessConfig icfg = Qwen2VLPreprocessConfig::load(proc, false);
+  const Qwen3VLVideoConfig vcfg = Qwen3VLVideoConfig::load(proc);
+  std::vector<MediaPixels> images, groups;
+  for (const std::string& n : c.images) images.push_back(qwen2vl_frames8(qwen3vl_media_frames("img." + n), icfg, Modality::Image));
+  for (const std::string& n : c.videos)
+    for (MediaPixels& g : model.split_video(qwen3vl_video_frames8(qwen3vl_media_frames("vid." + n), vcfg)))
+      groups.push_back(std::move(g));
+  return place_items(model, p, ref.ints(p + ".ids"), images, groups);
 }
 
 std::vector<int32_t> qwen3vl_run(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k, int chunk, int n,

@@ -47,6 +47,15 @@ struct Qwen3VLPromptItems {
 };
 Qwen3VLPromptItems qwen3vl_prompt_items(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k);
 
+// The fixture's raw media (media.safetensors): "img.<name>" (one frame) or "vid.<name>" (the
+// sampled frames), 8-bit RGB.
+std::vector<RgbImage> qwen3vl_media_frames(const std::string& name);
+// Case k's media items in prompt order made from the raw frames in the Frames8 form (the CUDA
+// backend's: images by qwen2vl_frames8, videos by qwen3vl_video_frames8 split into their groups,
+// with the fixture's processor settings; our preprocessing, within 2 levels of HF's where
+// resampled, with HF's grids), and the tagged prompt of p<k>.ids over them.
+Qwen3VLPromptItems qwen3vl_frames8_items(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k);
+
 // Case k of `ref` through `model` on the CPU: prefill in chunks of `chunk` tokens (media rows with
 // their planes from the override), then n greedy decode steps with positions p + rope_delta.
 // Returns the generated tokens; rows gets the logits of every prompt row, [L * V].

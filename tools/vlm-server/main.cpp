@@ -122,7 +122,7 @@ const std::map<std::string, std::string> kFlags = {
     {"video-decode-timeout-ms", "to probe and decode one video file (default 30000)"},
     {"video-total-pixels", "pixels of all sampled frames of one video file, capping each frame's size (default "
                            "90316800, qwen-vl-utils' VIDEO_TOTAL_PIXELS; Qwen2-VL family)"},
-    {"gpu-media-preprocess", "with --device cuda, Qwen2-VL-family images and video frames go to the GPU as 8-bit "
+    {"gpu-media-preprocess", "with --device cuda, Qwen2-VL-family and Qwen3-VL images and video frames go to the GPU as 8-bit "
                              "frames and are resized, normalized and patchified there per encode unit (default 1; "
                              "0: on the CPU, as on the CPU backend)"},
     {"max-body-bytes", "request body (default 32 MiB; larger: 413)"},
@@ -510,9 +510,11 @@ int main(int argc, char** argv) {
         auto model = vlm::Qwen3VLModel::load(model_dir);
         warm_weights(model->decoder());
         // Images as Qwen2VLImageProcessor with the checkpoint's 16-px settings, videos as
-        // Qwen3VLVideoProcessor (timestamps per temporal group), always as rows (the GPU does
-        // not run Qwen3-VL yet).
+        // Qwen3VLVideoProcessor (timestamps per temporal group); in the 8-bit form where the CUDA
+        // backend's encoder preprocesses (as Qwen2-VL's), else as rows.
         vlm::Qwen3VLMediaOptions media;
+        media.gpu_preprocess = bool_flag(flags, "gpu-media-preprocess", true) &&
+                               (ec.device == vlm::Device::Cuda || (ec.device == vlm::Device::Auto && vlm::cuda_available()));
         media.image.image = vlm::Qwen2VLPreprocessConfig::load(model_dir, /*video=*/false);
         media.image.video = media.image.image;
         media.image.image_token_id = model->image_token_id();

@@ -51,7 +51,8 @@ int64_t CudaQwen3VLVisionRunner::workspace_bytes(int64_t P) const {
   const int64_t unit = static_cast<int64_t>(config_.spatial_merge_size) * config_.spatial_merge_size;
   return CudaVisionLanes::bytes(tower_->plan(lay), P, scratch_per_row(), ints_for(P), dt_) +
          P * config_.patch_dim() * static_cast<int64_t>(dtype_size(dt_)) +  // pixels (dt)
-         planes() * (P / unit) * config_.out_hidden_size * 4;  // the stacked planes (f32)
+         planes() * (P / unit) * config_.out_hidden_size * 4 +  // the stacked planes (f32)
+         CudaFramePreprocessor::workspace_bytes(config_.temporal_patch_size);  // Frames8 items' scratch
 }
 
 void CudaQwen3VLVisionRunner::reserve(int64_t P) {
@@ -62,6 +63,7 @@ void CudaQwen3VLVisionRunner::reserve(int64_t P) {
   lanes_.reserve(tower_->plan(lay), P, scratch_per_row(), ints_for(P));
   pixels_.resize(static_cast<size_t>(P * config_.patch_dim()) * dtype_size(dt_));
   stacked_.resize(static_cast<size_t>(planes() * (P / unit) * config_.out_hidden_size) * 4);
+  frames_.reserve(config_.temporal_patch_size);
   reserved_ = P;
 }
 
@@ -70,12 +72,16 @@ void CudaQwen3VLVisionRunner::upload_pixels(std::span<const MediaPixels* const> 
   const size_t e = dtype_size(dt_);
   int64_t row = 0;
   for (const MediaPixels* it : items) {
-    VLM_CHECK(!it->is_frames8() && static_cast<int64_t>(it->data.size()) == cost(*it) * K,
+    VLM_CHECK(it->is_frames8() || static_cast<int64_t>(it->data.size()) == cost(*it) * K,
               "Qwen3-VL item of {} values for grid {}x{}x{} (patch rows of {})", it->data.size(), it->grid_thw[0],
               it->grid_thw[1], it->grid_thw[2], K);
+    VLM_CHECK(!it->is_frames8() || it->preprocess.patch_dim() == K, "Qwen3-VL Frames8 item of patch rows of {}, not {}",
+              it->preprocess.patch_dim(), K);
     VLM_CHECK(row + cost(*it) <= reserved_, "vision call beyond the {} patches reserved", reserved_);
     char* dst = pixels_.as<char>() + static_cast<size_t>(row * K) * e;
-    if (dt_ == DType::F32) {
+    if (it->is_frames8()) {  // 8-bit frames: the rows made on the GPU in dt, in s's order (the host frames read now)
+      frames_.rows(*it, 0, it->grid_thw[0], dst, dt_, s);
+    } else if (dt_ == DType::F32) {
       VLM_CUDA_CHECK(cudaMemcpyAsync(dst, it->data.data(), it->data.size() * 4, cudaMemcpyHostToDevice, s));
     } else {  // the patch linear reads its input in the tower's dtype
       staging_.resize(it->data.size() * e);

@@ -5,9 +5,14 @@
 // together in one call (attention within each frame). The tower writes its planes one after the
 // other ([(1 + K) U, C], into the runner's own buffer); the output rows carry them side by side
 // ([U, (1 + K) C], what Qwen3VLModel::encode gives and the decoder's embedding override takes:
-// EmbeddingOverride::num_planes = 1 + K), one strided copy per plane.
+// EmbeddingOverride::num_planes = 1 + K), one strided copy per plane. Items in the Frames8 form
+// (8-bit frames; server/media/qwen3vl_media_loader.h with gpu_preprocess) get their rows made on
+// the GPU by CudaFramePreprocessor straight into the pixel buffer in the tower's dtype (patch 16,
+// mean/std 0.5, the item's resize target: bit-identical to the Rows form's rows converted on the
+// host, tests/model/vision/cuda/test_cuda_qwen3vl_frames8.cpp).
 //
-// Memory: reserve(P) sizes every buffer for calls of at most P patches in all; an item beyond it
+// Memory: reserve(P) sizes every buffer for calls of at most P patches in all, plus the frame
+// preprocessor's fixed scratch (CudaFramePreprocessor::workspace_bytes(tp)); an item beyond it
 // is refused at admission (check_vision_fits: this runner takes whole items, splits_frames()
 // false, so a long video takes one call; the engine already splits a video into its temporal
 // groups, Qwen3VLModel::split_video).
@@ -21,6 +26,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/arch/qwen3_vl_vision_tower.h"
 #include "model/layers/cuda/cuda_layers.h"
+#include "model/vision/cuda/cuda_frame_preprocessor.h"
 #include "model/vision/cuda/cuda_vision_lanes.h"
 #include "model/vision/cuda/cuda_vision_tower.h"
 
@@ -39,7 +45,8 @@ class CudaQwen3VLVisionRunner : public CudaVisionTower {
   int64_t planes() const { return 1 + config_.num_deepstack(); }
   int64_t workspace_bytes(int64_t max_patches) const override;
   void reserve(int64_t max_patches) override;
-  // items (Rows form: [t*h*w, patch_dim] f32 each) -> the reserved pixel buffer, as dt.
+  // items (Rows form: [t*h*w, patch_dim] f32 each, converted on the host; Frames8: rows made on
+  // the GPU, on s) -> the reserved pixel buffer [P, patch_dim], as dt.
   void upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) override;
   // -> out [sum U, (1 + K) C] f32 (device).
   void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
@@ -58,6 +65,7 @@ class CudaQwen3VLVisionRunner : public CudaVisionTower {
   std::vector<char> staging_;        // one item's pixels as dt (pageable; 16-bit dtypes)
   cuda::DeviceBuffer stacked_;       // [(1 + K) U, C] f32: the tower's planes one after the other
   cudaEvent_t meta_done_ = nullptr;  // the last call's metadata copies (the pinned ints are free after it)
+  CudaFramePreprocessor frames_;     // Frames8 items' rows, on the caller's stream
 };
 
 }  // namespace vlm

@@ -7,10 +7,15 @@
 // (reference p<k>.greedy) on the exact path (--dtype float32): each case alone, and all together
 // with a text request under prefill chunks of 7 and 13 tokens that cut through media runs (a
 // chunk's media rows carry their planes). The GPU twin of tests/engine/test_engine_qwen3vl.cpp.
+// And the CUDA backend's form: each case's media made from the fixture's raw frames as Frames8
+// items (qwen3vl_frames8_items: the rows made on the GPU by CudaFramePreprocessor) generate the
+// same greedy tokens and top-5 logprobs as the same items in the Rows form (rows made on the
+// host), whole and under 7-token chunks.
 // Skips without a GPU or without the fixture.
 #include <gtest/gtest.h>
 
 #include "model/families/qwen3_vl.h"
+#include "model/media/qwen2vl_frames.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/support/gpu_test.h"
 #include "tests/support/qwen3vl_fixture.h"
@@ -88,6 +93,49 @@ TEST_F(CudaEngineQwen3VL, BatchedUnderChunksCuttingMediaRuns) {
     for (int k = 0; k < cases_; ++k) expect_hf(results, *ref_, k);
     EXPECT_EQ(results.at("text").choices.at(0).tokens, text_alone);
     EXPECT_EQ(engine->runner().num_images_encoded(), items_);  // each item once, however chunked
+  }
+}
+
+// The same case with its media as Frames8 items and as their Rows form: the same tokens and logprobs.
+TEST_F(CudaEngineQwen3VL, Frames8ItemsMatchTheRowsPath) {
+  for (int budget : {512, 7}) {
+    int media_cases = 0;
+    for (int k = 0; k < cases_; ++k) {
+      Qwen3VLPromptItems pi = qwen3vl_frames8_items(*model_, *ref_, k);
+      if (pi.items.empty()) continue;
+      ++media_cases;
+      SCOPED_TRACE("p" + std::to_string(k) + " max_num_batched_tokens " + std::to_string(budget));
+      const std::string p = "p" + std::to_string(k);
+      std::map<std::string, RequestResult> got[2];
+      for (int form = 0; form < 2; ++form) {  // 0: Frames8, 1: Rows
+        GenerationRequest r = greedy_request(p, ref_->ints(p + ".ids"), static_cast<int>(ref_->ints(p + ".greedy").size()));
+        r.params.logprobs = 5;
+        r.prompt_modalities = pi.prompt.modalities;
+        for (const MediaPixels& m : pi.items) {
+          ASSERT_TRUE(m.is_frames8());
+          r.images.push_back(form == 0 ? m : to_rows_form(m));
+        }
+        auto engine = qwen3vl_gpu_engine(gpu_config(4, 256, budget));
+        got[form] = run_engine(*engine, {{0, r}});
+        EXPECT_EQ(engine->runner().num_images_encoded(), static_cast<int64_t>(pi.items.size()));
+      }
+      const RequestResult &a = got[0].at(p), &b = got[1].at(p);
+      ASSERT_TRUE(a.done && b.done);
+      ASSERT_FALSE(a.error) << a.error->message;
+      ASSERT_FALSE(b.error) << b.error->message;
+      EXPECT_EQ(a.choices.at(0).tokens, b.choices.at(0).tokens);
+      const auto &la = a.choices.at(0).logprobs, &lb = b.choices.at(0).logprobs;
+      ASSERT_EQ(la.size(), lb.size());
+      for (size_t i = 0; i < la.size(); ++i) {
+        EXPECT_NEAR(la[i].logprob, lb[i].logprob, 1e-5) << "token " << i;
+        ASSERT_EQ(la[i].top.size(), lb[i].top.size());
+        for (size_t j = 0; j < la[i].top.size(); ++j) {
+          EXPECT_EQ(la[i].top[j].token_id, lb[i].top[j].token_id) << "token " << i << " top " << j;
+          EXPECT_NEAR(la[i].top[j].logprob, lb[i].top[j].logprob, 1e-5) << "token " << i << " top " << j;
+        }
+      }
+    }
+    EXPECT_GE(media_cases, 4);
   }
 }
 
