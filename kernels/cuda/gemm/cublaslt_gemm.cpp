@@ -57,8 +57,9 @@ CublasLtGemm::~CublasLtGemm() {
 
 CublasLtGemm::Plan& CublasLtGemm::plan(const Key& key) {
   if (Plan* p = try_plan(key)) return *p;
-  const auto [M, N, K, in_i, out_i, has_bias, accumulate] = key;
+  const auto [M, N, K, in_i, out_i, has_bias, accumulate, outer] = key;
   (void)accumulate;
+  (void)outer;
   const DType in_dt = static_cast<DType>(in_i), out_dt = static_cast<DType>(out_i);
   throw InternalError(fmt::format("cuBLASLt has no algorithm for {}x{}x{} {} -> {}{}{}", M, N, K, dtype_name(in_dt),
                                   dtype_name(out_dt), has_bias ? " with bias" : "",
@@ -69,7 +70,7 @@ CublasLtGemm::Plan* CublasLtGemm::try_plan(const Key& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   if (refused_.count(key)) return nullptr;
-  const auto [M, N, K, in_i, out_i, has_bias, accumulate] = key;
+  const auto [M, N, K, in_i, out_i, has_bias, accumulate, outer] = key;
   const DType in_dt = static_cast<DType>(in_i), out_dt = static_cast<DType>(out_i);
   auto p = std::make_unique<Plan>();
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // never TF32: exact on f32 inputs
@@ -78,7 +79,7 @@ CublasLtGemm::Plan* CublasLtGemm::try_plan(const Key& key) {
   check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)), "transa");
   check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)), "transb");
   const bool fp8 = in_dt == DType::F8_E4M3;
-  if (fp8) {  // per-row scales of w (cuBLAS's A: N values) and x (B: M values) in the epilogue
+  if (fp8 && outer) {  // per-row scales of w (cuBLAS's A: N values) and x (B: M values) in the epilogue
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)), "A scale mode");
     check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)), "B scale mode");
@@ -102,7 +103,8 @@ CublasLtGemm::Plan* CublasLtGemm::try_plan(const Key& key) {
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,
                                                            p->c, p->c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0) ||
+      (fp8 && outer && st == CUBLAS_STATUS_INVALID_VALUE)) {  // per-row scales refused: the caller unfuses
     refused_[key] = true;  // asked once
     return nullptr;
   }
@@ -115,7 +117,7 @@ CublasLtGemm::Plan* CublasLtGemm::try_plan(const Key& key) {
 void CublasLtGemm::linear(const void* x, const void* w, DType in_dt, const void* bias, void* y, DType out_dt,
                           float beta, int64_t M, int64_t N, int64_t K, cudaStream_t s) {
   if (M == 0) return;
-  Plan& p = plan(Key{M, N, K, static_cast<int>(in_dt), static_cast<int>(out_dt), bias != nullptr, beta != 0.0f});
+  Plan& p = plan(Key{M, N, K, static_cast<int>(in_dt), static_cast<int>(out_dt), bias != nullptr, beta != 0.0f, false});
   if (bias)
     check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
              "bias pointer");
@@ -145,24 +147,41 @@ bool CublasLtGemm::linear_fp8(const void* xq, const float* x_scale, const void* 
   if (M == 0) return true;
   if (K % 16 != 0) precondition_failed("linear_fp8: K % 16 == 0");
   if (out_dt != DType::BF16 && out_dt != DType::F32) precondition_failed("linear_fp8: BF16 or F32 output");
-  const int f8 = static_cast<int>(DType::F8_E4M3), out = static_cast<int>(out_dt);
-  const Key fused{M, N, K, f8, out, bias != nullptr, beta != 0.0f};
-  // BF16 output, or F32 without bias and beta: the fused form or nothing (plan() names the shape).
-  const bool can_unfuse = out_dt == DType::F32 && (bias != nullptr || beta != 0.0f);
-  if (Plan* p = can_unfuse ? try_plan(fused) : &plan(fused)) {
-    const int st = run_fp8(*p, xq, x_scale, wq, w_scale, bias, y, beta, s);
+  const int f8 = static_cast<int>(DType::F8_E4M3), out = static_cast<int>(out_dt), f32 = static_cast<int>(DType::F32);
+  // Tries one plan; false where cuBLASLt refuses it (remembered), the product enqueued otherwise.
+  auto attempt = [&](const Key& key, auto&& run) {
+    Plan* p = try_plan(key);
+    if (p == nullptr) return false;
+    const int st = run(*p);
     if (st == CUBLAS_STATUS_SUCCESS) return true;
-    if (!can_unfuse || (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE))
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE)
       check_lt(static_cast<cublasStatus_t>(st), "matmul fp8");
-    plans_.erase(fused);
-    refused_[fused] = true;
-  }
+    plans_.erase(key);
+    refused_[key] = true;
+    return false;
+  };
+  // 1. Fused: per-row scales, bias and the residual add in cuBLASLt's epilogue.
+  if (attempt(Key{M, N, K, f8, out, bias != nullptr, beta != 0.0f, true},
+              [&](Plan& p) { return run_fp8(p, xq, x_scale, wq, w_scale, bias, y, beta, s); }))
+    return true;
   if (tmp == nullptr) return false;
-  Plan& plain = plan(Key{M, N, K, f8, out, false, false});
-  check_lt(static_cast<cublasStatus_t>(run_fp8(plain, xq, x_scale, wq, w_scale, nullptr, tmp, 0.0f, s)),
-           "matmul fp8 (unfused)");
-  fp8_gemm_epilogue(static_cast<float*>(y), tmp, bias, beta != 0.0f, M, N, s);
+  // 2. Per-row scales into tmp, bias and residual after.
+  if (attempt(Key{M, N, K, f8, f32, false, false, true},
+              [&](Plan& p) { return run_fp8(p, xq, x_scale, wq, w_scale, nullptr, tmp, 0.0f, s); })) {
+    fp8_scale_epilogue(y, out_dt, tmp, nullptr, nullptr, bias, beta != 0.0f, M, N, s);
+    return true;
+  }
+  // 3. No scale modes: the raw FP8 product into tmp, both scales, bias and residual after.
+  Plan& plain = plan(Key{M, N, K, f8, f32, false, false, false});
+  check_lt(static_cast<cublasStatus_t>(run_fp8_unscaled(plain, xq, wq, tmp, s)), "matmul fp8 (unscaled)");
+  fp8_scale_epilogue(y, out_dt, tmp, x_scale, w_scale, bias, beta != 0.0f, M, N, s);
   return true;
+}
+
+int CublasLtGemm::run_fp8_unscaled(Plan& p, const void* xq, const void* wq, float* tmp, cudaStream_t s) {
+  const float alpha = 1.0f, beta = 0.0f;
+  return static_cast<int>(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &alpha, wq, p.a, xq, p.b, &beta,
+                                         tmp, p.c, tmp, p.c, &p.algo, workspace_.get(), workspace_.bytes(), s));
 }
 
 }  // namespace vlm::cuda

@@ -36,22 +36,27 @@ class CublasLtGemm {
   // when cuBLASLt has no algorithm for the shape/types.
   void linear(const void* x /*[M, K]*/, const void* w /*[N, K]*/, DType in_dt, const void* bias /*[N] or null*/,
               void* y /*[M, N]*/, DType out_dt, float beta, int64_t M, int64_t N, int64_t K, cudaStream_t s);
-  // Returns false, enqueuing nothing, when cuBLASLt takes no F32 output with this bias / beta
-  // combination together with per-row scales and `tmp` is null; given tmp [M, N] f32 (device) it
-  // then runs the unfused form: the FP8 GEMM into tmp, then fp8_gemm_epilogue (bias, y +=). Learned
-  // per shape on the first call (make that call outside a graph capture).
+  // Returns false, enqueuing nothing, when cuBLASLt takes no per-row-scaled FP8 product with this
+  // output / bias / beta and `tmp` is null; given tmp [M, N] f32 (device) it then runs an unfused
+  // form: the per-row-scaled GEMM into tmp and fp8_scale_epilogue (bias, y +=), or, where cuBLASLt
+  // refuses per-row scales altogether (its heuristic answered CUBLAS_STATUS_INVALID_VALUE on the
+  // H200 of 2026-11-29), the unscaled FP8 GEMM into tmp and fp8_scale_epilogue applying both
+  // scales. Learned per shape on the first call (make that call outside a graph capture).
   bool linear_fp8(const void* xq /*[M, K] E4M3*/, const float* x_scale /*[M]*/, const void* wq /*[N, K] E4M3*/,
                   const float* w_scale /*[N]*/, const void* bias /*[N] BF16 or null*/, void* y /*[M, N]*/,
                   DType out_dt, float beta, int64_t M, int64_t N, int64_t K, cudaStream_t s, float* tmp = nullptr);
 
  private:
   struct Plan;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, bool, bool>;
+  // M, N, K, in dtype, out dtype, bias, beta != 0, FP8 with per-row (outer-vector) scales.
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, bool, bool, bool>;
   Plan& plan(const Key& key);
   Plan* try_plan(const Key& key);  // null where cuBLASLt has no algorithm (remembered)
   // cublasLtMatmul's status (cublasStatus_t) for one FP8 product over p's descriptors.
   int run_fp8(Plan& p, const void* xq, const float* x_scale, const void* wq, const float* w_scale, const void* bias,
               void* y, float beta, cudaStream_t s);
+  // The FP8 product of a plan without scale modes (tensor-wide scales left at 1) into tmp f32.
+  int run_fp8_unscaled(Plan& p, const void* xq, const void* wq, float* tmp, cudaStream_t s);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   DeviceBuffer workspace_;

@@ -65,6 +65,24 @@ __global__ void fp8_epilogue_kernel(float* y, const float* tmp, const __nv_bfloa
   y[i] = accumulate ? y[i] + v : v;
 }
 
+// The scales multiply the product as the naive kernel does (acc * x_scale * w_scale), then the
+// bias, then the residual.
+template <class T>
+__global__ void fp8_scale_epilogue_kernel(T* __restrict__ y, const float* __restrict__ tmp,
+                                          const float* __restrict__ x_scale, const float* __restrict__ w_scale,
+                                          const __nv_bfloat16* __restrict__ bias, bool accumulate, int64_t N,
+                                          int64_t total) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int64_t m = i / N, n = i % N;
+  float v = tmp[i];
+  if (x_scale) v = v * x_scale[m];
+  if (w_scale) v = v * w_scale[n];
+  if (bias) v += __bfloat162float(bias[n]);
+  if (accumulate) v += to_f32(y[i]);
+  y[i] = from_f32<T>(v);
+}
+
 unsigned blocks_of(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
 
 }  // namespace
@@ -92,6 +110,21 @@ void fp8_gemm_epilogue(float* y, const float* tmp, const void* bias, bool accumu
   if (M * N == 0) return;
   fp8_epilogue_kernel<<<blocks_of(M * N, 256), 256, 0, s>>>(y, tmp, static_cast<const __nv_bfloat16*>(bias), accumulate,
                                                             N, M * N);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_scale_epilogue(void* y, DType out_dt, const float* tmp, const float* x_scale, const float* w_scale,
+                        const void* bias, bool accumulate, int64_t M, int64_t N, cudaStream_t s) {
+  if (M * N == 0) return;
+  const auto* b = static_cast<const __nv_bfloat16*>(bias);
+  if (out_dt == DType::F32)
+    fp8_scale_epilogue_kernel<float><<<blocks_of(M * N, 256), 256, 0, s>>>(static_cast<float*>(y), tmp, x_scale, w_scale,
+                                                                           b, accumulate, N, M * N);
+  else if (out_dt == DType::BF16)
+    fp8_scale_epilogue_kernel<__nv_bfloat16><<<blocks_of(M * N, 256), 256, 0, s>>>(
+        static_cast<__nv_bfloat16*>(y), tmp, x_scale, w_scale, b, accumulate, N, M * N);
+  else
+    unsupported_dtype(out_dt);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -30,6 +30,13 @@ void dequantize_fp8_blocks(const uint8_t* q /*[N,K]*/, const float* block_scale 
 void fp8_gemm_epilogue(float* y, const float* tmp, const void* bias /*[N] BF16 or null*/, bool accumulate, int64_t M,
                        int64_t N, cudaStream_t s);
 
+// y [M, N] (out_dt: BF16 or F32) = (accumulate ? y : 0) + tmp [M, N] f32 * x_scale[m] * w_scale[n]
+// (+ bias [N] BF16); a null x_scale / w_scale is all ones (then, for F32, fp8_gemm_epilogue's sum in
+// the same order): CublasLtGemm::linear_fp8's unfused forms.
+void fp8_scale_epilogue(void* y, DType out_dt, const float* tmp, const float* x_scale /*[M] or null*/,
+                        const float* w_scale /*[N] or null*/, const void* bias /*[N] BF16 or null*/, bool accumulate,
+                        int64_t M, int64_t N, cudaStream_t s);
+
 void fp8_gemm_naive(const uint8_t* xq /*[M,K]*/, const float* x_scale /*[M]*/, const uint8_t* wq /*[N,K]*/,
                     const float* w_scale /*[N]*/, const void* bias /*[N] BF16 or null*/, void* y /*[M,N]*/,
                     DType out_dt, bool accumulate, int64_t M, int64_t N, int64_t K, cudaStream_t s);

@@ -252,6 +252,30 @@ TEST_F(CudaFp8, GemmEpilogueAddsBiasAndResidual) {
     }
 }
 
+// The scaling epilogue of the unscaled fallback (tmp * x_scale[m] * w_scale[n] + bias (+ y)) in
+// both output types against the host, in the naive kernel's order of operations.
+TEST_F(CudaFp8, ScaleEpilogueAppliesScalesBiasAndResidual) {
+  const int64_t M = 5, N = 260;
+  const auto tmp = random_vector(M * N, 5), xs = random_vector(M, 6), ws = random_vector(N, 7);
+  const auto y0 = random_vector(M * N, 8), bias = round_to(random_vector(N, 9), DType::BF16);
+  auto d_tmp = to_device(tmp), d_xs = to_device(xs), d_ws = to_device(ws), d_b = to_device(encode(bias, DType::BF16));
+  for (DType out_dt : {DType::F32, DType::BF16})
+    for (bool acc : {false, true}) {
+      const auto y_start = round_to(y0, out_dt);
+      auto d_y = acc ? to_device(encode(y_start, out_dt)) : nan_buffer(M * N * dtype_size(out_dt));
+      cuda::fp8_scale_epilogue(d_y.get(), out_dt, d_tmp.as<float>(), d_xs.as<float>(), d_ws.as<float>(), d_b.get(), acc,
+                               M, N, nullptr);
+      const auto got = download(d_y, M * N, out_dt);
+      for (int64_t i = 0; i < M * N; ++i) {
+        float v = tmp[i] * xs[i / N] * ws[i % N] + bias[i % N];
+        if (acc) v += y_start[i];
+        // f32: the device may fuse a multiply and an add; bf16: one rounding step either side.
+        const double tol = (out_dt == DType::F32 ? 1e-6 : 8e-3) * (std::fabs(v) + 1e-3);
+        ASSERT_NEAR(got[i], v, tol) << "i " << i << " acc " << acc << " " << dtype_name(out_dt);
+      }
+    }
+}
+
 TEST_F(CudaFp8, CublasLtGemmMatchesNaiveAndHost) {
   if (!hopper()) GTEST_SKIP() << "cuBLASLt's per-row FP8 scaling is SM90-only";
   check_cublas_fp8({0, 1, 2});
