@@ -83,6 +83,17 @@ CublasLtGemm::Plan* CublasLtGemm::try_plan(const Key& key) {
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)), "A scale mode");
     check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)), "B scale mode");
+    // A scale mode other than the scalar one needs its scale pointers set before the heuristic is
+    // asked (else CUBLAS_STATUS_INVALID_VALUE, "requires a custom pointer": cuBLASLt's log quoted in
+    // NVIDIA/CUDALibrarySamples#274; what call 4 of session 15 hit). A placeholder device address
+    // here; run_fp8 sets the real ones before every product.
+    const void* placeholder = workspace_.get();
+    check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder,
+                                            sizeof(placeholder)),
+             "A scale pointer");
+    check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder,
+                                            sizeof(placeholder)),
+             "B scale pointer");
   }
   if (has_bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
