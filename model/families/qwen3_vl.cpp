@@ -38,36 +38,8 @@ Qwen3VLModel::Qwen3VLModel(Qwen3VLConfig config, WeightStore weights)
 Qwen3VLModel::~Qwen3VLModel() = default;
 
 int64_t Qwen3VLModel::media_tokens(const MediaPixels& item, int k) const {
-  const auto& g = item.grid_thw;
-  const int m = config_.vision.spatial_merge_size;
-  auto bad = [&](const std::string& why) {
-    throw RequestError(400, "invalid_request_error",
-                       fmt::format("{} {}: {}", modality_name(item.modality), k, why), "messages");
-  };
-  if (item.modality != Modality::Image && item.modality != Modality::Video) bad("not an image or a video");
-  if (g[0] < 1 || g[1] < 1 || g[2] < 1 || g[1] % m != 0 || g[2] % m != 0)
-    bad(fmt::format("grid ({}, {}, {}) is not a positive multiple of the merge size {}", g[0], g[1], g[2], m));
-  if (item.modality == Modality::Image && g[0] != 1) bad(fmt::format("an image has grid t = {}, not 1", g[0]));
-  const int64_t P = static_cast<int64_t>(g[0]) * g[1] * g[2];
-  if (item.is_frames8()) {  // 8-bit frames: what the rows will be made of must match the grid
-    const Qwen2VLPreprocessConfig& c = item.preprocess;
-    const int64_t n = static_cast<int64_t>(item.frames.size());
-    if (c.patch_dim() != config_.vision.patch_dim() || c.patch_size != config_.vision.patch_size ||
-        c.temporal_patch_size != config_.vision.temporal_patch_size || c.merge_size != m)
-      bad(fmt::format("frames preprocessed with patch {} / temporal patch {} / merge {}, the tower takes {} / {} / {}",
-                      c.patch_size, c.temporal_patch_size, c.merge_size, config_.vision.patch_size,
-                      config_.vision.temporal_patch_size, m));
-    if (n < 1 || (n + c.temporal_patch_size - 1) / c.temporal_patch_size != g[0] ||
-        item.height != g[1] * c.patch_size || item.width != g[2] * c.patch_size)
-      bad(fmt::format("{} frames resized to {}x{} for grid ({}, {}, {})", n, item.width, item.height, g[0], g[1], g[2]));
-    for (const RgbImage& f : item.frames)
-      if (f.width != item.frames[0].width || f.height != item.frames[0].height ||
-          f.pixels.size() != static_cast<size_t>(f.width) * f.height * 3)
-        bad("frames differ in size");
-  } else if (static_cast<int64_t>(item.data.size()) != P * config_.vision.patch_dim()) {
-    bad(fmt::format("{} values for {} patches of {}", item.data.size(), P, config_.vision.patch_dim()));
-  }
-  return P / (m * m);
+  const auto& v = config_.vision;
+  return qwen2vl_item_tokens(item, k, v.patch_size, v.temporal_patch_size, v.spatial_merge_size, v.patch_dim());
 }
 
 int64_t Qwen3VLModel::tokens_per_frame(const MediaPixels& item) const {

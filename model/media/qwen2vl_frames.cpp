@@ -23,14 +23,7 @@ MediaPixels qwen2vl_frames8(std::vector<RgbImage> frames, const Qwen2VLPreproces
 
 MediaPixels frames8_item(std::vector<RgbImage> frames, const Qwen2VLPreprocessConfig& cfg, Modality modality,
                          int out_h, int out_w) {
-  if (frames.empty()) throw RequestError(400, "invalid_request_error", "a video needs at least one frame");
-  for (const RgbImage& f : frames)
-    if (f.width != frames[0].width || f.height != frames[0].height)
-      throw RequestError(400, "invalid_request_error", "video frames differ in size");
-  const int factor = cfg.patch_size * cfg.merge_size;
-  if (out_h < factor || out_w < factor || out_h % factor != 0 || out_w % factor != 0)
-    throw RequestError(400, "invalid_request_error",
-                       fmt::format("output size {}x{} is not a positive multiple of {}", out_w, out_h, factor));
+  check_frames_and_target(frames, cfg, out_h, out_w);
   const int64_t n = static_cast<int64_t>(frames.size()), tp = cfg.temporal_patch_size;
   MediaPixels m;
   m.form = PixelForm::Frames8;
@@ -76,6 +69,39 @@ MediaPixels to_rows_form(const MediaPixels& item) {
   m.has_source_key = item.has_source_key;
   m.source_key = item.source_key;
   return m;
+}
+
+int64_t qwen2vl_item_tokens(const MediaPixels& item, int k, int patch_size, int temporal_patch_size, int merge_size,
+                            int64_t patch_dim) {
+  const auto& g = item.grid_thw;
+  const int m = merge_size;
+  auto bad = [&](const std::string& why) {
+    throw RequestError(400, "invalid_request_error", fmt::format("{} {}: {}", modality_name(item.modality), k, why),
+                       "messages");
+  };
+  if (item.modality != Modality::Image && item.modality != Modality::Video) bad("not an image or a video");
+  if (g[0] < 1 || g[1] < 1 || g[2] < 1 || g[1] % m != 0 || g[2] % m != 0)
+    bad(fmt::format("grid ({}, {}, {}) is not a positive multiple of the merge size {}", g[0], g[1], g[2], m));
+  if (item.modality == Modality::Image && g[0] != 1) bad(fmt::format("an image has grid t = {}, not 1", g[0]));
+  const int64_t P = static_cast<int64_t>(g[0]) * g[1] * g[2];
+  if (item.is_frames8()) {  // 8-bit frames: what the rows will be made of must match the grid
+    const Qwen2VLPreprocessConfig& c = item.preprocess;
+    const int64_t n = static_cast<int64_t>(item.frames.size());
+    if (c.patch_dim() != patch_dim || c.patch_size != patch_size || c.temporal_patch_size != temporal_patch_size ||
+        c.merge_size != m)
+      bad(fmt::format("frames preprocessed with patch {} / temporal patch {} / merge {}, the tower takes {} / {} / {}",
+                      c.patch_size, c.temporal_patch_size, c.merge_size, patch_size, temporal_patch_size, m));
+    if (n < 1 || (n + c.temporal_patch_size - 1) / c.temporal_patch_size != g[0] ||
+        item.height != g[1] * c.patch_size || item.width != g[2] * c.patch_size)
+      bad(fmt::format("{} frames resized to {}x{} for grid ({}, {}, {})", n, item.width, item.height, g[0], g[1], g[2]));
+    for (const RgbImage& f : item.frames)
+      if (f.width != item.frames[0].width || f.height != item.frames[0].height ||
+          f.pixels.size() != static_cast<size_t>(f.width) * f.height * 3)
+        bad("frames differ in size");
+  } else if (static_cast<int64_t>(item.data.size()) != P * patch_dim) {
+    bad(fmt::format("{} values for {} patches of {}", item.data.size(), P, patch_dim));
+  }
+  return P / (m * m);
 }
 
 }  // namespace vlm

@@ -35,6 +35,15 @@ MediaPixels qwen2vl_frames8(std::vector<RgbImage> frames, const Qwen2VLPreproces
 MediaPixels frames8_item(std::vector<RgbImage> frames, const Qwen2VLPreprocessConfig& cfg, Modality modality,
                          int out_h, int out_w);
 
+// The prompt tokens of a Qwen2-VL-family media item for a tower of these patch settings:
+// t * h * w / merge^2 of its grid_thw. The item is an image (t = 1) or a video whose grid is a
+// positive multiple of the merge size, in the Rows form with patch_dim values a patch, or in the
+// Frames8 form whose settings are the tower's and whose frame count and size give the grid.
+// Throws RequestError (400, param "messages", the message naming "<modality> <k>") otherwise.
+// Qwen2VLModel::media_tokens and Qwen3VLModel::media_tokens.
+int64_t qwen2vl_item_tokens(const MediaPixels& item, int k, int patch_size, int temporal_patch_size, int merge_size,
+                            int64_t patch_dim);
+
 // CPU reference: the patch rows [(t1 - t0) * h * w, K] of temporal groups [t0, t1) of a Frames8
 // item (its frames [t0 * tp, t1 * tp), the last repeated past the end), equal to rows
 // [t0 * h * w, t1 * h * w) of qwen2vl_preprocess_to(item.frames, item.preprocess, item.height,

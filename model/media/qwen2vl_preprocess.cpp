@@ -183,8 +183,8 @@ VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VL
   return qwen2vl_preprocess_to(frames, cfg, hw.first, hw.second);
 }
 
-VisionPatches qwen2vl_preprocess_to(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg, int out_h,
-                                    int out_w) {
+void check_frames_and_target(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg, int out_h,
+                             int out_w) {
   if (frames.empty()) throw RequestError(400, "invalid_request_error", "a video needs at least one frame");
   for (const RgbImage& f : frames)
     if (f.width != frames[0].width || f.height != frames[0].height)
@@ -193,6 +193,11 @@ VisionPatches qwen2vl_preprocess_to(std::span<const RgbImage> frames, const Qwen
   if (out_h < factor || out_w < factor || out_h % factor != 0 || out_w % factor != 0)
     throw RequestError(400, "invalid_request_error",
                        fmt::format("output size {}x{} is not a positive multiple of {}", out_w, out_h, factor));
+}
+
+VisionPatches qwen2vl_preprocess_to(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg, int out_h,
+                                    int out_w) {
+  check_frames_and_target(frames, cfg, out_h, out_w);
   const int h = out_h, w = out_w;  // plain locals: the pool's lambda captures them (clang 14 refuses structured bindings there)
   const int ps = cfg.patch_size, tp = cfg.temporal_patch_size;
   // Rescale + normalize as a table per channel: a pixel is one of 256 levels, and each entry is

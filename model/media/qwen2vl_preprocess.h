@@ -87,6 +87,12 @@ VisionPatches qwen2vl_preprocess(std::span<const RgbImage> frames, const Qwen2VL
 // to their own rule's size (model/media/qwen3vl_video.h) and their Frames8 rows come through here
 // (model/media/qwen2vl_frames.h). Throws RequestError (400) for no frames, frames of different
 // sizes, or a size that is not a positive multiple of patch_size * merge_size.
+// Throws RequestError (400) unless frames is non-empty, its frames share one size and out_h x out_w
+// is a positive multiple of patch_size * merge_size: the input contract of qwen2vl_preprocess_to and
+// frames8_item (model/media/qwen2vl_frames.h).
+void check_frames_and_target(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg, int out_h,
+                             int out_w);
+
 VisionPatches qwen2vl_preprocess_to(std::span<const RgbImage> frames, const Qwen2VLPreprocessConfig& cfg, int out_h,
                                     int out_w);
 // Reference: one thread, each frame resized and normalized into a [n, 3, h, w] buffer, then
