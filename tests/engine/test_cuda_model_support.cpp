@@ -160,12 +160,12 @@ TEST(CudaModelSupport, DeviceCudaIsRefusedBeforeAnyGpuIsOpened) {
 
 // --quantization fp8 runs on the GPU only: the CPU refuses it by name.
 TEST(CudaModelSupport, QuantizationFp8OnTheCpuIsRefused) {
-  auto decoder = LlmDecoder::load(fixture_model_dir("llama_tiny"));
+  auto model = TextModel::load(fixture_model_dir("llama_tiny"));
   EngineConfig c = test_config();
   c.device = Device::Cpu;
   c.quantize_fp8 = true;
   try {
-    make_step_backend(c, *decoder, {}, 512);
+    make_step_backend(c, *model, {}, 512);
     FAIL() << "--quantization fp8 with --device cpu must be refused";
   } catch (const LoadError& e) {
     EXPECT_NE(std::string(e.what()).find("--quantization fp8 runs on the GPU (--device cuda; here: --device cpu)"),
@@ -173,7 +173,7 @@ TEST(CudaModelSupport, QuantizationFp8OnTheCpuIsRefused) {
         << e.what();
   }
   c.quantize_fp8 = false;
-  EXPECT_EQ(make_step_backend(c, *decoder, {}, 512)->device().rfind("cpu", 0), 0u);
+  EXPECT_EQ(make_step_backend(c, *model, {}, 512)->device().rfind("cpu", 0), 0u);
 }
 
 TEST(CudaModelSupport, DeviceAutoFallsBackToTheCpu) {
