@@ -125,7 +125,8 @@ void expect_refused(const MoeCheckpointSpec& spec, const std::string& tag, const
 
 TEST(Qwen3VLMoe, WhatWeDoNotReadIsRefusedNamingIt) {
   SKIP_WITHOUT_DENSE_FIXTURE();
-  static std::vector<uint16_t> junk(kE * kC * kDenseI, 0x3f80);  // bf16 1.0
+  // bf16 1.0, as many as the largest tensor below ([kE, 2 * kDenseI, kC]) reads
+  static std::vector<uint16_t> junk(static_cast<size_t>(kE) * 2 * kDenseI * kC, 0x3f80);
   auto add = [](const std::string& name, Shape shape) {
     return [name, shape](std::map<std::string, TensorView>& t) { t[name] = TensorView(junk.data(), DType::BF16, shape); };
   };
