@@ -56,15 +56,6 @@ __global__ void fp8_gemm_naive_kernel(const uint8_t* xq, const float* xs, const 
   y[int64_t(m) * N + n] = from_f32<TO>(v);
 }
 
-__global__ void fp8_epilogue_kernel(float* y, const float* tmp, const __nv_bfloat16* bias, bool accumulate, int64_t N,
-                                    int64_t total) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  float v = tmp[i];
-  if (bias) v += __bfloat162float(bias[i % N]);
-  y[i] = accumulate ? y[i] + v : v;
-}
-
 // The scales multiply the product as the naive kernel does (acc * x_scale * w_scale), then the
 // bias, then the residual.
 template <class T>
@@ -102,14 +93,6 @@ void dequantize_fp8_blocks(const uint8_t* q, const float* block_scale, int64_t b
   if (N * K == 0) return;
   if (bn <= 0 || bk <= 0) precondition_failed("dequantize_fp8_blocks: block sizes > 0");
   dequantize_blocks_kernel<<<blocks_of(N * K, 256), 256, 0, s>>>(q, block_scale, bn, bk, N, K, out);
-  VLM_CUDA_CHECK_LAUNCH();
-}
-
-void fp8_gemm_epilogue(float* y, const float* tmp, const void* bias, bool accumulate, int64_t M, int64_t N,
-                       cudaStream_t s) {
-  if (M * N == 0) return;
-  fp8_epilogue_kernel<<<blocks_of(M * N, 256), 256, 0, s>>>(y, tmp, static_cast<const __nv_bfloat16*>(bias), accumulate,
-                                                            N, M * N);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,14 +25,9 @@ void quantize_fp8_rows(const void* x /*[R,K]*/, DType dt, int64_t R, int64_t K, 
 void dequantize_fp8_blocks(const uint8_t* q /*[N,K]*/, const float* block_scale /*[ceil(N/bn),ceil(K/bk)]*/,
                            int64_t bn, int64_t bk, int64_t N, int64_t K, float* out /*[N,K]*/, cudaStream_t s);
 
-// y [M, N] f32 = (accumulate ? y : 0) + tmp [M, N] f32 (+ bias [N] BF16): the epilogue of
-// CublasLtGemm::linear_fp8's unfused form (an FP8 GEMM into tmp, then this).
-void fp8_gemm_epilogue(float* y, const float* tmp, const void* bias /*[N] BF16 or null*/, bool accumulate, int64_t M,
-                       int64_t N, cudaStream_t s);
-
 // y [M, N] (out_dt: BF16 or F32) = (accumulate ? y : 0) + tmp [M, N] f32 * x_scale[m] * w_scale[n]
-// (+ bias [N] BF16); a null x_scale / w_scale is all ones (then, for F32, fp8_gemm_epilogue's sum in
-// the same order): CublasLtGemm::linear_fp8's unfused forms.
+// (+ bias [N] BF16); a null x_scale / w_scale is all ones: CublasLtGemm::linear_fp8's unfused forms
+// (per-row-scaled GEMM into tmp, then bias and residual; or the unscaled GEMM, then everything).
 void fp8_scale_epilogue(void* y, DType out_dt, const float* tmp, const float* x_scale /*[M] or null*/,
                         const float* w_scale /*[N] or null*/, const void* bias /*[N] BF16 or null*/, bool accumulate,
                         int64_t M, int64_t N, cudaStream_t s);

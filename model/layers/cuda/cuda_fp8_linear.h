@@ -14,7 +14,7 @@
 //    (x stays bf16), others quantize x per token (dynamic scales: quantize_fp8_rows into the step's
 //    scratch) and run cuBLASLt's FP8 GEMM with both scales in its epilogue (where cuBLASLt takes no
 //    F32 output with a bias or the residual add beside per-row scales, the GEMM writes an f32
-//    scratch and fp8_gemm_epilogue adds: CublasLtGemm::linear_fp8's unfused form).
+//    scratch and fp8_scale_epilogue adds: CublasLtGemm::linear_fp8's unfused form).
 //  - require_fp8_gpu: the start-time refusal of a GPU without FP8 tensor cores (compute
 //    capability below 8.9), naming the GPU and what asked for FP8; also of FP8-capable GPUs other
 //    than Hopper (Ada 8.9, Blackwell 10.x/12.x): cuBLASLt's outer-vector (per-row) FP8 scaling the

@@ -243,7 +243,8 @@ TEST_F(CudaFp8, GemmEpilogueAddsBiasAndResidual) {
   for (bool acc : {false, true})
     for (bool with_bias : {false, true}) {
       auto d_y = acc ? to_device(y0) : nan_buffer(M * N * 4);
-      cuda::fp8_gemm_epilogue(d_y.as<float>(), d_tmp.as<float>(), with_bias ? d_b.get() : nullptr, acc, M, N, nullptr);
+      cuda::fp8_scale_epilogue(d_y.get(), DType::F32, d_tmp.as<float>(), nullptr, nullptr, with_bias ? d_b.get() : nullptr,
+                               acc, M, N, nullptr);
       const auto got = to_host<float>(d_y, M * N);
       for (int64_t i = 0; i < M * N; ++i) {
         const float want = (acc ? y0[i] : 0.0f) + (tmp[i] + (with_bias ? bias[i % N] : 0.0f));
