@@ -22,9 +22,8 @@ CudaLlavaVisionRunner::~CudaLlavaVisionRunner() {
 
 // Per image: the norm before a linear layer or an MLP [L, C] dt, the unfolded patches [P, K] dt
 // and the conv's output [P, C] f32.
-CudaVisionLanes::ScratchPerRow CudaLlavaVisionRunner::scratch_per_row() const {
-  const ClipVisionConfig& c = wiring_->spec().vision;
-  const auto e = static_cast<int64_t>(dtype_size(dt_));
+CudaVisionLanes::ScratchPerRow CudaLlavaVisionRunner::scratch_per_image(const ClipVisionConfig& c, DType dt) {
+  const auto e = static_cast<int64_t>(dtype_size(dt));
   const int64_t P = c.num_patches(), K = 3 * c.patch_size * c.patch_size;
   CudaVisionLanes::ScratchPerRow s{};
   s[CudaScratch::kNormOut] = c.num_positions() * c.hidden_size * e;
@@ -38,12 +37,13 @@ int64_t CudaLlavaVisionRunner::ints_for(int64_t N) const { return N * wiring_->s
 
 int64_t CudaLlavaVisionRunner::workspace_bytes(int64_t N) const {
   const int64_t S = wiring_->spec().vision.image_size;
-  return CudaVisionLanes::bytes(wiring_->plan(N), N, scratch_per_row(), ints_for(N), dt_) + N * 3 * S * S * 4;
+  return CudaVisionLanes::bytes(wiring_->plan(N), N, scratch_per_image(wiring_->spec().vision, dt_), ints_for(N), dt_) +
+         N * 3 * S * S * 4;
 }
 
 void CudaLlavaVisionRunner::reserve(int64_t N) {
   const int64_t S = wiring_->spec().vision.image_size;
-  lanes_.reserve(wiring_->plan(N), N, scratch_per_row(), ints_for(N));
+  lanes_.reserve(wiring_->plan(N), N, scratch_per_image(wiring_->spec().vision, dt_), ints_for(N));
   pixels_.resize(static_cast<size_t>(N * 3 * S * S) * 4);
   reserved_ = N;
 }

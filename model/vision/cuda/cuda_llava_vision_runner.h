@@ -30,9 +30,11 @@ class CudaLlavaVisionRunner : public CudaVisionTower {
   void upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) override;
   void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
   int64_t cudnn_calls() const { return lanes_.cudnn_calls(); }
+  // Scratch per image of a CLIP / SigLIP tower in dt (also a OneVision tile's): the norm before a
+  // linear layer or an MLP [L, C] dt, the unfolded patches [P, K] dt, the conv's output [P, C] f32.
+  static CudaVisionLanes::ScratchPerRow scratch_per_image(const ClipVisionConfig& c, DType dt);
 
  private:
-  CudaVisionLanes::ScratchPerRow scratch_per_row() const;
   int64_t ints_for(int64_t images) const;
 
   DType dt_;

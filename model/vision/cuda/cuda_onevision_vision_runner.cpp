@@ -2,6 +2,7 @@
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
+#include "model/vision/cuda/cuda_llava_vision_runner.h"
 
 namespace vlm {
 
@@ -31,19 +32,6 @@ int64_t CudaOnevisionVisionRunner::out_rows(const MediaPixels& item) const {
   return spec_.layout({item.height, item.width}).num_tokens();
 }
 
-// Per tile, as CudaLlavaVisionRunner's per image: the norm before a linear layer or an MLP
-// [L, C] dt, the unfolded patches [P, K] dt and the conv's output [P, C] f32.
-CudaVisionLanes::ScratchPerRow CudaOnevisionVisionRunner::scratch_per_row() const {
-  const ClipVisionConfig& c = spec_.llava.vision;
-  const auto e = static_cast<int64_t>(dtype_size(dt_));
-  const int64_t P = c.num_patches(), K = 3 * c.patch_size * c.patch_size;
-  CudaVisionLanes::ScratchPerRow s{};
-  s[CudaScratch::kNormOut] = c.num_positions() * c.hidden_size * e;
-  s[CudaScratch::kPatches] = P * K * e;
-  s[CudaScratch::kPatchOut] = P * c.hidden_size * 4;
-  return s;
-}
-
 // The index arrays of a call over `tiles` tiles in all (items one after the other, at most one
 // item a tile). An item of N tiles: the tower's kept rows [N * Ti] and segment bounds [N + 1];
 // an image's base-tile rows [g^2], map rows, copy sources and destinations and newline rows with
@@ -55,12 +43,14 @@ int64_t CudaOnevisionVisionRunner::ints_for(int64_t tiles) const {
 }
 
 int64_t CudaOnevisionVisionRunner::workspace_bytes(int64_t tiles) const {
-  return CudaVisionLanes::bytes(wiring_->largest_plan(tiles), tiles, scratch_per_row(), ints_for(tiles), dt_) +
+  const auto scratch = CudaLlavaVisionRunner::scratch_per_image(spec_.llava.vision, dt_);  // per tile
+  return CudaVisionLanes::bytes(wiring_->largest_plan(tiles), tiles, scratch, ints_for(tiles), dt_) +
          tiles * tile_floats() * 4;
 }
 
 void CudaOnevisionVisionRunner::reserve(int64_t tiles) {
-  lanes_.reserve(wiring_->largest_plan(tiles), tiles, scratch_per_row(), ints_for(tiles));
+  lanes_.reserve(wiring_->largest_plan(tiles), tiles, CudaLlavaVisionRunner::scratch_per_image(spec_.llava.vision, dt_),
+                 ints_for(tiles));
   pixels_.resize(static_cast<size_t>(tiles * tile_floats()) * 4);
   reserved_ = tiles;
 }

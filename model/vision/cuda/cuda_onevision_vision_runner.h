@@ -38,7 +38,6 @@ class CudaOnevisionVisionRunner : public CudaVisionTower {
   void run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
 
  private:
-  CudaVisionLanes::ScratchPerRow scratch_per_row() const;
   int64_t ints_for(int64_t tiles) const;
   int64_t tile_floats() const { return 3 * spec_.tile_size() * spec_.tile_size(); }
 
