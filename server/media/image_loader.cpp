@@ -27,6 +27,17 @@ void add_double(Hasher128& h, double v) {
   h.add(w);
 }
 
+void add_bytes(Hasher128& h, const MediaBytes& b) {
+  h.add(static_cast<uint64_t>(b.data.size()));
+  h.add_bytes(b.data.data(), b.data.size());
+}
+
+void set_source_key(MediaPixels& m, const Hasher128& h) {
+  const BlockHash k = h.digest();
+  m.has_source_key = true;
+  m.source_key = {k.lo, k.hi};
+}
+
 void add_to_key(Hasher128& h, const ImagePreprocessConfig& c) {
   for (int v : {int(c.do_pad), int(c.do_resize), c.shortest_edge, c.resize_h, c.resize_w, c.resample,
                 int(c.do_center_crop), c.crop_h, c.crop_w, int(c.do_rescale), int(c.do_normalize)})

@@ -27,6 +27,10 @@ RgbImage decode_fetched_image(const MediaBytes& bytes, const ImageLimits& limits
 void add_to_key(Hasher128& h, const ImagePreprocessConfig& c);
 void add_to_key(Hasher128& h, const ImageLimits& limits);
 void add_double(Hasher128& h, double v);
+// A fetched part's bytes (their length, then the bytes) into a source key.
+void add_bytes(Hasher128& h, const MediaBytes& b);
+// m's source key (MediaPixels::source_key, the prefix cache's identity of a media item) = h's digest.
+void set_source_key(MediaPixels& m, const Hasher128& h);
 
 class ImageLoader {
  public:

@@ -56,17 +56,6 @@ MediaPixels make_media(std::vector<RgbImage> frames, Modality modality, const Qw
   return to_media(qwen2vl_preprocess(frames, cfg), modality, cfg);
 }
 
-void set_source_key(MediaPixels& m, const Hasher128& h) {
-  const BlockHash k = h.digest();
-  m.has_source_key = true;
-  m.source_key = {k.lo, k.hi};
-}
-
-void add_bytes(Hasher128& h, const MediaBytes& b) {
-  h.add(static_cast<uint64_t>(b.data.size()));
-  h.add_bytes(b.data.data(), b.data.size());
-}
-
 // The preprocessing's RequestErrors name no parameter: name the part's.
 template <typename F>
 auto with_param(const std::string& param, F&& f) {

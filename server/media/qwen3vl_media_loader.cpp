@@ -28,17 +28,6 @@ Qwen2VLMediaOptions image_only(Qwen2VLMediaOptions o, bool gpu) {
   return o;
 }
 
-void set_source_key(MediaPixels& m, const Hasher128& h) {
-  const BlockHash k = h.digest();
-  m.has_source_key = true;
-  m.source_key = {k.lo, k.hi};
-}
-
-void add_bytes(Hasher128& h, const MediaBytes& b) {
-  h.add(static_cast<uint64_t>(b.data.size()));
-  h.add_bytes(b.data.data(), b.data.size());
-}
-
 }  // namespace
 
 Qwen3VLMediaLoader::Qwen3VLMediaLoader(MediaFetchOptions fetch, ImageLimits limits, Qwen3VLMediaOptions options)
