@@ -226,9 +226,14 @@ void check_cublas_fp8(const std::vector<int>& variants) {
           want[m * N + n] = static_cast<float>(v);
         }
       const double tol = out_dt == DType::F32 ? 1e-5 : 8e-3;
+      // cuBLASLt's FP8 products on Hopper keep fewer bits while accumulating than the naive kernel's
+      // f32 sums (DeepSeek-V3's report measures ~14 bits on the H800): on the H200 the F32 outputs
+      // differ from the naive ones by 5.2e-5 .. 1.27e-4 relative (session 16, call 1), far below the
+      // FP8 rounding of the inputs (2^-4) and far above what a wrong index or scale would give.
+      const double fast_tol = out_dt == DType::F32 ? 5e-4 : 8e-3;
       SCOPED_TRACE(::testing::Message() << "M " << M << " N " << N << " K " << K << " variant " << variant);
       EXPECT_LE(rel_error(naive, want), tol);
-      EXPECT_LE(rel_error(fast, naive), tol);
+      EXPECT_LE(rel_error(fast, naive), fast_tol);
     }
   }
 }
