@@ -225,6 +225,7 @@ void gemv_norm(const float* x, const int32_t* rows, const float* norm_w, float e
   const int64_t groups = (N + kWarps - 1) / kWarps;
   dispatch_half(dt, [&](auto t) {
     using T = decltype(t);
+    const int64_t row_bytes = K * int64_t(sizeof(T));
     dispatch_rows(M, [&](auto r) {
       constexpr int R = decltype(r)::value;
       if (out_dt == DType::F32) {
@@ -232,13 +233,13 @@ void gemv_norm(const float* x, const int32_t* rows, const float* norm_w, float e
         const unsigned grid = grid_for(reinterpret_cast<const void*>(kernel), smem, groups);
         launch_pdl(kernel, grid, kThreads, smem, s, x, rows, norm_w, eps, static_cast<const T*>(w),
                    static_cast<const float*>(bias), static_cast<float*>(y), accumulate, static_cast<int>(N),
-                   static_cast<int>(K), head_prefetch(std::min<int64_t>(N, int64_t(grid) * kWarps), K * int64_t(sizeof(T))));
+                   static_cast<int>(K), head_prefetch(std::min<int64_t>(N, int64_t(grid) * kWarps), row_bytes));
       } else {
         const auto kernel = gemv_norm_kernel<T, T, R>;
         const unsigned grid = grid_for(reinterpret_cast<const void*>(kernel), smem, groups);
         launch_pdl(kernel, grid, kThreads, smem, s, x, rows, norm_w, eps, static_cast<const T*>(w),
                    static_cast<const T*>(bias), static_cast<T*>(y), accumulate, static_cast<int>(N),
-                   static_cast<int>(K), head_prefetch(std::min<int64_t>(N, int64_t(grid) * kWarps), K * int64_t(sizeof(T))));
+                   static_cast<int>(K), head_prefetch(std::min<int64_t>(N, int64_t(grid) * kWarps), row_bytes));
       }
     });
   });

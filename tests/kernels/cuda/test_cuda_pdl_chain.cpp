@@ -52,7 +52,8 @@ struct Chain {
   // `layers` layers then the head on stream s; returns the logits [M, V] f32 and x [M, C] f32 as bytes.
   std::vector<uint8_t> run(int layers, bool fused_mlp, cudaStream_t s) {
     auto x = to_device(random_vector(static_cast<size_t>(M * C), 8));
-    cuda::DeviceBuffer qkv(static_cast<size_t>(M * N) * dtype_size(dt)), act(static_cast<size_t>(M * I) * dtype_size(dt));
+    cuda::DeviceBuffer qkv(static_cast<size_t>(M * N) * dtype_size(dt));
+    cuda::DeviceBuffer act(static_cast<size_t>(M * I) * dtype_size(dt));
     cuda::DeviceBuffer h(static_cast<size_t>(M * C) * dtype_size(dt)), logits(static_cast<size_t>(M * V) * 4);
     float* xf = x.as<float>();
     for (int l = 0; l < layers; ++l) {

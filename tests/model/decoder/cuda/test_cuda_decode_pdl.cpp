@@ -49,7 +49,8 @@ class CudaDecodePdl : public ::testing::TestWithParam<std::string> {
     std::vector<int32_t> ids(kBlocks);
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), std::mt19937(3));
-    for (int s = 0; s < kSeqs; ++s) tables_[s].assign(ids.begin() + s * kBlocks / kSeqs, ids.begin() + (s + 1) * kBlocks / kSeqs);
+    for (int s = 0; s < kSeqs; ++s)
+      tables_[s].assign(ids.begin() + s * kBlocks / kSeqs, ids.begin() + (s + 1) * kBlocks / kSeqs);
   }
   void TearDown() override {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
