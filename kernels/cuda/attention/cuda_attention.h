@@ -6,6 +6,9 @@
 //  - All pointers are device pointers (PagedKVLayer::k/v too); host-side ints are marked "host".
 //  - Work is enqueued on `stream`; nothing synchronizes with the host and nothing allocates.
 //    Launch errors are raised as InternalError (VLM_CHECK on cudaGetLastError()).
+//    rope_split_q_kv_write and paged_decode_attention's bf16/f16 kernels launch with programmatic
+//    dependent launch inside an active PdlScope (kernels/cuda/core/pdl.h: they wait for the
+//    kernel before them before touching memory; the same results).
 //  - Activations (q, k, v, out) are F32, BF16 or F16 (`act`); the cache dtype is kv.dtype (F32,
 //    BF16 or F16); arithmetic is f32 (accumulators, softmax), tensor-core inputs are bf16/f16.
 //  - The batch (CudaAttentionBatch) means what AttentionBatch means on the CPU

@@ -25,6 +25,7 @@
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
 #include "kernels/cuda/attention/mma_tile.cuh"
+#include "kernels/cuda/core/pdl.cuh"
 
 namespace vlm::cuda {
 namespace {
@@ -136,10 +137,33 @@ __device__ void reduce_group(const float* ws, const float* ml, int ws_stride, in
   }
 }
 
+// PDL launches, before the wait: the K and V rows of head hk of the cache blocks holding keys
+// [k_begin, k_end) asked of L2 (one thread per block). Safe before the wait: the block table and
+// lengths are the step's metadata (uploaded before its first kernel), and L2 is coherent, so a
+// line the RoPE kernel writes after its prefetch is still read fresh.
+template <class T>
+__device__ __forceinline__ void prefetch_kv(const KVView& kv, const int32_t* table, int hk, int k_begin, int k_end) {
+  const uint32_t bytes = uint32_t(kv.head_stride * int64_t(sizeof(T)));
+  for (int b = k_begin / kv.block_size + int(threadIdx.x); b <= (k_end - 1) / kv.block_size; b += kThreads) {
+    const int64_t off = kv.offset(table[b], hk, 0);
+    prefetch_l2(static_cast<const T*>(kv.k) + off, bytes);
+    prefetch_l2(static_cast<const T*>(kv.v) + off, bytes);
+  }
+}
+
 template <int D, class T, class TQ>
 __global__ void __launch_bounds__(kThreads)
 decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
-                    int partition, float* __restrict__ ws, TQ* __restrict__ out, int* __restrict__ counters) {
+                    int partition, float* __restrict__ ws, TQ* __restrict__ out, int* __restrict__ counters,
+                    int prefetch) {
+  if (prefetch && batch.group_skip == nullptr) {  // dense plans: this CTA's keys (a routed plan's need the flags)
+    const int ctx0 = batch.context_lens[blockIdx.z], k0 = int(blockIdx.x) * partition;
+    if (k0 < ctx0)
+      prefetch_kv<T>(kv, batch.block_tables + int64_t(blockIdx.z) * batch.max_blocks_per_seq, int(blockIdx.y), k0,
+                     min(ctx0, k0 + partition));
+  }
+  pdl_wait();  // PDL (pdl.cuh): q, the new keys and the counters come from earlier kernels
+  pdl_trigger();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sq = reinterpret_cast<T*>(smem_raw);
   // Stage i: K at kv_smem + i * 2 * kBN * D, V right after it (no arrays: they would live in
@@ -311,6 +335,8 @@ __global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D,
                                      const uint8_t* __restrict__ group_skip, int G, int cols) {
   extern __shared__ float weight[];  // [max_splits], then the lanes' sums [lanes][cols]
   __shared__ float red[32];
+  pdl_wait();  // PDL (pdl.cuh)
+  pdl_trigger();
   const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   const int lanes = blockDim.x / cols, r = tid / cols, d = blockIdx.z * cols + tid % cols;
   if (group_skip != nullptr) {
@@ -379,16 +405,14 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
   const int G = H / kv.num_kv_heads;
   const bool merged = counters != nullptr && ws != nullptr && plan.max_splits <= merged_reduce_max_splits() &&
                       (G * ws_stride + G) * 4 <= smem;
-  decode_split_kernel<D, T, TQ><<<grid, kThreads, smem, stream>>>(
-      static_cast<const TQ*>(q), H, kv_view(kv), batch, scale * float(M_LOG2E), plan.partition, ws,
-      static_cast<TQ*>(out), merged ? counters : nullptr);
-  VLM_CUDA_CHECK_LAUNCH();
+  launch_pdl(decode_split_kernel<D, T, TQ>, grid, kThreads, smem, stream, static_cast<const TQ*>(q), H, kv_view(kv),
+             batch, scale * float(M_LOG2E), plan.partition, ws, static_cast<TQ*>(out), merged ? counters : nullptr,
+             int(pdl_active()));
   if (ws == nullptr || merged) return;
   const int cols = routed ? kRoutedReduceCols : D, lanes = routed ? kRoutedReduceLanes : 1;
-  decode_reduce_kernel<TQ><<<dim3(batch.num_seqs, H, D / cols), cols * lanes, (ws_stride + cols * lanes) * sizeof(float),
-                             stream>>>(ws, H, D, ws_stride, plan.partition, batch.num_seqs, batch.context_lens,
-                                       static_cast<TQ*>(out), batch.group_skip, H / kv.num_kv_heads, cols);
-  VLM_CUDA_CHECK_LAUNCH();
+  launch_pdl(decode_reduce_kernel<TQ>, dim3(batch.num_seqs, H, D / cols), cols * lanes,
+             (ws_stride + cols * lanes) * sizeof(float), stream, ws, H, D, ws_stride, plan.partition, batch.num_seqs,
+             batch.context_lens, static_cast<TQ*>(out), batch.group_skip, H / kv.num_kv_heads, cols);
 }
 
 }  // namespace

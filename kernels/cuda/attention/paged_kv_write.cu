@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
+#include "kernels/cuda/core/pdl.cuh"
 #include "kernels/cuda/ops/rope_rows.cuh"
 
 namespace vlm::cuda {
@@ -41,11 +42,14 @@ __global__ void kv_write_kernel(KVView kv, const TIn* __restrict__ k, const TIn*
 // One thread per 8 elements of a (token, head) row of qkv, heads [0, H) q, then Hkv of k and of v
 // (rope_split_x8_kernel's indexing): q rows to q, k/v rows to their cache slot. With norm.q_w, the
 // q and k heads are first normalized (Qwen3's q/k RMSNorm, rope_rows.cuh's head norm): every
-// thread takes part in its head's sum before any returns.
+// thread takes part in its head's sum before any returns. PDL (pdl.cuh): waits first, triggers at
+// once (decode attention, next, then launches beside it).
 template <class T>
 __global__ void rope_kv_write_kernel(const T* __restrict__ qkv, int64_t T_, int H, const float* __restrict__ table,
                                      int R, T* __restrict__ q, KVView kv, const int32_t* __restrict__ slots,
                                      HeadNorm norm) {
+  pdl_wait();
+  pdl_trigger();
   const int D = kv.head_dim, Hkv = kv.num_kv_heads;
   const RopeChunk ch = rope_chunk(static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, T_, H, Hkv, D);
   const int64_t t = ch.t;
@@ -94,13 +98,11 @@ void rope_split_q_kv_write(const void* qkv, int64_t T, int64_t H, const float* t
   const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
   auto run = [&](auto tag) {
     using E = decltype(tag);
-    rope_kv_write_kernel<E><<<blocks, 256, 0, stream>>>(static_cast<const E*>(qkv), T, static_cast<int>(H), table,
-                                                        static_cast<int>(R), static_cast<E*>(q), kv_view(kv),
-                                                        slot_mapping, norm);
+    launch_pdl(rope_kv_write_kernel<E>, blocks, 256, 0, stream, static_cast<const E*>(qkv), T, static_cast<int>(H),
+               table, static_cast<int>(R), static_cast<E*>(q), kv_view(kv), slot_mapping, norm);
   };
   if (act == DType::BF16) run(__nv_bfloat16{});
   else run(__half{});
-  VLM_CUDA_CHECK_LAUNCH();
 }
 
 void paged_kv_write(const PagedKVLayer& kv, const void* k, const void* v, DType act,

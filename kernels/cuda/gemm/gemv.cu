@@ -8,33 +8,40 @@ namespace {
 
 using namespace gemv_detail;
 
-// grid ceil(N / kWarps): warp -> column n.
+// grid ceil(N / kWarps): warp -> column n. PDL (pdl.cuh): the row's first `prefetch` bytes asked
+// of L2, then the wait; the trigger after the dot.
 template <class T, class TO, int M>
 __global__ void __launch_bounds__(kThreads)
 gemv_kernel(const T* __restrict__ x, const T* __restrict__ w, const TO* __restrict__ bias, TO* y, bool accumulate,
-            int N, int K) {
+            int N, int K, int prefetch) {
   const int lane = threadIdx.x % 32, n = blockIdx.x * kWarps + threadIdx.x / 32;
-  if (n >= N) return;
   const int K8 = K / 8;
   const uint4* rows[1] = {reinterpret_cast<const uint4*>(w) + int64_t(n) * K8};
+  if (prefetch > 0 && lane == 0 && n < N) prefetch_l2(rows[0], prefetch);
+  pdl_wait();
+  if (n >= N) return;
   float acc[1][M];
   warp_dot<T, M, 1>(reinterpret_cast<const uint4*>(x), rows, K8, lane, acc);
+  pdl_trigger();
   if (lane >= M) return;
   store_column<TO, M>(acc, lane, bias, accumulate, y, N, n);
 }
 
-// grid ceil(I / kWarps): warp -> gate row i and up row I + i.
+// grid ceil(I / kWarps): warp -> gate row i and up row I + i. PDL as gemv_kernel.
 template <class T, int M>
 __global__ void __launch_bounds__(kThreads)
 gemv_silu_mul_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* out, int I,
-                     int K) {
+                     int K, int prefetch) {
   const int lane = threadIdx.x % 32, i = blockIdx.x * kWarps + threadIdx.x / 32;
-  if (i >= I) return;
   const int K8 = K / 8;
   const uint4* base = reinterpret_cast<const uint4*>(w);
   const uint4* rows[2] = {base + int64_t(i) * K8, base + int64_t(I + i) * K8};
+  if (prefetch > 0 && lane < 2 && i < I) prefetch_l2(lane == 0 ? rows[0] : rows[1], prefetch);
+  pdl_wait();
+  if (i >= I) return;
   float acc[2][M];
   warp_dot<T, M, 2>(reinterpret_cast<const uint4*>(x), rows, K8, lane, acc);
+  pdl_trigger();
   store_silu_mul<T, M>(acc, lane, bias, out, I, i);
 }
 
@@ -85,19 +92,19 @@ void gemv(const void* x, const void* w, DType dt, const void* bias, void* y, DTy
   if (out_dt != dt && out_dt != DType::F32) precondition_failed("gemv: output in the inputs' type or F32");
   dispatch_half(dt, [&](auto t) {
     using T = decltype(t);
+    const int prefetch = pdl_row_prefetch(N, K * int64_t(sizeof(T)));
     dispatch_rows(M, [&](auto rows) {
       constexpr int R = decltype(rows)::value;
       if (out_dt == DType::F32)
-        gemv_kernel<T, float, R><<<blocks(N, kWarps), kThreads, 0, s>>>(
-            static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const float*>(bias), static_cast<float*>(y),
-            accumulate, static_cast<int>(N), static_cast<int>(K));
+        launch_pdl(gemv_kernel<T, float, R>, blocks(N, kWarps), kThreads, 0, s, static_cast<const T*>(x),
+                   static_cast<const T*>(w), static_cast<const float*>(bias), static_cast<float*>(y), accumulate,
+                   static_cast<int>(N), static_cast<int>(K), prefetch);
       else
-        gemv_kernel<T, T, R><<<blocks(N, kWarps), kThreads, 0, s>>>(
-            static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y),
-            accumulate, static_cast<int>(N), static_cast<int>(K));
+        launch_pdl(gemv_kernel<T, T, R>, blocks(N, kWarps), kThreads, 0, s, static_cast<const T*>(x),
+                   static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y), accumulate,
+                   static_cast<int>(N), static_cast<int>(K), prefetch);
     });
   });
-  VLM_CUDA_CHECK_LAUNCH();
 }
 
 void gemv_silu_mul(const void* x, const void* w, DType dt, const void* bias, void* out, int64_t M, int64_t I, int64_t K,
@@ -105,14 +112,14 @@ void gemv_silu_mul(const void* x, const void* w, DType dt, const void* bias, voi
   check_shape(M, 2 * I, K, dt);
   dispatch_half(dt, [&](auto t) {
     using T = decltype(t);
+    const int prefetch = pdl_row_prefetch(2 * I, K * int64_t(sizeof(T)));
     dispatch_rows(M, [&](auto rows) {
       constexpr int R = decltype(rows)::value;
-      gemv_silu_mul_kernel<T, R><<<blocks(I, kWarps), kThreads, 0, s>>>(
-          static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(out),
-          static_cast<int>(I), static_cast<int>(K));
+      launch_pdl(gemv_silu_mul_kernel<T, R>, blocks(I, kWarps), kThreads, 0, s, static_cast<const T*>(x),
+                 static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(out), static_cast<int>(I),
+                 static_cast<int>(K), prefetch);
     });
   });
-  VLM_CUDA_CHECK_LAUNCH();
 }
 
 void gemv_naive(const void* x, const void* w, DType dt, const void* bias, void* y, DType out_dt, bool accumulate,

@@ -11,6 +11,9 @@
 // Contract (as CublasLtGemm::linear, which serves every other case):
 //  - all pointers are device pointers, 16-byte aligned; K % 8 == 0 (gemv_supported says whether
 //    the shape and types qualify); nothing synchronizes or allocates; work enqueued on `s`.
+//  - inside an active PdlScope (kernels/cuda/core/pdl.h) gemv and gemv_silu_mul launch with
+//    programmatic dependent launch: part of each weight row is asked of L2 before the wait for the
+//    kernel before, x is read after it (the same results).
 //  - x, w: dt (BF16 or F16); y: out_dt (dt or F32); bias: out_dt, or null; accumulate: y += result
 //    (the residual add; y read in out_dt). Arithmetic f32, the result rounded to out_dt once.
 //  - gemv_silu_mul: w [2I, K] holds the gate rows then the up rows; out[m, i] =

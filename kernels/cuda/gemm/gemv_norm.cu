@@ -104,17 +104,28 @@ __device__ __forceinline__ void prefetch_row_head(const uint4* row, int K8, int 
   }
 }
 
+// The prefetch of a row's head before the staging: prefetch < 0 (plain launches) the first
+// kUnroll x 32 vectors (prefetch_row_head), prefetch > 0 (PDL launches, before the wait) that many
+// bytes in one bulk prefetch, 0 none.
+__device__ __forceinline__ void prefetch_head(const uint4* row, int K8, int lane, int prefetch) {
+  if (prefetch < 0) prefetch_row_head(row, K8, lane);
+  else if (prefetch > 0 && lane == 0) prefetch_l2(row, prefetch);
+}
+
 // Blocks stride over the ceil(N / kWarps) column groups; warp -> column n of its group. The
-// epilogue is gemv_kernel's.
+// epilogue is gemv_kernel's. PDL (pdl.cuh): the heads' prefetch, then the wait before x is read;
+// the trigger after the block's last group.
 template <class T, class TO, int M>
 __global__ void __launch_bounds__(kThreads)
 gemv_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, const float* __restrict__ nw, float eps,
-                 const T* __restrict__ w, const TO* __restrict__ bias, TO* y, bool accumulate, int N, int K) {
+                 const T* __restrict__ w, const TO* __restrict__ bias, TO* y, bool accumulate, int N, int K,
+                 int prefetch) {
   extern __shared__ __align__(16) unsigned char staged[];
   T* xs = reinterpret_cast<T*>(staged);  // [M, K] dt, the normalized rows
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, K8 = K / 8, groups = (N + kWarps - 1) / kWarps;
   if (const int n0 = blockIdx.x * kWarps + warp; n0 < N)
-    prefetch_row_head(reinterpret_cast<const uint4*>(w) + int64_t(n0) * K8, K8, lane);
+    prefetch_head(reinterpret_cast<const uint4*>(w) + int64_t(n0) * K8, K8, lane, prefetch);
+  pdl_wait();
   stage_normalized<T, M>(x, rows, nw, eps, K, xs);
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int n = grp * kWarps + warp;
@@ -124,21 +135,24 @@ gemv_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, 
     warp_dot<T, M, 1, true>(reinterpret_cast<const uint4*>(xs), wr, K8, lane, acc);
     store_column<TO, M>(acc, lane, bias, accumulate, y, N, n);
   }
+  pdl_trigger();
 }
 
 // As gemv_norm_kernel over the gate/up row pairs (gemv_silu_mul_kernel's epilogue).
 template <class T, int M>
 __global__ void __launch_bounds__(kThreads)
 gemv_silu_mul_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, const float* __restrict__ nw,
-                          float eps, const T* __restrict__ w, const T* __restrict__ bias, T* out, int I, int K) {
+                          float eps, const T* __restrict__ w, const T* __restrict__ bias, T* out, int I, int K,
+                          int prefetch) {
   extern __shared__ __align__(16) unsigned char staged[];
   T* xs = reinterpret_cast<T*>(staged);  // [M, K] dt, the normalized rows
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, K8 = K / 8, groups = (I + kWarps - 1) / kWarps;
   const uint4* base = reinterpret_cast<const uint4*>(w);
   if (const int i0 = blockIdx.x * kWarps + warp; i0 < I) {
-    prefetch_row_head(base + int64_t(i0) * K8, K8, lane);
-    prefetch_row_head(base + int64_t(I + i0) * K8, K8, lane);
+    prefetch_head(base + int64_t(i0) * K8, K8, lane, prefetch);
+    prefetch_head(base + int64_t(I + i0) * K8, K8, lane, prefetch);
   }
+  pdl_wait();
   stage_normalized<T, M>(x, rows, nw, eps, K, xs);
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int i = grp * kWarps + warp;
@@ -148,6 +162,7 @@ gemv_silu_mul_norm_kernel(const float* __restrict__ x, const int32_t* __restrict
     warp_dot<T, M, 2, true>(reinterpret_cast<const uint4*>(xs), wr, K8, lane, acc);
     store_silu_mul<T, M>(acc, lane, bias, out, I, i);
   }
+  pdl_trigger();
 }
 
 // Blocks of `kernel` (with `smem` bytes of dynamic shared memory) resident on one SM, from the
@@ -183,6 +198,12 @@ unsigned grid_for(const void* kernel, size_t smem, int64_t groups) {
   return static_cast<unsigned>((groups + per_block - 1) / per_block);
 }
 
+// The kernels' prefetch argument: -1 (the head prefetch of plain launches) or, in a PDL launch,
+// pdl_row_prefetch over the rows the resident warps read first.
+int head_prefetch(int64_t first_rows, int64_t row_bytes) {
+  return pdl_active() ? pdl_row_prefetch(first_rows, row_bytes) : -1;
+}
+
 void check_norm_shape(int64_t M, int64_t N, int64_t K, DType dt) {
   if (!gemv_norm_supported(M, K, dt))
     precondition_failed("gemv_norm: M in [1, kGemvMaxRows], K % 8 == 0, BF16 or F16, M K sizeof(dt) staged bytes");
@@ -204,22 +225,24 @@ void gemv_norm(const float* x, const int32_t* rows, const float* norm_w, float e
   const int64_t groups = (N + kWarps - 1) / kWarps;
   dispatch_half(dt, [&](auto t) {
     using T = decltype(t);
+    const int64_t row_bytes = K * int64_t(sizeof(T));
     dispatch_rows(M, [&](auto r) {
       constexpr int R = decltype(r)::value;
       if (out_dt == DType::F32) {
         const auto kernel = gemv_norm_kernel<T, float, R>;
-        kernel<<<grid_for(reinterpret_cast<const void*>(kernel), smem, groups), kThreads, smem, s>>>(
-            x, rows, norm_w, eps, static_cast<const T*>(w), static_cast<const float*>(bias), static_cast<float*>(y),
-            accumulate, static_cast<int>(N), static_cast<int>(K));
+        const unsigned grid = grid_for(reinterpret_cast<const void*>(kernel), smem, groups);
+        launch_pdl(kernel, grid, kThreads, smem, s, x, rows, norm_w, eps, static_cast<const T*>(w),
+                   static_cast<const float*>(bias), static_cast<float*>(y), accumulate, static_cast<int>(N),
+                   static_cast<int>(K), head_prefetch(std::min<int64_t>(N, int64_t(grid) * kWarps), row_bytes));
       } else {
         const auto kernel = gemv_norm_kernel<T, T, R>;
-        kernel<<<grid_for(reinterpret_cast<const void*>(kernel), smem, groups), kThreads, smem, s>>>(
-            x, rows, norm_w, eps, static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y),
-            accumulate, static_cast<int>(N), static_cast<int>(K));
+        const unsigned grid = grid_for(reinterpret_cast<const void*>(kernel), smem, groups);
+        launch_pdl(kernel, grid, kThreads, smem, s, x, rows, norm_w, eps, static_cast<const T*>(w),
+                   static_cast<const T*>(bias), static_cast<T*>(y), accumulate, static_cast<int>(N),
+                   static_cast<int>(K), head_prefetch(std::min<int64_t>(N, int64_t(grid) * kWarps), row_bytes));
       }
     });
   });
-  VLM_CUDA_CHECK_LAUNCH();
 }
 
 void gemv_silu_mul_norm(const float* x, const int32_t* rows, const float* norm_w, float eps, const void* w, DType dt,
@@ -232,12 +255,12 @@ void gemv_silu_mul_norm(const float* x, const int32_t* rows, const float* norm_w
     dispatch_rows(M, [&](auto r) {
       constexpr int R = decltype(r)::value;
       const auto kernel = gemv_silu_mul_norm_kernel<T, R>;
-      kernel<<<grid_for(reinterpret_cast<const void*>(kernel), smem, groups), kThreads, smem, s>>>(
-          x, rows, norm_w, eps, static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(out),
-          static_cast<int>(I), static_cast<int>(K));
+      const unsigned grid = grid_for(reinterpret_cast<const void*>(kernel), smem, groups);
+      launch_pdl(kernel, grid, kThreads, smem, s, x, rows, norm_w, eps, static_cast<const T*>(w),
+                 static_cast<const T*>(bias), static_cast<T*>(out), static_cast<int>(I), static_cast<int>(K),
+                 head_prefetch(2 * std::min<int64_t>(I, int64_t(grid) * kWarps), K * int64_t(sizeof(T))));
     });
   });
-  VLM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace vlm::cuda

@@ -16,7 +16,8 @@
 // dt BF16 or F16, K % 8 == 0, M in [1, kGemvMaxRows]), plus: x [*, K] f32 (rows: [M] device row
 // indices into x, or null), norm_w [K] f32, and M K sizeof(dt) <= kGemvNormMaxStagedBytes
 // (gemv_norm_supported says whether all of it holds). y must not overlap x. Only enqueues on `s`
-// (capturable in a CUDA graph). The reference is rms_norm then gemv (tests/kernels/cuda/test_cuda_gemv_norm.cpp).
+// (capturable in a CUDA graph); inside an active PdlScope with programmatic dependent launch, as
+// gemv (gemv.h). The reference is rms_norm then gemv (tests/kernels/cuda/test_cuda_gemv_norm.cpp).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -6,10 +6,12 @@
 // so equal inputs give bitwise-equal outputs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/core/element.cuh"
+#include "kernels/cuda/core/pdl.cuh"
 
 namespace vlm::cuda::gemv_detail {
 
@@ -144,5 +146,14 @@ void dispatch_half(DType dt, F&& f) {
 }
 
 inline unsigned blocks(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
+
+// PDL launches (pdl.h): the bytes of each of the `rows` rows of w (row_bytes each) that the first
+// pass of warps reads and asks L2 for before pdl_wait: pdl_prefetch_bytes() spread over them, at
+// most a row, in 16-byte units. 0 when this launch is not a PDL one.
+inline int pdl_row_prefetch(int64_t rows, int64_t row_bytes) {
+  if (!pdl_active()) return 0;
+  const int64_t b = std::min(row_bytes, pdl_prefetch_bytes() / std::max<int64_t>(rows, 1));
+  return static_cast<int>(b / 16 * 16);
+}
 
 }  // namespace vlm::cuda::gemv_detail

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/core/block_reduce.cuh"
 #include "kernels/cuda/core/element.cuh"
+#include "kernels/cuda/core/pdl.cuh"
 #include "kernels/cuda/ops/rope_rows.cuh"
 
 namespace vlm::cuda {
@@ -12,8 +13,11 @@ namespace {
 
 constexpr int64_t kMaxGridY = 65535;  // CUDA's limit on gridDim.y
 
+// PDL (pdl.cuh): waits first (x may still be read by the previous step's kernels), triggers at once.
 template <typename T>
 __global__ void embedding_kernel(const T* table, const int32_t* ids, int64_t C, float* x) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const T* row = table + static_cast<int64_t>(ids[t]) * C;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) x[t * C + c] = to_f32(row[c]);
@@ -229,9 +233,9 @@ void embedding(const void* table, DType dt, const int32_t* ids, int64_t T, int64
   if (T == 0) return;
   dispatch_float(dt, [&](auto tag) {
     using E = decltype(tag);
-    embedding_kernel<E><<<T, threads_for(C / 4), 0, s>>>(static_cast<const E*>(table), ids, C, x);
+    launch_pdl(embedding_kernel<E>, static_cast<unsigned>(T), threads_for(C / 4), 0, s, static_cast<const E*>(table),
+               ids, C, x);
   });
-  VLM_CUDA_CHECK_LAUNCH();
 }
 
 void rms_norm(float* x, const void* residual, const float* w, float eps, const int32_t* rows, int64_t R, int64_t C,

@@ -16,6 +16,7 @@ namespace vlm::cuda {
 
 // x[t, :] = float(table[ids[t], :]); table [V, C] dt, x [T, C] f32. Ids must be in [0, V)
 // (the host checks them before the upload).
+// embedding: launched with programmatic dependent launch inside an active PdlScope (kernels/cuda/core/pdl.h).
 void embedding(const void* table, DType dt, const int32_t* ids, int64_t T, int64_t C, float* x, cudaStream_t s);
 
 // out[r, :] = w * (x[row(r), :] * rsqrt(mean(x[row(r)]^2) + eps)) as dt, row(r) = rows ? rows[r]

@@ -13,6 +13,7 @@
 #include "kernels/core/log.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
+#include "kernels/cuda/core/pdl.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemv_norm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
@@ -44,6 +45,7 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
   VLM_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16,
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));
   VLM_CUDA_CHECK(cudaSetDevice(opt_.device));
+  pdl_ = (options.pdl < 0 ? cuda::pdl_env() : options.pdl != 0) && cuda::pdl_supported(opt_.device) && !prof_.on();
   VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&graph_staged_, cudaEventDisableTiming));
   const ModelConfig& c = config();
@@ -354,7 +356,10 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
     s.acts[i] = Act{acts_[i].get(), b.logit_rows ? R : T, b.cols, b.role == ActRole::Hidden ? opt_.dtype : DType::F32};
   }
   meta_ = &meta;
-  arch_->forward(s);  // the rope table, the embedding, every layer, the head on the logit rows
+  {
+    const cuda::PdlScope pdl(pdl_ && all_decode_);  // decode steps' kernels with PDL (pdl.h)
+    arch_->forward(s);  // the rope table, the embedding, every layer, the head on the logit rows
+  }
   meta_ = nullptr;
   if (sparse_) sparse_prefill_.finish_step(stream_);  // the step's block counts, when the stream gets there
   if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);     // SinkRouter's anchors of finished

@@ -77,6 +77,11 @@ struct CudaDecoderOptions {
   // Decode attention's split reduce merged into its split kernel (the last CTA of each sequence
   // and KV head merges; cuda_attention.h): -1 = VLM_CUDA_DECODE_FUSED_REDUCE (unset: on), 0 off, 1 on.
   int fused_decode_reduce = -1;
+  // Programmatic dependent launch of the decode step's kernels (kernels/cuda/core/pdl.h: each starts
+  // beside the one before it and prefetches its weights before waiting; graphs and eager steps; the
+  // same logits bit for bit): -1 = VLM_CUDA_PDL (unset: on), 0 off, 1 on; on only where the GPU
+  // and the build support it (Hopper or later), and never while VLM_CUDA_PROFILE times the ops.
+  int pdl = -1;
   // FP8 linear layers (issue 43, model/layers/cuda/cuda_fp8_linear.h): quantize_fp8 (vLLM's
   // --quantization fp8) quantizes every decoder linear layer but the LM head at load (per-channel
   // weight scales, per-token activation scales; dtype must be BF16). Without it, an FP8 checkpoint's
@@ -132,6 +137,7 @@ class CudaDecoder final : private CudaAttentionRunner {
   void set_attention_probe(AttentionProbe probe) { probe_ = std::move(probe); }
   // Decode graphs captured so far, and graph launches (tests, benchmarks).
   int64_t graphs_captured() const { return graphs_captured_; }
+  bool pdl() const { return pdl_; }  // options.pdl resolved (decode steps launch with PDL)
   int64_t graph_launches() const { return graph_launches_; }
   // Layers whose prefill attention ran through cuDNN (tests).
   int64_t cudnn_prefill_calls() const { return cudnn_.calls(); }
@@ -165,6 +171,7 @@ class CudaDecoder final : private CudaAttentionRunner {
   CudaDecoderOptions opt_;
   bool fused_norm_ = true;    // options.fused_norm resolved
   bool fused_reduce_ = true;  // options.fused_decode_reduce resolved
+  bool pdl_ = false;          // options.pdl resolved
   cudaStream_t stream_ = nullptr;
   cuda::CublasLtGemm gemm_;
   StepProfiler prof_;  // VLM_CUDA_PROFILE=1: per-op GPU time of each forward on stderr

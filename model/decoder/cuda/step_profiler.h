@@ -28,6 +28,7 @@ class StepProfiler {
   ~StepProfiler() {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
+  bool on() const { return on_; }
   StepProfiler(const StepProfiler&) = delete;
   StepProfiler& operator=(const StepProfiler&) = delete;
 
