@@ -79,7 +79,7 @@ struct CudnnAttentionOptions {
   // whenever autotune is.
   bool both_heuristics = false;
   // Candidate run when not autotuning: -2 = VLM_CUDNN_ATTENTION_CONFIG (unset: 0), else that
-  // index (one past the candidates: the last).
+  // index (past the last candidate: the last).
   int config = -2;
 };
 
