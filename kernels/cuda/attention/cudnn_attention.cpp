@@ -332,7 +332,9 @@ void CudnnAttention::choose(const CudnnAttentionShape& s, Plan& p, int real_q, i
                             const void* k, const void* v, void* out, float scale, cudaStream_t stream) {
   p.chosen = true;
   const int n = int(p.plans.size());
-  if (!tune_ || n < 2) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) cudaGetLastError();
+  if (!tune_ || n < 2 || capturing != cudaStreamCaptureStatusNone) {  // (no timing inside a capture)
     p.selected = std::min(opts_.config < -1 ? env_config() : std::max(opts_.config, 0), n - 1);
     return;
   }

@@ -32,11 +32,11 @@
 //
 // Which candidate (finalized engine config) runs: heuristics' first unless options.config picks
 // another, or options.autotune times them: on a shape's first run every candidate executes on the
-// caller's buffers (1 warm-up + 3 timed, device events, the stream synchronized: make that call
-// outside a graph capture; at 32K tokens ~0.5 s once per shape), the fastest is kept (logged) and
-// the call's own execution follows with it, so its output is that candidate's. Defaults read once
-// per process: VLM_CUDNN_ATTENTION_AUTOTUNE (1 / on: on; unset: off) and
-// VLM_CUDNN_ATTENTION_CONFIG=i (unset: 0). select() afterwards overrides both. Autotuning also
+// caller's buffers (1 warm-up + 3 timed, device events, the stream synchronized; inside a graph
+// capture no timing: options.config's choice), the fastest is kept (logged) and the call's own
+// execution follows with it, so its output is that candidate's (at 32K tokens ~0.5 s once per
+// shape). Defaults read once per process: VLM_CUDNN_ATTENTION_AUTOTUNE (1 / on: on; unset: off)
+// and VLM_CUDNN_ATTENTION_CONFIG=i (unset: 0). select() afterwards overrides both. Autotuning also
 // takes heuristics mode B's configs as candidates (after mode A's).
 #pragma once
 
