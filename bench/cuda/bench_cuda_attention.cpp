@@ -12,7 +12,8 @@
 // (kernels/cuda/attention/cudnn_attention.h) on contiguous q/k/v of the same shape, one line per
 // finalized engine config ("cudnn prefill tokens=... config=<i> ms=... tflops=..."), trying
 // heuristics A, then with a stats output, then B and FALLBACK, until one builds; each attempt's
-// cuDNN log is printed.
+// cuDNN log is printed. Argument "inmodel [N...]": issue 44's rows, cuDNN's call as the decoder
+// makes it beside the standalone one, with and without GEMM load (cudnn_inmodel_bench.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,63 +28,18 @@
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cudnn_attention.h"
+#include "bench/cuda/attention_bench_util.h"
+#include "bench/cuda/cudnn_inmodel_bench.h"
+#include "bench/cuda/nvml_sampler.h"
 
 namespace {
 
 using vlm::DType;
 constexpr int kH = 28, kHkv = 4, kD = 128, kB = 16;
-
-void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "CUDA error %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-// Device buffer of n bf16 values, filled from a random host pattern (not zeros).
-void* random_bf16(size_t n, uint32_t seed) {
-  void* p = nullptr;
-  ok(cudaMalloc(&p, n * 2), "malloc");
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uni(-1.f, 1.f);
-  const size_t pat = std::min<size_t>(n, size_t(1) << 22);
-  std::vector<uint16_t> h(pat);
-  for (auto& x : h) x = vlm::f32_to_bf16(uni(rng));
-  for (size_t i = 0; i < n; i += pat)
-    ok(cudaMemcpy(static_cast<uint16_t*>(p) + i, h.data(), std::min(pat, n - i) * 2, cudaMemcpyHostToDevice), "fill");
-  return p;
-}
-
-int32_t* upload(const std::vector<int32_t>& v) {
-  int32_t* p = nullptr;
-  ok(cudaMalloc(&p, v.size() * 4), "malloc");
-  ok(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "copy");
-  return p;
-}
-
-// Median over reps of the time per call, each rep timing `batch` calls queued back to back (so a
-// short kernel's time is the device's, not the host's launch latency).
-template <class Fn>
-double median_ms(int warmup, int reps, int batch, Fn&& fn) {
-  cudaEvent_t a, b;
-  ok(cudaEventCreate(&a), "event");
-  ok(cudaEventCreate(&b), "event");
-  for (int i = 0; i < warmup; ++i) fn(i);
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    ok(cudaEventRecord(a), "record");
-    for (int j = 0; j < batch; ++j) fn(i * batch + j);
-    ok(cudaEventRecord(b), "record");
-    ok(cudaEventSynchronize(b), "sync");
-    ok(cudaEventElapsedTime(&ms[i], a, b), "elapsed");
-    ms[i] /= batch;
-  }
-  ok(cudaGetLastError(), "launch");
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms[reps / 2];
-}
+using vlm::bench::median_ms;
+using vlm::bench::ok;
+using vlm::bench::random_bf16;
+using vlm::bench::upload;
 
 // The batch of `seqs` sequences, each with q_len rows over ctx cached tokens in shuffled blocks.
 struct Batch {
@@ -267,9 +223,10 @@ void bench_chunk(int q_len, int ctx, int plan_kv) {
 
 }  // namespace
 
-// Argument "prefill": the prefill shapes only; "cudnn": the prefill shapes, ours and cuDNN's; "decode
+// Argument "prefill\": the prefill shapes only; "cudnn": the prefill shapes, ours and cuDNN's; "decode
 // CTX...": decode of 1 sequence at those contexts (VLM_CUDA_DECODE_MIN_PARTITION sweeps the split length);
-// "chunks Q PLAN_KV CTX...": a Q-row chunk over each context, ours and cuDNN's padded plans (bench_chunk).
+// "chunks Q PLAN_KV CTX...": a Q-row chunk over each context, ours and cuDNN's padded plans (bench_chunk);
+// "inmodel [N...]": the decoder's cuDNN call beside the standalone one, with and without GEMM load (cudnn_inmodel_bench.h).
 int main(int argc, char** argv) {
   const bool prefill_only = argc > 1 && std::string(argv[1]) == "prefill";
   const bool with_cudnn = argc > 1 && std::string(argv[1]) == "cudnn";
@@ -278,6 +235,15 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   if (argc > 3 && std::string(argv[1]) == "chunks") {  // chunks Q PLAN_KV CTX...: chunks over cached context
     for (int i = 4; i < argc; ++i) bench_chunk(std::atoi(argv[2]), std::atoi(argv[i]), std::atoi(argv[3]));
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "inmodel") {  // inmodel [N...]: issue 44's rows (cudnn_inmodel_bench.h)
+    vlm::bench::NvmlSampler nvml;
+    if (!nvml.ok()) std::printf("NVML not available: no clock / power columns\n");
+    std::vector<int> ns;
+    for (int i = 2; i < argc; ++i) ns.push_back(std::atoi(argv[i]));
+    if (ns.empty()) ns = {8192, 32768};
+    for (int n : ns) vlm::bench::bench_cudnn_inmodel(n, nvml);
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "decode") {  // decode of 1 sequence at the given contexts only

@@ -4,7 +4,9 @@
 //           B rows each, every step = forward + GPU sampling (greedy) + ids back to the host;
 //           reports ms/step and tokens/s (median of the steps after 3 warm-up steps);
 //   prefill: one sequence of L tokens as one chunk (logits of its last row, sampled); tokens/s
-//           of the median of `reps` runs after one warm-up run.
+//           of the median of `reps` runs after one warm-up run
+//           (and a "gpu-clock prefill L:" line: the SM clock, power and clock-limit reasons NVML
+//           reported while the timed reps ran, bench/cuda/nvml_sampler.h; absent without NVML).
 // Usage: bench_cuda_decoder --model DIR [--dtype bfloat16|float16|float32] [--batches 1,64]
 //          [--context 1024] [--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1]
 //          [--quantization none|fp8] [--dump-logits FILE]
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "bench/cuda/bench_dump.h"
+#include "bench/cuda/nvml_sampler.h"
 #include "engine/cuda/cuda_backend.h"
 #include "kernels/core/log.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -188,14 +191,21 @@ int main(int argc, char** argv) {
                   o.enforce_eager ? "eager" : "graphs", static_cast<long>(backend.decoder().graphs_captured()),
                   static_cast<long>(backend.decoder().graph_launches()), backend.decoder().pdl() ? "on" : "off");
     }
+    vlm::bench::NvmlSampler nvml(o.device);  // the chip's clock while the timed prefills ran (issue 44)
     for (int64_t len : prefills) {
       std::vector<double> times;
       for (int64_t r = 0; r < reps + 1; ++r) {
         next_block = 0;
         Seq s = new_seq(len);
+        if (r == 1) nvml.start();
         const double dt = step({&s}, {len});
         if (r > 0) times.push_back(dt);
       }
+      const vlm::bench::NvmlSampler::Stats st = nvml.stop();
+      if (st.samples > 0)
+        std::printf("gpu-clock prefill %ld: sm_mhz=%.0f (%u..%u) power_w=%.0f reasons=0x%llx samples=%d\n",
+                    static_cast<long>(len), st.mean_sm_mhz, st.min_sm_mhz, st.max_sm_mhz, st.mean_power_w, st.reasons,
+                    st.samples);
       if (dump.enabled()) dump_logits("prefill " + std::to_string(len) + " last rep");
       const double t = median(times);
       std::printf("prefill %ld tokens: %.3f s, %.0f tokens/s\n", static_cast<long>(len), t,

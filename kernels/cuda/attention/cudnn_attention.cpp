@@ -9,11 +9,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/core/env_switch.h"
+#include "kernels/core/log.h"
 #include "kernels/cuda/attention/cudnn_graph_builder.h"
 #include "kernels/cuda/attention/cudnn_library.h"
 #include "kernels/cuda/attention/cudnn_seq_lens.h"
@@ -25,6 +29,8 @@ struct CudnnAttention::Plan {
   std::vector<CudnnApi::Desc> plans;         // finalized execution plans (candidates)
   std::vector<int64_t> workspace;            // bytes per candidate
   int selected = 0;
+  bool chosen = false;          // the first run's choice made (or select() called)
+  std::vector<float> tuned_ms;  // autotune's per-candidate times
   void* workspace_ptr = nullptr;
   void* stats_ptr = nullptr;  // f32 [b, H, s_q] when opts.stats_output
   std::string log;
@@ -131,9 +137,24 @@ std::vector<CudnnApi::Desc> sdpa_ops(CudnnGraphBuilder& g, const CudnnAttentionS
   return ops;
 }
 
+// The process-wide defaults of CudnnAttentionOptions' autotune / config (read once).
+bool env_autotune() {
+  static const bool on = env_switch("VLM_CUDNN_ATTENTION_AUTOTUNE", false);
+  return on;
+}
+
+int env_config() {
+  static const int i = [] {
+    const char* e = std::getenv("VLM_CUDNN_ATTENTION_CONFIG");
+    return e != nullptr && *e != '\0' ? std::max(0, std::atoi(e)) : 0;
+  }();
+  return i;
+}
+
 }  // namespace
 
-CudnnAttention::CudnnAttention(CudnnAttentionOptions opts) : opts_(opts) {
+CudnnAttention::CudnnAttention(CudnnAttentionOptions opts)
+    : opts_(opts), tune_(opts.autotune < 0 ? env_autotune() : opts.autotune != 0) {
   std::string why;
   const CudnnApi* api = cudnn_api(&why);
   if (api == nullptr) {
@@ -194,12 +215,20 @@ CudnnAttention::Plan* CudnnAttention::find_or_build(const CudnnAttentionShape& s
     g.note("operation graph finalized (" + std::to_string(ops.size()) + " ops)");
     std::vector<CudnnApi::Desc> configs = g.heuristic_configs(graph, opts_.heur_mode);
     if (configs.empty()) configs = g.global_configs(graph);
-    for (size_t i = 0; i < configs.size() && int(p.plans.size()) < opts_.max_configs; ++i) {
-      int64_t ws = 0;
-      CudnnApi::Desc pl = g.execution_plan(configs[i], &ws, "config " + std::to_string(i));
-      if (pl == nullptr) continue;
-      p.plans.push_back(pl);
-      p.workspace.push_back(ws);
+    auto add = [&](const std::vector<CudnnApi::Desc>& list, const std::string& tag) {
+      const size_t cap = p.plans.size() + size_t(opts_.max_configs);
+      for (size_t i = 0; i < list.size() && p.plans.size() < cap; ++i) {
+        int64_t ws = 0;
+        CudnnApi::Desc pl = g.execution_plan(list[i], &ws, tag + "config " + std::to_string(i));
+        if (pl == nullptr) continue;
+        p.plans.push_back(pl);
+        p.workspace.push_back(ws);
+      }
+    };
+    add(configs, "");
+    if ((tune_ || opts_.both_heuristics) && opts_.heur_mode != 1) {
+      g.note("candidate " + std::to_string(p.plans.size()) + " on: heuristics mode B's");
+      add(g.heuristic_configs(graph, 1), "mode B ");
     }
   } catch (const std::exception& e) {
     g.note(std::string("failed: ") + e.what());
@@ -255,42 +284,85 @@ bool CudnnAttention::run_padded(const CudnnAttentionShape& s, int real_q, int re
   }
   if (!prepare(s, why)) return false;
   Plan& p = *plans_.at(s);
+  if (!p.chosen) choose(s, p, real_q, real_kv, q, k, v, out, scale, stream);
+  return execute(s, p, p.selected, real_q, real_kv, q, k, v, out, scale, stream, why) == 0;
+}
+
+int CudnnAttention::execute(const CudnnAttentionShape& s, Plan& p, int i, int real_q, int real_kv, const void* q,
+                            const void* k, const void* v, void* out, float scale, cudaStream_t stream,
+                            std::string* why) {
   const CudnnApi& api = *cudnn_api();
   CudnnApi::Status st = api.SetStream(handle_, stream);
-  if (st == 0) {
-    p.scale = scale;
-    std::vector<int64_t> uids = {kQ, kK, kV, kO, kScale};
-    std::vector<void*> ptrs = {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), out, &p.scale};
-    if (s.causal) {
-      uids.push_back(kLowest);
-      ptrs.push_back(&p.lowest);
-    }
-    if (s.bottom_right) {  // the real lengths, written on the stream before the execution
-      write_cudnn_seq_lens(p.seq_lens, p.seq_lens + s.batch, s.batch, real_q, real_kv, stream);
-      uids.insert(uids.end(), {kSq, kSkv});
-      ptrs.insert(ptrs.end(), {p.seq_lens, p.seq_lens + s.batch});
-    } else if (s.causal && s.seq_q != s.seq_kv) {
-      uids.insert(uids.end(), {kSkv, kSq});
-      ptrs.insert(ptrs.end(), {&p.seq_kv, &p.seq_q});
-    }
-    if (opts_.stats_output) {
-      uids.push_back(kStats);
-      ptrs.push_back(p.stats_ptr);
-    }
-    std::string err;
-    CudnnApi::Desc pack = p.graph->variant_pack(uids, ptrs, p.workspace_ptr, &err);
-    if (pack == nullptr) {
-      if (why != nullptr) *why = "variant pack: " + err;
-      return false;
-    }
-    st = api.BackendExecute(handle_, p.plans[size_t(p.selected)], pack);
-    p.graph->destroy(pack);
-    if (st == 0) return true;
-    if (why != nullptr) *why = "cudnnBackendExecute: " + api.describe(st);
-    return false;
+  if (st != 0) {
+    if (why != nullptr) *why = "cudnnSetStream: " + api.describe(st);
+    return int(st);
   }
-  if (why != nullptr) *why = "cudnnSetStream: " + api.describe(st);
-  return false;
+  p.scale = scale;
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kScale};
+  std::vector<void*> ptrs = {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), out, &p.scale};
+  if (s.causal) {
+    uids.push_back(kLowest);
+    ptrs.push_back(&p.lowest);
+  }
+  if (s.bottom_right) {  // the real lengths, written on the stream before the execution
+    write_cudnn_seq_lens(p.seq_lens, p.seq_lens + s.batch, s.batch, real_q, real_kv, stream);
+    uids.insert(uids.end(), {kSq, kSkv});
+    ptrs.insert(ptrs.end(), {p.seq_lens, p.seq_lens + s.batch});
+  } else if (s.causal && s.seq_q != s.seq_kv) {
+    uids.insert(uids.end(), {kSkv, kSq});
+    ptrs.insert(ptrs.end(), {&p.seq_kv, &p.seq_q});
+  }
+  if (opts_.stats_output) {
+    uids.push_back(kStats);
+    ptrs.push_back(p.stats_ptr);
+  }
+  std::string err;
+  CudnnApi::Desc pack = p.graph->variant_pack(uids, ptrs, p.workspace_ptr, &err);
+  if (pack == nullptr) {
+    if (why != nullptr) *why = "variant pack: " + err;
+    return -1;
+  }
+  st = api.BackendExecute(handle_, p.plans[size_t(i)], pack);
+  p.graph->destroy(pack);
+  if (st != 0 && why != nullptr) *why = "cudnnBackendExecute: " + api.describe(st);
+  return int(st);
+}
+
+void CudnnAttention::choose(const CudnnAttentionShape& s, Plan& p, int real_q, int real_kv, const void* q,
+                            const void* k, const void* v, void* out, float scale, cudaStream_t stream) {
+  p.chosen = true;
+  const int n = int(p.plans.size());
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) cudaGetLastError();
+  if (!tune_ || n < 2 || capturing != cudaStreamCaptureStatusNone) {  // (no timing inside a capture)
+    p.selected = std::min(opts_.config < -1 ? env_config() : std::max(opts_.config, 0), n - 1);
+    return;
+  }
+  cudaEvent_t a = nullptr, b = nullptr;
+  if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
+    cudaGetLastError();
+    if (a != nullptr) cudaEventDestroy(a);
+    return;  // keep candidate 0
+  }
+  constexpr int kTimed = 3;
+  p.tuned_ms.assign(size_t(n), std::numeric_limits<float>::infinity());
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    bool ok = execute(s, p, i, real_q, real_kv, q, k, v, out, scale, stream, nullptr) == 0;  // warm-up
+    ok = ok && cudaEventRecord(a, stream) == cudaSuccess;
+    for (int r = 0; ok && r < kTimed; ++r) ok = execute(s, p, i, real_q, real_kv, q, k, v, out, scale, stream, nullptr) == 0;
+    ok = ok && cudaEventRecord(b, stream) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess;
+    float ms = 0;
+    if (ok && cudaEventElapsedTime(&ms, a, b) == cudaSuccess) p.tuned_ms[size_t(i)] = ms / kTimed;
+    cudaGetLastError();
+    text += " " + std::to_string(i) + ": " + std::to_string(p.tuned_ms[size_t(i)]) + " ms";
+  }
+  p.selected = int(std::min_element(p.tuned_ms.begin(), p.tuned_ms.end()) - p.tuned_ms.begin());
+  if (!std::isfinite(p.tuned_ms[size_t(p.selected)])) p.selected = 0;
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  VLM_LOG_INFO("cuDNN attention autotune for {} queries over {} keys (batch {}):{} -> config {}", s.seq_q, s.seq_kv,
+               s.batch, text, p.selected);
 }
 
 int CudnnAttention::num_candidates(const CudnnAttentionShape& s) const {
@@ -300,7 +372,20 @@ int CudnnAttention::num_candidates(const CudnnAttentionShape& s) const {
 
 void CudnnAttention::select(const CudnnAttentionShape& s, int i) {
   auto it = plans_.find(s);
-  if (it != plans_.end() && i >= 0 && i < int(it->second->plans.size())) it->second->selected = i;
+  if (it != plans_.end() && i >= 0 && i < int(it->second->plans.size())) {
+    it->second->selected = i;
+    it->second->chosen = true;
+  }
+}
+
+int CudnnAttention::selected(const CudnnAttentionShape& s) const {
+  auto it = plans_.find(s);
+  return it == plans_.end() || it->second->plans.empty() ? -1 : it->second->selected;
+}
+
+std::vector<float> CudnnAttention::autotune_ms(const CudnnAttentionShape& s) const {
+  auto it = plans_.find(s);
+  return it == plans_.end() ? std::vector<float>() : it->second->tuned_ms;
 }
 
 std::string CudnnAttention::log(const CudnnAttentionShape& s) const {

@@ -29,6 +29,15 @@
 // One plan per shape, built on first use and cached (with its workspace, allocated then); calls
 // with a cached shape enqueue one cuDNN execution on `stream` and do not allocate. Not
 // thread-safe: one CudnnAttention per thread / stream.
+//
+// Which candidate (finalized engine config) runs: heuristics' first unless options.config picks
+// another, or options.autotune times them: on a shape's first run every candidate executes on the
+// caller's buffers (1 warm-up + 3 timed, device events, the stream synchronized; inside a graph
+// capture no timing: options.config's choice), the fastest is kept (logged) and the call's own
+// execution follows with it, so its output is that candidate's (at 32K tokens ~0.5 s once per
+// shape). Defaults read once per process: VLM_CUDNN_ATTENTION_AUTOTUNE (1 / on: on; unset: off)
+// and VLM_CUDNN_ATTENTION_CONFIG=i (unset: 0). select() afterwards overrides both. Autotuning also
+// takes heuristics mode B's configs as candidates (after mode A's).
 #pragma once
 
 #include <cstddef>
@@ -63,6 +72,15 @@ struct CudnnAttentionOptions {
   int heur_mode = 3;           // CUDNN_HEUR_MODE_A (3), B (1) or FALLBACK (2)
   bool stats_output = false;   // softmax stats as a real f32 output [b, H, s_q] (some engines want it)
   int max_configs = 8;         // engine configs finalized per shape (candidates for select())
+  // First run of a shape: -1 = VLM_CUDNN_ATTENTION_AUTOTUNE (unset: off), 0 off, 1 time every
+  // candidate and keep the fastest.
+  int autotune = -1;
+  // Candidates also from heuristics mode B (after heur_mode's, up to max_configs more); on
+  // whenever autotune is.
+  bool both_heuristics = false;
+  // Candidate run when not autotuning: -2 = VLM_CUDNN_ATTENTION_CONFIG (unset: 0), else that
+  // index (past the last candidate: the last).
+  int config = -2;
 };
 
 class CudnnAttention {
@@ -92,6 +110,12 @@ class CudnnAttention {
   // uses (default 0); select() changes it (benchmarks time each).
   int num_candidates(const CudnnAttentionShape& s) const;
   void select(const CudnnAttentionShape& s, int i);
+  // The candidate run() uses now (-1: shape not prepared); before the first run it is 0 unless
+  // select() chose, the autotune / config choice being made on that run.
+  int selected(const CudnnAttentionShape& s) const;
+  // Autotune's per-candidate times of a shape (ms; empty when it did not run; a candidate that
+  // failed to execute: infinity).
+  std::vector<float> autotune_ms(const CudnnAttentionShape& s) const;
   // What happened while building the shape's plan: per step, status names and messages.
   std::string log(const CudnnAttentionShape& s) const;
   // cuDNN's version (e.g. 91900) and the library path; 0 / "" when absent.
@@ -102,7 +126,14 @@ class CudnnAttention {
 
  private:
   Plan* find_or_build(const CudnnAttentionShape& s);
+  // One execution of candidate i of a prepared plan; 0 or cuDNN's status (*why set).
+  int execute(const CudnnAttentionShape& s, Plan& p, int i, int real_q, int real_kv, const void* q, const void* k,
+              const void* v, void* out, float scale, cudaStream_t stream, std::string* why);
+  // The first run's choice (options.autotune / options.config), once per plan.
+  void choose(const CudnnAttentionShape& s, Plan& p, int real_q, int real_kv, const void* q, const void* k,
+              const void* v, void* out, float scale, cudaStream_t stream);
   CudnnAttentionOptions opts_;
+  bool tune_ = false;  // opts_.autotune resolved (the environment read once)
   void* handle_ = nullptr;
   std::string unavailable_;
   std::map<CudnnAttentionShape, std::unique_ptr<Plan>> plans_;

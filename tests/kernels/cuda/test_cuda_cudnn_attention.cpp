@@ -212,6 +212,56 @@ TEST(CudnnAttention, PaddedShapesMatchNaiveReference) {
   EXPECT_NE(why.find("outside"), std::string::npos) << why;
 }
 
+// Every finalized candidate (engine config, heuristics modes A and B) of an exact and of a padded
+// plan matches the reference, and so does the one autotune keeps (CudnnAttentionOptions::autotune: the first run
+// times them all on the caller's buffers, then runs the fastest).
+TEST(CudnnAttention, EveryCandidateAndAutotuneMatchNaiveReference) {
+  VLM_REQUIRE_GPU();
+  cuda::CudnnAttentionOptions fixed;  // the candidates autotune chooses among: heuristics A's, then B's
+  fixed.autotune = 0;
+  fixed.both_heuristics = true;
+  cuda::CudnnAttention probe(fixed);
+  std::string why;
+  if (!probe.available(&why)) GTEST_SKIP() << "cuDNN unavailable: " << why;
+  const Case exact{1, 1024, 1024, 8, 2, 128, DType::BF16}, padded{1, 512, 1024, 8, 2, 128, DType::BF16};
+  ASSERT_TRUE(probe.prepare(shape_of(exact, false), &why)) << why;
+  ASSERT_TRUE(probe.prepare(shape_of(padded, true), &why)) << why;
+  const int n_exact = probe.num_candidates(shape_of(exact, false)), n_padded = probe.num_candidates(shape_of(padded, true));
+  std::printf("candidates: exact %d, padded %d\n", n_exact, n_padded);
+  uint32_t seed = 31;
+  for (int c = 0; c < n_exact; ++c) {
+    SCOPED_TRACE("exact candidate " + std::to_string(c));
+    cuda::CudnnAttention att(fixed);
+    ASSERT_TRUE(att.prepare(shape_of(exact, false), &why)) << why;
+    att.select(shape_of(exact, false), c);
+    run_case(att, exact, seed++);
+    EXPECT_EQ(att.selected(shape_of(exact, false)), c);
+  }
+  for (int c = 0; c < n_padded; ++c) {
+    SCOPED_TRACE("padded candidate " + std::to_string(c));
+    cuda::CudnnAttention att(fixed);
+    ASSERT_TRUE(att.prepare(shape_of(padded, true), &why)) << why;
+    att.select(shape_of(padded, true), c);
+    run_padded_case(att, padded, 400, 900, seed++);
+  }
+  cuda::CudnnAttentionOptions tuned;
+  tuned.autotune = 1;
+  cuda::CudnnAttention att(tuned);
+  run_case(att, exact, seed++);  // the first run tunes, then runs the kept candidate
+  run_padded_case(att, padded, 300, 700, seed++);
+  for (const auto& shape : {shape_of(exact, false), shape_of(padded, true)}) {
+    const std::vector<float> ms = att.autotune_ms(shape);
+    const int sel = att.selected(shape);
+    ASSERT_GE(sel, 0);
+    if (att.num_candidates(shape) > 1) {
+      ASSERT_EQ(int(ms.size()), att.num_candidates(shape));
+      EXPECT_TRUE(std::isfinite(ms[size_t(sel)]));
+      EXPECT_EQ(*std::min_element(ms.begin(), ms.end()), ms[size_t(sel)]);
+    }
+  }
+  run_case(att, exact, seed++);  // later runs reuse the choice
+}
+
 TEST(CudnnAttention, RejectsWhatItDoesNotCover) {
   cuda::CudnnAttentionShape s;
   s.seq_q = s.seq_kv = 64;
