@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sums StepProfiler lines (VLM_CUDA_PROFILE=1, model/decoder/cuda/step_profiler.h) per op over
+"""Sums StepProfiler lines (VLM_CUDA_PROFILE=1, model/layers/cuda/step_profiler.h) per op over
 the steps of each prompt of a bench_cuda_sparse_ttft log (stdout and stderr merged): a prompt's
 steps are the profile lines before its "TTFT ..." line (after the bench's "warm-up done" line). Prints one markdown table per prompt
 (and the "== ..." lines of sparse_ttft_gpu.sh as they come).

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/onevision_fixture.h"
+#include "tests/support/onevision_server_chats.h"
 #include "tests/support/server_process.h"
 
 namespace vlm::testing {
@@ -20,26 +21,7 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-// cases.json messages -> OpenAI messages (image_url / video_url parts with data URLs).
-ordered_json openai_messages(const json& c) {
-  ordered_json out = ordered_json::array();
-  for (const auto& m : c["messages"]) {
-    ordered_json msg{{"role", m["role"]}, {"content", ordered_json::array()}};
-    for (const auto& p : m["content"]) {
-      if (p["type"] == "image") {
-        msg["content"].push_back({{"type", "image_url"}, {"image_url", {{"url", onevision_data_url(p["media"][0])}}}});
-      } else if (p["type"] == "video") {
-        ordered_json frames = ordered_json::array();
-        for (const auto& f : p["media"]) frames.push_back(onevision_data_url(f));
-        msg["content"].push_back({{"type", "video_url"}, {"video_url", {{"url", frames}}}});
-      } else {
-        msg["content"].push_back({{"type", "text"}, {"text", p["text"]}});
-      }
-    }
-    out.push_back(msg);
-  }
-  return out;
-}
+ordered_json openai_messages(const json& c) { return onevision_openai_messages(c, onevision_fixture_root()); }
 
 class LlavaOnevisionServerTest : public ::testing::Test {
  protected:
@@ -141,6 +123,26 @@ TEST_F(LlavaOnevisionServerTest, BadVideosAnswer400) {
   r = post("/v1/chat/completions", {{"messages", m}, {"max_tokens", 2}});
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("list of frame URLs"), std::string::npos) << r.body;
+}
+
+// The GPU fixture (tests/fixtures/llava_onevision_gpu, ov_gpu) served on the CPU: the reference
+// its GPU run (tests/server/cuda/test_cuda_onevision_server.cpp) is held to, and a check that the
+// served copy (ov_gpu with the Qwen3 tokenizer) tokenizes as HF's processor did.
+TEST(OnevisionGpuFixtureServerCpu, ChatsGiveHfGreedyAndLogprobs) {
+  ServerProcess s(vlm_binary("vlm-server"),
+                  {"--model", onevision_gpu_served_dir(), "--device", "cpu", "--kv-cache-dtype", "f32",
+                   "--num-kv-blocks", "128", "--max-model-len", "1024", "--threads", "2", "--log-level", "warn",
+                   "--max-video-frames", "6", "--max-num-batched-tokens", "16"});
+  const json cases = json::parse(read_whole_file(onevision_gpu_model_dir() + "/cases.json"));
+  for (const auto& c : cases) {
+    const HttpResult r = http_request("POST", s.base_url() + "/tokenize",
+                                      ordered_json{{"messages", onevision_openai_messages(c, onevision_gpu_root())}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(json::parse(r.body)["tokens"].get<std::vector<int32_t>>(), c["input_ids"].get<std::vector<int32_t>>())
+        << c["name"];
+  }
+  expect_served_onevision_chats_match_hf(s, onevision_gpu_root(), onevision_gpu_model_dir(), 1e-4, "cpu ov_gpu");
+  EXPECT_EQ(s.terminate(), 0);
 }
 
 }  // namespace

@@ -29,20 +29,54 @@ std::string read_whole_file(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+
+// The Qwen3 tokenizer: tests/data's (scripts/fetch_test_data.sh), else a GPU bundle's beside the
+// running binary (BIN/../tokenizer, scripts/gpu_bundle.sh).
+std::string qwen3_tokenizer_dir() {
+  const std::string data = std::string(VLM_FIXTURES_DIR) + "/../data/tokenizers/qwen3";
+  if (fs::exists(data + "/tokenizer.json")) return data;
+  std::error_code ec;
+  const fs::path bundle = fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path() / "tokenizer";
+  if (!ec && fs::exists(bundle / "tokenizer.json")) return bundle.string();
+  throw std::runtime_error("no Qwen3 tokenizer in " + data + " (scripts/fetch_test_data.sh) nor in " + bundle.string());
+}
+
+// MODEL_DIR's files with the Qwen3 tokenizer, in a directory under /tmp named after TAG and the
+// process, removed at exit.
+std::string served_copy(const std::string& model_dir, const std::string& tag) {
+  const fs::path d = fs::temp_directory_path() / ("vlm_" + tag + "_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  for (const auto& e : fs::directory_iterator(model_dir))
+    fs::copy_file(e.path(), d / e.path().filename(), fs::copy_options::overwrite_existing);
+  const std::string tok = qwen3_tokenizer_dir();
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(tok + "/" + f, d / f, fs::copy_options::overwrite_existing);
+  return d.string();
+}
+
+void remove_served_copies() {
+  std::error_code ec;
+  for (const char* tag : {"ov_tiny", "ov_gpu"})
+    fs::remove_all(fs::temp_directory_path() / ("vlm_" + std::string(tag) + "_" + std::to_string(::getpid())), ec);
+}
+
+}  // namespace
+
 const std::string& onevision_model_dir() {
   static const std::string dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("vlm_ov_tiny_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    for (const auto& e : fs::directory_iterator(onevision_fixture_root() + "/ov_tiny"))
-      fs::copy_file(e.path(), d / e.path().filename(), fs::copy_options::overwrite_existing);
-    const std::string tok = std::string(VLM_FIXTURES_DIR) + "/../data/tokenizers/qwen3";
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-      fs::copy_file(tok + "/" + f, d / f, fs::copy_options::overwrite_existing);
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove_all(fs::temp_directory_path() / ("vlm_ov_tiny_" + std::to_string(::getpid())), ec);
-    });
-    return d.string();
+    std::string d = served_copy(onevision_fixture_root() + "/ov_tiny", "ov_tiny");
+    std::atexit(remove_served_copies);
+    return d;
+  }();
+  return dir;
+}
+
+const std::string& onevision_gpu_served_dir() {
+  static const std::string dir = [] {
+    std::string d = served_copy(onevision_gpu_model_dir(), "ov_gpu");
+    std::atexit(remove_served_copies);
+    return d;
   }();
   return dir;
 }
@@ -51,8 +85,33 @@ nlohmann::json onevision_cases() {
   return nlohmann::json::parse(read_whole_file(onevision_fixture_root() + "/ov_tiny/cases.json"));
 }
 
+std::string onevision_data_url(const std::string& media_file, const std::string& root) {
+  return "data:image/png;base64," + base64_encode(read_whole_file(root + "/media/" + media_file));
+}
 std::string onevision_data_url(const std::string& media_file) {
-  return "data:image/png;base64," + base64_encode(read_whole_file(onevision_fixture_root() + "/media/" + media_file));
+  return onevision_data_url(media_file, onevision_fixture_root());
+}
+
+nlohmann::ordered_json onevision_openai_messages(const nlohmann::json& c, const std::string& root) {
+  using nlohmann::ordered_json;
+  ordered_json out = ordered_json::array();
+  for (const auto& m : c["messages"]) {
+    ordered_json msg{{"role", m["role"]}, {"content", ordered_json::array()}};
+    for (const auto& p : m["content"]) {
+      if (p["type"] == "image") {
+        msg["content"].push_back(
+            {{"type", "image_url"}, {"image_url", {{"url", onevision_data_url(p["media"][0], root)}}}});
+      } else if (p["type"] == "video") {
+        ordered_json frames = ordered_json::array();
+        for (const auto& f : p["media"]) frames.push_back(onevision_data_url(f, root));
+        msg["content"].push_back({{"type", "video_url"}, {"video_url", {{"url", frames}}}});
+      } else {
+        msg["content"].push_back({{"type", "text"}, {"text", p["text"]}});
+      }
+    }
+    out.push_back(msg);
+  }
+  return out;
 }
 
 std::string onevision_gpu_root() { return std::string(VLM_FIXTURES_DIR) + "/llava_onevision_gpu"; }

@@ -24,6 +24,13 @@ namespace vlm::testing {
 
 namespace fs = std::filesystem;
 
+std::string vlm_binary(const std::string& name) {
+  std::error_code ec;
+  const fs::path beside = fs::read_symlink("/proc/self/exe", ec).parent_path() / name;
+  if (!ec && ::access(beside.c_str(), X_OK) == 0) return beside.string();
+  return std::string(VLM_BIN_DIR) + "/" + name;
+}
+
 ServerProcess::ServerProcess(const std::string& binary, std::vector<std::string> args, double ready_timeout_s,
                              const std::string& ready_word) {
   static std::atomic<int> counter{0};

@@ -42,6 +42,10 @@ class ServerProcess {
   std::string log_path_;
 };
 
+// The path of a built executable: beside the running binary when it is there (a GPU bundle's bin/,
+// or build/bin), else in the build's VLM_BIN_DIR.
+std::string vlm_binary(const std::string& name);
+
 // A demo model directory: vlm-random-model --preset tiny-qwen2 with the Qwen3 tokenizer from
 // tests/data (fetched by scripts/fetch_test_data.sh). Created once per process under /tmp.
 std::string demo_model_dir();

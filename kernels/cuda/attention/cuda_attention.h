@@ -28,7 +28,7 @@
 // context (FlashDecoding): one CTA per (sequence, KV head, context split) computes the G = H / Hkv
 // query heads of the group from one load of K/V, then a reduce kernel merges the splits.
 // cuDNN's fused flash attention (cudnn_attention.h, not declared here) is the other dense prefill path:
-// CudaDecoder takes it for first chunks (model/decoder/cuda/cuda_cudnn_prefill.h).
+// CudaDecoder takes it for first chunks (model/layers/cuda/cuda_cudnn_prefill.h).
 // Each optimized kernel has a naive reference beside it (*_naive: one thread block per query row
 // and head, plain two-pass softmax), used by the tests.
 #pragma once

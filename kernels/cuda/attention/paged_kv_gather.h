@@ -1,6 +1,6 @@
 // Paged KV gather: one sequence's first n cached rows of a layer, read through its block table
 // into contiguous rows, so that a dense attention (cuDNN's fused flash attention,
-// model/decoder/cuda/cuda_cudnn_prefill.h) can read a chunk's cached context.
+// model/layers/cuda/cuda_cudnn_prefill.h) can read a chunk's cached context.
 //
 // kv: the layer ([num_blocks, Hkv, B, D] K and V, kv.dtype); table: device int32 [>= ceil(n / B)],
 // the sequence's block table row; k_out, v_out: device [n, Hkv, D] in kv.dtype (raw copies, no

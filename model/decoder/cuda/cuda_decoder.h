@@ -41,14 +41,14 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/attention/cuda_attention.h"
-#include "model/decoder/cuda/cuda_cudnn_prefill.h"
-#include "model/decoder/cuda/cuda_look_m_step.h"
-#include "model/decoder/cuda/cuda_sink_router_step.h"
-#include "model/decoder/cuda/cuda_sparse_prefill.h"
-#include "model/decoder/cuda/step_profiler.h"
 #include "model/decoder/llm_decoder.h"
+#include "model/layers/cuda/cuda_cudnn_prefill.h"
 #include "model/layers/cuda/cuda_layers.h"
+#include "model/layers/cuda/cuda_look_m_step.h"
+#include "model/layers/cuda/cuda_sink_router_step.h"
+#include "model/layers/cuda/cuda_sparse_prefill.h"
 #include "model/layers/cuda/cuda_step.h"
+#include "model/layers/cuda/step_profiler.h"
 
 namespace vlm {
 

@@ -2,7 +2,7 @@
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
-#include "model/decoder/cuda/step_profiler.h"
+#include "model/layers/cuda/step_profiler.h"
 
 namespace vlm {
 

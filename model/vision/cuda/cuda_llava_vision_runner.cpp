@@ -10,14 +10,10 @@ CudaLlavaVisionRunner::CudaLlavaVisionRunner(const LlavaVisionSpec& spec, const 
     : dt_(dt), layers_(dt), lanes_(dt, 1) {
   wiring_ = std::make_unique<LlavaVision>(spec, layers_, tower, projector);
   weight_bytes_ = layers_.weight_bytes();
-  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&meta_done_, cudaEventDisableTiming));
 }
 
 CudaLlavaVisionRunner::~CudaLlavaVisionRunner() {
-  if (meta_done_) {
-    cudaEventSynchronize(meta_done_);
-    cudaEventDestroy(meta_done_);
-  }
+  meta_done_.synchronize_quietly();  // the pinned ints outlive the last call's copies
 }
 
 // Per image: the norm before a linear layer or an MLP [L, C] dt, the unfolded patches [P, K] dt

@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "kernels/cuda/core/cuda_event.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/arch/llava_wiring.h"
 #include "model/layers/cuda/cuda_layers.h"
@@ -42,7 +43,7 @@ class CudaLlavaVisionRunner : public CudaVisionTower {
   std::unique_ptr<LlavaVision> wiring_;
   CudaVisionLanes lanes_;
   cuda::DeviceBuffer pixels_;        // [N, 3, S, S] f32
-  cudaEvent_t meta_done_ = nullptr;  // the last call's metadata copies
+  cuda::CudaEvent meta_done_;  // the last call's metadata copies
 };
 
 }  // namespace vlm

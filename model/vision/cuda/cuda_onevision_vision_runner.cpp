@@ -13,14 +13,10 @@ CudaOnevisionVisionRunner::CudaOnevisionVisionRunner(const OnevisionSpec& spec, 
   vision_ = std::make_unique<LlavaVision>(spec_.llava, layers_, tower, projector);
   wiring_ = std::make_unique<OnevisionWiring>(*vision_, layers_, newline_source, newline);
   weight_bytes_ = layers_.weight_bytes();
-  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&meta_done_, cudaEventDisableTiming));
 }
 
 CudaOnevisionVisionRunner::~CudaOnevisionVisionRunner() {
-  if (meta_done_) {
-    cudaEventSynchronize(meta_done_);
-    cudaEventDestroy(meta_done_);
-  }
+  meta_done_.synchronize_quietly();  // the pinned ints outlive the last call's copies
 }
 
 int64_t CudaOnevisionVisionRunner::cost(const MediaPixels& item) const {

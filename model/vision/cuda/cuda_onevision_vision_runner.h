@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include "kernels/cuda/core/cuda_event.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/arch/onevision_wiring.h"
 #include "model/layers/cuda/cuda_layers.h"
@@ -48,7 +49,7 @@ class CudaOnevisionVisionRunner : public CudaVisionTower {
   std::unique_ptr<OnevisionWiring> wiring_;
   CudaVisionLanes lanes_;
   cuda::DeviceBuffer pixels_;        // [tiles, 3, S, S] f32
-  cudaEvent_t meta_done_ = nullptr;  // the last call's metadata copies
+  cuda::CudaEvent meta_done_;  // the last call's metadata copies
 };
 
 }  // namespace vlm

@@ -13,32 +13,20 @@ CudaQwen2VisionRunner::CudaQwen2VisionRunner(const Qwen2VisionEncoder& host, DTy
     : host_(host), dt_(dt), layers_(dt), lanes_(dt) {
   tower_ = std::make_unique<Qwen2VisionTower>(host.config(), layers_, host.weights());
   weight_bytes_ = layers_.weight_bytes();
-  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&meta_done_, cudaEventDisableTiming));
-  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&tower_free_, cudaEventDisableTiming));
-  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
-  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
   VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming));
 }
 
 CudaQwen2VisionRunner::~CudaQwen2VisionRunner() {
-  if (meta_done_) {
-    cudaEventSynchronize(meta_done_);
-    cudaEventDestroy(meta_done_);
-  }
+  meta_done_.synchronize_quietly();  // the pinned ints outlive the last call's copies
   if (copy_) {
     cudaStreamSynchronize(copy_);
     cudaStreamDestroy(copy_);
   }
-  if (tower_free_) cudaEventDestroy(tower_free_);
-  if (uploaded_) cudaEventDestroy(uploaded_);
-  if (staged_) cudaEventDestroy(staged_);
   if (side_) {
     cudaStreamSynchronize(side_);
     cudaStreamDestroy(side_);
   }
-  if (side_done_) cudaEventDestroy(side_done_);
 }
 
 int64_t CudaQwen2VisionRunner::cost(const MediaPixels& item) const {

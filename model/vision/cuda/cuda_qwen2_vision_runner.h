@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cuda/core/cuda_event.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/arch/qwen2_vision_tower.h"
 #include "model/layers/cuda/cuda_layers.h"
@@ -57,12 +58,12 @@ class CudaQwen2VisionRunner : public CudaVisionTower {
   CudaVisionLanes lanes_;
   int64_t group_patches_ = 4096;
   cuda::DeviceBuffer pixels_;        // [P, K] f32 (run) or dt (encode)
-  cudaEvent_t meta_done_ = nullptr;  // the last call's metadata copies (the pinned ints are free after it)
+  cuda::CudaEvent meta_done_;  // the last call's metadata copies (the pinned ints are free after it)
   cudaStream_t copy_ = nullptr;      // encode()'s pixel uploads
   cudaStream_t side_ = nullptr;      // encode()'s odd groups
-  cudaEvent_t side_done_ = nullptr;
-  cudaEvent_t tower_free_ = nullptr, uploaded_ = nullptr;
-  cudaEvent_t staged_ = nullptr;  // encode()'s last copy out of staging_
+  cuda::CudaEvent side_done_;
+  cuda::CudaEvent tower_free_, uploaded_;
+  cuda::CudaEvent staged_;  // encode()'s last copy out of staging_
   cuda::PinnedBuffer staging_;    // encode()'s pixels as dt [P, K] (pinned host)
   CudaFramePreprocessor frames_;  // Frames8 items' rows, on copy_
 };

@@ -13,14 +13,10 @@ CudaQwen3VLVisionRunner::CudaQwen3VLVisionRunner(const Qwen3VLVisionConfig& conf
     : config_(config), dt_(dt), layers_(dt), lanes_(dt, 1) {
   tower_ = std::make_unique<Qwen3VLVisionTower>(config_, layers_, weights);
   weight_bytes_ = layers_.weight_bytes();
-  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&meta_done_, cudaEventDisableTiming));
 }
 
 CudaQwen3VLVisionRunner::~CudaQwen3VLVisionRunner() {
-  if (meta_done_) {
-    cudaEventSynchronize(meta_done_);
-    cudaEventDestroy(meta_done_);
-  }
+  meta_done_.synchronize_quietly();  // the pinned ints outlive the last call's copies
 }
 
 int64_t CudaQwen3VLVisionRunner::cost(const MediaPixels& item) const {

@@ -23,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cuda/core/cuda_event.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/arch/qwen3_vl_vision_tower.h"
 #include "model/layers/cuda/cuda_layers.h"
@@ -64,7 +65,7 @@ class CudaQwen3VLVisionRunner : public CudaVisionTower {
   cuda::DeviceBuffer pixels_;        // [P, patch_dim] dt
   std::vector<char> staging_;        // one item's pixels as dt (pageable; 16-bit dtypes)
   cuda::DeviceBuffer stacked_;       // [(1 + K) U, C] f32: the tower's planes one after the other
-  cudaEvent_t meta_done_ = nullptr;  // the last call's metadata copies (the pinned ints are free after it)
+  cuda::CudaEvent meta_done_;  // the last call's metadata copies (the pinned ints are free after it)
   CudaFramePreprocessor frames_;     // Frames8 items' rows, on the caller's stream
 };
 

@@ -24,8 +24,8 @@
 
 #include "engine/scheduling/kv_cache.h"
 #include "kernels/cuda/attention/cudnn_library.h"
-#include "model/decoder/cuda/cuda_cudnn_prefill.h"
 #include "model/decoder/cuda/cuda_decoder.h"
+#include "model/layers/cuda/cuda_cudnn_prefill.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/gpu_test.h"
 #include "tests/support/random_qwen2.h"

@@ -32,8 +32,8 @@
 
 #include "engine/scheduling/kv_cache.h"
 #include "model/decoder/cuda/cuda_decoder.h"
-#include "model/decoder/cuda/cuda_sparse_prefill.h"
 #include "model/decoder/safetensors.h"
+#include "model/layers/cuda/cuda_sparse_prefill.h"
 #include "tests/support/decoder_harness.h"
 #include "tests/support/gpu_test.h"
 #include "tests/support/random_qwen2.h"

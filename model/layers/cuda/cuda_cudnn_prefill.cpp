@@ -1,5 +1,5 @@
 // CudaDecoder's prefill attention through cuDNN (contract in cuda_cudnn_prefill.h).
-#include "model/decoder/cuda/cuda_cudnn_prefill.h"
+#include "model/layers/cuda/cuda_cudnn_prefill.h"
 
 #include <cuda_runtime_api.h>
 

@@ -1,4 +1,4 @@
-#include "model/decoder/cuda/cuda_line_heads.h"
+#include "model/layers/cuda/cuda_line_heads.h"
 
 #include <algorithm>
 

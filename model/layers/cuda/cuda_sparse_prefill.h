@@ -30,10 +30,10 @@
 #include "kernels/cuda/sparse_prefill/cuda_block_sparse.h"
 #include "kernels/cuda/sparse_prefill/cuda_grid_plan.h"
 #include "kernels/cuda/sparse_estimate/cuda_grid_search.h"
-#include "model/decoder/cuda/cuda_line_heads.h"
-#include "model/decoder/cuda/cuda_xattention_prefill.h"
-#include "model/decoder/cuda/cuda_sparse_counts.h"
-#include "model/decoder/cuda/step_profiler.h"
+#include "model/layers/cuda/cuda_line_heads.h"
+#include "model/layers/cuda/cuda_xattention_prefill.h"
+#include "model/layers/cuda/cuda_sparse_counts.h"
+#include "model/layers/cuda/step_profiler.h"
 #include "model/decoder/forward_batch.h"
 
 namespace vlm {

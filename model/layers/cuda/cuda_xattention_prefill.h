@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/cuda/sparse_prefill/cuda_xattention_plan.h"
-#include "model/decoder/cuda/cuda_sparse_counts.h"
+#include "model/layers/cuda/cuda_sparse_counts.h"
 #include "model/decoder/forward_batch.h"
 
 namespace vlm {

@@ -18,7 +18,7 @@
 #include "kernels/cuda/sparse_estimate/cuda_boundary_lines.h"
 #include "kernels/cuda/sparse_estimate/cuda_vertical_slash.h"
 #include "kernels/cuda/sparse_prefill/cuda_vertical_slash_plan.h"
-#include "model/decoder/cuda/cuda_sparse_counts.h"
+#include "model/layers/cuda/cuda_sparse_counts.h"
 #include "model/decoder/forward_batch.h"
 
 namespace vlm {

@@ -1,4 +1,4 @@
-#include "model/decoder/cuda/cuda_sink_router_step.h"
+#include "model/layers/cuda/cuda_sink_router_step.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "model/decoder/cuda/cuda_look_m_step.h"
+#include "model/layers/cuda/cuda_look_m_step.h"
 
 #include <algorithm>
 #include <memory>

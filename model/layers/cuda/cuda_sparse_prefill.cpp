@@ -1,4 +1,4 @@
-#include "model/decoder/cuda/cuda_sparse_prefill.h"
+#include "model/layers/cuda/cuda_sparse_prefill.h"
 
 #include <algorithm>
 #include <cstdlib>

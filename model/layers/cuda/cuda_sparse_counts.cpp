@@ -1,4 +1,4 @@
-#include "model/decoder/cuda/cuda_sparse_counts.h"
+#include "model/layers/cuda/cuda_sparse_counts.h"
 
 #include "kernels/core/check.h"
 

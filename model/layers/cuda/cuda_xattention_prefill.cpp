@@ -1,4 +1,4 @@
-#include "model/decoder/cuda/cuda_xattention_prefill.h"
+#include "model/layers/cuda/cuda_xattention_prefill.h"
 
 #include <algorithm>
 
