@@ -69,7 +69,8 @@ cuda::Fp8GemvForm gemv_form() {
   return fp8_decode_paths() == Fp8DecodePaths::New ? cuda::Fp8GemvForm::Pipelined : cuda::Fp8GemvForm::Simple;
 }
 
-// Decode steps of 5..64 rows through fp8_mma_gemm (not under the old decode paths).
+// Steps of 5..64 rows (decode batches, short prefill chunks) through fp8_mma_gemm (not under the
+// old paths).
 bool use_mma(const CudaStep& s, int64_t M, int64_t K) {
   return s.gemv && fp8_decode_paths() == Fp8DecodePaths::New && !cuda::fp8_gemv_supported(M, K, s.dt) &&
          cuda::fp8_mma_supported(M, K);

@@ -17,9 +17,10 @@
 //    scratch and fp8_scale_epilogue adds: CublasLtGemm::linear_fp8's unfused form).
 //  - Decode paths (VLM_FP8_DECODE, read once): "old" keeps session 15's (fp8_gemv's Simple form for
 //    1..4 rows, quantize + cuBLASLt for more); anything else (the default) runs fp8_gemv's
-//    Pipelined (streaming) form for 1..4 rows and, for decode steps of 5..64 rows, quantize_fp8_rows
-//    then fp8_mma_gemm (FP8 tensor cores through mma.sync, the weights read once, scales / bias /
-//    residual / SiLU·mul in its epilogue; kernels/cuda/gemm/fp8_mma_gemm.h). Prefill: cuBLASLt.
+//    Pipelined (streaming) form for 1..4 rows and, for steps of 5..64 rows (decode batches; prefill
+//    chunks that short too), quantize_fp8_rows then fp8_mma_gemm (FP8 tensor cores through
+//    mma.sync, the weights read once, scales / bias / residual / SiLU·mul in its epilogue;
+//    kernels/cuda/gemm/fp8_mma_gemm.h). Steps of more rows: cuBLASLt, as before.
 //  - require_fp8_gpu: the start-time refusal of a GPU without FP8 tensor cores (compute
 //    capability below 8.9), naming the GPU and what asked for FP8; also of FP8-capable GPUs other
 //    than Hopper (Ada 8.9, Blackwell 10.x/12.x): cuBLASLt's outer-vector (per-row) FP8 scaling the
