@@ -3,7 +3,8 @@
 //  - quantize_fp8_rows: q [R, K] and scale [R] of x [R, K] (F32, BF16 or F16), one scale per row
 //    (a weight's output channel at load, an activation's token per step): the bits of
 //    kernels/core/fp8.h's quantize_fp8_rows, its CPU reference (scale = amax / 448, q =
-//    e4m3_satfinite_rne(x * (448 / amax)); an all-zero row: scale 1, q 0). One block per row.
+//    e4m3_satfinite_rne(x * (448 / amax)); an all-zero row: scale 1, q 0). One block per row
+//    (BF16/F16 rows with K % 8 == 0, x 16-byte and q 8-byte aligned: 16-byte loads, 512 threads).
 //  - dequantize_fp8_blocks: out [N, K] f32 = fp8(q) * s[n / bn, k / bk] (kernels/core/fp8.h's), the
 //    first half of requantizing a 128x128-block checkpoint per channel at load.
 //  - fp8_gemm_naive: y [M, N] (out_dt: BF16 or F32) = sum_k fp8(xq[m,k]) fp8(wq[n,k]) (f32, k in

@@ -2,10 +2,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
+#include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 
@@ -53,7 +57,34 @@ void quantize_part(const WeightSource& src, const LinearPart& p, int64_t b, int6
   VLM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// x [M, K] BF16 quantized per token into the step's scratch: {xq [M, K] E4M3, xs [M] f32}.
+std::pair<uint8_t*, float*> quantize_act(CudaStep& s, const void* x, int64_t M, int64_t K) {
+  auto* xq = static_cast<uint8_t*>(s.scratch(CudaScratch::kFp8Act, M * K));  // [M, K] E4M3
+  auto* xs = static_cast<float*>(s.scratch(CudaScratch::kFp8Scale, M * 4));  // [M] f32
+  cuda::quantize_fp8_rows(x, s.dt, M, K, xq, xs, s.stream);
+  return {xq, xs};
+}
+
+cuda::Fp8GemvForm gemv_form() {
+  return fp8_decode_paths() == Fp8DecodePaths::New ? cuda::Fp8GemvForm::Pipelined : cuda::Fp8GemvForm::Simple;
+}
+
+// Steps of 5..64 rows (decode batches, short prefill chunks) through fp8_mma_gemm (not under the
+// old paths).
+bool use_mma(const CudaStep& s, int64_t M, int64_t K) {
+  return s.gemv && fp8_decode_paths() == Fp8DecodePaths::New && !cuda::fp8_gemv_supported(M, K, s.dt) &&
+         cuda::fp8_mma_supported(M, K);
+}
+
 }  // namespace
+
+Fp8DecodePaths fp8_decode_paths() {
+  static const Fp8DecodePaths paths = [] {
+    const char* e = std::getenv("VLM_FP8_DECODE");
+    return e && std::strcmp(e, "old") == 0 ? Fp8DecodePaths::Old : Fp8DecodePaths::New;
+  }();
+  return paths;
+}
 
 DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<LinearPart>& parts, int64_t* bytes) {
   VLM_CHECK(!parts.empty(), "a linear layer without parts");
@@ -106,12 +137,17 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
   if (M == 0) return;
   if (s.gemv && cuda::fp8_gemv_supported(M, K, s.dt)) {
     cuda::fp8_gemv(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt, d.bias(out_dt), y, out_dt, accumulate, M, N, K,
-                   s.stream);
+                   s.stream, gemv_form());
     return;
   }
-  auto* xq = static_cast<uint8_t*>(s.scratch(CudaScratch::kFp8Act, M * K));               // [M, K] E4M3
-  auto* xs = static_cast<float*>(s.scratch(CudaScratch::kFp8Scale, M * 4));               // [M] f32
-  cuda::quantize_fp8_rows(x, s.dt, M, K, xq, xs, s.stream);
+  const auto [xq, xs] = quantize_act(s, x, M, K);
+  if (use_mma(s, M, K)) {
+    const int64_t pf = cuda::fp8_mma_partial_floats(M, N, K, false);
+    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, M, N] f32
+    cuda::fp8_mma_gemm(xq, xs, d.w8.as<uint8_t>(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, accumulate, M,
+                       N, K, part, s.stream);
+    return;
+  }
   const float beta = accumulate ? 1.0f : 0.0f;
   if (s.gemm->linear_fp8(xq, xs, d.w8.get(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, beta, M, N, K, s.stream))
     return;
@@ -134,7 +170,13 @@ void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear&
   }
   if (s.gemv && cuda::fp8_gemv_supported(T, C, dt)) {
     cuda::fp8_gemv_silu_mul(in, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), dt, gate_up.bias(dt), act, T, I,
-                            C, s.stream);
+                            C, s.stream, gemv_form());
+  } else if (use_mma(s, T, C)) {
+    const auto [xq, xs] = quantize_act(s, in, T, C);
+    const int64_t pf = cuda::fp8_mma_partial_floats(T, 2 * I, C, true);
+    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, T, 2I] f32
+    cuda::fp8_mma_gemm_silu_mul(xq, xs, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), gate_up.bias_dt.get(),
+                                act, T, I, C, part, s.stream);
   } else {
     fp8_product(s, gate_up, in, inner.data, dt, false, T);  // [T, 2I]
     s.mark("gemm_gate_up");

@@ -15,6 +15,12 @@
 //    scratch) and run cuBLASLt's FP8 GEMM with both scales in its epilogue (where cuBLASLt takes no
 //    F32 output with a bias or the residual add beside per-row scales, the GEMM writes an f32
 //    scratch and fp8_scale_epilogue adds: CublasLtGemm::linear_fp8's unfused form).
+//  - Decode paths (VLM_FP8_DECODE, read once): "old" keeps session 15's (fp8_gemv's Simple form for
+//    1..4 rows, quantize + cuBLASLt for more); anything else (the default) runs fp8_gemv's
+//    Pipelined (streaming) form for 1..4 rows and, for steps of 5..64 rows (decode batches; prefill
+//    chunks that short too), quantize_fp8_rows then fp8_mma_gemm (FP8 tensor cores through
+//    mma.sync, the weights read once, scales / bias / residual / SiLU·mul in its epilogue;
+//    kernels/cuda/gemm/fp8_mma_gemm.h). Steps of more rows: cuBLASLt, as before.
 //  - require_fp8_gpu: the start-time refusal of a GPU without FP8 tensor cores (compute
 //    capability below 8.9), naming the GPU and what asked for FP8; also of FP8-capable GPUs other
 //    than Hopper (Ada 8.9, Blackwell 10.x/12.x): cuBLASLt's outer-vector (per-row) FP8 scaling the
@@ -27,6 +33,9 @@
 #include "model/layers/cuda/cuda_device_linear.h"
 
 namespace vlm {
+
+enum class Fp8DecodePaths { Old, New };
+Fp8DecodePaths fp8_decode_paths();  // VLM_FP8_DECODE=old -> Old; anything else -> New
 
 DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<LinearPart>& parts, int64_t* bytes);
 

@@ -1,7 +1,8 @@
 // The FP8 kernels (kernels/cuda/gemm/fp8_quantize.h, fp8_gemv.h, CublasLtGemm::linear_fp8)
 // against their references: the row quantizer and the block dequantizer give the bits of the CPU
 // functions (kernels/core/fp8.h); the W8A16 decode GEMV (and its SiLU·mul twin) against the naive
-// kernel, and the naive kernel against a double-precision dot over the dequantized weights; the
+// kernel (both forms, Simple and Pipelined, bitwise equal to each other), and the naive kernel
+// against a double-precision dot over the dequantized weights; the
 // cuBLASLt FP8 GEMM (per-row scales in its epilogue, bias, residual add) against the naive FP8 GEMM
 // and a double-precision host product. Outputs are poisoned (NaN) first. Skips where no GPU is
 // visible; the GEMM also on GPUs other than Hopper (sm_90: cuBLASLt's per-row FP8 scaling).
@@ -58,7 +59,9 @@ class CudaFp8 : public ::testing::Test {
 };
 
 TEST_F(CudaFp8, QuantizeRowsGivesTheHostBits) {
-  const int64_t R = 9, K = 1000;
+  const int64_t R = 9;
+  // K % 8 == 0: the 16-bit rows through the vectorized kernel (18944: Qwen2-7B's down_proj input).
+  for (const int64_t K : {1000, 1004, 18944})
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     std::vector<float> x = random_vector(R * K, 5);
     for (int64_t r = 0; r < R; ++r)
@@ -72,7 +75,7 @@ TEST_F(CudaFp8, QuantizeRowsGivesTheHostBits) {
     cuda::quantize_fp8_rows(d_x.get(), dt, R, K, d_q.as<uint8_t>(), d_s.as<float>(), nullptr);
     const auto gq = to_host<uint8_t>(d_q, R * K);
     const auto gs = to_host<float>(d_s, R);
-    SCOPED_TRACE(dtype_name(dt));
+    SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " K " << K);
     EXPECT_EQ(gs, hs);
     int64_t differ = 0;
     for (int64_t i = 0; i < R * K; ++i) differ += fp8_e4m3_to_f32(gq[i]) != fp8_e4m3_to_f32(hq[i]) ? 1 : 0;
@@ -102,7 +105,9 @@ class CudaFp8Gemv : public ::testing::TestWithParam<DType> {
 TEST_P(CudaFp8Gemv, MatchesNaiveAndHostDot) {
   const DType dt = GetParam();
   struct Shape { int64_t N, K; };
-  for (const Shape sh : {Shape{37, 528}, Shape{300, 3584}, Shape{9, 16}}) {
+  // 4000 x 1040: more columns than the streaming form's resident warps (several per warp), the last
+  // 16-byte vector of a row on some lanes only.
+  for (const Shape sh : {Shape{37, 528}, Shape{300, 3584}, Shape{9, 16}, Shape{4000, 1040}}) {
     const int64_t N = sh.N, K = sh.K;
     const HostFp8 w = host_fp8(N, K, 200 + static_cast<uint32_t>(N));
     auto d_wq = to_device(w.q);
@@ -115,14 +120,19 @@ TEST_P(CudaFp8Gemv, MatchesNaiveAndHostDot) {
         const auto y0 = random_vector(M * N, 400);
         auto d_x = to_device(encode(x, dt)), d_b = to_device(encode(bias, out_dt));
         const bool with_bias = variant > 0, acc = variant == 2;
-        auto run = [&](bool naive) {
+        auto run = [&](int form) {  // 0 naive, 1 simple, 2 pipelined (streaming)
           auto d_y = acc ? to_device(y0) : nan_buffer(M * N * dtype_size(out_dt));
-          auto f = naive ? cuda::fp8_gemv_naive : cuda::fp8_gemv;
-          f(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, with_bias ? d_b.get() : nullptr, d_y.get(), out_dt,
-            acc, M, N, K, nullptr);
+          const void* b = with_bias ? d_b.get() : nullptr;
+          if (form == 0)
+            cuda::fp8_gemv_naive(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, b, d_y.get(), out_dt, acc, M, N, K,
+                                 nullptr);
+          else
+            cuda::fp8_gemv(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, b, d_y.get(), out_dt, acc, M, N, K,
+                           nullptr, form == 1 ? cuda::Fp8GemvForm::Simple : cuda::Fp8GemvForm::Pipelined);
           return download(d_y, M * N, out_dt);
         };
-        const auto fast = run(false), naive = run(true);
+        const auto fast = run(2), simple = run(1), naive = run(0);
+        EXPECT_EQ(fast, simple) << "the two forms sum the same vectors in the same order";
         std::vector<float> want(M * N);
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < N; ++n) {
@@ -143,37 +153,44 @@ TEST_P(CudaFp8Gemv, MatchesNaiveAndHostDot) {
 
 TEST_P(CudaFp8Gemv, SiluMulMatchesNaive) {
   const DType dt = GetParam();
-  const int64_t I = 333, K = 1040;
-  const HostFp8 w = host_fp8(2 * I, K, 8);
-  auto d_wq = to_device(w.q);
-  auto d_ws = to_device(w.scale);
-  for (int64_t M = 1; M <= cuda::kGemvMaxRows; ++M) {
-    for (bool with_bias : {false, true}) {
-      const auto x = round_to(random_vector(M * K, 7 + static_cast<uint32_t>(M)), dt);
-      const auto bias = round_to(random_vector(2 * I, 9), dt);
-      auto d_x = to_device(encode(x, dt)), d_b = to_device(encode(bias, dt));
-      const void* b = with_bias ? d_b.get() : nullptr;
-      auto d_fast = nan_buffer(M * I * dtype_size(dt)), d_naive = nan_buffer(M * I * dtype_size(dt));
-      cuda::fp8_gemv_silu_mul(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, b, d_fast.get(), M, I, K, nullptr);
-      cuda::fp8_gemv_silu_mul_naive(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, b, d_naive.get(), M, I, K,
-                                    nullptr);
-      const auto fast = download(d_fast, M * I, dt), naive = download(d_naive, M * I, dt);
-      // The host: silu(round(g)) * round(u) over the dequantized weights.
-      std::vector<float> want(M * I);
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t i = 0; i < I; ++i) {
-          double g = with_bias ? bias[i] : 0, u = with_bias ? bias[I + i] : 0;
-          for (int64_t k = 0; k < K; ++k) {
-            g += static_cast<double>(x[m * K + k]) * w.deq[i * K + k];
-            u += static_cast<double>(x[m * K + k]) * w.deq[(I + i) * K + k];
+  const int64_t K = 1040;
+  for (const int64_t I : {333, 4000}) {  // 4000: several gate/up pairs per warp in the streaming form
+    const HostFp8 w = host_fp8(2 * I, K, 8);
+    auto d_wq = to_device(w.q);
+    auto d_ws = to_device(w.scale);
+    for (int64_t M = 1; M <= cuda::kGemvMaxRows; ++M) {
+      for (bool with_bias : {false, true}) {
+        const auto x = round_to(random_vector(M * K, 7 + static_cast<uint32_t>(M)), dt);
+        const auto bias = round_to(random_vector(2 * I, 9), dt);
+        auto d_x = to_device(encode(x, dt)), d_b = to_device(encode(bias, dt));
+        const void* b = with_bias ? d_b.get() : nullptr;
+        auto d_fast = nan_buffer(M * I * dtype_size(dt)), d_naive = nan_buffer(M * I * dtype_size(dt));
+        auto d_simple = nan_buffer(M * I * dtype_size(dt));
+        cuda::fp8_gemv_silu_mul(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, b, d_fast.get(), M, I, K, nullptr,
+                                cuda::Fp8GemvForm::Pipelined);
+        cuda::fp8_gemv_silu_mul(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, b, d_simple.get(), M, I, K, nullptr,
+                                cuda::Fp8GemvForm::Simple);
+        cuda::fp8_gemv_silu_mul_naive(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, b, d_naive.get(), M, I, K,
+                                      nullptr);
+        const auto fast = download(d_fast, M * I, dt), naive = download(d_naive, M * I, dt);
+        EXPECT_EQ(fast, download(d_simple, M * I, dt)) << "the two forms give the same bits";
+        // The host: silu(round(g)) * round(u) over the dequantized weights.
+        std::vector<float> want(M * I);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t i = 0; i < I; ++i) {
+            double g = with_bias ? bias[i] : 0, u = with_bias ? bias[I + i] : 0;
+            for (int64_t k = 0; k < K; ++k) {
+              g += static_cast<double>(x[m * K + k]) * w.deq[i * K + k];
+              u += static_cast<double>(x[m * K + k]) * w.deq[(I + i) * K + k];
+            }
+            const float gr = round_to({static_cast<float>(g)}, dt)[0], ur = round_to({static_cast<float>(u)}, dt)[0];
+            want[m * I + i] = gr / (1.0f + std::exp(-gr)) * ur;
           }
-          const float gr = round_to({static_cast<float>(g)}, dt)[0], ur = round_to({static_cast<float>(u)}, dt)[0];
-          want[m * I + i] = gr / (1.0f + std::exp(-gr)) * ur;
-        }
-      const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
-      SCOPED_TRACE(::testing::Message() << "M " << M << " bias " << with_bias);
-      EXPECT_LE(rel_error(naive, want), tol);
-      EXPECT_LE(rel_error(fast, naive), tol);
+        const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
+        SCOPED_TRACE(::testing::Message() << "I " << I << " M " << M << " bias " << with_bias);
+        EXPECT_LE(rel_error(naive, want), tol);
+        EXPECT_LE(rel_error(fast, naive), tol);
+      }
     }
   }
 }
