@@ -23,10 +23,15 @@
 // prefetches the block-table lines of its keys into L1 while the context length is read (the
 // table entries' load then does not wait a second L2 round trip), and merges with
 // reduce_group_staged (one L2 round trip for all the partials that fit shared memory, instead
-// of reduce_group's serial loads).
+// of reduce_group's serial loads). v3 (opt-in) launches v2's plan, capped at 16 splits a group,
+// in thread-block clusters of the group's splits: each CTA keeps its partial in shared memory
+// and the cluster merges them through distributed shared memory (decode::cluster_merge), with
+// no workspace writes, fences, counters or L2 reads; an empty split (a shorter sequence of the
+// batch) still takes part with m = -inf. The merges: decode_merge.cuh.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -34,12 +39,18 @@
 #include "kernels/cuda/attention/attention_f32.cuh"
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
+#include "kernels/cuda/attention/decode_merge.cuh"
 #include "kernels/cuda/attention/mma_tile.cuh"
 
 namespace vlm::cuda {
 namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps, kBN = 64, kRows = 16;
+
+// The plan and the split kernel's merge (mode): v1 reduce_group, v2 reduce_group_staged (both by
+// the last CTA of a group, with counters), cluster (v3): decode::cluster_merge (the grid's x is
+// one cluster).
+constexpr int kModeV1 = 0, kModeV2 = 1, kModeCluster = 2;
 
 struct DecodePlan {
   int partition = 0;   // keys per split
@@ -49,12 +60,13 @@ struct DecodePlan {
 // One wave: splits per (sequence, KV head) = resident CTA slots / pairs (at least 1), so the grid
 // fits the GPU at once (a second, partial wave would idle most SMs at the end); partitions of at
 // least 128 keys. blocks_per_sm: the split kernel's occupancy (at most kMaxBlocksPerSm).
-// v2 (DecodeKernel::kV2): partitions of at least 64 keys; plans that would have more splits than
-// the merged reduce takes get longer partitions (up to kV2MergedMaxPartition keys) so that the
-// last CTA still merges them (a reduce launch costs more than a few more tiles a CTA).
-constexpr int kMaxBlocksPerSm = 4, kV2MergedMaxPartition = 256;
+// v2 and v3 (DecodeKernel::kV2, kV3): partitions of at least 64 keys; plans that would have more
+// splits than the merge takes (v2: the merged reduce's limit, v3: a cluster's 16 CTAs) get longer
+// partitions, up to kShortMaxPartition keys, so that the split kernel still merges them (a
+// reduce launch costs more than a few more tiles a CTA).
+constexpr int kMaxBlocksPerSm = 4, kShortMaxPartition = 256;
 int merged_reduce_max_splits();
-DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int blocks_per_sm, bool v2) {
+DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int blocks_per_sm, int mode) {
   static const int sms = [] {
     int dev = 0, n = 0;
     VLM_CUDA_CHECK(cudaGetDevice(&dev));
@@ -70,14 +82,14 @@ DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int 
     const int v = e ? std::atoi(e) : 0;
     return (std::max(0, v) + kBN - 1) / kBN * kBN;
   }();
-  const int min_partition = std::max(v2 ? kBN : 128, min_partition_knob);
+  const int min_partition = std::max(mode == kModeV1 ? 128 : kBN, min_partition_knob);
   const int ctx = std::max(1, max_context_len);
   int partition = (ctx + want - 1) / want;
   partition = std::max(min_partition, (partition + kBN - 1) / kBN * kBN);
-  const int merged_max = merged_reduce_max_splits();
-  if (v2 && merged_max > 0 && (ctx + partition - 1) / partition > merged_max) {
-    const int fit = ((ctx + merged_max - 1) / merged_max + kBN - 1) / kBN * kBN;  // merged_max splits
-    if (fit <= kV2MergedMaxPartition) partition = std::max(partition, fit);
+  const int cap = mode == kModeV2 ? merged_reduce_max_splits() : mode == kModeCluster ? decode::kMaxCluster : 0;
+  if (cap > 0 && (ctx + partition - 1) / partition > cap) {
+    const int fit = ((ctx + cap - 1) / cap + kBN - 1) / kBN * kBN;  // cap splits
+    if (fit <= kShortMaxPartition) partition = std::max(partition, fit);
   }
   return {partition, (ctx + partition - 1) / partition};
 }
@@ -156,127 +168,20 @@ __device__ void reduce_group(const float* ws, const float* ml, int ws_stride, in
   }
 }
 
-// v2's merge (what reduce_group does, the same arithmetic in the same order): the splits' (m, l)
-// of the group's G heads are loaded in one pass of independent loads while cp.async copies the
-// first chunk of their partial O rows [G][chunk][D] into shared memory (smem, smem_floats
-// floats); per head a warp turns the maxima into the weights exp2(m_i - M) and their sum from
-// shared memory; then each thread sums its float4 columns over the chunk's splits in order, the
-// next chunk copied after. One L2 round trip for the partials while G x splits x D floats fit
-// (G 7, D 128: 18 splits a chunk), where reduce_group waits on a load per row and per pass.
-template <int D, class TQ>
-__device__ void reduce_group_staged(const float* ws, const float* ml, int ws_stride, int splits, int64_t qh0, int G,
-                                    float* smem, int smem_floats, TQ* __restrict__ out) {
-  constexpr int D4 = D / 4, kItems = (kRows * D4 + kThreads - 1) / kThreads;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  float* wgt = smem;                  // [G][splits]: the maxima m_i, then the weights
-  float* lval = wgt + G * splits;     // [G][splits]: the sums l_i
-  float* lsum = lval + G * splits;    // [G]
-  float* stage = smem + (2 * G * splits + G + 3) / 4 * 4;  // [G][chunk][D], 16-byte aligned
-  const int chunk = min(splits, (smem_floats - int(stage - smem)) / (G * D));
-  // Splits [i0, i0 + n) of the G heads' partial O rows (contiguous per head in ws) into stage.
-  auto copy_chunk = [&](int i0, int n) {
-    for (int t = tid; t < G * n * D4; t += kThreads) {
-      const int row = t / (n * D4), rem = t % (n * D4);
-      tile::cp_async16(stage + row * n * D + rem * 4, ws + ((qh0 + row) * ws_stride + i0) * D + rem * 4, 16);
-    }
-    tile::cp_async_commit();
-  };
-  copy_chunk(0, chunk);
-  // (m, l) pairs [G][splits]: four independent loads a thread before their stores.
-  const float2* ml2 = reinterpret_cast<const float2*>(ml);
-  for (int base = 0; base < G * splits; base += 4 * kThreads) {
-    float2 v[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int p = base + j * kThreads + tid;
-      if (p < G * splits) v[j] = __ldcg(ml2 + (qh0 + p / splits) * ws_stride + p % splits);
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int p = base + j * kThreads + tid;
-      if (p < G * splits) {
-        wgt[p] = v[j].x;
-        lval[p] = v[j].y;
-      }
-    }
-  }
-  __syncthreads();
-  for (int row = warp; row < G; row += kWarps) {
-    float* w = wgt + row * splits;
-    const float* lv = lval + row * splits;
-    float mx = -INFINITY;
-    for (int i = lane; i < splits; i += 32) mx = fmaxf(mx, w[i]);
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float l = 0.f;
-    for (int i = lane; i < splits; i += 32) {
-      const float f = exp2f(w[i] - mx);
-      w[i] = f;
-      l += f * lv[i];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-    if (lane == 0) lsum[row] = l;
-  }
-  float4 acc[kItems];
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int i0 = 0; i0 < splits; i0 += chunk) {
-    const int n = min(chunk, splits - i0);
-    if (i0 > 0) {  // every thread is done with the previous chunk
-      __syncthreads();
-      copy_chunk(i0, n);
-    }
-    tile::cp_async_wait<0>();
-    __syncthreads();  // the chunk, and (first pass) the weights, visible to all
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int t = tid + j * kThreads;
-      if (t >= G * D4) break;
-      const int row = t / D4, c4 = t % D4;
-      const float4* col = reinterpret_cast<const float4*>(stage + row * n * D) + c4;
-      const float* w = wgt + row * splits + i0;
-      for (int i = 0; i < n; ++i) {
-        const float4 v = col[i * D4];
-        const float f = w[i];
-        acc[j].x += f * v.x;
-        acc[j].y += f * v.y;
-        acc[j].z += f * v.z;
-        acc[j].w += f * v.w;
-      }
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    const int t = tid + j * kThreads;
-    if (t >= G * D4) break;
-    const int row = t / D4, c4 = t % D4;
-    const float l = lsum[row];
-    TQ* o = out + (qh0 + row) * D + 4 * c4;
-    o[0] = from_f32<TQ>(acc[j].x / l);
-    o[1] = from_f32<TQ>(acc[j].y / l);
-    o[2] = from_f32<TQ>(acc[j].z / l);
-    o[3] = from_f32<TQ>(acc[j].w / l);
-  }
+// Where a cluster CTA keeps its partial [G][D + 2] floats: after the warps' merge space.
+template <int D, class T>
+constexpr int kClusterPartOffset = kRows * D * int(sizeof(T)) + kWarps * kRows * (D + 2) * 4;
+template <int D, class T>
+constexpr bool cluster_part_fits() {
+  return kClusterPartOffset<D, T> + kRows * (D + 2) * 4 <= decode_smem_bytes<D, T>();
 }
-
-// Prefetches into L1 the block-table lines of keys [k_begin, k_begin + partition) of a sequence
-// (table [max_blocks] entries; 32 entries a 128-byte line), so the tile loader's table reads,
-// which must wait for the context length, hit L1 (v2, dense launches).
-__device__ __forceinline__ void prefetch_table(const int32_t* table, int max_blocks, int k_begin, int partition,
-                                               int block_shift, int tid) {
-  const int e0 = k_begin >> block_shift;
-  const int e1 = min(max_blocks - 1, (k_begin + partition - 1) >> block_shift);
-  if (e0 > e1 || tid > (e1 - e0) / 32 + 1) return;
-  const int32_t* p = table + min(e0 + 32 * tid, e1);
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
-}
+static_assert(cluster_part_fits<64, __half>() && cluster_part_fits<128, __half>(), "cluster partial past smem");
 
 template <int D, class T, class TQ>
 __global__ void __launch_bounds__(kThreads)
 decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
                     int partition, float* __restrict__ ws, TQ* __restrict__ out, int* __restrict__ counters,
-                    bool v2) {
+                    int mode) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr int kSmemFloats = decode_smem_bytes<D, T>() / 4;
   T* sq = reinterpret_cast<T*>(smem_raw);
@@ -288,8 +193,8 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   int split = blockIdx.x, hk = blockIdx.y;
   const int s = blockIdx.z;
   const int ctx = batch.context_lens[s];
-  if (v2)  // v2 is dense (routed launches take v1): this CTA's keys are known before ctx is
-    prefetch_table(batch.block_tables + int64_t(s) * batch.max_blocks_per_seq, batch.max_blocks_per_seq,
+  if (mode != kModeV1)  // dense (routed launches take v1): this CTA's keys are known before ctx is
+    decode::prefetch_table(batch.block_tables + int64_t(s) * batch.max_blocks_per_seq, batch.max_blocks_per_seq,
                    split * partition, partition, kv.block_shift, int(threadIdx.x));
   int ws_stride = gridDim.x;  // workspace slots per (sequence, head)
   int slots = gridDim.x;      // splits this CTA's group can have
@@ -311,8 +216,11 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
     partition = p.partition;
     slots = p.per;
   }
-  const int k_begin = split * partition;
-  if (k_begin >= ctx) return;
+  int k_begin = split * partition;
+  if (k_begin >= ctx) {
+    if (mode != kModeCluster) return;
+    k_begin = ctx;  // cluster: an empty split still takes part in the merge (no tile, m = -inf)
+  }
   const int k_end = min(ctx, k_begin + partition);
   const int G = H / kv.num_kv_heads;
   const int32_t* table = batch.block_tables + int64_t(s) * batch.max_blocks_per_seq;
@@ -391,7 +299,15 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
       lsum += f * at(w, row)[D + 1];
     }
     const int64_t qh = int64_t(s) * H + h0 + row;
-    if (ws == nullptr) {  // one split in all: the result
+    if (mode == kModeCluster) {  // this split's partial [G][D + 2] for cluster_merge
+      float* part = reinterpret_cast<float*>(smem_raw + kClusterPartOffset<D, T>) + row * (D + 2);
+      const bool none = mx == -INFINITY;  // an empty split (acc and lsum are NaN)
+      part[d] = none ? 0.f : acc;
+      if (d == 0) {
+        part[D] = mx;
+        part[D + 1] = none ? 0.f : lsum;
+      }
+    } else if (ws == nullptr) {  // one split in all: the result
       out[qh * D + d] = from_f32<TQ>(acc / lsum);
     } else {
       // Workspace: O [S*H, max_splits, D], then (m, l) [S*H, max_splits, 2].
@@ -402,6 +318,12 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
         ml[(qh * ws_stride + split) * 2 + 1] = lsum;
       }
     }
+  }
+  if (mode == kModeCluster) {
+    __syncthreads();  // the part written (cluster_merge's barrier orders it for the other CTAs too)
+    decode::cluster_merge<D, kThreads, TQ>(reinterpret_cast<const float*>(smem_raw + kClusterPartOffset<D, T>), G,
+                                           int64_t(s) * H + h0, out);
+    return;
   }
   if (ws == nullptr || counters == nullptr) return;  // decode_reduce_kernel merges the splits
   // Merged reduce: the group's CTAs that wrote partials (ceil(ctx / partition) of them, routed or
@@ -420,9 +342,9 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   if (!is_last) return;
   __threadfence();
   const float* ml = ws + int64_t(gridDim.z) * H * ws_stride * D;
-  if (v2)
-    reduce_group_staged<D, TQ>(ws, ml, ws_stride, splits, int64_t(s) * H + h0, G, reinterpret_cast<float*>(smem_raw),
-                               kSmemFloats, out);
+  if (mode == kModeV2)
+    decode::reduce_group_staged<D, kThreads, kRows, TQ>(ws, ml, ws_stride, splits, int64_t(s) * H + h0, G,
+                                                        reinterpret_cast<float*>(smem_raw), kSmemFloats, out);
   else
     reduce_group<TQ>(ws, ml, ws_stride, splits, int64_t(s) * H + h0, G, D, reinterpret_cast<float*>(smem_raw), out);
 }
@@ -502,20 +424,60 @@ int merged_reduce_max_splits() {
   return v;
 }
 
-// The plan a call takes: kAuto is v2 unless VLM_CUDA_DECODE_KERNEL=v1 (a measuring knob, read
-// once); routed launches always take v1.
-bool decode_v2(DecodeKernel kernel, bool routed) {
-  static const bool env_v1 = [] {
+// The plan a call asks for (launch_decode may fall back from v3 to v2): kAuto is v2 unless
+// VLM_CUDA_DECODE_KERNEL=v1|v3 (a measuring knob, read once); routed launches always take v1.
+int decode_mode(DecodeKernel kernel, bool routed) {
+  static const DecodeKernel env_choice = [] {
     const char* e = std::getenv("VLM_CUDA_DECODE_KERNEL");
-    return e != nullptr && std::strcmp(e, "v1") == 0;
+    if (e != nullptr && std::strcmp(e, "v1") == 0) return DecodeKernel::kV1;
+    if (e != nullptr && std::strcmp(e, "v3") == 0) return DecodeKernel::kV3;
+    return DecodeKernel::kV2;
   }();
-  if (routed) return false;
-  return kernel == DecodeKernel::kV2 || (kernel == DecodeKernel::kAuto && !env_v1);
+  if (routed) return kModeV1;
+  if (kernel == DecodeKernel::kAuto) kernel = env_choice;
+  return kernel == DecodeKernel::kV1 ? kModeV1 : kernel == DecodeKernel::kV3 ? kModeCluster : kModeV2;
+}
+
+// Whether the split kernel launches in clusters of n CTAs (n in [2, decode::kMaxCluster]) on this
+// device: sm_90+, sizes above 8 allowed (non-portable), and at least one such cluster resident
+// (cudaOccupancyMaxActiveClusters); probed once per kernel for every n (after launch_decode has
+// allowed its shared memory).
+template <int D, class T, class TQ>
+bool cluster_launch_ok(int n) {
+  static const auto ok = [] {
+    auto* const kernel = decode_split_kernel<D, T, TQ>;
+    constexpr int smem = decode_smem_bytes<D, T>();
+    std::array<bool, decode::kMaxCluster + 1> r{};
+    int dev = 0, major = 0;
+    VLM_CUDA_CHECK(cudaGetDevice(&dev));
+    VLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major < 9) return r;
+    const bool big = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    for (int c = 2; c <= decode::kMaxCluster; ++c) {
+      if (c > 8 && !big) break;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(c, 1, 1);
+      cfg.blockDim = dim3(kThreads, 1, 1);
+      cfg.dynamicSmemBytes = smem;
+      cudaLaunchAttribute attr = {};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = c;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      r[c] = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0;
+    }
+    (void)cudaGetLastError();  // a refused size is an answer, not an error for the next launch
+    return r;
+  }();
+  return n >= 2 && n <= decode::kMaxCluster && ok[n];
 }
 
 template <int D, class T, class TQ>
 void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
-                   void* out, void* workspace, int32_t* counters, bool v2, cudaStream_t stream) {
+                   void* out, void* workspace, int32_t* counters, int mode, cudaStream_t stream) {
   constexpr int smem = decode_smem_bytes<D, T>();
   static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ>, smem);
   (void)smem_ok;
@@ -524,7 +486,32 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
     VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<D, T, TQ>, kThreads, smem));
     return std::max(1, n);
   }();
-  const DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm, v2);
+  auto* const kernel = decode_split_kernel<D, T, TQ>;
+  DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm, mode);
+  if (mode == kModeCluster) {
+    if (cluster_launch_ok<D, T, TQ>(plan.max_splits)) {  // one cluster per (sequence, group)
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
+      cfg.blockDim = dim3(kThreads, 1, 1);
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = stream;
+      cudaLaunchAttribute attr = {};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = plan.max_splits;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      VLM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<const TQ*>(q), H, kv_view(kv), batch,
+                                        scale * float(M_LOG2E), plan.partition, static_cast<float*>(nullptr),
+                                        static_cast<TQ*>(out), static_cast<int*>(nullptr), int(kModeCluster)));
+      VLM_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    mode = kModeV2;  // one split, more than a cluster takes, or no cluster fits: v2
+    plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm, mode);
+  }
+  const bool v2 = mode == kModeV2;
   const bool routed = batch.group_skip != nullptr;
   VLM_CHECK(!routed || workspace != nullptr, "routed decode attention needs its workspace");
   float* ws = plan.max_splits > 1 || routed ? static_cast<float*>(workspace) : nullptr;
@@ -539,7 +526,7 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
                       merge_floats * 4 <= smem;
   decode_split_kernel<D, T, TQ><<<grid, kThreads, smem, stream>>>(
       static_cast<const TQ*>(q), H, kv_view(kv), batch, scale * float(M_LOG2E), plan.partition, ws,
-      static_cast<TQ*>(out), merged ? counters : nullptr, v2);
+      static_cast<TQ*>(out), merged ? counters : nullptr, mode);
   VLM_CUDA_CHECK_LAUNCH();
   if (ws == nullptr || merged) return;
   const int cols = routed ? kRoutedReduceCols : D, lanes = routed ? kRoutedReduceLanes : 1;
@@ -556,8 +543,8 @@ size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_head
   // The most splits any occupancy gives (plan_decode's splits grow with blocks_per_sm), times Hkv:
   // a routed sequence's splits use the whole (split, group) plane's slots.
   // Either plan (v2's partitions can be shorter).
-  const int splits = std::max(plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm, false).max_splits,
-                              plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm, true).max_splits);
+  const int splits = std::max(plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm, kModeV1).max_splits,
+                              plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm, kModeV2).max_splits);
   return size_t(num_seqs) * num_heads * splits * num_kv_heads * (head_dim + 2) * sizeof(float);
 }
 
@@ -571,10 +558,10 @@ void paged_decode_attention(const void* q, DType act, int num_heads, const Paged
     attention_f32(q, act, num_heads, kv, batch, scale, out, /*decode=*/true, stream);
     return;
   }
-  const bool v2 = decode_v2(kernel, batch.group_skip != nullptr);
+  const int mode = decode_mode(kernel, batch.group_skip != nullptr);
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
     launch_decode<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, scale, out, workspace, counters,
-                                                                 v2, stream);
+                                                                 mode, stream);
   });
 }
 

@@ -2,7 +2,7 @@
 // against write_kv (bytes equal), paged_prefill_attention / paged_decode_attention and their naive
 // CUDA reference against paged_attention_ref, over a table of batches (varlen, GQA 1/4/7, D 64/128,
 // B 16/32, chunks over cached context, f32/bf16/f16 caches, f32/bf16 activations; decode through
-// both plans, cuda::DecodeKernel v1 and v2, each also against the naive kernel).
+// every plan, cuda::DecodeKernel v1, v2 and v3, each also against the naive kernel).
 // Built only with the CUDA backend (test_cuda); skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -69,7 +69,7 @@ std::vector<uint8_t> to_act(std::vector<float>& x, DType act) {
 void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::PrefillKernel::kAuto,
               cuda::DecodeKernel decode_kernel = cuda::DecodeKernel::kAuto) {
   static const char* const kernel_names[] = {"auto", "mma.sync", "wgmma", "wgmma warp-specialized", "wgmma pingpong"};
-  static const char* const decode_names[] = {"auto", "v1", "v2"};
+  static const char* const decode_names[] = {"auto", "v1", "v2", "v3 (clusters)"};
   SCOPED_TRACE(std::string(c.name) + " (" +
                (c.decode ? std::string(decode_names[static_cast<int>(decode_kernel)]) + " decode plan"
                          : std::string(kernel_names[static_cast<int>(kernel)]) + " prefill kernel") +
@@ -273,9 +273,11 @@ TEST(CudaAttention, DecodeMatchesCpuReference) {
       {"decode f32 exact G7 D128", {{1, 1}, {1, 900}, {1, 3000}}, 14, 2, 128, 16, F32, F32, true},
       {"decode f32 exact G4 D64", {{1, 500}}, 8, 2, 64, 32, F32, F32, true},
       // Issue 40's decode shapes: one sequence at 1K (v2: 16 splits of one 64-key tile, merged in
-      // one staged chunk), 4K (32 splits: two chunks of G 7 x D 128 partials), 8K (32 splits of
-      // 256 keys), 32K (86 splits: the reduce kernel); Qwen3-8B's 32/8 heads at 1K; G 16 (8 splits
-      // a chunk) at a ragged 1000; one long and two short sequences (16, 1 and 3 splits); 64 x 1K.
+      // one staged chunk; v3: a cluster of 16), 4K (v2: 32 splits, two chunks of G 7 x D 128
+      // partials; v3: 16 splits of 256 keys), 8K (32 splits of 256 keys; v3 falls back to v2), 32K
+      // (86 splits: the reduce kernel); Qwen3-8B's 32/8 heads at 1K; G 16 (v2: 8 splits a chunk) at
+      // a ragged 1000; one long and two short sequences (16, 1 and 3 splits: v3's empty splits in
+      // the clusters of the short ones); 64 x 1K (one split each).
       {"decode 1 seq 1K G7 D128 B16 bf16", {{1, 1024}}, 28, 4, 128, 16, BF16, BF16, true},
       {"decode 1 seq 4K G7 D128 B16 bf16", {{1, 4096}}, 28, 4, 128, 16, BF16, BF16, true},
       {"decode 1 seq 8K G7 D128 B32 bf16", {{1, 8191}}, 28, 4, 128, 32, BF16, BF16, true},
@@ -288,13 +290,15 @@ TEST(CudaAttention, DecodeMatchesCpuReference) {
       {"decode 64 seqs x 1K G7 D128 B16 bf16", std::vector<Seq>(64, Seq{1, 1024}), 28, 4, 128, 16, BF16, BF16, true},
   };
   uint32_t seed = 100;
-  // Tensor-core cases through both plans (DecodeKernel); f32 caches take the f32 kernel (one run).
+  // Tensor-core cases through every plan (DecodeKernel; v3 falls back to v2 where no cluster
+  // applies: one split, more than 16, or before sm_90); f32 caches take the f32 kernel (one run).
   for (const Case& c : cases) {
     if (c.cache == F32) {
       run_case(c, seed++);
       continue;
     }
-    for (auto k : {cuda::DecodeKernel::kV1, cuda::DecodeKernel::kV2}) run_case(c, seed, cuda::PrefillKernel::kAuto, k);
+    for (auto k : {cuda::DecodeKernel::kV1, cuda::DecodeKernel::kV2, cuda::DecodeKernel::kV3})
+      run_case(c, seed, cuda::PrefillKernel::kAuto, k);
     ++seed;
   }
 }
