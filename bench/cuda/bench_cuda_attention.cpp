@@ -7,7 +7,8 @@
 // enough cache copies that the working set exceeds the L2. Run beside bench/cuda/sdpa_attention.py
 // (torch SDPA, FlashAttention backend) in the same call: bench/cuda/run_attention_bench.sh.
 // Output: one line per shape, "ours <kind> ... ms=<median> <rate>" (decode: a second line with
-// "reduce=merged", the split reduce merged into the split kernel).
+// "reduce=merged", the split reduce merged into the split kernel; "bar": "ours decode-bar ...
+// plan=v1|v2|v3 ... us_per_layer=<median>").
 // Argument "cudnn": the prefill shapes, ours beside cuDNN's fused flash attention
 // (kernels/cuda/attention/cudnn_attention.h) on contiguous q/k/v of the same shape, one line per
 // finalized engine config ("cudnn prefill tokens=... config=<i> ms=... tflops=..."), trying
@@ -69,14 +70,14 @@ struct Batch {
   }
 };
 
-vlm::PagedKVLayer layer(void* k, void* v, int64_t num_blocks) {
+vlm::PagedKVLayer layer(void* k, void* v, int64_t num_blocks, int hkv = kHkv) {
   vlm::PagedKVLayer kv;
   kv.k = k;
   kv.v = v;
   kv.dtype = DType::BF16;
   kv.num_blocks = num_blocks;
   kv.block_size = kB;
-  kv.num_kv_heads = kHkv;
+  kv.num_kv_heads = hkv;
   kv.head_dim = kD;
   return kv;
 }
@@ -98,9 +99,12 @@ void bench_prefill(int n) {
   for (void* p : {k, v, q, out}) cudaFree(p);
 }
 
-void bench_decode(int seqs, int ctx) {
+// Decode of `seqs` sequences at ctx over h query / hkv KV heads. bar: issue 40's rows instead --
+// each plan (DecodeKernel v1, v2, v3) with the merged reduce (the counters the graph decode
+// passes; v3 merges in its clusters), one line each with the time per layer in µs.
+void bench_decode(int seqs, int ctx, bool bar = false, int h = kH, int hkv = kHkv) {
   Batch batch(seqs, 1, ctx, 11);
-  const size_t cache = size_t(batch.num_blocks) * kHkv * kB * kD;
+  const size_t cache = size_t(batch.num_blocks) * hkv * kB * kD;
   const double bytes = 2.0 * cache * 2;  // K and V, bf16
   const int copies = int(std::clamp(std::ceil(256e6 / bytes), 1.0, 64.0));  // beyond the 50 MB L2
   std::vector<void*> ks, vs;
@@ -108,24 +112,37 @@ void bench_decode(int seqs, int ctx) {
     ks.push_back(random_bf16(cache, 20 + c));
     vs.push_back(random_bf16(cache, 90 + c));
   }
-  void* q = random_bf16(size_t(seqs) * kH * kD, 5);
-  void* out = random_bf16(size_t(seqs) * kH * kD, 6);
+  void* q = random_bf16(size_t(seqs) * h * kD, 5);
+  void* out = random_bf16(size_t(seqs) * h * kD, 6);
   void* ws = nullptr;
-  ok(cudaMalloc(&ws, vlm::cuda::paged_decode_workspace_bytes(seqs, kH, kHkv, kD, ctx)), "malloc");
+  ok(cudaMalloc(&ws, vlm::cuda::paged_decode_workspace_bytes(seqs, h, hkv, kD, ctx)), "malloc");
   void* counters = nullptr;  // the merged reduce's (zero; each call leaves them zero)
-  ok(cudaMalloc(&counters, size_t(seqs) * kHkv * 4), "malloc");
-  ok(cudaMemset(counters, 0, size_t(seqs) * kHkv * 4), "memset");
+  ok(cudaMalloc(&counters, size_t(seqs) * hkv * 4), "malloc");
+  ok(cudaMemset(counters, 0, size_t(seqs) * hkv * 4), "memset");
   const float scale = 1.f / std::sqrt(float(kD));
-  // The reduce kernel, then the reduce merged into the split kernel (where the plan has at most
-  // VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS splits a head, default 32; else the same launches).
-  for (bool merged : {false, true}) {
-    const double ms = median_ms(5, 30, 10, [&](int i) {
-      const vlm::PagedKVLayer kv = layer(ks[i % copies], vs[i % copies], batch.num_blocks);
-      vlm::cuda::paged_decode_attention(q, DType::BF16, kH, kv, batch.b, scale, out, ws, nullptr,
-                                        merged ? static_cast<int32_t*>(counters) : nullptr);
+  auto time = [&](bool merged, vlm::cuda::DecodeKernel kernel) {
+    return median_ms(5, 30, 10, [&](int i) {
+      const vlm::PagedKVLayer kv = layer(ks[i % copies], vs[i % copies], batch.num_blocks, hkv);
+      vlm::cuda::paged_decode_attention(q, DType::BF16, h, kv, batch.b, scale, out, ws, nullptr,
+                                        merged ? static_cast<int32_t*>(counters) : nullptr, kernel);
     });
-    std::printf("ours decode seqs=%d ctx=%d%s ms=%.4f gbps=%.0f\n", seqs, ctx, merged ? " reduce=merged" : "", ms,
-                bytes / ms * 1e-6);
+  };
+  if (bar) {
+    using vlm::cuda::DecodeKernel;
+    for (auto kernel : {DecodeKernel::kV1, DecodeKernel::kV2, DecodeKernel::kV3}) {
+      const double ms = time(true, kernel);
+      std::printf("ours decode-bar heads=%d/%d seqs=%d ctx=%d plan=%s reduce=merged us_per_layer=%.2f gbps=%.0f\n", h,
+                  hkv, seqs, ctx, kernel == DecodeKernel::kV1 ? "v1" : kernel == DecodeKernel::kV2 ? "v2" : "v3",
+                  ms * 1e3, bytes / ms * 1e-6);
+    }
+  } else {
+    // The reduce kernel, then the reduce merged into the split kernel (where the plan has at most
+    // VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS splits a head, default 32; else the same launches).
+    for (bool merged : {false, true}) {
+      const double ms = time(merged, vlm::cuda::DecodeKernel::kAuto);
+      std::printf("ours decode seqs=%d ctx=%d%s ms=%.4f gbps=%.0f\n", seqs, ctx, merged ? " reduce=merged" : "", ms,
+                  bytes / ms * 1e-6);
+    }
   }
   for (void* p : ks) cudaFree(p);
   for (void* p : vs) cudaFree(p);
@@ -223,8 +240,10 @@ void bench_chunk(int q_len, int ctx, int plan_kv) {
 
 }  // namespace
 
-// Argument "prefill\": the prefill shapes only; "cudnn": the prefill shapes, ours and cuDNN's; "decode
+// Argument "prefill": the prefill shapes only; "cudnn": the prefill shapes, ours and cuDNN's; "decode
 // CTX...": decode of 1 sequence at those contexts (VLM_CUDA_DECODE_MIN_PARTITION sweeps the split length);
+// "bar": issue 40's decode rows (1 sequence at 1K, 4K, 8K, 32K; 64 x 1K; Qwen3-8B's 32/8 heads at 1K
+// and 4K), each with the v1, v2 and v3 plans and the merged reduce, in µs per layer;
 // "chunks Q PLAN_KV CTX...": a Q-row chunk over each context, ours and cuDNN's padded plans (bench_chunk);
 // "inmodel [N...]": the decoder's cuDNN call beside the standalone one, with and without GEMM load (cudnn_inmodel_bench.h).
 int main(int argc, char** argv) {
@@ -244,6 +263,13 @@ int main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) ns.push_back(std::atoi(argv[i]));
     if (ns.empty()) ns = {8192, 32768};
     for (int n : ns) vlm::bench::bench_cudnn_inmodel(n, nvml);
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "bar") {  // issue 40's decode rows, both plans
+    for (int ctx : {1024, 4096, 8192, 32768}) bench_decode(1, ctx, true);
+    bench_decode(64, 1024, true);
+    bench_decode(1, 1024, true, 32, 8);  // Qwen3-8B's heads
+    bench_decode(1, 4096, true, 32, 8);
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "decode") {  // decode of 1 sequence at the given contexts only

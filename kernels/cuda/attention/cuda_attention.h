@@ -113,11 +113,23 @@ void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads
 // the softmax sums' f32 additions) for plans of at most 32 splits per KV head
 // (VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS), else -- or where its weights do not fit shared
 // memory -- the reduce kernel runs.
+// Plan (decode_attention.cu): kV1 is session 15's (partitions of at least 128 keys, the last CTA
+// of a group merges with loads through L2); kV2 takes partitions of at least 64 keys, prefetches
+// the block table and stages the last CTA's merge through shared memory; kV3 is v2's plan (at
+// most 16 splits a group where partitions of up to 256 keys allow) launched in thread-block
+// clusters, one per (sequence, KV head), merged through distributed shared memory with no
+// workspace, counters or reduce launch (sm_90+; plans of 2..16 splits where such a cluster fits,
+// else v2). kAuto takes kV2, or what VLM_CUDA_DECODE_KERNEL=v1|v2|v3 names (read once; for
+// measuring). All give the same result up to the f32 order of the split sums; SinkRouter's
+// routed launches (group_skip set) always take kV1. VLM_CUDA_DECODE_MIN_PARTITION=N raises every
+// plan's shortest partition.
+enum class DecodeKernel { kAuto, kV1, kV2, kV3 };
 size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                                     int max_context_len);
 void paged_decode_attention(const void* q /*[S,H,D]*/, DType act, int num_heads, const PagedKVLayer& kv,
                             const CudaAttentionBatch& batch, float scale, void* out /*[S,H,D]*/,
-                            void* workspace, cudaStream_t stream, int32_t* counters /*[S,Hkv] or null*/ = nullptr);
+                            void* workspace, cudaStream_t stream, int32_t* counters /*[S,Hkv] or null*/ = nullptr,
+                            DecodeKernel kernel = DecodeKernel::kAuto);
 
 // ---- naive reference for both (any D <= 256, any q_len) ----
 // One thread block per (query row, head); scores of the row in shared memory (context up to

@@ -15,15 +15,31 @@
 // on the device from its own context length (routed_split). So the CTAs a sink group would have
 // taken stream the active groups' keys instead of returning at once; a sink group's surrogate is
 // written by the CTA (0, g). Routed launches always go through the workspace and the reduce.
+// Two plans (DecodeKernel, cuda_attention.h): v1 (session 15's) takes partitions of at least 128
+// keys and merges with reduce_group; v2 (the default for dense launches; routed ones always take
+// v1) takes partitions of at least 64 keys (one tile: at 1K context, one sequence, 16 splits of a
+// group instead of 8, each CTA's K/V in flight at once with no second tile behind it), as few
+// splits as keep the merge in the split kernel where that costs partitions of at most 256 keys,
+// prefetches the block-table lines of its keys into L1 while the context length is read (the
+// table entries' load then does not wait a second L2 round trip), and merges with
+// reduce_group_staged (one L2 round trip for all the partials that fit shared memory, instead
+// of reduce_group's serial loads). v3 (opt-in) launches v2's plan, capped at 16 splits a group,
+// in thread-block clusters of the group's splits: each CTA keeps its partial in shared memory
+// and the cluster merges them through distributed shared memory (decode::cluster_merge), with
+// no workspace writes, fences, counters or L2 reads; an empty split (a shorter sequence of the
+// batch) still takes part with m = -inf. The merges: decode_merge.cuh.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/attention/attention_f32.cuh"
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
+#include "kernels/cuda/attention/decode_merge.cuh"
 #include "kernels/cuda/attention/mma_tile.cuh"
 #include "kernels/cuda/core/pdl.cuh"
 
@@ -31,6 +47,11 @@ namespace vlm::cuda {
 namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps, kBN = 64, kRows = 16;
+
+// The plan and the split kernel's merge (mode): v1 reduce_group, v2 reduce_group_staged (both by
+// the last CTA of a group, with counters), cluster (v3): decode::cluster_merge (the grid's x is
+// one cluster).
+constexpr int kModeV1 = 0, kModeV2 = 1, kModeCluster = 2;
 
 struct DecodePlan {
   int partition = 0;   // keys per split
@@ -40,8 +61,13 @@ struct DecodePlan {
 // One wave: splits per (sequence, KV head) = resident CTA slots / pairs (at least 1), so the grid
 // fits the GPU at once (a second, partial wave would idle most SMs at the end); partitions of at
 // least 128 keys. blocks_per_sm: the split kernel's occupancy (at most kMaxBlocksPerSm).
-constexpr int kMaxBlocksPerSm = 4;
-DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int blocks_per_sm) {
+// v2 and v3 (DecodeKernel::kV2, kV3): partitions of at least 64 keys; plans that would have more
+// splits than the merge takes (v2: the merged reduce's limit, v3: a cluster's 16 CTAs) get longer
+// partitions, up to kShortMaxPartition keys, so that the split kernel still merges them (a
+// reduce launch costs more than a few more tiles a CTA).
+constexpr int kMaxBlocksPerSm = 4, kShortMaxPartition = 256;
+int merged_reduce_max_splits();
+DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int blocks_per_sm, int mode) {
   static const int sms = [] {
     int dev = 0, n = 0;
     VLM_CUDA_CHECK(cudaGetDevice(&dev));
@@ -50,16 +76,22 @@ DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int 
   }();
   const int pairs = std::max(1, num_seqs * num_kv_heads);
   const int want = std::max(1, sms * std::min(blocks_per_sm, kMaxBlocksPerSm) / pairs);
-  // The shortest partition (a multiple of kBN, at least 128 keys): VLM_CUDA_DECODE_MIN_PARTITION, a
-  // measuring knob (bench_cuda_attention decode); read once.
-  static const int min_partition = [] {
+  // The shortest partition (a multiple of kBN, at least 128 keys for v1, 64 for v2):
+  // VLM_CUDA_DECODE_MIN_PARTITION, a measuring knob (bench_cuda_attention decode); read once.
+  static const int min_partition_knob = [] {
     const char* e = std::getenv("VLM_CUDA_DECODE_MIN_PARTITION");
     const int v = e ? std::atoi(e) : 0;
-    return std::max(128, (v + kBN - 1) / kBN * kBN);
+    return (std::max(0, v) + kBN - 1) / kBN * kBN;
   }();
+  const int min_partition = std::max(mode == kModeV1 ? 128 : kBN, min_partition_knob);
   const int ctx = std::max(1, max_context_len);
   int partition = (ctx + want - 1) / want;
   partition = std::max(min_partition, (partition + kBN - 1) / kBN * kBN);
+  const int cap = mode == kModeV2 ? merged_reduce_max_splits() : mode == kModeCluster ? decode::kMaxCluster : 0;
+  if (cap > 0 && (ctx + partition - 1) / partition > cap) {
+    const int fit = ((ctx + cap - 1) / cap + kBN - 1) / kBN * kBN;  // cap splits
+    if (fit <= kShortMaxPartition) partition = std::max(partition, fit);
+  }
   return {partition, (ctx + partition - 1) / partition};
 }
 
@@ -150,12 +182,20 @@ __device__ __forceinline__ void prefetch_kv(const KVView& kv, const int32_t* tab
     prefetch_l2(static_cast<const T*>(kv.v) + off, bytes);
   }
 }
+// Where a cluster CTA keeps its partial [G][D + 2] floats: after the warps' merge space.
+template <int D, class T>
+constexpr int kClusterPartOffset = kRows * D * int(sizeof(T)) + kWarps * kRows * (D + 2) * 4;
+template <int D, class T>
+constexpr bool cluster_part_fits() {
+  return kClusterPartOffset<D, T> + kRows * (D + 2) * 4 <= decode_smem_bytes<D, T>();
+}
+static_assert(cluster_part_fits<64, __half>() && cluster_part_fits<128, __half>(), "cluster partial past smem");
 
 template <int D, class T, class TQ>
 __global__ void __launch_bounds__(kThreads)
 decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
                     int partition, float* __restrict__ ws, TQ* __restrict__ out, int* __restrict__ counters,
-                    int prefetch) {
+                    int mode, int prefetch) {
   if (prefetch && batch.group_skip == nullptr) {  // dense plans: this CTA's keys (a routed plan's need the flags)
     const int ctx0 = batch.context_lens[blockIdx.z], k0 = int(blockIdx.x) * partition;
     if (k0 < ctx0)
@@ -165,6 +205,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   pdl_wait();  // PDL (pdl.cuh): q, the new keys and the counters come from earlier kernels
   pdl_trigger();
   extern __shared__ __align__(128) unsigned char smem_raw[];
+  constexpr int kSmemFloats = decode_smem_bytes<D, T>() / 4;
   T* sq = reinterpret_cast<T*>(smem_raw);
   // Stage i: K at kv_smem + i * 2 * kBN * D, V right after it (no arrays: they would live in
   // local memory when indexed by the loop counter).
@@ -174,6 +215,9 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   int split = blockIdx.x, hk = blockIdx.y;
   const int s = blockIdx.z;
   const int ctx = batch.context_lens[s];
+  if (mode != kModeV1)  // dense (routed launches take v1): this CTA's keys are known before ctx is
+    decode::prefetch_table(batch.block_tables + int64_t(s) * batch.max_blocks_per_seq, batch.max_blocks_per_seq,
+                   split * partition, partition, kv.block_shift, int(threadIdx.x));
   int ws_stride = gridDim.x;  // workspace slots per (sequence, head)
   int slots = gridDim.x;      // splits this CTA's group can have
   if (batch.group_skip != nullptr) {  // SinkRouter: CTA (0, g) writes sink group g's surrogate
@@ -194,8 +238,11 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
     partition = p.partition;
     slots = p.per;
   }
-  const int k_begin = split * partition;
-  if (k_begin >= ctx) return;
+  int k_begin = split * partition;
+  if (k_begin >= ctx) {
+    if (mode != kModeCluster) return;
+    k_begin = ctx;  // cluster: an empty split still takes part in the merge (no tile, m = -inf)
+  }
   const int k_end = min(ctx, k_begin + partition);
   const int G = H / kv.num_kv_heads;
   const int32_t* table = batch.block_tables + int64_t(s) * batch.max_blocks_per_seq;
@@ -274,7 +321,15 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
       lsum += f * at(w, row)[D + 1];
     }
     const int64_t qh = int64_t(s) * H + h0 + row;
-    if (ws == nullptr) {  // one split in all: the result
+    if (mode == kModeCluster) {  // this split's partial [G][D + 2] for cluster_merge
+      float* part = reinterpret_cast<float*>(smem_raw + kClusterPartOffset<D, T>) + row * (D + 2);
+      const bool none = mx == -INFINITY;  // an empty split (acc and lsum are NaN)
+      part[d] = none ? 0.f : acc;
+      if (d == 0) {
+        part[D] = mx;
+        part[D + 1] = none ? 0.f : lsum;
+      }
+    } else if (ws == nullptr) {  // one split in all: the result
       out[qh * D + d] = from_f32<TQ>(acc / lsum);
     } else {
       // Workspace: O [S*H, max_splits, D], then (m, l) [S*H, max_splits, 2].
@@ -285,6 +340,12 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
         ml[(qh * ws_stride + split) * 2 + 1] = lsum;
       }
     }
+  }
+  if (mode == kModeCluster) {
+    __syncthreads();  // the part written (cluster_merge's barrier orders it for the other CTAs too)
+    decode::cluster_merge<D, kThreads, TQ>(reinterpret_cast<const float*>(smem_raw + kClusterPartOffset<D, T>), G,
+                                           int64_t(s) * H + h0, out);
+    return;
   }
   if (ws == nullptr || counters == nullptr) return;  // decode_reduce_kernel merges the splits
   // Merged reduce: the group's CTAs that wrote partials (ceil(ctx / partition) of them, routed or
@@ -302,8 +363,12 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  reduce_group<TQ>(ws, ws + int64_t(gridDim.z) * H * ws_stride * D, ws_stride, splits, int64_t(s) * H + h0, G, D,
-                   reinterpret_cast<float*>(smem_raw), out);
+  const float* ml = ws + int64_t(gridDim.z) * H * ws_stride * D;
+  if (mode == kModeV2)
+    decode::reduce_group_staged<D, kThreads, kRows, TQ>(ws, ml, ws_stride, splits, int64_t(s) * H + h0, G,
+                                                        reinterpret_cast<float*>(smem_raw), kSmemFloats, out);
+  else
+    reduce_group<TQ>(ws, ml, ws_stride, splits, int64_t(s) * H + h0, G, D, reinterpret_cast<float*>(smem_raw), out);
 }
 
 // Max (is_max) or sum of x over the block (blockDim.x a multiple of 32, at most 1024 threads).
@@ -383,9 +448,60 @@ int merged_reduce_max_splits() {
   return v;
 }
 
+// The plan a call asks for (launch_decode may fall back from v3 to v2): kAuto is v2 unless
+// VLM_CUDA_DECODE_KERNEL=v1|v3 (a measuring knob, read once); routed launches always take v1.
+int decode_mode(DecodeKernel kernel, bool routed) {
+  static const DecodeKernel env_choice = [] {
+    const char* e = std::getenv("VLM_CUDA_DECODE_KERNEL");
+    if (e != nullptr && std::strcmp(e, "v1") == 0) return DecodeKernel::kV1;
+    if (e != nullptr && std::strcmp(e, "v3") == 0) return DecodeKernel::kV3;
+    return DecodeKernel::kV2;
+  }();
+  if (routed) return kModeV1;
+  if (kernel == DecodeKernel::kAuto) kernel = env_choice;
+  return kernel == DecodeKernel::kV1 ? kModeV1 : kernel == DecodeKernel::kV3 ? kModeCluster : kModeV2;
+}
+
+// Whether the split kernel launches in clusters of n CTAs (n in [2, decode::kMaxCluster]) on this
+// device: sm_90+, sizes above 8 allowed (non-portable), and at least one such cluster resident
+// (cudaOccupancyMaxActiveClusters); probed once per kernel for every n (after launch_decode has
+// allowed its shared memory).
+template <int D, class T, class TQ>
+bool cluster_launch_ok(int n) {
+  static const auto ok = [] {
+    auto* const kernel = decode_split_kernel<D, T, TQ>;
+    constexpr int smem = decode_smem_bytes<D, T>();
+    std::array<bool, decode::kMaxCluster + 1> r{};
+    int dev = 0, major = 0;
+    VLM_CUDA_CHECK(cudaGetDevice(&dev));
+    VLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major < 9) return r;
+    const bool big = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    for (int c = 2; c <= decode::kMaxCluster; ++c) {
+      if (c > 8 && !big) break;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(c, 1, 1);
+      cfg.blockDim = dim3(kThreads, 1, 1);
+      cfg.dynamicSmemBytes = smem;
+      cudaLaunchAttribute attr = {};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = c;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      r[c] = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0;
+    }
+    (void)cudaGetLastError();  // a refused size is an answer, not an error for the next launch
+    return r;
+  }();
+  return n >= 2 && n <= decode::kMaxCluster && ok[n];
+}
+
 template <int D, class T, class TQ>
 void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
-                   void* out, void* workspace, int32_t* counters, cudaStream_t stream) {
+                   void* out, void* workspace, int32_t* counters, int mode, cudaStream_t stream) {
   constexpr int smem = decode_smem_bytes<D, T>();
   static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ>, smem);
   (void)smem_ok;
@@ -394,20 +510,48 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
     VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<D, T, TQ>, kThreads, smem));
     return std::max(1, n);
   }();
-  const DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm);
+  auto* const kernel = decode_split_kernel<D, T, TQ>;
+  DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm, mode);
+  if (mode == kModeCluster) {
+    if (cluster_launch_ok<D, T, TQ>(plan.max_splits)) {  // one cluster per (sequence, group)
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
+      cfg.blockDim = dim3(kThreads, 1, 1);
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = stream;
+      cudaLaunchAttribute attr = {};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = plan.max_splits;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      VLM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<const TQ*>(q), H, kv_view(kv), batch,
+                                        scale * float(M_LOG2E), plan.partition, static_cast<float*>(nullptr),
+                                        static_cast<TQ*>(out), static_cast<int*>(nullptr), int(kModeCluster),
+                                        0));  // no PDL: a cluster launch is a plain one
+      VLM_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    mode = kModeV2;  // one split, more than a cluster takes, or no cluster fits: v2
+    plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm, mode);
+  }
+  const bool v2 = mode == kModeV2;
   const bool routed = batch.group_skip != nullptr;
   VLM_CHECK(!routed || workspace != nullptr, "routed decode attention needs its workspace");
   float* ws = plan.max_splits > 1 || routed ? static_cast<float*>(workspace) : nullptr;
   const int ws_stride = routed ? plan.max_splits * kv.num_kv_heads : plan.max_splits;
   const dim3 grid(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
   // The merged reduce: for plans of at most merged_reduce_max_splits() splits a group, and when its
-  // weights ([G][splits] + [G] floats) fit the kernel's shared memory.
+  // weights ([G][splits] + [G] floats; v2: (m, l) [2][G][splits] + [G] floats and one split's
+  // [G][D] partials) fit the kernel's shared memory.
   const int G = H / kv.num_kv_heads;
+  const int merge_floats = v2 ? (2 * G * ws_stride + G + 3) / 4 * 4 + G * D : G * ws_stride + G;
   const bool merged = counters != nullptr && ws != nullptr && plan.max_splits <= merged_reduce_max_splits() &&
-                      (G * ws_stride + G) * 4 <= smem;
+                      merge_floats * 4 <= smem;
   launch_pdl(decode_split_kernel<D, T, TQ>, grid, kThreads, smem, stream, static_cast<const TQ*>(q), H, kv_view(kv),
              batch, scale * float(M_LOG2E), plan.partition, ws, static_cast<TQ*>(out), merged ? counters : nullptr,
-             int(pdl_active()));
+             mode, int(pdl_active()));
   if (ws == nullptr || merged) return;
   const int cols = routed ? kRoutedReduceCols : D, lanes = routed ? kRoutedReduceLanes : 1;
   launch_pdl(decode_reduce_kernel<TQ>, dim3(batch.num_seqs, H, D / cols), cols * lanes,
@@ -421,13 +565,15 @@ size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_head
                                     int max_context_len) {
   // The most splits any occupancy gives (plan_decode's splits grow with blocks_per_sm), times Hkv:
   // a routed sequence's splits use the whole (split, group) plane's slots.
-  const DecodePlan plan = plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm);
-  return size_t(num_seqs) * num_heads * plan.max_splits * num_kv_heads * (head_dim + 2) * sizeof(float);
+  // Either plan (v2's partitions can be shorter).
+  const int splits = std::max(plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm, kModeV1).max_splits,
+                              plan_decode(num_seqs, num_kv_heads, max_context_len, kMaxBlocksPerSm, kModeV2).max_splits);
+  return size_t(num_seqs) * num_heads * splits * num_kv_heads * (head_dim + 2) * sizeof(float);
 }
 
 void paged_decode_attention(const void* q, DType act, int num_heads, const PagedKVLayer& kv,
                             const CudaAttentionBatch& batch, float scale, void* out, void* workspace,
-                            cudaStream_t stream, int32_t* counters) {
+                            cudaStream_t stream, int32_t* counters, DecodeKernel kernel) {
   check_tiled_attention(kv, num_heads, "decode attention");
   VLM_CHECK(num_heads / kv.num_kv_heads <= kRows, "decode attention: group {} > {}", num_heads / kv.num_kv_heads, kRows);
   if (batch.num_seqs == 0) return;
@@ -435,9 +581,10 @@ void paged_decode_attention(const void* q, DType act, int num_heads, const Paged
     attention_f32(q, act, num_heads, kv, batch, scale, out, /*decode=*/true, stream);
     return;
   }
+  const int mode = decode_mode(kernel, batch.group_skip != nullptr);
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
     launch_decode<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, scale, out, workspace, counters,
-                                                                 stream);
+                                                                 mode, stream);
   });
 }
 

@@ -1,7 +1,8 @@
 // CUDA attention kernels (kernels/cuda/attention) against the CPU references: paged_kv_write
 // against write_kv (bytes equal), paged_prefill_attention / paged_decode_attention and their naive
 // CUDA reference against paged_attention_ref, over a table of batches (varlen, GQA 1/4/7, D 64/128,
-// B 16/32, chunks over cached context, f32/bf16/f16 caches, f32/bf16 activations).
+// B 16/32, chunks over cached context, f32/bf16/f16 caches, f32/bf16 activations; decode through
+// every plan, cuda::DecodeKernel v1, v2 and v3, each also against the naive kernel).
 // Built only with the CUDA backend (test_cuda); skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -65,9 +66,14 @@ std::vector<uint8_t> to_act(std::vector<float>& x, DType act) {
   return bytes;
 }
 
-void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::PrefillKernel::kAuto) {
+void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::PrefillKernel::kAuto,
+              cuda::DecodeKernel decode_kernel = cuda::DecodeKernel::kAuto) {
   static const char* const kernel_names[] = {"auto", "mma.sync", "wgmma", "wgmma warp-specialized", "wgmma pingpong"};
-  SCOPED_TRACE(std::string(c.name) + " (" + kernel_names[static_cast<int>(kernel)] + " prefill kernel)");
+  static const char* const decode_names[] = {"auto", "v1", "v2", "v3 (clusters)"};
+  SCOPED_TRACE(std::string(c.name) + " (" +
+               (c.decode ? std::string(decode_names[static_cast<int>(decode_kernel)]) + " decode plan"
+                         : std::string(kernel_names[static_cast<int>(kernel)]) + " prefill kernel") +
+               ")");
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
   const int n = int(c.seqs.size());
@@ -172,7 +178,8 @@ void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::P
   batch.max_context_len = max_ctx;
   if (c.decode) {
     DevMem ws(cuda::paged_decode_workspace_bytes(n, c.H, c.Hkv, D, max_ctx));
-    cuda::paged_decode_attention(dq.p, c.act, c.H, dev_kv, batch, scale, dout.p, ws.p, nullptr);
+    cuda::paged_decode_attention(dq.p, c.act, c.H, dev_kv, batch, scale, dout.p, ws.p, nullptr, nullptr,
+                                 decode_kernel);
     // The reduce merged into the split kernel (counters), twice (each call leaves them 0): the
     // reduce kernel's result up to the order of the softmax sums' f32 additions, the same bytes
     // both times, the counters back to 0.
@@ -182,7 +189,7 @@ void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::P
     for (std::vector<uint8_t>* dst : {&first, &again}) {
       CUDA_OK(cudaMemset(merged.p, 0xff, q_act.size()));
       cuda::paged_decode_attention(dq.p, c.act, c.H, dev_kv, batch, scale, merged.p, ws.p, nullptr,
-                                   counters.as<int32_t>());
+                                   counters.as<int32_t>(), decode_kernel);
       CUDA_OK(cudaMemcpy(dst->data(), merged.p, dst->size(), cudaMemcpyDeviceToHost));
     }
     CUDA_OK(cudaMemcpy(plain.data(), dout.p, plain.size(), cudaMemcpyDeviceToHost));
@@ -211,9 +218,13 @@ void run_case(const Case& c, uint32_t seed, cuda::PrefillKernel kernel = cuda::P
   const double tol = tolerance(c.cache) + (c.act == DType::F32 ? 0.0 : 8e-3);
   EXPECT_LE(normalized_error(out, ref), tol) << (c.decode ? "decode" : "prefill") << " vs CPU reference";
   if (naive) {
+    std::vector<float> out_naive(q.size());
     CUDA_OK(cudaMemcpy(out_bytes.data(), dout_naive.p, out_bytes.size(), cudaMemcpyDeviceToHost));
-    convert_to_f32(out_bytes.data(), c.act, out.data(), int64_t(out.size()));
-    EXPECT_LE(normalized_error(out, ref), (c.act == DType::F32 ? 2e-5 : 8e-3)) << "naive vs CPU reference";
+    convert_to_f32(out_bytes.data(), c.act, out_naive.data(), int64_t(out_naive.size()));
+    EXPECT_LE(normalized_error(out_naive, ref), (c.act == DType::F32 ? 2e-5 : 8e-3)) << "naive vs CPU reference";
+    // Decode against the naive kernel directly: within both their allowances from the reference.
+    if (c.decode)
+      EXPECT_LE(normalized_error(out, out_naive), tol + (c.act == DType::F32 ? 2e-5 : 8e-3)) << "decode vs naive kernel";
   }
 }
 
@@ -261,9 +272,35 @@ TEST(CudaAttention, DecodeMatchesCpuReference) {
       {"decode bf16 cache f32 act", {{1, 700}, {1, 2}}, 8, 2, 128, 16, BF16, F32, true},
       {"decode f32 exact G7 D128", {{1, 1}, {1, 900}, {1, 3000}}, 14, 2, 128, 16, F32, F32, true},
       {"decode f32 exact G4 D64", {{1, 500}}, 8, 2, 64, 32, F32, F32, true},
+      // Issue 40's decode shapes: one sequence at 1K (v2: 16 splits of one 64-key tile, merged in
+      // one staged chunk; v3: a cluster of 16), 4K (v2: 32 splits, two chunks of G 7 x D 128
+      // partials; v3: 16 splits of 256 keys), 8K (32 splits of 256 keys; v3 falls back to v2), 32K
+      // (86 splits: the reduce kernel); Qwen3-8B's 32/8 heads at 1K; G 16 (v2: 8 splits a chunk) at
+      // a ragged 1000; one long and two short sequences (16, 1 and 3 splits: v3's empty splits in
+      // the clusters of the short ones); 64 x 1K (one split each).
+      {"decode 1 seq 1K G7 D128 B16 bf16", {{1, 1024}}, 28, 4, 128, 16, BF16, BF16, true},
+      {"decode 1 seq 4K G7 D128 B16 bf16", {{1, 4096}}, 28, 4, 128, 16, BF16, BF16, true},
+      {"decode 1 seq 8K G7 D128 B32 bf16", {{1, 8191}}, 28, 4, 128, 32, BF16, BF16, true},
+      {"decode 1 seq 32K G7 D128 B16 bf16", {{1, 32768}}, 28, 4, 128, 16, BF16, BF16, true},
+      {"decode 1 seq 1K G4 D128 B16 bf16 (Qwen3-8B)", {{1, 1024}}, 32, 8, 128, 16, BF16, BF16, true},
+      {"decode 1 seq 1000 G16 D128 B16 bf16", {{1, 1000}}, 16, 1, 128, 16, BF16, BF16, true},
+      {"decode 1 seq 1K G4 D64 B16 f16", {{1, 1024}}, 8, 2, 64, 16, F16, F16, true},
+      {"decode 1 seq 1K bf16 cache f32 act", {{1, 1023}}, 28, 4, 128, 16, BF16, F32, true},
+      {"decode ragged 1K/63/130 G7 D128 B16 bf16", {{1, 1024}, {1, 63}, {1, 130}}, 28, 4, 128, 16, BF16, BF16, true},
+      {"decode 64 seqs x 1K G7 D128 B16 bf16", std::vector<Seq>(64, Seq{1, 1024}), 28, 4, 128, 16, BF16, BF16, true},
   };
   uint32_t seed = 100;
-  for (const Case& c : cases) run_case(c, seed++);
+  // Tensor-core cases through every plan (DecodeKernel; v3 falls back to v2 where no cluster
+  // applies: one split, more than 16, or before sm_90); f32 caches take the f32 kernel (one run).
+  for (const Case& c : cases) {
+    if (c.cache == F32) {
+      run_case(c, seed++);
+      continue;
+    }
+    for (auto k : {cuda::DecodeKernel::kV1, cuda::DecodeKernel::kV2, cuda::DecodeKernel::kV3})
+      run_case(c, seed, cuda::PrefillKernel::kAuto, k);
+    ++seed;
+  }
 }
 
 }  // namespace
