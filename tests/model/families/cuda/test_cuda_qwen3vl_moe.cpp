@@ -35,12 +35,12 @@ namespace {
 
 std::string model_dir() { return std::string(VLM_FIXTURES_DIR) + "/qwen3vl_moe/qwen3_vl_moe_tiny"; }
 
-// A CudaDecoder over the model's decoder with a cache of `blocks` blocks of 16.
+// A CudaDecoder over the model's decoder with a cache of at least `blocks` blocks of 16.
 std::unique_ptr<CudaDecoder> gpu_decoder(const Qwen3VLModel& model, DType dt, int64_t blocks) {
   CudaDecoderOptions o;
   o.dtype = dt;
   o.block_size = 16;
-  o.num_kv_blocks = blocks;
+  o.num_kv_blocks = std::max<int64_t>(blocks, 64);
   o.max_tokens_per_step = 2048;
   o.max_logit_rows = 2048;
   return std::make_unique<CudaDecoder>(model.decoder(), o);
