@@ -143,8 +143,10 @@ def gguf_metadata(cfg, general_name):
 
 def widen_to_f32(raw, dtype):
     """16-bit values -> the same values as little-endian f32 bytes."""
-    if dtype == "BF16":
-        return b"".join(b"\0\0" + raw[i:i + 2] for i in range(0, len(raw), 2))
+    if dtype == "BF16":  # each value's two bytes become the high half of an f32
+        out = bytearray(2 * len(raw))
+        out[2::4], out[3::4] = raw[0::2], raw[1::2]
+        return bytes(out)
     if dtype == "F16":
         return struct.pack(f"<{len(raw) // 2}f", *struct.unpack(f"<{len(raw) // 2}e", raw))
     return raw
