@@ -26,7 +26,8 @@
 # MOE_ROWS_WORK: where the checkpoint and the GGUF go (default /tmp/moe-rows; deleted at exit).
 # MOE_ROWS_DRY_RUN=1: the same phases on the "tiny" preset with the standard-library generator and no
 # GPU: phases 1 and 4 run for real (the GGUF written from the generator must equal bench/hf_to_gguf.py's
-# conversion of the safetensors, byte for byte), the GPU commands are printed, not run
+# conversion of the safetensors, byte for byte; where $BIN or build/bin has vlm-generate, it generates 4
+# tokens from the tiny checkpoint on the CPU), the GPU commands are printed, not run
 # (tests/bench/check_qwen3moe_gguf.py runs it on the CPU).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -76,6 +77,10 @@ print(f"read rate: {x.numel() * 4 / min(ts) / 1e9:.0f} GB/s (torch.sum over 8 Gi
 phase "1. safetensors" 150 python3 bench/cuda/make_qwen3moe_random.py --out "$model" --format safetensors \
   --preset "$preset" "${gen[@]}" 2>&1 | tee "$out/make_safetensors.txt"
 du -sh "$model" 2>/dev/null
+if [ "$dry" = 1 ] && [ -x "$bin/vlm-generate" ]; then  # our loader reads the generator's checkpoint (CPU)
+  "$bin/vlm-generate" --model "$model" --device cpu --prompt-ids 1,2,3,4,5 --max-tokens 4 2>&1 |
+    grep -E "^generated|rror" | sed 's/^/dry run, ours on the CPU: /'
+fi
 
 GPU_PHASE=1 phase "2. ours" 120 "$bin/bench_cuda_decoder" --model "$model" --dtype bfloat16 --batches 1,64 \
   --context 1024 --steps 64 --prefill 8192 --reps 2 2>&1 | tee "$out/ours.txt" | grep -v "^\["

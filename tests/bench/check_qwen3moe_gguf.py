@@ -11,7 +11,8 @@
    unit's values depend on (seed, name) alone (fewer layers: the same first layer; another seed: other);
  - refusals: norm_topk_prob false, dense layers, the transposed fused layout;
  - a dense Qwen3 fixture still converts as qwen3 (no expert keys);
- - bench/cuda/moe_rows.sh's dry run (MOE_ROWS_DRY_RUN=1) ends with the two digests equal.
+ - bench/cuda/moe_rows.sh's dry run (MOE_ROWS_DRY_RUN=1) ends with the two digests equal, and (where
+   VLM_BIN_DIR, default build/bin, has vlm-generate) our CPU decoder generates from the tiny checkpoint.
 Prints 'N passed, N failed'; exits 1 on any failure."""
 import json
 import os
@@ -231,7 +232,8 @@ def main():
               not any("expert" in k for k in dm) and not any("exps" in n or "gate_inp" in n for n in dts))
 
     # moe_rows.sh's dry run.
-    env = dict(os.environ, MOE_ROWS_DRY_RUN="1", MOE_ROWS_WORK=os.path.join(tmp, "rows_work"))
+    bin_dir = os.environ.get("VLM_BIN_DIR", os.path.join(ROOT, "build", "bin"))
+    env = dict(os.environ, MOE_ROWS_DRY_RUN="1", MOE_ROWS_WORK=os.path.join(tmp, "rows_work"), BIN=bin_dir)
     r = run("bash", os.path.join(ROOT, "bench", "cuda", "moe_rows.sh"), os.path.join(tmp, "rows_out"), env=env)
     check("moe_rows.sh dry run exits 0", r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:])
     check("moe_rows.sh dry run: same weights in both formats, GGUF == conversion",
@@ -240,6 +242,11 @@ def main():
     check("moe_rows.sh dry run: every phase reported", all(f"== {p}" in r.stdout for p in (
         "0. read rate", "1. safetensors", "2. ours", "3. transformers", "4. gguf", "5a. llama-bench",
         "5b. llama-batched-bench")), r.stdout[-2000:])
+    if os.access(os.path.join(bin_dir, "vlm-generate"), os.X_OK):
+        check("moe_rows.sh dry run: vlm-generate reads the generator's checkpoint",
+              "dry run, ours on the CPU: generated: " in r.stdout, r.stdout[-2000:])
+    else:
+        print(f"(no {bin_dir}/vlm-generate: our loader on the generator's checkpoint not checked)")
     check("moe_rows.sh dry run: nothing left in its work folder", os.listdir(os.path.join(tmp, "rows_work")) == [],
           os.listdir(os.path.join(tmp, "rows_work")))
     passed = sum(results)
