@@ -22,7 +22,8 @@ mkdir -p "$out"
 # qwen3-30b-a3b for issue 41's MoE rows: ~61 GB of bf16 weights, so it needs a machine with more
 # than 64 GiB of disk (nvidia-h200-x2: its runs use one GPU) and its runs get 400 s each unless
 # VLM_BENCH_TIMEOUT says otherwise; targets: decode 1 seq at 1K <= 3.0 ms/token, 64 seqs >= 3,800
-# tok/s, prefill 8K >= 40K tok/s).
+# tok/s, prefill 8K >= 40K tok/s). On the one-GPU machine (64 GiB disk) bench/cuda/moe_rows.sh makes
+# those rows instead, with transformers and llama.cpp on the same weights, one file on the disk at a time.
 preset=${VLM_SPEED_PRESET:-qwen2-7b}
 default_timeout=150; [ "$preset" = qwen3-30b-a3b ] && default_timeout=400
 tmo=${VLM_BENCH_TIMEOUT:-$default_timeout}

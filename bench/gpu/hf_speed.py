@@ -34,8 +34,9 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, attn_implementation="sdpa",
                                                  device_map="cuda")
     model.eval()
+    experts = getattr(model.config, "_experts_implementation", None)  # MoE models: transformers 5's expert kernels
     print(f"hf load: {time.perf_counter() - t0:.1f} s, transformers model {type(model).__name__}, "
-          f"torch {torch.__version__}", flush=True)
+          f"torch {torch.__version__}" + (f", experts implementation {experts}" if experts else ""), flush=True)
     V = model.config.vocab_size
     g = torch.Generator(device="cuda").manual_seed(1)
     with torch.inference_mode():

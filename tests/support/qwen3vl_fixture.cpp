@@ -161,8 +161,10 @@ Qwen3VLPromptItems qwen3vl_frames8_items(const Qwen3VLModel& model, const Qwen3V
   return place_items(model, p, ref.ints(p + ".ids"), images, groups);
 }
 
+int64_t qwen3vl_run_blocks(int64_t L, int n) { return (L + n + 15) / 16 + 1; }
+
 std::vector<int32_t> qwen3vl_run(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k, int chunk, int n,
-                                 std::vector<float>& rows) {
+                                 std::vector<float>& rows, const Qwen3VLStep& step) {
   const ModelConfig& tc = model.decoder().config();
   const int64_t V = tc.vocab_size, W = model.embedding_planes() * tc.hidden_size;
   const std::string p = "p" + std::to_string(k);
@@ -193,9 +195,9 @@ std::vector<int32_t> qwen3vl_run(const Qwen3VLModel& model, const Qwen3VLReferen
     }
   }
   constexpr int kBlock = 16;
-  KVCacheShape shape{tc.num_layers, (L + n + kBlock - 1) / kBlock + 1, kBlock, static_cast<int>(tc.num_kv_heads),
+  KVCacheShape shape{tc.num_layers, qwen3vl_run_blocks(L, n), kBlock, static_cast<int>(tc.num_kv_heads),
                      static_cast<int>(tc.head_dim), DType::F32};
-  KVCache cache(shape);
+  KVCache cache(step ? KVCacheShape{tc.num_layers, 1, kBlock, shape.num_kv_heads, shape.head_dim, DType::F32} : shape);
   std::vector<int32_t> blocks(static_cast<size_t>(shape.num_blocks));
   std::iota(blocks.rbegin(), blocks.rend(), 0);
   std::vector<int32_t> seq = ids;
@@ -207,7 +209,10 @@ std::vector<int32_t> qwen3vl_run(const Qwen3VLModel& model, const Qwen3VLReferen
     batch.mrope_positions.assign(pos.positions.begin() + s * 3, pos.positions.begin() + (s + len) * 3);
     EmbeddingOverride ov{embeds.data() + s * W, use.data() + s};
     ov.num_planes = model.embedding_planes();
-    model.decoder().forward(batch, cache.layers(), logits, ov);
+    if (step)
+      step(batch, ov, logits);
+    else
+      model.decoder().forward(batch, cache.layers(), logits, ov);
     rows.insert(rows.end(), logits.begin(), logits.end());
   }
   std::vector<int32_t> out;
@@ -220,7 +225,10 @@ std::vector<int32_t> qwen3vl_run(const Qwen3VLModel& model, const Qwen3VLReferen
     SequenceChunk sc{std::span<const int32_t>(seq.data() + at, 1), at, blocks, LogitsFor::Last, {}, false};
     ForwardBatch batch = make_forward_batch(std::span(&sc, 1), kBlock);
     batch.mrope_positions = pos.decode(at, 1);
-    model.decoder().forward(batch, cache.layers(), logits);
+    if (step)
+      step(batch, {}, logits);
+    else
+      model.decoder().forward(batch, cache.layers(), logits);
   }
   return out;
 }

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "model/decoder/embedding_override.h"
+#include "model/decoder/forward_batch.h"
 #include "model/decoder/safetensors.h"
 #include "model/families/multimodal_input.h"
 #include "model/families/qwen3_vl.h"
@@ -56,10 +59,19 @@ std::vector<RgbImage> qwen3vl_media_frames(const std::string& name);
 // resampled, with HF's grids), and the tagged prompt of p<k>.ids over them.
 Qwen3VLPromptItems qwen3vl_frames8_items(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k);
 
-// Case k of `ref` through `model` on the CPU: prefill in chunks of `chunk` tokens (media rows with
-// their planes from the override), then n greedy decode steps with positions p + rope_delta.
+// One forward step of a decoder: the batch (block tables from qwen3vl_run's cache of
+// qwen3vl_run_blocks(L, n) blocks), the embedding override (media rows with their planes; empty
+// for decode steps), and the logits out ([logit rows, V]).
+using Qwen3VLStep = std::function<void(const ForwardBatch&, const EmbeddingOverride&, std::vector<float>&)>;
+// KV blocks (of 16 tokens) qwen3vl_run's tables use for a prompt of L tokens and n decode steps.
+int64_t qwen3vl_run_blocks(int64_t L, int n);
+
+// Case k of `ref` through `model`: prefill in chunks of `chunk` tokens (media rows with their
+// planes from the override, encoded by the CPU's tower), then n greedy decode steps with
+// positions p + rope_delta; each step on the CPU's decoder, or through `step` where given (e.g.
+// a CudaDecoder with a cache of at least qwen3vl_run_blocks blocks of 16).
 // Returns the generated tokens; rows gets the logits of every prompt row, [L * V].
 std::vector<int32_t> qwen3vl_run(const Qwen3VLModel& model, const Qwen3VLReference& ref, int k, int chunk, int n,
-                                 std::vector<float>& rows);
+                                 std::vector<float>& rows, const Qwen3VLStep& step = {});
 
 }  // namespace vlm::testing
