@@ -7,7 +7,16 @@
 //  - Work is enqueued on `stream`; nothing synchronizes with the host and nothing allocates.
 //    Launch errors are raised as InternalError (VLM_CHECK on cudaGetLastError()).
 //  - Activations (q, k, v, out) are F32, BF16 or F16 (`act`); the cache dtype is kv.dtype (F32,
-//    BF16 or F16); arithmetic is f32 (accumulators, softmax), tensor-core inputs are bf16/f16.
+//    BF16, F16 or F8_E4M3); arithmetic is f32 (accumulators, softmax), tensor-core inputs are bf16/f16.
+//  - F8_E4M3 cache (--kv-cache-dtype fp8): kv.k_scale/v_scale [Hkv] f32 device pointers must be set
+//    (InternalError otherwise); an element x of head h is stored as e4m3(x * (1 / scale[h])),
+//    rounded to nearest even and saturated to +-448, and read as its value times scale[h]
+//    (paged_kv.h). paged_kv_write, paged_prefill_attention (the mma.sync kernel, never wgmma),
+//    paged_decode_attention and the naive references read/write it; rope_split_q_kv_write does not
+//    (rope_kv_write_supported is false: call rope_split_qkv then paged_kv_write). The tiled kernels
+//    compute on the stored values exactly (E4M3 converts to bf16 exactly, q is rounded to bf16):
+//    K's scale multiplies `scale`, V's the output. SinkRouter reads it too (cuda_sink_router.h);
+//    cuDNN, block-sparse prefill and LOOK-M do not: the engine refuses those combinations at start.
 //  - The batch (CudaAttentionBatch) means what AttentionBatch means on the CPU
 //    (kernels/attention/paged_attention.h): sequence s owns query rows [cu_seqlens_q[s],
 //    cu_seqlens_q[s+1]) and its cache holds context_lens[s] tokens, this step's included (written

@@ -1,6 +1,7 @@
 // Paged KV write: one thread per 8 elements of a (token, KV head) row: one 16- or 32-byte load of
 // k and v each, converted, one vector store into the token's slot. rope_split_q_kv_write: the
-// same store fed by the RoPE split of the fused q/k/v projection (rope_rows.cuh).
+// same store fed by the RoPE split of the fused q/k/v projection (rope_rows.cuh). An F8_E4M3
+// cache: the 8 elements quantized under the head's scale, one 8-byte store.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/attention/cuda_attention.h"
@@ -36,6 +37,34 @@ __global__ void kv_write_kernel(KVView kv, const TIn* __restrict__ k, const TIn*
   const int64_t dst = kv.offset(slot / kv.block_size, h, slot % kv.block_size) + c * 8;
   copy8(k + i * 8, static_cast<TOut*>(kv.k) + dst);
   copy8(v + i * 8, static_cast<TOut*>(kv.v) + dst);
+}
+
+// kv_write_kernel for an F8_E4M3 cache: x * (1 / scale[h]) to E4M3 (fp8_kv_store).
+template <class TIn>
+__global__ void kv_write_fp8_kernel(KVView kv, const TIn* __restrict__ k, const TIn* __restrict__ v,
+                                    const int32_t* __restrict__ slots, int64_t T) {
+  const int D8 = kv.head_dim / 8;
+  const int64_t n = T * kv.num_kv_heads * D8;
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const int64_t row = i / D8;
+  const int64_t t = row / kv.num_kv_heads;
+  const int h = int(row % kv.num_kv_heads), c = int(i % D8);
+  const int32_t slot = slots[t];
+  if (slot < 0) return;
+  const int64_t dst = kv.offset(slot / kv.block_size, h, slot % kv.block_size) + c * 8;
+  const float inv[2] = {1.f / kv.k_scale[h], 1.f / kv.v_scale[h]};
+  const TIn* src[2] = {k + i * 8, v + i * 8};
+  void* base[2] = {kv.k, kv.v};
+#pragma unroll
+  for (int kvi = 0; kvi < 2; ++kvi) {
+    struct alignas(8 * sizeof(TIn)) In { TIn x[8]; };
+    const In a = *reinterpret_cast<const In*>(src[kvi]);
+    uint32_t w[2] = {0u, 0u};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) w[e / 4] |= uint32_t(fp8_kv_store(to_f32(a.x[e]), inv[kvi])) << (8 * (e % 4));
+    *reinterpret_cast<uint2*>(static_cast<uint8_t*>(base[kvi]) + dst) = make_uint2(w[0], w[1]);
+  }
 }
 
 // One thread per 8 elements of a (token, head) row of qkv, heads [0, H) q, then Hkv of k and of v
@@ -110,6 +139,16 @@ void paged_kv_write(const PagedKVLayer& kv, const void* k, const void* v, DType 
   const int64_t chunks = T * kv.num_kv_heads * (kv.head_dim / 8);
   const int threads = 256;
   const unsigned blocks = unsigned((chunks + threads - 1) / threads);
+  if (kv.dtype == DType::F8_E4M3) {
+    check_fp8_cache(kv, "paged_kv_write");
+    dispatch_float(act, [&](auto a) {
+      using TIn = decltype(a);
+      kv_write_fp8_kernel<TIn><<<blocks, threads, 0, stream>>>(kv_view(kv), static_cast<const TIn*>(k),
+                                                                static_cast<const TIn*>(v), slot_mapping, T);
+    });
+    VLM_CUDA_CHECK_LAUNCH();
+    return;
+  }
   dispatch_float(act, [&](auto a) {
     dispatch_float(kv.dtype, [&](auto c) {
       using TIn = decltype(a);
