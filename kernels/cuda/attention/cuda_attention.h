@@ -11,9 +11,8 @@
 //  - F8_E4M3 cache (--kv-cache-dtype fp8): kv.k_scale/v_scale [Hkv] f32 device pointers must be set
 //    (InternalError otherwise); an element x of head h is stored as e4m3(x * (1 / scale[h])),
 //    rounded to nearest even and saturated to +-448, and read as its value times scale[h]
-//    (paged_kv.h). paged_kv_write, paged_prefill_attention (the mma.sync kernel, never wgmma),
-//    paged_decode_attention and the naive references read/write it; rope_split_q_kv_write does not
-//    (rope_kv_write_supported is false: call rope_split_qkv then paged_kv_write). The tiled kernels
+//    (paged_kv.h). paged_kv_write, rope_split_q_kv_write, paged_prefill_attention (the mma.sync
+//    kernel, never wgmma), paged_decode_attention and the naive references read/write it. The tiled kernels
 //    compute on the stored values exactly (E4M3 converts to bf16 exactly, q is rounded to bf16):
 //    K's scale multiplies `scale`, V's the output. SinkRouter reads it too (cuda_sink_router.h);
 //    cuDNN, block-sparse prefill and LOOK-M do not: the engine refuses those combinations at start.
@@ -78,7 +77,8 @@ void paged_kv_write_naive(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/,
 // fused with paged_kv_write: q [T, H, D] as rope_split_qkv writes it, the rotated k and the v
 // rows written straight into their slots of the cache (slot -1: skipped), the same bytes as
 // rope_split_qkv then paged_kv_write, in one pass over qkv. qkv [T, (H + 2 Hkv) D] (act);
-// table [T, R] (cos | sin). Needs rope_kv_write_supported (else call the two).
+// table [T, R] (cos | sin). Needs rope_kv_write_supported (act BF16/F16 and a cache of act's
+// dtype or F8_E4M3; else call the two).
 // With `norm` (q_w non-null: Qwen3's q/k RMSNorm, weights [D] f32 each) the q and k heads are
 // normalized first, the same bits as cuda::head_rms_norm in place then this call without it;
 // needs head_norm_x8_supported(D) (D / 8 a power of two <= 32).

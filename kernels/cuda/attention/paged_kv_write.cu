@@ -70,8 +70,9 @@ __global__ void kv_write_fp8_kernel(KVView kv, const TIn* __restrict__ k, const 
 // One thread per 8 elements of a (token, head) row of qkv, heads [0, H) q, then Hkv of k and of v
 // (rope_split_x8_kernel's indexing): q rows to q, k/v rows to their cache slot. With norm.q_w, the
 // q and k heads are first normalized (Qwen3's q/k RMSNorm, rope_rows.cuh's head norm): every
-// thread takes part in its head's sum before any returns.
-template <class T>
+// thread takes part in its head's sum before any returns. kFp8: the k/v rows quantized into an
+// F8_E4M3 cache (the bytes kv_write_fp8_kernel writes from the same bf16/f16 rows).
+template <class T, bool kFp8>
 __global__ void rope_kv_write_kernel(const T* __restrict__ qkv, int64_t T_, int H, const float* __restrict__ table,
                                      int R, T* __restrict__ q, KVView kv, const int32_t* __restrict__ slots,
                                      HeadNorm norm) {
@@ -87,25 +88,34 @@ __global__ void rope_kv_write_kernel(const T* __restrict__ qkv, int64_t T_, int 
     if (h < H + Hkv) w = h < H ? norm.q_w : norm.k_w;
   }
   if (!ch.valid) return;
-  T* y;
-  if (h < H) {
-    y = q + (t * H + h) * D;
-  } else {
-    const int32_t slot = slots[t];
-    if (slot < 0) return;
-    const bool is_k = h < H + Hkv;
-    y = static_cast<T*>(is_k ? kv.k : kv.v) + kv.offset(slot / kv.block_size, is_k ? h - H : h - H - Hkv,
-                                                         slot % kv.block_size);
-  }
   const int half = h < H + Hkv ? R / 2 : 0;  // v: no rotation
-  *reinterpret_cast<uint4*>(y + i) = rope8(x, i, half, table + t * R, w, inv);
+  if (h < H) {
+    *reinterpret_cast<uint4*>(q + (t * H + h) * D + i) = rope8(x, i, half, table + t * R, w, inv);
+    return;
+  }
+  const int32_t slot = slots[t];
+  if (slot < 0) return;
+  const bool is_k = h < H + Hkv;
+  const int hk = is_k ? h - H : h - H - Hkv;
+  const int64_t off = kv.offset(slot / kv.block_size, hk, slot % kv.block_size) + i;
+  const uint4 r = rope8(x, i, half, table + t * R, w, inv);
+  if constexpr (kFp8) {
+    const float inv_scale = 1.f / (is_k ? kv.k_scale : kv.v_scale)[hk];
+    const T* e8 = reinterpret_cast<const T*>(&r);
+    uint32_t b[2] = {0u, 0u};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) b[e / 4] |= uint32_t(fp8_kv_store(to_f32(e8[e]), inv_scale)) << (8 * (e % 4));
+    *reinterpret_cast<uint2*>(static_cast<uint8_t*>(is_k ? kv.k : kv.v) + off) = make_uint2(b[0], b[1]);
+  } else {
+    *reinterpret_cast<uint4*>(static_cast<T*>(is_k ? kv.k : kv.v) + off) = r;
+  }
 }
 
 }  // namespace
 
 bool rope_kv_write_supported(const PagedKVLayer& kv, DType act, int64_t R) {
-  return (act == DType::BF16 || act == DType::F16) && kv.dtype == act && kv.head_dim % 8 == 0 && (R / 2) % 8 == 0 &&
-         R <= kv.head_dim;
+  return (act == DType::BF16 || act == DType::F16) && (kv.dtype == act || kv.dtype == DType::F8_E4M3) &&
+         kv.head_dim % 8 == 0 && (R / 2) % 8 == 0 && R <= kv.head_dim;
 }
 
 bool rope_kv_write_norm_supported(int64_t head_dim) { return head_norm_x8_supported(head_dim); }
@@ -118,14 +128,21 @@ void rope_split_q_kv_write(const void* qkv, int64_t T, int64_t H, const float* t
   VLM_CHECK(!norm.q_w || (norm.k_w && head_norm_x8_supported(kv.head_dim)),
             "rope_split_q_kv_write: a q/k norm over heads of {} (needs both weights and D / 8 a power of two <= 32)",
             kv.head_dim);
+  if (kv.dtype == DType::F8_E4M3) check_fp8_cache(kv, "rope_split_q_kv_write");
   if (T == 0) return;
   const int64_t n = T * (H + 2 * kv.num_kv_heads) * kv.head_dim / 8;
   const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
+  const bool fp8 = kv.dtype == DType::F8_E4M3;
   auto run = [&](auto tag) {
     using E = decltype(tag);
-    rope_kv_write_kernel<E><<<blocks, 256, 0, stream>>>(static_cast<const E*>(qkv), T, static_cast<int>(H), table,
-                                                        static_cast<int>(R), static_cast<E*>(q), kv_view(kv),
-                                                        slot_mapping, norm);
+    if (fp8)
+      rope_kv_write_kernel<E, true><<<blocks, 256, 0, stream>>>(static_cast<const E*>(qkv), T, static_cast<int>(H),
+                                                                table, static_cast<int>(R), static_cast<E*>(q),
+                                                                kv_view(kv), slot_mapping, norm);
+    else
+      rope_kv_write_kernel<E, false><<<blocks, 256, 0, stream>>>(static_cast<const E*>(qkv), T, static_cast<int>(H),
+                                                                 table, static_cast<int>(R), static_cast<E*>(q),
+                                                                 kv_view(kv), slot_mapping, norm);
   };
   if (act == DType::BF16) run(__nv_bfloat16{});
   else run(__half{});

@@ -105,7 +105,9 @@ TEST_P(CudaFp8KvDecoder, CloseToHfF32BesideBf16KvAndFp8Weights) {
     const auto [err, top1] = measure(what, logits_of(r.runner, ref_, chunk), V);
     EXPECT_LE(err, kFp8KvErrorBound) << what;
     EXPECT_GE(top1, kFp8KvTop1Bound) << what;
-    if (chunk == 1) EXPECT_GT(r.gpu->graph_launches() + r.gpu->graphs_captured(), 0) << "decode steps took no graph";
+    if (chunk == 1) {
+      EXPECT_GT(r.gpu->graph_launches() + r.gpu->graphs_captured(), 0) << "decode steps took no graph";
+    }
   }
   GpuRunner both(GetParam(), true, true);
   const auto [err, top1] = measure("FP8 KV + FP8 weights, one token a step", logits_of(both.runner, ref_, 1), V);
