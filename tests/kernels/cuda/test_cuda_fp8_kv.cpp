@@ -4,7 +4,7 @@
 // naive kernel read them. Each is compared with the CPU reference over the dequantized cache
 // (fp8 * scale: the exact attention over what is stored; tight: the tiled kernels' own bf16
 // rounding of q and P, as for a bf16 cache), the tiled ones with the naive one, and all with the
-// CPU reference over the unquantized (bf16) K/V: FP8's own error, loose, printed.
+// CPU reference over the unquantized (bf16) K/V: FP8's own error plus the kernel's tolerance, printed.
 // Skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -206,9 +206,13 @@ void run_case(const Case& c, uint32_t seed) {
   for (const auto& [what, got] : outs) {
     const double e_fp8 = normalized_error(got, ref_fp8), e_bf16 = normalized_error(got, ref_bf16);
     EXPECT_LE(e_fp8, tiled_tol) << what << " vs CPU reference over the dequantized cache";
-    if (!naive.empty()) EXPECT_LE(normalized_error(got, naive), tiled_tol) << what << " vs the naive kernel";
-    // FP8's own error against bf16 K/V (3 mantissa bits: ~6 % per element, averaged by the softmax).
-    EXPECT_LE(e_bf16, 0.15) << what << " vs CPU reference over bf16 K/V";
+    if (!naive.empty()) {
+      EXPECT_LE(normalized_error(got, naive), tiled_tol) << what << " vs the naive kernel";
+    }
+    // Against bf16 K/V (loose): FP8's own error (the CPU references' difference: 3 mantissa bits,
+    // and subnormals for the small heads under scale 1.0) plus no more than the kernel's tolerance.
+    EXPECT_LE(e_bf16, normalized_error(ref_fp8, ref_bf16) + tiled_tol) << what << " vs CPU reference over bf16 K/V";
+    EXPECT_LE(normalized_error(ref_fp8, ref_bf16), 0.25) << "the FP8 rounding itself (the test's data)";
     std::printf("[ fp8 kv ] %s, %s: normalized error %.2e vs dequantized-cache reference, %.2e vs bf16 K/V "
                 "(reference itself: %.2e)\n",
                 c.name, what.c_str(), e_fp8, e_bf16, normalized_error(ref_fp8, ref_bf16));

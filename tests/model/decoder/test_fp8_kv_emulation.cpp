@@ -35,7 +35,8 @@ std::vector<float> one_token_steps(const std::string& model, const Reference& re
   DecoderRunner r(model, 16, 64, DType::F32);
   std::vector<float> all;
   for (int p = 0; p < ref.num_prompts(); ++p) {
-    TestSequence seq{ref.ids(p)};
+    TestSequence seq;
+    seq.tokens = ref.ids(p);
     while (seq.cached < static_cast<int32_t>(seq.tokens.size())) {
       r.step({&seq}, {1});
       if (fp8) round_cache_to_fp8(r.cache(), 1.0f);

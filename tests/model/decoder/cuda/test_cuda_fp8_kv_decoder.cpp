@@ -53,7 +53,8 @@ struct GpuRunner {
 std::vector<float> logits_of(DecoderRunner& r, const Reference& ref, int32_t chunk) {
   std::vector<float> all;
   for (int p = 0; p < ref.num_prompts(); ++p) {
-    TestSequence seq{ref.ids(p)};
+    TestSequence seq;
+    seq.tokens = ref.ids(p);
     r.prefill(seq, chunk > 0 ? chunk : static_cast<int32_t>(seq.tokens.size()));
     all.insert(all.end(), seq.logits.begin(), seq.logits.end());
   }
