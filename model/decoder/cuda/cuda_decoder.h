@@ -1,6 +1,7 @@
 // CudaDecoder: the decoder of an LlmDecoder (Llama / Qwen2 families) on one GPU. It owns a copy
 // of the weights in GPU memory (in `dtype`: F32 for the exact path, BF16 or F16) and the paged
-// KV cache (same dtype, [num_blocks, Hkv, B, D] per layer and K/V, the CPU cache's layout), and
+// KV cache (same dtype, or FP8 E4M3 with options.kv_fp8; [num_blocks, Hkv, B, D] per layer and K/V,
+// the CPU cache's layout), and
 // runs a ForwardBatch with one metadata upload, every layer on one stream and no host sync; the
 // logits of the batch's logits_indices rows stay on the GPU for the sampler.
 // Per layer: h = rms_norm(x); qkv = h Wqkv^T + b (one GEMM); RoPE on q, k; K/V into the cache;
