@@ -12,6 +12,8 @@
 # VLM_SPEED_FP8=1: section 1 runs its graph rows (decode 1 and 64 at 1K, prefill 8K and 32K) again with
 # --quantization fp8 right after the bf16 ones, in the same call (issue 43: FP8 vs bf16 side by side;
 # the lines of the FP8 run follow a "# fp8" line in vlm_speed.txt).
+# VLM_SPEED_KV_FP8=1: decode 1 and 8 at 32K context (no prefill rows) with a bf16 cache then
+# --kv-cache-dtype fp8, after a "# kv fp8" line (issue 43 item 2: FP8 KV vs bf16 KV, one call).
 # VLM_DUMP_LOGITS=FILE: section 1's graph run also writes bench_cuda_decoder --dump-logits FILE
 # (each configuration's last step's logits, raw f32: old vs new binaries compared with cmp, issue 39).
 set -uo pipefail
@@ -43,6 +45,14 @@ if [[ $sections == *1* ]]; then
     echo "# fp8" | tee -a "$out/vlm_speed.txt"
     timeout ${VLM_BENCH_TIMEOUT:-150} bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \
       --prefill 8192,32768 --reps 2 --quantization fp8 2>&1 | tee -a "$out/vlm_speed.txt" | grep -v "^\[" || echo "bench_cuda_decoder (fp8) failed"
+  fi
+  if [[ ${VLM_SPEED_KV_FP8:-0} == 1 ]]; then
+    echo "# kv fp8" | tee -a "$out/vlm_speed.txt"
+    for kv in auto fp8; do
+      timeout ${VLM_BENCH_TIMEOUT:-150} bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,8 \
+        --context 32768 --steps 32 --prefill 0 --kv-cache-dtype $kv 2>&1 | tee -a "$out/vlm_speed.txt" | grep -v "^\[" ||
+        echo "bench_cuda_decoder (kv $kv) failed"
+    done
   fi
   # The same decode steps without CUDA graphs (--enforce-eager 1), for the graphs' share.
   timeout $tmo bin/bench_cuda_decoder --model "$model" --dtype bfloat16 --batches 1,64 --context 1024 --steps 64 \

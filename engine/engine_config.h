@@ -52,7 +52,8 @@ struct EngineConfig {
   int block_size = 16;               // B, tokens per block
   int64_t num_kv_blocks = 0;
   double kv_cache_memory_gib = 1.0;
-  DType kv_dtype = DType::BF16;      // F32 (exact), BF16 or F16 (half the bytes)
+  DType kv_dtype = DType::BF16;      // F32 (exact), BF16 or F16 (half the bytes); F8_E4M3: the GPU's FP8 cache
+                                     // (--kv-cache-dtype fp8; the GPU's other values keep the model dtype)
   // Longest sequence (prompt + output); 0: the model's max_position_embeddings. The KV cache
   // must hold at least one sequence this long (checked at start).
   int64_t max_model_len = 0;

@@ -35,12 +35,14 @@ void Engine::validate(const GenerationRequest& request) const {
     SparsePrefillConfig sp = config_.sparse_prefill;
     sp.method = *request.params.sparse_prefill;
     if (!backend_->runs_sparse_prefill(sp))
-      bad_request("vlm_options", fmt::format("sparse prefill method {} does not run on {} yet",
-                                             sparse_prefill_method_name(sp.method), backend_->device()));
+      bad_request("vlm_options", fmt::format("sparse prefill method {} does not run on {} over a {} KV cache yet",
+                                             sparse_prefill_method_name(sp.method), backend_->device(),
+                                             dtype_name(backend_->kv_dtype())));
   }
   if (request.look_m && request.look_m->enabled && !backend_->runs_look_m())
-    bad_request("vlm_options", fmt::format("LOOK-M does not run on {} for this model's attention shape",
-                                           backend_->device()));
+    bad_request("vlm_options", fmt::format("LOOK-M does not run on {} for this model's attention shape or KV "
+                                           "cache dtype ({})",
+                                           backend_->device(), dtype_name(backend_->kv_dtype())));
   if (request.params.n > config_.scheduler.max_num_seqs)
     bad_request("n", fmt::format("n = {} is more than the server runs at once ({})", request.params.n,
                                  config_.scheduler.max_num_seqs));

@@ -15,6 +15,10 @@
 // heuristics A, then with a stats output, then B and FALLBACK, until one builds; each attempt's
 // cuDNN log is printed. Argument "inmodel [N...]": issue 44's rows, cuDNN's call as the decoder
 // makes it beside the standalone one, with and without GEMM load (cudnn_inmodel_bench.h).
+// Argument "kv-fp8 CTX...": decode of 1 and 64 sequences at those contexts over a bf16 cache and an
+// FP8 E4M3 one (--kv-cache-dtype fp8: per-head scales, the bytes converted in shared memory), one
+// line each ("kv=bf16" / "kv=fp8", the reduce merged as the decoder's graphs run it) and the ratio
+// ("fp8 speedup seqs=... ctx=... x=<bf16 ms / fp8 ms>"; issue 43's bar: >= 1.7 at 128K).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "kernels/core/dtype.h"
+#include "kernels/core/fp8.h"
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cudnn_attention.h"
 #include "bench/cuda/attention_bench_util.h"
@@ -41,6 +46,21 @@ using vlm::bench::median_ms;
 using vlm::bench::ok;
 using vlm::bench::random_bf16;
 using vlm::bench::upload;
+
+// Device buffer of n E4M3 bytes of U(-1, 1) values (no NaN bytes).
+void* random_fp8(size_t n, uint32_t seed) {
+  void* p = nullptr;
+  ok(cudaMalloc(&p, n), "malloc");
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  const size_t pat = std::min<size_t>(n, size_t(1) << 22);
+  std::vector<uint8_t> h(pat);
+  for (auto& x : h) x = vlm::f32_to_fp8_e4m3(uni(rng));
+  for (size_t i = 0; i < n; i += pat)
+    ok(cudaMemcpy(static_cast<uint8_t*>(p) + i, h.data(), std::min(pat, n - i), cudaMemcpyHostToDevice), "fill");
+  return p;
+}
+
 
 // The batch of `seqs` sequences, each with q_len rows over ctx cached tokens in shuffled blocks.
 struct Batch {
@@ -101,17 +121,25 @@ void bench_prefill(int n) {
 
 // Decode of `seqs` sequences at ctx over h query / hkv KV heads. bar: issue 40's rows instead --
 // each plan (DecodeKernel v1, v2, v3) with the merged reduce (the counters the graph decode
-// passes; v3 merges in its clusters), one line each with the time per layer in µs.
-void bench_decode(int seqs, int ctx, bool bar = false, int h = kH, int hkv = kHkv) {
+// passes; v3 merges in its clusters), one line each with the time per layer in µs. kv: the
+// cache's dtype (BF16, or F8_E4M3 with per-head scales of 1.0); only_merged: time the merged
+// reduce only (the decoder's graphs). Returns the last line's ms.
+double bench_decode(int seqs, int ctx, bool bar = false, int h = kH, int hkv = kHkv, DType kv_dtype = DType::BF16,
+                    bool only_merged = false) {
   Batch batch(seqs, 1, ctx, 11);
   const size_t cache = size_t(batch.num_blocks) * hkv * kB * kD;
-  const double bytes = 2.0 * cache * 2;  // K and V, bf16
+  const bool fp8 = kv_dtype == DType::F8_E4M3;
+  const double bytes = 2.0 * cache * (fp8 ? 1 : 2);  // K and V
   const int copies = int(std::clamp(std::ceil(256e6 / bytes), 1.0, 64.0));  // beyond the 50 MB L2
   std::vector<void*> ks, vs;
   for (int c = 0; c < copies; ++c) {
-    ks.push_back(random_bf16(cache, 20 + c));
-    vs.push_back(random_bf16(cache, 90 + c));
+    ks.push_back(fp8 ? random_fp8(cache, 20 + c) : random_bf16(cache, 20 + c));
+    vs.push_back(fp8 ? random_fp8(cache, 90 + c) : random_bf16(cache, 90 + c));
   }
+  float* scales = nullptr;  // [Hkv] of 1.0, K's and V's
+  ok(cudaMalloc(&scales, hkv * 4), "malloc");
+  const std::vector<float> ones(hkv, 1.0f);
+  ok(cudaMemcpy(scales, ones.data(), hkv * 4, cudaMemcpyHostToDevice), "copy");
   void* q = random_bf16(size_t(seqs) * h * kD, 5);
   void* out = random_bf16(size_t(seqs) * h * kD, 6);
   void* ws = nullptr;
@@ -122,15 +150,18 @@ void bench_decode(int seqs, int ctx, bool bar = false, int h = kH, int hkv = kHk
   const float scale = 1.f / std::sqrt(float(kD));
   auto time = [&](bool merged, vlm::cuda::DecodeKernel kernel) {
     return median_ms(5, 30, 10, [&](int i) {
-      const vlm::PagedKVLayer kv = layer(ks[i % copies], vs[i % copies], batch.num_blocks, hkv);
+      vlm::PagedKVLayer kv = layer(ks[i % copies], vs[i % copies], batch.num_blocks, hkv);
+      kv.dtype = kv_dtype;
+      if (fp8) kv.k_scale = kv.v_scale = scales;
       vlm::cuda::paged_decode_attention(q, DType::BF16, h, kv, batch.b, scale, out, ws, nullptr,
                                         merged ? static_cast<int32_t*>(counters) : nullptr, kernel);
     });
   };
+  double ms = 0;
   if (bar) {
     using vlm::cuda::DecodeKernel;
     for (auto kernel : {DecodeKernel::kV1, DecodeKernel::kV2, DecodeKernel::kV3}) {
-      const double ms = time(true, kernel);
+      ms = time(true, kernel);
       std::printf("ours decode-bar heads=%d/%d seqs=%d ctx=%d plan=%s reduce=merged us_per_layer=%.2f gbps=%.0f\n", h,
                   hkv, seqs, ctx, kernel == DecodeKernel::kV1 ? "v1" : kernel == DecodeKernel::kV2 ? "v2" : "v3",
                   ms * 1e3, bytes / ms * 1e-6);
@@ -139,14 +170,16 @@ void bench_decode(int seqs, int ctx, bool bar = false, int h = kH, int hkv = kHk
     // The reduce kernel, then the reduce merged into the split kernel (where the plan has at most
     // VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS splits a head, default 32; else the same launches).
     for (bool merged : {false, true}) {
-      const double ms = time(merged, vlm::cuda::DecodeKernel::kAuto);
-      std::printf("ours decode seqs=%d ctx=%d%s ms=%.4f gbps=%.0f\n", seqs, ctx, merged ? " reduce=merged" : "", ms,
-                  bytes / ms * 1e-6);
+      if (only_merged && !merged) continue;
+      ms = time(merged, vlm::cuda::DecodeKernel::kAuto);
+      std::printf("ours decode seqs=%d ctx=%d%s%s ms=%.4f gbps=%.0f\n", seqs, ctx, merged ? " reduce=merged" : "",
+                  only_merged ? (fp8 ? " kv=fp8" : " kv=bf16") : "", ms, bytes / ms * 1e-6);
     }
   }
   for (void* p : ks) cudaFree(p);
   for (void* p : vs) cudaFree(p);
-  for (void* p : {q, out, ws, counters}) cudaFree(p);
+  for (void* p : {q, out, ws, counters, static_cast<void*>(scales)}) cudaFree(p);
+  return ms;
 }
 
 // cuDNN's fused attention on contiguous q [n, H, D], k/v [n, Hkv, D]: every candidate config timed.
@@ -270,6 +303,15 @@ int main(int argc, char** argv) {
     bench_decode(64, 1024, true);
     bench_decode(1, 1024, true, 32, 8);  // Qwen3-8B's heads
     bench_decode(1, 4096, true, 32, 8);
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "kv-fp8") {  // decode over a bf16 and an FP8 cache, side by side
+    for (int i = 2; i < argc; ++i)
+      for (int seqs : {1, 64}) {
+        const double b16 = bench_decode(seqs, std::atoi(argv[i]), false, kH, kHkv, DType::BF16, true);
+        const double f8 = bench_decode(seqs, std::atoi(argv[i]), false, kH, kHkv, DType::F8_E4M3, true);
+        std::printf("fp8 speedup seqs=%d ctx=%d x=%.2f\n", seqs, std::atoi(argv[i]), b16 / f8);
+      }
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "decode") {  // decode of 1 sequence at the given contexts only

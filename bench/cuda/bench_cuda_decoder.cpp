@@ -9,7 +9,8 @@
 //           reported while the timed reps ran, bench/cuda/nvml_sampler.h; absent without NVML).
 // Usage: bench_cuda_decoder --model DIR [--dtype bfloat16|float16|float32] [--batches 1,64]
 //          [--context 1024] [--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1]
-//          [--quantization none|fp8] [--dump-logits FILE]
+//          [--quantization none|fp8] [--kv-cache-dtype auto|fp8] [--dump-logits FILE]
+// --kv-cache-dtype fp8: the KV cache in FP8 E4M3 (CudaDecoderOptions::kv_fp8; auto: the dtype's).
 // --quantization fp8: the decoder's linear layers in FP8 (CudaDecoderOptions::quantize_fp8;
 // bench/gpu_speed.sh's VLM_SPEED_FP8=1 runs the same rows both ways in one call).
 // Decode steps run as CUDA graphs unless --enforce-eager 1 (the line says how many were captured,
@@ -70,7 +71,8 @@ struct Seq {
 int main(int argc, char** argv) {
   std::map<std::string, std::string> f = {{"dtype", "bfloat16"}, {"batches", "1,64"}, {"context", "1024"},
                                           {"steps", "64"}, {"prefill", "8192,32768"}, {"reps", "3"},
-                                          {"enforce-eager", "0"}, {"quantization", "none"}};
+                                          {"enforce-eager", "0"}, {"quantization", "none"},
+                                          {"kv-cache-dtype", "auto"}};
   bool bad = argc % 2 == 0;  // a flag without its value
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -81,7 +83,7 @@ int main(int argc, char** argv) {
   if (bad || !f.count("model")) {
     std::fprintf(stderr, "usage: bench_cuda_decoder --model DIR [--dtype ..] [--batches 1,64] [--context 1024] "
                          "[--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1] "
-                         "[--quantization none|fp8] [--dump-logits FILE]\n");
+                         "[--quantization none|fp8] [--kv-cache-dtype auto|fp8] [--dump-logits FILE]\n");
     return 2;
   }
   try {
@@ -111,12 +113,17 @@ int main(int argc, char** argv) {
       return 2;
     }
     o.quantize_fp8 = f["quantization"] == "fp8";
+    if (f["kv-cache-dtype"] != "auto" && f["kv-cache-dtype"] != "fp8") {
+      std::fprintf(stderr, "--kv-cache-dtype must be auto or fp8, got '%s'\n", f["kv-cache-dtype"].c_str());
+      return 2;
+    }
+    o.kv_fp8 = f["kv-cache-dtype"] == "fp8";
     const auto t_load = Clock::now();
     vlm::CudaBackend backend(*host, o, {});
-    std::printf("load: %.1f s (%.2f GiB of weights%s on %s)\n",
+    std::printf("load: %.1f s (%.2f GiB of weights%s%s on %s)\n",
                 std::chrono::duration<double>(Clock::now() - t_load).count(),
                 static_cast<double>(backend.decoder().weight_bytes()) / (1 << 30), o.quantize_fp8 ? ", FP8 linear layers" : "",
-                vlm::cuda::describe_gpu(0).c_str());
+                o.kv_fp8 ? ", FP8 KV cache" : "", vlm::cuda::describe_gpu(0).c_str());
     const int64_t V = host->config().vocab_size;
     std::mt19937 rng(1);
     int32_t next_block = 0;

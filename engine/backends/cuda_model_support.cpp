@@ -80,6 +80,18 @@ std::vector<std::string> cuda_model_support(const ModelConfig& m, const EngineCo
     p.push_back(fmt::format("--look-m: the GPU's LOOK-M scores take at most {} query heads per KV head and head size "
                             "{}, not {} and {}",
                             kCudaDecodeMaxGroup, kMaxHeadDim, G, D));
+  if (c.kv_dtype == DType::F8_E4M3) {  // the FP8 cache's readers: the mma.sync prefill, split-K decode, naive kernels
+    if (dtype == DType::F32)
+      p.push_back("--kv-cache-dtype fp8 with --dtype float32: the exact path keeps an f32 cache; use --dtype "
+                  "bfloat16 or float16");
+    if (c.sparse_prefill.enabled())
+      p.push_back(fmt::format("--sparse-prefill {} with --kv-cache-dtype fp8: the GPU's block-sparse kernel does not "
+                              "read an FP8 cache yet",
+                              sparse_prefill_method_name(c.sparse_prefill.method)));
+    if (c.look_m.enabled)
+      p.push_back("--look-m with --kv-cache-dtype fp8: the GPU's LOOK-M compaction does not read or write an FP8 "
+                  "cache yet");
+  }
   if (vision_head_dim > 0) {
     const bool tensor_cores = dtype != DType::F32 && vision_head_dim % 8 == 0 && vision_head_dim <= 128;
     if (!tensor_cores && c.max_media_patches > cuda::kMaxNaiveLen)

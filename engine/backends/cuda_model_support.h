@@ -18,6 +18,8 @@
 //    on the decode kernel; elsewhere every decode would silently run exact), and the routing
 //    kernel's shared memory (H + (Hkv + H)(D + 1) floats within 48 KB, H <= 1024);
 //  - LOOK-M on by flag: G <= 16 and D <= 256 [look_m_accumulate_scores];
+//  - --kv-cache-dtype fp8: not with --dtype float32, sparse prefill or LOOK-M (their kernels do not
+//    read an F8_E4M3 cache) [paged_block_sparse_attention, the LOOK-M kernels];
 //  - the vision tower (vision_head_dim > 0): its attention off tensor cores (F32, or a head size
 //    not a multiple of 8 or above 128) runs the reference kernel [varlen_attention_naive], whose
 //    segments hold at most cuda::kMaxNaiveLen rows, so max_media_patches must not exceed it.

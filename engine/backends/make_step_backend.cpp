@@ -80,6 +80,10 @@ std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const Mode
     throw LoadError(std::string("--quantization fp8 runs on the GPU (--device cuda; here: ") +
                     (c.device == Device::Auto ? "--device auto chose the CPU" : "--device cpu") +
                     "); the CPU computes FP8 checkpoints dequantized, without the flag");
+  if (device == Device::Cpu && c.kv_dtype == DType::F8_E4M3)
+    throw LoadError(std::string("--kv-cache-dtype fp8 runs on the GPU (--device cuda; here: ") +
+                    (c.device == Device::Auto ? "--device auto chose the CPU" : "--device cpu") +
+                    "); the CPU's KV cache is f32, bf16 or f16");
   if (device == Device::Cpu) {
     const ModelConfig& m = decoder.config();
     KVCacheShape s;

@@ -141,12 +141,13 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
 
 bool CudaBackend::runs_sparse_prefill(const SparsePrefillConfig& cfg) const {
   return !cfg.enabled() || (plannable_without_host_data(cfg) && cfg.block == 64 && gpu_.dtype() != DType::F32 &&
-                            cuda_fast_head_dim(gpu_.config().head_dim));
+                            gpu_.kv_dtype() != DType::F8_E4M3 && cuda_fast_head_dim(gpu_.config().head_dim));
 }
 
 bool CudaBackend::runs_look_m() const {
   const ModelConfig& m = gpu_.config();
-  return m.num_heads / m.num_kv_heads <= kCudaDecodeMaxGroup && m.head_dim <= 256;
+  return m.num_heads / m.num_kv_heads <= kCudaDecodeMaxGroup && m.head_dim <= 256 &&
+         gpu_.kv_dtype() != DType::F8_E4M3;
 }
 
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Model& model,
@@ -162,6 +163,7 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Mode
   o.gpu_memory_utilization = c.gpu_memory_utilization;
   o.enforce_eager = c.enforce_eager;
   o.quantize_fp8 = c.quantize_fp8;
+  o.kv_fp8 = c.kv_dtype == DType::F8_E4M3;
   o.max_tokens_per_step = c.scheduler.max_num_batched_tokens;
   o.max_model_len = c.max_model_len;  // 0: the model's max_position_embeddings (the engine's default too)
   o.max_logit_rows = c.scheduler.max_num_seqs;

@@ -1,6 +1,9 @@
 // The paged KV cache as kernels see it: per layer, K and V arrays of fixed-size blocks.
 // Layout of one layer: k[num_blocks, Hkv, B, D], v the same; token slot s lives in block s / B at
 // offset s % B. The storage dtype may be F32, BF16 or F16; kernels convert on load and store.
+// The GPU also stores F8_E4M3 (--kv-cache-dtype fp8; cuda_attention.h): element x of KV head h is
+// stored as e4m3(x * (1 / scale[h])) and read as fp8(q) * scale[h] (vLLM's convention), with
+// static per-layer, per-head scales k_scale/v_scale (the checkpoint's, else 1.0).
 #pragma once
 
 #include <algorithm>
@@ -19,6 +22,10 @@ struct PagedKVLayer {
   int block_size = 16;    // B
   int num_kv_heads = 0;   // Hkv
   int head_dim = 0;       // D
+  // F8_E4M3 only: per-head scales [Hkv] f32, in the memory the kernels run in (device memory on
+  // the GPU); null for the other dtypes.
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 
   int64_t head_stride() const { return static_cast<int64_t>(block_size) * head_dim; }
   int64_t block_stride() const { return num_kv_heads * head_stride(); }

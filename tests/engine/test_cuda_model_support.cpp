@@ -176,6 +176,38 @@ TEST(CudaModelSupport, QuantizationFp8OnTheCpuIsRefused) {
   EXPECT_EQ(make_step_backend(c, *model, {}, 512)->device().rfind("cpu", 0), 0u);
 }
 
+// --kv-cache-dtype fp8 (the GPU's FP8 cache): refused on the CPU, and on the GPU together with the
+// f32 exact path or with a method that does not read FP8 yet (sparse prefill, LOOK-M), each named.
+TEST(CudaModelSupport, KvCacheFp8OnTheCpuIsRefused) {
+  auto model = TextModel::load(fixture_model_dir("llama_tiny"));
+  EngineConfig c = test_config();
+  c.device = Device::Cpu;
+  c.kv_dtype = DType::F8_E4M3;
+  try {
+    make_step_backend(c, *model, {}, 512);
+    FAIL() << "--kv-cache-dtype fp8 with --device cpu must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-cache-dtype fp8 runs on the GPU (--device cuda; here: --device cpu)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CudaModelSupport, KvCacheFp8WithMethodsOrF32IsRefusedNamingThem) {
+  const ModelConfig m = qwen2vl_7b_shaped();
+  EngineConfig dense;
+  dense.kv_dtype = DType::F8_E4M3;
+  EXPECT_TRUE(cuda_model_support(m, dense, DType::BF16, 32768).empty())
+      << joined(cuda_model_support(m, dense, DType::BF16, 32768));
+  EXPECT_TRUE(mentions(cuda_model_support(m, dense, DType::F32, 32768), "--kv-cache-dtype fp8 with --dtype float32"));
+  EngineConfig c = all_methods();
+  c.kv_dtype = DType::F8_E4M3;
+  const auto p = cuda_model_support(m, c, DType::BF16, 32768);
+  EXPECT_EQ(p.size(), 2u) << joined(p);  // SinkRouter reads FP8
+  EXPECT_TRUE(mentions(p, "--sparse-prefill mminference with --kv-cache-dtype fp8")) << joined(p);
+  EXPECT_TRUE(mentions(p, "--look-m with --kv-cache-dtype fp8")) << joined(p);
+}
+
 TEST(CudaModelSupport, DeviceAutoFallsBackToTheCpu) {
   // --device auto takes the CPU instead (with a warning) where the GPU cannot run the model.
   if (!cuda_available()) GTEST_SKIP() << "no GPU: auto is the CPU anyway";

@@ -39,8 +39,10 @@ TEST(BackendFlags, KvCacheDtypeGivenWins) {
   EXPECT_EQ(kv_of({{"dtype", "float32"}, {"kv-cache-dtype", "bf16"}}), DType::BF16);
   EXPECT_EQ(kv_of({{"kv-cache-dtype", "f32"}}), DType::F32);
   EXPECT_EQ(kv_of({{"kv-cache-dtype", "f16"}}), DType::F16);
+  EXPECT_EQ(kv_of({{"kv-cache-dtype", "fp8"}}), DType::F8_E4M3);  // vLLM's names: the GPU's FP8 cache
+  EXPECT_EQ(kv_of({{"kv-cache-dtype", "fp8_e4m3"}}), DType::F8_E4M3);
   EXPECT_EXIT(kv_of({{"kv-cache-dtype", "f64"}}), ::testing::ExitedWithCode(2),
-              "--kv-cache-dtype must be auto, f32, bf16 or f16, got 'f64'");
+              "--kv-cache-dtype must be auto, f32, bf16, f16 or fp8, got 'f64'");
 }
 
 // --quantization (vLLM's flag): off unless fp8 is given; anything else is a usage error.

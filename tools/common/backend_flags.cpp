@@ -21,7 +21,9 @@ void add_backend_flags(FlagTable& table) {
       "encode whole)";
   table["kv-cache-dtype"] =
       "auto (default: f32 with --dtype float32, the exact path; else bf16), f32, bf16 or f16: the CPU's KV cache "
-      "(the GPU keeps its cache in the model dtype)";
+      "(the GPU keeps its cache in the model dtype); fp8 (or fp8_e4m3): the GPU's cache in FP8 E4M3 with static "
+      "per-layer, per-head scales (the checkpoint's k_scale/v_scale, else 1.0; Hopper GPUs; not with sparse "
+      "prefill or LOOK-M)";
   table["enforce-eager"] = "1: GPU decode steps without CUDA graphs (default 0: graphs per batch/context bucket)";
   table["quantization"] =
       "none (default) or fp8: the GPU decoder's linear layers quantized to FP8 E4M3 at load (per-channel weight "
@@ -52,8 +54,9 @@ void apply_backend_flags(const std::map<std::string, std::string>& flags, const 
   }
   // After --dtype: auto follows it.
   if (auto it = flags.find("kv-cache-dtype"); it != flags.end() && it->second != "auto") {
-    if (!parse_float_dtype_name(it->second, &config.kv_dtype))
-      parser.fail("--kv-cache-dtype must be auto, f32, bf16 or f16, got '" + it->second + "'");
+    if (it->second == "fp8" || it->second == "fp8_e4m3") config.kv_dtype = DType::F8_E4M3;  // vLLM's names
+    else if (!parse_float_dtype_name(it->second, &config.kv_dtype))
+      parser.fail("--kv-cache-dtype must be auto, f32, bf16, f16 or fp8, got '" + it->second + "'");
   } else {
     config.kv_dtype = config.dtype == DType::F32 ? DType::F32 : DType::BF16;
   }

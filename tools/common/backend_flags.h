@@ -5,8 +5,9 @@
 //   --gpu-memory-utilization F      (0.9; the KV cache takes what weights and activations leave)
 //   --max-media-patches N           (32768; the GPU vision encoder's reservation, in encoder rows)
 //   --gemm-activations f32|bf16     (the older CPU flag: an alias of --dtype float32|bfloat16)
-//   --kv-cache-dtype auto|f32|bf16|f16  (the CPU's KV cache; auto: f32 with --dtype float32, the
-//                                     exact path, else bf16 -- vLLM's auto, the model's dtype)
+//   --kv-cache-dtype auto|f32|bf16|f16|fp8  (the CPU's KV cache; auto: f32 with --dtype float32, the
+//                                     exact path, else bf16 -- vLLM's auto, the model's dtype; fp8: the
+//                                     GPU's FP8 E4M3 cache, refused on the CPU)
 //   --quantization none|fp8         (GPU: FP8 E4M3 decoder linear layers, quantized at load)
 #pragma once
 

@@ -2,7 +2,7 @@
 // and benchmarks.
 //   vlm-generate --model DIR (--prompt-ids 1,2,3 | --prompt-ids @FILE | --prompt "text" [--chat]) [...] [--parallel N]
 //                [--max-tokens 16] [--top-logprobs 5 | --no-logprobs] [--chunk-size 512]
-//                [--kv-cache-dtype auto|f32|bf16|f16] [--block-size 16] [--threads N] [--ignore-eos]
+//                [--kv-cache-dtype auto|f32|bf16|f16|fp8] [--block-size 16] [--threads N] [--ignore-eos]
 //                [--temperature 0] [--top-k K] [--top-p P] [--seed S] [--log-level warn]
 //                [--dtype auto|bfloat16|float16|float32] [--device auto|cpu|cuda]  (tools/common/backend_flags.h)
 // --parallel N runs N sequences at once: sequence i takes the (i mod P)-th of the P prompts given

@@ -2,7 +2,7 @@
 //   vlm-server --model DIR [--served-model-name NAME] [--host 127.0.0.1] [--port 8000]
 //              [--api-key KEY] [--config FILE.json] [--max-num-seqs N] [--max-num-batched-tokens N]
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
-//              [--kv-cache-dtype auto|f32|bf16|f16] [--sink-router off|on] [--sink-router-config FILE]
+//              [--kv-cache-dtype auto|f32|bf16|f16|fp8] [--sink-router off|on] [--sink-router-config FILE]
 //              [--max-waiting N] [--threads N] [--log-level L] [--[no-]enable-prefix-caching]
 //              [--dtype auto|bfloat16|float16|float32] [--device auto|cpu|cuda]
 //              [--allowed-media-domains a,b] [--allowed-local-media-path DIR] [--drain-timeout S]

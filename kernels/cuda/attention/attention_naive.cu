@@ -1,5 +1,6 @@
 // Naive references: the KV write (one thread per element) and paged attention (one thread block
-// per query row and head, scores in shared memory, plain max / sum / P·V in f32).
+// per query row and head, scores in shared memory, plain max / sum / P·V in f32). An F8_E4M3
+// cache: element by element, fp8_kv_store under the head's scale, fp8_kv_load times it.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -23,6 +24,11 @@ __global__ void kv_write_naive_kernel(KVView kv, DType cache, const void* k, con
     const int32_t slot = slots[t];
     if (slot < 0) continue;
     const int64_t dst = kv.offset(slot / kv.block_size, h, slot % kv.block_size) + d;
+    if (cache == DType::F8_E4M3) {
+      static_cast<uint8_t*>(kv.k)[dst] = fp8_kv_store(load_f32(k, act, i), 1.f / kv.k_scale[h]);
+      static_cast<uint8_t*>(kv.v)[dst] = fp8_kv_store(load_f32(v, act, i), 1.f / kv.v_scale[h]);
+      continue;
+    }
     store_f32(kv.k, cache, dst, load_f32(k, act, i));
     store_f32(kv.v, cache, dst, load_f32(v, act, i));
   }
@@ -58,12 +64,14 @@ __global__ void attention_naive_kernel(const void* q, DType act, int H, KVView k
   auto row_offset = [&](int j) {  // element offset of key j's row of head hk
     return kv.offset(table[j / B], hk, j % B);
   };
+  const bool fp8 = cache == DType::F8_E4M3;
+  const float ks = fp8 ? kv.k_scale[hk] : 1.f, vs = fp8 ? kv.v_scale[hk] : 1.f;
 
   float mx = -INFINITY;
   for (int j = threadIdx.x; j <= pos; j += blockDim.x) {
     const int64_t kr = row_offset(j);
     float dot = 0.f;
-    for (int d = 0; d < D; ++d) dot += load_f32(q, act, qrow + d) * load_f32(kv.k, cache, kr + d);
+    for (int d = 0; d < D; ++d) dot += load_f32(q, act, qrow + d) * (load_f32(kv.k, cache, kr + d) * ks);
     scores[j] = dot * scale;
     mx = fmaxf(mx, scores[j]);
   }
@@ -76,7 +84,7 @@ __global__ void attention_naive_kernel(const void* q, DType act, int H, KVView k
   sum = block_reduce(sum, false, red);  // its barrier also publishes scores[]
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0.f;
-    for (int j = 0; j <= pos; ++j) acc += scores[j] * load_f32(kv.v, cache, row_offset(j) + d);
+    for (int j = 0; j <= pos; ++j) acc += scores[j] * (load_f32(kv.v, cache, row_offset(j) + d) * vs);
     store_f32(out, act, qrow + d, acc / sum);
   }
 }
@@ -86,6 +94,7 @@ __global__ void attention_naive_kernel(const void* q, DType act, int H, KVView k
 void paged_kv_write_naive(const PagedKVLayer& kv, const void* k, const void* v, DType act,
                           const int32_t* slot_mapping, int64_t T, cudaStream_t stream) {
   if (T == 0) return;
+  if (kv.dtype == DType::F8_E4M3) check_fp8_cache(kv, "paged_kv_write_naive");
   kv_write_naive_kernel<<<1024, 256, 0, stream>>>(kv_view(kv), kv.dtype, k, v, act, slot_mapping, T);
   VLM_CUDA_CHECK_LAUNCH();
 }
@@ -95,6 +104,7 @@ void paged_attention_naive(const void* q, DType act, int num_heads, const PagedK
   VLM_CHECK(batch.max_context_len <= kNaiveMaxContext, "naive attention: context {} > {}",
             batch.max_context_len, kNaiveMaxContext);
   VLM_CHECK(num_heads % kv.num_kv_heads == 0, "H {} not a multiple of Hkv {}", num_heads, kv.num_kv_heads);
+  if (kv.dtype == DType::F8_E4M3) check_fp8_cache(kv, "naive attention");
   if (batch.num_seqs == 0 || batch.max_q_len == 0) return;
   const dim3 grid(batch.max_q_len, num_heads, batch.num_seqs);
   attention_naive_kernel<<<grid, kNaiveThreads, 0, stream>>>(q, act, num_heads, kv_view(kv), kv.dtype, batch,

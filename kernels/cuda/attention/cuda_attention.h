@@ -10,7 +10,15 @@
 //    dependent launch inside an active PdlScope (kernels/cuda/core/pdl.h: they wait for the
 //    kernel before them before touching memory; the same results).
 //  - Activations (q, k, v, out) are F32, BF16 or F16 (`act`); the cache dtype is kv.dtype (F32,
-//    BF16 or F16); arithmetic is f32 (accumulators, softmax), tensor-core inputs are bf16/f16.
+//    BF16, F16 or F8_E4M3); arithmetic is f32 (accumulators, softmax), tensor-core inputs are bf16/f16.
+//  - F8_E4M3 cache (--kv-cache-dtype fp8): kv.k_scale/v_scale [Hkv] f32 device pointers must be set
+//    (InternalError otherwise); an element x of head h is stored as e4m3(x * (1 / scale[h])),
+//    rounded to nearest even and saturated to +-448, and read as its value times scale[h]
+//    (paged_kv.h). paged_kv_write, rope_split_q_kv_write, paged_prefill_attention (the mma.sync
+//    kernel, never wgmma), paged_decode_attention and the naive references read/write it. The tiled kernels
+//    compute on the stored values exactly (E4M3 converts to bf16 exactly, q is rounded to bf16):
+//    K's scale multiplies `scale`, V's the output. SinkRouter reads it too (cuda_sink_router.h);
+//    cuDNN, block-sparse prefill and LOOK-M do not: the engine refuses those combinations at start.
 //  - The batch (CudaAttentionBatch) means what AttentionBatch means on the CPU
 //    (kernels/attention/paged_attention.h): sequence s owns query rows [cu_seqlens_q[s],
 //    cu_seqlens_q[s+1]) and its cache holds context_lens[s] tokens, this step's included (written
@@ -72,7 +80,8 @@ void paged_kv_write_naive(const PagedKVLayer& kv, const void* k /*[T,Hkv,D]*/,
 // fused with paged_kv_write: q [T, H, D] as rope_split_qkv writes it, the rotated k and the v
 // rows written straight into their slots of the cache (slot -1: skipped), the same bytes as
 // rope_split_qkv then paged_kv_write, in one pass over qkv. qkv [T, (H + 2 Hkv) D] (act);
-// table [T, R] (cos | sin). Needs rope_kv_write_supported (else call the two).
+// table [T, R] (cos | sin). Needs rope_kv_write_supported (act BF16/F16 and a cache of act's
+// dtype or F8_E4M3; else call the two).
 // With `norm` (q_w non-null: Qwen3's q/k RMSNorm, weights [D] f32 each) the q and k heads are
 // normalized first, the same bits as cuda::head_rms_norm in place then this call without it;
 // needs head_norm_x8_supported(D) (D / 8 a power of two <= 32).

@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,6 +27,8 @@ struct KVView {
   int64_t head_stride;   // elements per head of a block: B * D
   int block_size, num_kv_heads, head_dim;
   int block_shift;  // log2(block_size) when it is a power of two, else -1
+  const float* k_scale;  // [Hkv]: F8_E4M3 caches only (PagedKVLayer::k_scale), else null
+  const float* v_scale;
   // Element offset of row `off` of head h in block `block`.
   __device__ __forceinline__ int64_t offset(int64_t block, int h, int off) const {
     return block * block_stride + h * head_stride + int64_t(off) * head_dim;
@@ -40,16 +43,34 @@ inline KVView kv_view(const PagedKVLayer& kv) {
   int shift = -1;
   for (int b = 0; b < 31; ++b)
     if (kv.block_size == (1 << b)) shift = b;
-  return {kv.k, kv.v, kv.block_stride(), kv.head_stride(), kv.block_size, kv.num_kv_heads, kv.head_dim, shift};
+  return {kv.k,           kv.v,          kv.block_stride(), kv.head_stride(), kv.block_size, kv.num_kv_heads,
+          kv.head_dim,    shift,         kv.k_scale,        kv.v_scale};
 }
 
-// Run-time dtype load/store, for naive code.
+// FP8 E4M3 cache elements (paged_kv.h's convention): the stored byte of x under a head's scale
+// (x * (1 / scale), rounded to nearest even, saturated to +-448: kernels/core/fp8.h's
+// f32_to_fp8_e4m3 of the same product), and the value a byte holds before its scale (exact).
+__device__ __forceinline__ uint8_t fp8_kv_store(float x, float inv_scale) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x * inv_scale, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float fp8_kv_load(uint8_t v) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3)));
+}
+
+// Run-time dtype load/store, for naive code (F8_E4M3: the byte's value before its scale).
 __device__ __forceinline__ float load_f32(const void* p, DType t, int64_t i) {
   switch (t) {
+    case DType::F8_E4M3: return fp8_kv_load(static_cast<const uint8_t*>(p)[i]);
     case DType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
     case DType::F16: return __half2float(static_cast<const __half*>(p)[i]);
     default: return static_cast<const float*>(p)[i];
   }
+}
+// Element i of the cache's K (value: V) of KV head h as the value it represents: load_f32, times
+// the head's scale for an F8_E4M3 cache. For naive code.
+__device__ __forceinline__ float load_kv_f32(const KVView& kv, DType t, bool value, int h, int64_t i) {
+  const float x = load_f32(value ? kv.v : kv.k, t, i);
+  return t == DType::F8_E4M3 ? x * (value ? kv.v_scale : kv.k_scale)[h] : x;
 }
 __device__ __forceinline__ void store_f32(void* p, DType t, int64_t i, float x) {
   switch (t) {
@@ -99,6 +120,21 @@ void dispatch_tensor_core(const PagedKVLayer& kv, DType act, Fn&& fn) {
     };
     if (kv.dtype == DType::BF16) run(__nv_bfloat16{});
     else run(__half{});
+  });
+}
+
+// An F8_E4M3 cache's preconditions (its scales are set), named after `what`.
+inline void check_fp8_cache(const PagedKVLayer& kv, const char* what) {
+  VLM_CHECK(kv.k_scale != nullptr && kv.v_scale != nullptr, "{}: an F8_E4M3 cache without its k/v scales", what);
+}
+
+// For an F8_E4M3 cache: calls fn(d, a) with d = std::integral_constant<int, D> (64 or 128) and a
+// a value of the activations' element type (F32, BF16 or F16).
+template <class Fn>
+void dispatch_fp8_cache(const PagedKVLayer& kv, DType act, Fn&& fn) {
+  dispatch_float(act, [&](auto a) {
+    if (kv.head_dim == 64) fn(std::integral_constant<int, 64>{}, a);
+    else fn(std::integral_constant<int, 128>{}, a);
   });
 }
 

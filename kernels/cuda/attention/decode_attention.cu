@@ -28,9 +28,13 @@
 // and the cluster merges them through distributed shared memory (decode::cluster_merge), with
 // no workspace writes, fences, counters or L2 reads; an empty split (a shorter sequence of the
 // batch) still takes part with m = -inf. The merges: decode_merge.cuh.
+// An F8_E4M3 cache (kFp8): the same kernel with bf16 mma; each 64-key tile is copied as bytes
+// (cp.async, two stages) and converted to bf16 in shared memory before the mma (fp8_kv_tile.cuh);
+// K's per-head scale multiplies the softmax scale, V's the group's output rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -40,6 +44,7 @@
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
 #include "kernels/cuda/attention/decode_merge.cuh"
+#include "kernels/cuda/attention/fp8_kv_tile.cuh"
 #include "kernels/cuda/attention/mma_tile.cuh"
 #include "kernels/cuda/core/pdl.cuh"
 
@@ -110,6 +115,8 @@ __device__ __forceinline__ RoutedPlan routed_plan(const uint8_t* skip /*[Hkv]*/,
   return p;
 }
 
+// Q, then two stages of K and V tiles (an FP8 cache: two stages of byte tiles and one bf16 tile
+// of K and V, the same bytes), later reused by the warps' merge.
 template <int D, class T>
 constexpr int decode_smem_bytes() {
   return std::max((kRows * D + 2 * 2 * kBN * D) * int(sizeof(T)),
@@ -173,7 +180,7 @@ __device__ void reduce_group(const float* ws, const float* ml, int ws_stride, in
 // [k_begin, k_end) asked of L2 (one thread per block). Safe before the wait: the block table and
 // lengths are the step's metadata (uploaded before its first kernel), and L2 is coherent, so a
 // line the RoPE kernel writes after its prefetch is still read fresh.
-template <class T>
+template <class T>  // T: the cache's element (uint8_t for an FP8 cache)
 __device__ __forceinline__ void prefetch_kv(const KVView& kv, const int32_t* table, int hk, int k_begin, int k_end) {
   const uint32_t bytes = uint32_t(kv.head_stride * int64_t(sizeof(T)));
   for (int b = k_begin / kv.block_size + int(threadIdx.x); b <= (k_end - 1) / kv.block_size; b += kThreads) {
@@ -191,7 +198,7 @@ constexpr bool cluster_part_fits() {
 }
 static_assert(cluster_part_fits<64, __half>() && cluster_part_fits<128, __half>(), "cluster partial past smem");
 
-template <int D, class T, class TQ>
+template <int D, class T, class TQ, bool kFp8>
 __global__ void __launch_bounds__(kThreads)
 decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
                     int partition, float* __restrict__ ws, TQ* __restrict__ out, int* __restrict__ counters,
@@ -199,7 +206,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   if (prefetch && batch.group_skip == nullptr) {  // dense plans: this CTA's keys (a routed plan's need the flags)
     const int ctx0 = batch.context_lens[blockIdx.z], k0 = int(blockIdx.x) * partition;
     if (k0 < ctx0)
-      prefetch_kv<T>(kv, batch.block_tables + int64_t(blockIdx.z) * batch.max_blocks_per_seq, int(blockIdx.y), k0,
+      prefetch_kv<std::conditional_t<kFp8, uint8_t, T>>(kv, batch.block_tables + int64_t(blockIdx.z) * batch.max_blocks_per_seq, int(blockIdx.y), k0,
                      min(ctx0, k0 + partition));
   }
   pdl_wait();  // PDL (pdl.cuh): q, the new keys and the counters come from earlier kernels
@@ -212,6 +219,12 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   T* const kv_smem = sq + kRows * D;
   auto sk = [&](int i) { return kv_smem + i * 2 * kBN * D; };
   auto sv = [&](int i) { return kv_smem + i * 2 * kBN * D + kBN * D; };
+  // FP8: stage i's byte tiles, then the one bf16 tile of K and of V they are converted into.
+  uint8_t* const fp8_smem = reinterpret_cast<uint8_t*>(kv_smem);
+  auto bk = [&](int i) { return fp8_smem + i * 2 * kBN * D; };
+  auto bv = [&](int i) { return fp8_smem + i * 2 * kBN * D + kBN * D; };
+  T* const ck = reinterpret_cast<T*>(fp8_smem + 4 * kBN * D);
+  T* const cv = ck + kBN * D;
   int split = blockIdx.x, hk = blockIdx.y;
   const int s = blockIdx.z;
   const int ctx = batch.context_lens[s];
@@ -248,8 +261,10 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   const int32_t* table = batch.block_tables + int64_t(s) * batch.max_blocks_per_seq;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int num_tiles = (k_end - k_begin + kBN - 1) / kBN;
+  if constexpr (kFp8) scale_log2 *= kv.k_scale[hk];
 
-  tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, k_begin, k_end, sk(0), sv(0), tid);
+  if constexpr (kFp8) tile::load_kv_tile_fp8<kBN, D, kThreads>(kv, table, hk, k_begin, k_end, bk(0), bv(0), tid);
+  else tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, k_begin, k_end, sk(0), sv(0), tid);
   tile::cp_async_commit();
   for (int i = tid; i < kRows * D / 8; i += kThreads) {
     const int r = i / (D / 8), c = (i % (D / 8)) * 8;
@@ -269,13 +284,27 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   const int t4 = lane % 4, g = lane / 4;
   for (int n = 0; n < num_tiles; ++n) {
     const int key0 = k_begin + n * kBN;
-    if (n + 1 < num_tiles)
-      tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, key0 + kBN, k_end, sk((n + 1) & 1), sv((n + 1) & 1), tid);
+    if (n + 1 < num_tiles) {
+      if constexpr (kFp8)
+        tile::load_kv_tile_fp8<kBN, D, kThreads>(kv, table, hk, key0 + kBN, k_end, bk((n + 1) & 1), bv((n + 1) & 1),
+                                                 tid);
+      else
+        tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, key0 + kBN, k_end, sk((n + 1) & 1), sv((n + 1) & 1), tid);
+    }
     tile::cp_async_commit();
     tile::cp_async_wait<1>();
     __syncthreads();
+    const T* tk = sk(n & 1);
+    const T* tv = sv(n & 1);
+    if constexpr (kFp8) {  // this stage's bytes -> the bf16 tiles (read by the previous tile's mma: synced)
+      tile::convert_fp8_tile<kBN, D, kThreads>(bk(n & 1), ck, tid);
+      tile::convert_fp8_tile<kBN, D, kThreads>(bv(n & 1), cv, tid);
+      __syncthreads();
+      tk = ck;
+      tv = cv;
+    }
     float sc[1][2][4] = {};
-    tile::qk_tile<D, 2>(sc[0], qf, sk(n & 1), warp * 16, lane);
+    tile::qk_tile<D, 2>(sc[0], qf, tk, warp * 16, lane);
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -284,7 +313,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
         if (key >= k_end) sc[0][j][e] = -INFINITY;
       }
     tile::online_softmax<D, 2>(sc[0], m, l, o[0], scale_log2);
-    tile::pv_tile<D, 2, 1>(o, sc, sv(n & 1), warp * 16, lane);
+    tile::pv_tile<D, 2, 1>(o, sc, tv, warp * 16, lane);
     __syncthreads();
   }
 
@@ -308,6 +337,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   }
   __syncthreads();
   const int h0 = hk * G;
+  const float v_scale = kFp8 ? kv.v_scale[hk] : 1.f;  // O is linear in V
   for (int i = tid; i < G * D; i += kThreads) {
     const int row = i / D, d = i % D;
     float mx = -INFINITY;
@@ -320,6 +350,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
       acc += f * at(w, row)[d];
       lsum += f * at(w, row)[D + 1];
     }
+    if constexpr (kFp8) acc *= v_scale;
     const int64_t qh = int64_t(s) * H + h0 + row;
     if (mode == kModeCluster) {  // this split's partial [G][D + 2] for cluster_merge
       float* part = reinterpret_cast<float*>(smem_raw + kClusterPartOffset<D, T>) + row * (D + 2);
@@ -466,10 +497,10 @@ int decode_mode(DecodeKernel kernel, bool routed) {
 // device: sm_90+, sizes above 8 allowed (non-portable), and at least one such cluster resident
 // (cudaOccupancyMaxActiveClusters); probed once per kernel for every n (after launch_decode has
 // allowed its shared memory).
-template <int D, class T, class TQ>
+template <int D, class T, class TQ, bool kFp8>
 bool cluster_launch_ok(int n) {
   static const auto ok = [] {
-    auto* const kernel = decode_split_kernel<D, T, TQ>;
+    auto* const kernel = decode_split_kernel<D, T, TQ, kFp8>;
     constexpr int smem = decode_smem_bytes<D, T>();
     std::array<bool, decode::kMaxCluster + 1> r{};
     int dev = 0, major = 0;
@@ -499,21 +530,21 @@ bool cluster_launch_ok(int n) {
   return n >= 2 && n <= decode::kMaxCluster && ok[n];
 }
 
-template <int D, class T, class TQ>
+template <int D, class T, class TQ, bool kFp8>
 void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                    void* out, void* workspace, int32_t* counters, int mode, cudaStream_t stream) {
   constexpr int smem = decode_smem_bytes<D, T>();
-  static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ>, smem);
+  static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ, kFp8>, smem);
   (void)smem_ok;
   static const int blocks_per_sm = [] {
     int n = 0;
-    VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<D, T, TQ>, kThreads, smem));
+    VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<D, T, TQ, kFp8>, kThreads, smem));
     return std::max(1, n);
   }();
-  auto* const kernel = decode_split_kernel<D, T, TQ>;
+  auto* const kernel = decode_split_kernel<D, T, TQ, kFp8>;
   DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm, mode);
   if (mode == kModeCluster) {
-    if (cluster_launch_ok<D, T, TQ>(plan.max_splits)) {  // one cluster per (sequence, group)
+    if (cluster_launch_ok<D, T, TQ, kFp8>(plan.max_splits)) {  // one cluster per (sequence, group)
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
       cfg.blockDim = dim3(kThreads, 1, 1);
@@ -549,7 +580,7 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
   const int merge_floats = v2 ? (2 * G * ws_stride + G + 3) / 4 * 4 + G * D : G * ws_stride + G;
   const bool merged = counters != nullptr && ws != nullptr && plan.max_splits <= merged_reduce_max_splits() &&
                       merge_floats * 4 <= smem;
-  launch_pdl(decode_split_kernel<D, T, TQ>, grid, kThreads, smem, stream, static_cast<const TQ*>(q), H, kv_view(kv),
+  launch_pdl(decode_split_kernel<D, T, TQ, kFp8>, grid, kThreads, smem, stream, static_cast<const TQ*>(q), H, kv_view(kv),
              batch, scale * float(M_LOG2E), plan.partition, ws, static_cast<TQ*>(out), merged ? counters : nullptr,
              mode, int(pdl_active()));
   if (ws == nullptr || merged) return;
@@ -582,9 +613,17 @@ void paged_decode_attention(const void* q, DType act, int num_heads, const Paged
     return;
   }
   const int mode = decode_mode(kernel, batch.group_skip != nullptr);
+  if (kv.dtype == DType::F8_E4M3) {
+    check_fp8_cache(kv, "decode attention");
+    dispatch_fp8_cache(kv, act, [&](auto d, auto a) {
+      launch_decode<decltype(d)::value, __nv_bfloat16, decltype(a), true>(q, num_heads, kv, batch, scale, out,
+                                                                          workspace, counters, mode, stream);
+    });
+    return;
+  }
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
-    launch_decode<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, scale, out, workspace, counters,
-                                                                 mode, stream);
+    launch_decode<decltype(d)::value, decltype(c), decltype(a), false>(q, num_heads, kv, batch, scale, out, workspace,
+                                                                        counters, mode, stream);
   });
 }
 

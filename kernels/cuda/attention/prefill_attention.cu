@@ -4,6 +4,9 @@
 // accumulators; Q stays in shared memory; 64-key K/V tiles stream through shared memory
 // (cp.async, two stages). The causal diagonal needs masking only in the last tiles. Query tiles are
 // scheduled longest first. An F32 cache goes to the f32 (no TF32) kernel in attention_f32.cu.
+// An F8_E4M3 cache (kFp8) runs this kernel with bf16 mma: each K/V tile is copied as bytes and
+// converted to bf16 in shared memory (fp8_kv_tile.cuh); K's per-head scale multiplies the softmax
+// scale, V's the output rows.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -13,6 +16,7 @@
 #include "kernels/cuda/attention/attention_f32.cuh"
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
+#include "kernels/cuda/attention/fp8_kv_tile.cuh"
 #include "kernels/cuda/attention/mma_tile.cuh"
 #include "kernels/cuda/attention/prefill_sm90_launch.h"
 
@@ -23,11 +27,13 @@ using namespace tile::fa2;  // the CTA shape: kWarps, kMT, kWarpRows, kBM, kThre
 
 template <int D, int kBN, class T>
 constexpr int prefill_smem_bytes() {
-  return (kBM * D + 2 * 2 * kBN * D) * int(sizeof(T));  // Q, then two stages of K and V
+  // Q, then two stages of K and V (FP8: two stages of byte tiles, then one bf16 tile of K and V:
+  // the same bytes)
+  return (kBM * D + 2 * 2 * kBN * D) * int(sizeof(T));
 }
 
 // Grid: (query tiles, H, num_seqs); tile index reversed so the longest (last) tiles start first.
-template <int D, int kBN, class T, class TQ>  // kBN: keys per tile
+template <int D, int kBN, class T, class TQ, bool kFp8>  // kBN: keys per tile
 __global__ void __launch_bounds__(kThreads, 2)
 prefill_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
                TQ* __restrict__ out) {
@@ -38,6 +44,11 @@ prefill_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch ba
   T* const kv_smem = sq + kBM * D;
   auto sk = [&](int i) { return kv_smem + i * 2 * kBN * D; };
   auto sv = [&](int i) { return kv_smem + i * 2 * kBN * D + kBN * D; };
+  uint8_t* const fp8_smem = reinterpret_cast<uint8_t*>(kv_smem);  // FP8: byte stages, then bf16 K, V
+  auto bk = [&](int i) { return fp8_smem + i * 2 * kBN * D; };
+  auto bv = [&](int i) { return fp8_smem + i * 2 * kBN * D + kBN * D; };
+  T* const ck = reinterpret_cast<T*>(fp8_smem + 4 * kBN * D);
+  T* const cv = ck + kBN * D;
 
   const int s = blockIdx.z, h = blockIdx.y;
   const int t0 = batch.cu_seqlens_q[s];
@@ -52,8 +63,10 @@ prefill_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch ba
   const int rows = min(kBM, q_len - m0);
   const int key_end = pos0 + rows;                          // keys [0, key_end) are visible to some row
   const int num_tiles = (key_end + kBN - 1) / kBN;
+  if constexpr (kFp8) scale_log2 *= kv.k_scale[hk];
 
-  tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, 0, key_end, sk(0), sv(0), tid);
+  if constexpr (kFp8) tile::load_kv_tile_fp8<kBN, D, kThreads>(kv, table, hk, 0, key_end, bk(0), bv(0), tid);
+  else tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, 0, key_end, sk(0), sv(0), tid);
   tile::cp_async_commit();
 
   // Q tile -> shared (converted to T; rows past q_len are zero).
@@ -73,14 +86,29 @@ prefill_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch ba
 
   for (int n = 0; n < num_tiles; ++n) {
     const int key0 = n * kBN;
-    if (n + 1 < num_tiles)
-      tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, key0 + kBN, key_end, sk((n + 1) & 1), sv((n + 1) & 1), tid);
+    if (n + 1 < num_tiles) {
+      if constexpr (kFp8)
+        tile::load_kv_tile_fp8<kBN, D, kThreads>(kv, table, hk, key0 + kBN, key_end, bk((n + 1) & 1),
+                                                 bv((n + 1) & 1), tid);
+      else
+        tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, key0 + kBN, key_end, sk((n + 1) & 1), sv((n + 1) & 1),
+                                             tid);
+    }
     tile::cp_async_commit();
     tile::cp_async_wait<1>();
     __syncthreads();  // also publishes the Q tile on the first pass
+    const T* tk = sk(n & 1);
+    const T* tv = sv(n & 1);
+    if constexpr (kFp8) {  // this stage's bytes -> the bf16 tiles (the previous tile's mma is done: synced)
+      tile::convert_fp8_tile<kBN, D, kThreads>(bk(n & 1), ck, tid);
+      tile::convert_fp8_tile<kBN, D, kThreads>(bv(n & 1), cv, tid);
+      __syncthreads();
+      tk = ck;
+      tv = cv;
+    }
     if (key0 <= warp_pos + kWarpRows - 1) {  // a warp whose rows see none of this tile skips it
       float sc[kMT][kBN / 8][4] = {};
-      tile::qk_tile_smem<D, kBN / 8, kMT>(sc, sq, warp * kWarpRows, sk(n & 1), 0, lane);
+      tile::qk_tile_smem<D, kBN / 8, kMT>(sc, sq, warp * kWarpRows, tk, 0, lane);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         if (key0 + kBN - 1 > warp_pos + mt * 16) {  // the causal diagonal crosses this slab
@@ -94,36 +122,45 @@ prefill_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch ba
         }
         tile::online_softmax<D, kBN / 8>(sc[mt], m[mt], l[mt], o[mt], scale_log2);
       }
-      tile::pv_tile<D, kBN / 8, kMT>(o, sc, sv(n & 1), 0, lane);
+      tile::pv_tile<D, kBN / 8, kMT>(o, sc, tv, 0, lane);
     }
     __syncthreads();
   }
 
+  if constexpr (kFp8) {  // O is linear in V: its scale once, on the unnormalized rows
+    const float vs = kv.v_scale[hk];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[mt][n][e] *= vs;
+  }
   tile::store_slabs<D>(out + (int64_t(t0 + m0) * H + h) * D, int64_t(H) * D, D, o, l, warp * kWarpRows, rows, lane);
 }
 
-template <int D, int kBN, class T, class TQ>
+template <int D, int kBN, class T, class TQ, bool kFp8>
 void launch_prefill_bn(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                        void* out, cudaStream_t stream) {
   constexpr int smem = prefill_smem_bytes<D, kBN, T>();
-  static const bool smem_ok = allow_dynamic_smem(prefill_kernel<D, kBN, T, TQ>, smem);
+  static const bool smem_ok = allow_dynamic_smem(prefill_kernel<D, kBN, T, TQ, kFp8>, smem);
   (void)smem_ok;
   const dim3 grid((batch.max_q_len + kBM - 1) / kBM, H, batch.num_seqs);
-  prefill_kernel<D, kBN, T, TQ><<<grid, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch,
+  prefill_kernel<D, kBN, T, TQ, kFp8><<<grid, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch,
                                                              scale * float(M_LOG2E), static_cast<TQ*>(out));
   VLM_CUDA_CHECK_LAUNCH();
 }
 
 // Keys per tile: 64 unless VLM_CUDA_PREFILL_BN=32 (a tuning switch for bench_cuda_attention).
-template <int D, class T, class TQ>
+template <int D, class T, class TQ, bool kFp8>
 void launch_prefill(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                     void* out, cudaStream_t stream) {
   static const bool bn32 = [] {
     const char* e = std::getenv("VLM_CUDA_PREFILL_BN");
     return e != nullptr && std::string(e) == "32";
   }();
-  if (bn32) launch_prefill_bn<D, 32, T, TQ>(q, H, kv, batch, scale, out, stream);
-  else launch_prefill_bn<D, 64, T, TQ>(q, H, kv, batch, scale, out, stream);
+  if (bn32) launch_prefill_bn<D, 32, T, TQ, kFp8>(q, H, kv, batch, scale, out, stream);
+  else launch_prefill_bn<D, 64, T, TQ, kFp8>(q, H, kv, batch, scale, out, stream);
 }
 
 // The Hopper kernel kAuto takes (measured: bench/RESULTS.md, "GPU attention kernels").
@@ -140,6 +177,14 @@ void paged_prefill_attention(const void* q, DType act, int num_heads, const Page
     attention_f32(q, act, num_heads, kv, batch, scale, out, /*decode=*/false, stream);
     return;
   }
+  if (kv.dtype == DType::F8_E4M3) {  // the mma.sync kernel (the wgmma ones read 16-bit caches)
+    check_fp8_cache(kv, "prefill attention");
+    dispatch_fp8_cache(kv, act, [&](auto d, auto a) {
+      launch_prefill<decltype(d)::value, __nv_bfloat16, decltype(a), true>(q, num_heads, kv, batch, scale, out,
+                                                                           stream);
+    });
+    return;
+  }
   static const PrefillKernel env_choice = [] {
     const char* e = std::getenv("VLM_CUDA_PREFILL_KERNEL");
     const std::string v = e ? e : "";
@@ -154,7 +199,7 @@ void paged_prefill_attention(const void* q, DType act, int num_heads, const Page
     return;
   }
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
-    launch_prefill<decltype(d)::value, decltype(c), decltype(a)>(q, num_heads, kv, batch, scale, out, stream);
+    launch_prefill<decltype(d)::value, decltype(c), decltype(a), false>(q, num_heads, kv, batch, scale, out, stream);
   });
 }
 

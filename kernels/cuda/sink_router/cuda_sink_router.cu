@@ -1,4 +1,5 @@
-// SinkRouter's anchor gather and group routing kernels (contract in cuda_sink_router.h).
+// SinkRouter's anchor gather and group routing kernels (contract in cuda_sink_router.h). An
+// F8_E4M3 cache is read as the values it represents (load_kv_f32: times the head's scale).
 #include "kernels/cuda/sink_router/cuda_sink_router.h"
 
 #include <cuda_runtime.h>
@@ -18,8 +19,8 @@ __global__ void gather_anchor_kernel(KVView kv, DType dt, const int32_t* __restr
   const int64_t block = tables[int64_t(s) * max_blocks];
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int64_t off = kv.offset(block, i / kv.head_dim, 0) + i % kv.head_dim;
-    ak[int64_t(s) * n + i] = load_f32(kv.k, dt, off);
-    if (av) av[int64_t(s) * n + i] = load_f32(kv.v, dt, off);
+    ak[int64_t(s) * n + i] = load_kv_f32(kv, dt, false, i / kv.head_dim, off);
+    if (av) av[int64_t(s) * n + i] = load_kv_f32(kv, dt, true, i / kv.head_dim, off);
   }
 }
 
@@ -78,8 +79,8 @@ __global__ void route_kernel(const TQ* __restrict__ q, int H, AnchorSource src, 
       if (src.av) src.av[s * n + i] = store ? store[(int64_t(src.num_layers) + src.layer) * n + i] : 0.f;
     } else {
       const int64_t off = src.kv.offset(block, i / D, 0) + i % D;
-      anchor[i / D * P + i % D] = load_f32(src.kv.k, src.dt, off);
-      if (src.av) src.av[int64_t(s) * Hkv * D + i] = load_f32(src.kv.v, src.dt, off);
+      anchor[i / D * P + i % D] = load_kv_f32(src.kv, src.dt, false, i / D, off);
+      if (src.av) src.av[int64_t(s) * Hkv * D + i] = load_kv_f32(src.kv, src.dt, true, i / D, off);
     }
   }
   if (on)
@@ -156,7 +157,7 @@ __global__ void first_token_mass_kernel(const TQ* __restrict__ q, int H, KVView 
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     const int64_t off = kv.offset(table[j / kv.block_size], g, j % kv.block_size);
     float dot = 0.f;
-    for (int d = 0; d < D; ++d) dot += qs[d] * load_f32(kv.k, dt, off + d);
+    for (int d = 0; d < D; ++d) dot += qs[d] * load_kv_f32(kv, dt, false, g, off + d);
     const float x = dot * scale;
     if (j == 0) l0 = x;
     const float mn = fmaxf(m, x);

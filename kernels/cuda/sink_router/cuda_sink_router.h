@@ -9,7 +9,9 @@
 // the same order of operations, no FMA contraction; IEEE sqrt and division) and tau(L) is
 // SinkRouterConfig::threshold's double arithmetic, so on the same q and anchors the decisions are
 // the CPU's bit for bit. Contract as kernels/cuda/attention/cuda_attention.h: device pointers,
-// work on `stream`, no sync, no allocation.
+// work on `stream`, no sync, no allocation. An F8_E4M3 cache (kv.k_scale/v_scale set) is read as
+// the values it represents (fp8 * the head's scale), so anchors and scores are those of the
+// dequantized cache.
 #pragma once
 
 #include <cstdint>

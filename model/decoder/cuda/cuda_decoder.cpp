@@ -19,6 +19,7 @@
 #include "kernels/cuda/ops/ops_cuda.h"
 #include "model/layers/cuda/cuda_fp8_linear.h"
 #include "kernels/ops/rope.h"
+#include "model/decoder/kv_cache_scales.h"
 
 namespace vlm {
 
@@ -41,7 +42,7 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
       opt_(options),
       fused_norm_(options.fused_norm < 0 ? fused_norm_env() : options.fused_norm != 0),
       fused_reduce_(options.fused_decode_reduce < 0 ? fused_reduce_env() : options.fused_decode_reduce != 0),
-      cudnn_(options.cudnn_prefill, options.cudnn_min_tokens, options.cudnn_bucket) {
+      cudnn_(options.kv_fp8 ? 0 : options.cudnn_prefill, options.cudnn_min_tokens, options.cudnn_bucket) {
   VLM_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16,
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));
   VLM_CUDA_CHECK(cudaSetDevice(opt_.device));
@@ -59,6 +60,10 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
                                                    : "the checkpoint's " + stored.describe() + " weights");
     VLM_LOG_INFO("GPU: FP8 linear layers ({})", opt_.quantize_fp8 ? "quantized at load, per-channel scales"
                                                                   : stored.describe() + ", per-channel on the GPU");
+  }
+  if (opt_.kv_fp8) {
+    VLM_CHECK(opt_.dtype != DType::F32, "an FP8 KV cache under the f32 exact path");
+    require_fp8_gpu(opt_.device, "--kv-cache-dtype fp8");
   }
   layers_ = std::make_unique<CudaLayers>(opt_.dtype, opt_.quantize_fp8 ? CudaFp8::kAll
                                                      : stored_fp8     ? CudaFp8::kStored
@@ -78,7 +83,7 @@ CudaDecoder::~CudaDecoder() {
 
 int64_t CudaDecoder::kv_bytes_per_block() const {
   const ModelConfig& c = config();
-  return 2 * c.num_layers * c.num_kv_heads * opt_.block_size * c.head_dim * static_cast<int64_t>(dtype_size(opt_.dtype));
+  return 2 * c.num_layers * c.num_kv_heads * opt_.block_size * c.head_dim * static_cast<int64_t>(dtype_size(kv_dtype()));
 }
 
 void CudaDecoder::allocate_cache() {
@@ -105,11 +110,31 @@ void CudaDecoder::allocate_cache() {
   kv_.resize(static_cast<size_t>(num_blocks_ * per_block));
   VLM_CUDA_CHECK(cudaMemsetAsync(kv_.get(), 0, kv_.bytes(), stream_));
   const int64_t layer_bytes = num_blocks_ * per_block / (2 * c.num_layers);
+  const float* scales = nullptr;  // FP8: [L, 2, Hkv]
+  if (opt_.kv_fp8) {
+    const KvCacheScales ks = kv_cache_scales(host_.weights(), host_.names().prefix, c.num_layers, c.num_kv_heads);
+    std::vector<float> host(static_cast<size_t>(2 * c.num_layers * c.num_kv_heads));
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+        host[static_cast<size_t>((2 * l) * c.num_kv_heads + h)] = ks.k[static_cast<size_t>(l * c.num_kv_heads + h)];
+        host[static_cast<size_t>((2 * l + 1) * c.num_kv_heads + h)] = ks.v[static_cast<size_t>(l * c.num_kv_heads + h)];
+      }
+    kv_scales_.resize(host.size() * sizeof(float));
+    VLM_CUDA_CHECK(cudaMemcpy(kv_scales_.get(), host.data(), kv_scales_.bytes(), cudaMemcpyHostToDevice));
+    scales = kv_scales_.as<float>();
+    VLM_LOG_INFO("GPU: FP8 KV cache, scales per layer and KV head: {} of {} layers from the checkpoint's "
+                 "k_scale/v_scale, the rest 1.0",
+                 ks.layers_from_checkpoint, c.num_layers);
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     PagedKVLayer v;
     v.k = kv_.as<char>() + (2 * l) * layer_bytes;
     v.v = kv_.as<char>() + (2 * l + 1) * layer_bytes;
-    v.dtype = opt_.dtype;
+    v.dtype = kv_dtype();
+    if (scales) {
+      v.k_scale = scales + (2 * l) * c.num_kv_heads;
+      v.v_scale = scales + (2 * l + 1) * c.num_kv_heads;
+    }
     v.num_blocks = num_blocks_;
     v.block_size = opt_.block_size;
     v.num_kv_heads = static_cast<int>(c.num_kv_heads);
@@ -118,7 +143,7 @@ void CudaDecoder::allocate_cache() {
   }
   VLM_LOG_INFO("GPU: KV cache {} blocks of {} tokens ({} tokens, {:.2f} GiB {}), weights {:.2f} GiB", num_blocks_,
                opt_.block_size, num_blocks_ * opt_.block_size, static_cast<double>(kv_.bytes()) / (1 << 30),
-               dtype_name(opt_.dtype), static_cast<double>(weight_bytes_) / (1 << 30));
+               dtype_name(kv_dtype()), static_cast<double>(weight_bytes_) / (1 << 30));
 }
 
 void CudaDecoder::copy_block(int32_t src, int32_t dst) {
@@ -230,6 +255,8 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
     else
       cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), stream_);
   };
+  VLM_CHECK(!opt_.kv_fp8 || (!sparse_ && !look_m_on_),
+            "sparse prefill and LOOK-M do not read an FP8 KV cache (refused at start)");
   if (sparse_) {
     VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
     sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_, &prof_);
@@ -306,7 +333,7 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   const ModelConfig& c = config();
   if (methods_)
     sink_.begin(b, meta.max_q_len == 1, decode_shape(), static_cast<int>(c.num_layers), static_cast<int>(c.num_kv_heads),
-                static_cast<int>(c.head_dim), opt_.dtype, stream_);
+                static_cast<int>(c.head_dim), kv_dtype(), stream_);
   run_step(T, R, meta, override);
   if (methods_) sink_.end(stream_);
 }

@@ -1,6 +1,7 @@
 // CudaDecoder: the decoder of an LlmDecoder (Llama / Qwen2 families) on one GPU. It owns a copy
 // of the weights in GPU memory (in `dtype`: F32 for the exact path, BF16 or F16) and the paged
-// KV cache (same dtype, [num_blocks, Hkv, B, D] per layer and K/V, the CPU cache's layout), and
+// KV cache (same dtype, or FP8 E4M3 with options.kv_fp8; [num_blocks, Hkv, B, D] per layer and K/V,
+// the CPU cache's layout), and
 // runs a ForwardBatch with one metadata upload, every layer on one stream and no host sync; the
 // logits of the batch's logits_indices rows stay on the GPU for the sampler.
 // Per layer: h = rms_norm(x); qkv = h Wqkv^T + b (one GEMM); RoPE on q, k; K/V into the cache;
@@ -89,6 +90,14 @@ struct CudaDecoderOptions {
   // w.r.t. the stored values). Either FP8 path refuses a GPU other than Hopper at start, naming it
   // (require_fp8_gpu: below compute capability 8.9 no FP8 tensor cores; Ada/Blackwell not yet).
   bool quantize_fp8 = false;
+  // FP8 KV cache (issue 43, vLLM's --kv-cache-dtype fp8): the cache in F8_E4M3 (half the bytes of
+  // bf16 per block, so twice the blocks for a memory budget) with static per-layer, per-head
+  // scales (model/decoder/kv_cache_scales.h: the checkpoint's k_scale/v_scale, else 1.0). dtype
+  // must be BF16 or F16, a Hopper GPU (require_fp8_gpu). Attention reads it through the mma.sync
+  // prefill and split-K decode kernels (cuda_attention.h) and SinkRouter (cuda_sink_router.h);
+  // cuDNN prefill is off; sparse prefill and LOOK-M do not read FP8 (refused at start:
+  // cuda_model_support; a request asking for one: 400).
+  bool kv_fp8 = false;
 };
 
 // The runner of the decoder's architecture (model/arch/llama_decoder.h) over the GPU's layers
@@ -106,6 +115,7 @@ class CudaDecoder final : private CudaAttentionRunner {
 
   const ModelConfig& config() const { return host_.config(); }
   DType dtype() const { return opt_.dtype; }
+  DType kv_dtype() const { return opt_.kv_fp8 ? DType::F8_E4M3 : opt_.dtype; }  // the cache's
   int block_size() const { return opt_.block_size; }
   int64_t num_kv_blocks() const { return num_blocks_; }
   int64_t kv_bytes_per_block() const;  // K + V over all layers
@@ -182,6 +192,7 @@ class CudaDecoder final : private CudaAttentionRunner {
   cuda::DeviceBuffer kv_;
   int64_t num_blocks_ = 0;
   std::vector<PagedKVLayer> kv_layers_;  // device pointers
+  cuda::DeviceBuffer kv_scales_;         // FP8 cache: f32 [L, 2, Hkv] (K's, then V's heads per layer)
   // Step buffers (grown on demand).
   cuda::PinnedBuffer meta_host_;
   cuda::DeviceBuffer meta_dev_;

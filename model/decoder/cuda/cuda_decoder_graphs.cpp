@@ -62,7 +62,7 @@ bool CudaDecoder::forward_graph(const ForwardBatch& b, const EmbeddingOverride& 
   std::vector<const float*> anchors(static_cast<size_t>(Sb), nullptr);
   const ModelConfig& c = config();
   const bool sink = methods_ && sink_.plan(b, true, decode_shape(), static_cast<int>(c.num_layers),
-                                           static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim), opt_.dtype,
+                                           static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim), kv_dtype(),
                                            Sb, flags.data(), anchors.data());
   if (sink && sink_.probing()) return false;  // calibration steps run eagerly (cuda_sink_router_step.h)
   const int64_t sizes[] = {Sb, Sb, mrope ? 3 * Sb : 0, Sb, Sb + 1, Sb, Sb * W, Sb, sink ? (Sb + 3) / 4 : 0};

@@ -2,7 +2,7 @@
 // cuda::rope_split_qkv then paged_kv_write (each tested against the CPU in test_cuda_ops.cpp and
 // test_cuda_attention.cpp): q and both caches byte-equal, shuffled slots with a skipped token,
 // full and partial rotary dims; with Qwen3's q/k norm fused in, against head_rms_norm in place
-// then the two kernels. Skips where no GPU is visible.
+// then the two kernels; into an FP8 cache (per-head scales) too. Skips where no GPU is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,11 +22,13 @@ struct RopeKvCase {
   int64_t T, H, Hkv, D, R, B;
 };
 
-// Fills a cache of num_blocks blocks with 0xff (NaN) so an unwritten slot shows.
+// Fills a cache of num_blocks blocks with 0xff (NaN) so an unwritten slot shows. F8_E4M3: scales
+// [Hkv] f32 (device) set as its k_scale and v_scale.
 PagedKVLayer poisoned_cache(cuda::DeviceBuffer& k, cuda::DeviceBuffer& v, const RopeKvCase& c, int64_t num_blocks,
-                            DType dt) {
+                            DType dt, const float* scales = nullptr) {
   PagedKVLayer kv;
   kv.dtype = dt;
+  kv.k_scale = kv.v_scale = scales;
   kv.num_blocks = num_blocks;
   kv.block_size = static_cast<int>(c.B);
   kv.num_kv_heads = static_cast<int>(c.Hkv);
@@ -43,7 +45,10 @@ PagedKVLayer poisoned_cache(cuda::DeviceBuffer& k, cuda::DeviceBuffer& v, const 
 
 // The fused call (with or without the q/k norm) against its unfused reference, byte for byte.
 void expect_fused_equals_unfused(bool with_norm) {
-  for (const DType dt : {DType::BF16, DType::F16}) {
+  // (activations, cache): 16-bit caches of the activations' type, and an FP8 one.
+  for (const auto& types : {std::pair{DType::BF16, DType::BF16}, std::pair{DType::F16, DType::F16},
+                            std::pair{DType::BF16, DType::F8_E4M3}}) {
+    const DType dt = types.first, cache = types.second;
     for (const RopeKvCase& c : {RopeKvCase{37, 4, 2, 128, 128, 16}, RopeKvCase{21, 7, 1, 64, 32, 32},
                                 RopeKvCase{5, 2, 1, 256, 256, 16}}) {
       const int64_t W = c.H + 2 * c.Hkv, num_blocks = (c.T + c.B - 1) / c.B + 2;
@@ -71,16 +76,20 @@ void expect_fused_equals_unfused(bool with_norm) {
       const size_t e = dtype_size(dt), q_bytes = static_cast<size_t>(c.T * c.H * c.D) * e;
       cuda::DeviceBuffer q_ref(q_bytes), q_got(q_bytes), k_ref, v_ref, k_got, v_got;
       cuda::DeviceBuffer k_rows(static_cast<size_t>(c.T * c.Hkv * c.D) * e), v_rows(k_rows.bytes());
-      const PagedKVLayer ref = poisoned_cache(k_ref, v_ref, c, num_blocks, dt);
-      const PagedKVLayer got = poisoned_cache(k_got, v_got, c, num_blocks, dt);
+      std::vector<float> scales(static_cast<size_t>(c.Hkv));
+      for (size_t h = 0; h < scales.size(); ++h) scales[h] = h % 2 ? 0.05f : 1.0f;
+      auto d_scales = to_device(scales);
+      const PagedKVLayer ref = poisoned_cache(k_ref, v_ref, c, num_blocks, cache, d_scales.as<float>());
+      const PagedKVLayer got = poisoned_cache(k_got, v_got, c, num_blocks, cache, d_scales.as<float>());
       ASSERT_TRUE(cuda::rope_kv_write_supported(got, dt, c.R));
       cuda::rope_split_qkv(d_qkv_ref.get(), c.T, c.H, c.Hkv, c.D, d_table.as<float>(), c.R, q_ref.get(), k_rows.get(),
                            v_rows.get(), dt, nullptr);
       cuda::paged_kv_write(ref, k_rows.get(), v_rows.get(), dt, d_slots.as<int32_t>(), c.T, nullptr);
       cuda::rope_split_q_kv_write(d_qkv.get(), c.T, c.H, d_table.as<float>(), c.R, q_got.get(), got,
                                   d_slots.as<int32_t>(), dt, nullptr, norm);
-      const std::string what = std::string(dtype_name(dt)) + " H " + std::to_string(c.H) + " D " + std::to_string(c.D) +
-                               " R " + std::to_string(c.R) + (with_norm ? " with the q/k norm" : "");
+      const std::string what = std::string(dtype_name(dt)) + " cache " + dtype_name(cache) + " H " +
+                               std::to_string(c.H) + " D " + std::to_string(c.D) + " R " + std::to_string(c.R) +
+                               (with_norm ? " with the q/k norm" : "");
       EXPECT_EQ(to_host<uint8_t>(q_got, q_bytes), to_host<uint8_t>(q_ref, q_bytes)) << what;
       EXPECT_EQ(to_host<uint8_t>(k_got, k_got.bytes()), to_host<uint8_t>(k_ref, k_ref.bytes())) << what;
       EXPECT_EQ(to_host<uint8_t>(v_got, v_got.bytes()), to_host<uint8_t>(v_ref, v_ref.bytes())) << what;
@@ -119,6 +128,9 @@ TEST(CudaRopeKvWrite, SupportedOnlyForA16BitCacheOfTheActivationType) {
   EXPECT_FALSE(cuda::rope_kv_write_supported(kv, DType::BF16, 120));  // R / 2 not a multiple of 8
   kv.dtype = DType::F32;
   EXPECT_FALSE(cuda::rope_kv_write_supported(kv, DType::F32, 128));
+  kv.dtype = DType::F8_E4M3;  // quantized in the same pass
+  EXPECT_TRUE(cuda::rope_kv_write_supported(kv, DType::BF16, 128));
+  EXPECT_TRUE(cuda::rope_kv_write_supported(kv, DType::F16, 128));
 }
 
 }  // namespace

@@ -10,6 +10,9 @@
 //    poisoned with NaN, their heads get the surrogate exactly, and the active heads match
 //    group_skip_decode_ref within the CPU tests' bound (1e-5) on an f32 cache and the dense GPU
 //    kernel's tolerance on bf16/f16 caches (one and many splits, partly and wholly skipped rows).
+// An FP8 cache (--kv-cache-dtype fp8: E4M3 bytes, per-head scales) is checked the same way
+// against the CPU over its dequantized values (anchors and scores bit for bit; the decode within
+// the bf16 tolerance).
 // Skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "kernels/attention/paged_kv.h"
+#include "kernels/core/fp8.h"
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/sink_router/cuda_sink_router.h"
 #include "kernels/sink_router/first_token_kv.h"
@@ -92,20 +96,54 @@ struct GpuDecodeSetup {
       const int64_t e = tables[size_t(s) * max_blocks + j] * kv.block_stride() + g * kv.head_stride();
       std::memset(kbuf.data() + e * esz, 0xff, size_t(kv.head_stride() * esz));  // NaN in every dtype
       std::memset(vbuf.data() + e * esz, 0xff, size_t(kv.head_stride() * esz));
+      if (!k8.empty()) {  // E4M3 NaN
+        std::memset(k8.data() + e, 0xff, size_t(kv.head_stride()));
+        std::memset(v8.data() + e, 0xff, size_t(kv.head_stride()));
+      }
     }
   }
+  // An F32 setup as an FP8 cache: k8/v8 the E4M3 bytes under per-head scales (1.0 on odd heads,
+  // 1/32 on even ones), and the host cache (what the CPU references read) their dequantized values.
+  void to_fp8() {
+    ASSERT_EQ(dt, DType::F32);
+    ks.resize(Hkv);
+    vs.resize(Hkv);
+    for (int h = 0; h < Hkv; ++h) ks[h] = vs[h] = h % 2 ? 1.0f : 1.0f / 32;
+    const int64_t n = kv.num_blocks * kv.block_stride();
+    k8.resize(size_t(n));
+    v8.resize(size_t(n));
+    float* k = reinterpret_cast<float*>(kbuf.data());
+    float* v = reinterpret_cast<float*>(vbuf.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const int h = int(i / kv.head_stride() % Hkv);
+      k8[size_t(i)] = f32_to_fp8_e4m3(k[i] * (1.0f / ks[h]));
+      v8[size_t(i)] = f32_to_fp8_e4m3(v[i] * (1.0f / vs[h]));
+      k[i] = fp8_e4m3_to_f32(k8[size_t(i)]) * ks[h];
+      v[i] = fp8_e4m3_to_f32(v8[size_t(i)]) * vs[h];
+    }
+  }
+  std::vector<uint8_t> k8, v8;  // FP8 (to_fp8): the device cache's bytes
+  std::vector<float> ks, vs;    // and its scales [Hkv]
 };
 
 // The device copy of a setup and its decode batch.
 struct DeviceDecode {
-  cuda::DeviceBuffer k, v, tables, ctx;
+  cuda::DeviceBuffer k, v, tables, ctx, ks, vs;
   PagedKVLayer kv;
   cuda::CudaAttentionBatch batch;
   explicit DeviceDecode(const GpuDecodeSetup& st)
-      : k(to_device(st.kbuf)), v(to_device(st.vbuf)), tables(to_device(st.tables)), ctx(to_device(st.ctx)) {
+      : k(to_device(st.k8.empty() ? st.kbuf : st.k8)), v(to_device(st.k8.empty() ? st.vbuf : st.v8)),
+        tables(to_device(st.tables)), ctx(to_device(st.ctx)) {
     kv = st.kv;
     kv.k = k.get();
     kv.v = v.get();
+    if (!st.k8.empty()) {  // the FP8 cache
+      ks = to_device(st.ks);
+      vs = to_device(st.vs);
+      kv.dtype = DType::F8_E4M3;
+      kv.k_scale = ks.as<float>();
+      kv.v_scale = vs.as<float>();
+    }
     batch.num_seqs = st.S();
     batch.context_lens = ctx.as<int32_t>();
     batch.block_tables = tables.as<int32_t>();
@@ -117,11 +155,12 @@ struct DeviceDecode {
 
 TEST(CudaSinkRouter, AnchorsAndDecisionsEqualTheCpus) {
   VLM_REQUIRE_GPU();
-  struct Shape { int H, Hkv, D, B; DType dt; std::vector<int> ctx; };
+  struct Shape { int H, Hkv, D, B; DType dt; std::vector<int> ctx; bool fp8 = false; };
   const std::vector<Shape> shapes = {{28, 4, 128, 16, DType::BF16, {1, 300, 5000, 17, 40000}},
                                      {14, 2, 64, 16, DType::F32, {33, 2049, 7}},
                                      {8, 1, 64, 32, DType::F16, {513, 90}},
-                                     {12, 4, 40, 8, DType::F32, {99, 250}}};
+                                     {12, 4, 40, 8, DType::F32, {99, 250}},
+                                     {28, 4, 128, 16, DType::F32, {1, 300, 5000, 17}, true}};  // FP8 cache
   // tau(L): a constant, and a cubic clamped on both sides.
   std::vector<SinkRouterConfig> configs(6);
   for (int i = 0; i < 6; ++i) {
@@ -137,6 +176,7 @@ TEST(CudaSinkRouter, AnchorsAndDecisionsEqualTheCpus) {
   int64_t decisions = 0, skipped = 0;
   for (const Shape& sh : shapes) {
     GpuDecodeSetup st(sh.H, sh.Hkv, sh.D, sh.B, sh.dt, sh.ctx, seed++);
+    if (sh.fp8) st.to_fp8();
     DeviceDecode dev(st);
     const int S = st.S(), Hkv = sh.Hkv, D = sh.D;
     cuda::DeviceBuffer dq = to_device(st.q), ak(size_t(S) * Hkv * D * 4), av(size_t(S) * Hkv * D * 4),
@@ -218,11 +258,14 @@ TEST(CudaSinkRouter, AnchorsAndDecisionsEqualTheCpus) {
 }
 
 // Group-skipping decode with poisoned sink groups against the CPU reference.
+// fp8: dt must be F32; the device cache is FP8 (GpuDecodeSetup::to_fp8), the CPU reads its values.
 void check_skip_decode(int H, int Hkv, int D, DType dt, DType act, const std::vector<int>& ctx, bool surrogate,
-                       uint32_t seed) {
-  SCOPED_TRACE(::testing::Message() << "H=" << H << " Hkv=" << Hkv << " D=" << D << " cache=" << dtype_name(dt)
-                                  << " act=" << dtype_name(act) << " ctx0=" << ctx[0] << " surrogate=" << surrogate);
+                       uint32_t seed, bool fp8 = false) {
+  SCOPED_TRACE(::testing::Message() << "H=" << H << " Hkv=" << Hkv << " D=" << D << " cache="
+                                  << (fp8 ? "F8_E4M3" : dtype_name(dt)) << " act=" << dtype_name(act)
+                                  << " ctx0=" << ctx[0] << " surrogate=" << surrogate);
   GpuDecodeSetup st(H, Hkv, D, 16, dt, ctx, seed);
+  if (fp8) st.to_fp8();
   const int S = st.S(), G = H / Hkv;
   std::mt19937 rng(seed);
   std::vector<uint8_t> skip(size_t(S) * Hkv);
@@ -254,7 +297,8 @@ void check_skip_decode(int H, int Hkv, int D, DType dt, DType act, const std::ve
   dev.batch.group_surrogate = surrogate ? dsur.as<float>() : nullptr;
   // Tolerance: the CPU tests' 1e-5 on an f32 cache (f32 activations); the dense GPU kernel's
   // normalized bound (test_cuda_attention) on 16-bit caches.
-  const double tol = dt == DType::F32 && act == DType::F32 ? 1e-5 : dt == DType::F16 ? 4e-3 : 2e-2;
+  const bool exact = dt == DType::F32 && act == DType::F32 && !fp8;
+  const double tol = exact ? 1e-5 : dt == DType::F16 ? 4e-3 : 2e-2;  // FP8: bf16 mma over its exact values
   double mag = 1e-30;
   for (float x : ref) mag = std::max(mag, double(std::abs(x)));
   // The reduce kernel, then the reduce merged into the split kernel (counters: twice, each call
@@ -279,7 +323,7 @@ void check_skip_decode(int H, int Hkv, int D, DType dt, DType act, const std::ve
           else err = std::max(err, std::abs(double(got[o + d]) - ref[o + d]));
         }
       }
-    EXPECT_LE(dt == DType::F32 && act == DType::F32 ? err : err / mag, tol);
+    EXPECT_LE(exact ? err : err / mag, tol);
     const std::vector<int32_t> left = to_host<int32_t>(counters, size_t(S) * Hkv);
     EXPECT_EQ(std::count(left.begin(), left.end(), 0), S * Hkv) << "counters not back to 0";
   }
@@ -296,6 +340,9 @@ TEST(CudaSinkRouter, SkippedGroupsNeverReadTheirCache) {
     check_skip_decode(14, 2, 64, DType::F16, DType::F16, {3000, 700}, sur, seed++);
     check_skip_decode(14, 2, 64, DType::F32, DType::F32, {2049, 33, 400}, sur, seed++);             // f32 path
     check_skip_decode(8, 1, 128, DType::F32, DType::F32, {700, 90}, sur, seed++);
+    // FP8 caches (the dequantized values on the CPU)
+    check_skip_decode(28, 4, 128, DType::F32, DType::BF16, {5000, 130, 20000, 64}, sur, seed++, true);
+    check_skip_decode(14, 2, 64, DType::F32, DType::BF16, {3000, 700}, sur, seed++, true);
   }
 }
 
