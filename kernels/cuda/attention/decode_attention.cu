@@ -479,14 +479,16 @@ int merged_reduce_max_splits() {
   return v;
 }
 
-// The plan a call asks for (launch_decode may fall back from v3 to v2): kAuto is v2 unless
-// VLM_CUDA_DECODE_KERNEL=v1|v3 (a measuring knob, read once); routed launches always take v1.
+// The plan a call asks for (launch_decode may fall back from v3 to v2): kAuto is v1 unless
+// VLM_CUDA_DECODE_KERNEL=v2|v3 (opt-in, read once: on the H200, session 16 call A, v2/v3 were
+// faster per layer at 1K but v2 slower at 4K, and neither moved the whole decode step; bench/
+// RESULTS.md); routed launches always take v1.
 int decode_mode(DecodeKernel kernel, bool routed) {
   static const DecodeKernel env_choice = [] {
     const char* e = std::getenv("VLM_CUDA_DECODE_KERNEL");
-    if (e != nullptr && std::strcmp(e, "v1") == 0) return DecodeKernel::kV1;
+    if (e != nullptr && std::strcmp(e, "v2") == 0) return DecodeKernel::kV2;
     if (e != nullptr && std::strcmp(e, "v3") == 0) return DecodeKernel::kV3;
-    return DecodeKernel::kV2;
+    return DecodeKernel::kV1;
   }();
   if (routed) return kModeV1;
   if (kernel == DecodeKernel::kAuto) kernel = env_choice;

@@ -40,7 +40,7 @@ bool pdl_supported(int dev) {
 }
 
 bool pdl_env() {
-  static const bool on = env_switch("VLM_CUDA_PDL", true);
+  static const bool on = env_switch("VLM_CUDA_PDL", false);
   return on;
 }
 

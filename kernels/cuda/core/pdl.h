@@ -9,7 +9,7 @@
 //
 // The switch: PDL launches happen only inside a PdlScope that is on (thread-local; CudaDecoder
 // opens one around a decode step's layers when CudaDecoderOptions::pdl resolves to on: -1 =
-// VLM_CUDA_PDL, read once, unset = on) and only on a GPU and build where pdl_supported() holds;
+// VLM_CUDA_PDL, read once, unset = off: measured slower on the H200, session 16 call A) and only on a GPU and build where pdl_supported() holds;
 // elsewhere the same kernels launch plainly (their griddepcontrol instructions are then no-ops),
 // so results are bit-identical either way.
 //
@@ -31,7 +31,7 @@ namespace vlm::cuda {
 // griddepcontrol instructions (compiled for sm_90 or later). Cached per process for device 0..15.
 bool pdl_supported(int dev);
 
-// VLM_CUDA_PDL (unset: on), read once.
+// VLM_CUDA_PDL (unset: off; 1 turns it on), read once.
 bool pdl_env();
 
 // Bytes of weights a PDL launch of a decode GEMV asks L2 for before its wait, spread over the rows

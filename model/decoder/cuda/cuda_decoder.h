@@ -80,7 +80,7 @@ struct CudaDecoderOptions {
   int fused_decode_reduce = -1;
   // Programmatic dependent launch of the decode step's kernels (kernels/cuda/core/pdl.h: each starts
   // beside the one before it and prefetches its weights before waiting; graphs and eager steps; the
-  // same logits bit for bit): -1 = VLM_CUDA_PDL (unset: on), 0 off, 1 on; on only where the GPU
+  // same logits bit for bit): -1 = VLM_CUDA_PDL (unset: off), 0 off, 1 on; on only where the GPU
   // and the build support it (Hopper or later), and never while VLM_CUDA_PROFILE times the ops.
   int pdl = -1;
   // FP8 linear layers (issue 43, model/layers/cuda/cuda_fp8_linear.h): quantize_fp8 (vLLM's

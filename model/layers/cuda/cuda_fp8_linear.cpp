@@ -81,7 +81,7 @@ bool use_mma(const CudaStep& s, int64_t M, int64_t K) {
 Fp8DecodePaths fp8_decode_paths() {
   static const Fp8DecodePaths paths = [] {
     const char* e = std::getenv("VLM_FP8_DECODE");
-    return e && std::strcmp(e, "old") == 0 ? Fp8DecodePaths::Old : Fp8DecodePaths::New;
+    return e && std::strcmp(e, "new") == 0 ? Fp8DecodePaths::New : Fp8DecodePaths::Old;
   }();
   return paths;
 }

@@ -15,8 +15,9 @@
 //    scratch) and run cuBLASLt's FP8 GEMM with both scales in its epilogue (where cuBLASLt takes no
 //    F32 output with a bias or the residual add beside per-row scales, the GEMM writes an f32
 //    scratch and fp8_scale_epilogue adds: CublasLtGemm::linear_fp8's unfused form).
-//  - Decode paths (VLM_FP8_DECODE, read once): "old" keeps session 15's (fp8_gemv's Simple form for
-//    1..4 rows, quantize + cuBLASLt for more); anything else (the default) runs fp8_gemv's
+//  - Decode paths (VLM_FP8_DECODE, read once): the default keeps session 15's (fp8_gemv's Simple form
+//    for 1..4 rows, quantize + cuBLASLt for more: measured faster, bench/RESULTS.md "Session 16, call
+//    A"); "new" (opt-in) runs fp8_gemv's
 //    Pipelined (streaming) form for 1..4 rows and, for steps of 5..64 rows (decode batches; prefill
 //    chunks that short too), quantize_fp8_rows then fp8_mma_gemm (FP8 tensor cores through
 //    mma.sync, the weights read once, scales / bias / residual / SiLU·mul in its epilogue;
@@ -35,7 +36,7 @@
 namespace vlm {
 
 enum class Fp8DecodePaths { Old, New };
-Fp8DecodePaths fp8_decode_paths();  // VLM_FP8_DECODE=old -> Old; anything else -> New
+Fp8DecodePaths fp8_decode_paths();  // VLM_FP8_DECODE=new -> New; anything else (the default) -> Old
 
 DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<LinearPart>& parts, int64_t* bytes);
 
