@@ -90,8 +90,9 @@ TEST_P(CudaPdlChain, PdlLaunchesEqualPlainLaunches) {
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   struct Shape { int64_t C, N, I, V; };
-  // Qwen3-8B's q/k/v and hidden widths with a short MLP and head; a small odd shape.
-  for (const Shape sh : {Shape{4096, 6144, 1536, 2048}, Shape{520, 203, 333, 77}}) {
+  // Qwen3-8B's q/k/v and hidden widths with a short MLP and head; a small shape with an odd head
+  // width (every width a GEMV reads -- C, N, I -- a multiple of 8, as gemv requires).
+  for (const Shape sh : {Shape{4096, 6144, 1536, 2048}, Shape{520, 200, 336, 77}}) {
     for (int64_t M : {int64_t(1), int64_t(3)}) {
       for (bool fused_mlp : {true, false}) {
         SCOPED_TRACE(::testing::Message() << "C " << sh.C << " M " << M << (fused_mlp ? " fused" : " unfused"));
