@@ -5,9 +5,11 @@
 // tokens that cut the media runs. Each answers transformers 5.17's greedy tokens, with the sampled
 // token's and the top-5 logprobs within 5e-4 of HF f32's (the engine-level GPU test's bound,
 // tests/engine/cuda/test_cuda_onevision_engine.cpp; the CPU server on the same fixture,
-// OnevisionGpuFixtureServerCpu in test_server, within 1e-4). The server's log must show the media
-// encoder on the GPU (CudaMediaEncoder's reservation line), so the media did not fall back to the
-// host CPU. The server is stopped by its pid. Skips without a GPU.
+// OnevisionGpuFixtureServerCpu in test_server, within 1e-4). That the GPU's media encoder takes
+// OneVision's items (not the host CPU) is asserted by CudaOnevisionVisionRunner.
+// MediaEncoderPicksItAndReservesTiles; the reservation line it logs goes to stdout, which
+// ServerProcess discards (an earlier form of this test looked for it in the stderr log and failed
+// on the H200 with every chat equal to HF). The server is stopped by its pid. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -28,9 +30,6 @@ TEST(CudaOnevisionServer, ChatsGiveHfGreedyAndLogprobs) {
                    "--num-kv-blocks", "128", "--max-model-len", "1024", "--log-level", "info",
                    "--max-video-frames", "6", "--max-num-batched-tokens", "16"},
                   /*ready_timeout_s=*/180);
-  EXPECT_NE(s.log().find("GPU: vision encoder"), std::string::npos)
-      << "OneVision media are not encoded on the GPU; server log:\n"
-      << s.log();
   const double worst =
       expect_served_onevision_chats_match_hf(s, onevision_gpu_root(), onevision_gpu_model_dir(), 5e-4, "cuda ov_gpu");
   std::printf("[ server ] ov_gpu on the GPU: every chat's logprobs within %.2e of HF f32\n", worst);
