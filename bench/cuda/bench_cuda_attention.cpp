@@ -17,7 +17,7 @@
 // makes it beside the standalone one, with and without GEMM load (cudnn_inmodel_bench.h).
 // Argument "kv-fp8 CTX...": decode of 1 and 64 sequences at those contexts over a bf16 cache and an
 // FP8 E4M3 one (--kv-cache-dtype fp8: per-head scales), one
-// line each ("kv=bf16" / "kv=fp8", the reduce merged as the decoder's graphs run it) and the ratio
+// line each ("kv=bf16" / "kv=fp8 form=v2|v1", the reduce merged as the decoder's graphs run it) and the ratio
 // ("fp8 speedup seqs=... ctx=... x=<bf16 ms / fp8 ms> form=v2|v1"; issue 43's bar: >= 1.7 at
 // 128K). The FP8 lines come in pairs: form v2 (converted in registers, the default), then v1
 // (converted in shared memory; VLM_CUDA_FP8_KV_KERNEL=v1), whatever the environment says.
@@ -181,7 +181,11 @@ double bench_decode(int seqs, int ctx, bool bar = false, int h = kH, int hkv = k
       if (only_merged && !merged) continue;
       ms = time(merged, vlm::cuda::DecodeKernel::kAuto);
       std::printf("ours decode seqs=%d ctx=%d%s%s ms=%.4f gbps=%.0f\n", seqs, ctx, merged ? " reduce=merged" : "",
-                  only_merged ? (fp8 ? " kv=fp8" : " kv=bf16") : "", ms, bytes / ms * 1e-6);
+                  only_merged ? (!fp8                                           ? " kv=bf16"
+                                 : vlm::cuda::set_fp8_kv_decode_form(0) == 1 ? " kv=fp8 form=v1"  // 0: a query
+                                                                             : " kv=fp8 form=v2")
+                              : "",
+                  ms, bytes / ms * 1e-6);
     }
   }
   for (void* p : ks) cudaFree(p);
