@@ -16,11 +16,11 @@
 // cuDNN log is printed. Argument "inmodel [N...]": issue 44's rows, cuDNN's call as the decoder
 // makes it beside the standalone one, with and without GEMM load (cudnn_inmodel_bench.h).
 // Argument "kv-fp8 CTX...": decode of 1 and 64 sequences at those contexts over a bf16 cache and an
-// FP8 E4M3 one (--kv-cache-dtype fp8: per-head scales), one
-// line each ("kv=bf16" / "kv=fp8 form=v2|v1", the reduce merged as the decoder's graphs run it) and the ratio
-// ("fp8 speedup seqs=... ctx=... x=<bf16 ms / fp8 ms> form=v2|v1"; issue 43's bar: >= 1.7 at
-// 128K). The FP8 lines come in pairs: form v2 (converted in registers, the default), then v1
-// (converted in shared memory; VLM_CUDA_FP8_KV_KERNEL=v1), whatever the environment says.
+// FP8 E4M3 one (--kv-cache-dtype fp8: per-head scales), one line each ("kv=bf16" / "kv=fp8
+// form=v2|v1", the reduce merged as the decoder's graphs run it) and the ratio ("fp8 speedup
+// seqs=... ctx=... x=<bf16 ms / fp8 ms> form=v2|v1"; issue 43's bar: >= 1.7 at 128K). The FP8
+// lines come in pairs: form v2 (converted in registers, the default), then v1 (converted in
+// shared memory; VLM_CUDA_FP8_KV_KERNEL=v1), whatever the environment says.
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -212,7 +212,8 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
                     int partition, float* __restrict__ ws, TQ* __restrict__ out, int* __restrict__ counters,
                     int mode, int prefetch) {
   constexpr bool kFp8 = kKv != kKv16;
-  static_assert(kKv != kKvFp8Reg || (std::is_same_v<T, __half> && kFp8Stages * 2 * kBN * D <= 2 * 2 * kBN * D * int(sizeof(T))),
+  static_assert(kKv != kKvFp8Reg ||
+                    (std::is_same_v<T, __half> && kFp8Stages * 2 * kBN * D <= 2 * 2 * kBN * D * int(sizeof(T))),
                 "register form: f16 mma, its stages in the 16-bit stages' space");
   if (prefetch && batch.group_skip == nullptr) {  // dense plans: this CTA's keys (a routed plan's need the flags)
     const int ctx0 = batch.context_lens[blockIdx.z], k0 = int(blockIdx.x) * partition;
