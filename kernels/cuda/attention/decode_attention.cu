@@ -28,9 +28,12 @@
 // and the cluster merges them through distributed shared memory (decode::cluster_merge), with
 // no workspace writes, fences, counters or L2 reads; an empty split (a shorter sequence of the
 // batch) still takes part with m = -inf. The merges: decode_merge.cuh.
-// An F8_E4M3 cache (kFp8): the same kernel with bf16 mma; each 64-key tile is copied as bytes
-// (cp.async, two stages) and converted to bf16 in shared memory before the mma (fp8_kv_tile.cuh);
-// K's per-head scale multiplies the softmax scale, V's the group's output rows.
+// An F8_E4M3 cache: the same kernel; K's per-head scale multiplies the softmax scale, V's the
+// group's output rows. Two forms (fp8_kv_tile.cuh), VLM_CUDA_FP8_KV_KERNEL read once:
+// v2 (default, kKvFp8Reg): f16 mma whose K/V fragments are converted in registers from swizzled
+// byte tiles (E4M3 -> f16 exact), four stages of 64-key byte tiles in flight (the shared memory
+// of two 16-bit stages), one barrier a tile; v1 (=v1, kKvFp8Smem, session 16's first): bf16 mma,
+// each byte tile (two stages) converted into a bf16 tile in shared memory before the mma.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -57,6 +60,11 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps, kBN = 64, kRows = 16;
 // the last CTA of a group, with counters), cluster (v3): decode::cluster_merge (the grid's x is
 // one cluster).
 constexpr int kModeV1 = 0, kModeV2 = 1, kModeCluster = 2;
+
+// The split kernel's cache (kKv): 16-bit, FP8 converted in shared memory (v1), FP8 converted in
+// registers (v2; T = __half).
+constexpr int kKv16 = 0, kKvFp8Smem = 1, kKvFp8Reg = 2;
+constexpr int kFp8Stages = 4;  // the register form's byte-tile stages (kFp8Stages * 2 * kBN * D bytes)
 
 struct DecodePlan {
   int partition = 0;   // keys per split
@@ -116,7 +124,7 @@ __device__ __forceinline__ RoutedPlan routed_plan(const uint8_t* skip /*[Hkv]*/,
 }
 
 // Q, then two stages of K and V tiles (an FP8 cache: two stages of byte tiles and one bf16 tile
-// of K and V, the same bytes), later reused by the warps' merge.
+// of K and V, or kFp8Stages stages of byte tiles: the same bytes), later reused by the warps' merge.
 template <int D, class T>
 constexpr int decode_smem_bytes() {
   return std::max((kRows * D + 2 * 2 * kBN * D) * int(sizeof(T)),
@@ -198,11 +206,15 @@ constexpr bool cluster_part_fits() {
 }
 static_assert(cluster_part_fits<64, __half>() && cluster_part_fits<128, __half>(), "cluster partial past smem");
 
-template <int D, class T, class TQ, bool kFp8>
+template <int D, class T, class TQ, int kKv>
 __global__ void __launch_bounds__(kThreads)
 decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBatch batch, float scale_log2,
                     int partition, float* __restrict__ ws, TQ* __restrict__ out, int* __restrict__ counters,
                     int mode, int prefetch) {
+  constexpr bool kFp8 = kKv != kKv16;
+  static_assert(kKv != kKvFp8Reg ||
+                    (std::is_same_v<T, __half> && kFp8Stages * 2 * kBN * D <= 2 * 2 * kBN * D * int(sizeof(T))),
+                "register form: f16 mma, its stages in the 16-bit stages' space");
   if (prefetch && batch.group_skip == nullptr) {  // dense plans: this CTA's keys (a routed plan's need the flags)
     const int ctx0 = batch.context_lens[blockIdx.z], k0 = int(blockIdx.x) * partition;
     if (k0 < ctx0)
@@ -263,58 +275,109 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   const int num_tiles = (k_end - k_begin + kBN - 1) / kBN;
   if constexpr (kFp8) scale_log2 *= kv.k_scale[hk];
 
-  if constexpr (kFp8) tile::load_kv_tile_fp8<kBN, D, kThreads>(kv, table, hk, k_begin, k_end, bk(0), bv(0), tid);
-  else tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, k_begin, k_end, sk(0), sv(0), tid);
-  tile::cp_async_commit();
-  for (int i = tid; i < kRows * D / 8; i += kThreads) {
-    const int r = i / (D / 8), c = (i % (D / 8)) * 8;
-    T* dst = sq + tile::swz<D>(r, c);
-    const TQ* src = q + (int64_t(s) * H + hk * G + r) * D + c;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) dst[e] = from_f32<T>(r < G ? to_f32(src[e]) : 0.f);
-  }
-  __syncthreads();
-  uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    tile::ldmatrix_x4(qf[kk], sq + tile::swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8));
-
   float o[1][D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const int t4 = lane % 4, g = lane / 4;
-  for (int n = 0; n < num_tiles; ++n) {
-    const int key0 = k_begin + n * kBN;
-    if (n + 1 < num_tiles) {
-      if constexpr (kFp8)
-        tile::load_kv_tile_fp8<kBN, D, kThreads>(kv, table, hk, key0 + kBN, k_end, bk((n + 1) & 1), bv((n + 1) & 1),
-                                                 tid);
-      else
-        tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, key0 + kBN, k_end, sk((n + 1) & 1), sv((n + 1) & 1), tid);
+  if constexpr (kKv == kKvFp8Reg) {
+    // Stage i % kFp8Stages: K's swizzled byte tile [kBN][D], then V's.
+    auto stage = [&](int i) { return fp8_smem + (i % kFp8Stages) * 2 * kBN * D; };
+    for (int i = 0; i < kFp8Stages - 1; ++i) {
+      if (i < num_tiles)
+        tile::load_kv_tile_fp8_swz<kBN, D, kThreads>(kv, table, hk, k_begin + i * kBN, k_end, stage(i),
+                                                     stage(i) + kBN * D, tid);
+      tile::cp_async_commit();
     }
-    tile::cp_async_commit();
-    tile::cp_async_wait<1>();
-    __syncthreads();
-    const T* tk = sk(n & 1);
-    const T* tv = sv(n & 1);
-    if constexpr (kFp8) {  // this stage's bytes -> the bf16 tiles (read by the previous tile's mma: synced)
-      tile::convert_fp8_tile<kBN, D, kThreads>(bk(n & 1), ck, tid);
-      tile::convert_fp8_tile<kBN, D, kThreads>(bv(n & 1), cv, tid);
-      __syncthreads();
-      tk = ck;
-      tv = cv;
-    }
-    float sc[1][2][4] = {};
-    tile::qk_tile<D, 2>(sc[0], qf, tk, warp * 16, lane);
+    // Q's A fragments (f16) straight from global memory, in qk_tile_fp8's order of the head
+    // dimension: qf[kk][r] (row g + 8r) holds columns t4*D/4 + 4kk + {0,1}, qf[kk][2 + r] + {2,3}.
+    uint32_t qf[D / 16][4];
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+    for (int r = 0; r < 2; ++r) {
+      const int row = g + 8 * r;
+      const TQ* src = q + (int64_t(s) * H + hk * G + min(row, G - 1)) * D + t4 * (D / 4);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + warp * 16 + j * 8 + 2 * t4 + (e & 1);
-        if (key >= k_end) sc[0][j][e] = -INFINITY;
+      for (int kk = 0; kk < D / 16; ++kk) {
+        float x[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[e] = row < G ? to_f32(src[4 * kk + e]) : 0.f;
+        qf[kk][r] = tile::pack2<__half>(x[0], x[1]);
+        qf[kk][2 + r] = tile::pack2<__half>(x[2], x[3]);
       }
-    tile::online_softmax<D, 2>(sc[0], m, l, o[0], scale_log2);
-    tile::pv_tile<D, 2, 1>(o, sc, tv, warp * 16, lane);
+    }
+    for (int n = 0; n < num_tiles; ++n) {
+      const int key0 = k_begin + n * kBN;
+      tile::cp_async_wait<kFp8Stages - 2>();  // tile n's group done (one group per tile, empty past the end)
+      __syncthreads();  // ... for every thread's copies, and stage (n - 1)'s reads done before it is refilled
+      if (n + kFp8Stages - 1 < num_tiles) {
+        const int next = n + kFp8Stages - 1;
+        tile::load_kv_tile_fp8_swz<kBN, D, kThreads>(kv, table, hk, k_begin + next * kBN, k_end, stage(next),
+                                                     stage(next) + kBN * D, tid);
+      }
+      tile::cp_async_commit();
+      const uint8_t* tk = stage(n);
+      float sc[2][4] = {};
+      tile::qk_tile_fp8<D>(sc, qf, tk, warp * 16, lane);
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + warp * 16 + j * 8 + 2 * t4 + (e & 1);
+          if (key >= k_end) sc[j][e] = -INFINITY;
+        }
+      tile::online_softmax<D, 2>(sc, m, l, o[0], scale_log2);
+      tile::pv_tile_fp8<D>(o[0], sc, tk + kBN * D, warp * 16, lane);
+    }
+    __syncthreads();  // the merge below reuses the stages' space
+  } else {
+    if constexpr (kFp8) tile::load_kv_tile_fp8<kBN, D, kThreads>(kv, table, hk, k_begin, k_end, bk(0), bv(0), tid);
+    else tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, k_begin, k_end, sk(0), sv(0), tid);
+    tile::cp_async_commit();
+    for (int i = tid; i < kRows * D / 8; i += kThreads) {
+      const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+      T* dst = sq + tile::swz<D>(r, c);
+      const TQ* src = q + (int64_t(s) * H + hk * G + r) * D + c;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dst[e] = from_f32<T>(r < G ? to_f32(src[e]) : 0.f);
+    }
     __syncthreads();
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      tile::ldmatrix_x4(qf[kk], sq + tile::swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, kk * 16 + (lane >> 4) * 8));
+
+    for (int n = 0; n < num_tiles; ++n) {
+      const int key0 = k_begin + n * kBN;
+      if (n + 1 < num_tiles) {
+        if constexpr (kFp8)
+          tile::load_kv_tile_fp8<kBN, D, kThreads>(kv, table, hk, key0 + kBN, k_end, bk((n + 1) & 1), bv((n + 1) & 1),
+                                                   tid);
+        else
+          tile::load_kv_tile<kBN, D, kThreads>(kv, table, hk, key0 + kBN, k_end, sk((n + 1) & 1), sv((n + 1) & 1), tid);
+      }
+      tile::cp_async_commit();
+      tile::cp_async_wait<1>();
+      __syncthreads();
+      const T* tk = sk(n & 1);
+      const T* tv = sv(n & 1);
+      if constexpr (kFp8) {  // this stage's bytes -> the bf16 tiles (read by the previous tile's mma: synced)
+        tile::convert_fp8_tile<kBN, D, kThreads>(bk(n & 1), ck, tid);
+        tile::convert_fp8_tile<kBN, D, kThreads>(bv(n & 1), cv, tid);
+        __syncthreads();
+        tk = ck;
+        tv = cv;
+      }
+      float sc[1][2][4] = {};
+      tile::qk_tile<D, 2>(sc[0], qf, tk, warp * 16, lane);
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + warp * 16 + j * 8 + 2 * t4 + (e & 1);
+          if (key >= k_end) sc[0][j][e] = -INFINITY;
+        }
+      tile::online_softmax<D, 2>(sc[0], m, l, o[0], scale_log2);
+      tile::pv_tile<D, 2, 1>(o, sc, tv, warp * 16, lane);
+      __syncthreads();
+    }
   }
 
   // Merge the 4 warps: per warp and row its max, sum and O [kRows][D] (f32), in the K/V space.
@@ -327,8 +390,13 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
     float* dst = at(warp, row);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      dst[n * 8 + 2 * t4] = o[0][n][2 * r];
-      dst[n * 8 + 2 * t4 + 1] = o[0][n][2 * r + 1];
+      if constexpr (kKv == kKvFp8Reg) {  // pv_tile_fp8's column order
+        dst[2 * t4 * (D / 8) + n] = o[0][n][2 * r];
+        dst[(2 * t4 + 1) * (D / 8) + n] = o[0][n][2 * r + 1];
+      } else {
+        dst[n * 8 + 2 * t4] = o[0][n][2 * r];
+        dst[n * 8 + 2 * t4 + 1] = o[0][n][2 * r + 1];
+      }
     }
     if (t4 == 0) {
       dst[D] = m[r];
@@ -499,10 +567,10 @@ int decode_mode(DecodeKernel kernel, bool routed) {
 // device: sm_90+, sizes above 8 allowed (non-portable), and at least one such cluster resident
 // (cudaOccupancyMaxActiveClusters); probed once per kernel for every n (after launch_decode has
 // allowed its shared memory).
-template <int D, class T, class TQ, bool kFp8>
+template <int D, class T, class TQ, int kKv>
 bool cluster_launch_ok(int n) {
   static const auto ok = [] {
-    auto* const kernel = decode_split_kernel<D, T, TQ, kFp8>;
+    auto* const kernel = decode_split_kernel<D, T, TQ, kKv>;
     constexpr int smem = decode_smem_bytes<D, T>();
     std::array<bool, decode::kMaxCluster + 1> r{};
     int dev = 0, major = 0;
@@ -532,21 +600,21 @@ bool cluster_launch_ok(int n) {
   return n >= 2 && n <= decode::kMaxCluster && ok[n];
 }
 
-template <int D, class T, class TQ, bool kFp8>
+template <int D, class T, class TQ, int kKv>
 void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                    void* out, void* workspace, int32_t* counters, int mode, cudaStream_t stream) {
   constexpr int smem = decode_smem_bytes<D, T>();
-  static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ, kFp8>, smem);
+  static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ, kKv>, smem);
   (void)smem_ok;
   static const int blocks_per_sm = [] {
     int n = 0;
-    VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<D, T, TQ, kFp8>, kThreads, smem));
+    VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<D, T, TQ, kKv>, kThreads, smem));
     return std::max(1, n);
   }();
-  auto* const kernel = decode_split_kernel<D, T, TQ, kFp8>;
+  auto* const kernel = decode_split_kernel<D, T, TQ, kKv>;
   DecodePlan plan = plan_decode(batch.num_seqs, kv.num_kv_heads, batch.max_context_len, blocks_per_sm, mode);
   if (mode == kModeCluster) {
-    if (cluster_launch_ok<D, T, TQ, kFp8>(plan.max_splits)) {  // one cluster per (sequence, group)
+    if (cluster_launch_ok<D, T, TQ, kKv>(plan.max_splits)) {  // one cluster per (sequence, group)
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3(plan.max_splits, kv.num_kv_heads, batch.num_seqs);
       cfg.blockDim = dim3(kThreads, 1, 1);
@@ -582,7 +650,7 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
   const int merge_floats = v2 ? (2 * G * ws_stride + G + 3) / 4 * 4 + G * D : G * ws_stride + G;
   const bool merged = counters != nullptr && ws != nullptr && plan.max_splits <= merged_reduce_max_splits() &&
                       merge_floats * 4 <= smem;
-  launch_pdl(decode_split_kernel<D, T, TQ, kFp8>, grid, kThreads, smem, stream, static_cast<const TQ*>(q), H, kv_view(kv),
+  launch_pdl(decode_split_kernel<D, T, TQ, kKv>, grid, kThreads, smem, stream, static_cast<const TQ*>(q), H, kv_view(kv),
              batch, scale * float(M_LOG2E), plan.partition, ws, static_cast<TQ*>(out), merged ? counters : nullptr,
              mode, int(pdl_active()));
   if (ws == nullptr || merged) return;
@@ -592,7 +660,26 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
              batch.context_lens, static_cast<TQ*>(out), batch.group_skip, H / kv.num_kv_heads, cols);
 }
 
+// The FP8 cache's decode form: 1 (v1) or 2 (v2, the default); VLM_CUDA_FP8_KV_KERNEL=v1|v2 read
+// once; set_fp8_kv_decode_form (tests, bench) overrides it.
+int& fp8_kv_form() {
+  static int form = [] {
+    const char* e = std::getenv("VLM_CUDA_FP8_KV_KERNEL");
+    return e != nullptr && std::strcmp(e, "v1") == 0 ? 1 : 2;
+  }();
+  return form;
+}
+
 }  // namespace
+
+// Not in cuda_attention.h (this change may touch only the kernel, its tests and the bench): the
+// tests and bench_cuda_attention declare it. form: 1 (v1, converted in shared memory) or 2 (v2,
+// in registers); other values are ignored. Returns the form before the call.
+int set_fp8_kv_decode_form(int form) {
+  const int old = fp8_kv_form();
+  if (form == 1 || form == 2) fp8_kv_form() = form;
+  return old;
+}
 
 size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                                     int max_context_len) {
@@ -617,14 +704,19 @@ void paged_decode_attention(const void* q, DType act, int num_heads, const Paged
   const int mode = decode_mode(kernel, batch.group_skip != nullptr);
   if (kv.dtype == DType::F8_E4M3) {
     check_fp8_cache(kv, "decode attention");
+    const bool v1 = fp8_kv_form() == 1;
     dispatch_fp8_cache(kv, act, [&](auto d, auto a) {
-      launch_decode<decltype(d)::value, __nv_bfloat16, decltype(a), true>(q, num_heads, kv, batch, scale, out,
+      if (v1)
+        launch_decode<decltype(d)::value, __nv_bfloat16, decltype(a), kKvFp8Smem>(q, num_heads, kv, batch, scale, out,
+                                                                                  workspace, counters, mode, stream);
+      else
+        launch_decode<decltype(d)::value, __half, decltype(a), kKvFp8Reg>(q, num_heads, kv, batch, scale, out,
                                                                           workspace, counters, mode, stream);
     });
     return;
   }
   dispatch_tensor_core(kv, act, [&](auto d, auto c, auto a) {
-    launch_decode<decltype(d)::value, decltype(c), decltype(a), false>(q, num_heads, kv, batch, scale, out, workspace,
+    launch_decode<decltype(d)::value, decltype(c), decltype(a), kKv16>(q, num_heads, kv, batch, scale, out, workspace,
                                                                         counters, mode, stream);
   });
 }

@@ -5,6 +5,9 @@
 // the swizzled bf16 tiles the mma fragments read. E4M3 values are exact in bf16, so the tiles hold
 // exactly the stored values; the per-head scales stay outside them: K's multiplies the softmax
 // scale, V's the output rows (linear in V).
+// The register form (decode v2, below: load_kv_tile_fp8_swz, qk_tile_fp8, pv_tile_fp8) keeps the
+// byte tiles swizzled and builds the f16 mma fragments straight from them (E4M3 -> f16 is exact:
+// one cvt.rn.f16x2.e4m3x2 per two values on sm_89+), with no converted tile and no barrier for it.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -60,6 +63,115 @@ __device__ __forceinline__ void convert_fp8_tile(const uint8_t* src, T* dst, int
     }
     *reinterpret_cast<uint4*>(dst + swz<D>(r, c * 16)) = make_uint4(o[0], o[1], o[2], o[3]);
     *reinterpret_cast<uint4*>(dst + swz<D>(r, c * 16 + 8)) = make_uint4(o[4], o[5], o[6], o[7]);
+  }
+}
+
+// ---- The register form (decode attention v2; f16 mma) ----
+// Byte tiles [ROWS][D] (D = 64 or 128): the 16-byte chunk c of row r is stored at chunk
+// c ^ fp8_swz_key<D>(r), so the fragment loads below fall in distinct banks (D = 128; D = 64:
+// K's loads conflict-free, V's 2-way). fp8_swz<D>(r, c): the chunk's byte offset in the tile.
+template <int D>
+__device__ __forceinline__ int fp8_swz(int r, int c) {
+  static_assert(D == 64 || D == 128, "fp8 register tiles: D = 64 or 128");
+  const int key = D == 128 ? (r & 7) : ((r >> 1) & 3);
+  return r * D + ((c ^ key) << 4);
+}
+
+// load_kv_tile_fp8 into the swizzled byte tiles sk, sv [ROWS][D] (fp8_swz).
+template <int ROWS, int D, int NT, int UNROLL = 2>
+__device__ __forceinline__ void load_kv_tile_fp8_swz(const KVView& kv, const int32_t* table, int h, int key0,
+                                                     int key_end, uint8_t* sk, uint8_t* sv, int tid) {
+  constexpr int kChunks = D / 16;
+  const uint8_t* kbase = static_cast<const uint8_t*>(kv.k);
+  const uint8_t* vbase = static_cast<const uint8_t*>(kv.v);
+#pragma unroll UNROLL
+  for (int i = tid; i < ROWS * kChunks; i += NT) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int key = key0 + r;
+    int64_t off = 0;
+    int bytes = 0;
+    if (key < key_end) {
+      off = kv.token_offset(table, h, key) + c * 16;
+      bytes = 16;
+    }
+    const int at = fp8_swz<D>(r, c);
+    cp_async16(sk + at, kbase + off, bytes);
+    cp_async16(sv + at, vbase + off, bytes);
+  }
+}
+
+// Two E4M3 values (the low 16 bits of x; the low byte first) -> f16x2 (the first in the low
+// half). Exact: every E4M3 value is an f16.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+// The register form's order of the head dimension in QK^T (a sum over d, so any order taken by
+// both Q and K gives the same S): lane (g, t) of an m16n8k16 step kk holds the logical columns
+// 2t, 2t+1 (a0/b0) and 2t+8, 2t+9 (a2/b1); they are the physical columns t*D/4 + 4kk + {0,1} and
+// {2,3}, so a lane reads K's D/4 contiguous bytes t*D/4.. of its key and one u32 per step.
+// Q's A fragments (qf, f16) must be built in that order (decode_attention.cu).
+// S[16 x 16] += Q K^T for one warp: keys key_base + 8n + g of the swizzled byte tile sk.
+template <int D>
+__device__ __forceinline__ void qk_tile_fp8(float (&s)[2][4], const uint32_t (&qf)[D / 16][4], const uint8_t* sk,
+                                            int key_base, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    const int r = key_base + n * 8 + g;
+    uint32_t w[D / 16];  // w[kk]: physical columns t*D/4 + 4kk .. + 3
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sk + fp8_swz<D>(r, t * (D / 64) + c));
+      w[4 * c] = v.x;
+      w[4 * c + 1] = v.y;
+      w[4 * c + 2] = v.z;
+      w[4 * c + 3] = v.w;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) mma<__half>(s[n], qf[kk], e4m3x2_to_f16x2(w[kk]), e4m3x2_to_f16x2(w[kk] >> 16));
+  }
+}
+
+// O[16 x D] += P[16 x 16] V[16 x D] for one warp: P from the S fragments of qk_tile_fp8
+// (exponentiated), V rows key_base.. of the swizzled byte tile sv. The register form's order of
+// the output columns: column j of the mma's 8-column tile n is head dimension j*D/8 + n (lane g
+// reads V's D/8 contiguous bytes g*D/8.. of rows 2t, 2t+1, 2t+8, 2t+9; two rows' bytes are
+// interleaved by one prmt into the b fragments' pairs). So o[n][e] of lane (g, t) is row
+// g + 8 (e / 2), column (2t + e % 2) * D/8 + n.
+template <int D>
+__device__ __forceinline__ void pv_tile_fp8(float (&o)[D / 8][4], const float (&p)[2][4], const uint8_t* sv,
+                                            int key_base, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  const uint32_t a[4] = {pack2<__half>(p[0][0], p[0][1]), pack2<__half>(p[0][2], p[0][3]),
+                         pack2<__half>(p[1][0], p[1][1]), pack2<__half>(p[1][2], p[1][3])};
+  constexpr int kW = D / 32;  // u32 words of a row's D/8 bytes
+  uint32_t rw[4][kW];         // rows 2t, 2t+1, 2t+8, 2t+9
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = key_base + 2 * t + (i & 1) + (i >> 1) * 8;
+    if constexpr (D == 128) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sv + fp8_swz<D>(r, g));
+      rw[i][0] = v.x;
+      rw[i][1] = v.y;
+      rw[i][2] = v.z;
+      rw[i][3] = v.w;
+    } else {
+      const uint2 v = *reinterpret_cast<const uint2*>(sv + fp8_swz<D>(r, g / 2) + (g % 2) * 8);
+      rw[i][0] = v.x;
+      rw[i][1] = v.y;
+    }
+  }
+#pragma unroll
+  for (int wi = 0; wi < kW; ++wi) {
+    // Bytes j of rows 2t and 2t+1 (and 2t+8, 2t+9) side by side: the pair of output tile 4wi + j.
+    const uint32_t lo = __byte_perm(rw[0][wi], rw[1][wi], 0x5140), hi = __byte_perm(rw[0][wi], rw[1][wi], 0x7362);
+    const uint32_t lo8 = __byte_perm(rw[2][wi], rw[3][wi], 0x5140), hi8 = __byte_perm(rw[2][wi], rw[3][wi], 0x7362);
+    mma<__half>(o[4 * wi], a, e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(lo8));
+    mma<__half>(o[4 * wi + 1], a, e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(lo8 >> 16));
+    mma<__half>(o[4 * wi + 2], a, e4m3x2_to_f16x2(hi), e4m3x2_to_f16x2(hi8));
+    mma<__half>(o[4 * wi + 3], a, e4m3x2_to_f16x2(hi >> 16), e4m3x2_to_f16x2(hi8 >> 16));
   }
 }
 

@@ -5,6 +5,8 @@
 // (fp8 * scale: the exact attention over what is stored; tight: the tiled kernels' own bf16
 // rounding of q and P, as for a bf16 cache), the tiled ones with the naive one, and all with the
 // CPU reference over the unquantized (bf16) K/V: FP8's own error plus the kernel's tolerance, printed.
+// The decode kernel runs in both FP8 forms (decode_attention.cu: v2 converts in registers for f16
+// mma, v1 in shared memory for bf16 mma), chosen through set_fp8_kv_decode_form.
 // Skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -25,6 +27,11 @@
 #include "tests/support/gpu_test.h"
 
 namespace vlm {
+namespace cuda {
+// decode_attention.cu (not in cuda_attention.h): the FP8 cache's decode form, 1 (v1) or 2 (v2);
+// returns the previous one.
+int set_fp8_kv_decode_form(int form);
+}  // namespace cuda
 namespace {
 
 using testing::normalized_error;
@@ -169,26 +176,32 @@ void run_case(const Case& c, uint32_t seed) {
   batch.max_context_len = max_ctx;
   const size_t out_bytes = q_act.size();
   auto read = [&](const cuda::DeviceBuffer& b) { return testing::decode(testing::to_host<uint8_t>(b, out_bytes), c.act); };
-  // The tiled kernels round q and P to bf16 (as over a bf16 cache); bf16 activations round the output.
+  // The tiled kernels round q and P to bf16 (as over a bf16 cache; decode v2: f16); bf16 activations
+  // round the output.
   const double tiled_tol = 2e-2 + (c.act == DType::F32 ? 0.0 : 8e-3);
   const double naive_tol = c.act == DType::F32 ? 2e-5 : 8e-3;
   std::vector<std::pair<std::string, std::vector<float>>> outs;
   if (c.decode) {
-    cuda::DeviceBuffer ws(cuda::paged_decode_workspace_bytes(n, c.H, Hkv, D, max_ctx)), out(out_bytes),
-        merged(out_bytes), counters(size_t(n) * Hkv * 4);
-    ASSERT_EQ(cudaMemset(counters.get(), 0, counters.bytes()), cudaSuccess);
-    cuda::paged_decode_attention(dq.get(), c.act, c.H, dev, batch, scale, out.get(), ws.get(), nullptr);
-    outs.emplace_back("decode", read(out));
-    // The merged reduce (the CUDA graphs' path), twice: the same bytes, the counters back to 0.
-    cuda::paged_decode_attention(dq.get(), c.act, c.H, dev, batch, scale, merged.get(), ws.get(), nullptr,
-                                 counters.as<int32_t>());
-    const std::vector<uint8_t> first = testing::to_host<uint8_t>(merged, out_bytes);
-    cuda::paged_decode_attention(dq.get(), c.act, c.H, dev, batch, scale, merged.get(), ws.get(), nullptr,
-                                 counters.as<int32_t>());
-    EXPECT_TRUE(testing::to_host<uint8_t>(merged, out_bytes) == first) << "merged reduce: two calls differ";
-    const std::vector<int32_t> left = testing::to_host<int32_t>(counters, size_t(n) * Hkv);
-    EXPECT_EQ(std::count(left.begin(), left.end(), 0), int64_t(left.size())) << "counters not back to 0";
-    outs.emplace_back("decode (merged reduce)", read(merged));
+    for (int form : {2, 1}) {  // the FP8 forms: v2 (registers, the default), v1 (shared memory)
+      const std::string form_name = form == 2 ? "v2" : "v1";
+      const int before = cuda::set_fp8_kv_decode_form(form);
+      cuda::DeviceBuffer ws(cuda::paged_decode_workspace_bytes(n, c.H, Hkv, D, max_ctx)), out(out_bytes),
+          merged(out_bytes), counters(size_t(n) * Hkv * 4);
+      ASSERT_EQ(cudaMemset(counters.get(), 0, counters.bytes()), cudaSuccess);
+      cuda::paged_decode_attention(dq.get(), c.act, c.H, dev, batch, scale, out.get(), ws.get(), nullptr);
+      outs.emplace_back("decode " + form_name, read(out));
+      // The merged reduce (the CUDA graphs' path), twice: the same bytes, the counters back to 0.
+      cuda::paged_decode_attention(dq.get(), c.act, c.H, dev, batch, scale, merged.get(), ws.get(), nullptr,
+                                   counters.as<int32_t>());
+      const std::vector<uint8_t> first = testing::to_host<uint8_t>(merged, out_bytes);
+      cuda::paged_decode_attention(dq.get(), c.act, c.H, dev, batch, scale, merged.get(), ws.get(), nullptr,
+                                   counters.as<int32_t>());
+      EXPECT_TRUE(testing::to_host<uint8_t>(merged, out_bytes) == first) << form_name << " merged reduce: two calls differ";
+      const std::vector<int32_t> left = testing::to_host<int32_t>(counters, size_t(n) * Hkv);
+      EXPECT_EQ(std::count(left.begin(), left.end(), 0), int64_t(left.size())) << form_name << " counters not back to 0";
+      outs.emplace_back("decode " + form_name + " (merged reduce)", read(merged));
+      cuda::set_fp8_kv_decode_form(before);
+    }
   } else {
     for (auto kern : {cuda::PrefillKernel::kAuto, cuda::PrefillKernel::kMmaSync, cuda::PrefillKernel::kWgmmaPp}) {
       cuda::DeviceBuffer out(out_bytes);
@@ -225,10 +238,14 @@ TEST(CudaFp8Kv, DecodeReadsFp8Cache) {
   VLM_REQUIRE_GPU();
   std::vector<Seq> many;
   for (int i = 0; i < 40; ++i) many.push_back({1, 1 + 53 * i});
+  std::vector<Seq> many48;
+  for (int i = 0; i < 48; ++i) many48.push_back({1, 2500 + 37 * i});
   const std::vector<Case> cases = {
       {"decode G7 D128 B16 bf16", {{1, 1}, {1, 100}, {1, 1000}, {1, 5000}}, 28, 4, 128, 16, BF16, true},
       {"decode one long G7 D128 B32", {{1, 20000}}, 28, 4, 128, 32, BF16, true},
       {"decode 40 seqs G4 D64 B16", many, 8, 2, 64, 16, BF16, true},
+      // Many pairs: 2 splits a group, partitions of ~20 tiles (the register form's 4 stages wrap).
+      {"decode 48 seqs G7 D128 B16", many48, 28, 4, 128, 16, BF16, true},
       {"decode G1 D128 f16 act", {{1, 3000}, {1, 65}}, 4, 4, 128, 32, F16, true},
       {"decode f32 act G8", {{1, 700}, {1, 2}}, 16, 2, 128, 16, F32, true},
   };
