@@ -40,12 +40,6 @@
 #include "bench/cuda/cudnn_inmodel_bench.h"
 #include "bench/cuda/nvml_sampler.h"
 
-namespace vlm::cuda {
-// decode_attention.cu (not in cuda_attention.h): the FP8 cache's decode form, 1 (v1) or 2 (v2);
-// returns the previous one.
-int set_fp8_kv_decode_form(int form);
-}  // namespace vlm::cuda
-
 namespace {
 
 using vlm::DType;

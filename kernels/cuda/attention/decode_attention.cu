@@ -672,9 +672,7 @@ int& fp8_kv_form() {
 
 }  // namespace
 
-// Not in cuda_attention.h (this change may touch only the kernel, its tests and the bench): the
-// tests and bench_cuda_attention declare it. form: 1 (v1, converted in shared memory) or 2 (v2,
-// in registers); other values are ignored. Returns the form before the call.
+// cuda_attention.h.
 int set_fp8_kv_decode_form(int form) {
   const int old = fp8_kv_form();
   if (form == 1 || form == 2) fp8_kv_form() = form;

@@ -27,11 +27,6 @@
 #include "tests/support/gpu_test.h"
 
 namespace vlm {
-namespace cuda {
-// decode_attention.cu (not in cuda_attention.h): the FP8 cache's decode form, 1 (v1) or 2 (v2);
-// returns the previous one.
-int set_fp8_kv_decode_form(int form);
-}  // namespace cuda
 namespace {
 
 using testing::normalized_error;
