@@ -15,9 +15,9 @@
 // on the device from its own context length (routed_split). So the CTAs a sink group would have
 // taken stream the active groups' keys instead of returning at once; a sink group's surrogate is
 // written by the CTA (0, g). Routed launches always go through the workspace and the reduce.
-// Two plans (DecodeKernel, cuda_attention.h): v1 (session 15's) takes partitions of at least 128
-// keys and merges with reduce_group; v2 (the default for dense launches; routed ones always take
-// v1) takes partitions of at least 64 keys (one tile: at 1K context, one sequence, 16 splits of a
+// Three plans (DecodeKernel, cuda_attention.h; the plans: decode_plan.cuh, the workspace merges:
+// decode_reduce.cuh): v1 (the default; routed launches always take it) takes partitions of at least
+// 128 keys and merges with reduce_group; v2 (opt-in) takes partitions of at least 64 keys (one tile: at 1K context, one sequence, 16 splits of a
 // group instead of 8, each CTA's K/V in flight at once with no second tile behind it), as few
 // splits as keep the merge in the split kernel where that costs partitions of at most 256 keys,
 // prefetches the block-table lines of its keys into L1 while the context length is read (the
@@ -47,6 +47,8 @@
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cuda_attention_common.cuh"
 #include "kernels/cuda/attention/decode_merge.cuh"
+#include "kernels/cuda/attention/decode_plan.cuh"
+#include "kernels/cuda/attention/decode_reduce.cuh"
 #include "kernels/cuda/attention/fp8_kv_tile.cuh"
 #include "kernels/cuda/attention/mma_tile.cuh"
 #include "kernels/cuda/core/pdl.cuh"
@@ -54,134 +56,12 @@
 namespace vlm::cuda {
 namespace {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps, kBN = 64, kRows = 16;
-
-// The plan and the split kernel's merge (mode): v1 reduce_group, v2 reduce_group_staged (both by
-// the last CTA of a group, with counters), cluster (v3): decode::cluster_merge (the grid's x is
-// one cluster).
-constexpr int kModeV1 = 0, kModeV2 = 1, kModeCluster = 2;
-
-// The split kernel's cache (kKv): 16-bit, FP8 converted in shared memory (v1), FP8 converted in
-// registers (v2; T = __half).
-constexpr int kKv16 = 0, kKvFp8Smem = 1, kKvFp8Reg = 2;
-constexpr int kFp8Stages = 4;  // the register form's byte-tile stages (kFp8Stages * 2 * kBN * D bytes)
-
-struct DecodePlan {
-  int partition = 0;   // keys per split
-  int max_splits = 0;  // splits of the longest sequence
-};
-
-// One wave: splits per (sequence, KV head) = resident CTA slots / pairs (at least 1), so the grid
-// fits the GPU at once (a second, partial wave would idle most SMs at the end); partitions of at
-// least 128 keys. blocks_per_sm: the split kernel's occupancy (at most kMaxBlocksPerSm).
-// v2 and v3 (DecodeKernel::kV2, kV3): partitions of at least 64 keys; plans that would have more
-// splits than the merge takes (v2: the merged reduce's limit, v3: a cluster's 16 CTAs) get longer
-// partitions, up to kShortMaxPartition keys, so that the split kernel still merges them (a
-// reduce launch costs more than a few more tiles a CTA).
-constexpr int kMaxBlocksPerSm = 4, kShortMaxPartition = 256;
-int merged_reduce_max_splits();
-DecodePlan plan_decode(int num_seqs, int num_kv_heads, int max_context_len, int blocks_per_sm, int mode) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    VLM_CUDA_CHECK(cudaGetDevice(&dev));
-    VLM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  const int pairs = std::max(1, num_seqs * num_kv_heads);
-  const int want = std::max(1, sms * std::min(blocks_per_sm, kMaxBlocksPerSm) / pairs);
-  // The shortest partition (a multiple of kBN, at least 128 keys for v1, 64 for v2):
-  // VLM_CUDA_DECODE_MIN_PARTITION, a measuring knob (bench_cuda_attention decode); read once.
-  static const int min_partition_knob = [] {
-    const char* e = std::getenv("VLM_CUDA_DECODE_MIN_PARTITION");
-    const int v = e ? std::atoi(e) : 0;
-    return (std::max(0, v) + kBN - 1) / kBN * kBN;
-  }();
-  const int min_partition = std::max(mode == kModeV1 ? 128 : kBN, min_partition_knob);
-  const int ctx = std::max(1, max_context_len);
-  int partition = (ctx + want - 1) / want;
-  partition = std::max(min_partition, (partition + kBN - 1) / kBN * kBN);
-  const int cap = mode == kModeV2 ? merged_reduce_max_splits() : mode == kModeCluster ? decode::kMaxCluster : 0;
-  if (cap > 0 && (ctx + partition - 1) / partition > cap) {
-    const int fit = ((ctx + cap - 1) / cap + kBN - 1) / kBN * kBN;  // cap splits
-    if (fit <= kShortMaxPartition) partition = std::max(partition, fit);
-  }
-  return {partition, (ctx + partition - 1) / partition};
-}
-
-// A routed sequence's plan: `active` groups not skipped (in group order), each split into
-// `per` CTAs' worth of `partition` keys (a multiple of kBN, at least 128).
-struct RoutedPlan {
-  int active = 0, per = 0, partition = 0;
-};
-__device__ __forceinline__ RoutedPlan routed_plan(const uint8_t* skip /*[Hkv]*/, int Hkv, int slots, int ctx) {
-  RoutedPlan p;
-  for (int g = 0; g < Hkv; ++g) p.active += skip[g] == 0;
-  if (p.active == 0) return p;
-  p.per = slots / p.active;
-  const int len = (ctx + p.per - 1) / p.per;
-  p.partition = max(128, (len + kBN - 1) / kBN * kBN);
-  return p;
-}
-
 // Q, then two stages of K and V tiles (an FP8 cache: two stages of byte tiles and one bf16 tile
 // of K and V, or kFp8Stages stages of byte tiles: the same bytes), later reused by the warps' merge.
 template <int D, class T>
 constexpr int decode_smem_bytes() {
   return std::max((kRows * D + 2 * 2 * kBN * D) * int(sizeof(T)),
                   kRows * D * int(sizeof(T)) + kWarps * kRows * (D + 2) * 4);
-}
-
-// The last CTA of group hk of sequence s to finish merges the splits' partials of the group's G
-// heads (what decode_reduce_kernel does for them): per head a warp computes the splits' weights
-// exp2(m_i - M) into shared memory (smem, [G][splits] floats, then [G] sums), then each thread
-// sums float4 columns over the splits in order. Partials of other CTAs are read through L2
-// (__ldcg: L1 is not coherent across SMs).
-template <class TQ>
-__device__ void reduce_group(const float* ws, const float* ml, int ws_stride, int splits, int64_t qh0, int G, int D,
-                             float* smem, TQ* __restrict__ out) {
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  float* wgt = smem;                 // [G][splits]
-  float* lsum = smem + G * splits;   // [G]
-  for (int row = warp; row < G; row += kWarps) {
-    const float* mlr = ml + (qh0 + row) * ws_stride * 2;
-    float mx = -INFINITY;
-    for (int i = lane; i < splits; i += 32) mx = fmaxf(mx, __ldcg(mlr + 2 * i));
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float l = 0.f;
-    for (int i = lane; i < splits; i += 32) {
-      const float w = exp2f(__ldcg(mlr + 2 * i) - mx);
-      wgt[row * splits + i] = w;
-      l += w * __ldcg(mlr + 2 * i + 1);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-    if (lane == 0) lsum[row] = l;
-  }
-  __syncthreads();
-  const int D4 = D / 4;
-  for (int t = tid; t < G * D4; t += kThreads) {
-    const int row = t / D4, c4 = t % D4;
-    const int64_t qh = qh0 + row;
-    const float4* col = reinterpret_cast<const float4*>(ws + qh * ws_stride * D) + c4;
-    const float* w = wgt + row * splits;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 16
-    for (int i = 0; i < splits; ++i) {
-      const float4 v = __ldcg(col + int64_t(i) * D4);
-      const float f = w[i];
-      acc.x += f * v.x;
-      acc.y += f * v.y;
-      acc.z += f * v.z;
-      acc.w += f * v.w;
-    }
-    const float l = lsum[row];
-    TQ* o = out + qh * D + 4 * c4;
-    o[0] = from_f32<TQ>(acc.x / l);
-    o[1] = from_f32<TQ>(acc.y / l);
-    o[2] = from_f32<TQ>(acc.z / l);
-    o[3] = from_f32<TQ>(acc.w / l);
-  }
 }
 
 // PDL launches, before the wait: the K and V rows of head hk of the cache blocks holding keys
@@ -468,99 +348,6 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
                                                         reinterpret_cast<float*>(smem_raw), kSmemFloats, out);
   else
     reduce_group<TQ>(ws, ml, ws_stride, splits, int64_t(s) * H + h0, G, D, reinterpret_cast<float*>(smem_raw), out);
-}
-
-// Max (is_max) or sum of x over the block (blockDim.x a multiple of 32, at most 1024 threads).
-__device__ float block_reduce(float x, bool is_max, float* red) {
-  for (int o = 16; o > 0; o /= 2) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, o);
-    x = is_max ? fmaxf(x, y) : x + y;
-  }
-  __syncthreads();  // red may still be read from a previous call
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = x;
-  __syncthreads();
-  x = red[0];
-  for (int w = 1; w < int(blockDim.x / 32); ++w) x = is_max ? fmaxf(x, red[w]) : x + red[w];
-  return x;
-}
-
-// grid (num_seqs, H, D / cols), block cols x lanes threads, dynamic shared memory max_splits +
-// lanes x cols floats: merges sequence s's splits of head h, columns [z cols, (z + 1) cols)
-// (routed: max_splits is the workspace stride Hkv x the grid's splits, and the sequence's
-// partition is routed_plan's). The splits' weights exp2(m_i - M) are computed once, in parallel,
-// into shared memory; then lane r of column d sums the splits i = r (mod lanes) (independent
-// loads), and lane 0 adds the lanes' sums in order. Dense launches: cols = D, lanes = 1 (one CTA
-// per head, the plain column sum); routed ones: cols = 32, lanes = 8 (a routed sequence's active
-// groups have up to Hkv times the splits, and 8x the CTAs and loads in flight merge them).
-constexpr int kRoutedReduceCols = 32, kRoutedReduceLanes = 8;
-template <class TQ>
-__global__ void decode_reduce_kernel(const float* __restrict__ ws, int H, int D, int max_splits, int partition,
-                                     int num_seqs, const int32_t* __restrict__ context_lens, TQ* __restrict__ out,
-                                     const uint8_t* __restrict__ group_skip, int G, int cols) {
-  extern __shared__ float weight[];  // [max_splits], then the lanes' sums [lanes][cols]
-  __shared__ float red[32];
-  pdl_wait();  // PDL (pdl.cuh)
-  pdl_trigger();
-  const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-  const int lanes = blockDim.x / cols, r = tid / cols, d = blockIdx.z * cols + tid % cols;
-  if (group_skip != nullptr) {
-    const uint8_t* skip = group_skip + int64_t(s) * (H / G);
-    if (skip[h / G]) return;  // written by the split kernel
-    partition = routed_plan(skip, H / G, max_splits, context_lens[s]).partition;
-  }
-  const int splits = (context_lens[s] + partition - 1) / partition;
-  const int64_t qh = int64_t(s) * H + h;
-  const float* ml = ws + int64_t(num_seqs) * H * max_splits * D + qh * max_splits * 2;
-  float mx = -INFINITY;
-  for (int i = tid; i < splits; i += blockDim.x) mx = fmaxf(mx, ml[2 * i]);
-  mx = block_reduce(mx, true, red);
-  float lsum = 0.f;
-  for (int i = tid; i < splits; i += blockDim.x) {
-    weight[i] = exp2f(ml[2 * i] - mx);
-    lsum += weight[i] * ml[2 * i + 1];
-  }
-  lsum = block_reduce(lsum, false, red);  // its barriers also publish weight[]
-  const float* col = ws + qh * max_splits * D + d;
-  float acc = 0.f;
-#pragma unroll 8
-  for (int i = r; i < splits; i += lanes) acc += weight[i] * col[int64_t(i) * D];
-  if (lanes > 1) {
-    float* sums = weight + max_splits;
-    sums[tid] = acc;
-    __syncthreads();
-    if (r != 0) return;
-    for (int j = 1; j < lanes; ++j) acc += sums[j * cols + tid];
-  }
-  out[qh * D + d] = from_f32<TQ>(acc / lsum);
-}
-
-// The merged reduce puts a group's whole merge on one SM (G x D columns over its splits), the
-// reduce kernel spreads it over num_seqs x H CTAs but costs a launch: the merged one is taken for
-// plans of at most this many splits per group (VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS, a
-// measuring knob read once; default 32, where the merge is a few loads a thread).
-constexpr int kMergedReduceMaxSplits = 32;
-int merged_reduce_max_splits() {
-  static const int v = [] {
-    const char* e = std::getenv("VLM_CUDA_DECODE_MERGED_REDUCE_MAX_SPLITS");
-    return e != nullptr && *e != '\0' ? std::max(0, std::atoi(e)) : kMergedReduceMaxSplits;
-  }();
-  return v;
-}
-
-// The plan a call asks for (launch_decode may fall back from v3 to v2): kAuto is v1 unless
-// VLM_CUDA_DECODE_KERNEL=v2|v3 (opt-in, read once: on the H200, session 16 call A, v2/v3 were
-// faster per layer at 1K but v2 slower at 4K, and neither moved the whole decode step; bench/
-// RESULTS.md); routed launches always take v1.
-int decode_mode(DecodeKernel kernel, bool routed) {
-  static const DecodeKernel env_choice = [] {
-    const char* e = std::getenv("VLM_CUDA_DECODE_KERNEL");
-    if (e != nullptr && std::strcmp(e, "v2") == 0) return DecodeKernel::kV2;
-    if (e != nullptr && std::strcmp(e, "v3") == 0) return DecodeKernel::kV3;
-    return DecodeKernel::kV1;
-  }();
-  if (routed) return kModeV1;
-  if (kernel == DecodeKernel::kAuto) kernel = env_choice;
-  return kernel == DecodeKernel::kV1 ? kModeV1 : kernel == DecodeKernel::kV3 ? kModeCluster : kModeV2;
 }
 
 // Whether the split kernel launches in clusters of n CTAs (n in [2, decode::kMaxCluster]) on this
