@@ -22,25 +22,14 @@ namespace vlm::cuda::tile {
 // load_kv_tile for an F8_E4M3 cache: keys [key0, key0 + ROWS) of KV head h into the byte tiles
 // sk, sv [ROWS][D] (row-major, no swizzle), keys at or beyond key_end zero-filled (E4M3 0).
 // 16-byte copies (16 elements): D % 16 == 0.
+template <int D>
+struct ByteRows {
+  __device__ static int at(int row, int col) { return row * D + col; }
+};
 template <int ROWS, int D, int NT, int UNROLL = 2>
 __device__ __forceinline__ void load_kv_tile_fp8(const KVView& kv, const int32_t* table, int h, int key0, int key_end,
                                                  uint8_t* sk, uint8_t* sv, int tid) {
-  constexpr int kChunks = D / 16;
-  const uint8_t* kbase = static_cast<const uint8_t*>(kv.k);
-  const uint8_t* vbase = static_cast<const uint8_t*>(kv.v);
-#pragma unroll UNROLL
-  for (int i = tid; i < ROWS * kChunks; i += NT) {
-    const int r = i / kChunks, c = i % kChunks;
-    const int key = key0 + r;
-    int64_t off = 0;
-    int bytes = 0;
-    if (key < key_end) {
-      off = kv.token_offset(table, h, key) + c * 16;
-      bytes = 16;
-    }
-    cp_async16(sk + r * D + c * 16, kbase + off, bytes);
-    cp_async16(sv + r * D + c * 16, vbase + off, bytes);
-  }
+  load_kv_tile<ROWS, D, NT, uint8_t, ByteRows<D>, UNROLL>(kv, table, h, key0, key_end, sk, sv, tid);
 }
 
 // Converts a byte tile src [ROWS][D] (E4M3) into the swizzled 16-bit tile dst [ROWS][D] (T: the
@@ -78,26 +67,14 @@ __device__ __forceinline__ int fp8_swz(int r, int c) {
 }
 
 // load_kv_tile_fp8 into the swizzled byte tiles sk, sv [ROWS][D] (fp8_swz).
+template <int D>
+struct Fp8SwizzledRows {
+  __device__ static int at(int row, int col) { return fp8_swz<D>(row, col / 16); }
+};
 template <int ROWS, int D, int NT, int UNROLL = 2>
 __device__ __forceinline__ void load_kv_tile_fp8_swz(const KVView& kv, const int32_t* table, int h, int key0,
                                                      int key_end, uint8_t* sk, uint8_t* sv, int tid) {
-  constexpr int kChunks = D / 16;
-  const uint8_t* kbase = static_cast<const uint8_t*>(kv.k);
-  const uint8_t* vbase = static_cast<const uint8_t*>(kv.v);
-#pragma unroll UNROLL
-  for (int i = tid; i < ROWS * kChunks; i += NT) {
-    const int r = i / kChunks, c = i % kChunks;
-    const int key = key0 + r;
-    int64_t off = 0;
-    int bytes = 0;
-    if (key < key_end) {
-      off = kv.token_offset(table, h, key) + c * 16;
-      bytes = 16;
-    }
-    const int at = fp8_swz<D>(r, c);
-    cp_async16(sk + at, kbase + off, bytes);
-    cp_async16(sv + at, vbase + off, bytes);
-  }
+  load_kv_tile<ROWS, D, NT, uint8_t, Fp8SwizzledRows<D>, UNROLL>(kv, table, h, key0, key_end, sk, sv, tid);
 }
 
 // Two E4M3 values (the low 16 bits of x; the low byte first) -> f16x2 (the first in the low

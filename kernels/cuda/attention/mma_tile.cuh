@@ -97,11 +97,14 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // Loads keys [key0, key0 + ROWS) of KV head h (K and V) from the paged cache into swizzled
 // shared tiles sk, sv [ROWS][D] with cp.async; keys at or beyond key_end are zero-filled (so a
 // masked P of 0 never meets garbage V). NT threads share the work. kv.block_size must be a power
-// of two. Lay: the tiles' layout (Lay::at(row, col): element offset); UNROLL: the copy loop's unroll.
+// of two. Lay: the tiles' layout (Lay::at(row, col): element offset of a 16-byte chunk's first
+// element); UNROLL: the copy loop's unroll. T: the cache's element (16-bit, or uint8_t for an
+// F8_E4M3 cache's byte tiles, fp8_kv_tile.cuh); one 16-byte copy moves 16 / sizeof(T) elements.
 template <int ROWS, int D, int NT, class T, class Lay = SwizzledRows<D>, int UNROLL = 2>
 __device__ __forceinline__ void load_kv_tile(const KVView& kv, const int32_t* table, int h, int key0, int key_end,
                                              T* sk, T* sv, int tid) {
-  constexpr int kChunks = D / 8;
+  constexpr int kE = 16 / int(sizeof(T));
+  constexpr int kChunks = D / kE;
   const T* kbase = static_cast<const T*>(kv.k);
   const T* vbase = static_cast<const T*>(kv.v);
 #pragma unroll UNROLL
@@ -111,10 +114,10 @@ __device__ __forceinline__ void load_kv_tile(const KVView& kv, const int32_t* ta
     int64_t off = 0;
     int bytes = 0;
     if (key < key_end) {
-      off = kv.token_offset(table, h, key) + c * 8;
+      off = kv.token_offset(table, h, key) + c * kE;
       bytes = 16;
     }
-    const int s = Lay::at(r, c * 8);
+    const int s = Lay::at(r, c * kE);
     cp_async16(sk + s, kbase + off, bytes);
     cp_async16(sv + s, vbase + off, bytes);
   }
