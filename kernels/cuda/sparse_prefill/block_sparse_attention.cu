@@ -221,19 +221,15 @@ __device__ __forceinline__ void run_piece(const TQ* __restrict__ q, int H, const
         tile::ldmatrix_x4(qf[k], sq + tile::swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
                                                   k * 16 + (lane >> 4) * 8));
     }
-    const T* tk = sk(st);
-    const T* tv = sv(st);
     if constexpr (kFp8) {  // this stage's bytes -> the bf16 tiles (the previous tile's mma is done: synced)
       tile::convert_fp8_tile<kBN, D, kThreads>(bk(st), ck, tid);
       tile::convert_fp8_tile<kBN, D, kThreads>(bv(st), cv, tid);
       __syncthreads();
-      tk = ck;
-      tv = cv;
     }
     if (warp_max >= 0) {
       const int* kp = kpos_smem + st * kBN;
       float sc[1][kBN / 8][4] = {};
-      tile::qk_tile<D, kBN / 8>(sc[0], qf, tk, 0, lane);
+      tile::qk_tile<D, kBN / 8>(sc[0], qf, kFp8 ? ck : sk(st), 0, lane);
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
         const int2 kk = *reinterpret_cast<const int2*>(kp + j * 8 + 2 * t4);
@@ -242,7 +238,7 @@ __device__ __forceinline__ void run_piece(const TQ* __restrict__ q, int H, const
           if ((e & 1 ? kk.y : kk.x) > rpos[e >> 1]) sc[0][j][e] = -INFINITY;
       }
       tile::online_softmax<D, kBN / 8>(sc[0], m, l, o[0], scale_log2);
-      tile::pv_tile<D, kBN / 8, 1>(o, sc, tv, 0, lane);
+      tile::pv_tile<D, kBN / 8, 1>(o, sc, kFp8 ? cv : sv(st), 0, lane);
     }
     __syncthreads();
   }
