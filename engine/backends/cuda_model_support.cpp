@@ -84,13 +84,13 @@ std::vector<std::string> cuda_model_support(const ModelConfig& m, const EngineCo
     if (dtype == DType::F32)
       p.push_back("--kv-cache-dtype fp8 with --dtype float32: the exact path keeps an f32 cache; use --dtype "
                   "bfloat16 or float16");
-    if (c.sparse_prefill.enabled())
-      p.push_back(fmt::format("--sparse-prefill {} with --kv-cache-dtype fp8: the GPU's block-sparse kernel does not "
-                              "read an FP8 cache yet",
+    // The block-sparse kernel, the grid / vertical-slash / boundary estimates and LOOK-M read FP8;
+    // the XAttention estimate (an mma.sync GEMM over 16-bit cache tiles) does not yet.
+    if (c.sparse_prefill.enabled() && uses_xattention_heads(c.sparse_prefill))
+      p.push_back(fmt::format("--sparse-prefill {} with --kv-cache-dtype fp8: the GPU's XAttention estimate does not "
+                              "read an FP8 cache yet (its heads' scores run on 16-bit cache tiles); use a bf16 cache "
+                              "or another method",
                               sparse_prefill_method_name(c.sparse_prefill.method)));
-    if (c.look_m.enabled)
-      p.push_back("--look-m with --kv-cache-dtype fp8: the GPU's LOOK-M compaction does not read or write an FP8 "
-                  "cache yet");
   }
   if (vision_head_dim > 0) {
     const bool tensor_cores = dtype != DType::F32 && vision_head_dim % 8 == 0 && vision_head_dim <= 128;

@@ -12,14 +12,15 @@
 //    256 [CudaDecoder]; a power-of-two block size [the tiled kernels]; D other than 64 / 128
 //    runs on the reference kernel [paged_attention_naive], which holds at most
 //    12000 tokens (kernels/cuda/attention/attention_naive.cu) of context, so max_model_len must not exceed it;
-//  - sparse prefill asked for by flag: a method the GPU plans, 64-token blocks, a bf16/f16
+//  - sparse prefill asked for by flag: a method the GPU plans, 64-token blocks, a bf16/f16/fp8
 //    cache, D 64 / 128 [paged_block_sparse_attention], XAttention at most 128 query heads;
 //  - SinkRouter on by flag: D 64 / 128 and G = H / Hkv <= kCudaDecodeMaxGroup (routing rides
 //    on the decode kernel; elsewhere every decode would silently run exact), and the routing
 //    kernel's shared memory (H + (Hkv + H)(D + 1) floats within 48 KB, H <= 1024);
 //  - LOOK-M on by flag: G <= 16 and D <= 256 [look_m_accumulate_scores];
-//  - --kv-cache-dtype fp8: not with --dtype float32, sparse prefill or LOOK-M (their kernels do not
-//    read an F8_E4M3 cache) [paged_block_sparse_attention, the LOOK-M kernels];
+//  - --kv-cache-dtype fp8: not with --dtype float32, nor with sparse prefill that has XAttention
+//    heads (its estimate does not read an F8_E4M3 cache) [xattn_block_scores]; the block-sparse
+//    kernel, the other estimates and LOOK-M read FP8;
 //  - the vision tower (vision_head_dim > 0): its attention off tensor cores (F32, or a head size
 //    not a multiple of 8 or above 128) runs the reference kernel [varlen_attention_naive], whose
 //    segments hold at most cuda::kMaxNaiveLen rows, so max_media_patches must not exceed it.

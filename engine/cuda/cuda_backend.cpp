@@ -141,13 +141,13 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
 
 bool CudaBackend::runs_sparse_prefill(const SparsePrefillConfig& cfg) const {
   return !cfg.enabled() || (plannable_without_host_data(cfg) && cfg.block == 64 && gpu_.dtype() != DType::F32 &&
-                            gpu_.kv_dtype() != DType::F8_E4M3 && cuda_fast_head_dim(gpu_.config().head_dim));
+                            (gpu_.kv_dtype() != DType::F8_E4M3 || !uses_xattention_heads(cfg)) &&
+                            cuda_fast_head_dim(gpu_.config().head_dim));
 }
 
 bool CudaBackend::runs_look_m() const {
   const ModelConfig& m = gpu_.config();
-  return m.num_heads / m.num_kv_heads <= kCudaDecodeMaxGroup && m.head_dim <= 256 &&
-         gpu_.kv_dtype() != DType::F8_E4M3;
+  return m.num_heads / m.num_kv_heads <= kCudaDecodeMaxGroup && m.head_dim <= 256;
 }
 
 std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Model& model,

@@ -31,7 +31,7 @@ class CudaBackend : public StepBackend {
   int64_t num_kv_blocks() const override { return gpu_.num_kv_blocks(); }
   int64_t kv_bytes_per_block() const override { return gpu_.kv_bytes_per_block(); }
   DType kv_dtype() const override { return gpu_.kv_dtype(); }
-  // An FP8 KV cache runs neither sparse prefill nor LOOK-M (CudaDecoderOptions::kv_fp8).
+  // An FP8 KV cache runs LOOK-M and sparse prefill but XAttention heads (CudaDecoderOptions::kv_fp8).
   bool runs_sparse_prefill(const SparsePrefillConfig& cfg) const override;
   bool runs_look_m() const override;
   void copy_block(int32_t src, int32_t dst) override { gpu_.copy_block(src, dst); }

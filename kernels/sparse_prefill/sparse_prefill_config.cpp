@@ -86,4 +86,15 @@ bool plannable_without_host_data(const SparsePrefillConfig& cfg) {
   }
 }
 
+bool uses_xattention_heads(const SparsePrefillConfig& cfg) {
+  if (cfg.method == SparsePrefillMethod::XAttention) return true;
+  if (cfg.method != SparsePrefillMethod::MMInference) return false;
+  if (cfg.default_head.type == HeadPatternType::XAttention) return true;
+  if (cfg.head_patterns)
+    for (const auto& layer : cfg.head_patterns->layers)
+      for (const HeadPattern& h : layer)
+        if (h.type == HeadPatternType::XAttention) return true;
+  return false;
+}
+
 }  // namespace vlm

@@ -93,5 +93,9 @@ struct GridLayoutStore {
 // with or without a Q / 2D boundary (last_q <= 64), or such xattention with no boundary): what
 // the GPU backend plans.
 bool plannable_without_host_data(const SparsePrefillConfig& cfg);
+// Whether some head of cfg is an XAttention head (method xattention, or MMInference whose default
+// head or a head pattern is one): the GPU's XAttention estimate reads a 16-bit cache only, so an
+// FP8 KV cache refuses these (cuda_model_support, CudaBackend::runs_sparse_prefill).
+bool uses_xattention_heads(const SparsePrefillConfig& cfg);
 
 }  // namespace vlm

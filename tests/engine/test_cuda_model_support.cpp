@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -177,7 +178,7 @@ TEST(CudaModelSupport, QuantizationFp8OnTheCpuIsRefused) {
 }
 
 // --kv-cache-dtype fp8 (the GPU's FP8 cache): refused on the CPU, and on the GPU together with the
-// f32 exact path or with a method that does not read FP8 yet (sparse prefill, LOOK-M), each named.
+// f32 exact path or with the one method that does not read FP8 yet (XAttention heads), each named.
 TEST(CudaModelSupport, KvCacheFp8OnTheCpuIsRefused) {
   auto model = TextModel::load(fixture_model_dir("llama_tiny"));
   EngineConfig c = test_config();
@@ -200,12 +201,34 @@ TEST(CudaModelSupport, KvCacheFp8WithMethodsOrF32IsRefusedNamingThem) {
   EXPECT_TRUE(cuda_model_support(m, dense, DType::BF16, 32768).empty())
       << joined(cuda_model_support(m, dense, DType::BF16, 32768));
   EXPECT_TRUE(mentions(cuda_model_support(m, dense, DType::F32, 32768), "--kv-cache-dtype fp8 with --dtype float32"));
-  EngineConfig c = all_methods();
+  EngineConfig c = all_methods();  // MMInference (grid heads), SinkRouter, LOOK-M: all read FP8
   c.kv_dtype = DType::F8_E4M3;
-  const auto p = cuda_model_support(m, c, DType::BF16, 32768);
-  EXPECT_EQ(p.size(), 2u) << joined(p);  // SinkRouter reads FP8
-  EXPECT_TRUE(mentions(p, "--sparse-prefill mminference with --kv-cache-dtype fp8")) << joined(p);
-  EXPECT_TRUE(mentions(p, "--look-m with --kv-cache-dtype fp8")) << joined(p);
+  EXPECT_TRUE(cuda_model_support(m, c, DType::BF16, 32768).empty()) << joined(cuda_model_support(m, c, DType::BF16, 32768));
+  for (const auto method : {SparsePrefillMethod::AShape, SparsePrefillMethod::TriShape, SparsePrefillMethod::VerticalSlash,
+                            SparsePrefillMethod::Grid}) {
+    c.sparse_prefill.method = method;
+    EXPECT_TRUE(cuda_model_support(m, c, DType::BF16, 32768).empty()) << sparse_prefill_method_name(method);
+  }
+  // XAttention heads: by method, and as MMInference's default head or one head pattern.
+  c.sparse_prefill.method = SparsePrefillMethod::XAttention;
+  auto p = cuda_model_support(m, c, DType::BF16, 32768);
+  EXPECT_EQ(p.size(), 1u) << joined(p);
+  EXPECT_TRUE(mentions(p, "--sparse-prefill xattention with --kv-cache-dtype fp8")) << joined(p);
+  c.sparse_prefill.method = SparsePrefillMethod::MMInference;
+  c.sparse_prefill.default_head.type = HeadPatternType::XAttention;
+  EXPECT_TRUE(mentions(cuda_model_support(m, c, DType::BF16, 32768), "--sparse-prefill mminference with --kv-cache-dtype fp8"));
+  c.sparse_prefill.default_head = HeadPattern{};
+  auto pats = std::make_shared<SparseHeadPatterns>();
+  pats->layers.resize(2);
+  pats->layers[1].resize(3);
+  pats->layers[1][2].type = HeadPatternType::XAttention;
+  c.sparse_prefill.head_patterns = pats;
+  EXPECT_TRUE(uses_xattention_heads(c.sparse_prefill));
+  p = cuda_model_support(m, c, DType::BF16, 32768);
+  EXPECT_EQ(p.size(), 1u) << joined(p);
+  // The same configuration over a bf16 cache runs.
+  c.kv_dtype = DType::BF16;
+  EXPECT_TRUE(cuda_model_support(m, c, DType::BF16, 32768).empty()) << joined(cuda_model_support(m, c, DType::BF16, 32768));
 }
 
 TEST(CudaModelSupport, DeviceAutoFallsBackToTheCpu) {

@@ -26,13 +26,23 @@ __device__ __forceinline__ int64_t cache_offset(const KVView& kv, const int32_t*
   return kv.offset(table[pos / kv.block_size], h, pos % kv.block_size);
 }
 
+// Entry i of head h's K (value: V) written as the value x: store_f32 for 16-bit / f32 caches; an
+// F8_E4M3 cache stores e4m3(x * (1 / scale[h])) with the head's static scale (paged_kv_write's
+// rounding), so an entry read by load_kv_f32 and written back unchanged keeps its byte.
+__device__ __forceinline__ void store_kv(const KVView& kv, DType dt, bool value, int h, int64_t i, float x) {
+  if (dt == DType::F8_E4M3)
+    static_cast<uint8_t*>(value ? kv.v : kv.k)[i] = fp8_kv_store(x, 1.f / (value ? kv.v_scale : kv.k_scale)[h]);
+  else
+    store_f32(value ? kv.v : kv.k, dt, i, x);
+}
+
 // Key j of kv head hk into registers, zero past D (DM: D rounded up to 64 / 128 / 256).
 template <int DM>
 __device__ __forceinline__ void load_key(const KVView& kv, DType dt, const int32_t* table, int hk, int j, bool on,
                                          float (&k)[DM]) {
   const int64_t off = on ? cache_offset(kv, table, hk, j) : 0;
 #pragma unroll
-  for (int d = 0; d < DM; ++d) k[d] = on && d < kv.head_dim ? load_f32(kv.k, dt, off + d) : 0.f;
+  for (int d = 0; d < DM; ++d) k[d] = on && d < kv.head_dim ? load_kv_f32(kv, dt, false, hk, off + d) : 0.f;
 }
 
 template <int DM>
@@ -142,8 +152,8 @@ __device__ __forceinline__ void fold_evicted(const KVView& kv, DType dt, const i
   const int64_t eoff = cache_offset(kv, table, h, e), acc = (int64_t(h) * C + arg) * D;
   const float scale = merge == kMergeWeighted ? w : 1.f;  // Average/Pivot: the plain sum
   for (int d = lane; d < D; d += 32) {
-    atomicAdd(ksum + acc + d, scale * load_f32(kv.k, dt, eoff + d));
-    atomicAdd(vsum + acc + d, scale * load_f32(kv.v, dt, eoff + d));
+    atomicAdd(ksum + acc + d, scale * load_kv_f32(kv, dt, false, h, eoff + d));
+    atomicAdd(vsum + acc + d, scale * load_kv_f32(kv, dt, true, h, eoff + d));
   }
   if (lane == 0) atomicAdd(count + int64_t(h) * C + arg, 1);
 }
@@ -188,7 +198,7 @@ __global__ void inv_norm_kernel(KVView kv, DType dt, const int32_t* __restrict__
   const int64_t off = cache_offset(kv, table, h, pos);
   float n2 = 0.f;
   for (int d = 0; d < kv.head_dim; ++d) {
-    const float x = load_f32(kv.k, dt, off + d);
+    const float x = load_kv_f32(kv, dt, false, h, off + d);
     n2 += x * x;
   }
   inv[int64_t(h) * L + pos] = n2 > 0.f ? 1.f / sqrtf(n2) : 0.f;
@@ -203,7 +213,7 @@ __global__ void merge_kernel(KVView kv, DType dt, const int32_t* __restrict__ ta
   const int D = kv.head_dim;
   const int64_t eoff = cache_offset(kv, table, h, e);
   float ke[8];  // D <= 256: lane holds d = lane + 32 i
-  for (int i = 0; i < 8; ++i) ke[i] = lane + 32 * i < D ? load_f32(kv.k, dt, eoff + lane + 32 * i) : 0.f;
+  for (int i = 0; i < 8; ++i) ke[i] = lane + 32 * i < D ? load_kv_f32(kv, dt, false, h, eoff + lane + 32 * i) : 0.f;
   const float ie = inv[int64_t(h) * L + e];
   float best = -INFINITY;
   int arg = 0;
@@ -212,7 +222,7 @@ __global__ void merge_kernel(KVView kv, DType dt, const int32_t* __restrict__ ta
     const int64_t off = cache_offset(kv, table, h, p);
     float s = 0.f;
     for (int i = 0; i < 8; ++i)
-      if (lane + 32 * i < D) s += ke[i] * load_f32(kv.k, dt, off + lane + 32 * i);
+      if (lane + 32 * i < D) s += ke[i] * load_kv_f32(kv, dt, false, h, off + lane + 32 * i);
     for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
     s *= ie * inv[int64_t(h) * L + p];
     if (s > best) {
@@ -248,7 +258,7 @@ merge_tiled_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L
   const int e0 = blockIdx.x * kMergeRows;
   for (int i = threadIdx.x; i < kMergeRows * DM; i += blockDim.x) {
     const int r = i / DM, d = i % DM, e = e0 + r;
-    rows[r][d] = e < L && d < D ? load_f32(kv.k, dt, cache_offset(kv, table, h, e) + d) : 0.f;
+    rows[r][d] = e < L && d < D ? load_kv_f32(kv, dt, false, h, cache_offset(kv, table, h, e) + d) : 0.f;
   }
   float best[kRowsPerWarp], ie[kRowsPerWarp];
   int arg[kRowsPerWarp];
@@ -270,7 +280,7 @@ merge_tiled_kernel(KVView kv, DType dt, const int32_t* __restrict__ table, int L
     for (int i = threadIdx.x; i < kMergeTile * DM; i += blockDim.x) {  // independent loads
       const int d = i % DM, t = i / DM;
       const int64_t b = base[t];
-      keys[d][t ^ (d & 31)] = b >= 0 && d < D ? load_f32(kv.k, dt, b + d) : 0.f;
+      keys[d][t ^ (d & 31)] = b >= 0 && d < D ? load_kv_f32(kv, dt, false, h, b + d) : 0.f;
     }
     __syncthreads();
     float dot[2][kRowsPerWarp] = {};
@@ -332,7 +342,7 @@ __global__ void finalize_kernel(KVView kv, DType dt, const int32_t* __restrict__
   const int c = blockIdx.x, h = blockIdx.y, d = threadIdx.x, D = kv.head_dim;
   const int64_t off = cache_offset(kv, table, h, kept[int64_t(h) * C + c]) + d;
   const int64_t i = (int64_t(h) * C + c) * D + d;
-  float k = load_f32(kv.k, dt, off), v = load_f32(kv.v, dt, off);
+  float k = load_kv_f32(kv, dt, false, h, off), v = load_kv_f32(kv, dt, true, h, off);
   const int n = count[int64_t(h) * C + c];
   if (merge != kMergeNone && n > 0) {
     const float inv = 1.f / float(n + 1);
@@ -353,8 +363,8 @@ __global__ void scatter_kernel(KVView kv, DType dt, const int32_t* __restrict__ 
                                const float* __restrict__ kout, const float* __restrict__ vout) {
   const int c = blockIdx.x, h = blockIdx.y, d = threadIdx.x, D = kv.head_dim;
   const int64_t off = cache_offset(kv, table, h, c) + d, i = (int64_t(h) * C + c) * D + d;
-  store_f32(kv.k, dt, off, kout[i]);
-  store_f32(kv.v, dt, off, vout[i]);
+  store_kv(kv, dt, false, h, off, kout[i]);
+  store_kv(kv, dt, true, h, off, vout[i]);
 }
 
 struct CompactWorkspace {  // carved from the caller's buffer
@@ -441,6 +451,7 @@ void look_m_accumulate_scores(const void* q, DType act, int32_t R, int num_heads
   VLM_CHECK(num_heads % kv.num_kv_heads == 0 && num_heads / kv.num_kv_heads <= 16 && kv.head_dim <= 256 &&
                 stride >= first_pos + R,
             "LOOK-M scores: H {} Hkv {} D {} stride {}", num_heads, kv.num_kv_heads, kv.head_dim, stride);
+  if (kv.dtype == DType::F8_E4M3) check_fp8_cache(kv, "LOOK-M scores");
   const int G = num_heads / kv.num_kv_heads, Hkv = kv.num_kv_heads;
   const size_t esz = dtype_size(act);
   const bool mma = how != LookMSearch::F32 && look_m_scores_mma_supported(act, kv.dtype, kv.head_dim);
@@ -487,6 +498,7 @@ size_t look_m_compact_workspace_bytes(int32_t L, int32_t C, int num_kv_heads, in
 void look_m_compact(const PagedKVLayer& kv, const int32_t* block_table, int32_t L, const int32_t* kept, int32_t C,
                     KVMerge merge, void* workspace, cudaStream_t stream) {
   VLM_CHECK(kv.head_dim <= 256 && C > 0 && C <= L, "LOOK-M compaction: D {} C {} L {}", kv.head_dim, C, L);
+  if (kv.dtype == DType::F8_E4M3) check_fp8_cache(kv, "LOOK-M compaction");
   const int Hkv = kv.num_kv_heads, D = kv.head_dim;
   const CompactWorkspace w(workspace, L, C, Hkv, D);
   const KVView v = kv_view(kv);

@@ -4,6 +4,11 @@
 // are chosen on the device too (look_m_select_kept: the CPU's ranking exactly), so the end of a prompt needs
 // no host round trip. Contract as kernels/cuda/attention/cuda_attention.h: device pointers, work on
 // `stream`, no sync; the scratch buffers are the caller's.
+// F8_E4M3 caches (--kv-cache-dtype fp8, paged_kv.h's convention; k_scale/v_scale set): every pass
+// reads the dequantized values (byte * the head's static scale) on the f32 CUDA-core kernels (no
+// tensor-core FP8 path yet); the compaction merges in f32 and re-quantizes each written entry with
+// the same static per-head scale (paged_kv_write's rounding), so an entry kept without merging keeps
+// its byte. 16-bit and f32 caches run exactly as before (the FP8 branches are never taken).
 #pragma once
 
 #include <cstddef>

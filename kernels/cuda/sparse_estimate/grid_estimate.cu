@@ -20,7 +20,8 @@ __device__ __forceinline__ int row_position(const GridEstimateShape& sh, int r) 
   return sh.row_pos ? sh.row_pos[r] : sh.num_keys - sh.rows + r;
 }
 
-// Grid (ceil(N / kKeys), H). probs[h][r][j] = scale * q_r . k_j, or -inf past pos_r.
+// Grid (ceil(N / kKeys), H). probs[h][r][j] = scale * q_r . k_j, or -inf past pos_r (k_j as it
+// represents: an F8_E4M3 cache's byte times the head's k_scale; 16-bit caches read as before).
 __global__ void __launch_bounds__(kThreads)
 scores_kernel(const void* q, DType act, KVView kv, DType kv_dtype, const int32_t* table, GridEstimateShape sh,
               float scale, float* probs) {
@@ -35,7 +36,7 @@ scores_kernel(const void* q, DType act, KVView kv, DType kv_dtype, const int32_t
   }
   for (int i = threadIdx.x; i < kKeys * D; i += kThreads) {
     const int jj = i / D, d = i % D, j = j0 + jj;
-    ks[jj * (D + 1) + d] = j < N ? load_f32(kv.k, kv_dtype, kv.token_offset(table, hk, j) + d) : 0.f;
+    ks[jj * (D + 1) + d] = j < N ? load_kv_f32(kv, kv_dtype, false, hk, kv.token_offset(table, hk, j) + d) : 0.f;
   }
   __syncthreads();
   const int jj = threadIdx.x % kKeys, j = j0 + jj, r0 = threadIdx.x / kKeys;

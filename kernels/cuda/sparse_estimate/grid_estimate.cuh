@@ -23,7 +23,8 @@ struct GridEstimateShape {
 
 // probs[H, R, N] (f32, device) = softmax_j(scale * q_r . k_j) over j <= pos_r (pos_r = N - R + r),
 // zero after: last_q_attention of every head. q[T, H, D] in dtype act; block_table: the
-// sequence's row of the block table (device); kv any dtype.
+// sequence's row of the block table (device); kv any dtype (F8_E4M3: the dequantized keys, byte
+// times the head's k_scale).
 void grid_last_q_probs(const void* q /*[T,H,D]*/, DType act, const PagedKVLayer& kv, const int32_t* block_table,
                        const GridEstimateShape& shape, float scale, float* probs /*[H,R,N]*/, cudaStream_t stream);
 

@@ -358,6 +358,8 @@ void xattn_block_scores(const void* q, DType act, const PagedKVLayer& kv, const 
             "xattention scores: {} heads q_len {} keys {}", heads.n, sh.q_len, sh.num_keys);
   VLM_CHECK(kv.num_kv_heads > 0 && sh.num_heads % kv.num_kv_heads == 0, "xattention: {} heads over {} kv heads",
             sh.num_heads, kv.num_kv_heads);
+  VLM_CHECK(kv.dtype == DType::BF16 || kv.dtype == DType::F16, "xattention scores read a bf16/f16 cache, not {}",
+            dtype_name(kv.dtype));
   const int nqb = sh.num_qblocks(), nkb = sh.num_kblocks();
   VLM_CUDA_CHECK(cudaMemsetAsync(blk, 0, size_t(heads.n) * nqb * nkb * sizeof(float), stream));
   ScoreArgs a;

@@ -43,7 +43,8 @@ struct XAttnHeads {
 };
 
 // blk[heads.n, nqb, nkb] (f32, device; zeroed here) = xattention_block_scores of each listed head.
-// q[T, H, D] in dtype act; block_table: the sequence's row (device); kv bf16/f16, D 64 or 128.
+// q[T, H, D] in dtype act; block_table: the sequence's row (device); kv bf16/f16 (an F8_E4M3 cache throws
+// InternalError: not read yet; --kv-cache-dtype fp8 refuses XAttention heads at start), D 64 or 128.
 void xattn_block_scores(const void* q /*[T,H,D]*/, DType act, const PagedKVLayer& kv, const int32_t* block_table,
                         const XAttnShape& shape, const XAttnHeads& heads, float scale, float* blk /*[n,nqb,nkb]*/,
                         cudaStream_t stream);

@@ -21,7 +21,10 @@
 // softmax and O += PV, as in prefill_attention.cu (mma_tile.cuh primitives). A row that attends
 // no key gets a zero output. Contract of cuda_attention.h (device pointers, stream-ordered,
 // no allocation in the attention call), plus:
-//  - kv.dtype BF16 or F16 (the tensor-core path; an F32 cache is refused), D in {64, 128},
+//  - kv.dtype BF16 or F16 (the tensor-core path; an F32 cache is refused), or F8_E4M3 with its
+//    k/v scales (--kv-cache-dtype fp8: the mma.sync kernel copies each tile's E4M3 rows as bytes
+//    and converts them to bf16 in shared memory, exactly, as prefill_attention.cu; K's per-head
+//    scale multiplies the softmax scale, V's the output rows; never the sm_90a kernel), D in {64, 128},
 //    H % Hkv == 0, kv.block_size a power of two; plan block_m == block_n == 64.
 //  - Rows of sequences without a plan are not written.
 // Its naive reference is the CPU's block_sparse_attention_ref (the mask materialised per head,

@@ -177,8 +177,8 @@ void paged_block_sparse_attention(const void* q, DType act, int num_heads, const
                 (kv.block_size & (kv.block_size - 1)) == 0,
             "block-sparse attention: H {} Hkv {} D {} block size {}", num_heads, kv.num_kv_heads, kv.head_dim,
             kv.block_size);
-  VLM_CHECK(kv.dtype == DType::BF16 || kv.dtype == DType::F16,
-            "block-sparse attention on the GPU needs a bf16/f16 cache, not {}", dtype_name(kv.dtype));
+  VLM_CHECK(kv.dtype == DType::BF16 || kv.dtype == DType::F16 || kv.dtype == DType::F8_E4M3,
+            "block-sparse attention on the GPU needs a bf16/f16/fp8 cache, not {}", dtype_name(kv.dtype));
   if (view.num_items == 0) return;
   launch_block_sparse_attention(q, act, num_heads, kv, batch, view, scale, out, stream);
 }

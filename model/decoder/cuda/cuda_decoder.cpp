@@ -255,8 +255,6 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
     else
       cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), stream_);
   };
-  VLM_CHECK(!opt_.kv_fp8 || (!sparse_ && !look_m_on_),
-            "sparse prefill and LOOK-M do not read an FP8 KV cache (refused at start)");
   if (sparse_) {
     VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
     sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_, &prof_);

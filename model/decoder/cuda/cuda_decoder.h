@@ -95,8 +95,10 @@ struct CudaDecoderOptions {
   // scales (model/decoder/kv_cache_scales.h: the checkpoint's k_scale/v_scale, else 1.0). dtype
   // must be BF16 or F16, a Hopper GPU (require_fp8_gpu). Attention reads it through the mma.sync
   // prefill and split-K decode kernels (cuda_attention.h) and SinkRouter (cuda_sink_router.h);
-  // cuDNN prefill is off; sparse prefill and LOOK-M do not read FP8 (refused at start:
-  // cuda_model_support; a request asking for one: 400).
+  // cuDNN prefill is off. Sparse prefill's block-sparse kernel and its grid / vertical-slash /
+  // boundary estimates and LOOK-M's end of prefill (scores, merge, compaction re-quantized with the
+  // same static scales) read FP8 too; XAttention heads do not (refused at start: cuda_model_support;
+  // a request asking for them: 400; the estimate itself throws InternalError on an FP8 cache).
   bool kv_fp8 = false;
 };
 
