@@ -99,7 +99,9 @@ void check(Batch& b, const Fp8Copy& f, std::span<const BlockSparsePlan* const> p
   const double e = normalized_error(got, ref), e16 = normalized_error(got, got16), fp8_own = normalized_error(ref, ref16);
   EXPECT_LE(e, tolerance(b.act)) << what << ": vs the CPU over the dequantized cache";
   EXPECT_LE(e16, fp8_own + 2 * tolerance(b.act)) << what << ": vs the kernel over the bf16 cache";
-  EXPECT_LE(fp8_own, 0.25) << what << ": the FP8 rounding itself (the test's data)";
+  // The data's own FP8 sensitivity (CPU over the dequantized cache vs CPU over bf16): 0.38 on the planner's
+  // tri-shape / grid plans (session 17, H200), ~0.03-0.06 on random plans; bounded only to catch broken data.
+  EXPECT_LE(fp8_own, 0.5) << what << ": the FP8 rounding itself (the test's data)";
   std::printf("[ sparse fp8 ] %s: %.2e vs CPU (dequantized), %.2e vs bf16-cache kernel (references' own %.2e)\n", what,
               e, e16, fp8_own);
 }

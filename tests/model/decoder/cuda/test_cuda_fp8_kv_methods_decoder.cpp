@@ -158,7 +158,7 @@ TEST_F(CudaFp8KvMethods, SparsePrefillOverAnFp8CacheIsCloseToTheBf16Ones) {
     cfg.min_prompt_len = 1;
     SCOPED_TRACE(sparse_prefill_method_name(cfg.method));
     BlockCounts counts[2];
-    double worst = 0;
+    double worst = 0, worst_dense[2] = {0, 0};  // FP8 vs bf16 sparse; each sparse run vs dense bf16
     for (int start = 0; start < kPrompt; start += kChunk) {
       SequenceChunk c;
       c.token_ids = std::span<const int32_t>(prompt.data() + start, kChunk);
@@ -177,16 +177,30 @@ TEST_F(CudaFp8KvMethods, SparsePrefillOverAnFp8CacheIsCloseToTheBf16Ones) {
       ASSERT_EQ(lg[1].size(), lg[0].size());
       for (const float x : lg[1]) ASSERT_TRUE(std::isfinite(x)) << "chunk at " << start;
       worst = std::max(worst, max_row_rel_error(lg[1].data(), lg[0].data(), kChunk, kV));
+      std::vector<float> dense;  // the bf16 cache without sparse prefill (rewrites the same K/V)
+      run(0, make_forward_batch(std::vector<SequenceChunk>{c}, kB), dense);
+      for (int i = 0; i < 2; ++i)
+        worst_dense[i] = std::max(worst_dense[i], max_row_rel_error(lg[i].data(), dense.data(), kChunk, kV));
     }
-    EXPECT_LE(worst, kFp8KvErrorBound) << "logits: FP8 vs bf16 cache";
+    const bool same_plans = counts[1].computed == counts[0].computed;
+    if (same_plans || cfg.method == SparsePrefillMethod::TriShape) {
+      EXPECT_LE(worst, kFp8KvErrorBound) << "logits: FP8 vs bf16 cache";
+    } else {
+      // A plan made from the cache (vertical-slash's lines, MMInference's grid search) may pick other blocks
+      // over FP8 keys than over bf16 ones (session 17, H200: MMInference density 0.416 vs 0.417, logits 1.44
+      // apart); then each sparse run is held to dense bf16: the FP8 run within the bf16 run's own sparse
+      // error plus the FP8 cache's bound.
+      EXPECT_LE(worst_dense[1], worst_dense[0] + kFp8KvErrorBound) << "logits vs dense: FP8 sparse vs bf16 sparse";
+    }
     EXPECT_GT(counts[1].causal, 0.0) << "no sparse prefill ran";
     if (cfg.method == SparsePrefillMethod::TriShape) {
       EXPECT_EQ(counts[1].computed, counts[0].computed);
       EXPECT_EQ(counts[1].causal, counts[0].causal);
     }
-    std::printf("[ fp8 sparse decoder ] %s: logits max row rel error %.3f vs bf16 cache; density %.3f (bf16 %.3f)\n",
-                sparse_prefill_method_name(cfg.method), worst, counts[1].computed / std::max(counts[1].causal, 1.0),
-                counts[0].computed / std::max(counts[0].causal, 1.0));
+    std::printf("[ fp8 sparse decoder ] %s: logits max row rel error %.3f vs bf16 cache; vs dense bf16 %.3f (FP8) "
+                "%.3f (bf16); density %.3f (bf16 %.3f)\n",
+                sparse_prefill_method_name(cfg.method), worst, worst_dense[1], worst_dense[0],
+                counts[1].computed / std::max(counts[1].causal, 1.0), counts[0].computed / std::max(counts[0].causal, 1.0));
   }
 }
 
