@@ -16,6 +16,7 @@
 #include "kernels/cuda/core/pdl.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemv_norm.h"
+#include "kernels/cuda/gemm/gemv_norm_rope_kv.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 #include "model/layers/cuda/cuda_fp8_linear.h"
 #include "kernels/ops/rope.h"
@@ -34,6 +35,10 @@ bool fused_reduce_env() {
   static const bool on = env_switch("VLM_CUDA_DECODE_FUSED_REDUCE", true);
   return on;
 }
+bool decode_fuse_env() {
+  static const bool on = env_switch("VLM_CUDA_DECODE_FUSE", true);
+  return on;
+}
 
 }  // namespace
 
@@ -42,6 +47,7 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
       opt_(options),
       fused_norm_(options.fused_norm < 0 ? fused_norm_env() : options.fused_norm != 0),
       fused_reduce_(options.fused_decode_reduce < 0 ? fused_reduce_env() : options.fused_decode_reduce != 0),
+      decode_fuse_(options.decode_fuse < 0 ? decode_fuse_env() : options.decode_fuse != 0),
       cudnn_(options.kv_fp8 ? 0 : options.cudnn_prefill, options.cudnn_min_tokens, options.cudnn_bucket) {
   VLM_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16,
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));
@@ -72,6 +78,8 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
   weight_bytes_ = layers_->weight_bytes();
   VLM_LOG_INFO("GPU: loaded {} layers ({:.2f} GiB)", c.num_layers, static_cast<double>(weight_bytes_) / (1 << 30));
   allocate_cache();
+  qkv_counters_.resize(static_cast<size_t>(c.num_heads + 2 * c.num_kv_heads) * 4);
+  VLM_CUDA_CHECK(cudaMemsetAsync(qkv_counters_.get(), 0, qkv_counters_.bytes(), stream_));
 }
 
 CudaDecoder::~CudaDecoder() {
@@ -234,7 +242,7 @@ int64_t CudaDecoder::upload_metadata(const ForwardBatch& b) {
 
 Act CudaDecoder::attend(int l, Act qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {
   const ModelConfig& c = config();
-  rope_kv_write(l, qkv.rows, qkv.data, rope, norm);
+  if (!launch_pending_qkv(l, rope, norm)) rope_kv_write(l, qkv.rows, qkv.data, rope, norm);
   attention(l, qkv.rows, *meta_);
   return Act{attn_.get(), qkv.rows, c.num_heads * c.head_dim, opt_.dtype};
 }
@@ -264,6 +272,29 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   }
   if (look_m_on_) look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_);
   prof_.mark(stream_, "attention");
+}
+
+bool CudaDecoder::launch_pending_qkv(int l, const RopeRows& rope, const cuda::HeadNorm& norm) {
+  PendingQkv& p = step_.pending_qkv;
+  if (!p.set) return false;
+  p.set = false;
+  const ModelConfig& c = config();
+  const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
+  if (!CudaCudnnPrefill::uses_kv_rows(cudnn_mode_) &&
+      cuda::gemv_norm_rope_kv_supported(p.M, p.K, opt_.dtype, kv, rope.cols, norm.q_w != nullptr)) {
+    VLM_CHECK(p.N == (c.num_heads + 2 * c.num_kv_heads) * c.head_dim, "a deferred q/k/v projection of {} columns",
+              p.N);
+    cuda::gemv_norm_rope_kv(p.x, p.norm_w, p.eps, p.w, opt_.dtype, p.bias, p.y, p.M, p.K, c.num_heads,
+                            static_cast<const float*>(rope.table), rope.cols, q_.get(), kv, d_slots_, norm,
+                            qkv_counters_.as<int32_t>(), stream_);
+    ++fused_qkv_launches_;
+    prof_.mark(stream_, "qkv_rope_kv_write");
+    return true;
+  }
+  cuda::gemv_norm(p.x, nullptr, p.norm_w, p.eps, p.w, opt_.dtype, p.bias, p.y, opt_.dtype, false, p.M, p.N, p.K,
+                  stream_);
+  prof_.mark(stream_, "self_attn.q_proj");
+  return false;
 }
 
 void CudaDecoder::rope_kv_write(int l, int64_t T, void* qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {
@@ -369,6 +400,8 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   s.mrope = d_mrope_;
   s.rows = d_rows_;
   s.fused_norm = fused_norm_;
+  s.defer_qkv = decode_fuse_ && all_decode_;  // the q/k/v GEMV with RoPE and the K/V write (attend)
+  s.pending_qkv = PendingQkv{};
   s.logits_buf = logits_.as<float>();
   s.gemm = &gemm_;
   s.prof = &prof_;
@@ -386,6 +419,7 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
     arch_->forward(s);  // the rope table, the embedding, every layer, the head on the logit rows
   }
   meta_ = nullptr;
+  VLM_CHECK(!s.pending_qkv.set, "a deferred q/k/v projection nobody launched");
   if (sparse_) sparse_prefill_.finish_step(stream_);  // the step's block counts, when the stream gets there
   if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);     // SinkRouter's anchors of finished
   if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // prompts, then LOOK-M's compaction
