@@ -19,6 +19,16 @@ CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& op
   const auto V = static_cast<size_t>(decoder.config().vocab_size);
   counts_.assign(V, 0);
   seen_.assign(V, 0);
+  if (gpu_.decode_fuse()) {
+    VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&up_stream_, cudaStreamNonBlocking));
+    VLM_CUDA_CHECK(cudaEventCreateWithFlags(&up_done_, cudaEventDisableTiming));
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  if (up_stream_) cudaStreamSynchronize(up_stream_);
+  if (up_done_) cudaEventDestroy(up_done_);
+  if (up_stream_) cudaStreamDestroy(up_stream_);
 }
 
 std::string CudaBackend::device() const {
@@ -105,7 +115,13 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
     if (P) std::memcpy(ints, pen_tok_.data(), P * 4);
     if (P) std::memcpy(ints + P, pen_cnt_.data(), P * 4);
     if (M) std::memcpy(ints + 2 * P, mask_.data(), M * 4);
-    VLM_CUDA_CHECK(cudaMemcpyAsync(up_dev_.get(), h, total, cudaMemcpyHostToDevice, s));
+    if (up_stream_) {  // beside the step's kernels; the sampling kernel waits for it (no copy after the step)
+      VLM_CUDA_CHECK(cudaMemcpyAsync(up_dev_.get(), h, total, cudaMemcpyHostToDevice, up_stream_));
+      VLM_CUDA_CHECK(cudaEventRecord(up_done_, up_stream_));
+      VLM_CUDA_CHECK(cudaStreamWaitEvent(s, up_done_, 0));
+    } else {
+      VLM_CUDA_CHECK(cudaMemcpyAsync(up_dev_.get(), h, total, cudaMemcpyHostToDevice, s));
+    }
     const auto* d_ints = reinterpret_cast<const int32_t*>(up_dev_.as<char>() + jobs_b);
     work_.reserve(static_cast<size_t>(J) * static_cast<size_t>(V) * 4);
     out_dev_.reserve(static_cast<size_t>(J) * sizeof(cuda::SampleOut));
