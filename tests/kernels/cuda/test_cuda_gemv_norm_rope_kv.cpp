@@ -59,18 +59,21 @@ TEST(CudaGemvNormRopeKv, EqualsGemvNormThenRopeSplitKvWrite) {
   VLM_REQUIRE_GPU();
   constexpr int kB = 16;
   constexpr float kEps = 1e-6f;
-  cuda::DeviceBuffer counters(64 * 4);  // shared by every call below: each must leave them zero
+  constexpr int kCounters = 96;  // >= H + 2 Hkv of every case
+  cuda::DeviceBuffer counters(kCounters * 4);  // shared by every call below: each must leave them zero
   VLM_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
-  // Qwen3-8B's heads on a small K; a partial rotary; D = 64 with many heads (N = 30 * 64 columns:
-  // blocks loop over several groups at small K); D = 256.
+  // Qwen3-8B's KV group on a small K; a partial rotary; D = 64 with 5 KV heads; 80 heads of 128 at K = 64
+  // (1,280 column groups: more than a wave of blocks holds, so blocks loop and one block finishes
+  // several heads); D = 256.
   for (const QkvCase& c : {QkvCase{8, 2, 128, 128, 1024}, QkvCase{6, 3, 64, 32, 520}, QkvCase{20, 5, 64, 64, 64},
-                           QkvCase{2, 1, 256, 256, 4096}}) {
+                           QkvCase{64, 8, 128, 128, 64}, QkvCase{2, 1, 256, 256, 4096}}) {
     for (const auto& types : {std::pair{DType::BF16, DType::BF16}, std::pair{DType::F16, DType::F16},
                               std::pair{DType::BF16, DType::F8_E4M3}}) {
       const DType dt = types.first, cdt = types.second;
       for (int64_t M = 1; M <= cuda::kGemvMaxRows; ++M) {
         for (int variant = 0; variant < 3; ++variant) {  // 0: plain; 1: bias; 2: bias and the q/k norm
           const int64_t W = c.H + 2 * c.Hkv, N = W * c.D, K = c.K, blocks = M + 3;
+          ASSERT_LE(W, kCounters);
           const uint32_t seed = static_cast<uint32_t>(100 * M + 10 * variant + c.D);
           auto x = random_vector(M * K, seed);
           for (int64_t m = 0; m < M; ++m)
@@ -126,7 +129,7 @@ TEST(CudaGemvNormRopeKv, EqualsGemvNormThenRopeSplitKvWrite) {
             EXPECT_LE(rel_error(decode(bytes_of(qkv_got), dt), decode(bytes_of(qkv_naive), dt)),
                       dt == DType::BF16 ? 8e-3 : 1e-3);
           }
-          const std::vector<int32_t> left = to_host<int32_t>(counters, 64);
+          const std::vector<int32_t> left = to_host<int32_t>(counters, kCounters);
           EXPECT_TRUE(std::all_of(left.begin(), left.end(), [](int32_t v) { return v == 0; })) << "counters left set";
         }
       }
