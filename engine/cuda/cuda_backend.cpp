@@ -126,10 +126,19 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
     work_.reserve(static_cast<size_t>(J) * static_cast<size_t>(V) * 4);
     out_dev_.reserve(static_cast<size_t>(J) * sizeof(cuda::SampleOut));
     out_host_.reserve(static_cast<size_t>(J) * sizeof(cuda::SampleOut));
+    // decode_fuse: the kernel writes the results straight into the pinned buffer (mapped into the
+    // device's address space), no copy after it; where the buffer is not mapped, the copy.
+    cuda::SampleOut* direct = nullptr;
+    if (up_stream_) {
+      void* d = nullptr;
+      if (cudaHostGetDevicePointer(&d, out_host_.get(), 0) == cudaSuccess) direct = static_cast<cuda::SampleOut*>(d);
+      else (void)cudaGetLastError();  // not mapped: clear the error, copy below
+    }
     cuda::sample_rows(gpu_.logits(), V, up_dev_.as<cuda::SampleJob>(), J, d_ints, d_ints + P, d_ints + 2 * P,
-                      work_.as<float>(), out_dev_.as<cuda::SampleOut>(), s);
-    VLM_CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), out_dev_.get(), static_cast<size_t>(J) * sizeof(cuda::SampleOut),
-                                   cudaMemcpyDeviceToHost, s));
+                      work_.as<float>(), direct ? direct : out_dev_.as<cuda::SampleOut>(), s);
+    if (!direct)
+      VLM_CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), out_dev_.get(),
+                                     static_cast<size_t>(J) * sizeof(cuda::SampleOut), cudaMemcpyDeviceToHost, s));
   }
   VLM_CUDA_CHECK(cudaStreamSynchronize(s));
   gpu_.settle_methods();  // SinkRouter's skip counts of the step, downloaded with the samples

@@ -5,7 +5,8 @@
 // on the host, one draw per non-greedy sample as on the CPU) and one download of the results.
 // With the decode fusions on (CudaDecoder::decode_fuse, VLM_CUDA_DECODE_FUSE) the upload goes on
 // a side stream while the step's kernels run and the sampling kernel waits on its event, so it
-// starts right after the step's last kernel (no copy between them on the step's stream).
+// starts right after the step's last kernel (no copy between them on the step's stream), and the
+// sampling kernel writes its results straight into pinned host memory (no download after it).
 // A request for more than kMaxTopLogprobs top logprobs (or the whole vocabulary) is sampled on
 // the host from a copy of its logits row with the CPU Sampler.
 #pragma once
