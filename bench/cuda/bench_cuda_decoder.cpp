@@ -14,7 +14,9 @@
 // --quantization fp8: the decoder's linear layers in FP8 (CudaDecoderOptions::quantize_fp8;
 // bench/gpu_speed.sh's VLM_SPEED_FP8=1 runs the same rows both ways in one call).
 // Decode steps run as CUDA graphs unless --enforce-eager 1 (the line says how many were captured,
-// and whether the step's kernels used programmatic dependent launch: VLM_CUDA_PDL, kernels/cuda/core/pdl.h).
+// and whether the step's kernels used programmatic dependent launch: VLM_CUDA_PDL, kernels/cuda/core/pdl.h;
+// and whether the decode fusions were on: VLM_CUDA_DECODE_FUSE, CudaDecoderOptions::decode_fuse; and the
+// median host time of a step until forward() returned: the batch built, the metadata staged, the graph enqueued).
 // --dump-logits FILE (issue 39: old vs refactored binaries, `cmp` bit for bit; bench_dump.h):
 // raw little-endian f32, one record per configuration in the order the bench runs them:
 //   for each B of --batches: the logits [B, V] of the LAST measured decode step;
@@ -135,6 +137,9 @@ int main(int argc, char** argv) {
     vlm::SamplingParams greedy;
     greedy.temperature = 0;
     vlm::Sequence sampler_seq(0, {0}, greedy);
+    // The host's part of the last step: seconds from its start until forward() returned (the batch
+    // built, the metadata staged, the graph or kernels enqueued: the GPU waits on it between steps).
+    double last_enqueue = 0;
     // Runs one step: each seq feeds n[i] tokens; samples the last row of each; returns seconds.
     auto step = [&](std::vector<Seq*> seqs, const std::vector<int64_t>& n) {
       std::vector<vlm::SequenceChunk> chunks;
@@ -149,6 +154,7 @@ int main(int argc, char** argv) {
       }
       const auto t0 = Clock::now();
       backend.forward(vlm::make_forward_batch(chunks, B), vlm::EmbeddingOverride{});
+      last_enqueue = std::chrono::duration<double>(Clock::now() - t0).count();
       std::vector<vlm::SampleTask> tasks;
       for (size_t i = 0; i < seqs.size(); ++i) tasks.push_back({&sampler_seq, static_cast<int64_t>(i)});
       std::vector<vlm::SampleResult> out;
@@ -185,18 +191,19 @@ int main(int argc, char** argv) {
       }
       std::vector<Seq*> all;
       for (Seq& s : seqs) all.push_back(&s);
-      std::vector<double> times;
+      std::vector<double> times, enqueue;
       for (int64_t k = 0; k < steps + 3; ++k) {
         const double dt = step(all, std::vector<int64_t>(all.size(), 1));
-        if (k >= 3) times.push_back(dt);
+        if (k >= 3) times.push_back(dt), enqueue.push_back(last_enqueue);
       }
       if (dump.enabled()) dump_logits("decode batch " + std::to_string(batch) + " last step");
       const double ms = 1e3 * median(times);
       std::printf("decode batch %ld context %ld: %.3f ms/step, %.1f tokens/s (%s: %ld graphs captured, %ld launched; "
-                  "PDL %s)\n",
+                  "PDL %s; fuse %s; host enqueue %.1f us)\n",
                   static_cast<long>(batch), static_cast<long>(context), ms, 1e3 * static_cast<double>(batch) / ms,
                   o.enforce_eager ? "eager" : "graphs", static_cast<long>(backend.decoder().graphs_captured()),
-                  static_cast<long>(backend.decoder().graph_launches()), backend.decoder().pdl() ? "on" : "off");
+                  static_cast<long>(backend.decoder().graph_launches()), backend.decoder().pdl() ? "on" : "off",
+                  backend.decoder().decode_fuse() ? "on" : "off", 1e6 * median(enqueue));
     }
     vlm::bench::NvmlSampler nvml(o.device);  // the chip's clock while the timed prefills ran (issue 44)
     for (int64_t len : prefills) {

@@ -3,9 +3,15 @@
 // token ids and the asked-for logprobs come back: per step one upload of the sampling jobs (with
 // each job's penalty tokens, min_tokens mask and the uniform draw taken from the sequence's RNG
 // on the host, one draw per non-greedy sample as on the CPU) and one download of the results.
+// With the decode fusions on (CudaDecoder::decode_fuse, VLM_CUDA_DECODE_FUSE) the upload goes on
+// a side stream while the step's kernels run and the sampling kernel waits on its event, so it
+// starts right after the step's last kernel (no copy between them on the step's stream), and the
+// sampling kernel writes its results straight into pinned host memory (no download after it).
 // A request for more than kMaxTopLogprobs top logprobs (or the whole vocabulary) is sampled on
 // the host from a copy of its logits row with the CPU Sampler.
 #pragma once
+
+#include <cuda_runtime_api.h>
 
 #include <memory>
 #include <vector>
@@ -26,6 +32,10 @@ class CudaBackend : public StepBackend {
   // options.gpu_memory_utilization before the KV cache is sized.
   CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options, std::vector<int32_t> eos_token_ids,
               std::unique_ptr<CudaMediaEncoder> media = nullptr);
+
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string device() const override;
   int64_t num_kv_blocks() const override { return gpu_.num_kv_blocks(); }
@@ -64,6 +74,8 @@ class CudaBackend : public StepBackend {
   cuda::PinnedBuffer up_host_, out_host_;
   cuda::DeviceBuffer up_dev_, work_, out_dev_;
   std::vector<float> row_;       // [V] a logits row for the fallback
+  cudaStream_t up_stream_ = nullptr;  // the jobs' upload beside the step (decode_fuse), else null
+  cudaEvent_t up_done_ = nullptr;      // that upload done
 };
 
 // Options from the engine config (dtype: config's, else the checkpoint's) and the backend; for a

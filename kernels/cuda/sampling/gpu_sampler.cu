@@ -47,10 +47,23 @@ __device__ ArgMax block_argmax(const float* x, int64_t V, float after_v, int32_t
     any = true;
   };
   if (V % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {  // 16-byte loads: 4x the bytes in flight
+    // kArgLoads loads of a thread in flight at once (one block scans the whole row: a decode step's
+    // greedy sample waits on it), taken in the same order as one at a time: the same result.
+    constexpr int kArgLoads = 4;
     const float4* x4 = reinterpret_cast<const float4*>(x);
-    for (int64_t i = threadIdx.x; i < V / 4; i += kThreads) {
-      const float4 v = x4[i];
-      take(v.x, 4 * i), take(v.y, 4 * i + 1), take(v.z, 4 * i + 2), take(v.w, 4 * i + 3);
+    const int64_t n4 = V / 4;
+    for (int64_t base = threadIdx.x; base < n4; base += int64_t(kThreads) * kArgLoads) {
+      float4 v[kArgLoads];
+#pragma unroll
+      for (int u = 0; u < kArgLoads; ++u) {
+        const int64_t i = base + int64_t(u) * kThreads;
+        v[u] = i < n4 ? x4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < kArgLoads; ++u) {
+        const int64_t i = base + int64_t(u) * kThreads;
+        if (i < n4) take(v[u].x, 4 * i), take(v[u].y, 4 * i + 1), take(v[u].z, 4 * i + 2), take(v[u].w, 4 * i + 3);
+      }
     }
   } else {
     for (int64_t i = threadIdx.x; i < V; i += kThreads) take(x[i], i);

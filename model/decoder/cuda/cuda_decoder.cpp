@@ -34,6 +34,10 @@ bool fused_reduce_env() {
   static const bool on = env_switch("VLM_CUDA_DECODE_FUSED_REDUCE", true);
   return on;
 }
+bool decode_fuse_env() {
+  static const bool on = env_switch("VLM_CUDA_DECODE_FUSE", true);
+  return on;
+}
 
 }  // namespace
 
@@ -42,6 +46,7 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
       opt_(options),
       fused_norm_(options.fused_norm < 0 ? fused_norm_env() : options.fused_norm != 0),
       fused_reduce_(options.fused_decode_reduce < 0 ? fused_reduce_env() : options.fused_decode_reduce != 0),
+      decode_fuse_(options.decode_fuse < 0 ? decode_fuse_env() : options.decode_fuse != 0),
       cudnn_(options.kv_fp8 ? 0 : options.cudnn_prefill, options.cudnn_min_tokens, options.cudnn_bucket) {
   VLM_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16,
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));
@@ -72,6 +77,8 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
   weight_bytes_ = layers_->weight_bytes();
   VLM_LOG_INFO("GPU: loaded {} layers ({:.2f} GiB)", c.num_layers, static_cast<double>(weight_bytes_) / (1 << 30));
   allocate_cache();
+  qkv_counters_.resize(static_cast<size_t>(c.num_heads + 2 * c.num_kv_heads) * 4);
+  VLM_CUDA_CHECK(cudaMemsetAsync(qkv_counters_.get(), 0, qkv_counters_.bytes(), stream_));
 }
 
 CudaDecoder::~CudaDecoder() {
@@ -232,64 +239,6 @@ int64_t CudaDecoder::upload_metadata(const ForwardBatch& b) {
   return S;
 }
 
-Act CudaDecoder::attend(int l, Act qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {
-  const ModelConfig& c = config();
-  rope_kv_write(l, qkv.rows, qkv.data, rope, norm);
-  attention(l, qkv.rows, *meta_);
-  return Act{attn_.get(), qkv.rows, c.num_heads * c.head_dim, opt_.dtype};
-}
-
-void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {
-  const ModelConfig& c = config();
-  const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
-  const int H = static_cast<int>(c.num_heads);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  if (probe_) probe_(l, q_.get(), H, kv, meta, scale, stream_);
-  auto builtin = [&](cuda::CudaAttentionBatch m) {  // our kernels (all rows, or cuDNN's leftover ranges)
-    if (decode_kernel() && methods_) sink_.route_layer(l, q_.get(), opt_.dtype, H, kv, m, stream_);  // group skips
-    if (decode_kernel())
-      cuda::paged_decode_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), decode_ws_.get(), stream_,
-                                   fused_reduce_ ? decode_counters_.as<int32_t>() : nullptr);
-    else if (fast_attention())
-      cuda::paged_prefill_attention(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), stream_);
-    else
-      cuda::paged_attention_naive(q_.get(), opt_.dtype, H, kv, m, scale, attn_.get(), stream_);
-  };
-  if (sparse_) {
-    VLM_CHECK(fast_attention() && kv.dtype != DType::F32, "sparse prefill on the GPU needs D 64/128 and a bf16/f16 cache");
-    sparse_prefill_.attention(l, *batch_, q_.get(), opt_.dtype, H, kv, meta, scale, attn_.get(), stream_, &prof_);
-  } else if (!cudnn_.attention(cudnn_mode_, *batch_, meta, kv, q_.get(), k_.get(), v_.get(), attn_.get(), T, H,
-                                opt_.dtype, scale, stream_, builtin)) {  // kNone: false
-    builtin(meta);
-  }
-  if (look_m_on_) look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_);
-  prof_.mark(stream_, "attention");
-}
-
-void CudaDecoder::rope_kv_write(int l, int64_t T, void* qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {
-  const ModelConfig& c = config();
-  const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
-  const int64_t R = rope.cols;
-  const auto* table = static_cast<const float*>(rope.table);
-  const bool fuse_norm = norm.q_w == nullptr || cuda::rope_kv_write_norm_supported(c.head_dim);
-  if (!CudaCudnnPrefill::uses_kv_rows(cudnn_mode_) && cuda::rope_kv_write_supported(kv, opt_.dtype, R) &&
-      fuse_norm) {  // one pass
-    cuda::rope_split_q_kv_write(qkv, T, c.num_heads, table, R, q_.get(), kv, d_slots_, opt_.dtype, stream_, norm);
-    prof_.mark(stream_, "rope_kv_write");
-    return;
-  }
-  if (norm.q_w) {
-    cuda::head_rms_norm(qkv, T, c.num_heads, c.num_kv_heads, c.head_dim, norm.q_w, norm.k_w, norm.eps, opt_.dtype,
-                        stream_);
-    prof_.mark(stream_, "qk_norm");
-  }
-  cuda::rope_split_qkv(qkv, T, c.num_heads, c.num_kv_heads, c.head_dim, table, R, q_.get(), k_.get(), v_.get(),
-                       opt_.dtype, stream_);
-  prof_.mark(stream_, "rope");
-  cuda::paged_kv_write(kv, k_.get(), v_.get(), opt_.dtype, d_slots_, T, stream_);
-  prof_.mark(stream_, "kv_write");
-}
-
 void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& override) {
   const int64_t T = b.num_tokens(), R = static_cast<int64_t>(b.logits_indices.size());
   VLM_CHECK(T > 0, "empty batch");
@@ -369,6 +318,8 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   s.mrope = d_mrope_;
   s.rows = d_rows_;
   s.fused_norm = fused_norm_;
+  s.defer_qkv = decode_fuse_ && all_decode_;  // the q/k/v GEMV with RoPE and the K/V write (attend)
+  s.pending_qkv = PendingQkv{};
   s.logits_buf = logits_.as<float>();
   s.gemm = &gemm_;
   s.prof = &prof_;
@@ -386,6 +337,7 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
     arch_->forward(s);  // the rope table, the embedding, every layer, the head on the logit rows
   }
   meta_ = nullptr;
+  VLM_CHECK(!s.pending_qkv.set, "a deferred q/k/v projection nobody launched");
   if (sparse_) sparse_prefill_.finish_step(stream_);  // the step's block counts, when the stream gets there
   if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);     // SinkRouter's anchors of finished
   if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // prompts, then LOOK-M's compaction

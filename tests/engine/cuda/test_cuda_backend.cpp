@@ -2,13 +2,16 @@
 // forward's, copied back) sampled by the CPU Sampler and by the GPU sampler give the same tokens,
 // logprobs, ranks and top logprobs, and advance each sequence's RNG alike, for greedy, penalties,
 // min_tokens masks, temperature, top-k, min-p and seeds; with top-p the GPU token lies in the
-// nucleus (it walks the CDF in id order, the CPU most likely first). Skips without a GPU.
+// nucleus (it walks the CDF in id order, the CPU most likely first). Both ways of moving the jobs
+// and results (CudaDecoderOptions::decode_fuse: on, the jobs' upload on a side stream and the results
+// written into mapped pinned memory; off, copies on the step's stream). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "engine/cuda/cuda_backend.h"
 #include "tests/support/decoder_harness.h"
@@ -17,7 +20,7 @@
 namespace vlm::testing {
 namespace {
 
-class CudaBackendTest : public ::testing::Test {
+class CudaBackendTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     VLM_REQUIRE_GPU();
@@ -26,6 +29,7 @@ class CudaBackendTest : public ::testing::Test {
     o.dtype = DType::F32;
     o.num_kv_blocks = 64;
     o.max_tokens_per_step = 512;
+    o.decode_fuse = GetParam();
     backend_ = std::make_unique<CudaBackend>(*decoder_, o, std::vector<int32_t>{2});
     // Three prompts, logits of their last rows.
     prompts_ = {{5, 9, 33, 7, 100, 3}, {17, 4, 4, 4, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
@@ -87,7 +91,7 @@ std::vector<SamplingParams> param_cases() {
   return cases;
 }
 
-TEST_F(CudaBackendTest, GpuSamplingMatchesTheCpuSampler) {
+TEST_P(CudaBackendTest, GpuSamplingMatchesTheCpuSampler) {
   Sampler cpu(V_, {2});
   const std::vector<int32_t> outputs = {7, 7, 33, 100, 2};
   int case_index = 0;
@@ -129,7 +133,7 @@ TEST_F(CudaBackendTest, GpuSamplingMatchesTheCpuSampler) {
   }
 }
 
-TEST_F(CudaBackendTest, TopPTokensLieInTheNucleus) {
+TEST_P(CudaBackendTest, TopPTokensLieInTheNucleus) {
   SamplingParams p;
   p.temperature = 1.0f;
   p.top_p = 0.5f;
@@ -159,6 +163,9 @@ TEST_F(CudaBackendTest, TopPTokensLieInTheNucleus) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(DecodeFuse, CudaBackendTest, ::testing::Values(1, 0),
+                         [](const auto& info) { return info.param ? std::string("on") : std::string("off"); });
 
 }  // namespace
 }  // namespace vlm::testing
