@@ -35,7 +35,7 @@ bool fused_reduce_env() {
   return on;
 }
 bool decode_fuse_env() {
-  static const bool on = env_switch("VLM_CUDA_DECODE_FUSE", true);
+  static const bool on = env_switch("VLM_CUDA_DECODE_FUSE", false);
   return on;
 }
 

@@ -86,7 +86,7 @@ struct CudaDecoderOptions {
   // Decode-step fusions (VLM_CUDA_DECODE_FUSE): on decode steps of few bf16/f16 rows, the q/k/v
   // projection's GEMV also applies [Qwen3's q/k norm,] RoPE and the K/V cache write
   // (kernels/cuda/gemm/gemv_norm_rope_kv.h: one launch per layer instead of two; the same bytes):
-  // -1 = VLM_CUDA_DECODE_FUSE (unset: on), 0 off, 1 on.
+  // -1 = VLM_CUDA_DECODE_FUSE (unset: off; measured slower at 1 row on an H200, README), 0 off, 1 on.
   int decode_fuse = -1;
   // FP8 linear layers (issue 43, model/layers/cuda/cuda_fp8_linear.h): quantize_fp8 (vLLM's
   // --quantization fp8) quantizes every decoder linear layer but the LM head at load (per-channel

@@ -37,7 +37,7 @@ namespace {
 
 constexpr int kC = 256, kI = 512, kL = 4, kH = 4, kHkv = 2, kV = 512, kB = 16;
 constexpr int kPrompt = 2048, kChunk = 1024;
-constexpr int64_t kBlocks = kPrompt / kB + 8;
+constexpr int64_t kBlocks = 2 * (kPrompt / kB) + 8;  // the second half: the dense reference's blocks
 constexpr double kFp8KvErrorBound = 0.6;
 
 class CudaFp8KvMethods : public ::testing::Test {
@@ -65,6 +65,8 @@ class CudaFp8KvMethods : public ::testing::Test {
     table_.resize(kPrompt / kB);
     std::iota(table_.begin(), table_.end(), 0);
     std::shuffle(table_.begin(), table_.end(), std::mt19937(5));
+    dense_table_.resize(kPrompt / kB);
+    std::iota(dense_table_.begin(), dense_table_.end(), kPrompt / kB);
   }
   void TearDown() override {
     for (auto& g : gpu_) g.reset();
@@ -79,6 +81,7 @@ class CudaFp8KvMethods : public ::testing::Test {
   std::unique_ptr<LlmDecoder> host_;
   std::unique_ptr<CudaDecoder> gpu_[2];
   std::vector<int32_t> table_;
+  std::vector<int32_t> dense_table_;  // blocks of its own: the dense runs never touch the sparse runs' cache
 };
 
 TEST_F(CudaFp8KvMethods, LookMCompactsAnFp8CacheAsItDoesABf16One) {
@@ -177,8 +180,10 @@ TEST_F(CudaFp8KvMethods, SparsePrefillOverAnFp8CacheIsCloseToTheBf16Ones) {
       ASSERT_EQ(lg[1].size(), lg[0].size());
       for (const float x : lg[1]) ASSERT_TRUE(std::isfinite(x)) << "chunk at " << start;
       worst = std::max(worst, max_row_rel_error(lg[1].data(), lg[0].data(), kChunk, kV));
-      std::vector<float> dense;  // the bf16 cache without sparse prefill (rewrites the same K/V)
-      run(0, make_forward_batch(std::vector<SequenceChunk>{c}, kB), dense);
+      std::vector<float> dense;  // the bf16 cache without sparse prefill, in blocks of its own
+      SequenceChunk d = c;
+      d.block_table = dense_table_;
+      run(0, make_forward_batch(std::vector<SequenceChunk>{d}, kB), dense);
       for (int i = 0; i < 2; ++i)
         worst_dense[i] = std::max(worst_dense[i], max_row_rel_error(lg[i].data(), dense.data(), kChunk, kV));
     }
