@@ -6,12 +6,13 @@
 // The router's own product [T, C] x [C, E] (0.5 MB of weights) is left out: the logits are given.
 //
 // Per token count T (--tokens, default 1,4,16,64,256,512,8192; P = 8T pairs):
-//  - "kernel" rows: moe_route, moe_sort, the gate|up and down products in each form (mma: the
-//    tensor-core GEMV moe_grouped_mma_gemv; gemv: the warp GEMV moe_grouped_gemv; tiles: the
-//    mma.sync row tiles moe_grouped; a GEMV form is skipped past 64 pairs per expert on average),
+//  - "kernel" rows: moe_route, moe_sort, moe_route_sort (form=one: one launch, T <= 64), the
+//    gate|up and down products in each form (mma: the tensor-core GEMV moe_grouped_mma_gemv;
+//    gemv: the warp GEMV moe_grouped_gemv; tiles: the mma.sync row tiles moe_grouped; a GEMV form
+//    is skipped past 64 pairs per expert on average),
 //    moe_combine; device events around --reps calls queued back to back (after 5 warm-up calls),
 //    median of 5 repeats;
-//  - "layer" rows: route, sort, gate|up, down, combine in one form (auto: the one CudaMoe picks,
+//  - "layer" rows: route_sort, gate|up, down, combine in one form (auto: the one CudaMoe picks,
 //    moe_cuda.h's kMoeMmaGemvPairsPerExpert), launched one by one, and for T <= 64 also as a CUDA
 //    graph of 16 layers (the decode step runs captured), time per layer.
 // GB/s counts the expert weights a call must read: the distinct experts the 8 routings touch
@@ -185,6 +186,11 @@ int main(int argc, char** argv) {
       Routed& r = sets[i % kSets];
       vlm::cuda::moe_sort(r.expert.as<int32_t>(), P, E, r.sorted, s);
     };
+    auto route_sort = [&](int i) {  // what CudaMoe runs: one launch for T <= 64
+      Routed& r = sets[i % kSets];
+      vlm::cuda::moe_route_sort(r.logits.as<float>(), T, E, K, true, r.expert.as<int32_t>(), r.weight.as<float>(),
+                                r.sorted, s);
+    };
     auto combine = [&](int i) {
       const Routed& r = sets[i % kSets];
       vlm::cuda::moe_combine(out.get(), DType::BF16, r.sorted.slot_of_pair, r.weight.as<float>(), y.as<float>(), true,
@@ -199,6 +205,8 @@ int main(int argc, char** argv) {
     };
     report("kernel", "route", "-", time_us(route, reps, s), 0);
     report("kernel", "sort", "-", time_us(sort, reps, s), 0);
+    report("kernel", "route_sort", T <= vlm::cuda::kMoeRouteSortMaxTokens ? "one" : "two",
+           time_us(route_sort, reps, s), 0);
     std::vector<Form> forms = {Form::Mma, Form::Gemv, Form::Tiles};
     if (P > 64 * E) forms = {Form::Tiles};
     for (const Form f : forms) {
@@ -213,8 +221,7 @@ int main(int argc, char** argv) {
     for (const auto& lf : layer_forms) {
       const Form f = lf.first;
       auto layer = [&](int i) {
-        route(i);
-        sort(i);
+        route_sort(i);
         product(f, i, true);
         product(f, i, false);
         combine(i);
