@@ -8,8 +8,9 @@
 // Per token count T (--tokens, default 1,4,16,64,256,512,8192; P = 8T pairs):
 //  - "kernel" rows: moe_route, moe_sort, moe_route_sort (form=one: one launch, T <= 64), the
 //    gate|up and down products in each form (mma: the tensor-core GEMV moe_grouped_mma_gemv;
-//    gemv: the warp GEMV moe_grouped_gemv; tiles: the mma.sync row tiles moe_grouped; a GEMV form
-//    is skipped past 64 pairs per expert on average),
+//    gemv: the warp GEMV moe_grouped_gemv; tiles: the mma.sync row tiles moe_grouped, 4 cp.async
+//    stages; tiles2: the same with the 2 stages it had before; a GEMV form is skipped past 64
+//    pairs per expert on average),
 //    moe_combine; device events around --reps calls queued back to back (after 5 warm-up calls),
 //    median of 5 repeats;
 //  - "layer" rows: route_sort, gate|up, down, combine in one form (auto: the one CudaMoe picks,
@@ -88,8 +89,10 @@ double time_us(const std::function<void(int)>& f, int reps, cudaStream_t s) {
   return us[us.size() / 2];
 }
 
-enum class Form { Mma, Gemv, Tiles };
-const char* form_name(Form f) { return f == Form::Mma ? "mma" : f == Form::Gemv ? "gemv" : "tiles"; }
+enum class Form { Mma, Gemv, Tiles, Tiles2 };
+const char* form_name(Form f) {
+  return f == Form::Mma ? "mma" : f == Form::Gemv ? "gemv" : f == Form::Tiles ? "tiles" : "tiles2";
+}
 
 // One routing set: logits and everything routing and sorting them writes.
 struct Routed {
@@ -173,7 +176,8 @@ int main(int argc, char** argv) {
       return a;
     };
     auto product = [&](Form f, int i, bool gated) {
-      const vlm::cuda::MoeGroupedArgs a = args(i, gated);
+      vlm::cuda::MoeGroupedArgs a = args(i, gated);
+      a.tile_stages = f == Form::Tiles2 ? 2 : 4;
       if (f == Form::Mma) vlm::cuda::moe_grouped_mma_gemv(a, DType::BF16, s);
       else if (f == Form::Gemv) vlm::cuda::moe_grouped_gemv(a, DType::BF16, s);
       else vlm::cuda::moe_grouped(a, DType::BF16, s);
@@ -207,8 +211,8 @@ int main(int argc, char** argv) {
     report("kernel", "sort", "-", time_us(sort, reps, s), 0);
     report("kernel", "route_sort", T <= vlm::cuda::kMoeRouteSortMaxTokens ? "one" : "two",
            time_us(route_sort, reps, s), 0);
-    std::vector<Form> forms = {Form::Mma, Form::Gemv, Form::Tiles};
-    if (P > 64 * E) forms = {Form::Tiles};
+    std::vector<Form> forms = {Form::Mma, Form::Gemv, Form::Tiles, Form::Tiles2};
+    if (P > 64 * E) forms = {Form::Tiles, Form::Tiles2};
     for (const Form f : forms) {
       report("kernel", "gate_up", form_name(f), time_us([&](int i) { product(f, i, true); }, reps, s),
              layer_bytes * 2 / 3);

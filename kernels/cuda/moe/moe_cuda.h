@@ -15,8 +15,8 @@
 //     [0, 2I) of gate_up [E, 2I, C]: out[r, i] = silu(round(g_i)) * round(u_i), g_i from row i,
 //     u_i from row I + i, rounded to dt as an unfused GEMM would store them), then the down
 //     product (x = that [P, I], row(r) = r, W_e = down [E, C, I]). One launch covers every expert:
-//     moe_grouped runs bf16/f16 tiles of kMoeTileRows slots on tensor cores (mma.sync, cp.async) over a grid of
-//     moe_max_tiles(P, E) row tiles, the tiles past tile_starts[E] exiting at once (no host-known
+//     moe_grouped runs bf16/f16 tiles of kMoeTileRows slots on tensor cores (mma.sync, a 4-stage
+//     cp.async pipeline) over a grid of moe_max_tiles(P, E) row tiles, the tiles past tile_starts[E] exiting at once (no host-known
 //     per-expert counts); moe_grouped_gemv, for few pairs per expert (decode), gives each of its
 //     min(P, E) columns of blocks to an expert with pairs (moe_sort's `active` list; the columns
 //     past it exit at once), so a step reads only the chosen experts' weights, each weight row
@@ -89,6 +89,9 @@ struct MoeGroupedArgs {
   const int32_t* active = nullptr;       // [E+1] (moe_sort; moe_grouped_gemv only)
   int64_t P = 0, E = 0, N = 0, K = 0;
   bool gated = false;
+  // moe_grouped only: its cp.async pipeline's stages, 4 or 2 (the form before session 17); 0: 4,
+  // or 2 with VLM_MOE_TILES=old in the environment (read once).
+  int tile_stages = 0;
 };
 
 // 16-bit dt and K % 8 == 0 (16-byte rows): what moe_grouped and moe_grouped_gemv take.
