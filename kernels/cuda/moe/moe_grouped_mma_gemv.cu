@@ -48,10 +48,9 @@ __device__ __forceinline__ int64_t x_row(const MoeGroupedArgs& a, int r) {
 template <class T, int kG>
 __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGroupedArgs a) {
   const int E = static_cast<int>(a.E);
-  if (static_cast<int>(blockIdx.y) >= a.active[E]) return;
-  const int e = a.active[blockIdx.y];
-  const int s0 = a.offsets[e], s1 = a.offsets[e + 1];
-  if (s0 == s1) return;
+  const int busy = a.active[E], e = a.active[blockIdx.y];  // both loads at once (blockIdx.y < E)
+  if (static_cast<int>(blockIdx.y) >= busy) return;
+  const int s0 = a.offsets[e], s1 = a.offsets[e + 1];  // s0 < s1: an expert with pairs
   const int N = static_cast<int>(a.N), K = static_cast<int>(a.K);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   constexpr int kCols = kG == 2 ? 16 : 32;  // output columns per block
