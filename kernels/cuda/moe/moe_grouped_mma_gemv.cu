@@ -10,7 +10,7 @@
 // the f32 FMA rate at the HBM rate), which caps it at ~8 pairs per expert.
 //
 // Block (column tile, y): y indexes the experts with pairs (moe_sort's active list; past their
-// count: exit). The block owns kMgRows = 32 weight rows (two m16 tiles: gated, the gate rows and
+// count: exit). The block owns 32 weight rows (two m16 tiles: gated, the gate rows and
 // the up rows of 16 output columns, so the SiLU·mul pairs up in registers; ungated, 32 output
 // columns) and splits K over its kMgWarps warps (chunk c of 32 k to warp c % kMgWarps). Lane
 // (g = lane / 4, t = lane % 4) loads 16 bytes of weight rows g and g + 8 at k = 32c + 8t
@@ -19,8 +19,8 @@
 // mma's k index 2t + (j & 1) + 8 ((j >> 1) & 1) of step j / 4 for both operands, a permutation
 // of k applied to both sides, so the dot products are unchanged. Pairs go 32 at a time (four
 // groups of 8: four accumulator tiles per m16 tile; groups past the expert's pairs skipped,
-// block-uniform); the warps' partial sums meet in shared memory, summed in warp order, and warp
-// w finishes pair group w (epilogue, store).
+// block-uniform), or 8 at a time when P <= E; the warps' partial sums meet in shared memory,
+// summed in warp order, and warp w finishes pair group w (epilogue, store).
 #include <algorithm>
 
 #include "kernels/cuda/attention/mma_tile.cuh"
@@ -34,10 +34,11 @@ namespace {
 using tile::mma;
 
 constexpr int kMgWarps = 4, kMgThreads = 32 * kMgWarps;
-constexpr int kMgUnroll = 4;                 // 32-k chunks of each weight row in flight per warp
-constexpr int kMgGroups = 4;                 // pair groups of 8 per pass
-constexpr int kMgPassPairs = 8 * kMgGroups;  // 32 pairs per pass over the weights
-constexpr int kMgAcc = 2 * kMgGroups * 4;    // accumulators per lane: [m tile][group][c0..c3]
+constexpr int kMgUnroll = 4;  // 32-k chunks of each weight row in flight per warp
+// Pair groups of 8 per pass over the weights (kGroups): 4 (32 pairs), or 1 (8 pairs) when there
+// is at most one pair per expert on average (P <= E: a few tokens), whose fewer accumulators let
+// 4 blocks share an SM instead of 3.
+constexpr int kMgGroupsMany = 4, kMgGroupsFew = 1;
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
@@ -45,8 +46,9 @@ __device__ __forceinline__ int64_t x_row(const MoeGroupedArgs& a, int r) {
   return a.x_rows ? a.x_rows[r] / a.x_div : r;
 }
 
-template <class T, int kG>
+template <class T, int kG, int kGroups>
 __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGroupedArgs a) {
+  constexpr int kPassPairs = 8 * kGroups, kAcc = 2 * kGroups * 4;  // accumulators: [m tile][group][c0..c3]
   const int E = static_cast<int>(a.E);
   const int busy = a.active[E], e = a.active[blockIdx.y];  // both loads at once (blockIdx.y < E)
   if (static_cast<int>(blockIdx.y) >= busy) return;
@@ -69,13 +71,13 @@ __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGrouped
   T* out = static_cast<T*>(a.out);
   const int nchunks = (K + 31) / 32;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  __shared__ float red[kMgWarps][kMgAcc][32];  // the warps' partial sums [warp][accumulator][lane]
-  for (int p0 = s0; p0 < s1; p0 += kMgPassPairs) {
-    const int m = min(kMgPassPairs, s1 - p0);  // this pass's pairs (block-uniform)
-    const T* xr[kMgGroups];                    // pair gi * 8 + g's x row; null past m
+  __shared__ float red[kMgWarps][kAcc][32];  // the warps' partial sums [warp][accumulator][lane]
+  for (int p0 = s0; p0 < s1; p0 += kPassPairs) {
+    const int m = min(kPassPairs, s1 - p0);  // this pass's pairs (block-uniform)
+    const T* xr[kGroups];                    // pair gi * 8 + g's x row; null past m
 #pragma unroll
-    for (int gi = 0; gi < kMgGroups; ++gi) xr[gi] = gi * 8 + g < m ? x + x_row(a, p0 + gi * 8 + g) * K : nullptr;
-    float acc[2][kMgGroups][4] = {};
+    for (int gi = 0; gi < kGroups; ++gi) xr[gi] = gi * 8 + g < m ? x + x_row(a, p0 + gi * 8 + g) * K : nullptr;
+    float acc[2][kGroups][4] = {};
     for (int c0 = warp; c0 < nchunks; c0 += kMgWarps * kMgUnroll) {
       uint4 wv[kMgUnroll][2][2];
 #pragma unroll
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGrouped
         const int c = c0 + u * kMgWarps, k = c * 32 + 8 * t;
         if (c >= nchunks) break;  // warp-uniform
 #pragma unroll
-        for (int gi = 0; gi < kMgGroups; ++gi) {
+        for (int gi = 0; gi < kGroups; ++gi) {
           if (gi * 8 >= m) break;  // block-uniform
           const uint4 xv = xr[gi] && k < K ? __ldg(reinterpret_cast<const uint4*>(xr[gi] + k)) : zero;
 #pragma unroll
@@ -110,11 +112,11 @@ __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGrouped
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int gi = 0; gi < kMgGroups; ++gi)
+      for (int gi = 0; gi < kGroups; ++gi)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) red[warp][(mt * kMgGroups + gi) * 4 + c][lane] = acc[mt][gi][c];
+        for (int c = 0; c < 4; ++c) red[warp][(mt * kGroups + gi) * 4 + c][lane] = acc[mt][gi][c];
     __syncthreads();
-    if (warp * 8 < m) {  // warp w finishes pair group w (kMgGroups == kMgWarps)
+    if (warp < kGroups && warp * 8 < m) {  // warp w finishes pair group w
       const int gi = warp;
       float v[2][4];
 #pragma unroll
@@ -123,7 +125,7 @@ __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGrouped
         for (int c = 0; c < 4; ++c) {
           float s = 0.f;
 #pragma unroll
-          for (int w = 0; w < kMgWarps; ++w) s += red[w][(mt * kMgGroups + gi) * 4 + c][lane];
+          for (int w = 0; w < kMgWarps; ++w) s += red[w][(mt * kGroups + gi) * 4 + c][lane];
           v[mt][c] = s;
         }
 #pragma unroll
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGrouped
     __syncthreads();  // red is rewritten by the next pass
   }
 }
-static_assert(kMgGroups == kMgWarps, "warp w finishes pair group w");
+static_assert(kMgGroupsMany <= kMgWarps, "warp w finishes pair group w");
 
 }  // namespace
 
@@ -160,8 +162,11 @@ void moe_grouped_mma_gemv(const MoeGroupedArgs& a, DType dt, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>((a.N + cols - 1) / cols), static_cast<unsigned>(std::min(a.P, a.E)));
   auto launch = [&](auto tag) {
     using T = decltype(tag);
-    if (a.gated) grouped_mma_gemv_kernel<T, 2><<<grid, kMgThreads, 0, s>>>(a);
-    else grouped_mma_gemv_kernel<T, 1><<<grid, kMgThreads, 0, s>>>(a);
+    const bool few = a.P <= a.E;
+    if (a.gated && few) grouped_mma_gemv_kernel<T, 2, kMgGroupsFew><<<grid, kMgThreads, 0, s>>>(a);
+    else if (a.gated) grouped_mma_gemv_kernel<T, 2, kMgGroupsMany><<<grid, kMgThreads, 0, s>>>(a);
+    else if (few) grouped_mma_gemv_kernel<T, 1, kMgGroupsFew><<<grid, kMgThreads, 0, s>>>(a);
+    else grouped_mma_gemv_kernel<T, 1, kMgGroupsMany><<<grid, kMgThreads, 0, s>>>(a);
   };
   if (dt == DType::BF16) launch(__nv_bfloat16{});
   else launch(__half{});

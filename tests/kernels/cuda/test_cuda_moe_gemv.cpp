@@ -32,7 +32,8 @@ struct RoutedCase {
 
 TEST_F(CudaMoeGemv, FormsMatchNaiveOverRoutedGroups) {
   const std::vector<RoutedCase> cases = {
-      {1, 128, 8, 96, 128, true},      // one token: 8 experts of 1 pair, 120 empty
+      {1, 128, 8, 96, 128, true},      // one token: 8 experts of 1 pair, 120 empty (P <= E: 8-pair passes)
+      {12, 128, 8, 40, 96, false},     // P <= E, ungated
       {64, 128, 8, 48, 64, true},      // decode batch: ~4 pairs per expert (the 30B-A3B step)
       {64, 128, 8, 80, 96, false},     // its down product (x rows = slots)
       {5, 13, 3, 40, 40, true},        // E = 13, N past a 16-column block, K past a 32-k chunk
@@ -101,12 +102,14 @@ TEST_F(CudaMoeGemv, FormsMatchNaiveOverRoutedGroups) {
   }
 }
 
-// One expert holding every pair of a long batch (passes of 32 pairs back to back), the others
-// empty: the tensor-core GEMV against the naive product, element by element.
-TEST_F(CudaMoeGemv, MmaGemvOneBusyExpert) {
-  const int64_t E = 5, N = 20, K = 48, P = 77;
+// Expert 2 of E holds all P pairs (77 when E = 5: passes of 32; 20 when E = 100: passes of 8).
+void one_busy_expert(int64_t E) {
+  const int64_t N = 20, K = 48, P = E > 77 ? 20 : 77;
   const DType dt = DType::BF16;
-  const std::vector<int32_t> offsets = {0, 0, 0, 77, 77, 77}, active = {2, -1, -1, -1, -1, 1};
+  std::vector<int32_t> offsets(E + 1, static_cast<int32_t>(P)), active(E + 1, -1);
+  offsets[0] = offsets[1] = offsets[2] = 0;
+  active[0] = 2;
+  active[E] = 1;
   auto d_off = to_device(offsets), d_active = to_device(active);
   auto d_x = to_device(encode(random_vector(P * K, 9), dt));
   auto d_w = to_device(encode(random_vector(E * N * K, 10, 0.1f), dt));
@@ -128,6 +131,15 @@ TEST_F(CudaMoeGemv, MmaGemvOneBusyExpert) {
   };
   const auto got = run(false), want = run(true);
   for (int64_t i = 0; i < P * N; ++i) ASSERT_NEAR(got[i], want[i], 2e-2 * (1 + std::abs(want[i]))) << i;
+}
+
+// One expert holding every pair of a long batch (passes of 32 pairs back to back; of 8 when
+// P <= E), the others empty: the tensor-core GEMV against the naive product, element by element.
+TEST_F(CudaMoeGemv, MmaGemvOneBusyExpert) {
+  for (const int64_t E : {5, 100}) {
+    SCOPED_TRACE(::testing::Message() << "E " << E);
+    one_busy_expert(E);
+  }
 }
 
 }  // namespace
