@@ -5,7 +5,8 @@
 //  1. moe_route: per token, softmax over the E router logits (f32), the top k (ties: the lower
 //     expert), their weights (divided by their sum with norm_topk), the k choices written in
 //     increasing expert index (the CPU's combine order).
-//  2. moe_sort: the P = T*k (token, choice) pairs, pair p = t*k + j, grouped by expert into slots
+//  2. moe_sort (1. and 2. in one launch for few tokens: moe_route_sort): the P = T*k (token,
+//     choice) pairs, pair p = t*k + j, grouped by expert into slots
 //     (expert e's slots [offsets[e], offsets[e+1]), pairs ascending within an expert, as the
 //     CPU groups them) with both directions of the permutation, and each expert's first tile of
 //     kMoeTileRows slots (tile_starts) for the grouped GEMM.
@@ -14,12 +15,15 @@
 //     [0, 2I) of gate_up [E, 2I, C]: out[r, i] = silu(round(g_i)) * round(u_i), g_i from row i,
 //     u_i from row I + i, rounded to dt as an unfused GEMM would store them), then the down
 //     product (x = that [P, I], row(r) = r, W_e = down [E, C, I]). One launch covers every expert:
-//     moe_grouped runs bf16/f16 tiles of kMoeTileRows slots on tensor cores (mma.sync, cp.async) over a grid of
-//     moe_max_tiles(P, E) row tiles, the tiles past tile_starts[E] exiting at once (no host-known
+//     moe_grouped runs bf16/f16 tiles of kMoeTileRows slots on tensor cores (mma.sync, a 4-stage
+//     cp.async pipeline) over a grid of moe_max_tiles(P, E) row tiles, the tiles past tile_starts[E] exiting at once (no host-known
 //     per-expert counts); moe_grouped_gemv, for few pairs per expert (decode), gives each of its
 //     min(P, E) columns of blocks to an expert with pairs (moe_sort's `active` list; the columns
 //     past it exit at once), so a step reads only the chosen experts' weights, each weight row
-//     once per 8 of the expert's pairs.
+//     once per 8 of the expert's pairs; moe_grouped_mma_gemv (the decode default, the warp GEMV
+//     kept for comparison: VLM_MOE_GEMV=old) does the same on tensor cores, blocks over (32 weight
+//     rows, expert with pairs), K split over the block's warps, each weight row read once per 32
+//     of the expert's pairs (moe_grouped_mma_gemv.cu says why and how).
 //  4. moe_combine: y[t] (+)= sum over j (increasing expert) of weight[t, j] * out[slot_of_pair[t*k + j]]
 //     (the sum in f32, then added to y: the CPU's order).
 // Every optimized kernel has a naive reference (*_naive: one thread per token, per pair, or per
@@ -38,6 +42,11 @@
 namespace vlm::cuda {
 
 constexpr int kMoeTileRows = 128;         // slots per row tile of moe_grouped
+// The GEMV forms run when P <= this many pairs per expert on average (P <= k * E): the warp GEMV
+// reads each weight row once per 8 of an expert's pairs and pays CUDA-core FMAs per pair; the
+// tensor-core GEMV once per 32 pairs, so it stays ahead of the 128-row tiles (mostly padding at
+// ~16 pairs per expert) to ~16 pairs per expert (bench_cuda_moe measures the crossover).
+constexpr int64_t kMoeGemvPairsPerExpert = 8, kMoeMmaGemvPairsPerExpert = 16;
 
 // 1 <= K <= min(E, kMoeMaxTopK), E <= kMoeMaxExperts.
 void moe_route(const float* logits /*[T,E]*/, int64_t T, int64_t E, int64_t K, bool norm_topk,
@@ -52,6 +61,12 @@ struct MoeSorted {
   int32_t* pair_of_slot = nullptr;  // [P]
   int32_t* slot_of_pair = nullptr;  // [P]
 };
+
+// moe_route then moe_sort (the same outputs, bit for bit): for T <= kMoeRouteSortMaxTokens one
+// block of one launch (decode: a launch fewer per layer), else the two kernels.
+constexpr int64_t kMoeRouteSortMaxTokens = 64;  // a token mask per expert: 64 bits
+void moe_route_sort(const float* logits /*[T,E]*/, int64_t T, int64_t E, int64_t K, bool norm_topk,
+                    int32_t* expert /*[T,K]*/, float* weight /*[T,K]*/, const MoeSorted& sorted, cudaStream_t s);
 
 // expert [P] in [0, E).
 void moe_sort(const int32_t* expert /*[P]*/, int64_t P, int64_t E, const MoeSorted& out, cudaStream_t s);
@@ -74,12 +89,16 @@ struct MoeGroupedArgs {
   const int32_t* active = nullptr;       // [E+1] (moe_sort; moe_grouped_gemv only)
   int64_t P = 0, E = 0, N = 0, K = 0;
   bool gated = false;
+  // moe_grouped only: its cp.async pipeline's stages, 4 or 2 (the form before session 17); 0: 4,
+  // or 2 with VLM_MOE_TILES=old in the environment (read once).
+  int tile_stages = 0;
 };
 
 // 16-bit dt and K % 8 == 0 (16-byte rows): what moe_grouped and moe_grouped_gemv take.
 bool moe_grouped_fast_supported(int64_t K, DType dt);
 void moe_grouped(const MoeGroupedArgs& a, DType dt, cudaStream_t s);
 void moe_grouped_gemv(const MoeGroupedArgs& a, DType dt, cudaStream_t s);
+void moe_grouped_mma_gemv(const MoeGroupedArgs& a, DType dt, cudaStream_t s);
 void moe_grouped_naive(const MoeGroupedArgs& a, DType dt, cudaStream_t s);
 
 // out [P, C] in dt; weight [T, K] f32; y [T, C] f32.

@@ -1,6 +1,8 @@
 // The grouped products of the mixture-of-experts block (moe_cuda.h, step 3): tensor-core row
 // tiles over the sorted slots (prefill), per-expert warp GEMVs (decode), and the naive reference.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/attention/mma_tile.cuh"
 #include "kernels/cuda/core/element.cuh"
@@ -16,8 +18,9 @@ using tile::cp_async_wait;
 using tile::ldmatrix_x4;
 using tile::mma;
 
-// moe_grouped: kBM slots x kBN weight rows per block, K in steps of kBK, two stages, 8 warps.
-constexpr int kBM = kMoeTileRows, kBN = 128, kBK = 32, kStages = 2, kTileThreads = 256;
+// moe_grouped: kBM slots x kBN weight rows per block, K in steps of kBK, kStages stages of
+// cp.async (kOldStages with VLM_MOE_TILES=old: the two-stage form it replaced), 8 warps.
+constexpr int kBM = kMoeTileRows, kBN = 128, kBK = 32, kStages = 4, kOldStages = 2, kTileThreads = 256;
 // moe_grouped_gemv: columns per block, pairs per pass, weight loads per row in flight.
 constexpr int kGemvWarps = 8, kGemvRows = 8, kGemvUnroll = 4;
 
@@ -59,8 +62,14 @@ struct Rows32 {
 // zero-filled). The B tile's 128 rows are weight rows: ungated, columns n0 .. n0+127; gated,
 // warp w's 32 rows are gate rows n0+16w .. +15 then the up rows of the same columns, so a
 // thread's accumulator tiles nt and nt+2 hold the gate and up values of the same output element
-// (64 output columns per block).
-template <class T, int kG>
+// (64 output columns per block). kS stages in dynamic shared memory (tile_smem_bytes): group kt
+// + kS - 1 is loaded while tile kt is multiplied, kS - 1 groups in flight.
+template <class T, int kS>
+constexpr size_t tile_smem_bytes() {
+  return static_cast<size_t>(kS) * (kBM + kBN) * kBK * sizeof(T);
+}
+
+template <class T, int kG, int kS>
 __global__ void __launch_bounds__(kTileThreads) grouped_tc_kernel(MoeGroupedArgs a) {
   const int E = static_cast<int>(a.E), N = static_cast<int>(a.N), K = static_cast<int>(a.K);
   const int tile = blockIdx.x;
@@ -69,8 +78,9 @@ __global__ void __launch_bounds__(kTileThreads) grouped_tc_kernel(MoeGroupedArgs
   const int r0 = a.offsets[e] + (tile - a.tile_starts[e]) * kBM, r1 = min(r0 + kBM, a.offsets[e + 1]);
   constexpr int kOutCols = kG == 2 ? kBN / 2 : kBN;
   const int n0 = blockIdx.y * kOutCols;
-  __shared__ __align__(128) T sa[kStages][kBM * kBK];
-  __shared__ __align__(128) T sb[kStages][kBN * kBK];
+  extern __shared__ __align__(128) unsigned char tile_smem[];
+  T (*sa)[kBM * kBK] = reinterpret_cast<T (*)[kBM * kBK]>(tile_smem);  // [kS][kBM * kBK]
+  T (*sb)[kBN * kBK] = reinterpret_cast<T (*)[kBN * kBK]>(tile_smem + kS * kBM * kBK * sizeof(T));  // [kS][...]
   __shared__ int64_t xrow[kBM];
   __shared__ int64_t wrow[kBN];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wm = warp / 4, wn = warp % 4;
@@ -99,15 +109,18 @@ __global__ void __launch_bounds__(kTileThreads) grouped_tc_kernel(MoeGroupedArgs
   };
   float acc[4][4][4] = {};  // [row slab mt][column tile nt][c0..c3]
   const int nk = (K + kBK - 1) / kBK;
-  load_stage(0, 0);
-  cp_async_commit();
+#pragma unroll
+  for (int st = 0; st < kS - 1; ++st) {  // groups 0 .. kS - 2 (possibly empty)
+    if (st < nk) load_stage(st, st * kBK);
+    cp_async_commit();
+  }
   for (int kt = 0; kt < nk; ++kt) {
-    if (kt + 1 < nk) load_stage((kt + 1) % kStages, (kt + 1) * kBK);
-    cp_async_commit();  // (possibly empty) group kt + 1
-    cp_async_wait<1>();  // group kt has landed
-    __syncthreads();
-    const T* ta = sa[kt % kStages];
-    const T* tb = sb[kt % kStages];
+    cp_async_wait<kS - 2>();  // group kt has landed (this thread's copies)
+    __syncthreads();          // every thread's; and every warp is past tile kt - 1
+    if (kt + kS - 1 < nk) load_stage((kt + kS - 1) % kS, (kt + kS - 1) * kBK);  // the stage of tile kt - 1
+    cp_async_commit();  // (possibly empty) group kt + kS - 1
+    const T* ta = sa[kt % kS];
+    const T* tb = sb[kt % kS];
     uint32_t af[4][2][4];
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
@@ -125,8 +138,8 @@ __global__ void __launch_bounds__(kTileThreads) grouped_tc_kernel(MoeGroupedArgs
         mma<T>(acc[mt][nt], af[mt][1], bf[2], bf[3]);
       }
     }
-    __syncthreads();  // the next iteration refills this stage
   }
+  cp_async_wait<0>();  // no copy outlives the block
   T* out = static_cast<T*>(a.out);
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -220,6 +233,22 @@ __global__ void grouped_naive_kernel(MoeGroupedArgs a) {
   static_cast<T*>(a.out)[static_cast<int64_t>(r) * a.N + n] = from_f32<T>(epilogue<T>(g, u, a.gated));
 }
 
+// The tile kernels' dynamic shared memory past 48 KB needs an opt-in, once per kernel.
+template <class T>
+void opt_in_tiles() {
+  static const bool done = [] {
+    auto set = [](auto kernel, size_t smem) {
+      VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    };
+    set(grouped_tc_kernel<T, 1, kStages>, tile_smem_bytes<T, kStages>());
+    set(grouped_tc_kernel<T, 2, kStages>, tile_smem_bytes<T, kStages>());
+    set(grouped_tc_kernel<T, 1, kOldStages>, tile_smem_bytes<T, kOldStages>());
+    set(grouped_tc_kernel<T, 2, kOldStages>, tile_smem_bytes<T, kOldStages>());
+    return true;
+  }();
+  (void)done;
+}
+
 void check_args(const MoeGroupedArgs& a) {
   if (a.P < 0 || a.E < 1 || a.N < 1 || a.K < 1 || a.x_div < 1 || a.P > (1ll << 30) || a.N > (1 << 30))
     precondition_failed("moe_grouped: P >= 0, E, N, K >= 1");
@@ -237,10 +266,20 @@ void moe_grouped(const MoeGroupedArgs& a, DType dt, cudaStream_t s) {
   if (a.P == 0) return;
   const int64_t out_cols = a.gated ? kBN / 2 : kBN;  // output columns per block
   const dim3 grid(static_cast<unsigned>(moe_max_tiles(a.P, a.E)), static_cast<unsigned>((a.N + out_cols - 1) / out_cols));
+  static const bool env_old = [] {
+    const char* v = std::getenv("VLM_MOE_TILES");
+    return v != nullptr && std::string(v) == "old";
+  }();
+  if (a.tile_stages != 0 && a.tile_stages != kOldStages && a.tile_stages != kStages)
+    precondition_failed("moe_grouped: tile_stages 0, 2 or 4");
+  const bool old = a.tile_stages == kOldStages || (a.tile_stages == 0 && env_old);
   auto launch = [&](auto tag) {
     using T = decltype(tag);
-    if (a.gated) grouped_tc_kernel<T, 2><<<grid, kTileThreads, 0, s>>>(a);
-    else grouped_tc_kernel<T, 1><<<grid, kTileThreads, 0, s>>>(a);
+    opt_in_tiles<T>();
+    const size_t smem = old ? tile_smem_bytes<T, kOldStages>() : tile_smem_bytes<T, kStages>();
+    auto kernel = a.gated ? (old ? grouped_tc_kernel<T, 2, kOldStages> : grouped_tc_kernel<T, 2, kStages>)
+                          : (old ? grouped_tc_kernel<T, 1, kOldStages> : grouped_tc_kernel<T, 1, kStages>);
+    kernel<<<grid, kTileThreads, smem, s>>>(a);
   };
   if (dt == DType::BF16) launch(__nv_bfloat16{});
   else launch(__half{});

@@ -11,6 +11,7 @@ namespace {
 
 constexpr int kRouteWarps = 4;
 constexpr int kSortThreads = 256;
+constexpr int kRouteSortThreads = 256;
 
 constexpr float kTaken = -3.f, kNan = -2.f;  // below every probability
 
@@ -32,13 +33,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 // choice j, then writes it at its rank among the choices by expert index. A NaN probability (a
 // row of NaN or all -inf logits) counts as kNan, below every real one and above kTaken, so every
 // choice is a valid expert whatever the row holds (the sort indexes by it).
-__global__ void __launch_bounds__(32 * kRouteWarps)
-    route_kernel(const float* __restrict__ logits, int T, int E, int K, bool norm, int32_t* expert, float* weight) {
-  extern __shared__ float route_smem[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int t = blockIdx.x * kRouteWarps + warp;
-  if (t >= T) return;
-  float* p = route_smem + warp * E;
+// Token t's routing by one warp (p: the warp's [E] floats of shared memory); returns the lane's
+// choice (lanes < K; INT_MAX on the others).
+__device__ __forceinline__ int route_token(const float* __restrict__ logits, float* p, int t, int E, int K, bool norm,
+                                           int lane, int32_t* expert, float* weight) {
   const float* l = logits + static_cast<int64_t>(t) * E;
   float mx = -FLT_MAX;
   for (int e = lane; e < E; e += 32) {
@@ -78,6 +76,93 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
   if (lane < K) {
     expert[static_cast<int64_t>(t) * K + rank] = my_e;
     weight[static_cast<int64_t>(t) * K + rank] = norm ? my_p / wsum : my_p;
+  }
+  return my_e;
+}
+
+__global__ void __launch_bounds__(32 * kRouteWarps)
+    route_kernel(const float* __restrict__ logits, int T, int E, int K, bool norm, int32_t* expert, float* weight) {
+  extern __shared__ float route_smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t = blockIdx.x * kRouteWarps + warp;
+  if (t >= T) return;
+  route_token(logits, route_smem + warp * E, t, E, K, norm, lane, expert, weight);
+}
+
+// Exclusive prefix sums over the block (kRouteSortThreads) of three counts at once; `total` gets
+// the block's sums. Every thread calls it.
+__device__ __forceinline__ int3 block_exclusive_scan3(int3 v, int3* total) {
+  __shared__ int3 warp_sums[kRouteSortThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int3 inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int a = __shfl_up_sync(0xffffffffu, inc.x, o), b = __shfl_up_sync(0xffffffffu, inc.y, o),
+              c = __shfl_up_sync(0xffffffffu, inc.z, o);
+    if (lane >= o) inc.x += a, inc.y += b, inc.z += c;
+  }
+  if (lane == 31) warp_sums[warp] = inc;
+  __syncthreads();
+  int3 before = make_int3(0, 0, 0), all = make_int3(0, 0, 0);
+  for (int w = 0; w < kRouteSortThreads / 32; ++w) {
+    const int3 ws = warp_sums[w];
+    if (w < warp) before.x += ws.x, before.y += ws.y, before.z += ws.z;
+    all.x += ws.x, all.y += ws.y, all.z += ws.z;
+  }
+  *total = all;
+  return make_int3(before.x + inc.x - v.x, before.y + inc.y - v.y, before.z + inc.z - v.z);
+}
+
+// moe_route then moe_sort in one block for T <= kMoeRouteSortMaxTokens: the warps route the
+// tokens (route_token: the same results as route_kernel) and mark each choice in its expert's
+// token mask (bit t); the masks give the counts, one block scan the offsets, tile starts and
+// active list, and a pair's rank among its expert's pairs is the number of earlier tokens in the
+// mask (a token chooses an expert at most once), so the slots come out in pair order as
+// sort_kernel gives them. Shared memory: [E] masks, then [kRouteSortThreads / 32][E] floats (the
+// warps' probabilities; the experts' offsets after routing).
+__global__ void __launch_bounds__(kRouteSortThreads)
+    route_sort_kernel(const float* __restrict__ logits, int T, int E, int K, bool norm, int32_t* expert,
+                      float* weight, MoeSorted out) {
+  extern __shared__ unsigned long long rs_smem[];
+  unsigned long long* mask = rs_smem;                  // [E] tokens that chose expert e
+  float* prob = reinterpret_cast<float*>(rs_smem + E);  // [warps][E]
+  int* offset = reinterpret_cast<int*>(prob);           // [E] after routing
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  for (int e = tid; e < E; e += kRouteSortThreads) mask[e] = 0;
+  __syncthreads();
+  for (int t = warp; t < T; t += kRouteSortThreads / 32) {
+    const int my_e = route_token(logits, prob + warp * E, t, E, K, norm, lane, expert, weight);
+    if (lane < K) atomicOr(&mask[my_e], 1ull << t);
+    __syncwarp();  // the warp's probabilities are rewritten by its next token
+  }
+  __syncthreads();
+  const int per = (E + kRouteSortThreads - 1) / kRouteSortThreads, e0 = min(E, tid * per), e1 = min(E, e0 + per);
+  int3 mine = make_int3(0, 0, 0);  // pairs, row tiles, experts with pairs over [e0, e1)
+  for (int e = e0; e < e1; ++e) {
+    const int c = __popcll(mask[e]);
+    mine.x += c, mine.y += (c + kMoeTileRows - 1) / kMoeTileRows, mine.z += c > 0;
+  }
+  int3 total;
+  int3 at = block_exclusive_scan3(mine, &total);
+  for (int e = e0; e < e1; ++e) {
+    const int c = __popcll(mask[e]);
+    out.offsets[e] = offset[e] = at.x;
+    out.tile_starts[e] = at.y;
+    if (c > 0) out.active[at.z] = e;
+    at.x += c, at.y += (c + kMoeTileRows - 1) / kMoeTileRows, at.z += c > 0;
+  }
+  if (tid == 0) {
+    out.offsets[E] = total.x;
+    out.tile_starts[E] = total.y;
+    out.active[E] = total.z;
+  }
+  __syncthreads();
+  const int P = T * K;
+  for (int i = tid; i < P; i += kRouteSortThreads) {
+    const int t = i / K, e = expert[i];
+    const int slot = offset[e] + __popcll(mask[e] & ((1ull << t) - 1ull));
+    out.pair_of_slot[slot] = i;
+    out.slot_of_pair[i] = slot;
   }
 }
 
@@ -223,6 +308,20 @@ void moe_sort(const int32_t* expert, int64_t P, int64_t E, const MoeSorted& out,
   const size_t smem = static_cast<size_t>(E + kSortThreads / 32) * sizeof(int);
   sort_kernel<<<static_cast<unsigned>(E), kSortThreads, smem, s>>>(expert, static_cast<int>(P), static_cast<int>(E),
                                                                     out);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void moe_route_sort(const float* logits, int64_t T, int64_t E, int64_t K, bool norm_topk, int32_t* expert,
+                    float* weight, const MoeSorted& sorted, cudaStream_t s) {
+  check_route(T, E, K);
+  if (T > kMoeRouteSortMaxTokens) {
+    moe_route(logits, T, E, K, norm_topk, expert, weight, s);
+    moe_sort(expert, T * K, E, sorted, s);
+    return;
+  }
+  const size_t smem = static_cast<size_t>(E) * 8 + static_cast<size_t>(kRouteSortThreads / 32 * E) * sizeof(float);
+  route_sort_kernel<<<1, kRouteSortThreads, smem, s>>>(logits, static_cast<int>(T), static_cast<int>(E),
+                                                       static_cast<int>(K), norm_topk, expert, weight, sorted);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,16 @@ constexpr int64_t kAlign = 256;  // bytes; every region of the step's buffer sta
 constexpr int kRegions = 7;
 
 int64_t align_up(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// The decode form of the grouped products: the tensor-core GEMV, or with VLM_MOE_GEMV=old the
+// warp GEMV it replaced (kept so one GPU run measures both; read once per process).
+bool old_gemv() {
+  static const bool old = [] {
+    const char* v = std::getenv("VLM_MOE_GEMV");
+    return v != nullptr && std::string(v) == "old";
+  }();
+  return old;
+}
 
 // Byte offsets of the step's buffers inside `inner` for T tokens (P = T*k pairs).
 struct InnerLayout {
@@ -136,8 +147,7 @@ class CudaMoe final : public Mlp {
 
     cuda_product(s, h, router_.w.get(), nullptr, logits, DType::F32, false, T, E, C);
     s.mark("moe_router");
-    cuda::moe_route(logits, T, E, K, spec_.norm_topk_prob, expert, weight, s.stream);
-    cuda::moe_sort(expert, P, E, sorted, s.stream);
+    cuda::moe_route_sort(logits, T, E, K, spec_.norm_topk_prob, expert, weight, sorted, s.stream);
     s.mark("moe_route");
 
     cuda::MoeGroupedArgs gu;
@@ -164,10 +174,13 @@ class CudaMoe final : public Mlp {
     dn.K = I;
     dn.gated = false;
     const bool fast = cuda::moe_grouped_fast_supported(C, dt) && cuda::moe_grouped_fast_supported(I, dt);
-    const bool few = P <= 8 * E;  // ~8 pairs per expert or fewer: the GEMVs read weight rows once per 8 pairs
+    const bool old = old_gemv();
+    // Few pairs per expert (moe_cuda.h, kMoe*GemvPairsPerExpert): a GEMV form, else the row tiles.
+    const bool few = P <= (old ? cuda::kMoeGemvPairsPerExpert : cuda::kMoeMmaGemvPairsPerExpert) * E;
     for (const cuda::MoeGroupedArgs* g : {&gu, &dn}) {
       if (!fast) cuda::moe_grouped_naive(*g, dt, s.stream);
-      else if (few) cuda::moe_grouped_gemv(*g, dt, s.stream);
+      else if (few && old) cuda::moe_grouped_gemv(*g, dt, s.stream);
+      else if (few) cuda::moe_grouped_mma_gemv(*g, dt, s.stream);
       else cuda::moe_grouped(*g, dt, s.stream);
       s.mark(g == &gu ? "moe_gate_up" : "moe_down");
     }

@@ -3,10 +3,11 @@
 // ties to the lower expert, norm_topk, choices in expert order; NaN rows to valid experts) over
 // E = 8 .. 1000 and k = 1 .. 8; sorting (offsets, tile starts, the experts with pairs, both
 // permutations; pairs ascending within an expert) with experts left empty, one expert taking
-// every pair, and 70,000 pairs; the grouped products (tensor-core tiles and per-expert GEMVs,
-// gated and not, bf16 and f16) over skewed groups that cross tile edges; the combine (16-byte and
-// scalar paths, Write and Add); the load-time transpose. Outputs are poisoned first so an
-// unwritten element fails. Skips without a GPU.
+// every pair, and 70,000 pairs; the one-launch route and sort against the two kernels; the grouped
+// products (tensor-core tiles, per-expert warp GEMVs and tensor-core GEMVs, gated and not, bf16
+// and f16) over skewed groups that cross tile edges (over routed groups: test_cuda_moe_gemv.cpp);
+// the combine (16-byte and scalar paths, Write and Add); the load-time transpose. Outputs are
+// poisoned first so an unwritten element fails. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -160,6 +161,48 @@ TEST_F(CudaMoe, SortMatchesNaiveAndGroupsPairsByExpert) {
   }
 }
 
+// moe_route_sort (one block for T <= 64 tokens, else the two kernels) gives what moe_route then
+// moe_sort give, bit for bit, and the naive pair agrees on the choices and the groups: tokens 1 ..
+// 64 (every bit of the token masks) and past the one-block limit, E not a multiple of 32, E past
+// the block's threads (several experts per thread in the scan), all-tied and NaN rows.
+TEST_F(CudaMoe, RouteSortMatchesRouteThenSort) {
+  struct Case { int64_t T, E, K; };
+  for (const Case c : {Case{1, 128, 8}, Case{64, 128, 8}, Case{37, 13, 3}, Case{64, 1000, 8}, Case{63, 8, 8},
+                       Case{65, 128, 8}, Case{2, 1, 1}}) {
+    const int64_t T = c.T, E = c.E, K = c.K, P = T * K;
+    auto logits = random_vector(T * E, static_cast<uint32_t>(31 + T + E), 2.0f);
+    if (T > 3) std::fill(logits.begin() + 2 * E, logits.begin() + 3 * E, 0.25f);       // token 2: all tied
+    if (T > 5) std::fill(logits.begin() + 4 * E, logits.begin() + 5 * E, std::nanf(""));  // token 4: NaN
+    auto d_l = to_device(logits);
+    auto run = [&](int which) {  // 0 moe_route_sort, 1 moe_route + moe_sort, 2 naive
+      auto d_e = poisoned(P * 4), d_w = poisoned(P * 4), d_meta = poisoned((3 * (E + 1) + 2 * P) * 4);
+      cuda::MoeSorted s;
+      s.offsets = d_meta.as<int32_t>();
+      s.tile_starts = s.offsets + E + 1;
+      s.active = s.tile_starts + E + 1;
+      s.pair_of_slot = s.active + E + 1;
+      s.slot_of_pair = s.pair_of_slot + P;
+      if (which == 0) {
+        cuda::moe_route_sort(d_l.as<float>(), T, E, K, true, d_e.as<int32_t>(), d_w.as<float>(), s, nullptr);
+      } else {
+        (which == 1 ? cuda::moe_route : cuda::moe_route_naive)(d_l.as<float>(), T, E, K, true, d_e.as<int32_t>(),
+                                                               d_w.as<float>(), nullptr);
+        (which == 1 ? cuda::moe_sort : cuda::moe_sort_naive)(d_e.as<int32_t>(), P, E, s, nullptr);
+      }
+      auto meta = to_host<int32_t>(d_meta, 3 * (E + 1) + 2 * P);
+      auto ex = to_host<int32_t>(d_e, P);
+      meta.insert(meta.end(), ex.begin(), ex.end());
+      return std::make_pair(meta, to_host<float>(d_w, P));
+    };
+    const auto fused = run(0), two = run(1), naive = run(2);
+    SCOPED_TRACE(::testing::Message() << "T " << T << " E " << E << " K " << K);
+    EXPECT_EQ(fused.first, two.first);
+    EXPECT_EQ(fused.second, two.second);  // the same routing code: bitwise
+    EXPECT_EQ(fused.first, naive.first);
+    for (int64_t i = 0; i < P; ++i) EXPECT_NEAR(fused.second[i], naive.second[i], 2e-6) << i;
+  }
+}
+
 // A grouped product's inputs: experts of `counts` pairs, x rows through a permutation.
 struct GroupedCase {
   int64_t E, N, K, x_div;
@@ -200,7 +243,7 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
       auto d_x = to_device(encode(x, dt)), d_w = to_device(encode(w, dt));
       auto d_off = to_device(offsets), d_tiles = to_device(tiles), d_rows = to_device(x_rows);
       auto d_active = to_device(active);
-      auto run = [&](int which) {  // 0 tiles, 1 gemv, 2 naive
+      auto run = [&](int which) {  // 0 tiles, 1 gemv, 2 naive, 3 tensor-core gemv, 4 two-stage tiles
         auto d_out = poisoned(P * N * dtype_size(dt));
         cuda::MoeGroupedArgs a;
         a.x = d_x.get();
@@ -216,12 +259,14 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
         a.N = N;
         a.K = K;
         a.gated = g.gated;
-        if (which == 0) cuda::moe_grouped(a, dt, nullptr);
+        a.tile_stages = which == 4 ? 2 : 4;
+        if (which == 0 || which == 4) cuda::moe_grouped(a, dt, nullptr);
         else if (which == 1) cuda::moe_grouped_gemv(a, dt, nullptr);
+        else if (which == 3) cuda::moe_grouped_mma_gemv(a, dt, nullptr);
         else cuda::moe_grouped_naive(a, dt, nullptr);
         return download(d_out, P * N, dt);
       };
-      const auto tiles_out = run(0), gemv_out = run(1), naive = run(2);
+      const auto tiles_out = run(0), gemv_out = run(1), naive = run(2), mma_out = run(3), tiles2 = run(4);
       std::vector<float> want(P * N);
       for (int64_t r = 0; r < P; ++r) {
         const int64_t e = expert[r], xr = g.x_div > 1 ? x_rows[r] / g.x_div : r;
@@ -240,6 +285,8 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
       EXPECT_LE(rel_error(naive, want), tol);
       EXPECT_LE(rel_error(tiles_out, naive), tol);
       EXPECT_LE(rel_error(gemv_out, naive), tol);
+      EXPECT_LE(rel_error(mma_out, naive), tol);
+      EXPECT_EQ(tiles2, tiles_out);  // the same products in the same order: 2 or 4 stages
     }
   }
 }

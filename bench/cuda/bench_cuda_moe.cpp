@@ -1,0 +1,251 @@
+// Times one mixture-of-experts layer of Qwen3-30B-A3B's shape (= Qwen3-VL-30B-A3B's decoder: C
+// 2048, I 768, E 128, top 8, norm_topk; bf16) kernel by kernel (kernels/cuda/moe/moe_cuda.h),
+// without a checkpoint: the experts' weights are a random bf16 pattern written here, two copies
+// of the layer (2.4 GB) used in turn, and each call routes one of 8 sets of random router logits
+// (normal, sd 1), so the L2 (60 MB) holds neither the experts nor the routing of the call before.
+// The router's own product [T, C] x [C, E] (0.5 MB of weights) is left out: the logits are given.
+//
+// Per token count T (--tokens, default 1,4,16,64,256,512,8192; P = 8T pairs):
+//  - "kernel" rows: moe_route, moe_sort, moe_route_sort (form=one: one launch, T <= 64), the
+//    gate|up and down products in each form (mma: the tensor-core GEMV moe_grouped_mma_gemv;
+//    gemv: the warp GEMV moe_grouped_gemv; tiles: the mma.sync row tiles moe_grouped, 4 cp.async
+//    stages; tiles2: the same with the 2 stages it had before; a GEMV form is skipped past 64
+//    pairs per expert on average),
+//    moe_combine; device events around --reps calls queued back to back (after 5 warm-up calls),
+//    median of 5 repeats;
+//  - "layer" rows: route_sort, gate|up, down, combine in one form (auto: the one CudaMoe picks,
+//    moe_cuda.h's kMoeMmaGemvPairsPerExpert), launched one by one, and for T <= 64 also as a CUDA
+//    graph of 16 layers (the decode step runs captured), time per layer.
+// GB/s counts the expert weights a call must read: the distinct experts the 8 routings touch
+// (their mean; "experts=" on each row) x 3 x I x C x 2 bytes (gate|up: 2/3 of it, down: 1/3).
+// Output, one line per row: "moe T=<T> P=<P> experts=<mean touched> <kernel|layer> <name>
+// form=<form> us=<per call> GB/s=<expert bytes / time> peak%=<of --peak, default 4800 GB/s>".
+// Usage: bench_cuda_moe [--tokens LIST] [--reps N] [--peak GBPS]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/core/device_buffer.h"
+#include "kernels/cuda/moe/moe_cuda.h"
+
+namespace {
+
+using vlm::DType;
+using vlm::cuda::DeviceBuffer;
+
+constexpr int64_t C = 2048, I = 768, E = 128, K = 8;
+constexpr int kSets = 8, kCopies = 2, kGraphLayers = 16;
+
+void ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// n bytes of bf16 values uniform in [-scale, scale] (a 16 MB host pattern repeated).
+DeviceBuffer random_bf16(size_t n, float scale, uint32_t seed) {
+  DeviceBuffer b(n);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-scale, scale);
+  const size_t pat = std::min<size_t>(n, size_t(1) << 24) / 2 * 2;
+  std::vector<uint16_t> h(pat / 2);
+  for (uint16_t& v : h) v = vlm::f32_to_bf16(uni(rng));
+  for (size_t i = 0; i < n; i += pat)
+    ok(cudaMemcpy(b.as<uint8_t>() + i, h.data(), std::min(pat, n - i), cudaMemcpyHostToDevice), "fill");
+  return b;
+}
+
+// Median microseconds per call of f(i) over `reps` calls queued on s.
+double time_us(const std::function<void(int)>& f, int reps, cudaStream_t s) {
+  cudaEvent_t a, b;
+  ok(cudaEventCreate(&a), "event");
+  ok(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 5; ++i) f(i);
+  std::vector<double> us;
+  for (int rep = 0; rep < 5; ++rep) {
+    ok(cudaEventRecord(a, s), "record");
+    for (int i = 0; i < reps; ++i) f(i);
+    ok(cudaEventRecord(b, s), "record");
+    ok(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    ok(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    us.push_back(ms * 1000.0 / reps);
+  }
+  ok(cudaGetLastError(), "launch");
+  ok(cudaEventDestroy(a), "event");
+  ok(cudaEventDestroy(b), "event");
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+enum class Form { Mma, Gemv, Tiles, Tiles2 };
+const char* form_name(Form f) {
+  return f == Form::Mma ? "mma" : f == Form::Gemv ? "gemv" : f == Form::Tiles ? "tiles" : "tiles2";
+}
+
+// One routing set: logits and everything routing and sorting them writes.
+struct Routed {
+  DeviceBuffer logits, expert, weight, meta;
+  vlm::cuda::MoeSorted sorted;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double peak = 4800;
+  int reps = 50;
+  std::vector<int64_t> tokens = {1, 4, 16, 64, 256, 512, 8192};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--peak") peak = std::atof(argv[i + 1]);
+    else if (k == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
+    else if (k == "--tokens") {
+      tokens.clear();
+      std::stringstream ss(argv[i + 1]);
+      for (std::string t; std::getline(ss, t, ',');) tokens.push_back(std::atoll(t.c_str()));
+    } else {
+      std::fprintf(stderr, "usage: bench_cuda_moe [--tokens LIST] [--reps N] [--peak GBPS]\n");
+      return 2;
+    }
+  }
+  cudaStream_t s;
+  ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const size_t gu_bytes = static_cast<size_t>(E * 2 * I * C * 2), dn_bytes = static_cast<size_t>(E * C * I * 2);
+  std::vector<DeviceBuffer> gate_up, down;  // [E, 2I, C], [E, C, I] bf16 per copy
+  for (int c = 0; c < kCopies; ++c) {
+    gate_up.push_back(random_bf16(gu_bytes, 0.03f, 1 + c));
+    down.push_back(random_bf16(dn_bytes, 0.03f, 11 + c));
+  }
+  const size_t expert_bytes = static_cast<size_t>(3 * I * C * 2);
+  for (const int64_t T : tokens) {
+    const int64_t P = T * K;
+    std::vector<Routed> sets(kSets);
+    double touched = 0;
+    for (int si = 0; si < kSets; ++si) {
+      Routed& r = sets[si];
+      std::mt19937 rng(static_cast<uint32_t>(100 + si + T));
+      std::normal_distribution<float> nd(0.f, 1.f);
+      std::vector<float> l(static_cast<size_t>(T * E));
+      for (float& v : l) v = nd(rng);
+      r.logits = DeviceBuffer(l.size() * 4);
+      ok(cudaMemcpy(r.logits.get(), l.data(), l.size() * 4, cudaMemcpyHostToDevice), "logits");
+      r.expert = DeviceBuffer(P * 4);
+      r.weight = DeviceBuffer(P * 4);
+      r.meta = DeviceBuffer((3 * (E + 1) + 2 * P) * 4);
+      r.sorted.offsets = r.meta.as<int32_t>();
+      r.sorted.tile_starts = r.sorted.offsets + E + 1;
+      r.sorted.active = r.sorted.tile_starts + E + 1;
+      r.sorted.pair_of_slot = r.sorted.active + E + 1;
+      r.sorted.slot_of_pair = r.sorted.pair_of_slot + P;
+      vlm::cuda::moe_route(r.logits.as<float>(), T, E, K, true, r.expert.as<int32_t>(), r.weight.as<float>(), s);
+      vlm::cuda::moe_sort(r.expert.as<int32_t>(), P, E, r.sorted, s);
+      std::vector<int32_t> ex(static_cast<size_t>(P));
+      ok(cudaMemcpyAsync(ex.data(), r.expert.get(), P * 4, cudaMemcpyDeviceToHost, s), "experts");
+      ok(cudaStreamSynchronize(s), "route");
+      touched += static_cast<double>(std::set<int32_t>(ex.begin(), ex.end()).size()) / kSets;
+    }
+    DeviceBuffer h = random_bf16(T * C * 2, 1.f, 7), act(P * I * 2), out(P * C * 2), y(T * C * 4);
+    const double layer_bytes = touched * expert_bytes;
+    auto args = [&](int i, bool gated) {
+      const Routed& r = sets[i % kSets];
+      vlm::cuda::MoeGroupedArgs a;
+      a.x = gated ? h.get() : act.get();
+      a.x_rows = gated ? r.sorted.pair_of_slot : nullptr;
+      a.x_div = gated ? K : 1;
+      a.w = gated ? gate_up[i % kCopies].get() : down[i % kCopies].get();
+      a.out = gated ? act.get() : out.get();
+      a.offsets = r.sorted.offsets;
+      a.tile_starts = r.sorted.tile_starts;
+      a.active = r.sorted.active;
+      a.P = P;
+      a.E = E;
+      a.N = gated ? I : C;
+      a.K = gated ? C : I;
+      a.gated = gated;
+      return a;
+    };
+    auto product = [&](Form f, int i, bool gated) {
+      vlm::cuda::MoeGroupedArgs a = args(i, gated);
+      a.tile_stages = f == Form::Tiles2 ? 2 : 4;
+      if (f == Form::Mma) vlm::cuda::moe_grouped_mma_gemv(a, DType::BF16, s);
+      else if (f == Form::Gemv) vlm::cuda::moe_grouped_gemv(a, DType::BF16, s);
+      else vlm::cuda::moe_grouped(a, DType::BF16, s);
+    };
+    auto route = [&](int i) {
+      Routed& r = sets[i % kSets];
+      vlm::cuda::moe_route(r.logits.as<float>(), T, E, K, true, r.expert.as<int32_t>(), r.weight.as<float>(), s);
+    };
+    auto sort = [&](int i) {
+      Routed& r = sets[i % kSets];
+      vlm::cuda::moe_sort(r.expert.as<int32_t>(), P, E, r.sorted, s);
+    };
+    auto route_sort = [&](int i) {  // what CudaMoe runs: one launch for T <= 64
+      Routed& r = sets[i % kSets];
+      vlm::cuda::moe_route_sort(r.logits.as<float>(), T, E, K, true, r.expert.as<int32_t>(), r.weight.as<float>(),
+                                r.sorted, s);
+    };
+    auto combine = [&](int i) {
+      const Routed& r = sets[i % kSets];
+      vlm::cuda::moe_combine(out.get(), DType::BF16, r.sorted.slot_of_pair, r.weight.as<float>(), y.as<float>(), true,
+                             T, K, C, s);
+    };
+    auto report = [&](const char* what, const char* name, const char* form, double us, double bytes) {
+      const double gbs = bytes / us / 1e3;
+      std::printf("moe T=%lld P=%lld experts=%.1f %s %s form=%s us=%.2f GB/s=%.0f peak%%=%.1f\n",
+                  static_cast<long long>(T), static_cast<long long>(P), touched, what, name, form, us, gbs,
+                  100.0 * gbs / peak);
+      std::fflush(stdout);
+    };
+    report("kernel", "route", "-", time_us(route, reps, s), 0);
+    report("kernel", "sort", "-", time_us(sort, reps, s), 0);
+    report("kernel", "route_sort", T <= vlm::cuda::kMoeRouteSortMaxTokens ? "one" : "two",
+           time_us(route_sort, reps, s), 0);
+    std::vector<Form> forms = {Form::Mma, Form::Gemv, Form::Tiles, Form::Tiles2};
+    if (P > 64 * E) forms = {Form::Tiles, Form::Tiles2};
+    for (const Form f : forms) {
+      report("kernel", "gate_up", form_name(f), time_us([&](int i) { product(f, i, true); }, reps, s),
+             layer_bytes * 2 / 3);
+      report("kernel", "down", form_name(f), time_us([&](int i) { product(f, i, false); }, reps, s), layer_bytes / 3);
+    }
+    report("kernel", "combine", "-", time_us(combine, reps, s), 0);
+    const Form chosen = P <= vlm::cuda::kMoeMmaGemvPairsPerExpert * E ? Form::Mma : Form::Tiles;
+    std::vector<std::pair<Form, const char*>> layer_forms = {{chosen, "auto"}};
+    for (const Form f : forms) layer_forms.emplace_back(f, form_name(f));
+    for (const auto& lf : layer_forms) {
+      const Form f = lf.first;
+      auto layer = [&](int i) {
+        route_sort(i);
+        product(f, i, true);
+        product(f, i, false);
+        combine(i);
+      };
+      const std::string name = std::string(lf.second) == form_name(f) ? lf.second : std::string(lf.second) + "=" + form_name(f);
+      report("layer", "launches", name.c_str(), time_us(layer, reps, s), layer_bytes);
+      if (T > 64) continue;
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+      for (int i = 0; i < kGraphLayers; ++i) layer(i);
+      ok(cudaStreamEndCapture(s, &graph), "capture");
+      ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+      const int graph_reps = std::max(1, reps / kGraphLayers);
+      const double us = time_us([&](int) { ok(cudaGraphLaunch(exec, s), "graph"); }, graph_reps, s) / kGraphLayers;
+      report("layer", "graph", name.c_str(), us, layer_bytes);
+      ok(cudaGraphExecDestroy(exec), "graph");
+      ok(cudaGraphDestroy(graph), "graph");
+    }
+  }
+  ok(cudaStreamDestroy(s), "stream");
+  return 0;
+}
