@@ -1,8 +1,9 @@
 // Times the decode linear products of one Qwen2-7B layer over FP8 weights, each form beside the
 // others (issue 43's speed bars): q/k/v [4608, 3584] (bf16 out + bias), o_proj [3584, 3584] and
 // down_proj [3584, 18944] (f32 += : the residual add), gate/up [2 x 18944, 3584] with SiLU·mul.
-//  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, and the
-//    bf16 GEMV (kernels/cuda/gemm/gemv.h) on the same shape for the 16-bit read rate;
+//  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, fp8_gemv_split
+//    with 2 and 4 warps a column (not gate/up: "gemv_split2", "gemv_split4"), and the bf16 GEMV
+//    (kernels/cuda/gemm/gemv.h) on the same shape for the 16-bit read rate;
 //  - rows 8, 16, 32, 64: quantize_fp8_rows + fp8_mma_gemm (+ its split reduce), quantize_fp8_rows +
 //    CublasLtGemm::linear_fp8 (+ silu_mul for gate/up; the unfused form where cuBLASLt refuses the
 //    fused one), and the bf16 cuBLASLt GEMM (these two as VLM_CUBLASLT_AUTOTUNE says);
@@ -32,6 +33,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
+#include "kernels/cuda/gemm/fp8_gemv_split.h"
 #include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
 #include "kernels/cuda/gemm/gemv.h"
@@ -154,6 +156,17 @@ int main(int argc, char** argv) {
             },
             copies);
         report(M, form == vlm::cuda::Fp8GemvForm::Simple ? "gemv_simple" : "gemv_pipelined", us, w8);
+      }
+      for (const int split : {2, 4}) {
+        if (sh.silu) break;
+        const double us = time_us(
+            [&](int c) {
+              // As the gemv_simple rows: bf16 out, no residual add.
+              vlm::cuda::fp8_gemv_split(x.get(), wq_at(c), ws.as<float>(), DType::BF16, b, y.get(), DType::BF16, false,
+                                        M, N, K, split, nullptr);
+            },
+            copies);
+        report(M, split == 2 ? "gemv_split2" : "gemv_split4", us, w8);
       }
       const double us = time_us(
           [&](int c) {

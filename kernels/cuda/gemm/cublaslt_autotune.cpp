@@ -44,6 +44,16 @@ bool matches(const std::vector<float>& got, const std::vector<float>& ref) {
   return true;
 }
 
+// An allocation of `bytes`, or an empty buffer where the device has no room (the error cleared).
+DeviceBuffer try_alloc(size_t bytes) {
+  try {
+    return DeviceBuffer(bytes);
+  } catch (const std::exception&) {
+    cudaGetLastError();
+    return DeviceBuffer();
+  }
+}
+
 std::mutex& cache_mutex() {
   static std::mutex m;
   return m;
@@ -85,8 +95,11 @@ LtTuneResult lt_autotune(const std::vector<cublasLtMatmulAlgo_t>& candidates, co
   VLM_CUDA_CHECK(cudaGetDevice(&dev));
   VLM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
   const size_t out_bytes = static_cast<size_t>(out_elems) * dtype_size(out_dt);
-  DeviceBuffer out(out_bytes);                                                // [M, N] out_dt
-  DeviceBuffer flush(std::max<size_t>(size_t(2) * static_cast<size_t>(l2), size_t(1) << 20));
+  // The scratch output [M, N] out_dt and the L2 flush buffer; where the GPU's memory is taken (a
+  // KV cache sized to what was free) nothing is tuned (the baseline stays), or timed unflushed.
+  DeviceBuffer out = try_alloc(out_bytes);
+  if (out.get() == nullptr) return r;
+  DeviceBuffer flush = try_alloc(std::max<size_t>(size_t(2) * static_cast<size_t>(l2), size_t(1) << 20));
   cudaEvent_t ev[2];
   VLM_CUDA_CHECK(cudaEventCreate(&ev[0]));
   VLM_CUDA_CHECK(cudaEventCreate(&ev[1]));
@@ -110,7 +123,8 @@ LtTuneResult lt_autotune(const std::vector<cublasLtMatmulAlgo_t>& candidates, co
       ++r.valid;
       std::vector<double> us;
       for (int t = 0; t < kTimedRuns; ++t) {
-        VLM_CUDA_CHECK(cudaMemsetAsync(flush.get(), t & 0xff, flush.bytes(), s));  // the L2 emptied of the weights
+        if (flush.get())  // the L2 emptied of the weights
+          VLM_CUDA_CHECK(cudaMemsetAsync(flush.get(), t & 0xff, flush.bytes(), s));
         VLM_CUDA_CHECK(cudaEventRecord(ev[0], s));
         run(candidates[i], out.get());
         VLM_CUDA_CHECK(cudaEventRecord(ev[1], s));

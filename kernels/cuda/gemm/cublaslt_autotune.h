@@ -13,7 +13,8 @@
 //    and one output rounding, a broken one by far more); a valid one is then timed 7 times, each
 //    run after a write of 2x the L2 (the weights come from HBM, as in a decode step), median kept.
 //    Another candidate replaces the baseline only when >= 3 % faster (timing noise must not move
-//    the numerics for nothing). Synchronizes `s`: never call it while a capture is in progress
+//    the numerics for nothing). Where the scratch output cannot be allocated nothing is tuned
+//    (baseline_ok false); without room for the flush buffer the runs are timed unflushed. Synchronizes `s`: never call it while a capture is in progress
 //    (lt_stream_capturing), nor with other work on `s` whose timing matters.
 //  - The process-wide cache: the chosen algorithm per (device, shape key), shared by every
 //    CublasLtGemm of the process (the decoder's, the vision lanes', a benchmark's).
