@@ -3,6 +3,8 @@
 #include <cublasLt.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kernels/core/check.h"
 #include "kernels/core/env_switch.h"
 #include "kernels/core/log.h"
@@ -15,7 +17,7 @@ namespace vlm::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
-constexpr int kAutotuneCandidates = 32;
+constexpr int kAutotuneCandidates = 32, kAutotuneSplitVariants = 24;
 
 void check_lt(cublasStatus_t st, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS)
@@ -144,6 +146,14 @@ CublasLtGemm::Plan* CublasLtGemm::try_plan(const Key& key) {
     for (const cublasLtMatmulAlgo_t& a : lt_candidates(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b, p->c,
                                                        ws, f32_partials, kAutotuneCandidates))
       if (!lt_same_algo(a, p->algo)) p->candidates.push_back(a);
+    // Split-K forms of the first unsplit ones (the heuristic offers few for skinny products).
+    const std::vector<cublasLtMatmulAlgo_t> first(p->candidates.begin(),
+                                                  p->candidates.begin() + std::min<size_t>(8, p->candidates.size()));
+    for (const cublasLtMatmulAlgo_t& a : lt_split_variants(static_cast<cublasLtHandle_t>(handle_), p->op, p->a, p->b,
+                                                           p->c, first, ws, f32_partials, kAutotuneSplitVariants))
+      if (std::none_of(p->candidates.begin(), p->candidates.end(),
+                       [&](const cublasLtMatmulAlgo_t& c) { return lt_same_algo(a, c); }))
+        p->candidates.push_back(a);
     p->tuned = p->candidates.size() < 2;
     if (p->tuned) ++stats_.single;
   }

@@ -13,7 +13,7 @@
 // reference.
 // Autotuning (kernels/cuda/gemm/cublaslt_autotune.h; LtAutotune, VLM_CUBLASLT_AUTOTUNE=1, default
 // off): for products of M <= kAutotuneMaxRows rows (decode steps) the heuristic is asked for up to
-// 32 candidates instead of 1, and the first call of a shape made outside a graph capture times them
+// 32 candidates instead of 1 (plus split-K forms of its first unsplit ones, up to 24), and the first call of a shape made outside a graph capture times them
 // on its operands (into a scratch output, y untouched) and keeps the fastest that matches the
 // heuristic-first's output (cached per process; logged at debug level). That first call
 // synchronizes the stream. A call on a capturing stream never times: it runs the heuristic's first
