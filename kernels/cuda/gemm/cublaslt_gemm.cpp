@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "kernels/core/check.h"
 #include "kernels/core/env_switch.h"
@@ -199,14 +200,16 @@ void CublasLtGemm::tune(Plan& p, const Key& key, cudaStream_t s, const RunAlgo& 
   }
   p.tuned = true;
   const DType out_dt = static_cast<DType>(out_i);
+  const auto t0 = std::chrono::steady_clock::now();
   const LtTuneResult r = lt_autotune(
       p.candidates,
       [&](const cublasLtMatmulAlgo_t& a, void* out) { return static_cast<cublasStatus_t>(run(&a, out)); }, M * N,
       out_dt, s);
   if (r.baseline_ok) {
-    VLM_LOG_DEBUG("cuBLASLt autotune {}: {} candidates, {} valid; heuristic-first {:.2f} us ({}); chosen #{} {:.2f} us "
-                  "({})",
-                  ck, p.candidates.size(), r.valid, r.baseline_us, lt_algo_summary(p.candidates[0]), r.chosen,
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    VLM_LOG_DEBUG("cuBLASLt autotune {}: {} candidates, {} valid, tuned in {:.1f} ms; heuristic-first {:.2f} us ({}); "
+                  "chosen #{} {:.2f} us ({})",
+                  ck, p.candidates.size(), r.valid, ms, r.baseline_us, lt_algo_summary(p.candidates[0]), r.chosen,
                   r.chosen_us, lt_algo_summary(p.candidates[r.chosen]));
     p.algo = p.candidates[r.chosen];
     lt_cache_algo(ck, p.algo);
