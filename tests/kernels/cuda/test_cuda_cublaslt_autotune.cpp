@@ -151,6 +151,11 @@ TEST_F(CudaLtAutotune, CaptureDefersTuning) {
   auto d_y = nan_buffer(M * N * dtype_size(dt));
   cudaStream_t s = nullptr;
   VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {  // cuBLASLt's first use (library state, kernels loaded) outside the capture, on another shape
+    cuda::CublasLtGemm warm(cuda::LtAutotune::Off);
+    warm.linear(d_x.get(), d_w.get(), dt, nullptr, d_y.get(), dt, 0.0f, 8, 128, K, s);
+    VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
   cudaGraph_t graph = nullptr;
   VLM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   gemm.linear(d_x.get(), d_w.get(), dt, nullptr, d_y.get(), dt, 0.0f, M, N, K, s);
