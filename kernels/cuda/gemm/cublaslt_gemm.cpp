@@ -184,14 +184,23 @@ void CublasLtGemm::tune(Plan& p, const Key& key, cudaStream_t s, const RunAlgo& 
   int dev = 0;
   VLM_CUDA_CHECK(cudaGetDevice(&dev));
   const auto [M, N, K, in_i, out_i, has_bias, accumulate, outer] = key;
-  const std::string ck = fmt::format("{} {}x{}x{} {}->{} bias {} acc {} outer {}", dev, M, N, K, in_i, out_i, has_bias,
-                                     accumulate, outer);
+  // The process cache's key: M's bucket (the power of two >= M), so that steps of 17..32 rows share
+  // one tuning; a cached algorithm is taken where cublasLtMatmulAlgoCheck accepts it for this M.
+  int64_t bucket = 1;
+  while (bucket < M) bucket *= 2;
+  const std::string ck = fmt::format("{} {}x{}x{} {}->{} bias {} acc {} outer {}", dev, bucket, N, K, in_i, out_i,
+                                     has_bias, accumulate, outer);
   if (std::optional<cublasLtMatmulAlgo_t> a = lt_cached_algo(ck)) {
-    p.algo = *a;
-    p.tuned = true;
-    p.candidates.clear();
-    ++stats_.cached;
-    return;
+    cublasLtMatmulHeuristicResult_t res{};
+    if (cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle_), p.op, p.a, p.b, p.c, p.c, &*a, &res) ==
+            CUBLAS_STATUS_SUCCESS &&
+        res.workspaceSize <= workspace_.bytes()) {
+      p.algo = *a;
+      p.tuned = true;
+      p.candidates.clear();
+      ++stats_.cached;
+      return;
+    }
   }
   if (lt_stream_capturing(s)) {  // never time inside a capture: the heuristic's first runs, tuned later
     ++stats_.deferred;

@@ -13,9 +13,11 @@
 // reference.
 // Autotuning (kernels/cuda/gemm/cublaslt_autotune.h; LtAutotune, VLM_CUBLASLT_AUTOTUNE=1, default
 // off): for products of M <= kAutotuneMaxRows rows (decode steps) the heuristic is asked for up to
-// 32 candidates instead of 1 (plus split-K forms of its first unsplit ones, up to 24), and the first call of a shape made outside a graph capture times them
-// on its operands (into a scratch output, y untouched) and keeps the fastest that matches the
-// heuristic-first's output (cached per process; logged at debug level). That first call
+// 32 candidates instead of 1 (plus split-K forms of its first unsplit ones, up to 24), and the
+// first call of a shape made outside a graph capture times them on its operands (into a scratch
+// output, y untouched) and keeps the fastest that matches the heuristic-first's output, cached per
+// process by M's power-of-two bucket, N, K and types (a shape of 17..32 rows takes what the first
+// of them chose, where cublasLtMatmulAlgoCheck accepts it); logged at debug level. That first call
 // synchronizes the stream. A call on a capturing stream never times: it runs the heuristic's first
 // (or the process cache's) algorithm and leaves the tuning to the next call outside a capture
 // (AutotuneStats::deferred). Numerics: every candidate accumulates in f32 (16-bit outputs: split-K
@@ -47,7 +49,7 @@ class CublasLtGemm {
   struct AutotuneStats {
     int64_t tuned = 0;     // shapes timed by this instance
     int64_t changed = 0;   // of which another algorithm than the heuristic's first won
-    int64_t cached = 0;    // shapes taken from the process cache (tuned by an earlier instance)
+    int64_t cached = 0;    // shapes taken from the process cache (tuned earlier, this M's bucket)
     int64_t deferred = 0;  // calls on a capturing stream that left an untuned shape untuned
     int64_t single = 0;    // shapes the heuristic offered one algorithm for (nothing to time)
   };

@@ -3,12 +3,14 @@
 // the naive kernel's / the host's values within the tolerances of the untuned GEMM's tests
 // (test_cuda_ops.cpp, test_cuda_fp8.cpp), every shape was tuned (not deferred), and a call on a
 // capturing stream never times: it is deferred, the captured graph still computes the product,
-// and the next call outside the capture tunes. Outputs poisoned (NaN) first. Shapes are this
-// file's own (the tuned algorithms are cached per process). Skips without a GPU; FP8 also off
-// Hopper (cuBLASLt's per-row FP8 scaling is SM90-only).
+// and the next call outside the capture tunes; a shape of the same M bucket reuses the tuning
+// correctly. Outputs poisoned (NaN) first. Shapes are this file's own (the tuned algorithms are
+// cached per process). Skips without a GPU; FP8 also off Hopper (cuBLASLt's per-row FP8 scaling is
+// SM90-only).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "kernels/core/fp8.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
@@ -185,6 +187,17 @@ TEST_F(CudaLtAutotune, CaptureDefersTuning) {
   VLM_CUDA_CHECK(cudaGraphLaunch(exec, s));
   VLM_CUDA_CHECK(cudaStreamSynchronize(s));
   EXPECT_LE(rel_error(download(d_y, M * N, dt), want), 8e-3);
+  // Another instance, 20 rows (M's bucket 32, as 24's): the process cache's algorithm where cuBLASLt
+  // accepts it for 20 rows (else tuned anew), correct either way.
+  cuda::CublasLtGemm other(cuda::LtAutotune::On);
+  const int64_t M2 = 20;
+  auto d_y3 = nan_buffer(M2 * N * dtype_size(dt));
+  other.linear(d_x.get(), d_w.get(), dt, nullptr, d_y3.get(), dt, 0.0f, M2, N, K, s);
+  VLM_CUDA_CHECK(cudaStreamSynchronize(s));
+  EXPECT_EQ(other.autotune_stats().tuned + other.autotune_stats().cached, 1);
+  std::printf("[ autotune ] 20 rows after 24: %s\n", other.autotune_stats().cached ? "from the cache" : "tuned");
+  const std::vector<float> x2(x.begin(), x.begin() + M2 * K);
+  EXPECT_LE(rel_error(download(d_y3, M2 * N, dt), host_linear(x2, w, nullptr, nullptr, M2, N, K)), 8e-3);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
