@@ -204,11 +204,15 @@ bool lt_stream_capturing(cudaStream_t s) {
 
 std::string lt_algo_summary(const cublasLtMatmulAlgo_t& algo) {
   auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) -> long long {
-    uint64_t v = 0;  // every attribute read here is an int32 / uint32 / uint16: the low bytes
-    size_t written = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return -1;
-    if (written == 2) return static_cast<long long>(v & 0xffffu);
-    return static_cast<long long>(v & 0xffffffffu);
+    // The attribute's size first (cuBLASLt wants the exact size); every one read here is an
+    // int32 / uint32 / uint16: its bytes land in the low bytes of v.
+    size_t n = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &n) != CUBLAS_STATUS_SUCCESS || n == 0 ||
+        n > sizeof(uint64_t))
+      return -1;
+    uint64_t v = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, n, &n) != CUBLAS_STATUS_SUCCESS) return -1;
+    return static_cast<long long>(v);
   };
   return fmt::format("algo {} tile {} splitK {} reduction {} swizzle {} stages {} cluster {}",
                      get(CUBLASLT_ALGO_CONFIG_ID), get(CUBLASLT_ALGO_CONFIG_TILE_ID),
