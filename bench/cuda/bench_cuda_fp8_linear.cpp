@@ -1,16 +1,22 @@
 // Times the decode linear products of one Qwen2-7B layer over FP8 weights, each form beside the
 // others (issue 43's speed bars): q/k/v [4608, 3584] (bf16 out + bias), o_proj [3584, 3584] and
 // down_proj [3584, 18944] (f32 += : the residual add), gate/up [2 x 18944, 3584] with SiLU·mul.
-//  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, and the
-//    bf16 GEMV (kernels/cuda/gemm/gemv.h) on the same shape for the 16-bit read rate;
+//  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, fp8_gemv_split
+//    with 2 and 4 warps a column (not gate/up: "gemv_split2", "gemv_split4"), and the bf16 GEMV
+//    (kernels/cuda/gemm/gemv.h) on the same shape for the 16-bit read rate;
 //  - rows 8, 16, 32, 64: quantize_fp8_rows + fp8_mma_gemm (+ its split reduce), quantize_fp8_rows +
 //    CublasLtGemm::linear_fp8 (+ silu_mul for gate/up; the unfused form where cuBLASLt refuses the
-//    fused one), and the bf16 cuBLASLt GEMM.
+//    fused one), and the bf16 cuBLASLt GEMM (these two as VLM_CUBLASLT_AUTOTUNE says);
+//  - rows 1, 8, 16, 32, 64: the cuBLASLt GEMM alone (FP8: over activations quantized beforehand;
+//    gate/up: the [M, 2I] product, no SiLU·mul), bf16 and FP8, with the heuristic's first algorithm
+//    ("lt_bf16_first", "lt_fp8_first") and autotuned ("lt_bf16_tuned", "lt_fp8_tuned":
+//    kernels/cuda/gemm/cublaslt_autotune.h, tuned on the first of the warm-up calls); --verbose logs
+//    each shape's candidates and choice (debug level).
 // Device events around 20 calls queued back to back (after 5 warm-up calls), rotating among
 // enough weight copies that the working set exceeds the L2; median of 5 repeats. Output: one line
 // per (shape, rows, form): "fp8lin <shape> M=<rows> <form> us=<per call> GB/s=<weight bytes / time>
 // peak%=<of --peak GB/s (default 4800: H200 HBM3e)>".
-// Usage: bench_cuda_fp8_linear [--peak GBPS]
+// Usage: bench_cuda_fp8_linear [--peak GBPS] [--verbose]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,9 +29,11 @@
 #include <vector>
 
 #include "kernels/core/dtype.h"
+#include "kernels/core/log.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
+#include "kernels/cuda/gemm/fp8_gemv_split.h"
 #include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
 #include "kernels/cuda/gemm/gemv.h"
@@ -105,9 +113,12 @@ struct Shape {
 
 int main(int argc, char** argv) {
   double peak = 4800;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--peak") peak = std::atof(argv[i + 1]);
-  vlm::cuda::CublasLtGemm gemm;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--peak" && i + 1 < argc) peak = std::atof(argv[i + 1]);
+    if (std::string(argv[i]) == "--verbose") vlm::set_log_level("debug");
+  }
+  vlm::cuda::CublasLtGemm gemm;  // as VLM_CUBLASLT_AUTOTUNE says
+  vlm::cuda::CublasLtGemm gemm_first(vlm::cuda::LtAutotune::Off), gemm_tuned(vlm::cuda::LtAutotune::On);
   const Shape shapes[] = {{"qkv", 4608, 3584, false, false, true},
                           {"o_proj", 3584, 3584, false, true, false},
                           {"gate_up", 2 * 18944, 3584, true, false, false},
@@ -145,6 +156,17 @@ int main(int argc, char** argv) {
             },
             copies);
         report(M, form == vlm::cuda::Fp8GemvForm::Simple ? "gemv_simple" : "gemv_pipelined", us, w8);
+      }
+      for (const int split : {2, 4}) {
+        if (sh.silu) break;
+        const double us = time_us(
+            [&](int c) {
+              // As the gemv_simple rows: bf16 out, no residual add.
+              vlm::cuda::fp8_gemv_split(x.get(), wq_at(c), ws.as<float>(), DType::BF16, b, y.get(), DType::BF16, false,
+                                        M, N, K, split, nullptr);
+            },
+            copies);
+        report(M, split == 2 ? "gemv_split2" : "gemv_split4", us, w8);
       }
       const double us = time_us(
           [&](int c) {
@@ -191,6 +213,28 @@ int main(int argc, char** argv) {
           copies16);
       report(M, "bf16_cublaslt", bf, w16);
     }
+    for (const int64_t M : {1, 8, 16, 32, 64}) {
+      vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), nullptr);
+      const DType dt = sh.silu ? DType::BF16 : out_dt;
+      void* out = sh.silu ? inner.get() : y.get();
+      const float beta = sh.residual ? 1.f : 0.f;
+      for (const bool tuned : {false, true}) {
+        vlm::cuda::CublasLtGemm& g = tuned ? gemm_tuned : gemm_first;
+        const double bf = time_us(
+            [&](int c) { g.linear(x.get(), w16_at(c), DType::BF16, b, out, dt, beta, M, N, K, nullptr); }, copies16);
+        report(M, tuned ? "lt_bf16_tuned" : "lt_bf16_first", bf, w16);
+        const double f8 = time_us(
+            [&](int c) {
+              g.linear_fp8(xq.get(), xs.as<float>(), wq_at(c), ws.as<float>(), b, out, dt, beta, M, N, K, nullptr,
+                           tmp.as<float>());
+            },
+            copies);
+        report(M, tuned ? "lt_fp8_tuned" : "lt_fp8_first", f8, w8);
+      }
+    }
   }
+  const auto& st = gemm_tuned.autotune_stats();
+  std::printf("fp8lin autotune shapes tuned=%lld changed=%lld cached=%lld\n", static_cast<long long>(st.tuned),
+              static_cast<long long>(st.changed), static_cast<long long>(st.cached));
   return 0;
 }

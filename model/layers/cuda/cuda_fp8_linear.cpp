@@ -9,6 +9,7 @@
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
+#include "kernels/cuda/gemm/fp8_gemv_split.h"
 #include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
 #include "kernels/cuda/ops/ops_cuda.h"
@@ -67,6 +68,18 @@ std::pair<uint8_t*, float*> quantize_act(CudaStep& s, const void* x, int64_t M, 
 
 cuda::Fp8GemvForm gemv_form() {
   return fp8_decode_paths() == Fp8DecodePaths::New ? cuda::Fp8GemvForm::Pipelined : cuda::Fp8GemvForm::Simple;
+}
+
+// VLM_FP8_GEMV_SPLIT=2|4 (read once): fp8_product's GEMVs in fp8_gemv_split's form; else 0 (off).
+int gemv_split() {
+  static const int split = [] {
+    const char* e = std::getenv("VLM_FP8_GEMV_SPLIT");
+    if (e == nullptr) return 0;
+    if (std::strcmp(e, "2") == 0) return 2;
+    if (std::strcmp(e, "4") == 0) return 4;
+    return 0;
+  }();
+  return split;
 }
 
 // Steps of 5..64 rows (decode batches, short prefill chunks) through fp8_mma_gemm (not under the
@@ -136,6 +149,11 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
   const int64_t N = d.N, K = d.K;
   if (M == 0) return;
   if (s.gemv && cuda::fp8_gemv_supported(M, K, s.dt)) {
+    if (const int split = gemv_split(); split > 0) {
+      cuda::fp8_gemv_split(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt, d.bias(out_dt), y, out_dt, accumulate, M,
+                           N, K, split, s.stream);
+      return;
+    }
     cuda::fp8_gemv(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt, d.bias(out_dt), y, out_dt, accumulate, M, N, K,
                    s.stream, gemv_form());
     return;

@@ -22,6 +22,9 @@
 //    chunks that short too), quantize_fp8_rows then fp8_mma_gemm (FP8 tensor cores through
 //    mma.sync, the weights read once, scales / bias / residual / SiLU·mul in its epilogue;
 //    kernels/cuda/gemm/fp8_mma_gemm.h). Steps of more rows: cuBLASLt, as before.
+//  - VLM_FP8_GEMV_SPLIT=2|4 (read once; opt-in, any other value off): fp8_product's GEMVs (q/k/v,
+//    o_proj, down_proj of steps of 1..4 rows; gate/up keeps fp8_gemv_silu_mul) in the split-K form,
+//    kernels/cuda/gemm/fp8_gemv_split.h (2 or 4 warps a column).
 //  - require_fp8_gpu: the start-time refusal of a GPU without FP8 tensor cores (compute
 //    capability below 8.9), naming the GPU and what asked for FP8; also of FP8-capable GPUs other
 //    than Hopper (Ada 8.9, Blackwell 10.x/12.x): cuBLASLt's outer-vector (per-row) FP8 scaling the
