@@ -161,14 +161,15 @@ TEST_F(CudaMoe, SortMatchesNaiveAndGroupsPairsByExpert) {
   }
 }
 
-// moe_route_sort (one block for T <= 64 tokens, else the two kernels) gives what moe_route then
+// moe_route_sort (one block for T <= kMoeRouteSortMaxTokens, else the two kernels) gives what moe_route then
 // moe_sort give, bit for bit, and the naive pair agrees on the choices and the groups: tokens 1 ..
-// 64 (every bit of the token masks) and past the one-block limit, E not a multiple of 32, E past
+// 8 (the one-block path) and past the one-block limit, E not a multiple of 32, E past
 // the block's threads (several experts per thread in the scan), all-tied and NaN rows.
 TEST_F(CudaMoe, RouteSortMatchesRouteThenSort) {
   struct Case { int64_t T, E, K; };
   for (const Case c : {Case{1, 128, 8}, Case{64, 128, 8}, Case{37, 13, 3}, Case{64, 1000, 8}, Case{63, 8, 8},
-                       Case{65, 128, 8}, Case{2, 1, 1}}) {
+                       Case{65, 128, 8}, Case{2, 1, 1}, Case{8, 128, 8}, Case{8, 1000, 8}, Case{7, 13, 3},
+                       Case{6, 8, 8}}) {
     const int64_t T = c.T, E = c.E, K = c.K, P = T * K;
     auto logits = random_vector(T * E, static_cast<uint32_t>(31 + T + E), 2.0f);
     if (T > 3) std::fill(logits.begin() + 2 * E, logits.begin() + 3 * E, 0.25f);       // token 2: all tied
