@@ -29,7 +29,7 @@ void add_backend_flags(FlagTable& table) {
       "N (also -tp N; default 1): the decoder split over GPUs 0..N-1 (heads, MLP columns and vocabulary; NCCL "
       "all-reduces). Needs --device cuda, N visible GPUs, NCCL (libnccl.so.2, Python's nvidia-nccl package or "
       "VLM_NCCL_LIBRARY), N dividing the query heads and the MLP and dividing the KV heads (or a multiple of "
-      "them); dense models only; media encode on the host; no LOOK-M, sparse prefill, SinkRouter or FP8 KV cache yet";
+      "them); dense models only; media encode on the host; no LOOK-M, sparse prefill, SinkRouter, FP8 KV cache or --quantization fp8 yet";
   table["quantization"] =
       "none (default) or fp8: the GPU decoder's linear layers quantized to FP8 E4M3 at load (per-channel weight "
       "scales, per-token activation scales; vision tower and LM head stay bf16; Hopper GPUs). FP8 "

@@ -104,7 +104,8 @@ struct CudaDecoderOptions {
   // weights, model/arch/llama_decoder.h, and a KV cache of its KV heads) on GPU `device`; the
   // all-reduces go through tp.comm (an NcclCommunicator of that device) on this decoder's stream,
   // inside its decode graphs. Every rank runs every forward() with the same batch (CudaBackend's
-  // rank threads). Under TP the FP8 KV cache is refused (LoadError).
+  // rank threads). Under TP the FP8 KV cache and quantize_fp8 are refused (LoadError); an FP8
+  // checkpoint's weights are dequantized to dtype.
   TensorParallel tp;
 };
 
