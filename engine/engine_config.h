@@ -41,6 +41,11 @@ struct EngineConfig {
   // stream went from p99 1203 ms to 325 ms with the methods' TTFT unchanged, bench/RESULTS.md);
   // 0: a step's media are encoded whole.
   int64_t media_step_patches = -1;
+  // Tensor parallelism (vLLM's --tensor-parallel-size, issue 42): the decoder split over GPUs
+  // 0..N-1 (engine/cuda/cuda_backend.h). N > 1 needs --device cuda, N visible GPUs, NCCL, shapes
+  // that split (model/layers/tensor_parallel.h) and no server-wide LOOK-M, sparse prefill or
+  // SinkRouter (refused at start, make_step_backend).
+  int tensor_parallel_size = 1;
   // GPU: run decode steps eagerly, without CUDA graphs (vLLM's --enforce-eager).
   bool enforce_eager = false;
   // GPU: --quantization fp8 (vLLM's): the decoder's linear layers quantized to FP8 E4M3 at load

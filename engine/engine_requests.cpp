@@ -43,6 +43,8 @@ void Engine::validate(const GenerationRequest& request) const {
     bad_request("vlm_options", fmt::format("LOOK-M does not run on {} for this model's attention shape or KV "
                                            "cache dtype ({})",
                                            backend_->device(), dtype_name(backend_->kv_dtype())));
+  if (request.params.sink_router.value_or(false) && !backend_->runs_sink_router())
+    bad_request("vlm_options", fmt::format("SinkRouter does not run on {} yet", backend_->device()));
   if (request.params.n > config_.scheduler.max_num_seqs)
     bad_request("n", fmt::format("n = {} is more than the server runs at once ({})", request.params.n,
                                  config_.scheduler.max_num_seqs));

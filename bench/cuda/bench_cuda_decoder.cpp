@@ -10,6 +10,9 @@
 // Usage: bench_cuda_decoder --model DIR [--dtype bfloat16|float16|float32] [--batches 1,64]
 //          [--context 1024] [--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1]
 //          [--quantization none|fp8] [--kv-cache-dtype auto|fp8] [--dump-logits FILE]
+//          [--tensor-parallel-size N | -tp N]
+// --tensor-parallel-size N: the decoder split over GPUs 0..N-1 (CudaBackend with a CudaRankGroup,
+// NCCL all-reduces inside the decode graphs; issue 42); sampling on GPU 0.
 // --kv-cache-dtype fp8: the KV cache in FP8 E4M3 (CudaDecoderOptions::kv_fp8; auto: the dtype's).
 // --quantization fp8: the decoder's linear layers in FP8 (CudaDecoderOptions::quantize_fp8;
 // bench/gpu_speed.sh's VLM_SPEED_FP8=1 runs the same rows both ways in one call).
@@ -74,18 +77,19 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> f = {{"dtype", "bfloat16"}, {"batches", "1,64"}, {"context", "1024"},
                                           {"steps", "64"}, {"prefill", "8192,32768"}, {"reps", "3"},
                                           {"enforce-eager", "0"}, {"quantization", "none"},
-                                          {"kv-cache-dtype", "auto"}};
+                                          {"kv-cache-dtype", "auto"}, {"tensor-parallel-size", "1"}};
   bool bad = argc % 2 == 0;  // a flag without its value
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    const std::string k = a.rfind("--", 0) == 0 ? a.substr(2) : std::string();
+    const std::string k = a == "-tp" ? std::string("tensor-parallel-size") : a.rfind("--", 0) == 0 ? a.substr(2) : std::string();
     if (!f.count(k) && k != "model" && k != "dump-logits") bad = true;  // an unknown flag
     f[k] = argv[i + 1];
   }
   if (bad || !f.count("model")) {
     std::fprintf(stderr, "usage: bench_cuda_decoder --model DIR [--dtype ..] [--batches 1,64] [--context 1024] "
                          "[--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1] "
-                         "[--quantization none|fp8] [--kv-cache-dtype auto|fp8] [--dump-logits FILE]\n");
+                         "[--quantization none|fp8] [--kv-cache-dtype auto|fp8] [--dump-logits FILE] "
+                         "[--tensor-parallel-size N]\n");
     return 2;
   }
   try {
@@ -120,12 +124,17 @@ int main(int argc, char** argv) {
       return 2;
     }
     o.kv_fp8 = f["kv-cache-dtype"] == "fp8";
+    const int tp = std::stoi(f["tensor-parallel-size"]);
+    if (tp < 1 || tp > vlm::cuda::visible_gpus()) {
+      std::fprintf(stderr, "--tensor-parallel-size %d: %d GPUs visible\n", tp, vlm::cuda::visible_gpus());
+      return 2;
+    }
     const auto t_load = Clock::now();
-    vlm::CudaBackend backend(*host, o, {});
-    std::printf("load: %.1f s (%.2f GiB of weights%s%s on %s)\n",
+    vlm::CudaBackend backend(*host, o, {}, nullptr, tp > 1 ? std::make_unique<vlm::CudaRankGroup>(tp) : nullptr);
+    std::printf("load: %.1f s (%.2f GiB of weights%s%s on %s, tensor parallel %d)\n",
                 std::chrono::duration<double>(Clock::now() - t_load).count(),
                 static_cast<double>(backend.decoder().weight_bytes()) / (1 << 30), o.quantize_fp8 ? ", FP8 linear layers" : "",
-                o.kv_fp8 ? ", FP8 KV cache" : "", vlm::cuda::describe_gpu(0).c_str());
+                o.kv_fp8 ? ", FP8 KV cache" : "", vlm::cuda::describe_gpu(0).c_str(), tp);
     const int64_t V = host->config().vocab_size;
     std::mt19937 rng(1);
     int32_t next_block = 0;

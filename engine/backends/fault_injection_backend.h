@@ -27,6 +27,7 @@ class FaultInjectionBackend : public StepBackend {
   DType kv_dtype() const override { return inner_->kv_dtype(); }
   bool runs_sparse_prefill(const SparsePrefillConfig& cfg) const override { return inner_->runs_sparse_prefill(cfg); }
   bool runs_look_m() const override { return inner_->runs_look_m(); }
+  bool runs_sink_router() const override { return inner_->runs_sink_router(); }
   void copy_block(int32_t src, int32_t dst) override { inner_->copy_block(src, dst); }
   void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override {
     if (++num_forwards_ >= fail_at_)

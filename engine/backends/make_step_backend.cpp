@@ -8,6 +8,7 @@
 #include "engine/compute_dtype.h"
 #include "kernels/core/check.h"
 #include "kernels/core/log.h"
+#include "model/layers/tensor_parallel.h"
 #if VLM_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
 #include "kernels/cuda/core/cuda_check.h"
@@ -51,6 +52,35 @@ void check_holds_one_sequence(int64_t num_blocks, int block_size, int64_t bytes_
       num_blocks * block_size, max_len));
 }
 
+// --tensor-parallel-size N > 1: what must hold before any GPU is opened (LoadError naming it).
+void check_tensor_parallel(const EngineConfig& c, const Model& model, Device device) {
+  const int n = c.tensor_parallel_size;
+  if (n < 1) throw LoadError(fmt::format("--tensor-parallel-size {}: must be at least 1", n));
+  if (n == 1) return;
+  if (device != Device::Cuda)
+    throw LoadError(fmt::format("--tensor-parallel-size {} runs on GPUs (--device cuda; here: {}); the CPU's tensor "
+                                "parallelism is a test reference only",
+                                n, c.device == Device::Auto ? "--device auto chose the CPU" : "--device cpu"));
+#if VLM_HAVE_CUDA
+  std::string why;
+  const int gpus = cuda::visible_gpus(&why);
+  if (gpus < n)
+    throw LoadError(fmt::format("--tensor-parallel-size {}: only {} GPU{} visible{}", n, gpus, gpus == 1 ? "" : "s",
+                                why.empty() ? "" : " (" + why + ")"));
+#endif
+  const ModelConfig& m = model.decoder().config();
+  if (m.moe.enabled())
+    throw LoadError(fmt::format("--tensor-parallel-size {}: mixture-of-experts models are not split yet", n));
+  decoder_shard(m.num_heads, m.num_kv_heads, m.intermediate_size, m.vocab_size, TensorParallel{0, n, nullptr});
+  if (c.look_m.enabled) throw LoadError(fmt::format("--tensor-parallel-size {}: LOOK-M does not run under tensor parallelism yet", n));
+  if (c.sparse_prefill.enabled())
+    throw LoadError(fmt::format("--tensor-parallel-size {}: sparse prefill does not run under tensor parallelism yet", n));
+  if (c.sink_router) throw LoadError(fmt::format("--tensor-parallel-size {}: SinkRouter does not run under tensor parallelism yet", n));
+  if (c.kv_dtype == DType::F8_E4M3)
+    throw LoadError(fmt::format("--tensor-parallel-size {}: --kv-cache-dtype fp8 is not split yet", n));
+  if (c.quantize_fp8) throw LoadError(fmt::format("--tensor-parallel-size {}: --quantization fp8 is not split yet", n));
+}
+
 }  // namespace
 
 std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const Model& model,
@@ -75,6 +105,7 @@ std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const Mode
   } else if (device == Device::Cuda && !cuda_available(&why)) {
     throw LoadError("--device cuda: " + why);
   }
+  check_tensor_parallel(c, model, device);
   std::unique_ptr<StepBackend> backend;
   if (device == Device::Cpu && c.quantize_fp8)
     throw LoadError(std::string("--quantization fp8 runs on the GPU (--device cuda; here: ") +

@@ -41,6 +41,8 @@ class StepBackend {
   virtual bool runs_sparse_prefill(const SparsePrefillConfig& cfg) const { return true; }
   // Whether forward() runs LOOK-M on this model's shapes (a request asking for it when not: 400).
   virtual bool runs_look_m() const { return true; }
+  // Whether forward() runs SinkRouter decode routing (a request asking for it when not: 400).
+  virtual bool runs_sink_router() const { return true; }
   // Copies block src's KV to block dst in every layer (copy-on-write of shared blocks).
   virtual void copy_block(int32_t src, int32_t dst) = 0;
   // Runs the decoder over the batch, writing its KV; keeps the logits of its logits_indices rows

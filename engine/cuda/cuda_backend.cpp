@@ -1,6 +1,7 @@
 #include "engine/cuda/cuda_backend.h"
 
 #include <cstring>
+#include <exception>
 
 #include <fmt/format.h>
 
@@ -10,12 +11,30 @@
 
 namespace vlm {
 
+namespace {
+
+CudaDecoderOptions rank0_options(CudaDecoderOptions o, const CudaRankGroup* ranks) {
+  if (ranks != nullptr) {
+    o.device = 0;
+    o.tp = ranks->rank(0);
+  }
+  return o;
+}
+
+}  // namespace
+
 CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options,
-                         std::vector<int32_t> eos_token_ids, std::unique_ptr<CudaMediaEncoder> media)
+                         std::vector<int32_t> eos_token_ids, std::unique_ptr<CudaMediaEncoder> media,
+                         std::unique_ptr<CudaRankGroup> ranks)
     : media_(std::move(media)),
-      gpu_(decoder, options),
+      ranks_(std::move(ranks)),
+      gpu_(decoder, rank0_options(options, ranks_.get())),
       eos_token_ids_(eos_token_ids),
       host_sampler_(decoder.config().vocab_size, std::move(eos_token_ids)) {
+  if (ranks_) {
+    VLM_CHECK(media_ == nullptr, "a GPU media encoder under tensor parallelism");
+    ranks_->build(decoder, rank0_options(options, ranks_.get()), gpu_.num_kv_blocks());
+  }
   const auto V = static_cast<size_t>(decoder.config().vocab_size);
   counts_.assign(V, 0);
   seen_.assign(V, 0);
@@ -32,7 +51,33 @@ CudaBackend::~CudaBackend() {
 }
 
 std::string CudaBackend::device() const {
+  if (ranks_)
+    return fmt::format("cuda:0..{} ({} x {}, tensor parallel), {}", ranks_->size() - 1, ranks_->size(), cuda::describe_gpu(0),
+                       dtype_name(gpu_.dtype()));
   return fmt::format("cuda:{} ({}), {}", 0, cuda::describe_gpu(0), dtype_name(gpu_.dtype()));
+}
+
+void CudaBackend::copy_block(int32_t src, int32_t dst) {
+  gpu_.copy_block(src, dst);
+  if (ranks_)
+    for (int r = 1; r < ranks_->size(); ++r) ranks_->decoder(r).copy_block(src, dst);  // each binds its GPU
+  if (ranks_) VLM_CUDA_CHECK(cudaSetDevice(0));
+}
+
+void CudaBackend::forward(const ForwardBatch& batch, const EmbeddingOverride& override) {
+  if (!ranks_) {
+    gpu_.forward(batch, override);
+    return;
+  }
+  ranks_->start([&batch, &override](CudaDecoder& d) { d.forward(batch, override); });
+  std::exception_ptr err;
+  try {
+    gpu_.forward(batch, override);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  ranks_->join();  // the batch and override must outlive every rank's use of them
+  if (err) std::rethrow_exception(err);
 }
 
 void CudaBackend::add_job(const SampleTask& task, int num_top) {
@@ -165,12 +210,14 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
 }
 
 bool CudaBackend::runs_sparse_prefill(const SparsePrefillConfig& cfg) const {
+  if (ranks_) return !cfg.enabled();  // not under tensor parallelism yet
   return !cfg.enabled() || (plannable_without_host_data(cfg) && cfg.block == 64 && gpu_.dtype() != DType::F32 &&
                             (gpu_.kv_dtype() != DType::F8_E4M3 || !uses_xattention_heads(cfg)) &&
                             cuda_fast_head_dim(gpu_.config().head_dim));
 }
 
 bool CudaBackend::runs_look_m() const {
+  if (ranks_) return false;  // its kept-token choice is not made once for all ranks yet
   const ModelConfig& m = gpu_.config();
   return m.num_heads / m.num_kv_heads <= kCudaDecodeMaxGroup && m.head_dim <= 256;
 }
@@ -195,6 +242,11 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Mode
   std::unique_ptr<CudaMediaEncoder> media;
   const int64_t step_patches =
       c.media_step_patches >= 0 ? c.media_step_patches : 4 * int64_t(c.scheduler.max_num_batched_tokens);
+  if (c.tensor_parallel_size > 1) {  // checked before (make_step_backend: GPUs, shapes, methods)
+    // Media are encoded on the host: the GPU encoder's rows would sit on rank 0's GPU only.
+    return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), nullptr,
+                                         std::make_unique<CudaRankGroup>(c.tensor_parallel_size));
+  }
   if (model.has_media()) media = CudaMediaEncoder::make(model, o.dtype, c.max_media_patches, step_patches);
   return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), std::move(media));
 }

@@ -9,6 +9,12 @@
 // sampling kernel writes its results straight into pinned host memory (no download after it).
 // A request for more than kMaxTopLogprobs top logprobs (or the whole vocabulary) is sampled on
 // the host from a copy of its logits row with the CPU Sampler.
+// Tensor parallelism (tensor_parallel_size N > 1, issue 42): the decoder is split over GPUs
+// 0..N-1; this backend's own CudaDecoder is rank 0 and a CudaRankGroup holds ranks 1..N-1 with a
+// thread each: forward() and copy_block() fan out to every rank and join; sampling runs once, on
+// rank 0 (its logits are every rank's vocabulary slice gathered). Under TP the media are encoded
+// on the host (no GPU encoder; the engine hands host rows, which each rank uploads), and LOOK-M,
+// sparse prefill and SinkRouter are refused per request (runs_look_m etc.: a 400).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,6 +23,7 @@
 #include <vector>
 
 #include "engine/backends/step_backend.h"
+#include "engine/cuda/cuda_rank_group.h"
 #include "engine/cuda/cuda_media_encoder.h"
 #include "engine/engine_config.h"
 #include "kernels/cuda/core/device_buffer.h"
@@ -30,8 +37,10 @@ class CudaBackend : public StepBackend {
   // media: the model's vision encoder on this GPU (CudaMediaEncoder::make), or null (media
   // encode on the host). Built before the decoder, so its reservation counts against
   // options.gpu_memory_utilization before the KV cache is sized.
+  // ranks: the other ranks of a tensor-parallel backend (unbuilt; null: one GPU); options.tp is
+  // then set to rank 0's here. media must be null with ranks.
   CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options, std::vector<int32_t> eos_token_ids,
-              std::unique_ptr<CudaMediaEncoder> media = nullptr);
+              std::unique_ptr<CudaMediaEncoder> media = nullptr, std::unique_ptr<CudaRankGroup> ranks = nullptr);
 
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
@@ -44,8 +53,9 @@ class CudaBackend : public StepBackend {
   // An FP8 KV cache runs LOOK-M and sparse prefill but XAttention heads (CudaDecoderOptions::kv_fp8).
   bool runs_sparse_prefill(const SparsePrefillConfig& cfg) const override;
   bool runs_look_m() const override;
-  void copy_block(int32_t src, int32_t dst) override { gpu_.copy_block(src, dst); }
-  void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override { gpu_.forward(batch, override); }
+  bool runs_sink_router() const override { return ranks_ == nullptr; }
+  void copy_block(int32_t src, int32_t dst) override;
+  void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override;
   void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) override;
   bool encodes_media() const override { return media_ != nullptr; }
   std::shared_ptr<const DeviceEmbeddings> encode_media(std::span<const MediaPixels* const> items,
@@ -64,7 +74,8 @@ class CudaBackend : public StepBackend {
   void add_job(const SampleTask& task, int num_top);
 
   std::unique_ptr<CudaMediaEncoder> media_;  // first: allocated before the KV cache
-  CudaDecoder gpu_;
+  std::unique_ptr<CudaRankGroup> ranks_;     // TP: ranks 1..N-1 (built after gpu_, with its block count)
+  CudaDecoder gpu_;                          // rank 0
   std::vector<int32_t> eos_token_ids_;
   Sampler host_sampler_;  // the fallback for large logprobs requests
   std::vector<cuda::SampleJob> jobs_;

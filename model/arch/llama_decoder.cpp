@@ -105,30 +105,74 @@ void check_mlp_tensors(const WeightStore& store, const std::string& prefix, int6
   }
 }
 
+namespace {
+
+// Rank r's part of a layer's spec (DecoderShard): q/k/v and gate/up by rows, o and down by
+// columns (registered with the sharded source), their biases on rank 0 only.
+void shard_layer_spec(LlamaLayerSpec& s, const ModelConfig& c, const DecoderShard& sh, int rank, ShardedWeightSource& src,
+                      const std::string& prefix) {
+  const int64_t C = c.hidden_size, D = c.head_dim, QD = sh.heads * D, KD = sh.kv_heads * D;
+  s.q.row_begin = sh.head_begin * D;
+  s.q.row_end = s.q.row_begin + QD;
+  for (LinearPart* p : {&s.k, &s.v}) {
+    p->row_begin = sh.kv_head_begin * D;
+    p->row_end = p->row_begin + KD;
+  }
+  src.slice_cols(prefix + s.o.weight.name, s.o.weight.shape, sh.head_begin * D, sh.head_begin * D + QD);
+  s.o.weight.shape = {C, QD};
+  for (LinearPart* p : {&s.mlp.gate, &s.mlp.up}) {
+    p->row_begin = sh.inner_begin;
+    p->row_end = sh.inner_begin + sh.inner;
+  }
+  src.slice_cols(prefix + s.mlp.down.weight.name, s.mlp.down.weight.shape, sh.inner_begin, sh.inner_begin + sh.inner);
+  s.mlp.down.weight.shape = {C, sh.inner};
+  s.mlp.inner = sh.inner;
+  if (rank != 0) {  // the row-parallel biases are added once, by rank 0, before the sum
+    s.o.bias.clear();
+    s.mlp.down.bias.clear();
+  }
+}
+
+}  // namespace
+
 LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const WeightStore& weights,
-                           const DecoderWeightNames& names)
-    : vocab_(c.vocab_size) {
+                           const DecoderWeightNames& names, const TensorParallel& tp)
+    : vocab_(c.vocab_size), tp_(tp) {
   const int64_t C = c.hidden_size, V = c.vocab_size, D = c.head_dim;
-  const int64_t QD = c.num_heads * D, KD = c.num_kv_heads * D;
-  const WeightSource w(weights, names.prefix);
-  embed_ = backend.embedding(w, {"embed_tokens.weight", {V, C}});
+  const bool par = tp.enabled();
+  if (par) {
+    VLM_CHECK(tp.comm != nullptr && tp.comm->size() == tp.size && tp.comm->rank() == tp.rank,
+              "rank {} of {} without its communicator", tp.rank, tp.size);
+    if (c.moe.enabled())
+      throw LoadError(fmt::format("tensor parallelism ({} ranks) over a mixture-of-experts model is not supported", tp.size));
+  }
+  shard_ = decoder_shard(c.num_heads, c.num_kv_heads, c.intermediate_size, V, tp);
+  const int64_t QD = shard_.heads * D, KD = shard_.kv_heads * D;  // this rank's (all of them when N == 1)
+  if (par) sharded_ = std::make_unique<ShardedWeightSource>(weights);
+  const WeightSource w = par ? sharded_->under(names.prefix) : WeightSource(weights, names.prefix);
+  embed_ = backend.embedding(w, {"embed_tokens.weight", {V, C}});  // replicated under TP
   rope_ = backend.rope_table(c.rope);
   const NormSpec final_norm{NormKind::Rms, static_cast<float>(c.rms_norm_eps), {"norm.weight", {C}}, {}};
+  const NormSpec absolute{final_norm.kind, final_norm.eps, {names.prefix + "norm.weight", {C}}, {}};
   // The LM head after the final norm. Tied checkpoints usually omit lm_head.weight; some keep a
   // copy. Follow the config.
-  if (c.tie_word_embeddings) {
+  if (par && shard_.vocab_split) {  // rows [vocab_begin, + vocab) of the head's table
+    const int64_t b = shard_.vocab_begin, e = b + shard_.vocab;
+    if (c.tie_word_embeddings) head_ = backend.linear(w, {{{"embed_tokens.weight", {V, C}}, {}, b, e}}, &final_norm);
+    else head_ = backend.linear(WeightSource(weights, ""), {{{names.lm_head, {V, C}}, {}, b, e}}, &absolute);
+  } else if (c.tie_word_embeddings) {
     head_ = backend.tied_linear(*embed_, w, &final_norm);
   } else {
-    const NormSpec absolute{final_norm.kind, final_norm.eps, {names.prefix + "norm.weight", {C}}, {}};
     head_ = backend.linear(WeightSource(weights, ""), {{{names.lm_head, {V, C}}, {}}}, &absolute);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   int64_t inner = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const LlamaLayerSpec s = llama_layer_spec(c, l);
+    LlamaLayerSpec s = llama_layer_spec(c, l);
+    if (par) shard_layer_spec(s, c, shard_, tp.rank, *sharded_, names.prefix);
     Block b;
     b.qkv = backend.linear(w, {s.q, s.k, s.v}, &s.input_norm);
-    const AttentionSpec attn{static_cast<int>(l), c.num_heads, c.num_kv_heads, D, scale, s.q_norm, s.k_norm};
+    const AttentionSpec attn{static_cast<int>(l), shard_.heads, shard_.kv_heads, D, scale, s.q_norm, s.k_norm};
     b.attn = backend.causal_attention(w, attn, *rope_);  // with the q/k norm's weights, if any
     b.o = backend.linear(w, {s.o});
     if (s.moe) {  // a mixture of experts with the post-attention norm
@@ -151,19 +195,37 @@ LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const We
   plan_.bufs[kResidual] = {C, ActRole::Residual, false};
   plan_.bufs[kQkv] = {QD + 2 * KD, ActRole::Hidden, false};
   plan_.bufs[kInner] = {inner, ActRole::Hidden, false};
+  if (par) coll_ = backend.collective(*tp.comm);
+  if (par && shard_.vocab_split) {
+    plan_.bufs[kLocalLogits] = {shard_.vocab, ActRole::Logits, true};
+    plan_.bufs[kGathered] = {V, ActRole::Logits, true};
+  } else {
+    plan_.bufs.resize(kLocalLogits);
+  }
 }
 
 void LlamaDecoder::forward(Step& s) const {
   const Act x = s.act(kResidual), qkv = s.act(kQkv), inner = s.act(kInner);
   const RopeRows rope = rope_->build(s);  // cos/sin of every row, once for all layers
   embed_->forward(s, x);                  // token rows, media rows from the step's override
+  // TP: rank 0 adds its part of o and down to the residual, the others write theirs over their
+  // copy; the all-reduce after each then gives every rank x + the sum of the parts.
+  const Accum add = tp_.rank == 0 ? Accum::Add : Accum::Write;
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];
     b.qkv->forward(s, x, qkv);            // q | k | v of rms(x) * g (+ bias)
     const Act a = b.attn->forward(s, qkv, rope);  // RoPE, K/V -> cache, attention with the methods
-    b.o->forward(s, a, x, Accum::Add);    // x += a Wo^T (+ bias)
-    b.mlp->forward(s, x, inner, x, Accum::Add);  // x += down(silu(gate h) * up h), h = rms(x) * g2
+    b.o->forward(s, a, x, add);           // x += a Wo^T (+ bias)
+    if (coll_) coll_->all_reduce_sum(s, x);  // TP: x + every rank's part
+    b.mlp->forward(s, x, inner, x, add);  // x += down(silu(gate h) * up h), h = rms(x) * g2
+    if (coll_) coll_->all_reduce_sum(s, x);
     if (static_cast<int64_t>(l) < deepstack_) rows_->add_override_plane(s, static_cast<int64_t>(l) + 1, x);  // DeepStack
+  }
+  if (coll_ && shard_.vocab_split) {  // this rank's vocabulary slice, then every rank's side by side
+    const Act local = s.act(kLocalLogits);
+    head_->forward_rows(s, x, local);
+    coll_->gather_cols(s, local, s.act(kGathered), s.logits(vocab_));
+    return;
   }
   head_->forward_rows(s, x, s.logits(vocab_));  // logit rows only, after the final norm
 }

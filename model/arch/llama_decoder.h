@@ -6,6 +6,14 @@
 // config's MoeConfig names (Qwen3-MoE); a final norm and the LM head on the step's logit rows only.
 // With config.deepstack_layers = K > 0 (Qwen3-VL), after layer i < K the media rows get plane
 // i + 1 of the step's embedding override added (RowOps::add_override_plane).
+//
+// Tensor parallelism (tp.size = N > 1, issue 42): this object is rank r's shard (DecoderShard):
+// its query heads, KV heads and MLP columns (q/k/v, gate/up by rows; o, down by columns, their
+// biases on rank 0 only), the embedding replicated, the LM head split by vocabulary when N divides
+// it. After o and after down the ranks' residuals are summed (Collective::all_reduce_sum): rank 0
+// adds its partial product to the residual, the others write theirs over it, so the sum is the
+// residual plus every rank's part, in rank order. The logits are gathered (Collective::gather_cols)
+// so every rank holds all [R, V]. With N == 1 nothing of this runs (the same layers and calls).
 #pragma once
 
 #include <memory>
@@ -15,6 +23,7 @@
 
 #include "model/decoder/model_config.h"
 #include "model/layers/layer_backend.h"
+#include "model/layers/tensor_parallel.h"
 
 namespace vlm {
 
@@ -56,8 +65,11 @@ class LlamaDecoder {
  public:
   // Makes every layer through `backend` from `weights` (LoadError naming a missing or misshapen
   // tensor). The weights must outlive the decoder.
+  // With tp.size > 1: rank tp.rank's shard (LoadError when the shapes do not split, naming them;
+  // the KV cache this rank's layers write then has shard().kv_heads heads). MoE layers refuse TP.
   LlamaDecoder(const ModelConfig& config, LayerBackend& backend, const WeightStore& weights,
-               const DecoderWeightNames& names = {});
+               const DecoderWeightNames& names = {}, const TensorParallel& tp = {});
+  const DecoderShard& shard() const { return shard_; }
 
   // The activations forward() asks the step for.
   const ActivationPlan& plan() const { return plan_; }
@@ -71,7 +83,7 @@ class LlamaDecoder {
     std::unique_ptr<CausalAttention> attn;
     std::unique_ptr<Mlp> mlp;        // with the post-attention norm
   };
-  enum Buf { kResidual, kQkv, kInner, kNumBufs };
+  enum Buf { kResidual, kQkv, kInner, kLocalLogits, kGathered, kNumBufs };  // the last two: vocab-split TP only
 
   int64_t vocab_ = 0;
   ActivationPlan plan_;
@@ -81,6 +93,10 @@ class LlamaDecoder {
   std::unique_ptr<Linear> head_;  // with the final norm
   int64_t deepstack_ = 0;         // K
   std::unique_ptr<RowOps> rows_;  // the DeepStack adds (K > 0)
+  TensorParallel tp_;
+  DecoderShard shard_;
+  std::unique_ptr<ShardedWeightSource> sharded_;  // TP: o and down's column copies (the layers may view them)
+  std::unique_ptr<Collective> coll_;              // TP only
 };
 
 }  // namespace vlm

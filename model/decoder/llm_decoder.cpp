@@ -13,12 +13,12 @@ std::unique_ptr<LlmDecoder> LlmDecoder::load(const std::string& model_dir) {
   return std::make_unique<LlmDecoder>(std::move(config), std::move(weights));
 }
 
-LlmDecoder::LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNames names)
+LlmDecoder::LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNames names, TensorParallel tp)
     : config_(std::move(config)), weights_(std::move(weights)), names_(names) {
   const ModelConfig& c = config_;
   const int64_t C = c.hidden_size, V = c.vocab_size;
   backend_ = std::make_unique<CpuLayers>();
-  arch_ = std::make_unique<LlamaDecoder>(c, *backend_, weights_, names);
+  arch_ = std::make_unique<LlamaDecoder>(c, *backend_, weights_, names, tp);
   // The layers' matrix dtype (the first layer's q projection; the embedding's with no layers).
   const WeightSource w(weights_, names.prefix);
   weight_dtype_ = c.num_layers > 0 ? w.get(llama_layer_spec(c, 0).q.weight).dtype : w.get("embed_tokens.weight", {V, C}).dtype;
@@ -28,6 +28,12 @@ LlmDecoder::LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNam
 }
 
 LlmDecoder::~LlmDecoder() = default;
+
+ModelConfig LlmDecoder::kv_config() const {
+  ModelConfig c = config_;
+  c.num_kv_heads = arch_->shard().kv_heads;
+  return c;
+}
 
 void LlmDecoder::forward(const ForwardBatch& batch, std::span<const PagedKVLayer> kv_layers,
                          std::vector<float>& logits, const EmbeddingOverride& override) const {

@@ -24,12 +24,18 @@ class LlmDecoder {
   // tensor for a missing tensor, a shape mismatch, an unknown dtype, a truncated file or an
   // unsupported architecture.
   static std::unique_ptr<LlmDecoder> load(const std::string& model_dir);
-  LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNames names = {});
+  // With tp.size > 1: rank tp.rank's shard (model/arch/llama_decoder.h; LoadError when the shapes
+  // do not split); its KV cache then has shard().kv_heads heads (kv_config()).
+  LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNames names = {}, TensorParallel tp = {});
   ~LlmDecoder();
 
   const ModelConfig& config() const { return config_; }
   const WeightStore& weights() const { return weights_; }
   const DecoderWeightNames& names() const { return names_; }  // where the decoder's tensors are
+  const DecoderShard& shard() const { return arch_->shard(); }
+  // The config as this rank's KV cache sees it: num_kv_heads = shard().kv_heads (the config
+  // itself when not tensor-parallel).
+  ModelConfig kv_config() const;
   // The dtype of the layers' matrix weights (the checkpoint's dtype; what --dtype auto runs).
   DType weight_dtype() const { return weight_dtype_; }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/communicator.h"
 #include "kernels/ops/rope.h"
 #include "model/layers/layer_specs.h"
 #include "model/layers/layers.h"
@@ -53,6 +54,13 @@ class LayerBackend {
   }
   // table: [n, C], or [C] read as one row.
   virtual std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) = 0;
+  // The collectives of tensor parallelism over `comm` (which must outlive them). A backend that
+  // implements them overrides this; the default refuses (LoadError), so tensor parallelism on a
+  // backend without them fails at load.
+  virtual std::unique_ptr<Collective> collective(Communicator& comm) {
+    throw LoadError("this layer backend does not implement tensor parallelism's collectives (" +
+                    std::to_string(comm.size()) + " ranks)");
+  }
 };
 
 }  // namespace vlm

@@ -146,4 +146,18 @@ class LearnedRows {
   virtual void write(Step& s, int64_t index, std::span<const int64_t> rows, Act dst /*[*,C]*/) const = 0;
 };
 
+// The collectives of tensor parallelism over a step's activations (rank r of N ranks, each its
+// own backend, weights and cache: model/layers/tensor_parallel.h). Every rank calls them in the
+// same order with Acts of the same shape; the GPU's are enqueued on the step's stream (captured in
+// the decode graphs like the layers).
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  // x = the sum over ranks of x, in place (the sum in f32 on every backend for f32 Acts).
+  virtual void all_reduce_sum(Step& s, Act x /*[T,C]*/) const = 0;
+  // out[:, r*Vl : (r+1)*Vl] = rank r's local, for every rank r (every rank gets all of out);
+  // staging: scratch of out's shape and dtype (it holds the ranks' blocks one after another).
+  virtual void gather_cols(Step& s, Act local /*[R,Vl]*/, Act staging /*[R,N*Vl]*/, Act out /*[R,N*Vl]*/) const = 0;
+};
+
 }  // namespace vlm

@@ -159,6 +159,25 @@ TEST(CudaModelSupport, DeviceCudaIsRefusedBeforeAnyGpuIsOpened) {
   }
 }
 
+// --tensor-parallel-size N > 1 runs on GPUs only: the CPU refuses it by name (its tensor
+// parallelism, CpuTensorParallelDecoder, is the tests' reference).
+TEST(CudaModelSupport, TensorParallelOnTheCpuIsRefused) {
+  auto model = TextModel::load(fixture_model_dir("llama_tiny"));
+  EngineConfig c = test_config();
+  c.device = Device::Cpu;
+  c.tensor_parallel_size = 2;
+  try {
+    make_step_backend(c, *model, {}, 512);
+    FAIL() << "--tensor-parallel-size 2 with --device cpu must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("--tensor-parallel-size 2 runs on GPUs (--device cuda; here: --device cpu)"),
+              std::string::npos)
+        << e.what();
+  }
+  c.tensor_parallel_size = 1;  // the default builds
+  EXPECT_NE(make_step_backend(c, *model, {}, 512), nullptr);
+}
+
 // --quantization fp8 runs on the GPU only: the CPU refuses it by name.
 TEST(CudaModelSupport, QuantizationFp8OnTheCpuIsRefused) {
   auto model = TextModel::load(fixture_model_dir("llama_tiny"));

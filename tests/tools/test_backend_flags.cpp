@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tools/common/backend_flags.h"
 
@@ -57,6 +58,35 @@ TEST(BackendFlags, QuantizationFp8IsOptIn) {
   EXPECT_TRUE(fp8_of({{"quantization", "fp8"}}));
   EXPECT_EXIT(fp8_of({{"quantization", "awq"}}), ::testing::ExitedWithCode(2),
               "--quantization must be none or fp8, got 'awq'");
+}
+
+}  // namespace
+}  // namespace vlm::cli
+
+namespace vlm::cli {
+namespace {
+
+// --tensor-parallel-size N (vLLM's flag; -tp N its short form): 1 by default, at least 1.
+TEST(BackendFlags, TensorParallelSizeAndItsShortForm) {
+  auto tp_of = [](const std::map<std::string, std::string>& flags) {
+    EngineConfig c;
+    apply_backend_flags(flags, parser(), c);
+    return c.tensor_parallel_size;
+  };
+  EXPECT_EQ(tp_of({}), 1);
+  EXPECT_EQ(tp_of({{"tensor-parallel-size", "2"}}), 2);
+  EXPECT_EXIT(tp_of({{"tensor-parallel-size", "0"}}), ::testing::ExitedWithCode(2), "--tensor-parallel-size");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"tool", "-tp", "4"}, std::vector<std::string>{"tool", "-tp=4"},
+        std::vector<std::string>{"tool", "--tensor-parallel-size", "4"}}) {
+    std::vector<std::string> a = args;
+    std::vector<char*> argv;
+    for (std::string& s : a) argv.push_back(s.data());
+    const std::vector<Flag> flags = parser().parse_list(static_cast<int>(argv.size()), argv.data());
+    ASSERT_EQ(flags.size(), 1u) << args[1];
+    EXPECT_EQ(flags[0].name, "tensor-parallel-size") << args[1];
+    EXPECT_EQ(flags[0].value, "4") << args[1];
+  }
 }
 
 }  // namespace

@@ -25,6 +25,11 @@ void add_backend_flags(FlagTable& table) {
       "per-layer, per-head scales (the checkpoint's k_scale/v_scale, else 1.0; Hopper GPUs; not with sparse "
       "prefill or LOOK-M)";
   table["enforce-eager"] = "1: GPU decode steps without CUDA graphs (default 0: graphs per batch/context bucket)";
+  table["tensor-parallel-size"] =
+      "N (also -tp N; default 1): the decoder split over GPUs 0..N-1 (heads, MLP columns and vocabulary; NCCL "
+      "all-reduces). Needs --device cuda, N visible GPUs, NCCL (libnccl.so.2, Python's nvidia-nccl package or "
+      "VLM_NCCL_LIBRARY), N dividing the query heads and the MLP and dividing the KV heads (or a multiple of "
+      "them); dense models only; media encode on the host; no LOOK-M, sparse prefill, SinkRouter, FP8 KV cache or --quantization fp8 yet";
   table["quantization"] =
       "none (default) or fp8: the GPU decoder's linear layers quantized to FP8 E4M3 at load (per-channel weight "
       "scales, per-token activation scales; vision tower and LM head stay bf16; Hopper GPUs). FP8 "
@@ -72,6 +77,8 @@ void apply_backend_flags(const std::map<std::string, std::string>& flags, const 
     else if (v == "0" || v == "false" || v == "off") config.enforce_eager = false;
     else parser.fail("--enforce-eager must be 1/true/on or 0/false/off, got '" + v + "'");
   }
+  if (auto it = flags.find("tensor-parallel-size"); it != flags.end())
+    config.tensor_parallel_size = static_cast<int>(parser.integer("tensor-parallel-size", it->second, 1));
   if (auto it = flags.find("quantization"); it != flags.end()) {
     if (it->second == "fp8") config.quantize_fp8 = true;
     else if (it->second == "none") config.quantize_fp8 = false;

@@ -52,6 +52,8 @@ std::vector<Flag> FlagParser::parse_list(int argc, char** argv, const std::set<s
   for (int i = 1; i < argc; ++i) {
     std::string name = argv[i];
     if (name == "-h" || name == "--help") help();
+    // vLLM's short form of --tensor-parallel-size.
+    if (name == "-tp" || name.rfind("-tp=", 0) == 0) name = "--tensor-parallel-size" + name.substr(3);
     if (name.rfind("--", 0) != 0) fail("unexpected argument '" + name + "'");
     name = name.substr(2);
     std::string value;

@@ -1,5 +1,5 @@
 // Command-line flags of the vlm-* tools: `--name value` or `--name=value`, names from a table of
-// (name, help line). A usage error prints the error, the synopsis and the table to stderr and
+// (name, help line); `-tp N` is vLLM's short form of `--tensor-parallel-size N`. A usage error prints the error, the synopsis and the table to stderr and
 // exits with status 2 (the tools' "bad invocation" code).
 #pragma once
 

@@ -112,7 +112,7 @@ template <int D, class TQ>
 void launch_f32(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale, void* out,
                 bool decode, cudaStream_t stream) {
   constexpr int smem = f32_smem_bytes<D>();
-  static const bool smem_ok = allow_dynamic_smem(attention_f32_kernel<D, TQ>, smem);
+  const bool smem_ok = allow_dynamic_smem(attention_f32_kernel<D, TQ>, smem);
   (void)smem_ok;
   const int rows = decode ? 1 : batch.max_q_len;
   const dim3 grid((rows + kRows - 1) / kRows, H, batch.num_seqs);

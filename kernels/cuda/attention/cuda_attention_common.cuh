@@ -9,7 +9,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "kernels/attention/paged_kv.h"
 #include "kernels/core/check.h"
@@ -94,11 +97,29 @@ __device__ __forceinline__ bool sink_group_skipped(const uint8_t* skip, const fl
   return true;
 }
 
-// Raises a kernel's dynamic shared-memory limit to `bytes`; returns true, so a launcher calls it
-// once per kernel through a function-local static.
+// Whether fn ran for (key, the current device) in this process; runs it the first time (once per
+// key and device: a kernel's function attributes belong to each GPU's context, and tensor
+// parallelism launches the same kernels on several GPUs). Cheap enough to call before every launch.
+template <class F>
+void once_per_device(const void* key, F fn) {
+  static std::mutex mu;
+  static std::vector<std::pair<const void*, int>> done;
+  int dev = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& d : done)
+    if (d.first == key && d.second == dev) return;
+  fn();
+  done.emplace_back(key, dev);
+}
+
+// Raises a kernel's dynamic shared-memory limit to `bytes` on the current device (once per kernel
+// and device); returns true. Launchers call it before every launch.
 template <class Kernel>
 bool allow_dynamic_smem(Kernel* kernel, int bytes) {
-  VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  once_per_device(reinterpret_cast<const void*>(kernel), [&] {
+    VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  });
   return true;
 }
 

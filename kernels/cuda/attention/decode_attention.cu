@@ -384,6 +384,10 @@ bool cluster_launch_ok(int n) {
     (void)cudaGetLastError();  // a refused size is an answer, not an error for the next launch
     return r;
   }();
+  if (n > 8 && n <= decode::kMaxCluster && ok[n])  // the probe's attribute, on this device too (tensor parallelism)
+    once_per_device(reinterpret_cast<const char*>(decode_split_kernel<D, T, TQ, kKv>) + 1, [] {  // key apart from its smem's
+      (void)cudaFuncSetAttribute(decode_split_kernel<D, T, TQ, kKv>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    });
   return n >= 2 && n <= decode::kMaxCluster && ok[n];
 }
 
@@ -391,7 +395,7 @@ template <int D, class T, class TQ, int kKv>
 void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                    void* out, void* workspace, int32_t* counters, int mode, cudaStream_t stream) {
   constexpr int smem = decode_smem_bytes<D, T>();
-  static const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ, kKv>, smem);
+  const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ, kKv>, smem);
   (void)smem_ok;
   static const int blocks_per_sm = [] {
     int n = 0;

@@ -143,7 +143,7 @@ template <int D, int kBN, class T, class TQ, bool kFp8>
 void launch_prefill_bn(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                        void* out, cudaStream_t stream) {
   constexpr int smem = prefill_smem_bytes<D, kBN, T>();
-  static const bool smem_ok = allow_dynamic_smem(prefill_kernel<D, kBN, T, TQ, kFp8>, smem);
+  const bool smem_ok = allow_dynamic_smem(prefill_kernel<D, kBN, T, TQ, kFp8>, smem);
   (void)smem_ok;
   const dim3 grid((batch.max_q_len + kBM - 1) / kBM, H, batch.num_seqs);
   prefill_kernel<D, kBN, T, TQ, kFp8><<<grid, kThreads, smem, stream>>>(static_cast<const TQ*>(q), H, kv_view(kv), batch,

@@ -69,7 +69,7 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
   const unsigned tiles = unsigned((batch.max_q_len + wg::kBM - 1) / wg::kBM);
   const dim3 grid = heads_fastest ? dim3(unsigned(H), tiles, unsigned(batch.num_seqs))
                                   : dim3(tiles, unsigned(H), unsigned(batch.num_seqs));
-  static const bool smem_ok = allow_dynamic_smem(prefill_sm90_kernel<T, TQ, K>, kCtaSmem<K>);
+  const bool smem_ok = allow_dynamic_smem(prefill_sm90_kernel<T, TQ, K>, kCtaSmem<K>);
   (void)smem_ok;
   prefill_sm90_kernel<T, TQ, K><<<grid, kCtaThreads<K>, kCtaSmem<K>, stream>>>(
       static_cast<const TQ*>(q), H, kv_view(kv), batch, scale * float(M_LOG2E), heads_fastest,

@@ -111,7 +111,7 @@ template <int Dp, class Lay, class T>
 void launch(const void* q, const void* k, const void* v, int64_t row_stride, int H, int D, const int32_t* cu,
             int num_seqs, int max_len, float scale, void* out, cudaStream_t stream) {
   constexpr int smem = smem_bytes<Lay, T>();
-  static const bool smem_ok = allow_dynamic_smem(varlen_kernel<Dp, Lay, T>, smem);
+  const bool smem_ok = allow_dynamic_smem(varlen_kernel<Dp, Lay, T>, smem);
   (void)smem_ok;
   const dim3 grid((max_len + kBM - 1) / kBM, H, num_seqs);
   varlen_kernel<Dp, Lay, T><<<grid, kThreads, smem, stream>>>(static_cast<const T*>(q), static_cast<const T*>(k),
@@ -169,7 +169,7 @@ void varlen_attention_naive(const void* q, const void* k, const void* v, int64_t
   if (num_seqs == 0 || max_len == 0) return;
   VLM_CHECK(max_len <= kMaxNaiveLen, "varlen attention: segment of {} rows > {} on the reference kernel", max_len,
             kMaxNaiveLen);
-  static const bool smem_ok = allow_dynamic_smem(varlen_naive_kernel, kMaxNaiveLen * 4);
+  const bool smem_ok = allow_dynamic_smem(varlen_naive_kernel, kMaxNaiveLen * 4);
   (void)smem_ok;
   const dim3 grid(max_len, num_heads, num_seqs);
   varlen_naive_kernel<<<grid, 128, max_len * 4, stream>>>(q, k, v, row_stride, dt, num_heads, head_dim, cu_seqlens,

@@ -149,7 +149,7 @@ search_wgmma_kernel(KVView kv, const int32_t* __restrict__ table, int L, const i
 template <class T>
 void launch(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* rows, int32_t E, int32_t C,
             const void* kk, const float* kic, const float* inv, int32_t* arg, float* w, cudaStream_t stream) {
-  static const bool smem_ok = allow_dynamic_smem(search_wgmma_kernel<T>, kSmem);
+  const bool smem_ok = allow_dynamic_smem(search_wgmma_kernel<T>, kSmem);
   (void)smem_ok;
   search_wgmma_kernel<T><<<dim3((E + kRows - 1) / kRows, kv.num_kv_heads), kThreads, kSmem, stream>>>(
       kv_view(kv), table, L, rows, E, C, static_cast<const T*>(kk), kic, inv, arg, w);

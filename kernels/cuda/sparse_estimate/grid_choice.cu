@@ -251,7 +251,7 @@ void grid_choose_strides(const double* col, const double* slash, const int32_t* 
   top_columns_kernel<<<dim3(H, 2), kSelThreads, 0, stream>>>(col, slash, sh, w.totals, w.top_keys, w.top_idx);
   VLM_CUDA_CHECK_LAUNCH();
   const int smem = (kTop + kTop / 2 + 4 * sh.max_cand) * int(sizeof(double));
-  static const bool ok = allow_dynamic_smem(cand_scores_kernel, (kTop + kTop / 2 + 4 * 4096) * int(sizeof(double)));
+  const bool ok = allow_dynamic_smem(cand_scores_kernel, (kTop + kTop / 2 + 4 * 4096) * int(sizeof(double)));
   (void)ok;
   cand_scores_kernel<<<dim3(H, (sh.num_cands + 3) / 4), 128, smem, stream>>>(slash, w.top_keys, w.top_idx, w.totals,
                                                                             cands, sh, w.cand_scores);

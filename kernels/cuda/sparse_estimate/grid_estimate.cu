@@ -142,7 +142,7 @@ void grid_last_q_probs(const void* q, DType act, const PagedKVLayer& kv, const i
   VLM_CHECK((kv.block_size & (kv.block_size - 1)) == 0 && kv.head_dim <= 128 && kv.head_dim % 4 == 0 && sh.num_heads % kv.num_kv_heads == 0,
             "grid estimate: block size {} D {} H {} Hkv {}", kv.block_size, kv.head_dim, sh.num_heads, kv.num_kv_heads);
   const int smem = (kRows * kv.head_dim + kKeys * (kv.head_dim + 1)) * int(sizeof(float));
-  static const bool smem_ok = allow_dynamic_smem(scores_kernel, kRows * 128 * 4 + kKeys * 129 * 4);
+  const bool smem_ok = allow_dynamic_smem(scores_kernel, kRows * 128 * 4 + kKeys * 129 * 4);
   (void)smem_ok;
   scores_kernel<<<dim3((sh.num_keys + kKeys - 1) / kKeys, sh.num_heads), kThreads, smem, stream>>>(
       q, act, kv_view(kv), kv.dtype, block_table, sh, scale, probs);

@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) xattn_scores_kernel(const TQ* __rest
 template <int D, class T, class TQ>
 void launch_scores(const void* q, const ScoreArgs& a, int tiles, cudaStream_t stream) {
   constexpr int smem = scores_smem_bytes<D>();
-  static const bool ok = allow_dynamic_smem(xattn_scores_kernel<D, T, TQ>, smem);
+  const bool ok = allow_dynamic_smem(xattn_scores_kernel<D, T, TQ>, smem);
   (void)ok;
   xattn_scores_kernel<D, T, TQ><<<dim3(tiles, a.heads.n), kThreads, smem, stream>>>(static_cast<const TQ*>(q), a);
   VLM_CUDA_CHECK_LAUNCH();

@@ -285,7 +285,7 @@ template <int D, class T, class TQ, bool kFp8 = false>
 void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, const SparsePlanView& plan,
             float scale, void* out, cudaStream_t stream) {
   constexpr int smem = sparse_smem_bytes<D, T>();
-  static const bool smem_ok = allow_dynamic_smem(block_sparse_kernel<D, true, T, TQ, kFp8>, smem) &&
+  const bool smem_ok = allow_dynamic_smem(block_sparse_kernel<D, true, T, TQ, kFp8>, smem) &&
                               allow_dynamic_smem(block_sparse_kernel<D, false, T, TQ, kFp8>, smem);
   (void)smem_ok;
   auto kernel = g_row_offsets ? block_sparse_kernel<D, true, T, TQ, kFp8> : block_sparse_kernel<D, false, T, TQ, kFp8>;

@@ -285,7 +285,7 @@ void launch(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBat
             float scale, void* out, cudaStream_t stream) {
   constexpr int smem = Smem::kBytes;
   auto* kernel = block_sparse_sm90_kernel<T, TQ>;
-  static const bool smem_ok = allow_dynamic_smem(kernel, smem);
+  const bool smem_ok = allow_dynamic_smem(kernel, smem);
   (void)smem_ok;
   static const int resident = sparse::resident_ctas(kernel, kThreads, smem);
   const int ctas = sparse::launch_ctas(plan, resident, stream);

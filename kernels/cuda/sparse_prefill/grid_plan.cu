@@ -201,7 +201,7 @@ int smem_bytes(const GridPlanShape& sh) { return sh.max_stride * 4 + ((sh.num_kb
 
 void grid_plan_count(const GridHeadLayout* layouts, const GridPlanShape& sh, const GridPlanOut& out, int32_t* nblocks,
                      int32_t* ncols, cudaStream_t stream) {
-  static const bool ok = allow_dynamic_smem(count_kernel, 200 * 1024);
+  const bool ok = allow_dynamic_smem(count_kernel, 200 * 1024);
   (void)ok;
   const int order_ctas = (std::min(sh.max_stride, 1024) + kThreads / 32 - 1) / (kThreads / 32);
   count_kernel<<<dim3(sh.num_qblocks() + order_ctas, sh.num_heads), kThreads, smem_bytes(sh), stream>>>(
@@ -211,7 +211,7 @@ void grid_plan_count(const GridHeadLayout* layouts, const GridPlanShape& sh, con
 
 void grid_plan_fill(const GridHeadLayout* layouts, const GridPlanShape& sh, const GridPlanOut& out,
                     cudaStream_t stream) {
-  static const bool ok = allow_dynamic_smem(fill_lists_kernel, 200 * 1024);
+  const bool ok = allow_dynamic_smem(fill_lists_kernel, 200 * 1024);
   (void)ok;
   fill_lists_kernel<<<dim3(sh.num_qblocks(), sh.num_heads), kThreads, smem_bytes(sh), stream>>>(layouts, sh, out);
   VLM_CUDA_CHECK_LAUNCH();

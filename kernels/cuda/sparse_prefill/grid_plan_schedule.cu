@@ -161,7 +161,7 @@ void grid_plan_schedule_cta(const GridPlanScheduleArgs& a, cudaStream_t stream) 
   while (P < n) P <<= 1;
   VLM_CHECK(a.order || n <= kGridPlanCtaSortItems, "grid plan schedule: {} items to sort in one CTA", n);
   const int smem = a.order ? 0 : P * static_cast<int>(sizeof(unsigned long long));
-  static const bool ok = allow_dynamic_smem(schedule_kernel, kGridPlanCtaSortItems * 8);
+  const bool ok = allow_dynamic_smem(schedule_kernel, kGridPlanCtaSortItems * 8);
   (void)ok;
   schedule_kernel<<<1, kThreads, smem, stream>>>(a);
   VLM_CUDA_CHECK_LAUNCH();

@@ -44,6 +44,8 @@ bool decode_fuse_env() {
 CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& options)
     : host_(host),
       opt_(options),
+      cfg_(host.config()),
+      device_current_(cudaSetDevice(options.device) == cudaSuccess),
       fused_norm_(options.fused_norm < 0 ? fused_norm_env() : options.fused_norm != 0),
       fused_reduce_(options.fused_decode_reduce < 0 ? fused_reduce_env() : options.fused_decode_reduce != 0),
       decode_fuse_(options.decode_fuse < 0 ? decode_fuse_env() : options.decode_fuse != 0),
@@ -51,6 +53,16 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
   VLM_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16,
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));
   VLM_CUDA_CHECK(cudaSetDevice(opt_.device));
+  if (opt_.tp.enabled()) {  // this rank's shapes; the architecture checks them again and splits the weights
+    const ModelConfig& m = host.config();
+    const DecoderShard sh = decoder_shard(m.num_heads, m.num_kv_heads, m.intermediate_size, m.vocab_size, opt_.tp);
+    cfg_.num_heads = sh.heads;
+    cfg_.num_kv_heads = sh.kv_heads;
+    cfg_.intermediate_size = sh.inner;
+    if (opt_.kv_fp8 || opt_.quantize_fp8)
+      throw LoadError(fmt::format("{} with tensor parallelism ({} GPUs) is not supported yet",
+                                  opt_.kv_fp8 ? "--kv-cache-dtype fp8" : "--quantization fp8", opt_.tp.size));
+  }
   pdl_ = (options.pdl < 0 ? cuda::pdl_env() : options.pdl != 0) && cuda::pdl_supported(opt_.device) && !prof_.on();
   VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   VLM_CUDA_CHECK(cudaEventCreateWithFlags(&graph_staged_, cudaEventDisableTiming));
@@ -73,7 +85,7 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
   layers_ = std::make_unique<CudaLayers>(opt_.dtype, opt_.quantize_fp8 ? CudaFp8::kAll
                                                      : stored_fp8     ? CudaFp8::kStored
                                                                       : CudaFp8::kNone);
-  arch_ = std::make_unique<LlamaDecoder>(c, *layers_, host_.weights(), host_.names());
+  arch_ = std::make_unique<LlamaDecoder>(host_.config(), *layers_, host_.weights(), host_.names(), opt_.tp);
   weight_bytes_ = layers_->weight_bytes();
   VLM_LOG_INFO("GPU: loaded {} layers ({:.2f} GiB)", c.num_layers, static_cast<double>(weight_bytes_) / (1 << 30));
   allocate_cache();
@@ -82,6 +94,7 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
 }
 
 CudaDecoder::~CudaDecoder() {
+  if (opt_.tp.enabled()) cudaSetDevice(opt_.device);
   if (stream_) cudaStreamSynchronize(stream_);
   graphs_.clear();
   if (graph_staged_) cudaEventDestroy(graph_staged_);
@@ -153,7 +166,12 @@ void CudaDecoder::allocate_cache() {
                dtype_name(kv_dtype()), static_cast<double>(weight_bytes_) / (1 << 30));
 }
 
+void CudaDecoder::bind() const {
+  if (opt_.tp.enabled()) VLM_CUDA_CHECK(cudaSetDevice(opt_.device));
+}
+
 void CudaDecoder::copy_block(int32_t src, int32_t dst) {
+  bind();
   const int64_t layer_block = kv_bytes_per_block() / (2 * config().num_layers);
   for (const PagedKVLayer& v : kv_layers_)
     for (void* base : {v.k, v.v})
@@ -242,6 +260,7 @@ int64_t CudaDecoder::upload_metadata(const ForwardBatch& b) {
 void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& override) {
   const int64_t T = b.num_tokens(), R = static_cast<int64_t>(b.logits_indices.size());
   VLM_CHECK(T > 0, "empty batch");
+  bind();
   VLM_CHECK(static_cast<int64_t>(b.positions.size()) == T && static_cast<int64_t>(b.slot_mapping.size()) == T,
             "batch arrays disagree on the token count {}", T);
   VLM_CHECK(!b.attention_probe, "attention probes do not run on the GPU yet");
@@ -346,6 +365,7 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
 }
 
 void CudaDecoder::download_logits(std::vector<float>& out) const {
+  bind();
   out.resize(static_cast<size_t>(num_logit_rows_ * config().vocab_size));
   VLM_CUDA_CHECK(cudaMemcpyAsync(out.data(), logits_.get(), out.size() * 4, cudaMemcpyDeviceToHost, stream_));
   VLM_CUDA_CHECK(cudaStreamSynchronize(stream_));

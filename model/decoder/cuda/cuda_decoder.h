@@ -105,6 +105,13 @@ struct CudaDecoderOptions {
   // same static scales) read FP8 too; XAttention heads do not (refused at start: cuda_model_support;
   // a request asking for them: 400; the estimate itself throws InternalError on an FP8 cache).
   bool kv_fp8 = false;
+  // Tensor parallelism (issue 42): this decoder is rank tp.rank of tp.size (its shard of the
+  // weights, model/arch/llama_decoder.h, and a KV cache of its KV heads) on GPU `device`; the
+  // all-reduces go through tp.comm (an NcclCommunicator of that device) on this decoder's stream,
+  // inside its decode graphs. Every rank runs every forward() with the same batch (CudaBackend's
+  // rank threads). Under TP the FP8 KV cache and quantize_fp8 are refused (LoadError); an FP8
+  // checkpoint's weights are dequantized to dtype.
+  TensorParallel tp;
 };
 
 // The runner of the decoder's architecture (model/arch/llama_decoder.h) over the GPU's layers
@@ -120,7 +127,9 @@ class CudaDecoder final : private CudaAttentionRunner {
   CudaDecoder(const CudaDecoder&) = delete;
   CudaDecoder& operator=(const CudaDecoder&) = delete;
 
-  const ModelConfig& config() const { return host_.config(); }
+  // The config this decoder runs: the model's, with this rank's query heads, KV heads and MLP
+  // columns under tensor parallelism (the vocabulary, hidden size and layers are the model's).
+  const ModelConfig& config() const { return cfg_; }
   DType dtype() const { return opt_.dtype; }
   DType kv_dtype() const { return opt_.kv_fp8 ? DType::F8_E4M3 : opt_.dtype; }  // the cache's
   int block_size() const { return opt_.block_size; }
@@ -189,8 +198,14 @@ class CudaDecoder final : private CudaAttentionRunner {
   bool forward_graph(const ForwardBatch& b, const EmbeddingOverride& override);
   void drop_graphs();
 
+  // Makes this decoder's device current (under TP, each rank's thread calls in; else a no-op).
+  void bind() const;
+
   const LlmDecoder& host_;
   CudaDecoderOptions opt_;
+  ModelConfig cfg_;  // config(): the rank's shapes
+  // options.device made current before the members below allocate (cuBLASLt's workspace).
+  bool device_current_ = false;
   bool fused_norm_ = true;    // options.fused_norm resolved
   bool fused_reduce_ = true;  // options.fused_decode_reduce resolved
   bool pdl_ = false;          // options.pdl resolved

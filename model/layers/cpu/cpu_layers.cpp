@@ -1,6 +1,7 @@
 #include "model/layers/cpu/cpu_layers.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/core/check.h"
 #include "kernels/gemm/gemm.h"
@@ -196,5 +197,36 @@ std::unique_ptr<LearnedRows> CpuLayers::learned_rows(const WeightSource& w, cons
 }
 
 std::unique_ptr<Mlp> CpuLayers::moe(const WeightSource& w, const MoeSpec& spec) { return make_cpu_moe(w, spec); }
+
+namespace {
+
+// Tensor parallelism on the CPU: the Communicator's collectives over the step's f32 Acts.
+class CpuCollective final : public Collective {
+ public:
+  explicit CpuCollective(Communicator& comm) : comm_(comm) {}
+  void all_reduce_sum(Step& s, Act x) const override {
+    (void)s;
+    VLM_CHECK(x.dtype == DType::F32, "a CPU all-reduce of {}", dtype_name(x.dtype));
+    comm_.all_reduce_sum(x.data, x.rows * x.cols, DType::F32, nullptr);
+  }
+  void gather_cols(Step& s, Act local, Act staging, Act out) const override {
+    (void)s;
+    const int64_t n = comm_.size(), R = local.rows, Vl = local.cols;
+    VLM_CHECK(local.dtype == DType::F32 && out.rows == R && out.cols == n * Vl && staging.rows * staging.cols == R * n * Vl,
+              "gather of [{}, {}] into [{}, {}]", R, Vl, out.rows, out.cols);
+    if (R == 0) return;
+    comm_.all_gather(local.data, staging.data, R * Vl, DType::F32, nullptr);  // [n][R, Vl]
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < R; ++i)
+        std::memcpy(out.f32() + i * n * Vl + r * Vl, staging.f32() + (r * R + i) * Vl, static_cast<size_t>(Vl) * 4);
+  }
+
+ private:
+  Communicator& comm_;
+};
+
+}  // namespace
+
+std::unique_ptr<Collective> CpuLayers::collective(Communicator& comm) { return std::make_unique<CpuCollective>(comm); }
 
 }  // namespace vlm

@@ -29,6 +29,7 @@ class CpuLayers final : public LayerBackend {
   std::unique_ptr<PositionTable> position_table(const WeightSource& w, const PositionTableSpec& spec) override;
   std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) override;
   std::unique_ptr<Mlp> moe(const WeightSource& w, const MoeSpec& spec) override;  // cpu_moe.h
+  std::unique_ptr<Collective> collective(Communicator& comm) override;
 };
 
 }  // namespace vlm

@@ -1,5 +1,7 @@
 #include "model/layers/cuda/cuda_layers.h"
 
+#include "model/layers/cuda/cuda_collective.h"
+
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -396,5 +398,7 @@ std::unique_ptr<PatchEmbedding> CudaLayers::patch_embedding(const WeightSource& 
 std::unique_ptr<PositionTable> CudaLayers::position_table(const WeightSource& w, const PositionTableSpec& spec) {
   return make_cuda_position_table(w, spec, &bytes_);
 }
+
+std::unique_ptr<Collective> CudaLayers::collective(Communicator& comm) { return make_cuda_collective(comm); }
 
 }  // namespace vlm

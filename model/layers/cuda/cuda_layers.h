@@ -52,6 +52,7 @@ class CudaLayers final : public LayerBackend {
   std::unique_ptr<LearnedRows> learned_rows(const WeightSource& w, const WeightRef& table) override;
   std::unique_ptr<PatchEmbedding> patch_embedding(const WeightSource& w, const PatchEmbeddingSpec& spec) override;
   std::unique_ptr<PositionTable> position_table(const WeightSource& w, const PositionTableSpec& spec) override;
+  std::unique_ptr<Collective> collective(Communicator& comm) override;  // cuda_collective.h
 
  private:
   // Whether the layer whose first part is `first` (profile label `label`) runs in FP8.

@@ -1,0 +1,75 @@
+#include "model/layers/tensor_parallel.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels/core/check.h"
+
+namespace vlm {
+
+DecoderShard decoder_shard(int64_t H, int64_t Hkv, int64_t I, int64_t V, const TensorParallel& tp) {
+  const int64_t N = tp.size, r = tp.rank;
+  VLM_CHECK(N >= 1 && r >= 0 && r < N, "rank {} of {}", r, N);
+  if (H % N != 0) throw LoadError(fmt::format("tensor parallelism: {} query heads do not split over {} ranks", H, N));
+  if (Hkv >= N ? Hkv % N != 0 : N % Hkv != 0)
+    throw LoadError(fmt::format("tensor parallelism: {} KV heads do not split over {} ranks (nor are {} ranks a multiple of "
+                                "them, to replicate them)", Hkv, N, N));
+  if (I % N != 0) throw LoadError(fmt::format("tensor parallelism: an MLP of {} columns does not split over {} ranks", I, N));
+  DecoderShard s;
+  s.heads = H / N;
+  s.head_begin = r * s.heads;
+  if (Hkv >= N) {
+    s.kv_heads = Hkv / N;
+    s.kv_head_begin = r * s.kv_heads;
+  } else {
+    s.kv_heads = 1;
+    s.kv_head_begin = s.head_begin / (H / Hkv);  // the group of this rank's query heads
+  }
+  s.inner = I / N;
+  s.inner_begin = r * s.inner;
+  s.vocab_split = N > 1 && V % N == 0;
+  s.vocab = s.vocab_split ? V / N : V;
+  s.vocab_begin = s.vocab_split ? r * s.vocab : 0;
+  return s;
+}
+
+ShardedWeightSource::ShardedWeightSource(const WeightStore& store) : state_(std::make_shared<State>()) {
+  state_->store = &store;
+}
+
+void ShardedWeightSource::slice_cols(const std::string& name, const Shape& full, int64_t begin, int64_t end) {
+  VLM_CHECK(full.ndim == 2 && 0 <= begin && begin < end && end <= full[1], "columns [{}, {}) of {} {}", begin, end, name,
+            full.str());
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->slices[name] = Slice{full, begin, end};
+}
+
+TensorView ShardedWeightSource::lookup(State& st, const std::string& name, const Shape& expected) {
+  std::lock_guard<std::mutex> lock(st.mu);
+  const auto it = st.slices.find(name);
+  if (it == st.slices.end()) return st.store->get(name, expected);
+  const Slice& sl = it->second;
+  const int64_t rows = sl.full[0], cols = sl.end - sl.begin;
+  if (!(expected == Shape{rows, cols}))
+    throw LoadError(fmt::format("{}: columns [{}, {}) of {} read as {}", name, sl.begin, sl.end, sl.full.str(), expected.str()));
+  auto c = st.copies.find(name);
+  if (c == st.copies.end()) {
+    const TensorView src = st.store->get(name, sl.full);
+    const size_t es = dtype_size(src.dtype);
+    Tensor t = Tensor::empty({rows, cols}, src.dtype);
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(static_cast<char*>(t.data()) + static_cast<size_t>(i * cols) * es,
+                  static_cast<const char*>(src.data) + static_cast<size_t>(i * sl.full[1] + sl.begin) * es,
+                  static_cast<size_t>(cols) * es);
+    c = st.copies.emplace(name, std::move(t)).first;
+  }
+  return c->second.view();
+}
+
+WeightSource ShardedWeightSource::under(const std::string& prefix) const {
+  std::shared_ptr<State> st = state_;
+  return WeightSource([st](const std::string& n, const Shape& e) { return lookup(*st, n, e); }, prefix);
+}
+
+}  // namespace vlm
