@@ -74,7 +74,8 @@ struct DataParallelRows {
     std::vector<VisionDestination> to(dests.size());
     for (Call& c : calls)
       if (!c.done && c.row0 < end && begin < c.row1) {
-        for (size_t k = 0; k < dests.size(); ++k) to[k] = {dests[k].device, bufs[k].as<float>() + c.row0 * C, dests[k].stream};
+        for (size_t k = 0; k < dests.size(); ++k)
+          to[k] = {dests[k].device, bufs[k].as<float>() + c.row0 * C, dests[k].stream};
         dp->encode_call(c.slices, to, timer.get());
         c.done = true;
       }
@@ -146,8 +147,9 @@ std::unique_ptr<CudaMediaEncoder> CudaMediaEncoder::make(const Model& model, DTy
       towers.push_back(std::move(one->tower_));
     }
   }
-  VLM_LOG_INFO("GPU: vision encoder data-parallel over {} device(s) (--mm-encoder-devices)", devices.size());
-  auto dp = std::make_unique<CudaVisionDataParallel>(std::vector<int>(devices.begin(), devices.end()), std::move(towers));
+  VLM_LOG_INFO("GPU: vision encoder data-parallel over {} device(s), a tower on each", devices.size());
+  auto dp =
+      std::make_unique<CudaVisionDataParallel>(std::vector<int>(devices.begin(), devices.end()), std::move(towers));
   return std::make_unique<CudaMediaEncoder>(std::move(dp), step_patches);
 }
 

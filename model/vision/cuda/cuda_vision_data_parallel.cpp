@@ -85,7 +85,8 @@ void CudaVisionDataParallel::encode_call(std::span<const FrameSlice> slices, std
                                          cuda::GpuIntervalTimer* timer) {
   VLM_CHECK(!dests.empty(), "no destination for the media rows");
   for (size_t k = 0; k < dests.size(); ++k)
-    for (size_t j = 0; j < k; ++j) VLM_CHECK(dests[j].device != dests[k].device, "two destinations on device {}", dests[k].device);
+    for (size_t j = 0; j < k; ++j)
+      VLM_CHECK(dests[j].device != dests[k].device, "two destinations on device {}", dests[k].device);
   const CudaDeviceRestore restore;
   const CudaVisionTower& t0 = *replicas_[0].tower;
   const int64_t C = t0.out_features();

@@ -3,7 +3,7 @@
 // and Rows forms), in groups of 2 temporal groups so both devices get work, eager and in lazy
 // units: the rows over devices {0, 1} delivered to device 0, and to both devices, have the same
 // bytes as the one-device encoder's (same group size); a lazy encode asked in pieces, from the
-// second destination first, too; one device delivering to both (--mm-encoder-devices 1 under
+// second destination first, too; one device delivering to both (mm_encoder_devices 1 under
 // tensor parallelism) too; LLaVA's whole images spread over the devices equal the one-device
 // batch within 1e-5 (f32).
 #include <gtest/gtest.h>
