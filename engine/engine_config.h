@@ -46,6 +46,14 @@ struct EngineConfig {
   // that split (model/layers/tensor_parallel.h) and no server-wide LOOK-M, sparse prefill or
   // SinkRouter (refused at start, make_step_backend).
   int tensor_parallel_size = 1;
+  // GPU, under tensor parallelism (issue 42; vLLM's --mm-encoder-tp-mode): the devices the vision
+  // encoder runs on. 0 (default, vLLM's "data"): every rank's device, a tower on each, a step's
+  // media (Qwen2-VL: their groups of whole frames) split over them and the rows gathered to every
+  // rank (CudaMediaEncoder::make with the ranks' devices); 1: the first rank's device alone, its
+  // rows copied to the others. A value n in between: the first n ranks' devices. One device
+  // without tensor parallelism whatever the value. No command-line flag yet: the tensor-parallel
+  // CudaBackend reads it (and --mm-encoder-devices comes with --tensor-parallel-size).
+  int mm_encoder_devices = 0;
   // GPU: run decode steps eagerly, without CUDA graphs (vLLM's --enforce-eager).
   bool enforce_eager = false;
   // GPU: --quantization fp8 (vLLM's): the decoder's linear layers quantized to FP8 E4M3 at load

@@ -23,7 +23,12 @@
 //
 // The towers are the architectures written once (model/arch) over CudaLayers.
 //
-// Usage: bench_cuda_vision [--reps 10] [--dump FILE]
+// Usage: bench_cuda_vision [--reps 10] [--dump FILE] [--devices N]
+// --devices N (N >= 2; issue 42's data-parallel encoder): instead, Qwen2-VL-7B's tower on 64
+// frames of 448x448 (Rows form, pageable) on device 0 alone (tower.encode) and over devices
+// 0..N-1 (CudaVisionDataParallel, rows gathered to device 0), per group size 4096 and 8192:
+// "vision frames64_448 devices1_g<g> <ms> ms", "vision frames64_448 devices<N>_g<g> <ms> ms
+// ... speedup <x>, rows identical yes|no".
 // --dump FILE (issue 39: old vs refactored binaries, `cmp` bit for bit; bench_dump.h): raw
 // little-endian f32, one record per (shape, variant) in the order above and the order the
 // variants print: the output rows [rows, C] of the variant's last timed call (f32, what the
@@ -36,6 +41,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +54,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "model/vision/cuda/cuda_llava_vision_runner.h"
 #include "model/vision/cuda/cuda_qwen2_vision_runner.h"
+#include "model/vision/cuda/cuda_vision_data_parallel.h"
 
 using namespace vlm;
 using bench::BenchDump;
@@ -126,6 +135,52 @@ void bench_qwen2(int reps, BenchDump& dump, cudaStream_t s) {
   }
 }
 
+// The 64-frame video on device 0 alone and over devices 0..n-1 (see the top comment).
+void bench_qwen2_devices(int reps, int n, cudaStream_t s) {
+  Qwen2VisionConfig cfg;
+  RandomWeights weights;
+  Qwen2VisionEncoder host(cfg, [&](const std::string& name, const Shape& sh) { return weights(name, sh); }, "");
+  std::vector<int> devices;
+  std::vector<std::unique_ptr<CudaVisionTower>> towers;
+  for (int d = 0; d < n; ++d) {
+    VLM_CUDA_CHECK(cudaSetDevice(d));
+    auto t = std::make_unique<CudaQwen2VisionRunner>(host, DType::BF16);
+    t->reserve(32768);
+    std::printf("vision tower qwen2vl_7b on device %d: %s\n", d, cuda::describe_gpu(d).c_str());
+    devices.push_back(d);
+    towers.push_back(std::move(t));
+  }
+  VLM_CUDA_CHECK(cudaSetDevice(0));
+  CudaVisionDataParallel dp(devices, std::move(towers));
+  MediaPixels m;
+  m.grid_thw = {32, 32, 32};
+  m.modality = Modality::Video;
+  const int64_t P = 32 * 32 * 32, rows = P / 4;
+  m.data.resize(static_cast<size_t>(P * cfg.patch_dim()));
+  for (size_t i = 0; i < m.data.size(); ++i) m.data[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+  const FrameSlice slices[] = {{&m, 0, 32}};
+  cuda::DeviceBuffer one(static_cast<size_t>(rows * cfg.out_hidden_size) * 4), many(one.bytes());
+  const VisionDestination dest[] = {{0, many.as<float>(), s}};
+  for (int64_t g : {int64_t(4096), int64_t(8192)}) {
+    for (int i = 0; i < n; ++i) static_cast<CudaQwen2VisionRunner&>(dp.tower(i)).set_group_patches(g);
+    const auto a = time_calls(reps, s, [&] { dp.tower(0).encode_frames(slices, one.as<float>(), s); });
+    const auto b = time_calls(reps, s, [&] { dp.encode_call(slices, dest); });
+    VLM_CUDA_CHECK(cudaSetDevice(0));
+    const std::vector<size_t> cut = dp.assignment(slices);
+    std::vector<float> ha(static_cast<size_t>(rows * cfg.out_hidden_size)), hb(ha.size());
+    VLM_CUDA_CHECK(cudaMemcpy(ha.data(), one.get(), ha.size() * 4, cudaMemcpyDeviceToHost));
+    VLM_CUDA_CHECK(cudaMemcpy(hb.data(), many.get(), hb.size() * 4, cudaMemcpyDeviceToHost));
+    const bool same = std::memcmp(ha.data(), hb.data(), ha.size() * 4) == 0;
+    const double ma = a[a.size() / 2], mb = b[b.size() / 2];
+    std::printf("vision frames64_448 devices1_g%lld %.2f ms (min %.2f, %lld patches)\n", static_cast<long long>(g), ma,
+                a.front(), static_cast<long long>(P));
+    std::printf("vision frames64_448 devices%d_g%lld %.2f ms (min %.2f, %lld patches, %zu groups, device 0 takes %zu), "
+                "speedup %.2fx, rows identical %s\n",
+                n, static_cast<long long>(g), mb, b.front(), static_cast<long long>(P), cut.back(), cut[1], ma / mb,
+                same ? "yes" : "no");
+  }
+}
+
 // A CLIP / SigLIP tower with a LLaVA projector, and the image counts it runs.
 struct ClipShape {
   std::string name;
@@ -201,7 +256,7 @@ std::vector<ClipShape> clip_shapes() {
 }
 
 int usage(int rc) {
-  std::fprintf(rc == 0 ? stdout : stderr, "usage: bench_cuda_vision [--reps 10] [--dump FILE]\n");
+  std::fprintf(rc == 0 ? stdout : stderr, "usage: bench_cuda_vision [--reps 10] [--dump FILE] [--devices N]\n");
   return rc;
 }
 
@@ -210,21 +265,31 @@ int usage(int rc) {
 int main(int argc, char** argv) {
   int reps = 10;
   std::string dump_path;
+  int devices = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") return usage(0);
     if (i + 1 >= argc) return usage(2);
     if (a == "--reps") reps = std::atoi(argv[++i]);
     else if (a == "--dump") dump_path = argv[++i];
+    else if (a == "--devices") devices = std::atoi(argv[++i]);
     else return usage(2);
   }
-  if (reps < 1) return usage(2);
+  if (reps < 1 || devices < 1) return usage(2);
   try {
     BenchDump dump(dump_path);  // opened first: a bad path fails before the GPU work
     cudaStream_t s;
     VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    bench_qwen2(reps, dump, s);
-    for (const ClipShape& sh : clip_shapes()) bench_clip(sh, reps, dump, s);
+    if (devices > 1) {
+      int visible = 0;
+      VLM_CUDA_CHECK(cudaGetDeviceCount(&visible));
+      if (visible < devices) throw std::runtime_error("--devices " + std::to_string(devices) + ": " +
+                                                      std::to_string(visible) + " GPU(s) visible");
+      bench_qwen2_devices(reps, devices, s);
+    } else {
+      bench_qwen2(reps, dump, s);
+      for (const ClipShape& sh : clip_shapes()) bench_clip(sh, reps, dump, s);
+    }
     VLM_CUDA_CHECK(cudaStreamDestroy(s));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda_vision: %s\n", e.what());

@@ -114,18 +114,14 @@ void CudaQwen2VisionRunner::encode(std::span<const MediaPixels* const> items, fl
   encode_frames(slices, out, s);
 }
 
-void CudaQwen2VisionRunner::encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s) {
+std::vector<std::vector<FrameSlice>> CudaQwen2VisionRunner::frame_groups(std::span<const FrameSlice> slices) const {
   // Groups of whole frames (temporal slices of the grids), each at most group_patches_ patches
-  // (or one frame), in the slices' order: the rows of a group are contiguous in pixels and in out.
-  const Qwen2VisionConfig& c = host_.config();
-  const int64_t K = c.patch_dim(), unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size;
-  struct Piece {
-    const MediaPixels* item;
-    int32_t t0;                   // its first temporal group
-    std::array<int32_t, 3> grid;  // (groups, h, w)
-  };
-  std::vector<std::vector<Piece>> groups(1);
-  int64_t in_group = 0, total = 0;
+  // (or one frame), in the slices' order: greedy, a new group when the next frame does not fit.
+  // Restarted at a group's first piece, the same greedy makes the same groups (the data-parallel
+  // encoder hands a device the pieces of consecutive groups).
+  const int64_t K = host_.config().patch_dim();
+  std::vector<std::vector<FrameSlice>> groups(1);
+  int64_t in_group = 0;
   for (const FrameSlice& f : slices) {
     const MediaPixels* it = f.item;
     const std::array<int32_t, 3>& g = it->grid_thw;
@@ -133,7 +129,6 @@ void CudaQwen2VisionRunner::encode_frames(std::span<const FrameSlice> slices, fl
               "item of {} values for grid {}x{}x{}", it->data.size(), g[0], g[1], g[2]);
     VLM_CHECK(0 <= f.t0 && f.t0 < f.t1 && f.t1 <= g[0], "frames {}..{} of {}", f.t0, f.t1, g[0]);
     const int64_t hw = static_cast<int64_t>(g[1]) * g[2];
-    total += (f.t1 - f.t0) * hw;
     for (int32_t t = f.t0; t < f.t1;) {
       auto n = static_cast<int32_t>(std::min<int64_t>(f.t1 - t, (group_patches_ - in_group) / hw));
       if (n == 0 && in_group > 0) {
@@ -142,9 +137,31 @@ void CudaQwen2VisionRunner::encode_frames(std::span<const FrameSlice> slices, fl
         continue;
       }
       n = std::max(n, 1);
-      groups.back().push_back({it, t, {n, g[1], g[2]}});
+      groups.back().push_back({it, t, t + n});
       in_group += n * hw;
       t += n;
+    }
+  }
+  if (groups.back().empty()) groups.pop_back();  // no slices
+  return groups;
+}
+
+void CudaQwen2VisionRunner::encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s) {
+  const Qwen2VisionConfig& c = host_.config();
+  const int64_t K = c.patch_dim(), unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size;
+  struct Piece {
+    const MediaPixels* item;
+    int32_t t0;                   // its first temporal group
+    std::array<int32_t, 3> grid;  // (groups, h, w)
+  };
+  std::vector<std::vector<Piece>> groups;
+  int64_t total = 0;
+  for (const std::vector<FrameSlice>& fg : frame_groups(slices)) {
+    groups.emplace_back();
+    for (const FrameSlice& f : fg) {
+      const std::array<int32_t, 3>& g = f.item->grid_thw;
+      groups.back().push_back({f.item, f.t0, {f.t1 - f.t0, g[1], g[2]}});
+      total += static_cast<int64_t>(f.t1 - f.t0) * g[1] * g[2];
     }
   }
   VLM_CHECK(total <= reserved_, "vision call of {} patches > the {} reserved", total, reserved_);

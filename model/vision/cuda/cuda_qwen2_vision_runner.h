@@ -39,6 +39,7 @@ class CudaQwen2VisionRunner : public CudaVisionTower {
   void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) override;
   bool splits_frames() const override { return true; }
   void encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s) override;
+  std::vector<std::vector<FrameSlice>> frame_groups(std::span<const FrameSlice> slices) const override;
   int64_t group_patches() const { return group_patches_; }
   void set_group_patches(int64_t n) { group_patches_ = n; }
   int64_t cudnn_calls() const { return lanes_.cudnn_calls(); }

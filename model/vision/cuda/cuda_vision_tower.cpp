@@ -18,6 +18,12 @@ void CudaVisionTower::encode_frames(std::span<const FrameSlice> slices, float* o
   encode(items, out, s);
 }
 
+std::vector<std::vector<FrameSlice>> CudaVisionTower::frame_groups(std::span<const FrameSlice> slices) const {
+  std::vector<std::vector<FrameSlice>> units;
+  for (const FrameSlice& f : slices) units.push_back({f});
+  return units;
+}
+
 void check_vision_fits(const CudaVisionTower& tower, const MediaPixels& item, int k) {
   // A tower that splits frames encodes an item in whole-frame groups: one frame must fit.
   const bool per_frame = tower.splits_frames() && item_frames(item) > 1;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "model/media/media_pixels.h"
 
@@ -64,6 +65,14 @@ class CudaVisionTower {
   // slice's rows are its frames' share of the item's (out_rows / item_frames each). The default
   // takes whole items to encode().
   virtual void encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s);
+  // The units a data-parallel encoder (CudaVisionDataParallel) may hand to different devices, in
+  // order, each a list of slices (the units' slices concatenated are `slices`' frames in order).
+  // A tower that splits frames: the groups encode_frames(slices) runs as separate tower passes
+  // (Qwen2-VL: whole frames of at most group_patches()), and encode_frames() of the slices of a
+  // run of consecutive groups makes exactly those groups again, so their rows have the same bits
+  // as in the one call. The default (whole items): one unit per slice; a unit's rows then equal
+  // the batched call's to the GEMMs' rounding, not bit for bit (the batch's row count differs).
+  virtual std::vector<std::vector<FrameSlice>> frame_groups(std::span<const FrameSlice> slices) const;
 
  protected:
   int64_t reserved_ = 0;
