@@ -8,6 +8,7 @@
 // The register form (decode v2, below: load_kv_tile_fp8_swz, qk_tile_fp8, pv_tile_fp8) keeps the
 // byte tiles swizzled and builds the f16 mma fragments straight from them (E4M3 -> f16 is exact:
 // one cvt.rn.f16x2.e4m3x2 per two values on sm_89+), with no converted tile and no barrier for it.
+// Decode v3 (load_kv_tile_fp8_blocks) fills the same tiles, its block-table reads a tile ahead.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -75,6 +76,48 @@ template <int ROWS, int D, int NT, int UNROLL = 2>
 __device__ __forceinline__ void load_kv_tile_fp8_swz(const KVView& kv, const int32_t* table, int h, int key0,
                                                      int key_end, uint8_t* sk, uint8_t* sv, int tid) {
   load_kv_tile<ROWS, D, NT, uint8_t, Fp8SwizzledRows<D>, UNROLL>(kv, table, h, key0, key_end, sk, sv, tid);
+}
+
+// v3's loads (decode attention, kKvFp8Reg3): the same swizzled byte tiles as load_kv_tile_fp8_swz,
+// in two steps so that a tile's block-table entries are read one tile before its copies (the
+// entries' L1/L2 round trip then overlaps a tile's compute instead of stalling the warp before
+// it). Thread tid copies the 16-byte chunks tid + j * NT (j < kIters) of the tile's ROWS x D / 16.
+template <int ROWS, int D, int NT>
+struct Fp8TileChunks {
+  static constexpr int kChunks = D / 16;  // 16-byte chunks of a row
+  static constexpr int kIters = ROWS * kChunks / NT;
+  static_assert(ROWS * kChunks % NT == 0, "every thread copies the same number of chunks");
+};
+// blk[j]: the cache block of the key of this thread's chunk j of the tile at key0 (0 past key_end).
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void fp8_tile_blocks(const KVView& kv, const int32_t* table, int key0, int key_end, int tid,
+                                                int32_t (&blk)[Fp8TileChunks<ROWS, D, NT>::kIters]) {
+  using C = Fp8TileChunks<ROWS, D, NT>;
+#pragma unroll
+  for (int j = 0; j < C::kIters; ++j) {
+    const int key = key0 + (tid + j * NT) / C::kChunks;
+    blk[j] = key < key_end ? table[key >> kv.block_shift] : 0;
+  }
+}
+// The copies of the tile at key0 of KV head h into the swizzled byte tiles sk, sv [ROWS][D]
+// (fp8_swz), its blocks from fp8_tile_blocks; keys at or beyond key_end zero-filled.
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void load_kv_tile_fp8_blocks(const KVView& kv, const int32_t (&blk)[Fp8TileChunks<ROWS, D, NT>::kIters],
+                                                        int h, int key0, int key_end, uint8_t* sk, uint8_t* sv,
+                                                        int tid) {
+  using C = Fp8TileChunks<ROWS, D, NT>;
+  const uint8_t* kbase = static_cast<const uint8_t*>(kv.k);
+  const uint8_t* vbase = static_cast<const uint8_t*>(kv.v);
+#pragma unroll
+  for (int j = 0; j < C::kIters; ++j) {
+    const int i = tid + j * NT, r = i / C::kChunks, c = i % C::kChunks;
+    const int key = key0 + r;
+    const bool in = key < key_end;
+    const int64_t off = in ? kv.offset(blk[j], h, key & (kv.block_size - 1)) + c * 16 : 0;
+    const int dst = fp8_swz<D>(r, c);
+    cp_async16(sk + dst, kbase + off, in ? 16 : 0);
+    cp_async16(sv + dst, vbase + off, in ? 16 : 0);
+  }
 }
 
 // Two E4M3 values (the low 16 bits of x; the low byte first) -> f16x2 (the first in the low
