@@ -137,7 +137,8 @@ enum class DecodeKernel { kAuto, kV1, kV2, kV3 };
 // An F8_E4M3 cache's decode form: 1 (v1: byte tiles converted to bf16 in shared memory, bf16 mma),
 // 2 (v2, the default: K/V fragments converted to f16 in registers from swizzled byte tiles, f16
 // mma, four stages) or 3 (v3: v2 with six stages, 5 tiles in flight while one computes, and each
-// tile's block-table entries read a tile ahead); VLM_CUDA_FP8_KV_KERNEL=v1|v2|v3 is read once. Sets
+// tile's block-table entries read a tile ahead) or 4 (v4: v3 with V's fragments converted by integer
+// ops, K's by the conversion unit); VLM_CUDA_FP8_KV_KERNEL=v1|v2|v3|v4 is read once. Sets
 // it for later calls (tests and benches compare the forms in one process; other values only query)
 // and returns the form before.
 int set_fp8_kv_decode_form(int form);

@@ -33,7 +33,15 @@
 // v2 (default, kKvFp8Reg): f16 mma whose K/V fragments are converted in registers from swizzled
 // byte tiles (E4M3 -> f16 exact), four stages of 64-key byte tiles in flight (the shared memory
 // of two 16-bit stages), one barrier a tile; v1 (=v1, kKvFp8Smem, session 16's first): bf16 mma,
-// each byte tile (two stages) converted into a bf16 tile in shared memory before the mma.
+// each byte tile (two stages) converted into a bf16 tile in shared memory before the mma; v3 (=v3,
+// kKvFp8Reg3, opt-in): v2's math with six stages (5 byte tiles, 80 KiB at D = 128, in flight while
+// one computes: v2 keeps 3 in flight, 48 KiB, below the bf16 kernel's up to 64 KiB of its two
+// stages) and each tile's block-table entries read a tile before its copies (fp8_kv_tile.cuh), so
+// no dependent table load sits between a tile's barrier and its compute; its 100 KiB of shared
+// memory leaves 2 CTAs an SM (v2: 3), which a 64-sequence plan (one split a group) fills anyway;
+// it also skips O's rescale in a tile where no row's max moved (a warp vote). v4 (=v4, kKvFp8Reg4,
+// opt-in): v3 with V's bytes turned into f16 fragments by integer ops (pv_tile_fp8_alu) while K's
+// keep the hardware conversion, so the two conversions run on two pipes (measuring which bounds).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -61,7 +69,7 @@ namespace {
 // tiles, 1.5x those bytes), later reused by the warps' merge.
 template <int D, class T, int kKv = kKv16>
 constexpr int decode_smem_bytes() {
-  const int stages = kKv == kKvFp8Reg3 ? kFp8Stages3 * 2 * kBN * D : 2 * 2 * kBN * D * int(sizeof(T));
+  const int stages = fp8_deep(kKv) ? kFp8Stages3 * 2 * kBN * D : 2 * 2 * kBN * D * int(sizeof(T));
   return kRows * D * int(sizeof(T)) + std::max(stages, kWarps * kRows * (D + 2) * 4);
 }
 
@@ -93,7 +101,8 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
                     int partition, float* __restrict__ ws, TQ* __restrict__ out, int* __restrict__ counters,
                     int mode, int prefetch) {
   constexpr bool kFp8 = kKv != kKv16;
-  constexpr bool kFp8Reg = kKv == kKvFp8Reg || kKv == kKvFp8Reg3;  // the register forms (v2, v3)
+  constexpr bool kFp8Reg = kKv == kKvFp8Reg || fp8_deep(kKv);  // the register forms (v2, v3, v4)
+  constexpr bool kDeep = fp8_deep(kKv);
   static_assert(!kFp8Reg || (std::is_same_v<T, __half> && kRows * D * int(sizeof(T)) +
                                                                  fp8_stages<kKv>() * 2 * kBN * D <=
                                                              decode_smem_bytes<D, T, kKv>()),
@@ -170,7 +179,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
     [[maybe_unused]] int32_t blk[tile::Fp8TileChunks<kBN, D, kThreads>::kIters];
     for (int i = 0; i < kStages - 1; ++i) {
       if (i < num_tiles) {
-        if constexpr (kKv == kKvFp8Reg3) {
+        if constexpr (kDeep) {
           tile::fp8_tile_blocks<kBN, D, kThreads>(kv, table, k_begin + i * kBN, k_end, tid, blk);
           tile::load_kv_tile_fp8_blocks<kBN, D, kThreads>(kv, blk, hk, k_begin + i * kBN, k_end, stage(i),
                                                           stage(i) + kBN * D, tid);
@@ -181,7 +190,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
       }
       tile::cp_async_commit();
     }
-    if constexpr (kKv == kKvFp8Reg3)
+    if constexpr (kDeep)
       if (kStages - 1 < num_tiles)
         tile::fp8_tile_blocks<kBN, D, kThreads>(kv, table, k_begin + (kStages - 1) * kBN, k_end, tid, blk);
     // Q's A fragments (f16) straight from global memory, in qk_tile_fp8's order of the head
@@ -206,7 +215,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
       __syncthreads();  // ... for every thread's copies, and stage (n - 1)'s reads done before it is refilled
       const int next = n + kStages - 1;
       if (next < num_tiles) {
-        if constexpr (kKv == kKvFp8Reg3) {
+        if constexpr (kDeep) {
           tile::load_kv_tile_fp8_blocks<kBN, D, kThreads>(kv, blk, hk, k_begin + next * kBN, k_end, stage(next),
                                                           stage(next) + kBN * D, tid);
           if (next + 1 < num_tiles)  // the next iteration's entries, read while this tile computes
@@ -220,7 +229,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
       const uint8_t* tk = stage(n);
       float sc[2][4] = {};
       tile::qk_tile_fp8<D>(sc, qf, tk, warp * 16, lane);
-      if (kKv != kKvFp8Reg3 || key0 + kBN > k_end) {  // v3: only the partition's last tile can be partial
+      if (!kDeep || key0 + kBN > k_end) {  // v3: only the partition's last tile can be partial
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -229,8 +238,17 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
             if (key >= k_end) sc[j][e] = -INFINITY;
           }
       }
-      tile::online_softmax<D, 2>(sc, m, l, o[0], scale_log2);
-      tile::pv_tile_fp8<D>(o[0], sc, tk + kBN * D, warp * 16, lane);
+      if constexpr (kDeep) {
+        // v3: O rescaled only when some row's max moved in this warp (corr = 1 exactly otherwise:
+        // exp2(0)), which past a context's first tiles is rare: D/2 multiplies a thread a tile saved.
+        float corr[2];
+        tile::online_softmax_scores<2>(sc, m, l, scale_log2, corr);
+        if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) tile::rescale_rows<D>(o[0], corr);
+      } else {
+        tile::online_softmax<D, 2>(sc, m, l, o[0], scale_log2);
+      }
+      if constexpr (kKv == kKvFp8Reg4) tile::pv_tile_fp8_alu<D>(o[0], sc, tk + kBN * D, warp * 16, lane);
+      else tile::pv_tile_fp8<D>(o[0], sc, tk + kBN * D, warp * 16, lane);
     }
     __syncthreads();  // the merge below reuses the stages' space
   } else {
@@ -311,7 +329,8 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   }
   __syncthreads();
   const int h0 = hk * G;
-  const float v_scale = kFp8 ? kv.v_scale[hk] : 1.f;  // O is linear in V
+  // O is linear in V; v4's V fragments hold V's stored values times 2^-8 (pv_tile_fp8_alu).
+  const float v_scale = kFp8 ? kv.v_scale[hk] * (kKv == kKvFp8Reg4 ? 256.f : 1.f) : 1.f;
   for (int i = tid; i < G * D; i += kThreads) {
     const int row = i / D, d = i % D;
     float mx = -INFINITY;
@@ -473,12 +492,13 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
              batch.context_lens, static_cast<TQ*>(out), batch.group_skip, H / kv.num_kv_heads, cols);
 }
 
-// The FP8 cache's decode form: 1 (v1), 2 (v2, the default) or 3 (v3); VLM_CUDA_FP8_KV_KERNEL=
-// v1|v2|v3 read once; set_fp8_kv_decode_form (tests, bench) overrides it.
+// The FP8 cache's decode form: 1 (v1), 2 (v2, the default), 3 (v3) or 4 (v4);
+// VLM_CUDA_FP8_KV_KERNEL=v1|v2|v3|v4 read once; set_fp8_kv_decode_form (tests, bench) overrides it.
 int& fp8_kv_form() {
   static int form = [] {
     const char* e = std::getenv("VLM_CUDA_FP8_KV_KERNEL");
     if (e != nullptr && std::strcmp(e, "v1") == 0) return 1;
+    if (e != nullptr && std::strcmp(e, "v4") == 0) return 4;
     return e != nullptr && std::strcmp(e, "v3") == 0 ? 3 : 2;
   }();
   return form;
@@ -489,7 +509,7 @@ int& fp8_kv_form() {
 // cuda_attention.h.
 int set_fp8_kv_decode_form(int form) {
   const int old = fp8_kv_form();
-  if (form >= 1 && form <= 3) fp8_kv_form() = form;
+  if (form >= 1 && form <= 4) fp8_kv_form() = form;
   return old;
 }
 
@@ -523,6 +543,9 @@ void paged_decode_attention(const void* q, DType act, int num_heads, const Paged
                                                                                   workspace, counters, mode, stream);
       else if (form == 3)
         launch_decode<decltype(d)::value, __half, decltype(a), kKvFp8Reg3>(q, num_heads, kv, batch, scale, out,
+                                                                           workspace, counters, mode, stream);
+      else if (form == 4)
+        launch_decode<decltype(d)::value, __half, decltype(a), kKvFp8Reg4>(q, num_heads, kv, batch, scale, out,
                                                                            workspace, counters, mode, stream);
       else
         launch_decode<decltype(d)::value, __half, decltype(a), kKvFp8Reg>(q, num_heads, kv, batch, scale, out,

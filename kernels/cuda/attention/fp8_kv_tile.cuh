@@ -195,4 +195,52 @@ __device__ __forceinline__ void pv_tile_fp8(float (&o)[D / 8][4], const float (&
   }
 }
 
+// Decode v4's V side: E4M3 -> f16 by integer ops instead of the conversion unit (the bit layout
+// of an E4M3 value s eeee mmm, moved into an f16's s 0eeee mmm0000000, is the same value times
+// 2^(7 - 15) = 2^-8 for every E4M3 value, subnormals included, NaN aside: the cache holds none).
+// x's bytes 1 and 3 (odd) / 0 and 2 (even) -> f16x2 of their values times 2^-8 (byte 1 / 0 low).
+__device__ __forceinline__ uint32_t e4m3_odd_to_f16x2_scaled(uint32_t x) {
+  return (x & 0x80008000u) | ((x & 0x7f007f00u) >> 1);
+}
+__device__ __forceinline__ uint32_t e4m3_even_to_f16x2_scaled(uint32_t x) { return e4m3_odd_to_f16x2_scaled(x << 8); }
+
+// pv_tile_fp8 with V converted by e4m3_*_to_f16x2_scaled: O += P V * 2^-8 (the caller multiplies
+// the output by 2^8, with V's scale), the same fragments' order. Per word pair of rows 2t, 2t+1 one
+// prmt puts bytes j, j+1 of row 2t in the low half and of row 2t+1 in the high half, so its even
+// and odd bytes are the b fragments (rows 2t, 2t+1) of output tiles 4wi + j and 4wi + j + 1.
+template <int D>
+__device__ __forceinline__ void pv_tile_fp8_alu(float (&o)[D / 8][4], const float (&p)[2][4], const uint8_t* sv,
+                                                int key_base, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  const uint32_t a[4] = {pack2<__half>(p[0][0], p[0][1]), pack2<__half>(p[0][2], p[0][3]),
+                         pack2<__half>(p[1][0], p[1][1]), pack2<__half>(p[1][2], p[1][3])};
+  constexpr int kW = D / 32;  // u32 words of a row's D/8 bytes
+  uint32_t rw[4][kW];         // rows 2t, 2t+1, 2t+8, 2t+9
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = key_base + 2 * t + (i & 1) + (i >> 1) * 8;
+    if constexpr (D == 128) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sv + fp8_swz<D>(r, g));
+      rw[i][0] = v.x;
+      rw[i][1] = v.y;
+      rw[i][2] = v.z;
+      rw[i][3] = v.w;
+    } else {
+      const uint2 v = *reinterpret_cast<const uint2*>(sv + fp8_swz<D>(r, g / 2) + (g % 2) * 8);
+      rw[i][0] = v.x;
+      rw[i][1] = v.y;
+    }
+  }
+#pragma unroll
+  for (int wi = 0; wi < kW; ++wi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // bytes 2h, 2h + 1 of the word: output tiles 4wi + 2h, + 1
+      const uint32_t sel = h == 0 ? 0x5410u : 0x7632u;
+      const uint32_t x = __byte_perm(rw[0][wi], rw[1][wi], sel), x8 = __byte_perm(rw[2][wi], rw[3][wi], sel);
+      mma<__half>(o[4 * wi + 2 * h], a, e4m3_even_to_f16x2_scaled(x), e4m3_even_to_f16x2_scaled(x8));
+      mma<__half>(o[4 * wi + 2 * h + 1], a, e4m3_odd_to_f16x2_scaled(x), e4m3_odd_to_f16x2_scaled(x8));
+    }
+  }
+}
+
 }  // namespace vlm::cuda::tile

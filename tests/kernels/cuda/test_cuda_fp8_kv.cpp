@@ -5,9 +5,9 @@
 // (fp8 * scale: the exact attention over what is stored; tight: the tiled kernels' own bf16
 // rounding of q and P, as for a bf16 cache), the tiled ones with the naive one, and all with the
 // CPU reference over the unquantized (bf16) K/V: FP8's own error plus the kernel's tolerance, printed.
-// The decode kernel runs in its three FP8 forms (decode_attention.cu: v2 converts in registers for
-// f16 mma, v1 in shared memory for bf16 mma, v3 is v2 with a deeper pipeline), chosen through
-// set_fp8_kv_decode_form.
+// The decode kernel runs in its four FP8 forms (decode_attention.cu: v2 converts in registers for
+// f16 mma, v1 in shared memory for bf16 mma, v3 is v2 with a deeper pipeline, v4 is v3 with V
+// converted by integer ops), chosen through set_fp8_kv_decode_form.
 // Skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -179,8 +179,8 @@ void run_case(const Case& c, uint32_t seed) {
   std::vector<std::pair<std::string, std::vector<float>>> outs;
   if (c.decode) {
     // The FP8 forms: v2 (registers, the default), v1 (shared memory), v3 (v2 with six stages and the
-    // block-table entries read a tile ahead).
-    for (int form : {2, 1, 3}) {
+    // block-table entries read a tile ahead), v4 (v3 with V converted by integer ops).
+    for (int form : {2, 1, 3, 4}) {
       const std::string form_name = "v" + std::to_string(form);
       const int before = cuda::set_fp8_kv_decode_form(form);
       cuda::DeviceBuffer ws(cuda::paged_decode_workspace_bytes(n, c.H, Hkv, D, max_ctx)), out(out_bytes),

@@ -306,12 +306,12 @@ void check_skip_decode(int H, int Hkv, int D, DType dt, DType act, const std::ve
   // leaving them 0 for the next).
   cuda::DeviceBuffer counters(size_t(S) * Hkv * 4);
   VLM_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
-  // An FP8 cache: each decode form (set_fp8_kv_decode_form: v2, v1, v3), the form restored after.
+  // An FP8 cache: each decode form (set_fp8_kv_decode_form: v2, v1, v3, v4), the form restored after.
   struct FormGuard {
     int before;
     ~FormGuard() { cuda::set_fp8_kv_decode_form(before); }
   } guard{cuda::set_fp8_kv_decode_form(0)};
-  for (int form : fp8 ? std::vector<int>{2, 1, 3} : std::vector<int>{0}) {
+  for (int form : fp8 ? std::vector<int>{2, 1, 3, 4} : std::vector<int>{0}) {
     for (int merged = 0; merged < 2; ++merged) {
       if (form != 0) cuda::set_fp8_kv_decode_form(form);
       SCOPED_TRACE(std::string(merged ? "merged reduce" : "reduce kernel") + " fp8 form " + std::to_string(form));
