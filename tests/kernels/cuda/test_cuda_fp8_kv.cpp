@@ -181,7 +181,7 @@ void run_case(const Case& c, uint32_t seed) {
     // The FP8 forms: v2 (registers, the default), v1 (shared memory), v3 (v2 with six stages and the
     // block-table entries read a tile ahead), v4 (v3 with V converted by integer ops).
     for (int form : {2, 1, 3, 4}) {
-      const std::string form_name = "v" + std::to_string(form);
+      const std::string form_name = form == 1 ? "v1" : form == 2 ? "v2" : form == 3 ? "v3" : "v4";
       const int before = cuda::set_fp8_kv_decode_form(form);
       cuda::DeviceBuffer ws(cuda::paged_decode_workspace_bytes(n, c.H, Hkv, D, max_ctx)), out(out_bytes),
           merged(out_bytes), counters(size_t(n) * Hkv * 4);
