@@ -29,7 +29,7 @@
 // no workspace writes, fences, counters or L2 reads; an empty split (a shorter sequence of the
 // batch) still takes part with m = -inf. The merges: decode_merge.cuh.
 // An F8_E4M3 cache: the same kernel; K's per-head scale multiplies the softmax scale, V's the
-// group's output rows. Two forms (fp8_kv_tile.cuh), VLM_CUDA_FP8_KV_KERNEL read once:
+// group's output rows. Four forms (fp8_kv_tile.cuh), VLM_CUDA_FP8_KV_KERNEL read once:
 // v2 (default, kKvFp8Reg): f16 mma whose K/V fragments are converted in registers from swizzled
 // byte tiles (E4M3 -> f16 exact), four stages of 64-key byte tiles in flight (the shared memory
 // of two 16-bit stages), one barrier a tile; v1 (=v1, kKvFp8Smem, session 16's first): bf16 mma,
