@@ -17,8 +17,8 @@
 // makes it beside the standalone one, with and without GEMM load (cudnn_inmodel_bench.h).
 // Argument "kv-fp8 CTX...": decode of 1 and 64 sequences at those contexts over a bf16 cache and an
 // FP8 E4M3 one (--kv-cache-dtype fp8: per-head scales), one line each ("kv=bf16" / "kv=fp8
-// form=v2|v1", the reduce merged as the decoder's graphs run it) and the ratio ("fp8 speedup
-// seqs=... ctx=... x=<bf16 ms / fp8 ms> form=v2|v1"; issue 43's bar: >= 1.7 at 128K). The FP8
+// form=v2|v3|v4|v1", the reduce merged as the decoder's graphs run it) and the ratio ("fp8 speedup
+// seqs=... ctx=... x=<bf16 ms / fp8 ms> form=v2|v3|v4|v1"; issue 43's bar: >= 1.7 at 128K). The FP8
 // lines come in pairs: form v2 (converted in registers, the default), then v1 (converted in
 // shared memory; VLM_CUDA_FP8_KV_KERNEL=v1), whatever the environment says.
 #include <cuda_runtime.h>
@@ -177,6 +177,8 @@ double bench_decode(int seqs, int ctx, bool bar = false, int h = kH, int hkv = k
       std::printf("ours decode seqs=%d ctx=%d%s%s ms=%.4f gbps=%.0f\n", seqs, ctx, merged ? " reduce=merged" : "",
                   only_merged ? (!fp8                                           ? " kv=bf16"
                                  : vlm::cuda::set_fp8_kv_decode_form(0) == 1 ? " kv=fp8 form=v1"  // 0: a query
+                                 : vlm::cuda::set_fp8_kv_decode_form(0) == 3 ? " kv=fp8 form=v3"
+                                 : vlm::cuda::set_fp8_kv_decode_form(0) == 4 ? " kv=fp8 form=v4"
                                                                              : " kv=fp8 form=v2")
                               : "",
                   ms, bytes / ms * 1e-6);
@@ -315,13 +317,20 @@ int main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i)
       for (int seqs : {1, 64}) {
         const double b16 = bench_decode(seqs, std::atoi(argv[i]), false, kH, kHkv, DType::BF16, true);
-        // The FP8 forms (decode_attention.cu): v2 (registers, the default), then v1 (shared memory).
+        // The FP8 forms (decode_attention.cu): v2 (registers, the default), v3 (v2's deep pipeline),
+        // v4 (v3, V converted by integer ops), then v1 (shared memory).
         const int before = vlm::cuda::set_fp8_kv_decode_form(2);
         const double f8 = bench_decode(seqs, std::atoi(argv[i]), false, kH, kHkv, DType::F8_E4M3, true);
+        vlm::cuda::set_fp8_kv_decode_form(3);
+        const double f8v3 = bench_decode(seqs, std::atoi(argv[i]), false, kH, kHkv, DType::F8_E4M3, true);
+        vlm::cuda::set_fp8_kv_decode_form(4);
+        const double f8v4 = bench_decode(seqs, std::atoi(argv[i]), false, kH, kHkv, DType::F8_E4M3, true);
         vlm::cuda::set_fp8_kv_decode_form(1);
         const double f8v1 = bench_decode(seqs, std::atoi(argv[i]), false, kH, kHkv, DType::F8_E4M3, true);
         vlm::cuda::set_fp8_kv_decode_form(before);
         std::printf("fp8 speedup seqs=%d ctx=%d x=%.2f form=v2\n", seqs, std::atoi(argv[i]), b16 / f8);
+        std::printf("fp8 speedup seqs=%d ctx=%d x=%.2f form=v3\n", seqs, std::atoi(argv[i]), b16 / f8v3);
+        std::printf("fp8 speedup seqs=%d ctx=%d x=%.2f form=v4\n", seqs, std::atoi(argv[i]), b16 / f8v4);
         std::printf("fp8 speedup seqs=%d ctx=%d x=%.2f form=v1\n", seqs, std::atoi(argv[i]), b16 / f8v1);
       }
     return 0;

@@ -134,10 +134,13 @@ void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads
 // plan's shortest partition.
 enum class DecodeKernel { kAuto, kV1, kV2, kV3 };
 
-// An F8_E4M3 cache's decode form: 1 (v1: byte tiles converted to bf16 in shared memory, bf16 mma)
-// or 2 (v2, the default: K/V fragments converted to f16 in registers from swizzled byte tiles, f16
-// mma, four stages); VLM_CUDA_FP8_KV_KERNEL=v1|v2 is read once. Sets it for later calls (tests and
-// benches compare both in one process; other values only query) and returns the form before.
+// An F8_E4M3 cache's decode form: 1 (v1: byte tiles converted to bf16 in shared memory, bf16 mma),
+// 2 (v2, the default: K/V fragments converted to f16 in registers from swizzled byte tiles, f16
+// mma, four stages) or 3 (v3: v2 with six stages, 5 tiles in flight while one computes, and each
+// tile's block-table entries read a tile ahead) or 4 (v4: v3 with V's fragments converted by integer
+// ops, K's by the conversion unit); VLM_CUDA_FP8_KV_KERNEL=v1|v2|v3|v4 is read once. Sets
+// it for later calls (tests and benches compare the forms in one process; other values only query)
+// and returns the form before.
 int set_fp8_kv_decode_form(int form);
 size_t paged_decode_workspace_bytes(int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                                     int max_context_len);

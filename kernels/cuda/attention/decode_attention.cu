@@ -29,11 +29,19 @@
 // no workspace writes, fences, counters or L2 reads; an empty split (a shorter sequence of the
 // batch) still takes part with m = -inf. The merges: decode_merge.cuh.
 // An F8_E4M3 cache: the same kernel; K's per-head scale multiplies the softmax scale, V's the
-// group's output rows. Two forms (fp8_kv_tile.cuh), VLM_CUDA_FP8_KV_KERNEL read once:
+// group's output rows. Four forms (fp8_kv_tile.cuh), VLM_CUDA_FP8_KV_KERNEL read once:
 // v2 (default, kKvFp8Reg): f16 mma whose K/V fragments are converted in registers from swizzled
 // byte tiles (E4M3 -> f16 exact), four stages of 64-key byte tiles in flight (the shared memory
 // of two 16-bit stages), one barrier a tile; v1 (=v1, kKvFp8Smem, session 16's first): bf16 mma,
-// each byte tile (two stages) converted into a bf16 tile in shared memory before the mma.
+// each byte tile (two stages) converted into a bf16 tile in shared memory before the mma; v3 (=v3,
+// kKvFp8Reg3, opt-in): v2's math with six stages (5 byte tiles, 80 KiB at D = 128, in flight while
+// one computes: v2 keeps 3 in flight, 48 KiB, below the bf16 kernel's up to 64 KiB of its two
+// stages) and each tile's block-table entries read a tile before its copies (fp8_kv_tile.cuh), so
+// no dependent table load sits between a tile's barrier and its compute; its 100 KiB of shared
+// memory leaves 2 CTAs an SM (v2: 3), which a 64-sequence plan (one split a group) fills anyway;
+// it also skips O's rescale in a tile where no row's max moved (a warp vote). v4 (=v4, kKvFp8Reg4,
+// opt-in): v3 with V's bytes turned into f16 fragments by integer ops (pv_tile_fp8_alu) while K's
+// keep the hardware conversion, so the two conversions run on two pipes (measuring which bounds).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -57,11 +65,12 @@ namespace vlm::cuda {
 namespace {
 
 // Q, then two stages of K and V tiles (an FP8 cache: two stages of byte tiles and one bf16 tile
-// of K and V, or kFp8Stages stages of byte tiles: the same bytes), later reused by the warps' merge.
-template <int D, class T>
+// of K and V, or kFp8Stages stages of byte tiles: the same bytes; v3: kFp8Stages3 stages of byte
+// tiles, 1.5x those bytes), later reused by the warps' merge.
+template <int D, class T, int kKv = kKv16>
 constexpr int decode_smem_bytes() {
-  return std::max((kRows * D + 2 * 2 * kBN * D) * int(sizeof(T)),
-                  kRows * D * int(sizeof(T)) + kWarps * kRows * (D + 2) * 4);
+  const int stages = fp8_deep(kKv) ? kFp8Stages3 * 2 * kBN * D : 2 * 2 * kBN * D * int(sizeof(T));
+  return kRows * D * int(sizeof(T)) + std::max(stages, kWarps * kRows * (D + 2) * 4);
 }
 
 // PDL launches, before the wait: the K and V rows of head hk of the cache blocks holding keys
@@ -92,9 +101,12 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
                     int partition, float* __restrict__ ws, TQ* __restrict__ out, int* __restrict__ counters,
                     int mode, int prefetch) {
   constexpr bool kFp8 = kKv != kKv16;
-  static_assert(kKv != kKvFp8Reg ||
-                    (std::is_same_v<T, __half> && kFp8Stages * 2 * kBN * D <= 2 * 2 * kBN * D * int(sizeof(T))),
-                "register form: f16 mma, its stages in the 16-bit stages' space");
+  constexpr bool kFp8Reg = kKv == kKvFp8Reg || fp8_deep(kKv);  // the register forms (v2, v3, v4)
+  constexpr bool kDeep = fp8_deep(kKv);
+  static_assert(!kFp8Reg || (std::is_same_v<T, __half> && kRows * D * int(sizeof(T)) +
+                                                                 fp8_stages<kKv>() * 2 * kBN * D <=
+                                                             decode_smem_bytes<D, T, kKv>()),
+                "register forms: f16 mma, their stages in the kernel's shared memory");
   if (prefetch && batch.group_skip == nullptr) {  // dense plans: this CTA's keys (a routed plan's need the flags)
     const int ctx0 = batch.context_lens[blockIdx.z], k0 = int(blockIdx.x) * partition;
     if (k0 < ctx0)
@@ -104,7 +116,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   pdl_wait();  // PDL (pdl.cuh): q, the new keys and the counters come from earlier kernels
   pdl_trigger();
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  constexpr int kSmemFloats = decode_smem_bytes<D, T>() / 4;
+  constexpr int kSmemFloats = decode_smem_bytes<D, T, kKv>() / 4;
   T* sq = reinterpret_cast<T*>(smem_raw);
   // Stage i: K at kv_smem + i * 2 * kBN * D, V right after it (no arrays: they would live in
   // local memory when indexed by the loop counter).
@@ -158,15 +170,29 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   float o[1][D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const int t4 = lane % 4, g = lane / 4;
-  if constexpr (kKv == kKvFp8Reg) {
-    // Stage i % kFp8Stages: K's swizzled byte tile [kBN][D], then V's.
-    auto stage = [&](int i) { return fp8_smem + (i % kFp8Stages) * 2 * kBN * D; };
-    for (int i = 0; i < kFp8Stages - 1; ++i) {
-      if (i < num_tiles)
-        tile::load_kv_tile_fp8_swz<kBN, D, kThreads>(kv, table, hk, k_begin + i * kBN, k_end, stage(i),
-                                                     stage(i) + kBN * D, tid);
+  if constexpr (kFp8Reg) {
+    // Stage i % kStages: K's swizzled byte tile [kBN][D], then V's. v3 reads each tile's block-table
+    // entries (blk) one tile before its copies: the prologue's last step and each iteration read the
+    // entries of the tile the next iteration copies.
+    constexpr int kStages = fp8_stages<kKv>();
+    auto stage = [&](int i) { return fp8_smem + (i % kStages) * 2 * kBN * D; };
+    [[maybe_unused]] int32_t blk[tile::Fp8TileChunks<kBN, D, kThreads>::kIters];
+    for (int i = 0; i < kStages - 1; ++i) {
+      if (i < num_tiles) {
+        if constexpr (kDeep) {
+          tile::fp8_tile_blocks<kBN, D, kThreads>(kv, table, k_begin + i * kBN, k_end, tid, blk);
+          tile::load_kv_tile_fp8_blocks<kBN, D, kThreads>(kv, blk, hk, k_begin + i * kBN, k_end, stage(i),
+                                                          stage(i) + kBN * D, tid);
+        } else {
+          tile::load_kv_tile_fp8_swz<kBN, D, kThreads>(kv, table, hk, k_begin + i * kBN, k_end, stage(i),
+                                                       stage(i) + kBN * D, tid);
+        }
+      }
       tile::cp_async_commit();
     }
+    if constexpr (kDeep)
+      if (kStages - 1 < num_tiles)
+        tile::fp8_tile_blocks<kBN, D, kThreads>(kv, table, k_begin + (kStages - 1) * kBN, k_end, tid, blk);
     // Q's A fragments (f16) straight from global memory, in qk_tile_fp8's order of the head
     // dimension: qf[kk][r] (row g + 8r) holds columns t4*D/4 + 4kk + {0,1}, qf[kk][2 + r] + {2,3}.
     uint32_t qf[D / 16][4];
@@ -185,26 +211,44 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
     }
     for (int n = 0; n < num_tiles; ++n) {
       const int key0 = k_begin + n * kBN;
-      tile::cp_async_wait<kFp8Stages - 2>();  // tile n's group done (one group per tile, empty past the end)
+      tile::cp_async_wait<kStages - 2>();  // tile n's group done (one group per tile, empty past the end)
       __syncthreads();  // ... for every thread's copies, and stage (n - 1)'s reads done before it is refilled
-      if (n + kFp8Stages - 1 < num_tiles) {
-        const int next = n + kFp8Stages - 1;
-        tile::load_kv_tile_fp8_swz<kBN, D, kThreads>(kv, table, hk, k_begin + next * kBN, k_end, stage(next),
-                                                     stage(next) + kBN * D, tid);
+      const int next = n + kStages - 1;
+      if (next < num_tiles) {
+        if constexpr (kDeep) {
+          tile::load_kv_tile_fp8_blocks<kBN, D, kThreads>(kv, blk, hk, k_begin + next * kBN, k_end, stage(next),
+                                                          stage(next) + kBN * D, tid);
+          if (next + 1 < num_tiles)  // the next iteration's entries, read while this tile computes
+            tile::fp8_tile_blocks<kBN, D, kThreads>(kv, table, k_begin + (next + 1) * kBN, k_end, tid, blk);
+        } else {
+          tile::load_kv_tile_fp8_swz<kBN, D, kThreads>(kv, table, hk, k_begin + next * kBN, k_end, stage(next),
+                                                       stage(next) + kBN * D, tid);
+        }
       }
       tile::cp_async_commit();
       const uint8_t* tk = stage(n);
       float sc[2][4] = {};
       tile::qk_tile_fp8<D>(sc, qf, tk, warp * 16, lane);
+      if (!kDeep || key0 + kBN > k_end) {  // v3: only the partition's last tile can be partial
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < 2; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + warp * 16 + j * 8 + 2 * t4 + (e & 1);
-          if (key >= k_end) sc[j][e] = -INFINITY;
-        }
-      tile::online_softmax<D, 2>(sc, m, l, o[0], scale_log2);
-      tile::pv_tile_fp8<D>(o[0], sc, tk + kBN * D, warp * 16, lane);
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + warp * 16 + j * 8 + 2 * t4 + (e & 1);
+            if (key >= k_end) sc[j][e] = -INFINITY;
+          }
+      }
+      if constexpr (kDeep) {
+        // v3: O rescaled only when some row's max moved in this warp (corr = 1 exactly otherwise:
+        // exp2(0)), which past a context's first tiles is rare: D/2 multiplies a thread a tile saved.
+        float corr[2];
+        tile::online_softmax_scores<2>(sc, m, l, scale_log2, corr);
+        if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) tile::rescale_rows<D>(o[0], corr);
+      } else {
+        tile::online_softmax<D, 2>(sc, m, l, o[0], scale_log2);
+      }
+      if constexpr (kKv == kKvFp8Reg4) tile::pv_tile_fp8_alu<D>(o[0], sc, tk + kBN * D, warp * 16, lane);
+      else tile::pv_tile_fp8<D>(o[0], sc, tk + kBN * D, warp * 16, lane);
     }
     __syncthreads();  // the merge below reuses the stages' space
   } else {
@@ -270,7 +314,7 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
     float* dst = at(warp, row);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      if constexpr (kKv == kKvFp8Reg) {  // pv_tile_fp8's column order
+      if constexpr (kFp8Reg) {  // pv_tile_fp8's column order
         dst[2 * t4 * (D / 8) + n] = o[0][n][2 * r];
         dst[(2 * t4 + 1) * (D / 8) + n] = o[0][n][2 * r + 1];
       } else {
@@ -285,7 +329,8 @@ decode_split_kernel(const TQ* __restrict__ q, int H, KVView kv, CudaAttentionBat
   }
   __syncthreads();
   const int h0 = hk * G;
-  const float v_scale = kFp8 ? kv.v_scale[hk] : 1.f;  // O is linear in V
+  // O is linear in V; v4's V fragments hold V's stored values times 2^-8 (pv_tile_fp8_alu).
+  const float v_scale = kFp8 ? kv.v_scale[hk] * (kKv == kKvFp8Reg4 ? 256.f : 1.f) : 1.f;
   for (int i = tid; i < G * D; i += kThreads) {
     const int row = i / D, d = i % D;
     float mx = -INFINITY;
@@ -358,7 +403,7 @@ template <int D, class T, class TQ, int kKv>
 bool cluster_launch_ok(int n) {
   static const auto ok = [] {
     auto* const kernel = decode_split_kernel<D, T, TQ, kKv>;
-    constexpr int smem = decode_smem_bytes<D, T>();
+    constexpr int smem = decode_smem_bytes<D, T, kKv>();
     std::array<bool, decode::kMaxCluster + 1> r{};
     int dev = 0, major = 0;
     VLM_CUDA_CHECK(cudaGetDevice(&dev));
@@ -394,7 +439,7 @@ bool cluster_launch_ok(int n) {
 template <int D, class T, class TQ, int kKv>
 void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAttentionBatch& batch, float scale,
                    void* out, void* workspace, int32_t* counters, int mode, cudaStream_t stream) {
-  constexpr int smem = decode_smem_bytes<D, T>();
+  constexpr int smem = decode_smem_bytes<D, T, kKv>();
   const bool smem_ok = allow_dynamic_smem(decode_split_kernel<D, T, TQ, kKv>, smem);
   (void)smem_ok;
   static const int blocks_per_sm = [] {
@@ -451,12 +496,14 @@ void launch_decode(const void* q, int H, const PagedKVLayer& kv, const CudaAtten
              batch.context_lens, static_cast<TQ*>(out), batch.group_skip, H / kv.num_kv_heads, cols);
 }
 
-// The FP8 cache's decode form: 1 (v1) or 2 (v2, the default); VLM_CUDA_FP8_KV_KERNEL=v1|v2 read
-// once; set_fp8_kv_decode_form (tests, bench) overrides it.
+// The FP8 cache's decode form: 1 (v1), 2 (v2, the default), 3 (v3) or 4 (v4);
+// VLM_CUDA_FP8_KV_KERNEL=v1|v2|v3|v4 read once; set_fp8_kv_decode_form (tests, bench) overrides it.
 int& fp8_kv_form() {
   static int form = [] {
     const char* e = std::getenv("VLM_CUDA_FP8_KV_KERNEL");
-    return e != nullptr && std::strcmp(e, "v1") == 0 ? 1 : 2;
+    if (e != nullptr && std::strcmp(e, "v1") == 0) return 1;
+    if (e != nullptr && std::strcmp(e, "v4") == 0) return 4;
+    return e != nullptr && std::strcmp(e, "v3") == 0 ? 3 : 2;
   }();
   return form;
 }
@@ -466,7 +513,7 @@ int& fp8_kv_form() {
 // cuda_attention.h.
 int set_fp8_kv_decode_form(int form) {
   const int old = fp8_kv_form();
-  if (form == 1 || form == 2) fp8_kv_form() = form;
+  if (form >= 1 && form <= 4) fp8_kv_form() = form;
   return old;
 }
 
@@ -493,11 +540,17 @@ void paged_decode_attention(const void* q, DType act, int num_heads, const Paged
   const int mode = decode_mode(kernel, batch.group_skip != nullptr);
   if (kv.dtype == DType::F8_E4M3) {
     check_fp8_cache(kv, "decode attention");
-    const bool v1 = fp8_kv_form() == 1;
+    const int form = fp8_kv_form();
     dispatch_fp8_cache(kv, act, [&](auto d, auto a) {
-      if (v1)
+      if (form == 1)
         launch_decode<decltype(d)::value, __nv_bfloat16, decltype(a), kKvFp8Smem>(q, num_heads, kv, batch, scale, out,
                                                                                   workspace, counters, mode, stream);
+      else if (form == 3)
+        launch_decode<decltype(d)::value, __half, decltype(a), kKvFp8Reg3>(q, num_heads, kv, batch, scale, out,
+                                                                           workspace, counters, mode, stream);
+      else if (form == 4)
+        launch_decode<decltype(d)::value, __half, decltype(a), kKvFp8Reg4>(q, num_heads, kv, batch, scale, out,
+                                                                           workspace, counters, mode, stream);
       else
         launch_decode<decltype(d)::value, __half, decltype(a), kKvFp8Reg>(q, num_heads, kv, batch, scale, out,
                                                                           workspace, counters, mode, stream);

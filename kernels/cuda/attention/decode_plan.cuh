@@ -25,9 +25,16 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps, kBN = 64, kRows = 16;
 constexpr int kModeV1 = 0, kModeV2 = 1, kModeCluster = 2;
 
 // The split kernel's cache (kKv): 16-bit, FP8 converted in shared memory (v1), FP8 converted in
-// registers (v2; T = __half).
-constexpr int kKv16 = 0, kKvFp8Smem = 1, kKvFp8Reg = 2;
-constexpr int kFp8Stages = 4;  // the register form's byte-tile stages (kFp8Stages * 2 * kBN * D bytes)
+// registers (v2; T = __half), v2's deep-pipeline form (v3: kFp8Stages3 stages, block-table entries
+// read a tile ahead), v3 with V's bytes converted by integer ops (v4: pv_tile_fp8_alu).
+constexpr int kKv16 = 0, kKvFp8Smem = 1, kKvFp8Reg = 2, kKvFp8Reg3 = 3, kKvFp8Reg4 = 4;
+constexpr bool fp8_deep(int kKv) { return kKv == kKvFp8Reg3 || kKv == kKvFp8Reg4; }  // v3, v4
+constexpr int kFp8Stages = 4;   // the register form's byte-tile stages (kFp8Stages * 2 * kBN * D bytes)
+constexpr int kFp8Stages3 = 6;  // v3's: 5 tiles (80 KiB at D = 128) in flight while one is computed
+template <int kKv>
+constexpr int fp8_stages() {
+  return fp8_deep(kKv) ? kFp8Stages3 : kFp8Stages;
+}
 
 // The merged reduce puts a group's whole merge on one SM (G x D columns over its splits), the
 // reduce kernel spreads it over num_seqs x H CTAs but costs a launch: the merged one is taken for

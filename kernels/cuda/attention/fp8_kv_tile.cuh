@@ -8,6 +8,7 @@
 // The register form (decode v2, below: load_kv_tile_fp8_swz, qk_tile_fp8, pv_tile_fp8) keeps the
 // byte tiles swizzled and builds the f16 mma fragments straight from them (E4M3 -> f16 is exact:
 // one cvt.rn.f16x2.e4m3x2 per two values on sm_89+), with no converted tile and no barrier for it.
+// Decode v3 (load_kv_tile_fp8_blocks) fills the same tiles, its block-table reads a tile ahead.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -75,6 +76,48 @@ template <int ROWS, int D, int NT, int UNROLL = 2>
 __device__ __forceinline__ void load_kv_tile_fp8_swz(const KVView& kv, const int32_t* table, int h, int key0,
                                                      int key_end, uint8_t* sk, uint8_t* sv, int tid) {
   load_kv_tile<ROWS, D, NT, uint8_t, Fp8SwizzledRows<D>, UNROLL>(kv, table, h, key0, key_end, sk, sv, tid);
+}
+
+// v3's loads (decode attention, kKvFp8Reg3): the same swizzled byte tiles as load_kv_tile_fp8_swz,
+// in two steps so that a tile's block-table entries are read one tile before its copies (the
+// entries' L1/L2 round trip then overlaps a tile's compute instead of stalling the warp before
+// it). Thread tid copies the 16-byte chunks tid + j * NT (j < kIters) of the tile's ROWS x D / 16.
+template <int ROWS, int D, int NT>
+struct Fp8TileChunks {
+  static constexpr int kChunks = D / 16;  // 16-byte chunks of a row
+  static constexpr int kIters = ROWS * kChunks / NT;
+  static_assert(ROWS * kChunks % NT == 0, "every thread copies the same number of chunks");
+};
+// blk[j]: the cache block of the key of this thread's chunk j of the tile at key0 (0 past key_end).
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void fp8_tile_blocks(const KVView& kv, const int32_t* table, int key0, int key_end, int tid,
+                                                int32_t (&blk)[Fp8TileChunks<ROWS, D, NT>::kIters]) {
+  using C = Fp8TileChunks<ROWS, D, NT>;
+#pragma unroll
+  for (int j = 0; j < C::kIters; ++j) {
+    const int key = key0 + (tid + j * NT) / C::kChunks;
+    blk[j] = key < key_end ? table[key >> kv.block_shift] : 0;
+  }
+}
+// The copies of the tile at key0 of KV head h into the swizzled byte tiles sk, sv [ROWS][D]
+// (fp8_swz), its blocks from fp8_tile_blocks; keys at or beyond key_end zero-filled.
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void load_kv_tile_fp8_blocks(const KVView& kv, const int32_t (&blk)[Fp8TileChunks<ROWS, D, NT>::kIters],
+                                                        int h, int key0, int key_end, uint8_t* sk, uint8_t* sv,
+                                                        int tid) {
+  using C = Fp8TileChunks<ROWS, D, NT>;
+  const uint8_t* kbase = static_cast<const uint8_t*>(kv.k);
+  const uint8_t* vbase = static_cast<const uint8_t*>(kv.v);
+#pragma unroll
+  for (int j = 0; j < C::kIters; ++j) {
+    const int i = tid + j * NT, r = i / C::kChunks, c = i % C::kChunks;
+    const int key = key0 + r;
+    const bool in = key < key_end;
+    const int64_t off = in ? kv.offset(blk[j], h, key & (kv.block_size - 1)) + c * 16 : 0;
+    const int dst = fp8_swz<D>(r, c);
+    cp_async16(sk + dst, kbase + off, in ? 16 : 0);
+    cp_async16(sv + dst, vbase + off, in ? 16 : 0);
+  }
 }
 
 // Two E4M3 values (the low 16 bits of x; the low byte first) -> f16x2 (the first in the low
@@ -149,6 +192,54 @@ __device__ __forceinline__ void pv_tile_fp8(float (&o)[D / 8][4], const float (&
     mma<__half>(o[4 * wi + 1], a, e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(lo8 >> 16));
     mma<__half>(o[4 * wi + 2], a, e4m3x2_to_f16x2(hi), e4m3x2_to_f16x2(hi8));
     mma<__half>(o[4 * wi + 3], a, e4m3x2_to_f16x2(hi >> 16), e4m3x2_to_f16x2(hi8 >> 16));
+  }
+}
+
+// Decode v4's V side: E4M3 -> f16 by integer ops instead of the conversion unit (the bit layout
+// of an E4M3 value s eeee mmm, moved into an f16's s 0eeee mmm0000000, is the same value times
+// 2^(7 - 15) = 2^-8 for every E4M3 value, subnormals included, NaN aside: the cache holds none).
+// x's bytes 1 and 3 (odd) / 0 and 2 (even) -> f16x2 of their values times 2^-8 (byte 1 / 0 low).
+__device__ __forceinline__ uint32_t e4m3_odd_to_f16x2_scaled(uint32_t x) {
+  return (x & 0x80008000u) | ((x & 0x7f007f00u) >> 1);
+}
+__device__ __forceinline__ uint32_t e4m3_even_to_f16x2_scaled(uint32_t x) { return e4m3_odd_to_f16x2_scaled(x << 8); }
+
+// pv_tile_fp8 with V converted by e4m3_*_to_f16x2_scaled: O += P V * 2^-8 (the caller multiplies
+// the output by 2^8, with V's scale), the same fragments' order. Per word pair of rows 2t, 2t+1 one
+// prmt puts bytes j, j+1 of row 2t in the low half and of row 2t+1 in the high half, so its even
+// and odd bytes are the b fragments (rows 2t, 2t+1) of output tiles 4wi + j and 4wi + j + 1.
+template <int D>
+__device__ __forceinline__ void pv_tile_fp8_alu(float (&o)[D / 8][4], const float (&p)[2][4], const uint8_t* sv,
+                                                int key_base, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  const uint32_t a[4] = {pack2<__half>(p[0][0], p[0][1]), pack2<__half>(p[0][2], p[0][3]),
+                         pack2<__half>(p[1][0], p[1][1]), pack2<__half>(p[1][2], p[1][3])};
+  constexpr int kW = D / 32;  // u32 words of a row's D/8 bytes
+  uint32_t rw[4][kW];         // rows 2t, 2t+1, 2t+8, 2t+9
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = key_base + 2 * t + (i & 1) + (i >> 1) * 8;
+    if constexpr (D == 128) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sv + fp8_swz<D>(r, g));
+      rw[i][0] = v.x;
+      rw[i][1] = v.y;
+      rw[i][2] = v.z;
+      rw[i][3] = v.w;
+    } else {
+      const uint2 v = *reinterpret_cast<const uint2*>(sv + fp8_swz<D>(r, g / 2) + (g % 2) * 8);
+      rw[i][0] = v.x;
+      rw[i][1] = v.y;
+    }
+  }
+#pragma unroll
+  for (int wi = 0; wi < kW; ++wi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // bytes 2h, 2h + 1 of the word: output tiles 4wi + 2h, + 1
+      const uint32_t sel = h == 0 ? 0x5410u : 0x7632u;
+      const uint32_t x = __byte_perm(rw[0][wi], rw[1][wi], sel), x8 = __byte_perm(rw[2][wi], rw[3][wi], sel);
+      mma<__half>(o[4 * wi + 2 * h], a, e4m3_even_to_f16x2_scaled(x), e4m3_even_to_f16x2_scaled(x8));
+      mma<__half>(o[4 * wi + 2 * h + 1], a, e4m3_odd_to_f16x2_scaled(x), e4m3_odd_to_f16x2_scaled(x8));
+    }
   }
 }
 

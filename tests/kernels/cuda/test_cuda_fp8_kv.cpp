@@ -5,8 +5,9 @@
 // (fp8 * scale: the exact attention over what is stored; tight: the tiled kernels' own bf16
 // rounding of q and P, as for a bf16 cache), the tiled ones with the naive one, and all with the
 // CPU reference over the unquantized (bf16) K/V: FP8's own error plus the kernel's tolerance, printed.
-// The decode kernel runs in both FP8 forms (decode_attention.cu: v2 converts in registers for f16
-// mma, v1 in shared memory for bf16 mma), chosen through set_fp8_kv_decode_form.
+// The decode kernel runs in its four FP8 forms (decode_attention.cu: v2 converts in registers for
+// f16 mma, v1 in shared memory for bf16 mma, v3 is v2 with a deeper pipeline, v4 is v3 with V
+// converted by integer ops), chosen through set_fp8_kv_decode_form.
 // Skips with a message when no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -177,8 +178,10 @@ void run_case(const Case& c, uint32_t seed) {
   const double naive_tol = c.act == DType::F32 ? 2e-5 : 8e-3;
   std::vector<std::pair<std::string, std::vector<float>>> outs;
   if (c.decode) {
-    for (int form : {2, 1}) {  // the FP8 forms: v2 (registers, the default), v1 (shared memory)
-      const std::string form_name = form == 2 ? "v2" : "v1";
+    // The FP8 forms: v2 (registers, the default), v1 (shared memory), v3 (v2 with six stages and the
+    // block-table entries read a tile ahead), v4 (v3 with V converted by integer ops).
+    for (int form : {2, 1, 3, 4}) {
+      const std::string form_name = form == 1 ? "v1" : form == 2 ? "v2" : form == 3 ? "v3" : "v4";
       const int before = cuda::set_fp8_kv_decode_form(form);
       cuda::DeviceBuffer ws(cuda::paged_decode_workspace_bytes(n, c.H, Hkv, D, max_ctx)), out(out_bytes),
           merged(out_bytes), counters(size_t(n) * Hkv * 4);
@@ -239,7 +242,7 @@ TEST(CudaFp8Kv, DecodeReadsFp8Cache) {
       {"decode G7 D128 B16 bf16", {{1, 1}, {1, 100}, {1, 1000}, {1, 5000}}, 28, 4, 128, 16, BF16, true},
       {"decode one long G7 D128 B32", {{1, 20000}}, 28, 4, 128, 32, BF16, true},
       {"decode 40 seqs G4 D64 B16", many, 8, 2, 64, 16, BF16, true},
-      // Many pairs: 2 splits a group, partitions of ~20 tiles (the register form's 4 stages wrap).
+      // Many pairs: 2 splits a group, partitions of ~20 tiles (the register forms' 4 and 6 stages wrap).
       {"decode 48 seqs G7 D128 B16", many48, 28, 4, 128, 16, BF16, true},
       {"decode G1 D128 f16 act", {{1, 3000}, {1, 65}}, 4, 4, 128, 32, F16, true},
       {"decode f32 act G8", {{1, 700}, {1, 2}}, 16, 2, 128, 16, F32, true},

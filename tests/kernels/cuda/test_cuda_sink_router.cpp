@@ -21,6 +21,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/attention/paged_kv.h"
@@ -305,27 +306,35 @@ void check_skip_decode(int H, int Hkv, int D, DType dt, DType act, const std::ve
   // leaving them 0 for the next).
   cuda::DeviceBuffer counters(size_t(S) * Hkv * 4);
   VLM_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
-  for (int merged = 0; merged < 2; ++merged) {
-    SCOPED_TRACE(merged ? "merged reduce" : "reduce kernel");
-    VLM_CUDA_CHECK(cudaMemset(out.get(), 0x7f, out.bytes()));
-    for (int rep = 0; rep <= merged; ++rep)
-      cuda::paged_decode_attention(dq.get(), act, H, dev.kv, dev.batch, scale, out.get(), ws.get(), nullptr,
-                                   merged ? counters.as<int32_t>() : nullptr);
-    const std::vector<float> got = testing::decode(to_host<uint8_t>(out, out.bytes()), act);
-    double err = 0;
-    for (int s = 0; s < S; ++s)
-      for (int h = 0; h < H; ++h) {
-        const size_t o = (size_t(s) * H + h) * D;
-        const bool sk = skip[size_t(s) * Hkv + h / G];
-        for (int d = 0; d < D; ++d) {
-          ASSERT_TRUE(std::isfinite(got[o + d])) << "s=" << s << " h=" << h;  // a poisoned read shows as NaN
-          if (sk) ASSERT_EQ(got[o + d], surrogate ? sur[(size_t(s) * Hkv + h / G) * D + d] : 0.f);
-          else err = std::max(err, std::abs(double(got[o + d]) - ref[o + d]));
+  // An FP8 cache: each decode form (set_fp8_kv_decode_form: v2, v1, v3, v4), the form restored after.
+  struct FormGuard {
+    int before;
+    ~FormGuard() { cuda::set_fp8_kv_decode_form(before); }
+  } guard{cuda::set_fp8_kv_decode_form(0)};
+  for (int form : fp8 ? std::vector<int>{2, 1, 3, 4} : std::vector<int>{0}) {
+    for (int merged = 0; merged < 2; ++merged) {
+      if (form != 0) cuda::set_fp8_kv_decode_form(form);
+      SCOPED_TRACE(std::string(merged ? "merged reduce" : "reduce kernel") + " fp8 form " + std::to_string(form));
+      VLM_CUDA_CHECK(cudaMemset(out.get(), 0x7f, out.bytes()));
+      for (int rep = 0; rep <= merged; ++rep)
+        cuda::paged_decode_attention(dq.get(), act, H, dev.kv, dev.batch, scale, out.get(), ws.get(), nullptr,
+                                     merged ? counters.as<int32_t>() : nullptr);
+      const std::vector<float> got = testing::decode(to_host<uint8_t>(out, out.bytes()), act);
+      double err = 0;
+      for (int s = 0; s < S; ++s)
+        for (int h = 0; h < H; ++h) {
+          const size_t o = (size_t(s) * H + h) * D;
+          const bool sk = skip[size_t(s) * Hkv + h / G];
+          for (int d = 0; d < D; ++d) {
+            ASSERT_TRUE(std::isfinite(got[o + d])) << "s=" << s << " h=" << h;  // a poisoned read shows as NaN
+            if (sk) ASSERT_EQ(got[o + d], surrogate ? sur[(size_t(s) * Hkv + h / G) * D + d] : 0.f);
+            else err = std::max(err, std::abs(double(got[o + d]) - ref[o + d]));
+          }
         }
-      }
-    EXPECT_LE(exact ? err : err / mag, tol);
-    const std::vector<int32_t> left = to_host<int32_t>(counters, size_t(S) * Hkv);
-    EXPECT_EQ(std::count(left.begin(), left.end(), 0), S * Hkv) << "counters not back to 0";
+      EXPECT_LE(exact ? err : err / mag, tol);
+      const std::vector<int32_t> left = to_host<int32_t>(counters, size_t(S) * Hkv);
+      EXPECT_EQ(std::count(left.begin(), left.end(), 0), S * Hkv) << "counters not back to 0";
+    }
   }
 }
 
