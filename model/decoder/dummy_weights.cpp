@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -82,14 +83,37 @@ void DummyWeights::fill(const std::string& name, const TensorView& out) {
   const Kind k = kind_of(name);
   const uint64_t seed = name_seed(name);
   const int64_t n = out.numel(), groups = (n + 3) / 4;  // 4 values per 64-bit draw
-  const std::vector<uint16_t>& tbl = bf16_table(k);
+  const uint16_t* tbl = bf16_table(k).data();
+  const int64_t full = n / 4;  // groups of 4 values; the last, partial one apart
+  auto draw = [seed](int64_t g) { return mix64(seed + static_cast<uint64_t>(g + 1) * kGolden); };
   auto body = [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const uint64_t r = mix64(seed + static_cast<uint64_t>(g + 1) * kGolden);
-      const int64_t i0 = 4 * g, m = std::min<int64_t>(4, n - i0);
-      for (int64_t j = 0; j < m; ++j) {
-        const uint32_t bits = static_cast<uint32_t>(r >> (16 * j)) & 0xFFFFu;
-        const int64_t i = i0 + j;
+    const int64_t g_end = std::min(g1, full);
+    if (out.dtype == DType::BF16) {  // 4 table lookups a draw, written as one 64-bit word
+      auto* o = static_cast<uint16_t*>(out.data);
+      for (int64_t g = g0; g < g_end; ++g) {
+        const uint64_t r = draw(g);
+        const uint64_t w = static_cast<uint64_t>(tbl[r & 0xFFFF]) | static_cast<uint64_t>(tbl[(r >> 16) & 0xFFFF]) << 16 |
+                           static_cast<uint64_t>(tbl[(r >> 32) & 0xFFFF]) << 32 |
+                           static_cast<uint64_t>(tbl[r >> 48]) << 48;
+        std::memcpy(o + 4 * g, &w, 8);
+      }
+    } else if (out.dtype == DType::F32) {
+      auto* o = static_cast<float*>(out.data);
+      for (int64_t g = g0; g < g_end; ++g) {
+        const uint64_t r = draw(g);
+        for (int j = 0; j < 4; ++j) o[4 * g + j] = value(k, static_cast<uint32_t>(r >> (16 * j)) & 0xFFFFu);
+      }
+    } else {
+      auto* o = static_cast<uint16_t*>(out.data);
+      for (int64_t g = g0; g < g_end; ++g) {
+        const uint64_t r = draw(g);
+        for (int j = 0; j < 4; ++j) o[4 * g + j] = f32_to_f16(value(k, static_cast<uint32_t>(r >> (16 * j)) & 0xFFFFu));
+      }
+    }
+    if (g1 > full) {  // the partial group: the same values element by element
+      const uint64_t r = draw(full);
+      for (int64_t i = 4 * full; i < n; ++i) {
+        const uint32_t bits = static_cast<uint32_t>(r >> (16 * (i - 4 * full))) & 0xFFFFu;
         if (out.dtype == DType::BF16) static_cast<uint16_t*>(out.data)[i] = tbl[bits];
         else if (out.dtype == DType::F32) static_cast<float*>(out.data)[i] = value(k, bits);
         else static_cast<uint16_t*>(out.data)[i] = f32_to_f16(value(k, bits));
@@ -115,14 +139,16 @@ TensorView DummyWeights::get(const std::string& name, const Shape& shape) {
   auto held = views_.find(name);
   if (held != views_.end()) return held->second;
   const int64_t bytes = shape.numel() * static_cast<int64_t>(dtype_size(dtype_));
+  Tensor reuse;  // a dropped tensor of the same shape: its pages are written again, not faulted in afresh
   while (keep_bytes_ >= 0 && !order_.empty() && held_bytes_ + bytes > keep_bytes_) {  // drop the oldest
     const std::string old = order_.front();
     order_.pop_front();
     held_bytes_ -= views_.at(old).nbytes();
     views_.erase(old);
-    tensors_.erase(old);
+    auto node = tensors_.extract(old);
+    if (reuse.view().empty() && node.mapped().view().shape == shape) reuse = std::move(node.mapped());
   }
-  Tensor t = Tensor::empty(shape, dtype_);
+  Tensor t = reuse.view().empty() ? Tensor::empty(shape, dtype_) : std::move(reuse);
   fill(name, t.view());
   const TensorView v = t.view();
   tensors_.emplace(name, std::move(t));
