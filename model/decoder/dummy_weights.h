@@ -14,7 +14,9 @@
 // layer's tensors before they ask for the next layer's: made tensors are dropped, oldest first,
 // once more than keep_bytes would be held, so the host never holds the whole model (a single
 // tensor larger than keep_bytes is still made and held until the next one). A view stays valid
-// until keep_bytes of other tensors have been made after it.
+// until keep_bytes of other tensors have been made after it (a dropped tensor's buffer may be
+// refilled at once for a new tensor of its shape: the layers of a model repeat their shapes, so the
+// host writes the same pages again instead of faulting in fresh ones).
 #pragma once
 
 #include <cstdint>
