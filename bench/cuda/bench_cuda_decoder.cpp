@@ -10,9 +10,14 @@
 // Usage: bench_cuda_decoder --model DIR [--dtype bfloat16|float16|float32] [--batches 1,64]
 //          [--context 1024] [--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1]
 //          [--quantization none|fp8] [--kv-cache-dtype auto|fp8] [--dump-logits FILE]
-//          [--tensor-parallel-size N | -tp N]
+//          [--tensor-parallel-size N | -tp N] [--load-format auto|safetensors|dummy]
 // --tensor-parallel-size N: the decoder split over GPUs 0..N-1 (CudaBackend with a CudaRankGroup,
 // NCCL all-reduces inside the decode graphs; issue 42); sampling on GPU 0.
+// --load-format dummy: random weights made from DIR/config.json alone (WeightStore::dummy), streamed
+// to the GPU one layer's tensors at a time (kDummyStreamBytes on the host), so a 72B-shaped model
+// loads on a machine whose disk cannot hold its checkpoint (bench/cuda/big_rows.sh); the "load:"
+// line's seconds then include making the weights. DIR may hold a text (CausalLM) config or a
+// vision-language one (Qwen2-VL, ...): the bench runs its decoder.
 // --kv-cache-dtype fp8: the KV cache in FP8 E4M3 (CudaDecoderOptions::kv_fp8; auto: the dtype's).
 // --quantization fp8: the decoder's linear layers in FP8 (CudaDecoderOptions::quantize_fp8;
 // bench/gpu_speed.sh's VLM_SPEED_FP8=1 runs the same rows both ways in one call).
@@ -34,6 +39,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,6 +47,8 @@
 #include "bench/cuda/bench_dump.h"
 #include "bench/cuda/nvml_sampler.h"
 #include "engine/cuda/cuda_backend.h"
+#include "model/families/architecture.h"
+#include "model/families/model.h"
 #include "kernels/core/log.h"
 #include "kernels/cuda/core/cuda_check.h"
 
@@ -77,7 +85,8 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> f = {{"dtype", "bfloat16"}, {"batches", "1,64"}, {"context", "1024"},
                                           {"steps", "64"}, {"prefill", "8192,32768"}, {"reps", "3"},
                                           {"enforce-eager", "0"}, {"quantization", "none"},
-                                          {"kv-cache-dtype", "auto"}, {"tensor-parallel-size", "1"}};
+                                          {"kv-cache-dtype", "auto"}, {"tensor-parallel-size", "1"},
+                                          {"load-format", "auto"}};
   bool bad = argc % 2 == 0;  // a flag without its value
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -89,7 +98,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_cuda_decoder --model DIR [--dtype ..] [--batches 1,64] [--context 1024] "
                          "[--steps 64] [--prefill 8192,32768] [--reps 3] [--enforce-eager 0|1] "
                          "[--quantization none|fp8] [--kv-cache-dtype auto|fp8] [--dump-logits FILE] "
-                         "[--tensor-parallel-size N]\n");
+                         "[--tensor-parallel-size N] [--load-format auto|safetensors|dummy]\n");
     return 2;
   }
   try {
@@ -105,7 +114,21 @@ int main(int argc, char** argv) {
     int64_t blocks_needed = max_batch * ((context + steps + 8 + B - 1) / B + 1);
     blocks_needed = std::max(blocks_needed, (max_prefill + B - 1) / B + 1);
 
-    auto host = vlm::LlmDecoder::load(f["model"]);
+    const std::optional<vlm::LoadFormat> format = vlm::parse_load_format(f["load-format"]);
+    if (!format) {
+      std::fprintf(stderr, "--load-format must be auto, safetensors or dummy, got '%s'\n", f["load-format"].c_str());
+      return 2;
+    }
+    vlm::WeightLoadOptions load_options;
+    load_options.format = *format;
+    if (*format == vlm::LoadFormat::Dummy) load_options.dummy_keep_bytes = vlm::kDummyStreamBytes;
+    std::unique_ptr<vlm::LlmDecoder> text_model;  // a CausalLM checkpoint
+    std::unique_ptr<vlm::Model> vl_model;         // else a vision-language one: its decoder
+    if (vlm::detect_architecture(f["model"]) == vlm::ModelArchitecture::CausalLM)
+      text_model = vlm::LlmDecoder::load(f["model"], load_options);
+    else
+      vl_model = vlm::load_model(f["model"], load_options);
+    const vlm::LlmDecoder* host = text_model ? text_model.get() : &vl_model->decoder();
     vlm::CudaDecoderOptions o;
     o.dtype = f["dtype"] == "float32" ? vlm::DType::F32 : (f["dtype"] == "float16" ? vlm::DType::F16 : vlm::DType::BF16);
     o.block_size = B;
@@ -135,6 +158,10 @@ int main(int argc, char** argv) {
                 std::chrono::duration<double>(Clock::now() - t_load).count(),
                 static_cast<double>(backend.decoder().weight_bytes()) / (1 << 30), o.quantize_fp8 ? ", FP8 linear layers" : "",
                 o.kv_fp8 ? ", FP8 KV cache" : "", vlm::cuda::describe_gpu(0).c_str(), tp);
+    if (const vlm::DummyWeights* d = host->weights().dummy_weights())
+      std::printf("dummy weights: %.2f GiB made on the host (%s), at most %.2f GiB held at once\n",
+                  static_cast<double>(d->bytes_made()) / (1 << 30), vlm::dtype_name(d->dtype()),
+                  static_cast<double>(vlm::kDummyStreamBytes) / (1 << 30));
     const int64_t V = host->config().vocab_size;
     std::mt19937 rng(1);
     int32_t next_block = 0;

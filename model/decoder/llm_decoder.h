@@ -22,10 +22,13 @@ class LlmDecoder {
  public:
   // Loads DIR/config.json and the safetensors weights. Throws LoadError naming the file and the
   // tensor for a missing tensor, a shape mismatch, an unknown dtype, a truncated file or an
-  // unsupported architecture.
-  static std::unique_ptr<LlmDecoder> load(const std::string& model_dir);
+  // unsupported architecture. options.format == Dummy: the weights made from config.json
+  // (WeightStore::dummy).
+  static std::unique_ptr<LlmDecoder> load(const std::string& model_dir, const WeightLoadOptions& options = {});
   // With tp.size > 1: rank tp.rank's shard (model/arch/llama_decoder.h; LoadError when the shapes
   // do not split); its KV cache then has shard().kv_heads heads (kv_config()).
+  // Over a streaming dummy store (WeightStore::streaming: a GPU backend's source) no CPU layers
+  // are built (their views would be dropped): forward() then throws InternalError.
   LlmDecoder(ModelConfig config, WeightStore weights, DecoderWeightNames names = {}, TensorParallel tp = {});
   ~LlmDecoder();
 

@@ -6,10 +6,39 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/core/fp8.h"
+#include "model/decoder/json_file.h"
 
 namespace vlm {
 
-WeightStore WeightStore::open(const std::string& model_dir) {
+std::optional<LoadFormat> parse_load_format(std::string_view s) {
+  if (s == "auto") return LoadFormat::Auto;
+  if (s == "safetensors") return LoadFormat::Safetensors;
+  if (s == "dummy") return LoadFormat::Dummy;
+  return std::nullopt;
+}
+
+WeightStore WeightStore::dummy(const std::string& model_dir, int64_t keep_bytes) {
+  const std::string path = model_dir + "/config.json";
+  const nlohmann::json j = read_json_file(path);  // LoadError naming the file
+  if (!j.is_object()) throw LoadError(path + ": not a JSON object (--load-format dummy makes the weights from it)");
+  auto dtype_field = [](const nlohmann::json& o) -> std::optional<std::string> {
+    for (const char* k : {"dtype", "torch_dtype"})
+      if (o.contains(k) && o[k].is_string()) return o[k].get<std::string>();
+    return std::nullopt;
+  };
+  std::optional<std::string> name = dtype_field(j);
+  if (!name && j.contains("text_config") && j["text_config"].is_object()) name = dtype_field(j["text_config"]);
+  DType dt = DType::BF16;
+  if (name && !parse_float_dtype_name(*name, &dt))
+    throw LoadError(path + ": unknown dtype '" + *name + "' (--load-format dummy makes the weights in it)");
+  WeightStore w;
+  w.dir_ = model_dir;
+  w.dummy_ = std::make_shared<DummyWeights>(model_dir, dt, keep_bytes);
+  return w;
+}
+
+WeightStore WeightStore::open(const std::string& model_dir, const WeightLoadOptions& options) {
+  if (options.format == LoadFormat::Dummy) return dummy(model_dir, options.dummy_keep_bytes);
   namespace fs = std::filesystem;
   WeightStore w;
   w.dir_ = model_dir;
@@ -66,6 +95,7 @@ WeightStore WeightStore::open(const std::string& model_dir) {
 
 std::string WeightStore::first_prefix(std::initializer_list<const char*> prefixes, const std::string& probe,
                                       const std::string& what) const {
+  if (dummy_) return *prefixes.begin();  // every name is made on request
   for (const char* p : prefixes)
     if (has(std::string(p) + probe)) return p;
   std::string tried;
@@ -74,6 +104,7 @@ std::string WeightStore::first_prefix(std::initializer_list<const char*> prefixe
 }
 
 TensorView WeightStore::get(const std::string& name, const Shape& expected) const {
+  if (dummy_) return dummy_->get(name, expected);
   auto it = tensors_.find(name);
   if (it == tensors_.end()) throw LoadError(dir_ + ": missing tensor '" + name + "'");
   const TensorView& t = it->second;
@@ -142,6 +173,7 @@ Fp8Weight WeightStore::fp8(const std::string& name, const Shape& expected) const
 }
 
 int64_t WeightStore::total_bytes() const {
+  if (dummy_) return dummy_->bytes_held();
   int64_t n = 0;
   for (const auto& [name, t] : tensors_) n += t.nbytes();
   return n;

@@ -45,13 +45,13 @@ ModelArchitecture detect_architecture(const std::string& model_dir) {
                   "Qwen3VLMoeForConditionalGeneration");
 }
 
-std::unique_ptr<Model> load_model(const std::string& model_dir) {
+std::unique_ptr<Model> load_model(const std::string& model_dir, const WeightLoadOptions& options) {
   switch (detect_architecture(model_dir)) {
-    case ModelArchitecture::CausalLM: return TextModel::load(model_dir);
-    case ModelArchitecture::Llava: return LlavaModel::load(model_dir);
-    case ModelArchitecture::Qwen2VL: return Qwen2VLModel::load(model_dir);
-    case ModelArchitecture::LlavaOnevision: return LlavaOnevisionModel::load(model_dir);
-    case ModelArchitecture::Qwen3VL: return Qwen3VLModel::load(model_dir);
+    case ModelArchitecture::CausalLM: return TextModel::load(model_dir, options);
+    case ModelArchitecture::Llava: return LlavaModel::load(model_dir, options);
+    case ModelArchitecture::Qwen2VL: return Qwen2VLModel::load(model_dir, options);
+    case ModelArchitecture::LlavaOnevision: return LlavaOnevisionModel::load(model_dir, options);
+    case ModelArchitecture::Qwen3VL: return Qwen3VLModel::load(model_dir, options);
   }
   throw InternalError("unknown model architecture");
 }

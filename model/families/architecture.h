@@ -4,6 +4,8 @@
 #include <memory>
 #include <string>
 
+#include "model/decoder/weights.h"
+
 namespace vlm {
 
 class Model;
@@ -21,7 +23,8 @@ ModelArchitecture detect_architecture(const std::string& model_dir);
 
 // The checkpoint as its family's Model (model/families/model.h): TextModel, LlavaModel,
 // Qwen2VLModel, LlavaOnevisionModel or Qwen3VLModel by detect_architecture. Throws LoadError as
-// detect_architecture and the family's load do (naming the file and field).
-std::unique_ptr<Model> load_model(const std::string& model_dir);
+// detect_architecture and the family's load do (naming the file and field). options: where the
+// weights come from (--load-format; WeightStore::open).
+std::unique_ptr<Model> load_model(const std::string& model_dir, const WeightLoadOptions& options = {});
 
 }  // namespace vlm

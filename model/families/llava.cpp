@@ -83,8 +83,8 @@ LlavaConfig LlavaConfig::load(const std::string& model_dir) {
   return parse_json_file(model_dir + "/config.json", from_json);
 }
 
-std::unique_ptr<LlavaModel> LlavaModel::load(const std::string& model_dir) {
-  return std::make_unique<LlavaModel>(LlavaConfig::load(model_dir), WeightStore::open(model_dir));
+std::unique_ptr<LlavaModel> LlavaModel::load(const std::string& model_dir, const WeightLoadOptions& options) {
+  return std::make_unique<LlavaModel>(LlavaConfig::load(model_dir), WeightStore::open(model_dir, options));
 }
 
 LlavaModel::LlavaModel(LlavaConfig config, WeightStore weights)

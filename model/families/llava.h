@@ -48,7 +48,7 @@ struct LlavaConfig {
 class LlavaModel : public Model {
  public:
   // Loads DIR/config.json and the weights. Throws LoadError naming the file (and tensor).
-  static std::unique_ptr<LlavaModel> load(const std::string& model_dir);
+  static std::unique_ptr<LlavaModel> load(const std::string& model_dir, const WeightLoadOptions& options = {});
   LlavaModel(LlavaConfig config, WeightStore weights);
   ~LlavaModel() override;
 

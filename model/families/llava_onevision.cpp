@@ -76,9 +76,10 @@ LlavaOnevisionConfig LlavaOnevisionConfig::load(const std::string& model_dir) {
   return parse_json_file(model_dir + "/config.json", from_json);
 }
 
-std::unique_ptr<LlavaOnevisionModel> LlavaOnevisionModel::load(const std::string& model_dir) {
+std::unique_ptr<LlavaOnevisionModel> LlavaOnevisionModel::load(const std::string& model_dir,
+                                                               const WeightLoadOptions& options) {
   LlavaOnevisionConfig config = LlavaOnevisionConfig::load(model_dir);
-  auto base = std::make_unique<LlavaModel>(config.llava, WeightStore::open(model_dir));
+  auto base = std::make_unique<LlavaModel>(config.llava, WeightStore::open(model_dir, options));
   return std::make_unique<LlavaOnevisionModel>(std::move(config), std::move(base));
 }
 

@@ -40,7 +40,8 @@ struct LlavaOnevisionConfig {
 class LlavaOnevisionModel : public Model {
  public:
   // Loads DIR/config.json and the weights (both LLaVA weight layouts, plus image_newline).
-  static std::unique_ptr<LlavaOnevisionModel> load(const std::string& model_dir);
+  static std::unique_ptr<LlavaOnevisionModel> load(const std::string& model_dir,
+                                                   const WeightLoadOptions& options = {});
   LlavaOnevisionModel(LlavaOnevisionConfig config, std::unique_ptr<LlavaModel> base);
   ~LlavaOnevisionModel() override;
 

@@ -16,8 +16,8 @@ TextModel::TextModel(std::unique_ptr<LlmDecoder> decoder) : decoder_(std::move(d
   VLM_CHECK(decoder_ != nullptr, "a text model without a decoder");
 }
 
-std::unique_ptr<TextModel> TextModel::load(const std::string& model_dir) {
-  return std::make_unique<TextModel>(LlmDecoder::load(model_dir));
+std::unique_ptr<TextModel> TextModel::load(const std::string& model_dir, const WeightLoadOptions& options) {
+  return std::make_unique<TextModel>(LlmDecoder::load(model_dir, options));
 }
 
 }  // namespace vlm

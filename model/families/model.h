@@ -76,7 +76,7 @@ class TextModel final : public Model {
  public:
   explicit TextModel(std::unique_ptr<LlmDecoder> decoder);
   // LlmDecoder::load(model_dir) (throws what it throws).
-  static std::unique_ptr<TextModel> load(const std::string& model_dir);
+  static std::unique_ptr<TextModel> load(const std::string& model_dir, const WeightLoadOptions& options = {});
   const LlmDecoder& decoder() const override { return *decoder_; }
 
  private:

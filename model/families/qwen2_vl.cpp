@@ -53,8 +53,8 @@ Qwen2VLConfig Qwen2VLConfig::load(const std::string& model_dir) {
   return parse_json_file(model_dir + "/config.json", from_json);
 }
 
-std::unique_ptr<Qwen2VLModel> Qwen2VLModel::load(const std::string& model_dir) {
-  return std::make_unique<Qwen2VLModel>(Qwen2VLConfig::load(model_dir), WeightStore::open(model_dir));
+std::unique_ptr<Qwen2VLModel> Qwen2VLModel::load(const std::string& model_dir, const WeightLoadOptions& options) {
+  return std::make_unique<Qwen2VLModel>(Qwen2VLConfig::load(model_dir), WeightStore::open(model_dir, options));
 }
 
 Qwen2VLModel::Qwen2VLModel(Qwen2VLConfig config, WeightStore weights)

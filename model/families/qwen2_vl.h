@@ -43,7 +43,7 @@ struct Qwen2VLConfig {
 class Qwen2VLModel : public Model {
  public:
   // Loads DIR/config.json and the weights. Throws LoadError naming the file (and tensor).
-  static std::unique_ptr<Qwen2VLModel> load(const std::string& model_dir);
+  static std::unique_ptr<Qwen2VLModel> load(const std::string& model_dir, const WeightLoadOptions& options = {});
   Qwen2VLModel(Qwen2VLConfig config, WeightStore weights);
 
   const Qwen2VLConfig& config() const { return config_; }

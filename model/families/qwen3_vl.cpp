@@ -15,8 +15,8 @@
 
 namespace vlm {
 
-std::unique_ptr<Qwen3VLModel> Qwen3VLModel::load(const std::string& model_dir) {
-  return std::make_unique<Qwen3VLModel>(Qwen3VLConfig::load(model_dir), WeightStore::open(model_dir));
+std::unique_ptr<Qwen3VLModel> Qwen3VLModel::load(const std::string& model_dir, const WeightLoadOptions& options) {
+  return std::make_unique<Qwen3VLModel>(Qwen3VLConfig::load(model_dir), WeightStore::open(model_dir, options));
 }
 
 Qwen3VLModel::Qwen3VLModel(Qwen3VLConfig config, WeightStore weights)

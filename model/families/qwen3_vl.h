@@ -35,7 +35,7 @@ class Qwen3VLModel : public Model {
  public:
   // Loads DIR/config.json and the weights. Throws LoadError naming the file (and tensor, or the
   // config field we do not implement).
-  static std::unique_ptr<Qwen3VLModel> load(const std::string& model_dir);
+  static std::unique_ptr<Qwen3VLModel> load(const std::string& model_dir, const WeightLoadOptions& options = {});
   Qwen3VLModel(Qwen3VLConfig config, WeightStore weights);
   ~Qwen3VLModel() override;
 

@@ -41,8 +41,8 @@ double max_row_rel_error(const float* ours, const float* ref, int64_t rows, int6
 }
 
 DecoderRunner::DecoderRunner(const std::string& model_name, int block_size, int64_t num_blocks,
-                             DType kv_dtype, uint32_t shuffle_seed)
-    : decoder_(LlmDecoder::load(fixture_model_dir(model_name))), block_size_(block_size) {
+                             DType kv_dtype, uint32_t shuffle_seed, const WeightLoadOptions& load)
+    : decoder_(LlmDecoder::load(fixture_model_dir(model_name), load)), block_size_(block_size) {
   const ModelConfig& c = decoder_->config();
   KVCacheShape shape;
   shape.num_layers = c.num_layers;

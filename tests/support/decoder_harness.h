@@ -48,8 +48,9 @@ struct TestSequence {
 
 class DecoderRunner {
  public:
+  // load: where the weights come from (--load-format dummy: made from config.json).
   DecoderRunner(const std::string& model_name, int block_size, int64_t num_blocks,
-                DType kv_dtype = DType::F32, uint32_t shuffle_seed = 7);
+                DType kv_dtype = DType::F32, uint32_t shuffle_seed = 7, const WeightLoadOptions& load = {});
   const LlmDecoder& decoder() const { return *decoder_; }
   int64_t vocab() const { return decoder_->config().vocab_size; }
   const KVCache& cache() const { return *cache_; }

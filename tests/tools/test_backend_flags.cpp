@@ -60,6 +60,25 @@ TEST(BackendFlags, QuantizationFp8IsOptIn) {
               "--quantization must be none or fp8, got 'awq'");
 }
 
+// --load-format (vLLM's names): dummy streams to the GPU (a bounded host budget) and keeps every
+// tensor for the CPU backend; another value is a usage error.
+TEST(BackendFlags, LoadFormat) {
+  auto load_of = [](const std::map<std::string, std::string>& flags) {
+    EngineConfig c;
+    apply_backend_flags(flags, parser(), c);
+    return load_options(flags, parser(), c);
+  };
+  EXPECT_EQ(load_of({}).format, LoadFormat::Auto);
+  EXPECT_EQ(load_of({{"load-format", "safetensors"}}).format, LoadFormat::Safetensors);
+  const WeightLoadOptions cpu = load_of({{"load-format", "dummy"}, {"device", "cpu"}});
+  EXPECT_EQ(cpu.format, LoadFormat::Dummy);
+  EXPECT_LT(cpu.dummy_keep_bytes, 0);  // the CPU layers keep views into every tensor
+  const WeightLoadOptions gpu = load_of({{"load-format", "dummy"}, {"device", "cuda"}});
+  EXPECT_EQ(gpu.dummy_keep_bytes, kDummyStreamBytes);
+  EXPECT_EXIT(load_of({{"load-format", "pt"}}), ::testing::ExitedWithCode(2),
+              "--load-format must be auto, safetensors or dummy, got 'pt'");
+}
+
 }  // namespace
 }  // namespace vlm::cli
 

@@ -140,6 +140,26 @@ TEST(VlmGenerate, KvCacheDtypeFollowsTheDtype) {
   EXPECT_NE(r.output.find("give --kv-cache-dtype once"), std::string::npos) << r.output;
 }
 
+// --load-format dummy: a directory with config.json alone generates, the same tokens twice; auto
+// still wants the safetensors.
+TEST(VlmGenerate, LoadFormatDummyNeedsOnlyTheConfig) {
+  const std::string dir = ::testing::TempDir() + "vlm_generate_dummy_" + std::to_string(::getpid());
+  ASSERT_EQ(run_command("mkdir -p " + dir + " && cp " + fixture_model_dir("qwen2_tiny") + "/config.json " + dir).exit_code,
+            0);
+  const std::string args = "--model " + dir + " --device cpu --prompt-ids 1,2,3,4 --max-tokens 6 --ignore-eos --threads 2";
+  const Result a = run(args + " --load-format dummy"), b = run(args + " --load-format dummy");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const size_t at = a.output.find("generated: ");
+  ASSERT_NE(at, std::string::npos) << a.output;
+  const std::string tokens = a.output.substr(at, a.output.find('\n', at) - at);
+  EXPECT_NE(b.output.find(tokens + "\n"), std::string::npos) << b.output;
+  const Result none = run(args);
+  EXPECT_EQ(none.exit_code, 1) << none.output;
+  EXPECT_NE(none.output.find("no model.safetensors"), std::string::npos) << none.output;
+  EXPECT_EQ(run(args + " --load-format pt").exit_code, 2);
+  run_command("rm -rf " + dir);
+}
+
 TEST(VlmGenerate, MissingModelIsALoadError) {
   const Result r = run("--model /nonexistent/dir --prompt-ids 1");
   EXPECT_EQ(r.exit_code, 1);

@@ -34,6 +34,9 @@ void add_backend_flags(FlagTable& table) {
       "none (default) or fp8: the GPU decoder's linear layers quantized to FP8 E4M3 at load (per-channel weight "
       "scales, per-token activation scales; vision tower and LM head stay bf16; Hopper GPUs). FP8 "
       "checkpoints (quantization_config) load as FP8 without it";
+  table["load-format"] =
+      "auto (default) or safetensors: the checkpoint's safetensors; dummy: random weights made from config.json "
+      "alone (no safetensors; deterministic, seeded by each tensor's name), for measuring a model's shape";
 }
 
 void apply_backend_flags(const std::map<std::string, std::string>& flags, const FlagParser& parser,
@@ -84,6 +87,19 @@ void apply_backend_flags(const std::map<std::string, std::string>& flags, const 
     else if (it->second == "none") config.quantize_fp8 = false;
     else parser.fail("--quantization must be none or fp8, got '" + it->second + "'");
   }
+}
+
+WeightLoadOptions load_options(const std::map<std::string, std::string>& flags, const FlagParser& parser,
+                               const EngineConfig& config) {
+  WeightLoadOptions o;
+  if (auto it = flags.find("load-format"); it != flags.end()) {
+    const auto f = parse_load_format(it->second);
+    if (!f) parser.fail("--load-format must be auto, safetensors or dummy, got '" + it->second + "'");
+    o.format = *f;
+  }
+  const bool gpu = config.device == Device::Cuda || (config.device == Device::Auto && cuda_available());
+  if (o.format == LoadFormat::Dummy && gpu) o.dummy_keep_bytes = kDummyStreamBytes;
+  return o;
 }
 
 }  // namespace vlm::cli

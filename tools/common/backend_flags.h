@@ -9,12 +9,15 @@
 //                                     exact path, else bf16 -- vLLM's auto, the model's dtype; fp8: the
 //                                     GPU's FP8 E4M3 cache, refused on the CPU)
 //   --quantization none|fp8         (GPU: FP8 E4M3 decoder linear layers, quantized at load)
+//   --load-format auto|safetensors|dummy  (dummy: random weights made from config.json alone,
+//                                     WeightStore::dummy; on the GPU streamed, one tensor at a time)
 #pragma once
 
 #include <map>
 #include <string>
 
 #include "engine/engine_config.h"
+#include "model/decoder/weights.h"
 #include "tools/common/cli_flags.h"
 
 namespace vlm::cli {
@@ -26,5 +29,11 @@ void add_backend_flags(FlagTable& table);
 // auto's); parser.fail()s on a bad value.
 void apply_backend_flags(const std::map<std::string, std::string>& flags, const FlagParser& parser,
                          EngineConfig& config);
+
+// --load-format as WeightLoadOptions (auto when absent); parser.fail()s on another value. A dummy
+// load streams (kDummyStreamBytes held on the host) when `config` runs on the GPU (device cuda,
+// or auto with a GPU visible), and keeps every tensor for the CPU backend.
+WeightLoadOptions load_options(const std::map<std::string, std::string>& flags, const FlagParser& parser,
+                               const EngineConfig& config);
 
 }  // namespace vlm::cli

@@ -133,7 +133,8 @@ Options parse(int argc, char** argv) {
     else if (a == "block-size") o.block_size = parse_int(a, v, 1);
     else if (a == "threads") o.threads = parse_int(a, v, 1);
     else if (a == "device" || a == "dtype" || a == "gpu-memory-utilization" || a == "gemm-activations" ||
-             a == "enforce-eager" || a == "kv-cache-dtype" || a == "kv-dtype" || a == "tensor-parallel-size") {
+             a == "enforce-eager" || a == "kv-cache-dtype" || a == "kv-dtype" || a == "load-format" ||
+             a == "quantization" || a == "tensor-parallel-size") {
       const std::string key = a == "kv-dtype" ? "kv-cache-dtype" : a;
       if (o.backend.count(key)) usage("give --kv-cache-dtype once (--kv-dtype is its older alias)");
       o.backend[key] = v;
@@ -202,7 +203,9 @@ int run(Options o) {
   vlm::set_log_level(o.log_level);
   if (o.threads > 0) vlm::set_num_threads(o.threads);
   const std::shared_ptr<const vlm::Tokenizer> tok = tokenize_texts(o);
-  auto decoder = vlm::LlmDecoder::load(o.model);
+  vlm::EngineConfig device_only;  // --device, for where dummy weights go (streamed to the GPU)
+  vlm::cli::apply_backend_flags(o.backend, kCli, device_only);
+  auto decoder = vlm::LlmDecoder::load(o.model, vlm::cli::load_options(o.backend, kCli, device_only));
   const vlm::ModelConfig& c = decoder->config();
   size_t longest = 0;
   for (const auto& p : o.prompts) {

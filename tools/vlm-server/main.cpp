@@ -454,15 +454,16 @@ int main(int argc, char** argv) {
     else VLM_LOG_WARN("{} has no tokenizer.json: only token-id prompts will work", model_dir);
     std::optional<vlm::ChatTemplate> chat_template = vlm::ChatTemplate::load(model_dir);
     std::unique_ptr<vlm::Engine> engine;
+    const vlm::WeightLoadOptions load = vlm::cli::load_options(flags, cli(), ec);  // --load-format
     switch (vlm::detect_architecture(model_dir)) {
       case vlm::ModelArchitecture::CausalLM: {
-        auto decoder = vlm::LlmDecoder::load(model_dir);
+        auto decoder = vlm::LlmDecoder::load(model_dir, load);
         warm_weights(*decoder);
         engine = std::make_unique<vlm::Engine>(ec, std::move(decoder), vlm::make_text_decoder_factory(tokenizer));
         break;
       }
       case vlm::ModelArchitecture::Llava: {
-        auto model = vlm::LlavaModel::load(model_dir);
+        auto model = vlm::LlavaModel::load(model_dir, load);
         warm_weights(model->decoder());
         vlm::ImageInputOptions images;
         images.preprocess = vlm::ImagePreprocessConfig::load(model_dir);
@@ -478,7 +479,7 @@ int main(int argc, char** argv) {
         break;
       }
       case vlm::ModelArchitecture::Qwen2VL: {
-        auto model = vlm::Qwen2VLModel::load(model_dir);
+        auto model = vlm::Qwen2VLModel::load(model_dir, load);
         warm_weights(model->decoder());
         vlm::Qwen2VLMediaOptions media;
         media.image = vlm::Qwen2VLPreprocessConfig::load(model_dir, /*video=*/false);
@@ -507,7 +508,7 @@ int main(int argc, char** argv) {
         break;
       }
       case vlm::ModelArchitecture::Qwen3VL: {
-        auto model = vlm::Qwen3VLModel::load(model_dir);
+        auto model = vlm::Qwen3VLModel::load(model_dir, load);
         warm_weights(model->decoder());
         // Images as Qwen2VLImageProcessor with the checkpoint's 16-px settings, videos as
         // Qwen3VLVideoProcessor (timestamps per temporal group); in the 8-bit form where the CUDA
@@ -536,7 +537,7 @@ int main(int argc, char** argv) {
         break;
       }
       case vlm::ModelArchitecture::LlavaOnevision: {
-        auto model = vlm::LlavaOnevisionModel::load(model_dir);
+        auto model = vlm::LlavaOnevisionModel::load(model_dir, load);
         warm_weights(model->decoder());
         vlm::OnevisionMediaOptions media;
         media.image = vlm::OnevisionPreprocessConfig::load(model_dir, /*video=*/false);

@@ -1,0 +1,179 @@
+#include "model/decoder/dummy_weights.h"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels/core/check.h"
+#include "kernels/core/dtype.h"
+#include "kernels/core/thread_pool.h"
+
+namespace vlm {
+
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
+
+uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t name_seed(const std::string& name) {
+  uint64_t h = 14695981039346656037ULL;  // FNV-1a 64
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ULL;
+  return mix64(h + kGolden);
+}
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const std::string t(suffix);
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+enum class Kind { Weight, Bias, NormScale };
+
+Kind kind_of(const std::string& name) {
+  if (ends_with(name, ".bias")) return Kind::Bias;
+  if (!ends_with(name, ".weight")) return Kind::Weight;
+  const std::string stem = name.substr(0, name.size() - 7);  // without ".weight"
+  const size_t dot = stem.rfind('.');
+  const std::string last = dot == std::string::npos ? stem : stem.substr(dot + 1);  // e.g. input_layernorm, ln_q
+  if (last.find("norm") != std::string::npos || last.rfind("ln_", 0) == 0) return Kind::NormScale;
+  return Kind::Weight;
+}
+
+// The value of 16 random bits r for a kind: offset + (r - 32767.5) / 32767.5 * a.
+float value(Kind k, uint32_t r) {
+  const float u = (static_cast<float>(r) - 32767.5f) / 32767.5f;
+  switch (k) {
+    case Kind::Bias: return 0.002f * u;
+    case Kind::NormScale: return 1.0f;
+    case Kind::Weight: break;
+  }
+  return 0.034641016f * u;  // 0.02 * sqrt(3)
+}
+
+// bf16 of value(k, r) for every r (one table per kind, made once).
+const std::vector<uint16_t>& bf16_table(Kind k) {
+  static const std::array<std::vector<uint16_t>, 3> tables = [] {
+    std::array<std::vector<uint16_t>, 3> t;
+    for (int i = 0; i < 3; ++i) {
+      t[static_cast<size_t>(i)].resize(65536);
+      for (uint32_t r = 0; r < 65536; ++r) t[static_cast<size_t>(i)][r] = f32_to_bf16(value(static_cast<Kind>(i), r));
+    }
+    return t;
+  }();
+  return tables[static_cast<size_t>(k)];
+}
+
+}  // namespace
+
+DummyWeights::DummyWeights(std::string model_dir, DType dtype, int64_t keep_bytes)
+    : dir_(std::move(model_dir)), dtype_(dtype), keep_bytes_(keep_bytes) {
+  VLM_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16, "dummy weights in {}",
+            dtype_name(dtype));
+}
+
+void DummyWeights::fill(const std::string& name, const TensorView& out) {
+  VLM_CHECK(out.dtype == DType::F32 || out.dtype == DType::BF16 || out.dtype == DType::F16, "dummy {} in {}", name,
+            dtype_name(out.dtype));
+  const Kind k = kind_of(name);
+  const uint64_t seed = name_seed(name);
+  const int64_t n = out.numel(), groups = (n + 3) / 4;  // 4 values per 64-bit draw
+  const uint16_t* tbl = bf16_table(k).data();
+  const int64_t full = n / 4;  // groups of 4 values; the last, partial one apart
+  auto draw = [seed](int64_t g) { return mix64(seed + static_cast<uint64_t>(g + 1) * kGolden); };
+  auto body = [&](int64_t g0, int64_t g1) {
+    const int64_t g_end = std::min(g1, full);
+    if (out.dtype == DType::BF16) {  // 4 table lookups a draw, written as one 64-bit word
+      auto* o = static_cast<uint16_t*>(out.data);
+      for (int64_t g = g0; g < g_end; ++g) {
+        const uint64_t r = draw(g);
+        const uint64_t w = static_cast<uint64_t>(tbl[r & 0xFFFF]) | static_cast<uint64_t>(tbl[(r >> 16) & 0xFFFF]) << 16 |
+                           static_cast<uint64_t>(tbl[(r >> 32) & 0xFFFF]) << 32 |
+                           static_cast<uint64_t>(tbl[r >> 48]) << 48;
+        std::memcpy(o + 4 * g, &w, 8);
+      }
+    } else if (out.dtype == DType::F32) {
+      auto* o = static_cast<float*>(out.data);
+      for (int64_t g = g0; g < g_end; ++g) {
+        const uint64_t r = draw(g);
+        for (int j = 0; j < 4; ++j) o[4 * g + j] = value(k, static_cast<uint32_t>(r >> (16 * j)) & 0xFFFFu);
+      }
+    } else {
+      auto* o = static_cast<uint16_t*>(out.data);
+      for (int64_t g = g0; g < g_end; ++g) {
+        const uint64_t r = draw(g);
+        for (int j = 0; j < 4; ++j) o[4 * g + j] = f32_to_f16(value(k, static_cast<uint32_t>(r >> (16 * j)) & 0xFFFFu));
+      }
+    }
+    if (g1 > full) {  // the partial group: the same values element by element
+      const uint64_t r = draw(full);
+      for (int64_t i = 4 * full; i < n; ++i) {
+        const uint32_t bits = static_cast<uint32_t>(r >> (16 * (i - 4 * full))) & 0xFFFFu;
+        if (out.dtype == DType::BF16) static_cast<uint16_t*>(out.data)[i] = tbl[bits];
+        else if (out.dtype == DType::F32) static_cast<float*>(out.data)[i] = value(k, bits);
+        else static_cast<uint16_t*>(out.data)[i] = f32_to_f16(value(k, bits));
+      }
+    }
+  };
+  if (groups < (1 << 16)) body(0, groups);
+  else global_thread_pool().parallel_for(groups, body, 1 << 16);
+}
+
+TensorView DummyWeights::get(const std::string& name, const Shape& shape) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = shapes_.find(name);
+  if (s != shapes_.end() && !(s->second == shape))
+    throw LoadError(fmt::format("{} (--load-format dummy): tensor '{}' asked for as {} and as {}", dir_, name,
+                                s->second.str(), shape.str()));
+  if (shape.ndim == 0 || shape.numel() <= 0)
+    throw LoadError(fmt::format("{} (--load-format dummy): tensor '{}' of empty shape {}", dir_, name, shape.str()));
+  if (s == shapes_.end()) {
+    shapes_.emplace(name, shape);
+    first_asked_.push_back(name);
+  }
+  auto held = views_.find(name);
+  if (held != views_.end()) return held->second;
+  const int64_t bytes = shape.numel() * static_cast<int64_t>(dtype_size(dtype_));
+  Tensor reuse;  // a dropped tensor of the same shape: its pages are written again, not faulted in afresh
+  while (keep_bytes_ >= 0 && !order_.empty() && held_bytes_ + bytes > keep_bytes_) {  // drop the oldest
+    const std::string old = order_.front();
+    order_.pop_front();
+    held_bytes_ -= views_.at(old).nbytes();
+    views_.erase(old);
+    auto node = tensors_.extract(old);
+    if (reuse.view().empty() && node.mapped().view().shape == shape) reuse = std::move(node.mapped());
+  }
+  Tensor t = reuse.view().empty() ? Tensor::empty(shape, dtype_) : std::move(reuse);
+  fill(name, t.view());
+  const TensorView v = t.view();
+  tensors_.emplace(name, std::move(t));
+  views_.emplace(name, v);
+  order_.push_back(name);
+  held_bytes_ += bytes;
+  made_bytes_ += bytes;
+  return v;
+}
+
+std::vector<std::pair<std::string, Shape>> DummyWeights::made() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const std::string& n : first_asked_) out.emplace_back(n, shapes_.at(n));
+  return out;
+}
+
+int64_t DummyWeights::bytes_held() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_bytes_;
+}
+
+int64_t DummyWeights::bytes_made() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return made_bytes_;
+}
+
+}  // namespace vlm
