@@ -6,7 +6,8 @@
 // The router's own product [T, C] x [C, E] (0.5 MB of weights) is left out: the logits are given.
 //
 // Per token count T (--tokens, default 1,4,16,64,256,512,8192; P = 8T pairs):
-//  - "kernel" rows: moe_route, moe_sort, moe_route_sort (form=one: one launch, T <= 64), the
+//  - "kernel" rows: moe_route, moe_sort (form=-: what moe_sort picks; per_expert, and chunked for
+//    P >= kMoeSortChunk: the two forms), moe_route_sort (form=one: one launch, T <= 8), the
 //    gate|up and down products in each form (mma: the tensor-core GEMV moe_grouped_mma_gemv;
 //    gemv: the warp GEMV moe_grouped_gemv; tiles: the mma.sync row tiles moe_grouped, 4 cp.async
 //    stages; tiles2: the same with the 2 stages it had before; a GEMV form is skipped past 64
@@ -190,6 +191,11 @@ int main(int argc, char** argv) {
       Routed& r = sets[i % kSets];
       vlm::cuda::moe_sort(r.expert.as<int32_t>(), P, E, r.sorted, s);
     };
+    auto sort_form = [&](int i, bool chunked) {
+      Routed& r = sets[i % kSets];
+      (chunked ? vlm::cuda::moe_sort_chunked : vlm::cuda::moe_sort_per_expert)(r.expert.as<int32_t>(), P, E, r.sorted,
+                                                                                s);
+    };
     auto route_sort = [&](int i) {  // what CudaMoe runs: one launch for T <= 64
       Routed& r = sets[i % kSets];
       vlm::cuda::moe_route_sort(r.logits.as<float>(), T, E, K, true, r.expert.as<int32_t>(), r.weight.as<float>(),
@@ -209,6 +215,9 @@ int main(int argc, char** argv) {
     };
     report("kernel", "route", "-", time_us(route, reps, s), 0);
     report("kernel", "sort", "-", time_us(sort, reps, s), 0);
+    report("kernel", "sort", "per_expert", time_us([&](int i) { sort_form(i, false); }, reps, s), 0);
+    if (P >= vlm::cuda::kMoeSortChunk)
+      report("kernel", "sort", "chunked", time_us([&](int i) { sort_form(i, true); }, reps, s), 0);
     report("kernel", "route_sort", T <= vlm::cuda::kMoeRouteSortMaxTokens ? "one" : "two",
            time_us(route_sort, reps, s), 0);
     std::vector<Form> forms = {Form::Mma, Form::Gemv, Form::Tiles, Form::Tiles2};
