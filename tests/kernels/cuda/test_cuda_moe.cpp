@@ -250,7 +250,8 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
       auto d_x = to_device(encode(x, dt)), d_w = to_device(encode(w, dt));
       auto d_off = to_device(offsets), d_tiles = to_device(tiles), d_rows = to_device(x_rows);
       auto d_active = to_device(active);
-      auto run = [&](int which) {  // 0 tiles, 1 gemv, 2 naive, 3 tensor-core gemv, 4 two-stage tiles
+      // 0 tiles (v2), 1 gemv, 2 naive, 3 tensor-core gemv, 4 tiles old, 5 tiles v2c, 6 tiles v3
+      auto run = [&](int which) {
         auto d_out = poisoned(P * N * dtype_size(dt));
         cuda::MoeGroupedArgs a;
         a.x = d_x.get();
@@ -266,14 +267,18 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
         a.N = N;
         a.K = K;
         a.gated = g.gated;
-        a.tile_stages = which == 4 ? 2 : 4;
-        if (which == 0 || which == 4) cuda::moe_grouped(a, dt, nullptr);
+        a.tile_form = which == 4   ? cuda::kMoeTilesOld
+                      : which == 5 ? cuda::kMoeTilesV2c
+                      : which == 6 ? cuda::kMoeTilesV3
+                                   : cuda::kMoeTilesV2;
+        if (which == 0 || which >= 4) cuda::moe_grouped(a, dt, nullptr);
         else if (which == 1) cuda::moe_grouped_gemv(a, dt, nullptr);
         else if (which == 3) cuda::moe_grouped_mma_gemv(a, dt, nullptr);
         else cuda::moe_grouped_naive(a, dt, nullptr);
         return download(d_out, P * N, dt);
       };
       const auto tiles_out = run(0), gemv_out = run(1), naive = run(2), mma_out = run(3), tiles2 = run(4);
+      const auto tiles_v2c = run(5), tiles_v3 = run(6);
       std::vector<float> want(P * N);
       for (int64_t r = 0; r < P; ++r) {
         const int64_t e = expert[r], xr = g.x_div > 1 ? x_rows[r] / g.x_div : r;
@@ -293,7 +298,9 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
       EXPECT_LE(rel_error(tiles_out, naive), tol);
       EXPECT_LE(rel_error(gemv_out, naive), tol);
       EXPECT_LE(rel_error(mma_out, naive), tol);
-      EXPECT_EQ(tiles2, tiles_out);  // the same products in the same order: 2 or 4 stages
+      EXPECT_EQ(tiles2, tiles_out);  // the same products in the same order: every tile form
+      EXPECT_EQ(tiles_v2c, tiles_out);
+      EXPECT_EQ(tiles_v3, tiles_out);
     }
   }
 }
