@@ -9,6 +9,7 @@
 //  - "kernel" rows: moe_route, moe_sort (form=-: what moe_sort picks; per_expert, and chunked for
 //    P >= kMoeSortChunk: the two forms), moe_route_sort (form=one: one launch, T <= 8), the
 //    gate|up and down products in each form (mma: the tensor-core GEMV moe_grouped_mma_gemv;
+//    mma16: the same with 16 weight rows per block (mma_rows 16);
 //    gemv: the warp GEMV moe_grouped_gemv; tiles: the mma.sync row tiles moe_grouped, 4 cp.async
 //    stages (kMoeTilesV2); tiles2: the same with the 2 stages it had before (old); tiles_v2c:
 //    tiles with the column tiles fastest in the grid; tiles_v3: v2c with 3 stages of k 64; a GEMV
@@ -91,10 +92,11 @@ double time_us(const std::function<void(int)>& f, int reps, cudaStream_t s) {
   return us[us.size() / 2];
 }
 
-enum class Form { Mma, Gemv, Tiles, Tiles2, TilesV2c, TilesV3 };
+enum class Form { Mma, Mma16, Gemv, Tiles, Tiles2, TilesV2c, TilesV3 };
 const char* form_name(Form f) {
   switch (f) {
     case Form::Mma: return "mma";
+    case Form::Mma16: return "mma16";
     case Form::Gemv: return "gemv";
     case Form::Tiles: return "tiles";
     case Form::Tiles2: return "tiles2";
@@ -190,7 +192,8 @@ int main(int argc, char** argv) {
                     : f == Form::TilesV2c ? vlm::cuda::kMoeTilesV2c
                     : f == Form::TilesV3  ? vlm::cuda::kMoeTilesV3
                                           : vlm::cuda::kMoeTilesV2;
-      if (f == Form::Mma) vlm::cuda::moe_grouped_mma_gemv(a, DType::BF16, s);
+      a.mma_rows = f == Form::Mma16 ? 16 : 32;
+      if (f == Form::Mma || f == Form::Mma16) vlm::cuda::moe_grouped_mma_gemv(a, DType::BF16, s);
       else if (f == Form::Gemv) vlm::cuda::moe_grouped_gemv(a, DType::BF16, s);
       else vlm::cuda::moe_grouped(a, DType::BF16, s);
     };
@@ -231,7 +234,8 @@ int main(int argc, char** argv) {
       report("kernel", "sort", "chunked", time_us([&](int i) { sort_form(i, true); }, reps, s), 0);
     report("kernel", "route_sort", T <= vlm::cuda::kMoeRouteSortMaxTokens ? "one" : "two",
            time_us(route_sort, reps, s), 0);
-    std::vector<Form> forms = {Form::Mma, Form::Gemv, Form::Tiles, Form::Tiles2, Form::TilesV2c, Form::TilesV3};
+    std::vector<Form> forms = {Form::Mma,   Form::Mma16,  Form::Gemv,    Form::Tiles,
+                               Form::Tiles2, Form::TilesV2c, Form::TilesV3};
     if (P > 64 * E) forms = {Form::Tiles, Form::Tiles2, Form::TilesV2c, Form::TilesV3};
     for (const Form f : forms) {
       report("kernel", "gate_up", form_name(f), time_us([&](int i) { product(f, i, true); }, reps, s),

@@ -102,6 +102,10 @@ struct MoeGroupedArgs {
   // moe_grouped only: its form (MoeTiles); 0: VLM_MOE_TILES=old|v2|v2c|v3 in the environment
   // (read once), else kMoeTilesDefault.
   int tile_form = 0;
+  // moe_grouped_mma_gemv only: weight rows per block, 32 or 16 (twice the blocks, for a few
+  // tokens; the same outputs bit for bit); 0: 16 with VLM_MOE_MMA_ROWS=16 in the environment
+  // (read once), else 32.
+  int mma_rows = 0;
 };
 
 // moe_grouped's forms: kBM x kBN = 128 x 128 tiles, 8 warps, mma.sync, ldmatrix from swizzled

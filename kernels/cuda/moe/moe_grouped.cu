@@ -85,7 +85,7 @@ constexpr size_t tile_smem_bytes() {
 }
 
 template <class T, int kG, int kS, int kBK, bool kColFast>
-__global__ void __launch_bounds__(kTileThreads, 2) grouped_tc_kernel(MoeGroupedArgs a) {  // 2 blocks per SM: <= 128 registers
+__global__ void __launch_bounds__(kTileThreads, 2) grouped_tc_kernel(MoeGroupedArgs a) {  // <= 128 registers
   using Rows = RowsK<kBK>;
   const int E = static_cast<int>(a.E), N = static_cast<int>(a.N), K = static_cast<int>(a.K);
   constexpr int kOutCols = kG == 2 ? kBN / 2 : kBN;
