@@ -6,11 +6,14 @@
 // The router's own product [T, C] x [C, E] (0.5 MB of weights) is left out: the logits are given.
 //
 // Per token count T (--tokens, default 1,4,16,64,256,512,8192; P = 8T pairs):
-//  - "kernel" rows: moe_route, moe_sort, moe_route_sort (form=one: one launch, T <= 64), the
+//  - "kernel" rows: moe_route, moe_sort (form=-: what moe_sort picks; per_expert, and chunked for
+//    P >= kMoeSortChunk: the two forms), moe_route_sort (form=one: one launch, T <= 8), the
 //    gate|up and down products in each form (mma: the tensor-core GEMV moe_grouped_mma_gemv;
+//    mma16: the same with 16 weight rows per block (mma_rows 16);
 //    gemv: the warp GEMV moe_grouped_gemv; tiles: the mma.sync row tiles moe_grouped, 4 cp.async
-//    stages; tiles2: the same with the 2 stages it had before; a GEMV form is skipped past 64
-//    pairs per expert on average),
+//    stages (kMoeTilesV2); tiles2: the same with the 2 stages it had before (old); tiles_v2c:
+//    tiles with the column tiles fastest in the grid; tiles_v3: v2c with 3 stages of k 64; a GEMV
+//    form is skipped past 64 pairs per expert on average),
 //    moe_combine; device events around --reps calls queued back to back (after 5 warm-up calls),
 //    median of 5 repeats;
 //  - "layer" rows: route_sort, gate|up, down, combine in one form (auto: the one CudaMoe picks,
@@ -89,9 +92,17 @@ double time_us(const std::function<void(int)>& f, int reps, cudaStream_t s) {
   return us[us.size() / 2];
 }
 
-enum class Form { Mma, Gemv, Tiles, Tiles2 };
+enum class Form { Mma, Mma16, Gemv, Tiles, Tiles2, TilesV2c, TilesV3 };
 const char* form_name(Form f) {
-  return f == Form::Mma ? "mma" : f == Form::Gemv ? "gemv" : f == Form::Tiles ? "tiles" : "tiles2";
+  switch (f) {
+    case Form::Mma: return "mma";
+    case Form::Mma16: return "mma16";
+    case Form::Gemv: return "gemv";
+    case Form::Tiles: return "tiles";
+    case Form::Tiles2: return "tiles2";
+    case Form::TilesV2c: return "tiles_v2c";
+    default: return "tiles_v3";
+  }
 }
 
 // One routing set: logits and everything routing and sorting them writes.
@@ -177,8 +188,12 @@ int main(int argc, char** argv) {
     };
     auto product = [&](Form f, int i, bool gated) {
       vlm::cuda::MoeGroupedArgs a = args(i, gated);
-      a.tile_stages = f == Form::Tiles2 ? 2 : 4;
-      if (f == Form::Mma) vlm::cuda::moe_grouped_mma_gemv(a, DType::BF16, s);
+      a.tile_form = f == Form::Tiles2     ? vlm::cuda::kMoeTilesOld
+                    : f == Form::TilesV2c ? vlm::cuda::kMoeTilesV2c
+                    : f == Form::TilesV3  ? vlm::cuda::kMoeTilesV3
+                                          : vlm::cuda::kMoeTilesV2;
+      a.mma_rows = f == Form::Mma16 ? 16 : 32;
+      if (f == Form::Mma || f == Form::Mma16) vlm::cuda::moe_grouped_mma_gemv(a, DType::BF16, s);
       else if (f == Form::Gemv) vlm::cuda::moe_grouped_gemv(a, DType::BF16, s);
       else vlm::cuda::moe_grouped(a, DType::BF16, s);
     };
@@ -189,6 +204,11 @@ int main(int argc, char** argv) {
     auto sort = [&](int i) {
       Routed& r = sets[i % kSets];
       vlm::cuda::moe_sort(r.expert.as<int32_t>(), P, E, r.sorted, s);
+    };
+    auto sort_form = [&](int i, bool chunked) {
+      Routed& r = sets[i % kSets];
+      (chunked ? vlm::cuda::moe_sort_chunked : vlm::cuda::moe_sort_per_expert)(r.expert.as<int32_t>(), P, E, r.sorted,
+                                                                                s);
     };
     auto route_sort = [&](int i) {  // what CudaMoe runs: one launch for T <= 64
       Routed& r = sets[i % kSets];
@@ -209,10 +229,14 @@ int main(int argc, char** argv) {
     };
     report("kernel", "route", "-", time_us(route, reps, s), 0);
     report("kernel", "sort", "-", time_us(sort, reps, s), 0);
+    report("kernel", "sort", "per_expert", time_us([&](int i) { sort_form(i, false); }, reps, s), 0);
+    if (P >= vlm::cuda::kMoeSortChunk)
+      report("kernel", "sort", "chunked", time_us([&](int i) { sort_form(i, true); }, reps, s), 0);
     report("kernel", "route_sort", T <= vlm::cuda::kMoeRouteSortMaxTokens ? "one" : "two",
            time_us(route_sort, reps, s), 0);
-    std::vector<Form> forms = {Form::Mma, Form::Gemv, Form::Tiles, Form::Tiles2};
-    if (P > 64 * E) forms = {Form::Tiles, Form::Tiles2};
+    std::vector<Form> forms = {Form::Mma,   Form::Mma16,  Form::Gemv,    Form::Tiles,
+                               Form::Tiles2, Form::TilesV2c, Form::TilesV3};
+    if (P > 64 * E) forms = {Form::Tiles, Form::Tiles2, Form::TilesV2c, Form::TilesV3};
     for (const Form f : forms) {
       report("kernel", "gate_up", form_name(f), time_us([&](int i) { product(f, i, true); }, reps, s),
              layer_bytes * 2 / 3);

@@ -71,8 +71,15 @@ constexpr int64_t kMoeRouteSortMaxTokens = 8;
 void moe_route_sort(const float* logits /*[T,E]*/, int64_t T, int64_t E, int64_t K, bool norm_topk,
                     int32_t* expert /*[T,K]*/, float* weight /*[T,K]*/, const MoeSorted& sorted, cudaStream_t s);
 
-// expert [P] in [0, E).
+// expert [P] in [0, E). moe_sort: moe_sort_chunked for P >= kMoeSortChunk, else
+// moe_sort_per_expert (the same outputs, bit for bit). moe_sort_per_expert: a block per expert,
+// each reading all P choices (115 us at P = 65,536, E = 128 on an H200, session 17);
+// moe_sort_chunked (P >= kMoeSortChunk): three launches over chunks of kMoeSortChunk pairs
+// (counts, one scan, the slots; moe_sort.cu says how), each reading the choices once.
+constexpr int64_t kMoeSortChunk = 1024;
 void moe_sort(const int32_t* expert /*[P]*/, int64_t P, int64_t E, const MoeSorted& out, cudaStream_t s);
+void moe_sort_per_expert(const int32_t* expert /*[P]*/, int64_t P, int64_t E, const MoeSorted& out, cudaStream_t s);
+void moe_sort_chunked(const int32_t* expert /*[P]*/, int64_t P, int64_t E, const MoeSorted& out, cudaStream_t s);
 void moe_sort_naive(const int32_t* expert /*[P]*/, int64_t P, int64_t E, const MoeSorted& out, cudaStream_t s);
 
 // An upper bound of tile_starts[E] (sum over e of ceil(count_e / kMoeTileRows)) for P pairs.
@@ -92,10 +99,23 @@ struct MoeGroupedArgs {
   const int32_t* active = nullptr;       // [E+1] (moe_sort; moe_grouped_gemv only)
   int64_t P = 0, E = 0, N = 0, K = 0;
   bool gated = false;
-  // moe_grouped only: its cp.async pipeline's stages, 4 or 2 (the form before session 17); 0: 4,
-  // or 2 with VLM_MOE_TILES=old in the environment (read once).
-  int tile_stages = 0;
+  // moe_grouped only: its form (MoeTiles); 0: VLM_MOE_TILES=old|v2|v2c|v3 in the environment
+  // (read once), else kMoeTilesDefault.
+  int tile_form = 0;
+  // moe_grouped_mma_gemv only: weight rows per block, 32 or 16 (twice the blocks, for a few
+  // tokens; the same outputs bit for bit); 0: 16 with VLM_MOE_MMA_ROWS=16 in the environment
+  // (read once), else 32.
+  int mma_rows = 0;
 };
+
+// moe_grouped's forms: kBM x kBN = 128 x 128 tiles, 8 warps, mma.sync, ldmatrix from swizzled
+// shared memory in all. old: 2 cp.async stages of kBK = 32 (before session 17); v2: 4 stages of
+// 32 (session 17: gate|up 2.00 ms + down 1.26 ms at T = 8192, ~200 TFLOP/s on an H200); v2c: v2
+// with the column tiles fastest in the grid (x read once per row tile, not once per column
+// tile); v3: v2c with 3 stages of kBK = 64 (half the barriers per k, 96 KB: 2 blocks per SM).
+// Every form sums k ascending: the same outputs bit for bit.
+enum MoeTiles : int { kMoeTilesOld = 1, kMoeTilesV2 = 2, kMoeTilesV2c = 3, kMoeTilesV3 = 4 };
+constexpr int kMoeTilesDefault = kMoeTilesV2;  // until v2c / v3 are measured (bench_cuda_moe rows)
 
 // 16-bit dt and K % 8 == 0 (16-byte rows): what moe_grouped and moe_grouped_gemv take.
 bool moe_grouped_fast_supported(int64_t K, DType dt);

@@ -21,7 +21,15 @@
 // groups of 8: four accumulator tiles per m16 tile; groups past the expert's pairs skipped,
 // block-uniform), or 8 at a time when P <= E; the warps' partial sums meet in shared memory,
 // summed in warp order, and warp w finishes pair group w (epilogue, store).
+// kM = 1 (mma_rows 16, for a few tokens: twice the blocks, each half the rows, so the ~20 us
+// decode product of 1 token is spread over more SMs sooner): the block owns one m16 tile of 16
+// weight rows: gated, the gate rows of 8 output columns (mma rows g) and their up rows (rows
+// g + 8), so c0/c2 and c1/c3 pair up; ungated, 16 output columns. Each output's sum is the same
+// sequence of mma steps and the same warp-order reduction as with kM = 2: equal bit for bit.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
 
 #include "kernels/cuda/attention/mma_tile.cuh"
 #include "kernels/cuda/core/element.cuh"
@@ -46,25 +54,28 @@ __device__ __forceinline__ int64_t x_row(const MoeGroupedArgs& a, int r) {
   return a.x_rows ? a.x_rows[r] / a.x_div : r;
 }
 
-template <class T, int kG, int kGroups>
+template <class T, int kG, int kGroups, int kM>
 __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGroupedArgs a) {
-  constexpr int kPassPairs = 8 * kGroups, kAcc = 2 * kGroups * 4;  // accumulators: [m tile][group][c0..c3]
+  constexpr int kPassPairs = 8 * kGroups, kAcc = kM * kGroups * 4;  // accumulators: [m tile][group][c0..c3]
   const int E = static_cast<int>(a.E);
   const int busy = a.active[E], e = a.active[blockIdx.y];  // both loads at once (blockIdx.y < E)
   if (static_cast<int>(blockIdx.y) >= busy) return;
   const int s0 = a.offsets[e], s1 = a.offsets[e + 1];  // s0 < s1: an expert with pairs
   const int N = static_cast<int>(a.N), K = static_cast<int>(a.K);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  constexpr int kCols = kG == 2 ? 16 : 32;  // output columns per block
+  constexpr int kCols = (kG == 2 ? 8 : 16) * kM;  // output columns per block
   const int n0 = blockIdx.x * kCols;
   const T* wbase = static_cast<const T*>(a.w) + static_cast<int64_t>(e) * kG * N * K;
-  const T* wr[2][2];  // [m tile][row g, g + 8]; null past N
+  const T* wr[kM][2];  // [m tile][row g, g + 8]; null past N
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int col = kG == 2 ? n0 + g + 8 * h : n0 + 16 * mt + g + 8 * h;
-      const int64_t row = kG == 2 ? static_cast<int64_t>(mt) * N + col : col;
+      // kM = 2: gated, m tile mt = gate (0) or up (1) rows of columns n0 + g + 8h; ungated,
+      // columns n0 + 16 mt + g + 8h. kM = 1: gated, h = gate (0) or up (1) of column n0 + g.
+      const int col = kM == 1 && kG == 2 ? n0 + g : kG == 2 ? n0 + g + 8 * h : n0 + 16 * mt + g + 8 * h;
+      const int part = kM == 1 ? (kG == 2 ? h : 0) : (kG == 2 ? mt : 0);
+      const int64_t row = static_cast<int64_t>(part) * N + col;
       wr[mt][h] = col < N ? wbase + row * K : nullptr;
     }
   const T* x = static_cast<const T*>(a.x);
@@ -77,15 +88,15 @@ __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGrouped
     const T* xr[kGroups];                    // pair gi * 8 + g's x row; null past m
 #pragma unroll
     for (int gi = 0; gi < kGroups; ++gi) xr[gi] = gi * 8 + g < m ? x + x_row(a, p0 + gi * 8 + g) * K : nullptr;
-    float acc[2][kGroups][4] = {};
+    float acc[kM][kGroups][4] = {};
     for (int c0 = warp; c0 < nchunks; c0 += kMgWarps * kMgUnroll) {
-      uint4 wv[kMgUnroll][2][2];
+      uint4 wv[kMgUnroll][kM][2];
 #pragma unroll
       for (int u = 0; u < kMgUnroll; ++u) {
         const int c = c0 + u * kMgWarps, k = c * 32 + 8 * t;
         const bool ok = c < nchunks && k < K;
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
             wv[u][mt][h] = ok && wr[mt][h] ? gemv_detail::load_stream(reinterpret_cast<const uint4*>(wr[mt][h] + k))
@@ -100,7 +111,7 @@ __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGrouped
           if (gi * 8 >= m) break;  // block-uniform
           const uint4 xv = xr[gi] && k < K ? __ldg(reinterpret_cast<const uint4*>(xr[gi] + k)) : zero;
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
+          for (int mt = 0; mt < kM; ++mt) {
             const uint4 &lo = wv[u][mt][0], &hi = wv[u][mt][1];
             const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
             mma<T>(acc[mt][gi], a0, xv.x, xv.y);
@@ -110,7 +121,7 @@ __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGrouped
       }
     }
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
       for (int gi = 0; gi < kGroups; ++gi)
 #pragma unroll
@@ -118,9 +129,9 @@ __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGrouped
     __syncthreads();
     if (warp < kGroups && warp * 8 < m) {  // warp w finishes pair group w
       const int gi = warp;
-      float v[2][4];
+      float v[kM][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           float s = 0.f;
@@ -133,12 +144,20 @@ __global__ void __launch_bounds__(kMgThreads) grouped_mma_gemv_kernel(MoeGrouped
         const int pair = gi * 8 + 2 * t + (c & 1), h = c >> 1;
         if (pair >= m) continue;
         T* o = out + static_cast<int64_t>(p0 + pair) * N;
-        if (kG == 2) {
+        if (kM == 1 && kG == 2) {  // c0 / c1 the gate, c2 / c3 the up value of column n0 + g
+          const int col = n0 + g;
+          if (h == 0 && col < N)
+            o[col] = from_f32<T>(silu(to_f32(from_f32<T>(v[0][c]))) * to_f32(from_f32<T>(v[0][(c + 2) & 3])));
+        } else if (kM == 1) {
           const int col = n0 + g + 8 * h;
-          if (col < N) o[col] = from_f32<T>(silu(to_f32(from_f32<T>(v[0][c]))) * to_f32(from_f32<T>(v[1][c])));
+          if (col < N) o[col] = from_f32<T>(v[0][c]);
+        } else if (kG == 2) {
+          const int col = n0 + g + 8 * h;
+          if (col < N)
+            o[col] = from_f32<T>(silu(to_f32(from_f32<T>(v[0][c]))) * to_f32(from_f32<T>(v[kM - 1][c])));
         } else {
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
+          for (int mt = 0; mt < kM; ++mt) {
             const int col = n0 + 16 * mt + g + 8 * h;
             if (col < N) o[col] = from_f32<T>(v[mt][c]);
           }
@@ -158,15 +177,26 @@ void moe_grouped_mma_gemv(const MoeGroupedArgs& a, DType dt, cudaStream_t s) {
     precondition_failed("moe_grouped_mma_gemv: P >= 0, E, N, K >= 1");
   if (!moe_grouped_fast_supported(a.K, dt)) precondition_failed("moe_grouped_mma_gemv: 16-bit dt and K % 8 == 0");
   if (a.P == 0) return;
-  const int64_t cols = a.gated ? 16 : 32;  // output columns per block
+  static const int env_rows = [] {
+    const char* v = std::getenv("VLM_MOE_MMA_ROWS");
+    return v != nullptr && std::string(v) == "16" ? 16 : 32;
+  }();
+  if (a.mma_rows != 0 && a.mma_rows != 16 && a.mma_rows != 32) precondition_failed("moe_grouped_mma_gemv: mma_rows");
+  const bool rows16 = (a.mma_rows != 0 ? a.mma_rows : env_rows) == 16;
+  const int64_t cols = (a.gated ? 8 : 16) * (rows16 ? 1 : 2);  // output columns per block
   const dim3 grid(static_cast<unsigned>((a.N + cols - 1) / cols), static_cast<unsigned>(std::min(a.P, a.E)));
-  auto launch = [&](auto tag) {
+  auto pick = [&](auto tag, auto m_tag) {
     using T = decltype(tag);
+    constexpr int kM = decltype(m_tag)::value;
     const bool few = a.P <= a.E;
-    if (a.gated && few) grouped_mma_gemv_kernel<T, 2, kMgGroupsFew><<<grid, kMgThreads, 0, s>>>(a);
-    else if (a.gated) grouped_mma_gemv_kernel<T, 2, kMgGroupsMany><<<grid, kMgThreads, 0, s>>>(a);
-    else if (few) grouped_mma_gemv_kernel<T, 1, kMgGroupsFew><<<grid, kMgThreads, 0, s>>>(a);
-    else grouped_mma_gemv_kernel<T, 1, kMgGroupsMany><<<grid, kMgThreads, 0, s>>>(a);
+    if (a.gated && few) grouped_mma_gemv_kernel<T, 2, kMgGroupsFew, kM><<<grid, kMgThreads, 0, s>>>(a);
+    else if (a.gated) grouped_mma_gemv_kernel<T, 2, kMgGroupsMany, kM><<<grid, kMgThreads, 0, s>>>(a);
+    else if (few) grouped_mma_gemv_kernel<T, 1, kMgGroupsFew, kM><<<grid, kMgThreads, 0, s>>>(a);
+    else grouped_mma_gemv_kernel<T, 1, kMgGroupsMany, kM><<<grid, kMgThreads, 0, s>>>(a);
+  };
+  auto launch = [&](auto tag) {
+    if (rows16) pick(tag, std::integral_constant<int, 1>{});
+    else pick(tag, std::integral_constant<int, 2>{});
   };
   if (dt == DType::BF16) launch(__nv_bfloat16{});
   else launch(__half{});

@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "kernels/cuda/core/cuda_check.h"
+#include "kernels/cuda/moe/moe_block_scan.cuh"
 #include "kernels/cuda/moe/moe_cuda.h"
 
 namespace vlm::cuda {
@@ -89,30 +90,6 @@ __global__ void __launch_bounds__(32 * kRouteWarps)
   route_token(logits, route_smem + warp * E, t, E, K, norm, lane, expert, weight);
 }
 
-// Exclusive prefix sums over the block (kRouteSortThreads) of three counts at once; `total` gets
-// the block's sums. Every thread calls it.
-__device__ __forceinline__ int3 block_exclusive_scan3(int3 v, int3* total) {
-  __shared__ int3 warp_sums[kRouteSortThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int3 inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int a = __shfl_up_sync(0xffffffffu, inc.x, o), b = __shfl_up_sync(0xffffffffu, inc.y, o),
-              c = __shfl_up_sync(0xffffffffu, inc.z, o);
-    if (lane >= o) inc.x += a, inc.y += b, inc.z += c;
-  }
-  if (lane == 31) warp_sums[warp] = inc;
-  __syncthreads();
-  int3 before = make_int3(0, 0, 0), all = make_int3(0, 0, 0);
-  for (int w = 0; w < kRouteSortThreads / 32; ++w) {
-    const int3 ws = warp_sums[w];
-    if (w < warp) before.x += ws.x, before.y += ws.y, before.z += ws.z;
-    all.x += ws.x, all.y += ws.y, all.z += ws.z;
-  }
-  *total = all;
-  return make_int3(before.x + inc.x - v.x, before.y + inc.y - v.y, before.z + inc.z - v.z);
-}
-
 // moe_route then moe_sort in one block for T <= kMoeRouteSortMaxTokens: the warps route the
 // tokens (route_token: the same results as route_kernel) and mark each choice in its expert's
 // token mask (bit t); the masks give the counts, one block scan the offsets, tile starts and
@@ -143,7 +120,7 @@ __global__ void __launch_bounds__(kRouteSortThreads)
     mine.x += c, mine.y += (c + kMoeTileRows - 1) / kMoeTileRows, mine.z += c > 0;
   }
   int3 total;
-  int3 at = block_exclusive_scan3(mine, &total);
+  int3 at = block_exclusive_scan3<kRouteSortThreads>(mine, &total);
   for (int e = e0; e < e1; ++e) {
     const int c = __popcll(mask[e]);
     out.offsets[e] = offset[e] = at.x;
@@ -303,8 +280,9 @@ void moe_route_naive(const float* logits, int64_t T, int64_t E, int64_t K, bool 
   VLM_CUDA_CHECK(cudaFreeAsync(p, s));
 }
 
-void moe_sort(const int32_t* expert, int64_t P, int64_t E, const MoeSorted& out, cudaStream_t s) {
-  if (P < 0 || E < 1 || E > kMoeMaxExperts || P > INT_MAX / 2) precondition_failed("moe_sort: 1 <= E <= 1024");
+void moe_sort_per_expert(const int32_t* expert, int64_t P, int64_t E, const MoeSorted& out, cudaStream_t s) {
+  if (P < 0 || E < 1 || E > kMoeMaxExperts || P > INT_MAX / 2)
+    precondition_failed("moe_sort_per_expert: 1 <= E <= 1024");
   const size_t smem = static_cast<size_t>(E + kSortThreads / 32) * sizeof(int);
   sort_kernel<<<static_cast<unsigned>(E), kSortThreads, smem, s>>>(expert, static_cast<int>(P), static_cast<int>(E),
                                                                     out);

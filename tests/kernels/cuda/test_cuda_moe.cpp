@@ -102,7 +102,8 @@ TEST_F(CudaMoe, RouteOfNanRowsChoosesValidExperts) {
 
 // Runs moe_sort (or the naive one) on `expert` and returns offsets, tile starts, the active
 // experts and both permutations (one vector, in that order; unwritten entries poisoned: -1).
-std::vector<int32_t> sorted_of(const std::vector<int32_t>& expert, int64_t E, bool naive) {
+// which: 0 moe_sort, 1 moe_sort_naive, 2 moe_sort_per_expert.
+std::vector<int32_t> sorted_of(const std::vector<int32_t>& expert, int64_t E, int which) {
   const int64_t P = static_cast<int64_t>(expert.size());
   auto d_x = to_device(expert);
   auto d_meta = poisoned((3 * (E + 1) + 2 * P) * 4);
@@ -112,14 +113,18 @@ std::vector<int32_t> sorted_of(const std::vector<int32_t>& expert, int64_t E, bo
   s.active = s.tile_starts + E + 1;
   s.pair_of_slot = s.active + E + 1;
   s.slot_of_pair = s.pair_of_slot + P;
-  (naive ? cuda::moe_sort_naive : cuda::moe_sort)(d_x.as<int32_t>(), P, E, s, nullptr);
+  (which == 1 ? cuda::moe_sort_naive : which == 2 ? cuda::moe_sort_per_expert : cuda::moe_sort)(d_x.as<int32_t>(), P,
+                                                                                                E, s, nullptr);
   return to_host<int32_t>(d_meta, 3 * (E + 1) + 2 * P);
 }
 
 TEST_F(CudaMoe, SortMatchesNaiveAndGroupsPairsByExpert) {
   struct Case { int64_t P, E; int skew; };  // skew 0: uniform; 1: every pair to expert E-1; 2: even experts only
+  // P >= kMoeSortChunk (1024) runs the chunked sort: one chunk (1024, 2047), a last chunk
+  // longer than the others (70000, 5000), every pair to one expert over 64 chunks (65536).
   for (const Case c : {Case{1, 8, 0}, Case{16, 8, 2}, Case{513, 8, 0}, Case{300, 128, 1}, Case{70000, 128, 0},
-                       Case{4096, 1, 0}, Case{999, 1000, 2}}) {
+                       Case{4096, 1, 0}, Case{999, 1000, 2}, Case{1024, 1000, 0}, Case{2047, 1024, 2},
+                       Case{65536, 128, 1}, Case{65536, 128, 0}, Case{5000, 3, 0}}) {
     std::mt19937 rng(static_cast<uint32_t>(c.P + c.E));
     std::vector<int32_t> expert(c.P);
     for (int32_t& e : expert) {
@@ -127,9 +132,10 @@ TEST_F(CudaMoe, SortMatchesNaiveAndGroupsPairsByExpert) {
       if (c.skew == 1) e = static_cast<int32_t>(c.E - 1);
       if (c.skew == 2) e -= e % 2;
     }
-    const auto fast = sorted_of(expert, c.E, false), naive = sorted_of(expert, c.E, true);
+    const auto fast = sorted_of(expert, c.E, 0), naive = sorted_of(expert, c.E, 1);
     SCOPED_TRACE(::testing::Message() << "P " << c.P << " E " << c.E << " skew " << c.skew);
     EXPECT_EQ(fast, naive);
+    EXPECT_EQ(sorted_of(expert, c.E, 2), naive);
     // The host's grouping: counts, stable order.
     const int32_t* off = naive.data();
     const int32_t* tiles = off + c.E + 1;
@@ -244,7 +250,8 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
       auto d_x = to_device(encode(x, dt)), d_w = to_device(encode(w, dt));
       auto d_off = to_device(offsets), d_tiles = to_device(tiles), d_rows = to_device(x_rows);
       auto d_active = to_device(active);
-      auto run = [&](int which) {  // 0 tiles, 1 gemv, 2 naive, 3 tensor-core gemv, 4 two-stage tiles
+      // 0 tiles (v2), 1 gemv, 2 naive, 3 tensor-core gemv, 4 tiles old, 5 tiles v2c, 6 tiles v3
+      auto run = [&](int which) {
         auto d_out = poisoned(P * N * dtype_size(dt));
         cuda::MoeGroupedArgs a;
         a.x = d_x.get();
@@ -260,14 +267,18 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
         a.N = N;
         a.K = K;
         a.gated = g.gated;
-        a.tile_stages = which == 4 ? 2 : 4;
-        if (which == 0 || which == 4) cuda::moe_grouped(a, dt, nullptr);
+        a.tile_form = which == 4   ? cuda::kMoeTilesOld
+                      : which == 5 ? cuda::kMoeTilesV2c
+                      : which == 6 ? cuda::kMoeTilesV3
+                                   : cuda::kMoeTilesV2;
+        if (which == 0 || which >= 4) cuda::moe_grouped(a, dt, nullptr);
         else if (which == 1) cuda::moe_grouped_gemv(a, dt, nullptr);
         else if (which == 3) cuda::moe_grouped_mma_gemv(a, dt, nullptr);
         else cuda::moe_grouped_naive(a, dt, nullptr);
         return download(d_out, P * N, dt);
       };
       const auto tiles_out = run(0), gemv_out = run(1), naive = run(2), mma_out = run(3), tiles2 = run(4);
+      const auto tiles_v2c = run(5), tiles_v3 = run(6);
       std::vector<float> want(P * N);
       for (int64_t r = 0; r < P; ++r) {
         const int64_t e = expert[r], xr = g.x_div > 1 ? x_rows[r] / g.x_div : r;
@@ -287,7 +298,9 @@ TEST_F(CudaMoe, GroupedProductsMatchNaiveAndHost) {
       EXPECT_LE(rel_error(tiles_out, naive), tol);
       EXPECT_LE(rel_error(gemv_out, naive), tol);
       EXPECT_LE(rel_error(mma_out, naive), tol);
-      EXPECT_EQ(tiles2, tiles_out);  // the same products in the same order: 2 or 4 stages
+      EXPECT_EQ(tiles2, tiles_out);  // the same products in the same order: every tile form
+      EXPECT_EQ(tiles_v2c, tiles_out);
+      EXPECT_EQ(tiles_v3, tiles_out);
     }
   }
 }
@@ -324,9 +337,11 @@ TEST_F(CudaMoe, NaiveGroupedProductIsExactInF32) {
 
 TEST_F(CudaMoe, CombineMatchesNaiveAndHost) {
   for (DType dt : {DType::BF16, DType::F32}) {
+    // K = 11: the 16-byte form's loads in two batches (8 + 3); shift 1: y not 16-byte aligned.
     for (int64_t C : {64, 20}) {
-      for (bool acc : {false, true}) {
-        const int64_t T = 37, K = 3, P = T * K;
+      for (int cfg = 0; cfg < 8; ++cfg) {
+        const bool acc = (cfg & 1) != 0;
+        const int64_t K = (cfg & 2) != 0 ? 11 : 3, shift = (cfg >> 2) & 1, T = 37, P = T * K;
         const auto out = round_to(random_vector(P * C, 4), dt);
         const auto wt = random_vector(P, 5, 0.5f), y0 = random_vector(T * C, 6);
         std::vector<int32_t> slot(P);
@@ -334,10 +349,13 @@ TEST_F(CudaMoe, CombineMatchesNaiveAndHost) {
         std::shuffle(slot.begin(), slot.end(), std::mt19937(7));
         auto d_out = to_device(encode(out, dt)), d_wt = to_device(wt), d_slot = to_device(slot);
         auto run = [&](bool naive) {
-          auto d_y = acc ? to_device(y0) : poisoned(T * C * 4);
+          std::vector<float> y_init(shift, 0.f);
+          y_init.insert(y_init.end(), y0.begin(), y0.end());
+          auto d_y = acc ? to_device(y_init) : poisoned((T * C + shift) * 4);
           (naive ? cuda::moe_combine_naive : cuda::moe_combine)(d_out.get(), dt, d_slot.as<int32_t>(), d_wt.as<float>(),
-                                                                 d_y.as<float>(), acc, T, K, C, nullptr);
-          return to_host<float>(d_y, T * C);
+                                                                 d_y.as<float>() + shift, acc, T, K, C, nullptr);
+          const auto all = to_host<float>(d_y, T * C + shift);
+          return std::vector<float>(all.begin() + shift, all.end());
         };
         const auto fast = run(false), naive = run(true);
         std::vector<float> want(T * C);
@@ -347,7 +365,8 @@ TEST_F(CudaMoe, CombineMatchesNaiveAndHost) {
             for (int64_t j = 0; j < K; ++j) s += double(out[slot[t * K + j] * C + c]) * wt[t * K + j];
             want[t * C + c] = static_cast<float>((acc ? y0[t * C + c] : 0.0) + s);
           }
-        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " C " << C << " acc " << acc);
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " C " << C << " K " << K << " shift " << shift
+                                          << " acc " << acc);
         EXPECT_LE(rel_error(naive, want), 1e-6);
         EXPECT_LE(rel_error(fast, naive), 1e-6);
       }

@@ -64,7 +64,8 @@ TEST_F(CudaMoeGemv, FormsMatchNaiveOverRoutedGroups) {
       const int64_t rows = c.gated ? T : P;  // x rows: tokens (gated) or slots
       auto d_x = to_device(encode(random_vector(rows * K, static_cast<uint32_t>(5 + K)), dt));
       auto d_w = to_device(encode(random_vector(E * G * N * K, static_cast<uint32_t>(6 + N), 0.1f), dt));
-      auto run = [&](int which) {  // 0 naive, 1 tensor-core gemv, 2 warp gemv, 3 tiles
+      // 0 naive, 1 tensor-core gemv, 2 warp gemv, 3 tiles, 4 tensor-core gemv of 16 rows per block
+      auto run = [&](int which) {
         cuda::DeviceBuffer d_out(P * N * dtype_size(dt));
         VLM_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, d_out.bytes()));
         cuda::MoeGroupedArgs a;
@@ -81,13 +82,14 @@ TEST_F(CudaMoeGemv, FormsMatchNaiveOverRoutedGroups) {
         a.N = N;
         a.K = K;
         a.gated = c.gated;
+        a.mma_rows = which == 4 ? 16 : 32;
         if (which == 0) cuda::moe_grouped_naive(a, dt, nullptr);
-        else if (which == 1) cuda::moe_grouped_mma_gemv(a, dt, nullptr);
+        else if (which == 1 || which == 4) cuda::moe_grouped_mma_gemv(a, dt, nullptr);
         else if (which == 2) cuda::moe_grouped_gemv(a, dt, nullptr);
         else cuda::moe_grouped(a, dt, nullptr);
         return decode(to_host<uint8_t>(d_out, P * N * dtype_size(dt)), dt);
       };
-      const auto naive = run(0), mma = run(1), gemv = run(2), tiles = run(3);
+      const auto naive = run(0), mma = run(1), gemv = run(2), tiles = run(3), mma16 = run(4);
       const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " k " << k << " N " << N
                                         << " K " << K << (c.gated ? " gated" : "") << ": most pairs " << most
@@ -96,6 +98,7 @@ TEST_F(CudaMoeGemv, FormsMatchNaiveOverRoutedGroups) {
       EXPECT_LE(normalized_error(mma, naive), 2 * tol);
       EXPECT_LE(rel_error(gemv, naive), tol);
       EXPECT_LE(rel_error(tiles, naive), tol);
+      EXPECT_EQ(mma16, mma);  // the same sums in the same order, 16 or 32 rows per block
       if (T == 1) EXPECT_EQ(empty, E - k);
       if (T == 200) EXPECT_GT(most, 32);  // the tensor-core GEMV's second pass runs
     }
@@ -103,7 +106,7 @@ TEST_F(CudaMoeGemv, FormsMatchNaiveOverRoutedGroups) {
 }
 
 // Expert 2 of E holds all P pairs (77 when E = 5: passes of 32; 20 when E = 100: passes of 8).
-void one_busy_expert(int64_t E) {
+void one_busy_expert(int64_t E, int rows) {
   const int64_t N = 20, K = 48, P = E > 77 ? 20 : 77;
   const DType dt = DType::BF16;
   std::vector<int32_t> offsets(E + 1, static_cast<int32_t>(P)), active(E + 1, -1);
@@ -126,6 +129,7 @@ void one_busy_expert(int64_t E) {
     a.E = E;
     a.N = N;
     a.K = K;
+    a.mma_rows = rows;
     (naive ? cuda::moe_grouped_naive : cuda::moe_grouped_mma_gemv)(a, dt, nullptr);
     return decode(to_host<uint8_t>(d_out, P * N * 2), dt);
   };
@@ -136,10 +140,11 @@ void one_busy_expert(int64_t E) {
 // One expert holding every pair of a long batch (passes of 32 pairs back to back; of 8 when
 // P <= E), the others empty: the tensor-core GEMV against the naive product, element by element.
 TEST_F(CudaMoeGemv, MmaGemvOneBusyExpert) {
-  for (const int64_t E : {5, 100}) {
-    SCOPED_TRACE(::testing::Message() << "E " << E);
-    one_busy_expert(E);
-  }
+  for (const int64_t E : {5, 100})
+    for (const int rows : {32, 16}) {
+      SCOPED_TRACE(::testing::Message() << "E " << E << " rows per block " << rows);
+      one_busy_expert(E, rows);
+    }
 }
 
 }  // namespace
