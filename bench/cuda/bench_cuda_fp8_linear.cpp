@@ -7,8 +7,8 @@
 //  - rows 8, 16, 32, 64: quantize_fp8_rows + fp8_mma_gemm (+ its split reduce), quantize_fp8_rows +
 //    CublasLtGemm::linear_fp8 (+ silu_mul for gate/up; the unfused form where cuBLASLt refuses the
 //    fused one), and the bf16 cuBLASLt GEMM (these two as VLM_CUBLASLT_AUTOTUNE says);
-//  - rows 1, 2, 4, 8, 16, 32, 64: fp8_w8a16_gemm (+ its split reduce; bf16 activations as they are:
-//    "w8a16"; gate/up: the [M, 2I] product, then silu_mul: "w8a16+silu_mul");
+//  - rows 1, 2, 4, 8, 16, 32, 64: fp8_w8a16_gemm (gate/up: fp8_w8a16_gemm_silu_mul), bf16
+//    activations as they are ("w8a16", "w8a16(split)" with its split reduce);
 //  - rows 1, 8, 16, 32, 64: the cuBLASLt GEMM alone (FP8: over activations quantized beforehand;
 //    gate/up: the [M, 2I] product, no SiLU·mul), bf16 and FP8, with the heuristic's first algorithm
 //    ("lt_bf16_first", "lt_fp8_first") and autotuned ("lt_bf16_tuned", "lt_fp8_tuned":
@@ -217,16 +217,19 @@ int main(int argc, char** argv) {
       report(M, "bf16_cublaslt", bf, w16);
     }
     for (const int64_t M : {1, 2, 4, 8, 16, 32, 64}) {
-      const int64_t pf = vlm::cuda::fp8_w8a16_partial_floats(M, N, K);  // <= 16 * M * N: fits part
+      const int64_t pf = vlm::cuda::fp8_w8a16_partial_floats(M, N, K, sh.silu);  // <= 16 * M * N: fits part
+      float* p = pf > 0 ? part.as<float>() : nullptr;
       const double us = time_us(
           [&](int c) {
-            vlm::cuda::fp8_w8a16_gemm(x.get(), wq_at(c), ws.as<float>(), sh.silu ? nullptr : b,
-                                      sh.silu ? inner.get() : y.get(), sh.silu ? DType::BF16 : out_dt, sh.residual, M,
-                                      N, K, pf > 0 ? part.as<float>() : nullptr, nullptr);
-            if (sh.silu) vlm::cuda::silu_mul(inner.get(), M, I, y.get(), DType::BF16, nullptr);
+            if (sh.silu)
+              vlm::cuda::fp8_w8a16_gemm_silu_mul(x.get(), wq_at(c), ws.as<float>(), nullptr, inner.get(), M, I, K, p,
+                                                 nullptr);
+            else
+              vlm::cuda::fp8_w8a16_gemm(x.get(), wq_at(c), ws.as<float>(), b, y.get(), out_dt, sh.residual, M, N, K, p,
+                                        nullptr);
           },
           copies);
-      report(M, sh.silu ? "w8a16+silu_mul" : "w8a16", us, w8);
+      report(M, pf > 0 ? "w8a16(split)" : "w8a16", us, w8);
     }
     for (const int64_t M : {1, 8, 16, 32, 64}) {
       vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), nullptr);

@@ -37,12 +37,20 @@ constexpr int64_t kW8a16MaxRows = 64;
 
 bool fp8_w8a16_supported(int64_t M, int64_t K);
 
-// The partial-sum floats the product needs: S * M * N when K is split S ways, 0 when unsplit.
-int64_t fp8_w8a16_partial_floats(int64_t M, int64_t N, int64_t K);
+// The partial-sum floats the product needs for `cols` output columns (N; 2I for silu_mul): S * M *
+// cols when K is split S ways, 0 when it runs unsplit.
+int64_t fp8_w8a16_partial_floats(int64_t M, int64_t cols, int64_t K, bool silu_mul = false);
 
 void fp8_w8a16_gemm(const void* x /*[M,K] BF16*/, const uint8_t* wq /*[N,K]*/, const float* w_scale /*[N]*/,
                     const void* bias /*[N] out_dt or null*/, void* y /*[M,N]*/, DType out_dt, bool accumulate,
                     int64_t M, int64_t N, int64_t K, float* partial /*[S,M,N] or null*/, cudaStream_t s);
+
+// wq [2I, K] gate rows then up rows, w_scale [2I], bias [2I] BF16 or null; out [M, I] BF16 =
+// silu(round(g)) * round(u), g / u the scaled sums + bias (as fp8_gemv_silu_mul and ops_cuda's
+// silu_mul over the rounded product). A block owns 16 gate rows and the 16 matching up rows.
+void fp8_w8a16_gemm_silu_mul(const void* x /*[M,K] BF16*/, const uint8_t* wq /*[2I,K]*/, const float* w_scale /*[2I]*/,
+                             const void* bias /*[2I] BF16 or null*/, void* out /*[M,I] BF16*/, int64_t M, int64_t I,
+                             int64_t K, float* partial /*[S,M,2I] or null*/, cudaStream_t s);
 
 void fp8_w8a16_naive(const void* x /*[M,K] BF16*/, const uint8_t* wq /*[N,K]*/, const float* w_scale /*[N]*/,
                      const void* bias /*[N] out_dt or null*/, void* y /*[M,N]*/, DType out_dt, bool accumulate,

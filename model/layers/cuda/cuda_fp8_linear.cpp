@@ -202,10 +202,11 @@ void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear&
     s.mark("norm");
     in = h;
   }
-  if (use_w8a16(s, T, C)) {  // the product into inner [T, 2I], then SiLU·mul (no fused form yet)
-    fp8_product(s, gate_up, in, inner.data, dt, false, T);
-    s.mark("gemm_gate_up");
-    cuda::silu_mul(inner.data, T, I, act, dt, s.stream);
+  if (use_w8a16(s, T, C)) {
+    const int64_t pf = cuda::fp8_w8a16_partial_floats(T, 2 * I, C, true);
+    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, T, 2I] f32
+    cuda::fp8_w8a16_gemm_silu_mul(in, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), gate_up.bias_dt.get(),
+                                  act, T, I, C, part, s.stream);
   } else if (s.gemv && cuda::fp8_gemv_supported(T, C, dt)) {
     cuda::fp8_gemv_silu_mul(in, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), dt, gate_up.bias(dt), act, T, I,
                             C, s.stream, gemv_form());

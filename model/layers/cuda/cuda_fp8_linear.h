@@ -24,8 +24,8 @@
 //    kernels/cuda/gemm/fp8_mma_gemm.h). Steps of more rows: cuBLASLt, as before.
 //    "w8a16" (opt-in): steps of 2..64 rows (decode batches, short prefill chunks) through
 //    fp8_w8a16_gemm (kernels/cuda/gemm/fp8_w8a16_gemm.h: x stays bf16, bf16 tensor cores over the
-//    E4M3 weights converted in registers, scale / bias / residual in its epilogue; gate/up then
-//    ops_cuda's silu_mul); 1 row as the default (fp8_gemv's Simple form).
+//    E4M3 weights converted in registers, scale / bias / residual / SiLU·mul in its
+//    epilogue); 1 row as the default (fp8_gemv's Simple form).
 //  - VLM_FP8_GEMV_SPLIT=2|4 (read once; opt-in, any other value off): fp8_product's GEMVs (q/k/v,
 //    o_proj, down_proj of steps of 1..4 rows; gate/up keeps fp8_gemv_silu_mul) in the split-K form,
 //    kernels/cuda/gemm/fp8_gemv_split.h (2 or 4 warps a column).

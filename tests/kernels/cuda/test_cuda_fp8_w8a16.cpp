@@ -4,7 +4,8 @@
 // four epilogues (bf16 out, + bias, f32 += residual, both); M = 1..64 incl. odd M and tokens not a
 // multiple of 8; N not a multiple of the 32-row tile; K not a multiple of the 64-column chunk;
 // both forms (K split across blocks with partial sums; one pass with the epilogue in the kernel);
-// and Qwen2-7B's decoder shapes. The in-register E4M3 -> bf16 conversion is checked bit-exactly
+// and Qwen2-7B's decoder shapes; the SiLU·mul form against the naive product followed by
+// ops_cuda's silu_mul. The in-register E4M3 -> bf16 conversion is checked bit-exactly
 // over every non-NaN byte (subnormals, zeros, negatives) with one-hot activations. Outputs are
 // poisoned (NaN) first. Skips where no GPU is visible.
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 
 #include "kernels/core/fp8.h"
 #include "kernels/cuda/gemm/fp8_w8a16_gemm.h"
+#include "kernels/cuda/ops/ops_cuda.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/support/gpu_test.h"
 
@@ -101,6 +103,41 @@ TEST_F(CudaFp8W8a16, MatchesNaiveAndHost) {
   }
 }
 
+TEST_F(CudaFp8W8a16, SiluMulMatchesNaiveThenSiluMul) {
+  struct Shape { int64_t I, K; };
+  for (const Shape sh : {Shape{333, 1024}, Shape{40, 64}, Shape{21, 208}, Shape{18944, 3584}}) {
+    const int64_t I = sh.I, K = sh.K;
+    std::vector<float> wf = random_vector(2 * I * K, 8);
+    std::vector<uint8_t> wq(2 * I * K);
+    std::vector<float> ws(2 * I);
+    quantize_fp8_rows(wf.data(), 2 * I, K, wq.data(), ws.data());
+    auto d_wq = to_device(wq);
+    auto d_ws = to_device(ws);
+    auto d_b = to_device(encode(random_vector(2 * I, 9), DType::BF16));
+    for (const int64_t M : {1, 2, 7, 16, 45, 64}) {
+      if (I > 1000 && M != 2 && M != 64) continue;
+      auto d_x = to_device(encode(random_vector(M * K, 7 + static_cast<uint32_t>(M)), DType::BF16));
+      const int64_t pf = cuda::fp8_w8a16_partial_floats(M, 2 * I, K, true);
+      cuda::DeviceBuffer part(std::max<int64_t>(pf, 1) * 4);
+      for (const bool with_bias : {false, true}) {
+        const void* b = with_bias ? d_b.get() : nullptr;
+        auto d_fast = nan_buffer(M * I * 2), d_gu = nan_buffer(M * 2 * I * 2), d_naive = nan_buffer(M * I * 2);
+        cuda::fp8_w8a16_gemm_silu_mul(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), b, d_fast.get(), M, I, K,
+                                      pf > 0 ? part.as<float>() : nullptr, nullptr);
+        cuda::fp8_w8a16_naive(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), b, d_gu.get(), DType::BF16, false, M,
+                              2 * I, K, nullptr);
+        cuda::silu_mul(d_gu.get(), M, I, d_naive.get(), DType::BF16, nullptr);
+        const auto fast = download(d_fast, M * I, DType::BF16), naive = download(d_naive, M * I, DType::BF16);
+        SCOPED_TRACE(::testing::Message() << "M " << M << " I " << I << " K " << K << " bias " << with_bias
+                                          << " partial floats " << pf);
+        // g and u may round to neighbouring bf16 values (the sums' order differs): ~2^-8 apart.
+        EXPECT_LE(rel_error(fast, naive), 2e-2);
+        EXPECT_LE(normalized_error(fast, naive), 3e-2);
+      }
+    }
+  }
+}
+
 // Every non-NaN E4M3 byte through the in-register conversion, bit-exactly: w[n][k] = byte
 // (k + 3n) % 256 (NaN bytes 0x7f, 0xff as 0), scale 1, token m one-hot at k = 4m + m % 4, so
 // y[m][n] = fp8(w[n][4m + m % 4]) exactly (one product by 1, the rest zeros) in f32.
@@ -140,6 +177,10 @@ TEST_F(CudaFp8W8a16, SplitProductsAreDeterministic) {
   ASSERT_GT(pf, 0);
   EXPECT_EQ(pf % (M * N), 0);
   EXPECT_EQ(cuda::fp8_w8a16_partial_floats(64, 4096, 64), 0);  // one chunk: never split
+  EXPECT_EQ(cuda::fp8_w8a16_partial_floats(64, 4096, 64, true), 0);
+  const int64_t pf_silu = cuda::fp8_w8a16_partial_floats(M, 2 * 128, K, true);  // 8 gate/up tiles: split
+  EXPECT_GT(pf_silu, 0);
+  EXPECT_EQ(pf_silu % (M * 2 * 128), 0);
   EXPECT_FALSE(cuda::fp8_w8a16_supported(65, 64));
   EXPECT_FALSE(cuda::fp8_w8a16_supported(2, 40));
   EXPECT_TRUE(cuda::fp8_w8a16_supported(64, 3584));
