@@ -7,6 +7,8 @@
 //  - rows 8, 16, 32, 64: quantize_fp8_rows + fp8_mma_gemm (+ its split reduce), quantize_fp8_rows +
 //    CublasLtGemm::linear_fp8 (+ silu_mul for gate/up; the unfused form where cuBLASLt refuses the
 //    fused one), and the bf16 cuBLASLt GEMM (these two as VLM_CUBLASLT_AUTOTUNE says);
+//  - rows 1, 2, 4, 8, 16, 32, 64: fp8_w8a16_gemm (gate/up: fp8_w8a16_gemm_silu_mul), bf16
+//    activations as they are ("w8a16", "w8a16(split)" with its split reduce);
 //  - rows 1, 8, 16, 32, 64: the cuBLASLt GEMM alone (FP8: over activations quantized beforehand;
 //    gate/up: the [M, 2I] product, no SiLU·mul), bf16 and FP8, with the heuristic's first algorithm
 //    ("lt_bf16_first", "lt_fp8_first") and autotuned ("lt_bf16_tuned", "lt_fp8_tuned":
@@ -36,6 +38,7 @@
 #include "kernels/cuda/gemm/fp8_gemv_split.h"
 #include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
+#include "kernels/cuda/gemm/fp8_w8a16_gemm.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 
@@ -212,6 +215,21 @@ int main(int argc, char** argv) {
           },
           copies16);
       report(M, "bf16_cublaslt", bf, w16);
+    }
+    for (const int64_t M : {1, 2, 4, 8, 16, 32, 64}) {
+      const int64_t pf = vlm::cuda::fp8_w8a16_partial_floats(M, N, K, sh.silu);  // <= 16 * M * N: fits part
+      float* p = pf > 0 ? part.as<float>() : nullptr;
+      const double us = time_us(
+          [&](int c) {
+            if (sh.silu)
+              vlm::cuda::fp8_w8a16_gemm_silu_mul(x.get(), wq_at(c), ws.as<float>(), nullptr, inner.get(), M, I, K, p,
+                                                 nullptr);
+            else
+              vlm::cuda::fp8_w8a16_gemm(x.get(), wq_at(c), ws.as<float>(), b, y.get(), out_dt, sh.residual, M, N, K, p,
+                                        nullptr);
+          },
+          copies);
+      report(M, pf > 0 ? "w8a16(split)" : "w8a16", us, w8);
     }
     for (const int64_t M : {1, 8, 16, 32, 64}) {
       vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), nullptr);

@@ -22,6 +22,10 @@
 //    chunks that short too), quantize_fp8_rows then fp8_mma_gemm (FP8 tensor cores through
 //    mma.sync, the weights read once, scales / bias / residual / SiLU·mul in its epilogue;
 //    kernels/cuda/gemm/fp8_mma_gemm.h). Steps of more rows: cuBLASLt, as before.
+//    "w8a16" (opt-in): steps of 2..64 rows (decode batches, short prefill chunks) through
+//    fp8_w8a16_gemm (kernels/cuda/gemm/fp8_w8a16_gemm.h: x stays bf16, bf16 tensor cores over the
+//    E4M3 weights converted in registers, scale / bias / residual / SiLU·mul in its
+//    epilogue); 1 row as the default (fp8_gemv's Simple form).
 //  - VLM_FP8_GEMV_SPLIT=2|4 (read once; opt-in, any other value off): fp8_product's GEMVs (q/k/v,
 //    o_proj, down_proj of steps of 1..4 rows; gate/up keeps fp8_gemv_silu_mul) in the split-K form,
 //    kernels/cuda/gemm/fp8_gemv_split.h (2 or 4 warps a column).
@@ -38,8 +42,9 @@
 
 namespace vlm {
 
-enum class Fp8DecodePaths { Old, New };
-Fp8DecodePaths fp8_decode_paths();  // VLM_FP8_DECODE=new -> New; anything else (the default) -> Old
+enum class Fp8DecodePaths { Old, New, W8a16 };
+// VLM_FP8_DECODE=new -> New; =w8a16 -> W8a16; anything else (the default) -> Old.
+Fp8DecodePaths fp8_decode_paths();
 
 DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<LinearPart>& parts, int64_t* bytes);
 
