@@ -135,8 +135,8 @@ void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads
 enum class DecodeKernel { kAuto, kV1, kV2, kV3 };
 
 // An F8_E4M3 cache's decode form: 1 (v1: byte tiles converted to bf16 in shared memory, bf16 mma),
-// 2 (v2, the default: K/V fragments converted to f16 in registers from swizzled byte tiles, f16
-// mma, four stages) or 3 (v3: v2 with six stages, 5 tiles in flight while one computes, and each
+// 2 (v2: K/V fragments converted to f16 in registers from swizzled byte tiles, f16
+// mma, four stages) or 3 (v3, the default: v2 with six stages, 5 tiles in flight while one computes, and each
 // tile's block-table entries read a tile ahead) or 4 (v4: v3 with V's fragments converted by integer
 // ops, K's by the conversion unit); VLM_CUDA_FP8_KV_KERNEL=v1|v2|v3|v4 is read once. Sets
 // it for later calls (tests and benches compare the forms in one process; other values only query)
