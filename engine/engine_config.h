@@ -51,8 +51,8 @@ struct EngineConfig {
   // media (Qwen2-VL: their groups of whole frames) split over them and the rows gathered to every
   // rank (CudaMediaEncoder::make with the ranks' devices); 1: the first rank's device alone, its
   // rows copied to the others. A value n in between: the first n ranks' devices. One device
-  // without tensor parallelism whatever the value. No command-line flag yet: the tensor-parallel
-  // CudaBackend reads it (and --mm-encoder-devices comes with --tensor-parallel-size).
+  // without tensor parallelism whatever the value. --mm-encoder-devices N (vlm-server,
+  // vlm-generate); above tensor_parallel_size is refused at start (make_step_backend).
   int mm_encoder_devices = 0;
   // GPU: run decode steps eagerly, without CUDA graphs (vLLM's --enforce-eager).
   bool enforce_eager = false;

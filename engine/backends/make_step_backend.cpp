@@ -57,6 +57,9 @@ void check_tensor_parallel(const EngineConfig& c, const Model& model, Device dev
   const int n = c.tensor_parallel_size;
   if (n < 1) throw LoadError(fmt::format("--tensor-parallel-size {}: must be at least 1", n));
   if (n == 1) return;
+  if (c.mm_encoder_devices < 0 || c.mm_encoder_devices > n)
+    throw LoadError(fmt::format("--mm-encoder-devices {}: between 0 (every rank's GPU) and --tensor-parallel-size {}",
+                                c.mm_encoder_devices, n));
   if (device != Device::Cuda)
     throw LoadError(fmt::format("--tensor-parallel-size {} runs on GPUs (--device cuda; here: {}); the CPU's tensor "
                                 "parallelism is a test reference only",

@@ -1,7 +1,9 @@
 #include "engine/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -23,6 +25,13 @@ CudaDecoderOptions rank0_options(CudaDecoderOptions o, const CudaRankGroup* rank
 
 }  // namespace
 
+// One TP encode: per_rank[r] the rows on rank r's GPU (valid in rank r's stream order); this
+// object is rank 0's rows (data, rows), ensure_rows makes a lazy unit valid on every rank.
+struct CudaBackend::RankRows : DeviceEmbeddings {
+  std::vector<std::shared_ptr<const DeviceEmbeddings>> per_rank;  // [N]
+  void ensure_rows(int64_t begin, int64_t end) const override { per_rank[0]->ensure_rows(begin, end); }
+};
+
 CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options,
                          std::vector<int32_t> eos_token_ids, std::unique_ptr<CudaMediaEncoder> media,
                          std::unique_ptr<CudaRankGroup> ranks)
@@ -32,7 +41,8 @@ CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& op
       eos_token_ids_(eos_token_ids),
       host_sampler_(decoder.config().vocab_size, std::move(eos_token_ids)) {
   if (ranks_) {
-    VLM_CHECK(media_ == nullptr, "a GPU media encoder under tensor parallelism");
+    VLM_CHECK(media_ == nullptr || media_->data_parallel() != nullptr,
+              "a one-device media encoder under tensor parallelism (its rows would be on GPU 0 only)");
     ranks_->build(decoder, rank0_options(options, ranks_.get()), gpu_.num_kv_blocks());
   }
   const auto V = static_cast<size_t>(decoder.config().vocab_size);
@@ -64,12 +74,55 @@ void CudaBackend::copy_block(int32_t src, int32_t dst) {
   if (ranks_) VLM_CUDA_CHECK(cudaSetDevice(0));
 }
 
+std::shared_ptr<const DeviceEmbeddings> CudaBackend::encode_media(std::span<const MediaPixels* const> items,
+                                                                  std::vector<std::shared_ptr<const void>> owners) {
+  if (!ranks_) return media_->encode(items, std::move(owners), gpu_.stream());
+  std::vector<CudaMediaEncoder::Destination> dests;
+  dests.push_back({0, gpu_.stream()});
+  for (int r = 1; r < ranks_->size(); ++r) dests.push_back({r, ranks_->decoder(r).stream()});
+  auto rows = std::make_shared<RankRows>();
+  rows->per_rank = media_->encode(items, std::move(owners), dests);
+  VLM_CUDA_CHECK(cudaSetDevice(0));  // the engine thread's GPU
+  rows->data = rows->per_rank[0]->data;
+  rows->rows = rows->per_rank[0]->rows;
+  std::erase_if(rank_rows_, [](const std::weak_ptr<const RankRows>& w) { return w.expired(); });
+  rank_rows_.push_back(rows);
+  return rows;
+}
+
+void CudaBackend::rank_runs(const EmbeddingOverride& ov, std::vector<EmbeddingOverride>& per_rank) {
+  const int n = ranks_->size();
+  per_rank.assign(static_cast<size_t>(n), ov);
+  if (ov.num_device_runs == 0) return;
+  const int64_t C = ov.num_planes * gpu_.config().hidden_size;  // floats a row
+  runs_.resize(static_cast<size_t>(n));
+  std::vector<std::shared_ptr<const RankRows>> live;  // held for the lookups below
+  for (const auto& w : rank_rows_)
+    if (auto p = w.lock()) live.push_back(std::move(p));
+  for (int r = 1; r < n; ++r) runs_[r].assign(ov.device_runs, ov.device_runs + ov.num_device_runs);
+  for (int64_t i = 0; i < ov.num_device_runs; ++i) {
+    const DeviceRowRun& run = ov.device_runs[i];
+    const RankRows* home = nullptr;
+    for (const auto& e : live)
+      if (run.src >= e->data && run.src + run.n * C <= e->data + e->rows * C) home = e.get();
+    VLM_CHECK(home != nullptr, "device media run at row {} ({} rows) is in no encode of this backend", run.row, run.n);
+    const int64_t offset = run.src - home->data;  // floats into the encode's rows, the same on every rank
+    for (int r = 1; r < n; ++r) runs_[r][static_cast<size_t>(i)].src = home->per_rank[r]->data + offset;
+  }
+  for (int r = 1; r < n; ++r) per_rank[r].device_runs = runs_[r].data();
+}
+
 void CudaBackend::forward(const ForwardBatch& batch, const EmbeddingOverride& override) {
   if (!ranks_) {
     gpu_.forward(batch, override);
     return;
   }
-  ranks_->start([&batch, &override](CudaDecoder& d) { d.forward(batch, override); });
+  std::vector<EmbeddingOverride> per_rank;  // [N] rank r's device runs point at its own rows
+  rank_runs(override, per_rank);
+  ranks_->start([this, &batch, &per_rank](CudaDecoder& d) {
+    for (int r = 1; r < ranks_->size(); ++r)
+      if (&ranks_->decoder(r) == &d) d.forward(batch, per_rank[static_cast<size_t>(r)]);
+  });
   std::exception_ptr err;
   try {
     gpu_.forward(batch, override);
@@ -243,9 +296,15 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Mode
   const int64_t step_patches =
       c.media_step_patches >= 0 ? c.media_step_patches : 4 * int64_t(c.scheduler.max_num_batched_tokens);
   if (c.tensor_parallel_size > 1) {  // checked before (make_step_backend: GPUs, shapes, methods)
-    // Media are encoded on the host: the GPU encoder's rows would sit on rank 0's GPU only.
-    return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), nullptr,
-                                         std::make_unique<CudaRankGroup>(c.tensor_parallel_size));
+    // The data-parallel encoder over the first mm_encoder_devices ranks' GPUs (0: all), its rows
+    // delivered to every rank; built before any rank's KV cache is sized.
+    const int n = c.tensor_parallel_size;
+    const int m = c.mm_encoder_devices <= 0 ? n : std::min(c.mm_encoder_devices, n);
+    std::vector<int> devices(static_cast<size_t>(m));
+    std::iota(devices.begin(), devices.end(), 0);
+    if (model.has_media()) media = CudaMediaEncoder::make(model, o.dtype, c.max_media_patches, step_patches, devices);
+    auto ranks = std::make_unique<CudaRankGroup>(n);
+    return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), std::move(media), std::move(ranks));
   }
   if (model.has_media()) media = CudaMediaEncoder::make(model, o.dtype, c.max_media_patches, step_patches);
   return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), std::move(media));

@@ -12,9 +12,12 @@
 // Tensor parallelism (tensor_parallel_size N > 1, issue 42): the decoder is split over GPUs
 // 0..N-1; this backend's own CudaDecoder is rank 0 and a CudaRankGroup holds ranks 1..N-1 with a
 // thread each: forward() and copy_block() fan out to every rank and join; sampling runs once, on
-// rank 0 (its logits are every rank's vocabulary slice gathered). Under TP the media are encoded
-// on the host (no GPU encoder; the engine hands host rows, which each rank uploads), and LOOK-M,
-// sparse prefill and SinkRouter are refused per request (runs_look_m etc.: a 400).
+// rank 0 (its logits are every rank's vocabulary slice gathered). Under TP the media encoder is
+// the data-parallel one over the first EngineConfig::mm_encoder_devices ranks' GPUs
+// (CudaMediaEncoder::make with devices): encode_media delivers every row to every rank's GPU,
+// hands the engine rank 0's rows, and forward() points each rank's device runs at its own copy of
+// the same rows. LOOK-M, sparse prefill and SinkRouter are refused per request (runs_look_m etc.:
+// a 400).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -38,7 +41,8 @@ class CudaBackend : public StepBackend {
   // encode on the host). Built before the decoder, so its reservation counts against
   // options.gpu_memory_utilization before the KV cache is sized.
   // ranks: the other ranks of a tensor-parallel backend (unbuilt; null: one GPU); options.tp is
-  // then set to rank 0's here. media must be null with ranks.
+  // then set to rank 0's here. With ranks, media must be a data-parallel encoder
+  // (CudaMediaEncoder::make with devices) or null (media encoded on the host).
   CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options, std::vector<int32_t> eos_token_ids,
               std::unique_ptr<CudaMediaEncoder> media = nullptr, std::unique_ptr<CudaRankGroup> ranks = nullptr);
 
@@ -59,9 +63,7 @@ class CudaBackend : public StepBackend {
   void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) override;
   bool encodes_media() const override { return media_ != nullptr; }
   std::shared_ptr<const DeviceEmbeddings> encode_media(std::span<const MediaPixels* const> items,
-                                                       std::vector<std::shared_ptr<const void>> owners) override {
-    return media_->encode(items, std::move(owners), gpu_.stream());
-  }
+                                                       std::vector<std::shared_ptr<const void>> owners) override;
   void check_media(const MediaPixels& item, int k) const override {
     if (media_) media_->check(item, k);
   }
@@ -72,6 +74,12 @@ class CudaBackend : public StepBackend {
  private:
   // Adds task's job (penalties, mask, draw) to the host arrays.
   void add_job(const SampleTask& task, int num_top);
+
+  // TP: one encode's rows on every rank (rank 0's are what the engine sees; cuda_backend.cpp).
+  struct RankRows;
+  // TP: per_rank[r] = override with its device runs' src moved into rank r's copy of the rows
+  // (held in runs_[r] until the next step); per_rank[0] = override.
+  void rank_runs(const EmbeddingOverride& override, std::vector<EmbeddingOverride>& per_rank);
 
   std::unique_ptr<CudaMediaEncoder> media_;  // first: allocated before the KV cache
   std::unique_ptr<CudaRankGroup> ranks_;     // TP: ranks 1..N-1 (built after gpu_, with its block count)
@@ -87,6 +95,8 @@ class CudaBackend : public StepBackend {
   std::vector<float> row_;       // [V] a logits row for the fallback
   cudaStream_t up_stream_ = nullptr;  // the jobs' upload beside the step (decode_fuse), else null
   cudaEvent_t up_done_ = nullptr;      // that upload done
+  std::vector<std::weak_ptr<const RankRows>> rank_rows_;  // TP: the live encodes' rows on every rank
+  std::vector<std::vector<DeviceRowRun>> runs_;            // TP: [N] a step's device runs per rank
 };
 
 // Options from the engine config (dtype: config's, else the checkpoint's) and the backend; for a

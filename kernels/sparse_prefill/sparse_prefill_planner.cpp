@@ -132,7 +132,7 @@ BlockSparsePlan build_sparse_plan(const SparsePrefillConfig& cfg, const ChunkVie
         pt.xattention = cfg.xattention;
         break;
       default: {
-        const HeadPattern* f = cfg.head_patterns ? cfg.head_patterns->find(c.layer, h) : nullptr;
+        const HeadPattern* f = cfg.head_patterns ? cfg.head_patterns->find(c.layer, c.head_begin + h) : nullptr;
         pt = f ? *f : cfg.default_head;
       }
     }

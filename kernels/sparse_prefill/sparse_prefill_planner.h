@@ -25,6 +25,9 @@ struct ChunkView {
   // Tokens per frame of the prompt's videos (known grid strides; the search space includes
   // them), or empty.
   std::span<const int32_t> frame_strides;
+  // The model's index of query head 0 here (tensor parallelism: a rank's slice of the heads; the
+  // per-head patterns are the model's heads').
+  int head_begin = 0;
 };
 
 // One head's plan for a HeadPattern. keys[num_keys, D]: the head's kv-head keys (f32).

@@ -172,7 +172,11 @@ LlamaDecoder::LlamaDecoder(const ModelConfig& c, LayerBackend& backend, const We
     if (par) shard_layer_spec(s, c, shard_, tp.rank, *sharded_, names.prefix);
     Block b;
     b.qkv = backend.linear(w, {s.q, s.k, s.v}, &s.input_norm);
-    const AttentionSpec attn{static_cast<int>(l), shard_.heads, shard_.kv_heads, D, scale, s.q_norm, s.k_norm};
+    AttentionSpec attn{static_cast<int>(l), shard_.heads, shard_.kv_heads, D, scale, s.q_norm, s.k_norm};
+    attn.head_begin = shard_.head_begin;  // the methods read per-head settings by the model's head
+    attn.total_heads = c.num_heads;
+    attn.kv_head_begin = shard_.kv_head_begin;
+    attn.total_kv_heads = c.num_kv_heads;
     b.attn = backend.causal_attention(w, attn, *rope_);  // with the q/k norm's weights, if any
     b.o = backend.linear(w, {s.o});
     if (s.moe) {  // a mixture of experts with the post-attention norm

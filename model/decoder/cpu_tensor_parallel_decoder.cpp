@@ -4,6 +4,8 @@
 #include <thread>
 
 #include "kernels/core/check.h"
+#include "model/methods/look_m_state.h"
+#include "model/methods/sink_anchors.h"
 
 namespace vlm {
 
@@ -23,6 +25,14 @@ void CpuTensorParallelDecoder::forward(const ForwardBatch& batch, const std::vec
   const int n = size();
   VLM_CHECK(static_cast<int>(kv.size()) == n, "{} KV caches for {} ranks", kv.size(), n);
   VLM_CHECK(!group_->aborted(), "the tensor-parallel group failed in an earlier call");
+  // SinkRouter's stores hold the model's KV heads; sized for every layer here, so the ranks only
+  // write their own heads' rows (AttentionLayer's HeadSlice).
+  const ModelConfig& m = ranks_[0]->config();
+  for (SinkAnchors* a : batch.sink_anchors)
+    if (a != nullptr && m.num_layers > 0)
+      a->ensure_layer(static_cast<int>(m.num_layers) - 1, static_cast<int>(m.num_kv_heads), static_cast<int>(m.head_dim));
+  for (LookMState* st : batch.look_m)  // LOOK-M's [L, Hkv, prompt] scores: each rank adds its KV heads' rows
+    if (st != nullptr) st->host_scores();
   std::vector<std::vector<float>> rank_logits(static_cast<size_t>(n));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   auto run = [&](int r) {

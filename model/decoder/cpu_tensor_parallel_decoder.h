@@ -28,7 +28,10 @@ class CpuTensorParallelDecoder {
   // kv[r] is rank r's cache (kv_config()'s heads; the batch's block ids index every rank's
   // cache alike). logits: [L, V], every rank's LM head slice gathered. A rank's exception aborts
   // the others' collectives and is rethrown here (the first in rank order); the group is then
-  // unusable (InternalError on every later call).
+  // unusable (InternalError on every later call). Sparse prefill and SinkRouter run per rank on
+  // its heads (per-head patterns and anchors by the model's heads): the same as N = 1 (SinkRouter
+  // and LOOK-M need the KV heads split, not replicated). batch.sink_anchors' stores and
+  // batch.look_m's scores are sized here.
   void forward(const ForwardBatch& batch, const std::vector<std::span<const PagedKVLayer>>& kv,
                std::vector<float>& logits, const EmbeddingOverride& override = {}) const;
 

@@ -29,6 +29,10 @@ struct AttentionSpec {
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
   std::optional<NormSpec> q_norm, k_norm;  // weights [D]
+  // Tensor parallelism: this rank's heads are the model's query heads [head_begin, + num_heads)
+  // of total_heads and KV heads [kv_head_begin, + num_kv_heads) of total_kv_heads (the methods'
+  // per-head settings and per-group state are indexed by the model's heads). 0 totals: all heads.
+  int64_t head_begin = 0, total_heads = 0, kv_head_begin = 0, total_kv_heads = 0;
   bool qk_norm() const { return q_norm.has_value() || k_norm.has_value(); }
 };
 

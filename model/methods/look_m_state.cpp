@@ -21,7 +21,7 @@ LookMState::LookMState(const LookMParams& params_, int num_layers_, int num_kv_h
 }
 
 void run_look_m(int layer, const float* q, int num_heads, const PagedKVLayer& kv, const ForwardBatch& batch,
-                float scale) {
+                float scale, int kv_head_begin, int total_kv_heads) {
   if (batch.look_m.empty()) return;
   VLM_CHECK(static_cast<int>(batch.look_m.size()) == batch.num_seqs(), "{} LOOK-M states for {} sequences",
             batch.look_m.size(), batch.num_seqs());
@@ -34,10 +34,11 @@ void run_look_m(int layer, const float* q, int num_heads, const PagedKVLayer& kv
     const bool last = batch.finishes_prefill[s] != 0;
     VLM_CHECK(S <= st->prefill_len && (!last || S == st->prefill_len),
               "LOOK-M: chunk ends at {} of a {}-token prefill (finishes: {})", S, st->prefill_len, last);
-    VLM_CHECK(layer >= 0 && layer < st->num_layers && kv.num_kv_heads == st->num_kv_heads, "LOOK-M: layer {} of {}",
-              layer, st->num_layers);
+    const int Hkv_all = total_kv_heads > 0 ? total_kv_heads : kv.num_kv_heads;
+    VLM_CHECK(layer >= 0 && layer < st->num_layers && Hkv_all == st->num_kv_heads, "LOOK-M: layer {} of {}", layer,
+              st->num_layers);
     const int32_t* table = batch.block_tables.data() + static_cast<int64_t>(s) * batch.max_blocks_per_seq;
-    float* scores = st->layer_scores(layer);
+    float* scores = st->layer_scores(layer) + static_cast<int64_t>(kv_head_begin) * st->prefill_len;  // this rank's heads
     if (st->params.scores == LookMScores::Full) {
       accumulate_attention_scores(q + static_cast<int64_t>(t0) * H * D, q_len, H, kv, table, first, scale, scores,
                                   st->prefill_len);
@@ -48,6 +49,7 @@ void run_look_m(int layer, const float* q, int num_heads, const PagedKVLayer& kv
     }
     if (!last) continue;
     const int32_t n = compact_sequence_kv(kv, table, S, scores, st->prefill_len, st->is_text.data(), st->params);
+    if (kv_head_begin != 0) continue;  // every head keeps the same count; KV head 0's rank records it
     VLM_CHECK(st->compressed_len < 0 || st->compressed_len == n, "LOOK-M: layer {} keeps {}, earlier layers {}", layer,
               n, st->compressed_len);
     st->compressed_len = n;

@@ -51,7 +51,13 @@ struct LookMState {
 // == token position): accumulates this layer's scores ("full": every row; "window": the last W
 // rows of the finishing chunk) and, when the chunk finishes prefill, compacts the layer's KV.
 // q[T, H, D] post-RoPE. Call after this layer's attention output is computed.
+// Tensor parallelism: kv_head_begin / total_kv_heads place this rank's KV heads among the model's
+// (0 total: all here). The selection is per KV head (each head's scores, summed over its group's
+// query heads), so a rank whose KV heads are split (not replicated: a group's query heads on one
+// rank) accumulates and compacts its heads' rows of the state's [Hkv, L] scores and keeps what one
+// rank keeps; the state's scores are sized before the ranks run (host_scores(),
+// CpuTensorParallelDecoder); compressed_len is checked and written by the rank of KV head 0.
 void run_look_m(int layer, const float* q /*[T,H,D]*/, int num_heads, const PagedKVLayer& kv,
-                const ForwardBatch& batch, float scale);
+                const ForwardBatch& batch, float scale, int kv_head_begin = 0, int total_kv_heads = 0);
 
 }  // namespace vlm

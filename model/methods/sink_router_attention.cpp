@@ -1,6 +1,7 @@
 #include "model/methods/sink_router_attention.h"
 
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "kernels/attention/paged_attention.h"
@@ -37,9 +38,16 @@ void dense_subset(const std::vector<int>& seqs, const float* q, int H, const Pag
     std::copy(os.data() + cu[i] * row, os.data() + cu[i + 1] * row, out + b.cu_seqlens_q[seqs[i]] * row);
 }
 
+std::mutex& counters_mutex() {  // tensor parallelism: the ranks add their groups to shared counters
+  static std::mutex mu;
+  return mu;
+}
+
+int total_kv_heads(const PagedKVLayer& kv, const HeadSlice& h) { return h.total_kv_heads > 0 ? h.total_kv_heads : kv.num_kv_heads; }
+
 }  // namespace
 
-void SinkRouterAttention::capture_anchors(int layer, const PagedKVLayer& kv, const ForwardBatch& b) {
+void SinkRouterAttention::capture_anchors(int layer, const PagedKVLayer& kv, const ForwardBatch& b, const HeadSlice& h) {
   const int S = b.num_seqs();
   VLM_CHECK(static_cast<int>(b.sink_anchors.size()) == S, "{} anchor stores for {} sequences",
             b.sink_anchors.size(), S);
@@ -48,30 +56,35 @@ void SinkRouterAttention::capture_anchors(int layer, const PagedKVLayer& kv, con
   for (int s = 0; s < S; ++s) {
     SinkAnchors* a = b.sink_anchors[s];
     if (a == nullptr || !b.finishes_prefill[s]) continue;
-    a->ensure_layer(layer, kv.num_kv_heads, kv.head_dim);
-    load_first_token_kv(kv, b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq], a->k_layer(layer),
-                        a->v_layer(layer));
-    a->captured[static_cast<size_t>(layer)] = 1;
+    a->ensure_layer(layer, total_kv_heads(kv, h), kv.head_dim);  // under TP: sized before, a no-op
+    const int64_t off = static_cast<int64_t>(h.kv_head_begin) * kv.head_dim;  // this rank's KV heads' rows
+    load_first_token_kv(kv, b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq], a->k_layer(layer) + off,
+                        a->v_layer(layer) + off);
+    if (h.kv_head_begin == 0) a->captured[static_cast<size_t>(layer)] = 1;  // one rank writes the flag
   }
 }
 
 void SinkRouterAttention::forward(int layer, const float* q, int num_heads, const PagedKVLayer& kv,
-                                  const ForwardBatch& b, float scale, float* out) {
+                                  const ForwardBatch& b, float scale, float* out, const HeadSlice& h) {
   const int S = b.num_seqs();
   VLM_CHECK(static_cast<int>(b.sink_anchors.size()) == S, "{} anchor stores for {} sequences",
             b.sink_anchors.size(), S);
   VLM_CHECK(b.sink_router != nullptr, "anchor stores without a SinkRouterConfig");
   const SinkRouterConfig& cfg = *b.sink_router;
   const int Hkv = kv.num_kv_heads, D = kv.head_dim;
+  VLM_CHECK(h.total_heads == 0 || num_heads / Hkv == h.total_heads / total_kv_heads(kv, h),
+            "SinkRouter over replicated KV heads ({} query heads of {} KV heads here, {} of {} in the model): a "
+            "group's heads must be on one rank", num_heads, Hkv, h.total_heads, total_kv_heads(kv, h));
 
-  capture_anchors(layer, kv, b);
+  capture_anchors(layer, kv, b, h);
+  const int64_t off = static_cast<int64_t>(h.kv_head_begin) * D;  // this rank's KV heads in the stores
 
   std::vector<int> routed, dense;
   for (int s = 0; s < S; ++s) {
     const SinkAnchors* a = b.sink_anchors[s];
     const bool decode = b.cu_seqlens_q[s + 1] - b.cu_seqlens_q[s] == 1 && !b.finishes_prefill[s];
     const bool route = a != nullptr && decode && cfg.routes_layer(layer) && a->has(layer) &&
-                       a->num_kv_heads == Hkv && a->head_dim == D;
+                       a->num_kv_heads == total_kv_heads(kv, h) && a->head_dim == D;
     (route ? routed : dense).push_back(s);
   }
   if (routed.empty()) {
@@ -94,7 +107,7 @@ void SinkRouterAttention::forward(int layer, const float* q, int num_heads, cons
     ctx[i] = b.context_lens[s];
     std::copy_n(b.block_tables.data() + static_cast<size_t>(s) * b.max_blocks_per_seq, b.max_blocks_per_seq,
                 tables.data() + static_cast<size_t>(i) * b.max_blocks_per_seq);
-    sink_group_scores(q + static_cast<int64_t>(q_rows[i]) * num_heads * D, num_heads, a.k_layer(layer), Hkv, D,
+    sink_group_scores(q + static_cast<int64_t>(q_rows[i]) * num_heads * D, num_heads, a.k_layer(layer) + off, Hkv, D,
                       cfg.aggregation, scores.data());
     const int n = sink_route_groups(scores.data(), Hkv, cfg.threshold(ctx[i]), skip.data() + static_cast<size_t>(i) * Hkv);
     if (a.probe) {
@@ -103,13 +116,17 @@ void SinkRouterAttention::forward(int layer, const float* q, int num_heads, cons
                               cfg.threshold(ctx[i]), &kv, tables.data() + static_cast<size_t>(i) * b.max_blocks_per_seq,
                               ctx[i], scale});
     }
-    if (anchor_value) std::copy_n(a.v_layer(layer), Hkv * D, surrogate.data() + static_cast<size_t>(i) * Hkv * D);
-    a.groups_routed += Hkv;
-    a.groups_skipped += n;
+    if (anchor_value) std::copy_n(a.v_layer(layer) + off, Hkv * D, surrogate.data() + static_cast<size_t>(i) * Hkv * D);
+    {
+      const std::lock_guard<std::mutex> lock(counters_mutex());
+      a.groups_routed += Hkv;
+      a.groups_skipped += n;
+    }
     skipped += n;
     bytes += static_cast<int64_t>(n) * ctx[i] * D * 2 * static_cast<int64_t>(dtype_size(kv.dtype));
   }
   if (b.sink_counters) {
+    const std::lock_guard<std::mutex> lock(counters_mutex());
     b.sink_counters->groups_routed += static_cast<int64_t>(R) * Hkv;
     b.sink_counters->groups_skipped += skipped;
     b.sink_counters->kv_bytes_skipped += bytes;

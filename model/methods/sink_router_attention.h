@@ -12,6 +12,7 @@
 #pragma once
 
 #include "kernels/attention/paged_kv.h"
+#include "model/decoder/attention_layer.h"
 #include "model/decoder/forward_batch.h"
 
 namespace vlm {
@@ -20,11 +21,16 @@ class SinkRouterAttention {
  public:
   // Precondition: this step's K/V are already written to the cache; batch.sink_router is set
   // when batch.sink_anchors is non-empty (InternalError otherwise).
+  // heads: a tensor-parallel rank's slice (KV heads split, not replicated: a group's heads on one
+  // rank). The stores hold the model's KV heads ([L, total Hkv, D], sized for every layer before
+  // the ranks run: CpuTensorParallelDecoder); a rank captures and reads its KV heads' rows, decides
+  // its groups (each group's decision needs only its heads and anchor: the same as one rank) and
+  // adds its groups to the counters under a lock.
   static void forward(int layer, const float* q /*[T,H,D]*/, int num_heads, const PagedKVLayer& kv,
-                      const ForwardBatch& batch, float scale, float* out /*[T,H,D]*/);
+                      const ForwardBatch& batch, float scale, float* out /*[T,H,D]*/, const HeadSlice& heads = {});
   // Only the anchor capture of forward() (sequences finishing prefill), for steps whose
   // attention runs another path (sparse prefill); their decode rows then run exact this step.
-  static void capture_anchors(int layer, const PagedKVLayer& kv, const ForwardBatch& batch);
+  static void capture_anchors(int layer, const PagedKVLayer& kv, const ForwardBatch& batch, const HeadSlice& heads = {});
 };
 
 }  // namespace vlm

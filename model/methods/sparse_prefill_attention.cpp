@@ -1,6 +1,7 @@
 #include "model/methods/sparse_prefill_attention.h"
 
 #include <algorithm>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -12,7 +13,7 @@
 namespace vlm {
 
 void sparse_prefill_attention(int layer, const float* q, int H, const PagedKVLayer& kv,
-                              const ForwardBatch& batch, float scale, float* out) {
+                              const ForwardBatch& batch, float scale, float* out, int head_begin) {
   const int S = batch.num_seqs();
   VLM_CHECK(static_cast<int>(batch.sparse_prefill.size()) == S, "{} sparse-prefill entries for {} sequences",
             batch.sparse_prefill.size(), S);
@@ -33,6 +34,7 @@ void sparse_prefill_attention(int layer, const float* q, int H, const PagedKVLay
       cv.prompt_len = batch.prompt_lens.empty() ? cv.num_keys : batch.prompt_lens[s];
       cv.block_table = ab.block_tables + static_cast<int64_t>(s) * ab.max_blocks_per_seq;
       cv.layer = layer;
+      cv.head_begin = head_begin;
       if (s < static_cast<int>(batch.prompt_modalities.size()) && !batch.prompt_modalities[s].empty()) {
         const auto tags = batch.prompt_modalities[s];
         codes.assign(cv.num_keys, static_cast<uint8_t>(Modality::Text));
@@ -43,8 +45,12 @@ void sparse_prefill_attention(int layer, const float* q, int H, const PagedKVLay
       if (s < static_cast<int>(batch.frame_strides.size())) cv.frame_strides = batch.frame_strides[s];
       plans[s] = build_sparse_plan(batch.sparse_prefill[s], cv, H, kv, scale);
       plan_ptrs[s] = &*plans[s];
-      if (s < static_cast<int>(batch.sparse_block_counts.size()) && batch.sparse_block_counts[s])
-        *batch.sparse_block_counts[s] += plan_block_counts(*plans[s]);
+      if (s < static_cast<int>(batch.sparse_block_counts.size()) && batch.sparse_block_counts[s]) {
+        static std::mutex mu;  // tensor parallelism: every rank adds its heads' counts
+        const BlockCounts add = plan_block_counts(*plans[s]);
+        const std::lock_guard<std::mutex> lock(mu);
+        *batch.sparse_block_counts[s] += add;
+      }
     } else if (q_len > 0) {
       rows_of.push_back(s);
       cu.push_back(cu.back() + q_len);

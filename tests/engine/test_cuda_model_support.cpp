@@ -178,6 +178,24 @@ TEST(CudaModelSupport, TensorParallelOnTheCpuIsRefused) {
   EXPECT_NE(make_step_backend(c, *model, {}, 512), nullptr);
 }
 
+// --mm-encoder-devices above --tensor-parallel-size is refused by name, before any device check.
+TEST(CudaModelSupport, MoreMediaEncoderDevicesThanRanksAreRefused) {
+  auto model = TextModel::load(fixture_model_dir("llama_tiny"));
+  EngineConfig c = test_config();
+  c.device = Device::Cpu;  // the flag's range is checked first, on any device
+  c.tensor_parallel_size = 2;
+  c.mm_encoder_devices = 3;
+  try {
+    make_step_backend(c, *model, {}, 512);
+    FAIL() << "--mm-encoder-devices 3 over 2 ranks must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("--mm-encoder-devices 3: between 0 (every rank's GPU) and "
+                                         "--tensor-parallel-size 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // --quantization fp8 runs on the GPU only: the CPU refuses it by name.
 TEST(CudaModelSupport, QuantizationFp8OnTheCpuIsRefused) {
   auto model = TextModel::load(fixture_model_dir("llama_tiny"));

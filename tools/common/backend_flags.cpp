@@ -29,7 +29,10 @@ void add_backend_flags(FlagTable& table) {
       "N (also -tp N; default 1): the decoder split over GPUs 0..N-1 (heads, MLP columns and vocabulary; NCCL "
       "all-reduces). Needs --device cuda, N visible GPUs, NCCL (libnccl.so.2, Python's nvidia-nccl package or "
       "VLM_NCCL_LIBRARY), N dividing the query heads and the MLP and dividing the KV heads (or a multiple of "
-      "them); dense models only; media encode on the host; no LOOK-M, sparse prefill, SinkRouter, FP8 KV cache or --quantization fp8 yet";
+      "them); dense models only; no LOOK-M, sparse prefill, SinkRouter, FP8 KV cache or --quantization fp8 yet";
+  table["mm-encoder-devices"] =
+      "N (default 0: every rank's GPU): under --tensor-parallel-size, the GPUs the vision encoder runs on, the "
+      "first N ranks' (a step's media split over them, every row delivered to every rank); 1: GPU 0 alone";
   table["quantization"] =
       "none (default) or fp8: the GPU decoder's linear layers quantized to FP8 E4M3 at load (per-channel weight "
       "scales, per-token activation scales; vision tower and LM head stay bf16; Hopper GPUs). FP8 "
@@ -82,6 +85,8 @@ void apply_backend_flags(const std::map<std::string, std::string>& flags, const 
   }
   if (auto it = flags.find("tensor-parallel-size"); it != flags.end())
     config.tensor_parallel_size = static_cast<int>(parser.integer("tensor-parallel-size", it->second, 1));
+  if (auto it = flags.find("mm-encoder-devices"); it != flags.end())
+    config.mm_encoder_devices = static_cast<int>(parser.integer("mm-encoder-devices", it->second, 0));
   if (auto it = flags.find("quantization"); it != flags.end()) {
     if (it->second == "fp8") config.quantize_fp8 = true;
     else if (it->second == "none") config.quantize_fp8 = false;

@@ -134,7 +134,7 @@ Options parse(int argc, char** argv) {
     else if (a == "threads") o.threads = parse_int(a, v, 1);
     else if (a == "device" || a == "dtype" || a == "gpu-memory-utilization" || a == "gemm-activations" ||
              a == "enforce-eager" || a == "kv-cache-dtype" || a == "kv-dtype" || a == "load-format" ||
-             a == "quantization" || a == "tensor-parallel-size") {
+             a == "quantization" || a == "tensor-parallel-size" || a == "mm-encoder-devices") {
       const std::string key = a == "kv-dtype" ? "kv-cache-dtype" : a;
       if (o.backend.count(key)) usage("give --kv-cache-dtype once (--kv-dtype is its older alias)");
       o.backend[key] = v;

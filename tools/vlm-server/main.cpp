@@ -491,8 +491,8 @@ int main(int argc, char** argv) {
         media.sampling = vlm::VideoSamplingParams::load(model_dir);
         media.video_limits = video_limits;
         // The 8-bit form only where the CUDA backend's encoder preprocesses (the engine resolves
-        // --device auto the same way; under tensor parallelism the host encodes).
-        media.gpu_preprocess = bool_flag(flags, "gpu-media-preprocess", true) && ec.tensor_parallel_size == 1 &&
+        // --device auto the same way; under tensor parallelism too: each encoder GPU preprocesses).
+        media.gpu_preprocess = bool_flag(flags, "gpu-media-preprocess", true) &&
                                (ec.device == vlm::Device::Cuda || (ec.device == vlm::Device::Auto && vlm::cuda_available()));
         const vlm::Qwen2VisionConfig& vc = model->config().vision;
         for (const auto* p : {&media.image, &media.video})
@@ -514,7 +514,7 @@ int main(int argc, char** argv) {
         // Qwen3VLVideoProcessor (timestamps per temporal group); in the 8-bit form where the CUDA
         // backend's encoder preprocesses (as Qwen2-VL's), else as rows.
         vlm::Qwen3VLMediaOptions media;
-        media.gpu_preprocess = bool_flag(flags, "gpu-media-preprocess", true) && ec.tensor_parallel_size == 1 &&
+        media.gpu_preprocess = bool_flag(flags, "gpu-media-preprocess", true) &&
                                (ec.device == vlm::Device::Cuda || (ec.device == vlm::Device::Auto && vlm::cuda_available()));
         media.image.image = vlm::Qwen2VLPreprocessConfig::load(model_dir, /*video=*/false);
         media.image.video = media.image.image;

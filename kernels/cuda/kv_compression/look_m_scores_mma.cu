@@ -186,10 +186,7 @@ template <int D, class T, bool kColumns>
 void launch(const void* q, int32_t R, int H, const PagedKVLayer& kv, const int32_t* table, int32_t first_pos,
             float scale, const float2* stats, float2* parts, float* scores, int64_t stride, cudaStream_t stream) {
   const size_t smem = size_t(kChunk + 2 * kCols) * D * sizeof(T) + 2 * kCols * (sizeof(int) + sizeof(float2));
-  static bool attr = [&] {
-    return cudaFuncSetAttribute(scores_mma_kernel<D, T, kColumns>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(smem)) == cudaSuccess;
-  }();
+  const bool attr = allow_dynamic_smem(scores_mma_kernel<D, T, kColumns>, int(smem));  // once per kernel and device
   (void)attr;
   const int chunks = (first_pos + R + kChunk - 1) / kChunk;
   scores_mma_kernel<D, T, kColumns><<<dim3(chunks, kv.num_kv_heads), 32 * kWarps, smem, stream>>>(

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/attention/cuda_attention_common.cuh"
 #include "kernels/cuda/attention/mma_tile.cuh"
 #include "kernels/cuda/core/cuda_check.h"
 
@@ -183,10 +184,7 @@ template <int D, class T>
 void launch(const PagedKVLayer& kv, const int32_t* table, int32_t L, const int32_t* rows, int32_t E, int32_t C,
             const void* kk, const float* kic, const float* inv, int32_t* arg, float* w, cudaStream_t stream) {
   const size_t smem = size_t(kRows + 2 * kKeys) * D * sizeof(T) + 2 * kKeys * sizeof(float);
-  static bool attr = [&] {
-    return cudaFuncSetAttribute(search_mma_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) ==
-           cudaSuccess;
-  }();
+  const bool attr = allow_dynamic_smem(search_mma_kernel<D, T>, int(smem));  // once per kernel and device
   (void)attr;
   search_mma_kernel<D, T><<<dim3((E + kRows - 1) / kRows, kv.num_kv_heads), 32 * kWarps, smem, stream>>>(
       kv_view(kv), table, L, rows, E, C, static_cast<const T*>(kk), kic, inv, arg, w);

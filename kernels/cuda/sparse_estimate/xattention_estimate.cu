@@ -383,11 +383,7 @@ void xattn_select(const float* blk, const XAttnShape& sh, const XAttnHeads& head
   const int nkb = sh.num_kblocks();
   const int smem = nkb * 4 + sh.words() * 4;
   VLM_CHECK(smem <= 200 * 1024, "xattention selection: {} key blocks too many", nkb);
-  static int allowed = 0;
-  if (smem > 48 * 1024 && smem > allowed) {
-    VLM_CUDA_CHECK(cudaFuncSetAttribute(xattn_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-    allowed = 200 * 1024;
-  }
+  if (smem > 48 * 1024) (void)allow_dynamic_smem(xattn_select_kernel, 200 * 1024);  // once per kernel and device
   xattn_select_kernel<<<dim3(sh.num_qblocks(), heads.n), kSelThreads, smem, stream>>>(blk, sh, heads, threshold,
                                                                                      dense_from, keep, nblocks);
   VLM_CUDA_CHECK_LAUNCH();

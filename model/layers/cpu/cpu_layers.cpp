@@ -74,7 +74,12 @@ class CpuCausalAttention final : public CausalAttention {
  public:
   CpuCausalAttention(const AttentionSpec& spec, const RotaryEmbedding& rope, std::unique_ptr<CpuNorm> q_norm,
                      std::unique_ptr<CpuNorm> k_norm)
-      : spec_(spec), rope_(rope), q_norm_(std::move(q_norm)), k_norm_(std::move(k_norm)) {}
+      : spec_(spec),
+        rope_(rope),
+        q_norm_(std::move(q_norm)),
+        k_norm_(std::move(k_norm)),
+        attention_(HeadSlice{static_cast<int>(spec.head_begin), static_cast<int>(spec.total_heads),
+                             static_cast<int>(spec.kv_head_begin), static_cast<int>(spec.total_kv_heads)}) {}
 
   Act forward(Step& st, Act qkv, const RopeRows& rope) const override {
     CpuStep& s = CpuStep::of(st);
