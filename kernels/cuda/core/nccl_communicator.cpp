@@ -71,6 +71,11 @@ struct Loaded {
 
 Loaded load() {
   Loaded r;
+  // NCCL's cuMem-based P2P transport fails inside one process of several GPUs on the H200 hosts we
+  // measured (session 17: "failed to peer with device 1: operation not permitted when stream is
+  // capturing", then ncclAllReduce's internal error), where its P2P "direct pointer" transport works
+  // over NVLink; so cuMem is off unless the user set NCCL_CUMEM_ENABLE (read at NCCL's init, after this).
+  setenv("NCCL_CUMEM_ENABLE", "0", /*overwrite=*/0);
   std::vector<std::string> candidates;
   if (const char* env = std::getenv("VLM_NCCL_LIBRARY"); env != nullptr && *env != '\0') {
     const std::string e(env);
