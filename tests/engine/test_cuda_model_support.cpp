@@ -196,6 +196,23 @@ TEST(CudaModelSupport, MoreMediaEncoderDevicesThanRanksAreRefused) {
   }
 }
 
+// The data-parallel encoder under tensor parallelism (--mm-encoder-devices 0) is refused by name for now.
+TEST(CudaModelSupport, DataParallelMediaEncoderUnderTensorParallelIsRefused) {
+  auto model = TextModel::load(fixture_model_dir("llama_tiny"));
+  EngineConfig c = test_config();
+  c.device = Device::Cpu;  // the flag's checks come first, on any device
+  c.tensor_parallel_size = 2;
+  c.mm_encoder_devices = 0;
+  try {
+    make_step_backend(c, *model, {}, 512);
+    FAIL() << "--mm-encoder-devices 0 under tensor parallelism must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("--mm-encoder-devices 0: under --tensor-parallel-size only 1 for now"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // --quantization fp8 runs on the GPU only: the CPU refuses it by name.
 TEST(CudaModelSupport, QuantizationFp8OnTheCpuIsRefused) {
   auto model = TextModel::load(fixture_model_dir("llama_tiny"));
