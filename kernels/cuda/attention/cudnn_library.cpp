@@ -1,6 +1,8 @@
 // Run-time loading of cuDNN 9 (contract in cudnn_library.h).
 #include "kernels/cuda/attention/cudnn_library.h"
 
+#include "kernels/cuda/core/dl_library.h"
+
 #include <dlfcn.h>
 #include <glob.h>
 
@@ -13,38 +15,9 @@
 namespace vlm::cuda {
 namespace {
 
-std::vector<std::string> glob_paths(const std::string& pattern) {
-  std::vector<std::string> out;
-  glob_t g{};
-  if (glob(pattern.c_str(), 0, nullptr, &g) == 0)
-    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-  globfree(&g);
-  return out;
-}
-
 std::string dir_of(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
-}
-
-// Directories holding Python's nvidia-* packages: the usual prefixes, then python3 on PATH.
-std::vector<std::string> nvidia_package_dirs() {
-  std::vector<std::string> dirs;
-  for (const char* pat : {"/usr/local/lib/python3*/dist-packages/nvidia", "/usr/local/lib/python3*/site-packages/nvidia",
-                          "/usr/lib/python3/dist-packages/nvidia", "/usr/lib/python3*/site-packages/nvidia",
-                          "/opt/conda/lib/python3*/site-packages/nvidia", "/root/.local/lib/python3*/site-packages/nvidia",
-                          "/opt/venv/lib/python3*/site-packages/nvidia", "/opt/*/.venv/lib/python3*/site-packages/nvidia", "/usr/local/python*/lib/python3*/site-packages/nvidia"})
-    for (const std::string& d : glob_paths(pat)) dirs.push_back(d);
-  if (FILE* p = popen("python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])' 2>/dev/null", "r")) {
-    char buf[512];
-    if (std::fgets(buf, sizeof buf, p) != nullptr) {
-      std::string s(buf);
-      while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-      if (!s.empty()) dirs.push_back(s + "/nvidia");
-    }
-    pclose(p);
-  }
-  return dirs;
 }
 
 // Loads the engine libraries beside the dispatcher (and NVRTC) globally, so that the dispatcher's
@@ -61,13 +34,6 @@ void preload_siblings(const std::string& dir, const std::vector<std::string>& nv
     if (glob_paths(f).empty()) continue;
     if (dlopen(f.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) *log += " [preload " + f + ": " + dlerror() + "]";
   }
-}
-
-template <class F>
-bool resolve(void* lib, const char* name, F& fn, std::string* missing) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (fn == nullptr) *missing += std::string(" ") + name;
-  return fn != nullptr;
 }
 
 struct Loaded {
@@ -110,19 +76,19 @@ Loaded load() {
   }
   CudnnApi& a = r.api;
   std::string missing;
-  resolve(lib, "cudnnGetVersion", a.GetVersion, &missing);
-  resolve(lib, "cudnnGetErrorString", a.GetErrorString, &missing);
-  resolve(lib, "cudnnCreate", a.Create, &missing);
-  resolve(lib, "cudnnDestroy", a.Destroy, &missing);
-  resolve(lib, "cudnnSetStream", a.SetStream, &missing);
-  resolve(lib, "cudnnBackendCreateDescriptor", a.BackendCreateDescriptor, &missing);
-  resolve(lib, "cudnnBackendDestroyDescriptor", a.BackendDestroyDescriptor, &missing);
-  resolve(lib, "cudnnBackendFinalize", a.BackendFinalize, &missing);
-  resolve(lib, "cudnnBackendSetAttribute", a.BackendSetAttribute, &missing);
-  resolve(lib, "cudnnBackendGetAttribute", a.BackendGetAttribute, &missing);
-  resolve(lib, "cudnnBackendExecute", a.BackendExecute, &missing);
+  dl_resolve(lib, "cudnnGetVersion", a.GetVersion, &missing);
+  dl_resolve(lib, "cudnnGetErrorString", a.GetErrorString, &missing);
+  dl_resolve(lib, "cudnnCreate", a.Create, &missing);
+  dl_resolve(lib, "cudnnDestroy", a.Destroy, &missing);
+  dl_resolve(lib, "cudnnSetStream", a.SetStream, &missing);
+  dl_resolve(lib, "cudnnBackendCreateDescriptor", a.BackendCreateDescriptor, &missing);
+  dl_resolve(lib, "cudnnBackendDestroyDescriptor", a.BackendDestroyDescriptor, &missing);
+  dl_resolve(lib, "cudnnBackendFinalize", a.BackendFinalize, &missing);
+  dl_resolve(lib, "cudnnBackendSetAttribute", a.BackendSetAttribute, &missing);
+  dl_resolve(lib, "cudnnBackendGetAttribute", a.BackendGetAttribute, &missing);
+  dl_resolve(lib, "cudnnBackendExecute", a.BackendExecute, &missing);
   std::string optional;
-  resolve(lib, "cudnnGetLastErrorString", a.GetLastErrorString, &optional);
+  dl_resolve(lib, "cudnnGetLastErrorString", a.GetLastErrorString, &optional);
   if (!missing.empty()) {
     r.why = r.where + " lacks:" + missing;
     return r;

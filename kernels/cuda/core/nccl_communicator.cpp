@@ -1,5 +1,7 @@
 #include "kernels/cuda/core/nccl_communicator.h"
 
+#include "kernels/cuda/core/dl_library.h"
+
 #include <dlfcn.h>
 #include <glob.h>
 
@@ -25,42 +27,12 @@ static_assert(sizeof(ncclComm_t) == sizeof(void*), "ncclComm_t");
 namespace vlm::cuda {
 namespace {
 
-std::vector<std::string> glob_paths(const std::string& pattern) {
-  std::vector<std::string> out;
-  glob_t g{};
-  if (glob(pattern.c_str(), 0, nullptr, &g) == 0)
-    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-  globfree(&g);
-  return out;
-}
-
 // Where Python's nvidia-nccl package may sit: the usual prefixes, then python3 on PATH.
 std::vector<std::string> python_nccl_files() {
   std::vector<std::string> files;
-  for (const char* pat : {"/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages",
-                          "/usr/lib/python3/dist-packages", "/usr/lib/python3*/site-packages", "/opt/conda/lib/python3*/site-packages",
-                          "/root/.local/lib/python3*/site-packages", "/opt/venv/lib/python3*/site-packages",
-                          "/opt/*/.venv/lib/python3*/site-packages", "/usr/local/python*/lib/python3*/site-packages"})
-    for (const std::string& d : glob_paths(pat))
-      for (const std::string& f : glob_paths(d + "/nvidia/nccl/lib/libnccl.so.2")) files.push_back(f);
-  if (FILE* p = popen("python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])' 2>/dev/null", "r")) {
-    char buf[512];
-    if (std::fgets(buf, sizeof buf, p) != nullptr) {
-      std::string s(buf);
-      while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-      if (!s.empty())
-        for (const std::string& f : glob_paths(s + "/nvidia/nccl/lib/libnccl.so.2")) files.push_back(f);
-    }
-    pclose(p);
-  }
+  for (const std::string& d : nvidia_package_dirs())
+    for (const std::string& f : glob_paths(d + "/nccl/lib/libnccl.so.2")) files.push_back(f);
   return files;
-}
-
-template <class F>
-bool resolve(void* lib, const char* name, F& fn, std::string* missing) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (fn == nullptr) *missing += std::string(" ") + name;
-  return fn != nullptr;
 }
 
 struct Loaded {
@@ -93,14 +65,14 @@ Loaded load() {
     }
     NcclApi& a = r.api;
     std::string missing;
-    resolve(lib, "ncclGetVersion", a.GetVersion, &missing);
-    resolve(lib, "ncclGetErrorString", a.GetErrorString, &missing);
-    resolve(lib, "ncclGetUniqueId", a.GetUniqueId, &missing);
-    resolve(lib, "ncclCommInitRank", a.CommInitRank, &missing);
-    resolve(lib, "ncclCommInitAll", a.CommInitAll, &missing);
-    resolve(lib, "ncclCommDestroy", a.CommDestroy, &missing);
-    resolve(lib, "ncclAllReduce", a.AllReduce, &missing);
-    resolve(lib, "ncclAllGather", a.AllGather, &missing);
+    dl_resolve(lib, "ncclGetVersion", a.GetVersion, &missing);
+    dl_resolve(lib, "ncclGetErrorString", a.GetErrorString, &missing);
+    dl_resolve(lib, "ncclGetUniqueId", a.GetUniqueId, &missing);
+    dl_resolve(lib, "ncclCommInitRank", a.CommInitRank, &missing);
+    dl_resolve(lib, "ncclCommInitAll", a.CommInitAll, &missing);
+    dl_resolve(lib, "ncclCommDestroy", a.CommDestroy, &missing);
+    dl_resolve(lib, "ncclAllReduce", a.AllReduce, &missing);
+    dl_resolve(lib, "ncclAllGather", a.AllGather, &missing);
     if (!missing.empty()) {
       tried += fmt::format(" {} (lacks{})", c, missing);
       continue;
