@@ -12,7 +12,10 @@ CudaRankGroup::CudaRankGroup(int size) : size_(size), errors_(static_cast<size_t
   std::vector<int> devices(static_cast<size_t>(size));
   std::iota(devices.begin(), devices.end(), 0);
   nccl_ = std::make_shared<cuda::NcclGroup>(devices);
-  for (int r = 0; r < size; ++r) comms_.push_back(std::make_unique<cuda::NcclCommunicator>(nccl_, r));
+  peer_ = cuda::make_peer_all_reduce(devices, cuda::all_reduce_choice_from_env());
+  for (int r = 0; r < size; ++r)
+    comms_.push_back(
+        std::make_unique<cuda::PeerOrNcclCommunicator>(std::make_unique<cuda::NcclCommunicator>(nccl_, r), peer_));
 }
 
 CudaRankGroup::~CudaRankGroup() {

@@ -1,5 +1,6 @@
 // CudaRankGroup: tensor parallelism's ranks 1..N-1 of a CudaBackend (issue 42; rank 0 is the
-// backend's own CudaDecoder on the engine thread). It owns the NCCL group over GPUs 0..N-1, the
+// backend's own CudaDecoder on the engine thread). It owns the NCCL group over GPUs 0..N-1 and
+// the peer all-reduce of small messages (VLM_TP_ALLREDUCE, kernels/cuda/core/peer_or_nccl_communicator.h), the
 // ranks' decoders (each on its GPU, with its shard and its KV cache) and one host thread per rank,
 // which keeps its GPU current. start(fn) hands fn to every rank thread at once and returns; the
 // caller runs rank 0's part, then join() waits for the ranks and rethrows the first rank's
@@ -15,13 +16,15 @@
 #include <vector>
 
 #include "kernels/cuda/core/nccl_communicator.h"
+#include "kernels/cuda/core/peer_or_nccl_communicator.h"
 #include "model/decoder/cuda/cuda_decoder.h"
 
 namespace vlm {
 
 class CudaRankGroup {
  public:
-  // The NCCL group over GPUs 0..size-1 (LoadError: NCCL not found, naming where it looked).
+  // The NCCL group over GPUs 0..size-1 (LoadError: NCCL not found, naming where it looked) and the
+  // peer all-reduce per VLM_TP_ALLREDUCE (LoadError: a bad value; DeviceError: =peer without peer access).
   explicit CudaRankGroup(int size);
   ~CudaRankGroup();
   CudaRankGroup(const CudaRankGroup&) = delete;
@@ -45,6 +48,7 @@ class CudaRankGroup {
 
   int size_;
   std::shared_ptr<cuda::NcclGroup> nccl_;
+  std::shared_ptr<cuda::PeerAllReduce> peer_;  // null: NCCL only
   std::vector<std::unique_ptr<Communicator>> comms_;  // [size]
   std::vector<std::unique_ptr<CudaDecoder>> decoders_;  // ranks 1..N-1
   std::vector<std::thread> threads_;
