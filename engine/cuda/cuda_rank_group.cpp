@@ -31,6 +31,12 @@ CudaRankGroup::~CudaRankGroup() {
   }
 }
 
+int64_t CudaRankGroup::peer_all_reduces() const {
+  int64_t n = 0;
+  for (const auto& c : comms_) n += c->peer_calls();
+  return n;
+}
+
 void CudaRankGroup::build(const LlmDecoder& host, const CudaDecoderOptions& base, int64_t num_kv_blocks) {
   VLM_CHECK(decoders_.empty(), "rank group built twice");
   for (int r = 1; r < size_; ++r) {

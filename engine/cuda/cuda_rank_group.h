@@ -37,6 +37,10 @@ class CudaRankGroup {
   // num_kv_blocks (rank 0's, so block ids mean the same on every rank), and starts their threads.
   void build(const LlmDecoder& host, const CudaDecoderOptions& base, int64_t num_kv_blocks);
   CudaDecoder& decoder(int r) { return *decoders_.at(static_cast<size_t>(r - 1)); }
+  // Whether small all-reduces go over peer access, and how many were enqueued that way (all ranks;
+  // a captured graph's count once; read between jobs).
+  bool peer_all_reduce_on() const { return peer_ != nullptr; }
+  int64_t peer_all_reduces() const;
 
   // fn(rank r's decoder) on each rank thread r >= 1; returns at once.
   void start(std::function<void(CudaDecoder&)> fn);
@@ -49,7 +53,7 @@ class CudaRankGroup {
   int size_;
   std::shared_ptr<cuda::NcclGroup> nccl_;
   std::shared_ptr<cuda::PeerAllReduce> peer_;  // null: NCCL only
-  std::vector<std::unique_ptr<Communicator>> comms_;  // [size]
+  std::vector<std::unique_ptr<cuda::PeerOrNcclCommunicator>> comms_;  // [size]
   std::vector<std::unique_ptr<CudaDecoder>> decoders_;  // ranks 1..N-1
   std::vector<std::thread> threads_;
   std::mutex mu_;
