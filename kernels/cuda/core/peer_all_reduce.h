@@ -43,7 +43,7 @@ bool peer_access_possible(const std::vector<int>& devices, std::string* why = nu
 class PeerAllReduce {
  public:
   static constexpr int kMaxRanks = 8;
-  static constexpr int kMaxBlocks = 32;
+  static constexpr int kMaxBlocks = 64;  // of the H200's 132 SMs: all resident beside other work
   static constexpr int kThreads = 512;
 
   // Enables peer access between every pair of `devices` (rank r on devices[r]; an already enabled

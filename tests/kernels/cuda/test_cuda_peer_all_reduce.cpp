@@ -126,7 +126,7 @@ TEST(PeerAllReduce, EqualsTheNaiveSumBitForBitForEverySizeAndDtype) {
   const int64_t max_count = int64_t{1} << 20;
   cuda::PeerAllReduce peer(devs, static_cast<size_t>(max_count) * 4);
   Ranks ranks(n, static_cast<size_t>(max_count) * 4);
-  // One group for every call: the counters advance through grids of 1..32 blocks.
+  // One group for every call: the counters advance through grids of 1..64 blocks.
   const std::vector<int64_t> counts = {1, 2, 7, 8, 9, 255, 4096, 4097, 8191, 65539, 262144, 300001, max_count};
   uint32_t seed = 1;
   for (int rep = 0; rep < 2; ++rep)
