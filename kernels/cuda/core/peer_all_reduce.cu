@@ -65,8 +65,11 @@ __device__ __forceinline__ void store_chunk(T* buf, int64_t k, int64_t count, bo
 
 // One rank's kernel; grid = the blocks that own a chunk (<= kMaxBlocks), block = kThreads.
 // buf [count] in place; staging offsets are of parity (counter + 1) & 1.
+// peers is indexed only by compile-time indices (unrolled loops over N): a dynamic index would copy
+// the 128-byte parameter to local memory in every thread. mine: rank's staging; my_flags: its flags.
 template <typename T, int N>
-__global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerPtrs peers, int rank, T* buf, int64_t count,
+__global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerPtrs peers, int rank, char* my_staging,
+                                                                   const uint32_t* my_flags, T* buf, int64_t count,
                                                                    bool aligned, uint32_t* counters, size_t capacity) {
   constexpr int V = kChunk / sizeof(T);
   const int b = blockIdx.x;
@@ -77,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerPtrs peer
   const size_t parity = (call & 1u) * capacity;
   const int64_t chunks = (count + V - 1) / V;
   const int64_t stride = static_cast<int64_t>(kMaxBlocks) * kThreads;  // chunk k: block (k / kThreads) % kMaxBlocks
-  uint4* mine = reinterpret_cast<uint4*>(const_cast<char*>(peers.staging[rank]) + parity);
+  uint4* mine = reinterpret_cast<uint4*>(my_staging + parity);
 
   // 1. this block's chunks into its own staging
   for (int64_t k = static_cast<int64_t>(b) * kThreads + threadIdx.x; k < chunks; k += stride)
@@ -87,8 +90,10 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerPtrs peer
   // 2. barrier of block b across the ranks: thread p signals rank p, then waits for rank p's signal
   if (threadIdx.x < N) {
     __threadfence_system();
-    store_release_sys(peers.flags[threadIdx.x] + b * kMaxRanks + rank, call);
-    const uint32_t* f = peers.flags[rank] + b * kMaxRanks + threadIdx.x;
+#pragma unroll
+    for (int p = 0; p < N; ++p)
+      if (threadIdx.x == p) store_release_sys(peers.flags[p] + b * kMaxRanks + rank, call);
+    const uint32_t* f = my_flags + b * kMaxRanks + threadIdx.x;
     while (static_cast<int32_t>(load_acquire_sys(f) - call) < 0) {
     }
   }
@@ -124,8 +129,8 @@ void launch(const PeerPtrs& p, int rank, void* buf, int64_t count, uint32_t* cou
   const int64_t chunks = (count * static_cast<int64_t>(sizeof(T)) + kChunk - 1) / kChunk;
   const int grid = static_cast<int>(std::min<int64_t>(kMaxBlocks, (chunks + kThreads - 1) / kThreads));
   const bool aligned = reinterpret_cast<uintptr_t>(buf) % kChunk == 0;
-  peer_all_reduce_kernel<T, N><<<grid, kThreads, 0, stream>>>(p, rank, static_cast<T*>(buf), count, aligned, counters,
-                                                               capacity);
+  peer_all_reduce_kernel<T, N><<<grid, kThreads, 0, stream>>>(p, rank, const_cast<char*>(p.staging[rank]), p.flags[rank],
+                                                               static_cast<T*>(buf), count, aligned, counters, capacity);
 }
 
 template <typename T>
