@@ -35,6 +35,16 @@ __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
   return v;
 }
 
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// A peer that has not signalled after this long never will (a rank skipped a call, or a bug): the
+// kernel traps, so the process fails with a CUDA error instead of hanging.
+constexpr uint64_t kWaitLimitNs = 60ull * 1000 * 1000 * 1000;
+
 // The elements [k * V, k * V + V) of buf (V = 16 / sizeof(T)) as 16 bytes; past `count`: zeros.
 template <typename T>
 __device__ __forceinline__ uint4 load_chunk(const T* buf, int64_t k, int64_t count, bool aligned) {
@@ -94,7 +104,17 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerPtrs peer
     for (int p = 0; p < N; ++p)
       if (threadIdx.x == p) store_release_sys(peers.flags[p] + b * kMaxRanks + rank, call);
     const uint32_t* f = my_flags + b * kMaxRanks + threadIdx.x;
-    while (static_cast<int32_t>(load_acquire_sys(f) - call) < 0) {
+    uint64_t start = 0;
+    for (uint32_t spins = 0; static_cast<int32_t>(load_acquire_sys(f) - call) < 0; ++spins) {
+      if ((spins & 1023u) != 1023u) continue;
+      const uint64_t now = global_ns();
+      if (start == 0) {
+        start = now;
+      } else if (now - start > kWaitLimitNs) {
+        printf("peer all-reduce: rank %d block %d waited 60 s for rank %d's call %u (flag %u); trapping\n", rank, b,
+               static_cast<int>(threadIdx.x), call, load_acquire_sys(f));
+        __trap();
+      }
     }
   }
   __syncthreads();

@@ -22,7 +22,8 @@
 // its other collectives, and a rank's calls are ordered (one stream, or streams joined by events:
 // two of them running at once on one GPU would race on its counters); the rank's device is current on the calling thread and `stream` is one of
 // its streams (capturable: the launch has only fixed pointers). The N kernels may be launched from
-// one host thread: rank r's kernel spins only on its own GPU, waiting for the peers' kernels.
+// one host thread: rank r's kernel spins only on its own GPU, waiting for the peers' kernels. A peer
+// that has not arrived within 60 s makes the kernel trap (a CUDA error, not a hang).
 #pragma once
 
 #include <cuda_runtime_api.h>
