@@ -70,6 +70,8 @@ class CudaBackend : public StepBackend {
   double take_media_encode_ms() override { return media_ ? media_->take_encode_ms() : 0.0; }
 
   CudaDecoder& decoder() { return gpu_; }
+  // TP's ranks 1..N-1 and communicators; null at N = 1.
+  const CudaRankGroup* rank_group() const { return ranks_.get(); }
 
  private:
   // Adds task's job (penalties, mask, draw) to the host arrays.

@@ -12,7 +12,10 @@ CudaRankGroup::CudaRankGroup(int size) : size_(size), errors_(static_cast<size_t
   std::vector<int> devices(static_cast<size_t>(size));
   std::iota(devices.begin(), devices.end(), 0);
   nccl_ = std::make_shared<cuda::NcclGroup>(devices);
-  for (int r = 0; r < size; ++r) comms_.push_back(std::make_unique<cuda::NcclCommunicator>(nccl_, r));
+  peer_ = cuda::make_peer_all_reduce(devices, cuda::all_reduce_choice_from_env());
+  for (int r = 0; r < size; ++r)
+    comms_.push_back(
+        std::make_unique<cuda::PeerOrNcclCommunicator>(std::make_unique<cuda::NcclCommunicator>(nccl_, r), peer_));
 }
 
 CudaRankGroup::~CudaRankGroup() {
@@ -26,6 +29,12 @@ CudaRankGroup::~CudaRankGroup() {
     cudaSetDevice(static_cast<int>(i) + 1);
     decoders_[i].reset();
   }
+}
+
+int64_t CudaRankGroup::peer_all_reduces() const {
+  int64_t n = 0;
+  for (const auto& c : comms_) n += c->peer_calls();
+  return n;
 }
 
 void CudaRankGroup::build(const LlmDecoder& host, const CudaDecoderOptions& base, int64_t num_kv_blocks) {

@@ -1,5 +1,6 @@
 // CudaRankGroup: tensor parallelism's ranks 1..N-1 of a CudaBackend (issue 42; rank 0 is the
-// backend's own CudaDecoder on the engine thread). It owns the NCCL group over GPUs 0..N-1, the
+// backend's own CudaDecoder on the engine thread). It owns the NCCL group over GPUs 0..N-1 and
+// the peer all-reduce of small messages (VLM_TP_ALLREDUCE, kernels/cuda/core/peer_or_nccl_communicator.h), the
 // ranks' decoders (each on its GPU, with its shard and its KV cache) and one host thread per rank,
 // which keeps its GPU current. start(fn) hands fn to every rank thread at once and returns; the
 // caller runs rank 0's part, then join() waits for the ranks and rethrows the first rank's
@@ -15,13 +16,15 @@
 #include <vector>
 
 #include "kernels/cuda/core/nccl_communicator.h"
+#include "kernels/cuda/core/peer_or_nccl_communicator.h"
 #include "model/decoder/cuda/cuda_decoder.h"
 
 namespace vlm {
 
 class CudaRankGroup {
  public:
-  // The NCCL group over GPUs 0..size-1 (LoadError: NCCL not found, naming where it looked).
+  // The NCCL group over GPUs 0..size-1 (LoadError: NCCL not found, naming where it looked) and the
+  // peer all-reduce per VLM_TP_ALLREDUCE (LoadError: a bad value; DeviceError: =peer without peer access).
   explicit CudaRankGroup(int size);
   ~CudaRankGroup();
   CudaRankGroup(const CudaRankGroup&) = delete;
@@ -34,6 +37,10 @@ class CudaRankGroup {
   // num_kv_blocks (rank 0's, so block ids mean the same on every rank), and starts their threads.
   void build(const LlmDecoder& host, const CudaDecoderOptions& base, int64_t num_kv_blocks);
   CudaDecoder& decoder(int r) { return *decoders_.at(static_cast<size_t>(r - 1)); }
+  // Whether small all-reduces go over peer access, and how many were enqueued that way (all ranks;
+  // a captured graph's count once; read between jobs).
+  bool peer_all_reduce_on() const { return peer_ != nullptr; }
+  int64_t peer_all_reduces() const;
 
   // fn(rank r's decoder) on each rank thread r >= 1; returns at once.
   void start(std::function<void(CudaDecoder&)> fn);
@@ -45,7 +52,8 @@ class CudaRankGroup {
 
   int size_;
   std::shared_ptr<cuda::NcclGroup> nccl_;
-  std::vector<std::unique_ptr<Communicator>> comms_;  // [size]
+  std::shared_ptr<cuda::PeerAllReduce> peer_;  // null: NCCL only
+  std::vector<std::unique_ptr<cuda::PeerOrNcclCommunicator>> comms_;  // [size]
   std::vector<std::unique_ptr<CudaDecoder>> decoders_;  // ranks 1..N-1
   std::vector<std::thread> threads_;
   std::mutex mu_;

@@ -1,5 +1,6 @@
 // Tensor parallelism on two GPUs (issue 42): a CudaBackend whose decoder is split over GPUs 0 and 1
-// (CudaRankGroup, NCCL all-reduces in the layers' stream) against the same backend on one GPU, on
+// (CudaRankGroup, all-reduces in the layers' stream: over peer access up to VLM_TP_ALLREDUCE_MAX_BYTES
+// where the GPUs have it and VLM_TP_ALLREDUCE is not nccl, NCCL otherwise) against the same backend on one GPU, on
 // the f32 fixtures (the exact path: logits within 1e-4 relative, greedy tokens equal), with decode
 // steps eager and as CUDA graphs; and on a bf16 fixture (logits within the bf16 closeness of
 // 3e-2 relative; the first greedy token equal where TP=1's top-2 margin exceeds 0.05). Skips below two
@@ -87,6 +88,12 @@ TEST_P(CudaTensorParallel, TwoGpusGiveTheLogitsAndGreedyTokensOfOne) {
     }
   }
   if (!c.eager) EXPECT_GT(two.backend->decoder().graphs_captured(), 0);
+  // VLM_TP_ALLREDUCE=auto (default) or peer: the decoder's all-reduces took the peer path where it is on.
+  const CudaRankGroup* group = two.backend->rank_group();
+  ASSERT_NE(group, nullptr);
+  std::printf("[ tp2 ] peer all-reduce %s, %lld calls enqueued\n", group->peer_all_reduce_on() ? "on" : "off",
+              static_cast<long long>(group->peer_all_reduces()));
+  if (group->peer_all_reduce_on()) EXPECT_GT(group->peer_all_reduces(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallel,
