@@ -26,6 +26,8 @@
 //     of the expert's pairs (moe_grouped_mma_gemv.cu says why and how).
 //  4. moe_combine: y[t] (+)= sum over j (increasing expert) of weight[t, j] * out[slot_of_pair[t*k + j]]
 //     (the sum in f32, then added to y: the CPU's order).
+// For a few tokens (decode) CudaMoe runs moe_decode.h's forms instead: the router product with 1.
+// and 2. in one launch, and 3. as pair GEMVs with 4. folded into the down product.
 // Every optimized kernel has a naive reference (*_naive: one thread per token, per pair, or per
 // output element, sums in index order); f32 runs the naive products (the exact path's speed does
 // not matter). Products sum in f32 and round to dt once. Pointers are device pointers; x, w and
