@@ -68,8 +68,8 @@ struct MoeSorted {
 // block of one launch (decode: a launch fewer per layer), else the two kernels. The one block holds
 // up to 64 tokens (a token mask per expert: 64 bits) but is slower than the two kernels past ~16
 // (H200, 128 experts, top 8: T = 1 / 4 / 16 / 64 one block 6.8 / 7.0 / 11.8 / 39.0 us, two kernels
-// 10.4 / 9.5 / 11.1 / 10.4 us; session 17, bench_cuda_moe), so it runs up to 8 tokens.
-constexpr int64_t kMoeRouteSortMaxTokens = 8;
+// 10.4 / 9.5 / 11.1 / 10.4 us; session 17, bench_cuda_moe), so it runs up to 8 tokens
+// (kMoeRouteSortMaxTokens, moe_limits.h).
 void moe_route_sort(const float* logits /*[T,E]*/, int64_t T, int64_t E, int64_t K, bool norm_topk,
                     int32_t* expert /*[T,K]*/, float* weight /*[T,K]*/, const MoeSorted& sorted, cudaStream_t s);
 

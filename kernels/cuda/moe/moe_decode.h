@@ -27,8 +27,8 @@
 // load latency wants ~4.4 MB in flight, ~33 KB per SM): gate|up is 8 experts x 1536 rows x 4 KB =
 // 50 MB over 6,144 warps (1,536 blocks of 4; ptxas: 90 registers, so 5 blocks = 20 warps per SM,
 // ~2.3 waves of 660 blocks, the blocks retiring unevenly so the SMs stay fed), each warp with its
-// 8 KB in flight (~160 KB per SM); down is 8 x 2048 rows x 1.5 KB = 25 MB over 2,048 warps (512
-// blocks; 108 registers, 4 blocks per SM: one wave, ~16 warps per SM with 6 KB each in flight).
+// 8 KB in flight (~160 KB per SM); down is 8 x 2048 rows x 1.5 KB = 25 MB over 2,048 warps (1,024
+// blocks of 2; 108 registers: one wave, ~16 warps per SM with 6 KB each in flight).
 // Not measured yet (written without a GPU). The tensor-core GEMV
 // (moe_grouped_mma_gemv) at T = 1 has 8 active experts x N / 32 column blocks, each warp with
 // 4 chunks x 2 rows x 16 B per lane in flight (4 KB), pays a dependent index chain
@@ -52,11 +52,7 @@
 
 namespace vlm::cuda {
 
-// The pair GEMVs run for T <= this many tokens (a guess from bytes: at 4 tokens ~30 of 32 pairs
-// fall in distinct experts, so the re-read is small; bench_cuda_moe --tokens 1,2,4,8 says where
-// the tensor-core GEMV overtakes it).
-constexpr int64_t kMoePairGemvMaxTokens = 4;
-
+// kMoePairGemvMaxTokens and which form runs when (moe_decode_plan): moe_limits.h.
 // True when the three forms take this shape: 16-bit dt, C and I multiples of 8.
 bool moe_decode_supported(int64_t C, int64_t I, DType dt);
 

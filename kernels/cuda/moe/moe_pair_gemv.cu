@@ -16,7 +16,10 @@ using gemv_detail::load_stream;
 using gemv_detail::silu_mul_of;
 using gemv_detail::warp_sum;
 
-constexpr int kPairWarps = 4, kPairThreads = 32 * kPairWarps;
+constexpr int kPairWarps = 4, kPairThreads = 32 * kPairWarps;  // gate|up
+// down: blocks of 2 warps, so the one wave of T = 1 (2,048 warps) spreads evenly: 1,024 blocks at
+// ~8 per SM (4-warp blocks: 512 at 3 or 4 per SM, a quarter of the SMs a block short).
+constexpr int kDownWarps = 2, kDownThreads = 32 * kDownWarps;
 constexpr int kPairGateUpUnroll = 8;  // vectors of the gate row (and of the up row) in flight per lane
 constexpr int kPairDownUnroll = 4;    // vectors of each pair's down row in flight per lane
 constexpr int kPairDownGroup = 4;     // pairs whose down rows are in flight together
@@ -60,11 +63,11 @@ __global__ void __launch_bounds__(kPairThreads)
 
 // Warp = output (token t, column c): the token's pairs kPairDownGroup at a time, j ascending.
 template <class T>
-__global__ void __launch_bounds__(kPairThreads)
+__global__ void __launch_bounds__(kDownThreads)
     pair_down_combine_kernel(const T* __restrict__ act, const T* __restrict__ w, const int32_t* __restrict__ expert,
                              const float* __restrict__ weight, int Tn, int Kt, int C, int I, float* y,
                              bool accumulate) {
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * kPairWarps + threadIdx.x / 32;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kDownWarps + threadIdx.x / 32;
   if (item >= static_cast<int64_t>(Tn) * C) return;
   const int lane = threadIdx.x % 32, t = static_cast<int>(item / C), c = static_cast<int>(item % C);
   const int I8 = I / 8;
@@ -200,7 +203,7 @@ void moe_pair_down_combine(const void* act, const void* down, const int32_t* exp
   const int64_t items = T * C;
   by_dtype(dt, [&](auto tag) {
     using Tt = decltype(tag);
-    pair_down_combine_kernel<Tt><<<static_cast<unsigned>((items + kPairWarps - 1) / kPairWarps), kPairThreads, 0, s>>>(
+    pair_down_combine_kernel<Tt><<<static_cast<unsigned>((items + kDownWarps - 1) / kDownWarps), kDownThreads, 0, s>>>(
         static_cast<const Tt*>(act), static_cast<const Tt*>(down), expert, weight, static_cast<int>(T),
         static_cast<int>(K), static_cast<int>(C), static_cast<int>(I), y, accumulate);
   });

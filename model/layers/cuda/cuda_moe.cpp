@@ -161,9 +161,10 @@ class CudaMoe final : public Mlp {
     void* out = base + L.out;  // [P, C] dt
 
     // Decode forms (moe_decode.h): 16-bit, the router's weights in dt (not FP8), few tokens.
-    const bool decode = !old_decode() && cuda::moe_decode_supported(C, I, dt) && router_.w.get() != nullptr &&
-                        !router_.fp8();
-    if (decode && T <= cuda::kMoeRouteSortMaxTokens) {
+    const cuda::MoeDecodePlan plan =
+        cuda::moe_decode_plan(T, C, I, dt == DType::BF16 || dt == DType::F16,
+                              router_.w.get() != nullptr && !router_.fp8(), old_decode());
+    if (plan.fused_router) {
       cuda::moe_router_route_sort(h, router_.w.get(), dt, T, E, C, K, spec_.norm_topk_prob, logits, expert, weight,
                                   sorted, counter(), s.stream);
       s.mark("moe_route");
@@ -173,7 +174,7 @@ class CudaMoe final : public Mlp {
       cuda::moe_route_sort(logits, T, E, K, spec_.norm_topk_prob, expert, weight, sorted, s.stream);
       s.mark("moe_route");
     }
-    if (decode && T <= cuda::kMoePairGemvMaxTokens) {  // act [P, I] in pair order; the combine in the down product
+    if (plan.pair_gemv) {  // act [P, I] in pair order; the combine in the down product
       cuda::moe_pair_gate_up(h, gate_up_.get(), expert, dt, T, K, I, C, act, s.stream);
       s.mark("moe_gate_up");
       cuda::moe_pair_down_combine(act, down_.get(), expert, weight, dt, T, K, C, I, y.f32(), a == Accum::Add,

@@ -1,13 +1,14 @@
 // The decode forms of the mixture-of-experts block (kernels/cuda/moe/moe_decode.h) beside their
 // naive references: moe_router_route_sort (router product, routing and sorting in one launch, the
-// last block by an atomic ticket) against moe_router_naive + moe_route_naive + moe_sort_naive, run
-// twice (its counter back at 0, the same bits); moe_pair_gate_up and moe_pair_down_combine (the
-// combine folded into the down product) against their naive kernels and against the five-launch
-// path's naive kernels (moe_sort, moe_grouped_naive twice, moe_combine_naive), with and without
-// accumulate, run twice (deterministic: the same bits). Shapes: the 30B-A3B layer at T = 1
-// (E 128 for the router, top 8, C 2048, I 768), E not a multiple of the router's 8 rows per block, k not a
-// multiple of the down kernel's 4 pairs, C / I past the 16-byte vectors' unroll, bf16 and f16.
-// Outputs poisoned first (NaN) so an unwritten element fails. Skips without a GPU.
+// last block by an atomic ticket) against moe_router_naive (the logits) and, on its own logits,
+// moe_route_sort (bitwise) and moe_route_naive + moe_sort_naive, run twice (its counter back at 0,
+// the same bits); moe_pair_gate_up and moe_pair_down_combine (the combine folded into the down
+// product) against their naive kernels and against the five-launch path's naive kernels
+// (moe_sort, moe_grouped_naive twice, moe_combine_naive), with and without accumulate, run twice
+// (deterministic: the same bits). Shapes: the 30B-A3B layer at T = 1 (E 128 for the router, top 8,
+// C 2048, I 768), E not a multiple of the router's 8 rows per block, k not a multiple of the down
+// kernel's 4 pairs, C / I past the 16-byte vectors' unroll, bf16 and f16. Outputs poisoned first
+// (NaN) so an unwritten element fails. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -97,14 +98,21 @@ TEST_F(CudaMoeDecode, RouterRouteSortMatchesNaive) {
       cuda::DeviceBuffer ln(T * E * 4);
       cuda::moe_router_naive(d_h.get(), d_w.get(), dt, T, E, C, ln.as<float>(), nullptr);
       EXPECT_LE(normalized_error(logits, to_host<float>(ln, T * E)), 1e-5);
-      // Routing and sorting of the fused kernel's own logits: the naive kernels give the same bits.
-      cuda::DeviceBuffer en(P * 4), wn(P * 4);
-      Sorted sn(E, P);
+      // Routing and sorting of the fused kernel's own logits: moe_route_sort (the same routing
+      // code) gives the same bits; the naive kernels the same choices and groups, the weights
+      // within 2e-6 (their softmax sums in another order).
+      cuda::DeviceBuffer eo(P * 4), wo(P * 4), en(P * 4), wn(P * 4);
+      Sorted so(E, P), sn(E, P);
+      cuda::moe_route_sort(l1.as<float>(), T, E, K, true, eo.as<int32_t>(), wo.as<float>(), so.s, nullptr);
       cuda::moe_route_naive(l1.as<float>(), T, E, K, true, en.as<int32_t>(), wn.as<float>(), nullptr);
       cuda::moe_sort_naive(en.as<int32_t>(), P, E, sn.s, nullptr);
+      const auto w_fused = to_host<float>(w1, P), w_naive = to_host<float>(wn, P);
+      EXPECT_EQ(to_host<int32_t>(e1, P), to_host<int32_t>(eo, P));
+      EXPECT_EQ(bits(w_fused), bits(to_host<float>(wo, P)));
+      EXPECT_EQ(s1.host(E, P), so.host(E, P));
       EXPECT_EQ(to_host<int32_t>(e1, P), to_host<int32_t>(en, P));
-      EXPECT_EQ(bits(to_host<float>(w1, P)), bits(to_host<float>(wn, P)));
       EXPECT_EQ(s1.host(E, P), sn.host(E, P));
+      for (int64_t i = 0; i < P; ++i) EXPECT_NEAR(w_fused[i], w_naive[i], 2e-6) << i;
     }
   }
 }
