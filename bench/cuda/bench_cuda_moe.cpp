@@ -19,6 +19,15 @@
 //  - "layer" rows: route_sort, gate|up, down, combine in one form (auto: the one CudaMoe picks,
 //    moe_cuda.h's kMoeMmaGemvPairsPerExpert), launched one by one, and for T <= 64 also as a CUDA
 //    graph of 16 layers (the decode step runs captured), time per layer.
+//  - "decode" rows (T <= 4: issue 41's one-sequence step, kernels/cuda/moe/moe_decode.h), each
+//    WITH the router product (0.5 MB; from one of 8 random normed-token sets, so the routing
+//    differs call to call), per layer: "decode old" the five launches CudaMoe ran before
+//    (VLM_MOE_DECODE=old: router GEMV, moe_route_sort, tensor-core GEMV gate|up and down,
+//    moe_combine) and "decode new" the three it runs now (moe_router_route_sort, moe_pair_gate_up,
+//    moe_pair_down_combine), launched one by one and as a graph of 16 layers; and their kernels
+//    ("kernel router form=gemv", "kernel router_route_sort form=fused", "kernel gate_up form=pair",
+//    "kernel down_combine form=pair"). GB/s of the decode rows counts the same expert bytes as
+//    the other rows (experts= from the given logits, ~8T distinct).
 // GB/s counts the expert weights a call must read: the distinct experts the 8 routings touch
 // (their mean; "experts=" on each row) x 3 x I x C x 2 bytes (gate|up: 2/3 of it, down: 1/3).
 // Output, one line per row: "moe T=<T> P=<P> experts=<mean touched> <kernel|layer> <name>
@@ -39,7 +48,9 @@
 
 #include "kernels/core/dtype.h"
 #include "kernels/cuda/core/device_buffer.h"
+#include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/moe/moe_cuda.h"
+#include "kernels/cuda/moe/moe_decode.h"
 
 namespace {
 
@@ -110,6 +121,93 @@ struct Routed {
   DeviceBuffer logits, expert, weight, meta;
   vlm::cuda::MoeSorted sorted;
 };
+
+
+// The "decode" rows (see the top): old and new per layer, with the router product.
+template <class Report>
+void decode_rows(int64_t T, double touched, double layer_bytes, const std::vector<DeviceBuffer>& gate_up,
+                 const std::vector<DeviceBuffer>& down, int reps, cudaStream_t s, const Report& report) {
+  namespace vc = vlm::cuda;
+  const int64_t P = T * K;
+  DeviceBuffer router = random_bf16(static_cast<size_t>(E * C * 2), 0.03f, 21);  // [E, C]
+  std::vector<DeviceBuffer> hs;  // [T, C] per set
+  for (int si = 0; si < kSets; ++si) hs.push_back(random_bf16(static_cast<size_t>(T * C * 2), 1.f, 31 + si));
+  DeviceBuffer logits(T * E * 4), expert(P * 4), weight(P * 4), meta((3 * (E + 1) + 2 * P + 1) * 4);
+  DeviceBuffer act(P * I * 2), out(P * C * 2), y(T * C * 4);
+  ok(cudaMemset(meta.get(), 0, meta.bytes()), "meta");  // the counter (last word) starts at 0
+  ok(cudaMemset(y.get(), 0, y.bytes()), "y");
+  vc::MoeSorted so;
+  so.offsets = meta.as<int32_t>();
+  so.tile_starts = so.offsets + E + 1;
+  so.active = so.tile_starts + E + 1;
+  so.pair_of_slot = so.active + E + 1;
+  so.slot_of_pair = so.pair_of_slot + P;
+  auto* counter = reinterpret_cast<uint32_t*>(so.slot_of_pair + P);
+  auto grouped = [&](int i, bool gated) {
+    vc::MoeGroupedArgs a;
+    a.x = gated ? hs[i % kSets].get() : act.get();
+    a.x_rows = gated ? so.pair_of_slot : nullptr;
+    a.x_div = gated ? K : 1;
+    a.w = gated ? gate_up[i % kCopies].get() : down[i % kCopies].get();
+    a.out = gated ? act.get() : out.get();
+    a.offsets = so.offsets;
+    a.tile_starts = so.tile_starts;
+    a.active = so.active;
+    a.P = P;
+    a.E = E;
+    a.N = gated ? I : C;
+    a.K = gated ? C : I;
+    a.gated = gated;
+    vc::moe_grouped_mma_gemv(a, DType::BF16, s);
+  };
+  auto router_gemv = [&](int i) {
+    vc::gemv(hs[i % kSets].get(), router.get(), DType::BF16, nullptr, logits.get(), DType::F32, false, T, E, C, s);
+  };
+  auto fused_router = [&](int i) {
+    vc::moe_router_route_sort(hs[i % kSets].get(), router.get(), DType::BF16, T, E, C, K, true, logits.as<float>(),
+                              expert.as<int32_t>(), weight.as<float>(), so, counter, s);
+  };
+  auto pair_gate_up = [&](int i) {
+    vc::moe_pair_gate_up(hs[i % kSets].get(), gate_up[i % kCopies].get(), expert.as<int32_t>(), DType::BF16, T, K, I, C,
+                         act.get(), s);
+  };
+  auto pair_down = [&](int i) {
+    vc::moe_pair_down_combine(act.get(), down[i % kCopies].get(), expert.as<int32_t>(), weight.as<float>(),
+                              DType::BF16, T, K, C, I, y.as<float>(), true, s);
+  };
+  auto old_layer = [&](int i) {
+    router_gemv(i);
+    vc::moe_route_sort(logits.as<float>(), T, E, K, true, expert.as<int32_t>(), weight.as<float>(), so, s);
+    grouped(i, true);
+    grouped(i, false);
+    vc::moe_combine(out.get(), DType::BF16, so.slot_of_pair, weight.as<float>(), y.as<float>(), true, T, K, C, s);
+  };
+  auto new_layer = [&](int i) {
+    fused_router(i);
+    pair_gate_up(i);
+    pair_down(i);
+  };
+  report("kernel", "router", "gemv", time_us(router_gemv, reps, s), 0);
+  report("kernel", "router_route_sort", "fused", time_us(fused_router, reps, s), 0);
+  report("kernel", "gate_up", "pair", time_us(pair_gate_up, reps, s), layer_bytes * 2 / 3);
+  report("kernel", "down_combine", "pair", time_us(pair_down, reps, s), layer_bytes / 3);
+  for (const bool is_new : {false, true}) {
+    const std::function<void(int)> layer = is_new ? std::function<void(int)>(new_layer) : old_layer;
+    const char* form = is_new ? "new" : "old";
+    report("decode", "launches", form, time_us(layer, reps, s), layer_bytes);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < kGraphLayers; ++i) layer(i);
+    ok(cudaStreamEndCapture(s, &graph), "capture");
+    ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    const int graph_reps = std::max(1, reps / kGraphLayers);
+    const double us = time_us([&](int) { ok(cudaGraphLaunch(exec, s), "graph"); }, graph_reps, s) / kGraphLayers;
+    report("decode", "graph", form, us, layer_bytes);
+    ok(cudaGraphExecDestroy(exec), "graph");
+    ok(cudaGraphDestroy(graph), "graph");
+  }
+}
 
 }  // namespace
 
@@ -269,6 +367,7 @@ int main(int argc, char** argv) {
       ok(cudaGraphExecDestroy(exec), "graph");
       ok(cudaGraphDestroy(graph), "graph");
     }
+    if (T <= vlm::cuda::kGemvMaxRows) decode_rows(T, touched, layer_bytes, gate_up, down, reps, s, report);
   }
   ok(cudaStreamDestroy(s), "stream");
   return 0;

@@ -26,6 +26,8 @@
 //     of the expert's pairs (moe_grouped_mma_gemv.cu says why and how).
 //  4. moe_combine: y[t] (+)= sum over j (increasing expert) of weight[t, j] * out[slot_of_pair[t*k + j]]
 //     (the sum in f32, then added to y: the CPU's order).
+// For a few tokens (decode) CudaMoe runs moe_decode.h's forms instead: the router product with 1.
+// and 2. in one launch, and 3. as pair GEMVs with 4. folded into the down product.
 // Every optimized kernel has a naive reference (*_naive: one thread per token, per pair, or per
 // output element, sums in index order); f32 runs the naive products (the exact path's speed does
 // not matter). Products sum in f32 and round to dt once. Pointers are device pointers; x, w and
@@ -66,8 +68,8 @@ struct MoeSorted {
 // block of one launch (decode: a launch fewer per layer), else the two kernels. The one block holds
 // up to 64 tokens (a token mask per expert: 64 bits) but is slower than the two kernels past ~16
 // (H200, 128 experts, top 8: T = 1 / 4 / 16 / 64 one block 6.8 / 7.0 / 11.8 / 39.0 us, two kernels
-// 10.4 / 9.5 / 11.1 / 10.4 us; session 17, bench_cuda_moe), so it runs up to 8 tokens.
-constexpr int64_t kMoeRouteSortMaxTokens = 8;
+// 10.4 / 9.5 / 11.1 / 10.4 us; session 17, bench_cuda_moe), so it runs up to 8 tokens
+// (kMoeRouteSortMaxTokens, moe_limits.h).
 void moe_route_sort(const float* logits /*[T,E]*/, int64_t T, int64_t E, int64_t K, bool norm_topk,
                     int32_t* expert /*[T,K]*/, float* weight /*[T,K]*/, const MoeSorted& sorted, cudaStream_t s);
 

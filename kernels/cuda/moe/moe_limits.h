@@ -1,4 +1,5 @@
-// The shape limits of the mixture-of-experts kernels (moe_cuda.h), host-only so that the
+// The shape limits of the mixture-of-experts kernels (moe_cuda.h, moe_decode.h) and the choice
+// of the decode forms, host-only so that the
 // load-time checks (engine/backends/cuda_model_support.h) read them without the CUDA headers.
 #pragma once
 
@@ -8,5 +9,29 @@ namespace vlm::cuda {
 
 constexpr int64_t kMoeMaxExperts = 1024;  // routing keeps a token's E probabilities in shared memory
 constexpr int64_t kMoeMaxTopK = 32;       // one choice per lane of a warp
+
+// moe_route_sort's one block runs up to this many tokens (moe_cuda.h says why), and so does
+// moe_router_route_sort (moe_decode.h).
+constexpr int64_t kMoeRouteSortMaxTokens = 8;
+// moe_decode.h's pair GEMVs run for T <= this many tokens (a guess from bytes: at 4 tokens ~30 of
+// 32 pairs fall in distinct experts, so the re-read is small; bench_cuda_moe --tokens 1,2,4 says
+// how it compares with the tensor-core GEMV per T).
+constexpr int64_t kMoePairGemvMaxTokens = 4;
+
+// Which of moe_decode.h's forms CudaMoe (model/layers/cuda/cuda_moe.h) runs for a step of T tokens:
+// fused_router for 1 <= T <= kMoeRouteSortMaxTokens, pair_gemv for 1 <= T <= kMoePairGemvMaxTokens,
+// neither with `old` (VLM_MOE_DECODE=old), a 32-bit dt, C or I not a multiple of 8 (16-byte rows),
+// or router weights not in the compute dtype (FP8).
+struct MoeDecodePlan {
+  bool fused_router = false;
+  bool pair_gemv = false;
+};
+inline MoeDecodePlan moe_decode_plan(int64_t T, int64_t C, int64_t I, bool dt16, bool router_in_dt, bool old) {
+  MoeDecodePlan p;
+  const bool ok = !old && dt16 && router_in_dt && C > 0 && I > 0 && C % 8 == 0 && I % 8 == 0 && T >= 1;
+  p.fused_router = ok && T <= kMoeRouteSortMaxTokens;
+  p.pair_gemv = ok && T <= kMoePairGemvMaxTokens;
+  return p;
+}
 
 }  // namespace vlm::cuda

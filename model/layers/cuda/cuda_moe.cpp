@@ -10,6 +10,7 @@
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/moe/moe_cuda.h"
+#include "kernels/cuda/moe/moe_decode.h"
 #include "model/layers/cuda/cuda_device_linear.h"
 #include "model/layers/cuda/cuda_step.h"
 
@@ -26,6 +27,18 @@ int64_t align_up(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 bool old_gemv() {
   static const bool old = [] {
     const char* v = std::getenv("VLM_MOE_GEMV");
+    return v != nullptr && std::string(v) == "old";
+  }();
+  return old;
+}
+
+// The decode forms of kernels/cuda/moe/moe_decode.h for a few tokens (the router GEMV, routing
+// and sorting in one launch; the pair GEMVs with the combine folded into the down product), or
+// with VLM_MOE_DECODE=old the five launches they replace (kept so one GPU run measures both;
+// read once per process).
+bool old_decode() {
+  static const bool old = [] {
+    const char* v = std::getenv("VLM_MOE_DECODE");
     return v != nullptr && std::string(v) == "old";
   }();
   return old;
@@ -103,7 +116,9 @@ class CudaMoe final : public Mlp {
         down_ = upload_transposed(w.get(p + "down_proj", Shape{E, I, C}), dt, bytes);
         break;
     }
-    groups_.resize(static_cast<size_t>(3 * (E + 1)) * 4);
+    groups_.resize(static_cast<size_t>(3 * (E + 1) + 1) * 4);  // + moe_router_route_sort's counter, 0 between calls
+    VLM_CUDA_CHECK(cudaMemset(groups_.get(), 0, groups_.bytes()));
+    VLM_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   int64_t inner_cols() const override {
@@ -145,10 +160,28 @@ class CudaMoe final : public Mlp {
     void* act = base + L.act;  // [P, I] dt
     void* out = base + L.out;  // [P, C] dt
 
-    cuda_product(s, h, router_.w.get(), nullptr, logits, DType::F32, false, T, E, C);
-    s.mark("moe_router");
-    cuda::moe_route_sort(logits, T, E, K, spec_.norm_topk_prob, expert, weight, sorted, s.stream);
-    s.mark("moe_route");
+    // Decode forms (moe_decode.h): 16-bit, the router's weights in dt (not FP8), few tokens.
+    const cuda::MoeDecodePlan plan =
+        cuda::moe_decode_plan(T, C, I, dt == DType::BF16 || dt == DType::F16,
+                              router_.w.get() != nullptr && !router_.fp8(), old_decode());
+    if (plan.fused_router) {
+      cuda::moe_router_route_sort(h, router_.w.get(), dt, T, E, C, K, spec_.norm_topk_prob, logits, expert, weight,
+                                  sorted, counter(), s.stream);
+      s.mark("moe_route");
+    } else {
+      cuda_product(s, h, router_.w.get(), nullptr, logits, DType::F32, false, T, E, C);
+      s.mark("moe_router");
+      cuda::moe_route_sort(logits, T, E, K, spec_.norm_topk_prob, expert, weight, sorted, s.stream);
+      s.mark("moe_route");
+    }
+    if (plan.pair_gemv) {  // act [P, I] in pair order; the combine in the down product
+      cuda::moe_pair_gate_up(h, gate_up_.get(), expert, dt, T, K, I, C, act, s.stream);
+      s.mark("moe_gate_up");
+      cuda::moe_pair_down_combine(act, down_.get(), expert, weight, dt, T, K, C, I, y.f32(), a == Accum::Add,
+                                  s.stream);
+      s.mark("moe_down");
+      return;
+    }
 
     cuda::MoeGroupedArgs gu;
     gu.x = h;
@@ -195,7 +228,8 @@ class CudaMoe final : public Mlp {
   DeviceLinear router_;          // [E, C] dt
   cuda::DeviceBuffer gate_up_;   // [E, 2I, C] dt (gate rows, then up rows, of each expert)
   cuda::DeviceBuffer down_;      // [E, C, I] dt
-  cuda::DeviceBuffer groups_;    // offsets, tile_starts, active: [E+1] i32 each, written by each forward
+  cuda::DeviceBuffer groups_;    // offsets, tile_starts, active: [E+1] i32 each, written by each forward; counter
+  uint32_t* counter() const { return reinterpret_cast<uint32_t*>(groups_.as<int32_t>() + 3 * (spec_.num_experts + 1)); }
 };
 
 }  // namespace

@@ -12,6 +12,12 @@
 // permutations, the SiLU·mul rows [T*k, I] and the experts' outputs [T*k, C] in the compute dtype);
 // the per-expert offsets, tile starts and the list of experts with pairs ([E+1] each) are the
 // layer's own device memory.
+// Decode (kernels/cuda/moe/moe_decode.h, 16-bit): for T <= kMoeRouteSortMaxTokens the router
+// product, routing and sorting are one launch; for T <= kMoePairGemvMaxTokens the experts run as
+// pair GEMVs (one warp per output) with the combine folded into the down product (deterministic:
+// one warp owns each y element, the token's pairs summed in a fixed order), three launches a
+// layer after the norm in place of five. VLM_MOE_DECODE=old in the environment (read once) runs
+// the five (the A/B in one GPU run).
 // Weights: router [E, C], gate|up [E, 2I, C] and down [E, C, I] in the compute dtype, from any
 // ExpertLayout (FusedTransposed transposed on the device at load). Refused at load (LoadError
 // naming the router): more than kMoeMaxExperts experts, top-k above kMoeMaxTopK, and a block

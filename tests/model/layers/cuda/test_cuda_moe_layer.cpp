@@ -1,6 +1,7 @@
 // The GPU's mixture-of-experts layer (CudaLayers::moe, model/layers/cuda/cuda_moe.h) against the
-// CPU's (cpu_moe.h, the exact reference) on random weights: token counts from one (decode: the
-// per-expert GEMVs) to 300 (prefill: the tensor-core tiles), the three checkpoint layouts, top-k
+// CPU's (cpu_moe.h, the exact reference) on random weights: token counts from one (decode: 1 and
+// 3 the pair GEMVs with the combine in the down product, 6 the fused router with the per-expert
+// GEMVs; kernels/cuda/moe/moe_decode.h) to 300 (prefill: the tensor-core tiles), the three checkpoint layouts, top-k
 // 1, 2, 8 and E, with and without norm_topk_prob, Write and the residual Add into x itself, a
 // shape whose widths are not multiples of 8 (the naive products). f32 within 1e-5 relative per
 // row; bf16 and f16 within 3e-2 per row. Rows whose routing is a near-tie (the gap between the
@@ -211,7 +212,7 @@ TEST_P(CudaMoeLayer, EqualsTheCpuBlock) {
     Store st;
     const auto [router, norm] = random_block(st, c.shape, c.layout, dt, 17);
     const MoeSpec spec = spec_of(c.shape, c.k, c.norm_topk, c.layout);
-    for (int64_t T : {1, 3, 17, 67, 300}) {
+    for (int64_t T : {1, 3, 6, 17, 67, 300}) {
       for (Accum a : {Accum::Write, Accum::Add}) {
         std::mt19937 rng(static_cast<uint32_t>(T));
         const auto x = randoms(T * c.shape.C, rng, 1.f, 0.f, DType::F32);

@@ -1,0 +1,83 @@
+// The decode forms of the mixture-of-experts block for a few tokens (issue 41: one sequence's
+// decode step, T = 1, 8 pairs each in its own expert), three launches per layer in place of five
+// (router GEMV, moe_route_sort, gate|up, down, combine; moe_cuda.h):
+//  1. moe_router_route_sort (T <= kMoeRouteSortMaxTokens): the router product logits [T, E] f32 =
+//     h [T, C] W_r^T ([E, C] dt) and moe_route_sort's outputs in ONE launch. ceil(E / 8) blocks
+//     of 256 threads, warp w of block b owns router row 8b + w (16-byte streamed loads, the T
+//     tokens' rows through L1, the lane sums then an xor butterfly); each block fences its logits
+//     and takes a ticket from `counter` (atomicAdd); the block that takes the last ticket routes
+//     and sorts all T tokens (route_sort_block: the same code as moe_route_sort's one block, so the
+//     choices, weights and slots equal moe_route_naive + moe_sort_naive's on these logits, bit for
+//     bit) and puts the counter back to 0 (a CUDA graph replays it). The logits sum in another
+//     order than the decoder's GEMV (cuda_product), so they may differ from it in the last bits.
+//  2. moe_pair_gate_up (T <= kMoePairGemvMaxTokens): act [P, I] in PAIR order (pair p = t*k + j,
+//     not moe_sort's slot order) = silu(round(g)) * round(u), g / u = h[t] . gate / up row n of
+//     expert[p] (gate_up [E, 2I, C]). One warp per (pair, column): the gate and up rows streamed in
+//     16-byte loads bypassing L1, kPairGateUpUnroll vectors of each in flight per lane (C = 2048:
+//     the whole 4 KB row at once, 8 KB per warp in flight), h[t] through L1 (the block's warps
+//     share it).
+//  3. moe_pair_down_combine (the combine folded into the down product): y[t, c] (+)= sum over j
+//     ascending (increasing expert, the combine's order) of weight[t, j] * round(act[t*k + j] .
+//     down row c of expert[t*k + j]) (down [E, C, I]), the sum in f32, then added to y.
+//     DETERMINISTIC: one warp owns y[t, c] and loops over the token's k pairs in a fixed order (no
+//     atomics), so a run gives the same bits every time. The pairs go 4 at a time, each pair's
+//     row in kPairDownUnroll 16-byte vectors per lane (I = 768: 3 per lane, 12 loads, 6 KB per
+//     warp in flight).
+// Why this reads near the rate at T = 1 (H200: 132 SMs, ~4.4 TB/s; Little's law at ~1 us of
+// load latency wants ~4.4 MB in flight, ~33 KB per SM): gate|up is 8 experts x 1536 rows x 4 KB =
+// 50 MB over 6,144 warps (1,536 blocks of 4; ptxas: 90 registers, so 5 blocks = 20 warps per SM,
+// ~2.3 waves of 660 blocks, the blocks retiring unevenly so the SMs stay fed), each warp with its
+// 8 KB in flight (~160 KB per SM); down is 8 x 2048 rows x 1.5 KB = 25 MB over 2,048 warps (1,024
+// blocks of 2; 108 registers: one wave, ~16 warps per SM with 6 KB each in flight).
+// Not measured yet (written without a GPU). The tensor-core GEMV
+// (moe_grouped_mma_gemv) at T = 1 has 8 active experts x N / 32 column blocks, each warp with
+// 4 chunks x 2 rows x 16 B per lane in flight (4 KB), pays a dependent index chain
+// (active -> offsets -> pair_of_slot -> x) before its first weight load and 7/8 of its mma
+// columns are padding; a step's combine is a further launch. Weight rows shared by two tokens of
+// one step are read once per token here (through L2 the second time), so this form is for a
+// few tokens only (kMoePairGemvMaxTokens; bench_cuda_moe's "decode" rows measure it against the
+// old path per T).
+// Contracts: dt 16-bit, C % 8 == 0, I % 8 == 0 (16-byte rows), 1 <= k <= min(E, kMoeMaxTopK),
+// every pointer a device pointer, h / weights / act 16-byte aligned; expert [T, k] holds experts
+// in [0, E) (moe_route's output). No host sync, no allocation (the *_naive references allocate
+// nothing either): capturable in the decode CUDA graphs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/core/dtype.h"
+#include "kernels/cuda/moe/moe_cuda.h"
+
+namespace vlm::cuda {
+
+// kMoePairGemvMaxTokens and which form runs when (moe_decode_plan): moe_limits.h.
+// True when the three forms take this shape: 16-bit dt, C and I multiples of 8.
+bool moe_decode_supported(int64_t C, int64_t I, DType dt);
+
+// counter: one device u32, 0 before the call (zeroed once at allocation), 0 after it.
+// 1 <= T <= kMoeRouteSortMaxTokens.
+void moe_router_route_sort(const void* h /*[T,C] dt*/, const void* w_router /*[E,C] dt*/, DType dt, int64_t T,
+                           int64_t E, int64_t C, int64_t K, bool norm_topk, float* logits /*[T,E]*/,
+                           int32_t* expert /*[T,K]*/, float* weight /*[T,K]*/, const MoeSorted& sorted,
+                           uint32_t* counter, cudaStream_t s);
+// The router product alone, one thread per logit, k ascending (the reference of 1.'s logits).
+void moe_router_naive(const void* h /*[T,C] dt*/, const void* w_router /*[E,C] dt*/, DType dt, int64_t T, int64_t E,
+                      int64_t C, float* logits /*[T,E]*/, cudaStream_t s);
+
+// act [T*K, I] dt (pair order); gate_up [E, 2I, C] dt.
+void moe_pair_gate_up(const void* h /*[T,C]*/, const void* gate_up, const int32_t* expert /*[T,K]*/, DType dt,
+                      int64_t T, int64_t K, int64_t I, int64_t C, void* act, cudaStream_t s);
+void moe_pair_gate_up_naive(const void* h /*[T,C]*/, const void* gate_up, const int32_t* expert /*[T,K]*/, DType dt,
+                            int64_t T, int64_t K, int64_t I, int64_t C, void* act, cudaStream_t s);
+
+// y [T, C] f32; down [E, C, I] dt; act [T*K, I] dt (pair order); weight [T, K] f32.
+void moe_pair_down_combine(const void* act, const void* down, const int32_t* expert /*[T,K]*/,
+                           const float* weight /*[T,K]*/, DType dt, int64_t T, int64_t K, int64_t C, int64_t I,
+                           float* y, bool accumulate, cudaStream_t s);
+void moe_pair_down_combine_naive(const void* act, const void* down, const int32_t* expert /*[T,K]*/,
+                                 const float* weight /*[T,K]*/, DType dt, int64_t T, int64_t K, int64_t C, int64_t I,
+                                 float* y, bool accumulate, cudaStream_t s);
+
+}  // namespace vlm::cuda

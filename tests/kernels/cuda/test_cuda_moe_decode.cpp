@@ -1,0 +1,225 @@
+// The decode forms of the mixture-of-experts block (kernels/cuda/moe/moe_decode.h) beside their
+// naive references: moe_router_route_sort (router product, routing and sorting in one launch, the
+// last block by an atomic ticket) against moe_router_naive (the logits) and, on its own logits,
+// moe_route_sort (bitwise) and moe_route_naive + moe_sort_naive, run twice (its counter back at 0,
+// the same bits); moe_pair_gate_up and moe_pair_down_combine (the combine folded into the down
+// product) against their naive kernels and against the five-launch path's naive kernels
+// (moe_sort, moe_grouped_naive twice, moe_combine_naive), with and without accumulate, run twice
+// (deterministic: the same bits). Shapes: the 30B-A3B layer at T = 1 (E 128 for the router, top 8,
+// C 2048, I 768), E not a multiple of the router's 8 rows per block, k not a multiple of the down
+// kernel's 4 pairs, C / I past the 16-byte vectors' unroll, bf16 and f16. Outputs poisoned first
+// (NaN) so an unwritten element fails. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/cuda/moe/moe_cuda.h"
+#include "kernels/cuda/moe/moe_decode.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/support/gpu_test.h"
+
+namespace vlm::testing {
+namespace {
+
+class CudaMoeDecode : public ::testing::Test {
+ protected:
+  void SetUp() override { VLM_REQUIRE_GPU(); }
+};
+
+// offsets, tile_starts, active [E+1] each, then pair_of_slot, slot_of_pair [P] each.
+struct Sorted {
+  cuda::DeviceBuffer meta;
+  cuda::MoeSorted s;
+  Sorted(int64_t E, int64_t P) : meta((3 * (E + 1) + 2 * P) * 4) {
+    VLM_CUDA_CHECK(cudaMemset(meta.get(), 0xff, meta.bytes()));
+    s.offsets = meta.as<int32_t>();
+    s.tile_starts = s.offsets + E + 1;
+    s.active = s.tile_starts + E + 1;
+    s.pair_of_slot = s.active + E + 1;
+    s.slot_of_pair = s.pair_of_slot + P;
+  }
+  std::vector<int32_t> host(int64_t E, int64_t P) const {
+    auto v = to_host<int32_t>(meta, 3 * (E + 1) + 2 * P);
+    // active past its count is not written by every form: keep the count and the listed experts.
+    const int32_t busy = v[3 * (E + 1) - 1];
+    for (int64_t i = 2 * (E + 1) + busy; i < 3 * (E + 1) - 1; ++i) v[i] = -1;
+    return v;
+  }
+};
+
+std::vector<uint32_t> bits(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+struct RouterCase {
+  int64_t T, E, K, C;
+};
+
+TEST_F(CudaMoeDecode, RouterRouteSortMatchesNaive) {
+  const std::vector<RouterCase> cases = {
+      {1, 128, 8, 2048},  // the 30B-A3B decode step
+      {8, 128, 8, 2048},  // kMoeRouteSortMaxTokens
+      {3, 13, 3, 72},     // E not a multiple of 8 rows per block; C not a multiple of 32 vectors
+      {5, 130, 8, 1288},  // the last block partly empty; C past one unrolled pass
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const RouterCase& c : cases) {
+      const int64_t T = c.T, E = c.E, K = c.K, C = c.C, P = T * K;
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " C " << C);
+      auto d_h = to_device(encode(random_vector(T * C, static_cast<uint32_t>(3 + T + C)), dt));
+      auto d_w = to_device(encode(random_vector(E * C, static_cast<uint32_t>(4 + E), 0.05f), dt));
+      cuda::DeviceBuffer d_counter(4);
+      VLM_CUDA_CHECK(cudaMemset(d_counter.get(), 0, 4));
+      auto fused = [&](cuda::DeviceBuffer& logits, cuda::DeviceBuffer& expert, cuda::DeviceBuffer& weight,
+                       Sorted& sorted) {
+        VLM_CUDA_CHECK(cudaMemset(logits.get(), 0xff, logits.bytes()));
+        VLM_CUDA_CHECK(cudaMemset(expert.get(), 0xff, expert.bytes()));
+        VLM_CUDA_CHECK(cudaMemset(weight.get(), 0xff, weight.bytes()));
+        cuda::moe_router_route_sort(d_h.get(), d_w.get(), dt, T, E, C, K, true, logits.as<float>(),
+                                    expert.as<int32_t>(), weight.as<float>(), sorted.s, d_counter.as<uint32_t>(),
+                                    nullptr);
+      };
+      cuda::DeviceBuffer l1(T * E * 4), e1(P * 4), w1(P * 4), l2(T * E * 4), e2(P * 4), w2(P * 4);
+      Sorted s1(E, P), s2(E, P);
+      fused(l1, e1, w1, s1);
+      EXPECT_EQ(to_host<uint32_t>(d_counter, 1)[0], 0u);  // back at 0 for the next call
+      fused(l2, e2, w2, s2);
+      EXPECT_EQ(to_host<uint32_t>(d_counter, 1)[0], 0u);
+      const auto logits = to_host<float>(l1, T * E);
+      EXPECT_EQ(bits(to_host<float>(l2, T * E)), bits(logits));  // the second call: the same bits
+      EXPECT_EQ(to_host<int32_t>(e2, P), to_host<int32_t>(e1, P));
+      EXPECT_EQ(bits(to_host<float>(w2, P)), bits(to_host<float>(w1, P)));
+      EXPECT_EQ(s2.host(E, P), s1.host(E, P));
+
+      // The product against the naive one (f32 sums of the same products in another order).
+      cuda::DeviceBuffer ln(T * E * 4);
+      cuda::moe_router_naive(d_h.get(), d_w.get(), dt, T, E, C, ln.as<float>(), nullptr);
+      EXPECT_LE(normalized_error(logits, to_host<float>(ln, T * E)), 1e-5);
+      // Routing and sorting of the fused kernel's own logits: moe_route_sort (the same routing
+      // code) gives the same bits; the naive kernels the same choices and groups, the weights
+      // within 2e-6 (their softmax sums in another order).
+      cuda::DeviceBuffer eo(P * 4), wo(P * 4), en(P * 4), wn(P * 4);
+      Sorted so(E, P), sn(E, P);
+      cuda::moe_route_sort(l1.as<float>(), T, E, K, true, eo.as<int32_t>(), wo.as<float>(), so.s, nullptr);
+      cuda::moe_route_naive(l1.as<float>(), T, E, K, true, en.as<int32_t>(), wn.as<float>(), nullptr);
+      cuda::moe_sort_naive(en.as<int32_t>(), P, E, sn.s, nullptr);
+      const auto w_fused = to_host<float>(w1, P), w_naive = to_host<float>(wn, P);
+      EXPECT_EQ(to_host<int32_t>(e1, P), to_host<int32_t>(eo, P));
+      EXPECT_EQ(bits(w_fused), bits(to_host<float>(wo, P)));
+      EXPECT_EQ(s1.host(E, P), so.host(E, P));
+      EXPECT_EQ(to_host<int32_t>(e1, P), to_host<int32_t>(en, P));
+      EXPECT_EQ(s1.host(E, P), sn.host(E, P));
+      for (int64_t i = 0; i < P; ++i) EXPECT_NEAR(w_fused[i], w_naive[i], 2e-6) << i;
+    }
+  }
+}
+
+struct PairCase {
+  int64_t T, E, K, I, C;
+};
+
+TEST_F(CudaMoeDecode, PairGemvsMatchNaiveAndTheFiveLaunchPath) {
+  const std::vector<PairCase> cases = {
+      {1, 12, 8, 768, 2048},   // the 30B-A3B decode step's C, I, k (12 experts: the host's random weights)
+      {4, 128, 8, 96, 128},    // kMoePairGemvMaxTokens: experts shared by tokens
+      {3, 13, 3, 40, 200},     // k not a multiple of 4 pairs; I of 5 vectors
+      {2, 7, 6, 1032, 2056},   // I, C past one unrolled pass of 16-byte vectors
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const PairCase& c : cases) {
+      const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
+      const size_t esz = dtype_size(dt);
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " I " << I
+                                        << " C " << C);
+      // Routing (moe_route, moe_sort: tested in test_cuda_moe.cpp).
+      auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(21 + T + E), 2.0f));
+      cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4);
+      Sorted sorted(E, P);
+      cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
+      cuda::moe_sort(d_expert.as<int32_t>(), P, E, sorted.s, nullptr);
+      const auto* expert = d_expert.as<int32_t>();
+      const auto* weight = d_weight.as<float>();
+      auto d_h = to_device(encode(random_vector(T * C, static_cast<uint32_t>(5 + C)), dt));
+      auto d_gu = to_device(encode(random_vector(E * 2 * I * C, static_cast<uint32_t>(6 + I), 0.05f), dt));
+      auto d_dn = to_device(encode(random_vector(E * C * I, static_cast<uint32_t>(7 + I), 0.05f), dt));
+      const auto y0 = random_vector(T * C, static_cast<uint32_t>(8 + T));  // the residual
+
+      // Gate|up, pair order.
+      auto gate_up = [&](bool naive, cuda::DeviceBuffer& act) {
+        VLM_CUDA_CHECK(cudaMemset(act.get(), 0xff, act.bytes()));
+        (naive ? cuda::moe_pair_gate_up_naive : cuda::moe_pair_gate_up)(d_h.get(), d_gu.get(), expert, dt, T, K, I,
+                                                                         C, act.get(), nullptr);
+        return decode(to_host<uint8_t>(act, P * I * esz), dt);
+      };
+      cuda::DeviceBuffer act_fast(P * I * esz), act_naive(P * I * esz), act_again(P * I * esz);
+      const auto a_fast = gate_up(false, act_fast), a_naive = gate_up(true, act_naive);
+      const auto a_again = gate_up(false, act_again);
+      const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
+      EXPECT_LE(rel_error(a_fast, a_naive), tol);
+      EXPECT_LE(normalized_error(a_fast, a_naive), 2 * tol);
+      EXPECT_EQ(bits(a_again), bits(a_fast));
+
+      // Down with the combine, on the same act (the naive one's) so only the down kernel differs.
+      auto down = [&](bool naive, bool accumulate) {
+        cuda::DeviceBuffer y = to_device(accumulate ? y0 : std::vector<float>(T * C, NAN));
+        (naive ? cuda::moe_pair_down_combine_naive : cuda::moe_pair_down_combine)(
+            act_naive.get(), d_dn.get(), expert, weight, dt, T, K, C, I, y.as<float>(), accumulate, nullptr);
+        return to_host<float>(y, T * C);
+      };
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+        const auto y_fast = down(false, accumulate), y_naive = down(true, accumulate);
+        EXPECT_LE(rel_error(y_fast, y_naive), tol);
+        EXPECT_LE(normalized_error(y_fast, y_naive), 2 * tol);
+        EXPECT_EQ(bits(down(false, accumulate)), bits(y_fast));  // deterministic: the same bits run to run
+
+        // The five-launch path's naive kernels (slot order, the combine apart) give the same sums.
+        cuda::MoeGroupedArgs gu;
+        gu.x = d_h.get();
+        gu.x_rows = sorted.s.pair_of_slot;
+        gu.x_div = K;
+        gu.w = d_gu.get();
+        cuda::DeviceBuffer act_slots(P * I * esz), out_slots(P * C * esz);
+        gu.out = act_slots.get();
+        gu.offsets = sorted.s.offsets;
+        gu.tile_starts = sorted.s.tile_starts;
+        gu.active = sorted.s.active;
+        gu.P = P;
+        gu.E = E;
+        gu.N = I;
+        gu.K = C;
+        gu.gated = true;
+        cuda::MoeGroupedArgs dn = gu;
+        dn.x = act_slots.get();
+        dn.x_rows = nullptr;
+        dn.x_div = 1;
+        dn.w = d_dn.get();
+        dn.out = out_slots.get();
+        dn.N = C;
+        dn.K = I;
+        dn.gated = false;
+        cuda::moe_grouped_naive(gu, dt, nullptr);
+        cuda::moe_grouped_naive(dn, dt, nullptr);
+        cuda::DeviceBuffer y_old = to_device(accumulate ? y0 : std::vector<float>(T * C, NAN));
+        cuda::moe_combine_naive(out_slots.get(), dt, sorted.s.slot_of_pair, weight, y_old.as<float>(), accumulate, T,
+                                K, C, nullptr);
+        EXPECT_LE(normalized_error(y_naive, to_host<float>(y_old, T * C)), 1e-6);
+        // act in slot order is the pair-order act permuted.
+        const auto slots = decode(to_host<uint8_t>(act_slots, P * I * esz), dt);
+        const auto slot_of_pair = to_host<int32_t>(sorted.meta, 3 * (E + 1) + 2 * P);
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t r = slot_of_pair[3 * (E + 1) + P + p];
+          ASSERT_EQ(bits(std::vector<float>(slots.begin() + r * I, slots.begin() + (r + 1) * I)),
+                    bits(std::vector<float>(a_naive.begin() + p * I, a_naive.begin() + (p + 1) * I)))
+              << "pair " << p;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vlm::testing
