@@ -13,10 +13,10 @@ constexpr int64_t kMoeMaxTopK = 32;       // one choice per lane of a warp
 // moe_route_sort's one block runs up to this many tokens (moe_cuda.h says why), and so does
 // moe_router_route_sort (moe_decode.h).
 constexpr int64_t kMoeRouteSortMaxTokens = 8;
-// moe_decode.h's pair GEMVs run for T <= this many tokens (a guess from bytes: at 4 tokens ~30 of
-// 32 pairs fall in distinct experts, so the re-read is small; bench_cuda_moe --tokens 1,2,4 says
-// how it compares with the tensor-core GEMV per T).
-constexpr int64_t kMoePairGemvMaxTokens = 4;
+// moe_decode.h's pair GEMVs run for T <= this many tokens. Measured (bench_cuda_moe, Qwen3-30B-A3B
+// layer, H200, session 18 call B, µs per layer as a graph, old / new form): T = 1 41.02 / 39.69,
+// T = 2 61.08 / 65.53, T = 4 95.80 / 115.80: the pair form wins at one token only.
+constexpr int64_t kMoePairGemvMaxTokens = 1;
 
 // Which of moe_decode.h's forms CudaMoe (model/layers/cuda/cuda_moe.h) runs for a step of T tokens:
 // fused_router for 1 <= T <= kMoeRouteSortMaxTokens, pair_gemv for 1 <= T <= kMoePairGemvMaxTokens,

@@ -124,7 +124,7 @@ struct PairCase {
 TEST_F(CudaMoeDecode, PairGemvsMatchNaiveAndTheFiveLaunchPath) {
   const std::vector<PairCase> cases = {
       {1, 12, 8, 768, 2048},   // the 30B-A3B decode step's C, I, k (12 experts: the host's random weights)
-      {4, 128, 8, 96, 128},    // kMoePairGemvMaxTokens: experts shared by tokens
+      {4, 128, 8, 96, 128},    // experts shared by tokens (the kernels take them; the plan runs T = 1 only)
       {3, 13, 3, 40, 200},     // k not a multiple of 4 pairs; I of 5 vectors
       {2, 7, 6, 1032, 2056},   // I, C past one unrolled pass of 16-byte vectors
   };
