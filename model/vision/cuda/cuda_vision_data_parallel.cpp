@@ -20,7 +20,7 @@ CudaVisionDataParallel::CudaVisionDataParallel(std::vector<int> devices,
             towers.size(), devices.size());
   // The first tower's figures, read before the loop moves it into its replica.
   const int64_t cost0 = towers[0]->reserved_cost(), features0 = towers[0]->out_features();
-  for (size_t i = 0; i < devices.size(); ++i) {
+  for (size_t i = 0; i < devices.size(); ++i) {  // every check before anything is made
     VLM_CHECK(towers[i] != nullptr, "no tower for device {}", devices[i]);
     VLM_CHECK(std::count(devices.begin(), devices.end(), devices[i]) == 1, "device {} listed twice", devices[i]);
     VLM_CHECK(towers[i]->device() == devices[i], "the tower for device {} was built on device {}", devices[i],
@@ -28,6 +28,8 @@ CudaVisionDataParallel::CudaVisionDataParallel(std::vector<int> devices,
     VLM_CHECK(towers[i]->reserved_cost() == cost0 && towers[i]->out_features() == features0,
               "the towers differ: reserved {} and {}, {} and {} features", towers[i]->reserved_cost(), cost0,
               towers[i]->out_features(), features0);
+  }
+  for (size_t i = 0; i < devices.size(); ++i) {
     VLM_CUDA_CHECK(cudaSetDevice(devices[i]));
     Replica r;
     r.device = devices[i];
