@@ -47,13 +47,12 @@ struct EngineConfig {
   // SinkRouter (refused at start, make_step_backend).
   int tensor_parallel_size = 1;
   // GPU, under tensor parallelism (issue 42; vLLM's --mm-encoder-tp-mode): the devices the vision
-  // encoder runs on. 1 (default): the first rank's device alone, its rows copied to the others.
-  // 0 (vLLM's "data": every rank's device, a tower on each, a step's media split over them and the
-  // rows gathered to every rank, CudaMediaEncoder::make with the ranks' devices) and n in between
-  // (the first n ranks' devices) are refused at start for now (make_step_backend: they failed inside
-  // the TP engine on two H200s in session 17). One device without tensor parallelism whatever the
-  // value. --mm-encoder-devices N (vlm-server, vlm-generate).
-  int mm_encoder_devices = 1;
+  // encoder runs on. 0 (default; vLLM's "data"): every rank's device, a tower on each, a step's
+  // media split over them and the rows gathered to every rank (CudaMediaEncoder::make with the
+  // ranks' devices); n in 1..N: the first n ranks' devices (1: the first rank's alone, its rows
+  // copied to the others). One device without tensor parallelism whatever the value.
+  // --mm-encoder-devices N (vlm-server, vlm-generate).
+  int mm_encoder_devices = 0;
   // GPU: run decode steps eagerly, without CUDA graphs (vLLM's --enforce-eager).
   bool enforce_eager = false;
   // GPU: --quantization fp8 (vLLM's): the decoder's linear layers quantized to FP8 E4M3 at load

@@ -60,13 +60,6 @@ void check_tensor_parallel(const EngineConfig& c, const Model& model, Device dev
   if (c.mm_encoder_devices < 0 || c.mm_encoder_devices > n)
     throw LoadError(fmt::format("--mm-encoder-devices {}: between 0 (every rank's GPU) and --tensor-parallel-size {}",
                                 c.mm_encoder_devices, n));
-  if (c.mm_encoder_devices != 1)
-    throw LoadError(fmt::format(
-        "--mm-encoder-devices {}: under --tensor-parallel-size only 1 for now (GPU 0 encodes, every rank gets the "
-        "rows): vision towers on several GPUs inside the tensor-parallel engine failed on two H200s (an invalid "
-        "resource handle in the Qwen2-VL tower, session 17), though the data-parallel encoder alone matched one GPU's "
-        "bytes",
-        c.mm_encoder_devices));
   if (device != Device::Cuda)
     throw LoadError(fmt::format("--tensor-parallel-size {} runs on GPUs (--device cuda; here: {}); the CPU's tensor "
                                 "parallelism is a test reference only",

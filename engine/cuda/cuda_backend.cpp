@@ -35,15 +35,21 @@ struct CudaBackend::RankRows : DeviceEmbeddings {
 CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options,
                          std::vector<int32_t> eos_token_ids, std::unique_ptr<CudaMediaEncoder> media,
                          std::unique_ptr<CudaRankGroup> ranks)
-    : media_(std::move(media)),
+    : device_(ranks != nullptr ? 0 : options.device),  // before ranks_ takes `ranks`
+      media_(std::move(media)),
       ranks_(std::move(ranks)),
       gpu_(decoder, rank0_options(options, ranks_.get())),
       eos_token_ids_(eos_token_ids),
       host_sampler_(decoder.config().vocab_size, std::move(eos_token_ids)) {
+  VLM_CUDA_CHECK(cudaSetDevice(device_));  // (the decoder's constructor left it current)
   if (ranks_) {
     VLM_CHECK(media_ == nullptr || media_->data_parallel() != nullptr,
               "a one-device media encoder under tensor parallelism (its rows would be on GPU 0 only)");
-    ranks_->build(decoder, rank0_options(options, ranks_.get()), gpu_.num_kv_blocks());
+    ranks_->build(decoder, rank0_options(options, ranks_.get()), gpu_.num_kv_blocks());  // restores device_
+  } else {
+    VLM_CHECK(media_ == nullptr || media_->data_parallel() != nullptr || media_->tower().device() == device_,
+              "the media encoder's tower is on GPU {}, the decoder on GPU {}", media_ ? media_->tower().device() : -1,
+              device_);
   }
   const auto V = static_cast<size_t>(decoder.config().vocab_size);
   counts_.assign(V, 0);
@@ -55,6 +61,8 @@ CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& op
 }
 
 CudaBackend::~CudaBackend() {
+  restore_.mark();         // the caller's device, back once the members below are freed
+  cudaSetDevice(device_);  // rank 0's (its decoder, the ranks' and the encoder's set their own)
   if (up_stream_) cudaStreamSynchronize(up_stream_);
   if (up_done_) cudaEventDestroy(up_done_);
   if (up_stream_) cudaStreamDestroy(up_stream_);
@@ -68,21 +76,21 @@ std::string CudaBackend::device() const {
 }
 
 void CudaBackend::copy_block(int32_t src, int32_t dst) {
+  const cuda::CudaDeviceGuard on(device_);
   gpu_.copy_block(src, dst);
   if (ranks_)
     for (int r = 1; r < ranks_->size(); ++r) ranks_->decoder(r).copy_block(src, dst);  // each binds its GPU
-  if (ranks_) VLM_CUDA_CHECK(cudaSetDevice(0));
 }
 
 std::shared_ptr<const DeviceEmbeddings> CudaBackend::encode_media(std::span<const MediaPixels* const> items,
                                                                   std::vector<std::shared_ptr<const void>> owners) {
+  const cuda::CudaDeviceGuard on(device_);
   if (!ranks_) return media_->encode(items, std::move(owners), gpu_.stream());
   std::vector<CudaMediaEncoder::Destination> dests;
   dests.push_back({0, gpu_.stream()});
   for (int r = 1; r < ranks_->size(); ++r) dests.push_back({r, ranks_->decoder(r).stream()});
   auto rows = std::make_shared<RankRows>();
   rows->per_rank = media_->encode(items, std::move(owners), dests);
-  VLM_CUDA_CHECK(cudaSetDevice(0));  // the engine thread's GPU
   rows->data = rows->per_rank[0]->data;
   rows->rows = rows->per_rank[0]->rows;
   std::erase_if(rank_rows_, [](const std::weak_ptr<const RankRows>& w) { return w.expired(); });
@@ -113,6 +121,7 @@ void CudaBackend::rank_runs(const EmbeddingOverride& ov, std::vector<EmbeddingOv
 }
 
 void CudaBackend::forward(const ForwardBatch& batch, const EmbeddingOverride& override) {
+  const cuda::CudaDeviceGuard on(device_);
   if (!ranks_) {
     gpu_.forward(batch, override);
     return;
@@ -180,6 +189,7 @@ void CudaBackend::add_job(const SampleTask& task, int num_top) {
 }
 
 void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) {
+  const cuda::CudaDeviceGuard on(device_);
   const int64_t V = gpu_.config().vocab_size;
   results.assign(tasks.size(), SampleResult{});
   jobs_.clear();
@@ -292,6 +302,8 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Mode
   o.max_tokens_per_step = c.scheduler.max_num_batched_tokens;
   o.max_model_len = c.max_model_len;  // 0: the model's max_position_embeddings (the engine's default too)
   o.max_logit_rows = c.scheduler.max_num_seqs;
+  // Everything below is built on the GPUs it names; the caller's current device comes back.
+  const cuda::CudaDeviceGuard restore;
   std::unique_ptr<CudaMediaEncoder> media;
   const int64_t step_patches =
       c.media_step_patches >= 0 ? c.media_step_patches : 4 * int64_t(c.scheduler.max_num_batched_tokens);
@@ -306,6 +318,11 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Mode
     auto ranks = std::make_unique<CudaRankGroup>(n);
     return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), std::move(media), std::move(ranks));
   }
+  // The tower on the decoder's GPU, whatever device the caller left current (a tensor-parallel
+  // engine destroyed earlier on this thread leaves its last rank's: session 17's TP media tests
+  // built a TP=1 engine's tower on GPU 1 beside its decoder on GPU 0, then failed with an invalid
+  // resource handle).
+  VLM_CUDA_CHECK(cudaSetDevice(o.device));
   if (model.has_media()) media = CudaMediaEncoder::make(model, o.dtype, c.max_media_patches, step_patches);
   return std::make_unique<CudaBackend>(decoder, o, std::move(eos_token_ids), std::move(media));
 }

@@ -29,6 +29,7 @@
 #include "engine/cuda/cuda_rank_group.h"
 #include "engine/cuda/cuda_media_encoder.h"
 #include "engine/engine_config.h"
+#include "kernels/cuda/core/cuda_device_guard.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/sampling/gpu_sampler.h"
 #include "model/decoder/cuda/cuda_decoder.h"
@@ -42,7 +43,11 @@ class CudaBackend : public StepBackend {
   // options.gpu_memory_utilization before the KV cache is sized.
   // ranks: the other ranks of a tensor-parallel backend (unbuilt; null: one GPU); options.tp is
   // then set to rank 0's here. With ranks, media must be a data-parallel encoder
-  // (CudaMediaEncoder::make with devices) or null (media encoded on the host).
+  // (CudaMediaEncoder::make with devices) or null (media encoded on the host); without, a tower
+  // on options.device (InternalError otherwise).
+  // Devices: every entry (forward, sample, copy_block, encode_media) makes rank 0's GPU current
+  // for its work and restores the caller's, and so does the destructor; the constructor leaves
+  // rank 0's GPU current (make_cuda_backend restores its caller's).
   CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& options, std::vector<int32_t> eos_token_ids,
               std::unique_ptr<CudaMediaEncoder> media = nullptr, std::unique_ptr<CudaRankGroup> ranks = nullptr);
 
@@ -83,7 +88,9 @@ class CudaBackend : public StepBackend {
   // (held in runs_[r] until the next step); per_rank[0] = override.
   void rank_runs(const EmbeddingOverride& override, std::vector<EmbeddingOverride>& per_rank);
 
-  std::unique_ptr<CudaMediaEncoder> media_;  // first: allocated before the KV cache
+  cuda::DeviceRestorePoint restore_;  // first: the caller's device back after every member is freed
+  const int device_;                  // rank 0's GPU (options.device; 0 under TP)
+  std::unique_ptr<CudaMediaEncoder> media_;  // allocated before the KV cache
   std::unique_ptr<CudaRankGroup> ranks_;     // TP: ranks 1..N-1 (built after gpu_, with its block count)
   CudaDecoder gpu_;                          // rank 0
   std::vector<int32_t> eos_token_ids_;

@@ -40,6 +40,7 @@ struct LazyGpuEmbeddings : GpuEmbeddings {
 
   void ensure_rows(int64_t begin, int64_t end) const override {
     VLM_CHECK(0 <= begin && end <= rows, "media rows {}..{} of {}", begin, end, rows);
+    const cuda::CudaDeviceGuard on(tower->device());  // the timer's events and the caller's stream are there
     for (const Unit& u : units)
       if (!u.done && u.row0 < end && begin < u.row1) {
         timer->begin(stream);
@@ -139,7 +140,7 @@ std::unique_ptr<CudaMediaEncoder> CudaMediaEncoder::make(const Model& model, DTy
   VLM_CHECK(!devices.empty(), "a data-parallel media encoder over no device");
   std::vector<std::unique_ptr<CudaVisionTower>> towers;
   {
-    const CudaDeviceRestore restore;
+    const cuda::CudaDeviceGuard restore;
     for (int d : devices) {
       VLM_CUDA_CHECK(cudaSetDevice(d));
       std::unique_ptr<CudaMediaEncoder> one = make(model, dt, max_media_patches, step_patches);  // logs per device
@@ -165,6 +166,7 @@ std::shared_ptr<const DeviceEmbeddings> CudaMediaEncoder::encode(std::span<const
     VLM_CUDA_CHECK(cudaGetDevice(&here.device));
     return encode(items, std::move(owners), std::span<const Destination>(&here, 1))[0];
   }
+  const cuda::CudaDeviceGuard on(tower_->device());  // s, the rows' allocation and the timer's events there
   int64_t rows = 0, cost = 0;
   for (const MediaPixels* it : items) {
     rows += tower_->out_rows(*it);
@@ -255,7 +257,7 @@ std::vector<std::shared_ptr<const DeviceEmbeddings>> CudaMediaEncoder::encode(
   all->C = t.out_features();
   all->owners = std::move(owners);
   {
-    const CudaDeviceRestore restore;
+    const cuda::CudaDeviceGuard restore;
     for (const Destination& d : dests) {
       VLM_CUDA_CHECK(cudaSetDevice(d.device));
       all->bufs.emplace_back(static_cast<size_t>(all->rows * all->C) * 4);

@@ -44,6 +44,9 @@ namespace vlm {
 
 class CudaMediaEncoder {
  public:
+  // The tower on the device current at the call (its weights, reservation, streams and events;
+  // CudaVisionTower::device()); encode() makes that device current for its work and restores the
+  // caller's, and its stream must be one of that device.
   // Null when the model's vision architecture has no GPU runner. dt: the decoder's GPU dtype.
   // Throws LoadError when max_media_patches cannot hold one item of the model's smallest kind
   // (LLaVA: one image; OneVision: one tile). step_patches: EngineConfig::media_step_patches

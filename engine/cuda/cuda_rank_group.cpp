@@ -4,11 +4,13 @@
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
+#include "kernels/cuda/core/cuda_device_guard.h"
 
 namespace vlm {
 
 CudaRankGroup::CudaRankGroup(int size) : size_(size), errors_(static_cast<size_t>(size)) {
   VLM_CHECK(size >= 2, "a rank group of {} GPUs", size);
+  const cuda::CudaDeviceGuard restore;
   std::vector<int> devices(static_cast<size_t>(size));
   std::iota(devices.begin(), devices.end(), 0);
   nccl_ = std::make_shared<cuda::NcclGroup>(devices);
@@ -19,6 +21,7 @@ CudaRankGroup::CudaRankGroup(int size) : size_(size), errors_(static_cast<size_t
 }
 
 CudaRankGroup::~CudaRankGroup() {
+  const cuda::CudaDeviceGuard restore;  // each decoder is freed on its GPU, then the caller's is back
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -39,6 +42,7 @@ int64_t CudaRankGroup::peer_all_reduces() const {
 
 void CudaRankGroup::build(const LlmDecoder& host, const CudaDecoderOptions& base, int64_t num_kv_blocks) {
   VLM_CHECK(decoders_.empty(), "rank group built twice");
+  const cuda::CudaDeviceGuard restore;  // each decoder built on its GPU, then the caller's is back
   for (int r = 1; r < size_; ++r) {
     CudaDecoderOptions o = base;
     o.device = r;
@@ -47,7 +51,6 @@ void CudaRankGroup::build(const LlmDecoder& host, const CudaDecoderOptions& base
     VLM_CUDA_CHECK(cudaSetDevice(r));
     decoders_.push_back(std::make_unique<CudaDecoder>(host, o));
   }
-  VLM_CUDA_CHECK(cudaSetDevice(0));
   for (int r = 1; r < size_; ++r) threads_.emplace_back([this, r] { loop(r); });
 }
 

@@ -35,6 +35,7 @@ class CudaRankGroup {
   TensorParallel rank(int r) const { return TensorParallel{r, size_, comms_.at(static_cast<size_t>(r)).get()}; }
   // Builds ranks 1..N-1's decoders, each on GPU r with `base` (its device and tp set per rank) and
   // num_kv_blocks (rank 0's, so block ids mean the same on every rank), and starts their threads.
+  // The constructor, build() and the destructor restore the caller's current device.
   void build(const LlmDecoder& host, const CudaDecoderOptions& base, int64_t num_kv_blocks);
   CudaDecoder& decoder(int r) { return *decoders_.at(static_cast<size_t>(r - 1)); }
   // Whether small all-reduces go over peer access, and how many were enqueued that way (all ranks;

@@ -196,20 +196,25 @@ TEST(CudaModelSupport, MoreMediaEncoderDevicesThanRanksAreRefused) {
   }
 }
 
-// The data-parallel encoder under tensor parallelism (--mm-encoder-devices 0) is refused by name for now.
-TEST(CudaModelSupport, DataParallelMediaEncoderUnderTensorParallelIsRefused) {
+// The data-parallel encoder under tensor parallelism is the default (--mm-encoder-devices 0, vLLM's
+// --mm-encoder-tp-mode data) and every value in 0..N passes the flag's checks: the first refusal
+// is the device's (--device cpu), not the flag's.
+TEST(CudaModelSupport, DataParallelMediaEncoderUnderTensorParallelIsTheDefault) {
+  EXPECT_EQ(EngineConfig{}.mm_encoder_devices, 0);
   auto model = TextModel::load(fixture_model_dir("llama_tiny"));
   EngineConfig c = test_config();
-  c.device = Device::Cpu;  // the flag's checks come first, on any device
+  c.device = Device::Cpu;
   c.tensor_parallel_size = 2;
-  c.mm_encoder_devices = 0;
-  try {
-    make_step_backend(c, *model, {}, 512);
-    FAIL() << "--mm-encoder-devices 0 under tensor parallelism must be refused";
-  } catch (const LoadError& e) {
-    EXPECT_NE(std::string(e.what()).find("--mm-encoder-devices 0: under --tensor-parallel-size only 1 for now"),
-              std::string::npos)
-        << e.what();
+  for (int m : {0, 1, 2}) {
+    c.mm_encoder_devices = m;
+    try {
+      make_step_backend(c, *model, {}, 512);
+      FAIL() << "--tensor-parallel-size 2 on the CPU must be refused";
+    } catch (const LoadError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.find("--mm-encoder-devices"), std::string::npos) << "m " << m << ": " << what;
+      EXPECT_NE(what.find("--tensor-parallel-size 2 runs on GPUs"), std::string::npos) << "m " << m << ": " << what;
+    }
   }
 }
 

@@ -31,8 +31,9 @@ void add_backend_flags(FlagTable& table) {
       "VLM_NCCL_LIBRARY), N dividing the query heads and the MLP and dividing the KV heads (or a multiple of "
       "them); dense models only; no LOOK-M, sparse prefill, SinkRouter, FP8 KV cache or --quantization fp8 yet";
   table["mm-encoder-devices"] =
-      "N (default 1: GPU 0 encodes, every rank gets the rows): under --tensor-parallel-size, the GPUs the vision "
-      "encoder runs on; 0 (every rank's GPU) and other values are refused for now";
+      "N (default 0: every rank's GPU, a vision tower on each, a step's media split over them and every row "
+      "gathered to every rank; vLLM's --mm-encoder-tp-mode data): under --tensor-parallel-size, the GPUs the "
+      "vision encoder runs on, the first N ranks' (1: GPU 0 encodes, every rank gets the rows)";
   table["quantization"] =
       "none (default) or fp8: the GPU decoder's linear layers quantized to FP8 E4M3 at load (per-channel weight "
       "scales, per-token activation scales; vision tower and LM head stay bf16; Hopper GPUs). FP8 "

@@ -8,6 +8,11 @@
 namespace vlm::cuda {
 
 void cuda_failed(const char* file, int line, const char* what, cudaError_t err) {
+  // A failed runtime call also leaves its error as the thread's last error: cleared here, so the
+  // next VLM_CUDA_CHECK_LAUNCH does not blame a later, healthy launch for it (a sticky error, a
+  // broken context, stays anyway). Session 17's TP media tests saw this: one test's failed
+  // cudaEventRecord resurfaced as the next test's first kernel launch failing.
+  (void)cudaGetLastError();
   throw DeviceError(fmt::format("{}:{}: {} failed: {} ({})", file, line, what, cudaGetErrorString(err),
                                   cudaGetErrorName(err)));
 }

@@ -13,6 +13,7 @@ CudaLlavaVisionRunner::CudaLlavaVisionRunner(const LlavaVisionSpec& spec, const 
 }
 
 CudaLlavaVisionRunner::~CudaLlavaVisionRunner() {
+  teardown_on_device();  // the streams, events and buffers below go on the tower's device
   meta_done_.synchronize_quietly();  // the pinned ints outlive the last call's copies
 }
 
@@ -38,6 +39,7 @@ int64_t CudaLlavaVisionRunner::workspace_bytes(int64_t N) const {
 }
 
 void CudaLlavaVisionRunner::reserve(int64_t N) {
+  const cuda::CudaDeviceGuard on(device_);
   const int64_t S = wiring_->spec().vision.image_size;
   lanes_.reserve(wiring_->plan(N), N, scratch_per_image(wiring_->spec().vision, dt_), ints_for(N));
   pixels_.resize(static_cast<size_t>(N * 3 * S * S) * 4);
@@ -45,6 +47,7 @@ void CudaLlavaVisionRunner::reserve(int64_t N) {
 }
 
 void CudaLlavaVisionRunner::upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) {
+  const cuda::CudaDeviceGuard on(device_);
   const int64_t S = wiring_->spec().vision.image_size;
   VLM_CHECK(static_cast<int64_t>(items.size()) <= reserved_, "vision call of {} images, {} reserved", items.size(),
             reserved_);
@@ -58,6 +61,7 @@ void CudaLlavaVisionRunner::upload_pixels(std::span<const MediaPixels* const> it
 }
 
 void CudaLlavaVisionRunner::run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  const cuda::CudaDeviceGuard on(device_);
   const LlavaVisionSpec& spec = wiring_->spec();
   const auto N = static_cast<int64_t>(items.size());
   VLM_CHECK(N > 0 && N <= reserved_, "vision call of {} images, {} reserved", N, reserved_);

@@ -16,6 +16,7 @@ CudaOnevisionVisionRunner::CudaOnevisionVisionRunner(const OnevisionSpec& spec, 
 }
 
 CudaOnevisionVisionRunner::~CudaOnevisionVisionRunner() {
+  teardown_on_device();  // the streams, events and buffers below go on the tower's device
   meta_done_.synchronize_quietly();  // the pinned ints outlive the last call's copies
 }
 
@@ -45,6 +46,7 @@ int64_t CudaOnevisionVisionRunner::workspace_bytes(int64_t tiles) const {
 }
 
 void CudaOnevisionVisionRunner::reserve(int64_t tiles) {
+  const cuda::CudaDeviceGuard on(device_);
   lanes_.reserve(wiring_->largest_plan(tiles), tiles, CudaLlavaVisionRunner::scratch_per_image(spec_.llava.vision, dt_),
                  ints_for(tiles));
   pixels_.resize(static_cast<size_t>(tiles * tile_floats()) * 4);
@@ -52,6 +54,7 @@ void CudaOnevisionVisionRunner::reserve(int64_t tiles) {
 }
 
 void CudaOnevisionVisionRunner::upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) {
+  const cuda::CudaDeviceGuard on(device_);
   int64_t tile0 = 0;
   for (const MediaPixels* it : items) {
     const int64_t n = cost(*it);
@@ -66,6 +69,7 @@ void CudaOnevisionVisionRunner::upload_pixels(std::span<const MediaPixels* const
 }
 
 void CudaOnevisionVisionRunner::run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  const cuda::CudaDeviceGuard on(device_);
   const int64_t C = out_features();
   int64_t tiles = 0;
   for (const MediaPixels* it : items) tiles += cost(*it);

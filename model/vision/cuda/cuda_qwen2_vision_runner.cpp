@@ -18,6 +18,7 @@ CudaQwen2VisionRunner::CudaQwen2VisionRunner(const Qwen2VisionEncoder& host, DTy
 }
 
 CudaQwen2VisionRunner::~CudaQwen2VisionRunner() {
+  teardown_on_device();  // the streams, events and buffers below go on the tower's device
   meta_done_.synchronize_quietly();  // the pinned ints outlive the last call's copies
   if (copy_) {
     cudaStreamSynchronize(copy_);
@@ -67,6 +68,7 @@ int64_t CudaQwen2VisionRunner::workspace_bytes(int64_t P) const {
 }
 
 void CudaQwen2VisionRunner::reserve(int64_t P) {
+  const cuda::CudaDeviceGuard on(device_);
   const Qwen2VisionConfig& c = host_.config();
   Qwen2VisionLayout lay;
   lay.num_patches = P;
@@ -79,6 +81,7 @@ void CudaQwen2VisionRunner::reserve(int64_t P) {
 }
 
 void CudaQwen2VisionRunner::upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) {
+  const cuda::CudaDeviceGuard on(device_);
   const int64_t K = host_.config().patch_dim();
   int64_t row = 0;
   for (const MediaPixels* it : items) {
@@ -100,6 +103,7 @@ void CudaQwen2VisionRunner::upload_pixels(std::span<const MediaPixels* const> it
 }
 
 void CudaQwen2VisionRunner::run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  const cuda::CudaDeviceGuard on(device_);
   std::vector<std::array<int32_t, 3>> grids;
   for (const MediaPixels* it : items) grids.push_back(it->grid_thw);
   VLM_CUDA_CHECK(cudaEventSynchronize(meta_done_));  // the pinned ints have left for the previous call
@@ -109,6 +113,7 @@ void CudaQwen2VisionRunner::run(std::span<const MediaPixels* const> items, float
 }
 
 void CudaQwen2VisionRunner::encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  const cuda::CudaDeviceGuard on(device_);
   std::vector<FrameSlice> slices;
   for (const MediaPixels* it : items) slices.push_back({it, 0, item_frames(*it)});
   encode_frames(slices, out, s);
@@ -147,6 +152,7 @@ std::vector<std::vector<FrameSlice>> CudaQwen2VisionRunner::frame_groups(std::sp
 }
 
 void CudaQwen2VisionRunner::encode_frames(std::span<const FrameSlice> slices, float* out, cudaStream_t s) {
+  const cuda::CudaDeviceGuard on(device_);
   const Qwen2VisionConfig& c = host_.config();
   const int64_t K = c.patch_dim(), unit = static_cast<int64_t>(c.spatial_merge_size) * c.spatial_merge_size;
   struct Piece {

@@ -16,6 +16,7 @@ CudaQwen3VLVisionRunner::CudaQwen3VLVisionRunner(const Qwen3VLVisionConfig& conf
 }
 
 CudaQwen3VLVisionRunner::~CudaQwen3VLVisionRunner() {
+  teardown_on_device();  // the streams, events and buffers below go on the tower's device
   meta_done_.synchronize_quietly();  // the pinned ints outlive the last call's copies
 }
 
@@ -52,6 +53,7 @@ int64_t CudaQwen3VLVisionRunner::workspace_bytes(int64_t P) const {
 }
 
 void CudaQwen3VLVisionRunner::reserve(int64_t P) {
+  const cuda::CudaDeviceGuard on(device_);
   VLM_CHECK(P > 0, "a Qwen3-VL vision reservation of {} patches", P);
   Qwen3VLVisionLayout lay;
   lay.num_patches = P;
@@ -64,6 +66,7 @@ void CudaQwen3VLVisionRunner::reserve(int64_t P) {
 }
 
 void CudaQwen3VLVisionRunner::upload_pixels(std::span<const MediaPixels* const> items, cudaStream_t s) {
+  const cuda::CudaDeviceGuard on(device_);
   const int64_t K = config_.patch_dim();
   const size_t e = dtype_size(dt_);
   int64_t row = 0;
@@ -90,6 +93,7 @@ void CudaQwen3VLVisionRunner::upload_pixels(std::span<const MediaPixels* const> 
 }
 
 void CudaQwen3VLVisionRunner::run(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+  const cuda::CudaDeviceGuard on(device_);
   std::vector<std::array<int32_t, 3>> grids;
   for (const MediaPixels* it : items) grids.push_back(it->grid_thw);
   const Qwen3VLVisionLayout lay = qwen3_vl_vision_layout(config_, grids);

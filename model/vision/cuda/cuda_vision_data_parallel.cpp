@@ -10,25 +10,26 @@
 
 namespace vlm {
 
-CudaDeviceRestore::CudaDeviceRestore() { VLM_CUDA_CHECK(cudaGetDevice(&device_)); }
-CudaDeviceRestore::~CudaDeviceRestore() { cudaSetDevice(device_); }
-
 CudaVisionDataParallel::CudaVisionDataParallel(std::vector<int> devices,
                                                std::vector<std::unique_ptr<CudaVisionTower>> towers) {
   VLM_CHECK(!devices.empty() && devices.size() == towers.size(), "{} devices for {} towers", devices.size(),
             towers.size());
-  const CudaDeviceRestore restore;
+  const cuda::CudaDeviceGuard restore;
   replicas_.reserve(devices.size());
   VLM_CHECK(!towers.empty() && towers.size() == devices.size() && towers[0] != nullptr, "{} towers for {} devices",
             towers.size(), devices.size());
   // The first tower's figures, read before the loop moves it into its replica.
   const int64_t cost0 = towers[0]->reserved_cost(), features0 = towers[0]->out_features();
-  for (size_t i = 0; i < devices.size(); ++i) {
+  for (size_t i = 0; i < devices.size(); ++i) {  // every check before anything is made
     VLM_CHECK(towers[i] != nullptr, "no tower for device {}", devices[i]);
     VLM_CHECK(std::count(devices.begin(), devices.end(), devices[i]) == 1, "device {} listed twice", devices[i]);
+    VLM_CHECK(towers[i]->device() == devices[i], "the tower for device {} was built on device {}", devices[i],
+              towers[i]->device());
     VLM_CHECK(towers[i]->reserved_cost() == cost0 && towers[i]->out_features() == features0,
               "the towers differ: reserved {} and {}, {} and {} features", towers[i]->reserved_cost(), cost0,
               towers[i]->out_features(), features0);
+  }
+  for (size_t i = 0; i < devices.size(); ++i) {
     VLM_CUDA_CHECK(cudaSetDevice(devices[i]));
     Replica r;
     r.device = devices[i];
@@ -42,7 +43,7 @@ CudaVisionDataParallel::CudaVisionDataParallel(std::vector<int> devices,
 }
 
 CudaVisionDataParallel::~CudaVisionDataParallel() {
-  const CudaDeviceRestore restore;
+  const cuda::CudaDeviceGuard restore;
   for (auto& [device, event] : pulled_) {
     cudaSetDevice(device);
     event->synchronize_quietly();  // the copies out of the staging buffers
@@ -66,7 +67,7 @@ void CudaVisionDataParallel::enable_peer(int a, int b) {
   int can = 0;
   VLM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
   if (!can) return;  // cudaMemcpyPeerAsync stages through the host
-  const CudaDeviceRestore restore;
+  const cuda::CudaDeviceGuard restore;
   VLM_CUDA_CHECK(cudaSetDevice(a));
   const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
   if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();  // enabled elsewhere (the decoder's NCCL)
@@ -90,7 +91,7 @@ void CudaVisionDataParallel::encode_call(std::span<const FrameSlice> slices, std
   for (size_t k = 0; k < dests.size(); ++k)
     for (size_t j = 0; j < k; ++j)
       VLM_CHECK(dests[j].device != dests[k].device, "two destinations on device {}", dests[k].device);
-  const CudaDeviceRestore restore;
+  const cuda::CudaDeviceGuard restore;
   const CudaVisionTower& t0 = *replicas_[0].tower;
   const int64_t C = t0.out_features();
   // The units, their rows, and each replica's contiguous run of them.

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/core/cuda_device_guard.h"
 #include "kernels/cuda/core/cuda_event.h"
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/core/gpu_interval_timer.h"
@@ -43,21 +44,10 @@ struct VisionDestination {
   cudaStream_t stream = nullptr;
 };
 
-// Restores the device current at construction (cudaSetDevice) on destruction.
-class CudaDeviceRestore {
- public:
-  CudaDeviceRestore();
-  ~CudaDeviceRestore();
-  CudaDeviceRestore(const CudaDeviceRestore&) = delete;
-  CudaDeviceRestore& operator=(const CudaDeviceRestore&) = delete;
-
- private:
-  int device_ = 0;
-};
-
 class CudaVisionDataParallel {
  public:
-  // towers[i] lives on devices[i] (distinct devices, at least one; see the header's contract).
+  // towers[i] lives on devices[i] (towers[i]->device(); distinct devices, at least one; see the
+  // header's contract). InternalError when a tower was built on another device.
   CudaVisionDataParallel(std::vector<int> devices, std::vector<std::unique_ptr<CudaVisionTower>> towers);
   ~CudaVisionDataParallel();  // waits for the streams, then frees on each device
   CudaVisionDataParallel(const CudaVisionDataParallel&) = delete;

@@ -11,6 +11,13 @@
 // cost (encoder rows: patches, or image tokens) at most max_cost in all; encode() never allocates
 // (the owner calls it before sizing the KV cache, so the reservation sits inside
 // --gpu-memory-utilization). workspace_bytes() states the plan.
+//
+// Devices: a tower lives on the device current when it is constructed (its weights, buffers,
+// streams and events are made there; device()). Every entry that touches the GPU (reserve,
+// upload_pixels, run, encode, encode_frames) makes that device current for the call and
+// restores the caller's (cuda::CudaDeviceGuard), so a caller on another device (a tensor-parallel
+// engine's thread, whose current device its ranks move) still runs it right; the stream passed
+// must be one of the tower's device. The destructor frees on it too (teardown_on_device).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,6 +26,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cuda/core/cuda_device_guard.h"
 #include "model/media/media_pixels.h"
 
 namespace vlm {
@@ -34,7 +42,12 @@ inline int32_t item_frames(const MediaPixels& m) { return m.grid_thw[0] > 0 ? m.
 
 class CudaVisionTower {
  public:
+  // The current device (-1 where none can be had: a plan-only tower of the CPU tests).
+  CudaVisionTower() : device_(cuda::current_device_or_none()) {}
   virtual ~CudaVisionTower() = default;
+  CudaVisionTower(const CudaVisionTower&) = delete;
+  CudaVisionTower& operator=(const CudaVisionTower&) = delete;
+  int device() const { return device_; }  // the CUDA device it lives on
   // Encoder rows of an item (its share of the reservation). Preconditions: the item passed the
   // model's media_tokens() check.
   virtual int64_t cost(const MediaPixels& item) const = 0;
@@ -49,6 +62,7 @@ class CudaVisionTower {
   // enqueued on s (the host's pixels are read before it returns): upload_pixels() then run(), or
   // the two overlapped.
   virtual void encode(std::span<const MediaPixels* const> items, float* out, cudaStream_t s) {
+    const cuda::CudaDeviceGuard on(device_);
     upload_pixels(items, s);
     run(items, out, s);
   }
@@ -75,8 +89,20 @@ class CudaVisionTower {
   virtual std::vector<std::vector<FrameSlice>> frame_groups(std::span<const FrameSlice> slices) const;
 
  protected:
+  // A derived destructor's first statement: the tower's device stays current until this base is
+  // destroyed (after the derived members: their streams, events and buffers go on their device),
+  // then the caller's is restored.
+  void teardown_on_device() {
+    teardown_.mark();
+    cudaSetDevice(device_);
+  }
+
+  const int device_;
   int64_t reserved_ = 0;
   int64_t weight_bytes_ = 0;  // of the weights uploaded
+
+ private:
+  cuda::DeviceRestorePoint teardown_;  // the caller's device, back after the derived members (teardown_on_device)
 };
 
 }  // namespace vlm
