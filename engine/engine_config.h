@@ -43,8 +43,8 @@ struct EngineConfig {
   int64_t media_step_patches = -1;
   // Tensor parallelism (vLLM's --tensor-parallel-size, issue 42): the decoder split over GPUs
   // 0..N-1 (engine/cuda/cuda_backend.h). N > 1 needs --device cuda, N visible GPUs, NCCL, shapes
-  // that split (model/layers/tensor_parallel.h) and no server-wide LOOK-M, sparse prefill or
-  // SinkRouter (refused at start, make_step_backend).
+  // that split (model/layers/tensor_parallel.h), no server-wide sparse prefill or SinkRouter, and
+  // for LOOK-M KV heads that split over the ranks (refused at start, make_step_backend).
   int tensor_parallel_size = 1;
   // GPU, under tensor parallelism (issue 42; vLLM's --mm-encoder-tp-mode): the devices the vision
   // encoder runs on. 0 (default; vLLM's "data"): every rank's device, a tower on each, a step's

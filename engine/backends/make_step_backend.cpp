@@ -57,6 +57,12 @@ void check_tensor_parallel(const EngineConfig& c, const Model& model, Device dev
   const int n = c.tensor_parallel_size;
   if (n < 1) throw LoadError(fmt::format("--tensor-parallel-size {}: must be at least 1", n));
   if (n == 1) return;
+  // LOOK-M: each rank selects and compacts its own KV heads (CudaLookMStep), so they must split.
+  const int64_t kv_heads = model.decoder().config().num_kv_heads;
+  if (c.look_m.enabled && kv_heads % n != 0)
+    throw LoadError(fmt::format("--tensor-parallel-size {}: LOOK-M needs the KV heads split over the ranks (the "
+                                "model's {} KV head{} would be replicated)",
+                                n, kv_heads, kv_heads == 1 ? "" : "s"));
   if (c.mm_encoder_devices < 0 || c.mm_encoder_devices > n)
     throw LoadError(fmt::format("--mm-encoder-devices {}: between 0 (every rank's GPU) and --tensor-parallel-size {}",
                                 c.mm_encoder_devices, n));
@@ -75,7 +81,6 @@ void check_tensor_parallel(const EngineConfig& c, const Model& model, Device dev
   if (m.moe.enabled())
     throw LoadError(fmt::format("--tensor-parallel-size {}: mixture-of-experts models are not split yet", n));
   decoder_shard(m.num_heads, m.num_kv_heads, m.intermediate_size, m.vocab_size, TensorParallel{0, n, nullptr});
-  if (c.look_m.enabled) throw LoadError(fmt::format("--tensor-parallel-size {}: LOOK-M does not run under tensor parallelism yet", n));
   if (c.sparse_prefill.enabled())
     throw LoadError(fmt::format("--tensor-parallel-size {}: sparse prefill does not run under tensor parallelism yet", n));
   if (c.sink_router) throw LoadError(fmt::format("--tensor-parallel-size {}: SinkRouter does not run under tensor parallelism yet", n));

@@ -10,6 +10,7 @@
 #include "engine/backends/cuda_model_support.h"
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
+#include "model/methods/look_m_state.h"
 
 namespace vlm {
 
@@ -40,6 +41,7 @@ CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& op
       ranks_(std::move(ranks)),
       gpu_(decoder, rank0_options(options, ranks_.get())),
       eos_token_ids_(eos_token_ids),
+      model_kv_heads_(decoder.config().num_kv_heads),
       host_sampler_(decoder.config().vocab_size, std::move(eos_token_ids)) {
   VLM_CUDA_CHECK(cudaSetDevice(device_));  // (the decoder's constructor left it current)
   if (ranks_) {
@@ -128,6 +130,9 @@ void CudaBackend::forward(const ForwardBatch& batch, const EmbeddingOverride& ov
   }
   std::vector<EmbeddingOverride> per_rank;  // [N] rank r's device runs point at its own rows
   rank_runs(override, per_rank);
+  for (LookMState* st : batch.look_m)  // a device score copy per rank (each rank's thread takes its own)
+    if (st != nullptr && st->device_scores.size() < static_cast<size_t>(ranks_->size()))
+      st->device_scores.resize(static_cast<size_t>(ranks_->size()));
   ranks_->start([this, &batch, &per_rank](CudaDecoder& d) {
     for (int r = 1; r < ranks_->size(); ++r)
       if (&ranks_->decoder(r) == &d) d.forward(batch, per_rank[static_cast<size_t>(r)]);
@@ -280,8 +285,9 @@ bool CudaBackend::runs_sparse_prefill(const SparsePrefillConfig& cfg) const {
 }
 
 bool CudaBackend::runs_look_m() const {
-  if (ranks_) return false;  // its kept-token choice is not made once for all ranks yet
-  const ModelConfig& m = gpu_.config();
+  const ModelConfig& m = gpu_.config();  // under TP, rank 0's heads (every rank's alike)
+  // Each rank selects and compacts its own KV heads (CudaLookMStep): they must be split, not replicated.
+  if (ranks_ && m.num_kv_heads * ranks_->size() != model_kv_heads_) return false;
   return m.num_heads / m.num_kv_heads <= kCudaDecodeMaxGroup && m.head_dim <= 256;
 }
 

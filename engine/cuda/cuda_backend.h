@@ -16,8 +16,11 @@
 // the data-parallel one over the first EngineConfig::mm_encoder_devices ranks' GPUs
 // (CudaMediaEncoder::make with devices): encode_media delivers every row to every rank's GPU,
 // hands the engine rank 0's rows, and forward() points each rank's device runs at its own copy of
-// the same rows. LOOK-M, sparse prefill and SinkRouter are refused per request (runs_look_m etc.:
-// a 400).
+// the same rows. LOOK-M runs under TP when the KV heads split evenly over the ranks: each rank
+// scores, selects and compacts its own KV heads (the selection is per KV head, so no collective;
+// CudaLookMStep), forward() giving every LookMState a device score slot per rank before the ranks
+// run; with replicated KV heads runs_look_m is false (a 400). Sparse prefill and SinkRouter are
+// refused per request (runs_sparse_prefill etc.: a 400).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -94,6 +97,7 @@ class CudaBackend : public StepBackend {
   std::unique_ptr<CudaRankGroup> ranks_;     // TP: ranks 1..N-1 (built after gpu_, with its block count)
   CudaDecoder gpu_;                          // rank 0
   std::vector<int32_t> eos_token_ids_;
+  int64_t model_kv_heads_;  // the model's KV heads (gpu_.config()'s are rank 0's under TP)
   Sampler host_sampler_;  // the fallback for large logprobs requests
   std::vector<cuda::SampleJob> jobs_;
   std::vector<int32_t> pen_tok_, pen_cnt_, mask_;  // [P], [P], [M], built per step

@@ -36,9 +36,11 @@ struct LookMState {
   // end of prefill only when this is already sized (tests, inspection: call host_scores() first).
   std::vector<float> scores;
   int32_t compressed_len = -1;   // cache length after compaction (-1: not yet); same for all layers
-  // A GPU backend's device copy of `scores` while the prompt is prefilled (opaque here; freed with
-  // the state, so a preempted sequence's copy goes with it). Null on the CPU.
-  std::shared_ptr<void> device_scores;
+  // A GPU backend's device copies of `scores` while the prompt is prefilled, one per tensor-parallel
+  // rank (device_scores[r]: rank r's KV heads' rows on its GPU; opaque here; freed with the state, so
+  // a preempted sequence's copies go with them). Sized by the GPU backend before its ranks run (they
+  // only touch their own entry). Empty on the CPU.
+  std::vector<std::shared_ptr<void>> device_scores;
 
   void host_scores() { scores.resize(static_cast<size_t>(num_layers) * num_kv_heads * prefill_len, 0.0f); }
   float* layer_scores(int layer) {

@@ -218,6 +218,34 @@ TEST(CudaModelSupport, DataParallelMediaEncoderUnderTensorParallelIsTheDefault) 
   }
 }
 
+// LOOK-M under tensor parallelism: each rank selects and compacts its own KV heads, so a model
+// whose KV heads would be replicated (1 KV head over 2 ranks) is refused by name, on any device;
+// one whose KV heads split (2 over 2) passes that check (and meets the CPU's refusal of TP).
+TEST(CudaModelSupport, LookMUnderTensorParallelNeedsSplitKvHeads) {
+  EngineConfig c = test_config();
+  c.device = Device::Cpu;
+  c.tensor_parallel_size = 2;
+  c.look_m.enabled = true;
+  auto one_kv_head = TextModel::load(fixture_model_dir("qwen3_f32"));
+  try {
+    make_step_backend(c, *one_kv_head, {}, 512);
+    FAIL() << "LOOK-M with 1 KV head over 2 ranks must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("--tensor-parallel-size 2: LOOK-M needs the KV heads split over the ranks "
+                                         "(the model's 1 KV head would be replicated)"),
+              std::string::npos)
+        << e.what();
+  }
+  auto two_kv_heads = TextModel::load(fixture_model_dir("llama_tiny"));
+  try {
+    make_step_backend(c, *two_kv_heads, {}, 512);
+    FAIL() << "--tensor-parallel-size 2 with --device cpu must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_EQ(std::string(e.what()).find("LOOK-M"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("runs on GPUs"), std::string::npos) << e.what();
+  }
+}
+
 // --quantization fp8 runs on the GPU only: the CPU refuses it by name.
 TEST(CudaModelSupport, QuantizationFp8OnTheCpuIsRefused) {
   auto model = TextModel::load(fixture_model_dir("llama_tiny"));

@@ -358,8 +358,9 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   meta_ = nullptr;
   VLM_CHECK(!s.pending_qkv.set, "a deferred q/k/v projection nobody launched");
   if (sparse_) sparse_prefill_.finish_step(stream_);  // the step's block counts, when the stream gets there
-  if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);     // SinkRouter's anchors of finished
-  if (look_m_on_) look_m_.finish(*batch_, kv_layers_, d_tables_, stream_);  // prompts, then LOOK-M's compaction
+  if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);  // SinkRouter's anchors of finished
+  if (look_m_on_)  // prompts, then LOOK-M's compaction (this rank's KV heads)
+    look_m_.finish(*batch_, kv_layers_, d_tables_, stream_, opt_.tp.rank, opt_.tp.size);
   num_logit_rows_ = R;
   prof_.end(stream_, T);
 }

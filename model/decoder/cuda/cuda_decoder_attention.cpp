@@ -42,7 +42,8 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
                                 opt_.dtype, scale, stream_, builtin)) {  // kNone: false
     builtin(meta);
   }
-  if (look_m_on_) look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_);
+  if (look_m_on_)
+    look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_, opt_.tp.rank, opt_.tp.size);
   prof_.mark(stream_, "attention");
 }
 
