@@ -67,6 +67,11 @@ void check_tensor_parallel(const EngineConfig& c, const Model& model, Device dev
         "resource handle in the Qwen2-VL tower, session 17), though the data-parallel encoder alone matched one GPU's "
         "bytes",
         c.mm_encoder_devices));
+  const int64_t kv_heads = model.decoder().config().num_kv_heads;  // SinkRouter routes a rank's whole KV groups
+  if (c.sink_router && kv_heads % n != 0 && n % kv_heads == 0)
+    throw LoadError(fmt::format("--tensor-parallel-size {}: SinkRouter needs the KV heads split over the ranks, but "
+                                "{} KV head{} replicated (a group's query heads would be on several ranks)",
+                                n, kv_heads, kv_heads == 1 ? " is" : "s are"));
   if (device != Device::Cuda)
     throw LoadError(fmt::format("--tensor-parallel-size {} runs on GPUs (--device cuda; here: {}); the CPU's tensor "
                                 "parallelism is a test reference only",
@@ -83,9 +88,6 @@ void check_tensor_parallel(const EngineConfig& c, const Model& model, Device dev
     throw LoadError(fmt::format("--tensor-parallel-size {}: mixture-of-experts models are not split yet", n));
   decoder_shard(m.num_heads, m.num_kv_heads, m.intermediate_size, m.vocab_size, TensorParallel{0, n, nullptr});
   if (c.look_m.enabled) throw LoadError(fmt::format("--tensor-parallel-size {}: LOOK-M does not run under tensor parallelism yet", n));
-  if (c.sparse_prefill.enabled())
-    throw LoadError(fmt::format("--tensor-parallel-size {}: sparse prefill does not run under tensor parallelism yet", n));
-  if (c.sink_router) throw LoadError(fmt::format("--tensor-parallel-size {}: SinkRouter does not run under tensor parallelism yet", n));
   if (c.kv_dtype == DType::F8_E4M3)
     throw LoadError(fmt::format("--tensor-parallel-size {}: --kv-cache-dtype fp8 is not split yet", n));
   if (c.quantize_fp8) throw LoadError(fmt::format("--tensor-parallel-size {}: --quantization fp8 is not split yet", n));
