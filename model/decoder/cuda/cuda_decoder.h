@@ -247,6 +247,7 @@ class CudaDecoder final : private CudaAttentionRunner {
   AttentionProbe probe_;
   bool methods_ = false;  // the step carries LOOK-M states or SinkRouter stores
   bool look_m_on_ = false;  // the step carries LOOK-M states (runs eagerly)
+  bool kv_replicated_ = false;  // TP with fewer KV heads than ranks (SinkRouter refused)
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
   int64_t buffers_epoch_ = 0;  // bumped when a step buffer is reallocated (graphs hold pointers)
   CudaScratch scratch_{&buffers_epoch_};  // the layers' scratch
