@@ -66,6 +66,11 @@ void check_tensor_parallel(const EngineConfig& c, const Model& model, Device dev
   if (c.mm_encoder_devices < 0 || c.mm_encoder_devices > n)
     throw LoadError(fmt::format("--mm-encoder-devices {}: between 0 (every rank's GPU) and --tensor-parallel-size {}",
                                 c.mm_encoder_devices, n));
+  // SinkRouter routes a rank's whole KV groups.
+  if (c.sink_router && kv_heads % n != 0 && n % kv_heads == 0)
+    throw LoadError(fmt::format("--tensor-parallel-size {}: SinkRouter needs the KV heads split over the ranks, but "
+                                "{} KV head{} replicated (a group's query heads would be on several ranks)",
+                                n, kv_heads, kv_heads == 1 ? " is" : "s are"));
   if (device != Device::Cuda)
     throw LoadError(fmt::format("--tensor-parallel-size {} runs on GPUs (--device cuda; here: {}); the CPU's tensor "
                                 "parallelism is a test reference only",
@@ -81,9 +86,6 @@ void check_tensor_parallel(const EngineConfig& c, const Model& model, Device dev
   if (m.moe.enabled())
     throw LoadError(fmt::format("--tensor-parallel-size {}: mixture-of-experts models are not split yet", n));
   decoder_shard(m.num_heads, m.num_kv_heads, m.intermediate_size, m.vocab_size, TensorParallel{0, n, nullptr});
-  if (c.sparse_prefill.enabled())
-    throw LoadError(fmt::format("--tensor-parallel-size {}: sparse prefill does not run under tensor parallelism yet", n));
-  if (c.sink_router) throw LoadError(fmt::format("--tensor-parallel-size {}: SinkRouter does not run under tensor parallelism yet", n));
   if (c.kv_dtype == DType::F8_E4M3)
     throw LoadError(fmt::format("--tensor-parallel-size {}: --kv-cache-dtype fp8 is not split yet", n));
   if (c.quantize_fp8) throw LoadError(fmt::format("--tensor-parallel-size {}: --quantization fp8 is not split yet", n));

@@ -48,6 +48,7 @@ CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& op
     VLM_CHECK(media_ == nullptr || media_->data_parallel() != nullptr,
               "a one-device media encoder under tensor parallelism (its rows would be on GPU 0 only)");
     ranks_->build(decoder, rank0_options(options, ranks_.get()), gpu_.num_kv_blocks());  // restores device_
+    kv_heads_split_ = decoder.config().num_kv_heads % ranks_->size() == 0;
   } else {
     VLM_CHECK(media_ == nullptr || media_->data_parallel() != nullptr || media_->tower().device() == device_,
               "the media encoder's tower is on GPU {}, the decoder on GPU {}", media_ ? media_->tower().device() : -1,
@@ -133,6 +134,7 @@ void CudaBackend::forward(const ForwardBatch& batch, const EmbeddingOverride& ov
   for (LookMState* st : batch.look_m)  // a device score copy per rank (each rank's thread takes its own)
     if (st != nullptr && st->device_scores.size() < static_cast<size_t>(ranks_->size()))
       st->device_scores.resize(static_cast<size_t>(ranks_->size()));
+  CudaSinkRouterStep::prepare(batch, ranks_->size());  // anchor sets the ranks capture into
   ranks_->start([this, &batch, &per_rank](CudaDecoder& d) {
     for (int r = 1; r < ranks_->size(); ++r)
       if (&ranks_->decoder(r) == &d) d.forward(batch, per_rank[static_cast<size_t>(r)]);
@@ -145,6 +147,24 @@ void CudaBackend::forward(const ForwardBatch& batch, const EmbeddingOverride& ov
   }
   ranks_->join();  // the batch and override must outlive every rank's use of them
   if (err) std::rethrow_exception(err);
+  gpu_.commit_rank_step();  // the grid layouts each rank searched, into the sequences' stores
+  for (int r = 1; r < ranks_->size(); ++r) ranks_->decoder(r).commit_rank_step();
+}
+
+void CudaBackend::settle_methods() {
+  if (gpu_.methods_pending()) {
+    VLM_CUDA_CHECK(cudaStreamSynchronize(gpu_.stream()));  // its counts' copy (a no-op after sample's sync)
+    gpu_.settle_methods();
+  }
+  if (!ranks_) return;
+  for (int r = 1; r < ranks_->size(); ++r) {
+    CudaDecoder& d = ranks_->decoder(r);
+    if (!d.methods_pending()) continue;
+    VLM_CUDA_CHECK(cudaSetDevice(r));
+    VLM_CUDA_CHECK(cudaStreamSynchronize(d.stream()));  // its counts' copy
+    d.settle_methods();
+  }
+  VLM_CUDA_CHECK(cudaSetDevice(0));
 }
 
 void CudaBackend::add_job(const SampleTask& task, int num_top) {
@@ -254,7 +274,7 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
                                      static_cast<size_t>(J) * sizeof(cuda::SampleOut), cudaMemcpyDeviceToHost, s));
   }
   VLM_CUDA_CHECK(cudaStreamSynchronize(s));
-  gpu_.settle_methods();  // SinkRouter's skip counts of the step, downloaded with the samples
+  settle_methods();  // SinkRouter's skip counts of the step (every rank's), downloaded with the samples
   for (int k = 0; k < J; ++k) {
     const cuda::SampleOut& o = out_host_.as<cuda::SampleOut>()[k];
     SampleResult& r = results[on_gpu[static_cast<size_t>(k)]];
@@ -278,7 +298,6 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
 }
 
 bool CudaBackend::runs_sparse_prefill(const SparsePrefillConfig& cfg) const {
-  if (ranks_) return !cfg.enabled();  // not under tensor parallelism yet
   return !cfg.enabled() || (plannable_without_host_data(cfg) && cfg.block == 64 && gpu_.dtype() != DType::F32 &&
                             (gpu_.kv_dtype() != DType::F8_E4M3 || !uses_xattention_heads(cfg)) &&
                             cuda_fast_head_dim(gpu_.config().head_dim));

@@ -16,11 +16,13 @@
 // the data-parallel one over the first EngineConfig::mm_encoder_devices ranks' GPUs
 // (CudaMediaEncoder::make with devices): encode_media delivers every row to every rank's GPU,
 // hands the engine rank 0's rows, and forward() points each rank's device runs at its own copy of
-// the same rows. LOOK-M runs under TP when the KV heads split evenly over the ranks: each rank
-// scores, selects and compacts its own KV heads (the selection is per KV head, so no collective;
-// CudaLookMStep), forward() giving every LookMState a device score slot per rank before the ranks
-// run; with replicated KV heads runs_look_m is false (a 400). Sparse prefill and SinkRouter are
-// refused per request (runs_sparse_prefill etc.: a 400).
+// the same rows. Sparse prefill plans each rank's heads by the model's heads' patterns and
+// SinkRouter routes each rank's KV groups (cuda_sparse_prefill.h, cuda_sink_router_step.h): forward()
+// prepares the sequences' anchor sets before the ranks run and commits the ranks' searched grid
+// layouts after they return. LOOK-M: each rank scores, selects and compacts its own KV heads (the
+// selection is per KV head, so no collective; CudaLookMStep), forward() giving every LookMState a
+// device score slot per rank before the ranks run. SinkRouter and LOOK-M need the KV heads split,
+// not replicated (runs_sink_router / runs_look_m false: a 400).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -65,7 +67,8 @@ class CudaBackend : public StepBackend {
   // An FP8 KV cache runs LOOK-M and sparse prefill but XAttention heads (CudaDecoderOptions::kv_fp8).
   bool runs_sparse_prefill(const SparsePrefillConfig& cfg) const override;
   bool runs_look_m() const override;
-  bool runs_sink_router() const override { return ranks_ == nullptr; }
+  // Under TP only with the KV heads split over the ranks (a group's query heads on one rank).
+  bool runs_sink_router() const override { return ranks_ == nullptr || kv_heads_split_; }
   void copy_block(int32_t src, int32_t dst) override;
   void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override;
   void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) override;
@@ -80,6 +83,10 @@ class CudaBackend : public StepBackend {
   CudaDecoder& decoder() { return gpu_; }
   // TP's ranks 1..N-1 and communicators; null at N = 1.
   const CudaRankGroup* rank_group() const { return ranks_.get(); }
+  // Waits for the last forward on every rank whose method counts are pending and adds its SinkRouter
+  // counts to the batch's stores and counters; sparse prefill's block counts are in their targets
+  // after it too (sample() calls it; tests that download logits instead call it).
+  void settle_methods();
 
  private:
   // Adds task's job (penalties, mask, draw) to the host arrays.
@@ -96,6 +103,7 @@ class CudaBackend : public StepBackend {
   std::unique_ptr<CudaMediaEncoder> media_;  // allocated before the KV cache
   std::unique_ptr<CudaRankGroup> ranks_;     // TP: ranks 1..N-1 (built after gpu_, with its block count)
   CudaDecoder gpu_;                          // rank 0
+  bool kv_heads_split_ = false;              // TP: the model's KV heads divide over the ranks
   std::vector<int32_t> eos_token_ids_;
   int64_t model_kv_heads_;  // the model's KV heads (gpu_.config()'s are rank 0's under TP)
   Sampler host_sampler_;  // the fallback for large logprobs requests

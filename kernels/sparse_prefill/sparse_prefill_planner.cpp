@@ -6,6 +6,7 @@
 #include "kernels/core/check.h"
 #include "kernels/sparse_prefill/a_shape.h"
 #include "kernels/sparse_prefill/last_q_attention.h"
+#include "kernels/sparse_prefill/rank_head_patterns.h"
 #include "kernels/sparse_prefill/vertical_slash.h"
 #include "kernels/core/thread_pool.h"
 
@@ -113,30 +114,8 @@ BlockSparsePlan build_sparse_plan(const SparsePrefillConfig& cfg, const ChunkVie
                                           cfg.n_last, prompt_len));
     return p;
   }
-  // Estimating patterns: the pattern of each head.
-  std::vector<HeadPattern> pats(H);
-  for (int h = 0; h < H; ++h) {
-    HeadPattern& pt = pats[h];
-    switch (cfg.method) {
-      case SparsePrefillMethod::VerticalSlash:
-        pt.type = HeadPatternType::VerticalSlash;
-        pt.vertical_size = cfg.vertical_size;
-        pt.slash_size = cfg.slash_size;
-        break;
-      case SparsePrefillMethod::Grid:
-        pt.type = HeadPatternType::Grid;
-        pt.grid = cfg.grid;
-        break;
-      case SparsePrefillMethod::XAttention:
-        pt.type = HeadPatternType::XAttention;
-        pt.xattention = cfg.xattention;
-        break;
-      default: {
-        const HeadPattern* f = cfg.head_patterns ? cfg.head_patterns->find(c.layer, c.head_begin + h) : nullptr;
-        pt = f ? *f : cfg.default_head;
-      }
-    }
-  }
+  // Estimating patterns: the pattern of each head (the model's head c.head_begin + h).
+  const std::vector<HeadPattern> pats = rank_head_patterns(cfg, c.layer, c.head_begin, H);
   const int Hkv = kv.num_kv_heads, G = H / Hkv, D = kv.head_dim;
   // One task per query head; keys gathered once per kv head (shared by its G heads).
   std::vector<std::vector<float>> keys(Hkv);

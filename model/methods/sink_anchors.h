@@ -49,8 +49,8 @@ struct SinkAnchors {
   int64_t groups_skipped = 0;     // ... of which sink groups (cache not read)
   SinkRouterProbe* probe = nullptr;  // not owned; null except in calibration tools and tests
   // A GPU backend's copy of the anchors, captured at the end of prefill before any compaction:
-  // [2, L, Hkv, D] f32 in device memory (K then V), opaque here; null on the CPU. Read-only once
-  // captured, so forked choices share it; freed with the last store holding it.
+  // per tensor-parallel rank [2, L, Hkv, D] f32 on its GPU (cuda_sink_router_step.cpp), opaque; null on the
+  // CPU. Read-only once captured, so forked choices share it; freed with the last store holding it.
   std::shared_ptr<void> device_kv;
 
   // Makes room for layer `layer` (keeps the anchors stored so far; clears them all when Hkv or D

@@ -246,6 +246,34 @@ TEST(CudaModelSupport, LookMUnderTensorParallelNeedsSplitKvHeads) {
   }
 }
 
+// SinkRouter under tensor parallelism routes each rank's whole KV groups: replicated KV heads (1 KV
+// head over 2 ranks: a group's query heads on both) are refused by name, before any device check;
+// with the KV heads split (2 over 2) the flag passes that check (the CPU device is refused next).
+TEST(CudaModelSupport, SinkRouterOverReplicatedKvHeadsIsRefused) {
+  auto replicated = TextModel::load(fixture_model_dir("qwen3_f32"));  // 4 query heads, 1 KV head
+  EngineConfig c = test_config();
+  c.device = Device::Cpu;
+  c.tensor_parallel_size = 2;
+  c.sink_router = true;
+  try {
+    make_step_backend(c, *replicated, {}, 512);
+    FAIL() << "SinkRouter over a replicated KV head must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("--tensor-parallel-size 2: SinkRouter needs the KV heads split over the "
+                                         "ranks, but 1 KV head is replicated"),
+              std::string::npos)
+        << e.what();
+  }
+  auto split = TextModel::load(fixture_model_dir("llama_tiny"));  // 4 query heads, 2 KV heads
+  try {
+    make_step_backend(c, *split, {}, 512);
+    FAIL() << "--tensor-parallel-size 2 with --device cpu must be refused";
+  } catch (const LoadError& e) {
+    EXPECT_EQ(std::string(e.what()).find("SinkRouter"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("runs on GPUs"), std::string::npos) << e.what();
+  }
+}
+
 // --quantization fp8 runs on the GPU only: the CPU refuses it by name.
 TEST(CudaModelSupport, QuantizationFp8OnTheCpuIsRefused) {
   auto model = TextModel::load(fixture_model_dir("llama_tiny"));

@@ -59,6 +59,11 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
     cfg_.num_heads = sh.heads;
     cfg_.num_kv_heads = sh.kv_heads;
     cfg_.intermediate_size = sh.inner;
+    // The methods read per-head settings by the model's heads: MMInference's patterns by query
+    // head; SinkRouter routes this rank's KV groups with its own anchors.
+    sparse_prefill_.set_heads(static_cast<int>(sh.head_begin), static_cast<int>(m.num_heads));
+    sink_.set_rank(opt_.tp.rank, opt_.tp.size);
+    kv_replicated_ = m.num_kv_heads % opt_.tp.size != 0;
     if (opt_.kv_fp8 || opt_.quantize_fp8)
       throw LoadError(fmt::format("{} with tensor parallelism ({} GPUs) is not supported yet",
                                   opt_.kv_fp8 ? "--kv-cache-dtype fp8" : "--quantization fp8", opt_.tp.size));
@@ -267,9 +272,12 @@ void CudaDecoder::forward(const ForwardBatch& b, const EmbeddingOverride& overri
   // LOOK-M steps run eagerly (their per-step uploads are not in a graph's layout); SinkRouter
   // decode steps take graphs (forward_graph).
   look_m_on_ = std::any_of(b.look_m.begin(), b.look_m.end(), [](auto* p) { return p != nullptr; });
-  methods_ = look_m_on_ ||
-             std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; });
+  const bool sink = std::any_of(b.sink_anchors.begin(), b.sink_anchors.end(), [](auto* p) { return p != nullptr; });
+  methods_ = look_m_on_ || sink;
+  VLM_CHECK(!(kv_replicated_ && sink),
+            "SinkRouter over replicated KV heads under tensor parallelism (a group's query heads on several ranks)");
   sparse_ = CudaSparsePrefill::active(b);
+  sparse_prefill_.begin_step();
   cudnn_mode_ = sparse_ ? CudaCudnnPrefill::kNone : cudnn_.plan_step(b, config(), opt_.dtype);
   // batch_ stays set until forward() returns: forward_graph runs the step twice (eagerly, then
   // under stream capture), and each run_step reads it.

@@ -109,7 +109,8 @@ struct CudaDecoderOptions {
   // weights, model/arch/llama_decoder.h, and a KV cache of its KV heads) on GPU `device`; the
   // all-reduces go through tp.comm (an NcclCommunicator of that device) on this decoder's stream,
   // inside its decode graphs. Every rank runs every forward() with the same batch (CudaBackend's
-  // rank threads). Under TP the FP8 KV cache and quantize_fp8 are refused (LoadError); an FP8
+  // rank threads). Sparse prefill plans the rank's heads by the model's heads' patterns and
+  // SinkRouter routes the rank's KV groups (cuda_sparse_prefill.h, cuda_sink_router_step.h). Under TP the FP8 KV cache and quantize_fp8 are refused (LoadError); an FP8
   // checkpoint's weights are dequantized to dtype.
   TensorParallel tp;
 };
@@ -152,6 +153,12 @@ class CudaDecoder final : private CudaAttentionRunner {
   // After the stream synchronized (the caller's sync): the last forward's method counters
   // (SinkRouter's skipped groups) into the batch's stores and counters.
   void settle_methods() { sink_.settle(); }
+  // Counts of the last forward not yet in the batch's stores: SinkRouter's (settle_methods() adds
+  // them) or sparse prefill's (a host function on the stream adds them).
+  bool methods_pending() const { return sink_.pending() || sparse_prefill_.counts_in_flight(); }
+  // Tensor parallelism, after every rank's forward() returned (CudaBackend, one thread): the grid
+  // layouts this rank searched go into the sequences' stores (CudaSparsePrefill::commit_layouts).
+  void commit_rank_step() { sparse_prefill_.commit_layouts(); }
   // Optional probe (tools: vlm-search-patterns --device cuda): called by every layer's attention
   // after the step's K/V are in the cache and before attention runs, with q[T, H, D] post-RoPE
   // (device, dtype()), the layer's cache, the step's device metadata, the scale and the stream
@@ -240,6 +247,7 @@ class CudaDecoder final : private CudaAttentionRunner {
   AttentionProbe probe_;
   bool methods_ = false;  // the step carries LOOK-M states or SinkRouter stores
   bool look_m_on_ = false;  // the step carries LOOK-M states (runs eagerly)
+  bool kv_replicated_ = false;  // TP with fewer KV heads than ranks (SinkRouter refused)
   int64_t cap_tokens_ = 0, cap_rows_ = 0;
   int64_t buffers_epoch_ = 0;  // bumped when a step buffer is reallocated (graphs hold pointers)
   CudaScratch scratch_{&buffers_epoch_};  // the layers' scratch

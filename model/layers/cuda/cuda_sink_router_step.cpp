@@ -40,6 +40,36 @@ struct CudaSinkRouterStep::AnchorPool : std::enable_shared_from_this<AnchorPool>
   }
 };
 
+namespace {
+
+// What SinkAnchors::device_kv holds on the GPU: per rank (one GPU: [1]) a pool array on its GPU
+// ([2, L, Hkv, D] f32 of its KV heads), null until that rank captured it.
+struct DeviceAnchorSet {
+  std::vector<std::shared_ptr<void>> ranks;
+};
+
+const float* rank_anchors(const SinkAnchors& a, int rank) {
+  const auto* set = static_cast<const DeviceAnchorSet*>(a.device_kv.get());
+  if (set == nullptr || rank >= static_cast<int>(set->ranks.size())) return nullptr;
+  return static_cast<const float*>(set->ranks[static_cast<size_t>(rank)].get());
+}
+
+void fresh_set(SinkAnchors& a, int ranks) {
+  auto set = std::make_shared<DeviceAnchorSet>();
+  set->ranks.resize(static_cast<size_t>(ranks));
+  a.device_kv = std::move(set);
+}
+
+}  // namespace
+
+void CudaSinkRouterStep::prepare(const ForwardBatch& b, int ranks) {
+  if (!captures(b)) return;
+  for (size_t s = 0; s < b.sink_anchors.size(); ++s) {
+    SinkAnchors* a = b.sink_anchors[s];
+    if (a != nullptr && b.finishes_prefill[s]) fresh_set(*a, ranks);
+  }
+}
+
 bool CudaSinkRouterStep::captures(const ForwardBatch& b) {
   VLM_CHECK(b.sink_anchors.empty() || b.finishes_prefill.size() == b.sink_anchors.size(),
             "{} anchor stores for {} finishes_prefill flags", b.sink_anchors.size(), b.finishes_prefill.size());
@@ -61,8 +91,13 @@ void CudaSinkRouterStep::capture(const ForwardBatch& b, const std::vector<PagedK
   for (size_t s = 0; s < b.sink_anchors.size(); ++s) {
     SinkAnchors* a = b.sink_anchors[s];
     if (a == nullptr || !b.finishes_prefill[s]) continue;
-    a->device_kv = pool_->take();
-    auto* store = static_cast<float*>(a->device_kv.get());
+    if (ranks_ == 1) fresh_set(*a, 1);  // one GPU: a fresh set here
+    auto* set = static_cast<DeviceAnchorSet*>(a->device_kv.get());
+    VLM_CHECK(set != nullptr && static_cast<int>(set->ranks.size()) == ranks_ && set->ranks[rank_] == nullptr,
+              "SinkRouter anchors of rank {} of {}: the store's set was not prepared for this step "
+              "(CudaSinkRouterStep::prepare)", rank_, ranks_);
+    set->ranks[rank_] = pool_->take();
+    auto* store = static_cast<float*>(set->ranks[rank_].get());
     for (int l = 0; l < L; ++l)
       cuda::sink_capture_anchors(kv[static_cast<size_t>(l)], block_tables + static_cast<int64_t>(s) * b.max_blocks_per_seq,
                                  l, L, store, stream);
@@ -92,10 +127,13 @@ bool CudaSinkRouterStep::plan(const ForwardBatch& b, bool all_decode, bool fast,
   for (int s = 0; s < S; ++s) {
     SinkAnchors* a = b.sink_anchors[static_cast<size_t>(s)];
     // As the CPU: a sequence routes once its anchors are captured (its prefill has finished).
-    const bool route = a != nullptr && !b.finishes_prefill[static_cast<size_t>(s)] && a->device_kv != nullptr;
+    const float* mine = a != nullptr ? rank_anchors(*a, rank_) : nullptr;  // this rank's KV heads' anchors
+    const bool route = a != nullptr && !b.finishes_prefill[static_cast<size_t>(s)] && mine != nullptr;
     flags[s] = route ? 1 : 0;
-    anchors[s] = route ? static_cast<const float*>(a->device_kv.get()) : nullptr;
+    anchors[s] = route ? mine : nullptr;
     probing_ |= route && a->probe != nullptr;
+    VLM_CHECK(!(route && a->probe != nullptr && ranks_ > 1),
+              "SinkRouter calibration probes run on one GPU, not under tensor parallelism ({} ranks)", ranks_);
     if (route) stores_[static_cast<size_t>(s)] = a;
     active_ |= route;
   }

@@ -23,6 +23,13 @@
 //    runs eagerly and keeps every routed layer's scores, decisions and each head's first-token
 //    attention mass (measured on the device, kernels/cuda/sink_router); settle() downloads them
 //    and calls the probe once per routed (row, layer), as the CPU's SinkRouterAttention does.
+//  - Tensor parallelism (issue 42, set_rank): each rank routes its own KV groups (its KV heads
+//    split, not replicated: a group's query heads on one rank), each with its own group's anchor
+//    and the threshold tau(L), which is the same for every group: no communication. A store's
+//    device anchors hold one array per rank (on its GPU, its KV heads'); CudaBackend gives the
+//    stores that finish prefill a fresh set before the ranks run (prepare()). Each rank's counts
+//    cover its groups; the backend settles every rank's on one thread, so the sums are one GPU's.
+//    Calibration probes are refused (InternalError) there: they run on one GPU.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +45,16 @@ namespace vlm {
 
 class CudaSinkRouterStep {
  public:
+  // Tensor parallelism: this decoder is rank `rank` of `ranks` (default 0 of 1). Set once.
+  void set_rank(int rank, int ranks) {
+    rank_ = rank;
+    ranks_ = ranks;
+  }
+  // Tensor parallelism, before the ranks run a step (one thread): every store of b whose prefill
+  // the step finishes gets a fresh set of `ranks` device anchor arrays, which capture() fills, each
+  // rank its own (a store's earlier set, possibly shared with forked choices, is let go).
+  static void prepare(const ForwardBatch& b, int ranks);
+  bool pending() const { return pending_; }  // end() enqueued counts that settle() has not added
   // Captures the anchors of the sequences whose prefill this step finishes (kv: every layer;
   // block_tables: the batch's on the device, max_blocks_per_seq wide). An eager step's, after its
   // last layer and before LOOK-M's compaction. Each such store gets a fresh array from this
@@ -77,6 +94,7 @@ class CudaSinkRouterStep {
 
  private:
   bool active_ = false, pending_ = false, probing_ = false;
+  int rank_ = 0, ranks_ = 1;  // set_rank
   const SinkRouterConfig* config_ = nullptr;
   SinkRouterCounters* counters_ = nullptr;
   std::vector<SinkAnchors*> stores_;  // [S] routed rows' stores, null for the others

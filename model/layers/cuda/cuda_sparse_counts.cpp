@@ -1,5 +1,7 @@
 #include "model/layers/cuda/cuda_sparse_counts.h"
 
+#include <mutex>
+
 #include "kernels/core/check.h"
 
 namespace vlm {
@@ -33,10 +35,15 @@ unsigned long long* CudaSparseCounts::counter(BlockCounts* target, cudaStream_t 
   return acc_.as<unsigned long long>();
 }
 
+void CudaSparseCounts::add(BlockCounts* target, const BlockCounts& add) {
+  static std::mutex mu;
+  const std::lock_guard<std::mutex> lock(mu);
+  *target += add;
+}
+
 void CUDART_CB CudaSparseCounts::apply(void* p) {
   auto* r = static_cast<Record*>(p);
-  r->target->computed += static_cast<double>(r->totals[0]) + static_cast<double>(r->totals[1]) / 64.0;
-  r->target->causal += r->causal;
+  add(r->target, BlockCounts{static_cast<double>(r->totals[0]) + static_cast<double>(r->totals[1]) / 64.0, r->causal});
   r->busy->store(false);
   delete r;
 }

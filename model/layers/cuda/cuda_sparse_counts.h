@@ -33,6 +33,15 @@ class CudaSparseCounts {
   void add_causal(double causal) { causal_ += causal; }
   // Ends the step (no-op when nothing was added): copy, host function, accumulator zeroed.
   void finish(cudaStream_t stream);
+  // *target += add under one process-wide lock: tensor-parallel ranks (their threads and their
+  // GPUs' host functions) add their heads' counts to the same sequence's BlockCounts.
+  static void add(BlockCounts* target, const BlockCounts& add);
+  // Whether a finished step's host function has not run yet (its counts are not in the target).
+  bool in_flight() const {
+    for (const auto& b : busy_)
+      if (b.load()) return true;
+    return false;
+  }
 
  private:
   static constexpr int kSlots = 16;  // steps in flight before finish() waits for the stream

@@ -8,6 +8,7 @@
 #include "kernels/core/check.h"
 #include "kernels/core/thread_pool.h"
 #include "kernels/sparse_prefill/a_shape.h"
+#include "kernels/sparse_prefill/rank_head_patterns.h"
 
 namespace vlm {
 namespace {
@@ -58,12 +59,11 @@ void CudaSparsePrefill::plan_ahead(int layer, const ForwardBatch& b, int H, unsi
   const int next = layer + 1;
   const SparsePrefillConfig& cfg = b.sparse_prefill[0];
   GridLayoutStore* store = cfg.grid_search_once && !b.grid_layouts.empty() ? b.grid_layouts[0] : nullptr;
-  if (!store || next >= static_cast<int>(store->layers.size()) ||
-      static_cast<int>(store->layers[next].size()) != H)
+  if (!store || !grid_store_has(*store, next, total_heads(H)))
     return;  // not stored: the next layer searches (or there is none)
   const std::vector<HeadPattern> pats = head_patterns(next, cfg, H);
   if (!device_grid_heads(pats)) return;  // the next layer takes another path
-  const std::vector<GridLayout>& layouts = store->layers[next];
+  const std::vector<GridLayout> layouts = grid_store_slice(*store, next, head_begin_, H);
   for (const GridLayout& l : layouts)
     if (l.stride > cuda::kGridPlanMaxStride) return;
   // The side stream starts where this layer's kernel starts (go_): the other buffer's last
@@ -95,25 +95,13 @@ void CudaSparsePrefill::check_config(const SparsePrefillConfig& cfg) {
                        fmt::format("sparse prefill on the GPU plans 64-token blocks, not {}", cfg.block), "vlm_options");
 }
 
-std::vector<HeadPattern> CudaSparsePrefill::head_patterns(int layer, const SparsePrefillConfig& cfg, int H) {
-  std::vector<HeadPattern> pats(H);
-  for (int h = 0; h < H; ++h) {
-    if (cfg.method == SparsePrefillMethod::Grid) {
-      pats[h].type = HeadPatternType::Grid;
-      pats[h].grid = cfg.grid;
-    } else if (cfg.method == SparsePrefillMethod::VerticalSlash) {
-      pats[h].type = HeadPatternType::VerticalSlash;
-      pats[h].vertical_size = cfg.vertical_size;
-      pats[h].slash_size = cfg.slash_size;
-    } else if (cfg.method == SparsePrefillMethod::XAttention) {
-      pats[h].type = HeadPatternType::XAttention;
-      pats[h].xattention = cfg.xattention;
-    } else {
-      const HeadPattern* f = cfg.head_patterns ? cfg.head_patterns->find(layer, h) : nullptr;
-      pats[h] = f ? *f : cfg.default_head;
-    }
-  }
-  return pats;
+std::vector<HeadPattern> CudaSparsePrefill::head_patterns(int layer, const SparsePrefillConfig& cfg, int H) const {
+  return rank_head_patterns(cfg, layer, head_begin_, H);  // the model's heads' patterns (tensor parallelism)
+}
+
+void CudaSparsePrefill::commit_layouts() {
+  for (const PendingLayouts& p : pending_layouts_) grid_store_put(*p.store, p.layer, head_begin_, total_heads_, p.layouts);
+  pending_layouts_.clear();
 }
 
 std::vector<GridLayout> CudaSparsePrefill::grid_layouts(int layer, const ForwardBatch& b, int s,
@@ -127,9 +115,8 @@ std::vector<GridLayout> CudaSparsePrefill::grid_layouts(int layer, const Forward
   GridLayoutStore* store = b.sparse_prefill[s].grid_search_once && s < static_cast<int>(b.grid_layouts.size())
                                ? b.grid_layouts[s]
                                : nullptr;
-  if (store && layer < static_cast<int>(store->layers.size()) &&
-      static_cast<int>(store->layers[layer].size()) == H)
-    return store->layers[layer];
+  const int total = total_heads(H);
+  if (store && grid_store_has(*store, layer, total)) return grid_store_slice(*store, layer, head_begin_, H);
   std::vector<GridLayout> layouts(H);
   std::vector<uint8_t> done(H, 0);
   const std::span<const int32_t> known =
@@ -148,10 +135,8 @@ std::vector<GridLayout> CudaSparsePrefill::grid_layouts(int layer, const Forward
       if (pats[g].type == HeadPatternType::Grid && !done[g] && same_grid(pats[g].grid, pats[h].grid))
         layouts[g] = found[g], done[g] = 1;
   }
-  if (store) {
-    if (static_cast<int>(store->layers.size()) <= layer) store->layers.resize(layer + 1);
-    store->layers[layer] = layouts;
-  }
+  if (store && total == H) grid_store_put(*store, layer, 0, H, layouts);  // one GPU: stored now
+  else if (store) pending_layouts_.push_back({store, layer, layouts});  // tensor parallelism: commit_layouts()
   return layouts;
 }
 
@@ -264,7 +249,7 @@ void CudaSparsePrefill::attention(int layer, const ForwardBatch& b, const void* 
     if (sparse_here(b, s)) {
       plans[s] = plan_sequence(layer, b, s, q, act, H, kv, meta, scale, stream);
       if (s < static_cast<int>(b.sparse_block_counts.size()) && b.sparse_block_counts[s])
-        *b.sparse_block_counts[s] += plan_block_counts(plans[s]);
+        CudaSparseCounts::add(b.sparse_block_counts[s], plan_block_counts(plans[s]));  // ranks: under a lock
     } else {
       plans[s] = dense_plan(q_len, b.context_lens[s], H);
     }

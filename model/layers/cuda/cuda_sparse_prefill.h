@@ -23,6 +23,12 @@
 // attention waits for it): the plan's small launches fill the kernel's ramp and tail and the
 // combine instead of running alone between the layers. The plans are the same. Cost: a second
 // plan buffer (CudaGridPlan's bounds: ~46 MB for 8K rows over 128K keys, ~180 MB over 512K).
+// Tensor parallelism (issue 42, set_heads): a rank's q / out hold the model's query heads
+// [head_begin, head_begin + H); each is planned with the model head's pattern (rank_head_patterns)
+// and the sequence's GridLayoutStore keeps the model's heads: a rank reads its slice, and the
+// layouts it searched wait in the rank until commit_layouts() (CudaBackend, after every rank's
+// step returned) puts them, so no rank sees a layer another rank stored only in part. Block
+// counts from every rank add to the sequence's BlockCounts under one lock (CudaSparseCounts::add).
 #pragma once
 
 #include <vector>
@@ -53,6 +59,20 @@ class CudaSparsePrefill {
   // Whether some sequence of b prefills sparsely this step (enabled, q_len > 1).
   static bool active(const ForwardBatch& b);
 
+  // Tensor parallelism: this decoder's query heads are the model's [head_begin, head_begin + H)
+  // of total_heads (0: one GPU, all heads). Set once, before the first step.
+  void set_heads(int head_begin, int total_heads) {
+    head_begin_ = head_begin;
+    total_heads_ = total_heads;
+  }
+  // Tensor parallelism: drops layouts left pending by a step that did not finish (step start).
+  void begin_step() { pending_layouts_.clear(); }
+  // Tensor parallelism: puts the grid layouts this rank searched in the last step into their
+  // sequences' stores (as the model's heads). Call on one thread after every rank's forward
+  // returned (the stores are the batch's; the ranks read them during a step). One GPU: a no-op
+  // (the layouts are stored as they are searched).
+  void commit_layouts();
+
   // q[T, H, D], out[T, H, D] (device, dtype act); meta: b's device metadata. The step's K/V are
   // in the cache. Adds each sparse sequence's block counts to b.sparse_block_counts[s]. prof
   // (optional) gets marks "grid_scores", "grid_choose_host" (the search), "sparse_plan" and
@@ -66,12 +86,16 @@ class CudaSparsePrefill {
     counts_.finish(stream);
     ahead_ = Ahead{};  // a step's last layer builds nothing ahead; an aborted step's plan is dropped
   }
+  // Whether device-planned steps' block counts are still on their way to their targets.
+  bool counts_in_flight() const { return counts_.in_flight(); }
   // The plan view the last attention() ran (tools: per-head block counts, head_error.h).
   const cuda::SparsePlanView& last_plan() const { return last_plan_; }
 
  private:
   static void check_config(const SparsePrefillConfig& cfg);  // RequestError when the GPU cannot plan it
-  static std::vector<HeadPattern> head_patterns(int layer, const SparsePrefillConfig& cfg, int H);
+  // The patterns of this decoder's H heads (the model's heads from head_begin_).
+  std::vector<HeadPattern> head_patterns(int layer, const SparsePrefillConfig& cfg, int H) const;
+  int total_heads(int H) const { return total_heads_ > 0 ? total_heads_ : H; }
   // The device-searched layouts of sequence s's grid heads (others left default), or those its
   // store kept from an earlier chunk (grid_search_once).
   std::vector<GridLayout> grid_layouts(int layer, const ForwardBatch& b, int s, const std::vector<HeadPattern>& pats,
@@ -94,6 +118,13 @@ class CudaSparsePrefill {
                                 cudaStream_t stream);
 
   cuda::CudaGridSearch grid_;
+  int head_begin_ = 0, total_heads_ = 0;  // set_heads
+  struct PendingLayouts {  // tensor parallelism: searched this step, stored at commit_layouts()
+    GridLayoutStore* store;
+    int layer;
+    std::vector<GridLayout> layouts;  // [H] this rank's heads
+  };
+  std::vector<PendingLayouts> pending_layouts_;
   cuda::CudaBlockSparsePlan plan_;
   cuda::CudaGridPlan device_plans_[2];  // by layer parity (plan ahead)
   struct Ahead {
