@@ -88,7 +88,6 @@ void check_tensor_parallel(const EngineConfig& c, const Model& model, Device dev
   if (c.sink_router) throw LoadError(fmt::format("--tensor-parallel-size {}: SinkRouter does not run under tensor parallelism yet", n));
   if (c.kv_dtype == DType::F8_E4M3)
     throw LoadError(fmt::format("--tensor-parallel-size {}: --kv-cache-dtype fp8 is not split yet", n));
-  if (c.quantize_fp8) throw LoadError(fmt::format("--tensor-parallel-size {}: --quantization fp8 is not split yet", n));
 }
 
 }  // namespace
