@@ -79,13 +79,13 @@ class CudaTensorParallelFp8 : public ::testing::TestWithParam<Fp8Case> {
 };
 
 // Prefill logits of every reference prompt in chunks of 7, and the first greedy token of each.
-struct Run {
+struct Fp8Run {
   std::vector<float> logits;
   std::vector<int32_t> first;
   int64_t vocab = 0;
 };
-Run run_all(Fp8TpRunner& r, const Reference& ref) {
-  Run out;
+Fp8Run run_all(Fp8TpRunner& r, const Reference& ref) {
+  Fp8Run out;
   out.vocab = r.runner.vocab();
   for (int p = 0; p < ref.num_prompts(); ++p) {
     TestSequence s{ref.ids(p)};
@@ -105,12 +105,12 @@ TEST_P(CudaTensorParallelFp8, TwoGpusMatchOneWithinTheFp8Bound) {
       quantize ? c.model
                : write_fp8_checkpoint(fixture_model_dir(c.model), (dir_ / c.format).string(),
                                       c.format == "channel" ? Fp8Scales::Channel : Fp8Scales::Block, 16);
-  Run bf16;
+  Fp8Run bf16;
   {
     Fp8TpRunner base(c.model, false, 1);
     bf16 = run_all(base, ref);
   }
-  Run one, two;
+  Fp8Run one, two;
   {
     Fp8TpRunner r(model, quantize, 1);
     one = run_all(r, ref);
@@ -134,7 +134,9 @@ TEST_P(CudaTensorParallelFp8, TwoGpusMatchOneWithinTheFp8Bound) {
     const float* last = one.logits.data() + (end - 1) * V;
     std::vector<float> row(last, last + V);
     std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
-    if (row[0] - row[1] > 0.1f) EXPECT_EQ(one.first[static_cast<size_t>(p)], two.first[static_cast<size_t>(p)]) << "prompt " << p;
+    if (row[0] - row[1] > 0.1f) {
+      EXPECT_EQ(one.first[static_cast<size_t>(p)], two.first[static_cast<size_t>(p)]) << "prompt " << p;
+    }
   }
 }
 
