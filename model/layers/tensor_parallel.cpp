@@ -109,11 +109,16 @@ WeightSource ShardedWeightSource::under(const std::string& prefix) const {
   return plain.with_lookups(
       [st](const std::string& n, const Shape& e) { return fp8_lookup(*st, n, e); },
       [st](const std::string& n, const Shape& full, int64_t r0, int64_t r1) {
+        bool sliced = false;
         {
           std::lock_guard<std::mutex> lock(st->mu);
-          VLM_CHECK(st->slices.count(n) == 0, "rows of column-sliced {}", n);
+          sliced = st->slices.count(n) != 0;
         }
-        return st->store->get_slice(n, full, r0, r1, 0, full.numel() / full[0]);
+        if (!sliced) return st->store->get_slice(n, full, r0, r1, 0, full.numel() / full[0]);
+        const TensorView t = lookup(*st, n, full);  // rows of this rank's columns ([rows, end - begin])
+        VLM_CHECK(0 <= r0 && r0 < r1 && r1 <= t.dim(0), "rows [{}, {}) of {} {}", r0, r1, n, t.shape.str());
+        const int64_t K = t.dim(1), elt = static_cast<int64_t>(dtype_size(t.dtype));
+        return TensorView(static_cast<char*>(t.data) + r0 * K * elt, t.dtype, {r1 - r0, K});
       });
 }
 

@@ -216,6 +216,11 @@ TEST(Fp8TensorParallelSlices, RowParallelFp8SlicesKeepTheScalesAndRefuseACutBloc
       const std::optional<Fp8Weight> f = sharded.under("").fp8({name, {64, 80}});
       ASSERT_TRUE(f.has_value());
       EXPECT_EQ(f->scale.view().dim(0), scales == Fp8Scales::Block ? 4 : 64) << "every output channel's scale";
+      // The GPU's --quantization fp8 path reads a row-parallel weight's rows (get_rows): its columns.
+      const TensorView rows = sharded.under("").get_rows({name, {64, 80}}, 0, 64);
+      const TensorView cols = sharded.under("").get({name, {64, 80}});
+      EXPECT_EQ(rows.data, cols.data);
+      EXPECT_EQ(rows.shape, (Shape{64, 80}));
       const std::vector<float> got = dequantized(*f);
       for (int64_t i = 0; i < 64; ++i)
         for (int64_t j = 0; j < 80; ++j)
