@@ -88,7 +88,6 @@ void check_tensor_parallel(const EngineConfig& c, const Model& model, Device dev
   decoder_shard(m.num_heads, m.num_kv_heads, m.intermediate_size, m.vocab_size, TensorParallel{0, n, nullptr});
   if (c.kv_dtype == DType::F8_E4M3)
     throw LoadError(fmt::format("--tensor-parallel-size {}: --kv-cache-dtype fp8 is not split yet", n));
-  if (c.quantize_fp8) throw LoadError(fmt::format("--tensor-parallel-size {}: --quantization fp8 is not split yet", n));
 }
 
 }  // namespace

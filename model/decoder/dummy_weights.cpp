@@ -69,6 +69,24 @@ const std::vector<uint16_t>& bf16_table(Kind k) {
   return tables[static_cast<size_t>(k)];
 }
 
+uint64_t draw_at(uint64_t seed, int64_t g) { return mix64(seed + static_cast<uint64_t>(g + 1) * kGolden); }
+
+// Elements [begin, begin + n) of a tensor (global indices) into out[0, n), element i's 16 bits
+// the (i % 4)-th of draw_at(i / 4): what fill() writes at those indices.
+template <class T, class Convert>
+void fill_range(uint64_t seed, T* out, int64_t begin, int64_t n, Convert convert) {
+  int64_t g = -1;
+  uint64_t r = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t idx = begin + i;
+    if ((idx >> 2) != g) {
+      g = idx >> 2;
+      r = draw_at(seed, g);
+    }
+    out[i] = convert(static_cast<uint32_t>(r >> (16 * (idx & 3))) & 0xFFFFu);
+  }
+}
+
 }  // namespace
 
 DummyWeights::DummyWeights(std::string model_dir, DType dtype, int64_t keep_bytes)
@@ -124,8 +142,31 @@ void DummyWeights::fill(const std::string& name, const TensorView& out) {
   else global_thread_pool().parallel_for(groups, body, 1 << 16);
 }
 
-TensorView DummyWeights::get(const std::string& name, const Shape& shape) {
-  std::lock_guard<std::mutex> lock(mu_);
+void DummyWeights::fill_slice(const std::string& name, int64_t cols, int64_t r0, int64_t c0, const TensorView& out) {
+  VLM_CHECK(out.dtype == DType::F32 || out.dtype == DType::BF16 || out.dtype == DType::F16, "dummy {} in {}", name,
+            dtype_name(out.dtype));
+  const Kind k = kind_of(name);
+  const uint64_t seed = name_seed(name);
+  const int64_t R = out.shape[0], C = out.numel() / std::max<int64_t>(R, 1);
+  VLM_CHECK(c0 >= 0 && c0 + C <= cols, "columns [{}, {}) of {} ({} columns)", c0, c0 + C, name, cols);
+  const uint16_t* tbl = bf16_table(k).data();
+  auto body = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t begin = (r0 + i) * cols + c0;
+      if (out.dtype == DType::BF16)
+        fill_range(seed, static_cast<uint16_t*>(out.data) + i * C, begin, C, [tbl](uint32_t b) { return tbl[b]; });
+      else if (out.dtype == DType::F32)
+        fill_range(seed, static_cast<float*>(out.data) + i * C, begin, C, [k](uint32_t b) { return value(k, b); });
+      else
+        fill_range(seed, static_cast<uint16_t*>(out.data) + i * C, begin, C,
+                   [k](uint32_t b) { return f32_to_f16(value(k, b)); });
+    }
+  };
+  if (R * C < (1 << 18)) body(0, R);
+  else global_thread_pool().parallel_for(R, body, std::max<int64_t>(1, (1 << 18) / std::max<int64_t>(C, 1)));
+}
+
+void DummyWeights::check_shape_locked(const std::string& name, const Shape& shape) {
   auto s = shapes_.find(name);
   if (s != shapes_.end() && !(s->second == shape))
     throw LoadError(fmt::format("{} (--load-format dummy): tensor '{}' asked for as {} and as {}", dir_, name,
@@ -136,6 +177,33 @@ TensorView DummyWeights::get(const std::string& name, const Shape& shape) {
     shapes_.emplace(name, shape);
     first_asked_.push_back(name);
   }
+}
+
+TensorView DummyWeights::get_slice(const std::string& name, const Shape& full, int64_t r0, int64_t r1, int64_t c0,
+                                   int64_t c1) {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_shape_locked(name, full);
+  const int64_t N = full[0], K = full.numel() / N;
+  if (!(0 <= r0 && r0 < r1 && r1 <= N && 0 <= c0 && c0 < c1 && c1 <= K))
+    throw LoadError(fmt::format("{} (--load-format dummy): rows [{}, {}) x columns [{}, {}) of tensor '{}' {}", dir_, r0,
+                                r1, c0, c1, name, full.str()));
+  if (r0 == 0 && r1 == N && c0 == 0 && c1 == K)  // the whole tensor: the same key as get()
+    return make_locked(name, full, [&](const TensorView& t) { fill(name, t); });
+  Shape shape = full;
+  shape.dims[0] = r1 - r0;
+  if (c0 != 0 || c1 != K) shape = Shape{r1 - r0, c1 - c0};
+  const std::string key = fmt::format("{}[{}:{},{}:{}]", name, r0, r1, c0, c1);
+  return make_locked(key, shape, [&](const TensorView& t) { fill_slice(name, K, r0, c0, t); });
+}
+
+TensorView DummyWeights::get(const std::string& name, const Shape& shape) {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_shape_locked(name, shape);
+  return make_locked(name, shape, [&](const TensorView& t) { fill(name, t); });
+}
+
+template <class Fill>
+TensorView DummyWeights::make_locked(const std::string& name, const Shape& shape, Fill fill_fn) {
   auto held = views_.find(name);
   if (held != views_.end()) return held->second;
   const int64_t bytes = shape.numel() * static_cast<int64_t>(dtype_size(dtype_));
@@ -149,7 +217,7 @@ TensorView DummyWeights::get(const std::string& name, const Shape& shape) {
     if (reuse.view().empty() && node.mapped().view().shape == shape) reuse = std::move(node.mapped());
   }
   Tensor t = reuse.view().empty() ? Tensor::empty(shape, dtype_) : std::move(reuse);
-  fill(name, t.view());
+  fill_fn(t.view());
   const TensorView v = t.view();
   tensors_.emplace(name, std::move(t));
   views_.emplace(name, v);

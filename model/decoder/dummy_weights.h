@@ -8,6 +8,10 @@
 //   *norm*.weight / *ln_*.weight (norm scales): 1;  *.bias: uniform in [-0.002, 0.002];
 //   every other tensor: uniform in [-a, a], a = 0.02 * sqrt(3) (std 0.02, transformers' init).
 // Filling runs on the global thread pool (kernels/core/thread_pool.h).
+// Slices (tensor parallelism, issue 42): get_slice() makes only a block [r0, r1) x [c0, c1) of a
+// tensor, each element the value of its global index (row * cols + col) in the whole tensor, so
+// N ranks that each make their slice hold exactly the whole tensor's values and the load makes each
+// tensor once, not once per rank. A slice is held under its own key (the name and the ranges).
 //
 // Memory: keep_bytes < 0 keeps every tensor made while the object lives (the CPU layers compute
 // over views into them). keep_bytes >= 0 is the streaming form for GPU loaders, which upload a
@@ -40,8 +44,16 @@ class DummyWeights {
   // empty. Thread-safe.
   TensorView get(const std::string& name, const Shape& shape);
 
+  // Rows [r0, r1) x columns [c0, c1) of tensor `name` of shape `full` (read as [full[0], rest]):
+  // a [r1 - r0, c1 - c0] tensor (of full's ndim when the columns are all of them), made now unless
+  // held. The same checks as get() on `full`; LoadError for a range outside it.
+  TensorView get_slice(const std::string& name, const Shape& full, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+
   // Fills `out` (F32, BF16 or F16) with the values of tensor `name` (the rule above).
   static void fill(const std::string& name, const TensorView& out);
+  // Fills `out` [r1 - r0, c1 - c0] with elements (r0.., c0..) of tensor `name` of `cols` columns:
+  // bit-equal to the same elements of fill() over the whole tensor.
+  static void fill_slice(const std::string& name, int64_t cols, int64_t r0, int64_t c0, const TensorView& out);
 
   DType dtype() const { return dtype_; }
   int64_t keep_bytes() const { return keep_bytes_; }
@@ -64,6 +76,10 @@ class DummyWeights {
   std::map<std::string, Shape> shapes_;       // every name asked for
   std::vector<std::string> first_asked_;
   int64_t held_bytes_ = 0, made_bytes_ = 0;
+  // Makes (or finds held) the tensor of key `key` and shape `shape`, filled by `fill_fn`. Locked.
+  template <class Fill>
+  TensorView make_locked(const std::string& key, const Shape& shape, Fill fill_fn);
+  void check_shape_locked(const std::string& name, const Shape& shape);
 };
 
 }  // namespace vlm

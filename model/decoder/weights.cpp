@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kernels/core/check.h"
 #include "kernels/core/fp8.h"
 #include "model/decoder/json_file.h"
 
@@ -101,6 +102,17 @@ std::string WeightStore::first_prefix(std::initializer_list<const char*> prefixe
   std::string tried;
   for (const char* p : prefixes) tried += std::string(tried.empty() ? "" : ", ") + p + probe;
   throw LoadError(what + ": no tensor (looked for " + tried + ")");
+}
+
+TensorView WeightStore::get_slice(const std::string& name, const Shape& expected, int64_t r0, int64_t r1, int64_t c0,
+                                  int64_t c1) const {
+  if (dummy_) return dummy_->get_slice(name, expected, r0, r1, c0, c1);
+  const TensorView t = get(name, expected);
+  const int64_t N = expected[0], K = expected.numel() / std::max<int64_t>(N, 1);
+  VLM_CHECK(c0 == 0 && c1 == K, "columns [{}, {}) of checkpoint tensor {} ({} columns): a copy's work", c0, c1, name, K);
+  VLM_CHECK(0 <= r0 && r0 < r1 && r1 <= N, "rows [{}, {}) of {} ({} rows)", r0, r1, name, N);
+  const auto elt = static_cast<int64_t>(dtype_size(t.dtype));
+  return TensorView(static_cast<char*>(t.data) + r0 * K * elt, t.dtype, {r1 - r0, K});
 }
 
 TensorView WeightStore::get(const std::string& name, const Shape& expected) const {

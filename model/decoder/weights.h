@@ -67,6 +67,14 @@ class WeightStore {
   // its shape differs from `expected`, or its dtype is not a float type (F32/BF16/F16; F8_E4M3
   // in an FP8 checkpoint, returned dequantized to F32).
   TensorView get(const std::string& name, const Shape& expected) const;
+  // Rows [r0, r1) x columns [c0, c1) of `name` (expected: the whole tensor's shape, read as
+  // [N, rest]; the same checks as get()). A dummy store makes only that block
+  // (DummyWeights::get_slice: each rank of a tensor-parallel load makes its part, the load each
+  // tensor once); a checkpoint's rows are a view of get() (nothing read beyond them). Precondition
+  // for a checkpoint: all columns (c0 == 0, c1 == rest; its column slices are copies, made by
+  // ShardedWeightSource).
+  TensorView get_slice(const std::string& name, const Shape& expected, int64_t r0, int64_t r1, int64_t c0,
+                       int64_t c1) const;
   const WeightQuantization& quantization() const { return quant_; }
   // Whether `name` is an FP8 weight of an FP8 checkpoint.
   bool is_fp8(const std::string& name) const;

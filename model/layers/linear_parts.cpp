@@ -9,12 +9,12 @@ namespace vlm {
 std::vector<HostLinearPart> load_linear_parts(const WeightSource& w, const std::vector<LinearPart>& parts) {
   std::vector<HostLinearPart> loaded;
   for (const LinearPart& p : parts) {
-    TensorView t = w.get(p.weight);
-    const int64_t N = t.dim(0), K = t.numel() / std::max<int64_t>(N, 1);
+    // Rows only (a dummy store makes just them: each tensor-parallel rank its own).
+    const int64_t N = p.weight.shape[0], K = p.weight.shape.numel() / std::max<int64_t>(N, 1);
     const int64_t b = p.row_begin, e = p.row_end < 0 ? N : p.row_end;
     VLM_CHECK(0 <= b && b < e && e <= N, "rows [{}, {}) of {} ({} rows)", b, e, p.weight.name, N);
-    const auto elt = static_cast<int64_t>(dtype_size(t.dtype));
-    HostLinearPart part{TensorView(static_cast<char*>(t.data) + b * K * elt, t.dtype, {e - b, K}), {}};
+    const TensorView rows = p.row_begin == 0 && p.row_end < 0 ? w.get(p.weight) : w.get_rows(p.weight, b, e);
+    HostLinearPart part{TensorView(rows.data, rows.dtype, {e - b, K}), {}};
     if (!p.bias.empty()) {
       const TensorView bias = w.get(p.bias, {N});
       part.bias = Tensor::empty({e - b}, DType::F32);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "kernels/core/communicator.h"
@@ -39,8 +40,13 @@ struct DecoderShard {
 DecoderShard decoder_shard(int64_t heads, int64_t kv_heads, int64_t inner, int64_t vocab, const TensorParallel& tp);
 
 // A checkpoint's tensors as rank r reads them: a tensor registered with slice_cols() reads as its
-// columns [begin, end) (a copy, made on first read and kept), every other as stored. FP8
-// weights read dequantized (this source has no FP8 lookup). Copies share the state: the source
+// columns [begin, end) (a copy, made on first read and kept; over a dummy store only those columns
+// are made, WeightStore::get_slice, held by the store), every other as stored; row ranges
+// (WeightSource::get_rows, the column-parallel layers) reach the store, so a dummy load makes each
+// rank's rows only. FP8 checkpoints' weights (WeightSource::fp8): a column-sliced one reads as its
+// q's columns with every output channel's scale (per-channel scales as stored; 128x128 block
+// scales: the grid's columns [begin / bk, ceil(end / bk)), LoadError naming the tensor when begin or
+// end (short of K) cuts a block); get() reads them dequantized. Copies share the state: the source
 // must outlive the layers made from it (they may keep views of the copies).
 class ShardedWeightSource {
  public:
@@ -60,8 +66,10 @@ class ShardedWeightSource {
     std::mutex mu;
     std::map<std::string, Slice> slices;
     std::map<std::string, Tensor> copies;
+    std::map<std::string, Tensor> fp8_copies;  // the q columns of sliced FP8 weights
   };
   static TensorView lookup(State& st, const std::string& name, const Shape& expected);
+  static std::optional<Fp8Weight> fp8_lookup(State& st, const std::string& name, const Shape& expected);
   std::shared_ptr<State> state_;
 };
 

@@ -51,11 +51,9 @@ void quantize_part(const WeightSource& src, const LinearPart& p, int64_t b, int6
     VLM_CUDA_CHECK(cudaDeviceSynchronize());  // before the temporaries are freed
     return;
   }
-  const TensorView t = src.get(p.weight);
-  const auto elt = static_cast<int64_t>(dtype_size(t.dtype));
-  const TensorView rows(static_cast<char*>(t.data) + b * K * elt, t.dtype, {R, K});
-  cuda::DeviceBuffer w = cuda::upload_converted({rows}, t.dtype, nullptr);  // as stored (F32, BF16 or F16)
-  cuda::quantize_fp8_rows(w.get(), t.dtype, R, K, q, scale, nullptr);
+  const TensorView rows = src.get_rows(p.weight, b, e);  // [R, K] (a dummy store makes only these)
+  cuda::DeviceBuffer w = cuda::upload_converted({rows}, rows.dtype, nullptr);  // as stored (F32, BF16 or F16)
+  cuda::quantize_fp8_rows(w.get(), rows.dtype, R, K, q, scale, nullptr);
   VLM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -118,7 +116,7 @@ DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<Linear
   for (const LinearPart& p : parts) {
     // The shape as stored (an FP8 weight's shape is its q's); dims beyond two are refused.
     std::optional<Fp8Weight> f = src.fp8(p.weight);
-    const Shape sh = f ? f->q.shape : src.get(p.weight).shape;
+    const Shape sh = f ? f->q.shape : p.weight.shape;  // get() checks it against the stored shape
     VLM_CHECK(sh.ndim == 2, "FP8 linear {}{}: a weight of shape {} (FP8 layers are matrices)", src.prefix(),
               p.weight.name, sh.str());
     const int64_t N = sh[0], K = sh[1], b = p.row_begin, e = p.row_end < 0 ? N : p.row_end;

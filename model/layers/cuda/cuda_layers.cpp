@@ -302,7 +302,11 @@ CudaLayers::CudaLayers(DType dt, CudaFp8 fp8) : dt_(dt), fp8_(fp8) {
 }
 
 bool CudaLayers::fp8_layer(const WeightSource& w, const LinearPart& first, const std::string& label) const {
-  if (fp8_ == CudaFp8::kNone || label == "lm_head" || label.ends_with(".lm_head")) return false;
+  // The LM head stays 16-bit: lm_head, or the tied embedding table a vocabulary-split head reads
+  // under tensor parallelism.
+  if (fp8_ == CudaFp8::kNone || label == "lm_head" || label.ends_with(".lm_head") || label == "embed_tokens" ||
+      label.ends_with(".embed_tokens"))
+    return false;
   if (fp8_ == CudaFp8::kStored && !w.fp8(first.weight)) return false;
   if (dt_ != DType::BF16)
     throw LoadError(w.prefix() + first.weight.name + ": FP8 weights compute in bfloat16 on the GPU, not " +
