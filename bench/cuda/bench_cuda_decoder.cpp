@@ -23,8 +23,7 @@
 // bench/gpu_speed.sh's VLM_SPEED_FP8=1 runs the same rows both ways in one call).
 // Decode steps run as CUDA graphs unless --enforce-eager 1 (the line says how many were captured,
 // and whether the step's kernels used programmatic dependent launch: VLM_CUDA_PDL, kernels/cuda/core/pdl.h;
-// and whether the decode fusions were on: VLM_CUDA_DECODE_FUSE, CudaDecoderOptions::decode_fuse; and the
-// median host time of a step until forward() returned: the batch built, the metadata staged, the graph enqueued).
+// and the median host time of a step until forward() returned: the batch built, the metadata staged, the graph enqueued).
 // --dump-logits FILE (issue 39: old vs refactored binaries, `cmp` bit for bit; bench_dump.h):
 // raw little-endian f32, one record per configuration in the order the bench runs them:
 //   for each B of --batches: the logits [B, V] of the LAST measured decode step;
@@ -235,11 +234,11 @@ int main(int argc, char** argv) {
       if (dump.enabled()) dump_logits("decode batch " + std::to_string(batch) + " last step");
       const double ms = 1e3 * median(times);
       std::printf("decode batch %ld context %ld: %.3f ms/step, %.1f tokens/s (%s: %ld graphs captured, %ld launched; "
-                  "PDL %s; fuse %s; host enqueue %.1f us)\n",
+                  "PDL %s; host enqueue %.1f us)\n",
                   static_cast<long>(batch), static_cast<long>(context), ms, 1e3 * static_cast<double>(batch) / ms,
                   o.enforce_eager ? "eager" : "graphs", static_cast<long>(backend.decoder().graphs_captured()),
                   static_cast<long>(backend.decoder().graph_launches()), backend.decoder().pdl() ? "on" : "off",
-                  backend.decoder().decode_fuse() ? "on" : "off", 1e6 * median(enqueue));
+                  1e6 * median(enqueue));
     }
     vlm::bench::NvmlSampler nvml(o.device);  // the chip's clock while the timed prefills ran (issue 44)
     for (int64_t len : prefills) {

@@ -1,14 +1,11 @@
 // Times the decode linear products of one Qwen2-7B layer over FP8 weights, each form beside the
 // others (issue 43's speed bars): q/k/v [4608, 3584] (bf16 out + bias), o_proj [3584, 3584] and
 // down_proj [3584, 18944] (f32 += : the residual add), gate/up [2 x 18944, 3584] with SiLU·mul.
-//  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, fp8_gemv_split
-//    with 2 and 4 warps a column (not gate/up: "gemv_split2", "gemv_split4"), and the bf16 GEMV
-//    (kernels/cuda/gemm/gemv.h) on the same shape for the 16-bit read rate;
+//  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, and the bf16
+//    GEMV (kernels/cuda/gemm/gemv.h) on the same shape for the 16-bit read rate;
 //  - rows 8, 16, 32, 64: quantize_fp8_rows + fp8_mma_gemm (+ its split reduce), quantize_fp8_rows +
 //    CublasLtGemm::linear_fp8 (+ silu_mul for gate/up; the unfused form where cuBLASLt refuses the
 //    fused one), and the bf16 cuBLASLt GEMM (these two as VLM_CUBLASLT_AUTOTUNE says);
-//  - rows 1, 2, 4, 8, 16, 32, 64: fp8_w8a16_gemm (gate/up: fp8_w8a16_gemm_silu_mul), bf16
-//    activations as they are ("w8a16", "w8a16(split)" with its split reduce);
 //  - rows 1, 8, 16, 32, 64: the cuBLASLt GEMM alone (FP8: over activations quantized beforehand;
 //    gate/up: the [M, 2I] product, no SiLU·mul), bf16 and FP8, with the heuristic's first algorithm
 //    ("lt_bf16_first", "lt_fp8_first") and autotuned ("lt_bf16_tuned", "lt_fp8_tuned":
@@ -35,10 +32,8 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
-#include "kernels/cuda/gemm/fp8_gemv_split.h"
 #include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
-#include "kernels/cuda/gemm/fp8_w8a16_gemm.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 
@@ -160,17 +155,6 @@ int main(int argc, char** argv) {
             copies);
         report(M, form == vlm::cuda::Fp8GemvForm::Simple ? "gemv_simple" : "gemv_pipelined", us, w8);
       }
-      for (const int split : {2, 4}) {
-        if (sh.silu) break;
-        const double us = time_us(
-            [&](int c) {
-              // As the gemv_simple rows: bf16 out, no residual add.
-              vlm::cuda::fp8_gemv_split(x.get(), wq_at(c), ws.as<float>(), DType::BF16, b, y.get(), DType::BF16, false,
-                                        M, N, K, split, nullptr);
-            },
-            copies);
-        report(M, split == 2 ? "gemv_split2" : "gemv_split4", us, w8);
-      }
       const double us = time_us(
           [&](int c) {
             if (sh.silu)
@@ -215,21 +199,6 @@ int main(int argc, char** argv) {
           },
           copies16);
       report(M, "bf16_cublaslt", bf, w16);
-    }
-    for (const int64_t M : {1, 2, 4, 8, 16, 32, 64}) {
-      const int64_t pf = vlm::cuda::fp8_w8a16_partial_floats(M, N, K, sh.silu);  // <= 16 * M * N: fits part
-      float* p = pf > 0 ? part.as<float>() : nullptr;
-      const double us = time_us(
-          [&](int c) {
-            if (sh.silu)
-              vlm::cuda::fp8_w8a16_gemm_silu_mul(x.get(), wq_at(c), ws.as<float>(), nullptr, inner.get(), M, I, K, p,
-                                                 nullptr);
-            else
-              vlm::cuda::fp8_w8a16_gemm(x.get(), wq_at(c), ws.as<float>(), b, y.get(), out_dt, sh.residual, M, N, K, p,
-                                        nullptr);
-          },
-          copies);
-      report(M, pf > 0 ? "w8a16(split)" : "w8a16", us, w8);
     }
     for (const int64_t M : {1, 8, 16, 32, 64}) {
       vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), nullptr);

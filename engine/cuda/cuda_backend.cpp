@@ -57,18 +57,11 @@ CudaBackend::CudaBackend(const LlmDecoder& decoder, const CudaDecoderOptions& op
   const auto V = static_cast<size_t>(decoder.config().vocab_size);
   counts_.assign(V, 0);
   seen_.assign(V, 0);
-  if (gpu_.decode_fuse()) {
-    VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&up_stream_, cudaStreamNonBlocking));
-    VLM_CUDA_CHECK(cudaEventCreateWithFlags(&up_done_, cudaEventDisableTiming));
-  }
 }
 
 CudaBackend::~CudaBackend() {
   restore_.mark();         // the caller's device, back once the members below are freed
   cudaSetDevice(device_);  // rank 0's (its decoder, the ranks' and the encoder's set their own)
-  if (up_stream_) cudaStreamSynchronize(up_stream_);
-  if (up_done_) cudaEventDestroy(up_done_);
-  if (up_stream_) cudaStreamDestroy(up_stream_);
 }
 
 std::string CudaBackend::device() const {
@@ -248,30 +241,15 @@ void CudaBackend::sample(std::span<const SampleTask> tasks, std::vector<SampleRe
     if (P) std::memcpy(ints, pen_tok_.data(), P * 4);
     if (P) std::memcpy(ints + P, pen_cnt_.data(), P * 4);
     if (M) std::memcpy(ints + 2 * P, mask_.data(), M * 4);
-    if (up_stream_) {  // beside the step's kernels; the sampling kernel waits for it (no copy after the step)
-      VLM_CUDA_CHECK(cudaMemcpyAsync(up_dev_.get(), h, total, cudaMemcpyHostToDevice, up_stream_));
-      VLM_CUDA_CHECK(cudaEventRecord(up_done_, up_stream_));
-      VLM_CUDA_CHECK(cudaStreamWaitEvent(s, up_done_, 0));
-    } else {
-      VLM_CUDA_CHECK(cudaMemcpyAsync(up_dev_.get(), h, total, cudaMemcpyHostToDevice, s));
-    }
+    VLM_CUDA_CHECK(cudaMemcpyAsync(up_dev_.get(), h, total, cudaMemcpyHostToDevice, s));
     const auto* d_ints = reinterpret_cast<const int32_t*>(up_dev_.as<char>() + jobs_b);
     work_.reserve(static_cast<size_t>(J) * static_cast<size_t>(V) * 4);
     out_dev_.reserve(static_cast<size_t>(J) * sizeof(cuda::SampleOut));
     out_host_.reserve(static_cast<size_t>(J) * sizeof(cuda::SampleOut));
-    // decode_fuse: the kernel writes the results straight into the pinned buffer (mapped into the
-    // device's address space), no copy after it; where the buffer is not mapped, the copy.
-    cuda::SampleOut* direct = nullptr;
-    if (up_stream_) {
-      void* d = nullptr;
-      if (cudaHostGetDevicePointer(&d, out_host_.get(), 0) == cudaSuccess) direct = static_cast<cuda::SampleOut*>(d);
-      else (void)cudaGetLastError();  // not mapped: clear the error, copy below
-    }
     cuda::sample_rows(gpu_.logits(), V, up_dev_.as<cuda::SampleJob>(), J, d_ints, d_ints + P, d_ints + 2 * P,
-                      work_.as<float>(), direct ? direct : out_dev_.as<cuda::SampleOut>(), s);
-    if (!direct)
-      VLM_CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), out_dev_.get(),
-                                     static_cast<size_t>(J) * sizeof(cuda::SampleOut), cudaMemcpyDeviceToHost, s));
+                      work_.as<float>(), out_dev_.as<cuda::SampleOut>(), s);
+    VLM_CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), out_dev_.get(),
+                                   static_cast<size_t>(J) * sizeof(cuda::SampleOut), cudaMemcpyDeviceToHost, s));
   }
   VLM_CUDA_CHECK(cudaStreamSynchronize(s));
   settle_methods();  // SinkRouter's skip counts of the step (every rank's), downloaded with the samples

@@ -3,10 +3,6 @@
 // token ids and the asked-for logprobs come back: per step one upload of the sampling jobs (with
 // each job's penalty tokens, min_tokens mask and the uniform draw taken from the sequence's RNG
 // on the host, one draw per non-greedy sample as on the CPU) and one download of the results.
-// With the decode fusions on (CudaDecoder::decode_fuse, VLM_CUDA_DECODE_FUSE) the upload goes on
-// a side stream while the step's kernels run and the sampling kernel waits on its event, so it
-// starts right after the step's last kernel (no copy between them on the step's stream), and the
-// sampling kernel writes its results straight into pinned host memory (no download after it).
 // A request for more than kMaxTopLogprobs top logprobs (or the whole vocabulary) is sampled on
 // the host from a copy of its logits row with the CPU Sampler.
 // Tensor parallelism (tensor_parallel_size N > 1, issue 42): the decoder is split over GPUs
@@ -114,8 +110,6 @@ class CudaBackend : public StepBackend {
   cuda::PinnedBuffer up_host_, out_host_;
   cuda::DeviceBuffer up_dev_, work_, out_dev_;
   std::vector<float> row_;       // [V] a logits row for the fallback
-  cudaStream_t up_stream_ = nullptr;  // the jobs' upload beside the step (decode_fuse), else null
-  cudaEvent_t up_done_ = nullptr;      // that upload done
   std::vector<std::weak_ptr<const RankRows>> rank_rows_;  // TP: the live encodes' rows on every rank
   std::vector<std::vector<DeviceRowRun>> runs_;            // TP: [N] a step's device runs per rank
 };

@@ -1,4 +1,4 @@
-// Device pieces of the FP8 decode GEMVs (fp8_gemv.cu, fp8_gemv_split.cu): E4M3 bytes widened to
+// Device pieces of the FP8 decode GEMV (fp8_gemv.cu): E4M3 bytes widened to
 // f32 exactly (E4M3 -> f16 -> f32) and the 16-element dot over one 16-byte weight vector, k in order.
 #pragma once
 

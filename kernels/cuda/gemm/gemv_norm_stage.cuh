@@ -1,6 +1,6 @@
-// Device and host pieces of the RMSNorm-fused decode GEMVs (gemv_norm.cu, gemv_norm_rope_kv.cu):
-// the block's staging of its normalized rows in shared memory, the weight-head prefetch, and the
-// one-wave grid. Moved here unchanged from gemv_norm.cu so both files run the same code.
+// Device and host pieces of the RMSNorm-fused decode GEMVs (gemv_norm.cu): the block's staging of
+// its normalized rows in shared memory, the weight-head prefetch, and the one-wave grid (moved
+// here unchanged from gemv_norm.cu for session 17's decode fusion, since removed).
 #pragma once
 
 #include <algorithm>

@@ -34,10 +34,6 @@ bool fused_reduce_env() {
   static const bool on = env_switch("VLM_CUDA_DECODE_FUSED_REDUCE", true);
   return on;
 }
-bool decode_fuse_env() {
-  static const bool on = env_switch("VLM_CUDA_DECODE_FUSE", false);
-  return on;
-}
 
 }  // namespace
 
@@ -48,7 +44,6 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
       device_current_(cudaSetDevice(options.device) == cudaSuccess),
       fused_norm_(options.fused_norm < 0 ? fused_norm_env() : options.fused_norm != 0),
       fused_reduce_(options.fused_decode_reduce < 0 ? fused_reduce_env() : options.fused_decode_reduce != 0),
-      decode_fuse_(options.decode_fuse < 0 ? decode_fuse_env() : options.decode_fuse != 0),
       cudnn_(options.kv_fp8 ? 0 : options.cudnn_prefill, options.cudnn_min_tokens, options.cudnn_bucket) {
   VLM_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16,
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));
@@ -93,8 +88,6 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
   weight_bytes_ = layers_->weight_bytes();
   VLM_LOG_INFO("GPU: loaded {} layers ({:.2f} GiB)", c.num_layers, static_cast<double>(weight_bytes_) / (1 << 30));
   allocate_cache();
-  qkv_counters_.resize(static_cast<size_t>(c.num_heads + 2 * c.num_kv_heads) * 4);
-  VLM_CUDA_CHECK(cudaMemsetAsync(qkv_counters_.get(), 0, qkv_counters_.bytes(), stream_));
 }
 
 CudaDecoder::~CudaDecoder() {
@@ -344,8 +337,6 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
   s.mrope = d_mrope_;
   s.rows = d_rows_;
   s.fused_norm = fused_norm_;
-  s.defer_qkv = decode_fuse_ && all_decode_;  // the q/k/v GEMV with RoPE and the K/V write (attend)
-  s.pending_qkv = PendingQkv{};
   s.logits_buf = logits_.as<float>();
   s.gemm = &gemm_;
   s.prof = &prof_;
@@ -363,7 +354,6 @@ void CudaDecoder::run_step(int64_t T, int64_t R, const cuda::CudaAttentionBatch&
     arch_->forward(s);  // the rope table, the embedding, every layer, the head on the logit rows
   }
   meta_ = nullptr;
-  VLM_CHECK(!s.pending_qkv.set, "a deferred q/k/v projection nobody launched");
   if (sparse_) sparse_prefill_.finish_step(stream_);  // the step's block counts, when the stream gets there
   if (methods_) sink_.capture(*batch_, kv_layers_, d_tables_, stream_);  // SinkRouter's anchors of finished
   if (look_m_on_)  // prompts, then LOOK-M's compaction (this rank's KV heads)

@@ -83,11 +83,6 @@ struct CudaDecoderOptions {
   // same logits bit for bit): -1 = VLM_CUDA_PDL (unset: off), 0 off, 1 on; on only where the GPU
   // and the build support it (Hopper or later), and never while VLM_CUDA_PROFILE times the ops.
   int pdl = -1;
-  // Decode-step fusions (VLM_CUDA_DECODE_FUSE): on decode steps of few bf16/f16 rows, the q/k/v
-  // projection's GEMV also applies [Qwen3's q/k norm,] RoPE and the K/V cache write
-  // (kernels/cuda/gemm/gemv_norm_rope_kv.h: one launch per layer instead of two; the same bytes):
-  // -1 = VLM_CUDA_DECODE_FUSE (unset: off; measured slower at 1 row on an H200, README), 0 off, 1 on.
-  int decode_fuse = -1;
   // FP8 linear layers (issue 43, model/layers/cuda/cuda_fp8_linear.h): quantize_fp8 (vLLM's
   // --quantization fp8) quantizes every decoder linear layer but the LM head at load (per-channel
   // weight scales, per-token activation scales; dtype must be BF16). Without it, an FP8 checkpoint's
@@ -171,8 +166,6 @@ class CudaDecoder final : private CudaAttentionRunner {
   // Decode graphs captured so far, and graph launches (tests, benchmarks).
   int64_t graphs_captured() const { return graphs_captured_; }
   bool pdl() const { return pdl_; }  // options.pdl resolved (decode steps launch with PDL)
-  bool decode_fuse() const { return decode_fuse_; }  // options.decode_fuse resolved
-  int64_t fused_qkv_launches() const { return fused_qkv_launches_; }  // gemv_norm_rope_kv calls enqueued (tests)
   int64_t graph_launches() const { return graph_launches_; }
   // Layers whose prefill attention ran through cuDNN (tests).
   int64_t cudnn_prefill_calls() const { return cudnn_.calls(); }
@@ -193,9 +186,6 @@ class CudaDecoder final : private CudaAttentionRunner {
   // else -- and on cuDNN prefill steps, which read k_/v_ -- head_rms_norm in place on qkv,
   // rope_split_qkv into k_/v_ and paged_kv_write).
   void rope_kv_write(int l, int64_t T, void* qkv, const RopeRows& rope, const cuda::HeadNorm& norm);
-  // The step's deferred q/k/v GEMV (PendingQkv), launched: with layer l's RoPE and K/V write fused
-  // in when gemv_norm_rope_kv_supported (true: nothing left for rope_kv_write), else as gemv_norm.
-  bool launch_pending_qkv(int l, const RopeRows& rope, const cuda::HeadNorm& norm);
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
   // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
   bool fast_attention() const { return config().head_dim == 64 || config().head_dim == 128; }
@@ -216,8 +206,6 @@ class CudaDecoder final : private CudaAttentionRunner {
   bool fused_norm_ = true;    // options.fused_norm resolved
   bool fused_reduce_ = true;  // options.fused_decode_reduce resolved
   bool pdl_ = false;          // options.pdl resolved
-  bool decode_fuse_ = true;   // options.decode_fuse resolved
-  int64_t fused_qkv_launches_ = 0;
   cudaStream_t stream_ = nullptr;
   cuda::CublasLtGemm gemm_;
   StepProfiler prof_;  // VLM_CUDA_PROFILE=1: per-op GPU time of each forward on stderr
@@ -235,7 +223,6 @@ class CudaDecoder final : private CudaAttentionRunner {
   std::vector<cuda::DeviceBuffer> acts_;  // the architecture's plan, by index
   cuda::DeviceBuffer q_, k_, v_, attn_, logits_, decode_ws_;  // attention's (with cuDNN's slack rows), logits
   cuda::DeviceBuffer decode_counters_;  // [num_seqs, Hkv] int32, zero between launches (fused_reduce_)
-  cuda::DeviceBuffer qkv_counters_;     // [H + 2 Hkv] int32, zero between launches (gemv_norm_rope_kv)
   bool all_decode_ = false;  // every sequence of the step has one row
   const ForwardBatch* batch_ = nullptr;  // the step's batch while forward() runs
   bool sparse_ = false;                  // some sequence of the step prefills sparsely

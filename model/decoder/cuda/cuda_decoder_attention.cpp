@@ -1,12 +1,9 @@
-// CudaDecoder's attention per layer (the contract is in cuda_decoder.h): the deferred q/k/v GEMV
-// with RoPE and the K/V write fused in (decode steps), or RoPE and the K/V write on their own,
+// CudaDecoder's attention per layer (the contract is in cuda_decoder.h): RoPE and the K/V write,
 // then attention over the paged cache with the step's methods.
 #include <cmath>
 
 #include "kernels/core/check.h"
 #include "kernels/cuda/core/cuda_check.h"
-#include "kernels/cuda/gemm/gemv_norm.h"
-#include "kernels/cuda/gemm/gemv_norm_rope_kv.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 #include "model/decoder/cuda/cuda_decoder.h"
 
@@ -14,7 +11,7 @@ namespace vlm {
 
 Act CudaDecoder::attend(int l, Act qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {
   const ModelConfig& c = config();
-  if (!launch_pending_qkv(l, rope, norm)) rope_kv_write(l, qkv.rows, qkv.data, rope, norm);
+  rope_kv_write(l, qkv.rows, qkv.data, rope, norm);
   attention(l, qkv.rows, *meta_);
   return Act{attn_.get(), qkv.rows, c.num_heads * c.head_dim, opt_.dtype};
 }
@@ -45,29 +42,6 @@ void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& me
   if (look_m_on_)
     look_m_.layer(l, q_.get(), opt_.dtype, H, kv, *batch_, d_tables_, scale, stream_, opt_.tp.rank, opt_.tp.size);
   prof_.mark(stream_, "attention");
-}
-
-bool CudaDecoder::launch_pending_qkv(int l, const RopeRows& rope, const cuda::HeadNorm& norm) {
-  PendingQkv& p = step_.pending_qkv;
-  if (!p.set) return false;
-  p.set = false;
-  const ModelConfig& c = config();
-  const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
-  if (!CudaCudnnPrefill::uses_kv_rows(cudnn_mode_) &&
-      cuda::gemv_norm_rope_kv_supported(p.M, p.K, opt_.dtype, kv, rope.cols, norm.q_w != nullptr)) {
-    VLM_CHECK(p.N == (c.num_heads + 2 * c.num_kv_heads) * c.head_dim, "a deferred q/k/v projection of {} columns",
-              p.N);
-    cuda::gemv_norm_rope_kv(p.x, p.norm_w, p.eps, p.w, opt_.dtype, p.bias, p.y, p.M, p.K, c.num_heads,
-                            static_cast<const float*>(rope.table), rope.cols, q_.get(), kv, d_slots_, norm,
-                            qkv_counters_.as<int32_t>(), stream_);
-    ++fused_qkv_launches_;
-    prof_.mark(stream_, "qkv_rope_kv_write");
-    return true;
-  }
-  cuda::gemv_norm(p.x, nullptr, p.norm_w, p.eps, p.w, opt_.dtype, p.bias, p.y, opt_.dtype, false, p.M, p.N, p.K,
-                  stream_);
-  prof_.mark(stream_, "self_attn.q_proj");
-  return false;
 }
 
 void CudaDecoder::rope_kv_write(int l, int64_t T, void* qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {

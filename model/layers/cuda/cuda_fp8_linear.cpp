@@ -9,10 +9,8 @@
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
-#include "kernels/cuda/gemm/fp8_gemv_split.h"
 #include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
-#include "kernels/cuda/gemm/fp8_w8a16_gemm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 
 namespace vlm {
@@ -69,29 +67,11 @@ cuda::Fp8GemvForm gemv_form() {
   return fp8_decode_paths() == Fp8DecodePaths::New ? cuda::Fp8GemvForm::Pipelined : cuda::Fp8GemvForm::Simple;
 }
 
-// VLM_FP8_GEMV_SPLIT=2|4 (read once): fp8_product's GEMVs in fp8_gemv_split's form; else 0 (off).
-int gemv_split() {
-  static const int split = [] {
-    const char* e = std::getenv("VLM_FP8_GEMV_SPLIT");
-    if (e == nullptr) return 0;
-    if (std::strcmp(e, "2") == 0) return 2;
-    if (std::strcmp(e, "4") == 0) return 4;
-    return 0;
-  }();
-  return split;
-}
-
 // Steps of 5..64 rows (decode batches, short prefill chunks) through fp8_mma_gemm (not under the
 // old paths).
 bool use_mma(const CudaStep& s, int64_t M, int64_t K) {
   return s.gemv && fp8_decode_paths() == Fp8DecodePaths::New && !cuda::fp8_gemv_supported(M, K, s.dt) &&
          cuda::fp8_mma_supported(M, K);
-}
-
-// Steps of 2..64 rows (decode batches, short prefill chunks) through fp8_w8a16_gemm (x stays bf16)
-// under VLM_FP8_DECODE=w8a16.
-bool use_w8a16(const CudaStep& s, int64_t M, int64_t K) {
-  return s.gemv && fp8_decode_paths() == Fp8DecodePaths::W8a16 && M >= 2 && cuda::fp8_w8a16_supported(M, K);
 }
 
 }  // namespace
@@ -100,7 +80,6 @@ Fp8DecodePaths fp8_decode_paths() {
   static const Fp8DecodePaths paths = [] {
     const char* e = std::getenv("VLM_FP8_DECODE");
     if (e && std::strcmp(e, "new") == 0) return Fp8DecodePaths::New;
-    if (e && std::strcmp(e, "w8a16") == 0) return Fp8DecodePaths::W8a16;
     return Fp8DecodePaths::Old;
   }();
   return paths;
@@ -155,19 +134,7 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
             dtype_name(s.dt));
   const int64_t N = d.N, K = d.K;
   if (M == 0) return;
-  if (use_w8a16(s, M, K)) {
-    const int64_t pf = cuda::fp8_w8a16_partial_floats(M, N, K);
-    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, M, N] f32
-    cuda::fp8_w8a16_gemm(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), d.bias(out_dt), y, out_dt, accumulate, M, N, K,
-                         part, s.stream);
-    return;
-  }
   if (s.gemv && cuda::fp8_gemv_supported(M, K, s.dt)) {
-    if (const int split = gemv_split(); split > 0) {
-      cuda::fp8_gemv_split(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt, d.bias(out_dt), y, out_dt, accumulate, M,
-                           N, K, split, s.stream);
-      return;
-    }
     cuda::fp8_gemv(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt, d.bias(out_dt), y, out_dt, accumulate, M, N, K,
                    s.stream, gemv_form());
     return;
@@ -200,12 +167,7 @@ void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear&
     s.mark("norm");
     in = h;
   }
-  if (use_w8a16(s, T, C)) {
-    const int64_t pf = cuda::fp8_w8a16_partial_floats(T, 2 * I, C, true);
-    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, T, 2I] f32
-    cuda::fp8_w8a16_gemm_silu_mul(in, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), gate_up.bias_dt.get(),
-                                  act, T, I, C, part, s.stream);
-  } else if (s.gemv && cuda::fp8_gemv_supported(T, C, dt)) {
+  if (s.gemv && cuda::fp8_gemv_supported(T, C, dt)) {
     cuda::fp8_gemv_silu_mul(in, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), dt, gate_up.bias(dt), act, T, I,
                             C, s.stream, gemv_form());
   } else if (use_mma(s, T, C)) {

@@ -21,14 +21,9 @@
 //    Pipelined (streaming) form for 1..4 rows and, for steps of 5..64 rows (decode batches; prefill
 //    chunks that short too), quantize_fp8_rows then fp8_mma_gemm (FP8 tensor cores through
 //    mma.sync, the weights read once, scales / bias / residual / SiLU·mul in its epilogue;
-//    kernels/cuda/gemm/fp8_mma_gemm.h). Steps of more rows: cuBLASLt, as before.
-//    "w8a16" (opt-in): steps of 2..64 rows (decode batches, short prefill chunks) through
-//    fp8_w8a16_gemm (kernels/cuda/gemm/fp8_w8a16_gemm.h: x stays bf16, bf16 tensor cores over the
-//    E4M3 weights converted in registers, scale / bias / residual / SiLU·mul in its
-//    epilogue); 1 row as the default (fp8_gemv's Simple form).
-//  - VLM_FP8_GEMV_SPLIT=2|4 (read once; opt-in, any other value off): fp8_product's GEMVs (q/k/v,
-//    o_proj, down_proj of steps of 1..4 rows; gate/up keeps fp8_gemv_silu_mul) in the split-K form,
-//    kernels/cuda/gemm/fp8_gemv_split.h (2 or 4 warps a column).
+//    kernels/cuda/gemm/fp8_mma_gemm.h). Steps of more rows: cuBLASLt, as before. (Session 17's
+//    opt-in "w8a16" product and VLM_FP8_GEMV_SPLIT were measured, lost to these and were removed
+//    in session 18: bench/RESULTS.md, session 17.)
 //  - require_fp8_gpu: the start-time refusal of a GPU without FP8 tensor cores (compute
 //    capability below 8.9), naming the GPU and what asked for FP8; also of FP8-capable GPUs other
 //    than Hopper (Ada 8.9, Blackwell 10.x/12.x): cuBLASLt's outer-vector (per-row) FP8 scaling the
@@ -42,8 +37,8 @@
 
 namespace vlm {
 
-enum class Fp8DecodePaths { Old, New, W8a16 };
-// VLM_FP8_DECODE=new -> New; =w8a16 -> W8a16; anything else (the default) -> Old.
+enum class Fp8DecodePaths { Old, New };
+// VLM_FP8_DECODE=new -> New; anything else (the default) -> Old.
 Fp8DecodePaths fp8_decode_paths();
 
 DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<LinearPart>& parts, int64_t* bytes);

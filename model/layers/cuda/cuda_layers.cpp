@@ -84,20 +84,11 @@ class CudaLinear final : public Linear {
   CudaLinear(DeviceLinear d, const void* shared, std::unique_ptr<CudaPreNorm> pre_norm, std::string label)
       : d_(std::move(d)), weight_(shared ? shared : d_.w.get()), pre_(std::move(pre_norm)), label_(std::move(label)) {}
   int64_t out_features() const override { return d_.N; }
-  // The causal attention reads this layer's output (PendingQkv: its launch may be deferred).
-  void feed_attention() { feeds_attention_ = true; }
 
   void forward(Step& st, Act x, Act y, Accum a) const override {
     CudaStep& s = CudaStep::of(st);
     const int64_t M = x.rows, N = d_.N, K = d_.K;
     const bool add = a == Accum::Add;
-    if (feeds_attention_ && s.defer_qkv && !d_.fp8() && !add && y.dtype == s.dt && pre_ && pre_->rms &&
-        s.fused_norm && cuda::gemv_norm_supported(M, K, s.dt)) {  // the runner launches it (PendingQkv)
-      VLM_CHECK(!s.pending_qkv.set, "{}: a deferred q/k/v projection nobody launched", label_);
-      s.pending_qkv = PendingQkv{true, x.f32(), pre_->w.as<float>(), pre_->eps, weight_, d_.bias(y.dtype), y.data,
-                                 M, N, K};
-      return;
-    }
     if (d_.fp8()) {  // FP8 weights: the norm apart, then the FP8 GEMV or GEMM
       const void* in = x.data;
       if (pre_) {
@@ -145,7 +136,6 @@ class CudaLinear final : public Linear {
   const void* weight_;  // [N, K] dt
   std::unique_ptr<CudaPreNorm> pre_;
   std::string label_;
-  bool feeds_attention_ = false;
 };
 
 class CudaRopeTable final : public RopeTable {
@@ -331,7 +321,6 @@ std::unique_ptr<Linear> CudaLayers::linear(const WeightSource& w, const std::vec
   const std::string label = profile_label(parts.front().weight.name);
   auto l = std::make_unique<CudaLinear>(upload(w, parts, fp8_layer(w, parts.front(), label)), nullptr,
                                         upload_pre_norm(w, pre_norm, &bytes_), label);
-  last_linear_ = l.get();
   return l;
 }
 
@@ -359,12 +348,6 @@ std::unique_ptr<CausalAttention> CudaLayers::causal_attention(const WeightSource
     q_norm = upload_pre_norm(w, &*spec.q_norm, &bytes_);  // q first: errors name q's weight
     k_norm = upload_pre_norm(w, &*spec.k_norm, &bytes_);
   }
-  // The linear made just before (LlamaDecoder: the q/k/v projection of this layer) feeds it, when
-  // its width is q | k | v's: the runner may then fuse RoPE and the K/V write into its GEMV.
-  if (auto* qkv = dynamic_cast<CudaLinear*>(last_linear_);
-      qkv && qkv->out_features() == (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim)
-    qkv->feed_attention();
-  last_linear_ = nullptr;
   return std::make_unique<CudaCausalAttention>(spec, std::move(q_norm), std::move(k_norm));
 }
 

@@ -62,7 +62,6 @@ class CudaLayers final : public LayerBackend {
   DType dt_;
   CudaFp8 fp8_;
   int64_t bytes_ = 0;
-  Linear* last_linear_ = nullptr;  // the last linear() made: the q/k/v projection causal_attention() follows
 };
 
 }  // namespace vlm

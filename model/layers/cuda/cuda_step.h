@@ -89,23 +89,6 @@ class CudaStepInts {
   std::vector<Entry> cache_;
 };
 
-// A q/k/v projection whose launch the attention runner takes over (decode_fuse): the GEMV with
-// its input RMSNorm (gemv_norm.h) over x [M, K] f32 into y [M, N] dt, w [N, K] dt, bias [N] dt or
-// null, not accumulating, rows not gathered. CudaLinear records it instead of launching when the
-// step sets defer_qkv and the layer feeds the causal attention (CudaLayers::causal_attention
-// marks it); the runner's attend() then launches it -- with RoPE and the K/V write fused in
-// (gemv_norm_rope_kv.h), or as gemv_norm -- before anything reads y.
-struct PendingQkv {
-  bool set = false;
-  const float* x = nullptr;
-  const float* norm_w = nullptr;
-  float eps = 0.0f;
-  const void* w = nullptr;
-  const void* bias = nullptr;
-  void* y = nullptr;
-  int64_t M = 0, N = 0, K = 0;
-};
-
 class CudaStep final : public Step {
  public:
   int64_t num_tokens() const override { return T; }
@@ -134,8 +117,6 @@ class CudaStep final : public Step {
   const int32_t* media_rows = nullptr;
   int64_t num_media_rows = 0, num_planes = 1;
   bool fused_norm = true;  // fold a pre-norm into the GEMV on steps of few rows (gemv_norm.h)
-  bool defer_qkv = false;  // the attention-feeding q/k/v GEMV goes to pending_qkv (PendingQkv)
-  PendingQkv pending_qkv;
   // GEMVs for steps of few 16-bit rows (the decoder's); a vision call sets false: its layers
   // run cuBLASLt GEMMs whatever the rows, as the towers before the layers did.
   bool gemv = true;

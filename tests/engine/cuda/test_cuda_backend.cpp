@@ -2,9 +2,7 @@
 // forward's, copied back) sampled by the CPU Sampler and by the GPU sampler give the same tokens,
 // logprobs, ranks and top logprobs, and advance each sequence's RNG alike, for greedy, penalties,
 // min_tokens masks, temperature, top-k, min-p and seeds; with top-p the GPU token lies in the
-// nucleus (it walks the CDF in id order, the CPU most likely first). Both ways of moving the jobs
-// and results (CudaDecoderOptions::decode_fuse: on, the jobs' upload on a side stream and the results
-// written into mapped pinned memory; off, copies on the step's stream). Skips without a GPU.
+// nucleus (it walks the CDF in id order, the CPU most likely first). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +18,7 @@
 namespace vlm::testing {
 namespace {
 
-class CudaBackendTest : public ::testing::TestWithParam<int> {
+class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
     VLM_REQUIRE_GPU();
@@ -29,7 +27,6 @@ class CudaBackendTest : public ::testing::TestWithParam<int> {
     o.dtype = DType::F32;
     o.num_kv_blocks = 64;
     o.max_tokens_per_step = 512;
-    o.decode_fuse = GetParam();
     backend_ = std::make_unique<CudaBackend>(*decoder_, o, std::vector<int32_t>{2});
     // Three prompts, logits of their last rows.
     prompts_ = {{5, 9, 33, 7, 100, 3}, {17, 4, 4, 4, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
@@ -91,7 +88,7 @@ std::vector<SamplingParams> param_cases() {
   return cases;
 }
 
-TEST_P(CudaBackendTest, GpuSamplingMatchesTheCpuSampler) {
+TEST_F(CudaBackendTest, GpuSamplingMatchesTheCpuSampler) {
   Sampler cpu(V_, {2});
   const std::vector<int32_t> outputs = {7, 7, 33, 100, 2};
   int case_index = 0;
@@ -133,7 +130,7 @@ TEST_P(CudaBackendTest, GpuSamplingMatchesTheCpuSampler) {
   }
 }
 
-TEST_P(CudaBackendTest, TopPTokensLieInTheNucleus) {
+TEST_F(CudaBackendTest, TopPTokensLieInTheNucleus) {
   SamplingParams p;
   p.temperature = 1.0f;
   p.top_p = 0.5f;
@@ -163,9 +160,6 @@ TEST_P(CudaBackendTest, TopPTokensLieInTheNucleus) {
     }
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(DecodeFuse, CudaBackendTest, ::testing::Values(1, 0),
-                         [](const auto& info) { return info.param ? std::string("on") : std::string("off"); });
 
 }  // namespace
 }  // namespace vlm::testing

@@ -138,8 +138,8 @@ TEST_P(CudaFp8Decoder, QuantizedAtLoadIsCloseToHfF32) {
   std::printf("[ fp8 ] %s one token a step vs the CPU over the same FP8 weights: %.4g\n", GetParam().c_str(), vs_cpu);
   EXPECT_LE(vs_cpu, std::max(kGemvOverCpu, 4 * bf16_err));
   // Steps of 8 rows: cuBLASLt's FP8 GEMM by default; fp8_mma_gemm under VLM_FP8_DECODE=new
-  // (activations quantized per token either way); fp8_w8a16_gemm (bf16 activations) under
-  // VLM_FP8_DECODE=w8a16 (the variable is read once a process: run the suite under each).
+  // (activations quantized per token either way; the variable is read once a process: run the
+  // suite under each).
   GpuRunner fp8_chunks(GetParam(), DType::BF16, true);
   check("--quantization fp8, chunks of 8 rows (FP8 mma kernel)", logits_of(fp8_chunks.runner, ref_, 8), bf16_err, V);
   fs::remove_all(dir);
