@@ -105,16 +105,17 @@ __device__ __forceinline__ RoutedPlan routed_plan(const uint8_t* skip /*[Hkv]*/,
   return p;
 }
 
-// The plan a call asks for (launch_decode may fall back from v3 to v2): kAuto is v1 unless
-// VLM_CUDA_DECODE_KERNEL=v2|v3 (opt-in, read once: on the H200, session 16 call A, v2/v3 were
-// faster per layer at 1K but v2 slower at 4K, and neither moved the whole decode step; bench/
-// RESULTS.md); routed launches always take v1.
+// The plan a call asks for (launch_decode may fall back from v3 to v2): kAuto is v3 unless
+// VLM_CUDA_DECODE_KERNEL=v1|v2 (read once). v3 is the default since session 18 (the Qwen2-VL-72B
+// shape at TP=2 on two H200s decoded one sequence at 1K in 20.58 ms with it, 21.02-21.12 ms with v1;
+// session 16 measured it faster per layer at 1K and within 4 % at 4K-32K; bench/RESULTS.md);
+// routed launches always take v1.
 int decode_mode(DecodeKernel kernel, bool routed) {
   static const DecodeKernel env_choice = [] {
     const char* e = std::getenv("VLM_CUDA_DECODE_KERNEL");
+    if (e != nullptr && std::strcmp(e, "v1") == 0) return DecodeKernel::kV1;
     if (e != nullptr && std::strcmp(e, "v2") == 0) return DecodeKernel::kV2;
-    if (e != nullptr && std::strcmp(e, "v3") == 0) return DecodeKernel::kV3;
-    return DecodeKernel::kV1;
+    return DecodeKernel::kV3;
   }();
   if (routed) return kModeV1;
   if (kernel == DecodeKernel::kAuto) kernel = env_choice;
