@@ -128,8 +128,8 @@ void paged_prefill_attention(const void* q /*[T,H,D]*/, DType act, int num_heads
 // most 16 splits a group where partitions of up to 256 keys allow) launched in thread-block
 // clusters, one per (sequence, KV head), merged through distributed shared memory with no
 // workspace, counters or reduce launch (sm_90+; plans of 2..16 splits where such a cluster fits,
-// else v2). kAuto takes kV3, or what VLM_CUDA_DECODE_KERNEL=v1|v2|v3 names (read once; v3 the
-// default since session 18: 2 % faster in the 72B shape's decode step at TP=2 on two H200s). All give the same result up to the f32 order of the split sums; SinkRouter's
+// else v2). kAuto takes kV3 for a step of one sequence and kV1 for more (session 18's measurements in
+// decode_plan.cuh), or what VLM_CUDA_DECODE_KERNEL=v1|v2|v3 names (read once). All give the same result up to the f32 order of the split sums; SinkRouter's
 // routed launches (group_skip set) always take kV1. VLM_CUDA_DECODE_MIN_PARTITION=N raises every
 // plan's shortest partition.
 enum class DecodeKernel { kAuto, kV1, kV2, kV3 };

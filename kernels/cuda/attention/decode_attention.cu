@@ -538,7 +538,7 @@ void paged_decode_attention(const void* q, DType act, int num_heads, const Paged
     attention_f32(q, act, num_heads, kv, batch, scale, out, /*decode=*/true, stream);
     return;
   }
-  const int mode = decode_mode(kernel, batch.group_skip != nullptr);
+  const int mode = decode_mode(kernel, batch.group_skip != nullptr, batch.num_seqs);
   if (kv.dtype == DType::F8_E4M3) {
     check_fp8_cache(kv, "decode attention");
     const int form = fp8_kv_form();

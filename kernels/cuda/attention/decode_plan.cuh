@@ -105,20 +105,24 @@ __device__ __forceinline__ RoutedPlan routed_plan(const uint8_t* skip /*[Hkv]*/,
   return p;
 }
 
-// The plan a call asks for (launch_decode may fall back from v3 to v2): kAuto is v3 unless
-// VLM_CUDA_DECODE_KERNEL=v1|v2 (read once). v3 is the default since session 18 (the Qwen2-VL-72B
-// shape at TP=2 on two H200s decoded one sequence at 1K in 20.58 ms with it, 21.02-21.12 ms with v1;
-// session 16 measured it faster per layer at 1K and within 4 % at 4K-32K; bench/RESULTS.md);
-// routed launches always take v1.
-int decode_mode(DecodeKernel kernel, bool routed) {
+// The plan a call asks for (launch_decode may fall back from v3 to v2): kAuto is v3 for a step of
+// one sequence and v1 for more, unless VLM_CUDA_DECODE_KERNEL=v1|v2|v3 names one for all (read
+// once); routed launches always take v1. Measured on H200s (session 18, calls C-D, bench/RESULTS.md),
+// decode ms a step, v1 / v3: one sequence -- Qwen2-VL-72B shape at TP=2, 1K 21.02-21.12 / 20.58;
+// Qwen3-30B-A3B 1K 3.82 (call B) / 3.60; Qwen3-8B 1K 4.668-4.689 / 4.667-4.675; Qwen2-VL-7B 4K 4.203 /
+// 4.246, 32K 4.794 / 4.746; more sequences -- 7B 16 x 4K 6.210 / 6.842, Qwen3-8B 64 x 1K 8.352-8.399 /
+// 8.339-8.416.
+int decode_mode(DecodeKernel kernel, bool routed, int num_seqs) {
   static const DecodeKernel env_choice = [] {
     const char* e = std::getenv("VLM_CUDA_DECODE_KERNEL");
     if (e != nullptr && std::strcmp(e, "v1") == 0) return DecodeKernel::kV1;
     if (e != nullptr && std::strcmp(e, "v2") == 0) return DecodeKernel::kV2;
-    return DecodeKernel::kV3;
+    if (e != nullptr && std::strcmp(e, "v3") == 0) return DecodeKernel::kV3;
+    return DecodeKernel::kAuto;
   }();
   if (routed) return kModeV1;
   if (kernel == DecodeKernel::kAuto) kernel = env_choice;
+  if (kernel == DecodeKernel::kAuto) kernel = num_seqs == 1 ? DecodeKernel::kV3 : DecodeKernel::kV1;
   return kernel == DecodeKernel::kV1 ? kModeV1 : kernel == DecodeKernel::kV3 ? kModeCluster : kModeV2;
 }
 
