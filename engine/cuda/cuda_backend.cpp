@@ -153,11 +153,10 @@ void CudaBackend::settle_methods() {
   for (int r = 1; r < ranks_->size(); ++r) {
     CudaDecoder& d = ranks_->decoder(r);
     if (!d.methods_pending()) continue;
-    VLM_CUDA_CHECK(cudaSetDevice(r));
+    const cuda::CudaDeviceGuard on(r);  // the caller's GPU back after, also on a throw
     VLM_CUDA_CHECK(cudaStreamSynchronize(d.stream()));  // its counts' copy
     d.settle_methods();
   }
-  VLM_CUDA_CHECK(cudaSetDevice(0));
 }
 
 void CudaBackend::add_job(const SampleTask& task, int num_top) {
