@@ -49,6 +49,9 @@ ExpertLayout resolve_expert_layout(const WeightStore& store, const std::string& 
                                    bool transposed_when_ambiguous) {
   const std::string base = prefix + spec.experts;
   const int64_t E = spec.num_experts, C = spec.hidden, I = spec.inner;
+  // --load-format dummy: nothing is stored; the experts are made fused as transformers 5 saves
+  // them (Qwen3-MoE and Qwen3-VL-MoE alike): gate_up_proj [E, 2I, C], down_proj [E, C, I].
+  if (store.dummy_weights() != nullptr) return ExpertLayout::Fused;
   if (store.has(base + "gate_up_proj")) {
     const Shape got = store.tensors().at(base + "gate_up_proj").shape;
     const bool plain = got == Shape{E, 2 * I, C}, transposed = got == Shape{E, C, 2 * I};

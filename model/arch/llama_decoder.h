@@ -50,7 +50,8 @@ LlamaLayerSpec llama_layer_spec(const ModelConfig& c, int64_t layer);
 // How `store` holds the experts of `spec` (names under `prefix`): per-expert tensors, or fused
 // gate_up_proj / down_proj read by shape ([E, 2I, C] Fused, [E, C, 2I] FusedTransposed; a shape
 // that reads both ways, C == 2I, takes `transposed_when_ambiguous`). Throws LoadError naming the
-// tensors looked for when neither is there, or a fused shape that is neither.
+// tensors looked for when neither is there, or a fused shape that is neither. A dummy store
+// (--load-format dummy) holds nothing and makes what is asked: Fused (what transformers 5 saves).
 ExpertLayout resolve_expert_layout(const WeightStore& store, const std::string& prefix, const MoeSpec& spec,
                                    bool transposed_when_ambiguous);
 

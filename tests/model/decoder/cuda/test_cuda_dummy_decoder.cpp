@@ -2,8 +2,9 @@
 // GPU tools use: the host holds a budget of made tensors and drops the oldest) gives the GPU the
 // same weights as a store that keeps every tensor: the GPU's logits are bit-equal, in bf16 and
 // with --quantization fp8 (quantized on the GPU from the made bf16 tensors), with a budget small
-// enough that tensors are dropped during the load. And the GPU over dummy weights computes what
-// the CPU computes over them (f32 path, close). Skips where no GPU is visible (FP8: not Hopper).
+// enough that tensors are dropped during the load (a MoE model's fused experts too). And the GPU
+// over dummy weights computes what the CPU computes over them (f32 path, close). Skips where no GPU
+// is visible (FP8: not Hopper).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -52,12 +53,21 @@ struct DummyGpu {
 };
 
 // A budget that holds a layer's tensors but not the model: tensors are dropped while the GPU loads.
+// A MoE model (no DecoderFootprint): twice the largest layer's matrices (attention, the router,
+// the experts and a dense layer's MLP together bound any one layer).
 int64_t small_budget(const std::string& model) {
   const auto d = LlmDecoder::load(fixture_model_dir(model), dummy(0));
-  const DecoderFootprint f = decoder_footprint(d->config());
+  const ModelConfig& c = d->config();
   const int64_t elt = static_cast<int64_t>(dtype_size(d->weight_dtype()));
-  const int64_t embed = d->config().vocab_size * d->config().hidden_size;
-  return elt * std::max(embed, 2 * (f.params() - embed) / std::max<int64_t>(1, d->config().num_layers));
+  const int64_t embed = c.vocab_size * c.hidden_size;
+  if (c.moe.enabled()) {
+    const int64_t C = c.hidden_size, QD = c.num_heads * c.head_dim, KD = c.num_kv_heads * c.head_dim;
+    const int64_t layer = (QD + 2 * KD) * C + C * QD + c.moe.num_experts * (3 * c.moe.intermediate_size + 1) * C +
+                          3 * c.intermediate_size * C;
+    return elt * std::max(embed, 2 * layer);
+  }
+  const DecoderFootprint f = decoder_footprint(c);
+  return elt * std::max(embed, 2 * (f.params() - embed) / std::max<int64_t>(1, c.num_layers));
 }
 
 void expect_streamed_equals_held(const std::string& model, DType dtype, bool fp8) {
@@ -77,6 +87,13 @@ TEST(CudaDummyDecoder, StreamedLoadEqualsHeldBf16) {
   for (const char* m : {"qwen2_tiny", "llama_tiny", "qwen3_tiny"}) expect_streamed_equals_held(m, DType::BF16, false);
 }
 
+// Qwen3-MoE (8 experts, top 2, layer 1 dense): the experts made fused ([E, 2I, C], [E, C, I]) and
+// the router, streamed layer by layer.
+TEST(CudaDummyDecoder, StreamedMoeLoadEqualsHeldBf16) {
+  VLM_REQUIRE_GPU();
+  expect_streamed_equals_held("qwen3_moe_tiny", DType::BF16, false);
+}
+
 TEST(CudaDummyDecoder, StreamedLoadEqualsHeldFp8) {
   VLM_REQUIRE_GPU();
   cudaDeviceProp p{};
@@ -88,7 +105,7 @@ TEST(CudaDummyDecoder, StreamedLoadEqualsHeldFp8) {
 // The f32 GPU path over streamed dummy weights against the CPU over the same (held) weights.
 TEST(CudaDummyDecoder, F32GpuMatchesCpuOnDummyWeights) {
   VLM_REQUIRE_GPU();
-  for (const char* m : {"qwen2_tiny", "qwen3_tiny"}) {
+  for (const char* m : {"qwen2_tiny", "qwen3_tiny", "qwen3_moe_tiny"}) {
     DecoderRunner cpu(m, 16, 64, DType::F32, 7, dummy(-1));
     TestSequence s;
     s.tokens = {1, 17, 230, 5, 99, 300, 3, 64, 12, 250, 7};
