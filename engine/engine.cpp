@@ -47,6 +47,13 @@ const LlmDecoder* model_decoder(const Model* model) {
   return &model->decoder();
 }
 
+// The scheduler's config with prefill_only_batched_tokens auto resolved by the backend (kept in
+// the engine's config too, so config() reports what runs).
+const SchedulerConfig& resolve_scheduler(EngineConfig& c, const StepBackend& backend) {
+  c.scheduler = resolve_prefill_only(c.scheduler, backend.prefill_only_batched_tokens_auto());
+  return c.scheduler;
+}
+
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, std::unique_ptr<LlmDecoder> decoder,
@@ -63,18 +70,18 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Model> model,
       eos_token_ids_(eos_ids(decoder_->config())),
       backend_(make_step_backend(config_, *model_, eos_token_ids_, max_model_len_)),
       blocks_(backend_->num_kv_blocks(), config_.block_size, config_.enable_prefix_caching),
-      scheduler_(config_.scheduler, blocks_),
+      scheduler_(resolve_scheduler(config_, *backend_), blocks_),
       runner_(*model_, *backend_, config_.block_size),
       kv_compressor_(static_cast<int>(decoder_->config().num_layers), static_cast<int>(decoder_->config().num_kv_heads)) {
   if (config_.look_m.enabled) vlm::validate(config_.look_m.params);
   runner_.set_sink_router(config_.sink_router, config_.sink_router_config);
   VLM_LOG_INFO("engine: KV cache {} blocks of {} tokens ({} tokens, {:.1f} MiB {}), max_model_len {}, "
-               "max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}",
+               "max_num_seqs {}, max_num_batched_tokens {} ({} without decodes), prefix caching {}",
                blocks_.num_blocks(), config_.block_size, blocks_.num_blocks() * config_.block_size,
                static_cast<double>(blocks_.num_blocks() * backend_->kv_bytes_per_block()) / (1 << 20),
                dtype_name(backend_->kv_dtype()), max_model_len_,
                config_.scheduler.max_num_seqs, config_.scheduler.max_num_batched_tokens,
-               blocks_.prefix_caching() ? "on" : "off");
+               max_step_tokens(config_.scheduler), blocks_.prefix_caching() ? "on" : "off");
   runner_.set_sparse_prefill(config_.sparse_prefill);
   if (max_model_len_ > decoder_->config().max_position_embeddings)
     VLM_LOG_INFO("engine: max_model_len {} is beyond the model's max_position_embeddings {}", max_model_len_,

@@ -16,6 +16,13 @@ namespace vlm {
 // GPU is visible, else cpu.
 enum class Device { Auto, Cpu, Cuda };
 
+// The GPU's token budget of a step that runs no decode when vlm-server's
+// --prefill-only-batched-tokens is auto (its default; SchedulerConfig::prefill_only_batched_tokens,
+// StepBackend::prefill_only_batched_tokens_auto): a long prompt prefilled alone runs 8192-token
+// chunks instead of --max-num-batched-tokens ones (issue 38: a 98K-token video's dense TTFT, the
+// decoder's GEMMs at 2048 rows well below their 8K-row rate). The one place to change it.
+inline constexpr int kCudaPrefillOnlyBatchedTokens = 8192;
+
 struct EngineConfig {
   Device device = Device::Auto;
   // Model dtype (vLLM's --dtype): weights and activations; unset = auto (the checkpoint's). On
@@ -36,7 +43,9 @@ struct EngineConfig {
   // GPU: a step's media of more patches than this (a long video) is encoded in groups of whole
   // frames of at most this many patches, each when a prefill chunk first needs its rows, so that
   // one step's encode stalls the other sequences' decode for about one group, not the whole video
-  // (8192: one 2048-token chunk of Qwen2-VL). -1 (default): 4 * scheduler.max_num_batched_tokens
+  // (8192: one 2048-token chunk of Qwen2-VL); a bigger prefill-only step (SchedulerConfig::
+  // prefill_only_batched_tokens) encodes every unit its chunk reads, in that step (no decode
+  // waits on it). -1 (default): 4 * scheduler.max_num_batched_tokens
   // (a chunk's worth under a 2x2 merge; on the H200 a 98K-token video's step gaps for a running
   // stream went from p99 1203 ms to 325 ms with the methods' TTFT unchanged, bench/RESULTS.md);
   // 0: a step's media are encoded whole.

@@ -28,6 +28,7 @@ class FaultInjectionBackend : public StepBackend {
   bool runs_sparse_prefill(const SparsePrefillConfig& cfg) const override { return inner_->runs_sparse_prefill(cfg); }
   bool runs_look_m() const override { return inner_->runs_look_m(); }
   bool runs_sink_router() const override { return inner_->runs_sink_router(); }
+  int prefill_only_batched_tokens_auto() const override { return inner_->prefill_only_batched_tokens_auto(); }
   void copy_block(int32_t src, int32_t dst) override { inner_->copy_block(src, dst); }
   void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override {
     if (++num_forwards_ >= fail_at_)

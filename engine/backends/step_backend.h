@@ -43,6 +43,10 @@ class StepBackend {
   virtual bool runs_look_m() const { return true; }
   // Whether forward() runs SinkRouter decode routing (a request asking for it when not: 400).
   virtual bool runs_sink_router() const { return true; }
+  // What SchedulerConfig::prefill_only_batched_tokens auto (vlm-server's default) means here: the
+  // token budget of a step without decodes (0: off). The CPU: off; the GPU:
+  // kCudaPrefillOnlyBatchedTokens (engine_config.h), its step activations reserved for it.
+  virtual int prefill_only_batched_tokens_auto() const { return 0; }
   // Copies block src's KV to block dst in every layer (copy-on-write of shared blocks).
   virtual void copy_block(int32_t src, int32_t dst) = 0;
   // Runs the decoder over the batch, writing its KV; keeps the logits of its logits_indices rows

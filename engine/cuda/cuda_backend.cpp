@@ -301,7 +301,10 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Mode
   o.enforce_eager = c.enforce_eager;
   o.quantize_fp8 = c.quantize_fp8;
   o.kv_fp8 = c.kv_dtype == DType::F8_E4M3;
-  o.max_tokens_per_step = c.scheduler.max_num_batched_tokens;
+  // The largest step the scheduler may make: a prefill-only step (prefill_only_batched_tokens, auto
+  // resolved as the Engine does) can exceed max_num_batched_tokens; its activations are reserved
+  // now, before the KV cache takes the free memory, so a big step never runs out of scratch.
+  o.max_tokens_per_step = max_step_tokens(resolve_prefill_only(c.scheduler, kCudaPrefillOnlyBatchedTokens));
   o.max_model_len = c.max_model_len;  // 0: the model's max_position_embeddings (the engine's default too)
   o.max_logit_rows = c.scheduler.max_num_seqs;
   // Everything below is built on the GPUs it names; the caller's current device comes back.

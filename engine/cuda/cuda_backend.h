@@ -65,6 +65,8 @@ class CudaBackend : public StepBackend {
   bool runs_look_m() const override;
   // Under TP only with the KV heads split over the ranks (a group's query heads on one rank).
   bool runs_sink_router() const override { return ranks_ == nullptr || kv_heads_split_; }
+  // kCudaPrefillOnlyBatchedTokens; make_cuda_backend reserves the step activations for it.
+  int prefill_only_batched_tokens_auto() const override { return kCudaPrefillOnlyBatchedTokens; }
   void copy_block(int32_t src, int32_t dst) override;
   void forward(const ForwardBatch& batch, const EmbeddingOverride& override) override;
   void sample(std::span<const SampleTask> tasks, std::vector<SampleResult>& results) override;

@@ -10,12 +10,26 @@
 
 namespace vlm {
 
+std::string scheduler_config_error(const SchedulerConfig& c) {
+  if (c.max_num_seqs < 1) return fmt::format("--max-num-seqs {}: at least 1", c.max_num_seqs);
+  if (c.max_num_batched_tokens < 1)
+    return fmt::format("--max-num-batched-tokens {}: at least 1", c.max_num_batched_tokens);
+  if (c.prefill_chunk_size < 0) return fmt::format("prefill chunk size {}: 0 (off) or positive", c.prefill_chunk_size);
+  if (c.long_prefill_token_threshold < 0)
+    return fmt::format("--long-prefill-token-threshold {}: 0 (off) or positive", c.long_prefill_token_threshold);
+  if (c.max_waiting < 0) return fmt::format("--max-waiting {}: at least 0", c.max_waiting);
+  const int p = c.prefill_only_batched_tokens;
+  if (p != 0 && p != kPrefillOnlyTokensAuto && p < c.max_num_batched_tokens)
+    return fmt::format("--prefill-only-batched-tokens {}: 0 (off), auto, or at least --max-num-batched-tokens ({})",
+                       p, c.max_num_batched_tokens);
+  return {};
+}
+
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks) : config_(config), blocks_(blocks) {
-  VLM_CHECK(config.max_num_seqs >= 1 && config.max_num_batched_tokens >= 1 && config.prefill_chunk_size >= 0 &&
-                config.long_prefill_token_threshold >= 0 &&
-                config.max_waiting >= 0,
-            "scheduler config: max_num_seqs {}, max_num_batched_tokens {}, prefill_chunk_size {}, max_waiting {}",
-            config.max_num_seqs, config.max_num_batched_tokens, config.prefill_chunk_size, config.max_waiting);
+  const std::string why = scheduler_config_error(config);
+  VLM_CHECK(why.empty(), "scheduler config: {}", why);
+  VLM_CHECK(config.prefill_only_batched_tokens != kPrefillOnlyTokensAuto,
+            "scheduler config: prefill_only_batched_tokens auto was not resolved (Engine does)");
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -88,6 +102,9 @@ SchedulerOutput Scheduler::schedule() {
     run_chunk(seq, 1);
     ++i;
   }
+  // A step without decodes: the prefill-only budget (a bigger chunk; nobody waits for a token).
+  if (out.chunks.empty() && config_.prefill_only_batched_tokens > config_.max_num_batched_tokens)
+    budget = config_.prefill_only_batched_tokens;
   // 2. Prefill chunks of running sequences (held to the threshold while others wait).
   const int64_t running_cap = !waiting_.empty() && config_.long_prefill_token_threshold > 0
                                   ? std::min<int64_t>(chunk_cap, config_.long_prefill_token_threshold)

@@ -4,7 +4,12 @@
 // test); the scheduler holds pointers between add() and finish()/abort().
 //
 // One step (schedule()):
-//  1. Decodes: every running sequence with one uncomputed token, oldest first.
+//  1. Decodes: every running sequence with one uncomputed token, oldest first. When none runs
+//     (every running sequence still prefilling, or none running) and prefill_only_batched_tokens
+//     is set, the rest of the step's budget is that instead of max_num_batched_tokens: no stream
+//     waits between its tokens on this step, so a long prompt may take a bigger chunk (issue 38).
+//     The next step with a decode is back to max_num_batched_tokens; a request arriving during a
+//     big step waits at most that one step.
 //  2. Prefill chunks of running sequences (chunked prefill), oldest first, up to the budget and
 //     prefill_chunk_size per sequence; while sequences wait to be admitted, a chunk is also held
 //     to long_prefill_token_threshold (when set), so the rest of the budget admits them this step
@@ -21,6 +26,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "engine/scheduling/block_manager.h"
@@ -37,11 +43,41 @@ struct SchedulerConfig {
   // vLLM's --long-prefill-token-threshold, applied only while sequences wait: the most prompt
   // tokens of one running sequence per step then; 0: no such cap.
   int long_prefill_token_threshold = 0;
+  // Tokens of a step that runs no decode (prefill chunks only: nobody's inter-token gap is the
+  // step's length): 0 (default): off, every step max_num_batched_tokens; else at least
+  // max_num_batched_tokens. kPrefillOnlyTokensAuto (vlm-server's default): the backend's choice,
+  // resolved by the Engine before the Scheduler is built (resolve_prefill_only_batched_tokens,
+  // engine_config.h: the GPU's kCudaPrefillOnlyBatchedTokens, the CPU's 0). The GPU backend
+  // reserves its step activations for the larger of the two budgets.
+  int prefill_only_batched_tokens = 0;
 };
+
+inline constexpr int kPrefillOnlyTokensAuto = -1;
+
+// The most tokens any step of `c` may batch: max_num_batched_tokens, or prefill_only_batched_tokens
+// when that is larger (a resolved config; auto counts as off).
+inline int max_step_tokens(const SchedulerConfig& c) {
+  return c.prefill_only_batched_tokens > c.max_num_batched_tokens ? c.prefill_only_batched_tokens
+                                                                  : c.max_num_batched_tokens;
+}
+
+// `c` with prefill_only_batched_tokens auto replaced by the backend's value `backend_auto`
+// (StepBackend::prefill_only_batched_tokens_auto), or by 0 (off) when that is not above
+// max_num_batched_tokens (the rule would grow nothing); other values unchanged.
+inline SchedulerConfig resolve_prefill_only(SchedulerConfig c, int backend_auto) {
+  if (c.prefill_only_batched_tokens == kPrefillOnlyTokensAuto)
+    c.prefill_only_batched_tokens = backend_auto > c.max_num_batched_tokens ? backend_auto : 0;
+  return c;
+}
+
+// Why `c` is not a valid scheduler config ("" when it is): budgets below 1, negative caps, a
+// prefill_only_batched_tokens other than 0 / auto below max_num_batched_tokens. Flag names as
+// vlm-server spells them.
+std::string scheduler_config_error(const SchedulerConfig& c);
 
 class Scheduler {
  public:
-  // Throws InternalError for a non-positive budget.
+  // Throws InternalError for a config scheduler_config_error refuses, or one still auto.
   Scheduler(const SchedulerConfig& config, BlockManager& blocks);
 
   const SchedulerConfig& config() const { return config_; }

@@ -119,6 +119,110 @@ INSTANTIATE_TEST_SUITE_P(Chunks, EngineChunks,
                            return std::get<0>(info.param) + "_chunk" + std::to_string(std::get<1>(info.param));
                          });
 
+// The prefill-only budget (SchedulerConfig::prefill_only_batched_tokens, issue 38): steps without
+// decodes batch up to it, steps with one keep max_num_batched_tokens; the tokens stay each
+// request's run alone (and Hugging Face's), with staggered arrivals (steps of both kinds), and
+// under preemption (blocks checked after every step: test_config).
+class EnginePrefillOnly : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(EnginePrefillOnly, StaggeredSequencesMatchTheirRunsAlone) {
+  const auto& [model, prefill_only] = GetParam();
+  const Workload& w = workload(model);
+  EngineConfig c = test_config(16, 256, 16);
+  c.scheduler.prefill_only_batched_tokens = prefill_only;
+  auto engine = make_engine(model, c);
+  EXPECT_EQ(engine->config().scheduler.prefill_only_batched_tokens, prefill_only);
+  expect_matches(w, run_engine(*engine, w.subs));
+}
+
+TEST_P(EnginePrefillOnly, PreemptionAndRecomputeChangeNothing) {
+  const auto& [model, prefill_only] = GetParam();
+  const Workload& w = workload(model);
+  EngineConfig c = test_config(8, 24, 16);  // 192 cache slots for 16 sequences of up to ~170 tokens
+  c.max_model_len = 192;
+  c.scheduler.prefill_only_batched_tokens = prefill_only;
+  auto engine = make_engine(model, c);
+  expect_matches(w, run_engine(*engine, w.subs));
+  EXPECT_GT(engine->stats().num_preemptions, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Budgets, EnginePrefillOnly,
+                         ::testing::Combine(::testing::Values("llama_tiny", "qwen2_tiny", "qwen2_yarn_f16"),
+                                            ::testing::Values(40, 160)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_po" + std::to_string(std::get<1>(info.param));
+                         });
+
+// The last submission's result, and the largest step the engine ran with
+// and without a decode in it.
+struct StepRun {
+  RequestResult result;
+  int64_t max_prefill_only_step = 0;
+  int64_t max_decode_step = 0;
+};
+
+StepRun run_stepwise(Engine& engine, std::vector<Submission> subs) {
+  StepRun r;
+  std::map<std::string, std::shared_ptr<RequestChannel>> channels;
+  std::map<std::string, RequestResult> results;
+  size_t next = 0;
+  for (int step = 0; step < 2000 && (next < subs.size() || engine.has_unfinished()); ++step) {
+    for (; next < subs.size() && subs[next].step <= step; ++next) {
+      auto ch = std::make_shared<RequestChannel>();
+      channels[subs[next].request.id] = ch;
+      engine.add_request(subs[next].request, ch);
+    }
+    engine.step();
+    const EngineStats& st = engine.stats();
+    int64_t& m = st.last_step_num_decode_seqs > 0 ? r.max_decode_step : r.max_prefill_only_step;
+    m = std::max(m, st.last_step_num_tokens);
+    for (auto& [id, ch] : channels) collect(*ch, results[id]);
+  }
+  EXPECT_FALSE(engine.has_unfinished());
+  EXPECT_EQ(engine.block_manager().num_used_blocks(), 0);
+  r.result = results.at(subs.back().request.id);
+  return r;
+}
+
+TEST(EnginePrefillOnlyLogprobs, BigChunksGiveTheSameTokensAndLogprobs) {
+  // qwen2_tiny's longest reference prompt (150 tokens) under a 16-token budget, beside a short
+  // request admitted in the same first step: while the short one decodes (steps 2-6) the long
+  // one's chunks are held to the budget (15 tokens), then (prefill-only 64) they grow to 64.
+  const std::string model = "qwen2_tiny";
+  const Reference ref = load_reference(model);
+  int longest = 0;
+  for (int p = 1; p < 4; ++p)
+    if (ref.ids(p).size() > ref.ids(longest).size()) longest = p;
+  GenerationRequest longp = greedy_request("long", ref.ids(longest), 12);
+  longp.params.logprobs = 8;
+  GenerationRequest shortp = greedy_request("short", {11, 22, 33, 44}, 6);
+  std::vector<StepRun> runs;
+  for (int po : {0, 64}) {
+    SCOPED_TRACE("prefill_only_batched_tokens " + std::to_string(po));
+    EngineConfig c = test_config(16, 64, 16);
+    c.scheduler.prefill_only_batched_tokens = po;
+    auto engine = make_engine(model, c);
+    runs.push_back(run_stepwise(*engine, {{0, shortp}, {0, longp}}));
+    ASSERT_FALSE(runs.back().result.error);
+  }
+  ASSERT_GE(ref.ids(longest).size(), 140u);
+  EXPECT_EQ(runs[0].max_prefill_only_step, 16);
+  EXPECT_EQ(runs[1].max_prefill_only_step, 64);
+  EXPECT_LE(runs[1].max_decode_step, 16);  // a step with a decode keeps the budget
+  const auto& a = runs[0].result.choices.at(0);
+  const auto& b = runs[1].result.choices.at(0);
+  ASSERT_EQ(a.tokens, b.tokens);
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+  for (size_t s = 0; s < a.logprobs.size(); ++s) {
+    ASSERT_EQ(a.logprobs[s].top.size(), b.logprobs[s].top.size());
+    EXPECT_NEAR(a.logprobs[s].logprob, b.logprobs[s].logprob, 1e-4) << s;
+    for (size_t i = 0; i < a.logprobs[s].top.size(); ++i) {
+      EXPECT_EQ(a.logprobs[s].top[i].token_id, b.logprobs[s].top[i].token_id) << s << " " << i;
+      EXPECT_NEAR(a.logprobs[s].top[i].logprob, b.logprobs[s].top[i].logprob, 1e-4) << s << " " << i;
+    }
+  }
+}
+
 GenerationRequest sampled_request(std::string id, std::vector<int32_t> prompt, uint64_t seed, int n = 1) {
   GenerationRequest r = greedy_request(std::move(id), std::move(prompt), 20);
   r.params.temperature = 0.9f;

@@ -1,6 +1,7 @@
 // vlm-server: the OpenAI-compatible HTTP server.
 //   vlm-server --model DIR [--served-model-name NAME] [--host 127.0.0.1] [--port 8000]
 //              [--api-key KEY] [--config FILE.json] [--max-num-seqs N] [--max-num-batched-tokens N]
+//              [--long-prefill-token-threshold N] [--prefill-only-batched-tokens auto|0|N]
 //              [--max-model-len N] [--block-size N] [--kv-cache-memory-gib G] [--num-kv-blocks N]
 //              [--kv-cache-dtype auto|f32|bf16|f16|fp8] [--sink-router off|on] [--sink-router-config FILE]
 //              [--max-waiting N] [--threads N] [--log-level L] [--[no-]enable-prefix-caching]
@@ -88,6 +89,11 @@ const std::map<std::string, std::string> kFlags = {
     {"max-num-seqs", "running sequences (default 256)"}, {"max-num-batched-tokens", "tokens per step (default 2048)"},
     {"long-prefill-token-threshold",
      "while requests wait, a long prompt's chunk per step (default 3/4 of --max-num-batched-tokens; 0: off)"},
+    {"prefill-only-batched-tokens",
+     "tokens of a step that runs no decode, so a long prompt prefilled alone takes bigger chunks (default auto: "
+     "8192 on the GPU, off on the CPU; 0: off; else at least --max-num-batched-tokens). A request arriving during "
+     "such a step waits for it to end (at most one step); once any stream decodes, steps are back to "
+     "--max-num-batched-tokens"},
     {"max-model-len", "longest sequence (default: the model's)"}, {"block-size", "KV block size (default 16)"},
     {"kv-cache-memory-gib", "KV cache size (default 1)"}, {"num-kv-blocks", "KV blocks (overrides memory)"},
     {"sink-router", "off (default) or on: SinkRouter decode routing (per request: \"sink_router\")"},
@@ -382,6 +388,15 @@ int main(int argc, char** argv) {
     ec.scheduler.long_prefill_token_threshold = static_cast<int>(
         int_flag(flags, "long-prefill-token-threshold", ec.scheduler.max_num_batched_tokens * 3 / 4, 0));
     ec.scheduler.max_waiting = static_cast<int>(int_flag(flags, "max-waiting", 1024, 1));
+    // auto: the backend's (the Engine resolves it: kCudaPrefillOnlyBatchedTokens on the GPU, off on the CPU).
+    if (!flags.count("prefill-only-batched-tokens") || flags.at("prefill-only-batched-tokens") == "auto") {
+      ec.scheduler.prefill_only_batched_tokens = vlm::kPrefillOnlyTokensAuto;
+    } else {
+      const int64_t v = int_flag(flags, "prefill-only-batched-tokens", 0, 0);
+      if (v > (1 << 24)) usage("--prefill-only-batched-tokens " + std::to_string(v) + ": at most 16777216");
+      ec.scheduler.prefill_only_batched_tokens = static_cast<int>(v);
+    }
+    if (const std::string e = vlm::scheduler_config_error(ec.scheduler); !e.empty()) usage(e);
     ec.enable_prefix_caching = bool_flag(flags, "enable-prefix-caching", true);
     vlm::cli::apply_backend_flags(flags, cli(), ec);
     ec.debug_fail_step = int_flag(flags, "debug-fail-step", 0, 0);

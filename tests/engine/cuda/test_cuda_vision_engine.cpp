@@ -71,6 +71,37 @@ TEST_P(CudaEngineQwen2VL, BatchedUnderChunksCuttingMediaRuns) {
     }
 }
 
+// The prefill-only budget (issue 38, SchedulerConfig::prefill_only_batched_tokens): steps without a
+// decode batch up to 29 tokens (auto: kCudaPrefillOnlyBatchedTokens, a whole prompt), steps with
+// one keep the budget of 7; a bigger chunk reads several lazy media units (media_step_patches 1:
+// a frame each), all encoded in its step. The same HF greedy tokens.
+TEST_P(CudaEngineQwen2VL, PrefillOnlyBudgetMatchesHfGreedy) {
+  const std::string model = GetParam();
+  const GenerationRequest text = greedy_request("text", {5, 9, 33, 7, 100, 3, 17, 4}, 8);
+  std::vector<int32_t> text_alone;
+  {
+    auto engine = qwen_engine(model, gpu_config(16, 64, 512));
+    text_alone = run_engine(*engine, {{0, text}}).at("text").choices.at(0).tokens;
+  }
+  const auto prompts = qwen_prompts(model);
+  for (int po : {29, kPrefillOnlyTokensAuto}) {
+    SCOPED_TRACE("prefill_only_batched_tokens " + std::to_string(po));
+    EngineConfig c = gpu_config(4, 256, 7);
+    c.media_step_patches = 1;
+    c.scheduler.prefill_only_batched_tokens = po;
+    auto engine = qwen_engine(model, c);
+    EXPECT_EQ(engine->config().scheduler.prefill_only_batched_tokens, po > 0 ? po : kCudaPrefillOnlyBatchedTokens);
+    for (const QwenPrompt& q : prompts)  // each alone: no decode until its prompt is done
+      expect_tokens(run_engine(*engine, {{0, q.request}}), q.request.id, q.greedy);
+    std::vector<Submission> subs;  // staggered: steps with and without decodes
+    for (size_t k = 0; k < prompts.size(); ++k) subs.push_back({static_cast<int>(3 * k), prompts[k].request});
+    subs.push_back({1, text});
+    const auto results = run_engine(*engine, subs);
+    for (const QwenPrompt& q : prompts) expect_tokens(results, q.request.id, q.greedy);
+    EXPECT_EQ(results.at("text").choices.at(0).tokens, text_alone);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, CudaEngineQwen2VL,
                          ::testing::Values(std::string("qwen2_vl_tiny"), std::string("qwen2_5_vl_tiny")));
 

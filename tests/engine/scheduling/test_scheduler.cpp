@@ -56,7 +56,8 @@ class Sim {
   SchedulerOutput step() {
     SchedulerOutput out = sched_.schedule();
     const SchedulerConfig& c = sched_.config();
-    EXPECT_LE(out.num_batched_tokens, c.max_num_batched_tokens);
+    // A step with a decode keeps max_num_batched_tokens; one without may take the prefill-only budget.
+    EXPECT_LE(out.num_batched_tokens, out.num_decode_seqs > 0 ? c.max_num_batched_tokens : max_step_tokens(c));
     EXPECT_LE(sched_.num_running(), c.max_num_seqs);
     bool seen_prefill = false;
     std::vector<const Sequence*> in_step;
@@ -146,6 +147,13 @@ SchedulerConfig cfg(int max_seqs, int budget, int chunk = 0, int max_waiting = 1
   return SchedulerConfig{max_seqs, budget, chunk, max_waiting};
 }
 
+// cfg with the prefill-only budget (steps without decodes) set to `prefill_only`.
+SchedulerConfig cfg_po(int max_seqs, int budget, int prefill_only, int chunk = 0) {
+  SchedulerConfig c = cfg(max_seqs, budget, chunk);
+  c.prefill_only_batched_tokens = prefill_only;
+  return c;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Budgets, SchedulerCases,
     ::testing::Values(
@@ -160,6 +168,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"PreemptDuringChunkedPrefill", 10, 4, cfg(8, 8), {{0, 30, 6}, {0, 12, 6}, {1, 14, 6}}, true},
         Case{"PreemptUnderBlockSizeOne", 24, 1, cfg(8, 16), {{0, 6, 12}, {0, 5, 12}, {2, 8, 9}}, true},
         Case{"ManySmallSequencesTinyCache", 16, 4, cfg(32, 32),
+             {{0, 3, 9}, {0, 4, 9}, {0, 5, 9}, {0, 6, 9}, {1, 7, 9}, {1, 8, 9}, {2, 9, 9}, {2, 10, 9}}, true},
+        // The prefill-only budget (steps without decodes take up to it): the same runs to the end.
+        Case{"PrefillOnlyLongPrompt", 64, 16, cfg_po(8, 64, 256), {{0, 300, 4}}, false},
+        Case{"PrefillOnlyUnderAChunkCap", 64, 16, cfg_po(8, 32, 128, 48), {{0, 100, 2}, {0, 70, 2}}, false},
+        Case{"PrefillOnlyStaggeredMix", 128, 8, cfg_po(16, 48, 160),
+             {{0, 40, 20}, {1, 9, 30}, {3, 100, 5}, {4, 1, 12}, {4, 33, 7}, {9, 64, 9}, {12, 2, 20}}, false},
+        Case{"PrefillOnlyPreemptDuringChunkedPrefill", 10, 4, cfg_po(8, 8, 24),
+             {{0, 30, 6}, {0, 12, 6}, {1, 14, 6}}, true},
+        Case{"PrefillOnlyPreemptWhenBlocksRunOut", 12, 4, cfg_po(8, 16, 40),
+             {{0, 10, 20}, {0, 10, 20}, {0, 10, 20}}, true},
+        Case{"PrefillOnlyManySmallSequencesTinyCache", 16, 4, cfg_po(32, 8, 32),
              {{0, 3, 9}, {0, 4, 9}, {0, 5, 9}, {0, 6, 9}, {1, 7, 9}, {1, 8, 9}, {2, 9, 9}, {2, 10, 9}}, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
@@ -203,6 +222,101 @@ TEST(Scheduler, LongPrefillThresholdAdmitsWaitingPromptsBesideALongOne) {
   EXPECT_EQ(next.chunks[0].seq, b);
   EXPECT_EQ(next.chunks[1].seq, a);
   EXPECT_EQ(next.chunks[1].num_tokens, 63);
+}
+
+// The prefill-only budget (issue 38): a step without decodes batches up to it; a step with one,
+// max_num_batched_tokens.
+TEST(Scheduler, PrefillOnlyBudgetGrowsTheChunksOfAPromptAlone) {
+  Sim sim(64, 16, cfg_po(8, 64, 160));
+  Sequence* s = sim.add(400, 3);
+  std::vector<int32_t> sizes;
+  while (s->num_output_tokens() == 0) {
+    const SchedulerOutput out = sim.step();
+    ASSERT_EQ(out.chunks.size(), 1u);
+    EXPECT_EQ(out.num_decode_seqs, 0);
+    sizes.push_back(out.chunks[0].num_tokens);
+  }
+  EXPECT_EQ(sizes, (std::vector<int32_t>{160, 160, 80}));
+  // Its decodes: one token a step.
+  EXPECT_EQ(sim.step().num_batched_tokens, 1);
+}
+
+TEST(Scheduler, PrefillOnlyBudgetFallsBackWhileADecodeRuns) {
+  Sim sim(64, 16, cfg_po(8, 32, 128));
+  Sequence* a = sim.add(10, 4);  // decodes steps 2-4 (its first token comes with the prompt)
+  EXPECT_EQ(sim.step().chunks[0].num_tokens, 10);
+  Sequence* b = sim.add(300, 1);
+  for (int k = 0; k < 3; ++k) {  // a decodes: the normal budget, b's chunk its rest
+    const SchedulerOutput out = sim.step();
+    ASSERT_EQ(out.chunks.size(), 2u);
+    EXPECT_EQ(out.chunks[0].seq, a);
+    EXPECT_FALSE(out.chunks[0].is_prefill);
+    EXPECT_EQ(out.chunks[1].seq, b);
+    EXPECT_EQ(out.chunks[1].num_tokens, 31);
+    EXPECT_EQ(out.num_batched_tokens, 32);
+  }
+  ASSERT_TRUE(a->is_finished());
+  // a is done: nobody decodes, b takes the prefill-only budget (300 - 93 = 207 left).
+  EXPECT_EQ(sim.step().chunks[0].num_tokens, 128);
+  const SchedulerOutput last = sim.step();
+  EXPECT_EQ(last.chunks[0].num_tokens, 79);
+  EXPECT_TRUE(last.chunks[0].samples);
+  EXPECT_TRUE(b->is_finished());
+}
+
+TEST(Scheduler, PrefillOnlyBudgetAdmitsWaitingPromptsUnderTheThreshold) {
+  // Budget 64, prefill-only 160, threshold 48: a short prompt arriving while a long one prefills
+  // alone waits one (big) step at most; then both share a step without decodes (the long one held
+  // to 48, the short one admitted whole); the next step has the short one's decode: budget 64.
+  SchedulerConfig c = cfg_po(8, 64, 160);
+  c.long_prefill_token_threshold = 48;
+  Sim sim(64, 16, c);
+  Sequence* a = sim.add(600, 1);
+  EXPECT_EQ(sim.step().chunks[0].num_tokens, 160);
+  Sequence* b = sim.add(30, 3);
+  const SchedulerOutput both = sim.step();
+  ASSERT_EQ(both.chunks.size(), 2u);
+  EXPECT_EQ(both.chunks[0].seq, a);
+  EXPECT_EQ(both.chunks[0].num_tokens, 48);
+  EXPECT_EQ(both.chunks[1].seq, b);
+  EXPECT_EQ(both.chunks[1].num_tokens, 30);
+  const SchedulerOutput next = sim.step();
+  ASSERT_EQ(next.chunks.size(), 2u);
+  EXPECT_EQ(next.chunks[0].seq, b);
+  EXPECT_EQ(next.chunks[1].num_tokens, 63);
+}
+
+TEST(Scheduler, PrefillOnlyBudgetAppliesToAdmission) {
+  // Nothing runs: a new prompt's first chunk takes the prefill-only budget, a second prompt the rest.
+  Sim sim(128, 16, cfg_po(8, 64, 200));
+  sim.add(150, 2);
+  sim.add(90, 2);
+  const SchedulerOutput out = sim.step();
+  ASSERT_EQ(out.chunks.size(), 2u);
+  EXPECT_EQ(out.chunks[0].num_tokens, 150);
+  EXPECT_EQ(out.chunks[1].num_tokens, 50);
+  EXPECT_EQ(out.num_batched_tokens, 200);
+}
+
+TEST(Scheduler, PrefillOnlyConfigIsValidatedAndResolved) {
+  EXPECT_EQ(scheduler_config_error(cfg_po(8, 2048, 0)), "");
+  EXPECT_EQ(scheduler_config_error(cfg_po(8, 2048, kPrefillOnlyTokensAuto)), "");
+  EXPECT_EQ(scheduler_config_error(cfg_po(8, 2048, 2048)), "");
+  EXPECT_EQ(scheduler_config_error(cfg_po(8, 2048, 8192)), "");
+  const std::string low = scheduler_config_error(cfg_po(8, 2048, 1024));
+  EXPECT_NE(low.find("--prefill-only-batched-tokens 1024"), std::string::npos) << low;
+  EXPECT_NE(low.find("2048"), std::string::npos) << low;
+  EXPECT_NE(scheduler_config_error(cfg_po(8, 2048, -5)), "");
+  BlockManager bm(16, 16);
+  EXPECT_THROW(Scheduler(cfg_po(8, 64, 32), bm), InternalError);
+  EXPECT_THROW(Scheduler(cfg_po(8, 64, kPrefillOnlyTokensAuto), bm), InternalError);  // unresolved
+  // auto -> the backend's value, or off when that is not above the budget.
+  EXPECT_EQ(resolve_prefill_only(cfg_po(8, 2048, kPrefillOnlyTokensAuto), 8192).prefill_only_batched_tokens, 8192);
+  EXPECT_EQ(resolve_prefill_only(cfg_po(8, 8192, kPrefillOnlyTokensAuto), 8192).prefill_only_batched_tokens, 0);
+  EXPECT_EQ(resolve_prefill_only(cfg_po(8, 2048, kPrefillOnlyTokensAuto), 0).prefill_only_batched_tokens, 0);
+  EXPECT_EQ(resolve_prefill_only(cfg_po(8, 2048, 4096), 8192).prefill_only_batched_tokens, 4096);
+  EXPECT_EQ(max_step_tokens(cfg_po(8, 2048, 0)), 2048);
+  EXPECT_EQ(max_step_tokens(cfg_po(8, 2048, 4096)), 4096);
 }
 
 TEST(Scheduler, WithoutTheThresholdAWaitingPromptWaitsForTheLongOne) {
