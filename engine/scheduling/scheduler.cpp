@@ -103,8 +103,14 @@ SchedulerOutput Scheduler::schedule() {
     ++i;
   }
   // A step without decodes: the prefill-only budget (a bigger chunk; nobody waits for a token).
-  if (out.chunks.empty() && config_.prefill_only_batched_tokens > config_.max_num_batched_tokens)
-    budget = config_.prefill_only_batched_tokens;
+  // A chunk it makes bigger must not cost what the normal budget would not: when its blocks are
+  // not free (it would preempt, or not be admitted), the step falls back to the normal budget.
+  bool big = out.chunks.empty() && config_.prefill_only_batched_tokens > config_.max_num_batched_tokens;
+  if (big) budget = config_.prefill_only_batched_tokens;
+  auto fall_back = [&] {  // what is left of max_num_batched_tokens after this step's chunks so far
+    budget = config_.max_num_batched_tokens - (config_.prefill_only_batched_tokens - budget);
+    big = false;
+  };
   // 2. Prefill chunks of running sequences (held to the threshold while others wait).
   const int64_t running_cap = !waiting_.empty() && config_.long_prefill_token_threshold > 0
                                   ? std::min<int64_t>(chunk_cap, config_.long_prefill_token_threshold)
@@ -112,7 +118,12 @@ SchedulerOutput Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
     if (scheduled.count(seq) || seq->num_uncomputed_tokens() <= 1) { ++i; continue; }
-    const auto n = static_cast<int32_t>(std::min<int64_t>({seq->num_uncomputed_tokens(), budget, running_cap}));
+    auto n = static_cast<int32_t>(std::min<int64_t>({seq->num_uncomputed_tokens(), budget, running_cap}));
+    if (big && !blocks_.can_append(*seq, n)) {
+      fall_back();
+      if (budget <= 0) break;
+      n = static_cast<int32_t>(std::min<int64_t>({seq->num_uncomputed_tokens(), budget, running_cap}));
+    }
     if (!make_room(seq, n)) continue;
     run_chunk(seq, n);
     ++i;
@@ -124,7 +135,12 @@ SchedulerOutput Scheduler::schedule() {
     // Prefix caching: the cached leading blocks count as computed; only the rest is prefilled.
     const int32_t hits = blocks_.match_prefix(*seq);
     const int64_t todo = seq->num_tokens() - static_cast<int64_t>(hits) * blocks_.block_size();
-    const auto n = static_cast<int32_t>(std::min<int64_t>({todo, budget, chunk_cap}));
+    auto n = static_cast<int32_t>(std::min<int64_t>({todo, budget, chunk_cap}));
+    if (big && !blocks_.can_allocate(*seq, n, hits)) {
+      fall_back();
+      if (budget <= 0) break;
+      n = static_cast<int32_t>(std::min<int64_t>({todo, budget, chunk_cap}));
+    }
     if (!blocks_.can_allocate(*seq, n, hits)) break;
     blocks_.allocate(*seq, n, hits);
     if (seq->num_prefix_cached_tokens < 0) seq->num_prefix_cached_tokens = seq->num_computed_tokens;

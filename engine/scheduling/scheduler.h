@@ -9,7 +9,10 @@
 //     is set, the rest of the step's budget is that instead of max_num_batched_tokens: no stream
 //     waits between its tokens on this step, so a long prompt may take a bigger chunk (issue 38).
 //     The next step with a decode is back to max_num_batched_tokens; a request arriving during a
-//     big step waits at most that one step.
+//     big step waits at most that one step. When a chunk at the bigger size does not find its
+//     blocks free (2: it would preempt; 3: the sequence would not be admitted), the step falls
+//     back to what is left of max_num_batched_tokens, so the bigger budget does not itself
+//     preempt or hold back an admission where the normal chunk fits.
 //  2. Prefill chunks of running sequences (chunked prefill), oldest first, up to the budget and
 //     prefill_chunk_size per sequence; while sequences wait to be admitted, a chunk is also held
 //     to long_prefill_token_threshold (when set), so the rest of the budget admits them this step

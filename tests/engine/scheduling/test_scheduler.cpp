@@ -298,6 +298,34 @@ TEST(Scheduler, PrefillOnlyBudgetAppliesToAdmission) {
   EXPECT_EQ(out.num_batched_tokens, 200);
 }
 
+TEST(Scheduler, PrefillOnlyBudgetFallsBackWhenItsBlocksAreNotFree) {
+  // 8 blocks of 16; budget 16, prefill-only 64, threshold 8. Step 1: a's first 64 tokens (4 blocks).
+  // Step 2 (b waits: a held to 8, 5 blocks): b's 56 would need 4 of the 3 free blocks, so the step
+  // falls back to the normal budget's 8 left and b is admitted with 8 (1 block), not refused.
+  // Step 3: a's 48 would need 3 of the 2 free, so its chunk is the normal 16 (no preemption of b).
+  SchedulerConfig c = cfg_po(8, 16, 64);
+  c.long_prefill_token_threshold = 8;
+  Sim sim(8, 16, c);
+  Sequence* a = sim.add(120, 1);
+  Sequence* b = sim.add(60, 1);
+  EXPECT_EQ(sim.step().chunks[0].num_tokens, 64);
+  const SchedulerOutput two = sim.step();
+  ASSERT_EQ(two.chunks.size(), 2u);
+  EXPECT_EQ(two.chunks[0].seq, a);
+  EXPECT_EQ(two.chunks[0].num_tokens, 8);
+  EXPECT_EQ(two.chunks[1].seq, b);
+  EXPECT_EQ(two.chunks[1].num_tokens, 8);
+  const SchedulerOutput three = sim.step();
+  ASSERT_EQ(three.chunks.size(), 1u);
+  EXPECT_EQ(three.chunks[0].seq, a);
+  EXPECT_EQ(three.chunks[0].num_tokens, 16);
+  EXPECT_EQ(sim.sched().num_preemptions(), 0);
+  while (sim.sched().has_unfinished()) sim.step();
+  EXPECT_TRUE(a->is_finished());
+  EXPECT_TRUE(b->is_finished());
+  EXPECT_EQ(sim.bm().num_used_blocks(), 0);
+}
+
 TEST(Scheduler, PrefillOnlyConfigIsValidatedAndResolved) {
   EXPECT_EQ(scheduler_config_error(cfg_po(8, 2048, 0)), "");
   EXPECT_EQ(scheduler_config_error(cfg_po(8, 2048, kPrefillOnlyTokensAuto)), "");
