@@ -19,14 +19,14 @@
 namespace vlm::testing {
 namespace {
 
-struct Run {
+struct PrefillRun {
   RequestResult result;
   int64_t max_prefill_only_step = 0;  // tokens of the largest step without a decode
   int64_t max_decode_step = 0;        // ... with one
   int64_t steps = 0;
 };
 
-Run run(DType dt, int prefill_only, bool with_short) {
+PrefillRun run_prompt(DType dt, int prefill_only, bool with_short) {
   EngineConfig c = test_config(16, 512, 1024);
   c.device = Device::Cuda;
   c.dtype = dt;
@@ -42,7 +42,7 @@ Run run(DType dt, int prefill_only, bool with_short) {
   }
   GenerationRequest longp = greedy_request("long", prompt, 4);
   longp.params.logprobs = 20;
-  Run r;
+  PrefillRun r;
   std::map<std::string, std::shared_ptr<RequestChannel>> channels;
   std::map<std::string, RequestResult> results;
   auto add = [&](const GenerationRequest& req) {
@@ -97,24 +97,26 @@ class CudaPrefillOnly : public ::testing::TestWithParam<DType> {
 
 TEST_P(CudaPrefillOnly, OneBigChunkMatchesThreeChunks) {
   const DType dt = GetParam();
-  const Run off = run(dt, 0, false), on = run(dt, 4096, false);
+  const PrefillRun off = run_prompt(dt, 0, false), on = run_prompt(dt, 4096, false);
   EXPECT_EQ(off.max_prefill_only_step, 1024);
   EXPECT_EQ(on.max_prefill_only_step, 3000);
   EXPECT_EQ(off.steps, on.steps + 2);  // 3 prefill steps against 1
   const double diff = first_token_diff(off.result, on.result);
   std::printf("[prefill-only] %s: first token's top-20 logprobs, worst |off - on| %.3g\n", dtype_name(dt), diff);
   EXPECT_LE(diff, dt == DType::F32 ? 1e-4 : 3e-2);
-  if (dt == DType::F32) EXPECT_EQ(off.result.choices.at(0).tokens, on.result.choices.at(0).tokens);
+  if (dt == DType::F32) {
+    EXPECT_EQ(off.result.choices.at(0).tokens, on.result.choices.at(0).tokens);
+  }
 }
 
 TEST_P(CudaPrefillOnly, AutoIsTheGpuDefaultAndADecodeKeepsTheBudget) {
   const DType dt = GetParam();
-  const Run on = run(dt, kPrefillOnlyTokensAuto, true);  // auto: kCudaPrefillOnlyBatchedTokens (8192)
+  const PrefillRun on = run_prompt(dt, kPrefillOnlyTokensAuto, true);  // auto: kCudaPrefillOnlyBatchedTokens (8192)
   // Step 2: the short request's decode and the long prompt's first chunk, 1 + 1023 tokens; step 3
   // (the short one done): the long prompt's other 1977 in one step.
   EXPECT_EQ(on.max_decode_step, 1024) << "a step with a decode in it keeps --max-num-batched-tokens";
   EXPECT_EQ(on.max_prefill_only_step, 1977);
-  const Run off = run(dt, 0, true);
+  const PrefillRun off = run_prompt(dt, 0, true);
   const double diff = first_token_diff(off.result, on.result);
   std::printf("[prefill-only] %s beside a decode: worst |off - on| %.3g\n", dtype_name(dt), diff);
   EXPECT_LE(diff, dt == DType::F32 ? 1e-4 : 3e-2);
