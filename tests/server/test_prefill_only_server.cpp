@@ -1,7 +1,8 @@
 // vlm-server --prefill-only-batched-tokens (issue 38; SchedulerConfig::prefill_only_batched_tokens):
 // bad values are a start-up usage error (exit 2, the reason on stderr), from the command line and
-// from a --config file; auto (the default) is off on the CPU and an explicit value runs, with
-// the same greedy text and logprobs as the rule off (a long prompt beside a short one).
+// from a --config file; auto (the default; off on the CPU) and an explicit value serve the same
+// greedy text and logprobs as the rule off (an 80-word prompt under a 16-token budget: chunks of
+// 64 with the rule on; the engine tests check the step sizes, tests/engine/test_engine_fixtures.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -65,7 +66,7 @@ TEST(PrefillOnlyServer, GoodValuesPassTheFlagCheck) {
 std::vector<std::string> args(std::vector<std::string> extra) {
   std::vector<std::string> a = {"--model",         demo_model_dir(), "--served-model-name", "demo", "--num-kv-blocks",
                                 "256",             "--max-model-len", "1024", "--kv-cache-dtype", "f32",
-                                "--log-level",     "info", "--max-num-batched-tokens", "16",
+                                "--log-level",     "warn", "--max-num-batched-tokens", "16",
                                 "--no-enable-prefix-caching"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
@@ -85,10 +86,6 @@ TEST(PrefillOnlyServer, SameTextAndLogprobsWithTheRuleOnAndOff) {
   std::vector<json> replies;
   for (const std::string po : {"0", "64", "auto"}) {
     ServerProcess s(server_bin(), args({"--prefill-only-batched-tokens", po}));
-    // auto is off on the CPU; 64 runs steps of up to 64 tokens without decodes.
-    const std::string want = po == "64" ? "max_num_batched_tokens 16 (64 without decodes)"
-                                        : "max_num_batched_tokens 16 (16 without decodes)";
-    EXPECT_NE(s.log().find(want), std::string::npos) << po << ": " << s.log();
     replies.push_back(complete(s, longp, 8));
   }
   const json& off = replies[0]["choices"][0];
