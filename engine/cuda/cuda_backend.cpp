@@ -307,6 +307,7 @@ std::unique_ptr<StepBackend> make_cuda_backend(const EngineConfig& c, const Mode
   o.max_tokens_per_step = max_step_tokens(resolve_prefill_only(c.scheduler, kCudaPrefillOnlyBatchedTokens));
   o.max_model_len = c.max_model_len;  // 0: the model's max_position_embeddings (the engine's default too)
   o.max_logit_rows = c.scheduler.max_num_seqs;
+  o.media_planes = model.embedding_planes();  // DeepStack planes' scratch reserved with the activations
   // Everything below is built on the GPUs it names; the caller's current device comes back.
   const cuda::CudaDeviceGuard restore;
   std::unique_ptr<CudaMediaEncoder> media;

@@ -205,6 +205,8 @@ void CudaDecoder::reserve_activations(int64_t T, int64_t R) {
   scratch_.get(CudaScratch::kNormOut, std::max(T, R) * c.hidden_size * e, stream_);
   scratch_.get(CudaScratch::kAct, T * c.intermediate_size * e, stream_);
   scratch_.get(CudaScratch::kRopeTable, T * 2 * half * 4, stream_);
+  if (opt_.media_planes > 1)  // DeepStack media rows: [T, planes * C] f32, then [T] int32 (cuda_media_rows.cpp)
+    scratch_.get(CudaScratch::kMediaPlanes, T * (opt_.media_planes * c.hidden_size * 4 + 4), stream_);
   ++buffers_epoch_;
   cap_tokens_ = T;
   cap_rows_ = R;

@@ -60,6 +60,10 @@ struct CudaDecoderOptions {
   double gpu_memory_utilization = 0.9;  // fraction of the GPU's memory this process may use
   int64_t max_tokens_per_step = 8192;   // activations reserved before sizing the KV cache
   int64_t max_logit_rows = 256;         // logits rows reserved (sampling rows per step)
+  // Model::embedding_planes(): above 1 (Qwen3-VL's DeepStack), the step's media planes scratch
+  // ([rows, planes * hidden] f32) is reserved with the activations for max_tokens_per_step rows,
+  // before the KV cache is sized (a prefill-only step of 8192 rows: 512 MiB for Qwen3-VL-8B).
+  int64_t media_planes = 1;
   int device = 0;
   bool enforce_eager = false;           // no CUDA graphs (vLLM's --enforce-eager)
   int max_graphs = 48;                  // decode graphs kept
