@@ -210,9 +210,9 @@ std::atomic<int> g_split_override{0};
 
 // Splits of K (in 128-column steps) for R outputs: the S (1..16, at most one per step) of least
 // modelled time (ns), estimates for an H100/H200-class GPU, not measurements:
-//  - the weights at ~4 TB/s, or, where too few blocks run, each block's bytes at ~30 GB/s (its
-//    kStages - 1 stages of 16 KB in flight over ~1.6 us of loaded latency), in waves of resident
-//    blocks;
+//  - per wave of resident blocks (the last one partial), the wave's weights at ~4 TB/s or, where
+//    too few blocks run, one block's bytes at ~30 GB/s (its kStages - 1 stages of 16 KB in flight
+//    over ~1.6 us of loaded latency), whichever is slower;
 //  - a split's partial sums [S, M, cols] f32 written and read back through L2 (~8 TB/s) plus ~1 us
 //    for the reduce launch.
 struct Split {
@@ -233,11 +233,11 @@ Split choose_split(int64_t M, int64_t R, int64_t K, bool silu) {
     double best = -1;
     for (int64_t S = 1; S <= max_S; ++S) {
       const int64_t steps = (KS + S - 1) / S, units = tiles * ((KS + steps - 1) / steps);
-      const int64_t waves = (units + cap - 1) / cap;
-      const double weights = double(cols) * K / 4000.0;
-      const double blocks = double(waves) * kTileRows * steps * kStep / per_block_bytes_ns;
+      const double block_bytes = double(kTileRows) * steps * kStep, block_ns = block_bytes / per_block_bytes_ns;
+      auto wave_ns = [&](int64_t blocks) { return std::max(double(blocks) * block_bytes / 4000.0, block_ns); };
       const double part = S > 1 ? 2.0 * double(S) * M * cols * 4 / 8000.0 + 1000.0 : 0.0;
-      const double cost = std::max(weights, blocks) + part;
+      const double cost =
+          double(units / cap) * wave_ns(cap) + (units % cap > 0 ? wave_ns(units % cap) : 0.0) + part;
       if (best < 0 || cost < best) best_S = S, best = cost;
     }
   }
