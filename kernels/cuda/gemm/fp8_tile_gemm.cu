@@ -52,7 +52,8 @@ __device__ __forceinline__ void cp_async_wait() {
 // cores (mma.sync's E4M3 form is emulated through f16 on sm_90). Each 128-column step accumulates
 // into fresh registers (scale_d 0 on its first k32) that are then added to f32 sums on the CUDA
 // cores: Hopper's FP8 tensor-core accumulation keeps fewer bits than f32, so no chain runs longer
-// than 128 products (the promotion cuBLASLt and DeepSeek-V3's kernels apply).
+// than 128 products (the promotion of CUTLASS's FP8 kernels without fast accumulation and of
+// DeepSeek-V3's).
 // Copies: thread i copies 16-byte chunk i % 8 of weight rows i / 8 + 16 c (c < 8) and of x rows
 // i / 8 + 16 c (c < MT / 2, rounded up; rows < 8 MT) of each step, kStages - 1 steps ahead.
 template <int MT, bool kSilu, class TO>
