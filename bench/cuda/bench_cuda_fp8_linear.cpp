@@ -4,6 +4,8 @@
 //  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, and the bf16
 //    GEMV (kernels/cuda/gemm/gemv.h) on the same shape for the 16-bit read rate;
 //  - rows 8, 16, 32, 64: quantize_fp8_rows + fp8_mma_gemm (+ its split reduce), quantize_fp8_rows +
+//    fp8_tile_gemm ("quant+tile(S=<splits>)", the model's split; then "tile_S<n>" with the split
+//    forced to 1, 2, 4, 8: the split model's check), quantize_fp8_rows +
 //    CublasLtGemm::linear_fp8 (+ silu_mul for gate/up; the unfused form where cuBLASLt refuses the
 //    fused one), and the bf16 cuBLASLt GEMM (these two as VLM_CUBLASLT_AUTOTUNE says);
 //  - rows 1, 8, 16, 32, 64: the cuBLASLt GEMM alone (FP8: over activations quantized beforehand;
@@ -34,6 +36,7 @@
 #include "kernels/cuda/gemm/fp8_gemv.h"
 #include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
+#include "kernels/cuda/gemm/fp8_tile_gemm.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 
@@ -180,6 +183,26 @@ int main(int argc, char** argv) {
           },
           copies);
       report(M, pf > 0 ? "quant+mma(split)" : "quant+mma", mma, w8);
+      for (const int forced : {0, 1, 2, 4, 8}) {
+        vlm::cuda::fp8_tile_set_split_override(forced);
+        const int64_t tpf = vlm::cuda::fp8_tile_partial_floats(M, N, K, sh.silu);  // <= 16 M N: fits `part`
+        const int S = vlm::cuda::fp8_tile_splits(M, N, K, sh.silu);
+        const double tile = time_us(
+            [&](int c) {
+              vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), nullptr);
+              float* p = tpf > 0 ? part.as<float>() : nullptr;
+              if (sh.silu)
+                vlm::cuda::fp8_tile_gemm_silu_mul(xq.as<uint8_t>(), xs.as<float>(), wq_at(c), ws.as<float>(), nullptr,
+                                                  inner.get(), M, I, K, p, nullptr);
+              else
+                vlm::cuda::fp8_tile_gemm(xq.as<uint8_t>(), xs.as<float>(), wq_at(c), ws.as<float>(), b, y.get(), out_dt,
+                                         sh.residual, M, N, K, p, nullptr);
+            },
+            copies);
+        const std::string form = forced == 0 ? "quant+tile(S=" + std::to_string(S) + ")" : "tile_S" + std::to_string(S);
+        report(M, form.c_str(), tile, w8);
+      }
+      vlm::cuda::fp8_tile_set_split_override(0);
       const double lt = time_us(
           [&](int c) {
             vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), nullptr);

@@ -4,51 +4,21 @@
 #include <type_traits>
 
 #include "kernels/cuda/core/cuda_check.h"
+#include "kernels/cuda/gemm/fp8_mma_common.cuh"
 #include "kernels/cuda/gemm/gemv_warp.cuh"
 
 namespace vlm::cuda {
 namespace {
 
 using gemv_detail::load_stream;
-using gemv_detail::silu_mul_of;
+using fp8_mma_detail::dispatch_tiles;
+using fp8_mma_detail::fp8_mma_reduce_kernel;
+using fp8_mma_detail::mma_e4m3;
+using fp8_mma_detail::store_out;
+using fp8_mma_detail::store_silu;
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps, kRowsPerBlock = 16 * kWarps;
 constexpr int kStepBytes = 64;  // one k-step: 64 columns, a 16-byte vector per lane of a quad
-
-// d (16x8 f32) += a (16x32 E4M3, row) . b (32x8 E4M3, col).
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap();  // FP8 tensor cores: sm_89+ (require_fp8_gpu refuses other GPUs at start)
-#endif
-}
-
-// One output: sum * x_scale[m] * w_scale[n] (+ bias) (+ y), in fp8_gemm_naive's order.
-template <class TO>
-__device__ __forceinline__ void store_out(float sum, const float* xs, const float* ws, const __nv_bfloat16* bias,
-                                          TO* y, bool accumulate, int m, int n, int N) {
-  float v = sum * xs[m] * ws[n];
-  if (bias) v += __bfloat162float(bias[n]);
-  if (accumulate) v += to_f32(y[int64_t(m) * N + n]);
-  y[int64_t(m) * N + n] = from_f32<TO>(v);
-}
-
-// out[m, i] = silu(round(g)) * round(u): g, u the scaled sums of gate row i and up row R + i.
-__device__ __forceinline__ void store_silu(float sg, float su, const float* xs, const float* ws,
-                                           const __nv_bfloat16* bias, __nv_bfloat16* out, int m, int i, int R) {
-  float g = sg * xs[m] * ws[i], u = su * xs[m] * ws[R + i];
-  if (bias) {
-    g += __bfloat162float(bias[i]);
-    u += __bfloat162float(bias[R + i]);
-  }
-  out[int64_t(m) * R + i] = from_f32<__nv_bfloat16>(silu_mul_of<__nv_bfloat16>(g, u));
-}
 
 // grid (ceil(R / 64), S), block 4 warps. Warp w owns output rows r0 = 64 blockIdx.x + 16 w .. +15
 // (silu: gate rows r0.. and up rows R + r0..) over the k-steps [s0, s1) of split blockIdx.y, and all
@@ -141,42 +111,6 @@ fp8_mma_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs, con
         store_out<TO>(acc[0][j][e], xs, ws, bias, y, accumulate, m, n, R);
       }
     }
-}
-
-// The splits' partial sums [S, M, cols] added in split order, then the epilogue: one thread per
-// output (m, n) of [M, R].
-template <bool kSilu, class TO>
-__global__ void fp8_mma_reduce_kernel(const float* __restrict__ partial, int S, const float* __restrict__ xs,
-                                      const float* __restrict__ ws, const __nv_bfloat16* __restrict__ bias, TO* y,
-                                      bool accumulate, int M, int R) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= int64_t(M) * R) return;
-  const int m = static_cast<int>(i / R), n = static_cast<int>(i % R);
-  const int cols = (kSilu ? 2 : 1) * R;
-  float a = 0.f, b = 0.f;
-  for (int sp = 0; sp < S; ++sp) {
-    const float* p = partial + (int64_t(sp) * M + m) * cols;
-    a += p[n];
-    if constexpr (kSilu) b += p[R + n];
-  }
-  if constexpr (kSilu) store_silu(a, b, xs, ws, bias, reinterpret_cast<__nv_bfloat16*>(y), m, n, R);
-  else store_out<TO>(a, xs, ws, bias, y, accumulate, m, n, R);
-}
-
-// Calls f(std::integral_constant<int, MT>) for MT = ceil(M / 8) in [1, 8].
-template <class F>
-void dispatch_tiles(int64_t M, F&& f) {
-  switch ((M + 7) / 8) {
-    case 1: f(std::integral_constant<int, 1>{}); return;
-    case 2: f(std::integral_constant<int, 2>{}); return;
-    case 3: f(std::integral_constant<int, 3>{}); return;
-    case 4: f(std::integral_constant<int, 4>{}); return;
-    case 5: f(std::integral_constant<int, 5>{}); return;
-    case 6: f(std::integral_constant<int, 6>{}); return;
-    case 7: f(std::integral_constant<int, 7>{}); return;
-    case 8: f(std::integral_constant<int, 8>{}); return;
-    default: precondition_failed("fp8_mma_gemm: more rows than kFp8MmaMaxRows");
-  }
 }
 
 // Blocks of the kernel resident per SM (the F32-output form stands for both outputs: their

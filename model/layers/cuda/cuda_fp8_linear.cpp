@@ -11,6 +11,7 @@
 #include "kernels/cuda/gemm/fp8_gemv.h"
 #include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
+#include "kernels/cuda/gemm/fp8_tile_gemm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 
 namespace vlm {
@@ -67,11 +68,15 @@ cuda::Fp8GemvForm gemv_form() {
   return fp8_decode_paths() == Fp8DecodePaths::New ? cuda::Fp8GemvForm::Pipelined : cuda::Fp8GemvForm::Simple;
 }
 
-// Steps of 5..64 rows (decode batches, short prefill chunks) through fp8_mma_gemm (not under the
-// old paths).
+// Steps of 5..64 rows (decode batches, short prefill chunks) through fp8_mma_gemm (New) or
+// fp8_tile_gemm (Tile); not under the old paths.
 bool use_mma(const CudaStep& s, int64_t M, int64_t K) {
   return s.gemv && fp8_decode_paths() == Fp8DecodePaths::New && !cuda::fp8_gemv_supported(M, K, s.dt) &&
          cuda::fp8_mma_supported(M, K);
+}
+bool use_tile(const CudaStep& s, int64_t M, int64_t K) {
+  return s.gemv && fp8_decode_paths() == Fp8DecodePaths::Tile && !cuda::fp8_gemv_supported(M, K, s.dt) &&
+         cuda::fp8_tile_supported(M, K);
 }
 
 }  // namespace
@@ -80,6 +85,7 @@ Fp8DecodePaths fp8_decode_paths() {
   static const Fp8DecodePaths paths = [] {
     const char* e = std::getenv("VLM_FP8_DECODE");
     if (e && std::strcmp(e, "new") == 0) return Fp8DecodePaths::New;
+    if (e && std::strcmp(e, "tile") == 0) return Fp8DecodePaths::Tile;
     return Fp8DecodePaths::Old;
   }();
   return paths;
@@ -147,6 +153,13 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
                        N, K, part, s.stream);
     return;
   }
+  if (use_tile(s, M, K)) {
+    const int64_t pf = cuda::fp8_tile_partial_floats(M, N, K, false);
+    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, M, N] f32
+    cuda::fp8_tile_gemm(xq, xs, d.w8.as<uint8_t>(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, accumulate, M,
+                        N, K, part, s.stream);
+    return;
+  }
   const float beta = accumulate ? 1.0f : 0.0f;
   if (s.gemm->linear_fp8(xq, xs, d.w8.get(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, beta, M, N, K, s.stream))
     return;
@@ -176,6 +189,12 @@ void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear&
     auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, T, 2I] f32
     cuda::fp8_mma_gemm_silu_mul(xq, xs, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), gate_up.bias_dt.get(),
                                 act, T, I, C, part, s.stream);
+  } else if (use_tile(s, T, C)) {
+    const auto [xq, xs] = quantize_act(s, in, T, C);
+    const int64_t pf = cuda::fp8_tile_partial_floats(T, 2 * I, C, true);
+    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, T, 2I] f32
+    cuda::fp8_tile_gemm_silu_mul(xq, xs, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), gate_up.bias_dt.get(),
+                                 act, T, I, C, part, s.stream);
   } else {
     fp8_product(s, gate_up, in, inner.data, dt, false, T);  // [T, 2I]
     s.mark("gemm_gate_up");

@@ -21,7 +21,10 @@
 //    Pipelined (streaming) form for 1..4 rows and, for steps of 5..64 rows (decode batches; prefill
 //    chunks that short too), quantize_fp8_rows then fp8_mma_gemm (FP8 tensor cores through
 //    mma.sync, the weights read once, scales / bias / residual / SiLU·mul in its epilogue;
-//    kernels/cuda/gemm/fp8_mma_gemm.h). Steps of more rows: cuBLASLt, as before. (Session 17's
+//    kernels/cuda/gemm/fp8_mma_gemm.h); "tile" (opt-in, session 19) keeps the Simple GEMV for 1..4
+//    rows and runs quantize_fp8_rows then fp8_tile_gemm (Hopper FP8 wgmma, weights staged through
+//    shared memory, the same epilogues; kernels/cuda/gemm/fp8_tile_gemm.h) for 5..64 rows. Steps of
+//    more rows: cuBLASLt, as before. (Session 17's
 //    opt-in "w8a16" product and VLM_FP8_GEMV_SPLIT were measured, lost to these and were removed
 //    in session 18: bench/RESULTS.md, session 17.)
 //  - require_fp8_gpu: the start-time refusal of a GPU without FP8 tensor cores (compute
@@ -37,8 +40,8 @@
 
 namespace vlm {
 
-enum class Fp8DecodePaths { Old, New };
-// VLM_FP8_DECODE=new -> New; anything else (the default) -> Old.
+enum class Fp8DecodePaths { Old, New, Tile };
+// VLM_FP8_DECODE=new -> New; =tile -> Tile; anything else (the default) -> Old.
 Fp8DecodePaths fp8_decode_paths();
 
 DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<LinearPart>& parts, int64_t* bytes);

@@ -137,7 +137,8 @@ TEST_P(CudaFp8Decoder, QuantizedAtLoadIsCloseToHfF32) {
   const double vs_cpu = max_row_rel_error(steps.data(), exact.data(), rows, V);
   std::printf("[ fp8 ] %s one token a step vs the CPU over the same FP8 weights: %.4g\n", GetParam().c_str(), vs_cpu);
   EXPECT_LE(vs_cpu, std::max(kGemvOverCpu, 4 * bf16_err));
-  // Steps of 8 rows: cuBLASLt's FP8 GEMM by default; fp8_mma_gemm under VLM_FP8_DECODE=new
+  // Steps of 8 rows: cuBLASLt's FP8 GEMM by default; fp8_mma_gemm under VLM_FP8_DECODE=new,
+  // fp8_tile_gemm (wgmma) under VLM_FP8_DECODE=tile
   // (activations quantized per token either way; the variable is read once a process: run the
   // suite under each).
   GpuRunner fp8_chunks(GetParam(), DType::BF16, true);
