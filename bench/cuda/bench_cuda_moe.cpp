@@ -213,6 +213,13 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
          layer_bytes / 3);
   report("kernel", "down_combine", "staged", time_us([&](int i) { pair_down(i, true, true); }, reps, s),
          layer_bytes / 3);
+  {
+    const vc::MoeStagedShape sh = vc::moe_pair_down_staged_shape(T, K, C, I, DType::BF16);
+    std::printf("moe T=%lld staged down: %d columns per block, %lld blocks of 256 threads, %lld B shared each, %d blocks "
+                "per SM\n",
+                static_cast<long long>(T), sh.rows, static_cast<long long>(sh.blocks), static_cast<long long>(sh.smem),
+                sh.blocks_per_sm);
+  }
   for (const char* form : {"old", "v1", "new"}) {
     const std::string f = form;
     const std::function<void(int)> layer =

@@ -104,6 +104,15 @@ void moe_pair_down_combine_naive(const void* act, const void* down, const int32_
 // moe_pair_down_staged_supported(K, I): k x I x 2 bytes x 2 (act + one row) <= 110,592 (shared
 // memory); false: run moe_pair_down_combine.
 bool moe_pair_down_staged_supported(int64_t K, int64_t I);
+// The staged form's launch for a shape (bench_cuda_moe prints it): columns per block, blocks,
+// dynamic shared memory per block, and the blocks an SM holds (the occupancy API; 0 when
+// unsupported). Sets the kernel's attributes on the current GPU (host calls, not for a capture).
+struct MoeStagedShape {
+  int rows = 0;
+  int64_t blocks = 0, smem = 0;
+  int blocks_per_sm = 0;
+};
+MoeStagedShape moe_pair_down_staged_shape(int64_t T, int64_t K, int64_t C, int64_t I, DType dt);
 void moe_pair_down_combine_staged(const void* act, const void* down, const int32_t* expert /*[T,K]*/,
                                   const float* weight /*[T,K]*/, DType dt, int64_t T, int64_t K, int64_t C,
                                   int64_t I, float* y, bool accumulate, cudaStream_t s);

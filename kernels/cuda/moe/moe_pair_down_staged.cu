@@ -20,7 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cuda/attention/cuda_attention_common.cuh"  // allow_dynamic_smem
+#include "kernels/cuda/attention/cuda_attention_common.cuh"  // once_per_device
 #include "kernels/cuda/attention/mma_tile.cuh"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/element.cuh"
@@ -110,11 +110,35 @@ __global__ void __launch_bounds__(kStThreads)
 template <class Tt, int R>
 void launch_staged(const void* act, const void* down, const int32_t* expert, const float* weight, int64_t T,
                    int64_t K, int64_t C, int64_t I, float* y, bool accumulate, cudaStream_t s) {
-  allow_dynamic_smem(pair_down_staged_kernel<Tt, R>, static_cast<int>(kStagedSmemBytes));  // once per GPU
+  // Once per kernel and GPU: the shared-memory limit, and the carveout at its maximum so that two
+  // blocks share an SM (the copies bypass L1: cp.async.cg).
+  once_per_device(reinterpret_cast<const void*>(pair_down_staged_kernel<Tt, R>), [] {
+    VLM_CUDA_CHECK(cudaFuncSetAttribute(pair_down_staged_kernel<Tt, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kStagedSmemBytes)));
+    VLM_CUDA_CHECK(cudaFuncSetAttribute(pair_down_staged_kernel<Tt, R>,
+                                        cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  });
   const dim3 grid(static_cast<unsigned>((C + R - 1) / R), static_cast<unsigned>(T));
   pair_down_staged_kernel<Tt, R><<<grid, kStThreads, static_cast<size_t>(staged_smem(K, I, R)), s>>>(
       static_cast<const Tt*>(act), static_cast<const Tt*>(down), expert, weight, static_cast<int>(K),
       static_cast<int>(C), static_cast<int>(I), y, accumulate);
+}
+
+template <class Tt, int R>
+MoeStagedShape staged_shape(int64_t T, int64_t K, int64_t C, int64_t I) {
+  MoeStagedShape sh;
+  sh.rows = R;
+  sh.blocks = (C + R - 1) / R * T;
+  sh.smem = staged_smem(K, I, R);
+  int n = 0;
+  VLM_CUDA_CHECK(cudaFuncSetAttribute(pair_down_staged_kernel<Tt, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(kStagedSmemBytes)));
+  VLM_CUDA_CHECK(cudaFuncSetAttribute(pair_down_staged_kernel<Tt, R>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared));
+  VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, pair_down_staged_kernel<Tt, R>, kStThreads,
+                                                               static_cast<size_t>(sh.smem)));
+  sh.blocks_per_sm = n;
+  return sh;
 }
 
 template <class Tt>
@@ -131,6 +155,21 @@ void launch_rows(int R, const void* act, const void* down, const int32_t* expert
 }  // namespace
 
 bool moe_pair_down_staged_supported(int64_t K, int64_t I) { return K >= 1 && I > 0 && staged_rows(K, I) > 0; }
+
+MoeStagedShape moe_pair_down_staged_shape(int64_t T, int64_t K, int64_t C, int64_t I, DType dt) {
+  if (!moe_pair_down_staged_supported(K, I)) return {};
+  const int R = staged_rows(K, I);
+  auto pick = [&](auto tag) {
+    using Tt = decltype(tag);
+    switch (R) {
+      case 8: return staged_shape<Tt, 8>(T, K, C, I);
+      case 4: return staged_shape<Tt, 4>(T, K, C, I);
+      case 2: return staged_shape<Tt, 2>(T, K, C, I);
+      default: return staged_shape<Tt, 1>(T, K, C, I);
+    }
+  };
+  return dt == DType::BF16 ? pick(__nv_bfloat16{}) : pick(__half{});
+}
 
 void moe_pair_down_combine_staged(const void* act, const void* down, const int32_t* expert, const float* weight,
                                   DType dt, int64_t T, int64_t K, int64_t C, int64_t I, float* y, bool accumulate,

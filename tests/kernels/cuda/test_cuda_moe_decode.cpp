@@ -244,12 +244,18 @@ TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
       {1, 10, 8, 2048, 64},    // 2 columns per block
       {1, 40, 32, 768, 16},    // 32 x 3 x 768 x 2 B > 110,592: 1 column per block
   };
+  // The 30B-A3B step: 8 columns per block, 256 blocks, two per SM (one wave on an H200's 132 SMs).
+  const cuda::MoeStagedShape sh = cuda::moe_pair_down_staged_shape(1, 8, 2048, 768, DType::BF16);
+  EXPECT_EQ(sh.rows, 8);
+  EXPECT_EQ(sh.blocks, 256);
+  EXPECT_EQ(sh.blocks_per_sm, 2);
   for (DType dt : {DType::BF16, DType::F16}) {
     for (const StagedCase& c : cases) {
       const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " I " << I
                                         << " C " << C);
       ASSERT_TRUE(cuda::moe_pair_down_staged_supported(K, I));
+      EXPECT_GE(cuda::moe_pair_down_staged_shape(T, K, C, I, dt).blocks_per_sm, 1);
       auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(41 + T + E + K), 2.0f));
       cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4);
       cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
