@@ -34,7 +34,7 @@
 // 132 SMs, ~4.43 TB/s measured; CudaMoe::forward, model/layers/cuda/cuda_moe.cpp), what each
 // launch reads and what it waits on (stream order, no PDL in these kernels):
 //  | launch | grid x threads | reads | waits on |
-//  | RMSNorm (pre-norm, CudaPreNorm) | 1 row | x 8 KB f32 + gamma 4 KB | the attention's residual add |
+//  | RMSNorm (pre-norm, CudaPreNorm: cuda::rms_norm) | T rows | x 8 KB f32 + gamma 8 KB f32 | the attention's residual add |
 //  | 1. moe_router_route_sort | 16 x 256 | W_r 512 KB + h 4 KB; last block: logits 512 B | the norm |
 //  | 2. moe_pair_gate_up | 1,536 x 128 (6,144 warps) | 8 x 1,536 rows x 4 KB = 50.3 MB | 1.'s expert [1, 8] |
 //  | 3'. moe_pair_down_combine_staged | 256 x 256 (R = 8) | 8 x 2,048 rows x 1.5 KB = 25.2 MB + act 12 KB | 2.'s act, 1.'s expert / weight |
