@@ -28,7 +28,10 @@
 //     whose threads first cp.async every byte the block needs into shared memory (the k pairs'
 //     R down rows, contiguous per pair, and the token's k act rows), then warp w sums pair w
 //     from shared memory and thread r < R adds column c0 + r's k outputs in increasing j
-//     (moe_pair_down_staged.cu says why: registers no longer bound the bytes in flight).
+//     (moe_pair_staged.cu says why: registers no longer bound the bytes in flight).
+//  2'. moe_pair_gate_up_staged (opt-in, VLM_MOE_DECODE=staged runs 2'. and 3'.; not measured yet):
+//     2. the same way (the same bits), a block per (pair, R = 12 columns) copying the gate rows,
+//     the up rows and h[t] into shared memory first (moe_pair_staged.cu).
 //
 // The one-token decode step of a Qwen3-30B-A3B layer (C 2048, I 768, E 128, top 8, bf16; H200:
 // 132 SMs, ~4.43 TB/s measured; CudaMoe::forward, model/layers/cuda/cuda_moe.cpp), what each
@@ -104,6 +107,11 @@ void moe_pair_down_combine_naive(const void* act, const void* down, const int32_
 // moe_pair_down_staged_supported(K, I): k x I x 2 bytes x 2 (act + one row) <= 110,592 (shared
 // memory); false: run moe_pair_down_combine.
 bool moe_pair_down_staged_supported(int64_t K, int64_t I);
+// 2'. (the contract of moe_pair_gate_up, the same bits). Also T x K <= 65535. Needs
+// moe_pair_gate_up_staged_supported(C): 3 x C x 2 bytes <= 110,592 (C <= 18,432).
+bool moe_pair_gate_up_staged_supported(int64_t C);
+void moe_pair_gate_up_staged(const void* h /*[T,C]*/, const void* gate_up, const int32_t* expert /*[T,K]*/, DType dt,
+                             int64_t T, int64_t K, int64_t I, int64_t C, void* act, cudaStream_t s);
 // The staged form's launch for a shape (bench_cuda_moe prints it): columns per block, blocks,
 // dynamic shared memory per block, and the blocks an SM holds (the occupancy API; 0 when
 // unsupported). Sets the kernel's attributes on the current GPU (host calls, not for a capture).

@@ -7,7 +7,9 @@
 // (moe_sort, moe_grouped_naive twice, moe_combine_naive), with and without accumulate, run twice
 // (deterministic: the same bits); moe_pair_down_combine_staged (3'.) against the naive kernel and
 // against moe_pair_down_combine bit for bit (the same sums in the same order), T = 1, 2, 4, 8, at
-// the 30B-A3B dims and tiny ones, k up to 32, I large enough that fewer columns per block fit.
+// the 30B-A3B dims and tiny ones, k up to 32, I large enough that fewer columns per block fit;
+// moe_pair_gate_up_staged (2'.) likewise against the naive kernel and moe_pair_gate_up bit for bit
+// (I not a multiple of its 12 columns per block, C large enough that fewer fit).
 // Shapes: the 30B-A3B layer at T = 1 (E 128 for the router, top 8, C 2048, I 768), E not a
 // multiple of the router's 8 rows per block, k not a multiple of the down kernel's 4 pairs, C / I
 // past the 16-byte vectors' unroll, bf16 and f16. Outputs poisoned first (NaN) so an unwritten
@@ -281,6 +283,50 @@ TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
         EXPECT_EQ(bits(y_staged), bits(y_v1));  // the same sums in the same order as 3.
         EXPECT_EQ(bits(down(cuda::moe_pair_down_combine_staged, accumulate)), bits(y_staged));
       }
+    }
+  }
+}
+
+// The staged gate|up (2'.) against the naive reference (tolerance) and session 18's form (2.) bit
+// for bit, twice (the same bits).
+TEST_F(CudaMoeDecode, PairGateUpStagedMatchesNaiveAndV1) {
+  const std::vector<StagedCase> cases = {
+      {1, 128, 8, 768, 2048},  // the 30B-A3B decode step: 12 columns per block, 64 x 8 blocks
+      {2, 128, 8, 768, 2048},
+      {4, 32, 8, 768, 2048},
+      {8, 128, 8, 768, 2048},
+      {1, 12, 8, 40, 64},      // I = 40: the last block 4 of 12 columns
+      {3, 40, 32, 64, 200},    // k = 32; C of 25 vectors (lanes past C8 idle)
+      {2, 10, 6, 96, 2400},    // 25 x 2400 x 2 B > 110,592: 8 columns per block; C past 128 vectors
+      {1, 10, 4, 24, 9000},    // 2 columns per block
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const StagedCase& c : cases) {
+      const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
+      const size_t esz = dtype_size(dt);
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " I " << I
+                                        << " C " << C);
+      ASSERT_TRUE(cuda::moe_pair_gate_up_staged_supported(C));
+      auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(61 + T + E + K), 2.0f));
+      cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4);
+      cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
+      auto d_h = to_device(encode(random_vector(T * C, static_cast<uint32_t>(67 + C)), dt));
+      auto d_gu = to_device(encode(random_vector(E * 2 * I * C, static_cast<uint32_t>(71 + I), 0.05f), dt));
+      using GateUpFn = void (*)(const void*, const void*, const int32_t*, DType, int64_t, int64_t, int64_t, int64_t,
+                                void*, cudaStream_t);
+      auto gate_up = [&](GateUpFn f) {
+        cuda::DeviceBuffer act(P * I * esz);
+        VLM_CUDA_CHECK(cudaMemset(act.get(), 0xff, act.bytes()));
+        f(d_h.get(), d_gu.get(), d_expert.as<int32_t>(), dt, T, K, I, C, act.get(), nullptr);
+        return decode(to_host<uint8_t>(act, P * I * esz), dt);
+      };
+      const auto a_staged = gate_up(cuda::moe_pair_gate_up_staged);
+      const auto a_naive = gate_up(cuda::moe_pair_gate_up_naive);
+      const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
+      EXPECT_LE(rel_error(a_staged, a_naive), tol);
+      EXPECT_LE(normalized_error(a_staged, a_naive), 2 * tol);
+      EXPECT_EQ(bits(a_staged), bits(gate_up(cuda::moe_pair_gate_up)));  // the same sums in the same order as 2.
+      EXPECT_EQ(bits(gate_up(cuda::moe_pair_gate_up_staged)), bits(a_staged));
     }
   }
 }

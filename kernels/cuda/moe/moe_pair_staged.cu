@@ -1,4 +1,9 @@
-// moe_pair_down_combine_staged (moe_decode.h, 3. "staged"): the down product of a few tokens with
+// The staged pair GEMVs (moe_decode.h 2'. and 3'.): moe_pair_gate_up_staged and
+// moe_pair_down_combine_staged, each the same sums in the same order as its warp-per-output twin
+// in moe_pair_gemv.cu (equal bits), with every weight byte a block needs copied into shared memory
+// by cp.async at the block's start.
+//
+// moe_pair_down_combine_staged (3'.): the down product of a few tokens with
 // the combine folded in, every weight byte a block needs copied into shared memory by cp.async at
 // the block's start (no registers hold bytes in flight), then summed from shared memory.
 //
@@ -17,6 +22,15 @@
 // gives the same bits every time (no atomics).
 // Shared memory per block: k x (R + 1) x I x dt bytes (R picked on the host as the largest of
 // 8, 4, 2, 1 that fits kStagedSmemBytes; 30B-A3B: 8 x 9 x 768 x 2 = 110,592 B).
+//
+// moe_pair_gate_up_staged (2'., opt-in: VLM_MOE_DECODE=staged): a block of 8 warps owns R
+// consecutive columns n0..n0+R of one pair p (R = 12 at C = 2048: 64 x 8 = 512 blocks, 2 per SM,
+// ~1.9 waves) and copies their gate rows and up rows (each R x C contiguous) and h[t] (C) into
+// shared memory, (2R + 1) x C x dt bytes (102,400 B); warp w then sums columns w, w + 8 (lane l:
+// vectors l, l + 32, ... in order, gate and up apart, as moe_pair_gate_up's lanes), the butterfly,
+// silu(round(g)) * round(u). Unlike the down product it cannot run in one wave (50 MB over 132 SMs
+// x 2 x 100 KB), so whether it beats the register form (69 % of the read rate in session 18) is
+// for bench_cuda_moe's "kernel gate_up form=staged" row to say.
 #include <algorithm>
 #include <cstdint>
 
@@ -31,6 +45,7 @@ namespace vlm::cuda {
 namespace {
 
 using gemv_detail::dot8;
+using gemv_detail::silu_mul_of;
 using gemv_detail::warp_sum;
 
 constexpr int kStWarps = 8, kStThreads = 32 * kStWarps;
@@ -40,6 +55,18 @@ constexpr int kMaxK = static_cast<int>(kMoeMaxTopK);
 constexpr int64_t kStagedSmemBytes = 110592;
 
 int64_t staged_smem(int64_t K, int64_t I, int R) { return K * (R + 1) * I * 2; }
+
+// Once per kernel and GPU: the shared-memory limit, and the carveout at its maximum so that two
+// blocks share an SM (the copies bypass L1: cp.async.cg).
+template <class Kernel>
+void opt_in(Kernel* kernel) {
+  once_per_device(reinterpret_cast<const void*>(kernel), [&] {
+    VLM_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStagedSmemBytes)));
+    VLM_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  });
+}
 
 // Columns per block for (K, I): the largest of 8, 4, 2, 1 whose staging fits, 0 if none does.
 int staged_rows(int64_t K, int64_t I) {
@@ -110,14 +137,7 @@ __global__ void __launch_bounds__(kStThreads)
 template <class Tt, int R>
 void launch_staged(const void* act, const void* down, const int32_t* expert, const float* weight, int64_t T,
                    int64_t K, int64_t C, int64_t I, float* y, bool accumulate, cudaStream_t s) {
-  // Once per kernel and GPU: the shared-memory limit, and the carveout at its maximum so that two
-  // blocks share an SM (the copies bypass L1: cp.async.cg).
-  once_per_device(reinterpret_cast<const void*>(pair_down_staged_kernel<Tt, R>), [] {
-    VLM_CUDA_CHECK(cudaFuncSetAttribute(pair_down_staged_kernel<Tt, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kStagedSmemBytes)));
-    VLM_CUDA_CHECK(cudaFuncSetAttribute(pair_down_staged_kernel<Tt, R>,
-                                        cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  });
+  opt_in(pair_down_staged_kernel<Tt, R>);
   const dim3 grid(static_cast<unsigned>((C + R - 1) / R), static_cast<unsigned>(T));
   pair_down_staged_kernel<Tt, R><<<grid, kStThreads, static_cast<size_t>(staged_smem(K, I, R)), s>>>(
       static_cast<const Tt*>(act), static_cast<const Tt*>(down), expert, weight, static_cast<int>(K),
@@ -131,10 +151,7 @@ MoeStagedShape staged_shape(int64_t T, int64_t K, int64_t C, int64_t I) {
   sh.blocks = (C + R - 1) / R * T;
   sh.smem = staged_smem(K, I, R);
   int n = 0;
-  VLM_CUDA_CHECK(cudaFuncSetAttribute(pair_down_staged_kernel<Tt, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(kStagedSmemBytes)));
-  VLM_CUDA_CHECK(cudaFuncSetAttribute(pair_down_staged_kernel<Tt, R>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      cudaSharedmemCarveoutMaxShared));
+  opt_in(pair_down_staged_kernel<Tt, R>);
   VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, pair_down_staged_kernel<Tt, R>, kStThreads,
                                                                static_cast<size_t>(sh.smem)));
   sh.blocks_per_sm = n;
@@ -152,7 +169,94 @@ void launch_rows(int R, const void* act, const void* down, const int32_t* expert
   }
 }
 
+// gate|up: (2R + 1) x C x 2 bytes; R the largest of 12, 8, 4, 2, 1 that fits, 0 if none does.
+int64_t gate_up_smem(int64_t C, int R) { return (2 * R + 1) * C * 2; }
+int gate_up_rows(int64_t C) {
+  for (int R : {12, 8, 4, 2, 1})
+    if (gate_up_smem(C, R) <= kStagedSmemBytes) return R;
+  return 0;
+}
+
+// Block (blockIdx.x: columns [n0, n0 + R), blockIdx.y: pair p). Shared: sg [R][C] gate rows,
+// su [R][C] up rows, sx [C] = h[p / k].
+template <class T, int R>
+__global__ void __launch_bounds__(kStThreads)
+    pair_gate_up_staged_kernel(const T* __restrict__ h, const T* __restrict__ w, const int32_t* __restrict__ expert,
+                               int Kt, int N, int C, T* __restrict__ act) {
+  extern __shared__ __align__(16) unsigned char st_smem[];
+  const int p = blockIdx.y, n0 = blockIdx.x * R, rows = min(R, N - n0), C8 = C / 8;
+  const int64_t e = expert[p];
+  const uint4* gsrc = reinterpret_cast<const uint4*>(w + (e * 2 * N + n0) * C);  // rows n0.. of the gate half
+  const uint4* usrc = gsrc + static_cast<int64_t>(N) * C8;                         // the same rows of the up half
+  const uint4* xsrc = reinterpret_cast<const uint4*>(h + static_cast<int64_t>(p / Kt) * C);
+  uint4* sg = reinterpret_cast<uint4*>(st_smem);  // [R][C8]
+  uint4* su = sg + R * C8;                         // [R][C8]
+  uint4* sx = su + R * C8;                         // [C8]
+  for (int v = threadIdx.x; v < C8; v += kStThreads) tile::cp_async16(sx + v, xsrc + v, 16);
+  for (int v = threadIdx.x; v < rows * C8; v += kStThreads) {
+    tile::cp_async16(sg + v, gsrc + v, 16);
+    tile::cp_async16(su + v, usrc + v, 16);
+  }
+  tile::cp_async_commit();
+  tile::cp_async_wait<0>();
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < rows; r += kStWarps) {
+    const uint4* gr = sg + r * C8;
+    const uint4* ur = su + r * C8;
+    float g = 0.f, u = 0.f;
+    for (int i = lane; i < C8; i += 32) {
+      const uint4 xv = sx[i];
+      g = dot8<T>(gr[i], xv, g);
+      u = dot8<T>(ur[i], xv, u);
+    }
+    g = warp_sum(g);
+    u = warp_sum(u);
+    if (lane == 0) act[static_cast<int64_t>(p) * N + n0 + r] = from_f32<T>(silu_mul_of<T>(g, u));
+  }
+}
+
+template <class Tt, int R>
+void launch_gate_up(const void* h, const void* w, const int32_t* expert, int64_t T, int64_t K, int64_t I, int64_t C,
+                    void* act, cudaStream_t s) {
+  opt_in(pair_gate_up_staged_kernel<Tt, R>);
+  const dim3 grid(static_cast<unsigned>((I + R - 1) / R), static_cast<unsigned>(T * K));
+  pair_gate_up_staged_kernel<Tt, R><<<grid, kStThreads, static_cast<size_t>(gate_up_smem(C, R)), s>>>(
+      static_cast<const Tt*>(h), static_cast<const Tt*>(w), expert, static_cast<int>(K), static_cast<int>(I),
+      static_cast<int>(C), static_cast<Tt*>(act));
+}
+
+template <class Tt>
+void launch_gate_up_rows(int R, const void* h, const void* w, const int32_t* expert, int64_t T, int64_t K, int64_t I,
+                         int64_t C, void* act, cudaStream_t s) {
+  switch (R) {
+    case 12: launch_gate_up<Tt, 12>(h, w, expert, T, K, I, C, act, s); break;
+    case 8: launch_gate_up<Tt, 8>(h, w, expert, T, K, I, C, act, s); break;
+    case 4: launch_gate_up<Tt, 4>(h, w, expert, T, K, I, C, act, s); break;
+    case 2: launch_gate_up<Tt, 2>(h, w, expert, T, K, I, C, act, s); break;
+    default: launch_gate_up<Tt, 1>(h, w, expert, T, K, I, C, act, s); break;
+  }
+}
+
 }  // namespace
+
+bool moe_pair_gate_up_staged_supported(int64_t C) { return C > 0 && gate_up_rows(C) > 0; }
+
+void moe_pair_gate_up_staged(const void* h, const void* gate_up, const int32_t* expert, DType dt, int64_t T,
+                             int64_t K, int64_t I, int64_t C, void* act, cudaStream_t s) {
+  if (T < 0 || K < 1 || K > kMoeMaxTopK || T * K > 65535 || I < 1 || I > (1 << 20) || C > (1 << 20) ||
+      !moe_decode_supported(C, I, dt) || !moe_pair_gate_up_staged_supported(C))
+    precondition_failed(
+        "moe_pair_gate_up_staged: T x K <= 65535, 1 <= K <= 32, 16-bit dt, C and I multiples of 8, 3 x C x 2 bytes "
+        "<= 110,592 (moe_pair_gate_up_staged_supported)");
+  if ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(gate_up)) % 16 != 0)
+    precondition_failed("moe_pair_gate_up_staged: h and gate_up 16-byte aligned");
+  if (T == 0) return;
+  const int R = gate_up_rows(C);
+  if (dt == DType::BF16) launch_gate_up_rows<__nv_bfloat16>(R, h, gate_up, expert, T, K, I, C, act, s);
+  else launch_gate_up_rows<__half>(R, h, gate_up, expert, T, K, I, C, act, s);
+  VLM_CUDA_CHECK_LAUNCH();
+}
 
 bool moe_pair_down_staged_supported(int64_t K, int64_t I) { return K >= 1 && I > 0 && staged_rows(K, I) > 0; }
 
