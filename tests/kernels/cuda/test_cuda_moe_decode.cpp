@@ -234,10 +234,11 @@ struct StagedCase {
 // bit for bit, overwrite and accumulate, twice (the same bits).
 TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
   const std::vector<StagedCase> cases = {
-      {1, 128, 8, 768, 2048},  // the 30B-A3B decode step: 8 columns per block, 256 blocks
-      {2, 128, 8, 768, 2048},  // tokens sharing experts
-      {4, 32, 8, 768, 2048},
-      {8, 128, 8, 768, 2048},  // kMoeRouteSortMaxTokens
+      // The 30B-A3B decode step's C, I, k (16 experts, not 128: the host's random weights):
+      {1, 16, 8, 768, 2048},   // 8 columns per block, 256 blocks
+      {2, 16, 8, 768, 2048},   // tokens sharing experts
+      {4, 16, 8, 768, 2048},
+      {8, 16, 8, 768, 2048},   // kMoeRouteSortMaxTokens
       {1, 12, 8, 64, 48},      // tiny
       {8, 16, 4, 40, 200},     // I of 5 vectors (lanes past I8 idle), C of 25 blocks
       {3, 40, 32, 64, 64},     // k = 32: each warp sums 4 pairs
@@ -291,10 +292,11 @@ TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
 // for bit, twice (the same bits).
 TEST_F(CudaMoeDecode, PairGateUpStagedMatchesNaiveAndV1) {
   const std::vector<StagedCase> cases = {
-      {1, 128, 8, 768, 2048},  // the 30B-A3B decode step: 12 columns per block, 64 x 8 blocks
-      {2, 128, 8, 768, 2048},
-      {4, 32, 8, 768, 2048},
-      {8, 128, 8, 768, 2048},
+      // The 30B-A3B decode step's C, I, k (16 experts, not 128: the host's random weights):
+      {1, 16, 8, 768, 2048},   // 12 columns per block, 64 x 8 blocks
+      {2, 16, 8, 768, 2048},
+      {4, 16, 8, 768, 2048},
+      {8, 16, 8, 768, 2048},
       {1, 12, 8, 40, 64},      // I = 40: the last block 4 of 12 columns
       {3, 40, 32, 64, 200},    // k = 32; C of 25 vectors (lanes past C8 idle)
       {2, 10, 6, 96, 2400},    // 25 x 2400 x 2 B > 110,592: 8 columns per block; C past 128 vectors
