@@ -23,11 +23,16 @@
 //    WITH the router product (0.5 MB; from one of 8 random normed-token sets, so the routing
 //    differs call to call), per layer: "decode old" the five launches CudaMoe ran before
 //    (VLM_MOE_DECODE=old: router GEMV, moe_route_sort, tensor-core GEMV gate|up and down,
-//    moe_combine) and "decode new" the three it runs now (moe_router_route_sort, moe_pair_gate_up,
-//    moe_pair_down_combine), launched one by one and as a graph of 16 layers; and their kernels
-//    ("kernel router form=gemv", "kernel router_route_sort form=fused", "kernel gate_up form=pair",
-//    "kernel down_combine form=pair"). GB/s of the decode rows counts the same expert bytes as
-//    the other rows (experts= from the given logits, ~8T distinct).
+//    moe_combine), "decode v1" the three launches of session 18 (VLM_MOE_DECODE=v1:
+//    moe_router_route_sort, moe_pair_gate_up, moe_pair_down_combine) and "decode new" the three it
+//    runs now (the same with moe_pair_down_combine_staged) and "decode staged" (VLM_MOE_DECODE=
+//    staged: moe_pair_gate_up_staged too), launched one by one and as a graph of 16 layers; and
+//    their kernels ("kernel router form=gemv", "kernel router_route_sort form=fused", "kernel
+//    gate_up form=pair|staged", "kernel down_combine form=pair" (v1) and "form=staged" (new)). The kernel rows of the pair forms route each call with one of 8 sets
+//    (the fused router's choices for 8 token sets, made before the timing), so the L2 does not
+//    hold the call before's experts (session 18's rows reused one routing). GB/s of the decode
+//    rows counts the same expert bytes as the other rows (experts= from the given logits, ~8T
+//    distinct).
 // GB/s counts the expert weights a call must read: the distinct experts the 8 routings touch
 // (their mean; "experts=" on each row) x 3 x I x C x 2 bytes (gate|up: 2/3 of it, down: 1/3).
 // Output, one line per row: "moe T=<T> P=<P> experts=<mean touched> <kernel|layer> <name>
@@ -167,13 +172,28 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
     vc::moe_router_route_sort(hs[i % kSets].get(), router.get(), DType::BF16, T, E, C, K, true, logits.as<float>(),
                               expert.as<int32_t>(), weight.as<float>(), so, counter, s);
   };
-  auto pair_gate_up = [&](int i) {
-    vc::moe_pair_gate_up(hs[i % kSets].get(), gate_up[i % kCopies].get(), expert.as<int32_t>(), DType::BF16, T, K, I, C,
-                         act.get(), s);
+  // The fused router's choices and weights for each token set (the kernel rows' routings).
+  std::vector<DeviceBuffer> set_expert, set_weight;
+  for (int si = 0; si < kSets; ++si) {
+    fused_router(si);
+    set_expert.emplace_back(P * 4);
+    set_weight.emplace_back(P * 4);
+    ok(cudaMemcpyAsync(set_expert.back().get(), expert.get(), P * 4, cudaMemcpyDeviceToDevice, s), "experts");
+    ok(cudaMemcpyAsync(set_weight.back().get(), weight.get(), P * 4, cudaMemcpyDeviceToDevice, s), "weights");
+  }
+  ok(cudaStreamSynchronize(s), "routings");
+  // In a layer (routed = false) the pair kernels read what the fused router wrote; in the kernel
+  // rows (routed = true) set i % kSets's routing.
+  auto pair_gate_up = [&](int i, bool staged, bool routed = false) {
+    const int32_t* ex = routed ? set_expert[i % kSets].as<int32_t>() : expert.as<int32_t>();
+    (staged ? vc::moe_pair_gate_up_staged : vc::moe_pair_gate_up)(hs[i % kSets].get(), gate_up[i % kCopies].get(), ex,
+                                                                  DType::BF16, T, K, I, C, act.get(), s);
   };
-  auto pair_down = [&](int i) {
-    vc::moe_pair_down_combine(act.get(), down[i % kCopies].get(), expert.as<int32_t>(), weight.as<float>(),
-                              DType::BF16, T, K, C, I, y.as<float>(), true, s);
+  auto pair_down = [&](int i, bool staged, bool routed = false) {
+    const int32_t* ex = routed ? set_expert[i % kSets].as<int32_t>() : expert.as<int32_t>();
+    const float* wt = routed ? set_weight[i % kSets].as<float>() : weight.as<float>();
+    (staged ? vc::moe_pair_down_combine_staged : vc::moe_pair_down_combine)(
+        act.get(), down[i % kCopies].get(), ex, wt, DType::BF16, T, K, C, I, y.as<float>(), true, s);
   };
   auto old_layer = [&](int i) {
     router_gemv(i);
@@ -182,18 +202,33 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
     grouped(i, false);
     vc::moe_combine(out.get(), DType::BF16, so.slot_of_pair, weight.as<float>(), y.as<float>(), true, T, K, C, s);
   };
-  auto new_layer = [&](int i) {
+  auto pair_layer = [&](int i, bool staged_gate_up, bool staged_down) {
     fused_router(i);
-    pair_gate_up(i);
-    pair_down(i);
+    pair_gate_up(i, staged_gate_up);
+    pair_down(i, staged_down);
   };
   report("kernel", "router", "gemv", time_us(router_gemv, reps, s), 0);
   report("kernel", "router_route_sort", "fused", time_us(fused_router, reps, s), 0);
-  report("kernel", "gate_up", "pair", time_us(pair_gate_up, reps, s), layer_bytes * 2 / 3);
-  report("kernel", "down_combine", "pair", time_us(pair_down, reps, s), layer_bytes / 3);
-  for (const bool is_new : {false, true}) {
-    const std::function<void(int)> layer = is_new ? std::function<void(int)>(new_layer) : old_layer;
-    const char* form = is_new ? "new" : "old";
+  report("kernel", "gate_up", "pair", time_us([&](int i) { pair_gate_up(i, false, true); }, reps, s),
+         layer_bytes * 2 / 3);
+  report("kernel", "gate_up", "staged", time_us([&](int i) { pair_gate_up(i, true, true); }, reps, s),
+         layer_bytes * 2 / 3);
+  report("kernel", "down_combine", "pair", time_us([&](int i) { pair_down(i, false, true); }, reps, s),
+         layer_bytes / 3);
+  report("kernel", "down_combine", "staged", time_us([&](int i) { pair_down(i, true, true); }, reps, s),
+         layer_bytes / 3);
+  {
+    const vc::MoeStagedShape sh = vc::moe_pair_down_staged_shape(T, K, C, I, DType::BF16);
+    std::printf("moe T=%lld staged down: %d columns per block, %lld blocks of 256 threads, %lld B shared each, %d blocks "
+                "per SM\n",
+                static_cast<long long>(T), sh.rows, static_cast<long long>(sh.blocks), static_cast<long long>(sh.smem),
+                sh.blocks_per_sm);
+  }
+  for (const char* form : {"old", "v1", "new", "staged"}) {
+    const std::string f = form;
+    const std::function<void(int)> layer =
+        f == "old" ? std::function<void(int)>(old_layer)
+                   : std::function<void(int)>([&pair_layer, f](int i) { pair_layer(i, f == "staged", f != "v1"); });
     report("decode", "launches", form, time_us(layer, reps, s), layer_bytes);
     cudaGraph_t graph;
     cudaGraphExec_t exec;

@@ -23,13 +23,36 @@
 //     atomics), so a run gives the same bits every time. The pairs go 4 at a time, each pair's
 //     row in kPairDownUnroll 16-byte vectors per lane (I = 768: 3 per lane, 12 loads, 6 KB per
 //     warp in flight).
-// Why this reads near the rate at T = 1 (H200: 132 SMs, ~4.4 TB/s; Little's law at ~1 us of
-// load latency wants ~4.4 MB in flight, ~33 KB per SM): gate|up is 8 experts x 1536 rows x 4 KB =
-// 50 MB over 6,144 warps (1,536 blocks of 4; ptxas: 90 registers, so 5 blocks = 20 warps per SM,
-// ~2.3 waves of 660 blocks, the blocks retiring unevenly so the SMs stay fed), each warp with its
-// 8 KB in flight (~160 KB per SM); down is 8 x 2048 rows x 1.5 KB = 25 MB over 2,048 warps (1,024
-// blocks of 2; 108 registers: one wave, ~16 warps per SM with 6 KB each in flight).
-// Not measured yet (written without a GPU). The tensor-core GEMV
+//  3'. moe_pair_down_combine_staged (the default since session 19; VLM_MOE_DECODE=v1 runs 3.): the
+//     same sums in the same order (equal bits), a block of 8 warps per (token, R = 8 columns)
+//     whose threads first cp.async every byte the block needs into shared memory (the k pairs'
+//     R down rows, contiguous per pair, and the token's k act rows), then warp w sums pair w
+//     from shared memory and thread r < R adds column c0 + r's k outputs in increasing j
+//     (moe_pair_staged.cu says why: registers no longer bound the bytes in flight).
+//  2'. moe_pair_gate_up_staged (opt-in, VLM_MOE_DECODE=staged runs 2'. and 3'.; not measured yet):
+//     2. the same way (the same bits), a block per (pair, R = 12 columns) copying the gate rows,
+//     the up rows and h[t] into shared memory first (moe_pair_staged.cu).
+//
+// The one-token decode step of a Qwen3-30B-A3B layer (C 2048, I 768, E 128, top 8, bf16; H200:
+// 132 SMs, ~4.43 TB/s measured; CudaMoe::forward, model/layers/cuda/cuda_moe.cpp), what each
+// launch reads and what it waits on (stream order, no PDL in these kernels):
+//  | launch | grid x threads | reads | waits on |
+//  | RMSNorm (pre-norm, CudaPreNorm: cuda::rms_norm) | T rows | x 8 KB f32 + gamma 8 KB f32 | the attention's residual add |
+//  | 1. moe_router_route_sort | 16 x 256 | W_r 512 KB + h 4 KB; last block: logits 512 B | the norm |
+//  | 2. moe_pair_gate_up | 1,536 x 128 (6,144 warps) | 8 x 1,536 rows x 4 KB = 50.3 MB | 1.'s expert [1, 8] |
+//  | 3'. moe_pair_down_combine_staged | 256 x 256 (R = 8) | 8 x 2,048 rows x 1.5 KB = 25.2 MB + act 12 KB | 2.'s act, 1.'s expert / weight |
+// So a layer reads ~76 MB (~17 us at the read rate; 48 layers: 0.82 ms of a step) in 4 launches, each
+// waiting for the one before to drain (launch + ramp + tail ~2-3 us each, the part that does not
+// shrink with the bytes). Session 18 (bench_cuda_moe T = 1, kernel rows, us): router+route+sort
+// 11.37, gate|up 16.36 (69 % of the read rate), down+combine (3.) 14.67 (39 %).
+// Measuring guide: bench_cuda_moe --tokens 1,2,4,8 --peak 4430 prints "kernel down_combine
+// form=pair" (3.) and "form=staged" (3'.) with GB/s and % of the read rate, and "decode graph
+// form=new" (three launches, 3'.) against "form=v1" (3.) and "form=old" (five launches) per layer.
+// How 3. reads (why it fell short): down is 8 x 2048 rows x 1.5 KB = 25 MB over 2,048 warps (1,024
+// blocks of 2; 108 registers: ~16 warps per SM, 6 KB each in flight), every warp in two dependent
+// rounds of 4 pairs. gate|up (2.): 6,144 warps (1,536 blocks of 4; ptxas: 90 registers, 5 blocks =
+// 20 warps per SM, ~2.3 waves of 660 blocks), each warp with its 8 KB in flight.
+// The tensor-core GEMV
 // (moe_grouped_mma_gemv) at T = 1 has 8 active experts x N / 32 column blocks, each warp with
 // 4 chunks x 2 rows x 16 B per lane in flight (4 KB), pays a dependent index chain
 // (active -> offsets -> pair_of_slot -> x) before its first weight load and 7/8 of its mma
@@ -79,5 +102,27 @@ void moe_pair_down_combine(const void* act, const void* down, const int32_t* exp
 void moe_pair_down_combine_naive(const void* act, const void* down, const int32_t* expert /*[T,K]*/,
                                  const float* weight /*[T,K]*/, DType dt, int64_t T, int64_t K, int64_t C, int64_t I,
                                  float* y, bool accumulate, cudaStream_t s);
+
+// 3'. (the same contract as moe_pair_down_combine, the same bits). Also T <= 65535. Needs
+// moe_pair_down_staged_supported(K, I): k x I x 2 bytes x 2 (act + one row) <= 110,592 (shared
+// memory); false: run moe_pair_down_combine.
+bool moe_pair_down_staged_supported(int64_t K, int64_t I);
+// 2'. (the contract of moe_pair_gate_up, the same bits). Also T x K <= 65535. Needs
+// moe_pair_gate_up_staged_supported(C): 3 x C x 2 bytes <= 110,592 (C <= 18,432).
+bool moe_pair_gate_up_staged_supported(int64_t C);
+void moe_pair_gate_up_staged(const void* h /*[T,C]*/, const void* gate_up, const int32_t* expert /*[T,K]*/, DType dt,
+                             int64_t T, int64_t K, int64_t I, int64_t C, void* act, cudaStream_t s);
+// The staged form's launch for a shape (bench_cuda_moe prints it): columns per block, blocks,
+// dynamic shared memory per block, and the blocks an SM holds (the occupancy API; 0 when
+// unsupported). Sets the kernel's attributes on the current GPU (host calls, not for a capture).
+struct MoeStagedShape {
+  int rows = 0;
+  int64_t blocks = 0, smem = 0;
+  int blocks_per_sm = 0;
+};
+MoeStagedShape moe_pair_down_staged_shape(int64_t T, int64_t K, int64_t C, int64_t I, DType dt);
+void moe_pair_down_combine_staged(const void* act, const void* down, const int32_t* expert /*[T,K]*/,
+                                  const float* weight /*[T,K]*/, DType dt, int64_t T, int64_t K, int64_t C,
+                                  int64_t I, float* y, bool accumulate, cudaStream_t s);
 
 }  // namespace vlm::cuda

@@ -33,16 +33,21 @@ bool old_gemv() {
 }
 
 // The decode forms of kernels/cuda/moe/moe_decode.h for a few tokens (the router GEMV, routing
-// and sorting in one launch; the pair GEMVs with the combine folded into the down product), or
-// with VLM_MOE_DECODE=old the five launches they replace (kept so one GPU run measures both;
-// read once per process).
-bool old_decode() {
-  static const bool old = [] {
-    const char* v = std::getenv("VLM_MOE_DECODE");
-    return v != nullptr && std::string(v) == "old";
+// and sorting in one launch; the pair GEMVs with the combine folded into the staged down product,
+// 3'.), or with VLM_MOE_DECODE=old the five launches they replace, or with VLM_MOE_DECODE=v1 the
+// three launches with session 18's warp-per-output down product (3.), or with
+// VLM_MOE_DECODE=staged the staged gate|up (2'., not measured yet) too (kept so one GPU run
+// measures them all; read once per process).
+const std::string& decode_env() {
+  static const std::string v = [] {
+    const char* e = std::getenv("VLM_MOE_DECODE");
+    return std::string(e != nullptr ? e : "");
   }();
-  return old;
+  return v;
 }
+bool old_decode() { return decode_env() == "old"; }
+bool v1_down() { return decode_env() == "v1"; }
+bool staged_gate_up() { return decode_env() == "staged"; }
 
 // Byte offsets of the step's buffers inside `inner` for T tokens (P = T*k pairs).
 struct InnerLayout {
@@ -175,10 +180,13 @@ class CudaMoe final : public Mlp {
       s.mark("moe_route");
     }
     if (plan.pair_gemv) {  // act [P, I] in pair order; the combine in the down product
-      cuda::moe_pair_gate_up(h, gate_up_.get(), expert, dt, T, K, I, C, act, s.stream);
+      const bool staged_gu = staged_gate_up() && cuda::moe_pair_gate_up_staged_supported(C);
+      (staged_gu ? cuda::moe_pair_gate_up_staged : cuda::moe_pair_gate_up)(h, gate_up_.get(), expert, dt, T, K, I, C,
+                                                                          act, s.stream);
       s.mark("moe_gate_up");
-      cuda::moe_pair_down_combine(act, down_.get(), expert, weight, dt, T, K, C, I, y.f32(), a == Accum::Add,
-                                  s.stream);
+      const bool staged = !v1_down() && cuda::moe_pair_down_staged_supported(K, I);
+      (staged ? cuda::moe_pair_down_combine_staged : cuda::moe_pair_down_combine)(
+          act, down_.get(), expert, weight, dt, T, K, C, I, y.f32(), a == Accum::Add, s.stream);
       s.mark("moe_down");
       return;
     }

@@ -16,8 +16,10 @@
 // product, routing and sorting are one launch; for T <= kMoePairGemvMaxTokens the experts run as
 // pair GEMVs (one warp per output) with the combine folded into the down product (deterministic:
 // one warp owns each y element, the token's pairs summed in a fixed order), three launches a
-// layer after the norm in place of five. VLM_MOE_DECODE=old in the environment (read once) runs
-// the five (the A/B in one GPU run).
+// layer after the norm in place of five; the down product is the staged form (moe_decode.h 3'.).
+// VLM_MOE_DECODE=old in the environment (read once) runs the five, VLM_MOE_DECODE=v1 the three
+// with session 18's down product (3.; the same bits as 3'.), VLM_MOE_DECODE=staged the staged
+// gate|up (2'.; the same bits as 2.) as well (the A/B in one GPU run).
 // Weights: router [E, C], gate|up [E, 2I, C] and down [E, C, I] in the compute dtype, from any
 // ExpertLayout (FusedTransposed transposed on the device at load). Refused at load (LoadError
 // naming the router): more than kMoeMaxExperts experts, top-k above kMoeMaxTopK, and a block

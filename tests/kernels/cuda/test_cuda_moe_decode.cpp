@@ -5,10 +5,15 @@
 // the same bits); moe_pair_gate_up and moe_pair_down_combine (the combine folded into the down
 // product) against their naive kernels and against the five-launch path's naive kernels
 // (moe_sort, moe_grouped_naive twice, moe_combine_naive), with and without accumulate, run twice
-// (deterministic: the same bits). Shapes: the 30B-A3B layer at T = 1 (E 128 for the router, top 8,
-// C 2048, I 768), E not a multiple of the router's 8 rows per block, k not a multiple of the down
-// kernel's 4 pairs, C / I past the 16-byte vectors' unroll, bf16 and f16. Outputs poisoned first
-// (NaN) so an unwritten element fails. Skips without a GPU.
+// (deterministic: the same bits); moe_pair_down_combine_staged (3'.) against the naive kernel and
+// against moe_pair_down_combine bit for bit (the same sums in the same order), T = 1, 2, 4, 8, at
+// the 30B-A3B dims and tiny ones, k up to 32, I large enough that fewer columns per block fit;
+// moe_pair_gate_up_staged (2'.) likewise against the naive kernel and moe_pair_gate_up bit for bit
+// (I not a multiple of its 12 columns per block, C large enough that fewer fit).
+// Shapes: the 30B-A3B layer at T = 1 (E 128 for the router, top 8, C 2048, I 768), E not a
+// multiple of the router's 8 rows per block, k not a multiple of the down kernel's 4 pairs, C / I
+// past the 16-byte vectors' unroll, bf16 and f16. Outputs poisoned first (NaN) so an unwritten
+// element fails. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -217,6 +222,113 @@ TEST_F(CudaMoeDecode, PairGemvsMatchNaiveAndTheFiveLaunchPath) {
               << "pair " << p;
         }
       }
+    }
+  }
+}
+
+struct StagedCase {
+  int64_t T, E, K, I, C;
+};
+
+// The staged down+combine (3'.) against the naive reference (tolerance) and session 18's form (3.)
+// bit for bit, overwrite and accumulate, twice (the same bits).
+TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
+  const std::vector<StagedCase> cases = {
+      // The 30B-A3B decode step's C, I, k (16 experts, not 128: the host's random weights):
+      {1, 16, 8, 768, 2048},   // 8 columns per block, 256 blocks
+      {2, 16, 8, 768, 2048},   // tokens sharing experts
+      {4, 16, 8, 768, 2048},
+      {8, 16, 8, 768, 2048},   // kMoeRouteSortMaxTokens
+      {1, 12, 8, 64, 48},      // tiny
+      {8, 16, 4, 40, 200},     // I of 5 vectors (lanes past I8 idle), C of 25 blocks
+      {3, 40, 32, 64, 64},     // k = 32: each warp sums 4 pairs
+      {2, 13, 3, 1032, 2056},  // I past 32 vectors per lane pass; 8 columns still fit
+      {2, 10, 6, 1032, 136},   // 6 x 9 x 1032 x 2 B > 110,592: 4 columns per block
+      {1, 10, 8, 2048, 64},    // 2 columns per block
+      {1, 40, 32, 768, 16},    // 32 x 3 x 768 x 2 B > 110,592: 1 column per block
+  };
+  // The 30B-A3B step: 8 columns per block, 256 blocks, two per SM (one wave on an H200's 132 SMs).
+  const cuda::MoeStagedShape sh = cuda::moe_pair_down_staged_shape(1, 8, 2048, 768, DType::BF16);
+  EXPECT_EQ(sh.rows, 8);
+  EXPECT_EQ(sh.blocks, 256);
+  EXPECT_EQ(sh.blocks_per_sm, 2);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const StagedCase& c : cases) {
+      const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " I " << I
+                                        << " C " << C);
+      ASSERT_TRUE(cuda::moe_pair_down_staged_supported(K, I));
+      EXPECT_GE(cuda::moe_pair_down_staged_shape(T, K, C, I, dt).blocks_per_sm, 1);
+      auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(41 + T + E + K), 2.0f));
+      cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4);
+      cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
+      auto d_act = to_device(encode(random_vector(P * I, static_cast<uint32_t>(43 + I)), dt));
+      auto d_dn = to_device(encode(random_vector(E * C * I, static_cast<uint32_t>(47 + C), 0.05f), dt));
+      const auto y0 = random_vector(T * C, static_cast<uint32_t>(53 + T));
+      using DownFn = void (*)(const void*, const void*, const int32_t*, const float*, DType, int64_t, int64_t, int64_t,
+                              int64_t, float*, bool, cudaStream_t);
+      auto down = [&](DownFn f, bool accumulate) {
+        cuda::DeviceBuffer y = to_device(accumulate ? y0 : std::vector<float>(T * C, NAN));
+        f(d_act.get(), d_dn.get(), d_expert.as<int32_t>(), d_weight.as<float>(), dt, T, K, C, I, y.as<float>(),
+          accumulate, nullptr);
+        return to_host<float>(y, T * C);
+      };
+      const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+        const auto y_staged = down(cuda::moe_pair_down_combine_staged, accumulate);
+        const auto y_naive = down(cuda::moe_pair_down_combine_naive, accumulate);
+        const auto y_v1 = down(cuda::moe_pair_down_combine, accumulate);
+        EXPECT_LE(rel_error(y_staged, y_naive), tol);
+        EXPECT_LE(normalized_error(y_staged, y_naive), 2 * tol);
+        EXPECT_EQ(bits(y_staged), bits(y_v1));  // the same sums in the same order as 3.
+        EXPECT_EQ(bits(down(cuda::moe_pair_down_combine_staged, accumulate)), bits(y_staged));
+      }
+    }
+  }
+}
+
+// The staged gate|up (2'.) against the naive reference (tolerance) and session 18's form (2.) bit
+// for bit, twice (the same bits).
+TEST_F(CudaMoeDecode, PairGateUpStagedMatchesNaiveAndV1) {
+  const std::vector<StagedCase> cases = {
+      // The 30B-A3B decode step's C, I, k (16 experts, not 128: the host's random weights):
+      {1, 16, 8, 768, 2048},   // 12 columns per block, 64 x 8 blocks
+      {2, 16, 8, 768, 2048},
+      {4, 16, 8, 768, 2048},
+      {8, 16, 8, 768, 2048},
+      {1, 12, 8, 40, 64},      // I = 40: the last block 4 of 12 columns
+      {3, 40, 32, 64, 200},    // k = 32; C of 25 vectors (lanes past C8 idle)
+      {2, 10, 6, 96, 2400},    // 25 x 2400 x 2 B > 110,592: 8 columns per block; C past 128 vectors
+      {1, 10, 4, 24, 9000},    // 2 columns per block
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const StagedCase& c : cases) {
+      const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
+      const size_t esz = dtype_size(dt);
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " I " << I
+                                        << " C " << C);
+      ASSERT_TRUE(cuda::moe_pair_gate_up_staged_supported(C));
+      auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(61 + T + E + K), 2.0f));
+      cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4);
+      cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
+      auto d_h = to_device(encode(random_vector(T * C, static_cast<uint32_t>(67 + C)), dt));
+      auto d_gu = to_device(encode(random_vector(E * 2 * I * C, static_cast<uint32_t>(71 + I), 0.05f), dt));
+      using GateUpFn = void (*)(const void*, const void*, const int32_t*, DType, int64_t, int64_t, int64_t, int64_t,
+                                void*, cudaStream_t);
+      auto gate_up = [&](GateUpFn f) {
+        cuda::DeviceBuffer act(P * I * esz);
+        VLM_CUDA_CHECK(cudaMemset(act.get(), 0xff, act.bytes()));
+        f(d_h.get(), d_gu.get(), d_expert.as<int32_t>(), dt, T, K, I, C, act.get(), nullptr);
+        return decode(to_host<uint8_t>(act, P * I * esz), dt);
+      };
+      const auto a_staged = gate_up(cuda::moe_pair_gate_up_staged);
+      const auto a_naive = gate_up(cuda::moe_pair_gate_up_naive);
+      const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
+      EXPECT_LE(rel_error(a_staged, a_naive), tol);
+      EXPECT_LE(normalized_error(a_staged, a_naive), 2 * tol);
+      EXPECT_EQ(bits(a_staged), bits(gate_up(cuda::moe_pair_gate_up)));  // the same sums in the same order as 2.
+      EXPECT_EQ(bits(gate_up(cuda::moe_pair_gate_up_staged)), bits(a_staged));
     }
   }
 }
