@@ -6,7 +6,7 @@
 #  2. bench_cuda_fp8_linear: rows quant+tile(S=..) and tile_S<n> beside quant+mma, quant+cublaslt
 #     and bf16_cublaslt (GB/s and peak % of 4.8 TB/s);
 #  3. bench_cuda_decoder on the Qwen2-7B config with dummy weights, batches 1 and 64 at 1K: bf16,
-#     FP8 default paths, FP8 VLM_FP8_DECODE=tile, FP8 VLM_FP8_DECODE=new.
+#     FP8 default paths (tile since call B), FP8 VLM_FP8_DECODE=old (cuBLASLt), FP8 VLM_FP8_DECODE=new.
 # Usage: bench/cuda/fp8_tile_rows.sh BIN_DIR OUT_DIR [all|tests|linear|decode]
 B=${1:?BIN_DIR}
 OUT=${2:?OUT_DIR}
@@ -31,7 +31,7 @@ t "fp8 linear"
 fi
 on decode || exit 0
 F="$B/bench_cuda_decoder --model bench/cuda/configs/qwen2_vl_7b --load-format dummy --batches 1,64 --context 1024 --steps 64 --prefill 0 --reps 2"
-for c in "bf16||" "fp8 default||--quantization fp8" "fp8 tile|VLM_FP8_DECODE=tile|--quantization fp8" \
+for c in "bf16||" "fp8 default (tile)||--quantization fp8" "fp8 old|VLM_FP8_DECODE=old|--quantization fp8" \
          "fp8 new|VLM_FP8_DECODE=new|--quantization fp8"; do
   IFS='|' read -r name envs args <<< "$c"; echo "# $name"
   env $envs timeout 100 $F $args > /tmp/f.txt 2>&1; echo "rc=$?"

@@ -85,8 +85,8 @@ Fp8DecodePaths fp8_decode_paths() {
   static const Fp8DecodePaths paths = [] {
     const char* e = std::getenv("VLM_FP8_DECODE");
     if (e && std::strcmp(e, "new") == 0) return Fp8DecodePaths::New;
-    if (e && std::strcmp(e, "tile") == 0) return Fp8DecodePaths::Tile;
-    return Fp8DecodePaths::Old;
+    if (e && std::strcmp(e, "old") == 0) return Fp8DecodePaths::Old;
+    return Fp8DecodePaths::Tile;
   }();
   return paths;
 }

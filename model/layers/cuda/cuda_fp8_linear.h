@@ -15,13 +15,13 @@
 //    scratch) and run cuBLASLt's FP8 GEMM with both scales in its epilogue (where cuBLASLt takes no
 //    F32 output with a bias or the residual add beside per-row scales, the GEMM writes an f32
 //    scratch and fp8_scale_epilogue adds: CublasLtGemm::linear_fp8's unfused form).
-//  - Decode paths (VLM_FP8_DECODE, read once): the default keeps session 15's (fp8_gemv's Simple form
-//    for 1..4 rows, quantize + cuBLASLt for more: measured faster, bench/RESULTS.md "Session 16, call
-//    A"); "new" (opt-in) runs fp8_gemv's
+//  - Decode paths (VLM_FP8_DECODE, read once): "old" keeps session 15's (fp8_gemv's Simple form
+//    for 1..4 rows, quantize + cuBLASLt for more); "new" (opt-in, measured slower) runs fp8_gemv's
 //    Pipelined (streaming) form for 1..4 rows and, for steps of 5..64 rows (decode batches; prefill
 //    chunks that short too), quantize_fp8_rows then fp8_mma_gemm (FP8 tensor cores through
 //    mma.sync, the weights read once, scales / bias / residual / SiLU·mul in its epilogue;
-//    kernels/cuda/gemm/fp8_mma_gemm.h); "tile" (opt-in, session 19) keeps the Simple GEMV for 1..4
+//    kernels/cuda/gemm/fp8_mma_gemm.h); "tile" (the default since session 19's call B: 64 rows at 1K
+//    5.10 vs 5.91 ms a Qwen2-7B step, bench/RESULTS.md "Session 19, call B") keeps the Simple GEMV for 1..4
 //    rows and runs quantize_fp8_rows then fp8_tile_gemm (Hopper FP8 wgmma, weights staged through
 //    shared memory, the same epilogues; kernels/cuda/gemm/fp8_tile_gemm.h) for 5..64 rows. Steps of
 //    more rows: cuBLASLt, as before. (Session 17's
@@ -41,7 +41,7 @@
 namespace vlm {
 
 enum class Fp8DecodePaths { Old, New, Tile };
-// VLM_FP8_DECODE=new -> New; =tile -> Tile; anything else (the default) -> Old.
+// VLM_FP8_DECODE=new -> New; =old -> Old; anything else (the default) -> Tile.
 Fp8DecodePaths fp8_decode_paths();
 
 DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<LinearPart>& parts, int64_t* bytes);
