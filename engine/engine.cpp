@@ -74,6 +74,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Model> model,
       runner_(*model_, *backend_, config_.block_size),
       kv_compressor_(static_cast<int>(decoder_->config().num_layers), static_cast<int>(decoder_->config().num_kv_heads)) {
   if (config_.look_m.enabled) vlm::validate(config_.look_m.params);
+  fit_max_model_len();
   runner_.set_sink_router(config_.sink_router, config_.sink_router_config);
   VLM_LOG_INFO("engine: KV cache {} blocks of {} tokens ({} tokens, {:.1f} MiB {}), max_model_len {}, "
                "max_num_seqs {}, max_num_batched_tokens {} ({} without decodes), prefix caching {}",
@@ -87,6 +88,17 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Model> model,
     VLM_LOG_INFO("engine: max_model_len {} is beyond the model's max_position_embeddings {}", max_model_len_,
                  decoder_->config().max_position_embeddings);
   update_gauges();
+}
+
+void Engine::fit_max_model_len() {
+  const int64_t capacity = blocks_.num_blocks() * config_.block_size;
+  if (max_model_len_ <= capacity) return;
+  // Only a length taken from the model gets here (a user's --max-model-len that does not fit was a
+  // LoadError in make_step_backend): serve what the cache holds, as llama.cpp serves its -c.
+  VLM_LOG_WARN("engine: the KV cache holds {} tokens, fewer than the model's {} positions: max_model_len lowered "
+               "to {} (give the cache more memory for longer sequences)",
+               capacity, max_model_len_, capacity);
+  max_model_len_ = capacity;
 }
 
 Engine::~Engine() {

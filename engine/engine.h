@@ -113,6 +113,8 @@ class Engine {
   void fail_request(Request& r, const RequestFailure& failure);
   void finish_request(Request& r);
   void update_gauges();
+  // Lowers a max_model_len taken from the model to what the KV cache holds (with a warning).
+  void fit_max_model_len();
 
   EngineConfig config_;
   std::unique_ptr<Model> model_;

@@ -43,13 +43,17 @@ bool cuda_available(std::string* why) {
 
 namespace {
 
-void check_holds_one_sequence(int64_t num_blocks, int block_size, int64_t bytes_per_block, int64_t max_len) {
-  if (num_blocks * block_size >= max_len) return;
+// Only a max_model_len the user asked for (EngineConfig::max_model_len > 0) must fit: one taken from
+// the model is lowered to the cache's capacity by the Engine instead (with a warning).
+void check_holds_one_sequence(int64_t num_blocks, int block_size, int64_t bytes_per_block, int64_t max_len,
+                              bool user_set) {
+  if (!user_set || num_blocks * block_size >= max_len) return;
   throw LoadError(fmt::format(
       "engine config: a KV cache of {} blocks of {} tokens ({:.3f} GiB, {} bytes per block) holds {} tokens, "
-      "less than one sequence of max_model_len {}; give the cache more memory or lower max_model_len",
+      "less than one sequence of --max-model-len {}; give the cache more memory or lower --max-model-len (at "
+      "most {} here)",
       num_blocks, block_size, static_cast<double>(num_blocks * bytes_per_block) / (1 << 30), bytes_per_block,
-      num_blocks * block_size, max_len));
+      num_blocks * block_size, max_len, num_blocks * block_size));
 }
 
 // --tensor-parallel-size N > 1: what must hold before any GPU is opened (LoadError naming it).
@@ -135,14 +139,15 @@ std::unique_ptr<StepBackend> make_step_backend(const EngineConfig& c, const Mode
     s.num_blocks = c.num_kv_blocks > 0
                        ? c.num_kv_blocks
                        : static_cast<int64_t>(c.kv_cache_memory_gib * 1024.0 * 1024.0 * 1024.0) / s.bytes_per_block();
-    check_holds_one_sequence(s.num_blocks, s.block_size, s.bytes_per_block(), max_model_len);
+    check_holds_one_sequence(s.num_blocks, s.block_size, s.bytes_per_block(), max_model_len, c.max_model_len > 0);
     backend = std::make_unique<CpuBackend>(decoder, s, std::move(eos_token_ids));
     VLM_LOG_INFO("engine: --dtype {} ({} weights) -> {}", c.dtype ? dtype_name(*c.dtype) : "auto",
                  dtype_name(decoder.weight_dtype()), apply_cpu_dtype(resolve_dtype(c.dtype, decoder.weight_dtype())));
   } else {
 #if VLM_HAVE_CUDA
     backend = make_cuda_backend(c, model, std::move(eos_token_ids));
-    check_holds_one_sequence(backend->num_kv_blocks(), c.block_size, backend->kv_bytes_per_block(), max_model_len);
+    check_holds_one_sequence(backend->num_kv_blocks(), c.block_size, backend->kv_bytes_per_block(), max_model_len,
+                             c.max_model_len > 0);
 #endif
   }
   VLM_LOG_INFO("engine: device {}", backend->device());

@@ -23,7 +23,8 @@ bool cuda_available(std::string* why = nullptr);
 // Resolves Auto and builds the backend: the CPU one with a cache of config.num_kv_blocks (else
 // kv_cache_memory_gib) blocks, the CUDA one sized by gpu_memory_utilization. Throws LoadError
 // for device cuda without the backend or a GPU, a bad block size, or a cache that cannot hold one
-// sequence of max_model_len tokens, and (before any GPU is opened) for device cuda when the GPU
+// sequence of max_model_len tokens when the user set it (EngineConfig::max_model_len > 0; one taken
+// from the model is the Engine's to lower), and (before any GPU is opened) for device cuda when the GPU
 // kernels cannot run the model's shapes or the asked-for methods (cuda_model_support.h; the
 // message names each problem). Device auto then picks the CPU, with a warning. --quantization fp8
 // (EngineConfig::quantize_fp8) on the CPU is a LoadError.

@@ -249,8 +249,25 @@ TEST(EngineConfigCheck, CacheTooSmallForMaxModelLenIsALoadError) {
     Engine e(c, LlmDecoder::load(fixture_model_dir(kModel)));
     FAIL();
   } catch (const LoadError& e) {
-    EXPECT_NE(std::string(e.what()).find("less than one sequence of max_model_len 200"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("less than one sequence of --max-model-len 200"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("at most 128 here"), std::string::npos) << e.what();
   }
+}
+
+// A length taken from the model (no --max-model-len) is lowered to what the cache holds: the engine
+// starts, serves prompts that fit and refuses longer ones as request errors.
+TEST(EngineConfigCheck, ModelLengthBeyondTheCacheIsLoweredToIt) {
+  EngineConfig c = test_config(16, 8);  // 128 tokens
+  c.max_model_len = 0;                   // the model's 512 positions
+  Engine engine(c, LlmDecoder::load(fixture_model_dir(kModel)));
+  ASSERT_GT(engine.decoder().config().max_position_embeddings, 128);
+  EXPECT_EQ(engine.max_model_len(), 128);
+  std::vector<int32_t> long_prompt(200, 1);
+  EXPECT_THROW(engine.add_request(greedy_request("long", long_prompt, 2), std::make_shared<RequestChannel>()),
+               RequestError);
+  engine.add_request(greedy_request("short", {1, 2, 3}, 2), std::make_shared<RequestChannel>());
+  while (engine.has_unfinished()) engine.step();
 }
 
 }  // namespace
