@@ -24,8 +24,8 @@
 // Two forms of the fast kernels (here and in gemv_norm.h), chosen by env VLM_CUDA_GEMV, read once:
 //  - v1 (default): kUnroll = 4 loads per lane in flight (ld.global.nc.L1::no_allocate), grid
 //    ceil(N / 8) blocks of 8 warps (gemv, gemv_silu_mul) or the one-wave grid (the norm forms).
-//  - v2: 8 independent 16-byte streaming loads (ld.global.cs: evict-first) of each of the warp's
-//    rows in flight per lane (16 for gate/up), all issued before the FMAs; gemv and gemv_silu_mul
+//  - v2: 8 independent 16-byte streaming loads (ld.global.cs: evict-first) per lane in flight over
+//    the warp's rows (8 of one row; 4 each of gate and up), all issued before the FMAs; gemv and gemv_silu_mul
 //    on a grid of exactly the resident capacity (occupancy calculator x SMs, at most ceil(N / 8)
 //    blocks), warp w of the grid taking columns w, w + warps, ...; the norm forms keep their
 //    one-wave grid and ask L2 for each warp's whole first batch before the norm's reduction.

@@ -27,7 +27,7 @@ gemv_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, K8 = K / 8, groups = (N + kWarps - 1) / kWarps;
   if (const int n0 = blockIdx.x * kWarps + warp; n0 < N) {
     const uint4* head = reinterpret_cast<const uint4*>(w) + int64_t(n0) * K8;
-    if constexpr (kV2) prefetch_head_stream(head, K8, lane, prefetch);
+    if constexpr (kV2) prefetch_head_stream<1>(head, K8, lane, prefetch);
     else prefetch_head(head, K8, lane, prefetch);
   }
   pdl_wait();
@@ -56,8 +56,8 @@ gemv_silu_mul_norm_kernel(const float* __restrict__ x, const int32_t* __restrict
   const uint4* base = reinterpret_cast<const uint4*>(w);
   if (const int i0 = blockIdx.x * kWarps + warp; i0 < I) {
     if constexpr (kV2) {
-      prefetch_head_stream(base + int64_t(i0) * K8, K8, lane, prefetch);
-      prefetch_head_stream(base + int64_t(I + i0) * K8, K8, lane, prefetch);
+      prefetch_head_stream<2>(base + int64_t(i0) * K8, K8, lane, prefetch);
+      prefetch_head_stream<2>(base + int64_t(I + i0) * K8, K8, lane, prefetch);
     } else {
       prefetch_head(base + int64_t(i0) * K8, K8, lane, prefetch);
       prefetch_head(base + int64_t(I + i0) * K8, K8, lane, prefetch);

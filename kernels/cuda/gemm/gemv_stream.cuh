@@ -1,7 +1,8 @@
 // Device and host pieces of the decode GEMVs' v2 form (gemv.h, VLM_CUDA_GEMV=v2), shared by gemv.cu
-// and gemv_norm.cu: the weight stream with kStreamLoads independent 16-byte loads of each of the
-// warp's rows per lane in flight (ld.global.cs, evict-first: the weights are read once), all
-// issued before the FMAs, and the resident-capacity grid. A lane takes the same k vectors (lane, lane + 32, ...) in the same
+// and gemv_norm.cu: the weight stream with kStreamLoads independent 16-byte loads per lane in
+// flight over the warp's R rows (ld.global.cs, evict-first: the weights are read once), all issued
+// before the FMAs, and the resident-capacity grid. (8 per row at R = 2, gate/up, took ~90-112
+// registers and so half the resident warps for the same bytes in flight per SM; not kept.) A lane takes the same k vectors (lane, lane + 32, ...) in the same
 // order as warp_dot (gemv_warp.cuh), and the warp reduces with the same butterfly, so for equal
 // inputs warp_dot_stream's sums are bitwise warp_dot's: only the number of loads in flight and
 // the cache hint differ. Kept apart from gemv_warp.cuh, which many other kernels include.
@@ -12,17 +13,18 @@
 
 namespace vlm::cuda::gemv_detail {
 
-constexpr int kStreamLoads = 8;  // 16-byte loads of each row of w per lane in flight (v1: kUnroll = 4)
+constexpr int kStreamLoads = 8;  // 16-byte loads of w per lane in flight (v1: kUnroll = 4 per row)
 
 // 16 bytes of w, streaming (evict-first in L1 and L2).
 __device__ __forceinline__ uint4 load_cs(const uint4* p) { return __ldcs(p); }
 
-// As warp_dot (acc[r][m] = sum over the warp of w_r . x_m), with kStreamLoads loads of each of the
-// R rows in flight per lane (R x 8 in all: 16 for gate/up).
+// As warp_dot (acc[r][m] = sum over the warp of w_r . x_m), with kStreamLoads / R loads of each of
+// the R rows in flight per lane.
 template <class T, int M, int R, bool kSharedX = false>
 __device__ __forceinline__ void warp_dot_stream(const uint4* __restrict__ x, const uint4* const (&w)[R], int K8,
                                                 int lane, float (&acc)[R][M]) {
-  constexpr int U = kStreamLoads;
+  constexpr int U = kStreamLoads / R;
+  static_assert(U >= 1 && U * R == kStreamLoads, "R divides kStreamLoads");
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -56,11 +58,12 @@ __device__ __forceinline__ void warp_dot_stream(const uint4* __restrict__ x, con
 }
 
 // The norm forms' head prefetch in v2: prefetch < 0 (plain launches) the warp's whole first batch
-// of the row (kStreamLoads x 32 vectors) asked of L2 in one bulk prefetch before the norm's
+// of the row (kStreamLoads / R x 32 vectors) asked of L2 in one bulk prefetch before the norm's
 // reduction; prefetch > 0 (PDL launches, before the wait) that many bytes; 0 none.
+template <int R>
 __device__ __forceinline__ void prefetch_head_stream(const uint4* row, int K8, int lane, int prefetch) {
   if (lane != 0 || prefetch == 0) return;
-  const int first = std::min(K8, 32 * kStreamLoads);
+  const int first = std::min(K8, 32 * (kStreamLoads / R));
   prefetch_l2(row, prefetch > 0 ? static_cast<uint32_t>(prefetch) : static_cast<uint32_t>(first) * 16u);
 }
 
