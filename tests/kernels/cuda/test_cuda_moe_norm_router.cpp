@@ -9,10 +9,12 @@
 // Shapes: T = 1..8 at the 30B-A3B dims (E 128, top 8, C 2048), tiny dims (E 13, K 3, C 72: E not
 // a multiple of 4 rows per block, C below one 128-thread pass of the norm), E 256 / K 32 (the
 // routing's limits), C 4096 (8 norm groups per thread) and C 1288 (a partial group pass), and
-// router rows repeated so that logits tie exactly (the lower expert must win), bf16 and f16.
+// router rows repeated so that logits tie exactly (the lower expert must win), a token with a NaN
+// (every choice still a valid expert, as moe_route_naive picks them), bf16 and f16.
 // Outputs poisoned first (NaN / -1) so an unwritten element fails. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -59,6 +61,7 @@ std::vector<uint32_t> bits(const std::vector<float>& v) {
 struct Case {
   int64_t T, E, K, C;
   int64_t distinct_rows;  // router row e = row e % distinct_rows (ties when < E)
+  bool nan_token = false;  // x[0, 0] NaN: token 0's logits all NaN (every probability kNan)
 };
 
 // The outputs of one routing form.
@@ -83,6 +86,7 @@ TEST_F(CudaMoeNormRouter, MatchesNormThenFusedRouterAndNaive) {
   cases.push_back({4, 130, 8, 1288, 130});                                   // a partial last block and norm pass
   cases.push_back({1, 128, 8, 2048, 5});                                     // ties: 5 distinct rows
   cases.push_back({6, 40, 6, 256, 3});                                       // ties, several tokens
+  cases.push_back({2, 128, 8, 2048, 128, true});                             // a NaN row: valid choices
   const float eps = 1e-6f;
   for (DType dt : {DType::BF16, DType::F16}) {
     for (const Case& c : cases) {
@@ -90,7 +94,9 @@ TEST_F(CudaMoeNormRouter, MatchesNormThenFusedRouterAndNaive) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " C " << C
                                         << " distinct " << c.distinct_rows);
       ASSERT_TRUE(cuda::moe_norm_router_supported(T, E, C, K, dt));
-      auto d_x = to_device(random_vector(T * C, static_cast<uint32_t>(7 + T + C), 3.f));  // [T, C] f32
+      std::vector<float> x = random_vector(T * C, static_cast<uint32_t>(7 + T + C), 3.f);  // [T, C] f32
+      if (c.nan_token) x[0] = std::nanf("");
+      auto d_x = to_device(x);
       std::vector<float> g = random_vector(C, static_cast<uint32_t>(11 + C), 0.5f);
       for (float& v : g) v += 1.f;
       auto d_g = to_device(g);
@@ -138,7 +144,7 @@ TEST_F(CudaMoeNormRouter, MatchesNormThenFusedRouterAndNaive) {
       // The naive references on the fused kernel's rows and logits.
       cuda::DeviceBuffer ln(T * E * 4), en(P * 4), wn(P * 4);
       cuda::moe_router_naive(a.h.get(), d_w.get(), dt, T, E, C, ln.as<float>(), nullptr);
-      EXPECT_LE(normalized_error(logits, to_host<float>(ln, T * E)), 1e-5);
+      if (!c.nan_token) EXPECT_LE(normalized_error(logits, to_host<float>(ln, T * E)), 1e-5);
       Sorted sn(E, P);
       cuda::moe_route_naive(a.logits.as<float>(), T, E, K, true, en.as<int32_t>(), wn.as<float>(), nullptr);
       cuda::moe_sort_naive(en.as<int32_t>(), P, E, sn.s, nullptr);
