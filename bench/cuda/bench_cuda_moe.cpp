@@ -224,7 +224,8 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
                                    weight.as<float>(), so, counter, s);
   };
   auto norm_layer = [&](int i, bool fused) {
-    (fused ? norm_fused : norm_separate)(i);
+    if (fused) norm_fused(i);
+    else norm_separate(i);
     vc::moe_pair_gate_up(hn.get(), gate_up[i % kCopies].get(), expert.as<int32_t>(), DType::BF16, T, K, I, C,
                          act.get(), s);
     vc::moe_pair_down_combine_staged(act.get(), down[i % kCopies].get(), expert.as<int32_t>(), weight.as<float>(),
