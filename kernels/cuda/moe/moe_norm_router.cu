@@ -94,6 +94,7 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ uint4 nr_smem[];  // [Tn, C] dt: the normalized rows
   __shared__ unsigned mask[kMaxExperts];
   __shared__ int offset[kMaxExperts];
+  __shared__ int pair_e[kMaxT * kMoeMaxTopK];  // [T, K] the choices, for the sort
   __shared__ bool last;
   T* xs = reinterpret_cast<T*>(nr_smem);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -133,21 +134,20 @@ __global__ void __launch_bounds__(kThreads)
       if (lane == 0) logits[static_cast<int64_t>(t) * E + e] = v;
     }
   }
+  for (int i = threadIdx.x; i < E; i += kThreads) mask[i] = 0;  // for the routing, if this block is the last
   __threadfence();  // this block's logits (and block 0's h_out) visible before its ticket
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();  // the other blocks' logits (read through L2: __ldcg)
-  for (int i = threadIdx.x; i < E; i += kThreads) mask[i] = 0;
-  __syncthreads();
   for (int t = warp; t < Tn; t += kWarps) {
-    const int my_e = route_warp::route_token_regs<kPer>(logits, t, E, K, norm, lane, expert, weight);
+    const int my_e = route_warp::route_token_regs<kPer>(logits, t, E, K, norm, lane, expert, weight, pair_e);
     if (lane < K) atomicOr(&mask[my_e], 1u << t);
   }
   __syncthreads();
   if (warp != 0) return;
-  route_warp::sort_pairs_warp(mask, offset, expert, Tn, E, K, lane, out);
+  route_warp::sort_pairs_warp(mask, offset, pair_e, Tn, E, K, lane, out);
   if (lane == 0) *counter = 0u;  // for the next launch (a graph replay)
 }
 

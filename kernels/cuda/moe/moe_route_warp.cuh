@@ -44,11 +44,13 @@ __device__ __forceinline__ unsigned lane_best(const float (&p)[kPer], unsigned a
 }
 
 // Token t's routing by one warp (route_token's contract and results): writes expert / weight
-// [t, 0:K) in increasing expert index; returns the lane's choice (lanes < K; INT_MAX on the
-// others). logits read through L2 (__ldcg: written by other blocks of the same launch).
+// [t, 0:K) in increasing expert index, and the same experts to pair_e [t, 0:K) (shared memory,
+// for sort_pairs_warp: no round trip through global memory); returns the lane's choice (lanes <
+// K; INT_MAX on the others). logits read through L2 (__ldcg: written by other blocks of the same
+// launch).
 template <int kPer>
 __device__ __forceinline__ int route_token_regs(const float* logits, int t, int E, int K, bool norm, int lane,
-                                                int32_t* expert, float* weight) {
+                                                int32_t* expert, float* weight, int* pair_e) {
   const float* l = logits + static_cast<int64_t>(t) * E;
   float p[kPer];
   unsigned avail = 0;  // bit i: expert lane + 32 i exists and is not taken
@@ -88,6 +90,7 @@ __device__ __forceinline__ int route_token_regs(const float* logits, int t, int 
     if (other < my_e) ++rank;
   }
   if (lane < K) {
+    pair_e[t * K + rank] = my_e;
     expert[static_cast<int64_t>(t) * K + rank] = my_e;
     weight[static_cast<int64_t>(t) * K + rank] = norm ? my_p / wsum : my_p;
   }
@@ -98,8 +101,8 @@ __device__ __forceinline__ int route_token_regs(const float* logits, int t, int 
 // 32 * kPer) into `out` (route_sort_block's outputs, the same values): lane l owns experts
 // [l * per, (l + 1) * per), per = ceil(E / 32); its counts (pairs, row tiles, experts with pairs)
 // packed 10 bits each into one int for a warp inclusive scan; offset: [E] shared scratch.
-// expert: [T, K] as route_token_regs wrote it (visible to the warp: the caller synchronizes).
-__device__ __forceinline__ void sort_pairs_warp(const unsigned* mask, int* offset, const int32_t* expert, int T,
+// pair_e: [T, K] shared memory as route_token_regs wrote it (the caller synchronizes the block).
+__device__ __forceinline__ void sort_pairs_warp(const unsigned* mask, int* offset, const int* pair_e, int T,
                                                 int E, int K, int lane, const MoeSorted& out) {
   const int per = (E + 31) / 32, e0 = min(E, lane * per), e1 = min(E, e0 + per);
   int mine = 0;
@@ -131,7 +134,7 @@ __device__ __forceinline__ void sort_pairs_warp(const unsigned* mask, int* offse
   __syncwarp();
   const int P = T * K;
   for (int i = lane; i < P; i += 32) {
-    const int t = i / K, e = expert[i];
+    const int t = i / K, e = pair_e[i];
     const int slot = offset[e] + __popc(mask[e] & ((1u << t) - 1u));
     out.pair_of_slot[slot] = i;
     out.slot_of_pair[i] = slot;
