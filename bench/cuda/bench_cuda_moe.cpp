@@ -30,7 +30,12 @@
 //    their kernels ("kernel router form=gemv", "kernel router_route_sort form=fused", "kernel
 //    gate_up form=pair|staged", "kernel down_combine form=pair" (v1) and "form=staged" (new)). The kernel rows of the pair forms route each call with one of 8 sets
 //    (the fused router's choices for 8 token sets, made before the timing), so the L2 does not
-//    hold the call before's experts (session 18's rows reused one routing). GB/s of the decode
+//    hold the call before's experts (session 18's rows reused one routing). The MoE block's
+//    pre-norm (session 19, moe_decode.h 1n.): "kernel norm_router_route_sort form=separate"
+//    (cuda::rms_norm then moe_router_route_sort: what CudaMoe runs today) against "form=fused"
+//    (moe_norm_router_route_sort: one launch; VLM_MOE_NORM_ROUTER=1), and "decode norm_sep" (the
+//    norm + "decode new") against "decode norm_fused" (the norm in the router's launch) per layer.
+//    GB/s of the decode
 //    rows counts the same expert bytes as the other rows (experts= from the given logits, ~8T
 //    distinct).
 // GB/s counts the expert weights a call must read: the distinct experts the 8 routings touch
@@ -56,6 +61,7 @@
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/moe/moe_cuda.h"
 #include "kernels/cuda/moe/moe_decode.h"
+#include "kernels/cuda/ops/ops_cuda.h"
 
 namespace {
 
@@ -148,6 +154,17 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
   so.pair_of_slot = so.active + E + 1;
   so.slot_of_pair = so.pair_of_slot + P;
   auto* counter = reinterpret_cast<uint32_t*>(so.slot_of_pair + P);
+  // The pre-norm's input x [T, C] f32 per set (bf16 pairs read as f32: finite, varied), its
+  // weight [C] f32 (a pattern near 1) and its output hn [T, C] bf16.
+  std::vector<DeviceBuffer> xs;
+  for (int si = 0; si < kSets; ++si) xs.push_back(random_bf16(static_cast<size_t>(T * C * 4), 1.f, 41 + si));
+  DeviceBuffer gamma(C * 4), hn(T * C * 2);
+  {
+    std::vector<float> g(C);
+    for (int64_t c = 0; c < C; ++c) g[c] = 0.75f + 0.5f * static_cast<float>(c % 7) / 7.f;
+    ok(cudaMemcpy(gamma.get(), g.data(), C * 4, cudaMemcpyHostToDevice), "gamma");
+  }
+  const bool norm_fits = vc::moe_norm_router_supported(T, E, C, K, DType::BF16);
   auto grouped = [&](int i, bool gated) {
     vc::MoeGroupedArgs a;
     a.x = gated ? hs[i % kSets].get() : act.get();
@@ -195,6 +212,25 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
     (staged ? vc::moe_pair_down_combine_staged : vc::moe_pair_down_combine)(
         act.get(), down[i % kCopies].get(), ex, wt, DType::BF16, T, K, C, I, y.as<float>(), true, s);
   };
+  auto norm_separate = [&](int i) {
+    vc::rms_norm(xs[i % kSets].as<float>(), nullptr, gamma.as<float>(), 1e-6f, nullptr, T, C, hn.get(), DType::BF16,
+                 s);
+    vc::moe_router_route_sort(hn.get(), router.get(), DType::BF16, T, E, C, K, true, logits.as<float>(),
+                              expert.as<int32_t>(), weight.as<float>(), so, counter, s);
+  };
+  auto norm_fused = [&](int i) {
+    vc::moe_norm_router_route_sort(xs[i % kSets].as<float>(), gamma.as<float>(), 1e-6f, hn.get(), router.get(),
+                                   DType::BF16, T, E, C, K, true, logits.as<float>(), expert.as<int32_t>(),
+                                   weight.as<float>(), so, counter, s);
+  };
+  auto norm_layer = [&](int i, bool fused) {
+    if (fused) norm_fused(i);
+    else norm_separate(i);
+    vc::moe_pair_gate_up(hn.get(), gate_up[i % kCopies].get(), expert.as<int32_t>(), DType::BF16, T, K, I, C,
+                         act.get(), s);
+    vc::moe_pair_down_combine_staged(act.get(), down[i % kCopies].get(), expert.as<int32_t>(), weight.as<float>(),
+                                     DType::BF16, T, K, C, I, y.as<float>(), true, s);
+  };
   auto old_layer = [&](int i) {
     router_gemv(i);
     vc::moe_route_sort(logits.as<float>(), T, E, K, true, expert.as<int32_t>(), weight.as<float>(), so, s);
@@ -209,6 +245,10 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
   };
   report("kernel", "router", "gemv", time_us(router_gemv, reps, s), 0);
   report("kernel", "router_route_sort", "fused", time_us(fused_router, reps, s), 0);
+  if (norm_fits) {
+    report("kernel", "norm_router_route_sort", "separate", time_us(norm_separate, reps, s), 0);
+    report("kernel", "norm_router_route_sort", "fused", time_us(norm_fused, reps, s), 0);
+  }
   report("kernel", "gate_up", "pair", time_us([&](int i) { pair_gate_up(i, false, true); }, reps, s),
          layer_bytes * 2 / 3);
   report("kernel", "gate_up", "staged", time_us([&](int i) { pair_gate_up(i, true, true); }, reps, s),
@@ -224,11 +264,15 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
                 static_cast<long long>(T), sh.rows, static_cast<long long>(sh.blocks), static_cast<long long>(sh.smem),
                 sh.blocks_per_sm);
   }
-  for (const char* form : {"old", "v1", "new", "staged"}) {
+  for (const char* form : {"old", "v1", "new", "staged", "norm_sep", "norm_fused"}) {
     const std::string f = form;
+    if (f.rfind("norm", 0) == 0 && (!norm_fits || T > vc::kMoePairGemvMaxTokens)) continue;
     const std::function<void(int)> layer =
-        f == "old" ? std::function<void(int)>(old_layer)
-                   : std::function<void(int)>([&pair_layer, f](int i) { pair_layer(i, f == "staged", f != "v1"); });
+        f == "old"        ? std::function<void(int)>(old_layer)
+        : f == "norm_sep" ? std::function<void(int)>([&norm_layer](int i) { norm_layer(i, false); })
+        : f == "norm_fused"
+            ? std::function<void(int)>([&norm_layer](int i) { norm_layer(i, true); })
+            : std::function<void(int)>([&pair_layer, f](int i) { pair_layer(i, f == "staged", f != "v1"); });
     report("decode", "launches", form, time_us(layer, reps, s), layer_bytes);
     cudaGraph_t graph;
     cudaGraphExec_t exec;

@@ -38,6 +38,7 @@
 // launch reads and what it waits on (stream order, no PDL in these kernels):
 //  | launch | grid x threads | reads | waits on |
 //  | RMSNorm (pre-norm, CudaPreNorm: cuda::rms_norm) | T rows | x 8 KB f32 + gamma 8 KB f32 | the attention's residual add |
+//  | (1n. in place of the norm and 1.: 32 x 128, every block x + gamma from L2, W_r 512 KB) |
 //  | 1. moe_router_route_sort | 16 x 256 | W_r 512 KB + h 4 KB; last block: logits 512 B | the norm |
 //  | 2. moe_pair_gate_up | 1,536 x 128 (6,144 warps) | 8 x 1,536 rows x 4 KB = 50.3 MB | 1.'s expert [1, 8] |
 //  | 3'. moe_pair_down_combine_staged | 256 x 256 (R = 8) | 8 x 2,048 rows x 1.5 KB = 25.2 MB + act 12 KB | 2.'s act, 1.'s expert / weight |
@@ -85,6 +86,24 @@ void moe_router_route_sort(const void* h /*[T,C] dt*/, const void* w_router /*[E
                            int64_t E, int64_t C, int64_t K, bool norm_topk, float* logits /*[T,E]*/,
                            int32_t* expert /*[T,K]*/, float* weight /*[T,K]*/, const MoeSorted& sorted,
                            uint32_t* counter, cudaStream_t s);
+// 1n. moe_norm_router_route_sort (opt-in: VLM_MOE_NORM_ROUTER=1, moe_limits.h's
+// kMoeNormRouterDefault; CudaMoe with an RMSNorm pre-norm): the pre-norm folded in, so the MoE
+// block's norm + router + routing + sort is ONE launch. h_out [T, C] dt = rms_norm(x [T, C] f32,
+// norm_w [C] f32, eps) rounded exactly as cuda::rms_norm rounds it (the same sums in the same
+// order: ops_cuda.cu's 128-thread kernel), written by block 0 for the expert GEMVs; every other
+// output equals moe_router_route_sort's on that h_out, bit for bit (the same product order, the
+// same routing rule and slots). ceil(E / 4) blocks of 128 threads, warp w of block b owns router
+// row 4b + w with its first 8 x 16-byte vectors per lane in flight while the block normalizes
+// the T rows into shared memory; the last block (ticket) routes one token per warp (logits in
+// registers, the top k by warp reductions) and sorts the pairs in one warp (a prefix sum).
+// Needs moe_norm_router_supported (moe_norm_router_shape_ok: T <= 8, E <= 256, C <= 4096, T x C
+// x 2 <= 44 KB); counter as moe_router_route_sort's; x, norm_w, h_out, w_router 16-byte aligned.
+bool moe_norm_router_supported(int64_t T, int64_t E, int64_t C, int64_t K, DType dt);
+void moe_norm_router_route_sort(const float* x /*[T,C]*/, const float* norm_w /*[C]*/, float eps,
+                                void* h_out /*[T,C] dt*/, const void* w_router /*[E,C] dt*/, DType dt, int64_t T,
+                                int64_t E, int64_t C, int64_t K, bool norm_topk, float* logits /*[T,E]*/,
+                                int32_t* expert /*[T,K]*/, float* weight /*[T,K]*/, const MoeSorted& sorted,
+                                uint32_t* counter, cudaStream_t s);
 // The router product alone, one thread per logit, k ascending (the reference of 1.'s logits).
 void moe_router_naive(const void* h /*[T,C] dt*/, const void* w_router /*[E,C] dt*/, DType dt, int64_t T, int64_t E,
                       int64_t C, float* logits /*[T,E]*/, cudaStream_t s);

@@ -22,16 +22,35 @@ constexpr int64_t kMoePairGemvMaxTokens = 1;
 // fused_router for 1 <= T <= kMoeRouteSortMaxTokens, pair_gemv for 1 <= T <= kMoePairGemvMaxTokens,
 // neither with `old` (VLM_MOE_DECODE=old), a 32-bit dt, C or I not a multiple of 8 (16-byte rows),
 // or router weights not in the compute dtype (FP8).
+// norm_router (moe_decode.h, 1n.: the RMS pre-norm folded into the fused router) when
+// fused_router and norm_fusable: the caller's RMSNorm pre-norm, the switch on
+// (VLM_MOE_NORM_ROUTER, kMoeNormRouterDefault) and moe_norm_router_shape_ok.
 struct MoeDecodePlan {
   bool fused_router = false;
   bool pair_gemv = false;
+  bool norm_router = false;
 };
-inline MoeDecodePlan moe_decode_plan(int64_t T, int64_t C, int64_t I, bool dt16, bool router_in_dt, bool old) {
+inline MoeDecodePlan moe_decode_plan(int64_t T, int64_t C, int64_t I, bool dt16, bool router_in_dt, bool old,
+                                     bool norm_fusable = false) {
   MoeDecodePlan p;
   const bool ok = !old && dt16 && router_in_dt && C > 0 && I > 0 && C % 8 == 0 && I % 8 == 0 && T >= 1;
   p.fused_router = ok && T <= kMoeRouteSortMaxTokens;
   p.pair_gemv = ok && T <= kMoePairGemvMaxTokens;
+  p.norm_router = p.fused_router && norm_fusable;
   return p;
 }
+
+// moe_norm_router_route_sort's shapes (16-bit dt): T <= kMoeRouteSortMaxTokens, E <= 256 (8
+// router logits per lane of the routing warp), C % 8 == 0 and C <= 4096 (rms_norm's 128-thread
+// kernel: 8 float4 groups per thread), the normalized rows [T, C] 16-bit in 44 KB of shared memory
+// (C = 2048: T <= 11; no opt-in needed).
+constexpr int64_t kMoeNormRouterMaxExperts = 256, kMoeNormRouterMaxC = 4096, kMoeNormRouterSmem = 44 * 1024;
+inline bool moe_norm_router_shape_ok(int64_t T, int64_t E, int64_t C, int64_t K) {
+  return T >= 1 && T <= kMoeRouteSortMaxTokens && E >= 1 && E <= kMoeNormRouterMaxExperts && K >= 1 && K <= E &&
+         K <= kMoeMaxTopK && C > 0 && C % 8 == 0 && C <= kMoeNormRouterMaxC && T * C * 2 <= kMoeNormRouterSmem;
+}
+// Whether CudaMoe folds its RMS pre-norm into the router when VLM_MOE_NORM_ROUTER is unset
+// (VLM_MOE_NORM_ROUTER=1 / 0 overrides). Off until the lead measures it (session 19).
+constexpr bool kMoeNormRouterDefault = false;
 
 }  // namespace vlm::cuda

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -48,6 +49,17 @@ const std::string& decode_env() {
 bool old_decode() { return decode_env() == "old"; }
 bool v1_down() { return decode_env() == "v1"; }
 bool staged_gate_up() { return decode_env() == "staged"; }
+
+// The RMS pre-norm folded into the fused router (moe_decode.h, 1n.): VLM_MOE_NORM_ROUTER=1 / 0,
+// else kMoeNormRouterDefault (read once per process).
+bool norm_router_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("VLM_MOE_NORM_ROUTER");
+    if (e == nullptr || *e == '\0') return cuda::kMoeNormRouterDefault;
+    return std::string(e) != "0";
+  }();
+  return on;
+}
 
 // Byte offsets of the step's buffers inside `inner` for T tokens (P = T*k pairs).
 struct InnerLayout {
@@ -145,11 +157,20 @@ class CudaMoe final : public Mlp {
               spec_.router.name, x.rows, x.cols, y.rows, y.cols, inner.rows, inner.cols, L.total, dtype_name(dt),
               dtype_name(dt_));
     if (T == 0) return;
+    // Decode forms (moe_decode.h): 16-bit, the router's weights in dt (not FP8), few tokens; 1n.
+    // (the RMS pre-norm in the router's launch) when switched on and the shape fits.
+    const bool norm_fusable = pre_ && pre_->rms && norm_router_on() && reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
+                              cuda::moe_norm_router_supported(T, E, C, K, dt);
+    const cuda::MoeDecodePlan plan =
+        cuda::moe_decode_plan(T, C, I, dt == DType::BF16 || dt == DType::F16,
+                              router_.w.get() != nullptr && !router_.fp8(), old_decode(), norm_fusable);
     const void* h = x.data;  // [T, C] dt
     if (pre_) {
       void* n = s.scratch(CudaScratch::kNormOut, T * C * esz);
-      pre_->apply(x.f32(), T, C, n, dt, s.stream);
-      s.mark("norm");
+      if (!plan.norm_router) {
+        pre_->apply(x.f32(), T, C, n, dt, s.stream);
+        s.mark("norm");
+      }
       h = n;
     }
     auto* base = static_cast<char*>(inner.data);
@@ -165,11 +186,12 @@ class CudaMoe final : public Mlp {
     void* act = base + L.act;  // [P, I] dt
     void* out = base + L.out;  // [P, C] dt
 
-    // Decode forms (moe_decode.h): 16-bit, the router's weights in dt (not FP8), few tokens.
-    const cuda::MoeDecodePlan plan =
-        cuda::moe_decode_plan(T, C, I, dt == DType::BF16 || dt == DType::F16,
-                              router_.w.get() != nullptr && !router_.fp8(), old_decode());
-    if (plan.fused_router) {
+    if (plan.norm_router) {  // h = the pre-norm of x, written by the same launch
+      cuda::moe_norm_router_route_sort(x.f32(), pre_->w.as<float>(), pre_->eps, const_cast<void*>(h),
+                                       router_.w.get(), dt, T, E, C, K, spec_.norm_topk_prob, logits, expert, weight,
+                                       sorted, counter(), s.stream);
+      s.mark("moe_route");
+    } else if (plan.fused_router) {
       cuda::moe_router_route_sort(h, router_.w.get(), dt, T, E, C, K, spec_.norm_topk_prob, logits, expert, weight,
                                   sorted, counter(), s.stream);
       s.mark("moe_route");

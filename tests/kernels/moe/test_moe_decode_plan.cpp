@@ -33,5 +33,29 @@ TEST(MoeDecodePlan, OldSwitchF32OddWidthsAndFp8RouterTakeTheFiveLaunches) {
   EXPECT_FALSE(neither(moe_decode_plan(1, 64, 40, true, true, false)));    // the fixtures' shape
 }
 
+TEST(MoeDecodePlan, NormRouterOnlyWithTheFusedRouterAndFusableNorm) {
+  for (int64_t T = 0; T <= 12; ++T) {
+    const cuda::MoeDecodePlan on = moe_decode_plan(T, 2048, 768, true, true, false, /*norm_fusable=*/true);
+    EXPECT_EQ(on.norm_router, on.fused_router) << T;
+    EXPECT_FALSE(moe_decode_plan(T, 2048, 768, true, true, false, /*norm_fusable=*/false).norm_router) << T;
+    EXPECT_FALSE(moe_decode_plan(T, 2048, 768, true, true, /*old=*/true, true).norm_router) << T;
+  }
+  EXPECT_FALSE(cuda::kMoeNormRouterDefault);  // opt-in until measured (VLM_MOE_NORM_ROUTER=1)
+}
+
+TEST(MoeDecodePlan, NormRouterShapes) {
+  EXPECT_TRUE(cuda::moe_norm_router_shape_ok(1, 128, 2048, 8));   // the 30B-A3B decode step
+  EXPECT_TRUE(cuda::moe_norm_router_shape_ok(8, 128, 2048, 8));   // 32 KB of normalized rows
+  EXPECT_TRUE(cuda::moe_norm_router_shape_ok(5, 256, 4096, 32));  // the limits: E 256, C 4096, 40 KB
+  EXPECT_FALSE(cuda::moe_norm_router_shape_ok(0, 128, 2048, 8));
+  EXPECT_FALSE(cuda::moe_norm_router_shape_ok(9, 128, 2048, 8));
+  EXPECT_FALSE(cuda::moe_norm_router_shape_ok(1, 257, 2048, 8));
+  EXPECT_FALSE(cuda::moe_norm_router_shape_ok(1, 128, 4104, 8));
+  EXPECT_FALSE(cuda::moe_norm_router_shape_ok(6, 128, 4096, 8));  // 48 KB of rows
+  EXPECT_FALSE(cuda::moe_norm_router_shape_ok(1, 128, 2044, 8));
+  EXPECT_FALSE(cuda::moe_norm_router_shape_ok(1, 8, 2048, 9));    // K > E
+  EXPECT_FALSE(cuda::moe_norm_router_shape_ok(1, 128, 2048, 33));
+}
+
 }  // namespace
 }  // namespace vlm::testing
