@@ -31,7 +31,8 @@
 //    one-wave grid and ask L2 for each warp's whole first batch before the norm's reduction.
 //    Each lane still sums the same k vectors in the same order and the warp reduces with the same
 //    butterfly, so v2's outputs are bitwise v1's (tests/kernels/cuda/test_cuda_gemv_v2.cpp).
-//    Proposed default: v1 until the lead's H200 bench (bench_cuda_gemv) shows v2 faster.
+//    Measured slower on the H200 (session 19, call D: bench_cuda_gemv's Qwen3-8B step 1.05x v1's time at
+//    one row, 1.13x at four; the decoder's step 4.81-4.83 vs 4.60-4.63 ms): v1 stays the default.
 // gemv_set_version overrides the env for the process (tests, bench_cuda_gemv); not for serving.
 #pragma once
 

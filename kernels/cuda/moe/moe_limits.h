@@ -50,7 +50,8 @@ inline bool moe_norm_router_shape_ok(int64_t T, int64_t E, int64_t C, int64_t K)
          K <= kMoeMaxTopK && C > 0 && C % 8 == 0 && C <= kMoeNormRouterMaxC && T * C * 2 <= kMoeNormRouterSmem;
 }
 // Whether CudaMoe folds its RMS pre-norm into the router when VLM_MOE_NORM_ROUTER is unset
-// (VLM_MOE_NORM_ROUTER=1 / 0 overrides). Off until the lead measures it (session 19).
-constexpr bool kMoeNormRouterDefault = false;
+// (VLM_MOE_NORM_ROUTER=1 / 0 overrides). On since session 19's call D (Qwen3-30B-A3B shape, one sequence at
+// 1K: 3.355 vs 3.490 ms a step; tests bit-equal to the two launches): bench/RESULTS.md "Session 19, call D".
+constexpr bool kMoeNormRouterDefault = true;
 
 }  // namespace vlm::cuda

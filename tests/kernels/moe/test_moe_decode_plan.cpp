@@ -40,7 +40,7 @@ TEST(MoeDecodePlan, NormRouterOnlyWithTheFusedRouterAndFusableNorm) {
     EXPECT_FALSE(moe_decode_plan(T, 2048, 768, true, true, false, /*norm_fusable=*/false).norm_router) << T;
     EXPECT_FALSE(moe_decode_plan(T, 2048, 768, true, true, /*old=*/true, true).norm_router) << T;
   }
-  EXPECT_FALSE(cuda::kMoeNormRouterDefault);  // opt-in until measured (VLM_MOE_NORM_ROUTER=1)
+  EXPECT_TRUE(cuda::kMoeNormRouterDefault);  // measured faster (session 19, call D); VLM_MOE_NORM_ROUTER=0 turns it off
 }
 
 TEST(MoeDecodePlan, NormRouterShapes) {
