@@ -1,10 +1,5 @@
 #include "kernels/cuda/gemm/gemv.h"
 
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-
-#include "kernels/cuda/gemm/gemv_stream.cuh"
 #include "kernels/cuda/gemm/gemv_warp.cuh"
 
 namespace vlm::cuda {
@@ -50,46 +45,6 @@ gemv_silu_mul_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   store_silu_mul<T, M>(acc, lane, bias, out, I, i);
 }
 
-// v2 (gemv.h): the resident-capacity grid; warp w of the grid takes columns w, w + warps, ...
-// with warp_dot_stream. PDL: the first column's head asked of L2, the wait; the trigger after the
-// warp's last column.
-template <class T, class TO, int M>
-__global__ void __launch_bounds__(kThreads)
-gemv_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, const TO* __restrict__ bias, TO* y,
-                   bool accumulate, int N, int K, int prefetch) {
-  const int lane = threadIdx.x % 32, first = blockIdx.x * kWarps + threadIdx.x / 32, warps = gridDim.x * kWarps;
-  const int K8 = K / 8;
-  const uint4* w4 = reinterpret_cast<const uint4*>(w);
-  if (prefetch > 0 && lane == 0 && first < N) prefetch_l2(w4 + int64_t(first) * K8, prefetch);
-  pdl_wait();
-  for (int64_t n = first; n < N; n += warps) {
-    const uint4* rows[1] = {w4 + n * K8};
-    float acc[1][M];
-    warp_dot_stream<T, M, 1>(reinterpret_cast<const uint4*>(x), rows, K8, lane, acc);
-    store_column<TO, M>(acc, lane, bias, accumulate, y, N, static_cast<int>(n));
-  }
-  pdl_trigger();
-}
-
-// v2 of gemv_silu_mul_kernel: warp -> gate/up pairs i = w, w + warps, ...
-template <class T, int M>
-__global__ void __launch_bounds__(kThreads)
-gemv_silu_mul_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, T* out,
-                            int I, int K, int prefetch) {
-  const int lane = threadIdx.x % 32, first = blockIdx.x * kWarps + threadIdx.x / 32, warps = gridDim.x * kWarps;
-  const int K8 = K / 8;
-  const uint4* base = reinterpret_cast<const uint4*>(w);
-  if (prefetch > 0 && lane < 2 && first < I) prefetch_l2(base + (int64_t(first) + (lane ? I : 0)) * K8, prefetch);
-  pdl_wait();
-  for (int64_t i = first; i < I; i += warps) {
-    const uint4* rows[2] = {base + i * K8, base + (I + i) * K8};
-    float acc[2][M];
-    warp_dot_stream<T, M, 2>(reinterpret_cast<const uint4*>(x), rows, K8, lane, acc);
-    store_silu_mul<T, M>(acc, lane, bias, out, I, static_cast<int>(i));
-  }
-  pdl_trigger();
-}
-
 // ---- naive references: one thread per output element ----
 
 template <class T, class TO>
@@ -125,20 +80,7 @@ void check_shape(int64_t M, int64_t N, int64_t K, DType dt) {
   if (N >= (int64_t(1) << 31) || K >= (int64_t(1) << 31)) precondition_failed("gemv: N and K below 2^31");
 }
 
-std::atomic<int> g_version_override{0};  // 0: the env's choice
-
 }  // namespace
-
-GemvVersion gemv_version() {
-  static const GemvVersion env_choice = [] {
-    const char* e = std::getenv("VLM_CUDA_GEMV");
-    return e != nullptr && std::strcmp(e, "v2") == 0 ? GemvVersion::V2 : GemvVersion::V1;
-  }();
-  const int o = g_version_override.load(std::memory_order_relaxed);
-  return o == 0 ? env_choice : static_cast<GemvVersion>(o);
-}
-
-void gemv_set_version(GemvVersion v) { g_version_override.store(static_cast<int>(v), std::memory_order_relaxed); }
 
 bool gemv_supported(int64_t M, int64_t K, DType dt) {
   return M >= 1 && M <= kGemvMaxRows && K % 8 == 0 && (dt == DType::BF16 || dt == DType::F16);
@@ -151,22 +93,8 @@ void gemv(const void* x, const void* w, DType dt, const void* bias, void* y, DTy
   dispatch_half(dt, [&](auto t) {
     using T = decltype(t);
     const int prefetch = pdl_row_prefetch(N, K * int64_t(sizeof(T)));
-    const bool v2 = gemv_version() == GemvVersion::V2;
     dispatch_rows(M, [&](auto rows) {
       constexpr int R = decltype(rows)::value;
-      if (v2) {
-        auto launch = [&](auto kernel, auto* bias_t, auto* y_t) {
-          const unsigned grid = resident_grid(reinterpret_cast<const void*>(kernel), 0, blocks(N, kWarps));
-          launch_pdl(kernel, grid, kThreads, 0, s, static_cast<const T*>(x), static_cast<const T*>(w), bias_t, y_t,
-                     accumulate, static_cast<int>(N), static_cast<int>(K),
-                     pdl_row_prefetch(std::min<int64_t>(N, int64_t(grid) * kWarps), K * int64_t(sizeof(T))));
-        };
-        if (out_dt == DType::F32)
-          launch(gemv_stream_kernel<T, float, R>, static_cast<const float*>(bias), static_cast<float*>(y));
-        else
-          launch(gemv_stream_kernel<T, T, R>, static_cast<const T*>(bias), static_cast<T*>(y));
-        return;
-      }
       if (out_dt == DType::F32)
         launch_pdl(gemv_kernel<T, float, R>, blocks(N, kWarps), kThreads, 0, s, static_cast<const T*>(x),
                    static_cast<const T*>(w), static_cast<const float*>(bias), static_cast<float*>(y), accumulate,
@@ -185,17 +113,8 @@ void gemv_silu_mul(const void* x, const void* w, DType dt, const void* bias, voi
   dispatch_half(dt, [&](auto t) {
     using T = decltype(t);
     const int prefetch = pdl_row_prefetch(2 * I, K * int64_t(sizeof(T)));
-    const bool v2 = gemv_version() == GemvVersion::V2;
     dispatch_rows(M, [&](auto rows) {
       constexpr int R = decltype(rows)::value;
-      if (v2) {
-        const auto kernel = gemv_silu_mul_stream_kernel<T, R>;
-        const unsigned grid = resident_grid(reinterpret_cast<const void*>(kernel), 0, blocks(I, kWarps));
-        launch_pdl(kernel, grid, kThreads, 0, s, static_cast<const T*>(x), static_cast<const T*>(w),
-                   static_cast<const T*>(bias), static_cast<T*>(out), static_cast<int>(I), static_cast<int>(K),
-                   pdl_row_prefetch(2 * std::min<int64_t>(I, int64_t(grid) * kWarps), K * int64_t(sizeof(T))));
-        return;
-      }
       launch_pdl(gemv_silu_mul_kernel<T, R>, blocks(I, kWarps), kThreads, 0, s, static_cast<const T*>(x),
                  static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(out), static_cast<int>(I),
                  static_cast<int>(K), prefetch);

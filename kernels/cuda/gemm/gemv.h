@@ -20,20 +20,6 @@
 //    silu(g) * u with g = round_dt(x_m . w_i + bias_i), u = round_dt(x_m . w_{I+i} + bias_{I+i})
 //    (the values the unfused path stores before silu_mul), rounded to dt; bias dt or null.
 // The naive references (one thread per output element, k in order) are what the tests compare with.
-//
-// Two forms of the fast kernels (here and in gemv_norm.h), chosen by env VLM_CUDA_GEMV, read once:
-//  - v1 (default): kUnroll = 4 loads per lane in flight (ld.global.nc.L1::no_allocate), grid
-//    ceil(N / 8) blocks of 8 warps (gemv, gemv_silu_mul) or the one-wave grid (the norm forms).
-//  - v2: 8 independent 16-byte streaming loads (ld.global.cs: evict-first) per lane in flight over
-//    the warp's rows (8 of one row; 4 each of gate and up), all issued before the FMAs; gemv and gemv_silu_mul
-//    on a grid of exactly the resident capacity (occupancy calculator x SMs, at most ceil(N / 8)
-//    blocks), warp w of the grid taking columns w, w + warps, ...; the norm forms keep their
-//    one-wave grid and ask L2 for each warp's whole first batch before the norm's reduction.
-//    Each lane still sums the same k vectors in the same order and the warp reduces with the same
-//    butterfly, so v2's outputs are bitwise v1's (tests/kernels/cuda/test_cuda_gemv_v2.cpp).
-//    Measured slower on the H200 (session 19, call D: bench_cuda_gemv's Qwen3-8B step 1.05x v1's time at
-//    one row, 1.13x at four; the decoder's step 4.81-4.83 vs 4.60-4.63 ms): v1 stays the default.
-// gemv_set_version overrides the env for the process (tests, bench_cuda_gemv); not for serving.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -45,10 +31,6 @@
 namespace vlm::cuda {
 
 constexpr int64_t kGemvMaxRows = 4;
-
-enum class GemvVersion { V1 = 1, V2 = 2 };
-GemvVersion gemv_version();             // VLM_CUDA_GEMV=v1|v2 (read once; unset: v1), or the override
-void gemv_set_version(GemvVersion v);   // process-wide override (tests and benches)
 
 bool gemv_supported(int64_t M, int64_t K, DType dt);
 

@@ -4,7 +4,6 @@
 
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemv_norm_stage.cuh"
-#include "kernels/cuda/gemm/gemv_stream.cuh"
 #include "kernels/cuda/gemm/gemv_warp.cuh"
 
 namespace vlm::cuda {
@@ -15,9 +14,8 @@ using namespace gemv_detail;
 
 // Blocks stride over the ceil(N / kWarps) column groups; warp -> column n of its group. The
 // epilogue is gemv_kernel's. PDL (pdl.cuh): the heads' prefetch, then the wait before x is read;
-// the trigger after the block's last group. kV2 (gemv.h's v2): the warp's first batch asked of L2
-// before the staging and the dot with warp_dot_stream (the same sums).
-template <class T, class TO, int M, bool kV2>
+// the trigger after the block's last group.
+template <class T, class TO, int M>
 __global__ void __launch_bounds__(kThreads)
 gemv_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, const float* __restrict__ nw, float eps,
                  const T* __restrict__ w, const TO* __restrict__ bias, TO* y, bool accumulate, int N, int K,
@@ -25,11 +23,8 @@ gemv_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, 
   extern __shared__ __align__(16) unsigned char staged[];
   T* xs = reinterpret_cast<T*>(staged);  // [M, K] dt, the normalized rows
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, K8 = K / 8, groups = (N + kWarps - 1) / kWarps;
-  if (const int n0 = blockIdx.x * kWarps + warp; n0 < N) {
-    const uint4* head = reinterpret_cast<const uint4*>(w) + int64_t(n0) * K8;
-    if constexpr (kV2) prefetch_head_stream<1>(head, K8, lane, prefetch);
-    else prefetch_head(head, K8, lane, prefetch);
-  }
+  if (const int n0 = blockIdx.x * kWarps + warp; n0 < N)
+    prefetch_head(reinterpret_cast<const uint4*>(w) + int64_t(n0) * K8, K8, lane, prefetch);
   pdl_wait();
   stage_normalized<T, M>(x, rows, nw, eps, K, xs);
   for (int grp = blockIdx.x; grp < groups; grp += gridDim.x) {
@@ -37,15 +32,14 @@ gemv_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, 
     if (n >= N) break;  // only in the last group
     const uint4* wr[1] = {reinterpret_cast<const uint4*>(w) + int64_t(n) * K8};
     float acc[1][M];
-    if constexpr (kV2) warp_dot_stream<T, M, 1, true>(reinterpret_cast<const uint4*>(xs), wr, K8, lane, acc);
-    else warp_dot<T, M, 1, true>(reinterpret_cast<const uint4*>(xs), wr, K8, lane, acc);
+    warp_dot<T, M, 1, true>(reinterpret_cast<const uint4*>(xs), wr, K8, lane, acc);
     store_column<TO, M>(acc, lane, bias, accumulate, y, N, n);
   }
   pdl_trigger();
 }
 
 // As gemv_norm_kernel over the gate/up row pairs (gemv_silu_mul_kernel's epilogue).
-template <class T, int M, bool kV2>
+template <class T, int M>
 __global__ void __launch_bounds__(kThreads)
 gemv_silu_mul_norm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, const float* __restrict__ nw,
                           float eps, const T* __restrict__ w, const T* __restrict__ bias, T* out, int I, int K,
@@ -55,13 +49,8 @@ gemv_silu_mul_norm_kernel(const float* __restrict__ x, const int32_t* __restrict
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, K8 = K / 8, groups = (I + kWarps - 1) / kWarps;
   const uint4* base = reinterpret_cast<const uint4*>(w);
   if (const int i0 = blockIdx.x * kWarps + warp; i0 < I) {
-    if constexpr (kV2) {
-      prefetch_head_stream<2>(base + int64_t(i0) * K8, K8, lane, prefetch);
-      prefetch_head_stream<2>(base + int64_t(I + i0) * K8, K8, lane, prefetch);
-    } else {
-      prefetch_head(base + int64_t(i0) * K8, K8, lane, prefetch);
-      prefetch_head(base + int64_t(I + i0) * K8, K8, lane, prefetch);
-    }
+    prefetch_head(base + int64_t(i0) * K8, K8, lane, prefetch);
+    prefetch_head(base + int64_t(I + i0) * K8, K8, lane, prefetch);
   }
   pdl_wait();
   stage_normalized<T, M>(x, rows, nw, eps, K, xs);
@@ -70,18 +59,10 @@ gemv_silu_mul_norm_kernel(const float* __restrict__ x, const int32_t* __restrict
     if (i >= I) break;  // only in the last group
     const uint4* wr[2] = {base + int64_t(i) * K8, base + int64_t(I + i) * K8};
     float acc[2][M];
-    if constexpr (kV2) warp_dot_stream<T, M, 2, true>(reinterpret_cast<const uint4*>(xs), wr, K8, lane, acc);
-    else warp_dot<T, M, 2, true>(reinterpret_cast<const uint4*>(xs), wr, K8, lane, acc);
+    warp_dot<T, M, 2, true>(reinterpret_cast<const uint4*>(xs), wr, K8, lane, acc);
     store_silu_mul<T, M>(acc, lane, bias, out, I, i);
   }
   pdl_trigger();
-}
-
-// Calls f(std::bool_constant<v2>) for gemv_version() (gemv.h).
-template <class F>
-void dispatch_version(F&& f) {
-  if (gemv_version() == GemvVersion::V2) f(std::true_type{});
-  else f(std::false_type{});
 }
 
 void check_norm_shape(int64_t M, int64_t N, int64_t K, DType dt) {
@@ -108,19 +89,19 @@ void gemv_norm(const float* x, const int32_t* rows, const float* norm_w, float e
     const int64_t row_bytes = K * int64_t(sizeof(T));
     dispatch_rows(M, [&](auto r) {
       constexpr int R = decltype(r)::value;
-      auto launch = [&](auto kernel, auto* bias_t, auto* y_t) {
+      if (out_dt == DType::F32) {
+        const auto kernel = gemv_norm_kernel<T, float, R>;
         const unsigned grid = grid_for(reinterpret_cast<const void*>(kernel), smem, groups);
-        launch_pdl(kernel, grid, kThreads, smem, s, x, rows, norm_w, eps, static_cast<const T*>(w), bias_t, y_t,
-                   accumulate, static_cast<int>(N), static_cast<int>(K),
-                   head_prefetch(std::min<int64_t>(N, int64_t(grid) * kWarps), row_bytes));
-      };
-      dispatch_version([&](auto v) {
-        constexpr bool kV2 = decltype(v)::value;
-        if (out_dt == DType::F32)
-          launch(gemv_norm_kernel<T, float, R, kV2>, static_cast<const float*>(bias), static_cast<float*>(y));
-        else
-          launch(gemv_norm_kernel<T, T, R, kV2>, static_cast<const T*>(bias), static_cast<T*>(y));
-      });
+        launch_pdl(kernel, grid, kThreads, smem, s, x, rows, norm_w, eps, static_cast<const T*>(w),
+                   static_cast<const float*>(bias), static_cast<float*>(y), accumulate, static_cast<int>(N),
+                   static_cast<int>(K), head_prefetch(std::min<int64_t>(N, int64_t(grid) * kWarps), row_bytes));
+      } else {
+        const auto kernel = gemv_norm_kernel<T, T, R>;
+        const unsigned grid = grid_for(reinterpret_cast<const void*>(kernel), smem, groups);
+        launch_pdl(kernel, grid, kThreads, smem, s, x, rows, norm_w, eps, static_cast<const T*>(w),
+                   static_cast<const T*>(bias), static_cast<T*>(y), accumulate, static_cast<int>(N),
+                   static_cast<int>(K), head_prefetch(std::min<int64_t>(N, int64_t(grid) * kWarps), row_bytes));
+      }
     });
   });
 }
@@ -134,13 +115,11 @@ void gemv_silu_mul_norm(const float* x, const int32_t* rows, const float* norm_w
     using T = decltype(t);
     dispatch_rows(M, [&](auto r) {
       constexpr int R = decltype(r)::value;
-      dispatch_version([&](auto v) {
-        const auto kernel = gemv_silu_mul_norm_kernel<T, R, decltype(v)::value>;
-        const unsigned grid = grid_for(reinterpret_cast<const void*>(kernel), smem, groups);
-        launch_pdl(kernel, grid, kThreads, smem, s, x, rows, norm_w, eps, static_cast<const T*>(w),
-                   static_cast<const T*>(bias), static_cast<T*>(out), static_cast<int>(I), static_cast<int>(K),
-                   head_prefetch(2 * std::min<int64_t>(I, int64_t(grid) * kWarps), K * int64_t(sizeof(T))));
-      });
+      const auto kernel = gemv_silu_mul_norm_kernel<T, R>;
+      const unsigned grid = grid_for(reinterpret_cast<const void*>(kernel), smem, groups);
+      launch_pdl(kernel, grid, kThreads, smem, s, x, rows, norm_w, eps, static_cast<const T*>(w),
+                 static_cast<const T*>(bias), static_cast<T*>(out), static_cast<int>(I), static_cast<int>(K),
+                 head_prefetch(2 * std::min<int64_t>(I, int64_t(grid) * kWarps), K * int64_t(sizeof(T))));
     });
   });
 }

@@ -132,19 +132,14 @@ inline int resident_per_sm(const void* kernel, size_t smem) {
 
 // One wave of blocks: per_block = ceil(groups / resident blocks) column groups each, so
 // ceil(groups / per_block) blocks (the last may take fewer groups).
-// The SMs of the current device at the first call (remembered).
-inline int sm_count() {
+inline unsigned grid_for(const void* kernel, size_t smem, int64_t groups) {
   static const int sms = [] {
     int dev = 0, n = 0;
     VLM_CUDA_CHECK(cudaGetDevice(&dev));
     VLM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
     return std::max(n, 1);
   }();
-  return sms;
-}
-
-inline unsigned grid_for(const void* kernel, size_t smem, int64_t groups) {
-  const int64_t resident = int64_t(sm_count()) * resident_per_sm(kernel, smem);
+  const int64_t resident = int64_t(sms) * resident_per_sm(kernel, smem);
   const int64_t per_block = (groups + resident - 1) / resident;
   return static_cast<unsigned>((groups + per_block - 1) / per_block);
 }
