@@ -12,7 +12,7 @@ docker/deploy/nginx.conf, and checks them against each other and against the ser
     failures for longer than that (the port closes while draining);
   * the HPA scales the Deployment on the name prometheus-adapter's rule gives
     vllm:num_requests_waiting, a metric the server declares;
-  * every VLM_SERVER_* variable names a vlm-server flag (tools/vlm-server/main.cpp);
+  * every VLM_SERVER_* variable names a vlm-server flag (tools/vlm-server/server_flags.cpp);
   * compose: stop_grace_period >= the drain timeout, nginx's config is the one in docker/deploy;
   * Dockerfile: several stages, a non-root USER whose uid the Deployment runs as, HEALTHCHECK on
     /health, the model as a VOLUME;
@@ -45,7 +45,7 @@ def read(*parts):
 # ---- facts from the server's sources ----------------------------------------------------------
 
 def server_facts():
-    main = read("tools", "vlm-server", "main.cpp")
+    main = read("tools", "vlm-server", "server_flags.cpp")  # the flag table
     flags_block = main[main.index("kFlags = {"):main.index("};", main.index("kFlags = {"))]
     flags = set(re.findall(r'\{"([a-z0-9-]+)",', flags_block))
     api = read("server", "api_server.cpp")
