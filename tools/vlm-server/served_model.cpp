@@ -46,11 +46,24 @@ void warm_weights(const LlmDecoder& decoder) {
   std::fprintf(stderr, "\n");
 }
 
+// A Qwen2-VL-family processor's patch / merge / temporal sizes must be its vision tower's.
+template <class Processor, class VisionConfig>
+void check_patch_sizes(const std::string& model_dir, const char* what, const Processor& p, const VisionConfig& vc) {
+  if (p.patch_size != vc.patch_size || p.merge_size != vc.spatial_merge_size ||
+      p.temporal_patch_size != vc.temporal_patch_size)
+    throw LoadError(fmt::format("{}: the {}'s patch/merge/temporal sizes {}/{}/{} are not the vision tower's {}/{}/{}",
+                                model_dir, what, p.patch_size, p.merge_size, p.temporal_patch_size, vc.patch_size,
+                                vc.spatial_merge_size, vc.temporal_patch_size));
+}
+
 }  // namespace
 
 std::unique_ptr<Engine> load_served_model(const std::string& model_dir, const WeightLoadOptions& load,
                                           const EngineConfig& ec, const MediaFlags& mf,
                                           std::shared_ptr<const Tokenizer> tokenizer, ApiServerOptions& api) {
+  auto serve = [&](std::unique_ptr<Model> model) {
+    return std::make_unique<Engine>(ec, std::move(model), make_text_decoder_factory(tokenizer));
+  };
   switch (detect_architecture(model_dir)) {
     case ModelArchitecture::CausalLM: {
       auto decoder = LlmDecoder::load(model_dir, load);
@@ -69,8 +82,7 @@ std::unique_ptr<Engine> load_served_model(const std::string& model_dir, const We
         throw LoadError(fmt::format("{}: the image processor's images come out {}x{}, the vision tower takes {}x{}",
                                     model_dir, h, w, model->image_size(), model->image_size()));
       api.images = images;
-      return std::make_unique<Engine>(ec, std::unique_ptr<Model>(std::move(model)),
-                                      make_text_decoder_factory(tokenizer));
+      return serve(std::move(model));
     }
     case ModelArchitecture::Qwen2VL: {
       auto model = Qwen2VLModel::load(model_dir, load);
@@ -85,17 +97,10 @@ std::unique_ptr<Engine> load_served_model(const std::string& model_dir, const We
       media.sampling = VideoSamplingParams::load(model_dir);
       media.video_limits = mf.video_limits;
       media.gpu_preprocess = gpu_preprocess(mf, ec);
-      const Qwen2VisionConfig& vc = model->config().vision;
       for (const auto* p : {&media.image, &media.video})
-        if (p->patch_size != vc.patch_size || p->merge_size != vc.spatial_merge_size ||
-            p->temporal_patch_size != vc.temporal_patch_size)
-          throw LoadError(fmt::format("{}: the preprocessor's patch/merge/temporal sizes {}/{}/{} are not the "
-                                      "vision tower's {}/{}/{}",
-                                      model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
-                                      vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
+        check_patch_sizes(model_dir, "preprocessor", *p, model->config().vision);
       api.qwen2vl = media;
-      return std::make_unique<Engine>(ec, std::unique_ptr<Model>(std::move(model)),
-                                      make_text_decoder_factory(tokenizer));
+      return serve(std::move(model));
     }
     case ModelArchitecture::Qwen3VL: {
       auto model = Qwen3VLModel::load(model_dir, load);
@@ -112,17 +117,10 @@ std::unique_ptr<Engine> load_served_model(const std::string& model_dir, const We
       media.video = Qwen3VLVideoConfig::load(model_dir);
       media.max_video_frames = mf.max_video_frames;
       media.video_limits = mf.video_limits;
-      const Qwen3VLVisionConfig& vc = model->config().vision;
       for (const auto* p : {&media.image.image, &media.video.base})
-        if (p->patch_size != vc.patch_size || p->merge_size != vc.spatial_merge_size ||
-            p->temporal_patch_size != vc.temporal_patch_size)
-          throw LoadError(fmt::format("{}: the processor's patch/merge/temporal sizes {}/{}/{} are not the "
-                                      "vision tower's {}/{}/{}",
-                                      model_dir, p->patch_size, p->merge_size, p->temporal_patch_size,
-                                      vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size));
+        check_patch_sizes(model_dir, "processor", *p, model->config().vision);
       api.qwen3vl = media;
-      return std::make_unique<Engine>(ec, std::unique_ptr<Model>(std::move(model)),
-                                      make_text_decoder_factory(tokenizer));
+      return serve(std::move(model));
     }
     case ModelArchitecture::LlavaOnevision: {
       auto model = LlavaOnevisionModel::load(model_dir, load);
@@ -140,8 +138,7 @@ std::unique_ptr<Engine> load_served_model(const std::string& model_dir, const We
           throw LoadError(fmt::format("{}: the processor makes {}px tiles, the vision tower takes {}px", model_dir,
                                       p->size, model->tile_size()));
       api.onevision = media;
-      return std::make_unique<Engine>(ec, std::unique_ptr<Model>(std::move(model)),
-                                      make_text_decoder_factory(tokenizer));
+      return serve(std::move(model));
     }
   }
   throw InternalError("load_served_model: an architecture without a case");
