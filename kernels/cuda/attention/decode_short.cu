@@ -22,13 +22,18 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps, kBN = 64, kRows = 16;
 
-// Shared memory (bytes): Q [kRows][D] (T, swizzled), two stages of K and V tiles [kBN][D] (T) --
-// reused after the loop by the warps' merge [kWarps][kRows][D + 2] f32 and the cluster partial
+// Stages of K/V tiles: kStages - 1 tiles in flight while one computes (a partition of up to
+// 2 tiles -- 1K context and 16 splits: 1 -- is all in flight at once). 3 stages at D = 128: 96 KiB,
+// two CTAs an SM (a 16-CTA cluster then needs 8 SMs of a GPC).
+constexpr int kStages = 3;
+
+// Shared memory (bytes): Q [kRows][D] (T, swizzled), kStages stages of K and V tiles [kBN][D] (T)
+// -- reused after the loop by the warps' merge [kWarps][kRows][D + 2] f32 and the cluster partial
 // [kRows][D + 2] f32 --, then the new token's K and V rows [2][D] (T).
 template <int D, class T>
 constexpr int kQBytes = kRows * D * int(sizeof(T));
 template <int D, class T>
-constexpr int kStageBytes = 2 * 2 * kBN * D * int(sizeof(T));
+constexpr int kStageBytes = kStages * 2 * kBN * D * int(sizeof(T));
 template <int D>
 constexpr int kMergeBytes = (kWarps + 1) * kRows * (D + 2) * 4;
 template <int D, class T>
@@ -48,6 +53,7 @@ decode_short_kernel(const T* __restrict__ qkv, int H, const float* __restrict__ 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* const sq = reinterpret_cast<T*>(smem_raw);
   T* const kv_smem = sq + kRows * D;
+  // Stage i: K at kv_smem + i * 2 * kBN * D, V right after it.
   auto sk = [&](int i) { return kv_smem + i * 2 * kBN * D; };
   auto sv = [&](int i) { return kv_smem + i * 2 * kBN * D + kBN * D; };
   T* const snew = reinterpret_cast<T*>(smem_raw + kNewOffset<D, T>);  // [2][D]: the new K, V rows
@@ -55,6 +61,18 @@ decode_short_kernel(const T* __restrict__ qkv, int H, const float* __restrict__ 
   const int split = blockIdx.x, hk = blockIdx.y, s = blockIdx.z;
   const int Hkv = kv.num_kv_heads, G = H / Hkv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int32_t* tbl = batch.block_tables + int64_t(s) * batch.max_blocks_per_seq;
+  // The first tile's block-table entries asked for together with the context length and the slot
+  // (one round trip instead of two: the keys of a split are known before its length is).
+  constexpr int kChunks = D / 8;                         // 16-byte chunks a row
+  constexpr int kIters = kBN * kChunks / kThreads;       // a thread's chunks of a tile
+  static_assert(kBN * kChunks % kThreads == 0, "whole tiles a pass");
+  int32_t blk0[kIters];
+#pragma unroll
+  for (int j = 0; j < kIters; ++j) {
+    const int key = split * partition + (tid + j * kThreads) / kChunks;
+    blk0[j] = tbl[min(key >> kv.block_shift, batch.max_blocks_per_seq - 1)];
+  }
   const int ctx = batch.context_lens[s];
   const int32_t slot = slots[s];
   const int p = ctx - 1;          // the new token's position
@@ -63,13 +81,30 @@ decode_short_kernel(const T* __restrict__ qkv, int H, const float* __restrict__ 
   if (k_begin >= ctx) k_begin = max(ctx, 0);  // an empty split still takes part in the merge (m = -inf)
   const int k_end = max(k_begin, min(ctx, k_begin + partition));
   const bool has_new = fresh && p >= k_begin && p < k_end;
-  const int32_t* tbl = batch.block_tables + int64_t(s) * batch.max_blocks_per_seq;
   const int num_tiles = (k_end - k_begin + kBN - 1) / kBN;
-  // The first tile in flight before anything else: keys past the new one (and it) zero-filled;
-  // the new token's row is put in after the tile landed.
+  // Keys past the new one (and it) zero-filled; the new token's row is put in after its tile landed.
   const int cache_end = fresh ? min(k_end, p) : k_end;
-  if (num_tiles > 0) tile::load_kv_tile<kBN, D, kThreads>(kv, tbl, hk, k_begin, cache_end, sk(0), sv(0), tid);
-  tile::cp_async_commit();
+  // Tile 0 from the entries above; tiles 1 .. kStages - 2 through load_kv_tile; one group each.
+  {
+    const T* kbase = static_cast<const T*>(kv.k);
+    const T* vbase = static_cast<const T*>(kv.v);
+#pragma unroll
+    for (int j = 0; j < kIters; ++j) {
+      const int i = tid + j * kThreads, r = i / kChunks, c = i % kChunks;
+      const int key = k_begin + r;
+      const bool in = num_tiles > 0 && key < cache_end;
+      const int64_t off = in ? kv.offset(blk0[j], hk, key & (kv.block_size - 1)) + c * 8 : 0;
+      const int at = tile::swz<D>(r, c * 8);
+      tile::cp_async16(sk(0) + at, kbase + off, in ? 16 : 0);
+      tile::cp_async16(sv(0) + at, vbase + off, in ? 16 : 0);
+    }
+    tile::cp_async_commit();
+  }
+#pragma unroll
+  for (int t = 1; t < kStages - 1; ++t) {
+    if (t < num_tiles) tile::load_kv_tile<kBN, D, kThreads>(kv, tbl, hk, k_begin + t * kBN, cache_end, sk(t), sv(t), tid);
+    tile::cp_async_commit();
+  }
 
   // The group's q rows and the new K and V rows, normalized and rotated (rope_kv_write_kernel's
   // arithmetic): items (row, 8-element chunk), rows 0..G-1 the q heads hk * G.., G the key, G + 1
@@ -120,16 +155,18 @@ decode_short_kernel(const T* __restrict__ qkv, int H, const float* __restrict__ 
   const int t4 = lane % 4;
   for (int n = 0; n < num_tiles; ++n) {
     const int key0 = k_begin + n * kBN;
-    if (n + 1 < num_tiles)
-      tile::load_kv_tile<kBN, D, kThreads>(kv, tbl, hk, key0 + kBN, cache_end, sk((n + 1) & 1), sv((n + 1) & 1), tid);
+    tile::cp_async_wait<kStages - 2>();  // tile n's group done (one group per tile, empty past the end)
+    __syncthreads();  // ... for every thread's copies; stage (n - 1)'s reads done before it is refilled
+    const int next = n + kStages - 1;
+    if (next < num_tiles)
+      tile::load_kv_tile<kBN, D, kThreads>(kv, tbl, hk, k_begin + next * kBN, cache_end, sk(next % kStages),
+                                           sv(next % kStages), tid);
     tile::cp_async_commit();
-    tile::cp_async_wait<1>();
-    __syncthreads();
-    T* const tk = sk(n & 1);
-    T* const tv = sv(n & 1);
+    T* const tk = sk(n % kStages);
+    T* const tv = sv(n % kStages);
     if (has_new && p >= key0 && p < key0 + kBN) {  // uniform: the new token's row from snew
-      for (int c = tid; c < 2 * (D / 8); c += kThreads) {
-        const int which = c / (D / 8), i = (c % (D / 8)) * 8;
+      for (int c = tid; c < 2 * kChunks; c += kThreads) {
+        const int which = c / kChunks, i = (c % kChunks) * 8;
         *reinterpret_cast<uint4*>((which == 0 ? tk : tv) + tile::swz<D>(p - key0, i)) =
             *reinterpret_cast<const uint4*>(snew + which * D + i);
       }
@@ -146,7 +183,6 @@ decode_short_kernel(const T* __restrict__ qkv, int H, const float* __restrict__ 
       }
     tile::online_softmax<D, 2>(sc[0], m, l, o[0], scale_log2);
     tile::pv_tile<D, 2, 1>(o, sc, tv, warp * 16, lane);
-    __syncthreads();
   }
   tile::cp_async_wait<0>();  // an empty split's zero-size group too, before the space is reused
   __syncthreads();

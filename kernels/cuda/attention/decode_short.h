@@ -7,8 +7,11 @@
 // Plan: grid (n, Hkv, num_seqs) in thread-block clusters of n CTAs (one per (sequence, KV head)),
 // n = min(ceil(max_context_len / 64), VLM_CUDA_DECODE_SHORT_SPLITS (default 16)), partitions of
 // ceil(max_context_len / n) keys rounded up to 64; each CTA streams its partition in 64-key tiles
-// (two stages, the v1/v2 16-bit loop) and the cluster merges its n partials through distributed
-// shared memory (decode::cluster_merge, as v3). While its first tile is in flight every CTA computes
+// (three stages: two tiles in flight while one computes; 100 KiB of shared memory at D = 128, two
+// CTAs an SM) and the cluster merges its n partials through distributed shared memory
+// (decode::cluster_merge, as v3). The first tile's block-table entries are loaded together with
+// the context length (the split's keys do not depend on it), so its copies start one round trip
+// earlier than the split kernel's. While its first tile is in flight every CTA computes
 // the q rows of its group (norm + RoPE from the qkv row, the same bits as rope_split_q_kv_write) and
 // the new key and value; the new token (position context_lens[s] - 1) is taken from those registers
 // (through shared memory) instead of being read back from the cache, so no CTA waits for the

@@ -175,6 +175,9 @@ class CudaDecoder final : private CudaAttentionRunner {
   int64_t graphs_captured() const { return graphs_captured_; }
   bool pdl() const { return pdl_; }  // options.pdl resolved (decode steps launch with PDL)
   int64_t graph_launches() const { return graph_launches_; }
+  // Layers enqueued through the fused short-context decode (decode_short.h; eager steps and graph
+  // captures count, graph replays do not; tests).
+  int64_t decode_short_layers() const { return decode_short_layers_; }
   // Layers whose prefill attention ran through cuDNN (tests).
   int64_t cudnn_prefill_calls() const { return cudnn_.calls(); }
   int64_t cudnn_paged_calls() const { return cudnn_.paged_calls(); }  // of those, chunks over cached context
@@ -256,7 +259,7 @@ class CudaDecoder final : private CudaAttentionRunner {
   std::vector<std::unique_ptr<Graph>> graphs_;
   cuda::PinnedBuffer graph_host_;   // staging of a graph step's metadata
   cudaEvent_t graph_staged_ = nullptr;  // the staging's last upload done
-  int64_t graph_clock_ = 0, graphs_captured_ = 0, graph_launches_ = 0;
+  int64_t graph_clock_ = 0, graphs_captured_ = 0, graph_launches_ = 0, decode_short_layers_ = 0;
   int64_t num_logit_rows_ = 0;
   // Device views into meta_dev_ for the current step.
   const int32_t* d_ids_ = nullptr;

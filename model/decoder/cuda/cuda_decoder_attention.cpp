@@ -36,6 +36,7 @@ bool CudaDecoder::attend_short(int l, int64_t T, void* qkv, const RopeRows& rope
   cuda::rope_kv_decode_attention(qkv, H, static_cast<const float*>(rope.table), rope.cols, q_.get(), kv, d_slots_,
                                  *meta_, scale, attn_.get(), opt_.dtype, stream_, norm);
   prof_.mark(stream_, "rope_kv_attention");
+  ++decode_short_layers_;
   return true;
 }
 
