@@ -316,7 +316,7 @@ void bench_short(int seqs, int ctx, int h, int hkv) {
   ok(cudaMalloc(&nw, kD * 4), "malloc");
   ok(cudaMemcpy(nw, ones.data(), kD * 4, cudaMemcpyHostToDevice), "copy");
   // Slot of each sequence's last position, from the batch's table (downloaded once).
-  std::vector<int32_t> tbl(size_t(batch.num_blocks)), slots(size_t(seqs));
+  std::vector<int32_t> tbl(static_cast<size_t>(batch.num_blocks)), slots(static_cast<size_t>(seqs));
   ok(cudaMemcpy(tbl.data(), batch.b.block_tables, tbl.size() * 4, cudaMemcpyDeviceToHost), "copy");
   const int per = batch.b.max_blocks_per_seq;
   for (int s = 0; s < seqs; ++s) slots[size_t(s)] = tbl[size_t(s * per + (ctx - 1) / kB)] * kB + (ctx - 1) % kB;

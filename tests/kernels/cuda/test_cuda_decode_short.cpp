@@ -12,6 +12,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "kernels/cuda/attention/cuda_attention.h"
@@ -34,10 +35,11 @@ struct ShortCase {
 };
 
 std::string name(const ShortCase& c) {
-  std::string s = std::string(dtype_name(c.dt)) + " H " + std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " D " +
-                  std::to_string(c.D) + " ctx";
-  for (int x : c.ctx) s += " " + std::to_string(x);
-  return s + (c.norm ? " norm" : "") + (c.skip_slot ? " skip-slot" : "") + (c.boost ? " boost" : "");
+  std::ostringstream o;
+  o << dtype_name(c.dt) << " H " << c.H << "/" << c.Hkv << " D " << c.D << " ctx";
+  for (int x : c.ctx) o << " " << x;
+  o << (c.norm ? " norm" : "") << (c.skip_slot ? " skip-slot" : "") << (c.boost ? " boost" : "");
+  return o.str();
 }
 
 void run_case(const ShortCase& c) {
