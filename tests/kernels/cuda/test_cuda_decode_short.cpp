@@ -139,10 +139,12 @@ void run_case(const ShortCase& c) {
   const auto o_got = decode(to_host<uint8_t>(out_got, rows * e), dt);
   const auto o_ref = decode(to_host<uint8_t>(out_ref, rows * e), dt);
   const auto o_naive = decode(to_host<uint8_t>(out_naive, rows * e), dt);
-  // bf16 / f16 outputs: the split sums' f32 order and P rounded to 16 bits for the mma.
-  const double tol = dt == DType::BF16 ? 2e-2 : 5e-3;
-  EXPECT_LT(normalized_error(o_got, o_ref), tol) << what << ": vs rope_split_q_kv_write + paged_decode_attention";
-  EXPECT_LT(normalized_error(o_got, o_naive), tol) << what << ": vs the naive reference";
+  // Against the two-kernel path: the split sums' f32 order (another partition) and the 16-bit
+  // output's rounding (test_cuda_attention's merged-vs-reduce bounds, 8e-3 / 1e-3, plus slack);
+  // against the naive kernel: P rounded to 16 bits for the mma too (f32 there).
+  const bool bf = dt == DType::BF16;
+  EXPECT_LE(normalized_error(o_got, o_ref), bf ? 1e-2 : 2e-3) << what << ": vs rope_split_q_kv_write + decode";
+  EXPECT_LE(normalized_error(o_got, o_naive), bf ? 2e-2 : 5e-3) << what << ": vs the naive reference";
 }
 
 bool require_short_gpu() {
