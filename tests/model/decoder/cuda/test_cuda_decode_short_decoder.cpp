@@ -28,7 +28,7 @@ namespace {
 constexpr int kL = 2, kH = 8, kHkv = 2, kV = 512, kB = 16;
 constexpr int64_t kBlocks = 512;
 
-class CudaDecodeShort : public ::testing::Test {
+class CudaDecodeShortDecoder : public ::testing::Test {
  protected:
   void SetUp() override {
     VLM_REQUIRE_GPU();
@@ -105,7 +105,7 @@ class CudaDecodeShort : public ::testing::Test {
   std::vector<int32_t> tables_[2];
 };
 
-TEST_F(CudaDecodeShort, FusedShortDecodeAgreesWithTwoKernelPath) {
+TEST_F(CudaDecodeShortDecoder, FusedShortDecodeAgreesWithTwoKernelPath) {
   int dev = 0, major = 0;
   VLM_CUDA_CHECK(cudaGetDevice(&dev));
   VLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
