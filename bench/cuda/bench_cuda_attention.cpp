@@ -21,6 +21,10 @@
 // seqs=... ctx=... x=<bf16 ms / fp8 ms> form=v2|v3|v4|v1"; issue 43's bar: >= 1.7 at 128K). The FP8
 // lines come in pairs: form v2 (converted in registers, the default), then v1 (converted in
 // shared memory; VLM_CUDA_FP8_KV_KERNEL=v1), whatever the environment says.
+// Argument "short [CTX...]" (default 1024 4096 8192): issues 40/41's decode layer of 1 sequence,
+// Qwen3-8B's heads (32/8) and Qwen3-30B-A3B's (32/4), with the q/k norm: "two" =
+// rope_split_q_kv_write then paged_decode_attention (the decoder's default plan, merged reduce),
+// "fused" = rope_kv_decode_attention (decode_short.h), one line each, "us_per_layer=<median>".
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,6 +40,7 @@
 #include "kernels/core/fp8.h"
 #include "kernels/cuda/attention/cuda_attention.h"
 #include "kernels/cuda/attention/cudnn_attention.h"
+#include "kernels/cuda/attention/decode_short.h"
 #include "bench/cuda/attention_bench_util.h"
 #include "bench/cuda/cudnn_inmodel_bench.h"
 #include "bench/cuda/nvml_sampler.h"
@@ -281,6 +286,70 @@ void bench_chunk(int q_len, int ctx, int plan_kv) {
 
 }  // namespace
 
+// Issues 40/41's rows: RoPE + K/V write + decode attention of `seqs` sequences at ctx over h / hkv
+// heads with Qwen3's q/k norm, the two-kernel path and the fused one (decode_short.h), rotating
+// among cache copies beyond the L2 as bench_decode does. The same slot is rewritten every call.
+void bench_short(int seqs, int ctx, int h, int hkv) {
+  Batch batch(seqs, 1, ctx, 11);
+  const size_t cache = size_t(batch.num_blocks) * hkv * kB * kD;
+  const double bytes = 2.0 * cache * 2;
+  const int copies = int(std::clamp(std::ceil(256e6 / bytes), 1.0, 64.0));
+  std::vector<void*> ks, vs;
+  for (int c = 0; c < copies; ++c) {
+    ks.push_back(random_bf16(cache, 20 + c));
+    vs.push_back(random_bf16(cache, 90 + c));
+  }
+  const int w = h + 2 * hkv;
+  void* qkv = random_bf16(size_t(seqs) * w * kD, 4);
+  void* q = random_bf16(size_t(seqs) * h * kD, 5);
+  void* out = random_bf16(size_t(seqs) * h * kD, 6);
+  std::vector<float> tab(size_t(seqs) * kD), ones(kD, 1.0f);
+  for (int s = 0; s < seqs; ++s)
+    for (int i = 0; i < kD / 2; ++i) {
+      const double a = (ctx - 1) * std::pow(1e6, -2.0 * i / kD);
+      tab[size_t(s * kD + i)] = float(std::cos(a));
+      tab[size_t(s * kD + kD / 2 + i)] = float(std::sin(a));
+    }
+  float *table = nullptr, *nw = nullptr;
+  ok(cudaMalloc(&table, tab.size() * 4), "malloc");
+  ok(cudaMemcpy(table, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice), "copy");
+  ok(cudaMalloc(&nw, kD * 4), "malloc");
+  ok(cudaMemcpy(nw, ones.data(), kD * 4, cudaMemcpyHostToDevice), "copy");
+  // Slot of each sequence's last position, from the batch's table (downloaded once).
+  std::vector<int32_t> tbl(static_cast<size_t>(batch.num_blocks)), slots(static_cast<size_t>(seqs));
+  ok(cudaMemcpy(tbl.data(), batch.b.block_tables, tbl.size() * 4, cudaMemcpyDeviceToHost), "copy");
+  const int per = batch.b.max_blocks_per_seq;
+  for (int s = 0; s < seqs; ++s) slots[size_t(s)] = tbl[size_t(s * per + (ctx - 1) / kB)] * kB + (ctx - 1) % kB;
+  int32_t* d_slots = upload(slots);
+  void* ws = nullptr;
+  ok(cudaMalloc(&ws, vlm::cuda::paged_decode_workspace_bytes(seqs, h, hkv, kD, ctx)), "malloc");
+  void* counters = nullptr;
+  ok(cudaMalloc(&counters, size_t(seqs) * hkv * 4), "malloc");
+  ok(cudaMemset(counters, 0, size_t(seqs) * hkv * 4), "memset");
+  const float scale = 1.f / std::sqrt(float(kD));
+  vlm::cuda::HeadNorm norm{nw, nw, 1e-6f};
+  for (bool fused : {false, true}) {
+    const double ms = median_ms(5, 30, 10, [&](int i) {
+      const vlm::PagedKVLayer kv = layer(ks[i % copies], vs[i % copies], batch.num_blocks, hkv);
+      if (fused) {
+        vlm::cuda::rope_kv_decode_attention(qkv, h, table, kD, q, kv, d_slots, batch.b, scale, out, DType::BF16,
+                                            nullptr, norm);
+      } else {
+        vlm::cuda::rope_split_q_kv_write(qkv, seqs, h, table, kD, q, kv, d_slots, DType::BF16, nullptr, norm);
+        vlm::cuda::paged_decode_attention(q, DType::BF16, h, kv, batch.b, scale, out, ws, nullptr,
+                                          static_cast<int32_t*>(counters));
+      }
+    });
+    std::printf("ours decode-short heads=%d/%d seqs=%d ctx=%d path=%s us_per_layer=%.2f\n", h, hkv, seqs, ctx,
+                fused ? "fused" : "two", ms * 1e3);
+  }
+  for (void* p : ks) cudaFree(p);
+  for (void* p : vs) cudaFree(p);
+  for (void* p : {qkv, q, out, ws, counters, static_cast<void*>(table), static_cast<void*>(nw),
+                  static_cast<void*>(d_slots)})
+    cudaFree(p);
+}
+
 // Argument "prefill": the prefill shapes only; "cudnn": the prefill shapes, ours and cuDNN's; "decode
 // CTX...": decode of 1 sequence at those contexts (VLM_CUDA_DECODE_MIN_PARTITION sweeps the split length);
 // "bar": issue 40's decode rows (1 sequence at 1K, 4K, 8K, 32K; 64 x 1K; Qwen3-8B's 32/8 heads at 1K
@@ -304,6 +373,19 @@ int main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) ns.push_back(std::atoi(argv[i]));
     if (ns.empty()) ns = {8192, 32768};
     for (int n : ns) vlm::bench::bench_cudnn_inmodel(n, nvml);
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "short") {  // short [CTX...]: issues 40/41's fused decode layer
+    std::vector<int> ctxs;
+    for (int i = 2; i < argc; ++i) ctxs.push_back(std::atoi(argv[i]));
+    if (ctxs.empty()) ctxs = {1024, 4096, 8192};
+    if (!vlm::cuda::decode_short_supported(layer(nullptr, nullptr, 1, 8), DType::BF16, 32, kD, true, 1, ctxs[0])) {
+      std::printf("decode-short: not supported on this GPU (needs sm_90)\n");
+      return 0;
+    }
+    for (int ctx : ctxs)
+      for (int hkv : ctx <= vlm::cuda::kDecodeShortMaxContext ? std::vector<int>{8, 4} : std::vector<int>{})
+        for (int seqs : {1, 4}) bench_short(seqs, ctx, 32, hkv);
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "bar") {  // issue 40's decode rows, both plans

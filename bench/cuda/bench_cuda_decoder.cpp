@@ -234,11 +234,11 @@ int main(int argc, char** argv) {
       if (dump.enabled()) dump_logits("decode batch " + std::to_string(batch) + " last step");
       const double ms = 1e3 * median(times);
       std::printf("decode batch %ld context %ld: %.3f ms/step, %.1f tokens/s (%s: %ld graphs captured, %ld launched; "
-                  "PDL %s; host enqueue %.1f us)\n",
+                  "PDL %s; host enqueue %.1f us; short-decode layers enqueued %ld)\n",
                   static_cast<long>(batch), static_cast<long>(context), ms, 1e3 * static_cast<double>(batch) / ms,
                   o.enforce_eager ? "eager" : "graphs", static_cast<long>(backend.decoder().graphs_captured()),
                   static_cast<long>(backend.decoder().graph_launches()), backend.decoder().pdl() ? "on" : "off",
-                  1e6 * median(enqueue));
+                  1e6 * median(enqueue), static_cast<long>(backend.decoder().decode_short_layers()));
     }
     vlm::bench::NvmlSampler nvml(o.device);  // the chip's clock while the timed prefills ran (issue 44)
     for (int64_t len : prefills) {

@@ -13,6 +13,7 @@
 #include "kernels/core/log.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
+#include "kernels/cuda/attention/decode_short.h"
 #include "kernels/cuda/core/pdl.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/gemv_norm.h"
@@ -44,6 +45,7 @@ CudaDecoder::CudaDecoder(const LlmDecoder& host, const CudaDecoderOptions& optio
       device_current_(cudaSetDevice(options.device) == cudaSuccess),
       fused_norm_(options.fused_norm < 0 ? fused_norm_env() : options.fused_norm != 0),
       fused_reduce_(options.fused_decode_reduce < 0 ? fused_reduce_env() : options.fused_decode_reduce != 0),
+      decode_short_(options.decode_short < 0 ? cuda::decode_short_env() : options.decode_short != 0),
       cudnn_(options.kv_fp8 ? 0 : options.cudnn_prefill, options.cudnn_min_tokens, options.cudnn_bucket) {
   VLM_CHECK(opt_.dtype == DType::F32 || opt_.dtype == DType::BF16 || opt_.dtype == DType::F16,
             "GPU dtype {} (F32, BF16 or F16)", dtype_name(opt_.dtype));

@@ -82,6 +82,10 @@ struct CudaDecoderOptions {
   // Decode attention's split reduce merged into its split kernel (the last CTA of each sequence
   // and KV head merges; cuda_attention.h): -1 = VLM_CUDA_DECODE_FUSED_REDUCE (unset: on), 0 off, 1 on.
   int fused_decode_reduce = -1;
+  // Short-context decode in one launch (kernels/cuda/attention/decode_short.h: q/k norm, RoPE, the
+  // K/V write and attention fused) on decode steps of <= 4 sequences and <= 8K context with a 16-bit
+  // cache, no SinkRouter/LOOK-M/probe: -1 = VLM_CUDA_DECODE_SHORT (unset: on), 0 off, 1 on.
+  int decode_short = -1;
   // Programmatic dependent launch of the decode step's kernels (kernels/cuda/core/pdl.h: each starts
   // beside the one before it and prefetches its weights before waiting; graphs and eager steps; the
   // same logits bit for bit): -1 = VLM_CUDA_PDL (unset: off), 0 off, 1 on; on only where the GPU
@@ -171,6 +175,9 @@ class CudaDecoder final : private CudaAttentionRunner {
   int64_t graphs_captured() const { return graphs_captured_; }
   bool pdl() const { return pdl_; }  // options.pdl resolved (decode steps launch with PDL)
   int64_t graph_launches() const { return graph_launches_; }
+  // Layers enqueued through the fused short-context decode (decode_short.h; eager steps and graph
+  // captures count, graph replays do not; tests).
+  int64_t decode_short_layers() const { return decode_short_layers_; }
   // Layers whose prefill attention ran through cuDNN (tests).
   int64_t cudnn_prefill_calls() const { return cudnn_.calls(); }
   int64_t cudnn_paged_calls() const { return cudnn_.paged_calls(); }  // of those, chunks over cached context
@@ -191,6 +198,10 @@ class CudaDecoder final : private CudaAttentionRunner {
   // rope_split_qkv into k_/v_ and paged_kv_write).
   void rope_kv_write(int l, int64_t T, void* qkv, const RopeRows& rope, const cuda::HeadNorm& norm);
   void attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta);
+  // The fused short-context decode (decode_short.h) for this layer when the step qualifies (a
+  // decode step with no method, probe, sparse or cuDNN attention; decode_short_supported); false:
+  // nothing enqueued, take rope_kv_write then attention.
+  bool attend_short(int l, int64_t T, void* qkv, const RopeRows& rope, const cuda::HeadNorm& norm);
   // The tensor-core kernels' head sizes; the split-K decode kernel for this step.
   bool fast_attention() const { return config().head_dim == 64 || config().head_dim == 128; }
   bool decode_shape() const { return fast_attention() && config().num_heads / config().num_kv_heads <= 16; }
@@ -209,6 +220,7 @@ class CudaDecoder final : private CudaAttentionRunner {
   bool device_current_ = false;
   bool fused_norm_ = true;    // options.fused_norm resolved
   bool fused_reduce_ = true;  // options.fused_decode_reduce resolved
+  bool decode_short_ = true;  // options.decode_short resolved
   bool pdl_ = false;          // options.pdl resolved
   cudaStream_t stream_ = nullptr;
   cuda::CublasLtGemm gemm_;
@@ -247,7 +259,7 @@ class CudaDecoder final : private CudaAttentionRunner {
   std::vector<std::unique_ptr<Graph>> graphs_;
   cuda::PinnedBuffer graph_host_;   // staging of a graph step's metadata
   cudaEvent_t graph_staged_ = nullptr;  // the staging's last upload done
-  int64_t graph_clock_ = 0, graphs_captured_ = 0, graph_launches_ = 0;
+  int64_t graph_clock_ = 0, graphs_captured_ = 0, graph_launches_ = 0, decode_short_layers_ = 0;
   int64_t num_logit_rows_ = 0;
   // Device views into meta_dev_ for the current step.
   const int32_t* d_ids_ = nullptr;

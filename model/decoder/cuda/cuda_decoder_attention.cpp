@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/core/check.h"
+#include "kernels/cuda/attention/decode_short.h"
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 #include "model/decoder/cuda/cuda_decoder.h"
@@ -11,9 +12,32 @@ namespace vlm {
 
 Act CudaDecoder::attend(int l, Act qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {
   const ModelConfig& c = config();
-  rope_kv_write(l, qkv.rows, qkv.data, rope, norm);
-  attention(l, qkv.rows, *meta_);
+  if (!attend_short(l, qkv.rows, qkv.data, rope, norm)) {
+    rope_kv_write(l, qkv.rows, qkv.data, rope, norm);
+    attention(l, qkv.rows, *meta_);
+  }
   return Act{attn_.get(), qkv.rows, c.num_heads * c.head_dim, opt_.dtype};
+}
+
+bool CudaDecoder::attend_short(int l, int64_t T, void* qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {
+  // Only plain decode steps: the methods (SinkRouter routes, LOOK-M reads q after attention), the
+  // probe (reads q before attention), sparse and cuDNN attention keep the two-kernel path.
+  if (!decode_short_ || !decode_kernel() || methods_ || look_m_on_ || probe_ || sparse_ ||
+      cudnn_mode_ != CudaCudnnPrefill::kNone || meta_ == nullptr || T != meta_->num_seqs)
+    return false;
+  const ModelConfig& c = config();
+  const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
+  const int H = static_cast<int>(c.num_heads);
+  if ((norm.q_w != nullptr && norm.k_w == nullptr) ||
+      !cuda::decode_short_supported(kv, opt_.dtype, H, rope.cols, norm.q_w != nullptr, meta_->num_seqs,
+                                    meta_->max_context_len))
+    return false;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  cuda::rope_kv_decode_attention(qkv, H, static_cast<const float*>(rope.table), rope.cols, q_.get(), kv, d_slots_,
+                                 *meta_, scale, attn_.get(), opt_.dtype, stream_, norm);
+  prof_.mark(stream_, "rope_kv_attention");
+  ++decode_short_layers_;
+  return true;
 }
 
 void CudaDecoder::attention(int l, int64_t T, const cuda::CudaAttentionBatch& meta) {

@@ -56,6 +56,7 @@ class CudaDecodeFusion : public ::testing::Test {
     o.cudnn_prefill = 0;  // the built-in prefill kernel in all of them
     o.fused_norm = norm;
     o.fused_decode_reduce = reduce;
+    o.decode_short = 0;  // the split kernel (the fused short-decode path: test_cuda_decode_short_decoder.cpp)
     return std::make_unique<CudaDecoder>(*host_, o);
   }
 

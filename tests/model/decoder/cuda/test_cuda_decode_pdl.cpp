@@ -68,6 +68,7 @@ class CudaDecodePdl : public ::testing::TestWithParam<std::string> {
     o.fused_norm = norm;
     o.fused_decode_reduce = reduce;
     o.pdl = pdl;
+    o.decode_short = 0;  // the split kernel (the fused short-decode path: test_cuda_decode_short_decoder.cpp)
     return std::make_unique<CudaDecoder>(*host_, o);
   }
 
