@@ -29,6 +29,11 @@
 //     R down rows, contiguous per pair, and the token's k act rows), then warp w sums pair w
 //     from shared memory and thread r < R adds column c0 + r's k outputs in increasing j
 //     (moe_pair_staged.cu says why: registers no longer bound the bytes in flight).
+//  3b. moe_pair_down_combine_bulk (the default since session 20, not measured yet;
+//     VLM_MOE_DOWN_BULK=0 runs 3'.; moe_limits.h's kMoeDownBulkDefault): 3'. with its shared-memory
+//     fill done by the copy engine (sm_90 bulk copies: per pair one copy of its R contiguous down
+//     rows and one of its act row, on one mbarrier per pair), warp w summing its pair as soon as
+//     that pair has landed; 3'.'s sums in 3'.'s order (the same bits; moe_pair_bulk.cu).
 //  2'. moe_pair_gate_up_staged (opt-in, VLM_MOE_DECODE=staged runs 2'. and 3'.; not measured yet):
 //     2. the same way (the same bits), a block per (pair, R = 12 columns) copying the gate rows,
 //     the up rows and h[t] into shared memory first (moe_pair_staged.cu).
@@ -126,6 +131,13 @@ void moe_pair_down_combine_naive(const void* act, const void* down, const int32_
 // moe_pair_down_staged_supported(K, I): k x I x 2 bytes x 2 (act + one row) <= 110,592 (shared
 // memory); false: run moe_pair_down_combine.
 bool moe_pair_down_staged_supported(int64_t K, int64_t I);
+// 3b. (the contract of moe_pair_down_combine_staged, the same bits). Needs
+// moe_pair_down_bulk_supported(K, I): moe_pair_down_staged_supported's shapes on a GPU of compute
+// capability 9.0+ (asked of the current device, once per device).
+bool moe_pair_down_bulk_supported(int64_t K, int64_t I);
+void moe_pair_down_combine_bulk(const void* act, const void* down, const int32_t* expert /*[T,K]*/,
+                                const float* weight /*[T,K]*/, DType dt, int64_t T, int64_t K, int64_t C, int64_t I,
+                                float* y, bool accumulate, cudaStream_t s);
 // 2'. (the contract of moe_pair_gate_up, the same bits). Also T x K <= 65535. Needs
 // moe_pair_gate_up_staged_supported(C): 3 x C x 2 bytes <= 110,592 (C <= 18,432).
 bool moe_pair_gate_up_staged_supported(int64_t C);

@@ -54,4 +54,11 @@ inline bool moe_norm_router_shape_ok(int64_t T, int64_t E, int64_t C, int64_t K)
 // 1K: 3.355 vs 3.490 ms a step; tests bit-equal to the two launches): bench/RESULTS.md "Session 19, call D".
 constexpr bool kMoeNormRouterDefault = true;
 
+// Whether CudaMoe's one-token down+combine is moe_decode.h's 3b. (moe_pair_down_combine_bulk: the
+// staged form filled by bulk copies; the same bits as 3'.) when VLM_MOE_DOWN_BULK is unset
+// (VLM_MOE_DOWN_BULK=1 / 0 overrides; VLM_MOE_DECODE=v1 runs 3. whatever this says). Proposed on
+// in session 20 (moe-t1) before a GPU measured it: bench_cuda_moe "kernel down_combine form=bulk"
+// against "form=staged" decides; off again if it loses.
+constexpr bool kMoeDownBulkDefault = true;
+
 }  // namespace vlm::cuda

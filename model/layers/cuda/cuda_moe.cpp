@@ -61,6 +61,17 @@ bool norm_router_on() {
   return on;
 }
 
+// The one-token down+combine filled by bulk copies (moe_decode.h, 3b.): VLM_MOE_DOWN_BULK=1 / 0,
+// else kMoeDownBulkDefault (read once per process); VLM_MOE_DECODE=v1 runs 3. regardless.
+bool down_bulk_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("VLM_MOE_DOWN_BULK");
+    if (e == nullptr || *e == '\0') return cuda::kMoeDownBulkDefault;
+    return std::string(e) != "0";
+  }();
+  return on;
+}
+
 // Byte offsets of the step's buffers inside `inner` for T tokens (P = T*k pairs).
 struct InnerLayout {
   int64_t logits = 0, expert = 0, weight = 0, pair_of_slot = 0, slot_of_pair = 0, act = 0, out = 0, total = 0;
@@ -207,8 +218,11 @@ class CudaMoe final : public Mlp {
                                                                           act, s.stream);
       s.mark("moe_gate_up");
       const bool staged = !v1_down() && cuda::moe_pair_down_staged_supported(K, I);
-      (staged ? cuda::moe_pair_down_combine_staged : cuda::moe_pair_down_combine)(
-          act, down_.get(), expert, weight, dt, T, K, C, I, y.f32(), a == Accum::Add, s.stream);
+      const bool bulk = staged && down_bulk_on() && cuda::moe_pair_down_bulk_supported(K, I);
+      (bulk     ? cuda::moe_pair_down_combine_bulk
+       : staged ? cuda::moe_pair_down_combine_staged
+                : cuda::moe_pair_down_combine)(act, down_.get(), expert, weight, dt, T, K, C, I, y.f32(),
+                                               a == Accum::Add, s.stream);
       s.mark("moe_down");
       return;
     }

@@ -8,6 +8,7 @@
 // (deterministic: the same bits); moe_pair_down_combine_staged (3'.) against the naive kernel and
 // against moe_pair_down_combine bit for bit (the same sums in the same order), T = 1, 2, 4, 8, at
 // the 30B-A3B dims and tiny ones, k up to 32, I large enough that fewer columns per block fit;
+// moe_pair_down_combine_bulk (3b.) against 3'. bit for bit (sm_90);
 // moe_pair_gate_up_staged (2'.) likewise against the naive kernel and moe_pair_gate_up bit for bit
 // (I not a multiple of its 12 columns per block, C large enough that fewer fit).
 // Shapes: the 30B-A3B layer at T = 1 (E 128 for the router, top 8, C 2048, I 768), E not a
@@ -22,6 +23,7 @@
 #include "kernels/cuda/moe/moe_cuda.h"
 #include "kernels/cuda/moe/moe_decode.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/cuda/moe_test_util.h"
 #include "tests/support/gpu_test.h"
 
 namespace vlm::testing {
@@ -32,32 +34,9 @@ class CudaMoeDecode : public ::testing::Test {
   void SetUp() override { VLM_REQUIRE_GPU(); }
 };
 
-// offsets, tile_starts, active [E+1] each, then pair_of_slot, slot_of_pair [P] each.
-struct Sorted {
-  cuda::DeviceBuffer meta;
-  cuda::MoeSorted s;
-  Sorted(int64_t E, int64_t P) : meta((3 * (E + 1) + 2 * P) * 4) {
-    VLM_CUDA_CHECK(cudaMemset(meta.get(), 0xff, meta.bytes()));
-    s.offsets = meta.as<int32_t>();
-    s.tile_starts = s.offsets + E + 1;
-    s.active = s.tile_starts + E + 1;
-    s.pair_of_slot = s.active + E + 1;
-    s.slot_of_pair = s.pair_of_slot + P;
-  }
-  std::vector<int32_t> host(int64_t E, int64_t P) const {
-    auto v = to_host<int32_t>(meta, 3 * (E + 1) + 2 * P);
-    // active past its count is not written by every form: keep the count and the listed experts.
-    const int32_t busy = v[3 * (E + 1) - 1];
-    for (int64_t i = 2 * (E + 1) + busy; i < 3 * (E + 1) - 1; ++i) v[i] = -1;
-    return v;
-  }
-};
+using Sorted = MoeSortedBuffers;
 
-std::vector<uint32_t> bits(const std::vector<float>& v) {
-  std::vector<uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * 4);
-  return b;
-}
+std::vector<uint32_t> bits(const std::vector<float>& v) { return float_bits(v); }
 
 struct RouterCase {
   int64_t T, E, K, C;
@@ -231,7 +210,8 @@ struct StagedCase {
 };
 
 // The staged down+combine (3'.) against the naive reference (tolerance) and session 18's form (3.)
-// bit for bit, overwrite and accumulate, twice (the same bits).
+// bit for bit, overwrite and accumulate, twice (the same bits); the bulk-copy form (3b.) against
+// 3'. bit for bit, twice.
 TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
   const std::vector<StagedCase> cases = {
       // The 30B-A3B decode step's C, I, k (16 experts, not 128: the host's random weights):
@@ -246,12 +226,20 @@ TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
       {2, 10, 6, 1032, 136},   // 6 x 9 x 1032 x 2 B > 110,592: 4 columns per block
       {1, 10, 8, 2048, 64},    // 2 columns per block
       {1, 40, 32, 768, 16},    // 32 x 3 x 768 x 2 B > 110,592: 1 column per block
+      {1, 64, 2, 1536, 256},   // top 2 of 64, I 1536 (Qwen3-235B-A22B's)
+      {1, 8, 8, 776, 4096},    // I of 97 vectors (odd), C 4096
+      {2, 8, 2, 1544, 72},     // I of 193 vectors, C of 9 blocks (the last one of 8 columns)
+      {1, 128, 8, 64, 2056},   // E 128, 257 blocks (C / 8 odd)
   };
   // The 30B-A3B step: 8 columns per block, 256 blocks, two per SM (one wave on an H200's 132 SMs).
   const cuda::MoeStagedShape sh = cuda::moe_pair_down_staged_shape(1, 8, 2048, 768, DType::BF16);
   EXPECT_EQ(sh.rows, 8);
   EXPECT_EQ(sh.blocks, 256);
   EXPECT_EQ(sh.blocks_per_sm, 2);
+  int dev = 0, major = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&dev));
+  VLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const bool sm90 = major >= 9;
   for (DType dt : {DType::BF16, DType::F16}) {
     for (const StagedCase& c : cases) {
       const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
@@ -259,6 +247,8 @@ TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
                                         << " C " << C);
       ASSERT_TRUE(cuda::moe_pair_down_staged_supported(K, I));
       EXPECT_GE(cuda::moe_pair_down_staged_shape(T, K, C, I, dt).blocks_per_sm, 1);
+      const bool bulk = cuda::moe_pair_down_bulk_supported(K, I);  // false below sm_90 only
+      EXPECT_EQ(bulk, sm90);
       auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(41 + T + E + K), 2.0f));
       cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4);
       cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
@@ -283,6 +273,11 @@ TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
         EXPECT_LE(normalized_error(y_staged, y_naive), 2 * tol);
         EXPECT_EQ(bits(y_staged), bits(y_v1));  // the same sums in the same order as 3.
         EXPECT_EQ(bits(down(cuda::moe_pair_down_combine_staged, accumulate)), bits(y_staged));
+        // 3b. (bulk copies): 3'.'s sums in 3'.'s order, so 3'.'s bits, twice.
+        if (bulk) {
+          EXPECT_EQ(bits(down(cuda::moe_pair_down_combine_bulk, accumulate)), bits(y_staged));
+          EXPECT_EQ(bits(down(cuda::moe_pair_down_combine_bulk, accumulate)), bits(y_staged));
+        }
       }
     }
   }
