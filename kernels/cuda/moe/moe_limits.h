@@ -60,5 +60,11 @@ constexpr bool kMoeNormRouterDefault = true;
 // in session 20 (moe-t1) before a GPU measured it: bench_cuda_moe "kernel down_combine form=bulk"
 // against "form=staged" decides; off again if it loses.
 constexpr bool kMoeDownBulkDefault = true;
+// Whether CudaMoe's one-token gate|up is moe_decode.h's 2b. (moe_pair_gate_up_ring: a persistent
+// block per SM, a ring of bulk-copied stages; the same bits as 2.) when VLM_MOE_GATE_UP_RING is
+// unset (=1 / =0 overrides; VLM_MOE_DECODE=staged runs 2'. whatever this says). Proposed on in
+// session 20 (moe-t1) before a GPU measured it: bench_cuda_moe "kernel gate_up form=ring" against
+// "form=pair" decides.
+constexpr bool kMoeGateUpRingDefault = true;
 
 }  // namespace vlm::cuda

@@ -72,6 +72,18 @@ bool down_bulk_on() {
   return on;
 }
 
+// The one-token gate|up through a ring of bulk-copied stages (moe_decode.h, 2b.):
+// VLM_MOE_GATE_UP_RING=1 / 0, else kMoeGateUpRingDefault (read once per process);
+// VLM_MOE_DECODE=staged runs 2'. regardless.
+bool gate_up_ring_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("VLM_MOE_GATE_UP_RING");
+    if (e == nullptr || *e == '\0') return cuda::kMoeGateUpRingDefault;
+    return std::string(e) != "0";
+  }();
+  return on;
+}
+
 // Byte offsets of the step's buffers inside `inner` for T tokens (P = T*k pairs).
 struct InnerLayout {
   int64_t logits = 0, expert = 0, weight = 0, pair_of_slot = 0, slot_of_pair = 0, act = 0, out = 0, total = 0;
@@ -214,8 +226,10 @@ class CudaMoe final : public Mlp {
     }
     if (plan.pair_gemv) {  // act [P, I] in pair order; the combine in the down product
       const bool staged_gu = staged_gate_up() && cuda::moe_pair_gate_up_staged_supported(C);
-      (staged_gu ? cuda::moe_pair_gate_up_staged : cuda::moe_pair_gate_up)(h, gate_up_.get(), expert, dt, T, K, I, C,
-                                                                          act, s.stream);
+      const bool ring_gu = !staged_gu && gate_up_ring_on() && cuda::moe_pair_gate_up_ring_supported(C);
+      (staged_gu ? cuda::moe_pair_gate_up_staged
+       : ring_gu ? cuda::moe_pair_gate_up_ring
+                 : cuda::moe_pair_gate_up)(h, gate_up_.get(), expert, dt, T, K, I, C, act, s.stream);
       s.mark("moe_gate_up");
       const bool staged = !v1_down() && cuda::moe_pair_down_staged_supported(K, I);
       const bool bulk = staged && down_bulk_on() && cuda::moe_pair_down_bulk_supported(K, I);

@@ -21,7 +21,8 @@
 // with session 18's down product (3.; the same bits as 3'.), VLM_MOE_DECODE=staged the staged
 // gate|up (2'.; the same bits as 2.) as well (the A/B in one GPU run). The staged down product is
 // filled by bulk copies (3b., the same bits) unless VLM_MOE_DOWN_BULK=0 (moe_limits.h's
-// kMoeDownBulkDefault).
+// kMoeDownBulkDefault), and the gate|up runs through a ring of bulk-copied stages (2b., the same
+// bits as 2.) unless VLM_MOE_GATE_UP_RING=0 (kMoeGateUpRingDefault).
 // Weights: router [E, C], gate|up [E, 2I, C] and down [E, C, I] in the compute dtype, from any
 // ExpertLayout (FusedTransposed transposed on the device at load). Refused at load (LoadError
 // naming the router): more than kMoeMaxExperts experts, top-k above kMoeMaxTopK, and a block

@@ -8,7 +8,8 @@
 // (deterministic: the same bits); moe_pair_down_combine_staged (3'.) against the naive kernel and
 // against moe_pair_down_combine bit for bit (the same sums in the same order), T = 1, 2, 4, 8, at
 // the 30B-A3B dims and tiny ones, k up to 32, I large enough that fewer columns per block fit;
-// moe_pair_down_combine_bulk (3b.) against 3'. bit for bit (sm_90);
+// moe_pair_down_combine_bulk (3b.) against 3'. bit for bit (sm_90); moe_pair_gate_up_ring (2b.)
+// against the naive kernel and 2. bit for bit (sm_90);
 // moe_pair_gate_up_staged (2'.) likewise against the naive kernel and moe_pair_gate_up bit for bit
 // (I not a multiple of its 12 columns per block, C large enough that fewer fit).
 // Shapes: the 30B-A3B layer at T = 1 (E 128 for the router, top 8, C 2048, I 768), E not a
@@ -324,6 +325,64 @@ TEST_F(CudaMoeDecode, PairGateUpStagedMatchesNaiveAndV1) {
       EXPECT_LE(normalized_error(a_staged, a_naive), 2 * tol);
       EXPECT_EQ(bits(a_staged), bits(gate_up(cuda::moe_pair_gate_up)));  // the same sums in the same order as 2.
       EXPECT_EQ(bits(gate_up(cuda::moe_pair_gate_up_staged)), bits(a_staged));
+    }
+  }
+}
+
+// The ring gate|up (2b.: persistent blocks, bulk-copied stages) against the naive reference
+// (tolerance) and session 18's form (2.) bit for bit, twice (the same bits). Shapes: chunks of
+// 8 / 4 / 2 / 1 columns (C 2048 / 4096 / 8192 / 20000: 3-4 stages, and 2 of 80 KB), blocks that
+// wrap the ring many times (P 256: ~15 chunks a block on 132 SMs), fewer chunks than SMs, an odd
+// number of chunks a pair, top 2 of 64 and top 8 of 128.
+TEST_F(CudaMoeDecode, PairGateUpRingMatchesNaiveAndV1) {
+  int dev = 0, major = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&dev));
+  VLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) {
+    EXPECT_FALSE(cuda::moe_pair_gate_up_ring_supported(2048));
+    GTEST_SKIP() << "2b. needs sm_90";
+  }
+  const std::vector<StagedCase> cases = {
+      {1, 16, 8, 768, 2048},   // the 30B-A3B step's C, I, k: 768 chunks of 8 columns
+      {2, 16, 8, 768, 2048},   // tokens sharing experts
+      {8, 16, 8, 768, 2048},   // kMoeRouteSortMaxTokens: ~47 chunks a block
+      {8, 40, 32, 64, 64},     // P 256, 8 columns each: ~15 chunks a block
+      {1, 12, 8, 40, 64},      // 40 chunks: fewer than the SMs
+      {1, 8, 8, 8, 2048},      // one chunk per pair
+      {1, 64, 2, 1536, 128},   // top 2 of 64, I 1536
+      {1, 128, 8, 56, 512},    // top 8 of 128, 7 chunks a pair
+      {2, 8, 4, 776, 1032},    // 97 chunks a pair; C of 129 vectors (lanes past C8 idle in the last pass)
+      {1, 8, 8, 96, 4096},     // 4 columns per chunk
+      {1, 6, 4, 48, 8192},     // 2 columns per chunk
+      {1, 4, 2, 16, 20000},    // 1 column per chunk, 2 stages of 80,000 B
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const StagedCase& c : cases) {
+      const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
+      const size_t esz = dtype_size(dt);
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " I " << I
+                                        << " C " << C);
+      ASSERT_TRUE(cuda::moe_pair_gate_up_ring_supported(C));
+      auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(73 + T + E + K), 2.0f));
+      cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4);
+      cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
+      auto d_h = to_device(encode(random_vector(T * C, static_cast<uint32_t>(79 + C)), dt));
+      auto d_gu = to_device(encode(random_vector(E * 2 * I * C, static_cast<uint32_t>(83 + I), 0.05f), dt));
+      using GateUpFn = void (*)(const void*, const void*, const int32_t*, DType, int64_t, int64_t, int64_t, int64_t,
+                                void*, cudaStream_t);
+      auto gate_up = [&](GateUpFn f) {
+        cuda::DeviceBuffer act(P * I * esz);
+        VLM_CUDA_CHECK(cudaMemset(act.get(), 0xff, act.bytes()));
+        f(d_h.get(), d_gu.get(), d_expert.as<int32_t>(), dt, T, K, I, C, act.get(), nullptr);
+        return decode(to_host<uint8_t>(act, P * I * esz), dt);
+      };
+      const auto a_ring = gate_up(cuda::moe_pair_gate_up_ring);
+      const auto a_naive = gate_up(cuda::moe_pair_gate_up_naive);
+      const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
+      EXPECT_LE(rel_error(a_ring, a_naive), tol);
+      EXPECT_LE(normalized_error(a_ring, a_naive), 2 * tol);
+      EXPECT_EQ(bits(a_ring), bits(gate_up(cuda::moe_pair_gate_up)));  // the same sums in the same order as 2.
+      EXPECT_EQ(bits(gate_up(cuda::moe_pair_gate_up_ring)), bits(a_ring));
     }
   }
 }
