@@ -36,8 +36,10 @@
 //    (moe_norm_router_route_sort: one launch; VLM_MOE_NORM_ROUTER=1), and "decode norm_sep" (the
 //    norm + "decode new") against "decode norm_fused" (the norm in the router's launch) per layer.
 //    Session 20: "kernel down_combine form=bulk" (moe_pair_down_combine_bulk, 3b.: the staged form
-//    filled by bulk copies) against "form=staged", and "decode norm_bulk" (norm_fused with 3b.:
-//    CudaMoe's default now) against "decode norm_fused" (VLM_MOE_DOWN_BULK=0).
+//    filled by bulk copies) against "form=staged", "kernel gate_up form=ring" (moe_pair_gate_up_ring,
+//    2b.: persistent blocks, a ring of bulk-copied stages) against "form=pair", and "decode
+//    norm_bulk" (norm_fused with 2b. and 3b.: CudaMoe's default now) against "decode norm_fused"
+//    (VLM_MOE_GATE_UP_RING=0 VLM_MOE_DOWN_BULK=0).
 //    GB/s of the decode
 //    rows counts the same expert bytes as the other rows (experts= from the given logits, ~8T
 //    distinct).
@@ -204,10 +206,14 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
   ok(cudaStreamSynchronize(s), "routings");
   // In a layer (routed = false) the pair kernels read what the fused router wrote; in the kernel
   // rows (routed = true) set i % kSets's routing.
-  auto pair_gate_up = [&](int i, bool staged, bool routed = false) {
+  // form 0: moe_pair_gate_up (2.), 1: staged (2'.), 2: ring (2b., 2. where the GPU lacks it).
+  const bool ring_ok = vc::moe_pair_gate_up_ring_supported(C);
+  auto pair_gate_up = [&](int i, int form, bool routed = false) {
     const int32_t* ex = routed ? set_expert[i % kSets].as<int32_t>() : expert.as<int32_t>();
-    (staged ? vc::moe_pair_gate_up_staged : vc::moe_pair_gate_up)(hs[i % kSets].get(), gate_up[i % kCopies].get(), ex,
-                                                                  DType::BF16, T, K, I, C, act.get(), s);
+    (form == 1             ? vc::moe_pair_gate_up_staged
+     : form == 2 && ring_ok ? vc::moe_pair_gate_up_ring
+                            : vc::moe_pair_gate_up)(hs[i % kSets].get(), gate_up[i % kCopies].get(), ex, DType::BF16,
+                                                    T, K, I, C, act.get(), s);
   };
   // form 0: moe_pair_down_combine (3.), 1: staged (3'.), 2: bulk (3b., staged where the GPU lacks it).
   const bool bulk_ok = vc::moe_pair_down_bulk_supported(K, I);
@@ -233,8 +239,8 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
   auto norm_layer = [&](int i, bool fused, bool bulk) {
     if (fused) norm_fused(i);
     else norm_separate(i);
-    vc::moe_pair_gate_up(hn.get(), gate_up[i % kCopies].get(), expert.as<int32_t>(), DType::BF16, T, K, I, C,
-                         act.get(), s);
+    (bulk && ring_ok ? vc::moe_pair_gate_up_ring : vc::moe_pair_gate_up)(
+        hn.get(), gate_up[i % kCopies].get(), expert.as<int32_t>(), DType::BF16, T, K, I, C, act.get(), s);
     (bulk && bulk_ok ? vc::moe_pair_down_combine_bulk : vc::moe_pair_down_combine_staged)(
         act.get(), down[i % kCopies].get(), expert.as<int32_t>(), weight.as<float>(), DType::BF16, T, K, C, I,
         y.as<float>(), true, s);
@@ -248,7 +254,7 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
   };
   auto pair_layer = [&](int i, bool staged_gate_up, int down_form) {
     fused_router(i);
-    pair_gate_up(i, staged_gate_up);
+    pair_gate_up(i, staged_gate_up ? 1 : 0);
     pair_down(i, down_form);
   };
   report("kernel", "router", "gemv", time_us(router_gemv, reps, s), 0);
@@ -257,10 +263,13 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
     report("kernel", "norm_router_route_sort", "separate", time_us(norm_separate, reps, s), 0);
     report("kernel", "norm_router_route_sort", "fused", time_us(norm_fused, reps, s), 0);
   }
-  report("kernel", "gate_up", "pair", time_us([&](int i) { pair_gate_up(i, false, true); }, reps, s),
+  report("kernel", "gate_up", "pair", time_us([&](int i) { pair_gate_up(i, 0, true); }, reps, s),
          layer_bytes * 2 / 3);
-  report("kernel", "gate_up", "staged", time_us([&](int i) { pair_gate_up(i, true, true); }, reps, s),
+  report("kernel", "gate_up", "staged", time_us([&](int i) { pair_gate_up(i, 1, true); }, reps, s),
          layer_bytes * 2 / 3);
+  if (ring_ok)
+    report("kernel", "gate_up", "ring", time_us([&](int i) { pair_gate_up(i, 2, true); }, reps, s),
+           layer_bytes * 2 / 3);
   report("kernel", "down_combine", "pair", time_us([&](int i) { pair_down(i, 0, true); }, reps, s),
          layer_bytes / 3);
   report("kernel", "down_combine", "staged", time_us([&](int i) { pair_down(i, 1, true); }, reps, s),
@@ -278,7 +287,7 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
   for (const char* form : {"old", "v1", "new", "staged", "norm_sep", "norm_fused", "norm_bulk"}) {
     const std::string f = form;
     if (f.rfind("norm", 0) == 0 && (!norm_fits || T > vc::kMoePairGemvMaxTokens)) continue;
-    if (f == "norm_bulk" && !bulk_ok) continue;
+    if (f == "norm_bulk" && !bulk_ok && !ring_ok) continue;
     const std::function<void(int)> layer =
         f == "old"        ? std::function<void(int)>(old_layer)
         : f == "norm_sep" ? std::function<void(int)>([&norm_layer](int i) { norm_layer(i, false, false); })
