@@ -89,8 +89,8 @@ __global__ void __launch_bounds__(kThreads)
     e = expert[pair0 + j];
     wt[j] = weight[pair0 + j];
     bar_init(&bar[j]);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // orders this thread's init
   }
-  if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();  // every barrier initialized before any thread waits on one
   if (j < Kt) {
     const uint32_t row_bytes = static_cast<uint32_t>(rows) * static_cast<uint32_t>(I) * 2u;

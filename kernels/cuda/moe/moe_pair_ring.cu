@@ -100,8 +100,8 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x < S) {
     bar_init(&full[threadIdx.x], 1);
     bar_init(&empty[threadIdx.x], kConsumers);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // orders this thread's inits
   }
-  if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
   uint4* ring = reinterpret_cast<uint4*>(rg_smem);
   if (warp == kConsumers) {  // the producer
