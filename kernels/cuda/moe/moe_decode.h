@@ -109,6 +109,9 @@ void moe_router_route_sort(const void* h /*[T,C] dt*/, const void* w_router /*[E
 // registers, the top k by warp reductions) and sorts the pairs in one warp (a prefix sum).
 // Needs moe_norm_router_supported (moe_norm_router_shape_ok: T <= 8, E <= 256, C <= 4096, T x C
 // x 2 <= 44 KB); counter as moe_router_route_sort's; x, norm_w, h_out, w_router 16-byte aligned.
+// sorted.offsets null (session 20): the sort is skipped and `sorted` untouched (the pair GEMVs,
+// T <= kMoePairGemvMaxTokens, read expert / weight only; the routing block's tail one warp and a
+// barrier shorter); the other outputs as with it.
 bool moe_norm_router_supported(int64_t T, int64_t E, int64_t C, int64_t K, DType dt);
 void moe_norm_router_route_sort(const float* x /*[T,C]*/, const float* norm_w /*[C]*/, float eps,
                                 void* h_out /*[T,C] dt*/, const void* w_router /*[E,C] dt*/, DType dt, int64_t T,

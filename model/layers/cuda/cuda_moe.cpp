@@ -84,6 +84,16 @@ bool gate_up_ring_on() {
   return on;
 }
 
+// The pair path's router without the sort (moe_decode.h 1n., sorted.offsets null): on unless
+// VLM_MOE_SKIP_SORT=0 (read once per process; the same choices and weights either way).
+bool skip_sort_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("VLM_MOE_SKIP_SORT");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
+}
+
 // Byte offsets of the step's buffers inside `inner` for T tokens (P = T*k pairs).
 struct InnerLayout {
   int64_t logits = 0, expert = 0, weight = 0, pair_of_slot = 0, slot_of_pair = 0, act = 0, out = 0, total = 0;
@@ -210,9 +220,11 @@ class CudaMoe final : public Mlp {
     void* out = base + L.out;  // [P, C] dt
 
     if (plan.norm_router) {  // h = the pre-norm of x, written by the same launch
+      // The pair GEMVs read expert / weight only: no sort (moe_decode.h, sorted.offsets null).
       cuda::moe_norm_router_route_sort(x.f32(), pre_->w.as<float>(), pre_->eps, const_cast<void*>(h),
                                        router_.w.get(), dt, T, E, C, K, spec_.norm_topk_prob, logits, expert, weight,
-                                       sorted, counter(), s.stream);
+                                       plan.pair_gemv && skip_sort_on() ? cuda::MoeSorted{} : sorted, counter(),
+                                       s.stream);
       s.mark("moe_route");
     } else if (plan.fused_router) {
       cuda::moe_router_route_sort(h, router_.w.get(), dt, T, E, C, K, spec_.norm_topk_prob, logits, expert, weight,

@@ -119,6 +119,20 @@ TEST_F(CudaMoeNormRouter, MatchesNormThenFusedRouterAndNaive) {
       EXPECT_EQ(to_host<int32_t>(b.expert, P), ex);
       EXPECT_EQ(bits(to_host<float>(b.weight, P)), bits(wt));
       EXPECT_EQ(b.sorted.host(E, P), groups);
+      // Without the sort (sorted.offsets null: the pair path): the same choices, weights, logits
+      // and rows, the counter back at 0.
+      Outs u(T, E, K, C);
+      cuda::moe_norm_router_route_sort(d_x.as<float>(), d_g.as<float>(), eps, u.h.get(), d_w.get(), dt, T, E, C, K,
+                                       true, u.logits.as<float>(), u.expert.as<int32_t>(), u.weight.as<float>(),
+                                       cuda::MoeSorted{}, d_counter.as<uint32_t>(), nullptr);
+      EXPECT_EQ(to_host<uint32_t>(d_counter, 1)[0], 0u);
+      EXPECT_EQ(to_host<uint16_t>(u.h, T * C), h);
+      EXPECT_EQ(bits(to_host<float>(u.logits, T * E)), bits(logits));
+      EXPECT_EQ(to_host<int32_t>(u.expert, P), ex);
+      EXPECT_EQ(bits(to_host<float>(u.weight, P)), bits(wt));
+      fused(b);  // and the counter works for the next call with the sort
+      EXPECT_EQ(b.sorted.host(E, P), groups);
+      EXPECT_EQ(to_host<uint32_t>(d_counter, 1)[0], 0u);
 
       // The naive references on the fused kernel's rows and logits.
       cuda::DeviceBuffer ln(T * E * 4), en(P * 4), wn(P * 4);
