@@ -19,9 +19,9 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"  // once_per_device
-#include "kernels/cuda/attention/mma_tile.cuh"               // tile::smem_addr
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/element.cuh"
+#include "kernels/cuda/moe/moe_bulk_copy.cuh"
 #include "kernels/cuda/moe/moe_decode.h"
 #include "kernels/cuda/moe/moe_pair_staged.cuh"
 
@@ -38,35 +38,6 @@ int bulk_rows(int64_t K, int64_t I) {  // moe_pair_staged.cu's staged_rows
   for (int R = 8; R >= 1; R /= 2)
     if (bulk_smem(K, I, R) <= kBulkSmemBytes) return R;
   return 0;
-}
-
-__device__ __forceinline__ void bar_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(tile::smem_addr(bar)) : "memory");
-}
-// The one arrival of the barrier's phase 0, announcing `bytes` of copies that complete on it.
-__device__ __forceinline__ void bar_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(tile::smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bar_wait0(uint64_t* bar) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
-      "@!p bra WAIT_%=;\n}\n" ::"r"(tile::smem_addr(bar))
-      : "memory");
-}
-// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global src to shared dst, by the
-// copy engine, completing on bar.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          tile::smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(tile::smem_addr(bar))
-      : "memory");
-#else
-  __trap();  // moe_pair_down_bulk_supported is false below sm_90
-#endif
 }
 
 // Block (blockIdx.x: columns [c0, c0 + R), blockIdx.y: token t). Shared: sw [K][R][I] (the
@@ -88,20 +59,19 @@ __global__ void __launch_bounds__(kThreads)
   if (j < Kt) {
     e = expert[pair0 + j];
     wt[j] = weight[pair0 + j];
-    bar_init(&bar[j]);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // orders this thread's init
+    bulk::bar_init(&bar[j], 1);
   }
   __syncthreads();  // every barrier initialized before any thread waits on one
   if (j < Kt) {
     const uint32_t row_bytes = static_cast<uint32_t>(rows) * static_cast<uint32_t>(I) * 2u;
     const uint32_t act_bytes = static_cast<uint32_t>(I) * 2u;
-    bar_expect(&bar[j], row_bytes + act_bytes);
-    bulk_copy(sw + static_cast<int64_t>(j) * R * I8, w + (e * C + c0) * I, row_bytes, &bar[j]);
-    bulk_copy(sx + static_cast<int64_t>(j) * I8, act + (pair0 + j) * I, act_bytes, &bar[j]);
+    bulk::bar_expect(&bar[j], row_bytes + act_bytes);
+    bulk::copy(sw + static_cast<int64_t>(j) * R * I8, w + (e * C + c0) * I, row_bytes, &bar[j]);
+    bulk::copy(sx + static_cast<int64_t>(j) * I8, act + (pair0 + j) * I, act_bytes, &bar[j]);
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int p = warp; p < Kt; p += kWarps) {
-    bar_wait0(&bar[p]);
+    bulk::bar_wait(&bar[p], 0);
     staged_detail::sum_pair<T, R>(sw + static_cast<int64_t>(p) * R * I8, sx + static_cast<int64_t>(p) * I8, rows, I8,
                                   lane, red[p]);
   }

@@ -22,10 +22,10 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/cuda_attention_common.cuh"  // once_per_device
-#include "kernels/cuda/attention/mma_tile.cuh"               // tile::smem_addr
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/element.cuh"
 #include "kernels/cuda/gemm/gemv_warp.cuh"
+#include "kernels/cuda/moe/moe_bulk_copy.cuh"
 #include "kernels/cuda/moe/moe_decode.h"
 
 namespace vlm::cuda {
@@ -55,37 +55,6 @@ RingShape ring_shape(int64_t C) {
   return r;
 }
 
-__device__ __forceinline__ void bar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tile::smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(tile::smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(tile::smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-// Waits until the phase of parity `parity` of bar has completed.
-__device__ __forceinline__ void bar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n}\n" ::"r"(tile::smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          tile::smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(tile::smem_addr(bar))
-      : "memory");
-#else
-  __trap();  // moe_pair_gate_up_ring_supported is false below sm_90
-#endif
-}
-
 // Shared: stage s = [G][C8] gate rows then [G][C8] up rows. h [T, C], gate_up [E, 2N, C], act [P, N].
 template <class T>
 __global__ void __launch_bounds__(kThreads)
@@ -98,9 +67,8 @@ __global__ void __launch_bounds__(kThreads)
   const int Q = P * per_pair;
   const int64_t stage_vecs = 2 * static_cast<int64_t>(G) * C8;
   if (threadIdx.x < S) {
-    bar_init(&full[threadIdx.x], 1);
-    bar_init(&empty[threadIdx.x], kConsumers);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // orders this thread's inits
+    bulk::bar_init(&full[threadIdx.x], 1);
+    bulk::bar_init(&empty[threadIdx.x], kConsumers);
   }
   __syncthreads();
   uint4* ring = reinterpret_cast<uint4*>(rg_smem);
@@ -109,15 +77,15 @@ __global__ void __launch_bounds__(kThreads)
     int k = 0;
     for (int q = blockIdx.x; q < Q; q += gridDim.x, ++k) {
       const int s = k % S;
-      if (k >= S) bar_wait(&empty[s], static_cast<uint32_t>((k / S - 1) & 1));
+      if (k >= S) bulk::bar_wait(&empty[s], static_cast<uint32_t>((k / S - 1) & 1));
       const int p = q / per_pair, n0 = (q - p * per_pair) * G, rows = min(G, N - n0);
       const int64_t e = expert[p];
       const uint32_t bytes = static_cast<uint32_t>(rows) * static_cast<uint32_t>(C) * 2u;
       const T* g0 = w + (e * 2 * N + n0) * C;
       uint4* sg = ring + s * stage_vecs;
-      bar_expect(&full[s], 2u * bytes);
-      bulk_copy(sg, g0, bytes, &full[s]);
-      bulk_copy(sg + static_cast<int64_t>(G) * C8, g0 + static_cast<int64_t>(N) * C, bytes, &full[s]);
+      bulk::bar_expect(&full[s], 2u * bytes);
+      bulk::copy(sg, g0, bytes, &full[s]);
+      bulk::copy(sg + static_cast<int64_t>(G) * C8, g0 + static_cast<int64_t>(N) * C, bytes, &full[s]);
     }
     return;
   }
@@ -125,7 +93,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int q = blockIdx.x; q < Q; q += gridDim.x, ++k) {
     const int s = k % S;
     const int p = q / per_pair, n0 = (q - p * per_pair) * G, rows = min(G, N - n0);
-    bar_wait(&full[s], static_cast<uint32_t>((k / S) & 1));
+    bulk::bar_wait(&full[s], static_cast<uint32_t>((k / S) & 1));
     for (int r = warp; r < rows; r += kConsumers) {  // G <= 8: one column per warp at most
       const uint4* gr = ring + s * stage_vecs + static_cast<int64_t>(r) * C8;
       const uint4* ur = gr + static_cast<int64_t>(G) * C8;
@@ -141,7 +109,7 @@ __global__ void __launch_bounds__(kThreads)
       if (lane == 0) act[static_cast<int64_t>(p) * N + n0 + r] = from_f32<T>(gemv_detail::silu_mul_of<T>(g, u));
     }
     __syncwarp();
-    if (lane == 0) bar_arrive(&empty[s]);  // this warp is done with stage s
+    if (lane == 0) bulk::bar_arrive(&empty[s]);  // this warp is done with stage s
   }
 }
 

@@ -33,6 +33,25 @@ __device__ __forceinline__ void sum_pair(const uint4* wj, const uint4* xj, int r
   }
 }
 
+// sum_pair with the act row read from global memory through L2 (xg [I8]: written by other blocks
+// of the same launch before a grid barrier, so never through L1): the same sums in the same order.
+template <class T, int R>
+__device__ __forceinline__ void sum_pair_gx(const uint4* wj, const uint4* xg, int rows, int I8, int lane,
+                                            float* red_j) {
+  float acc[R] = {};
+  for (int i = lane; i < I8; i += 32) {
+    const uint4 xv = __ldcg(xg + i);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (r < rows) acc[r] = gemv_detail::dot8<T>(wj[r * I8 + i], xv, acc[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float o = gemv_detail::warp_sum(acc[r]);
+    if (lane == 0) red_j[r] = to_f32(from_f32<T>(o));
+  }
+}
+
 // y[t, c0 + r] (+)= sum over j ascending of red[j][r] * wt[j], by threads r < rows (after a barrier).
 template <int R>
 __device__ __forceinline__ void combine(const float (*red)[R], const float* wt, int Kt, int rows, float* y_row,
