@@ -66,5 +66,10 @@ constexpr bool kMoeDownBulkDefault = true;
 // session 20 (moe-t1) before a GPU measured it: bench_cuda_moe "kernel gate_up form=ring" against
 // "form=pair" decides.
 constexpr bool kMoeGateUpRingDefault = true;
+// Whether CudaMoe runs moe_decode.h's 2f. (moe_pair_fused: 2b. + 3b. in one cooperative launch; the
+// same bits) for one token when VLM_MOE_PAIR_FUSED is unset (=1 / =0 overrides). Off until a GPU
+// has run its tests and measured it (session 20, moe-t1): bench_cuda_moe "kernel pair_fused
+// form=coop" against the gate_up + down_combine rows; propose on if it wins.
+constexpr bool kMoePairFusedDefault = false;
 
 }  // namespace vlm::cuda

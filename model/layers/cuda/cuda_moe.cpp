@@ -94,6 +94,18 @@ bool skip_sort_on() {
   return on;
 }
 
+// The one-token gate|up and down+combine in one cooperative launch (moe_decode.h, 2f.):
+// VLM_MOE_PAIR_FUSED=1 / 0, else kMoePairFusedDefault (read once per process); VLM_MOE_DECODE=v1 or
+// staged run their forms regardless.
+bool pair_fused_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("VLM_MOE_PAIR_FUSED");
+    if (e == nullptr || *e == '\0') return cuda::kMoePairFusedDefault;
+    return std::string(e) != "0";
+  }();
+  return on;
+}
+
 // Byte offsets of the step's buffers inside `inner` for T tokens (P = T*k pairs).
 struct InnerLayout {
   int64_t logits = 0, expert = 0, weight = 0, pair_of_slot = 0, slot_of_pair = 0, act = 0, out = 0, total = 0;
@@ -166,7 +178,8 @@ class CudaMoe final : public Mlp {
         down_ = upload_transposed(w.get(p + "down_proj", Shape{E, I, C}), dt, bytes);
         break;
     }
-    groups_.resize(static_cast<size_t>(3 * (E + 1) + 1) * 4);  // + moe_router_route_sort's counter, 0 between calls
+    // + moe_router_route_sort's counter (0 between calls) and moe_pair_fused's two sync words.
+    groups_.resize(static_cast<size_t>(3 * (E + 1) + 3) * 4);
     VLM_CUDA_CHECK(cudaMemset(groups_.get(), 0, groups_.bytes()));
     VLM_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -237,6 +250,12 @@ class CudaMoe final : public Mlp {
       s.mark("moe_route");
     }
     if (plan.pair_gemv) {  // act [P, I] in pair order; the combine in the down product
+      if (pair_fused_on() && decode_env().empty() && cuda::moe_pair_fused_supported(K, I, C)) {
+        cuda::moe_pair_fused(h, gate_up_.get(), down_.get(), expert, weight, dt, T, K, I, C, act, y.f32(),
+                             a == Accum::Add, counter() + 1, s.stream);
+        s.mark("moe_experts");
+        return;
+      }
       const bool staged_gu = staged_gate_up() && cuda::moe_pair_gate_up_staged_supported(C);
       const bool ring_gu = !staged_gu && gate_up_ring_on() && cuda::moe_pair_gate_up_ring_supported(C);
       (staged_gu ? cuda::moe_pair_gate_up_staged

@@ -25,6 +25,8 @@
 // bits as 2.) unless VLM_MOE_GATE_UP_RING=0 (kMoeGateUpRingDefault).
 // At one token the norm-fused router skips the sort the pair GEMVs do not read (VLM_MOE_SKIP_SORT=0
 // keeps it).
+// VLM_MOE_PAIR_FUSED=1 (opt-in, kMoePairFusedDefault) runs the one-token gate|up and down+combine as
+// ONE cooperative launch (2f., the same bits).
 // Weights: router [E, C], gate|up [E, 2I, C] and down [E, C, I] in the compute dtype, from any
 // ExpertLayout (FusedTransposed transposed on the device at load). Refused at load (LoadError
 // naming the router): more than kMoeMaxExperts experts, top-k above kMoeMaxTopK, and a block

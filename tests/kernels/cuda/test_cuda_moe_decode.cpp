@@ -9,7 +9,8 @@
 // against moe_pair_down_combine bit for bit (the same sums in the same order), T = 1, 2, 4, 8, at
 // the 30B-A3B dims and tiny ones, k up to 32, I large enough that fewer columns per block fit;
 // moe_pair_down_combine_bulk (3b.) against 3'. bit for bit (sm_90); moe_pair_gate_up_ring (2b.)
-// against the naive kernel and 2. bit for bit (sm_90);
+// against the naive kernel and 2. bit for bit (sm_90); moe_pair_fused (2f.) against 2. + 3'. bit
+// for bit and the naive pair (sm_90);
 // moe_pair_gate_up_staged (2'.) likewise against the naive kernel and moe_pair_gate_up bit for bit
 // (I not a multiple of its 12 columns per block, C large enough that fewer fit).
 // Shapes: the 30B-A3B layer at T = 1 (E 128 for the router, top 8, C 2048, I 768), E not a
@@ -383,6 +384,83 @@ TEST_F(CudaMoeDecode, PairGateUpRingMatchesNaiveAndV1) {
       EXPECT_LE(normalized_error(a_ring, a_naive), 2 * tol);
       EXPECT_EQ(bits(a_ring), bits(gate_up(cuda::moe_pair_gate_up)));  // the same sums in the same order as 2.
       EXPECT_EQ(bits(gate_up(cuda::moe_pair_gate_up_ring)), bits(a_ring));
+    }
+  }
+}
+
+// The fused one-token experts (2f.: gate|up ring + down+combine in one cooperative launch, a grid
+// barrier between) against 2. (act, bit for bit) then 3'. (y, bit for bit) and the naive kernels
+// (tolerance), overwrite and accumulate, three calls on one sync buffer (the barrier left ready,
+// the same bits). Shapes: the 30B-A3B step (768 gate|up chunks, 256 down items on ~132 blocks: 2
+// item slots), more tokens (items per block past the slots), fewer chunks and items than blocks,
+// k = 32 (4 pairs per warp), I 1536 and top 2 of 64, C 4096 (4 columns per chunk) and I of 97
+// vectors, fewer down columns per item where 8 do not fit.
+TEST_F(CudaMoeDecode, PairFusedMatchesTwoLaunchesAndNaive) {
+  int dev = 0, major = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&dev));
+  VLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) {
+    EXPECT_FALSE(cuda::moe_pair_fused_supported(8, 768, 2048));
+    GTEST_SKIP() << "2f. needs sm_90";
+  }
+  const std::vector<StagedCase> cases = {
+      {1, 16, 8, 768, 2048},    // the 30B-A3B step's C, I, k
+      {2, 16, 8, 768, 2048},    // tokens sharing experts
+      {8, 16, 8, 768, 2048},    // 2,048 items: ~16 per block through 2 slots
+      {1, 12, 8, 40, 64},       // fewer chunks (40) and items (8) than blocks
+      {3, 40, 32, 64, 64},      // k = 32
+      {1, 64, 2, 1536, 256},    // top 2 of 64, I 1536
+      {2, 8, 4, 776, 4096},     // 4 columns per chunk; I of 97 vectors
+      {1, 10, 8, 1536, 1024},   // 4 columns per item (8 x 8 x 1536 x 2 B > 4 stages of 32 KB), one slot
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const StagedCase& c : cases) {
+      const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
+      const size_t esz = dtype_size(dt);
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " I " << I
+                                        << " C " << C);
+      ASSERT_TRUE(cuda::moe_pair_fused_supported(K, I, C));
+      ASSERT_TRUE(cuda::moe_pair_down_staged_supported(K, I));
+      auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(89 + T + E + K), 2.0f));
+      cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4), d_sync(8);
+      VLM_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 8));
+      cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
+      auto d_h = to_device(encode(random_vector(T * C, static_cast<uint32_t>(97 + C)), dt));
+      auto d_gu = to_device(encode(random_vector(E * 2 * I * C, static_cast<uint32_t>(101 + I), 0.05f), dt));
+      auto d_dn = to_device(encode(random_vector(E * C * I, static_cast<uint32_t>(103 + C), 0.05f), dt));
+      const auto y0 = random_vector(T * C, static_cast<uint32_t>(107 + T));
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+        auto y_init = [&] { return to_device(accumulate ? y0 : std::vector<float>(T * C, NAN)); };
+        // The two launches: 2. then 3'. (and the naive pair).
+        cuda::DeviceBuffer act2(P * I * esz), actn(P * I * esz);
+        cuda::DeviceBuffer y2 = y_init(), yn = y_init();
+        cuda::moe_pair_gate_up(d_h.get(), d_gu.get(), d_expert.as<int32_t>(), dt, T, K, I, C, act2.get(), nullptr);
+        cuda::moe_pair_down_combine_staged(act2.get(), d_dn.get(), d_expert.as<int32_t>(), d_weight.as<float>(), dt,
+                                           T, K, C, I, y2.as<float>(), accumulate, nullptr);
+        cuda::moe_pair_gate_up_naive(d_h.get(), d_gu.get(), d_expert.as<int32_t>(), dt, T, K, I, C, actn.get(),
+                                     nullptr);
+        cuda::moe_pair_down_combine_naive(actn.get(), d_dn.get(), d_expert.as<int32_t>(), d_weight.as<float>(), dt,
+                                          T, K, C, I, yn.as<float>(), accumulate, nullptr);
+        const auto a_ref = decode(to_host<uint8_t>(act2, P * I * esz), dt);
+        const auto y_ref = to_host<float>(y2, T * C);
+        const auto y_naive = to_host<float>(yn, T * C);
+        const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
+        for (int call = 0; call < 3; ++call) {
+          SCOPED_TRACE(::testing::Message() << "call " << call);
+          cuda::DeviceBuffer act(P * I * esz);
+          VLM_CUDA_CHECK(cudaMemset(act.get(), 0xff, act.bytes()));
+          cuda::DeviceBuffer y = y_init();
+          cuda::moe_pair_fused(d_h.get(), d_gu.get(), d_dn.get(), d_expert.as<int32_t>(), d_weight.as<float>(), dt, T,
+                               K, I, C, act.get(), y.as<float>(), accumulate, d_sync.as<uint32_t>(), nullptr);
+          const auto a = decode(to_host<uint8_t>(act, P * I * esz), dt);
+          const auto yv = to_host<float>(y, T * C);
+          EXPECT_EQ(bits(a), bits(a_ref));   // 2.'s sums in 2.'s order
+          EXPECT_EQ(bits(yv), bits(y_ref));  // 3'.'s sums in 3'.'s order on the same act
+          EXPECT_LE(rel_error(yv, y_naive), 2 * tol);
+          EXPECT_EQ(to_host<uint32_t>(d_sync, 1)[0], 0u);  // the arrival count back at 0
+        }
+      }
     }
   }
 }
