@@ -223,8 +223,17 @@ void launch_fused(const FusedShape& f, const void* h, const void* gu, const void
     VLM_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kArenaBudget)));
   });
-  int per_sm = 0;
-  VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  // Blocks per SM for this arena (asked once per kernel and arena size: the decode step's shapes
+  // repeat every layer).
+  static std::atomic<int64_t> cached{-1};  // (smem << 8) | blocks per SM
+  int64_t c = cached.load();
+  if (c < 0 || (c >> 8) != static_cast<int64_t>(smem)) {
+    int n = 0;
+    VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
+    c = (static_cast<int64_t>(smem) << 8) | std::min(n, 255);
+    cached.store(c);
+  }
+  const int per_sm = static_cast<int>(c & 255);
   if (per_sm < 1) precondition_failed("moe_pair_fused: a block does not fit an SM");
   const int64_t Q = T * K * ((I + f.G - 1) / f.G), items = T * ((C + f.R - 1) / f.R);
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(int64_t{gpu_info().sms} * per_sm, std::max(Q, items)));
