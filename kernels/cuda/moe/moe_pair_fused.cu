@@ -284,6 +284,8 @@ void moe_pair_fused(const void* h, const void* gate_up, const void* down, const 
           16 !=
       0)
     precondition_failed("moe_pair_fused: h, gate_up, down and act 16-byte aligned");
+  if (T * K * I >= (int64_t{1} << 31) || T * C >= (int64_t{1} << 31))
+    precondition_failed("moe_pair_fused: T x K x I and T x C below 2^31 (32-bit chunk and item indices)");
   if (T == 0) return;
   const FusedShape f = fused_shape(K, I, C);
   if (dt == DType::BF16) launch_rows<__nv_bfloat16>(f, h, gate_up, down, expert, weight, T, K, I, C, act, y, accumulate, sync, s);

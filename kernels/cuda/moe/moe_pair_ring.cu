@@ -162,6 +162,8 @@ void moe_pair_gate_up_ring(const void* h, const void* gate_up, const int32_t* ex
         "stages in 200 KB, an sm_90 GPU (moe_pair_gate_up_ring_supported)");
   if ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(gate_up)) % 16 != 0)
     precondition_failed("moe_pair_gate_up_ring: h and gate_up 16-byte aligned");
+  if (T * K * I >= (int64_t{1} << 31) || T * C >= (int64_t{1} << 31))
+    precondition_failed("moe_pair_gate_up_ring: T x K x I and T x C below 2^31 (32-bit chunk and item indices)");
   if (T == 0) return;
   if (dt == DType::BF16) launch_ring<__nv_bfloat16>(h, gate_up, expert, T, K, I, C, act, s);
   else launch_ring<__half>(h, gate_up, expert, T, K, I, C, act, s);
