@@ -29,6 +29,22 @@
 //     R down rows, contiguous per pair, and the token's k act rows), then warp w sums pair w
 //     from shared memory and thread r < R adds column c0 + r's k outputs in increasing j
 //     (moe_pair_staged.cu says why: registers no longer bound the bytes in flight).
+//  2b. moe_pair_gate_up_ring (the default since session 20, not measured yet;
+//     VLM_MOE_GATE_UP_RING=0 runs 2.; moe_limits.h's kMoeGateUpRingDefault): 2.'s sums in 2.'s
+//     order (the same bits), one persistent block per SM streaming chunks of G = 8 columns of one
+//     pair (their gate rows and up rows, 64 KB at C = 2048) through S = 3 shared-memory stages
+//     filled by bulk copies (a producer warp, mbarriers), consumer warp w summing column w of a
+//     chunk (moe_pair_ring.cu).
+//  2f. moe_pair_fused (opt-in, VLM_MOE_PAIR_FUSED=1; moe_limits.h's kMoePairFusedDefault; not
+//     measured yet): 2b. and 3b. in ONE cooperative launch (a persistent block per SM): the gate|up
+//     ring, then each block's first down rows asked of the copy engine while the other blocks
+//     finish, a grid barrier (act complete), the down+combine. 2.'s act bits and 3'.'s y bits
+//     (moe_pair_fused.cu).
+//  3b. moe_pair_down_combine_bulk (the default since session 20, not measured yet;
+//     VLM_MOE_DOWN_BULK=0 runs 3'.; moe_limits.h's kMoeDownBulkDefault): 3'. with its shared-memory
+//     fill done by the copy engine (sm_90 bulk copies: per pair one copy of its R contiguous down
+//     rows and one of its act row, on one mbarrier per pair), warp w summing its pair as soon as
+//     that pair has landed; 3'.'s sums in 3'.'s order (the same bits; moe_pair_bulk.cu).
 //  2'. moe_pair_gate_up_staged (opt-in, VLM_MOE_DECODE=staged runs 2'. and 3'.; not measured yet):
 //     2. the same way (the same bits), a block per (pair, R = 12 columns) copying the gate rows,
 //     the up rows and h[t] into shared memory first (moe_pair_staged.cu).
@@ -98,6 +114,9 @@ void moe_router_route_sort(const void* h /*[T,C] dt*/, const void* w_router /*[E
 // registers, the top k by warp reductions) and sorts the pairs in one warp (a prefix sum).
 // Needs moe_norm_router_supported (moe_norm_router_shape_ok: T <= 8, E <= 256, C <= 4096, T x C
 // x 2 <= 44 KB); counter as moe_router_route_sort's; x, norm_w, h_out, w_router 16-byte aligned.
+// sorted.offsets null (session 20): the sort is skipped and `sorted` untouched (the pair GEMVs,
+// T <= kMoePairGemvMaxTokens, read expert / weight only; the routing block's tail one warp and a
+// barrier shorter); the other outputs as with it.
 bool moe_norm_router_supported(int64_t T, int64_t E, int64_t C, int64_t K, DType dt);
 void moe_norm_router_route_sort(const float* x /*[T,C]*/, const float* norm_w /*[C]*/, float eps,
                                 void* h_out /*[T,C] dt*/, const void* w_router /*[E,C] dt*/, DType dt, int64_t T,
@@ -126,6 +145,30 @@ void moe_pair_down_combine_naive(const void* act, const void* down, const int32_
 // moe_pair_down_staged_supported(K, I): k x I x 2 bytes x 2 (act + one row) <= 110,592 (shared
 // memory); false: run moe_pair_down_combine.
 bool moe_pair_down_staged_supported(int64_t K, int64_t I);
+// 3b. (the contract of moe_pair_down_combine_staged, the same bits). Needs
+// moe_pair_down_bulk_supported(K, I): moe_pair_down_staged_supported's shapes on a GPU of compute
+// capability 9.0+ (asked of the current device, once per device).
+bool moe_pair_down_bulk_supported(int64_t K, int64_t I);
+void moe_pair_down_combine_bulk(const void* act, const void* down, const int32_t* expert /*[T,K]*/,
+                                const float* weight /*[T,K]*/, DType dt, int64_t T, int64_t K, int64_t C, int64_t I,
+                                float* y, bool accumulate, cudaStream_t s);
+// 2b. (the contract of moe_pair_gate_up, the same bits). Also T x K <= 65535. Needs
+// moe_pair_gate_up_ring_supported(C): two stages of 2 x G x C x 2 bytes in 200 KB (C <= 25,600)
+// on a GPU of compute capability 9.0+ (the current device, asked once per device).
+bool moe_pair_gate_up_ring_supported(int64_t C);
+void moe_pair_gate_up_ring(const void* h /*[T,C]*/, const void* gate_up, const int32_t* expert /*[T,K]*/, DType dt,
+                           int64_t T, int64_t K, int64_t I, int64_t C, void* act, cudaStream_t s);
+// 2f.: moe_pair_gate_up then moe_pair_down_combine_staged in one launch (their contracts; act
+// [T*K, I] written as 2. writes it, y as 3'.). Needs moe_pair_fused_supported(K, I, C): 2b.'s
+// stages (C <= 25,600) and K x R x I x 2 bytes of down rows (R = 8, 4, 2 or 1 columns per item) in
+// the same shared memory, an sm_90 GPU. sync: two device u32, 0 before the first call (zeroed once
+// at allocation), left ready for the next call (a CUDA graph replays it); the launch is cooperative
+// (all blocks resident; capturable).
+bool moe_pair_fused_supported(int64_t K, int64_t I, int64_t C);
+void moe_pair_fused(const void* h /*[T,C]*/, const void* gate_up /*[E,2I,C]*/, const void* down /*[E,C,I]*/,
+                    const int32_t* expert /*[T,K]*/, const float* weight /*[T,K]*/, DType dt, int64_t T, int64_t K,
+                    int64_t I, int64_t C, void* act /*[T*K,I]*/, float* y /*[T,C] f32*/, bool accumulate,
+                    uint32_t* sync /*[2]*/, cudaStream_t s);
 // 2'. (the contract of moe_pair_gate_up, the same bits). Also T x K <= 65535. Needs
 // moe_pair_gate_up_staged_supported(C): 3 x C x 2 bytes <= 110,592 (C <= 18,432).
 bool moe_pair_gate_up_staged_supported(int64_t C);

@@ -54,4 +54,22 @@ inline bool moe_norm_router_shape_ok(int64_t T, int64_t E, int64_t C, int64_t K)
 // 1K: 3.355 vs 3.490 ms a step; tests bit-equal to the two launches): bench/RESULTS.md "Session 19, call D".
 constexpr bool kMoeNormRouterDefault = true;
 
+// Whether CudaMoe's one-token down+combine is moe_decode.h's 3b. (moe_pair_down_combine_bulk: the
+// staged form filled by bulk copies; the same bits as 3'.) when VLM_MOE_DOWN_BULK is unset
+// (VLM_MOE_DOWN_BULK=1 / 0 overrides; VLM_MOE_DECODE=v1 runs 3. whatever this says). Proposed on
+// in session 20 (moe-t1) before a GPU measured it: bench_cuda_moe "kernel down_combine form=bulk"
+// against "form=staged" decides; off again if it loses.
+constexpr bool kMoeDownBulkDefault = true;
+// Whether CudaMoe's one-token gate|up is moe_decode.h's 2b. (moe_pair_gate_up_ring: a persistent
+// block per SM, a ring of bulk-copied stages; the same bits as 2.) when VLM_MOE_GATE_UP_RING is
+// unset (=1 / =0 overrides; VLM_MOE_DECODE=staged runs 2'. whatever this says). Proposed on in
+// session 20 (moe-t1) before a GPU measured it: bench_cuda_moe "kernel gate_up form=ring" against
+// "form=pair" decides.
+constexpr bool kMoeGateUpRingDefault = true;
+// Whether CudaMoe runs moe_decode.h's 2f. (moe_pair_fused: 2b. + 3b. in one cooperative launch; the
+// same bits) for one token when VLM_MOE_PAIR_FUSED is unset (=1 / =0 overrides). Off until a GPU
+// has run its tests and measured it (session 20, moe-t1): bench_cuda_moe "kernel pair_fused
+// form=coop" against the gate_up + down_combine rows; propose on if it wins.
+constexpr bool kMoePairFusedDefault = false;
+
 }  // namespace vlm::cuda

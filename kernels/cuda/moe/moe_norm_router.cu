@@ -141,10 +141,13 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (!last) return;
   __threadfence();  // the other blocks' logits (read through L2: __ldcg)
+  const bool sort = out.offsets != nullptr;  // null: the pair path, which reads expert / weight only
+  if (!sort && threadIdx.x == 0) *counter = 0u;  // every block has its ticket: for the next launch
   for (int t = warp; t < Tn; t += kWarps) {
     const int my_e = route_warp::route_token_regs<kPer>(logits, t, E, K, norm, lane, expert, weight, pair_e);
-    if (lane < K) atomicOr(&mask[my_e], 1u << t);
+    if (sort && lane < K) atomicOr(&mask[my_e], 1u << t);
   }
+  if (!sort) return;
   __syncthreads();
   if (warp != 0) return;
   route_warp::sort_pairs_warp(mask, offset, pair_e, Tn, E, K, lane, out);

@@ -40,6 +40,7 @@
 #include "kernels/cuda/core/element.cuh"
 #include "kernels/cuda/gemm/gemv_warp.cuh"
 #include "kernels/cuda/moe/moe_decode.h"
+#include "kernels/cuda/moe/moe_pair_staged.cuh"
 
 namespace vlm::cuda {
 namespace {
@@ -48,7 +49,7 @@ using gemv_detail::dot8;
 using gemv_detail::silu_mul_of;
 using gemv_detail::warp_sum;
 
-constexpr int kStWarps = 8, kStThreads = 32 * kStWarps;
+constexpr int kStWarps = staged_detail::kWarps, kStThreads = staged_detail::kThreads;
 constexpr int kMaxK = static_cast<int>(kMoeMaxTopK);
 // Dynamic shared memory per block at most: two blocks share an SM (228 KB on sm_90, 1 KB of each
 // block reserved, plus the static red / base arrays below).
@@ -109,29 +110,11 @@ __global__ void __launch_bounds__(kStThreads)
   __syncthreads();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int j = warp; j < Kt; j += kStWarps) {
-    const uint4* wj = sw + static_cast<int64_t>(j) * R * I8;
-    const uint4* xj = sx + static_cast<int64_t>(j) * I8;
-    float acc[R] = {};
-    for (int i = lane; i < I8; i += 32) {
-      const uint4 xv = xj[i];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (r < rows) acc[r] = dot8<T>(wj[r * I8 + i], xv, acc[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float o = warp_sum(acc[r]);
-      if (lane == 0) red[j][r] = to_f32(from_f32<T>(o));  // the down output as dt, as the combine reads it
-    }
-  }
+  for (int j = warp; j < Kt; j += kStWarps)
+    staged_detail::sum_pair<T, R>(sw + static_cast<int64_t>(j) * R * I8, sx + static_cast<int64_t>(j) * I8, rows, I8,
+                                  lane, red[j]);
   __syncthreads();
-  if (static_cast<int>(threadIdx.x) < rows) {
-    float total = 0.f;
-    for (int j = 0; j < Kt; ++j) total += red[j][threadIdx.x] * wt[j];
-    float* yr = y + static_cast<int64_t>(t) * C + c0 + threadIdx.x;
-    *yr = accumulate ? *yr + total : total;
-  }
+  staged_detail::combine<R>(red, wt, Kt, rows, y + static_cast<int64_t>(t) * C + c0, accumulate);
 }
 
 template <class Tt, int R>

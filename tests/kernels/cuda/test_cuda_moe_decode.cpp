@@ -8,6 +8,9 @@
 // (deterministic: the same bits); moe_pair_down_combine_staged (3'.) against the naive kernel and
 // against moe_pair_down_combine bit for bit (the same sums in the same order), T = 1, 2, 4, 8, at
 // the 30B-A3B dims and tiny ones, k up to 32, I large enough that fewer columns per block fit;
+// moe_pair_down_combine_bulk (3b.) against 3'. bit for bit (sm_90); moe_pair_gate_up_ring (2b.)
+// against the naive kernel and 2. bit for bit (sm_90); moe_pair_fused (2f.) against 2. + 3'. bit
+// for bit and the naive pair (sm_90);
 // moe_pair_gate_up_staged (2'.) likewise against the naive kernel and moe_pair_gate_up bit for bit
 // (I not a multiple of its 12 columns per block, C large enough that fewer fit).
 // Shapes: the 30B-A3B layer at T = 1 (E 128 for the router, top 8, C 2048, I 768), E not a
@@ -22,6 +25,7 @@
 #include "kernels/cuda/moe/moe_cuda.h"
 #include "kernels/cuda/moe/moe_decode.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/cuda/moe_test_util.h"
 #include "tests/support/gpu_test.h"
 
 namespace vlm::testing {
@@ -32,32 +36,9 @@ class CudaMoeDecode : public ::testing::Test {
   void SetUp() override { VLM_REQUIRE_GPU(); }
 };
 
-// offsets, tile_starts, active [E+1] each, then pair_of_slot, slot_of_pair [P] each.
-struct Sorted {
-  cuda::DeviceBuffer meta;
-  cuda::MoeSorted s;
-  Sorted(int64_t E, int64_t P) : meta((3 * (E + 1) + 2 * P) * 4) {
-    VLM_CUDA_CHECK(cudaMemset(meta.get(), 0xff, meta.bytes()));
-    s.offsets = meta.as<int32_t>();
-    s.tile_starts = s.offsets + E + 1;
-    s.active = s.tile_starts + E + 1;
-    s.pair_of_slot = s.active + E + 1;
-    s.slot_of_pair = s.pair_of_slot + P;
-  }
-  std::vector<int32_t> host(int64_t E, int64_t P) const {
-    auto v = to_host<int32_t>(meta, 3 * (E + 1) + 2 * P);
-    // active past its count is not written by every form: keep the count and the listed experts.
-    const int32_t busy = v[3 * (E + 1) - 1];
-    for (int64_t i = 2 * (E + 1) + busy; i < 3 * (E + 1) - 1; ++i) v[i] = -1;
-    return v;
-  }
-};
+using Sorted = MoeSortedBuffers;
 
-std::vector<uint32_t> bits(const std::vector<float>& v) {
-  std::vector<uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * 4);
-  return b;
-}
+std::vector<uint32_t> bits(const std::vector<float>& v) { return float_bits(v); }
 
 struct RouterCase {
   int64_t T, E, K, C;
@@ -231,7 +212,8 @@ struct StagedCase {
 };
 
 // The staged down+combine (3'.) against the naive reference (tolerance) and session 18's form (3.)
-// bit for bit, overwrite and accumulate, twice (the same bits).
+// bit for bit, overwrite and accumulate, twice (the same bits); the bulk-copy form (3b.) against
+// 3'. bit for bit, twice.
 TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
   const std::vector<StagedCase> cases = {
       // The 30B-A3B decode step's C, I, k (16 experts, not 128: the host's random weights):
@@ -246,12 +228,20 @@ TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
       {2, 10, 6, 1032, 136},   // 6 x 9 x 1032 x 2 B > 110,592: 4 columns per block
       {1, 10, 8, 2048, 64},    // 2 columns per block
       {1, 40, 32, 768, 16},    // 32 x 3 x 768 x 2 B > 110,592: 1 column per block
+      {1, 64, 2, 1536, 256},   // top 2 of 64, I 1536 (Qwen3-235B-A22B's)
+      {1, 8, 8, 776, 4096},    // I of 97 vectors (odd), C 4096
+      {2, 8, 2, 1544, 72},     // I of 193 vectors, C of 9 blocks (the last one of 8 columns)
+      {1, 128, 8, 64, 2056},   // E 128, 257 blocks (C / 8 odd)
   };
   // The 30B-A3B step: 8 columns per block, 256 blocks, two per SM (one wave on an H200's 132 SMs).
   const cuda::MoeStagedShape sh = cuda::moe_pair_down_staged_shape(1, 8, 2048, 768, DType::BF16);
   EXPECT_EQ(sh.rows, 8);
   EXPECT_EQ(sh.blocks, 256);
   EXPECT_EQ(sh.blocks_per_sm, 2);
+  int dev = 0, major = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&dev));
+  VLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const bool sm90 = major >= 9;
   for (DType dt : {DType::BF16, DType::F16}) {
     for (const StagedCase& c : cases) {
       const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
@@ -259,6 +249,8 @@ TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
                                         << " C " << C);
       ASSERT_TRUE(cuda::moe_pair_down_staged_supported(K, I));
       EXPECT_GE(cuda::moe_pair_down_staged_shape(T, K, C, I, dt).blocks_per_sm, 1);
+      const bool bulk = cuda::moe_pair_down_bulk_supported(K, I);  // false below sm_90 only
+      EXPECT_EQ(bulk, sm90);
       auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(41 + T + E + K), 2.0f));
       cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4);
       cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
@@ -283,6 +275,11 @@ TEST_F(CudaMoeDecode, PairDownStagedMatchesNaiveAndV1) {
         EXPECT_LE(normalized_error(y_staged, y_naive), 2 * tol);
         EXPECT_EQ(bits(y_staged), bits(y_v1));  // the same sums in the same order as 3.
         EXPECT_EQ(bits(down(cuda::moe_pair_down_combine_staged, accumulate)), bits(y_staged));
+        // 3b. (bulk copies): 3'.'s sums in 3'.'s order, so 3'.'s bits, twice.
+        if (bulk) {
+          EXPECT_EQ(bits(down(cuda::moe_pair_down_combine_bulk, accumulate)), bits(y_staged));
+          EXPECT_EQ(bits(down(cuda::moe_pair_down_combine_bulk, accumulate)), bits(y_staged));
+        }
       }
     }
   }
@@ -329,6 +326,141 @@ TEST_F(CudaMoeDecode, PairGateUpStagedMatchesNaiveAndV1) {
       EXPECT_LE(normalized_error(a_staged, a_naive), 2 * tol);
       EXPECT_EQ(bits(a_staged), bits(gate_up(cuda::moe_pair_gate_up)));  // the same sums in the same order as 2.
       EXPECT_EQ(bits(gate_up(cuda::moe_pair_gate_up_staged)), bits(a_staged));
+    }
+  }
+}
+
+// The ring gate|up (2b.: persistent blocks, bulk-copied stages) against the naive reference
+// (tolerance) and session 18's form (2.) bit for bit, twice (the same bits). Shapes: chunks of
+// 8 / 4 / 2 / 1 columns (C 2048 / 4096 / 8192 / 20000: 3-4 stages, and 2 of 80 KB), blocks that
+// wrap the ring many times (P 256: ~15 chunks a block on 132 SMs), fewer chunks than SMs, an odd
+// number of chunks a pair, top 2 of 64 and top 8 of 128.
+TEST_F(CudaMoeDecode, PairGateUpRingMatchesNaiveAndV1) {
+  int dev = 0, major = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&dev));
+  VLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) {
+    EXPECT_FALSE(cuda::moe_pair_gate_up_ring_supported(2048));
+    GTEST_SKIP() << "2b. needs sm_90";
+  }
+  const std::vector<StagedCase> cases = {
+      {1, 16, 8, 768, 2048},   // the 30B-A3B step's C, I, k: 768 chunks of 8 columns
+      {2, 16, 8, 768, 2048},   // tokens sharing experts
+      {8, 16, 8, 768, 2048},   // kMoeRouteSortMaxTokens: ~47 chunks a block
+      {8, 40, 32, 64, 64},     // P 256, 8 columns each: ~15 chunks a block
+      {1, 12, 8, 40, 64},      // 40 chunks: fewer than the SMs
+      {1, 8, 8, 8, 2048},      // one chunk per pair
+      {1, 64, 2, 1536, 128},   // top 2 of 64, I 1536
+      {1, 128, 8, 56, 512},    // top 8 of 128, 7 chunks a pair
+      {2, 8, 4, 776, 1032},    // 97 chunks a pair; C of 129 vectors (lanes past C8 idle in the last pass)
+      {1, 8, 8, 96, 4096},     // 4 columns per chunk
+      {1, 6, 4, 48, 8192},     // 2 columns per chunk
+      {1, 4, 2, 16, 20000},    // 1 column per chunk, 2 stages of 80,000 B
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const StagedCase& c : cases) {
+      const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
+      const size_t esz = dtype_size(dt);
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " I " << I
+                                        << " C " << C);
+      ASSERT_TRUE(cuda::moe_pair_gate_up_ring_supported(C));
+      auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(73 + T + E + K), 2.0f));
+      cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4);
+      cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
+      auto d_h = to_device(encode(random_vector(T * C, static_cast<uint32_t>(79 + C)), dt));
+      auto d_gu = to_device(encode(random_vector(E * 2 * I * C, static_cast<uint32_t>(83 + I), 0.05f), dt));
+      using GateUpFn = void (*)(const void*, const void*, const int32_t*, DType, int64_t, int64_t, int64_t, int64_t,
+                                void*, cudaStream_t);
+      auto gate_up = [&](GateUpFn f) {
+        cuda::DeviceBuffer act(P * I * esz);
+        VLM_CUDA_CHECK(cudaMemset(act.get(), 0xff, act.bytes()));
+        f(d_h.get(), d_gu.get(), d_expert.as<int32_t>(), dt, T, K, I, C, act.get(), nullptr);
+        return decode(to_host<uint8_t>(act, P * I * esz), dt);
+      };
+      const auto a_ring = gate_up(cuda::moe_pair_gate_up_ring);
+      const auto a_naive = gate_up(cuda::moe_pair_gate_up_naive);
+      const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
+      EXPECT_LE(rel_error(a_ring, a_naive), tol);
+      EXPECT_LE(normalized_error(a_ring, a_naive), 2 * tol);
+      EXPECT_EQ(bits(a_ring), bits(gate_up(cuda::moe_pair_gate_up)));  // the same sums in the same order as 2.
+      EXPECT_EQ(bits(gate_up(cuda::moe_pair_gate_up_ring)), bits(a_ring));
+    }
+  }
+}
+
+// The fused one-token experts (2f.: gate|up ring + down+combine in one cooperative launch, a grid
+// barrier between) against 2. (act, bit for bit) then 3'. (y, bit for bit) and the naive kernels
+// (tolerance), overwrite and accumulate, three calls on one sync buffer (the barrier left ready,
+// the same bits). Shapes: the 30B-A3B step (768 gate|up chunks, 256 down items on ~132 blocks: 2
+// item slots), more tokens (items per block past the slots), fewer chunks and items than blocks,
+// k = 32 (4 pairs per warp), I 1536 and top 2 of 64, C 4096 (4 columns per chunk) and I of 97
+// vectors, fewer down columns per item where 8 do not fit.
+TEST_F(CudaMoeDecode, PairFusedMatchesTwoLaunchesAndNaive) {
+  int dev = 0, major = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&dev));
+  VLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) {
+    EXPECT_FALSE(cuda::moe_pair_fused_supported(8, 768, 2048));
+    GTEST_SKIP() << "2f. needs sm_90";
+  }
+  const std::vector<StagedCase> cases = {
+      {1, 16, 8, 768, 2048},    // the 30B-A3B step's C, I, k
+      {2, 16, 8, 768, 2048},    // tokens sharing experts
+      {8, 16, 8, 768, 2048},    // 2,048 items: ~16 per block through 2 slots
+      {1, 12, 8, 40, 64},       // fewer chunks (40) and items (8) than blocks
+      {3, 40, 32, 64, 64},      // k = 32
+      {1, 64, 2, 1536, 256},    // top 2 of 64, I 1536
+      {2, 8, 4, 776, 4096},     // 4 columns per chunk; I of 97 vectors
+      {1, 10, 8, 1536, 1024},   // 4 columns per item (8 x 8 x 1536 x 2 B > 4 stages of 32 KB), one slot
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const StagedCase& c : cases) {
+      const int64_t T = c.T, E = c.E, K = c.K, I = c.I, C = c.C, P = T * K;
+      const size_t esz = dtype_size(dt);
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T " << T << " E " << E << " K " << K << " I " << I
+                                        << " C " << C);
+      ASSERT_TRUE(cuda::moe_pair_fused_supported(K, I, C));
+      ASSERT_TRUE(cuda::moe_pair_down_staged_supported(K, I));
+      auto d_logits = to_device(random_vector(T * E, static_cast<uint32_t>(89 + T + E + K), 2.0f));
+      cuda::DeviceBuffer d_expert(P * 4), d_weight(P * 4), d_sync(8);
+      VLM_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 8));
+      cuda::moe_route(d_logits.as<float>(), T, E, K, true, d_expert.as<int32_t>(), d_weight.as<float>(), nullptr);
+      auto d_h = to_device(encode(random_vector(T * C, static_cast<uint32_t>(97 + C)), dt));
+      auto d_gu = to_device(encode(random_vector(E * 2 * I * C, static_cast<uint32_t>(101 + I), 0.05f), dt));
+      auto d_dn = to_device(encode(random_vector(E * C * I, static_cast<uint32_t>(103 + C), 0.05f), dt));
+      const auto y0 = random_vector(T * C, static_cast<uint32_t>(107 + T));
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+        auto y_init = [&] { return to_device(accumulate ? y0 : std::vector<float>(T * C, NAN)); };
+        // The two launches: 2. then 3'. (and the naive pair).
+        cuda::DeviceBuffer act2(P * I * esz), actn(P * I * esz);
+        cuda::DeviceBuffer y2 = y_init(), yn = y_init();
+        cuda::moe_pair_gate_up(d_h.get(), d_gu.get(), d_expert.as<int32_t>(), dt, T, K, I, C, act2.get(), nullptr);
+        cuda::moe_pair_down_combine_staged(act2.get(), d_dn.get(), d_expert.as<int32_t>(), d_weight.as<float>(), dt,
+                                           T, K, C, I, y2.as<float>(), accumulate, nullptr);
+        cuda::moe_pair_gate_up_naive(d_h.get(), d_gu.get(), d_expert.as<int32_t>(), dt, T, K, I, C, actn.get(),
+                                     nullptr);
+        cuda::moe_pair_down_combine_naive(actn.get(), d_dn.get(), d_expert.as<int32_t>(), d_weight.as<float>(), dt,
+                                          T, K, C, I, yn.as<float>(), accumulate, nullptr);
+        const auto a_ref = decode(to_host<uint8_t>(act2, P * I * esz), dt);
+        const auto y_ref = to_host<float>(y2, T * C);
+        const auto y_naive = to_host<float>(yn, T * C);
+        const double tol = dt == DType::BF16 ? 2e-2 : 4e-3;
+        for (int call = 0; call < 3; ++call) {
+          SCOPED_TRACE(::testing::Message() << "call " << call);
+          cuda::DeviceBuffer act(P * I * esz);
+          VLM_CUDA_CHECK(cudaMemset(act.get(), 0xff, act.bytes()));
+          cuda::DeviceBuffer y = y_init();
+          cuda::moe_pair_fused(d_h.get(), d_gu.get(), d_dn.get(), d_expert.as<int32_t>(), d_weight.as<float>(), dt, T,
+                               K, I, C, act.get(), y.as<float>(), accumulate, d_sync.as<uint32_t>(), nullptr);
+          const auto a = decode(to_host<uint8_t>(act, P * I * esz), dt);
+          const auto yv = to_host<float>(y, T * C);
+          EXPECT_EQ(bits(a), bits(a_ref));   // 2.'s sums in 2.'s order
+          EXPECT_EQ(bits(yv), bits(y_ref));  // 3'.'s sums in 3'.'s order on the same act
+          EXPECT_LE(rel_error(yv, y_naive), 2 * tol);
+          EXPECT_EQ(to_host<uint32_t>(d_sync, 1)[0], 0u);  // the arrival count back at 0
+        }
+      }
     }
   }
 }

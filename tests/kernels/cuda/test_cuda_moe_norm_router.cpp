@@ -22,6 +22,7 @@
 #include "kernels/cuda/moe/moe_decode.h"
 #include "kernels/cuda/ops/ops_cuda.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/cuda/moe_test_util.h"
 #include "tests/support/gpu_test.h"
 
 namespace vlm::testing {
@@ -32,31 +33,9 @@ class CudaMoeNormRouter : public ::testing::Test {
   void SetUp() override { VLM_REQUIRE_GPU(); }
 };
 
-// offsets, tile_starts, active [E+1] each, then pair_of_slot, slot_of_pair [P] each.
-struct Sorted {
-  cuda::DeviceBuffer meta;
-  cuda::MoeSorted s;
-  Sorted(int64_t E, int64_t P) : meta((3 * (E + 1) + 2 * P) * 4) {
-    VLM_CUDA_CHECK(cudaMemset(meta.get(), 0xff, meta.bytes()));
-    s.offsets = meta.as<int32_t>();
-    s.tile_starts = s.offsets + E + 1;
-    s.active = s.tile_starts + E + 1;
-    s.pair_of_slot = s.active + E + 1;
-    s.slot_of_pair = s.pair_of_slot + P;
-  }
-  std::vector<int32_t> host(int64_t E, int64_t P) const {
-    auto v = to_host<int32_t>(meta, 3 * (E + 1) + 2 * P);
-    const int32_t busy = v[3 * (E + 1) - 1];  // active past its count: not written by every form
-    for (int64_t i = 2 * (E + 1) + busy; i < 3 * (E + 1) - 1; ++i) v[i] = -1;
-    return v;
-  }
-};
+using Sorted = MoeSortedBuffers;
 
-std::vector<uint32_t> bits(const std::vector<float>& v) {
-  std::vector<uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * 4);
-  return b;
-}
+std::vector<uint32_t> bits(const std::vector<float>& v) { return float_bits(v); }
 
 struct Case {
   int64_t T, E, K, C;
@@ -140,6 +119,20 @@ TEST_F(CudaMoeNormRouter, MatchesNormThenFusedRouterAndNaive) {
       EXPECT_EQ(to_host<int32_t>(b.expert, P), ex);
       EXPECT_EQ(bits(to_host<float>(b.weight, P)), bits(wt));
       EXPECT_EQ(b.sorted.host(E, P), groups);
+      // Without the sort (sorted.offsets null: the pair path): the same choices, weights, logits
+      // and rows, the counter back at 0.
+      Outs u(T, E, K, C);
+      cuda::moe_norm_router_route_sort(d_x.as<float>(), d_g.as<float>(), eps, u.h.get(), d_w.get(), dt, T, E, C, K,
+                                       true, u.logits.as<float>(), u.expert.as<int32_t>(), u.weight.as<float>(),
+                                       cuda::MoeSorted{}, d_counter.as<uint32_t>(), nullptr);
+      EXPECT_EQ(to_host<uint32_t>(d_counter, 1)[0], 0u);
+      EXPECT_EQ(to_host<uint16_t>(u.h, T * C), h);
+      EXPECT_EQ(bits(to_host<float>(u.logits, T * E)), bits(logits));
+      EXPECT_EQ(to_host<int32_t>(u.expert, P), ex);
+      EXPECT_EQ(bits(to_host<float>(u.weight, P)), bits(wt));
+      fused(b);  // and the counter works for the next call with the sort
+      EXPECT_EQ(b.sorted.host(E, P), groups);
+      EXPECT_EQ(to_host<uint32_t>(d_counter, 1)[0], 0u);
 
       // The naive references on the fused kernel's rows and logits.
       cuda::DeviceBuffer ln(T * E * 4), en(P * 4), wn(P * 4);
