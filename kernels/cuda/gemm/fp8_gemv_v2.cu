@@ -152,7 +152,10 @@ void launch(const void* x, const int32_t* rows, const float* nw, float eps, cons
   // grid_for's occupancy query assumes kThreads a block: the norm forms only (W == kWarps).
   static_assert(!kNorm || W == kWarps, "grid_for sizes blocks of kThreads");
   const unsigned grid = kNorm ? grid_for(reinterpret_cast<const void*>(kernel), smem, groups) : blocks(N, W);
-  const int prefetch = head_prefetch(R * std::min<int64_t>(N, int64_t(grid) * W), K);  // K bytes a row
+  // The weight heads asked of L2 before the staging (norm forms; plain launches: a PDL launch's
+  // bytes only, as gemv.cu's plain kernel). K bytes a row.
+  const int64_t first_rows = R * std::min<int64_t>(N, int64_t(grid) * W);
+  const int prefetch = kNorm ? head_prefetch(first_rows, K) : pdl_row_prefetch(first_rows, K);
   launch_pdl(kernel, grid, 32 * W, smem, s, x, rows, nw, eps, wq, w_scale, static_cast<const TO*>(bias),
              static_cast<TO*>(y), accumulate, static_cast<int>(N), static_cast<int>(K), prefetch);
 }
