@@ -1,8 +1,11 @@
 // Times the decode linear products of one Qwen2-7B layer over FP8 weights, each form beside the
 // others (issue 43's speed bars): q/k/v [4608, 3584] (bf16 out + bias), o_proj [3584, 3584] and
 // down_proj [3584, 18944] (f32 += : the residual add), gate/up [2 x 18944, 3584] with SiLU·mul.
-//  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, and the bf16
-//    GEMV (kernels/cuda/gemm/gemv.h) on the same shape for the 16-bit read rate;
+//  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, fp8_gemv_v2.h's
+//    deeper form ("gemv_v2"), and the bf16 GEMV (kernels/cuda/gemm/gemv.h) on the same shape for the
+//    16-bit read rate; for the products with a pre-norm in the model (q/k/v, gate/up) also the norm
+//    and the product: rms_norm then the Simple form ("rms+simple", as the model ran them) against
+//    the norm folded in (fp8_gemv_v2.h's fp8_gemv_norm / _silu_mul_norm: "norm_v2");
 //  - rows 8, 16, 32, 64: quantize_fp8_rows + fp8_mma_gemm (+ its split reduce), quantize_fp8_rows +
 //    fp8_tile_gemm ("quant+tile(S=<splits>)", the model's split; then "tile_S<n>" with the split
 //    forced to 1, 2, 4, 8: the split model's check), quantize_fp8_rows +
@@ -34,6 +37,7 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
+#include "kernels/cuda/gemm/fp8_gemv_v2.h"
 #include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
 #include "kernels/cuda/gemm/fp8_tile_gemm.h"
@@ -133,6 +137,7 @@ int main(int argc, char** argv) {
     DeviceBuffer ws = filled_f32(N, 1e-3f), bias = random_bytes(N * 2, false, 3);
     DeviceBuffer x = random_bytes(64 * K * 2, false, 4), xq(64 * K), xs(64 * 4);
     DeviceBuffer y(64 * N * 4), inner(64 * N * 2), tmp(64 * N * 4);
+    DeviceBuffer xf = filled_f32(4 * K, 0.5f), nw = filled_f32(K, 1.0f), h(4 * K * 2);  // the norm rows: f32 in, bf16 out
     DeviceBuffer part(static_cast<size_t>(16 * 64 * N) * 4);  // [S <= 16, M, N] f32
     const DType out_dt = sh.residual ? DType::F32 : DType::BF16;
     const void* b = sh.bias ? bias.get() : nullptr;
@@ -157,6 +162,43 @@ int main(int argc, char** argv) {
             },
             copies);
         report(M, form == vlm::cuda::Fp8GemvForm::Simple ? "gemv_simple" : "gemv_pipelined", us, w8);
+      }
+      const double v2 = time_us(
+          [&](int c) {
+            if (sh.silu)
+              vlm::cuda::fp8_gemv_silu_mul_v2(x.get(), wq_at(c), ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I,
+                                              K, nullptr);
+            else
+              vlm::cuda::fp8_gemv_v2(x.get(), wq_at(c), ws.as<float>(), DType::BF16, b, y.get(), DType::BF16, false, M,
+                                     N, K, nullptr);
+          },
+          copies);
+      report(M, "gemv_v2", v2, w8);
+      if (!sh.residual) {  // q/k/v and gate/up: the pre-norm apart (as before) or folded in
+        const double unfused = time_us(
+            [&](int c) {
+              vlm::cuda::rms_norm(xf.as<float>(), nullptr, nw.as<float>(), 1e-6f, nullptr, M, K, h.get(), DType::BF16,
+                                  nullptr);
+              if (sh.silu)
+                vlm::cuda::fp8_gemv_silu_mul(h.get(), wq_at(c), ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I,
+                                             K, nullptr, vlm::cuda::Fp8GemvForm::Simple);
+              else
+                vlm::cuda::fp8_gemv(h.get(), wq_at(c), ws.as<float>(), DType::BF16, b, y.get(), DType::BF16, false, M,
+                                    N, K, nullptr, vlm::cuda::Fp8GemvForm::Simple);
+            },
+            copies);
+        report(M, "rms+simple", unfused, w8);
+        const double fused = time_us(
+            [&](int c) {
+              if (sh.silu)
+                vlm::cuda::fp8_gemv_silu_mul_norm(xf.as<float>(), nullptr, nw.as<float>(), 1e-6f, wq_at(c),
+                                                  ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I, K, nullptr);
+              else
+                vlm::cuda::fp8_gemv_norm(xf.as<float>(), nullptr, nw.as<float>(), 1e-6f, wq_at(c), ws.as<float>(),
+                                         DType::BF16, b, y.get(), DType::BF16, false, M, N, K, nullptr);
+            },
+            copies);
+        report(M, "norm_v2", fused, w8);
       }
       const double us = time_us(
           [&](int c) {

@@ -8,6 +8,8 @@
 // bias out_dt or null. fp8_gemv_silu_mul: wq [2I, K] gate rows then up rows, scales [2I];
 // out[m, i] = silu(round_dt(g)) * round_dt(u) with g, u the scaled dots + bias (gemv.h's).
 // The naive references (one thread per output, k in order) are what the tests compare with.
+// fp8_gemv_v2.h: the same sums with 8 loads a lane in flight, and the RMS pre-norm folded in (the
+// model's few-row path under VLM_FP8_GEMV_V2 / VLM_FP8_GEMV_NORM).
 // Fp8GemvForm (same bits either way: each lane sums the same vectors in the same order):
 //  - Simple (session 15's kernels): one warp per column, grid ceil(N / 8) blocks, kUnroll (4)
 //    loads per row and lane issued, then summed, then the next 4.

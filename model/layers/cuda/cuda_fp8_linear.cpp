@@ -9,6 +9,7 @@
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
+#include "kernels/cuda/gemm/fp8_gemv_v2.h"
 #include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
 #include "kernels/cuda/gemm/fp8_tile_gemm.h"
@@ -62,6 +63,26 @@ std::pair<uint8_t*, float*> quantize_act(CudaStep& s, const void* x, int64_t M, 
   auto* xs = static_cast<float*>(s.scratch(CudaScratch::kFp8Scale, M * 4));  // [M] f32
   cuda::quantize_fp8_rows(x, s.dt, M, K, xq, xs, s.stream);
   return {xq, xs};
+}
+
+// fp8_gemv_v2.h's switches: VLM_FP8_GEMV_V2 / VLM_FP8_GEMV_NORM = 1 / 0, else the header's
+// defaults (read once per process).
+bool env_switch(const char* name, bool dflt) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return dflt;
+  return std::strcmp(e, "0") != 0;
+}
+bool gemv_v2_on() {
+  static const bool on = env_switch("VLM_FP8_GEMV_V2", cuda::kFp8GemvV2Default);
+  return on;
+}
+bool gemv_norm_on() {
+  static const bool on = env_switch("VLM_FP8_GEMV_NORM", cuda::kFp8GemvNormDefault);
+  return on;
+}
+// Whether a few-row step folds the RMS pre-norm into the FP8 GEMV (fp8_gemv_norm / _silu_mul_norm).
+bool norm_folds(const CudaStep& s, const CudaPreNorm& pre, int64_t M, int64_t K) {
+  return pre.rms && s.fused_norm && s.gemv && gemv_norm_on() && cuda::fp8_gemv_norm_supported(M, K, s.dt);
 }
 
 cuda::Fp8GemvForm gemv_form() {
@@ -141,8 +162,12 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
   const int64_t N = d.N, K = d.K;
   if (M == 0) return;
   if (s.gemv && cuda::fp8_gemv_supported(M, K, s.dt)) {
-    cuda::fp8_gemv(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt, d.bias(out_dt), y, out_dt, accumulate, M, N, K,
-                   s.stream, gemv_form());
+    if (gemv_v2_on())
+      cuda::fp8_gemv_v2(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt, d.bias(out_dt), y, out_dt, accumulate, M,
+                        N, K, s.stream);
+    else
+      cuda::fp8_gemv(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt, d.bias(out_dt), y, out_dt, accumulate, M, N,
+                     K, s.stream, gemv_form());
     return;
   }
   const auto [xq, xs] = quantize_act(s, x, M, K);
@@ -169,18 +194,33 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
                      tmp);
 }
 
+bool fp8_product_norm(CudaStep& s, const DeviceLinear& d, const CudaPreNorm& pre, const float* x, void* y,
+                      DType out_dt, bool accumulate, int64_t M) {
+  if (!d.fp8() || s.dt != DType::BF16 || M == 0 || !norm_folds(s, pre, M, d.K)) return false;
+  cuda::fp8_gemv_norm(x, nullptr, pre.w.as<float>(), pre.eps, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt,
+                      d.bias(out_dt), y, out_dt, accumulate, M, d.N, d.K, s.stream);
+  return true;
+}
+
 void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear& down, const CudaPreNorm* pre,
                    int64_t I, Act x, Act inner, void* act, Act y, bool accumulate) {
   const int64_t T = x.rows, C = gate_up.K;
   const DType dt = s.dt;
   const void* in = x.data;
-  if (pre) {
+  const bool folded = pre && T > 0 && norm_folds(s, *pre, T, C);  // norm, gate/up, SiLU·mul: one pass
+  if (pre && !folded) {
     void* h = s.scratch(CudaScratch::kNormOut, T * C * static_cast<int64_t>(dtype_size(dt)));  // [T, C] dt
     pre->apply(x.f32(), T, C, h, dt, s.stream);
     s.mark("norm");
     in = h;
   }
-  if (s.gemv && cuda::fp8_gemv_supported(T, C, dt)) {
+  if (folded) {
+    cuda::fp8_gemv_silu_mul_norm(x.f32(), nullptr, pre->w.as<float>(), pre->eps, gate_up.w8.as<uint8_t>(),
+                                 gate_up.w_scale.as<float>(), dt, gate_up.bias(dt), act, T, I, C, s.stream);
+  } else if (s.gemv && cuda::fp8_gemv_supported(T, C, dt) && gemv_v2_on()) {
+    cuda::fp8_gemv_silu_mul_v2(in, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), dt, gate_up.bias(dt), act, T,
+                               I, C, s.stream);
+  } else if (s.gemv && cuda::fp8_gemv_supported(T, C, dt)) {
     cuda::fp8_gemv_silu_mul(in, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), dt, gate_up.bias(dt), act, T, I,
                             C, s.stream, gemv_form());
   } else if (use_mma(s, T, C)) {

@@ -48,9 +48,18 @@ DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<Linear
 
 void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DType out_dt, bool accumulate, int64_t M);
 
+// Few rows (CudaStep::gemv and fused_norm, 1..4 rows, an RMS pre-norm whose staged rows fit, the
+// switch VLM_FP8_GEMV_NORM on: kernels/cuda/gemm/fp8_gemv_v2.h): y [M, N] (+)= pre(x [M, K] f32) W^T in one
+// launch (fp8_gemv_norm), returning true; false, with nothing enqueued, where the norm does not fold
+// (the caller then runs pre->apply and fp8_product). Few-row fp8_product / fp8_gated_mlp run
+// fp8_gemv_v2's deeper GEMVs under VLM_FP8_GEMV_V2 (same bits as fp8_gemv's Simple form).
+bool fp8_product_norm(CudaStep& s, const DeviceLinear& d, const CudaPreNorm& pre, const float* x, void* y,
+                      DType out_dt, bool accumulate, int64_t M);
+
 // The gated MLP over FP8 weights (CudaLayers' gated MLP hands its FP8 steps here): the norm apart
-// (pre may be null), gate/up [2I, C] with SiLU·mul in the FP8 GEMV for few rows (act [T, I] dt),
-// else the FP8 GEMM into inner [T, 2I] and silu_mul; y [T, C] (+)= act down^T through fp8_product.
+// (pre may be null; folded into the gate/up GEMV where fp8_product_norm would fold it), gate/up
+// [2I, C] with SiLU·mul in the FP8 GEMV for few rows (act [T, I] dt), else the FP8 GEMM into inner
+// [T, 2I] and silu_mul; y [T, C] (+)= act down^T through fp8_product.
 void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear& down, const CudaPreNorm* pre,
                    int64_t I, Act x, Act inner, void* act, Act y, bool accumulate);
 

@@ -89,7 +89,9 @@ class CudaLinear final : public Linear {
     CudaStep& s = CudaStep::of(st);
     const int64_t M = x.rows, N = d_.N, K = d_.K;
     const bool add = a == Accum::Add;
-    if (d_.fp8()) {  // FP8 weights: the norm apart, then the FP8 GEMV or GEMM
+    if (d_.fp8() && pre_ && fp8_product_norm(s, d_, *pre_, x.f32(), y.data, y.dtype, add, M)) {
+      // FP8 weights, few rows: the norm inside the FP8 GEMV
+    } else if (d_.fp8()) {  // FP8 weights: the norm apart, then the FP8 GEMV or GEMM
       const void* in = x.data;
       if (pre_) {
         void* h = s.scratch(CudaScratch::kNormOut, M * K * static_cast<int64_t>(dtype_size(s.dt)));
