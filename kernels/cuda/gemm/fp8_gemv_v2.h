@@ -31,7 +31,10 @@
 // Switches (read by the model layer, model/layers/cuda/cuda_fp8_linear.cpp, once per process):
 // VLM_FP8_GEMV_V2=0/1 (the deeper plain / gate-up GEMV for 1..4 rows), VLM_FP8_GEMV_NORM=0/1 (the
 // norm folded into the FP8 GEMVs where CudaStep::fused_norm allows); unset: the defaults below.
-// Proposed on: same bits as the forms they replace; NOT yet measured on a GPU (branch fp8-t1).
+// Measured in session 20 call M (H200, Qwen2-7B shape, FP8 weights, one sequence at 1K, two rounds):
+// v2 off / norm on 2.629 / 2.629 ms, both off 2.776 / 2.798, both on 2.769 / 2.751, v2 alone 2.957 /
+// 2.948: the folded norm wins, the deeper GEMV loses (qkv at M=1 9.44 vs 8.31 us, o 8.11 vs 7.38), so
+// v2 is off and the norm on.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -42,7 +45,7 @@
 
 namespace vlm::cuda {
 
-constexpr bool kFp8GemvV2Default = true;
+constexpr bool kFp8GemvV2Default = false;
 constexpr bool kFp8GemvNormDefault = true;
 
 bool fp8_gemv_norm_supported(int64_t M, int64_t K, DType dt);

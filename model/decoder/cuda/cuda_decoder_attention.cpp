@@ -23,7 +23,8 @@ bool CudaDecoder::attend_short(int l, int64_t T, void* qkv, const RopeRows& rope
   // Only plain decode steps: the methods (SinkRouter routes, LOOK-M reads q after attention), the
   // probe (reads q before attention), sparse and cuDNN attention keep the two-kernel path.
   if (!decode_short_ || !decode_kernel() || methods_ || look_m_on_ || probe_ || sparse_ ||
-      cudnn_mode_ != CudaCudnnPrefill::kNone || meta_ == nullptr || T != meta_->num_seqs)
+      cudnn_mode_ != CudaCudnnPrefill::kNone || meta_ == nullptr || T != meta_->num_seqs ||
+      meta_->num_seqs > cuda::kDecodeShortDecoderSeqs)
     return false;
   const ModelConfig& c = config();
   const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
