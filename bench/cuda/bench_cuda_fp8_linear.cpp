@@ -3,8 +3,7 @@
 // down_proj [3584, 18944] (f32 += : the residual add), gate/up [2 x 18944, 3584] with SiLU·mul.
 //  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, and the bf16
 //    GEMV (kernels/cuda/gemm/gemv.h) on the same shape for the 16-bit read rate;
-//  - rows 8, 16, 32, 64: quantize_fp8_rows + fp8_mma_gemm (+ its split reduce), quantize_fp8_rows +
-//    fp8_tile_gemm ("quant+tile(S=<splits>)", the model's split; then "tile_S<n>" with the split
+//  - rows 8, 16, 32, 64: quantize_fp8_rows + fp8_tile_gemm ("quant+tile(S=<splits>)", the model's split; then "tile_S<n>" with the split
 //    forced to 1, 2, 4, 8: the split model's check), quantize_fp8_rows +
 //    CublasLtGemm::linear_fp8 (+ silu_mul for gate/up; the unfused form where cuBLASLt refuses the
 //    fused one), and the bf16 cuBLASLt GEMM (these two as VLM_CUBLASLT_AUTOTUNE says);
@@ -34,7 +33,6 @@
 #include "kernels/cuda/core/device_buffer.h"
 #include "kernels/cuda/gemm/cublaslt_gemm.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
-#include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
 #include "kernels/cuda/gemm/fp8_tile_gemm.h"
 #include "kernels/cuda/gemm/gemv.h"
@@ -169,20 +167,6 @@ int main(int argc, char** argv) {
       report(M, "bf16_gemv", us, w16);
     }
     for (const int64_t M : {8, 16, 32, 64}) {
-      const int64_t pf = vlm::cuda::fp8_mma_partial_floats(M, N, K, sh.silu);
-      const double mma = time_us(
-          [&](int c) {
-            vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), nullptr);
-            float* p = pf > 0 ? part.as<float>() : nullptr;
-            if (sh.silu)
-              vlm::cuda::fp8_mma_gemm_silu_mul(xq.as<uint8_t>(), xs.as<float>(), wq_at(c), ws.as<float>(), nullptr,
-                                               inner.get(), M, I, K, p, nullptr);
-            else
-              vlm::cuda::fp8_mma_gemm(xq.as<uint8_t>(), xs.as<float>(), wq_at(c), ws.as<float>(), b, y.get(), out_dt,
-                                      sh.residual, M, N, K, p, nullptr);
-          },
-          copies);
-      report(M, pf > 0 ? "quant+mma(split)" : "quant+mma", mma, w8);
       for (const int forced : {0, 1, 2, 4, 8}) {
         vlm::cuda::fp8_tile_set_split_override(forced);
         const int64_t tpf = vlm::cuda::fp8_tile_partial_floats(M, N, K, sh.silu);  // <= 16 M N: fits `part`

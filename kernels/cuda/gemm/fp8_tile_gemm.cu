@@ -6,16 +6,16 @@
 
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/attention/wgmma_tile.cuh"
-#include "kernels/cuda/gemm/fp8_mma_common.cuh"
+#include "kernels/cuda/gemm/fp8_tile_common.cuh"
 #include "kernels/cuda/gemm/fp8_wgmma.cuh"
 
 namespace vlm::cuda {
 namespace {
 
-using fp8_mma_detail::dispatch_tiles;
-using fp8_mma_detail::fp8_mma_reduce_kernel;
-using fp8_mma_detail::store_out;
-using fp8_mma_detail::store_silu;
+using fp8_tile_detail::dispatch_tiles;
+using fp8_tile_detail::fp8_tile_reduce_kernel;
+using fp8_tile_detail::store_out;
+using fp8_tile_detail::store_silu;
 
 constexpr int kThreads = 128;  // one warpgroup
 constexpr int kTileRows = 128;  // weight rows of a block: two 64-row A tiles (silu: 64 gate rows, their 64 up rows)
@@ -272,7 +272,7 @@ void launch(const uint8_t* xq, const float* xs, const uint8_t* wq, const float* 
   VLM_CUDA_CHECK_LAUNCH();
   if (!part) return;
   const int64_t outs = M * R;
-  fp8_mma_reduce_kernel<kSilu, TO><<<static_cast<unsigned>((outs + 255) / 256), 256, 0, s>>>(
+  fp8_tile_reduce_kernel<kSilu, TO><<<static_cast<unsigned>((outs + 255) / 256), 256, 0, s>>>(
       part, sp.S, xs, ws, b, static_cast<TO*>(y), accumulate, static_cast<int>(M), static_cast<int>(R));
   VLM_CUDA_CHECK_LAUNCH();
 }

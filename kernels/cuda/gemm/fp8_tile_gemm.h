@@ -1,12 +1,11 @@
 // The FP8 product of decode steps of several rows on Hopper's FP8 wgmma (issue 43: 64 sequences at
 // >= 60 % of HBM): y [M, N] = (xq [M, K] . wq [N, K]^T) * x_scale[m] * w_scale[n] (+ bias[n]) (+ y),
-// the numerics of fp8_mma_gemm (fp8_mma_gemm.h; W8A8, E4M3 both sides, per-row scales, f32
-// accumulation, the same epilogues and split-K reduce) on another instruction and load side.
+// both operands E4M3 with per-row scales (W8A8: the numerics of CublasLtGemm::linear_fp8 and of its
+// reference fp8_gemm_naive in fp8_quantize.h), f32 accumulation, for 1 <= M <= kFp8TileMaxRows.
 // sm_90a only (wgmma): callers check the device (require_fp8_gpu refuses non-Hopper FP8 GPUs).
-// Why: fp8_mma_gemm's mma.sync m16n8k32 E4M3 is not native on sm_90: the compiler emulates it by
-// converting both fragments to f16 for every mma (NVIDIA/cutlass issue 1986; Ada's instruction),
-// and its warps re-read all M tokens' x through L1 for every 16 weight rows; at M = 64 it read
-// gate/up at 26 % of 4.8 TB/s (bench/results_raw/s17/callD/fp8_linear.txt).
+// Why wgmma: mma.sync's m16n8k32 E4M3 is not native on sm_90 (the compiler emulates it through f16;
+// NVIDIA/cutlass issue 1986): session 16's mma.sync kernel read gate/up at 26 % of 4.8 TB/s at
+// M = 64 (bench/results_raw/s17/callD/fp8_linear.txt) and was removed in session 20.
 // How: Hopper's FP8 warpgroup MMA (wgmma m64nNk32 e4m3, N = 8 ceil(M / 8) tokens; swap-AB: the
 // weights are the 64-row A operand, the tokens B), both operands K-major in 128-byte-swizzled
 // shared memory. A block (one warpgroup) owns 128 weight rows (silu: 64 gate rows and their 64 up
@@ -17,8 +16,9 @@
 // blocks where one pass leaves the GPU's resident blocks idle (a time model: fp8_tile_gemm.cu),
 // the splits' partial sums reduced in split order (deterministic).
 //  - fp8_tile_gemm: y out_dt BF16 or F32; bias [N] BF16 or null.
-//  - fp8_tile_gemm_silu_mul: wq [2I, K] gate rows then up rows; out [M, I] BF16 = silu(round(g)) *
-//    round(u) (fp8_mma_gemm_silu_mul's contract).
+//  - fp8_tile_gemm_silu_mul: wq [2I, K] gate rows then up rows, scales [2I], bias [2I] BF16 or
+//    null; out [M, I] BF16 = silu(round(g)) * round(u), g and u the scaled sums + bias (ops_cuda's
+//    silu_mul over the rounded GEMM output).
 // Contract: device pointers, 16-byte aligned; fp8_tile_supported(M, K) (K % 64 == 0, 1 <= M <= 64;
 // a K % 128 == 64 tail is zero-filled);
 // `partial` holds fp8_tile_partial_floats(M, cols, K, silu) f32 (null where that is 0). Enqueued on

@@ -9,7 +9,6 @@
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
-#include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
 #include "kernels/cuda/gemm/fp8_tile_gemm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
@@ -64,16 +63,8 @@ std::pair<uint8_t*, float*> quantize_act(CudaStep& s, const void* x, int64_t M, 
   return {xq, xs};
 }
 
-cuda::Fp8GemvForm gemv_form() {
-  return fp8_decode_paths() == Fp8DecodePaths::New ? cuda::Fp8GemvForm::Pipelined : cuda::Fp8GemvForm::Simple;
-}
-
-// Steps of 5..64 rows (decode batches, short prefill chunks) through fp8_mma_gemm (New) or
-// fp8_tile_gemm (Tile); not under the old paths.
-bool use_mma(const CudaStep& s, int64_t M, int64_t K) {
-  return s.gemv && fp8_decode_paths() == Fp8DecodePaths::New && !cuda::fp8_gemv_supported(M, K, s.dt) &&
-         cuda::fp8_mma_supported(M, K);
-}
+// Steps of 5..64 rows (decode batches, short prefill chunks) through fp8_tile_gemm; not under the
+// old paths.
 bool use_tile(const CudaStep& s, int64_t M, int64_t K) {
   return s.gemv && fp8_decode_paths() == Fp8DecodePaths::Tile && !cuda::fp8_gemv_supported(M, K, s.dt) &&
          cuda::fp8_tile_supported(M, K);
@@ -84,7 +75,6 @@ bool use_tile(const CudaStep& s, int64_t M, int64_t K) {
 Fp8DecodePaths fp8_decode_paths() {
   static const Fp8DecodePaths paths = [] {
     const char* e = std::getenv("VLM_FP8_DECODE");
-    if (e && std::strcmp(e, "new") == 0) return Fp8DecodePaths::New;
     if (e && std::strcmp(e, "old") == 0) return Fp8DecodePaths::Old;
     return Fp8DecodePaths::Tile;
   }();
@@ -142,17 +132,10 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
   if (M == 0) return;
   if (s.gemv && cuda::fp8_gemv_supported(M, K, s.dt)) {
     cuda::fp8_gemv(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt, d.bias(out_dt), y, out_dt, accumulate, M, N, K,
-                   s.stream, gemv_form());
+                   s.stream, cuda::Fp8GemvForm::Simple);
     return;
   }
   const auto [xq, xs] = quantize_act(s, x, M, K);
-  if (use_mma(s, M, K)) {
-    const int64_t pf = cuda::fp8_mma_partial_floats(M, N, K, false);
-    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, M, N] f32
-    cuda::fp8_mma_gemm(xq, xs, d.w8.as<uint8_t>(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, accumulate, M,
-                       N, K, part, s.stream);
-    return;
-  }
   if (use_tile(s, M, K)) {
     const int64_t pf = cuda::fp8_tile_partial_floats(M, N, K, false);
     auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, M, N] f32
@@ -182,13 +165,7 @@ void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear&
   }
   if (s.gemv && cuda::fp8_gemv_supported(T, C, dt)) {
     cuda::fp8_gemv_silu_mul(in, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), dt, gate_up.bias(dt), act, T, I,
-                            C, s.stream, gemv_form());
-  } else if (use_mma(s, T, C)) {
-    const auto [xq, xs] = quantize_act(s, in, T, C);
-    const int64_t pf = cuda::fp8_mma_partial_floats(T, 2 * I, C, true);
-    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, T, 2I] f32
-    cuda::fp8_mma_gemm_silu_mul(xq, xs, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), gate_up.bias_dt.get(),
-                                act, T, I, C, part, s.stream);
+                            C, s.stream, cuda::Fp8GemvForm::Simple);
   } else if (use_tile(s, T, C)) {
     const auto [xq, xs] = quantize_act(s, in, T, C);
     const int64_t pf = cuda::fp8_tile_partial_floats(T, 2 * I, C, true);

@@ -1,5 +1,4 @@
-// The FP8 tensor-core products of decode steps of up to 64 rows, each test run for both kernels
-// (parameter "mma": kernels/cuda/gemm/fp8_mma_gemm.h; "tile": fp8_tile_gemm.h, Hopper wgmma)
+// The FP8 tensor-core product of decode steps of up to 64 rows (fp8_tile_gemm.h, Hopper wgmma)
 // against the naive FP8 GEMM (fp8_quantize.h's fp8_gemm_naive, itself against a double-precision
 // host product on the small shapes), and its SiLU·mul form against the naive GEMM followed by
 // ops_cuda's silu_mul. The shapes cover both of its forms (K split across blocks with partial
@@ -15,7 +14,6 @@
 #include <string>
 
 #include "kernels/core/fp8.h"
-#include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
 #include "kernels/cuda/gemm/fp8_tile_gemm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
@@ -64,12 +62,10 @@ struct Kernel {
   void (*silu_mul)(const uint8_t*, const float*, const uint8_t*, const float*, const void*, void*, int64_t, int64_t,
                    int64_t, float*, cudaStream_t);
 };
-const Kernel kMma{"mma", cuda::fp8_mma_supported, cuda::fp8_mma_partial_floats, cuda::fp8_mma_gemm,
-                  cuda::fp8_mma_gemm_silu_mul};
 const Kernel kTile{"tile", cuda::fp8_tile_supported, cuda::fp8_tile_partial_floats, cuda::fp8_tile_gemm,
                    cuda::fp8_tile_gemm_silu_mul};
 
-class CudaFp8Mma : public ::testing::TestWithParam<Kernel> {
+class CudaFp8Tile : public ::testing::TestWithParam<Kernel> {
  protected:
   void SetUp() override { VLM_REQUIRE_GPU(); }
   void TearDown() override { cuda::fp8_tile_set_split_override(0); }
@@ -154,7 +150,7 @@ void check_silu_mul(const Kernel& kern, int64_t M, int64_t I, int64_t K) {
   }
 }
 
-TEST_P(CudaFp8Mma, MatchesNaiveGemm) {
+TEST_P(CudaFp8Tile, MatchesNaiveGemm) {
   struct Shape { int64_t N, K; bool host; };
   for (const Shape sh : {Shape{37, 64, true}, Shape{300, 3584, true}, Shape{1000, 256, true}, Shape{129, 320, true},
                          Shape{4608, 3584, false}, Shape{3584, 3584, false}, Shape{3584, 18944, false}}) {
@@ -165,7 +161,7 @@ TEST_P(CudaFp8Mma, MatchesNaiveGemm) {
   }
 }
 
-TEST_P(CudaFp8Mma, SiluMulMatchesNaiveGemmThenSiluMul) {
+TEST_P(CudaFp8Tile, SiluMulMatchesNaiveGemmThenSiluMul) {
   struct Shape { int64_t I, K; };
   for (const Shape sh : {Shape{333, 1024}, Shape{40, 64}, Shape{70, 320}, Shape{18944, 3584}}) {
     for (const int64_t M : {1, 5, 7, 16, 33, 45, 64}) {
@@ -177,8 +173,7 @@ TEST_P(CudaFp8Mma, SiluMulMatchesNaiveGemmThenSiluMul) {
 
 // The tile kernel with its K split forced: unsplit (the epilogue in the kernel) and split 2 and 5
 // ways (partial sums and the reduce) on the 7B shapes, whatever its model would pick.
-TEST_P(CudaFp8Mma, TileForcedSplitsMatchNaive) {
-  if (std::string(GetParam().name) != "tile") GTEST_SKIP() << "the tile kernel's split override";
+TEST_P(CudaFp8Tile, TileForcedSplitsMatchNaive) {
   for (const int S : {1, 2, 5}) {
     cuda::fp8_tile_set_split_override(S);
     SCOPED_TRACE(::testing::Message() << "forced splits " << S);
@@ -193,7 +188,7 @@ TEST_P(CudaFp8Mma, TileForcedSplitsMatchNaive) {
 
 // The split is the kernel's own decision: a partial buffer is asked for exactly where the product
 // is split, and a product of one 64-column step never is.
-TEST_P(CudaFp8Mma, PartialBufferOnlyForSplitProducts) {
+TEST_P(CudaFp8Tile, PartialBufferOnlyForSplitProducts) {
   const Kernel& k = GetParam();
   EXPECT_EQ(k.partial_floats(64, 4096, 64, false), 0);
   const int64_t pf = k.partial_floats(8, 256, 8192, false);  // few row blocks, many steps: split
@@ -204,7 +199,7 @@ TEST_P(CudaFp8Mma, PartialBufferOnlyForSplitProducts) {
   EXPECT_TRUE(k.supported(64, 3584));
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaFp8Mma, ::testing::Values(kMma, kTile),
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaFp8Tile, ::testing::Values(kTile),
                          [](const ::testing::TestParamInfo<Kernel>& i) { return std::string(i.param.name); });
 
 }  // namespace
