@@ -10,7 +10,6 @@
 #include "kernels/cuda/core/device_upload.h"
 #include "kernels/cuda/gemm/fp8_gemv.h"
 #include "kernels/cuda/gemm/fp8_gemv_v2.h"
-#include "kernels/cuda/gemm/fp8_mma_gemm.h"
 #include "kernels/cuda/gemm/fp8_quantize.h"
 #include "kernels/cuda/gemm/fp8_tile_gemm.h"
 #include "kernels/cuda/ops/ops_cuda.h"
@@ -85,16 +84,21 @@ bool norm_folds(const CudaStep& s, const CudaPreNorm& pre, int64_t M, int64_t K)
   return pre.rms && s.fused_norm && s.gemv && gemv_norm_on() && cuda::fp8_gemv_norm_supported(M, K, s.dt);
 }
 
+// The GEMV form of steps of 1..4 rows: Simple, or Wide under VLM_FP8_GEMV_WIDE=1 (read once).
 cuda::Fp8GemvForm gemv_form() {
-  return fp8_decode_paths() == Fp8DecodePaths::New ? cuda::Fp8GemvForm::Pipelined : cuda::Fp8GemvForm::Simple;
+  static const cuda::Fp8GemvForm f = [] {
+    const char* e = std::getenv("VLM_FP8_GEMV_WIDE");
+    return e && std::strcmp(e, "1") == 0 ? cuda::Fp8GemvForm::Wide : cuda::Fp8GemvForm::Simple;
+  }();
+  return f;
 }
 
-// Steps of 5..64 rows (decode batches, short prefill chunks) through fp8_mma_gemm (New) or
-// fp8_tile_gemm (Tile); not under the old paths.
-bool use_mma(const CudaStep& s, int64_t M, int64_t K) {
-  return s.gemv && fp8_decode_paths() == Fp8DecodePaths::New && !cuda::fp8_gemv_supported(M, K, s.dt) &&
-         cuda::fp8_mma_supported(M, K);
+// fp8_tile_gemm's tile counters where VLM_FP8_SPLITK_FUSED=1 (null: the two-launch reduce).
+unsigned* tile_counters(CudaStep& s, int64_t cols, bool silu) {
+  if (!cuda::fp8_tile_fused_reduce_enabled()) return nullptr;
+  return static_cast<unsigned*>(s.scratch_zeroed(CudaScratch::kFp8Count, cuda::fp8_tile_counters(cols, silu) * 4));
 }
+
 bool use_tile(const CudaStep& s, int64_t M, int64_t K) {
   return s.gemv && fp8_decode_paths() == Fp8DecodePaths::Tile && !cuda::fp8_gemv_supported(M, K, s.dt) &&
          cuda::fp8_tile_supported(M, K);
@@ -105,7 +109,6 @@ bool use_tile(const CudaStep& s, int64_t M, int64_t K) {
 Fp8DecodePaths fp8_decode_paths() {
   static const Fp8DecodePaths paths = [] {
     const char* e = std::getenv("VLM_FP8_DECODE");
-    if (e && std::strcmp(e, "new") == 0) return Fp8DecodePaths::New;
     if (e && std::strcmp(e, "old") == 0) return Fp8DecodePaths::Old;
     return Fp8DecodePaths::Tile;
   }();
@@ -171,18 +174,11 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
     return;
   }
   const auto [xq, xs] = quantize_act(s, x, M, K);
-  if (use_mma(s, M, K)) {
-    const int64_t pf = cuda::fp8_mma_partial_floats(M, N, K, false);
-    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, M, N] f32
-    cuda::fp8_mma_gemm(xq, xs, d.w8.as<uint8_t>(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, accumulate, M,
-                       N, K, part, s.stream);
-    return;
-  }
   if (use_tile(s, M, K)) {
     const int64_t pf = cuda::fp8_tile_partial_floats(M, N, K, false);
     auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, M, N] f32
     cuda::fp8_tile_gemm(xq, xs, d.w8.as<uint8_t>(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, accumulate, M,
-                        N, K, part, s.stream);
+                        N, K, part, s.stream, tile_counters(s, N, false));
     return;
   }
   const float beta = accumulate ? 1.0f : 0.0f;
@@ -223,18 +219,12 @@ void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear&
   } else if (s.gemv && cuda::fp8_gemv_supported(T, C, dt)) {
     cuda::fp8_gemv_silu_mul(in, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), dt, gate_up.bias(dt), act, T, I,
                             C, s.stream, gemv_form());
-  } else if (use_mma(s, T, C)) {
-    const auto [xq, xs] = quantize_act(s, in, T, C);
-    const int64_t pf = cuda::fp8_mma_partial_floats(T, 2 * I, C, true);
-    auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, T, 2I] f32
-    cuda::fp8_mma_gemm_silu_mul(xq, xs, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), gate_up.bias_dt.get(),
-                                act, T, I, C, part, s.stream);
   } else if (use_tile(s, T, C)) {
     const auto [xq, xs] = quantize_act(s, in, T, C);
     const int64_t pf = cuda::fp8_tile_partial_floats(T, 2 * I, C, true);
     auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, T, 2I] f32
     cuda::fp8_tile_gemm_silu_mul(xq, xs, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), gate_up.bias_dt.get(),
-                                 act, T, I, C, part, s.stream);
+                                 act, T, I, C, part, s.stream, tile_counters(s, 2 * I, true));
   } else {
     fp8_product(s, gate_up, in, inner.data, dt, false, T);  // [T, 2I]
     s.mark("gemm_gate_up");

@@ -16,17 +16,21 @@
 //    F32 output with a bias or the residual add beside per-row scales, the GEMM writes an f32
 //    scratch and fp8_scale_epilogue adds: CublasLtGemm::linear_fp8's unfused form).
 //  - Decode paths (VLM_FP8_DECODE, read once): "old" keeps session 15's (fp8_gemv's Simple form
-//    for 1..4 rows, quantize + cuBLASLt for more); "new" (opt-in, measured slower) runs fp8_gemv's
-//    Pipelined (streaming) form for 1..4 rows and, for steps of 5..64 rows (decode batches; prefill
-//    chunks that short too), quantize_fp8_rows then fp8_mma_gemm (FP8 tensor cores through
-//    mma.sync, the weights read once, scales / bias / residual / SiLU·mul in its epilogue;
-//    kernels/cuda/gemm/fp8_mma_gemm.h); "tile" (the default since session 19's call B: 64 rows at 1K
-//    5.10 vs 5.91 ms a Qwen2-7B step, bench/RESULTS.md "Session 19, call B") keeps the Simple GEMV for 1..4
-//    rows and runs quantize_fp8_rows then fp8_tile_gemm (Hopper FP8 wgmma, weights staged through
-//    shared memory, the same epilogues; kernels/cuda/gemm/fp8_tile_gemm.h) for 5..64 rows. Steps of
-//    more rows: cuBLASLt, as before. (Session 17's
-//    opt-in "w8a16" product and VLM_FP8_GEMV_SPLIT were measured, lost to these and were removed
-//    in session 18: bench/RESULTS.md, session 17.)
+//    for 1..4 rows, quantize + cuBLASLt for more); "tile" (any other value: the default since
+//    session 19's call B: 64 rows at 1K 5.10 vs 5.91 ms a Qwen2-7B step, bench/RESULTS.md "Session
+//    19, call B") keeps the Simple GEMV for 1..4 rows and runs quantize_fp8_rows then fp8_tile_gemm
+//    (Hopper FP8 wgmma, weights staged through shared memory, scales / bias / residual / SiLU·mul
+//    in its epilogue; kernels/cuda/gemm/fp8_tile_gemm.h) for 5..64 rows (decode batches; prefill
+//    chunks that short too). Steps of more rows: cuBLASLt, as before. (Removed after measurement:
+//    session 17's opt-in "w8a16" product and VLM_FP8_GEMV_SPLIT in session 18; VLM_FP8_DECODE=new,
+//    the Pipelined GEMV with the mma.sync kernel fp8_mma_gemm, whose E4M3 mma is emulated through
+//    f16 on sm_90, in session 20: 64 rows 7.75 vs 5.10 ms a step, bench/RESULTS.md "Session 19,
+//    call B".)
+//    Session 20's opt-in switches (environment, read once; off until measured on the H200):
+//    VLM_FP8_SPLITK_FUSED=1: split fp8_tile_gemm products reduce in their own launch (the tile's
+//    last block, counters in scratch kFp8Count; same bits); VLM_FP8_TILE_DEEP=1: fp8_tile_gemm's
+//    deep pipeline for 17..64 rows (fp8_tile_gemm.h); VLM_FP8_GEMV_WIDE=1: fp8_gemv's Wide form
+//    (8 loads a lane in flight) for 1..4 rows (fp8_gemv.h).
 //  - require_fp8_gpu: the start-time refusal of a GPU without FP8 tensor cores (compute
 //    capability below 8.9), naming the GPU and what asked for FP8; also of FP8-capable GPUs other
 //    than Hopper (Ada 8.9, Blackwell 10.x/12.x): cuBLASLt's outer-vector (per-row) FP8 scaling the
@@ -40,8 +44,8 @@
 
 namespace vlm {
 
-enum class Fp8DecodePaths { Old, New, Tile };
-// VLM_FP8_DECODE=new -> New; =old -> Old; anything else (the default) -> Tile.
+enum class Fp8DecodePaths { Old, Tile };
+// VLM_FP8_DECODE=old -> Old; anything else (the default) -> Tile.
 Fp8DecodePaths fp8_decode_paths();
 
 DeviceLinear upload_linear_fp8(const WeightSource& src, const std::vector<LinearPart>& parts, int64_t* bytes);

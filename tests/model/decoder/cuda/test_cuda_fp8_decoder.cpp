@@ -9,8 +9,8 @@
 //    bf16): against the CPU over the same per-channel FP8 weights (written as a compressed-tensors
 //    checkpoint: the bits the GPU quantizes at load) within max(kGemvOverCpu, 4x the bf16 path's
 //    error) -- the GEMVs add only bf16's error to the weights' own;
-//  - --quantization fp8, chunks of 8 rows (fp8_mma_gemm; whole prompts of 5..64 tokens take it
-//    too): against HF f32 within the same bounds;
+//  - --quantization fp8, chunks of 8 rows (fp8_tile_gemm by default, cuBLASLt under
+//    VLM_FP8_DECODE=old; whole prompts of 5..64 tokens take it too): against HF f32 within the same bounds;
 //  - a 16x16-block FP8 checkpoint (requantized per channel at load) and a per-channel one (kept as
 //    stored), in one chunk, against the CPU's exact computation of the same checkpoint and HF f32.
 // The CPU's FP8-weights-only error on these fixtures is 0.24-0.41 (test_fp8_checkpoint.cpp: E4M3
@@ -137,9 +137,8 @@ TEST_P(CudaFp8Decoder, QuantizedAtLoadIsCloseToHfF32) {
   const double vs_cpu = max_row_rel_error(steps.data(), exact.data(), rows, V);
   std::printf("[ fp8 ] %s one token a step vs the CPU over the same FP8 weights: %.4g\n", GetParam().c_str(), vs_cpu);
   EXPECT_LE(vs_cpu, std::max(kGemvOverCpu, 4 * bf16_err));
-  // Steps of 8 rows: cuBLASLt's FP8 GEMM by default; fp8_mma_gemm under VLM_FP8_DECODE=new,
-  // fp8_tile_gemm (wgmma) under VLM_FP8_DECODE=tile
-  // (activations quantized per token either way; the variable is read once a process: run the
+  // Steps of 8 rows: fp8_tile_gemm (wgmma) by default, cuBLASLt's FP8 GEMM under
+  // VLM_FP8_DECODE=old (activations quantized per token either way; the variable is read once a process: run the
   // suite under each).
   GpuRunner fp8_chunks(GetParam(), DType::BF16, true);
   check("--quantization fp8, chunks of 8 rows (FP8 mma kernel)", logits_of(fp8_chunks.runner, ref_, 8), bf16_err, V);

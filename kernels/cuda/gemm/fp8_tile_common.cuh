@@ -1,9 +1,7 @@
-// Device pieces shared by the FP8 tensor-core products of decode steps (fp8_mma_gemm.cu: x through
-// L1, weights in registers; fp8_tile_gemm.cu: both staged in shared memory): the E4M3 mma.sync,
-// the epilogues (scales, bias, residual, SiLU·mul, in fp8_gemm_naive's order), the deterministic
-// reduce of split-K partial sums and the dispatch over token tiles. Both kernels write partial sums
-// in one layout, [S, M, cols] f32 unscaled (cols = R; silu: 2R, gate sums at n, up sums at R + n),
-// so one reduce serves both.
+// Device pieces of fp8_tile_gemm.cu (the FP8 wgmma product of decode steps): the epilogues (scales,
+// bias, residual, SiLU·mul, in fp8_gemm_naive's order), the deterministic reduce of split-K partial
+// sums and the dispatch over token tiles. Partial sums are [S, M, cols] f32 unscaled (cols = R;
+// silu: 2R, gate sums at n, up sums at R + n).
 #pragma once
 
 #include <cstdint>
@@ -12,21 +10,7 @@
 #include "kernels/cuda/core/cuda_check.h"
 #include "kernels/cuda/gemm/gemv_warp.cuh"
 
-namespace vlm::cuda::fp8_mma_detail {
-
-// d (16x8 f32) += a (16x32 E4M3, row) . b (32x8 E4M3, col).
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap();  // FP8 tensor cores: sm_89+ (require_fp8_gpu refuses other GPUs at start)
-#endif
-}
+namespace vlm::cuda::fp8_tile_detail {
 
 // One output: sum * x_scale[m] * w_scale[n] (+ bias) (+ y), in fp8_gemm_naive's order.
 template <class TO>
@@ -52,7 +36,7 @@ __device__ __forceinline__ void store_silu(float sg, float su, const float* xs, 
 // The splits' partial sums [S, M, cols] added in split order, then the epilogue: one thread per
 // output (m, n) of [M, R].
 template <bool kSilu, class TO>
-__global__ void fp8_mma_reduce_kernel(const float* __restrict__ partial, int S, const float* __restrict__ xs,
+__global__ void fp8_tile_reduce_kernel(const float* __restrict__ partial, int S, const float* __restrict__ xs,
                                       const float* __restrict__ ws, const __nv_bfloat16* __restrict__ bias, TO* y,
                                       bool accumulate, int M, int R) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -81,8 +65,8 @@ void dispatch_tiles(int64_t M, F&& f) {
     case 6: f(std::integral_constant<int, 6>{}); return;
     case 7: f(std::integral_constant<int, 7>{}); return;
     case 8: f(std::integral_constant<int, 8>{}); return;
-    default: precondition_failed("fp8 mma product: more than 64 rows");
+    default: precondition_failed("fp8 tile product: more than 64 rows");
   }
 }
 
-}  // namespace vlm::cuda::fp8_mma_detail
+}  // namespace vlm::cuda::fp8_tile_detail
