@@ -198,38 +198,38 @@ int main(int argc, char** argv) {
                us, w8);
       }
       const double v2 = time_us(
-          [&](int c) {
+          [&](int c, cudaStream_t st) {
             if (sh.silu)
               vlm::cuda::fp8_gemv_silu_mul_v2(x.get(), wq_at(c), ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I,
-                                              K, nullptr);
+                                              K, st);
             else
               vlm::cuda::fp8_gemv_v2(x.get(), wq_at(c), ws.as<float>(), DType::BF16, b, y.get(), DType::BF16, false, M,
-                                     N, K, nullptr);
+                                     N, K, st);
           },
           copies);
       report(M, "gemv_v2", v2, w8);
       if (!sh.residual) {  // q/k/v and gate/up: the pre-norm apart (as before) or folded in
         const double unfused = time_us(
-            [&](int c) {
+            [&](int c, cudaStream_t st) {
               vlm::cuda::rms_norm(xf.as<float>(), nullptr, nw.as<float>(), 1e-6f, nullptr, M, K, h.get(), DType::BF16,
-                                  nullptr);
+                                  st);
               if (sh.silu)
                 vlm::cuda::fp8_gemv_silu_mul(h.get(), wq_at(c), ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I,
-                                             K, nullptr, vlm::cuda::Fp8GemvForm::Simple);
+                                             K, st, vlm::cuda::Fp8GemvForm::Simple);
               else
                 vlm::cuda::fp8_gemv(h.get(), wq_at(c), ws.as<float>(), DType::BF16, b, y.get(), DType::BF16, false, M,
-                                    N, K, nullptr, vlm::cuda::Fp8GemvForm::Simple);
+                                    N, K, st, vlm::cuda::Fp8GemvForm::Simple);
             },
             copies);
         report(M, "rms+simple", unfused, w8);
         const double fused = time_us(
-            [&](int c) {
+            [&](int c, cudaStream_t st) {
               if (sh.silu)
                 vlm::cuda::fp8_gemv_silu_mul_norm(xf.as<float>(), nullptr, nw.as<float>(), 1e-6f, wq_at(c),
-                                                  ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I, K, nullptr);
+                                                  ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I, K, st);
               else
                 vlm::cuda::fp8_gemv_norm(xf.as<float>(), nullptr, nw.as<float>(), 1e-6f, wq_at(c), ws.as<float>(),
-                                         DType::BF16, b, y.get(), DType::BF16, false, M, N, K, nullptr);
+                                         DType::BF16, b, y.get(), DType::BF16, false, M, N, K, st);
             },
             copies);
         report(M, "norm_v2", fused, w8);
