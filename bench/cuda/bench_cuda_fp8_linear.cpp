@@ -1,17 +1,13 @@
 // Times the decode linear products of one Qwen2-7B layer over FP8 weights, each form beside the
 // others (issue 43's speed bars): q/k/v [4608, 3584] (bf16 out + bias), o_proj [3584, 3584] and
 // down_proj [3584, 18944] (f32 += : the residual add), gate/up [2 x 18944, 3584] with SiLU·mul.
-//  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple, Pipelined and Wide forms, fp8_gemv_v2.h's
+//  - rows 1, 2, 4: fp8_gemv (and fp8_gemv_silu_mul) in its Simple and Pipelined forms, fp8_gemv_v2.h's
 //    deeper form ("gemv_v2"), and the bf16 GEMV (kernels/cuda/gemm/gemv.h) on the same shape for the
 //    16-bit read rate; for the products with a pre-norm in the model (q/k/v, gate/up) also the norm
 //    and the product: rms_norm then the Simple form ("rms+simple", as the model ran them) against
 //    the norm folded in (fp8_gemv_v2.h's fp8_gemv_norm / _silu_mul_norm: "norm_v2");
 //  - rows 8, 16, 32, 64: quantize_fp8_rows + fp8_tile_gemm ("quant+tile(S=<splits>)", the model's split; then "tile_S<n>" with the split
-//    forced to 1, 2, 4, 8: the split model's check), "tile_noquant(S=..)" (the product alone: the
-//    quantize launch's share), the session-20 opt-in forms at the model's split
-//    "quant+tile_fused(S=..)" (the tiles' last blocks reduce: VLM_FP8_SPLITK_FUSED),
-//    "quant+tile_deep(S=..)" (VLM_FP8_TILE_DEEP's deep pipeline for M >= 17) and
-//    "quant+tile_fused_deep(S=..)", quantize_fp8_rows +
+//    forced to 1, 2, 4, 8: the split model's check), quantize_fp8_rows +
 //    CublasLtGemm::linear_fp8 (+ silu_mul for gate/up; the unfused form where cuBLASLt refuses the
 //    fused one), and the bf16 cuBLASLt GEMM (these two as VLM_CUBLASLT_AUTOTUNE says);
 //  - rows 1, 8, 16, 32, 64: the cuBLASLt GEMM alone (FP8: over activations quantized beforehand;
@@ -20,13 +16,10 @@
 //    kernels/cuda/gemm/cublaslt_autotune.h, tuned on the first of the warm-up calls); --verbose logs
 //    each shape's candidates and choice (debug level).
 // Device events around 20 calls queued back to back (after 5 warm-up calls), rotating among
-// enough weight copies that the working set exceeds the L2; median of 5 repeats. --graph: the 20
-// calls captured once into a CUDA graph and the graph's replays timed instead (the decoder's
-// decode steps run as graphs: no host launch cost, the GPU's own gaps between kernels; without
-// it a product of 2-3 small launches can be bound by the host's enqueue rate). Output: one line
+// enough weight copies that the working set exceeds the L2; median of 5 repeats. Output: one line
 // per (shape, rows, form): "fp8lin <shape> M=<rows> <form> us=<per call> GB/s=<weight bytes / time>
 // peak%=<of --peak GB/s (default 4800: H200 HBM3e)>".
-// Usage: bench_cuda_fp8_linear [--peak GBPS] [--graph] [--verbose]
+// Usage: bench_cuda_fp8_linear [--peak GBPS] [--verbose]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -92,44 +85,23 @@ DeviceBuffer filled_f32(size_t n, float v) {
   return b;
 }
 
-bool g_graph = false;  // --graph
-
-// Median microseconds per call of f(copy, stream) over 20 calls, copy = call % copies (--graph: the
-// 20 calls as one captured graph, replayed).
-double time_us(const std::function<void(int, cudaStream_t)>& f, int copies) {
-  cudaStream_t st;
-  ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+// Median microseconds per call of f(copy) over 20 calls, copy = call % copies.
+double time_us(const std::function<void(int)>& f, int copies) {
   cudaEvent_t a, b;
   ok(cudaEventCreate(&a), "event");
   ok(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 5; ++i) f(i % copies, st);  // warm-up (outside any capture: first-call setup)
-  cudaGraphExec_t exec = nullptr;
-  if (g_graph) {
-    cudaGraph_t graph;
-    ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
-    for (int i = 0; i < 20; ++i) f(i % copies, st);
-    ok(cudaStreamEndCapture(st, &graph), "capture end");
-    ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    ok(cudaGraphDestroy(graph), "graph");
-    ok(cudaGraphLaunch(exec, st), "replay");  // warm replay
-  }
+  for (int i = 0; i < 5; ++i) f(i % copies);
   std::vector<double> us;
   for (int rep = 0; rep < 5; ++rep) {
-    ok(cudaEventRecord(a, st), "record");
-    if (exec) ok(cudaGraphLaunch(exec, st), "replay");
-    else
-      for (int i = 0; i < 20; ++i) f(i % copies, st);
-    ok(cudaEventRecord(b, st), "record");
+    ok(cudaEventRecord(a), "record");
+    for (int i = 0; i < 20; ++i) f(i % copies);
+    ok(cudaEventRecord(b), "record");
     ok(cudaEventSynchronize(b), "sync");
     float ms = 0;
     ok(cudaEventElapsedTime(&ms, a, b), "elapsed");
     us.push_back(ms * 1000.0 / 20);
   }
   ok(cudaGetLastError(), "launch");
-  if (exec) ok(cudaGraphExecDestroy(exec), "graph");
-  ok(cudaEventDestroy(a), "event");
-  ok(cudaEventDestroy(b), "event");
-  ok(cudaStreamDestroy(st), "stream");
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
 }
@@ -147,7 +119,6 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--peak" && i + 1 < argc) peak = std::atof(argv[i + 1]);
     if (std::string(argv[i]) == "--verbose") vlm::set_log_level("debug");
-    if (std::string(argv[i]) == "--graph") g_graph = true;
   }
   vlm::cuda::CublasLtGemm gemm;  // as VLM_CUBLASLT_AUTOTUNE says
   vlm::cuda::CublasLtGemm gemm_first(vlm::cuda::LtAutotune::Off), gemm_tuned(vlm::cuda::LtAutotune::On);
@@ -165,9 +136,7 @@ int main(int argc, char** argv) {
     DeviceBuffer x = random_bytes(64 * K * 2, false, 4), xq(64 * K), xs(64 * 4);
     DeviceBuffer y(64 * N * 4), inner(64 * N * 2), tmp(64 * N * 4);
     DeviceBuffer xf = filled_f32(4 * K, 0.5f), nw = filled_f32(K, 1.0f), h(4 * K * 2);  // the norm rows: f32 in, bf16 out
-    DeviceBuffer part(static_cast<size_t>(16 * 64 * N) * 4);  // [S <= 16, M, N] f32 (or the fused layout: no larger)
-    DeviceBuffer counters(static_cast<size_t>(vlm::cuda::fp8_tile_counters(N, sh.silu)) * 4);  // fused reduce: zeroed
-    ok(cudaMemset(counters.get(), 0, counters.bytes()), "counters");
+    DeviceBuffer part(static_cast<size_t>(16 * 64 * N) * 4);  // [S <= 16, M, N] f32
     const DType out_dt = sh.residual ? DType::F32 : DType::BF16;
     const void* b = sh.bias ? bias.get() : nullptr;
     auto wq_at = [&](int c) { return wq.as<uint8_t>() + size_t(c) * w8; };
@@ -179,141 +148,120 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     for (const int64_t M : {1, 2, 4}) {
-      for (const auto form :
-           {vlm::cuda::Fp8GemvForm::Simple, vlm::cuda::Fp8GemvForm::Pipelined, vlm::cuda::Fp8GemvForm::Wide}) {
+      for (const auto form : {vlm::cuda::Fp8GemvForm::Simple, vlm::cuda::Fp8GemvForm::Pipelined}) {
         const double us = time_us(
-            [&](int c, cudaStream_t st) {
+            [&](int c) {
               if (sh.silu)
                 vlm::cuda::fp8_gemv_silu_mul(x.get(), wq_at(c), ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I,
-                                             K, st, form);
+                                             K, nullptr, form);
               else
                 vlm::cuda::fp8_gemv(x.get(), wq_at(c), ws.as<float>(), DType::BF16, b, y.get(), DType::BF16, false, M,
-                                    N, K, st, form);
+                                    N, K, nullptr, form);
             },
             copies);
-        report(M,
-               form == vlm::cuda::Fp8GemvForm::Simple      ? "gemv_simple"
-               : form == vlm::cuda::Fp8GemvForm::Pipelined ? "gemv_pipelined"
-                                                           : "gemv_wide",
-               us, w8);
+        report(M, form == vlm::cuda::Fp8GemvForm::Simple ? "gemv_simple" : "gemv_pipelined", us, w8);
       }
       const double v2 = time_us(
-          [&](int c, cudaStream_t st) {
+          [&](int c) {
             if (sh.silu)
               vlm::cuda::fp8_gemv_silu_mul_v2(x.get(), wq_at(c), ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I,
-                                              K, st);
+                                              K, nullptr);
             else
               vlm::cuda::fp8_gemv_v2(x.get(), wq_at(c), ws.as<float>(), DType::BF16, b, y.get(), DType::BF16, false, M,
-                                     N, K, st);
+                                     N, K, nullptr);
           },
           copies);
       report(M, "gemv_v2", v2, w8);
       if (!sh.residual) {  // q/k/v and gate/up: the pre-norm apart (as before) or folded in
         const double unfused = time_us(
-            [&](int c, cudaStream_t st) {
+            [&](int c) {
               vlm::cuda::rms_norm(xf.as<float>(), nullptr, nw.as<float>(), 1e-6f, nullptr, M, K, h.get(), DType::BF16,
-                                  st);
+                                  nullptr);
               if (sh.silu)
                 vlm::cuda::fp8_gemv_silu_mul(h.get(), wq_at(c), ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I,
-                                             K, st, vlm::cuda::Fp8GemvForm::Simple);
+                                             K, nullptr, vlm::cuda::Fp8GemvForm::Simple);
               else
                 vlm::cuda::fp8_gemv(h.get(), wq_at(c), ws.as<float>(), DType::BF16, b, y.get(), DType::BF16, false, M,
-                                    N, K, st, vlm::cuda::Fp8GemvForm::Simple);
+                                    N, K, nullptr, vlm::cuda::Fp8GemvForm::Simple);
             },
             copies);
         report(M, "rms+simple", unfused, w8);
         const double fused = time_us(
-            [&](int c, cudaStream_t st) {
+            [&](int c) {
               if (sh.silu)
                 vlm::cuda::fp8_gemv_silu_mul_norm(xf.as<float>(), nullptr, nw.as<float>(), 1e-6f, wq_at(c),
-                                                  ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I, K, st);
+                                                  ws.as<float>(), DType::BF16, nullptr, inner.get(), M, I, K, nullptr);
               else
                 vlm::cuda::fp8_gemv_norm(xf.as<float>(), nullptr, nw.as<float>(), 1e-6f, wq_at(c), ws.as<float>(),
-                                         DType::BF16, b, y.get(), DType::BF16, false, M, N, K, st);
+                                         DType::BF16, b, y.get(), DType::BF16, false, M, N, K, nullptr);
             },
             copies);
         report(M, "norm_v2", fused, w8);
       }
       const double us = time_us(
-          [&](int c, cudaStream_t st) {
+          [&](int c) {
             if (sh.silu)
-              vlm::cuda::gemv_silu_mul(x.get(), w16_at(c), DType::BF16, nullptr, inner.get(), M, I, K, st);
+              vlm::cuda::gemv_silu_mul(x.get(), w16_at(c), DType::BF16, nullptr, inner.get(), M, I, K, nullptr);
             else
-              vlm::cuda::gemv(x.get(), w16_at(c), DType::BF16, b, y.get(), DType::BF16, false, M, N, K, st);
+              vlm::cuda::gemv(x.get(), w16_at(c), DType::BF16, b, y.get(), DType::BF16, false, M, N, K, nullptr);
           },
           copies16);
       report(M, "bf16_gemv", us, w16);
     }
     for (const int64_t M : {8, 16, 32, 64}) {
-      struct TileForm {
-        const char* name;  // "" : tile_S<n>
-        int forced;
-        bool fused, deep, quant;
-      };
-      for (const TileForm tf : {TileForm{"quant+tile", 0, false, false, true}, TileForm{"", 1, false, false, true},
-                                TileForm{"", 2, false, false, true}, TileForm{"", 4, false, false, true},
-                                TileForm{"", 8, false, false, true}, TileForm{"tile_noquant", 0, false, false, false},
-                                TileForm{"quant+tile_fused", 0, true, false, true},
-                                TileForm{"quant+tile_deep", 0, false, true, true},
-                                TileForm{"quant+tile_fused_deep", 0, true, true, true}}) {
-        vlm::cuda::fp8_tile_set_split_override(tf.forced);
-        vlm::cuda::fp8_tile_set_deep(tf.deep ? 1 : 0);
+      for (const int forced : {0, 1, 2, 4, 8}) {
+        vlm::cuda::fp8_tile_set_split_override(forced);
         const int64_t tpf = vlm::cuda::fp8_tile_partial_floats(M, N, K, sh.silu);  // <= 16 M N: fits `part`
         const int S = vlm::cuda::fp8_tile_splits(M, N, K, sh.silu);
-        unsigned* cnt = tf.fused ? counters.as<unsigned>() : nullptr;
         const double tile = time_us(
-            [&](int c, cudaStream_t st) {
-              if (tf.quant)
-                vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), st);
+            [&](int c) {
+              vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), nullptr);
               float* p = tpf > 0 ? part.as<float>() : nullptr;
               if (sh.silu)
                 vlm::cuda::fp8_tile_gemm_silu_mul(xq.as<uint8_t>(), xs.as<float>(), wq_at(c), ws.as<float>(), nullptr,
-                                                  inner.get(), M, I, K, p, st, cnt);
+                                                  inner.get(), M, I, K, p, nullptr);
               else
                 vlm::cuda::fp8_tile_gemm(xq.as<uint8_t>(), xs.as<float>(), wq_at(c), ws.as<float>(), b, y.get(), out_dt,
-                                         sh.residual, M, N, K, p, st, cnt);
+                                         sh.residual, M, N, K, p, nullptr);
             },
             copies);
-        const std::string form =
-            *tf.name ? std::string(tf.name) + "(S=" + std::to_string(S) + ")" : "tile_S" + std::to_string(S);
+        const std::string form = forced == 0 ? "quant+tile(S=" + std::to_string(S) + ")" : "tile_S" + std::to_string(S);
         report(M, form.c_str(), tile, w8);
       }
-      vlm::cuda::fp8_tile_set_deep(-1);
       vlm::cuda::fp8_tile_set_split_override(0);
       const double lt = time_us(
-          [&](int c, cudaStream_t st) {
-            vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), st);
+          [&](int c) {
+            vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), nullptr);
             const float beta = sh.residual ? 1.f : 0.f;
             if (!gemm.linear_fp8(xq.get(), xs.as<float>(), wq_at(c), ws.as<float>(), b, sh.silu ? inner.get() : y.get(),
-                                 sh.silu ? DType::BF16 : out_dt, beta, M, N, K, st))
+                                 sh.silu ? DType::BF16 : out_dt, beta, M, N, K, nullptr))
               gemm.linear_fp8(xq.get(), xs.as<float>(), wq_at(c), ws.as<float>(), b, sh.silu ? inner.get() : y.get(),
-                              sh.silu ? DType::BF16 : out_dt, beta, M, N, K, st, tmp.as<float>());
-            if (sh.silu) vlm::cuda::silu_mul(inner.get(), M, I, y.get(), DType::BF16, st);
+                              sh.silu ? DType::BF16 : out_dt, beta, M, N, K, nullptr, tmp.as<float>());
+            if (sh.silu) vlm::cuda::silu_mul(inner.get(), M, I, y.get(), DType::BF16, nullptr);
           },
           copies);
       report(M, "quant+cublaslt", lt, w8);
       const double bf = time_us(
-          [&](int c, cudaStream_t st) {
+          [&](int c) {
             gemm.linear(x.get(), w16_at(c), DType::BF16, sh.silu ? nullptr : b, sh.silu ? inner.get() : y.get(),
-                        sh.silu ? DType::BF16 : out_dt, sh.residual ? 1.f : 0.f, M, N, K, st);
+                        sh.silu ? DType::BF16 : out_dt, sh.residual ? 1.f : 0.f, M, N, K, nullptr);
           },
           copies16);
       report(M, "bf16_cublaslt", bf, w16);
     }
     for (const int64_t M : {1, 8, 16, 32, 64}) {
       vlm::cuda::quantize_fp8_rows(x.get(), DType::BF16, M, K, xq.as<uint8_t>(), xs.as<float>(), nullptr);
-      ok(cudaDeviceSynchronize(), "quantize");  // the timed calls run on their own stream
       const DType dt = sh.silu ? DType::BF16 : out_dt;
       void* out = sh.silu ? inner.get() : y.get();
       const float beta = sh.residual ? 1.f : 0.f;
       for (const bool tuned : {false, true}) {
         vlm::cuda::CublasLtGemm& g = tuned ? gemm_tuned : gemm_first;
         const double bf = time_us(
-            [&](int c, cudaStream_t st) { g.linear(x.get(), w16_at(c), DType::BF16, b, out, dt, beta, M, N, K, st); }, copies16);
+            [&](int c) { g.linear(x.get(), w16_at(c), DType::BF16, b, out, dt, beta, M, N, K, nullptr); }, copies16);
         report(M, tuned ? "lt_bf16_tuned" : "lt_bf16_first", bf, w16);
         const double f8 = time_us(
-            [&](int c, cudaStream_t st) {
-              g.linear_fp8(xq.get(), xs.as<float>(), wq_at(c), ws.as<float>(), b, out, dt, beta, M, N, K, st,
+            [&](int c) {
+              g.linear_fp8(xq.get(), xs.as<float>(), wq_at(c), ws.as<float>(), b, out, dt, beta, M, N, K, nullptr,
                            tmp.as<float>());
             },
             copies);

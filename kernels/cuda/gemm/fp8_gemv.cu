@@ -14,9 +14,8 @@ namespace {
 using namespace gemv_detail;
 
 // acc[r][m] = sum over the warp of fp8(w_r) . x_m (unscaled); lane j takes 16-byte weight
-// vectors j, j + 32, ... (U in flight per row: kUnroll, or 8 in the Wide form; the sums' order is
-// the same for every U), x's rows [M, K] read as 2 vectors each.
-template <class T, int M, int R, int U = kUnroll>
+// vectors j, j + 32, ... (kUnroll in flight per row), x's rows [M, K] read as 2 vectors each.
+template <class T, int M, int R>
 __device__ __forceinline__ void warp_dot_fp8(const uint4* __restrict__ x, const uint4* const (&w)[R], int K16, int lane,
                                              float (&acc)[R][M]) {
 #pragma unroll
@@ -24,16 +23,16 @@ __device__ __forceinline__ void warp_dot_fp8(const uint4* __restrict__ x, const 
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
   const int K8 = 2 * K16;  // x's 16-byte vectors per row
-  for (int base = lane; base < K16; base += 32 * U) {
-    uint4 wv[R][U];
+  for (int base = lane; base < K16; base += 32 * kUnroll) {
+    uint4 wv[R][kUnroll];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int i = base + u * 32;
 #pragma unroll
       for (int r = 0; r < R; ++r) wv[r][u] = i < K16 ? load_stream(w[r] + i) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int i = base + u * 32;
       if (i >= K16) break;
 #pragma unroll
@@ -50,7 +49,7 @@ __device__ __forceinline__ void warp_dot_fp8(const uint4* __restrict__ x, const 
     for (int m = 0; m < M; ++m) acc[r][m] = warp_sum(acc[r][m]);
 }
 
-template <class T, class TO, int M, int U>
+template <class T, class TO, int M>
 __global__ void __launch_bounds__(kThreads)
 fp8_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,
                 const TO* __restrict__ bias, TO* y, bool accumulate, int N, int K) {
@@ -59,7 +58,7 @@ fp8_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ w, const fl
   const int K16 = K / 16;
   const uint4* rows[1] = {reinterpret_cast<const uint4*>(w) + int64_t(n) * K16};
   float acc[1][M];
-  warp_dot_fp8<T, M, 1, U>(reinterpret_cast<const uint4*>(x), rows, K16, lane, acc);
+  warp_dot_fp8<T, M, 1>(reinterpret_cast<const uint4*>(x), rows, K16, lane, acc);
   if (lane >= M) return;
   const float sc = w_scale[n];
 #pragma unroll
@@ -67,7 +66,7 @@ fp8_gemv_kernel(const T* __restrict__ x, const uint8_t* __restrict__ w, const fl
   store_column<TO, M>(acc, lane, bias, accumulate, y, N, n);
 }
 
-template <class T, int M, int U>
+template <class T, int M>
 __global__ void __launch_bounds__(kThreads)
 fp8_gemv_silu_mul_kernel(const T* __restrict__ x, const uint8_t* __restrict__ w, const float* __restrict__ w_scale,
                          const T* __restrict__ bias, T* out, int I, int K) {
@@ -77,7 +76,7 @@ fp8_gemv_silu_mul_kernel(const T* __restrict__ x, const uint8_t* __restrict__ w,
   const uint4* base = reinterpret_cast<const uint4*>(w);
   const uint4* rows[2] = {base + int64_t(i) * K16, base + int64_t(I + i) * K16};
   float acc[2][M];
-  warp_dot_fp8<T, M, 2, U>(reinterpret_cast<const uint4*>(x), rows, K16, lane, acc);
+  warp_dot_fp8<T, M, 2>(reinterpret_cast<const uint4*>(x), rows, K16, lane, acc);
   const float sg = w_scale[i], su = w_scale[I + i];
 #pragma unroll
   for (int m = 0; m < M; ++m) {
@@ -230,10 +229,7 @@ void check_shape(int64_t M, int64_t N, int64_t K, DType dt) {
   if (N >= (int64_t(1) << 31) || K >= (int64_t(1) << 31)) precondition_failed("fp8_gemv: N and K below 2^31");
 }
 
-// The Wide form's loads in flight per lane and row.
-constexpr int kWideUnroll = 8;
-
-template <bool kStream, int U = kUnroll>
+template <bool kStream>
 void launch_gemv(const void* x, const uint8_t* wq, const float* w_scale, DType dt, const void* bias, void* y,
                  DType out_dt, bool accumulate, int64_t M, int64_t N, int64_t K, cudaStream_t s) {
   dispatch_half(dt, [&](auto t) {
@@ -248,7 +244,7 @@ void launch_gemv(const void* x, const uint8_t* wq, const float* w_scale, DType d
           fp8_gemv_stream_kernel<T, TO, R, 1><<<stream_blocks<T, TO, R, 1>(N), kThreads, 0, s>>>(
               static_cast<const T*>(x), wq, w_scale, b, yo, accumulate, static_cast<int>(N), static_cast<int>(K));
         } else {
-          fp8_gemv_kernel<T, TO, R, U><<<blocks(N, kWarps), kThreads, 0, s>>>(
+          fp8_gemv_kernel<T, TO, R><<<blocks(N, kWarps), kThreads, 0, s>>>(
               static_cast<const T*>(x), wq, w_scale, b, yo, accumulate, static_cast<int>(N), static_cast<int>(K));
         }
       };
@@ -258,7 +254,7 @@ void launch_gemv(const void* x, const uint8_t* wq, const float* w_scale, DType d
   });
 }
 
-template <bool kStream, int U = kUnroll>
+template <bool kStream>
 void launch_silu_mul(const void* x, const uint8_t* wq, const float* w_scale, DType dt, const void* bias, void* out,
                      int64_t M, int64_t I, int64_t K, cudaStream_t s) {
   dispatch_half(dt, [&](auto t) {
@@ -270,7 +266,7 @@ void launch_silu_mul(const void* x, const uint8_t* wq, const float* w_scale, DTy
             static_cast<const T*>(x), wq, w_scale, static_cast<const T*>(bias), static_cast<T*>(out), false,
             static_cast<int>(I), static_cast<int>(K));
       } else {
-        fp8_gemv_silu_mul_kernel<T, R, U><<<blocks(I, kWarps), kThreads, 0, s>>>(
+        fp8_gemv_silu_mul_kernel<T, R><<<blocks(I, kWarps), kThreads, 0, s>>>(
             static_cast<const T*>(x), wq, w_scale, static_cast<const T*>(bias), static_cast<T*>(out),
             static_cast<int>(I), static_cast<int>(K));
       }
@@ -289,8 +285,6 @@ void fp8_gemv(const void* x, const uint8_t* wq, const float* w_scale, DType dt, 
   check_shape(M, N, K, dt);
   if (out_dt != dt && out_dt != DType::F32) precondition_failed("fp8_gemv: output in the input's type or F32");
   if (form == Fp8GemvForm::Pipelined) launch_gemv<true>(x, wq, w_scale, dt, bias, y, out_dt, accumulate, M, N, K, s);
-  else if (form == Fp8GemvForm::Wide)
-    launch_gemv<false, kWideUnroll>(x, wq, w_scale, dt, bias, y, out_dt, accumulate, M, N, K, s);
   else launch_gemv<false>(x, wq, w_scale, dt, bias, y, out_dt, accumulate, M, N, K, s);
   VLM_CUDA_CHECK_LAUNCH();
 }
@@ -299,7 +293,6 @@ void fp8_gemv_silu_mul(const void* x, const uint8_t* wq, const float* w_scale, D
                        int64_t M, int64_t I, int64_t K, cudaStream_t s, Fp8GemvForm form) {
   check_shape(M, 2 * I, K, dt);
   if (form == Fp8GemvForm::Pipelined) launch_silu_mul<true>(x, wq, w_scale, dt, bias, out, M, I, K, s);
-  else if (form == Fp8GemvForm::Wide) launch_silu_mul<false, kWideUnroll>(x, wq, w_scale, dt, bias, out, M, I, K, s);
   else launch_silu_mul<false>(x, wq, w_scale, dt, bias, out, M, I, K, s);
   VLM_CUDA_CHECK_LAUNCH();
 }

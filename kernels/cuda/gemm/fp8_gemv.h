@@ -13,10 +13,6 @@
 // Fp8GemvForm (same bits either way: each lane sums the same vectors in the same order):
 //  - Simple (session 15's kernels): one warp per column, grid ceil(N / 8) blocks, kUnroll (4)
 //    loads per row and lane issued, then summed, then the next 4.
-//  - Wide (session 20, opt-in: VLM_FP8_GEMV_WIDE=1 in the model layer, cuda_fp8_linear.h): Simple
-//    with 8 loads per row and lane in flight: a 3584-column row (q/k/v, o_proj, gate/up of
-//    Qwen2-7B: 7 vectors a lane) in one round trip instead of two, down_proj's 18944 in 5 instead
-//    of 10. Why: at one row the small products read at 37-42 % of 4.8 TB/s (session 19 call B).
 //  - Pipelined: a streaming grid of at most the GPU's resident warps (cudaOccupancy), each warp
 //    owning ceil(N / resident warps) columns and keeping 8 loads (4 per row of the gate/up pair)
 //    in flight in a ring of registers across its columns, refilling each slot as it is consumed.
@@ -32,7 +28,7 @@ namespace vlm::cuda {
 
 bool fp8_gemv_supported(int64_t M, int64_t K, DType dt);
 
-enum class Fp8GemvForm { Simple, Pipelined, Wide };
+enum class Fp8GemvForm { Simple, Pipelined };
 
 void fp8_gemv(const void* x /*[M,K]*/, const uint8_t* wq /*[N,K]*/, const float* w_scale /*[N]*/, DType dt,
               const void* bias /*[N] or null*/, void* y /*[M,N]*/, DType out_dt, bool accumulate, int64_t M, int64_t N,

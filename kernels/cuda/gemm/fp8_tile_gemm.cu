@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <utility>
 #include <type_traits>
 
 #include "kernels/cuda/core/cuda_check.h"
@@ -23,20 +20,14 @@ using fp8_tile_detail::store_silu;
 constexpr int kThreads = 128;  // one warpgroup
 constexpr int kTileRows = 128;  // weight rows of a block: two 64-row A tiles (silu: 64 gate rows, their 64 up rows)
 constexpr int kStep = 128;      // one k-step: 128 columns (bytes) of every row, 4 wgmma k32 steps
+constexpr int kStages = kFp8TileStages;
 constexpr int kWChunks = kTileRows * (kStep / 16) / kThreads;  // 16-byte weight copies per thread a step
-static_assert(kWChunks * kThreads == kTileRows * (kStep / 16), "a step's copies split evenly");
-constexpr int kMaxSmem = 227 * 1024;  // Hopper's dynamic shared memory a block may take
+static_assert(kStages >= 2 && kWChunks * kThreads == kTileRows * (kStep / 16), "a step's copies split evenly");
 
 // One stage: the block's weight rows [kTileRows][128 B] then its tokens' x rows [8 MT][128 B], both
 // SW128 (wgmma_tile.cuh: chunk c of row r at chunk c ^ (r & 7)); every stage 1024-byte aligned.
 constexpr int stage_bytes(int MT) { return (kTileRows + 8 * MT) * kStep; }
-constexpr int smem_bytes(int MT, int ST) { return ST * stage_bytes(MT) + 1024; }  // + the alignment slack
-// The deep pipeline (VLM_FP8_TILE_DEEP, MT >= kFp8TileDeepMinTiles): as many stages as one block's
-// shared memory holds, at most 10 (MT 3..6: 10, MT 7..8: 9).
-constexpr int deep_stages(int MT) { return (kMaxSmem - 1024) / stage_bytes(MT) < 10 ? (kMaxSmem - 1024) / stage_bytes(MT) : 10; }
-static_assert(smem_bytes(8, deep_stages(8)) <= kMaxSmem && deep_stages(8) >= 8, "the deep pipeline fits");
-// Registers a thread holds of one A tile pair's accumulators: 2 tiles x MT token groups x 4.
-constexpr int regs_of(int MT) { return 2 * MT * 4; }
+constexpr int smem_bytes(int MT) { return kStages * stage_bytes(MT) + 1024; }  // + the alignment slack
 constexpr int outs_per_block(bool silu) { return silu ? kTileRows / 2 : kTileRows; }
 constexpr int64_t steps_of(int64_t K) { return (K + kStep - 1) / kStep; }
 
@@ -51,8 +42,7 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// grid (ceil(R / outs_per_block), S), block one warpgroup, smem_bytes(MT, kStages) of dynamic shared
-// memory.
+// grid (ceil(R / outs_per_block), S), block one warpgroup, smem_bytes(MT) of dynamic shared memory.
 // Block b owns output columns o0 = b * outs_per_block .. (plain: weight rows o0 .. o0 + 127 as
 // A tiles 0 and 1; silu: gate rows o0 .. o0 + 63 as tile 0 and up rows R + o0 .. as tile 1; rows
 // past the end clamped to the last, their outputs never stored) over the k-steps [s0, s0 + n) of
@@ -66,13 +56,11 @@ __device__ __forceinline__ void cp_async_wait() {
 // DeepSeek-V3's).
 // Copies: thread i copies 16-byte chunk i % 8 of weight rows i / 8 + 16 c (c < 8) and of x rows
 // i / 8 + 16 c (c < MT / 2, rounded up; rows < 8 MT) of each step, kStages - 1 steps ahead.
-// Split (partial non-null): unscaled sums to `partial`, reduced by fp8_tile_reduce_kernel (counters
-// null) or by the tile's last block (counters: see the end).
-template <int MT, int kStages, bool kSilu, class TO>
-__global__ void __launch_bounds__(kThreads, kStages > kFp8TileStages ? 1 : 2)
+template <int MT, bool kSilu, class TO>
+__global__ void __launch_bounds__(kThreads, 2)
 fp8_tile_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs, const uint8_t* __restrict__ w,
                 const float* __restrict__ ws, const __nv_bfloat16* __restrict__ bias, TO* y, float* partial,
-                unsigned* counters, bool accumulate, int M, int R, int K, int steps_per_split) {
+                bool accumulate, int M, int R, int K, int steps_per_split) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   constexpr int kSB = stage_bytes(MT), kHalf = kTileRows / 2, kXRows = 8 * MT;
@@ -153,62 +141,6 @@ fp8_tile_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs, co
   }
 
   // acc[a][j][e]: row 16 warp + g + 8 (e / 2) of A tile a, token 8 j + 2 t + e % 2.
-  if (partial && counters) {
-    // Fused reduce: this split's sums in the register layout [S][tiles][regs_of(MT)][kThreads] (a
-    // register of the block's threads is one coalesced 512-byte row), then the tile's last block to
-    // arrive adds the S splits' sums in split order from 0 (the reduce kernel's order: its bits) and
-    // runs the epilogue; it leaves the tile's counter at 0 for the next product.
-    constexpr int kRegs = regs_of(MT);
-    const int64_t tile_floats = int64_t(kRegs) * kThreads;
-    float* mine = partial + (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * tile_floats + tid;
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-      for (int j = 0; j < MT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) __stcg(mine + ((a * MT + j) * 4 + e) * kThreads, acc[a][j][e]);
-    __shared__ unsigned ticket;
-    __threadfence();  // this thread's sums reach L2 before the block's ticket is taken
-    __syncthreads();
-    if (tid == 0) ticket = atomicAdd(counters + blockIdx.x, 1u);
-    __syncthreads();
-    if (ticket != gridDim.y - 1) return;
-    __threadfence();  // the earlier splits' sums (fenced before their tickets) are read after ours
-    float sum[2][MT][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-      for (int j = 0; j < MT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sum[a][j][e] = 0.f;
-#pragma unroll 1
-    for (int sp = 0; sp < static_cast<int>(gridDim.y); ++sp) {
-      if (sp == static_cast<int>(blockIdx.y)) {
-#pragma unroll
-        for (int a = 0; a < 2; ++a)
-#pragma unroll
-          for (int j = 0; j < MT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sum[a][j][e] += acc[a][j][e];
-      } else {
-        const float* p = partial + (int64_t(sp) * gridDim.x + blockIdx.x) * tile_floats + tid;
-#pragma unroll
-        for (int a = 0; a < 2; ++a)
-#pragma unroll
-          for (int j = 0; j < MT; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sum[a][j][e] += __ldcg(p + ((a * MT + j) * 4 + e) * kThreads);
-      }
-    }
-    if (tid == 0) counters[blockIdx.x] = 0u;
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-      for (int j = 0; j < MT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[a][j][e] = sum[a][j][e];
-    partial = nullptr;  // the sums are final: the epilogue below
-  }
 #pragma unroll
   for (int j = 0; j < MT; ++j)
 #pragma unroll
@@ -237,70 +169,42 @@ fp8_tile_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs, co
     }
 }
 
-// VLM_FP8_TILE_DEEP (read once) unless fp8_tile_set_deep overrides it.
-std::atomic<int> g_deep_override{-1};
-bool deep_enabled() {
-  static const bool env = [] {
-    const char* e = std::getenv("VLM_FP8_TILE_DEEP");
-    return e && std::strcmp(e, "1") == 0;
-  }();
-  const int o = g_deep_override.load(std::memory_order_relaxed);
-  return o < 0 ? env : o > 0;
-}
-
-// Calls f(std::integral_constant<int, MT>, std::integral_constant<int, stages>) for M's token tiles
-// and the pipeline depth it runs at.
-template <class F>
-void dispatch(int64_t M, F&& f) {
-  dispatch_tiles(M, [&](auto tiles) {
-    constexpr int MT = decltype(tiles)::value;
-    if constexpr (MT >= kFp8TileDeepMinTiles) {
-      if (deep_enabled()) {
-        f(tiles, std::integral_constant<int, deep_stages(MT)>{});
-        return;
-      }
-    }
-    f(tiles, std::integral_constant<int, kFp8TileStages>{});
-  });
-}
-
 // The kernel's dynamic shared-memory limit raised to what it takes, once per device (the
 // attribute belongs to the current device's context).
-template <int MT, int ST, bool kSilu, class TO>
+template <int MT, bool kSilu, class TO>
 void set_smem_limit() {
   static std::atomic<uint64_t> done{0};  // bit d: device d's limit is set
   int dev = 0;
   VLM_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
   if (bit && (done.load(std::memory_order_acquire) & bit)) return;
-  VLM_CUDA_CHECK(cudaFuncSetAttribute(fp8_tile_kernel<MT, ST, kSilu, TO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      smem_bytes(MT, ST)));
+  VLM_CUDA_CHECK(cudaFuncSetAttribute(fp8_tile_kernel<MT, kSilu, TO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      smem_bytes(MT)));
   done.fetch_or(bit, std::memory_order_release);
 }
 
 // Blocks of the kernel resident per SM (the F32-output form stands for both plain outputs: equal
 // shared memory, launch bounds cap the registers), learned once per kernel.
-template <int MT, int ST, bool kSilu>
+template <int MT, bool kSilu>
 int resident_blocks() {
   using TO = std::conditional_t<kSilu, __nv_bfloat16, float>;
-  set_smem_limit<MT, ST, kSilu, TO>();
+  set_smem_limit<MT, kSilu, TO>();
   static const int n = [] {
     int v = 1;
-    VLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, fp8_tile_kernel<MT, ST, kSilu, TO>, kThreads,
-                                                                 smem_bytes(MT, ST)));
+    VLM_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, fp8_tile_kernel<MT, kSilu, TO>, kThreads, smem_bytes(MT)));
     return std::max(v, 1);
   }();
   return n;
 }
 
-// {blocks resident per SM, pipeline stages} of the kernel M's product runs.
-std::pair<int, int> occupancy(int64_t M, bool silu) {
-  std::pair<int, int> r{1, kFp8TileStages};
-  dispatch(M, [&](auto tiles, auto stages) {
-    constexpr int MT = decltype(tiles)::value, ST = decltype(stages)::value;
-    r = {silu ? resident_blocks<MT, ST, true>() : resident_blocks<MT, ST, false>(), ST};
+int blocks_per_sm(int64_t M, bool silu) {
+  int n = 1;
+  dispatch_tiles(M, [&](auto tiles) {
+    constexpr int MT = decltype(tiles)::value;
+    n = silu ? resident_blocks<MT, true>() : resident_blocks<MT, false>();
   });
-  return r;
+  return n;
 }
 
 std::atomic<int> g_split_override{0};
@@ -308,33 +212,25 @@ std::atomic<int> g_split_override{0};
 // Splits of K (in 128-column steps) for R outputs: the S (1..16, at most one per step) of least
 // modelled time (ns), estimates for an H100/H200-class GPU, not measurements:
 //  - per wave of resident blocks (the last one partial), the wave's weights at ~4 TB/s or, where
-//    too few blocks run, one block's bytes at its stages - 1 stages of 16 KB in flight over ~1.6
-//    us of loaded latency (~30 GB/s at 4 stages), whichever is slower;
+//    too few blocks run, one block's bytes at ~30 GB/s (its kStages - 1 stages of 16 KB in flight
+//    over ~1.6 us of loaded latency), whichever is slower;
 //  - a split's partial sums [S, M, cols] f32 written and read back through L2 (~8 TB/s) plus ~1 us
-//    for the reduce (a launch, or the tiles' last blocks: the same model for both, so that the two
-//    reduce forms run the same splits and compare directly).
+//    for the reduce launch.
 struct Split {
   int S, steps;
 };
 Split choose_split(int64_t M, int64_t R, int64_t K, bool silu) {
-  static std::atomic<int> sms_of[64] = {};  // SMs by device (0: not asked yet)
   int dev = 0, sms = 132;
   VLM_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 64 && sms_of[dev].load(std::memory_order_relaxed) > 0) {
-    sms = sms_of[dev].load(std::memory_order_relaxed);
-  } else {
-    VLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (dev < 64) sms_of[dev].store(sms, std::memory_order_relaxed);
-  }
-  const auto [per_sm, stages] = occupancy(M, silu);
+  VLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t tiles = (R + outs_per_block(silu) - 1) / outs_per_block(silu), KS = steps_of(K);
-  const int64_t cap = int64_t(sms) * per_sm, cols = (silu ? 2 : 1) * R;
+  const int64_t cap = int64_t(sms) * blocks_per_sm(M, silu), cols = (silu ? 2 : 1) * R;
   const int64_t max_S = std::min<int64_t>(16, KS);
   int64_t best_S = 1;
   if (const int forced = g_split_override.load(std::memory_order_relaxed); forced > 0) {
     best_S = std::min<int64_t>(forced, max_S);
   } else {
-    const double per_block_bytes_ns = (stages - 1) * kTileRows * kStep / 1600.0;
+    const double per_block_bytes_ns = (kStages - 1) * kTileRows * kStep / 1600.0;
     double best = -1;
     for (int64_t S = 1; S <= max_S; ++S) {
       const int64_t steps = (KS + S - 1) / S, units = tiles * ((KS + steps - 1) / steps);
@@ -350,16 +246,6 @@ Split choose_split(int64_t M, int64_t R, int64_t K, bool silu) {
   return {static_cast<int>((KS + steps - 1) / steps), static_cast<int>(steps)};
 }
 
-int64_t tiles_of(int64_t R, bool silu) { return (R + outs_per_block(silu) - 1) / outs_per_block(silu); }
-
-// Floats of `partial` for S splits: the reduce kernel's [S, M, cols] or the fused reduce's
-// [S, tiles, regs_of(MT), kThreads] (MT = ceil(M / 8)), whichever is larger (either form fits).
-int64_t partial_floats_of(int S, int64_t M, int64_t R, bool silu) {
-  if (S <= 1) return 0;
-  const int64_t cols = (silu ? 2 : 1) * R, mt = (M + 7) / 8;
-  return std::max(int64_t(S) * M * cols, int64_t(S) * tiles_of(R, silu) * 2 * mt * 4 * kThreads);
-}
-
 void check(int64_t M, int64_t R, int64_t K, const float* partial, bool silu) {
   if (!fp8_tile_supported(M, K)) precondition_failed("fp8_tile_gemm: M in [1, kFp8TileMaxRows], K % 64 == 0");
   if (R >= (int64_t(1) << 29) || K >= (int64_t(1) << 31))
@@ -370,21 +256,21 @@ void check(int64_t M, int64_t R, int64_t K, const float* partial, bool silu) {
 
 template <bool kSilu, class TO>
 void launch(const uint8_t* xq, const float* xs, const uint8_t* wq, const float* ws, const void* bias, void* y,
-            bool accumulate, int64_t M, int64_t R, int64_t K, float* partial, unsigned* counters, cudaStream_t s) {
+            bool accumulate, int64_t M, int64_t R, int64_t K, float* partial, cudaStream_t s) {
   const Split sp = choose_split(M, R, K, kSilu);
   float* part = sp.S > 1 ? partial : nullptr;
-  unsigned* cnt = sp.S > 1 ? counters : nullptr;
-  const dim3 grid(static_cast<unsigned>(tiles_of(R, kSilu)), static_cast<unsigned>(sp.S));
+  const dim3 grid(static_cast<unsigned>((R + outs_per_block(kSilu) - 1) / outs_per_block(kSilu)),
+                  static_cast<unsigned>(sp.S));
   const auto* b = static_cast<const __nv_bfloat16*>(bias);
-  dispatch(M, [&](auto tiles, auto stages) {
-    constexpr int MT = decltype(tiles)::value, ST = decltype(stages)::value;
-    set_smem_limit<MT, ST, kSilu, TO>();
-    fp8_tile_kernel<MT, ST, kSilu, TO><<<grid, kThreads, smem_bytes(MT, ST), s>>>(
-        xq, xs, wq, ws, b, static_cast<TO*>(y), part, cnt, accumulate, static_cast<int>(M), static_cast<int>(R),
+  dispatch_tiles(M, [&](auto tiles) {
+    constexpr int MT = decltype(tiles)::value;
+    set_smem_limit<MT, kSilu, TO>();
+    fp8_tile_kernel<MT, kSilu, TO><<<grid, kThreads, smem_bytes(MT), s>>>(
+        xq, xs, wq, ws, b, static_cast<TO*>(y), part, accumulate, static_cast<int>(M), static_cast<int>(R),
         static_cast<int>(K), sp.steps);
   });
   VLM_CUDA_CHECK_LAUNCH();
-  if (!part || cnt) return;
+  if (!part) return;
   const int64_t outs = M * R;
   fp8_tile_reduce_kernel<kSilu, TO><<<static_cast<unsigned>((outs + 255) / 256), 256, 0, s>>>(
       part, sp.S, xs, ws, b, static_cast<TO*>(y), accumulate, static_cast<int>(M), static_cast<int>(R));
@@ -396,47 +282,33 @@ void launch(const uint8_t* xq, const float* xs, const uint8_t* wq, const float* 
 bool fp8_tile_supported(int64_t M, int64_t K) { return M >= 1 && M <= kFp8TileMaxRows && K > 0 && K % 64 == 0; }
 
 int64_t fp8_tile_partial_floats(int64_t M, int64_t cols, int64_t K, bool silu_mul) {
-  const int64_t R = silu_mul ? cols / 2 : cols;
-  return partial_floats_of(choose_split(M, R, K, silu_mul).S, M, R, silu_mul);
+  const Split sp = choose_split(M, silu_mul ? cols / 2 : cols, K, silu_mul);
+  return sp.S > 1 ? int64_t(sp.S) * M * cols : 0;
 }
-
-int64_t fp8_tile_counters(int64_t cols, bool silu_mul) { return tiles_of(silu_mul ? cols / 2 : cols, silu_mul); }
 
 int fp8_tile_splits(int64_t M, int64_t cols, int64_t K, bool silu_mul) {
   return choose_split(M, silu_mul ? cols / 2 : cols, K, silu_mul).S;
 }
 
-int fp8_tile_stages(int64_t M) { return occupancy(M, false).second; }
-
 void fp8_tile_set_split_override(int S) { g_split_override.store(std::max(S, 0), std::memory_order_relaxed); }
-
-void fp8_tile_set_deep(int deep) { g_deep_override.store(deep < 0 ? -1 : deep > 0 ? 1 : 0, std::memory_order_relaxed); }
-
-bool fp8_tile_fused_reduce_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("VLM_FP8_SPLITK_FUSED");
-    return e && std::strcmp(e, "1") == 0;
-  }();
-  return on;
-}
 
 void fp8_tile_gemm(const uint8_t* xq, const float* x_scale, const uint8_t* wq, const float* w_scale, const void* bias,
                    void* y, DType out_dt, bool accumulate, int64_t M, int64_t N, int64_t K, float* partial,
-                   cudaStream_t s, unsigned* counters) {
+                   cudaStream_t s) {
   check(M, N, K, partial, false);
   if (out_dt == DType::F32)
-    launch<false, float>(xq, x_scale, wq, w_scale, bias, y, accumulate, M, N, K, partial, counters, s);
+    launch<false, float>(xq, x_scale, wq, w_scale, bias, y, accumulate, M, N, K, partial, s);
   else if (out_dt == DType::BF16)
-    launch<false, __nv_bfloat16>(xq, x_scale, wq, w_scale, bias, y, accumulate, M, N, K, partial, counters, s);
+    launch<false, __nv_bfloat16>(xq, x_scale, wq, w_scale, bias, y, accumulate, M, N, K, partial, s);
   else
     precondition_failed("fp8_tile_gemm: output BF16 or F32");
 }
 
 void fp8_tile_gemm_silu_mul(const uint8_t* xq, const float* x_scale, const uint8_t* wq, const float* w_scale,
                             const void* bias, void* out, int64_t M, int64_t I, int64_t K, float* partial,
-                            cudaStream_t s, unsigned* counters) {
+                            cudaStream_t s) {
   check(M, I, K, partial, true);
-  launch<true, __nv_bfloat16>(xq, x_scale, wq, w_scale, bias, out, false, M, I, K, partial, counters, s);
+  launch<true, __nv_bfloat16>(xq, x_scale, wq, w_scale, bias, out, false, M, I, K, partial, s);
 }
 
 }  // namespace vlm::cuda

@@ -84,21 +84,8 @@ bool norm_folds(const CudaStep& s, const CudaPreNorm& pre, int64_t M, int64_t K)
   return pre.rms && s.fused_norm && s.gemv && gemv_norm_on() && cuda::fp8_gemv_norm_supported(M, K, s.dt);
 }
 
-// The GEMV form of steps of 1..4 rows: Simple, or Wide under VLM_FP8_GEMV_WIDE=1 (read once).
-cuda::Fp8GemvForm gemv_form() {
-  static const cuda::Fp8GemvForm f = [] {
-    const char* e = std::getenv("VLM_FP8_GEMV_WIDE");
-    return e && std::strcmp(e, "1") == 0 ? cuda::Fp8GemvForm::Wide : cuda::Fp8GemvForm::Simple;
-  }();
-  return f;
-}
-
-// fp8_tile_gemm's tile counters where VLM_FP8_SPLITK_FUSED=1 (null: the two-launch reduce).
-unsigned* tile_counters(CudaStep& s, int64_t cols, bool silu) {
-  if (!cuda::fp8_tile_fused_reduce_enabled()) return nullptr;
-  return static_cast<unsigned*>(s.scratch_zeroed(CudaScratch::kFp8Count, cuda::fp8_tile_counters(cols, silu) * 4));
-}
-
+// Steps of 5..64 rows (decode batches, short prefill chunks) through fp8_tile_gemm; not under the
+// old paths.
 bool use_tile(const CudaStep& s, int64_t M, int64_t K) {
   return s.gemv && fp8_decode_paths() == Fp8DecodePaths::Tile && !cuda::fp8_gemv_supported(M, K, s.dt) &&
          cuda::fp8_tile_supported(M, K);
@@ -170,7 +157,7 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
                         N, K, s.stream);
     else
       cuda::fp8_gemv(x, d.w8.as<uint8_t>(), d.w_scale.as<float>(), s.dt, d.bias(out_dt), y, out_dt, accumulate, M, N,
-                     K, s.stream, gemv_form());
+                     K, s.stream, cuda::Fp8GemvForm::Simple);
     return;
   }
   const auto [xq, xs] = quantize_act(s, x, M, K);
@@ -178,7 +165,7 @@ void fp8_product(CudaStep& s, const DeviceLinear& d, const void* x, void* y, DTy
     const int64_t pf = cuda::fp8_tile_partial_floats(M, N, K, false);
     auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, M, N] f32
     cuda::fp8_tile_gemm(xq, xs, d.w8.as<uint8_t>(), d.w_scale.as<float>(), d.bias_dt.get(), y, out_dt, accumulate, M,
-                        N, K, part, s.stream, tile_counters(s, N, false));
+                        N, K, part, s.stream);
     return;
   }
   const float beta = accumulate ? 1.0f : 0.0f;
@@ -218,13 +205,13 @@ void fp8_gated_mlp(CudaStep& s, const DeviceLinear& gate_up, const DeviceLinear&
                                I, C, s.stream);
   } else if (s.gemv && cuda::fp8_gemv_supported(T, C, dt)) {
     cuda::fp8_gemv_silu_mul(in, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), dt, gate_up.bias(dt), act, T, I,
-                            C, s.stream, gemv_form());
+                            C, s.stream, cuda::Fp8GemvForm::Simple);
   } else if (use_tile(s, T, C)) {
     const auto [xq, xs] = quantize_act(s, in, T, C);
     const int64_t pf = cuda::fp8_tile_partial_floats(T, 2 * I, C, true);
     auto* part = pf > 0 ? static_cast<float*>(s.scratch(CudaScratch::kFp8Out, pf * 4)) : nullptr;  // [S, T, 2I] f32
     cuda::fp8_tile_gemm_silu_mul(xq, xs, gate_up.w8.as<uint8_t>(), gate_up.w_scale.as<float>(), gate_up.bias_dt.get(),
-                                 act, T, I, C, part, s.stream, tile_counters(s, 2 * I, true));
+                                 act, T, I, C, part, s.stream);
   } else {
     fp8_product(s, gate_up, in, inner.data, dt, false, T);  // [T, 2I]
     s.mark("gemm_gate_up");

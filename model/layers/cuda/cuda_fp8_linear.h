@@ -26,11 +26,6 @@
 //    the Pipelined GEMV with the mma.sync kernel fp8_mma_gemm, whose E4M3 mma is emulated through
 //    f16 on sm_90, in session 20: 64 rows 7.75 vs 5.10 ms a step, bench/RESULTS.md "Session 19,
 //    call B".)
-//    Session 20's opt-in switches (environment, read once; off until measured on the H200):
-//    VLM_FP8_SPLITK_FUSED=1: split fp8_tile_gemm products reduce in their own launch (the tile's
-//    last block, counters in scratch kFp8Count; same bits); VLM_FP8_TILE_DEEP=1: fp8_tile_gemm's
-//    deep pipeline for 17..64 rows (fp8_tile_gemm.h); VLM_FP8_GEMV_WIDE=1: fp8_gemv's Wide form
-//    (8 loads a lane in flight) for 1..4 rows (fp8_gemv.h).
 //  - require_fp8_gpu: the start-time refusal of a GPU without FP8 tensor cores (compute
 //    capability below 8.9), naming the GPU and what asked for FP8; also of FP8-capable GPUs other
 //    than Hopper (Ada 8.9, Blackwell 10.x/12.x): cuBLASLt's outer-vector (per-row) FP8 scaling the

@@ -21,15 +21,6 @@ void* CudaScratch::get(Slot slot, int64_t bytes, cudaStream_t s) {
   return b.get();
 }
 
-void* CudaScratch::get_zeroed(Slot slot, int64_t bytes, cudaStream_t s) {
-  VLM_CHECK(fixed_[slot] == nullptr, "scratch slot {}: zeroed memory is never assigned", static_cast<int>(slot));
-  cuda::DeviceBuffer& b = bufs_[slot];
-  const bool grows = static_cast<int64_t>(b.bytes()) < bytes;
-  void* p = get(slot, bytes, s);
-  if (grows) VLM_CUDA_CHECK(cudaMemsetAsync(p, 0, b.bytes(), s));
-  return p;
-}
-
 void CudaScratch::assign(Slot slot, void* p, int64_t bytes) {
   VLM_CHECK(p != nullptr || bytes == 0, "scratch slot {} assigned null", static_cast<int>(slot));
   fixed_[slot] = p;

@@ -43,15 +43,11 @@ class CudaScratch {
  public:
   // kMediaPlanes: a DeepStack step's media rows with all their planes, and their batch rows.
   // kFp8Act / kFp8Scale / kFp8Out: an FP8 linear layer's quantized activations, their per-token scales, its f32 output.
-  // kFp8Count: fp8_tile_gemm's split-K tile counters (zeroed, left zero by every product: get_zeroed).
   enum Slot {
-    kNormOut, kGateUp, kAct, kRopeTable, kPatches, kPatchOut, kMediaPlanes, kFp8Act, kFp8Scale, kFp8Out, kFp8Count,
-    kNumSlots
+    kNormOut, kGateUp, kAct, kRopeTable, kPatches, kPatchOut, kMediaPlanes, kFp8Act, kFp8Scale, kFp8Out, kNumSlots
   };
   explicit CudaScratch(int64_t* epoch) : epoch_(epoch) {}
   void* get(Slot slot, int64_t bytes, cudaStream_t s);
-  // get, with memory zeroed when (re)allocated (on `s`); what users write there stays.
-  void* get_zeroed(Slot slot, int64_t bytes, cudaStream_t s);
   void assign(Slot slot, void* p, int64_t bytes);
 
  private:
@@ -100,7 +96,6 @@ class CudaStep final : public Step {
   Act act(int i) override { return acts.at(static_cast<size_t>(i)); }
   Act logits(int64_t vocab) override { return Act{logits_buf, R, vocab, DType::F32}; }
   void* scratch(CudaScratch::Slot slot, int64_t bytes) { return pool->get(slot, bytes, stream); }
-  void* scratch_zeroed(CudaScratch::Slot slot, int64_t bytes) { return pool->get_zeroed(slot, bytes, stream); }
   // A layer's view of the step it was given (InternalError when another backend made it).
   static CudaStep& of(Step& s);
 

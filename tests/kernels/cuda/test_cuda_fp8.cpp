@@ -120,7 +120,7 @@ TEST_P(CudaFp8Gemv, MatchesNaiveAndHostDot) {
         const auto y0 = random_vector(M * N, 400);
         auto d_x = to_device(encode(x, dt)), d_b = to_device(encode(bias, out_dt));
         const bool with_bias = variant > 0, acc = variant == 2;
-        auto run = [&](int form) {  // 0 naive, 1 simple, 2 pipelined (streaming), 3 wide
+        auto run = [&](int form) {  // 0 naive, 1 simple, 2 pipelined (streaming)
           auto d_y = acc ? to_device(y0) : nan_buffer(M * N * dtype_size(out_dt));
           const void* b = with_bias ? d_b.get() : nullptr;
           if (form == 0)
@@ -128,15 +128,11 @@ TEST_P(CudaFp8Gemv, MatchesNaiveAndHostDot) {
                                  nullptr);
           else
             cuda::fp8_gemv(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, b, d_y.get(), out_dt, acc, M, N, K,
-                           nullptr,
-                           form == 1   ? cuda::Fp8GemvForm::Simple
-                           : form == 2 ? cuda::Fp8GemvForm::Pipelined
-                                       : cuda::Fp8GemvForm::Wide);
+                           nullptr, form == 1 ? cuda::Fp8GemvForm::Simple : cuda::Fp8GemvForm::Pipelined);
           return download(d_y, M * N, out_dt);
         };
         const auto fast = run(2), simple = run(1), naive = run(0);
         EXPECT_EQ(fast, simple) << "the two forms sum the same vectors in the same order";
-        EXPECT_EQ(run(3), simple) << "the wide form sums the same vectors in the same order";
         std::vector<float> want(M * N);
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < N; ++n) {
@@ -179,12 +175,8 @@ TEST_P(CudaFp8Gemv, SiluMulMatchesNaive) {
                                 cuda::Fp8GemvForm::Simple);
         cuda::fp8_gemv_silu_mul_naive(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, b, d_naive.get(), M, I, K,
                                       nullptr);
-        auto d_wide = nan_buffer(M * I * dtype_size(dt));
-        cuda::fp8_gemv_silu_mul(d_x.get(), d_wq.as<uint8_t>(), d_ws.as<float>(), dt, b, d_wide.get(), M, I, K, nullptr,
-                                cuda::Fp8GemvForm::Wide);
         const auto fast = download(d_fast, M * I, dt), naive = download(d_naive, M * I, dt);
         EXPECT_EQ(fast, download(d_simple, M * I, dt)) << "the two forms give the same bits";
-        EXPECT_EQ(download(d_wide, M * I, dt), download(d_simple, M * I, dt)) << "the wide form: the same bits";
         // The host: silu(round(g)) * round(u) over the dequantized weights.
         std::vector<float> want(M * I);
         for (int64_t m = 0; m < M; ++m)
