@@ -36,13 +36,9 @@
 //    (moe_norm_router_route_sort: one launch; VLM_MOE_NORM_ROUTER=1), and "decode norm_sep" (the
 //    norm + "decode new") against "decode norm_fused" (the norm in the router's launch) per layer.
 //    Session 20: "kernel down_combine form=bulk" (moe_pair_down_combine_bulk, 3b.: the staged form
-//    filled by bulk copies) against "form=staged", "kernel gate_up form=ring" (moe_pair_gate_up_ring,
-//    2b.: persistent blocks, a ring of bulk-copied stages) against "form=pair", and "decode
-//    norm_bulk" (norm_fused with 2b. and 3b.: CudaMoe's default now) against "decode norm_fused"
-//    (VLM_MOE_GATE_UP_RING=0 VLM_MOE_DOWN_BULK=0); "kernel pair_fused form=coop" (moe_pair_fused, 2f.:
-//    both products in one cooperative launch; GB/s over the layer's expert bytes) against the sum of
-//    the gate_up and down_combine rows, and "decode norm_fused2" (the norm router + 2f.:
-//    VLM_MOE_PAIR_FUSED=1) against "decode norm_bulk".
+//    filled by bulk copies) against "form=staged", and "decode norm_bulk" (norm_fused with 3b.:
+//    CudaMoe's default) against "decode norm_fused" (VLM_MOE_DOWN_BULK=0). (Session 20's gate|up ring
+//    and one-launch fused pair lost in call M and were removed.)
 //    GB/s of the decode
 //    rows counts the same expert bytes as the other rows (experts= from the given logits, ~8T
 //    distinct).
@@ -152,9 +148,8 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
   std::vector<DeviceBuffer> hs;  // [T, C] per set
   for (int si = 0; si < kSets; ++si) hs.push_back(random_bf16(static_cast<size_t>(T * C * 2), 1.f, 31 + si));
   DeviceBuffer logits(T * E * 4), expert(P * 4), weight(P * 4), meta((3 * (E + 1) + 2 * P + 1) * 4);
-  DeviceBuffer act(P * I * 2), out(P * C * 2), y(T * C * 4), sync(8);
+  DeviceBuffer act(P * I * 2), out(P * C * 2), y(T * C * 4);
   ok(cudaMemset(meta.get(), 0, meta.bytes()), "meta");  // the counter (last word) starts at 0
-  ok(cudaMemset(sync.get(), 0, sync.bytes()), "sync");  // moe_pair_fused's grid barrier
   ok(cudaMemset(y.get(), 0, y.bytes()), "y");
   vc::MoeSorted so;
   so.offsets = meta.as<int32_t>();
@@ -210,14 +205,11 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
   ok(cudaStreamSynchronize(s), "routings");
   // In a layer (routed = false) the pair kernels read what the fused router wrote; in the kernel
   // rows (routed = true) set i % kSets's routing.
-  // form 0: moe_pair_gate_up (2.), 1: staged (2'.), 2: ring (2b., 2. where the GPU lacks it).
-  const bool ring_ok = vc::moe_pair_gate_up_ring_supported(C);
+  // form 0: moe_pair_gate_up (2.), 1: staged (2'.).
   auto pair_gate_up = [&](int i, int form, bool routed = false) {
     const int32_t* ex = routed ? set_expert[i % kSets].as<int32_t>() : expert.as<int32_t>();
-    (form == 1             ? vc::moe_pair_gate_up_staged
-     : form == 2 && ring_ok ? vc::moe_pair_gate_up_ring
-                            : vc::moe_pair_gate_up)(hs[i % kSets].get(), gate_up[i % kCopies].get(), ex, DType::BF16,
-                                                    T, K, I, C, act.get(), s);
+    (form == 1 ? vc::moe_pair_gate_up_staged : vc::moe_pair_gate_up)(hs[i % kSets].get(), gate_up[i % kCopies].get(),
+                                                                      ex, DType::BF16, T, K, I, C, act.get(), s);
   };
   // form 0: moe_pair_down_combine (3.), 1: staged (3'.), 2: bulk (3b., staged where the GPU lacks it).
   const bool bulk_ok = vc::moe_pair_down_bulk_supported(K, I);
@@ -240,18 +232,11 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
                                    DType::BF16, T, E, C, K, true, logits.as<float>(), expert.as<int32_t>(),
                                    weight.as<float>(), so, counter, s);
   };
-  const bool fused_ok = vc::moe_pair_fused_supported(K, I, C);
-  auto pair_fused = [&](int i, bool routed = false) {  // 2f.: gate|up + down+combine, one launch
-    const int32_t* ex = routed ? set_expert[i % kSets].as<int32_t>() : expert.as<int32_t>();
-    const float* wt = routed ? set_weight[i % kSets].as<float>() : weight.as<float>();
-    vc::moe_pair_fused(routed ? hs[i % kSets].get() : hn.get(), gate_up[i % kCopies].get(), down[i % kCopies].get(),
-                       ex, wt, DType::BF16, T, K, I, C, act.get(), y.as<float>(), true, sync.as<uint32_t>(), s);
-  };
   auto norm_layer = [&](int i, bool fused, bool bulk) {
     if (fused) norm_fused(i);
     else norm_separate(i);
-    (bulk && ring_ok ? vc::moe_pair_gate_up_ring : vc::moe_pair_gate_up)(
-        hn.get(), gate_up[i % kCopies].get(), expert.as<int32_t>(), DType::BF16, T, K, I, C, act.get(), s);
+    vc::moe_pair_gate_up(hn.get(), gate_up[i % kCopies].get(), expert.as<int32_t>(), DType::BF16, T, K, I, C,
+                         act.get(), s);
     (bulk && bulk_ok ? vc::moe_pair_down_combine_bulk : vc::moe_pair_down_combine_staged)(
         act.get(), down[i % kCopies].get(), expert.as<int32_t>(), weight.as<float>(), DType::BF16, T, K, C, I,
         y.as<float>(), true, s);
@@ -278,9 +263,6 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
          layer_bytes * 2 / 3);
   report("kernel", "gate_up", "staged", time_us([&](int i) { pair_gate_up(i, 1, true); }, reps, s),
          layer_bytes * 2 / 3);
-  if (ring_ok)
-    report("kernel", "gate_up", "ring", time_us([&](int i) { pair_gate_up(i, 2, true); }, reps, s),
-           layer_bytes * 2 / 3);
   report("kernel", "down_combine", "pair", time_us([&](int i) { pair_down(i, 0, true); }, reps, s),
          layer_bytes / 3);
   report("kernel", "down_combine", "staged", time_us([&](int i) { pair_down(i, 1, true); }, reps, s),
@@ -288,8 +270,6 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
   if (bulk_ok)
     report("kernel", "down_combine", "bulk", time_us([&](int i) { pair_down(i, 2, true); }, reps, s),
            layer_bytes / 3);
-  if (fused_ok)
-    report("kernel", "pair_fused", "coop", time_us([&](int i) { pair_fused(i, true); }, reps, s), layer_bytes);
   {
     const vc::MoeStagedShape sh = vc::moe_pair_down_staged_shape(T, K, C, I, DType::BF16);
     std::printf("moe T=%lld staged down: %d columns per block, %lld blocks of 256 threads, %lld B shared each, %d blocks "
@@ -297,11 +277,10 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
                 static_cast<long long>(T), sh.rows, static_cast<long long>(sh.blocks), static_cast<long long>(sh.smem),
                 sh.blocks_per_sm);
   }
-  for (const char* form : {"old", "v1", "new", "staged", "norm_sep", "norm_fused", "norm_bulk", "norm_fused2"}) {
+  for (const char* form : {"old", "v1", "new", "staged", "norm_sep", "norm_fused", "norm_bulk"}) {
     const std::string f = form;
     if (f.rfind("norm", 0) == 0 && (!norm_fits || T > vc::kMoePairGemvMaxTokens)) continue;
-    if (f == "norm_bulk" && !bulk_ok && !ring_ok) continue;
-    if (f == "norm_fused2" && !fused_ok) continue;
+    if (f == "norm_bulk" && !bulk_ok) continue;
     const std::function<void(int)> layer =
         f == "old"        ? std::function<void(int)>(old_layer)
         : f == "norm_sep" ? std::function<void(int)>([&norm_layer](int i) { norm_layer(i, false, false); })
@@ -309,11 +288,6 @@ void decode_rows(int64_t T, double touched, double layer_bytes, const std::vecto
             ? std::function<void(int)>([&norm_layer](int i) { norm_layer(i, true, false); })
         : f == "norm_bulk"
             ? std::function<void(int)>([&norm_layer](int i) { norm_layer(i, true, true); })
-        : f == "norm_fused2"
-            ? std::function<void(int)>([&norm_fused, &pair_fused](int i) {
-                norm_fused(i);
-                pair_fused(i);
-              })
             : std::function<void(int)>([&pair_layer, f](int i) { pair_layer(i, f == "staged", f == "v1" ? 0 : 1); });
     report("decode", "launches", form, time_us(layer, reps, s), layer_bytes);
     cudaGraph_t graph;

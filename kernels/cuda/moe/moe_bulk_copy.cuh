@@ -1,6 +1,6 @@
 // The copy engine's bulk copies and the mbarriers they complete on (sm_90), for the MoE decode
-// kernels that fill shared memory with them (moe_pair_bulk.cu, moe_pair_ring.cu,
-// moe_pair_fused.cu). Device code only; below sm_90 bulk_copy traps (their *_supported say false).
+// kernel that fills shared memory with them (moe_pair_bulk.cu). Device code only; below sm_90
+// bulk_copy traps (its *_supported says false).
 #pragma once
 
 #include <cstdint>

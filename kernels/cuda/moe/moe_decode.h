@@ -29,18 +29,10 @@
 //     R down rows, contiguous per pair, and the token's k act rows), then warp w sums pair w
 //     from shared memory and thread r < R adds column c0 + r's k outputs in increasing j
 //     (moe_pair_staged.cu says why: registers no longer bound the bytes in flight).
-//  2b. moe_pair_gate_up_ring (the default since session 20, not measured yet;
-//     VLM_MOE_GATE_UP_RING=0 runs 2.; moe_limits.h's kMoeGateUpRingDefault): 2.'s sums in 2.'s
-//     order (the same bits), one persistent block per SM streaming chunks of G = 8 columns of one
-//     pair (their gate rows and up rows, 64 KB at C = 2048) through S = 3 shared-memory stages
-//     filled by bulk copies (a producer warp, mbarriers), consumer warp w summing column w of a
-//     chunk (moe_pair_ring.cu).
-//  2f. moe_pair_fused (opt-in, VLM_MOE_PAIR_FUSED=1; moe_limits.h's kMoePairFusedDefault; not
-//     measured yet): 2b. and 3b. in ONE cooperative launch (a persistent block per SM): the gate|up
-//     ring, then each block's first down rows asked of the copy engine while the other blocks
-//     finish, a grid barrier (act complete), the down+combine. 2.'s act bits and 3'.'s y bits
-//     (moe_pair_fused.cu).
-//  3b. moe_pair_down_combine_bulk (the default since session 20, not measured yet;
+//  2b. / 2f. (session 20, removed after call M measured them on an H200): a gate|up ring of
+//     bulk-copied stages in persistent blocks (18.54 vs 2.'s 16.26 us a layer) and the gate|up and
+//     down+combine in one cooperative launch (33.20 us vs 28.47 for the two) both lost.
+//  3b. moe_pair_down_combine_bulk (the default since session 20: 12.21 vs 3'.'s 12.47 us, call M;
 //     VLM_MOE_DOWN_BULK=0 runs 3'.; moe_limits.h's kMoeDownBulkDefault): 3'. with its shared-memory
 //     fill done by the copy engine (sm_90 bulk copies: per pair one copy of its R contiguous down
 //     rows and one of its act row, on one mbarrier per pair), warp w summing its pair as soon as
@@ -152,23 +144,6 @@ bool moe_pair_down_bulk_supported(int64_t K, int64_t I);
 void moe_pair_down_combine_bulk(const void* act, const void* down, const int32_t* expert /*[T,K]*/,
                                 const float* weight /*[T,K]*/, DType dt, int64_t T, int64_t K, int64_t C, int64_t I,
                                 float* y, bool accumulate, cudaStream_t s);
-// 2b. (the contract of moe_pair_gate_up, the same bits). Also T x K <= 65535. Needs
-// moe_pair_gate_up_ring_supported(C): two stages of 2 x G x C x 2 bytes in 200 KB (C <= 25,600)
-// on a GPU of compute capability 9.0+ (the current device, asked once per device).
-bool moe_pair_gate_up_ring_supported(int64_t C);
-void moe_pair_gate_up_ring(const void* h /*[T,C]*/, const void* gate_up, const int32_t* expert /*[T,K]*/, DType dt,
-                           int64_t T, int64_t K, int64_t I, int64_t C, void* act, cudaStream_t s);
-// 2f.: moe_pair_gate_up then moe_pair_down_combine_staged in one launch (their contracts; act
-// [T*K, I] written as 2. writes it, y as 3'.). Needs moe_pair_fused_supported(K, I, C): 2b.'s
-// stages (C <= 25,600) and K x R x I x 2 bytes of down rows (R = 8, 4, 2 or 1 columns per item) in
-// the same shared memory, an sm_90 GPU. sync: two device u32, 0 before the first call (zeroed once
-// at allocation), left ready for the next call (a CUDA graph replays it); the launch is cooperative
-// (all blocks resident; capturable).
-bool moe_pair_fused_supported(int64_t K, int64_t I, int64_t C);
-void moe_pair_fused(const void* h /*[T,C]*/, const void* gate_up /*[E,2I,C]*/, const void* down /*[E,C,I]*/,
-                    const int32_t* expert /*[T,K]*/, const float* weight /*[T,K]*/, DType dt, int64_t T, int64_t K,
-                    int64_t I, int64_t C, void* act /*[T*K,I]*/, float* y /*[T,C] f32*/, bool accumulate,
-                    uint32_t* sync /*[2]*/, cudaStream_t s);
 // 2'. (the contract of moe_pair_gate_up, the same bits). Also T x K <= 65535. Needs
 // moe_pair_gate_up_staged_supported(C): 3 x C x 2 bytes <= 110,592 (C <= 18,432).
 bool moe_pair_gate_up_staged_supported(int64_t C);

@@ -56,23 +56,9 @@ constexpr bool kMoeNormRouterDefault = true;
 
 // Whether CudaMoe's one-token down+combine is moe_decode.h's 3b. (moe_pair_down_combine_bulk: the
 // staged form filled by bulk copies; the same bits as 3'.) when VLM_MOE_DOWN_BULK is unset
-// (VLM_MOE_DOWN_BULK=1 / 0 overrides; VLM_MOE_DECODE=v1 runs 3. whatever this says). Proposed on
-// in session 20 (moe-t1) before a GPU measured it: bench_cuda_moe "kernel down_combine form=bulk"
-// against "form=staged" decides; off again if it loses.
+// (VLM_MOE_DOWN_BULK=1 / 0 overrides; VLM_MOE_DECODE=v1 runs 3. whatever this says). On: session
+// 20's call M measured bench_cuda_moe "kernel down_combine form=bulk" 12.21 us against "form=staged"
+// 12.47 (the 30B-A3B step with it and the short decode 3.23 vs 3.30 ms with neither).
 constexpr bool kMoeDownBulkDefault = true;
-// Whether CudaMoe's one-token gate|up is moe_decode.h's 2b. (moe_pair_gate_up_ring: a persistent
-// block per SM, a ring of bulk-copied stages; the same bits as 2.) when VLM_MOE_GATE_UP_RING is
-// unset (=1 / =0 overrides; VLM_MOE_DECODE=staged runs 2'. whatever this says). Proposed on in
-// session 20 (moe-t1) before a GPU measured it: bench_cuda_moe "kernel gate_up form=ring" against
-// "form=pair" decides. Measured in session 20 call M (H200): it lost (18.54 vs 16.26 us; the 30B-A3B
-// step with ring + bulk 3.410 vs 3.297 ms without either), so off; the bulk down (12.21 vs 12.47 us,
-// the same bits) stays on.
-constexpr bool kMoeGateUpRingDefault = false;
-// Whether CudaMoe runs moe_decode.h's 2f. (moe_pair_fused: 2b. + 3b. in one cooperative launch; the
-// same bits) for one token when VLM_MOE_PAIR_FUSED is unset (=1 / =0 overrides). Off until a GPU
-// has run its tests and measured it (session 20, moe-t1): bench_cuda_moe "kernel pair_fused
-// form=coop" against the gate_up + down_combine rows; propose on if it wins. Session 20 call M: its
-// tests passed, it lost (33.20 us against 16.26 + 12.21; the step 3.36 vs 3.23 ms): off.
-constexpr bool kMoePairFusedDefault = false;
 
 }  // namespace vlm::cuda

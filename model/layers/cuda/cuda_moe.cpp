@@ -72,36 +72,12 @@ bool down_bulk_on() {
   return on;
 }
 
-// The one-token gate|up through a ring of bulk-copied stages (moe_decode.h, 2b.):
-// VLM_MOE_GATE_UP_RING=1 / 0, else kMoeGateUpRingDefault (read once per process);
-// VLM_MOE_DECODE=staged runs 2'. regardless.
-bool gate_up_ring_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("VLM_MOE_GATE_UP_RING");
-    if (e == nullptr || *e == '\0') return cuda::kMoeGateUpRingDefault;
-    return std::string(e) != "0";
-  }();
-  return on;
-}
-
 // The pair path's router without the sort (moe_decode.h 1n., sorted.offsets null): on unless
 // VLM_MOE_SKIP_SORT=0 (read once per process; the same choices and weights either way).
 bool skip_sort_on() {
   static const bool on = [] {
     const char* e = std::getenv("VLM_MOE_SKIP_SORT");
     return e == nullptr || std::string(e) != "0";
-  }();
-  return on;
-}
-
-// The one-token gate|up and down+combine in one cooperative launch (moe_decode.h, 2f.):
-// VLM_MOE_PAIR_FUSED=1 / 0, else kMoePairFusedDefault (read once per process); VLM_MOE_DECODE=v1 or
-// staged run their forms regardless.
-bool pair_fused_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("VLM_MOE_PAIR_FUSED");
-    if (e == nullptr || *e == '\0') return cuda::kMoePairFusedDefault;
-    return std::string(e) != "0";
   }();
   return on;
 }
@@ -178,8 +154,7 @@ class CudaMoe final : public Mlp {
         down_ = upload_transposed(w.get(p + "down_proj", Shape{E, I, C}), dt, bytes);
         break;
     }
-    // + moe_router_route_sort's counter (0 between calls) and moe_pair_fused's two sync words.
-    groups_.resize(static_cast<size_t>(3 * (E + 1) + 3) * 4);
+    groups_.resize(static_cast<size_t>(3 * (E + 1) + 1) * 4);  // + moe_router_route_sort's counter, 0 between calls
     VLM_CUDA_CHECK(cudaMemset(groups_.get(), 0, groups_.bytes()));
     VLM_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -250,17 +225,9 @@ class CudaMoe final : public Mlp {
       s.mark("moe_route");
     }
     if (plan.pair_gemv) {  // act [P, I] in pair order; the combine in the down product
-      if (pair_fused_on() && decode_env().empty() && cuda::moe_pair_fused_supported(K, I, C)) {
-        cuda::moe_pair_fused(h, gate_up_.get(), down_.get(), expert, weight, dt, T, K, I, C, act, y.f32(),
-                             a == Accum::Add, counter() + 1, s.stream);
-        s.mark("moe_experts");
-        return;
-      }
       const bool staged_gu = staged_gate_up() && cuda::moe_pair_gate_up_staged_supported(C);
-      const bool ring_gu = !staged_gu && gate_up_ring_on() && cuda::moe_pair_gate_up_ring_supported(C);
-      (staged_gu ? cuda::moe_pair_gate_up_staged
-       : ring_gu ? cuda::moe_pair_gate_up_ring
-                 : cuda::moe_pair_gate_up)(h, gate_up_.get(), expert, dt, T, K, I, C, act, s.stream);
+      (staged_gu ? cuda::moe_pair_gate_up_staged : cuda::moe_pair_gate_up)(h, gate_up_.get(), expert, dt, T, K, I, C,
+                                                                           act, s.stream);
       s.mark("moe_gate_up");
       const bool staged = !v1_down() && cuda::moe_pair_down_staged_supported(K, I);
       const bool bulk = staged && down_bulk_on() && cuda::moe_pair_down_bulk_supported(K, I);

@@ -21,12 +21,9 @@
 // with session 18's down product (3.; the same bits as 3'.), VLM_MOE_DECODE=staged the staged
 // gate|up (2'.; the same bits as 2.) as well (the A/B in one GPU run). The staged down product is
 // filled by bulk copies (3b., the same bits) unless VLM_MOE_DOWN_BULK=0 (moe_limits.h's
-// kMoeDownBulkDefault), and the gate|up runs through a ring of bulk-copied stages (2b., the same
-// bits as 2.) unless VLM_MOE_GATE_UP_RING=0 (kMoeGateUpRingDefault).
+// kMoeDownBulkDefault).
 // At one token the norm-fused router skips the sort the pair GEMVs do not read (VLM_MOE_SKIP_SORT=0
 // keeps it).
-// VLM_MOE_PAIR_FUSED=1 (opt-in, kMoePairFusedDefault) runs the one-token gate|up and down+combine as
-// ONE cooperative launch (2f., the same bits).
 // Weights: router [E, C], gate|up [E, 2I, C] and down [E, C, I] in the compute dtype, from any
 // ExpertLayout (FusedTransposed transposed on the device at load). Refused at load (LoadError
 // naming the router): more than kMoeMaxExperts experts, top-k above kMoeMaxTopK, and a block
