@@ -32,12 +32,7 @@
 
 namespace vlm::cuda {
 
-constexpr int kDecodeShortMaxSeqs = 4;  // what the kernel takes
-// What CudaDecoder hands it: steps of one sequence. Measured in session 20 call M (H200): at 1 sequence
-// the fused launch wins (Qwen3-8B step 4.495-4.525 vs 4.631-4.638 ms; attention bench 9.95 vs 12.86 us
-// a layer at 1K, 15.11 vs 18.36 at 4K, 22.94 vs 23.44 at 8K), at 4 it loses (step 6.296 vs 5.975 ms;
-// 25.74 vs 18.32 us a layer).
-constexpr int kDecodeShortDecoderSeqs = 1;
+constexpr int kDecodeShortMaxSeqs = 4;  // what the kernel takes (CudaDecoder hands it one: cuda_decoder_attention.cpp)
 constexpr int kDecodeShortMaxContext = 8192;
 
 // VLM_CUDA_DECODE_SHORT (unset or 1: on, 0: off), read once.

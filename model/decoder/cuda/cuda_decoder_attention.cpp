@@ -10,6 +10,15 @@
 
 namespace vlm {
 
+namespace {
+// Steps of how many sequences take the fused short decode (the kernel takes up to
+// cuda::kDecodeShortMaxSeqs). One: measured in session 20 call M (H200), at 1 sequence the fused
+// launch wins (Qwen3-8B step 4.495-4.525 vs 4.631-4.638 ms; attention bench 9.95 vs 12.86 us a layer
+// at 1K, 15.11 vs 18.36 at 4K, 22.94 vs 23.44 at 8K), at 4 it loses (step 6.296 vs 5.975 ms; 25.74 vs
+// 18.32 us a layer).
+constexpr int kShortDecodeSeqs = 1;
+}  // namespace
+
 Act CudaDecoder::attend(int l, Act qkv, const RopeRows& rope, const cuda::HeadNorm& norm) {
   const ModelConfig& c = config();
   if (!attend_short(l, qkv.rows, qkv.data, rope, norm)) {
@@ -24,7 +33,7 @@ bool CudaDecoder::attend_short(int l, int64_t T, void* qkv, const RopeRows& rope
   // probe (reads q before attention), sparse and cuDNN attention keep the two-kernel path.
   if (!decode_short_ || !decode_kernel() || methods_ || look_m_on_ || probe_ || sparse_ ||
       cudnn_mode_ != CudaCudnnPrefill::kNone || meta_ == nullptr || T != meta_->num_seqs ||
-      meta_->num_seqs > cuda::kDecodeShortDecoderSeqs)
+      meta_->num_seqs > kShortDecodeSeqs)
     return false;
   const ModelConfig& c = config();
   const PagedKVLayer& kv = kv_layers_[static_cast<size_t>(l)];
